@@ -1,0 +1,12 @@
+"""tapescope: an MLX-style lazy array runtime for Jupyter that shows its own insides."""
+
+from tapescope.kernels.timeline import record  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def timeline():
+    """Every record on the timeline (evals, primitive runs, ...), oldest first."""
+    from tapescope.kernels import timeline as _t
+
+    return _t.records()

@@ -1,0 +1,15 @@
+"""tapescope.core — the MLX-compatible array API: ``import tapescope.core as mx``."""
+
+from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
+from .array import array  # noqa: F401
+from .device import (  # noqa: F401
+    Device, DeviceType, Stream, cpu, default_device, default_stream, device_count, gpu,
+    is_available, new_stream, set_default_device, set_default_stream, stream,
+)
+from .dtypes import (  # noqa: F401
+    Dtype, DtypeCategory, bfloat16, bool_, complex64, complexfloating, finfo, float16, float32,
+    float64, floating, generic, iinfo, inexact, int8, int16, int32, int64, integer, issubdtype,
+    number, signedinteger, uint8, uint16, uint32, uint64, unsignedinteger,
+)
+from .ops import *  # noqa: F401,F403
+from .transforms import async_eval, eval  # noqa: F401

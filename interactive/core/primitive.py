@@ -1,0 +1,85 @@
+"""Primitives: the named operations recorded in the lazy graph, and the graph node."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Optional
+
+# Fusion families (shared/DESIGN.md): what compile may fuse into a Compiled tape.
+UNARY = "unary"
+BINARY = "binary"
+TERNARY = "ternary"
+BROADCAST = "broadcast"
+ASTYPE = "astype"
+FUSABLE_KINDS = frozenset({UNARY, BINARY, TERNARY, BROADCAST, ASTYPE})
+
+# name -> kind, for every primitive the op layer makes. Ops register here as they are defined.
+KINDS: dict[str, str] = {}
+
+
+def register(name: str, kind: str) -> str:
+    """Declare a primitive name and its family (``unary``, ``reduce``, ``shape``, ...)."""
+    KINDS[name] = kind
+    return name
+
+
+class Primitive:
+    """One operation in the graph, printed under its MLX name (``Add``, ``Broadcast``, ...).
+
+    ``params`` holds the operation's parameters (e.g. a Broadcast's shape) as a sorted tuple
+    of (key, value) pairs so that two primitives compare equal exactly when they compute the
+    same thing; ``stream`` is where it runs.
+    """
+
+    __slots__ = ("name", "params", "stream")
+
+    def __init__(self, name: str, stream, **params: Any):
+        if name not in KINDS:
+            raise KeyError(f"unregistered primitive {name}")
+        self.name = name
+        self.stream = stream
+        self.params = tuple(sorted(params.items()))
+
+    @property
+    def kind(self) -> str:
+        return KINDS[self.name]
+
+    @property
+    def fusable(self) -> bool:
+        return self.kind in FUSABLE_KINDS
+
+    def kwargs(self) -> dict:
+        return dict(self.params)
+
+    def is_equivalent(self, other: "Primitive") -> bool:
+        """Same operation with the same parameters (used by common-subexpression elimination)."""
+        return self.name == other.name and self.params == other.params
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_node_ids = itertools.count(1)
+
+
+class Node:
+    """A primitive applied to input arrays, producing one or more sibling output arrays.
+
+    Outputs are held weakly so that the graph does not keep dead arrays alive; inputs are
+    held strongly until the node is evaluated and detached.
+    """
+
+    __slots__ = ("primitive", "inputs", "outputs", "id", "__weakref__")
+
+    def __init__(self, primitive: Primitive, inputs: list):
+        self.primitive = primitive
+        self.inputs = inputs
+        self.outputs: list[weakref.ref] = []
+        self.id = next(_node_ids)
+
+    def output(self, i: int) -> Optional[Any]:
+        return self.outputs[i]()
+
+    def __repr__(self) -> str:
+        return f"Node({self.primitive.name}#{self.id})"

@@ -1,0 +1,28 @@
+"""Which runtimes this process can use, probed once and lazily (CuPy is imported only here)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_device_count() -> int:
+    """The number of CUDA devices CuPy can reach (0 when CuPy or a GPU is missing)."""
+    if os.environ.get("TAPESCOPE_DISABLE_GPU"):
+        return 0
+    try:
+        import cupy  # noqa: F401
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def gpu_available() -> bool:
+    """Whether some GPU runtime (CUDA through CuPy) works here."""
+    return cuda_device_count() > 0
+
+
+def gpu_count() -> int:
+    return cuda_device_count()

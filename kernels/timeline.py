@@ -1,0 +1,100 @@
+"""The timeline: a bounded ring of records of what happened (evals, primitive runs, ...).
+
+Recording costs one flag check when nobody listens: callers test ``timeline.enabled``
+before building a record. Listeners (``record()`` regions, counters) turn it on.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+CAPACITY = 100_000
+
+
+@dataclass
+class Record:
+    """One thing that happened: ``kind`` (e.g. ``"primitive"``), when, where, and details."""
+
+    kind: str
+    start_ns: int
+    end_ns: int
+    stream: Optional[int] = None
+    device: Optional[str] = None
+    thread: Optional[int] = None
+    name: Optional[str] = None
+    node: Optional[int] = None
+    nbytes: int = 0
+    detail: dict = field(default_factory=dict)
+    seq: int = 0
+
+
+_lock = threading.Lock()
+_ring: collections.deque = collections.deque(maxlen=CAPACITY)
+_next_seq = 0
+_listeners = 0
+_always = False
+enabled = False
+
+
+def _update_enabled() -> None:
+    global enabled
+    enabled = _always or _listeners > 0
+
+
+def set_recording(on: bool) -> None:
+    """Keep recording into the ring even when no ``record()`` region is open."""
+    global _always
+    with _lock:
+        _always = bool(on)
+        _update_enabled()
+
+
+def add(kind: str, start_ns: int, end_ns: Optional[int] = None, **kw: Any) -> None:
+    """Append a record (callers check ``enabled`` first)."""
+    rec = Record(kind, start_ns, start_ns if end_ns is None else end_ns,
+                 thread=threading.get_ident(), **kw)
+    global _next_seq
+    with _lock:
+        rec.seq = _next_seq
+        _next_seq += 1
+        _ring.append(rec)
+
+
+def now() -> int:
+    return time.perf_counter_ns()
+
+
+def records() -> list[Record]:
+    """A copy of every record in the ring, oldest first."""
+    with _lock:
+        return list(_ring)
+
+
+def clear() -> None:
+    with _lock:
+        _ring.clear()
+
+
+class record:
+    """``with record() as rec:`` captures the records made inside the region in ``rec.records``."""
+
+    def __enter__(self) -> "record":
+        global _listeners
+        with _lock:
+            _listeners += 1
+            _update_enabled()
+            self._mark = _next_seq
+        self.records: list[Record] = []
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        global _listeners
+        with _lock:
+            self.records = [r for r in _ring if r.seq >= self._mark]
+            _listeners -= 1
+            _update_enabled()
+        return False

@@ -1,0 +1,1 @@
+"""tapescope.viz: graphviz pictures and widgets (graphviz and ipywidgets load lazily)."""
