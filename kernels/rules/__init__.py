@@ -10,16 +10,24 @@ from __future__ import annotations
 from typing import Callable
 
 RULES: dict[str, Callable] = {}
+# Rules that accept ``out=`` (an allocator-backed array of the output's shape and dtype)
+# and write their result into it, as numpy ufuncs do.
+TAKES_OUT: set[str] = set()
 
 
-def rule(*names: str) -> Callable:
-    """Register the decorated function as the rule for each primitive name."""
+def rule(*names: str, out: bool = False) -> Callable:
+    """Register the decorated function as the rule for each primitive name.
+
+    ``out=True`` declares that the rule takes an ``out=`` keyword and writes into it.
+    """
 
     def deco(fn: Callable) -> Callable:
         for n in names:
             if n in RULES:
                 raise KeyError(f"rule for {n} registered twice")
             RULES[n] = fn
+            if out:
+                TAKES_OUT.add(n)
         return fn
 
     return deco
@@ -32,4 +40,13 @@ def get(name: str) -> Callable:
         raise NotImplementedError(f"[eval] No rule for primitive {name}.") from None
 
 
-from . import elementwise, shape  # noqa: E402,F401  (registers rules)
+def _register_all() -> None:
+    """Import every module of this package (each registers its rules)."""
+    import importlib
+    import pkgutil
+
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")
+
+
+_register_all()

@@ -5,19 +5,19 @@ from __future__ import annotations
 from . import rule
 
 
-@rule("Add")
-def add(xp, a, b):
-    return xp.add(a, b)
+@rule("Add", out=True)
+def add(xp, a, b, out=None):
+    return xp.add(a, b, out=out)
 
 
-@rule("Subtract")
-def subtract(xp, a, b):
-    return xp.subtract(a, b)
+@rule("Subtract", out=True)
+def subtract(xp, a, b, out=None):
+    return xp.subtract(a, b, out=out)
 
 
-@rule("Multiply")
-def multiply(xp, a, b):
-    return xp.multiply(a, b)
+@rule("Multiply", out=True)
+def multiply(xp, a, b, out=None):
+    return xp.multiply(a, b, out=out)
 
 
 @rule("Divide")

@@ -11,6 +11,8 @@ from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import ASTYPE, BROADCAST, Primitive, register
 
+__all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes"]
+
 register("AsType", ASTYPE)
 register("Broadcast", BROADCAST)
 

@@ -14,6 +14,8 @@ from ..device import StreamOrDevice, resolve_stream
 from ..primitive import BINARY, TERNARY, UNARY, Primitive, register
 from .convert import astype, broadcast_arrays, to_array, to_arrays
 
+__all__ = ["add", "subtract", "multiply", "divide", "exp", "negative"]
+
 
 def unary(name: str, a: Any, stream: StreamOrDevice, dtype: Optional[_dt.Dtype] = None,
           out_dtype: Optional[_dt.Dtype] = None) -> array:
