@@ -11,5 +11,7 @@ from .dtypes import (  # noqa: F401
     float64, floating, generic, iinfo, inexact, int8, int16, int32, int64, integer, issubdtype,
     number, signedinteger, uint8, uint16, uint32, uint64, unsignedinteger,
 )
+from .memory import *  # noqa: F401,F403
+from . import metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .transforms import async_eval, eval  # noqa: F401

@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
+
 from . import dtypes as _dt
 from .device import resolve_stream
 from .primitive import Node, Primitive
@@ -16,27 +18,44 @@ class ArrayDesc:
     """The shared state of an array (MLX's ``ArrayDesc``): shape, dtype, stream, and either
     a graph node (while lazy) or data (once evaluated). Several ``array`` handles may share
     one desc; graph nodes reference descs, never the Python handles.
+
+    Evaluated data is a numpy view over an allocator buffer; ``buffer`` is the shared
+    ``BufferHandle`` (views of the same memory hold the same handle), and the buffer goes
+    back to the allocator when the last desc holding it is gone.
     """
 
-    __slots__ = ("shape", "dtype", "stream", "node", "index", "data", "__weakref__")
+    __slots__ = ("shape", "dtype", "stream", "node", "index", "data", "buffer", "__weakref__")
 
     def __init__(self, shape: tuple, dtype: _dt.Dtype, stream, node: Optional[Node] = None,
-                 index: int = 0, data: Optional[np.ndarray] = None):
+                 index: int = 0, data: Optional[np.ndarray] = None,
+                 buffer: Optional[BufferHandle] = None):
         self.shape = shape
         self.dtype = dtype
         self.stream = stream
         self.node = node
         self.index = index
         self.data = data
+        self.buffer = buffer
+        if data is not None and buffer is None:
+            if data.base is not None:  # never adopt memory that something else owns
+                data = self.data = np.array(data)
+            self.buffer = adopt(data)
 
     @property
     def evaluated(self) -> bool:
         return self.node is None
 
-    def set_data(self, data: np.ndarray) -> None:
-        """Store the evaluated value and detach from the graph."""
+    def set_data(self, data: np.ndarray, buffer: BufferHandle) -> None:
+        """Store the evaluated value (a view into ``buffer``) and detach from the graph."""
         self.data = data
+        self.buffer = buffer
         self.node = None
+
+
+def adopt(data: np.ndarray, device: str = "cpu") -> BufferHandle:
+    """Account for numpy-allocated ``data`` in the device allocator; returns its handle."""
+    alloc = allocator(device)
+    return BufferHandle(alloc.adopt(owner_of(data)), alloc)
 
 
 def _infer_list(val, depth=0):

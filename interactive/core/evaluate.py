@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import sys
+from typing import Iterable, Optional
 
 import numpy as np
 
 from tapescope.kernels import rules, timeline
+from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 
 from . import dtypes as _dt
-from .array import ArrayDesc
+from .array import ArrayDesc, adopt
 from .primitive import ASTYPE, BINARY, TERNARY, UNARY, Node
 
 _HALF = (_dt.bfloat16.np,)
@@ -39,35 +41,100 @@ def topo_order(descs: Iterable[ArrayDesc]) -> list[Node]:
     return order
 
 
-def _coerce(value, desc: ArrayDesc) -> np.ndarray:
-    """Make a rule's result exactly the array's dtype and shape."""
-    out = np.asarray(value)
-    if out.dtype != desc.dtype.np:
-        out = out.astype(desc.dtype.np)
-    if out.shape != desc.shape:
-        out = out.reshape(desc.shape)
-    return out
+DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
+_DESC_REFS = 3  # node.inputs + the loop variable + getrefcount's argument
+_HANDLE_REFS = 2  # desc.buffer + getrefcount's argument
+
+
+def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
+    """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules)."""
+    nbytes = out.dtype.size * _size(out.shape)
+    for d in node.inputs:
+        data = d.data
+        if (d.buffer is not None and d.dtype.size == out.dtype.size and data.shape == out.shape
+                and (data.flags.c_contiguous or data.flags.f_contiguous)
+                and d.buffer.buffer.size <= nbytes + DONATION_SLACK
+                and sys.getrefcount(d) == _DESC_REFS
+                and sys.getrefcount(d.buffer) == _HANDLE_REFS):
+            return d
+    return None
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _output_buffer(node: Node, out: ArrayDesc):
+    """Memory for a single output: a donated input's buffer or a fresh allocator buffer."""
+    donor = _donor(node, out)
+    if donor is not None:
+        return donor.data.view(out.dtype.np), donor.buffer
+    alloc = allocator("cpu")
+    nbytes = out.dtype.size * _size(out.shape)
+    buf = alloc.malloc(nbytes)
+    return buf.view(nbytes, out.dtype.np, out.shape), BufferHandle(buf, alloc)
+
+
+def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
+    """Give ``desc`` the rule's result, exactly its dtype and shape, with the handle of the
+    buffer it lives in (the preallocated output, an input it is a view of, or adopted)."""
+    data = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if data.dtype != desc.dtype.np:
+        data = data.astype(desc.dtype.np)
+    if data.shape != desc.shape:
+        data = data.reshape(desc.shape)
+    owner = owner_of(data)
+    handle = None
+    if out_handle is not None and owner is owner_of(out_handle.buffer.raw):
+        handle = out_handle
+    else:
+        for d in inputs:
+            if d.buffer is not None and owner is owner_of(d.buffer.buffer.raw):
+                handle = d.buffer
+                break
+    if handle is None:
+        if not owner.flags.owndata:  # a view of memory we do not track: copy it in
+            data = owner = np.array(data)
+        handle = adopt(owner)
+    desc.set_data(data, handle)
 
 
 def run_node(node: Node) -> None:
     """Compute a node's outputs with the CPU rule for its primitive and detach it."""
     prim = node.primitive
     ins = [d.data for d in node.inputs]
-    if prim.kind in _ELEMENTWISE and any(x.dtype in _HALF for x in ins):
+    upcast = prim.kind in _ELEMENTWISE and any(x.dtype in _HALF for x in ins)
+    if upcast:
         # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does.
         ins = [x.astype(np.float32) if x.dtype in _HALF else x for x in ins]
     t0 = timeline.now() if timeline.enabled else 0
+    fn = rules.get(prim.name)
+    out_handle = None
     with np.errstate(all="ignore"):
-        res = rules.get(prim.name)(np, *ins, **prim.kwargs())
+        if prim.name in rules.TAKES_OUT and not upcast and len(node.outputs) == 1:
+            target = node.outputs[0]()
+            if target is None:  # nobody wants the result
+                node.inputs = []
+                return
+            out, out_handle = _output_buffer(node, target)
+            try:
+                res = fn(np, *ins, out=out, **prim.kwargs())
+            except TypeError:  # numpy cannot cast into ``out``: let the rule allocate
+                out_handle = None
+                res = fn(np, *ins, **prim.kwargs())
+        else:
+            res = fn(np, *ins, **prim.kwargs())
     if not isinstance(res, (tuple, list)):
         res = (res,)
     nbytes = 0
     for ref, value in zip(node.outputs, res):
         d = ref()
         if d is not None:
-            data = _coerce(value, d)
-            nbytes += data.nbytes
-            d.set_data(data)
+            _store(value, d, node.inputs, out_handle)
+            nbytes += d.data.nbytes
     node.inputs = []
     if t0:
         timeline.add("primitive", t0, timeline.now(), name=prim.name, node=node.id,

@@ -1,0 +1,54 @@
+"""``mx.metal``: Metal availability, and the deprecated aliases of the memory API.
+
+The aliases (``mx.metal.get_active_memory`` ...) work, printing MLX's deprecation message to
+stderr once per name.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from . import memory as _memory
+
+_warned: set[str] = set()
+
+
+def is_available() -> bool:
+    """Whether the Metal backend is available (it needs macOS and PyObjC's Metal bindings)."""
+    if sys.platform != "darwin":
+        return False
+    try:
+        import Metal  # type: ignore
+
+        return Metal.MTLCreateSystemDefaultDevice() is not None
+    except Exception:
+        return False
+
+
+def _deprecated(name: str):
+    target = getattr(_memory, name)
+
+    @functools.wraps(target)
+    def alias(*args, **kwargs):
+        if name not in _warned:
+            _warned.add(name)
+            print(f"mx.metal.{name} is deprecated and will be removed in a future version. "
+                  f"Use mx.{name} instead.", file=sys.stderr)
+        return target(*args, **kwargs)
+
+    return alias
+
+
+for _name in ("get_active_memory", "get_peak_memory", "reset_peak_memory", "get_cache_memory",
+              "set_memory_limit", "set_cache_limit", "set_wired_limit", "clear_cache",
+              "device_info"):
+    globals()[_name] = _deprecated(_name)
+
+
+def start_capture(path: str) -> None:
+    """Start a Metal GPU capture into ``path`` (nothing to capture without Metal, as in MLX)."""
+
+
+def stop_capture() -> None:
+    """Stop a Metal GPU capture (nothing to stop without Metal, as in MLX)."""
