@@ -199,9 +199,7 @@ class Allocator:
 
     def set_cache_limit(self, limit: int) -> int:
         with self._lock:
-            old, self.cache_limit = self.cache_limit, int(limit)
-            if self.cache.cache_size() > self.cache_limit:
-                self._evict(self.cache.cache_size() - self.cache_limit)
+            old, self.cache_limit = self.cache_limit, int(limit)  # trimmed on the next malloc
             return old
 
     def set_wired_limit(self, limit: int) -> int:
