@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
 from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 
 from . import dtypes as _dt
-from .device import resolve_stream
+from .device import incompatible, resolve_stream
 from .primitive import Node, Primitive
 
 
@@ -58,12 +58,30 @@ def adopt(data: np.ndarray, device: str = "cpu") -> BufferHandle:
     return BufferHandle(alloc.adopt(owner_of(data)), alloc)
 
 
-def _infer_list(val, depth=0):
-    """Shape and MLX dtype of a nested Python list (MLX's initialization rules)."""
+_INIT_SIG = ("__init__(self: array, val: scalar | list | tuple | DLPackCompatible | array, "
+             "dtype: Dtype | None = None)")
+_CONVERT_ERR = "[convert] Only length-1 arrays can be converted to Python scalars."
+
+
+def _int_dtype(v: int) -> _dt.Dtype:
+    """MLX's type for a Python int: int32 when it fits, else int64 (beyond that: bad_cast)."""
+    if -(2**31) <= v < 2**31:
+        return _dt.int32
+    if -(2**63) <= v < 2**63:
+        return _dt.int64
+    raise RuntimeError("std::bad_cast")
+
+
+def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
+    """Shape and MLX dtype of a nested Python list (MLX's initialization rules).
+
+    Elements must be Python scalars (numpy scalars only where they subclass ``float`` or
+    ``complex``, as in MLX), arrays, or lists/tuples of them.
+    """
     if isinstance(val, (list, tuple)):
         if len(val) == 0:
             return (0,), _dt.float32
-        parts = [_infer_list(v, depth + 1) for v in val]
+        parts = [_infer_list(v) for v in val]
         sub = parts[0][0]
         for s, _ in parts:
             if len(s) != len(sub):
@@ -76,18 +94,18 @@ def _infer_list(val, depth=0):
         return (len(val),) + sub, d
     if isinstance(val, array):
         return val.shape, val.dtype
-    if isinstance(val, (bool, np.bool_)):
+    if isinstance(val, bool):
         return (), _dt.bool_
-    if isinstance(val, (int, np.integer)):
-        return (), _dt.int32 if -(2**31) <= int(val) < 2**31 else _dt.int64
-    if isinstance(val, (float, np.floating)):
+    if isinstance(val, int):
+        return (), _int_dtype(val)
+    if isinstance(val, float):
         return (), _dt.float32
-    if isinstance(val, (complex, np.complexfloating)):
+    if isinstance(val, complex):
         return (), _dt.complex64
     raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
 
 
-def _to_numpy_list(val):
+def _to_numpy_list(val: Any) -> Any:
     if isinstance(val, array):
         return val.tolist()
     if isinstance(val, (list, tuple)):
@@ -95,22 +113,32 @@ def _to_numpy_list(val):
     return val
 
 
+def _numpy_source(val: np.ndarray) -> tuple[np.ndarray, _dt.Dtype]:
+    """A numpy array's data and MLX dtype (float64 -> float32, complex128 -> complex64)."""
+    if val.dtype.kind in "OSUVMm" and val.dtype not in (_dt.bfloat16.np,):
+        raise RuntimeError("std::bad_cast")
+    if any(s < 0 for s in val.strides):
+        raise ValueError("Cannot convert DLPack arrays with negative strides to mlx array.")
+    inferred = _dt.float32 if val.dtype == np.float64 else _dt.from_numpy(val.dtype)
+    return val, inferred
+
+
 def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.Dtype]:
     """Convert a Python/numpy value into (numpy data, Dtype) following MLX's rules."""
     if isinstance(val, np.ndarray):
-        inferred = _dt.float32 if val.dtype == np.float64 else _dt.from_numpy(val.dtype)
-        src = val
+        src, inferred = _numpy_source(val)
+    elif isinstance(val, np.generic):
+        src, inferred = _numpy_source(np.asarray(val))
     elif isinstance(val, (list, tuple)):
         _, inferred = _infer_list(val)
         src = _to_numpy_list(val)
-    elif isinstance(val, (bool, int, float, complex, np.generic)):
-        if isinstance(val, int) and not isinstance(val, bool) and not (-(2**63) <= val < 2**63):
-            raise OverflowError(f"Python integer {val} out of bounds for int64.")
+    elif isinstance(val, (bool, int, float, complex)):
         _, inferred = _infer_list(val)
         src = val
+    elif isinstance(val, (bytes, bytearray, memoryview)):
+        src, inferred = _numpy_source(np.asarray(memoryview(val)))
     elif hasattr(val, "__array__") or hasattr(val, "__array_interface__"):
-        arr = np.asarray(val)
-        return _from_value(arr, dtype)
+        src, inferred = _numpy_source(np.asarray(val))
     else:
         raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
     out = dtype or inferred
@@ -123,9 +151,10 @@ class array:
     """An N-dimensional array, lazily computed (``mx.array(val, dtype=None)``)."""
 
     __slots__ = ("_d", "__weakref__")
-    __array_priority__ = 1000  # numpy defers binary operators to us
 
     def __init__(self, val: Any, dtype: Optional[_dt.Dtype] = None):
+        if dtype is not None and not isinstance(dtype, _dt.Dtype):
+            raise incompatible("__init__", _INIT_SIG, self, val, dtype=dtype)
         if isinstance(val, array):
             if dtype is not None and dtype != val.dtype:
                 from .ops import astype
@@ -134,8 +163,8 @@ class array:
             else:
                 self._d = val._d
             return
-        if dtype is not None and not isinstance(dtype, _dt.Dtype):
-            raise TypeError(f"[array] Expected dtype to be mlx.core.Dtype, got {type(dtype).__name__}.")
+        if val is None:
+            raise incompatible("__init__", _INIT_SIG, self, val)
         data, dt = _from_value(val, dtype)
         self._d = ArrayDesc(data.shape, dt, resolve_stream(None), data=data)
 
@@ -198,54 +227,75 @@ class array:
             _eval(self)
         return self._d.data
 
-    def item(self):
+    def item(self) -> Any:
         """The value of a size-1 array as a Python scalar."""
         if self.size != 1:
-            raise ValueError("[item] item can only be called on arrays of size 1.")
+            raise ValueError(_CONVERT_ERR)
         v = self._numpy().reshape(()).item()
         if self.dtype == _dt.bfloat16:
             v = float(v)
         return v
 
-    def tolist(self):
-        """The array as (nested) Python lists of scalars."""
+    def tolist(self) -> Any:
+        """The array as (nested) Python lists of Python scalars (a scalar for 0-d)."""
         data = self._numpy()
         if self.dtype == _dt.bfloat16:
             data = data.astype(np.float32)
         return data.tolist()
 
-    def __array__(self, dtype=None, copy=None):
-        data = self._numpy()
-        out = np.array(data, copy=True) if dtype is None else data.astype(dtype)
-        return out
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        """The data as a numpy array (numpy casts to ``dtype`` itself, as with MLX).
 
-    def __buffer__(self, flags):  # Python >= 3.12 buffer protocol
-        return memoryview(np.ascontiguousarray(self._numpy()))
+        MLX hands numpy its own memory; tapescope hands out a copy, or with ``copy=False``
+        a read-only view, so that numpy cannot write into buffers the runtime may reuse.
+        """
+        if self.dtype == _dt.bfloat16:  # MLX exports through PEP 3118, which has no bfloat16
+            raise ValueError("'bfloat16' is not a valid PEP 3118 buffer format string")
+        data = self._numpy()
+        if copy is False:
+            view = data.view()
+            view.flags.writeable = False
+            return view
+        return np.array(data, copy=True)
+
+    def __buffer__(self, flags: int) -> memoryview:
+        """The buffer protocol (``memoryview(x)``, ``bytes(x)``); Python >= 3.12 only.
+
+        Python 3.10/3.11 give pure-Python classes no way to export a buffer, so there
+        ``memoryview(x)`` raises TypeError; use ``np.asarray(x)`` (or ``memoryview`` of it).
+        The exported buffer is a read-only copy-free view.
+        """
+        if self.dtype == _dt.bfloat16:
+            raise ValueError("'bfloat16' is not a valid PEP 3118 buffer format string")
+        data = np.ascontiguousarray(self._numpy()).view()
+        data.flags.writeable = False
+        return memoryview(data)
 
     def __repr__(self) -> str:
         from .printing import format_array
 
-        return format_array(self, repr_=True)
+        return format_array(self)
 
-    def __str__(self) -> str:
-        from .printing import format_array
+    __str__ = __repr__
 
-        return format_array(self, repr_=False)
+    def __format__(self, spec: str) -> str:
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        if spec == "":
+            return str(self)
+        raise TypeError("unsupported format string passed to mx.array.__format__")
 
     def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() 0-dimensional array.")
         return self.shape[0]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator["array"]:
         if self.ndim == 0:
             raise TypeError("iter() 0-dimensional array.")
-        for i in range(self.shape[0]):
-            yield self[i]
+        return (self[i] for i in range(self.shape[0]))
 
     def __bool__(self) -> bool:
-        if self.size != 1:
-            raise ValueError("[convert] Only length-1 arrays can be converted to Python scalars.")
         return bool(self.item())
 
     def __int__(self) -> int:
@@ -254,30 +304,38 @@ class array:
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __index__(self) -> int:
-        if not _dt.is_integer(self.dtype):
-            raise TypeError("Only integer arrays can be converted to an index.")
+        if self.ndim != 0 or not _dt.is_integer(self.dtype):
+            raise TypeError("Only 0-dimensional integer arrays can be converted to an index.")
         return int(self.item())
 
-    def __hash__(self) -> int:
-        return id(self)
+    __hash__ = object.__hash__  # by identity, as MLX (an array's == is elementwise)
 
     def __copy__(self) -> "array":
         return array._wrap(self._d)
 
-    def __deepcopy__(self, memo) -> "array":
-        from .ops import copy
+    def __deepcopy__(self, memo: dict) -> "array":
+        return array._wrap(self._d)  # arrays are immutable values; MLX shares the data too
 
-        return copy(self)
+    def __getstate__(self) -> tuple:
+        """Pickled state as MLX makes it: (numpy data, dtype number); bfloat16 as uint16 bits."""
+        data = self._numpy()
+        if self.dtype == _dt.bfloat16:
+            data = data.view(np.uint16)
+        return (np.array(data, copy=True), _dt.ALL_DTYPES.index(self.dtype))
 
-    def __getstate__(self):
-        return {"data": self.__array__(), "dtype": self.dtype.name}
-
-    def __setstate__(self, state):
-        data = state["data"]
-        self._d = ArrayDesc(data.shape, _dt._dtype_by_name(state["dtype"]), resolve_stream(None),
-                            data=np.array(data))
+    def __setstate__(self, state: tuple) -> None:
+        data, code = state
+        dtype = _dt.ALL_DTYPES[code]
+        data = np.array(data, copy=True)
+        if dtype == _dt.bfloat16:
+            data = data.view(dtype.np)
+        self._d = ArrayDesc(data.shape, dtype, resolve_stream(None), data=data.astype(dtype.np))
 
 
 def is_array(x: Any) -> bool:
+    """Whether ``x`` is an ``mx.array``."""
     return isinstance(x, array)

@@ -1,10 +1,16 @@
-"""Devices and streams: ``mx.cpu``, ``mx.gpu``, ``mx.Device``, ``mx.Stream`` and the defaults."""
+"""Devices and streams: ``mx.cpu``, ``mx.gpu``, ``mx.Device``, ``mx.Stream`` and the defaults.
+
+As in MLX (checked against mlx 0.32): the default *device* is global; the default *stream*
+of each device is per thread (a thread's first use of a device makes it a new stream);
+stream indices are numbered process-wide. ``with mx.stream(s):`` saves the current default
+device's default stream on entry and restores that device and stream on exit.
+"""
 
 from __future__ import annotations
 
 import enum
 import threading
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 
 class DeviceType(enum.Enum):
@@ -23,47 +29,88 @@ cpu = DeviceType.cpu
 gpu = DeviceType.gpu
 
 
+def nb_type_name(obj: Any) -> str:
+    """A value's type as nanobind names it in MLX's 'incompatible function arguments' errors."""
+    t = type(obj)
+    if t.__module__.startswith("tapescope.core"):
+        return f"mlx.core.{t.__name__}"
+    if t.__module__ == "builtins":
+        return t.__name__
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def incompatible(fn: str, signature: str, *args: Any, **kwargs: Any) -> TypeError:
+    """MLX's (nanobind's) TypeError for arguments of the wrong type."""
+    types = ", ".join(nb_type_name(a) for a in args)
+    if kwargs:
+        kw = ", ".join(f"{k}: {nb_type_name(v)}" for k, v in kwargs.items())
+        types = f"{types}, kwargs = {{ {kw} }}" if types else f"kwargs = {{ {kw} }}"
+    return TypeError(f"{fn}(): incompatible function arguments. The following argument types "
+                     f"are supported:\n    1. {signature}\n\nInvoked with types: {types}")
+
+
+def _as_type(t: Any) -> Optional[DeviceType]:
+    """A DeviceType from a DeviceType or its integer value (nanobind converts ints), else None."""
+    if isinstance(t, DeviceType):
+        return t
+    if isinstance(t, int) and not isinstance(t, bool) and t in (0, 1):
+        return DeviceType(t)
+    return None
+
+
 class Device:
-    """A device to run on: ``Device(type, index=0)``."""
+    """A device to run operations on."""
 
     __slots__ = ("type", "index")
 
     def __init__(self, type: DeviceType, index: int = 0):
-        if isinstance(type, Device):
-            type, index = type.type, type.index
-        if not isinstance(type, DeviceType) or not isinstance(index, int):
-            raise TypeError(
-                "__init__(): incompatible function arguments. The following argument types "
-                "are supported:\n    1. __init__(self, type: mlx.core.DeviceType, index: int = 0) -> None")
-        self.type = type
-        self.index = index
+        t = _as_type(type)
+        if t is None or not isinstance(index, int):
+            passed_index = not (isinstance(index, int) and index == 0)
+            shown = (type, index) if passed_index else (type,)  # nanobind lists what was passed
+            raise incompatible("__init__", "__init__(self, type: mlx.core.DeviceType, index: int = 0) "
+                               "-> None", self, *shown)
+        self.type = t
+        self.index = int(index)  # not an attribute in MLX's Python API; kept for the runtime
 
     def __repr__(self) -> str:
         return f"Device({self.type.name}, {self.index})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: Any) -> bool:
         if isinstance(other, DeviceType):
             other = Device(other)
         return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
 
-    def __hash__(self) -> int:
+    def __ne__(self, other: Any) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:  # MLX hashes by identity; value hashing keeps hash/eq consistent
         return hash((self.type, self.index))
 
 
 class Stream:
-    """An in-order queue of work on one device (``Stream(Device(cpu, 0), 0)``)."""
+    """A stream for running operations on a given device (made by ``new_stream``)."""
 
     __slots__ = ("device", "index", "__weakref__")
 
-    def __init__(self, device: Device, index: int):
-        self.device = device
-        self.index = index
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError("mlx.core.Stream: no constructor defined!")
+
+    @classmethod
+    def _new(cls, device: Device, index: int) -> "Stream":
+        s = object.__new__(cls)
+        s.device = device
+        s.index = index  # not an attribute in MLX's Python API; kept for the runtime
+        return s
 
     def __repr__(self) -> str:
         return f"Stream({self.device!r}, {self.index})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: Any) -> bool:
         return isinstance(other, Stream) and other.index == self.index
+
+    def __ne__(self, other: Any) -> bool:
+        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         return hash(self.index)
@@ -74,7 +121,7 @@ StreamOrDevice = Optional[Union[Stream, Device, DeviceType]]
 
 _lock = threading.RLock()
 _streams: list[Stream] = []
-_default_streams: dict[Device, Stream] = {}
+_tls = threading.local()  # .defaults: {Device: Stream}, this thread's default streams
 _default_device: Optional[Device] = None
 
 
@@ -85,25 +132,52 @@ def _gpu_backend_available() -> bool:
     return backends.gpu_available()
 
 
-def _as_device(d: DeviceLike) -> Device:
+def _as_device(d: Any, fn: str, signature: str) -> Device:
     if isinstance(d, Device):
         return d
-    if isinstance(d, DeviceType):
-        return Device(d)
-    raise TypeError(f"Expected a Device or DeviceType, got {type(d).__name__}.")
+    t = _as_type(d)
+    if t is None:
+        raise incompatible(fn, signature, d)
+    return Device(t)
+
+
+def _thread_defaults() -> dict:
+    defaults = getattr(_tls, "defaults", None)
+    if defaults is None:
+        defaults = _tls.defaults = {}
+    return defaults
+
+
+def _check_index(d: Device) -> None:
+    """MLX indexes its per-device tables with the device index (a C++ vector range check)."""
+    n = device_count(d.type)
+    i = d.index % 2**64
+    if i >= n:
+        raise IndexError(f"vector::_M_range_check: __n (which is {i}) >= this->size() (which is {n})")
+
+
+def _make_stream(d: Device) -> Stream:
+    with _lock:
+        s = Stream._new(d, len(_streams))
+        _streams.append(s)
+        return s
 
 
 def is_available(device: DeviceLike) -> bool:
-    """Whether the device's backend is available."""
-    d = _as_device(device)
-    if d.type == cpu:
-        return d.index == 0
-    return d.index < device_count(gpu)
+    """Whether the device is available."""
+    d = _as_device(device, "is_available", "is_available(device: Device | DeviceType) -> bool")
+    if d.type == gpu and not _gpu_backend_available():
+        return False
+    return d.index < device_count(d.type)
 
 
 def device_count(device_type: DeviceType) -> int:
-    """The number of devices of this type."""
-    if device_type == cpu:
+    """The number of available devices of the given type."""
+    t = _as_type(device_type)
+    if t is None:
+        raise incompatible("device_count", "device_count(device_type: mlx.core.DeviceType) -> int",
+                           device_type)
+    if t == cpu:
         return 1
     if not _gpu_backend_available():
         return 0
@@ -112,46 +186,39 @@ def device_count(device_type: DeviceType) -> int:
     return backends.gpu_count()
 
 
-def _check_device(d: Device, op: str, verb: str) -> None:
-    if d.type == gpu and not _gpu_backend_available():
-        raise ValueError(f"[{op}] Cannot {verb} gpu {'device' if op == 'set_default_device' else 'stream'} without gpu backend.")
-    if not is_available(d):
-        raise ValueError(f"[{op}] Device {d!r} is not available.")
-
-
 def new_stream(device: DeviceLike) -> Stream:
     """Make a new stream on the given device."""
-    d = _as_device(device)
-    _check_device(d, "new_stream", "make")
-    with _lock:
-        s = Stream(d, len(_streams))
-        _streams.append(s)
-        return s
+    d = _as_device(device, "new_stream", "new_stream(device: Device | DeviceType) -> Stream")
+    if d.type == gpu and not _gpu_backend_available():
+        raise ValueError("[new_stream] Cannot make gpu stream without gpu backend.")
+    return _make_stream(d)
 
 
 def default_stream(device: DeviceLike) -> Stream:
-    """The default stream of the given device."""
-    d = _as_device(device)
-    _check_device(d, "default_stream", "get")
-    with _lock:
-        s = _default_streams.get(d)
-        if s is None:
-            s = Stream(d, len(_streams))
-            _streams.append(s)
-            _default_streams[d] = s
-        return s
+    """Get the device's default stream (this thread's)."""
+    d = _as_device(device, "default_stream", "default_stream(device: Device | DeviceType) -> Stream")
+    if d.type == gpu and not _gpu_backend_available():
+        raise ValueError("[default_stream] Cannot get gpu stream without gpu backend.")
+    _check_index(d)
+    defaults = _thread_defaults()
+    s = defaults.get(d)
+    if s is None:
+        s = defaults[d] = _make_stream(d)
+    return s
 
 
 def set_default_stream(stream: Stream) -> None:
-    """Make ``stream`` the default for its device; the default device does not change."""
+    """Set the default stream of the stream's device (for this thread); the default device
+    does not change."""
     if not isinstance(stream, Stream):
-        raise TypeError("[set_default_stream] Expected a Stream.")
-    with _lock:
-        _default_streams[stream.device] = stream
+        raise incompatible("set_default_stream", "set_default_stream(stream: mlx.core.Stream) -> None",
+                           stream)
+    _check_index(stream.device)
+    _thread_defaults()[stream.device] = stream
 
 
 def default_device() -> Device:
-    """The default device: the GPU where a GPU backend is available, else the CPU."""
+    """Get the default device: the GPU where a GPU backend is available, else the CPU."""
     global _default_device
     if _default_device is None:
         _default_device = Device(gpu) if _gpu_backend_available() else Device(cpu)
@@ -159,10 +226,11 @@ def default_device() -> Device:
 
 
 def set_default_device(device: DeviceLike) -> None:
-    """Set the default device."""
+    """Set the default device (for every thread)."""
     global _default_device
-    d = _as_device(device)
-    _check_device(d, "set_default_device", "set")
+    d = _as_device(device, "set_default_device", "set_default_device(device: Device | DeviceType) -> None")
+    if d.type == gpu and not _gpu_backend_available():
+        raise ValueError("[set_default_device] Cannot set gpu device without gpu backend.")
     _default_device = d
 
 
@@ -178,31 +246,36 @@ def resolve_stream(s: StreamOrDevice) -> Stream:
         return default_stream(default_device())
     if isinstance(s, Stream):
         return s
-    d = _as_device(s)
-    if d.type == gpu and not _gpu_backend_available():
-        raise ValueError("[default_stream] Cannot get gpu stream without gpu backend.")
-    return default_stream(d)
+    if isinstance(s, Device) or _as_type(s) is not None:
+        return default_stream(s)
+    raise TypeError(f"Expected stream to be a Stream, Device or DeviceType, got {type(s).__name__}.")
 
 
-class stream:
-    """Context manager that makes a stream (or a device's default stream) the default.
-
-    ``with mx.stream(s):`` sets both the default device and that device's default stream,
-    and restores both on exit.
-    """
+class StreamContext:
+    """Makes a stream (or a device's default stream) the default inside a ``with`` block."""
 
     def __init__(self, s: Union[Stream, Device, DeviceType]):
         self._target = s
+        self._saved: list[Stream] = []
 
-    def __enter__(self):
-        self._old_device = default_device()
-        s = resolve_stream(self._target)
-        self._old_stream = default_stream(s.device)
-        set_default_device(s.device)
-        set_default_stream(s)
+    def __enter__(self) -> None:
+        saved = default_stream(default_device())
+        target = resolve_stream(self._target)
+        set_default_device(target.device)
+        set_default_stream(target)
+        self._saved.append(saved)
         return None
 
-    def __exit__(self, *exc):
-        set_default_stream(self._old_stream)
-        set_default_device(self._old_device)
+    def __exit__(self, *exc: Any) -> bool:
+        saved = self._saved.pop()
+        set_default_device(saved.device)
+        set_default_stream(saved)
         return False
+
+
+def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
+    """Create a context manager to set the default device and stream."""
+    if not (isinstance(s, (Stream, Device)) or _as_type(s) is not None):
+        raise incompatible("stream", "stream(s: mlx.core.Stream | mlx.core.ThreadLocalStream | "
+                           "mlx.core.Device | mlx.core.DeviceType) -> mlx.core.StreamContext", s)
+    return StreamContext(s)
