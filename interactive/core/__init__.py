@@ -1,6 +1,7 @@
 """tapescope.core — the MLX-compatible array API: ``import tapescope.core as mx``."""
 
 from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
+from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
 from .array import array  # noqa: F401
 from .device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, default_device, default_stream, device_count, gpu,

@@ -1,4 +1,7 @@
-"""Rules for layout primitives that produce views or casts: Broadcast, AsType, ..."""
+"""Rules for layout primitives. Most return views of their input (no copy), as MLX does:
+Broadcast, Reshape (when strides allow), ExpandDims, Squeeze, Flatten, Unflatten, Transpose,
+Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and Pad copy.
+"""
 
 from __future__ import annotations
 
@@ -13,3 +16,59 @@ def broadcast(xp, a, *, shape):
 @rule("AsType")
 def astype(xp, a, *, dtype):
     return a.astype(dtype)
+
+
+@rule("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten")
+def reshape(xp, a, *, shape, **_):
+    # A view when the input's strides allow it, a copy otherwise (numpy's and MLX's rule).
+    return xp.reshape(a, shape)
+
+
+@rule("Transpose")
+def transpose(xp, a, *, axes):
+    return xp.transpose(a, axes)
+
+
+@rule("AsStrided")
+def as_strided(xp, a, *, shape, strides, offset):
+    # ``a`` is row-contiguous (the op flattens first); strides and offset count elements.
+    # numpy and cupy both provide xp.lib.stride_tricks.as_strided.
+    flat = xp.reshape(a, (-1,))[offset:] if a.size else xp.reshape(a, (-1,))
+    byte_strides = tuple(int(s) * a.itemsize for s in strides)
+    return xp.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides)
+
+
+@rule("Contiguous")
+def contiguous(xp, a, *, allow_col_major):
+    if a.flags.c_contiguous or (allow_col_major and a.flags.f_contiguous):
+        return a
+    return xp.ascontiguousarray(a)
+
+
+@rule("Copy")
+def copy(xp, a):
+    return a.copy()
+
+
+@rule("Concatenate")
+def concatenate(xp, *arrays, axis):
+    return xp.concatenate(arrays, axis=axis)
+
+
+@rule("Split")
+def split(xp, a, *, indices, axis):
+    # Views of the input, one per output.
+    return tuple(xp.split(a, list(indices), axis=axis))
+
+
+@rule("Pad")
+def pad(xp, a, val, *, axes, low_pad_size, high_pad_size):
+    shape = list(a.shape)
+    inner = [slice(None)] * a.ndim
+    for ax, lo, hi in zip(axes, low_pad_size, high_pad_size):
+        shape[ax] += lo + hi
+        inner[ax] = slice(lo, lo + a.shape[ax])
+    out = xp.empty(tuple(shape), dtype=a.dtype)
+    out[...] = val
+    out[tuple(inner)] = a
+    return out

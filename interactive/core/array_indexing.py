@@ -1,0 +1,295 @@
+"""``array.__getitem__``, ``array.__setitem__`` and the ``array.at[idx]`` updates, as MLX.
+
+Basic indices (ints, slices, None, Ellipsis) become a Slice (a view), then Squeeze and
+ExpandDims; a lone int, integer arrays and lists become a Gather; assignment records a
+SliceUpdate or a Scatter, and ``x.at[idx].add(v)`` a Scatter that accumulates repeats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import array
+from .device import resolve_stream
+from .ops.convert import astype, broadcast_to, to_array
+from .ops.creation import arange
+from .ops.indexing import _gather, _scatter, _slice, _slice_update
+from .ops.shape import expand_dims, reshape, squeeze, transpose
+
+_INVALID = "Cannot index mlx array using the given type."
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _entry(x: Any) -> Any:
+    """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
+    if isinstance(x, (bool, np.bool_)):
+        raise ValueError("boolean indices are not yet supported")
+    if _is_int(x):
+        return int(x)
+    if x is None or x is Ellipsis or isinstance(x, slice):
+        return x
+    if isinstance(x, (list, np.ndarray)):
+        x = array(x)
+    if isinstance(x, array):
+        if x.dtype == _dt.bool_:
+            raise ValueError("boolean indices are not yet supported")
+        return x
+    raise ValueError(_INVALID)
+
+
+def _expand(a: array, idx: Any) -> tuple:
+    """The index as a tuple of entries with the Ellipsis expanded and axes padded."""
+    entries = [_entry(x) for x in (idx if isinstance(idx, tuple) else (idx,))]
+    if sum(1 for e in entries if e is Ellipsis) > 1:
+        raise ValueError("An index can only have a single ellipsis (...)")
+    used = sum(1 for e in entries if e is not None and e is not Ellipsis)
+    if used > a.ndim:
+        if a.ndim == 0:
+            raise ValueError("too many indices for array: array is 0-dimensional")
+        raise ValueError(f"Too many indices for array with {a.ndim} dimensions.")
+    fill = [slice(None)] * (a.ndim - used)
+    if Ellipsis in [e for e in entries if not isinstance(e, array)]:
+        k = next(i for i, e in enumerate(entries) if e is Ellipsis)
+        entries = entries[:k] + fill + entries[k + 1:]
+    else:
+        entries = entries + fill
+    return tuple(entries)
+
+
+def _int_bounds(i: int, n: int) -> tuple:
+    i = i + n if i < 0 else i
+    return min(max(i, 0), n), min(max(i + 1, 0), n)
+
+
+def _basic(a: array, entries: tuple, s) -> array:
+    """Slice, then Squeeze the int axes, then ExpandDims the None axes."""
+    start, stop, step, ints = [], [], [], []
+    ax = 0
+    for e in entries:
+        if e is None:
+            continue
+        if isinstance(e, int):
+            b, f = _int_bounds(e, a.shape[ax])
+            start.append(b), stop.append(f), step.append(1), ints.append(ax)
+        else:
+            b, f, st = e.indices(a.shape[ax])
+            start.append(b), stop.append(f), step.append(st)
+        ax += 1
+    out = _slice(a, start, stop, step, s)
+    if ints:
+        out = squeeze(out, ints, stream=s)
+    nones = [i for i, e in enumerate(x for x in entries if not isinstance(x, int)) if e is None]
+    return expand_dims(out, nones, stream=s) if nones else out
+
+
+def _strip_none(a: array, entries: tuple, s) -> tuple:
+    """Turn None entries into full slices over new size-1 axes of ``a``."""
+    nones = [i for i, e in enumerate(entries) if e is None]
+    if not nones:
+        return a, entries
+    return expand_dims(a, nones, stream=s), tuple(slice(None) if e is None else e for e in entries)
+
+
+def _advanced(a: array, entries: tuple, s) -> array:
+    """Gather for indices with integer arrays (numpy's placement of the indexed axes)."""
+    a, entries = _strip_none(a, entries, s)
+    start, stop, step = [], [], []
+    for d, e in enumerate(entries):
+        if isinstance(e, slice):
+            b, f, st = e.indices(a.shape[d])
+        else:
+            b, f, st = 0, a.shape[d], 1
+        start.append(b), stop.append(f), step.append(st)
+    x = _slice(a, start, stop, step, s)
+    adv = [d for d, e in enumerate(entries) if not isinstance(e, slice)]
+    indices = [e if isinstance(e, array) else array(e, _dt.int32) for e in entries
+               if not isinstance(e, slice)]
+    sizes = [1 if d in adv else x.shape[d] for d in range(x.ndim)]
+    g = _gather(x, indices, adv, sizes, s)
+    k = g.ndim - x.ndim
+    g = squeeze(g, [k + d for d in adv], stream=s)
+    p = adv[0]
+    if adv == list(range(p, p + len(adv))) and p > 0:
+        rest = g.ndim - k
+        perm = list(range(k, k + p)) + list(range(k)) + list(range(k + p, k + rest))
+        g = transpose(g, perm, stream=s)
+    return g
+
+
+def getitem(a: array, idx: Any) -> array:
+    """``a[idx]`` with MLX's semantics."""
+    s = resolve_stream(None)
+    if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
+        return a
+    if _is_int(idx) and not isinstance(idx, (bool, np.bool_)):
+        if a.ndim == 0:
+            raise ValueError("too many indices for array: array is 0-dimensional")
+        sizes = (1,) + a.shape[1:]
+        return squeeze(_gather(a, [array(int(idx), _dt.int32)], (0,), sizes, s), 0, stream=s)
+    entries = _expand(a, idx)
+    if any(isinstance(e, array) for e in entries):
+        return _advanced(a, entries, s)
+    return _basic(a, entries, s)
+
+
+def _fit(value: array, shape: tuple, s) -> array:
+    """``value`` broadcast to ``shape`` (extra leading size-1 axes dropped, as numpy)."""
+    while value.ndim > len(shape) and value.shape[0] == 1:
+        value = squeeze(value, 0, stream=s)
+    return broadcast_to(value, shape, stream=s)
+
+
+def _scatter_indices(a: array, entries: tuple, s) -> tuple:
+    """Index arrays, one per axis, broadcast to the shape ``a[entries]`` has (numpy order)."""
+    adv = [d for d, e in enumerate(entries) if not isinstance(e, slice)]
+    idx = [e if isinstance(e, array) else array(e, _dt.int32) for e in entries
+           if not isinstance(e, slice)]
+    ishape = ()
+    for i in idx:
+        ishape = np.broadcast_shapes(ishape, i.shape)
+    ishape = tuple(ishape)
+    sl = {d: arange(*e.indices(a.shape[d]), stream=s) for d, e in enumerate(entries)
+          if isinstance(e, slice)}
+    order = [d for d in sl]  # slice axes keep their order
+    adjacent = bool(adv) and adv == list(range(adv[0], adv[0] + len(adv)))
+    pos = adv[0] if adjacent else 0
+    before = [d for d in order if d < pos] if adjacent else []
+    after = [d for d in order if d not in before]
+    target = tuple(sl[d].shape[0] for d in before) + ishape + tuple(sl[d].shape[0] for d in after)
+    nb, ni = len(before), len(ishape)
+    out = []
+    for d, e in enumerate(entries):
+        if d in sl:
+            j = before.index(d) if d in before else nb + ni + after.index(d)
+            shp = [1] * len(target)
+            shp[j] = target[j]
+            arr = reshape(sl[d], shp, stream=s)
+        else:
+            arr = idx[adv.index(d)]
+            arr = reshape(arr, (1,) * (ni - arr.ndim) + arr.shape, stream=s)
+            arr = reshape(arr, (1,) * nb + arr.shape + (1,) * len(after), stream=s)
+        out.append(broadcast_to(arr, target, stream=s))
+    return out, target
+
+
+def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
+    """Scatter ``value`` into ``a[idx]`` with ``reduce`` (none, sum, prod, max, min)."""
+    s = resolve_stream(None)
+    if a.ndim == 0:
+        entries = _expand(a, idx) if not (isinstance(idx, tuple) and not idx) else ()
+        base = broadcast_to(value, (), stream=s)
+        return _scatter(a, [], base, (), reduce, s)
+    entries = _expand(a, idx)
+    x, entries = _strip_none(a, entries, s)
+    indices, target = _scatter_indices(x, entries, s)
+    upd = _fit(value, target, s)
+    upd = reshape(upd, target + (1,) * x.ndim, stream=s)
+    out = _scatter(x, indices, upd, tuple(range(x.ndim)), reduce, s)
+    return reshape(out, a.shape, stream=s) if x.ndim != a.ndim else out
+
+
+def setitem(a: array, idx: Any, value: Any) -> None:
+    """``a[idx] = value``: ``a`` now refers to a new lazy array (SliceUpdate or Scatter)."""
+    s = resolve_stream(None)
+    v = astype(to_array(value, a.dtype), a.dtype, s)
+    if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
+        a._d = _fit(v, a.shape, s)._d
+        return
+    entries = _expand(a, idx) if not _is_int(idx) or a.ndim else None
+    if entries is None:
+        raise ValueError("too many indices for array: array is 0-dimensional")
+    if any(isinstance(e, array) for e in entries):
+        a._d = _scatter_update(a, idx, v, "none")._d
+        return
+    # Basic index: a SliceUpdate of the sliced window (the whole array: just a Broadcast).
+    start, stop, step, ints = [], [], [], []
+    ax = 0
+    for e in entries:
+        if e is None:
+            continue
+        if isinstance(e, int):
+            b, f = _int_bounds(e, a.shape[ax])
+            st = 1
+            ints.append(ax)
+        else:
+            b, f, st = e.indices(a.shape[ax])
+        start.append(b), stop.append(f), step.append(st)
+        ax += 1
+    window = tuple(len(range(b, f, st)) for b, f, st in zip(start, stop, step))
+    target = tuple(n for d, n in enumerate(window) if d not in ints)
+    nones = [i for i, e in enumerate(x for x in entries if not isinstance(x, int)) if e is None]
+    for i in nones:
+        target = target[:i] + (1,) + target[i:]
+    upd = reshape(_fit(v, target, s), window, stream=s)
+    if window == a.shape and all(st == 1 for st in step):
+        a._d = upd._d
+        return
+    a._d = _slice_update(a, upd, start, stop, step, s)._d
+
+
+class _AtIndexed:
+    """``x.at[idx]``: out-of-place scatter updates that accumulate repeated indices."""
+
+    __slots__ = ("_a", "_idx")
+
+    def __init__(self, a: array, idx: Any):
+        self._a, self._idx = a, idx
+
+    def _upd(self, v: Any) -> array:
+        return astype(to_array(v, self._a.dtype), self._a.dtype, resolve_stream(None))
+
+    def add(self, value: Any) -> array:
+        """``x[idx] += value``, accumulating repeated indices."""
+        return _scatter_update(self._a, self._idx, self._upd(value), "sum")
+
+    def subtract(self, value: Any) -> array:
+        """``x[idx] -= value``, accumulating repeated indices."""
+        from .ops import negative
+
+        return _scatter_update(self._a, self._idx, negative(self._upd(value)), "sum")
+
+    def multiply(self, value: Any) -> array:
+        """``x[idx] *= value``, accumulating repeated indices."""
+        return _scatter_update(self._a, self._idx, self._upd(value), "prod")
+
+    def divide(self, value: Any) -> array:
+        """``x[idx] /= value`` (a product with the reciprocal, cast to x's dtype)."""
+        from .ops import divide
+
+        recip = divide(array(1, self._a.dtype), self._upd(value))
+        return _scatter_update(self._a, self._idx, recip, "prod")
+
+    def maximum(self, value: Any) -> array:
+        """``x[idx] = maximum(x[idx], value)``."""
+        return _scatter_update(self._a, self._idx, self._upd(value), "max")
+
+    def minimum(self, value: Any) -> array:
+        """``x[idx] = minimum(x[idx], value)``."""
+        return _scatter_update(self._a, self._idx, self._upd(value), "min")
+
+
+class _At:
+    """The object ``x.at`` returns; index it to get the update methods."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self, a: array):
+        self._a = a
+
+    def __getitem__(self, idx: Any) -> _AtIndexed:
+        return _AtIndexed(self._a, idx)
+
+
+def _install() -> None:
+    array.__getitem__ = getitem
+    array.__setitem__ = setitem
+    array.at = property(lambda self: _At(self), doc="Out-of-place scatter updates: x.at[idx].add(v).")
+
+
+_install()

@@ -1,0 +1,233 @@
+"""Creation ops: zeros, ones, full, arange, linspace, eye, tri, tril/triu, meshgrid.
+
+``full`` records MLX's ``Full`` on a broadcast of the fill value; ``arange`` records
+``Arange``; the rest are compositions of primitives, as in MLX.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Union
+
+from .. import dtypes as _dt
+from ..array import array
+from ..device import StreamOrDevice, resolve_stream
+from ..primitive import Primitive, register
+from .convert import astype, broadcast_to, to_array
+
+__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
+           "identity", "tri", "tril", "triu", "meshgrid"]
+
+register("Full", "creation")
+register("Arange", "creation")
+
+
+def _shape(shape: Union[int, Sequence[int]]) -> tuple:
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError("[full] Negative dimensions not allowed.")
+    return shape
+
+
+def _check_dtype(dtype: Any) -> None:
+    if dtype is not None and not isinstance(dtype, _dt.Dtype):
+        raise TypeError(f"Expected dtype to be mlx.core.Dtype, got {type(dtype).__name__}.")
+
+
+def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
+    s = resolve_stream(stream)
+    b = broadcast_to(vals, shape, stream=s)
+    return array._make([shape], [vals.dtype], Primitive("Full", s), [b])[0]
+
+
+def full(shape: Union[int, Sequence[int]], vals: Any, dtype: Optional[_dt.Dtype] = None, *,
+         stream: StreamOrDevice = None) -> array:
+    """An array of ``shape`` filled with ``vals`` (broadcast); a scalar takes ``dtype`` weakly."""
+    shape = _shape(shape)
+    _check_dtype(dtype)
+    # As MLX: a Python scalar is typed against ``dtype`` (an int adopts it, a float only an
+    # inexact one); an array keeps its own dtype.
+    return _full(shape, to_array(vals, dtype), stream)
+
+
+def zeros(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.float32, *,
+          stream: StreamOrDevice = None) -> array:
+    """An array of zeros."""
+    shape = _shape(shape)
+    _check_dtype(dtype)
+    return _full(shape, array(0, dtype or _dt.float32), stream)
+
+
+def ones(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.float32, *,
+         stream: StreamOrDevice = None) -> array:
+    """An array of ones."""
+    shape = _shape(shape)
+    _check_dtype(dtype)
+    return _full(shape, array(1, dtype or _dt.float32), stream)
+
+
+def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
+               stream: StreamOrDevice = None) -> array:
+    """Zeros with the shape (and, unless given, the dtype) of ``a``."""
+    a = to_array(a)
+    return zeros(a.shape, dtype or a.dtype, stream=stream)
+
+
+def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
+              stream: StreamOrDevice = None) -> array:
+    """Ones with the shape (and, unless given, the dtype) of ``a``."""
+    a = to_array(a)
+    return ones(a.shape, dtype or a.dtype, stream=stream)
+
+
+def arange(start: Union[int, float], stop: Union[None, int, float] = None,
+           step: Union[None, int, float] = None, dtype: Optional[_dt.Dtype] = None, *,
+           stream: StreamOrDevice = None) -> array:
+    """Evenly spaced values in ``[start, stop)``; ``arange(stop)`` starts at 0."""
+    if stop is None:
+        start, stop = 0, start
+    _check_dtype(dtype)
+    vals = (start, stop, 1 if step is None else step)
+    for v in vals:
+        if not isinstance(v, (int, float)):
+            raise TypeError("arange(): incompatible function arguments.")
+    start, stop, step = vals
+    if dtype is None:
+        if any(isinstance(v, float) for v in vals):
+            dtype = _dt.float32
+        elif all(-(2**31) <= v < 2**31 for v in vals):
+            dtype = _dt.int32
+        else:
+            dtype = _dt.int64
+    if dtype == _dt.bool_:
+        raise ValueError("bool not supported for arange.")
+    if step == 0:
+        raise ValueError("[arange] step must be nonzero.")
+    real = (float(stop) - float(start)) / float(step)
+    if math.isnan(real) or math.isinf(real):
+        raise ValueError("[arange] Cannot compute length.")
+    size = math.ceil(real)
+    if size > 2**31 - 1:
+        raise ValueError("[arange] Maximum size exceeded.")
+    size = max(size, 0)
+    if _dt.is_integer(dtype):  # MLX: start and start + step cast to the dtype; step = difference
+        start, step = int(start), int(start + step) - int(start)
+    s = resolve_stream(stream)
+    prim = Primitive("Arange", s, start=start, step=step, size=size, dtype=dtype.np)
+    return array._make([(size,)], [dtype], prim, [])[0]
+
+
+def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = True,
+             dtype: Optional[_dt.Dtype] = _dt.float32, stream: StreamOrDevice = None) -> array:
+    """``num`` evenly spaced samples from ``start`` to ``stop`` (inclusive when ``endpoint``)."""
+    from .. import ops
+    add, divide, multiply, subtract = ops.add, ops.divide, ops.multiply, ops.subtract
+
+    if num < 0:
+        raise ValueError(f"[linspace] number of samples, {num}, must be non-negative.")
+    dtype = dtype or _dt.float32
+    s = resolve_stream(stream)
+    if num == 1:
+        return astype(array([start], _dt.float32), dtype, s)
+    seq = arange(0, num, dtype=_dt.float32, stream=s)
+    denom = num - 1 if endpoint else num
+    t = divide(seq, array(denom, _dt.float32), stream=s)
+    t_bar = subtract(array(1.0, _dt.float32), t, stream=s)
+    out = add(multiply(t_bar, array(start, _dt.float32), stream=s),
+              multiply(t, array(stop, _dt.float32), stream=s), stream=s)
+    return astype(out, dtype, s)
+
+
+def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] = _dt.float32, *,
+        stream: StreamOrDevice = None) -> array:
+    """A 2-D array with ones on the ``k``-th diagonal and zeros elsewhere."""
+    m = n if m is None else m
+    if n < 0 or m < 0:
+        raise ValueError("[eye] N and M must be positive integers.")
+    dtype = dtype or _dt.float32
+    from .indexing import _scatter
+
+    s = resolve_stream(stream)
+    out = zeros((n, m), dtype, stream=s)
+    length = max(0, min(n, m - k) if k >= 0 else min(n + k, m))
+    if length == 0:
+        return out
+    rows = arange(max(0, -k), max(0, -k) + length, stream=s)
+    cols = arange(max(0, k), max(0, k) + length, stream=s)
+    return _scatter(out, [rows, cols], ones((length, 1, 1), dtype, stream=s), (0, 1), "none", s)
+
+
+def identity(n: int, dtype: Optional[_dt.Dtype] = _dt.float32, *,
+             stream: StreamOrDevice = None) -> array:
+    """The ``n`` x ``n`` identity matrix."""
+    return eye(n, n, 0, dtype, stream=stream)
+
+
+def _tri_mask(n: int, m: int, k: int, s) -> array:
+    """Boolean (n, m) mask of ``col <= row + k`` (MLX: two Aranges and GreaterEqual)."""
+    from .. import ops
+    from .shape import expand_dims
+
+    rows = broadcast_to(expand_dims(arange(0, n, stream=s), 1, stream=s), (n, m), stream=s)
+    cols = broadcast_to(expand_dims(arange(-k, m - k, stream=s), 0, stream=s), (n, m), stream=s)
+    return ops.greater_equal(rows, cols, stream=s)
+
+
+def tri(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] = None, *,
+        stream: StreamOrDevice = None) -> array:
+    """An (n, m) array with ones at and below the ``k``-th diagonal."""
+    m = n if m is None else m
+    s = resolve_stream(stream)
+    return astype(_tri_mask(max(n, 0), max(m, 0), k, s), dtype or _dt.float32, s)
+
+
+def _tril_triu(name: str, x: array, k: int, lower: bool, stream: StreamOrDevice) -> array:
+    from .. import ops
+
+    x = to_array(x)
+    if x.ndim < 2:
+        raise ValueError(f"[{name}] array must be at least 2-D")
+    s = resolve_stream(stream)
+    n, m = x.shape[-2:]
+    mask = _tri_mask(n, m, k if lower else k - 1, s)
+    zero = zeros((), x.dtype, stream=s)
+    if lower:
+        return ops.where(mask, x, zero, stream=s)
+    return ops.where(mask, zero, x, stream=s)
+
+
+def tril(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+    """Zero the elements above the ``k``-th diagonal of the last two axes."""
+    return _tril_triu("tril", x, k, True, stream)
+
+
+def triu(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+    """Zero the elements below the ``k``-th diagonal of the last two axes."""
+    return _tril_triu("triu", x, k, False, stream)
+
+
+def meshgrid(*arrays: array, sparse: Optional[bool] = False, indexing: Optional[str] = "xy",
+             stream: StreamOrDevice = None) -> list:
+    """Coordinate arrays from 1-D coordinate vectors (``indexing`` "xy" or "ij")."""
+    from .shape import reshape
+
+    if indexing not in ("xy", "ij"):
+        raise ValueError("[meshgrid] Invalid indexing value. Valid values are 'xy' and 'ij'.")
+    arrs = [to_array(a) for a in arrays]
+    n = len(arrs)
+    if n == 0:
+        return []
+    # "xy" (Cartesian) swaps the roles of the first two axes.
+    pos = list(range(n))
+    if indexing == "xy" and n > 1:
+        pos[0], pos[1] = 1, 0
+    full_shape = [1] * n
+    outs = []
+    for i, a in enumerate(arrs):
+        shape = [1] * n
+        shape[pos[i]] = -1 if a.size else 0
+        full_shape[pos[i]] = a.size
+        outs.append(reshape(a, shape, stream=stream))
+    if sparse:
+        return outs
+    return [broadcast_to(o, full_shape, stream=stream) for o in outs]

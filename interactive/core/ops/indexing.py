@@ -1,0 +1,266 @@
+"""Indexing ops: take, take_along_axis, put_along_axis, slice, slice_update, diag,
+diagonal, trace; and the Slice / Gather / Scatter helpers that ``a[idx]`` builds on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .. import dtypes as _dt
+from ..array import array
+from ..device import StreamOrDevice, resolve_stream
+from ..primitive import Primitive, register
+from .convert import _fmt_shape, astype, broadcast_arrays, broadcast_shapes, broadcast_to, to_array
+from .shape import _axis, flatten, reshape, squeeze, transpose
+
+__all__ = ["take", "take_along_axis", "put_along_axis", "slice", "slice_update", "diag",
+           "diagonal", "trace"]
+
+for _name in ("Slice", "SliceUpdate", "DynamicSlice", "DynamicSliceUpdate", "Gather", "Scatter",
+              "GatherAxis", "ScatterAxis"):
+    register(_name, "indexing")
+
+_builtin_slice = slice
+
+
+# -- primitive helpers (used by array indexing too) -----------------------------------------
+def _slice_shape(start: Sequence[int], stop: Sequence[int], strides: Sequence[int]) -> tuple:
+    return tuple(len(range(b, e, st)) for b, e, st in zip(start, stop, strides))
+
+
+def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequence[int],
+           s) -> array:
+    """Record a static Slice (a view); bounds are already normalised as ``slice.indices``."""
+    start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
+    shape = _slice_shape(start, stop, strides)
+    if shape == a.shape and all(st == 1 for st in strides):
+        return a
+    prim = Primitive("Slice", s, start_indices=start, end_indices=stop, strides=strides)
+    return array._make([shape], [a.dtype], prim, [a])[0]
+
+
+def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[int],
+                  strides: Sequence[int], s) -> array:
+    """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``."""
+    start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
+    shape = _slice_shape(start, stop, strides)
+    update = broadcast_to(astype(update, a.dtype, s), shape, stream=s)
+    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides)
+    return array._make([a.shape], [a.dtype], prim, [a, update])[0]
+
+
+def _check_indices(indices: Sequence[array]) -> None:
+    for i in indices:
+        if not _dt.is_integer(i.dtype):
+            raise ValueError("[gather] Got indices with invalid dtype. Indices must be integral.")
+
+
+def _gather(a: array, indices: list, axes: Sequence[int], slice_sizes: Sequence[int], s) -> array:
+    """Record a Gather: output shape is the indices' broadcast shape + ``slice_sizes``."""
+    _check_indices(indices)
+    indices = list(broadcast_arrays(*indices, stream=s)) if len(indices) > 1 else list(indices)
+    ishape = indices[0].shape if indices else ()
+    prim = Primitive("Gather", s, axes=tuple(axes), slice_sizes=tuple(int(x) for x in slice_sizes))
+    return array._make([ishape + tuple(slice_sizes)], [a.dtype], prim, [a] + indices)[0]
+
+
+def _scatter(a: array, indices: list, updates: array, axes: Sequence[int], reduce: str,
+             s) -> array:
+    """Record a Scatter (``reduce`` none/sum/prod/max/min); updates: indices' shape + window."""
+    _check_indices(indices)
+    indices = list(broadcast_arrays(*indices, stream=s)) if len(indices) > 1 else list(indices)
+    updates = astype(updates, a.dtype, s)
+    prim = Primitive("Scatter", s, axes=tuple(axes), reduce=reduce)
+    return array._make([a.shape], [a.dtype], prim, [a] + indices + [updates])[0]
+
+
+# -- public ops --------------------------------------------------------------------------------
+def take(a: array, /, indices: Any, axis: Optional[int] = None, *,
+         stream: StreamOrDevice = None) -> array:
+    """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array when None)."""
+    a = to_array(a)
+    s = resolve_stream(stream)
+    if axis is None:
+        a, axis = flatten(a, stream=s), 0
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[take] Received invalid axis {axis} for array with {a.ndim} dimensions.")
+    if isinstance(indices, int):
+        n = a.shape[ax]
+        i = indices + n if indices < 0 else indices
+        start = [0] * a.ndim
+        stop = list(a.shape)
+        start[ax], stop[ax] = min(max(i, 0), n), min(max(i + 1, 0), n)
+        return squeeze(_slice(a, start, stop, [1] * a.ndim, s), ax, stream=s)
+    idx = to_array(indices)
+    _check_indices([idx])
+    sizes = list(a.shape)
+    sizes[ax] = 1
+    g = _gather(a, [idx], (ax,), sizes, s)
+    k = idx.ndim
+    if ax > 0:  # numpy places the indices' axes where ``axis`` was
+        perm = list(range(k, k + ax)) + list(range(k)) + list(range(k + ax, k + a.ndim))
+        g = transpose(g, perm, stream=s)
+    return squeeze(g, k + ax, stream=s)
+
+
+def take_along_axis(a: array, /, indices: array, axis: Optional[int] = -1, *,
+                    stream: StreamOrDevice = None) -> array:
+    """Values of ``a`` at ``indices`` along ``axis`` (indices broadcast on the other axes)."""
+    a, indices = to_array(a), to_array(indices)
+    s = resolve_stream(stream)
+    if axis is None:
+        return take_along_axis(flatten(a, stream=s), flatten(indices, stream=s), 0, stream=s)
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[take_along_axis] Axis {axis} is out of bounds for array with "
+                         f"{a.ndim} dimensions.")
+    if indices.ndim != a.ndim:
+        raise ValueError(f"[take_along_axis] Indices of dimension {indices.ndim} does not match "
+                         f"array of dimension {a.ndim}.")
+    if not _dt.is_integer(indices.dtype):
+        raise RuntimeError("[GatherAxis::eval_cpu] Cannot gather with indices type.")
+    a, indices = _broadcast_except(a, indices, ax, s)
+    prim = Primitive("GatherAxis", s, axis=ax)
+    return array._make([indices.shape], [a.dtype], prim, [a, indices])[0]
+
+
+def _broadcast_except(a: array, idx: array, ax: int, s) -> tuple:
+    """Broadcast ``a`` and ``idx`` against each other on every axis but ``ax``."""
+    sa = a.shape[:ax] + (1,) + a.shape[ax + 1:]
+    si = idx.shape[:ax] + (1,) + idx.shape[ax + 1:]
+    b = list(broadcast_shapes(sa, si))
+    b[ax] = a.shape[ax]
+    a = broadcast_to(a, b, stream=s)
+    b[ax] = idx.shape[ax]
+    return a, broadcast_to(idx, b, stream=s)
+
+
+def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int] = None, *,
+                   stream: StreamOrDevice = None) -> array:
+    """A copy of ``a`` with ``values`` written at ``indices`` along ``axis``."""
+    a, indices = to_array(a), to_array(indices)
+    s = resolve_stream(stream)
+    if axis is None:
+        out = put_along_axis(flatten(a, stream=s), flatten(indices, stream=s), values, 0, stream=s)
+        return reshape(out, a.shape, stream=s)
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[put_along_axis] Axis {axis} is out of bounds for array with "
+                         f"{a.ndim} dimensions.")
+    if indices.ndim != a.ndim:
+        raise ValueError(f"[put_along_axis] Indices of dimension {indices.ndim} does not match "
+                         f"array of dimension {a.ndim}.")
+    if not _dt.is_integer(indices.dtype):
+        raise RuntimeError("[ScatterAxis::eval_cpu] Cannot scatter with indices type.")
+    upd = astype(broadcast_to(to_array(values, a.dtype), indices.shape, stream=s), a.dtype, s)
+    prim = Primitive("ScatterAxis", s, axis=ax, reduce="none")
+    return array._make([a.shape], [a.dtype], prim, [a, indices, upd])[0]
+
+
+def _dyn_start(start_indices: Any, axes: Sequence[int], a: array) -> tuple:
+    start = to_array(start_indices)
+    if not _dt.is_integer(start.dtype):
+        raise ValueError(f"[slice] Start indices must be integers, got type {start.dtype.name}.")
+    norm = []
+    for ax in axes:
+        n = _axis(ax, a.ndim)
+        if n is None:
+            raise IndexError(f"[slice] Invalid axis {ax} for array with dimension {a.ndim}.")
+        norm.append(n)
+    return start, tuple(norm)
+
+
+def slice(a: array, start_indices: array, axes: Sequence[int], slice_size: Sequence[int], *,
+          stream: StreamOrDevice = None) -> array:
+    """A window of ``slice_size`` starting at (array) ``start_indices`` on ``axes``."""
+    a = to_array(a)
+    sizes = tuple(int(x) for x in slice_size)
+    if len(sizes) != a.ndim:
+        raise ValueError(f"[slice] Invalid slice size for array with {a.ndim} dimensions.")
+    start, axes = _dyn_start(start_indices, axes, a)
+    if any(z < 0 or z > d for z, d in zip(sizes, a.shape)):
+        raise ValueError(f"[slice] Invalid slice size {_fmt_shape(sizes)} for array with shape "
+                         f"{_fmt_shape(a.shape)}.")
+    s = resolve_stream(stream)
+    prim = Primitive("DynamicSlice", s, axes=axes, slice_size=sizes)
+    return array._make([sizes], [a.dtype], prim, [a, start])[0]
+
+
+def slice_update(a: array, update: array, start_indices: array, axes: Sequence[int], *,
+                 stream: StreamOrDevice = None) -> array:
+    """A copy of ``a`` with ``update`` written at (array) ``start_indices`` on ``axes``."""
+    a, update = to_array(a), to_array(update)
+    start, axes = _dyn_start(start_indices, axes, a)
+    broadcast_shapes(update.shape, a.shape)
+    if update.ndim > a.ndim or any(u > d for u, d in zip(update.shape[::-1], a.shape[::-1])):
+        raise ValueError(f"[slice_update] Update shape {_fmt_shape(update.shape)} does not fit "
+                         f"array shape {_fmt_shape(a.shape)}.")
+    s = resolve_stream(stream)
+    shape = (1,) * (a.ndim - update.ndim) + update.shape
+    update = astype(reshape(update, shape, stream=s), a.dtype, s)
+    prim = Primitive("DynamicSliceUpdate", s, axes=axes)
+    return array._make([a.shape], [a.dtype], prim, [a, update, start])[0]
+
+
+def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1,
+             stream: StreamOrDevice = None) -> array:
+    """The ``offset`` diagonal over ``axis1``/``axis2``, as the last axis of the result."""
+    a = to_array(a)
+    if a.ndim < 2:
+        raise ValueError(f"[diagonal] Array must have at least two dimensions, but got {a.ndim} "
+                         "dimensions.")
+    ax1, ax2 = _axis(axis1, a.ndim), _axis(axis2, a.ndim)
+    if ax1 is None:
+        raise IndexError(f"[diagonal] Invalid axis1 {axis1} for array with {a.ndim} dimensions.")
+    if ax2 is None:
+        raise IndexError(f"[diagonal] Invalid axis2 {axis2} for array with {a.ndim} dimensions.")
+    if ax1 == ax2:
+        raise ValueError("[diagonal] axis1 and axis2 cannot be the same axis")
+    from .creation import arange
+
+    s = resolve_stream(stream)
+    r0, c0 = max(0, -offset), max(0, offset)
+    length = max(0, min(a.shape[ax1] - r0, a.shape[ax2] - c0))
+    if length == 0:
+        r0 = c0 = 0
+    rows = arange(r0, r0 + length, stream=s)
+    cols = arange(c0, c0 + length, stream=s)
+    sizes = list(a.shape)
+    sizes[ax1] = sizes[ax2] = 1
+    g = _gather(a, [rows, cols], (ax1, ax2), sizes, s)
+    g = squeeze(g, (ax1 + 1, ax2 + 1), stream=s)
+    return transpose(g, list(range(1, g.ndim)) + [0], stream=s) if g.ndim > 1 else g
+
+
+def diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+    """The ``k``-th diagonal of a 2-D array, or a 2-D array with a 1-D array on it."""
+    a = to_array(a)
+    if a.ndim == 2:
+        return diagonal(a, k, 0, 1, stream=stream)
+    if a.ndim != 1:
+        raise ValueError(f"[diag] array must be 1-D or 2-D, got array with {a.ndim} dimensions.")
+    from .creation import arange, zeros
+
+    s = resolve_stream(stream)
+    n = a.shape[0] + abs(k)
+    out = zeros((n, n), a.dtype, stream=s)
+    if a.size == 0:
+        return out
+    rows = arange(max(0, -k), max(0, -k) + a.shape[0], stream=s)
+    cols = arange(max(0, k), max(0, k) + a.shape[0], stream=s)
+    return _scatter(out, [rows, cols], reshape(a, (a.shape[0], 1, 1), stream=s), (0, 1), "none", s)
+
+
+def trace(a: array, /, offset: int = 0, axis1: int = 0, axis2: int = 1,
+          dtype: Optional[_dt.Dtype] = None, *, stream: StreamOrDevice = None) -> array:
+    """The sum of the ``offset`` diagonal over ``axis1``/``axis2``."""
+    from .. import ops
+
+    a = to_array(a)
+    if a.ndim < 2:
+        raise ValueError(f"[trace] Array must have at least two dimensions, but got {a.ndim} "
+                         "dimensions.")
+    s = resolve_stream(stream)
+    out = ops.sum(diagonal(a, offset, axis1, axis2, stream=s), -1, stream=s)
+    return astype(out, dtype, s) if dtype is not None else out

@@ -1,0 +1,529 @@
+"""Shape and view ops: reshape, flatten, squeeze, transpose, concatenate, split, pad, ...
+
+Each records the MLX primitive of the same name; the rules in
+``tapescope.kernels.rules.shape`` return views wherever MLX shares the input's buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from .. import dtypes as _dt
+from ..array import array
+from ..device import StreamOrDevice, resolve_stream
+from ..primitive import Primitive, register
+from .convert import _fmt_shape, astype, broadcast_shapes, broadcast_to, to_array
+
+__all__ = [
+    "reshape", "flatten", "unflatten", "squeeze", "expand_dims", "transpose", "swapaxes",
+    "moveaxis", "atleast_1d", "atleast_2d", "atleast_3d", "concatenate", "concat", "stack",
+    "split", "repeat", "tile", "pad", "roll", "as_strided", "contiguous", "copy", "kron",
+]
+
+SHAPE = "shape"
+for _name in ("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten", "Transpose",
+              "AsStrided", "Contiguous", "Copy", "Concatenate", "Split", "Pad"):
+    register(_name, SHAPE)
+
+
+def _prod(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _one(name: str, a: array, out_shape: Sequence[int], stream: StreamOrDevice,
+         **params) -> array:
+    """Record a single-output layout primitive keeping ``a``'s dtype."""
+    s = resolve_stream(stream)
+    return array._make([out_shape], [a.dtype], Primitive(name, s, **params), [a])[0]
+
+
+def _int_tuple(v: Union[int, Sequence[int]]) -> tuple:
+    return (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
+
+
+def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
+    """Reshape ``a`` to ``shape`` (one dimension may be -1); a view when MLX makes one."""
+    a = to_array(a)
+    shape = _int_tuple(shape)
+    infer = [i for i, d in enumerate(shape) if d == -1]
+    if len(infer) > 1:
+        raise ValueError("[reshape] Reshape can only infer one dimension.")
+    out = list(shape)
+    if infer:
+        rest = _prod([d for d in shape if d != -1])
+        if rest == 0:
+            raise ValueError("[reshape] Cannot infer the shape of an empty array")
+        out[infer[0]] = a.size // rest
+    out = tuple(out)
+    if any(d < 0 for d in out) or _prod(out) != a.size:
+        raise ValueError(f"[reshape] Cannot reshape array of size {a.size} into shape {_fmt_shape(out)}.")
+    if out == a.shape:
+        return a
+    return _one("Reshape", a, out, stream, shape=out)
+
+
+def _axis(ax: int, ndim: int) -> Optional[int]:
+    """``ax`` made non-negative, or None when out of range."""
+    ax = int(ax)
+    ax = ax + ndim if ax < 0 else ax
+    return ax if 0 <= ax < ndim else None
+
+
+def flatten(a: array, /, start_axis: int = 0, end_axis: int = -1, *,
+            stream: StreamOrDevice = None) -> array:
+    """Merge axes ``start_axis``..``end_axis`` (inclusive) into one."""
+    a = to_array(a)
+    if a.ndim == 0:
+        return reshape(a, (1,), stream=stream)
+    nd = a.ndim
+    st = start_axis + nd if start_axis < 0 else start_axis
+    en = end_axis + nd if end_axis < 0 else end_axis
+    st, en = max(st, 0), min(en, nd - 1)
+    if st > en:
+        raise ValueError("[flatten] start_axis must be less than or equal to end_axis")
+    if st == en:
+        return a
+    shape = a.shape[:st] + (_prod(a.shape[st:en + 1]),) + a.shape[en + 1:]
+    return _one("Flatten", a, shape, stream, shape=shape, start_axis=st, end_axis=en)
+
+
+def unflatten(a: array, /, axis: int, shape: Sequence[int], *,
+              stream: StreamOrDevice = None) -> array:
+    """Split axis ``axis`` into ``shape`` (one entry may be -1)."""
+    a = to_array(a)
+    shape = _int_tuple(shape)
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[unflatten] Invalid axes {axis} for array with {a.ndim} dimensions.")
+    if not shape:
+        raise ValueError("[unflatten] Shape to unflatten to cannot be empty.")
+    infer = [i for i, d in enumerate(shape) if d == -1]
+    if len(infer) > 1:
+        raise ValueError("[Unflatten] Can only infer one dimension.")
+    sub = list(shape)
+    rest = _prod([d for d in shape if d != -1])
+    if infer and rest != 0 and a.shape[ax] % rest == 0:
+        sub[infer[0]] = a.shape[ax] // rest
+    if infer and sub[infer[0]] == -1 or _prod(sub) != a.shape[ax]:
+        raise ValueError(f"[Unflatten] Cannot unflatten axis {axis} with size {a.shape[ax]} "
+                         f"into shape {_fmt_shape(shape)}.")
+    out = a.shape[:ax] + tuple(sub) + a.shape[ax + 1:]
+    return _one("Unflatten", a, out, stream, shape=out, axis=ax)
+
+
+def squeeze(a: array, /, axis: Union[None, int, Sequence[int]] = None, *,
+            stream: StreamOrDevice = None) -> array:
+    """Remove size-1 axes (all of them, or those in ``axis``)."""
+    a = to_array(a)
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(a.shape) if d == 1)
+    else:
+        axes = []
+        for ax in _int_tuple(axis):
+            n = _axis(ax, a.ndim)
+            if n is None:
+                raise IndexError(f"[squeeze] Axis {ax} is out of bounds for array with {a.ndim} dimensions.")
+            axes.append(n)
+        if len(set(axes)) != len(axes):
+            raise ValueError("[squeeze] Received duplicate axes.")
+        for ax in axes:
+            if a.shape[ax] != 1:
+                raise ValueError(f"[squeeze] Cannot squeeze axis {ax} with size {a.shape[ax]} "
+                                 "which is not equal to 1.")
+        axes = tuple(sorted(axes))
+    if not axes:
+        return a
+    out = tuple(d for i, d in enumerate(a.shape) if i not in axes)
+    return _one("Squeeze", a, out, stream, shape=out, axes=axes)
+
+
+def expand_dims(a: array, /, axis: Union[int, Sequence[int]], *,
+                stream: StreamOrDevice = None) -> array:
+    """Insert size-1 axes at the positions ``axis`` of the result."""
+    a = to_array(a)
+    nd = a.ndim + len(_int_tuple(axis))
+    axes = []
+    for ax in _int_tuple(axis):
+        n = _axis(ax, nd)
+        if n is None:
+            raise IndexError(f"[expand_dims] Axis {ax} is out of bounds for array with {nd} dimensions.")
+        axes.append(n)
+    if len(set(axes)) != len(axes):
+        raise ValueError("[expand_dims] Received duplicate axes.")
+    axes = sorted(axes)
+    out = list(a.shape)
+    for ax in axes:
+        out.insert(ax, 1)
+    out = tuple(out)
+    return _one("ExpandDims", a, out, stream, shape=out, axes=tuple(axes))
+
+
+def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
+              stream: StreamOrDevice = None) -> array:
+    """Permute the axes (reverse them by default); a view."""
+    a = to_array(a)
+    if axes is None:
+        axes = tuple(range(a.ndim))[::-1]
+    axes = _int_tuple(axes)
+    if len(axes) != a.ndim:
+        raise ValueError(f"[transpose] Received {len(axes)} axes for array with {a.ndim} dimensions.")
+    norm = []
+    for ax in axes:
+        n = _axis(ax, a.ndim)
+        if n is None:
+            raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {a.ndim} dimensions.")
+        norm.append(n)
+    if len(set(norm)) != len(norm):
+        raise ValueError("[transpose] Repeat axes not allowed.")
+    out = tuple(a.shape[i] for i in norm)
+    return _one("Transpose", a, out, stream, axes=tuple(norm))
+
+
+def swapaxes(a: array, /, axis1: int, axis2: int, *, stream: StreamOrDevice = None) -> array:
+    """Swap two axes (a Transpose)."""
+    a = to_array(a)
+    n1, n2 = _axis(axis1, a.ndim), _axis(axis2, a.ndim)
+    for ax, n in ((axis1, n1), (axis2, n2)):
+        if n is None:
+            raise IndexError(f"[swapaxes] Invalid axis {ax} for array with {a.ndim} dimensions.")
+    perm = list(range(a.ndim))
+    perm[n1], perm[n2] = perm[n2], perm[n1]
+    return transpose(a, perm, stream=stream)
+
+
+def moveaxis(a: array, /, source: int, destination: int, *,
+             stream: StreamOrDevice = None) -> array:
+    """Move axis ``source`` to position ``destination`` (a Transpose)."""
+    a = to_array(a)
+    ns, nd = _axis(source, a.ndim), _axis(destination, a.ndim)
+    for ax, n in ((source, ns), (destination, nd)):
+        if n is None:
+            raise IndexError(f"[moveaxis] Invalid axis {ax} for array with {a.ndim} dimensions.")
+    perm = list(range(a.ndim))
+    perm.pop(ns)
+    perm.insert(nd, ns)
+    return transpose(a, perm, stream=stream)
+
+
+def _atleast(n: int, arys: tuple, stream: StreamOrDevice) -> Union[array, list]:
+    out = []
+    for x in arys:
+        x = to_array(x)
+        if x.ndim < n:
+            if n == 3 and x.ndim == 1:
+                shape = (1,) + x.shape + (1,)
+            elif n == 3 and x.ndim == 2:
+                shape = x.shape + (1,)
+            else:
+                shape = (1,) * (n - x.ndim) + x.shape
+            x = _one("Reshape", x, shape, stream, shape=shape)
+        out.append(x)
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_1d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list]:
+    """Arrays with at least one dimension."""
+    return _atleast(1, arys, stream)
+
+
+def atleast_2d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list]:
+    """Arrays with at least two dimensions."""
+    return _atleast(2, arys, stream)
+
+
+def atleast_3d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list]:
+    """Arrays with at least three dimensions (1-D ``(n,)`` becomes ``(1, n, 1)``)."""
+    return _atleast(3, arys, stream)
+
+
+def _promote_all(arrs: list) -> _dt.Dtype:
+    d = arrs[0].dtype
+    for x in arrs[1:]:
+        d = _dt.promote_types(d, x.dtype)
+    return d
+
+
+def concatenate(arrays: list, axis: Optional[int] = 0, *, stream: StreamOrDevice = None) -> array:
+    """Join arrays along an existing axis (flattened first when ``axis`` is None)."""
+    arrs = [to_array(x) for x in arrays]
+    if not arrs:
+        raise ValueError("[concatenate] No arrays provided for concatenation")
+    if axis is None:
+        arrs = [flatten(x, stream=stream) for x in arrs]
+        axis = 0
+    nd = arrs[0].ndim
+    for x in arrs[1:]:
+        if x.ndim != nd:
+            raise ValueError("[concatenate] All the input arrays must have the same number of "
+                             f"dimensions. However, got arrays with dimensions {nd} and {x.ndim}.")
+    ax = _axis(axis, nd)
+    if ax is None:
+        raise IndexError(f"[concatenate] Axis {axis} is out of bounds for array with {nd} dimensions.")
+    shape = list(arrs[0].shape)
+    for x in arrs[1:]:
+        if any(x.shape[i] != shape[i] for i in range(nd) if i != ax):
+            shapes = ", ".join(_fmt_shape(y.shape) for y in arrs)
+            raise ValueError("[concatenate] All the input array dimensions must match exactly except "
+                             f"for the concatenation axis. However, the provided shapes are {shapes}, "
+                             f"and the concatenation axis is {axis}.")
+        shape[ax] += x.shape[ax]
+    if len(arrs) == 1:
+        return arrs[0]
+    s = resolve_stream(stream)
+    dt = _promote_all(arrs)
+    arrs = [astype(x, dt, s) for x in arrs]
+    return array._make([tuple(shape)], [dt], Primitive("Concatenate", s, axis=ax), arrs)[0]
+
+
+concat = concatenate
+
+
+def stack(arrays: list, axis: Optional[int] = 0, *, stream: StreamOrDevice = None) -> array:
+    """Join arrays along a new axis."""
+    arrs = [to_array(x) for x in arrays]
+    if not arrs:
+        raise ValueError("[stack] No arrays provided for stacking")
+    if any(x.shape != arrs[0].shape for x in arrs):
+        raise ValueError("[stack] All arrays must have the same shape")
+    nd = arrs[0].ndim + 1
+    if _axis(axis, nd) is None:
+        raise IndexError(f"[stack] Axis {axis} is out of bounds for array with {nd} dimensions.")
+    return concatenate([expand_dims(x, axis, stream=stream) for x in arrs], axis, stream=stream)
+
+
+def split(a: array, /, indices_or_sections: Union[int, Sequence[int]], axis: int = 0, *,
+          stream: StreamOrDevice = None) -> list:
+    """Split into equal sections, or at the given indices, along ``axis`` (one Split node)."""
+    a = to_array(a)
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[split] Axis {axis} is out of bounds for array with {a.ndim} dimensions.")
+    n = a.shape[ax]
+    if isinstance(indices_or_sections, int) or (isinstance(indices_or_sections, array)
+                                                 and indices_or_sections.ndim == 0):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise ValueError(f"[split] num_splits must be positive and non-zero but got {k}.")
+        if n % k != 0:
+            raise ValueError(f"Array split does not result in sub arrays with equal size: attempting "
+                             f"{k} splits along axis {axis} for shape {_fmt_shape(a.shape)}.")
+        indices = tuple(n // k * i for i in range(1, k))
+    else:
+        indices = _int_tuple(indices_or_sections)
+    bounds = [0] + [min(max(i + n if i < 0 else i, 0), n) for i in indices] + [n]
+    shapes = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        sh = list(a.shape)
+        sh[ax] = max(hi - lo, 0)
+        shapes.append(tuple(sh))
+    s = resolve_stream(stream)
+    prim = Primitive("Split", s, indices=tuple(bounds[1:-1]), axis=ax)
+    return array._make(shapes, [a.dtype] * len(shapes), prim, [a])
+
+
+def repeat(array_: array, repeats: int, axis: Optional[int] = None, *,
+           stream: StreamOrDevice = None) -> array:
+    """Repeat each element ``repeats`` times along ``axis`` (flattened when None)."""
+    a = to_array(array_)
+    if repeats < 0:
+        raise ValueError("[repeat] Number of repeats cannot be negative")
+    if axis is None:
+        a = flatten(a, stream=stream)
+        axis = 0
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[repeat] Axis {axis} is out of bounds for array with {a.ndim} dimensions.")
+    x = expand_dims(a, ax + 1, stream=stream)
+    shape = list(x.shape)
+    shape[ax + 1] = repeats
+    x = broadcast_to(x, shape, stream=stream)
+    out = list(a.shape)
+    out[ax] *= repeats
+    return reshape(x, out, stream=stream)
+
+
+def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice = None) -> array:
+    """Repeat the whole array ``reps`` times along each axis."""
+    a = to_array(a)
+    reps = _int_tuple(reps)
+    nd = max(a.ndim, len(reps))
+    shape = (1,) * (nd - a.ndim) + a.shape
+    reps = (1,) * (nd - len(reps)) + reps
+    if any(r < 0 for r in reps):
+        raise ValueError("[broadcast_to] Negative dimensions not allowed.")
+    expand = []
+    bshape = []
+    for d, r in zip(shape, reps):
+        expand += [1, d]
+        bshape += [r, d]
+    x = reshape(a, expand, stream=stream)
+    x = broadcast_to(x, bshape, stream=stream)
+    return reshape(x, [d * r for d, r in zip(shape, reps)], stream=stream)
+
+
+def _pad_widths(pad_width: Any, ndim: int) -> list:
+    """MLX's pad_width forms: int, (n,), (lo, hi), ((lo, hi),) or one pair per axis."""
+    if isinstance(pad_width, int):
+        return [(pad_width, pad_width)] * ndim
+    pw = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pad_width]
+    if all(isinstance(p, int) for p in pw):
+        if len(pw) == 1:
+            return [(pw[0], pw[0])] * ndim
+        if len(pw) == 2:
+            return [(pw[0], pw[1])] * ndim
+        raise ValueError(f"Invalid number of padding sizes passed to pad with axes of size {ndim}")
+    if not all(isinstance(p, tuple) for p in pw):
+        raise TypeError("pad(): incompatible function arguments.")
+    if any(len(p) not in (1, 2) for p in pw):
+        raise TypeError("pad(): incompatible function arguments.")
+    pw = [(p[0], p[0]) if len(p) == 1 else p for p in pw]
+    if len(pw) == 1:
+        return pw * ndim
+    if len(pw) != ndim:
+        raise ValueError(f"Invalid number of padding sizes passed to pad with axes of size {ndim}")
+    return pw
+
+
+def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any = 0, *,
+        stream: StreamOrDevice = None) -> array:
+    """Pad with a constant value or the edge values (``mode`` "constant" or "edge")."""
+    a = to_array(a)
+    widths = _pad_widths(pad_width, a.ndim)
+    for i, (lo, hi) in enumerate(widths):
+        if lo < 0:
+            raise ValueError(f"Invalid low padding size ({lo}) passed to pad for axis {i}. "
+                             "Padding sizes must be non-negative")
+        if hi < 0:
+            raise ValueError(f"Invalid high padding size ({hi}) passed to pad for axis {i}. "
+                             "Padding sizes must be non-negative")
+    if mode not in ("constant", "edge"):
+        raise ValueError(f"Invalid padding mode ({mode}) passed to pad")
+    s = resolve_stream(stream)
+    axes = tuple(range(a.ndim))
+    low = tuple(int(lo) for lo, _ in widths)
+    high = tuple(int(hi) for _, hi in widths)
+    shape = tuple(d + lo + hi for d, lo, hi in zip(a.shape, low, high))
+    if mode == "constant":
+        val = astype(to_array(constant_values, a.dtype), a.dtype, s)
+        if val.ndim != 0:
+            raise ValueError("[pad] Padding value should be a scalar.")
+        prim = Primitive("Pad", s, axes=axes, low_pad_size=low, high_pad_size=high)
+        return array._make([shape], [a.dtype], prim, [a, val])[0]
+    from .creation import zeros
+    from .indexing import _slice, _slice_update
+
+    out = _slice_update(zeros(shape, a.dtype, stream=s), a, low,
+                        tuple(lo + d for lo, d in zip(low, a.shape)), (1,) * a.ndim, s)
+    for ax in axes:
+        for side in (0, 1):
+            width = low[ax] if side == 0 else high[ax]
+            if width == 0 or a.shape[ax] == 0:
+                continue
+            src = low[ax] if side == 0 else low[ax] + a.shape[ax] - 1
+            dst = 0 if side == 0 else low[ax] + a.shape[ax]
+            st, en = [0] * a.ndim, list(shape)
+            st[ax], en[ax] = src, src + 1
+            edge = _slice(out, tuple(st), tuple(en), (1,) * a.ndim, s)
+            st[ax], en[ax] = dst, dst + width
+            out = _slice_update(out, edge, tuple(st), tuple(en), (1,) * a.ndim, s)
+    return out
+
+
+def roll(a: array, shift: Union[int, Sequence[int]], axis: Union[None, int, Sequence[int]] = None,
+         /, *, stream: StreamOrDevice = None) -> array:
+    """Roll elements along axes (flattened when ``axis`` is None): Split then Concatenate."""
+    a = to_array(a)
+    shifts = _int_tuple(shift)
+    if axis is None:
+        x = flatten(a, stream=stream)
+        total = sum(shifts)
+        return reshape(_roll_axis(x, total, 0, stream), a.shape, stream=stream)
+    axes = _int_tuple(axis)
+    norm = []
+    for ax in axes:
+        n = _axis(ax, a.ndim)
+        if n is None:
+            raise IndexError(f"[roll] Invalid axis {ax} for array with {a.ndim} dimensions.")
+        norm.append(n)
+    if len(shifts) == 1:
+        shifts = shifts * len(norm)
+    elif len(norm) == 1:
+        norm = norm * len(shifts)
+    elif len(shifts) != len(norm):
+        raise ValueError(f"[roll] Shift and axis must have the same number of elements, "
+                         f"got {len(shifts)} and {len(norm)}.")
+    x = a
+    for sh, ax in zip(shifts, norm):
+        x = _roll_axis(x, sh, ax, stream)
+    return x
+
+
+def _roll_axis(x: array, shift: int, ax: int, stream: StreamOrDevice) -> array:
+    n = x.shape[ax]
+    if n == 0:
+        return x
+    k = shift % n
+    if k == 0:
+        return x
+    lo, hi = split(x, [n - k], axis=ax, stream=stream)
+    return concatenate([hi, lo], axis=ax, stream=stream)
+
+
+def as_strided(a: array, /, shape: Optional[Sequence[int]] = None,
+               strides: Optional[Sequence[int]] = None, offset: int = 0, *,
+               stream: StreamOrDevice = None) -> array:
+    """A view of ``a``'s (row-contiguous) data with the given shape, element strides, offset."""
+    a = to_array(a)
+    shape = a.shape if shape is None else _int_tuple(shape)
+    if strides is None:
+        st, acc = [], 1
+        for d in reversed(shape):
+            st.insert(0, acc)
+            acc *= d
+        strides = tuple(st)
+    strides = _int_tuple(strides)
+    if len(strides) != len(shape):
+        raise ValueError(f"[as_strided] Shape {_fmt_shape(shape)} and strides "
+                         f"{_fmt_shape(strides)} must have the same length.")
+    x = flatten(a, stream=stream)
+    return _one("AsStrided", x, shape, stream, shape=shape, strides=strides, offset=int(offset))
+
+
+def contiguous(a: array, /, allow_col_major: bool = False, *,
+               stream: StreamOrDevice = None) -> array:
+    """A row-contiguous array (column-major allowed when asked); copies only if needed."""
+    a = to_array(a)
+    return _one("Contiguous", a, a.shape, stream, allow_col_major=bool(allow_col_major))
+
+
+def copy(a: array, *, stream: StreamOrDevice = None) -> array:
+    """A copy of ``a`` in its own buffer (MLX's internal ``copy``; used by deepcopy)."""
+    a = to_array(a)
+    return _one("Copy", a, a.shape, stream)
+
+
+def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
+    """The Kronecker product of ``a`` and ``b``."""
+    if not isinstance(a, array) or not isinstance(b, array):
+        raise TypeError("kron(): incompatible function arguments.")
+    from .. import ops
+
+    multiply = ops.multiply
+
+    if a.size == 0 or b.size == 0:
+        raise ValueError("[kron] Input arrays cannot be empty.")
+    nd = max(a.ndim, b.ndim)
+    ash = (1,) * (nd - a.ndim) + a.shape
+    bsh = (1,) * (nd - b.ndim) + b.shape
+    ia, ib, shape, out = [], [], [], []
+    for x, y in zip(ash, bsh):
+        ia += [x, 1]
+        ib += [1, y]
+        shape += [x, y]
+        out.append(x * y)
+    xa = broadcast_to(reshape(a, ia, stream=stream), shape, stream=stream)
+    xb = broadcast_to(reshape(b, ib, stream=stream), shape, stream=stream)
+    return reshape(multiply(xa, xb, stream=stream), out, stream=stream)

@@ -1,0 +1,124 @@
+"""Rules for slicing, gathering and scattering primitives.
+
+Slice / DynamicSlice return views of their input. SliceUpdate, Scatter, ScatterAxis and
+DynamicSliceUpdate copy their input first and never write into it.
+"""
+
+from __future__ import annotations
+
+from . import rule
+
+
+def _slices(start, stop, strides):
+    out = []
+    for b, e, s in zip(start, stop, strides):
+        if s < 0 and e < 0:
+            e = None  # stop below index 0: run to the beginning
+        out.append(slice(b, e, s))
+    return tuple(out)
+
+
+@rule("Slice")
+def slice_(xp, a, *, start_indices, end_indices, strides):
+    return a[_slices(start_indices, end_indices, strides)]
+
+
+@rule("SliceUpdate")
+def slice_update(xp, a, update, *, start_indices, end_indices, strides):
+    out = a.copy()
+    out[_slices(start_indices, end_indices, strides)] = update
+    return out
+
+
+def _dynamic_window(a, start, axes, sizes):
+    idx = [slice(None)] * a.ndim
+    for ax, st, size in zip(axes, start.reshape(-1).tolist(), sizes):
+        st = int(st)
+        st = st + a.shape[ax] if st < 0 else st
+        st = min(max(st, 0), a.shape[ax] - size)  # MLX clamps the window into the array
+        idx[ax] = slice(st, st + size)
+    return tuple(idx)
+
+
+@rule("DynamicSlice")
+def dynamic_slice(xp, a, start, *, axes, slice_size):
+    return a[_dynamic_window(a, start, axes, [slice_size[ax] for ax in axes])]
+
+
+@rule("DynamicSliceUpdate")
+def dynamic_slice_update(xp, a, update, start, *, axes):
+    out = a.copy()
+    out[_dynamic_window(a, start, axes, [update.shape[ax] for ax in axes])] = update
+    return out
+
+
+def _grid(xp, shape, indices, axes, slice_sizes):
+    """Advanced-index tuple selecting, for each index position, a window of ``slice_sizes``
+    whose start along ``axes[k]`` is ``indices[k]`` (negative starts wrap, as in MLX)."""
+    ndim = len(shape)
+    ishape = indices[0].shape if indices else ()
+    ni = len(ishape)
+    grid = []
+    for d in range(ndim):
+        win = xp.arange(slice_sizes[d]).reshape((1,) * ni + tuple(
+            slice_sizes[d] if j == d else 1 for j in range(ndim)))
+        if d in axes:
+            ind = indices[axes.index(d)].astype(xp.int64)
+            ind = xp.where(ind < 0, ind + shape[d], ind)
+            grid.append(ind.reshape(ishape + (1,) * ndim) + win)
+        else:
+            grid.append(win)
+    return tuple(grid)
+
+
+@rule("Gather")
+def gather(xp, a, *indices, axes, slice_sizes):
+    # Output: indices' shape followed by one window of ``slice_sizes``.
+    return a[_grid(xp, a.shape, list(indices), list(axes), slice_sizes)]
+
+
+_SCATTER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+@rule("Scatter")
+def scatter(xp, a, *rest, axes, reduce):
+    *indices, updates = rest
+    sizes = updates.shape[len(updates.shape) - a.ndim:]
+    grid = _grid(xp, a.shape, indices, list(axes), sizes)
+    out = a.copy()
+    if reduce == "none":
+        out[grid] = updates
+    else:
+        # ufunc.at accumulates repeated indices (cupy implements add/subtract/max/min .at).
+        getattr(xp, _SCATTER[reduce]).at(out, grid, updates)
+    return out
+
+
+def _axis_grid(xp, a_shape, indices, axis):
+    ind = indices.astype(xp.int64)
+    ind = xp.where(ind < 0, ind + a_shape[axis], ind)
+    grid = []
+    for d in range(len(a_shape)):
+        if d == axis:
+            grid.append(ind)
+        else:
+            shp = [1] * len(a_shape)
+            shp[d] = indices.shape[d]
+            grid.append(xp.arange(indices.shape[d]).reshape(shp))
+    return tuple(grid)
+
+
+@rule("GatherAxis")
+def gather_axis(xp, a, indices, *, axis):
+    return a[_axis_grid(xp, a.shape, indices, axis)]
+
+
+@rule("ScatterAxis")
+def scatter_axis(xp, a, indices, updates, *, axis, reduce):
+    out = a.copy()
+    grid = _axis_grid(xp, a.shape, indices, axis)
+    if reduce == "none":
+        out[grid] = updates
+    else:
+        getattr(xp, _SCATTER[reduce]).at(out, grid, updates)
+    return out
