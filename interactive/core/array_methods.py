@@ -26,3 +26,53 @@ def _install() -> None:
 
 
 _install()
+
+
+# ---- reductions and scans (owner: reductions/scans/products/sort) --------------------
+def _install_reductions() -> None:
+    """Method forms of the reductions and scans, with MLX's method signatures."""
+    A = array
+
+    def _reduction(name):
+        fn = getattr(ops, name)
+
+        def method(self, axis=None, keepdims=False, *, stream=None):
+            return fn(self, axis, keepdims, stream=stream)
+
+        method.__name__ = name
+        method.__doc__ = fn.__doc__
+        return method
+
+    for name in ("sum", "prod", "max", "min", "all", "any", "mean", "logsumexp",
+                 "argmax", "argmin"):
+        setattr(A, name, _reduction(name))
+
+    def _moment(name):
+        fn = getattr(ops, name)
+
+        def method(self, axis=None, keepdims=False, ddof=0, *, correction=None, stream=None):
+            return fn(self, axis, keepdims, ddof if correction is None else correction,
+                      stream=stream)
+
+        method.__name__ = name
+        method.__doc__ = fn.__doc__
+        return method
+
+    A.var = _moment("var")
+    A.std = _moment("std")
+
+    def _scan(name):
+        fn = getattr(ops, name)
+
+        def method(self, axis=None, *, reverse=False, inclusive=True, stream=None):
+            return fn(self, axis, reverse=reverse, inclusive=inclusive, stream=stream)
+
+        method.__name__ = name
+        method.__doc__ = fn.__doc__
+        return method
+
+    for name in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"):
+        setattr(A, name, _scan(name))
+
+
+_install_reductions()

@@ -1,0 +1,174 @@
+"""Linear-algebra products: matmul, addmm, inner, outer, tensordot (MLX's ``Matmul`` and
+``AddMM`` primitives plus the transposes / reshapes MLX records around them).
+``einsum`` and ``einsum_path`` live in ``ops.einsum``."""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from .. import dtypes as _dt
+from ..array import array
+from ..device import StreamOrDevice, resolve_stream
+from ..primitive import Primitive, register
+from .convert import _fmt_shape, astype, broadcast_shapes, broadcast_to
+from .reduction import op, require_array
+
+__all__ = ["matmul", "addmm", "inner", "outer", "tensordot"]
+
+MATMUL = "matmul"
+register("Matmul", MATMUL)
+register("AddMM", MATMUL)
+
+
+def _mm_shapes(fname: str, a: array, b: array) -> tuple[tuple, tuple]:
+    """Shapes after MLX's 1-D promotion, validated before anything is recorded."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"[{fname}] Got 0 dimension input. Inputs must have at least one dimension.")
+    sa = (1,) + a.shape if a.ndim == 1 else a.shape
+    sb = b.shape + (1,) if b.ndim == 1 else b.shape
+    if sa[-1] != sb[-2]:
+        raise ValueError(f"[{fname}] Last dimension of first input with shape {_fmt_shape(sa)} must "
+                         f"match second to last dimension of second input with shape {_fmt_shape(sb)}.")
+    return sa, sb
+
+
+def _promote_1d(a: array, b: array, s) -> tuple[array, array]:
+    if a.ndim == 1:
+        a = op("expand_dims")(a, 0, stream=s)
+    if b.ndim == 1:
+        b = op("expand_dims")(b, -1, stream=s)
+    return a, b
+
+
+def _squeeze_1d(out: array, a_ndim: int, b_ndim: int, s) -> array:
+    axes = []
+    if a_ndim == 1:
+        axes.append(out.ndim - 2)
+    if b_ndim == 1:
+        axes.append(out.ndim - 1)
+    return op("squeeze")(out, axes, stream=s) if axes else out
+
+
+def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Matrix product over the last two axes, broadcasting batch axes; 1-D inputs are
+    promoted to matrices and the added axis removed (inexact dtypes only)."""
+    require_array("matmul", "matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) "
+                  "-> array", a, b)
+    sa, sb = _mm_shapes("matmul", a, b)
+    out_type = _dt.promote_types(a.dtype, b.dtype)
+    if not _dt.is_inexact(out_type):
+        raise ValueError(f"[matmul] Only inexact types are supported but {a.dtype.name} and "
+                         f"{b.dtype.name} were provided which results in {out_type.name}, which "
+                         "is not a floating point type.")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    s = resolve_stream(stream)
+    x, y = _promote_1d(a, b, s)
+    x, y = astype(x, out_type, s), astype(y, out_type, s)
+    x = broadcast_to(x, batch + sa[-2:], stream=s)
+    y = broadcast_to(y, batch + sb[-2:], stream=s)
+    out = array._make([batch + (sa[-2], sb[-1])], [out_type], Primitive("Matmul", s), [x, y])[0]
+    return _squeeze_1d(out, a.ndim, b.ndim, s)
+
+
+def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0, *,
+          stream: StreamOrDevice = None) -> array:
+    """``alpha * (a @ b) + beta * c`` in one ``AddMM`` (real floating dtypes only)."""
+    require_array("addmm", "addmm(c: array, a: array, b: array, /, alpha: float = 1.0, "
+                  "beta: float = 1.0,  *, stream: StreamOrDevice = None) -> array", c, a, b)
+    sa, sb = _mm_shapes("addmm", a, b)
+    out_type = _dt.promote_types(_dt.promote_types(a.dtype, b.dtype), c.dtype)
+    if not _dt.is_floating(out_type):
+        raise ValueError(f"[addmm] Only real floating point types are supported but "
+                         f"{c.dtype.name}, {a.dtype.name} and {b.dtype.name} were provided which "
+                         f"results in {out_type.name}, which is not a real floating point type.")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    out_shape = batch + (sa[-2], sb[-1])
+    adjusted = list(out_shape)
+    if b.ndim == 1:
+        adjusted.pop(-1)
+    if a.ndim == 1:
+        adjusted.pop(-2 if b.ndim != 1 else -1)
+    adjusted = tuple(adjusted)
+    if broadcast_shapes(c.shape, adjusted) != adjusted:
+        raise ValueError(f"[broadcast_to] Cannot broadcast array of shape {_fmt_shape(c.shape)} "
+                         f"into shape {_fmt_shape(adjusted)}.")
+    s = resolve_stream(stream)
+    x, y = _promote_1d(a, b, s)
+    x, y, z = astype(x, out_type, s), astype(y, out_type, s), astype(c, out_type, s)
+    x = broadcast_to(x, batch + sa[-2:], stream=s)
+    y = broadcast_to(y, batch + sb[-2:], stream=s)
+    z = broadcast_to(z, adjusted, stream=s)
+    if adjusted != out_shape:
+        z = op("reshape")(z, out_shape, stream=s)
+    prim = Primitive("AddMM", s, alpha=float(alpha), beta=float(beta))
+    out = array._make([out_shape], [out_type], prim, [x, y, z])[0]
+    return _squeeze_1d(out, a.ndim, b.ndim, s)
+
+
+def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Inner product over the last axes (a plain product when either is 0-D)."""
+    require_array("inner", "inner(a: array, b: array, /, *, stream: StreamOrDevice = None) "
+                  "-> array", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return op("multiply")(a, b, stream=stream)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError("[inner] a and b must have the same last dimension.")
+    return _tensordot(a, b, [-1], [-1], stream)
+
+
+def outer(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Outer product of the flattened inputs: ``reshape(a, (-1, 1)) * flatten(b)``."""
+    require_array("outer", "outer(a: array, b: array, /, *, stream: StreamOrDevice = None) "
+                  "-> array", a, b)
+    s = resolve_stream(stream)
+    return op("multiply")(op("reshape")(a, (-1, 1), stream=s), op("flatten")(b, stream=s),
+                          stream=s)
+
+
+def _tensordot(a: array, b: array, axes_a: Sequence[int], axes_b: Sequence[int],
+               stream: StreamOrDevice) -> array:
+    if len(axes_a) != len(axes_b):
+        raise ValueError("[tensordot] axes must have the same size.")
+    csize = 1
+    for i, j in zip(axes_a, axes_b):
+        if a.shape[i] != b.shape[j]:
+            raise ValueError("[tensordot] a and b must have the same shape on the contracted axes.")
+        csize *= a.shape[i]
+    ca = {x % a.ndim for x in axes_a}
+    cb = {x % b.ndim for x in axes_b}
+    t1 = [i for i in range(a.ndim) if i not in ca]
+    t2 = [x % b.ndim for x in axes_b]
+    rshape = [a.shape[i] for i in t1]
+    size1 = 1
+    for i in t1:
+        size1 *= a.shape[i]
+    t1 += [x % a.ndim for x in axes_a]
+    size2 = 1
+    for i in range(b.ndim):
+        if i not in cb:
+            t2.append(i)
+            size2 *= b.shape[i]
+            rshape.append(b.shape[i])
+    s = resolve_stream(stream)
+    x = op("reshape")(op("transpose")(a, t1, stream=s), (size1, csize), stream=s)
+    y = op("reshape")(op("transpose")(b, t2, stream=s), (csize, size2), stream=s)
+    return op("reshape")(matmul(x, y, stream=s), rshape, stream=s)
+
+
+def tensordot(a: array, b: array, /, axes: Union[int, list] = 2, *,
+              stream: StreamOrDevice = None) -> array:
+    """Sum of products over ``axes`` (the last ``axes`` of a with the first of b, or two
+    lists of axes)."""
+    require_array("tensordot", "tensordot(a: array, b: array, /, axes: int | list[Sequence[int]] "
+                  "= 2, *, stream: StreamOrDevice = None) -> array", a, b)
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        if axes < 0:
+            raise ValueError("[tensordot] axis must be greater or equal to 0.")
+        if axes > min(a.ndim, b.ndim):
+            raise ValueError("[tensordot] axis must be less than the number of dimensions of a and b.")
+        return _tensordot(a, b, [i - axes for i in range(axes)], list(range(axes)), stream)
+    if (not isinstance(axes, (list, tuple)) or len(axes) != 2
+            or not all(isinstance(x, (list, tuple)) for x in axes)):
+        raise TypeError("tensordot(): incompatible function arguments: axes must be an int or "
+                        "a list of two sequences of ints.")
+    return _tensordot(a, b, [int(x) for x in axes[0]], [int(x) for x in axes[1]], stream)

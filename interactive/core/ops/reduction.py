@@ -1,0 +1,315 @@
+"""Reductions: sum, prod, max, min, all, any, mean, var, std, argmax, argmin, logsumexp,
+softmax — with MLX's axis / keepdims rules, output dtypes and primitive decompositions.
+
+A reduction records MLX's ``Reduce`` primitive under its printed name (``Sum``, ``Prod``,
+``Max``, ``Min``, ``And``, ``Or``) with the sorted ``axes`` it reduces, keeping those axes
+as size 1; ``keepdims=False`` adds a ``Squeeze`` as MLX does. Composite ops (mean, var, std,
+logsumexp and softmax off the last axis) record the same elementwise primitives MLX records.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Union
+
+from .. import dtypes as _dt
+from ..array import array
+from ..device import StreamOrDevice, resolve_stream
+from ..primitive import Primitive, register
+from .convert import astype
+
+__all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
+           "argmin", "logsumexp", "softmax"]
+
+REDUCE = "reduce"
+for _n in ("Sum", "Prod", "Max", "Min", "And", "Or", "ArgReduce", "LogSumExp", "Softmax"):
+    register(_n, REDUCE)
+
+Axis = Union[None, int, Sequence[int]]
+
+_py_sum, _py_max, _py_min, _py_all, _py_any = sum, max, min, all, any  # shadowed below
+
+
+def op(name: str):
+    """A tapescope.core op by name, looked up at call time (other families define it)."""
+    from .. import ops
+
+    fn = getattr(ops, name, None)
+    if fn is None:
+        raise NotImplementedError(f"[{name}] is not implemented in tapescope yet.")
+    return fn
+
+
+def require_array(fname: str, signature: str, *args: Any) -> None:
+    """MLX's binding error when an argument declared ``array`` is something else."""
+    for a in args:
+        if not isinstance(a, array):
+            kinds = ", ".join(type(x).__name__ for x in args)
+            raise TypeError(f"{fname}(): incompatible function arguments. The following "
+                            f"argument types are supported:\n    1. {signature}\n\n"
+                            f"Invoked with types: {kinds}")
+
+
+def check_int(fname: str, value: Any, what: str = "axis") -> int:
+    """An int argument (a Python bool counts, as in MLX's bindings) or a TypeError."""
+    if isinstance(value, (int,)) or (hasattr(value, "__index__") and not isinstance(value, float)
+                                     and not isinstance(value, array)):
+        return int(value)
+    raise TypeError(f"{fname}(): incompatible function arguments: {what} must be an int, "
+                    f"got {type(value).__name__}.")
+
+
+_SIG = ("{0}(a: array, /, axis: None | int | Sequence[int] = None, keepdims: bool = False, "
+        "*, stream: StreamOrDevice = None) -> array")
+
+
+def axes_list(fname: str, a: array, axis: Axis) -> list:
+    """The axes an ``axis`` argument names (all axes for None), unnormalised."""
+    if axis is None:
+        return list(range(a.ndim))
+    if isinstance(axis, (list, tuple)):
+        return [check_int(fname, x) for x in axis]
+    return [check_int(fname, axis)]
+
+
+def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
+    """MLX's ``compute_reduce_shape``: sorted unique axes, kept shape, whether a no-op."""
+    ndim = a.ndim
+    seen = set()
+    for ax in axes:
+        ax_ = ax + ndim if ax < 0 else ax
+        if ax_ < 0 or ax_ >= ndim:
+            raise IndexError(f"Invalid axis {ax} for array with {ndim} dimensions.")
+        seen.add(ax_)
+    if len(seen) != len(axes):
+        raise ValueError("Duplicate axes detected in reduction.")
+    kept = tuple(1 if i in seen else d for i, d in enumerate(a.shape))
+    return tuple(sorted(seen)), kept, kept == a.shape
+
+
+def squeeze_axes(x: array, axes: tuple, keepdims: bool, s) -> array:
+    """Drop the reduced axes unless ``keepdims`` (a ``Squeeze`` node, as MLX records)."""
+    if keepdims or not axes:
+        return x
+    return op("squeeze")(x, axis=list(axes), stream=s)
+
+
+def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
+    if d in (_dt.bool_, _dt.int8, _dt.int16):
+        return _dt.int32
+    if d in (_dt.uint8, _dt.uint16):
+        return _dt.uint32
+    return d
+
+
+def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+    require_array(fname, _SIG.format(fname), a)
+    axes, kept, noop = reduce_shape(a, axes_list(fname, a, axis))
+    s = resolve_stream(stream)
+    if name in ("Sum", "Prod"):
+        out_dtype = _sum_dtype(a.dtype)
+    elif name in ("And", "Or"):
+        out_dtype = _dt.bool_
+    else:
+        out_dtype = a.dtype
+    if name in ("Max", "Min") and a.size == 0:
+        for ax in axes:
+            if a.shape[ax] == 0:
+                raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
+    if not axes:  # nothing to reduce: sum/prod/max/min give the input, all/any a bool cast
+        return astype(a, _dt.bool_, s) if name in ("And", "Or") else a
+    if noop:
+        return squeeze_axes(astype(a, out_dtype, s), axes, keepdims, s)
+    x = a
+    if a.dtype != _dt.bool_ and name in ("Sum", "Prod"):
+        x = astype(a, out_dtype, s)
+    out = array._make([kept], [out_dtype], Primitive(name, s, axes=axes), [x])[0]
+    return squeeze_axes(out, axes, keepdims, s)
+
+
+def sum(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+        stream: StreamOrDevice = None) -> array:
+    """Sum over the given axes (bool / small ints accumulate in int32 or uint32)."""
+    return _reduce("Sum", "sum", a, axis, keepdims, stream)
+
+
+def prod(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+         stream: StreamOrDevice = None) -> array:
+    """Product over the given axes."""
+    return _reduce("Prod", "prod", a, axis, keepdims, stream)
+
+
+def max(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+        stream: StreamOrDevice = None) -> array:
+    """Maximum over the given axes (NaN propagates)."""
+    return _reduce("Max", "max", a, axis, keepdims, stream)
+
+
+def min(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+        stream: StreamOrDevice = None) -> array:
+    """Minimum over the given axes (NaN propagates)."""
+    return _reduce("Min", "min", a, axis, keepdims, stream)
+
+
+def all(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+        stream: StreamOrDevice = None) -> array:
+    """Logical and over the given axes."""
+    return _reduce("And", "all", a, axis, keepdims, stream)
+
+
+def any(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+        stream: StreamOrDevice = None) -> array:
+    """Logical or over the given axes."""
+    return _reduce("Or", "any", a, axis, keepdims, stream)
+
+
+def _float_dtype(d: _dt.Dtype) -> _dt.Dtype:
+    return d if _dt.is_inexact(d) else _dt.float32
+
+
+def _count(fname: str, a: array, axis: Axis) -> tuple[list, int]:
+    """Axes validated as MLX's mean does, and how many elements they cover."""
+    axes = axes_list(fname, a, axis)
+    for ax in axes:
+        if ax < -a.ndim or ax >= a.ndim:
+            raise IndexError(f"[mean] axis {ax} is out of bounds for array with {a.ndim} dimensions.")
+    n = 1
+    for ax in set(x % a.ndim for x in axes):
+        n *= a.shape[ax]
+    return axes, n
+
+
+def _inv(n: int) -> float:
+    return 1.0 / n if n else math.inf
+
+
+def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+         stream: StreamOrDevice = None) -> array:
+    """Arithmetic mean: ``sum * (1/n)`` in ``at_least_float`` of the input dtype."""
+    require_array("mean", _SIG.format("mean"), a)
+    axes, n = _count("mean", a, axis)
+    dtype = _float_dtype(a.dtype)
+    total = sum(a, axes, keepdims, stream=stream)
+    return op("multiply")(total, array(_inv(n), dtype), stream=stream)
+
+
+_VSIG = ("{0}(a: array, /, axis: None | int | Sequence[int] = None, keepdims: bool = False, "
+         "ddof: int = 0, *, stream: StreamOrDevice = None) -> array")
+
+
+def var(a: array, /, axis: Axis = None, keepdims: bool = False, ddof: int = 0, *,
+        stream: StreamOrDevice = None) -> array:
+    """Variance with ``ddof`` delta degrees of freedom (NaN when ``n - ddof <= 0``)."""
+    require_array("var", _VSIG.format("var"), a)
+    ddof = check_int("var", ddof, "ddof")
+    axes, n = _count("mean", a, axis)
+    dtype = _float_dtype(a.dtype)
+    mu = mean(a, axes, True, stream=stream)
+    d = op("subtract")(a, mu, stream=stream)
+    if a.dtype == _dt.complex64:
+        sq = op("real")(op("multiply")(op("conjugate")(d, stream=stream), d, stream=stream),
+                        stream=stream)
+        dtype = _dt.float32
+    else:
+        sq = op("square")(d, stream=stream)
+    v = sum(sq, axes, keepdims, stream=stream)
+    if ddof != 0:
+        sub = op("subtract")(array(n, dtype), array(ddof, dtype), stream=stream)
+        denom = op("maximum")(sub, array(0, dtype), stream=stream)
+        return op("divide")(v, denom, stream=stream)
+    return op("multiply")(v, array(_inv(n), dtype), stream=stream)
+
+
+def std(a: array, /, axis: Axis = None, keepdims: bool = False, ddof: int = 0, *,
+        stream: StreamOrDevice = None) -> array:
+    """Standard deviation: ``sqrt(var(a, axis, keepdims, ddof))``."""
+    require_array("std", _VSIG.format("std"), a)
+    return op("sqrt")(var(a, axis, keepdims, ddof, stream=stream), stream=stream)
+
+
+_ASIG = ("{0}(a: array, /, axis: None | int = None, keepdims: bool = False, *, "
+         "stream: StreamOrDevice = None) -> array")
+
+
+def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+    require_array(fname, _ASIG.format(fname), a)
+    if axis is not None and (isinstance(axis, (list, tuple)) or isinstance(axis, float)):
+        require_array(fname, _ASIG.format(fname), axis)
+    s = resolve_stream(stream)
+    if axis is None:
+        if a.size == 0:
+            raise ValueError(f"[{fname}] Cannot {fname} reduce zero size array.")
+        flat = op("flatten")(a, stream=s) if a.ndim != 1 else a
+        out = _arg_reduce(fname, flat, 0, True, s)
+        if keepdims:
+            return op("expand_dims")(out, list(range(1, a.ndim)), stream=s) if a.ndim > 1 else (
+                out if a.ndim == 1 else op("squeeze")(out, stream=s))
+        return op("squeeze")(out, stream=s)
+    axis = check_int(fname, axis)
+    axes, kept, noop = reduce_shape(a, [axis])
+    if a.size == 0:
+        raise ValueError(f"[{fname}] Cannot {fname} reduce zero size array.")
+    if noop:
+        out = op("zeros")(kept, _dt.uint32, stream=s)
+    else:
+        out = array._make([kept], [_dt.uint32],
+                          Primitive("ArgReduce", s, reduce_type=fname, axis=axes[0]), [a])[0]
+    return squeeze_axes(out, axes, keepdims, s)
+
+
+def argmax(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
+           stream: StreamOrDevice = None) -> array:
+    """Indices (uint32) of the maxima along ``axis``; ties go to the lowest index."""
+    return _arg_reduce("argmax", a, axis, keepdims, stream)
+
+
+def argmin(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
+           stream: StreamOrDevice = None) -> array:
+    """Indices (uint32) of the minima along ``axis``; ties go to the lowest index."""
+    return _arg_reduce("argmin", a, axis, keepdims, stream)
+
+
+def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
+              stream: StreamOrDevice = None) -> array:
+    """``log(sum(exp(a)))`` computed stably; where the maximum is +-inf, the maximum."""
+    require_array("logsumexp", _SIG.format("logsumexp"), a)
+    axes = axes_list("logsumexp", a, axis)
+    if a.size == 0:
+        raise ValueError("[logsumexp] Received empty array.")
+    if a.ndim == 0 and axes:
+        raise ValueError("[logsumexp] Received non-empty axes for array with 0 dimensions.")
+    s = resolve_stream(stream)
+    if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
+        dtype = _float_dtype(a.dtype)
+        kept = a.shape[:-1] + (1,)
+        out = array._make([kept], [dtype], Primitive("LogSumExp", s), [astype(a, dtype, s)])[0]
+        return out if keepdims else op("squeeze")(out, axis=-1, stream=s)
+    maxval = op("stop_gradient")(max(a, axes, True, stream=s), stream=s)
+    e = op("exp")(op("subtract")(a, maxval, stream=s), stream=s)
+    out = op("log")(sum(e, axes, keepdims, stream=s), stream=s)
+    out = op("add")(out, op("reshape")(maxval, out.shape, stream=s), stream=s)
+    if not keepdims:
+        maxval = squeeze_axes(maxval, reduce_shape(a, axes)[0], False, s)
+    return op("where")(op("isinf")(maxval, stream=s), maxval, out, stream=s)
+
+
+def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
+            stream: StreamOrDevice = None) -> array:
+    """``exp(a - max) / sum(exp(a - max))`` over ``axis`` (float32 math when ``precise``)."""
+    require_array("softmax", "softmax(a: array, /, axis: None | int | Sequence[int] = None, *, "
+                  "precise: bool = False, stream: StreamOrDevice = None) -> array", a)
+    axes = axes_list("softmax", a, axis)
+    if a.size == 0:
+        return a
+    if a.ndim == 0 and axes:
+        raise ValueError("[softmax] Received non-empty axes for array with 0 dimensions.")
+    s = resolve_stream(stream)
+    if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
+        dtype = _float_dtype(a.dtype)
+        return array._make([a.shape], [dtype], Primitive("Softmax", s, precise=bool(precise)),
+                           [astype(a, dtype, s)])[0]
+    x = astype(a, _dt.float32, s) if precise else a
+    a_max = op("stop_gradient")(max(x, axes, True, stream=s), stream=s)
+    ex = op("exp")(op("subtract")(x, a_max, stream=s), stream=s)
+    out = op("divide")(ex, sum(ex, axes, True, stream=s), stream=s)
+    return astype(out, a.dtype, s)

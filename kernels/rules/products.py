@@ -1,0 +1,30 @@
+"""Rules for matrix products: Matmul and AddMM (batched over leading, equal batch dims)."""
+
+from __future__ import annotations
+
+from . import rule
+
+
+def _wide(xp, a):
+    """Half-precision floats multiply-accumulate in float32 (rounded back on store)."""
+    if a.dtype.name in ("bfloat16", "float16"):
+        return a.astype(xp.float32)
+    return a
+
+
+@rule("Matmul")
+def matmul(xp, a, b):
+    """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
+    return xp.matmul(_wide(xp, a), _wide(xp, b))
+
+
+@rule("AddMM")
+def addmm(xp, a, b, c, *, alpha, beta):
+    """``alpha * (a @ b) + beta * c``."""
+    out = xp.matmul(_wide(xp, a), _wide(xp, b))
+    if alpha != 1.0:
+        out = out * out.dtype.type(alpha)
+    if beta == 0.0:
+        return out
+    cw = _wide(xp, c)
+    return out + (cw if beta == 1.0 else cw * cw.dtype.type(beta))

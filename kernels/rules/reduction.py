@@ -1,0 +1,72 @@
+"""Rules for reductions: Sum/Prod/Max/Min/And/Or (MLX's ``Reduce``), ArgReduce, LogSumExp,
+Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do."""
+
+from __future__ import annotations
+
+from . import rule
+
+
+def _wide(xp, a):
+    """Half-precision floats accumulate in float32 (the result is rounded back on store)."""
+    if a.dtype.name in ("bfloat16", "float16"):
+        return a.astype(xp.float32)
+    return a
+
+
+@rule("Sum")
+def reduce_sum(xp, a, *, axes):
+    return xp.sum(_wide(xp, a), axis=axes, keepdims=True)
+
+
+@rule("Prod")
+def reduce_prod(xp, a, *, axes):
+    return xp.prod(_wide(xp, a), axis=axes, keepdims=True)
+
+
+@rule("Max")
+def reduce_max(xp, a, *, axes):
+    return xp.max(_wide(xp, a), axis=axes, keepdims=True)
+
+
+@rule("Min")
+def reduce_min(xp, a, *, axes):
+    return xp.min(_wide(xp, a), axis=axes, keepdims=True)
+
+
+@rule("And")
+def reduce_and(xp, a, *, axes):
+    return xp.all(a, axis=axes, keepdims=True)
+
+
+@rule("Or")
+def reduce_or(xp, a, *, axes):
+    return xp.any(a, axis=axes, keepdims=True)
+
+
+@rule("ArgReduce")
+def arg_reduce(xp, a, *, reduce_type, axis):
+    """Index of the first max / min along ``axis`` (NaN counts as the extreme, as in MLX)."""
+    a = _wide(xp, a)
+    fn = xp.argmax if reduce_type == "argmax" else xp.argmin
+    return fn(a, axis=axis, keepdims=True).astype(xp.uint32)
+
+
+@rule("LogSumExp")
+def logsumexp(xp, a):
+    """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
+    a = _wide(xp, a)
+    m = xp.max(a, axis=-1, keepdims=True)
+    inf = xp.isinf(m)
+    safe = xp.where(inf, xp.zeros_like(m), m)
+    out = safe + xp.log(xp.sum(xp.exp(a - safe), axis=-1, keepdims=True))
+    return xp.where(inf, m, out)
+
+
+@rule("Softmax")
+def softmax(xp, a, *, precise):
+    """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""
+    dtype = a.dtype
+    if precise or dtype.name == "bfloat16":
+        a = a.astype(xp.float32)
+    e = xp.exp(a - xp.max(a, axis=-1, keepdims=True))
+    return (e / xp.sum(e, axis=-1, keepdims=True)).astype(dtype)
