@@ -1,0 +1,47 @@
+# tapescope: `make demo`, `make test`, `make lab`. Each makes .venv when it is missing and
+# installs what it needs into it; graphviz (the `dot` program) is installed when missing
+# and we are root with apt-get, otherwise the command to install it is printed.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+
+.PHONY: demo test lab graphviz clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# Stamps: reinstall when pyproject.toml or setup.py change.
+$(VENV)/.dev: $(PY) pyproject.toml setup.py
+	$(PIP) install -e ".[dev]"
+	@# MLX is the reference the tests compare against; they skip those checks without it.
+	$(PIP) install "mlx[cpu]" || echo "mlx[cpu] is not available here: tests against MLX will skip."
+	touch $@
+
+$(VENV)/.jupyter: $(VENV)/.dev
+	$(PIP) install -e ".[dev,jupyter]"
+	touch $@
+
+graphviz:
+	@if command -v dot >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update && apt-get install -y graphviz) || echo "Could not install graphviz; pictures will be unavailable."; \
+	else \
+	  echo "graphviz (the 'dot' program) is missing; install it with:"; \
+	  echo "    sudo apt-get install -y graphviz      # Debian/Ubuntu"; \
+	  echo "    brew install graphviz                 # macOS"; \
+	fi
+
+demo: $(VENV)/.dev graphviz
+	$(PY) -m tapescope.demo
+
+test: $(VENV)/.dev graphviz
+	$(PY) -m pytest -p no:cacheprovider tests
+
+lab: $(VENV)/.jupyter graphviz
+	$(VENV)/bin/jupyter lab notebooks
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .hypothesis
