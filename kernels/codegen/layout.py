@@ -1,0 +1,135 @@
+"""Layout helpers for fused kernels: contiguity, broadcast strides, dim collapsing, index width.
+
+These follow MLX's ``backend/common/compiled.cpp`` and ``utils.cpp``. Arrays are numpy (or
+cupy) arrays; strides here are in elements, not bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+
+
+def elem_strides(a) -> tuple:
+    """An array's strides in elements."""
+    item = a.dtype.itemsize
+    return tuple(s // item for s in a.strides)
+
+
+def row_strides(shape: Sequence[int]) -> tuple:
+    """Row-major (C order) strides in elements for ``shape``."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def is_row_contiguous(a) -> bool:
+    return bool(a.flags.c_contiguous)
+
+
+def is_col_contiguous(a) -> bool:
+    return bool(a.flags.f_contiguous)
+
+
+def check_contiguity(arrays: Sequence, shape: Sequence[int]) -> bool:
+    """MLX's ``compiled_check_contiguity``: can the contiguous kernel run (scalars ignored)?"""
+    shape = tuple(shape)
+    nonscalar = [a for a in arrays if a.ndim > 0]
+    if not nonscalar:
+        return len(shape) == 0
+    if len(nonscalar) == 1:
+        a = nonscalar[0]
+        return (is_row_contiguous(a) or is_col_contiguous(a)) and tuple(a.shape) == shape
+    if all(is_row_contiguous(a) and tuple(a.shape) == shape for a in nonscalar):
+        return True
+    return all(is_col_contiguous(a) and tuple(a.shape) == shape for a in nonscalar)
+
+
+def broadcast_strides(shape: Sequence[int], out_strides: Sequence[int],
+                      in_shape: Sequence[int], in_strides: Sequence[int]) -> list:
+    """An input's strides against the output shape, by MLX's broadcast-stride rule.
+
+    Broadcast dims get stride 0, except where the output dim is 1 too: there the output's
+    stride is borrowed so the dim stays collapsible.
+    """
+    nd, d = len(shape), len(shape) - len(in_shape)
+    xs = [out_strides[j] if shape[j] == 1 else 0 for j in range(d)]
+    for i in range(len(in_shape)):
+        j = i + d
+        if in_shape[i] == 1:
+            xs.append(out_strides[j] if shape[j] == 1 else 0)
+        else:
+            xs.append(in_strides[i])
+    assert len(xs) == nd
+    return xs
+
+
+def collapse_contiguous_dims(shape: Sequence[int], strides: Sequence[Sequence[int]],
+                             size_cap: int = INT32_MAX) -> tuple:
+    """Merge adjacent dims that are contiguous in every stride vector (MLX's rule).
+
+    Dim i joins dim i-1 when ``st[i] * shape[i] == st[i-1]`` for all stride vectors and the
+    merged size stays <= ``size_cap``; size-1 dims drop out; all-size-1 gives ([1], [0]).
+    Returns ``(shape, [strides per vector])``.
+    """
+    shape = list(shape)
+    to_collapse: list[int] = []
+    if shape:
+        if shape[0] != 1:
+            to_collapse.append(0)
+        size = shape[0]
+        for i in range(1, len(shape)):
+            contiguous = True
+            size *= shape[i]
+            for st in strides:
+                if st[i] * shape[i] != st[i - 1] or size > size_cap:
+                    contiguous = False
+                    size = shape[i]
+                    break
+            if not contiguous:
+                to_collapse.append(-1)
+            if shape[i] != 1:
+                to_collapse.append(i)
+        to_collapse.append(-1)
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    i = 0
+    while True:
+        while i < len(to_collapse) and to_collapse[i] == -1:
+            i += 1
+        if i == len(to_collapse):
+            break
+        cur = shape[to_collapse[i]]
+        k = i + 1
+        while to_collapse[k] != -1:
+            cur *= shape[to_collapse[k]]
+            k += 1
+        out_shape.append(cur)
+        for j, st in enumerate(strides):
+            out_strides[j].append(st[to_collapse[k - 1]])
+        i = k + 1
+    if shape and not out_shape:
+        out_shape = [1]
+        out_strides = [[0] for _ in strides]
+    return out_shape, out_strides
+
+
+def data_size(a) -> int:
+    """Elements in an array's underlying data (its size for contiguous arrays)."""
+    if a.ndim == 0:
+        return 1
+    if is_row_contiguous(a) or is_col_contiguous(a):
+        return int(a.size)
+    span = 1 + sum((n - 1) * abs(s) for n, s in zip(a.shape, elem_strides(a)) if n > 0)
+    return int(span)
+
+
+def use_large_index(inputs: Sequence, out_sizes: Sequence[int], contiguous: bool) -> bool:
+    """MLX's ``compiled_use_large_index``: 64-bit indexing once sizes pass UINT32_MAX."""
+    if contiguous:
+        return max((data_size(a) for a in inputs), default=0) > UINT32_MAX
+    return max(out_sizes, default=0) > UINT32_MAX

@@ -1,0 +1,423 @@
+"""One C-family source renderer for fused tapes, driven by per-dialect tables.
+
+``CFamily`` renders the kernel skeleton (argument unpacking, the contiguous loop or the
+strided loop nest, loads, one line per tape op, stores); a dialect supplies the tables:
+type names, how each primitive is spelled (``code_for_op``), math function names, the
+preamble and the loop pragmas. ``CDialect`` is the CPU one; CUDA and Metal dialects are
+small subclasses of ``CFamily`` that override the tables and the thread-index parts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import ml_dtypes
+import numpy as np
+
+from .tape import Tape, TapeInput
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class Unsupported(Exception):
+    """The dialect cannot express this tape (the runtime then interprets it with numpy)."""
+
+
+def _is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt == _BF16
+
+
+def _is_half(dt: np.dtype) -> bool:
+    return dt == np.float16 or dt == _BF16
+
+
+class CFamily:
+    """The dialect-independent renderer; subclasses fill in the tables."""
+
+    name = "c-family"
+    type_names: dict = {}
+    # primitive name -> fn(args: list[str], out_dtype, in_dtype) -> C expression
+    code_for_op: dict[str, Callable] = {}
+    # MLX primitive name -> libm function stem (float versions take the ``f`` suffix)
+    math_functions: dict[str, str] = {}
+
+    # -- types ---------------------------------------------------------------------------
+    def storage_type(self, dt: np.dtype) -> str:
+        dt = np.dtype(dt)
+        try:
+            return self.type_names[dt]
+        except KeyError:
+            raise Unsupported(f"dtype {dt} has no {self.name} type") from None
+
+    def compute_type(self, dt: np.dtype) -> str:
+        """The type arithmetic happens in: float for float16/bfloat16, else the storage type."""
+        return "float" if _is_half(np.dtype(dt)) else self.storage_type(dt)
+
+    def load(self, dt: np.dtype, ref: str) -> str:
+        return ref
+
+    def store(self, dt: np.dtype, expr: str) -> str:
+        return expr
+
+    def round_to(self, dt: np.dtype, expr: str) -> str:
+        """Round a computed value to ``dt``'s precision (identity except for half types)."""
+        return expr
+
+    def literal(self, x: TapeInput) -> str:
+        dt = np.dtype(x.dtype)
+        v = x.constant
+        if dt.kind == "b":
+            return "1" if bool(v) else "0"
+        if dt.kind in "iu":
+            iv = int(v)
+            if dt.itemsize == 8:
+                if dt.kind == "i" and iv == -(2**63):
+                    return "(-9223372036854775807LL - 1)"
+                return f"{iv}{'ULL' if dt.kind == 'u' else 'LL'}"
+            return str(iv)
+        if dt.kind == "c":
+            raise Unsupported("complex constants")
+        f = float(v)
+        if np.isnan(f):
+            return "NAN"
+        if np.isinf(f):
+            return "INFINITY" if f > 0 else "(-INFINITY)"
+        if dt == np.float64:
+            return repr(f)
+        text = str(np.float32(f))  # shortest text that round-trips in float32
+        if "." not in text and "e" not in text:
+            text += ".0"
+        return text + "f"
+
+    def math(self, stem: str, dt: np.dtype) -> str:
+        return stem if np.dtype(dt) == np.float64 else stem + "f"
+
+    def op_expr(self, prim: str, args: list, out_dt: np.dtype, in_dt: np.dtype) -> str:
+        if prim in self.math_functions:
+            if not _is_float(in_dt):
+                raise Unsupported(f"{prim} on {in_dt}")
+            return f"{self.math(self.math_functions[prim], in_dt)}({args[0]})"
+        fn = self.code_for_op.get(prim)
+        if fn is None:
+            raise Unsupported(f"primitive {prim} has no {self.name} spelling")
+        return fn(self, args, np.dtype(out_dt), np.dtype(in_dt))
+
+    # -- kernel pieces (overridden per runtime) -------------------------------------------
+    def preamble(self, tape: Tape) -> str:
+        return ""
+
+    def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
+               large: bool) -> str:
+        raise NotImplementedError
+
+    # -- shared body ----------------------------------------------------------------------
+    def body(self, tape: Tape, loads: dict, indent: str) -> list:
+        """Loads, one line per op, and the output temporaries, in tape order."""
+        lines = []
+        for x in tape.inputs:
+            ct = self.compute_type(x.dtype)
+            if x.is_constant:
+                lines.append(f"{indent}{ct} tmp_{x.name} = {self.literal(x)};")
+            else:
+                lines.append(f"{indent}{ct} tmp_{x.name} = {self.load(x.dtype, loads[x.name])};")
+        for op in tape.ops:
+            in_dt = tape.dtype_of(op.inputs[0]) if op.inputs else op.dtype
+            args = [f"tmp_{n}" for n in op.inputs]
+            expr = self.op_expr(op.primitive, args, op.dtype, in_dt)
+            lines.append(f"{indent}{self.compute_type(op.dtype)} tmp_{op.name} = "
+                         f"{self.round_to(op.dtype, expr)};")
+        return lines
+
+
+# ---------------------------------------------------------------------------------------
+# The C dialect's op table
+
+
+def _binop(sym: str) -> Callable:
+    return lambda d, a, o, i: f"({a[0]} {sym} {a[1]})"
+
+
+def _float_only(fn: Callable) -> Callable:
+    def wrapped(d, a, o, i):
+        if not _is_float(i):
+            raise Unsupported(f"integer {i} for a float-only op")
+        return fn(d, a, o, i)
+
+    return wrapped
+
+
+def _abs(d, a, o, i):
+    if _is_float(i):
+        return f"{d.math('fabs', i)}({a[0]})"
+    if i.kind == "i":
+        return f"({a[0]} < 0 ? ({d.compute_type(i)})-{a[0]} : {a[0]})"
+    return a[0]
+
+
+def _maximum(d, a, o, i):
+    # numpy/MLX propagate NaN from either side
+    if _is_float(i):
+        return f"(({a[0]} >= {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+
+
+def _minimum(d, a, o, i):
+    if _is_float(i):
+        return f"(({a[0]} <= {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+
+
+def _astype(d, a, o, i):
+    if o.kind == "b":
+        return f"({a[0]} != 0)"
+    return f"({d.compute_type(o)}){a[0]}"
+
+
+def _negative(d, a, o, i):
+    if i.kind == "b":
+        raise Unsupported("negative of bool")
+    return f"({d.compute_type(o)})(-{a[0]})"
+
+
+def _square(d, a, o, i):
+    return f"({a[0]} * {a[0]})"
+
+
+C_OPS: dict[str, Callable] = {
+    "Add": _binop("+"),
+    "Subtract": _binop("-"),
+    "Multiply": _binop("*"),
+    "Divide": _float_only(_binop("/")),
+    "Negative": _negative,
+    "Abs": _abs,
+    "Square": _square,
+    "Maximum": _maximum,
+    "Minimum": _minimum,
+    "Equal": _binop("=="),
+    "NotEqual": _binop("!="),
+    "Less": _binop("<"),
+    "LessEqual": _binop("<="),
+    "Greater": _binop(">"),
+    "GreaterEqual": _binop(">="),
+    "LogicalNot": lambda d, a, o, i: f"(!{a[0]})",
+    "LogicalAnd": _binop("&&"),
+    "LogicalOr": _binop("||"),
+    "Select": lambda d, a, o, i: f"({a[0]} ? {a[1]} : {a[2]})",
+    "AsType": _astype,
+    "Broadcast": lambda d, a, o, i: a[0],
+}
+
+C_MATH = {
+    "Exp": "exp", "Log": "log", "Log2": "log2", "Log10": "log10", "Log1p": "log1p",
+    "Expm1": "expm1", "Sqrt": "sqrt", "Sin": "sin", "Cos": "cos", "Tan": "tan",
+    "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh", "ArcSin": "asin", "ArcCos": "acos",
+    "ArcTan": "atan", "ArcSinh": "asinh", "ArcCosh": "acosh", "ArcTanh": "atanh",
+}
+
+# libm functions glibc's libmvec has vector versions of (glibc >= 2.35 for most).
+LIBMVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
+LIBMVEC_2_35 = ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "exp2",
+                "expm1", "log10", "log1p", "log2", "sinh", "tan", "tanh")
+
+_C_PRELUDE = r"""#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <math.h>
+
+static inline float ts_bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } v; v.u = ((uint32_t)h) << 16; return v.f;
+}
+static inline uint16_t ts_f32_to_bf16(float f) {
+  union { uint32_t u; float f; } v; v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline float ts_round_bf16(float f) { return ts_bf16_to_f32(ts_f32_to_bf16(f)); }
+"""
+
+
+class CDialect(CFamily):
+    """Generated C for the CPU: ``void <name>(void** args)``, OpenMP over large loops.
+
+    Arguments, in MLX's order: per non-constant input its data pointer (and, on the
+    strided path for a non-scalar input, a pointer to its int64 element strides); each
+    output's data pointer; then ``size`` (contiguous) or a pointer to the int32 shape.
+    """
+
+    name = "C"
+    type_names = {
+        np.dtype(np.bool_): "bool", np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t",
+        np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t",
+        np.dtype(np.uint8): "uint8_t", np.dtype(np.uint16): "uint16_t",
+        np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
+        np.dtype(np.float16): "_Float16", _BF16: "uint16_t",
+        np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+    }
+    code_for_op = C_OPS
+    math_functions = C_MATH
+    omp_min_size = 1 << 16  # below this the loop runs on one thread
+    tile = 64  # edge of the 2-D tiles the strided kernel walks when an input is transposed
+
+    def __init__(self, vector_math: tuple = ()):
+        self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
+
+    def load(self, dt, ref):
+        dt = np.dtype(dt)
+        if dt == _BF16:
+            return f"ts_bf16_to_f32({ref})"
+        if dt == np.float16:
+            return f"(float){ref}"
+        return ref
+
+    def store(self, dt, expr):
+        dt = np.dtype(dt)
+        if dt == _BF16:
+            return f"ts_f32_to_bf16({expr})"
+        if dt == np.float16:
+            return f"(_Float16)({expr})"
+        return expr
+
+    def round_to(self, dt, expr):
+        dt = np.dtype(dt)
+        if dt == _BF16:
+            return f"ts_round_bf16({expr})"
+        if dt == np.float16:
+            return f"(float)(_Float16)({expr})"
+        return expr
+
+    def preamble(self, tape: Tape) -> str:
+        used = set()
+        for op in tape.ops:
+            stem = self.math_functions.get(op.primitive)
+            if stem:
+                used.add(self.math(stem, self.compute_dtype(tape.dtype_of(op.inputs[0]))))
+        decls = []
+        for fn in sorted(used):
+            stem = fn[:-1] if fn.endswith("f") and fn[:-1] in self.vector_math else fn
+            if stem in self.vector_math:
+                ct = "double" if fn == stem else "float"
+                decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
+        return _C_PRELUDE + ("\n".join(decls) + "\n" if decls else "")
+
+    @staticmethod
+    def compute_dtype(dt):
+        return np.dtype(np.float32) if _is_half(np.dtype(dt)) else np.dtype(dt)
+
+    def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
+               large: bool) -> str:
+        """The full C source of one variant of ``tape``."""
+        idx = "int64_t" if large else "uint32_t"
+        lines = [self.preamble(tape), f"void {kernel_name}(void** args) {{"]
+        k = 0
+        ins = tape.non_constant_inputs
+        for x in ins:
+            lines.append(f"  const {self.storage_type(x.dtype)}* {x.name} = "
+                         f"(const {self.storage_type(x.dtype)}*)args[{k}];")
+            k += 1
+            if not contiguous and not x.scalar:
+                lines.append(f"  const int64_t* {x.name}_strides = (const int64_t*)args[{k}];")
+                k += 1
+        outs = []
+        for j, name in enumerate(tape.outputs):
+            oname = f"out{j}"
+            outs.append((oname, name, tape.dtype_of(name)))
+            lines.append(f"  {self.storage_type(tape.dtype_of(name))}* {oname} = "
+                         f"({self.storage_type(tape.dtype_of(name))}*)args[{k}];")
+            k += 1
+        if contiguous:
+            lines.append(f"  const {idx} size = ({idx})(uintptr_t)args[{k}];")
+            lines.append(f"  #pragma omp parallel for simd schedule(static) if(size >= {self.omp_min_size})")
+            lines.append(f"  for ({idx} i = 0; i < size; ++i) {{")
+            loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+            lines += self.body(tape, loads, "    ")
+            for oname, name, dt in outs:
+                lines.append(f"    {oname}[i] = {self.store(dt, f'tmp_{name}')};")
+            lines.append("  }")
+        else:
+            lines += self._strided(tape, ins, outs, k, ndim)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _strided(self, tape, ins, outs, k, ndim) -> list:
+        """The strided loop nest: outer dims flattened, the last two walked in tiles."""
+        L = [f"  const int* shape = (const int*)args[{k}];"]
+        arr = [x for x in ins if not x.scalar]
+        if ndim == 1:
+            L.append("  const int64_t R = 1, C = shape[0], n_outer = 1;")
+            for x in arr:
+                L.append(f"  const int64_t {x.name}_sr = 0, {x.name}_sc = {x.name}_strides[0];")
+        else:
+            L.append(f"  const int64_t R = shape[{ndim - 2}], C = shape[{ndim - 1}];")
+            L.append("  int64_t n_outer = 1;")
+            L.append(f"  for (int d = 0; d < {ndim - 2}; ++d) n_outer *= shape[d];")
+            for x in arr:
+                L.append(f"  const int64_t {x.name}_sr = {x.name}_strides[{ndim - 2}], "
+                         f"{x.name}_sc = {x.name}_strides[{ndim - 1}];")
+        # tile only when some input walks its last dim with a large stride (a transpose)
+        cond = " || ".join(f"({x.name}_sc > 1 || {x.name}_sc < -1)" for x in arr) or "0"
+        unit = " && ".join(f"{x.name}_sc == 1" for x in arr) or "1"
+        L.append(f"  const int tiled = {cond};")
+        L.append(f"  const int unit = {unit};")
+        L.append(f"  const int64_t TR = tiled ? {self.tile} : 1, TC = tiled ? {self.tile} : C;")
+        L.append("  const int64_t n_rt = (R + TR - 1) / TR, n_ct = (C + TC - 1) / TC;")
+        L.append(f"  #pragma omp parallel for collapse(2) schedule(static) "
+                 f"if(n_outer * R * C >= {self.omp_min_size})")
+        L.append("  for (int64_t o = 0; o < n_outer; ++o) {")
+        L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
+        # base offsets of this outer index
+        for x in arr:
+            L.append(f"    int64_t {x.name}_o = 0;")
+        if ndim > 2:
+            L.append("    { int64_t rem = o;")
+            L.append(f"      for (int d = {ndim - 3}; d >= 0; --d) {{")
+            L.append("        int64_t q = rem % shape[d]; rem /= shape[d];")
+            for x in arr:
+                L.append(f"        {x.name}_o += q * {x.name}_strides[d];")
+            L.append("      } }")
+        L.append("    for (int64_t ct = 0; ct < n_ct; ++ct) {")
+        L.append("    const int64_t r1 = (rt + 1) * TR < R ? (rt + 1) * TR : R;")
+        L.append("    const int64_t c0 = ct * TC, c1 = c0 + TC < C ? c0 + TC : C;")
+        L.append("    for (int64_t r = rt * TR; r < r1; ++r) {")
+        L.append("      const int64_t orow = (o * R + r) * C;")
+        for x in arr:
+            L.append(f"      const {self.storage_type(x.dtype)}* {x.name}_p = "
+                     f"{x.name} + {x.name}_o + r * {x.name}_sr;")
+        for j, (oname, name, dt) in enumerate(outs):
+            L.append(f"      {self.storage_type(dt)}* {oname}_p = {oname} + orow;")
+        for branch, unit_branch in (("if (unit) {", True), ("} else {", False)):
+            L.append(f"      {branch}")
+            L.append("      #pragma omp simd")
+            L.append("      for (int64_t c = c0; c < c1; ++c) {")
+            loads = {}
+            for x in ins:
+                if x.scalar:
+                    loads[x.name] = f"{x.name}[0]"
+                else:
+                    loads[x.name] = f"{x.name}_p[c]" if unit_branch else f"{x.name}_p[c * {x.name}_sc]"
+            L += self.body(tape, loads, "        ")
+            for oname, name, dt in outs:
+                L.append(f"        {oname}_p[c] = {self.store(dt, f'tmp_{name}')};")
+            L.append("      }")
+        L.append("      }")
+        L.append("    }")
+        L.append("    }")
+        L.append("  }")
+        L.append("  }")
+        return L
+
+
+def renderer(dialect: str = "c", **kw) -> CFamily:
+    """The renderer of a dialect by name (only ``"c"`` exists so far)."""
+    if dialect.lower() == "c":
+        return CDialect(**kw)
+    raise ValueError(f"unknown dialect {dialect!r}")
+
+
+def describe_unsupported(tape: Tape, dialect: Optional[CFamily] = None) -> Optional[str]:
+    """Why ``dialect`` cannot render ``tape`` (None when it can)."""
+    d = dialect or CDialect()
+    try:
+        d.render(tape, "probe", True, 1, False)
+    except Unsupported as e:
+        return str(e)
+    return None

@@ -1,0 +1,162 @@
+"""The tape IR that ``compile`` hands down: plain data, and its kernel name in MLX's grammar.
+
+A tape is a fused chain of elementwise primitives (MLX's ``Compiled``): its inputs (arrays,
+scalars, or constants inlined as literals), its operations in topological order (inputs
+excluded, outputs included) and which of them are outputs. Everything here is plain
+Python data (strings, tuples, numbers) so every runtime can read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+# MLX's fusion limits (mlx/compile.cpp): depth of the fused sub-graph, arrays per kernel.
+MAX_COMPILE_DEPTH = 11
+MAX_COMPILE_ARRAYS = 24
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def kindof(dtype: np.dtype) -> str:
+    """MLX's one-letter dtype kind: b, u, i, f (float16/32/64), V (bfloat16), c."""
+    dtype = np.dtype(dtype)
+    if dtype == _BF16:
+        return "V"
+    return {"b": "b", "u": "u", "i": "i", "f": "f", "c": "c"}[dtype.kind]
+
+
+def dtype_code(dtype: np.dtype) -> str:
+    """kind letter + itemsize, as the kernel name spells a dtype (``f4``, ``V2``, ``b1``)."""
+    dtype = np.dtype(dtype)
+    return f"{kindof(dtype)}{dtype.itemsize}"
+
+
+def node_name(i: int) -> str:
+    """The i-th name (from 0) of MLX's NodeNamer: A, B, ..., Z, AA, AB, ..."""
+    letters = []
+    n = i + 1
+    while n > 0:
+        letters.append(chr(ord("A") + (n - 1) % 26))
+        n = (n - 1) // 26
+    return "".join(reversed(letters))
+
+
+def print_constant(value: Any, dtype: np.dtype) -> str:
+    """A constant's value as text that parses back to exactly the same value.
+
+    MLX prints floats with 7 significant digits, which does not round-trip every float32;
+    here floats print in their shortest round-trip form (``repr`` of the value in its own
+    precision), so equal strings mean equal constants.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return "true" if bool(value) else "false"
+    if dtype.kind in "iu":
+        return str(int(value))
+    if dtype.kind == "c":
+        c = complex(value)
+        return f"complex64_t({_float_text(c.real, np.float32)}, {_float_text(c.imag, np.float32)})"
+    return _float_text(float(value), np.float64 if dtype == np.float64 else np.float32)
+
+
+def _float_text(v: float, dtype) -> str:
+    """Shortest text that round-trips ``v`` in ``dtype`` (float32 or float64)."""
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(float(v)) if np.dtype(dtype) == np.float64 else str(np.float32(v))
+
+
+def stable_hash(text: str) -> str:
+    """A hash of ``text`` that is the same in every process (MLX uses ``std::hash``)."""
+    return str(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"))
+
+
+@dataclass(frozen=True)
+class TapeInput:
+    """One input of a tape: an array (``V``), a 0-d array (``S``) or an inlined constant (``C``)."""
+
+    name: str
+    dtype: np.dtype
+    scalar: bool = False
+    constant: Optional[Any] = None  # the Python value when the input is a constant
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant is not None
+
+    @property
+    def signature(self) -> str:
+        return "C" if self.is_constant else ("S" if self.scalar else "V")
+
+
+@dataclass(frozen=True)
+class TapeOp:
+    """One fused operation: ``name = primitive(*inputs)`` producing ``dtype``."""
+
+    name: str
+    primitive: str
+    dtype: np.dtype
+    inputs: tuple
+    params: tuple = ()
+
+
+@dataclass(frozen=True)
+class Tape:
+    """A fused elementwise chain: inputs, operations (topological) and output names."""
+
+    inputs: tuple
+    ops: tuple
+    outputs: tuple
+    lib_name: str = field(default="", compare=False)
+
+    @property
+    def non_constant_inputs(self) -> list:
+        return [x for x in self.inputs if not x.is_constant]
+
+    @property
+    def constants(self) -> list:
+        return [x for x in self.inputs if x.is_constant]
+
+    def dtype_of(self, name: str) -> np.dtype:
+        for x in self.inputs:
+            if x.name == name:
+                return x.dtype
+        for op in self.ops:
+            if op.name == name:
+                return op.dtype
+        raise KeyError(name)
+
+
+def lib_name(inputs: Sequence[TapeInput], ops: Sequence[TapeOp]) -> str:
+    """MLX's kernel library name for a tape (``Compiled`` constructor's ``kernel_lib_``).
+
+    Per op: name, kind, itemsize, primitive, input names; then ``_`` and C/S/V per input;
+    ``_`` and kind+itemsize of each non-constant input (the section upstream v0.26.1 lost to
+    a use-after-move, kept here); ``_`` and a stable hash of the constants' printed values.
+    """
+    parts = []
+    for op in ops:
+        parts.append(f"{op.name}{dtype_code(op.dtype)}{op.primitive}{''.join(op.inputs)}")
+    sig = "".join(x.signature for x in inputs)
+    dts = "".join(dtype_code(x.dtype) for x in inputs if not x.is_constant)
+    consts = "".join(print_constant(x.constant, x.dtype) for x in inputs if x.is_constant)
+    return "".join(parts) + "_" + sig + "_" + dts + "_" + stable_hash(consts)
+
+
+def make_tape(inputs: Sequence[TapeInput], ops: Sequence[TapeOp], outputs: Sequence[str]) -> Tape:
+    """Build a tape and its kernel library name."""
+    inputs, ops = tuple(inputs), tuple(ops)
+    return Tape(inputs, ops, tuple(outputs), lib_name(inputs, ops))
+
+
+def variant_name(lib: str, contiguous: bool, ndim: int, large: bool) -> str:
+    """The kernel symbol of one variant: ``_contiguous`` or ``_strided_<ndim>``, plus ``_large``."""
+    name = lib + ("_contiguous" if contiguous else f"_strided_{ndim}")
+    return name + "_large" if large else name
