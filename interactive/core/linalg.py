@@ -280,7 +280,8 @@ def pinv(a: array, *, stream: StreamOrDevice = None) -> array:
     vt = vt[tuple(idx + [slice(0, k), slice(None)])]
     # Cut-off as numpy / MLX: rcond = max(m, n) * eps, relative to the largest singular value.
     rcond = max(m, n) * _dt.finfo(a.dtype).eps
-    cutoff = ops.multiply(array(rcond, a.dtype), ops.max(sv, -1, True, stream=s), stream=s)
+    cutoff = ops.expand_dims(ops.multiply(ops.max(sv, -1, False, stream=s), array(rcond, a.dtype),
+                                          stream=s), -1, stream=s)
     keep = ops.greater(sv, cutoff, stream=s)
     inv_s = ops.where(keep, ops.reciprocal(sv, stream=s), array(0.0, a.dtype), stream=s)
     vs = ops.multiply(ops.swapaxes(vt, -1, -2, stream=s), ops.expand_dims(inv_s, -2, stream=s),
