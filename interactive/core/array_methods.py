@@ -2,27 +2,146 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
 from . import ops
 from .array import array
+from .device import StreamOrDevice
+from .ops.convert import incompatible, is_scalar_or_array, to_array, type_name
 
 
-def _reflect(fn):
-    return lambda self, other: fn(other, self)
+# ---- operators and elementwise methods (owner: elementwise ops and dtypes) ------------
+_OPERAND_SIG = ("{}(self, other: bool | int | float | mlx.core.array | ndarray[writable=False] | "
+                "complex | mlx.core.ArrayLike) -> mlx.core.array")
+
+
+def _operand(self: array, other: Any, method: str, what: str, inplace: bool = False) -> array:
+    """``other`` as an operand of ``self``'s operator: typed weakly against ``self``, with
+    MLX's errors for None (TypeError) and unsupported types (ValueError)."""
+    if other is None:
+        raise incompatible(method, _OPERAND_SIG.format(method), self, other)
+    if not is_scalar_or_array(other):
+        prefix = "inplace " if inplace else ""
+        raise ValueError(f"Cannot perform {prefix}{what} on an mlx.core.array and {type_name(other)}")
+    return to_array(other, self.dtype)
+
+
+def _operator(fn_name: str, method: str, what: str, reflected: bool = False,
+              inplace: bool = False, bitwise: bool = False):
+    def op(self: array, other: Any) -> array:
+        o = _operand(self, other, method, what, inplace)
+        if bitwise and (_dt.is_inexact(self.dtype) or _dt.is_inexact(o.dtype)):
+            raise ValueError(f"Floating point types not allowed with {what}.")
+        fn = getattr(ops, fn_name)
+        out = fn(o, self) if reflected else fn(self, o)
+        if inplace:  # MLX overwrites the array in place: every handle sees the new value
+            self._d = out._d
+            return self
+        return out
+
+    op.__name__ = method
+    op.__doc__ = f"``{fn_name}`` as the ``{method}`` operator."
+    return op
+
+
+_ARITH = (("add", "add", "addition", True), ("sub", "subtract", "subtraction", True),
+          ("mul", "multiply", "multiplication", True), ("truediv", "divide", "division", True),
+          ("div", "divide", "division", True), ("floordiv", "floor_divide", "floor division", True),
+          ("mod", "remainder", "modulus", True), ("pow", "power", "power", True))
+_BITWISE = (("and", "bitwise_and", "bitwise and"), ("or", "bitwise_or", "bitwise or"),
+            ("xor", "bitwise_xor", "bitwise xor"), ("lshift", "left_shift", "left shift"),
+            ("rshift", "right_shift", "right shift"))
+_COMPARE = (("lt", "less", "less than"), ("le", "less_equal", "less than or equal"),
+            ("gt", "greater", "greater than"), ("ge", "greater_equal", "greater than or equal"))
+
+
+def _equality(fn_name: str, method: str, otherwise: bool):
+    def op(self: array, other: Any):
+        if other is None:
+            raise incompatible(method, _OPERAND_SIG.format(method).replace(
+                "-> mlx.core.array", "-> mlx.core.array | bool"), self, other)
+        if not is_scalar_or_array(other):
+            return otherwise  # MLX: an array never equals a list, a string, a dtype, ...
+        return getattr(ops, fn_name)(self, to_array(other, self.dtype))
+
+    op.__name__ = method
+    op.__doc__ = f"``{fn_name}`` as the ``{method}`` operator (a bool for non-array types)."
+    return op
+
+
+def _matmul(inplace: bool):
+    method = "__imatmul__" if inplace else "__matmul__"
+
+    def op(self: array, other: Any) -> array:
+        if not isinstance(other, (array, np.ndarray)):
+            raise incompatible(method, f"{method}(self, other: mlx.core.array) -> mlx.core.array",
+                               self, other)
+        out = ops.matmul(self, to_array(other))
+        if inplace:
+            self._d = out._d
+            return self
+        return out
+
+    op.__name__ = method
+    return op
+
+
+def _invert(self: array) -> array:
+    """``~a``: bitwise inversion of integers, logical not of bools."""
+    if _dt.is_inexact(self.dtype):
+        raise ValueError("Floating point types not allowed with bitwise inversion.")
+    return ops.bitwise_invert(self)
+
+
+def _method(fn_name: str):
+    def method(self: array, *, stream: StreamOrDevice = None) -> array:
+        return getattr(ops, fn_name)(self, stream=stream)
+
+    method.__name__ = fn_name
+    method.__doc__ = f"``mx.{fn_name}`` of this array."
+    return method
 
 
 def _install() -> None:
     A = array
-    A.__add__ = lambda self, o: ops.add(self, o)
-    A.__radd__ = _reflect(ops.add)
-    A.__sub__ = lambda self, o: ops.subtract(self, o)
-    A.__rsub__ = _reflect(ops.subtract)
-    A.__mul__ = lambda self, o: ops.multiply(self, o)
-    A.__rmul__ = _reflect(ops.multiply)
-    A.__truediv__ = lambda self, o: ops.divide(self, o)
-    A.__rtruediv__ = _reflect(ops.divide)
+    for short, fn_name, what, reflect in _ARITH:
+        setattr(A, f"__{short}__", _operator(fn_name, f"__{short}__", what))
+        setattr(A, f"__i{short}__", _operator(fn_name, f"__i{short}__", what, inplace=True))
+        if reflect:
+            setattr(A, f"__r{short}__", _operator(fn_name, f"__r{short}__", what, reflected=True))
+    for short, fn_name, what in _BITWISE:  # MLX has no reflected bitwise operators
+        setattr(A, f"__{short}__", _operator(fn_name, f"__{short}__", what, bitwise=True))
+        setattr(A, f"__i{short}__", _operator(fn_name, f"__i{short}__", what, inplace=True,
+                                               bitwise=True))
+    for short, fn_name, what in _COMPARE:
+        setattr(A, f"__{short}__", _operator(fn_name, f"__{short}__", what))
+    A.__eq__ = _equality("equal", "__eq__", False)
+    A.__ne__ = _equality("not_equal", "__ne__", True)
+    A.__matmul__ = _matmul(False)
+    A.__imatmul__ = _matmul(True)
+    A.__invert__ = _invert
     A.__neg__ = lambda self: ops.negative(self)
-    A.astype = lambda self, dtype, stream=None: ops.astype(self, dtype, stream=stream)
-    A.exp = lambda self, *, stream=None: ops.exp(self, stream=stream)
+    A.__pos__ = lambda self: self
+    A.__abs__ = lambda self: ops.abs(self)
+    for name in ("abs", "conj", "cos", "exp", "log", "log10", "log1p", "log2", "reciprocal",
+                 "rsqrt", "sin", "sqrt", "square"):
+        setattr(A, name, _method(name))
+
+    def round(self: array, decimals: int = 0, *, stream: StreamOrDevice = None) -> array:
+        """``mx.round`` of this array."""
+        return ops.round(self, decimals, stream=stream)
+
+    def astype(self: array, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
+        """This array cast to ``dtype``."""
+        return ops.astype(self, dtype, stream=stream)
+
+    A.round = round
+    A.astype = astype
+    A.real = property(lambda self: ops.real(self), doc="The real part of a complex array.")
+    A.imag = property(lambda self: ops.imag(self), doc="The imaginary part of a complex array.")
 
 
 _install()
@@ -76,3 +195,61 @@ def _install_reductions() -> None:
 
 
 _install_reductions()
+
+
+# ---- shape, view and indexing methods (owner: creation/shape/indexing ops) ------------
+def _install_shape_methods() -> None:
+    """Method forms of the shape ops, with MLX's method signatures."""
+    A = array
+
+    def _shape_args(args: tuple) -> Any:
+        return args[0] if len(args) == 1 and not isinstance(args[0], int) else args
+
+    def reshape(self: array, *shape: Any, stream: StreamOrDevice = None) -> array:
+        """``mx.reshape``; the shape may be given as one sequence or as ints."""
+        return ops.reshape(self, _shape_args(shape), stream=stream)
+
+    def transpose(self: array, *axes: Any, stream: StreamOrDevice = None) -> array:
+        """``mx.transpose``; the axes may be given as one sequence or as ints."""
+        return ops.transpose(self, _shape_args(axes) if axes else None, stream=stream)
+
+    def flatten(self: array, start_axis: int = 0, end_axis: int = -1, *,
+                stream: StreamOrDevice = None) -> array:
+        """``mx.flatten`` of this array."""
+        return ops.flatten(self, start_axis, end_axis, stream=stream)
+
+    def squeeze(self: array, axis: Any = None, *, stream: StreamOrDevice = None) -> array:
+        """``mx.squeeze`` of this array."""
+        return ops.squeeze(self, axis, stream=stream)
+
+    def swapaxes(self: array, axis1: int, axis2: int, *, stream: StreamOrDevice = None) -> array:
+        """``mx.swapaxes`` of this array."""
+        return ops.swapaxes(self, axis1, axis2, stream=stream)
+
+    def moveaxis(self: array, source: int, destination: int, *,
+                 stream: StreamOrDevice = None) -> array:
+        """``mx.moveaxis`` of this array."""
+        return ops.moveaxis(self, source, destination, stream=stream)
+
+    def split(self: array, indices_or_sections: Any, axis: int = 0, *,
+              stream: StreamOrDevice = None) -> list:
+        """``mx.split`` of this array."""
+        return ops.split(self, indices_or_sections, axis, stream=stream)
+
+    def diag(self: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+        """``mx.diag`` of this array."""
+        return ops.diag(self, k, stream=stream)
+
+    def diagonal(self: array, offset: int = 0, axis1: int = 0, axis2: int = 1,
+                 stream: StreamOrDevice = None) -> array:
+        """``mx.diagonal`` of this array."""
+        return ops.diagonal(self, offset, axis1, axis2, stream=stream)
+
+    for fn in (reshape, transpose, flatten, squeeze, swapaxes, moveaxis, split, diag, diagonal):
+        setattr(A, fn.__name__, fn)
+    A.T = property(lambda self: ops.transpose(self), doc="Equivalent to ``self.transpose()``.")
+    A.mT = property(lambda self: ops.swapaxes(self, -1, -2),
+                    doc="The transpose of the last two axes.")
+
+
+_install_shape_methods()

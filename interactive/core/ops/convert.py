@@ -16,39 +16,82 @@ __all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes"]
 register("AsType", ASTYPE)
 register("Broadcast", BROADCAST)
 
+# What MLX's bindings accept where they say ``scalar | array``: Python scalars, mx arrays,
+# and array-likes (numpy arrays and numpy scalars). Lists, strings, ... are refused.
 Scalar = (bool, int, float, complex, np.generic)
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-def _scalar_dtype(v: Any, like: Optional[_dt.Dtype]) -> _dt.Dtype:
-    """The dtype a Python scalar takes next to an array of dtype ``like`` (weak typing)."""
-    if isinstance(v, (bool, np.bool_)):
-        return _dt.bool_
-    if isinstance(v, (int, np.integer)):
-        if like is None or like == _dt.bool_:
-            return _dt.int32 if -(2**31) <= int(v) < 2**31 else _dt.int64
-        if _dt.is_integer(like):
-            info = np.iinfo(like.np)
-            if not info.min <= int(v) <= info.max:
-                raise ValueError(f"Converting {int(v)} to {like.name} would result in overflow.")
-        return like
-    if isinstance(v, (float, np.floating)):
-        return like if like is not None and _dt.is_inexact(like) else _dt.float32
-    if isinstance(v, (complex, np.complexfloating)):
-        return _dt.complex64
-    raise ValueError(f"Invalid type {type(v).__name__} received in array initialization.")
+def type_name(obj: Any) -> str:
+    """A value's type as MLX's bindings name it in messages."""
+    t = type(obj)
+    if t is array:
+        return "mlx.core.array"
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def incompatible(fn: str, signature: str, *args: Any) -> TypeError:
+    """The TypeError MLX's bindings raise for an argument of a type they do not accept."""
+    types = ", ".join(type_name(a) for a in args)
+    return TypeError(f"{fn}(): incompatible function arguments. The following argument types "
+                     f"are supported:\n    1. {signature}\n\nInvoked with types: {types}")
+
+
+def is_scalar_or_array(v: Any) -> bool:
+    """Whether ``v`` is something MLX converts where an op takes ``scalar | array``."""
+    return isinstance(v, (array, np.ndarray) + Scalar)
+
+
+def _wrap_int(v: int, bits: int) -> int:
+    """``v`` converted to a signed ``bits``-bit integer as C does (two's complement wrap)."""
+    m = 1 << bits
+    v %= m
+    return v - m if v >= m // 2 else v
+
+
+def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise RuntimeError("std::bad_cast")
+    default = _dt.int32 if _INT32[0] <= v <= _INT32[1] else _dt.int64
+    if like is None:
+        return array(v, default)
+    if like == _dt.bool_:  # MLX takes the int as a C int here: wrapped to 32 bits
+        return array(_wrap_int(v, 32), _dt.int32)
+    if _dt.is_integer(like) and like.size < 8:
+        info = np.iinfo(like.np)
+        if not info.min <= v <= info.max:
+            raise ValueError(f"Converting {v} to {like.name} would result in overflow.")
+    return array(v, like)
 
 
 def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
-    """``v`` as an array; a Python scalar is typed weakly against ``like``."""
+    """``v`` as an array, as MLX's bindings convert a ``scalar | array`` argument.
+
+    With ``like`` (the dtype of the other, array operand) a Python scalar is typed weakly:
+    an int takes an integer/float ``like`` (raising on overflow), a float takes an inexact
+    ``like`` and is float32 otherwise; numpy scalars and arrays are cast to ``like``.
+    """
     if isinstance(v, array):
         return v
-    if isinstance(v, Scalar):
-        return array(v, _scalar_dtype(v, like))
-    return array(v)
+    if isinstance(v, bool):
+        return array(v, _dt.bool_)
+    if isinstance(v, int):
+        return _weak_int(v, like)
+    if isinstance(v, float):
+        return array(v, like if like is not None and _dt.is_inexact(like) else _dt.float32)
+    if isinstance(v, complex):
+        return array(v, _dt.complex64)
+    if isinstance(v, (np.ndarray, np.generic)):
+        out = array(v)
+        return out if like is None else astype(out, like)
+    if v is None:
+        raise incompatible("array", "array(a: scalar | array) -> array", v)
+    raise ValueError(f"Invalid type {type_name(v)} received in array initialization.")
 
 
 def to_arrays(a: Any, b: Any) -> tuple[array, array]:
-    """Two operands as arrays, scalars adopting the other operand's dtype where MLX does."""
+    """Two operands as arrays: a non-array next to an array is typed weakly against it."""
     if isinstance(a, array) and not isinstance(b, array):
         return a, to_array(b, a.dtype)
     if isinstance(b, array) and not isinstance(a, array):
