@@ -1,5 +1,6 @@
 """tapescope: an MLX-style lazy array runtime for Jupyter that shows its own insides."""
 
+from tapescope.core.scheduling import interrupt_eval  # noqa: F401
 from tapescope.kernels.timeline import record  # noqa: F401
 
 __version__ = "0.1.0"

@@ -16,4 +16,4 @@ from .memory import *  # noqa: F401,F403
 from . import metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401
-from .transforms import async_eval, eval  # noqa: F401
+from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401

@@ -1,9 +1,9 @@
-"""Evaluating the lazy graph: topological order, running each node's rule, detaching."""
+"""Running one graph node: its rule on the CPU, output memory (allocation, donation), detaching."""
 
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -12,33 +12,10 @@ from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 
 from . import dtypes as _dt
 from .array import ArrayDesc, adopt
-from .primitive import ASTYPE, BINARY, TERNARY, UNARY, Node
+from .primitive import BINARY, TERNARY, UNARY, Node
 
 _HALF = (_dt.bfloat16.np,)
 _ELEMENTWISE = (UNARY, BINARY, TERNARY)
-
-
-def topo_order(descs: Iterable[ArrayDesc]) -> list[Node]:
-    """The unevaluated nodes the given arrays depend on, inputs before users."""
-    order: list[Node] = []
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = []
-    for d in descs:
-        if d.node is not None and id(d.node) not in seen:
-            stack.append((d.node, False))
-            while stack:
-                node, done = stack.pop()
-                if done:
-                    order.append(node)
-                    continue
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                stack.append((node, True))
-                for inp in reversed(node.inputs):
-                    if inp.node is not None and id(inp.node) not in seen:
-                        stack.append((inp.node, False))
-    return order
 
 
 DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
@@ -140,15 +117,3 @@ def run_node(node: Node) -> None:
         timeline.add("primitive", t0, timeline.now(), name=prim.name, node=node.id,
                      stream=prim.stream.index, device=prim.stream.device.type.name,
                      nbytes=nbytes)
-
-
-def evaluate(descs: list[ArrayDesc]) -> None:
-    """Evaluate every unevaluated array in ``descs`` (and what they depend on)."""
-    order = topo_order(descs)
-    if not order:
-        return
-    t0 = timeline.now() if timeline.enabled else 0
-    for node in order:
-        run_node(node)
-    if t0:
-        timeline.add("eval", t0, timeline.now(), detail={"nodes": len(order)})

@@ -67,16 +67,19 @@ class Node:
     """A primitive applied to input arrays, producing one or more sibling output arrays.
 
     Outputs are held weakly so that the graph does not keep dead arrays alive; inputs are
-    held strongly until the node is evaluated and detached.
+    held strongly until the node is evaluated and detached. A node is *unscheduled* while
+    ``event`` is None, *scheduled* while it holds the event of the eval that will run it,
+    and *available* once its outputs have data (they no longer point at the node).
     """
 
-    __slots__ = ("primitive", "inputs", "outputs", "id", "__weakref__")
+    __slots__ = ("primitive", "inputs", "outputs", "id", "event", "__weakref__")
 
     def __init__(self, primitive: Primitive, inputs: list):
         self.primitive = primitive
         self.inputs = inputs
         self.outputs: list[weakref.ref] = []
         self.id = next(_node_ids)
+        self.event = None  # set while scheduled: the event its stream signals when done
 
     def output(self, i: int) -> Optional[Any]:
         return self.outputs[i]()

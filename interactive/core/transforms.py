@@ -1,11 +1,14 @@
-"""``mx.eval`` and ``mx.async_eval``: realise arrays (and pytrees of arrays)."""
+"""``mx.eval``, ``mx.async_eval``, ``mx.synchronize`` and ``mx.clear_streams``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tapescope.kernels import scheduler
+
 from .array import ArrayDesc, array
-from .evaluate import evaluate
+from .device import StreamOrDevice, resolve_stream
+from .scheduling import evaluate, interrupt_eval  # noqa: F401  (re-exported)
 
 
 def tree_flatten_arrays(tree: Any, out: list[ArrayDesc]) -> list[ArrayDesc]:
@@ -22,10 +25,31 @@ def tree_flatten_arrays(tree: Any, out: list[ArrayDesc]) -> list[ArrayDesc]:
 
 
 def eval(*args: Any) -> None:
-    """Evaluate the arrays (or pytrees of arrays) given, and everything they depend on."""
+    """Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.
+
+    Leaves that are not arrays are ignored. Blocks until the outputs are available.
+    """
     evaluate(tree_flatten_arrays(args, []))
 
 
 def async_eval(*args: Any) -> None:
-    """Start evaluating the given arrays and return (the CPU runtime completes them inline)."""
-    evaluate(tree_flatten_arrays(args, []))
+    """Start evaluating the arrays (or pytrees of arrays) given and return at once.
+
+    Work goes onto each stream's worker thread; reading a result (``item()``, printing,
+    ``mx.eval``) waits for it.
+    """
+    evaluate(tree_flatten_arrays(args, []), asynchronous=True)
+
+
+def synchronize(stream: StreamOrDevice = None) -> None:
+    """Wait until all work queued on ``stream`` (default: the default device's default
+    stream) has finished."""
+    s = resolve_stream(stream)
+    w = scheduler.existing_worker(s.index)
+    if w is not None:
+        w.synchronize()
+
+
+def clear_streams() -> None:
+    """Finish the queued work and stop every stream's worker thread (they restart on use)."""
+    scheduler.stop_workers()

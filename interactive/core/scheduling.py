@@ -1,0 +1,280 @@
+"""MLX's eval loop: order the graph, put each node on its stream, synchronise across streams.
+
+One eval: the unscheduled nodes the outputs need, in topological order, each marked
+scheduled with its stream's event for this eval. Each stream runs its nodes in order on its
+worker thread (``tapescope.kernels.scheduler``). An input produced on another stream
+*within* this eval is waited on through that stream's fence; an input scheduled by an
+*earlier* eval is waited on through its event — unless the event has already signalled, in
+which case it is detached (seed 000's eval change). A synchronous eval whose nodes are all on
+one idle stream runs inline on the calling thread (same order, same records, lower latency).
+
+Between nodes the loop polls the interrupt flag; on an interrupt (or an error) the rest of
+the eval's nodes are left lazy and unscheduled, every event and fence is still signalled, and
+the caller gets ``KeyboardInterrupt`` (or the error). A later eval resumes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Optional
+
+from tapescope.kernels import timeline
+from tapescope.kernels.scheduler import Event, Fence, Interrupt, existing_worker, worker
+
+from .array import ArrayDesc
+from .evaluate import run_node
+from .primitive import Node
+
+_schedule_lock = threading.RLock()
+
+
+class EvalState:
+    """What one eval shares between its streams: whether it stopped, and why."""
+
+    __slots__ = ("stopped", "interrupted", "error", "remaining", "lock")
+
+    def __init__(self, n_streams: int):
+        self.stopped = False
+        self.interrupted = False
+        self.error: Optional[BaseException] = None
+        self.remaining = n_streams
+        self.lock = threading.Lock()
+
+    def stop(self, error: Optional[BaseException] = None, interrupted: bool = False) -> None:
+        self.stopped = True
+        if error is not None and self.error is None:
+            self.error = error
+        if interrupted:
+            self.interrupted = True
+
+    def stream_done(self) -> None:
+        """Called once per stream after its last task; the eval ends with the last stream."""
+        with self.lock:
+            self.remaining -= 1
+            last = self.remaining == 0
+        if last:
+            Interrupt.end()
+
+
+def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
+    """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)."""
+    order: list[Node] = []
+    pending: list[Node] = []
+    seen: set[int] = set()
+    for d in descs:
+        node = d.node
+        if node is None or id(node) in seen:
+            continue
+        if node.event is not None:
+            seen.add(id(node))
+            pending.append(node)
+            continue
+        stack: list[tuple[Node, bool]] = [(node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for inp in reversed(node.inputs):
+                n = inp.node
+                if n is not None and id(n) not in seen:
+                    if n.event is not None:
+                        seen.add(id(n))
+                        pending.append(n)
+                    else:
+                        stack.append((n, False))
+    return order, pending
+
+
+def _run_task(node: Node, state: EvalState, waits: list) -> None:
+    """Run one node on its stream unless the eval has stopped; leave it lazy otherwise."""
+    for w in waits:
+        w()
+    if state.stopped or Interrupt.interrupted():
+        if not state.stopped:
+            state.stop(interrupted=True)
+        node.event = None
+        return
+    for inp in node.inputs:
+        if inp.node is not None:  # its producer was interrupted or failed
+            state.stop(interrupted=True)
+            node.event = None
+            return
+    try:
+        run_node(node)
+    except BaseException as e:  # noqa: BLE001 - delivered to the caller
+        state.stop(error=e)
+        node.event = None
+
+
+def _plan(order: list[Node]):
+    """Per stream, the list of (node, waits) and the fence updates that follow each node."""
+    plan: dict[int, list] = {}
+    streams: dict[int, object] = {}
+    fences: dict[int, Fence] = {}
+    produced_on: dict[int, int] = {}  # id(node) -> stream index, for nodes of this eval
+    for node in order:
+        s = node.primitive.stream
+        streams[s.index] = s
+        produced_on[id(node)] = s.index
+    updates: dict[int, list[int]] = {}  # id(producer node) -> fence counts to signal after it
+    for node in order:
+        si = node.primitive.stream.index
+        waits = []
+        for inp in node.inputs:
+            n = inp.node
+            if n is None:
+                continue
+            pi = produced_on.get(id(n))
+            if pi is not None:
+                if pi != si:  # cross-stream edge inside this eval: a fence
+                    f = fences.get(pi) or fences.setdefault(pi, Fence(pi))
+                    count = f.next_update()
+                    updates.setdefault(id(n), []).append(count)
+                    waits.append(lambda f=f, c=count, si=si: f.wait(c, si))
+            elif n.event is not None:  # scheduled by an earlier eval
+                ev = n.event
+                if ev.is_signaled():
+                    if timeline.enabled:
+                        timeline.add("event_detach", timeline.now(), stream=si,
+                                     detail={"event": ev.id, "node": n.id})
+                elif n.primitive.stream.index != si:
+                    waits.append(lambda ev=ev, si=si: ev.wait(1, si))
+        plan.setdefault(si, []).append((node, waits))
+    return plan, streams, fences, updates
+
+
+def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
+    """Evaluate the arrays (and what they need); return at once when ``asynchronous``."""
+    for _ in range(100):
+        with _schedule_lock:
+            order, pending = topo_order(descs)
+            if order:
+                state, events = _schedule(order, pending, asynchronous)
+        if order and not asynchronous:
+            for ev in events.values():
+                ev.wait(1)
+            if state.error is not None:
+                raise state.error
+            if state.interrupted:
+                raise KeyboardInterrupt("[eval] Evaluation interrupted; evaluated arrays keep "
+                                        "their data and the rest stay lazy.")
+        if asynchronous:
+            return
+        for n in pending:  # scheduled by another eval: wait for it
+            ev = n.event
+            if ev is not None:
+                ev.wait(1)
+        if all(d.node is None for d in descs):
+            return
+        if not order and not pending:
+            return
+    raise RuntimeError("[eval] The graph could not be evaluated (interrupted repeatedly).")
+
+
+def _schedule(order: list[Node], pending: list[Node], asynchronous: bool):
+    """Mark ``order`` scheduled and start it on its streams (or inline)."""
+    plan, streams, fences, updates = _plan(order)
+    events = {si: Event(si) for si in plan}
+    for si, items in plan.items():
+        ev = events[si]
+        for node, _ in items:
+            node.event = ev
+    state = EvalState(len(plan))
+    Interrupt.begin()
+    t0 = timeline.now() if timeline.enabled else 0
+    if t0:
+        timeline.add("eval_begin", t0, detail={"nodes": len(order), "streams": sorted(plan),
+                                                "async": asynchronous})
+    inline = False
+    if not asynchronous and len(plan) == 1 and not any(w for _, w in next(iter(plan.values()))):
+        si = next(iter(plan))
+        w = existing_worker(si)
+        inline = w is None or w.idle()
+    if inline:
+        si, items = next(iter(plan.items()))
+        lock = existing_worker(si).exec_lock if existing_worker(si) else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            _install_sigint()
+            for node, waits in items:
+                _run_task(node, state, waits)
+        finally:
+            if lock is not None:
+                lock.release()
+            _finish_stream(state, events[si], t0)
+        return state, events
+    for si, items in plan.items():
+        s = streams[si]
+        wk = worker(si, f"{s.device.type.name}-stream{si}")
+        for node, waits in items:
+            ups = updates.get(id(node))
+            if ups:
+                fence = fences[si]
+
+                def task(node=node, waits=waits, ups=ups, fence=fence):
+                    try:
+                        _run_task(node, state, waits)
+                    finally:
+                        for c in ups:
+                            fence.update(c)
+            else:
+                def task(node=node, waits=waits):
+                    _run_task(node, state, waits)
+            wk.enqueue(task)
+        wk.enqueue(lambda ev=events[si]: _finish_stream(state, ev, t0))
+    if not asynchronous:
+        _install_sigint()
+    return state, events
+
+
+def _finish_stream(state: EvalState, ev: Event, t0: int) -> None:
+    ev.signal(1)
+    state.stream_done()
+    if t0 and timeline.enabled:
+        timeline.add("eval_end", t0, timeline.now(), stream=ev.stream,
+                     detail={"interrupted": state.interrupted,
+                             "error": None if state.error is None else type(state.error).__name__})
+
+
+# -- Interrupts -----------------------------------------------------------------------------
+
+def interrupt_eval() -> bool:
+    """Ask the running evals to stop at the next node boundary; True if an eval was running."""
+    return Interrupt.request()
+
+
+_sigint_installed = None
+
+
+def _install_sigint() -> None:
+    """While an eval runs, SIGINT (Jupyter's interrupt button, Ctrl-C) interrupts it cleanly;
+    outside an eval the previous handler runs as before."""
+    global _sigint_installed
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is _sigint_installed and current is not None:
+        return
+    previous = current
+
+    def handler(signum, frame):
+        if interrupt_eval():
+            return
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+        _sigint_installed = handler
+    except (ValueError, OSError):  # not the main interpreter thread
+        pass
