@@ -144,6 +144,10 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
     out = dtype or inferred
     with np.errstate(all="ignore"):
         data = np.array(src, dtype=out.np)
+    if out == _dt.bfloat16:  # MLX's float -> bfloat16 makes every NaN the positive quiet NaN
+        nans = np.isnan(data)
+        if nans.any():
+            data[nans] = np.nan
     return data, out
 
 
