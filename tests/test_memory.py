@@ -378,3 +378,12 @@ def test_metal_aliases_warn_once(capsys):
 
 def test_cpu_allocator_is_the_memory_api_source():
     assert allocator("cpu").active == mx.get_active_memory()
+
+
+def test_broadcast_views_are_never_donated(clean_memory):
+    x = mx.broadcast_to(mx.array(2.0), (1,))  # contiguous-looking but a read-only view
+    y = x / 4.0
+    del x
+    np.testing.assert_array_equal(np.array(y), np.array([0.5], np.float32))
+    z = mx.broadcast_to(mx.array(np.float32(3.0)), (1, 1)) * 2.0
+    np.testing.assert_array_equal(np.array(z), np.array([[6.0]], np.float32))

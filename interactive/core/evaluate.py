@@ -30,6 +30,7 @@ def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
         data = d.data
         if (d.buffer is not None and d.dtype.size == out.dtype.size and data.shape == out.shape
                 and (data.flags.c_contiguous or data.flags.f_contiguous)
+                and data.flags.writeable  # broadcast views are read-only: never donate them
                 and d.buffer.buffer.size <= nbytes + DONATION_SLACK
                 and sys.getrefcount(d) == _DESC_REFS
                 and sys.getrefcount(d.buffer) == _HANDLE_REFS):
