@@ -131,9 +131,11 @@ def issubdtype(arg1, arg2) -> bool:
         return arg1 == arg2
     if isinstance(arg1, DtypeCategory) and isinstance(arg2, Dtype):
         return False
+    if not isinstance(arg1, (Dtype, DtypeCategory)):
+        raise ValueError("[issubdtype] Received invalid type for first input.")
+    if not isinstance(arg2, (Dtype, DtypeCategory)):
+        raise ValueError("[issubdtype] Received invalid type for second input.")
     cat = _category_of(arg1) if isinstance(arg1, Dtype) else arg1
-    if not isinstance(cat, DtypeCategory) or not isinstance(arg2, DtypeCategory):
-        raise TypeError("[issubdtype] Arguments must be mlx.core.Dtype or mlx.core.DtypeCategory.")
     while cat is not None:
         if cat == arg2:
             return True
@@ -176,15 +178,19 @@ class finfo:
     """Machine limits for floating point types (``mx.finfo``)."""
 
     def __init__(self, dtype: Dtype):
-        if isinstance(dtype, DtypeCategory) or not is_inexact(dtype):
-            raise ValueError(f"[finfo] dtype {dtype} is not inexact.")
+        if not isinstance(dtype, Dtype):
+            raise TypeError("__init__(): incompatible function arguments. The following argument "
+                            "types are supported:\n    1. __init__(self, arg: mlx.core.Dtype, /) "
+                            f"-> None\n\nInvoked with types: mlx.core.finfo, {_type_name(dtype)}")
+        if not is_inexact(dtype):
+            raise ValueError(f"[finfo] dtype {dtype.name} is not inexact.")
         info = ml_dtypes.finfo(float32.np if dtype == complex64 else dtype.np)
         self.dtype = float32 if dtype == complex64 else dtype
         self.min = float(info.min)
         self.max = float(info.max)
         self.eps = float(info.eps)
         self.smallest_normal = float(info.smallest_normal)
-        self.bits = info.bits
+        self.bits = int(info.bits)
 
     def __repr__(self) -> str:
         return f"finfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype.name})"
@@ -194,13 +200,57 @@ class iinfo:
     """Machine limits for integer types (``mx.iinfo``)."""
 
     def __init__(self, dtype: Dtype):
-        if isinstance(dtype, DtypeCategory) or not is_integer(dtype):
-            raise ValueError(f"[iinfo] dtype {dtype} is not integral.")
+        if not isinstance(dtype, Dtype):
+            raise TypeError("__init__(): incompatible function arguments. The following argument "
+                            "types are supported:\n    1. __init__(self, arg: mlx.core.Dtype, /) "
+                            f"-> None\n\nInvoked with types: mlx.core.iinfo, {_type_name(dtype)}")
+        if not is_integer(dtype):
+            raise ValueError(f"[iinfo] Only integer types supported but {dtype.name} was provided")
         info = np.iinfo(dtype.np)
         self.dtype = dtype
         self.min = int(info.min)
         self.max = int(info.max)
-        self.bits = info.bits
 
     def __repr__(self) -> str:
         return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype.name})"
+
+
+def _type_name(v) -> str:
+    t = type(v)
+    if t.__module__.startswith("tapescope"):
+        return f"mlx.core.{t.__name__}"
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+_KINDS = {
+    "bool": lambda d: d == bool_,
+    "signed integer": lambda d: d.kind == "i",
+    "unsigned integer": lambda d: d.kind == "u",
+    "integral": lambda d: d.kind in "ui",
+    "real floating": lambda d: d.kind in "fV",
+    "complex floating": lambda d: d.kind == "c",
+    "numeric": lambda d: d != bool_,
+}
+
+
+def isdtype(dtype: Dtype, kind) -> bool:
+    """Whether ``dtype`` is of a kind (a Dtype, a kind string, or a tuple of those)."""
+    if not isinstance(dtype, Dtype):
+        raise TypeError("isdtype(): incompatible function arguments. The following argument types "
+                        "are supported:\n    1. isdtype(dtype: Dtype, kind: Dtype | str | "
+                        "tuple[Dtype | str, ...]) -> bool\n\nInvoked with types: "
+                        f"{_type_name(dtype)}, {_type_name(kind)}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:
+        if isinstance(k, Dtype):
+            if k == dtype:
+                return True
+        elif isinstance(k, str):
+            if k not in _KINDS:
+                raise ValueError(f"[isdtype] Unknown data type kind: '{k}'.")
+            if _KINDS[k](dtype):
+                return True
+        else:
+            raise ValueError("[isdtype] `kind` must be a dtype, a string, or a tuple of dtypes "
+                             "and strings.")
+    return False

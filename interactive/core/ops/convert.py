@@ -11,7 +11,9 @@ from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import ASTYPE, BROADCAST, Primitive, register
 
-__all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes"]
+__all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes", "isdtype"]
+
+isdtype = _dt.isdtype  # exported here because tapescope.core re-exports every op module
 
 register("AsType", ASTYPE)
 register("Broadcast", BROADCAST)
