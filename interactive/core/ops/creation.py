@@ -80,12 +80,16 @@ def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
     return ones(a.shape, dtype or a.dtype, stream=stream)
 
 
-def arange(start: Union[int, float], stop: Union[None, int, float] = None,
+def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] = None,
            step: Union[None, int, float] = None, dtype: Optional[_dt.Dtype] = None, *,
            stream: StreamOrDevice = None) -> array:
     """Evenly spaced values in ``[start, stop)``; ``arange(stop)`` starts at 0."""
+    if start is None and stop is None:
+        raise TypeError("arange(): incompatible function arguments.")
     if stop is None:
         start, stop = 0, start
+    elif start is None:
+        start = 0
     _check_dtype(dtype)
     vals = (start, stop, 1 if step is None else step)
     for v in vals:

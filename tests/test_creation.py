@@ -1,0 +1,201 @@
+"""Creation ops against numpy (values) and MLX (dtypes, primitives, errors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapescope.core as mx
+from conftest import mlx_ref
+
+SETTINGS = settings(max_examples=40, deadline=None)
+shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
+DTYPES = ["bool_", "uint8", "int16", "int32", "int64", "float16", "float32", "bfloat16",
+          "complex64"]
+
+
+def check(out, expected, dtype=None):
+    expected = np.asarray(expected)
+    assert out.shape == expected.shape
+    if dtype is not None:
+        assert out.dtype == dtype
+    if out.dtype == mx.bfloat16:
+        out, expected = out.astype(mx.float32), expected.astype(np.float32)
+    np.testing.assert_array_equal(np.array(out), expected)
+
+
+def same_dtype(a, b) -> bool:
+    return repr(a.dtype) == str(b.dtype)
+
+
+def prims(*outs) -> list:
+    seen, names, stack = set(), [], [o._d for o in outs]
+    while stack:
+        node = stack.pop().node
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            names.append(node.primitive.name)
+            stack.extend(node.inputs)
+    return sorted(names)
+
+
+def same_error(case):
+    if mlx_ref is None:
+        pytest.skip("mlx is not installed")
+    with pytest.raises(Exception) as want:
+        mlx_ref.eval(case(mlx_ref))
+    with pytest.raises(type(want.value)) as got:
+        case(mx)
+    if "\n" not in str(want.value):
+        assert str(got.value) == str(want.value)
+
+
+@SETTINGS
+@given(shapes, st.sampled_from(DTYPES))
+def test_zeros_ones_full_match_numpy(shape, dname):
+    dt = getattr(mx, dname)
+    check(mx.zeros(shape, dt), np.zeros(shape, dt.np), dt)
+    check(mx.ones(shape, dt), np.ones(shape, dt.np), dt)
+    check(mx.full(shape, mx.array(3, dt)), np.full(shape, 3, dt.np), dt)
+    check(mx.zeros(shape), np.zeros(shape, np.float32), mx.float32)
+    z = mx.zeros(shape, dt)
+    check(mx.zeros_like(z), np.zeros(shape, dt.np), dt)
+    check(mx.ones_like(z, mx.int8), np.ones(shape, np.int8), mx.int8)
+
+
+def test_full_broadcasts_array_values():
+    row = np.arange(3, dtype=np.float32)
+    check(mx.full((2, 3), mx.array(row)), np.broadcast_to(row, (2, 3)), mx.float32)
+    check(mx.full(4, 2), np.full(4, 2, np.int32), mx.int32)
+
+
+@pytest.mark.parametrize("case", [
+    lambda m: m.full((2,), 1), lambda m: m.full((2,), 1.5), lambda m: m.full((2,), True),
+    lambda m: m.full((2,), 1, m.float32), lambda m: m.full((2,), 1, dtype=m.float16),
+    lambda m: m.full((2,), 1.5, dtype=m.int32), lambda m: m.full((2,), 2**40),
+    lambda m: m.full((2,), 1 + 2j), lambda m: m.full((2,), m.array([1, 2]), dtype=m.float16),
+    lambda m: m.full((2,), m.array(1.0), m.int32), lambda m: m.zeros((2,), None),
+    lambda m: m.zeros_like(m.array([1, 2])), lambda m: m.ones_like(m.array([1, 2]), m.float16),
+    lambda m: m.arange(5), lambda m: m.arange(1, 5), lambda m: m.arange(1, 5, 2),
+    lambda m: m.arange(5, dtype=m.float16), lambda m: m.arange(0, 5, step=2),
+    lambda m: m.arange(stop=5), lambda m: m.arange(start=1, stop=5),
+    lambda m: m.arange(0, 2**40, 2**38), lambda m: m.arange(5.0), lambda m: m.arange(0, 1, 0.3),
+    lambda m: m.arange(0, 5, 1.0), lambda m: m.arange(5, step=2), lambda m: m.arange(-3),
+    lambda m: m.arange(0, 5, dtype=m.uint8), lambda m: m.arange(0.5, 5, dtype=m.int32),
+    lambda m: m.arange(10, 0, -3), lambda m: m.arange(0, 3, dtype=m.complex64),
+    lambda m: m.linspace(0, 1, 1), lambda m: m.linspace(0, 1, 5, endpoint=False),
+    lambda m: m.linspace(0, 10, 5, dtype=m.int32), lambda m: m.linspace(-2, 3, 7),
+    lambda m: m.linspace(0, 1, 0), lambda m: m.eye(3), lambda m: m.eye(2, 3, k=-1, dtype=m.int32),
+    lambda m: m.eye(3, 4, 1), lambda m: m.eye(0), lambda m: m.eye(2, 2, 5),
+    lambda m: m.identity(3, m.int8), lambda m: m.tri(3), lambda m: m.tri(2, 3, 1),
+    lambda m: m.tri(2, dtype=m.int32), lambda m: m.tri(-1), lambda m: m.tri(3, 2, -1, m.bool_),
+])
+def test_values_and_dtypes_match_mlx(mlx, case):
+    got, want = case(mx), case(mlx)
+    assert got.shape == tuple(want.shape)
+    assert same_dtype(got, want)
+    if got.dtype == mx.bfloat16:
+        got, want = got.astype(mx.float32), want.astype(mlx.float32)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)
+
+
+@SETTINGS
+@given(st.integers(-20, 20), st.integers(-20, 20), st.integers(-5, 5).filter(bool))
+def test_integer_arange_matches_numpy(start, stop, step):
+    check(mx.arange(start, stop, step), np.arange(start, stop, step, dtype=np.int32), mx.int32)
+
+
+@SETTINGS
+@given(st.floats(-10, 10), st.floats(-10, 10), st.floats(0.1, 3), st.booleans())
+def test_float_arange_matches_numpy(start, stop, step, neg):
+    step = -step if neg else step
+    want = np.arange(start, stop, step).astype(np.float32)
+    got = mx.arange(start, stop, step)
+    assert got.dtype == mx.float32
+    if got.shape == want.shape:
+        np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-4)
+    else:  # float rounding at the end point: MLX's length is ceil((stop - start) / step)
+        assert got.shape[0] == max(0, int(np.ceil((stop - start) / step)))
+
+
+@SETTINGS
+@given(st.floats(-10, 10), st.floats(-10, 10), st.integers(0, 20), st.booleans())
+def test_linspace_matches_numpy(start, stop, num, endpoint):
+    want = np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)
+    got = mx.linspace(start, stop, num, endpoint)
+    assert got.shape == want.shape and got.dtype == mx.float32
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-5)
+
+
+@SETTINGS
+@given(st.integers(0, 5), st.integers(0, 5), st.integers(-6, 6))
+def test_eye_and_tri_match_numpy(n, m, k):
+    check(mx.eye(n, m, k), np.eye(n, m, k, dtype=np.float32), mx.float32)
+    check(mx.tri(n, m, k), np.tri(n, m, k, dtype=np.float32), mx.float32)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=4).map(tuple), st.integers(-4, 4))
+def test_tril_triu_match_numpy(shape, k):
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape) + 1
+    check(mx.tril(mx.array(x), k), np.tril(x, k), mx.int32)
+    check(mx.triu(mx.array(x), k), np.triu(x, k), mx.int32)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 4), min_size=0, max_size=4), st.sampled_from(["xy", "ij"]),
+       st.booleans())
+def test_meshgrid_matches_numpy(sizes, indexing, sparse):
+    xs = [np.arange(n, dtype=np.int32) + 10 * i for i, n in enumerate(sizes)]
+    got = mx.meshgrid(*[mx.array(x) for x in xs], sparse=sparse, indexing=indexing)
+    want = np.meshgrid(*xs, sparse=sparse, indexing=indexing)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        check(g, w)
+
+
+def _mlx_prims(out) -> list:
+    import re
+    import tempfile
+
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    with tempfile.NamedTemporaryFile("r", suffix=".dot") as f:
+        mlx_ref.export_to_dot(f.name, *outs)
+        return sorted(re.findall(r'label ="([A-Za-z ]+)", shape=rectangle', open(f.name).read()))
+
+
+@pytest.mark.parametrize("case", [
+    lambda m: m.zeros((2, 3)), lambda m: m.ones((2, 3)), lambda m: m.full((2, 3), 2.0),
+    lambda m: m.full((2, 3), m.array([1, 2, 3])), lambda m: m.zeros(()),
+    lambda m: m.arange(5), lambda m: m.arange(0.0, 1.0, 0.25), lambda m: m.eye(3),
+    lambda m: m.tri(3), lambda m: m.meshgrid(m.array([1, 2]), m.array([3, 4, 5])),
+    lambda m: m.linspace(0, 1, 5),
+])
+def test_records_the_primitives_mlx_records(mlx, case):
+    out = case(mx)
+    assert prims(*(out if isinstance(out, list) else [out])) == _mlx_prims(case(mlx))
+
+
+def test_full_materialises_its_own_buffer():
+    v = mx.array([1.0, 2.0])
+    out = mx.full((3, 2), v)
+    mx.eval(out)
+    assert out._d.data.flags.c_contiguous
+    assert not np.shares_memory(out._d.data, v._d.data)
+
+
+@pytest.mark.parametrize("case", [
+    lambda m: m.zeros((-1,)), lambda m: m.zeros(-1), lambda m: m.ones((2, -2)),
+    lambda m: m.full((-1, 2), 1.0), lambda m: m.ones((2,), dtype=int),
+    lambda m: m.full((2,), "a"), lambda m: m.full((3,), m.zeros((2,))),
+    lambda m: m.arange(0, 10, 0), lambda m: m.arange(0.0, 10, 0),
+    lambda m: m.arange(0, 1e20, 1), lambda m: m.arange(0, 3, dtype=m.bool_),
+    lambda m: m.arange(float("inf")), lambda m: m.arange(float("nan")), lambda m: m.arange(),
+    lambda m: m.linspace(0, 1, -1), lambda m: m.eye(-1), lambda m: m.eye(2, -1),
+    lambda m: m.identity(-1), lambda m: m.tril(m.arange(5)), lambda m: m.triu(m.array(1.0)),
+    lambda m: m.meshgrid(m.array([1]), indexing="foo"),
+])
+def test_errors_match_mlx(case):
+    same_error(case)
