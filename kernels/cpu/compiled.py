@@ -85,9 +85,30 @@ def _source(tape: Tape, name: str, contiguous: bool, ndim: int, large: bool,
 _unsupported: dict = {}
 
 
+def _fits(out: np.ndarray, tape: Tape, inputs: Sequence[np.ndarray], shape: tuple,
+          contiguous: bool) -> bool:
+    """Can the kernel write its single output straight into ``out``?"""
+    if len(tape.outputs) != 1 or tuple(out.shape) != shape or not out.flags.writeable:
+        return False
+    if out.dtype != np.dtype(tape.dtype_of(tape.outputs[0])):
+        return False
+    if not contiguous or out.ndim <= 1:
+        return bool(out.flags.c_contiguous)
+    size = int(np.prod(shape, dtype=np.int64))
+    rep = next((a for x, a in zip(tape.inputs, inputs) if not x.is_constant and a.size == size), None)
+    if rep is not None and not is_row_contiguous(rep):
+        return bool(out.flags.f_contiguous)
+    return bool(out.flags.c_contiguous)
+
+
 def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
-                 donatable: Optional[Sequence[bool]] = None) -> list:
-    """The outputs of ``tape`` on ``inputs`` (numpy arrays, constants included by position)."""
+                 donatable: Optional[Sequence[bool]] = None,
+                 out: Optional[np.ndarray] = None) -> list:
+    """The outputs of ``tape`` on ``inputs`` (numpy arrays, constants included by position).
+
+    ``out``: memory the caller offers for a single output (a donated input's buffer or an
+    allocator buffer); used when its layout is the one the kernel writes.
+    """
     shape = tuple(int(s) for s in shape)
     if any(s == 0 for s in shape):
         return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
@@ -115,7 +136,10 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
             timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
                          detail={"reason": str(e), "runtime": "numpy", "variant": variant})
         return outs
-    outs = allocate_outputs(tape, inputs, shape, contiguous, donatable)
+    if out is not None and _fits(out, tape, inputs, shape, contiguous):
+        outs = [out]
+    else:
+        outs = allocate_outputs(tape, inputs, shape, contiguous, donatable)
     ptrs: list = []
     keep: list = []
     k = 0

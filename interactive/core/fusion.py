@@ -1,0 +1,189 @@
+"""Fusion: chains of elementwise ops become ``Compiled`` ops over a tape (MLX's compile_fuse).
+
+Walking the program from its last op backwards, each op not yet fused is the root of a
+candidate: its inputs join while they are fusable (unary, binary, ternary, Broadcast,
+AsType), on the same stream, within the depth limit (11) and the array limit (24 inputs
+and outputs per kernel), every user of theirs is already inside, and — for values the
+function returns — they have the root's shape. Such values become extra outputs of the
+tape. A candidate of one op is left alone. Every input of a tape records *why* fusion
+stopped there (``Boundary``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tapescope.kernels.codegen.tape import (
+    MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, TapeInput, TapeOp, make_tape, node_name,
+)
+
+from .primitive import Primitive, register
+from .tracing import GOp, Program, Val
+
+register("Compiled", "compiled")
+
+# Why fusion stopped at a value (the graph picture shows these on a tape's input edges).
+ARGUMENT = "argument"
+CONSTANT = "constant"
+DEPTH_LIMIT = "depth limit"
+ARRAY_LIMIT = "array limit"
+REDUCTION = "reduction"
+NON_FUSABLE = "non-fusable primitive"
+SHAPE_CHANGE = "shape change"
+NEEDED_ELSEWHERE = "output needed elsewhere"
+STREAM_MISMATCH = "stream mismatch"
+ALREADY_FUSED = "output of another fused kernel"
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One input edge of a fused tape and why the tape did not reach past it."""
+
+    kernel: str  # the tape's kernel library name
+    input: str  # the input's letter in the tape
+    producer: str  # the primitive that made the value ("argument" / "constant" for leaves)
+    reason: str
+
+
+def _fusable(g: GOp) -> bool:
+    return g.prim.fusable and len(g.outputs) == 1
+
+
+def _constant_value(v: Val):
+    x = v.desc.data.reshape(())
+    val = x.item()
+    if v.dtype.name == "bfloat16":
+        val = float(x.astype("float32"))
+    return val
+
+
+def build_tape(inputs: list, fused: list, outputs: list):
+    """The kernels-layer tape for fused ops ``fused`` (topological) with boundary ``inputs``."""
+    names: dict = {}
+    for v in inputs:
+        names[id(v)] = node_name(len(names))
+    for g in fused:
+        names[id(g.outputs[0])] = node_name(len(names))
+    tin = []
+    for v in inputs:
+        const = v.is_constant and v.arg is None and v.size == 1
+        tin.append(TapeInput(names[id(v)], v.dtype.np, scalar=len(v.shape) == 0,
+                             constant=_constant_value(v) if const else None))
+    tops = [TapeOp(names[id(g.outputs[0])], g.prim.name, g.outputs[0].dtype.np,
+                   tuple(names[id(x)] for x in g.inputs), g.prim.params) for g in fused]
+    return make_tape(tin, tops, [names[id(o)] for o in outputs]), names
+
+
+def fuse(prog: Program) -> Program:
+    """Replace fusable chains of ``prog`` by Compiled ops (in place); returns ``prog``."""
+    output_ids = {id(v) for v in prog.outputs}
+    parents: dict = {}
+    for g in prog.tape:
+        for v in g.inputs:
+            parents.setdefault(id(v), []).append(g)
+    repl: dict = {}
+    global_cache: set = set()
+    new_tape: list = []
+    boundaries: list = []
+
+    for g in reversed(prog.tape):
+        if id(g) in global_cache:
+            continue
+        root = g.outputs[0]
+        cache: set = set()
+        reasons: dict = {}
+        bound = [1]  # |rejected| + pending slots: an upper bound on the tape's inputs
+        extra_outs = [0]
+
+        def recurse(v: Val, depth: int, stream, shape) -> None:
+            op = v.op
+            if op is not None and id(op) in cache:
+                bound[0] -= 1
+                return
+            reason = None
+            if op is None:
+                reason = ARGUMENT if v.arg is not None else CONSTANT
+            elif id(op) in global_cache:
+                reason = ALREADY_FUSED
+            elif depth >= MAX_COMPILE_DEPTH:
+                reason = DEPTH_LIMIT
+            elif op.prim.stream != stream:
+                reason = STREAM_MISMATCH
+            elif not _fusable(op):
+                reason = REDUCTION if op.prim.kind == "reduce" else NON_FUSABLE
+            elif id(v) in output_ids and v.shape != shape:
+                reason = SHAPE_CHANGE
+            elif depth > 0 and any(id(p) not in cache for p in parents.get(id(v), ())):
+                reason = NEEDED_ELSEWHERE
+            else:
+                n_children = len({id(x) for x in op.inputs})
+                outs = extra_outs[0] + (1 if depth > 0 and id(v) in output_ids else 0)
+                if bound[0] - 1 + n_children + 1 + outs > MAX_COMPILE_ARRAYS:
+                    reason = ARRAY_LIMIT
+            if reason is not None:
+                reasons[id(v)] = reason
+                return
+            cache.add(id(op))
+            if depth > 0 and id(v) in output_ids:
+                extra_outs[0] += 1
+            bound[0] += len({id(x) for x in op.inputs}) - 1
+            for x in op.inputs:
+                recurse(x, depth + 1, stream, shape)
+
+        if _fusable(g):
+            recurse(root, 0, g.prim.stream, root.shape)
+        if len(cache) <= 1:
+            new_tape.append(g)
+            continue
+
+        inputs: list = []
+        seen_in: set = set()
+        fused: list = []
+        seen_op: set = set()
+
+        def recurse_tape(v: Val) -> None:
+            op = v.op
+            if op is None or id(op) not in cache:
+                if id(v) not in seen_in:
+                    seen_in.add(id(v))
+                    inputs.append(v)
+                return
+            if id(op) in seen_op:
+                return
+            seen_op.add(id(op))
+            for x in op.inputs:
+                recurse_tape(x)
+            fused.append(op)
+
+        recurse_tape(root)
+        old_outputs = [f.outputs[0] for f in fused[:-1] if id(f.outputs[0]) in output_ids]
+        old_outputs.append(root)
+        for f in fused:
+            global_cache.add(id(f))
+        tape, names = build_tape(inputs, fused, old_outputs)
+        prim = Primitive("Compiled", g.prim.stream, tape=tape, shape=root.shape)
+        cg = GOp(prim, list(inputs))
+        cg.outputs = [Val(o.shape, o.dtype, op=cg, index=i) for i, o in enumerate(old_outputs)]
+        for v in inputs:
+            producer = v.op.prim.name if v.op is not None else reasons.get(id(v), ARGUMENT)
+            boundaries.append(Boundary(tape.lib_name, names[id(v)], producer,
+                                       reasons.get(id(v), NON_FUSABLE)))
+            ps = [p for p in parents.get(id(v), ()) if id(p) not in cache]
+            parents[id(v)] = ps + [cg]
+        for o, n in zip(old_outputs, cg.outputs):
+            parents[id(n)] = [p for p in parents.get(id(o), ()) if id(p) not in cache]
+            repl[id(o)] = n
+        new_tape.append(cg)
+
+    new_tape.reverse()
+    for g in new_tape:
+        g.inputs = [repl.get(id(v), v) for v in g.inputs]
+    prog.outputs = [repl.get(id(v), v) for v in prog.outputs]
+    prog.tape = new_tape
+    prog.boundaries = boundaries
+    return prog
+
+
+def tapes(prog: Program) -> list:
+    """The kernel tapes of a fused program, in execution order."""
+    return [g.prim.kwargs()["tape"] for g in prog.tape if g.prim.name == "Compiled"]

@@ -1,0 +1,234 @@
+"""``mx.compile``, ``mx.enable_compile``, ``mx.disable_compile`` (and ``MLX_DISABLE_COMPILE``).
+
+A compiled function flattens its arguments (arrays, and lists / tuples / dicts of them;
+ints, floats, strings and None become part of the cache key, as does the tree's shape),
+looks up a traced program by (key, input dtypes and shapes — only ndims when
+``shapeless=True``), traces on a miss (the Python body runs only then: placeholders in,
+graph out, simplified and fused into Compiled ops), and replays the program on the real
+arrays. Captured state (``inputs=`` / ``outputs=``, e.g. ``mx.random.state``) is swapped
+for placeholders while tracing and refilled with the new arrays after every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Any, Callable, Optional
+
+from ..array import array
+from ..fusion import fuse
+from ..tracing import Program, replay, simplify, trace
+
+__all__ = ["compile", "enable_compile", "disable_compile"]
+
+_LIST, _DICT, _ARRAY, _NONE = ("list",), ("dict",), ("array",), ("none",)
+_state = {"enabled": "MLX_DISABLE_COMPILE" not in os.environ}
+
+
+def enable_compile() -> None:
+    """Globally enable compilation (overrides ``MLX_DISABLE_COMPILE``)."""
+    _state["enabled"] = True
+
+
+def disable_compile() -> None:
+    """Globally disable compilation: compiled functions run as plain Python."""
+    _state["enabled"] = False
+
+
+def _type_error(obj: Any) -> ValueError:
+    return ValueError("[compile] Function arguments must be trees of arrays or constants "
+                      f"(floats, ints, strings, or None), but received type {type(obj).__qualname__}.")
+
+
+def _flatten(obj: Any, arrays: list, key: list) -> None:
+    """MLX's argument walk: arrays out, everything else (and the structure) into ``key``."""
+    if isinstance(obj, array):
+        arrays.append(obj)
+        key.append(_ARRAY)
+    elif isinstance(obj, (list, tuple)):
+        key.append(_LIST)
+        for x in obj:
+            _flatten(x, arrays, key)
+    elif isinstance(obj, dict):
+        key.append(_DICT)
+        for k, v in obj.items():
+            key.append(("k", k))
+            _flatten(v, arrays, key)
+    elif obj is None:
+        key.append(_NONE)
+    elif isinstance(obj, (bool, int, float, str)):
+        key.append((type(obj).__name__, obj))
+    else:
+        raise _type_error(obj)
+
+
+def _unflatten(obj: Any, it) -> Any:
+    """``obj`` with its arrays replaced, in order, by the next items of ``it``."""
+    if isinstance(obj, array):
+        return next(it)
+    if isinstance(obj, list):
+        return [_unflatten(x, it) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_unflatten(x, it) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _unflatten(v, it) for k, v in obj.items()}
+    return obj
+
+
+def _tree_arrays(obj: Any) -> list:
+    """The arrays of a pytree (lists, tuples, dicts; other leaves are skipped)."""
+    out: list = []
+
+    def walk(x):
+        if isinstance(x, array):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+
+    walk(obj)
+    return out
+
+
+def _tree_fill(obj: Any, it) -> None:
+    """Put the next arrays of ``it`` into the array slots of mutable containers, in place."""
+    if isinstance(obj, list):
+        for i, x in enumerate(obj):
+            if isinstance(x, array):
+                obj[i] = next(it)
+            else:
+                _tree_fill(x, it)
+    elif isinstance(obj, dict):
+        for k, x in obj.items():
+            if isinstance(x, array):
+                obj[k] = next(it)
+            else:
+                _tree_fill(x, it)
+    elif isinstance(obj, tuple):
+        for x in obj:
+            _tree_fill(x, it)
+
+
+def _structure(out: Any) -> tuple:
+    """(flat arrays, a template to rebuild the output tree from new arrays)."""
+    return _tree_arrays(out), out
+
+
+class _Entry:
+    __slots__ = ("program", "template", "n_outputs")
+
+    def __init__(self, program: Program, template: Any, n_outputs: int):
+        self.program, self.template, self.n_outputs = program, template, n_outputs
+
+
+class CompiledFunction:
+    """What ``mx.compile`` returns: call it like the function it wraps."""
+
+    def __init__(self, fun: Callable, inputs: Any, outputs: Any, shapeless: bool):
+        self._fun = fun
+        self._inputs = inputs
+        self._outputs = outputs
+        self._shapeless = bool(shapeless)
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+        self.traces = 0  # how many times the function was traced (cache misses)
+        functools.update_wrapper(self, fun)
+
+    def __get__(self, obj, objtype=None):  # behave as a method when set on a class
+        return self if obj is None else functools.partial(self, obj)
+
+    def programs(self) -> list:
+        """The traced, simplified, fused programs held in this function's cache."""
+        return [e.program for e in self._cache.values()]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _state["enabled"]:
+            return self._fun(*args, **kwargs)
+        arrays: list = []
+        key: list = []
+        _flatten(args, arrays, key)
+        n_args = len(arrays)
+        _flatten(kwargs, arrays, key)
+        n_kw = len(arrays)
+        captured_in = _tree_arrays(self._inputs) if self._inputs is not None else []
+        arrays.extend(captured_in)
+        if self._shapeless:
+            sig = tuple((x.ndim, x.dtype) for x in arrays)
+        else:
+            sig = tuple((x.shape, x.dtype) for x in arrays)
+        ck = (tuple(key), sig)
+        entry = self._cache.get(ck)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(ck)
+                if entry is None:
+                    entry = self._trace(args, kwargs, arrays, n_args, n_kw)
+                    self._cache[ck] = entry
+        outs = replay(entry.program, [x._d for x in arrays], self._shapeless)
+        handles = [array._wrap(d) for d in outs]
+        main = handles[:entry.n_outputs]
+        if self._outputs is not None:
+            _tree_fill(self._outputs, iter(handles[entry.n_outputs:]))
+        return _unflatten(entry.template, iter(main))
+
+    def _trace(self, args, kwargs, arrays, n_args, n_kw) -> _Entry:
+        avals = [(x.shape, x.dtype) for x in arrays]
+        box: dict = {}
+
+        def run(tracers: list):
+            it = iter(tracers)
+            a = _unflatten(args, it)
+            k = _unflatten(kwargs, it)
+            originals = []
+            if self._inputs is not None:
+                originals = _tree_arrays(self._inputs)
+                _tree_fill(self._inputs, iter(tracers[n_kw:]))
+            try:
+                out = self._fun(*a, **k)
+            finally:
+                if self._inputs is not None:
+                    # put the originals back wherever a tracer is still sitting
+                    tr = {id(t): o for t, o in zip(tracers[n_kw:], originals)}
+                    _restore(self._inputs, tr)
+            flat, template = _structure(out)
+            box["n"] = len(flat)
+            if self._outputs is not None:
+                flat = flat + _tree_arrays(self._outputs)
+            return flat, template
+
+        program, template = trace(run, avals)
+        self.traces += 1
+        fuse(simplify(program))
+        return _Entry(program, template, box["n"])
+
+
+def _restore(obj: Any, tr: dict) -> None:
+    if isinstance(obj, list):
+        for i, x in enumerate(obj):
+            if isinstance(x, array) and id(x) in tr:
+                obj[i] = tr[id(x)]
+            else:
+                _restore(x, tr)
+    elif isinstance(obj, dict):
+        for k, x in obj.items():
+            if isinstance(x, array) and id(x) in tr:
+                obj[k] = tr[id(x)]
+            else:
+                _restore(x, tr)
+
+
+def compile(fun: Callable, inputs: Optional[Any] = None, outputs: Optional[Any] = None,
+            shapeless: bool = False) -> Callable:
+    """Return a compiled version of ``fun``: traced once per input signature, its
+    elementwise chains fused into generated kernels."""
+    if not callable(fun):
+        raise TypeError("compile(): incompatible function arguments. The following argument "
+                        "types are supported:\n    1. compile(fun: Callable[P, R], inputs: "
+                        "object | None = None, outputs: object | None = None, shapeless: bool "
+                        "= False) -> Callable[P, R]\n\nInvoked with types: "
+                        f"{type(fun).__name__}")
+    return CompiledFunction(fun, inputs, outputs, shapeless)

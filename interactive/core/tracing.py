@@ -1,0 +1,295 @@
+"""Tracing a function into a graph of values and ops, simplifying it, and replaying it.
+
+``trace`` calls the function on placeholder arrays (each a node with the ``Placeholder``
+primitive, so evaluating one raises MLX's error) and copies the graph it built into plain
+``Val`` / ``GOp`` records: the program no longer depends on the live graph, which evaluation
+detaches. ``simplify`` merges equal scalar constants and removes common subexpressions;
+``replay`` records the program's ops on real input arrays (the call of a compiled function).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable, Optional, Sequence
+
+from . import dtypes as _dt
+from .array import ArrayDesc, array
+from .device import resolve_stream
+from .primitive import ASTYPE, BINARY, BROADCAST, TERNARY, UNARY, Node, Primitive, register
+
+register("Placeholder", "placeholder")
+
+_ELEMENTWISE = (UNARY, BINARY, TERNARY, ASTYPE)
+
+
+class Val:
+    """One array of the program: an argument (``arg`` = its flat index), a constant
+    (``desc`` holds its data) or the ``index``-th output of ``op``."""
+
+    __slots__ = ("shape", "dtype", "op", "index", "arg", "desc", "__weakref__")
+
+    def __init__(self, shape: tuple, dtype: _dt.Dtype, op: Optional["GOp"] = None, index: int = 0,
+                 arg: Optional[int] = None, desc: Optional[ArrayDesc] = None):
+        self.shape, self.dtype, self.op, self.index, self.arg, self.desc = shape, dtype, op, index, arg, desc
+
+    @property
+    def is_constant(self) -> bool:
+        return self.desc is not None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        what = f"arg{self.arg}" if self.arg is not None else ("const" if self.desc is not None else self.op.prim.name)
+        return f"Val({what}, {self.shape}, {self.dtype.name})"
+
+
+class GOp:
+    """A primitive applied to values, producing ``outputs`` (one Val per sibling)."""
+
+    __slots__ = ("prim", "inputs", "outputs", "__weakref__")
+
+    def __init__(self, prim: Primitive, inputs: list, outputs: Optional[list] = None):
+        self.prim, self.inputs, self.outputs = prim, inputs, outputs or []
+
+    def __repr__(self) -> str:
+        return f"GOp({self.prim.name})"
+
+
+class Program:
+    """A traced function: argument values, output values, ops in topological order."""
+
+    def __init__(self, inputs: list, outputs: list, tape: list):
+        self.inputs, self.outputs, self.tape = inputs, outputs, tape
+        self.boundaries: list = []  # fusion.Boundary records, filled by fusion.fuse
+        self._broadcast_partners: Optional[dict] = None
+
+
+def make_tracers(avals: Sequence[tuple]) -> list:
+    """Placeholder arrays of the given (shape, dtype)s."""
+    s = resolve_stream(None)
+    out = []
+    for i, (shape, dtype) in enumerate(avals):
+        node = Node(Primitive("Placeholder", s, index=i), [])
+        d = ArrayDesc(tuple(shape), dtype, s, node=node, index=0)
+        node.outputs.append(weakref.ref(d))
+        out.append(array._wrap(d))
+    return out
+
+
+def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc]) -> Program:
+    """Copy the graph from ``outputs`` down to the tracers and constants into a Program."""
+    arg_of = {id(t._d.node): i for i, t in enumerate(tracers)}
+    inputs = [Val(t.shape, t.dtype, arg=i) for i, t in enumerate(tracers)]
+    vals: dict = {}  # id(desc) -> Val
+    ops: dict = {}  # id(node) -> GOp
+    keep: list = []  # descs seen (keeps ids stable during the walk)
+    tape: list = []
+
+    def val_of(d: ArrayDesc) -> Optional[Val]:
+        v = vals.get(id(d))
+        if v is not None:
+            return v
+        if d.node is None:
+            v = Val(d.shape, d.dtype, desc=d)
+        elif id(d.node) in arg_of:
+            v = inputs[arg_of[id(d.node)]]
+        else:
+            g = ops.get(id(d.node))
+            if g is None:
+                return None
+            v = g.outputs[d.index]
+        vals[id(d)] = v
+        keep.append(d)
+        return v
+
+    def make_op(node: Node) -> GOp:
+        g = GOp(node.primitive, [])
+        alive = [r() for r in node.outputs]
+        ref = next(d for d in alive if d is not None)
+        for i, d in enumerate(alive):
+            src = d if d is not None else ref
+            g.outputs.append(Val(src.shape, src.dtype, op=g, index=i))
+        ops[id(node)] = g
+        keep.append(node)
+        return g
+
+    # iterative post-order DFS over nodes
+    stack: list = []
+    visited: set = set()
+    for d in outputs:
+        if d.node is not None and id(d.node) not in arg_of:
+            stack.append((d.node, False))
+        while stack:
+            node, done = stack.pop()
+            if done:
+                g = make_op(node)
+                g.inputs = [val_of(x) for x in node.inputs]
+                tape.append(g)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            keep.append(node)
+            stack.append((node, True))
+            for x in reversed(node.inputs):
+                if x.node is not None and id(x.node) not in arg_of and id(x.node) not in visited:
+                    stack.append((x.node, False))
+    outs = [val_of(d) for d in outputs]
+    return Program(inputs, outs, tape)
+
+
+def _replace_inputs(tape: list, outputs: list, repl: dict) -> list:
+    for g in tape:
+        g.inputs = [repl.get(id(v), v) for v in g.inputs]
+    return [repl.get(id(v), v) for v in outputs]
+
+
+def merge_scalar_constants(prog: Program) -> int:
+    """MLX's first simplification: equal 0-d constants (same dtype, same bits) become one."""
+    first: dict = {}
+    repl: dict = {}
+    for g in prog.tape:
+        for v in g.inputs:
+            if v.is_constant and len(v.shape) == 0 and id(v) not in repl:
+                key = (v.dtype.name, v.desc.data.tobytes())
+                rep = first.setdefault(key, v)
+                if rep is not v:
+                    repl[id(v)] = rep
+    prog.outputs = _replace_inputs(prog.tape, prog.outputs, repl)
+    return len(repl)
+
+
+def eliminate_common_subexpressions(prog: Program) -> int:
+    """Ops with an equivalent primitive and the same inputs compute the same values: keep
+    the first (an op whose outputs the function returns is never merged away)."""
+    out_ids = {id(v) for v in prog.outputs}
+    seen: dict = {}
+    repl: dict = {}
+    new_tape = []
+    merged = 0
+    for g in prog.tape:
+        g.inputs = [repl.get(id(v), v) for v in g.inputs]
+        key = (g.prim.name, g.prim.stream, tuple(id(v) for v in g.inputs))
+        cands = seen.setdefault(key, [])
+        match = None
+        if not any(id(o) in out_ids for o in g.outputs):
+            for c in cands:
+                try:
+                    same = c.prim.is_equivalent(g.prim)
+                except Exception:  # parameters that do not compare (e.g. arrays)
+                    same = False
+                if same and len(c.outputs) == len(g.outputs):
+                    match = c
+                    break
+        if match is None:
+            cands.append(g)
+            new_tape.append(g)
+        else:
+            for a, b in zip(g.outputs, match.outputs):
+                repl[id(a)] = b
+            merged += 1
+    prog.tape = new_tape
+    prog.outputs = [repl.get(id(v), v) for v in prog.outputs]
+    return merged
+
+
+def simplify(prog: Program) -> Program:
+    """Merge scalar constants, then eliminate common subexpressions."""
+    merge_scalar_constants(prog)
+    eliminate_common_subexpressions(prog)
+    return prog
+
+
+def trace(fun: Callable[[list], list], avals: Sequence[tuple]) -> tuple:
+    """Run ``fun`` (flat arrays in, flat arrays out) on placeholders; returns (program, extra)
+    where ``extra`` is whatever ``fun`` returned besides its array list."""
+    tracers = make_tracers(avals)
+    outs, extra = fun(tracers)
+    prog = capture(tracers, [o._d for o in outs])
+    return prog, extra
+
+
+# -- replay ------------------------------------------------------------------------------
+
+def _broadcast_shapes(*shapes) -> tuple:
+    from .ops.convert import broadcast_shapes
+
+    return broadcast_shapes(*shapes, op="compile")
+
+
+def _partners(prog: Program) -> dict:
+    """For each Broadcast op, what its first elementwise consumer broadcasts it against."""
+    if prog._broadcast_partners is None:
+        users: dict = {}
+        for g in prog.tape:
+            for v in g.inputs:
+                users.setdefault(id(v), []).append(g)
+        part = {}
+        for g in prog.tape:
+            if g.prim.kind == BROADCAST:
+                for u in users.get(id(g.outputs[0]), []):
+                    if u.prim.kind in _ELEMENTWISE:
+                        part[id(g)] = [x.op.inputs[0] if x.op is not None and x.op.prim.kind == BROADCAST
+                                       else x for x in u.inputs]
+                        break
+        prog._broadcast_partners = part
+    return prog._broadcast_partners
+
+
+def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> list:
+    """Output shapes of ``g`` on inputs of new shapes (shapeless compile)."""
+    kind = g.prim.kind
+    if g.prim.name == "Compiled":
+        nd = max((len(d.shape) for d in ins), default=0)
+        shape = [0] * nd
+        for d in ins:
+            off = nd - len(d.shape)
+            for i, s in enumerate(d.shape):
+                shape[i + off] = max(shape[i + off], s)
+        return [tuple(shape)] * len(g.outputs)
+    if kind in _ELEMENTWISE:
+        return [_broadcast_shapes(*[d.shape for d in ins])] * len(g.outputs)
+    if kind == BROADCAST:
+        part = _partners(prog).get(id(g))
+        if part:
+            return [_broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape for v in part])]
+        return [_broadcast_shapes(ins[0].shape, g.outputs[0].shape)]
+    if all(d.shape == v.shape for d, v in zip(ins, g.inputs)):
+        return [o.shape for o in g.outputs]
+    raise ValueError(f"[compile] {g.prim.name} cannot infer output shapes for new input shapes "
+                     "(shapeless=True).")
+
+
+def replay(prog: Program, real: Sequence[ArrayDesc], shapeless: bool = False) -> list:
+    """Record the program's ops on the real input descs; returns the output descs."""
+    env: dict = {}
+    for v, d in zip(prog.inputs, real):
+        env[id(v)] = d
+    for g in prog.tape:
+        ins = []
+        for v in g.inputs:
+            d = env.get(id(v))
+            if d is None:  # a constant (or closed-over array): itself
+                d = env[id(v)] = v.desc
+            ins.append(d)
+        shapes = _infer_shapes(prog, g, ins, env) if shapeless else None
+        prim = g.prim
+        if shapeless and prim.name == "Compiled":
+            kw = prim.kwargs()
+            kw["shape"] = shapes[0]
+            prim = Primitive("Compiled", prim.stream, **kw)
+        node = Node(prim, ins)
+        for i, o in enumerate(g.outputs):
+            d = ArrayDesc(shapes[i] if shapes else o.shape, o.dtype, prim.stream, node=node, index=i)
+            node.outputs.append(weakref.ref(d))
+            env[id(o)] = d
+    out = []
+    for v in prog.outputs:
+        d = env.get(id(v))
+        out.append(d if d is not None else v.desc)
+    return out

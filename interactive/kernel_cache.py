@@ -1,0 +1,21 @@
+"""``tapescope.kernel_cache()`` and ``tapescope.clear_kernel_cache()``: the compiled kernels."""
+
+from __future__ import annotations
+
+from tapescope.kernels.cpu import compiler
+
+
+def kernel_cache() -> list:
+    """One dict per cached kernel: name, runtime, variant, source, build ms, hits, misses,
+    disk path (and where it came from: built, disk, or a numpy fallback with its reason)."""
+    return [
+        {"name": e.name, "runtime": e.runtime, "variant": e.variant, "source": e.source,
+         "build_ms": e.build_ms, "hits": e.hits, "misses": e.misses, "disk_path": e.disk_path,
+         "origin": e.origin}
+        for e in compiler.entries()
+    ]
+
+
+def clear_kernel_cache(disk: bool = False) -> None:
+    """Forget the in-process kernels; ``disk=True`` also deletes the on-disk cache."""
+    compiler.clear(disk=disk)

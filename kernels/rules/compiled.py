@@ -1,0 +1,30 @@
+"""The rule for ``Compiled`` (a fused elementwise tape) and for trace placeholders."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import rule
+
+
+@rule("Compiled", out=True)
+def compiled(xp, *inputs, tape, shape, out=None):
+    """Run a fused tape: generated C on the CPU (numpy when it cannot), the tape
+    interpreted with ``xp`` elsewhere. ``out`` (single-output tapes) is written when its
+    layout suits the kernel — this is where a donated input buffer comes in."""
+    if xp is np:
+        from ..cpu.compiled import run_compiled
+
+        outs = run_compiled(tape, inputs, shape, out=out)
+    else:
+        from ..codegen.interpret import interpret
+
+        outs = interpret(tape, inputs, shape, xp)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+@rule("Placeholder")
+def placeholder(xp, *inputs, **params):
+    """A tracer stands for a compiled function's argument: it has no value to compute."""
+    raise ValueError("[eval] Attempting to eval an array during function transformations like "
+                     "compile or vmap is not allowed.")
