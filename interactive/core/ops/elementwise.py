@@ -83,7 +83,7 @@ def full_of(shape: tuple, value: Any, dtype: _dt.Dtype, s) -> array:
 
     fn = getattr(ops, "full", None)
     if fn is not None:
-        return fn(shape, value, dtype, stream=s)
+        return fn(shape, array(value, dtype), dtype, stream=s)
     from .convert import broadcast_to  # the creation family is absent: build it as MLX does
 
     register("Full", "creation")
