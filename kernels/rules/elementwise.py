@@ -135,7 +135,7 @@ def _binary_ufunc_rule(name: str, fname: str) -> None:
     rule(name, out=True)(fn)
 
 
-for _name, _f in (("Add", "add"), ("Subtract", "subtract"), ("Multiply", "multiply"),
+for _name, _f in (("Add", "add"), ("Multiply", "multiply"),
                   ("Divide", "true_divide"), ("Maximum", "maximum"), ("Minimum", "minimum"),
                   ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
                   ("LessEqual", "less_equal"), ("Greater", "greater"),
@@ -144,6 +144,13 @@ for _name, _f in (("Add", "add"), ("Subtract", "subtract"), ("Multiply", "multip
                   ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
                   ("BitwiseXor", "bitwise_xor")):
     _binary_ufunc_rule(_name, _f)
+
+
+@rule("Subtract", out=True)
+def subtract(xp, a, b, out=None):
+    if a.dtype.kind == "b":  # C: bool(a - b) is a != b
+        return xp.not_equal(a, b, out=writable(out))
+    return xp.subtract(a, b, out=writable(out))
 
 
 @rule("NaNEqual", out=True)
