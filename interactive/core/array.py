@@ -72,37 +72,62 @@ def _int_dtype(v: int) -> _dt.Dtype:
     raise RuntimeError("std::bad_cast")
 
 
-def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
-    """Shape and MLX dtype of a nested Python list (MLX's initialization rules).
-
-    Elements must be Python scalars (numpy scalars only where they subclass ``float`` or
-    ``complex``, as in MLX), arrays, or lists/tuples of them.
-    """
-    if isinstance(val, (list, tuple)):
-        if len(val) == 0:
-            return (0,), _dt.float32
-        parts = [_infer_list(v) for v in val]
-        sub = parts[0][0]
-        for s, _ in parts:
-            if len(s) != len(sub):
-                raise ValueError("Initialization encountered extra dimension.")
-            if s != sub:
-                raise ValueError("Initialization encountered non-uniform length.")
-        d = parts[0][1]
-        for _, t in parts[1:]:
-            d = _dt.promote_types(d, t) if d != t else d
-        return (len(val),) + sub, d
+def _list_shape(val: Any) -> tuple:
+    """The shape MLX reads off a nested list: the lengths along its chain of first elements."""
+    shape = []
+    while isinstance(val, (list, tuple)):
+        shape.append(len(val))
+        if not val:
+            break
+        val = val[0]
     if isinstance(val, array):
-        return val.shape, val.dtype
+        shape.extend(val.shape)
+    return tuple(shape)
+
+
+def _scalar_dtype(val: Any) -> _dt.Dtype:
+    """MLX's type for one list element (numpy scalars only where they subclass float/complex)."""
     if isinstance(val, bool):
-        return (), _dt.bool_
+        return _dt.bool_
     if isinstance(val, int):
-        return (), _int_dtype(val)
+        return _int_dtype(val)
     if isinstance(val, float):
-        return (), _dt.float32
+        return _dt.float32
     if isinstance(val, complex):
-        return (), _dt.complex64
+        return _dt.complex64
     raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
+
+
+def _check_list(val: Any, shape: tuple, depth: int, found: list) -> None:
+    """Walk the list in order as MLX does, checking it against ``shape``; collect leaf dtypes."""
+    if isinstance(val, array):
+        if val.shape != shape[depth:]:
+            raise ValueError("Initialization encountered "
+                             + ("extra dimension." if depth == len(shape) else "non-uniform length."))
+        found.append(val.dtype)
+    elif depth == len(shape):
+        if isinstance(val, (list, tuple)):
+            raise ValueError("Initialization encountered extra dimension.")
+        found.append(_scalar_dtype(val))
+    elif not isinstance(val, (list, tuple)) or len(val) != shape[depth]:
+        raise ValueError("Initialization encountered non-uniform length.")
+    else:
+        for v in val:
+            _check_list(v, shape, depth + 1, found)
+
+
+def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
+    """Shape and MLX dtype of a nested Python list (MLX's initialization rules)."""
+    shape = _list_shape(val)
+    found: list[_dt.Dtype] = []
+    _check_list(val, shape, 0, found)
+    if not found:
+        return shape, _dt.float32
+    d = found[0]
+    for t in found[1:]:
+        if t != d:
+            d = _dt.promote_types(d, t)
+    return shape, d
 
 
 def _to_numpy_list(val: Any) -> Any:
@@ -121,6 +146,34 @@ def _numpy_source(val: np.ndarray) -> tuple[np.ndarray, _dt.Dtype]:
         raise ValueError("Cannot convert DLPack arrays with negative strides to mlx array.")
     inferred = _dt.float32 if val.dtype == np.float64 else _dt.from_numpy(val.dtype)
     return val, inferred
+
+
+# The range of Python ints MLX accepts in a list for an integer (or bool) target dtype: it
+# fills int64 / uint32 / uint64 arrays directly and every other integer type through int32.
+_LIST_INT_RANGE = {"int64": (-(2**63), 2**63), "uint32": (0, 2**32), "uint64": (0, 2**64)}
+
+
+def _convert(src: Any, inferred: _dt.Dtype, out: _dt.Dtype) -> np.ndarray:
+    """``src`` as numpy data of dtype ``out``, converting the way MLX does.
+
+    Python values are first made into MLX's inferred type (floats: float32, unless the target
+    is float64; a list of ints must fit the type MLX fills it through, ``_LIST_INT_RANGE``),
+    numpy complex128 into complex64, then cast C-style; complex to bool reads the real part.
+    """
+    if isinstance(src, np.ndarray):
+        data = src.astype(np.complex64) if src.dtype == np.complex128 else src
+    elif isinstance(src, list) and (_dt.is_integer(inferred) or inferred == _dt.bool_):
+        data = np.array(src, dtype=inferred.np)
+        lo, hi = _LIST_INT_RANGE.get(out.name, (-(2**31), 2**31)) if out.kind in "biu" else (None, None)
+        if lo is not None and data.size and (int(data.min()) < lo or int(data.max()) >= hi):
+            raise RuntimeError("std::bad_cast")
+    elif inferred == _dt.float32 and out == _dt.float64:
+        data = np.array(src, dtype=np.float64)
+    else:
+        data = np.array(src, dtype=inferred.np)
+    if data.dtype.kind == "c" and out.kind != "c":  # MLX keeps the real part (bool too)
+        data = data.real
+    return np.array(data, dtype=out.np, copy=True)
 
 
 def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.Dtype]:
@@ -143,7 +196,7 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
         raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
     out = dtype or inferred
     with np.errstate(all="ignore"):
-        data = np.array(src, dtype=out.np)
+        data = _convert(src, inferred, out)
     if out == _dt.bfloat16:  # MLX's float -> bfloat16 makes every NaN the positive quiet NaN
         nans = np.isnan(data)
         if nans.any():
