@@ -17,14 +17,21 @@ T = TypeVar("T")
 
 
 class BufferCache(Generic[T]):
-    """Cache of free buffers; ``get_size(buf)`` gives a buffer's real size, ``free(buf)`` releases it."""
+    """Cache of free buffers; ``get_size(buf)`` gives a buffer's real size, ``free(buf)`` releases it.
+
+    The multimap is a dict of size -> FIFO of (seq, buffer) plus the sorted list of sizes
+    present, so reuse and recycling cost O(log sizes) however many buffers are cached. Within
+    one size the FIFO is in insertion order, so the oldest of a size is always at its left:
+    the one MLX's multimap reuses first, and the one LRU eviction reaches first.
+    """
 
     def __init__(self, page_size: int, get_size: Callable[[T], int], free: Callable[[T], None]):
         self.page_size = page_size
         self._get_size = get_size
         self._free = free
-        self._by_size: list[tuple[int, int]] = []  # sorted (size, seq): the multimap
-        self._lru: "collections.OrderedDict[int, T]" = collections.OrderedDict()  # seq -> buf, oldest first
+        self._sizes: list[int] = []  # sorted sizes that have cached buffers
+        self._by_size: dict[int, collections.deque] = {}  # size -> deque of (seq, buf)
+        self._lru: "collections.OrderedDict[int, int]" = collections.OrderedDict()  # seq -> size, oldest first
         self._seq = itertools.count()
         self.pool_size = 0
 
@@ -35,25 +42,39 @@ class BufferCache(Generic[T]):
         """Bytes held in the cache."""
         return self.pool_size
 
+    def _take(self, size: int) -> T:
+        """Remove and return the oldest cached buffer of exactly ``size`` bytes."""
+        q = self._by_size[size]
+        seq, buf = q.popleft()
+        if not q:
+            del self._by_size[size]
+            del self._sizes[bisect.bisect_left(self._sizes, size)]
+        del self._lru[seq]
+        self.pool_size -= size
+        return buf
+
     def reuse_from_cache(self, size: int) -> Optional[T]:
         """The smallest cached buffer of at least ``size`` bytes within the reuse window, or None."""
-        i = bisect.bisect_left(self._by_size, (size, -1))
-        if i == len(self._by_size):
+        if size in self._by_size:
+            return self._take(size)
+        i = bisect.bisect_left(self._sizes, size)
+        if i == len(self._sizes):
             return None
-        cached, seq = self._by_size[i]
+        cached = self._sizes[i]
         if cached >= min(2 * size, size + 2 * self.page_size):
             return None
-        del self._by_size[i]
-        buf = self._lru.pop(seq)
-        self.pool_size -= cached
-        return buf
+        return self._take(cached)
 
     def recycle_to_cache(self, buf: T) -> None:
         """Keep ``buf`` for reuse (it becomes the most recently used)."""
         size = self._get_size(buf)
         seq = next(self._seq)
-        bisect.insort(self._by_size, (size, seq))
-        self._lru[seq] = buf
+        q = self._by_size.get(size)
+        if q is None:
+            q = self._by_size[size] = collections.deque()
+            bisect.insort(self._sizes, size)
+        q.append((seq, buf))
+        self._lru[seq] = size
         self.pool_size += size
 
     def release_cached_buffers(self, min_bytes_to_free: int) -> int:
@@ -63,25 +84,25 @@ class BufferCache(Generic[T]):
             return self.clear()
         freed = count = 0
         while self._lru and freed < min_bytes_to_free:
-            seq, buf = self._lru.popitem(last=False)
-            size = self._get_size(buf)
-            del self._by_size[bisect.bisect_left(self._by_size, (size, seq))]
-            self._free(buf)
+            size = next(iter(self._lru.values()))
+            self._free(self._take(size))  # the oldest of its size is the oldest overall
             freed += size
             count += 1
-        self.pool_size -= freed
         return count
 
     def clear(self) -> int:
         """Free every cached buffer; returns how many were freed."""
         n = len(self._lru)
-        for buf in self._lru.values():
-            self._free(buf)
+        for q in self._by_size.values():
+            for _, buf in q:
+                self._free(buf)
         self._lru.clear()
         self._by_size.clear()
+        self._sizes.clear()
         self.pool_size = 0
         return n
 
     def buffers(self) -> list[T]:
         """The cached buffers, oldest first (for the widgets)."""
-        return list(self._lru.values())
+        items = [item for q in self._by_size.values() for item in q]
+        return [buf for _, buf in sorted(items, key=lambda it: it[0])]

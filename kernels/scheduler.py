@@ -24,8 +24,15 @@ from . import timeline
 _event_ids = itertools.count(1)
 
 
+_cond_lock = threading.Lock()
+
+
 class Event:
-    """A monotonically increasing value; ``wait(v)`` blocks until it reaches ``v``."""
+    """A monotonically increasing value; ``wait(v)`` blocks until it reaches ``v``.
+
+    The condition variable is made only when somebody has to wait, so an event that is
+    signalled before anyone looks (the common, inline case) costs no lock.
+    """
 
     __slots__ = ("id", "stream", "value", "_cond")
 
@@ -33,13 +40,15 @@ class Event:
         self.id = next(_event_ids)
         self.stream = stream
         self.value = 0
-        self._cond = threading.Condition(threading.Lock())
+        self._cond: Optional[threading.Condition] = None
 
     def signal(self, value: int = 1) -> None:
-        with self._cond:
-            if value > self.value:
-                self.value = value
-            self._cond.notify_all()
+        if value > self.value:
+            self.value = value
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
         if timeline.enabled:
             timeline.add("event_signal", timeline.now(), stream=self.stream,
                          detail={"event": self.id, "value": value})
@@ -52,6 +61,10 @@ class Event:
         if self.value >= value:
             return
         t0 = timeline.now() if timeline.enabled else 0
+        if self._cond is None:
+            with _cond_lock:
+                if self._cond is None:
+                    self._cond = threading.Condition(threading.Lock())
         with self._cond:
             while self.value < value:
                 self._cond.wait()

@@ -14,7 +14,7 @@ from . import dtypes as _dt
 from .array import ArrayDesc, adopt
 from .primitive import BINARY, TERNARY, UNARY, Node
 
-_HALF = (_dt.bfloat16.np,)
+_BF16 = _dt.bfloat16
 _ELEMENTWISE = (UNARY, BINARY, TERNARY)
 
 
@@ -80,41 +80,67 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
     desc.set_data(data, handle)
 
 
+_DISPATCH: dict[str, tuple] = {}
+
+
+def _dispatch(name: str, kind: str) -> tuple:
+    """(rule, takes out=, is elementwise) for a primitive name, looked up once."""
+    entry = _DISPATCH.get(name)
+    if entry is None:
+        entry = _DISPATCH[name] = (rules.get(name), name in rules.TAKES_OUT, kind in _ELEMENTWISE)
+    return entry
+
+
 def run_node(node: Node) -> None:
     """Compute a node's outputs with the CPU rule for its primitive and detach it."""
     prim = node.primitive
-    ins = [d.data for d in node.inputs]
-    upcast = prim.kind in _ELEMENTWISE and any(x.dtype in _HALF for x in ins)
-    if upcast:
-        # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does.
-        ins = [x.astype(np.float32) if x.dtype in _HALF else x for x in ins]
+    fn, takes_out, elementwise = _dispatch(prim.name, prim.kind)
+    inputs = node.inputs
+    ins = [d.data for d in inputs]
+    upcast = False
+    if elementwise:
+        for d in inputs:
+            if d.dtype is _BF16:
+                # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does.
+                upcast = True
+                ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
+                break
     t0 = timeline.now() if timeline.enabled else 0
-    fn = rules.get(prim.name)
-    out_handle = None
+    out_handle = out = None
+    outputs = node.outputs
     with np.errstate(all="ignore"):
-        if prim.name in rules.TAKES_OUT and not upcast and len(node.outputs) == 1:
-            target = node.outputs[0]()
+        if takes_out and not upcast and len(outputs) == 1:
+            target = outputs[0]()
             if target is None:  # nobody wants the result
                 node.inputs = []
                 return
             out, out_handle = _output_buffer(node, target)
             try:
-                res = fn(np, *ins, out=out, **prim.kwargs())
+                res = fn(np, *ins, out=out, **prim.kw)
             except TypeError:  # numpy cannot cast into ``out``: let the rule allocate
-                out_handle = None
-                res = fn(np, *ins, **prim.kwargs())
+                out_handle = out = None
+                res = fn(np, *ins, **prim.kw)
+            if res is out:  # the common case: the result is exactly the prepared buffer
+                target.set_data(out, out_handle)
+                node.inputs = []
+                if t0:
+                    _record(prim, node, t0, out.nbytes)
+                return
         else:
-            res = fn(np, *ins, **prim.kwargs())
+            res = fn(np, *ins, **prim.kw)
     if not isinstance(res, (tuple, list)):
         res = (res,)
     nbytes = 0
-    for ref, value in zip(node.outputs, res):
+    for ref, value in zip(outputs, res):
         d = ref()
         if d is not None:
-            _store(value, d, node.inputs, out_handle)
+            _store(value, d, inputs, out_handle)
             nbytes += d.data.nbytes
     node.inputs = []
     if t0:
-        timeline.add("primitive", t0, timeline.now(), name=prim.name, node=node.id,
-                     stream=prim.stream.index, device=prim.stream.device.type.name,
-                     nbytes=nbytes)
+        _record(prim, node, t0, nbytes)
+
+
+def _record(prim, node: Node, t0: int, nbytes: int) -> None:
+    timeline.add("primitive", t0, timeline.now(), name=prim.name, node=node.id,
+                 stream=prim.stream.index, device=prim.stream.device.type.name, nbytes=nbytes)

@@ -32,14 +32,15 @@ class Primitive:
     same thing; ``stream`` is where it runs.
     """
 
-    __slots__ = ("name", "params", "stream")
+    __slots__ = ("name", "params", "kw", "stream")
 
     def __init__(self, name: str, stream, **params: Any):
         if name not in KINDS:
             raise KeyError(f"unregistered primitive {name}")
         self.name = name
         self.stream = stream
-        self.params = tuple(sorted(params.items()))
+        self.kw = params  # the parameters as keyword arguments for the rule (never mutated)
+        self.params = tuple(sorted(params.items())) if params else ()
 
     @property
     def kind(self) -> str:
@@ -50,7 +51,7 @@ class Primitive:
         return self.kind in FUSABLE_KINDS
 
     def kwargs(self) -> dict:
-        return dict(self.params)
+        return dict(self.kw)
 
     def is_equivalent(self, other: "Primitive") -> bool:
         """Same operation with the same parameters (used by common-subexpression elimination)."""

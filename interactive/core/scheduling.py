@@ -151,10 +151,21 @@ def _plan(order: list[Node]):
 def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     """Evaluate the arrays (and what they need); return at once when ``asynchronous``."""
     for _ in range(100):
+        inline = None
         with _schedule_lock:
             order, pending = topo_order(descs)
             if order:
-                state, events = _schedule(order, pending, asynchronous)
+                if not asynchronous and not pending:
+                    inline = _inline_stream(order)
+                if inline is not None:
+                    ev = Event(inline)
+                    for node in order:
+                        node.event = ev
+                    state, events = EvalState(1), {inline: ev}
+                else:
+                    state, events = _schedule(order, asynchronous)
+        if inline is not None:
+            _run_inline(order, state, events[inline])
         if order and not asynchronous:
             for ev in events.values():
                 ev.wait(1)
@@ -169,15 +180,54 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
             ev = n.event
             if ev is not None:
                 ev.wait(1)
-        if all(d.node is None for d in descs):
-            return
-        if not order and not pending:
+        if not pending or all(d.node is None for d in descs):
             return
     raise RuntimeError("[eval] The graph could not be evaluated (interrupted repeatedly).")
 
 
-def _schedule(order: list[Node], pending: list[Node], asynchronous: bool):
-    """Mark ``order`` scheduled and start it on its streams (or inline)."""
+def _inline_stream(order: list[Node]) -> Optional[int]:
+    """The stream index if every node is on one stream whose worker is idle, else None."""
+    s = order[0].primitive.stream
+    for node in order:
+        if node.primitive.stream is not s:
+            return None
+    w = existing_worker(s.index)
+    if w is not None and not w.idle():
+        return None
+    return s.index
+
+
+def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
+    """Run a single-stream eval on the calling thread (the stream's order is kept by its
+    worker's execution lock)."""
+    Interrupt.begin()
+    t0 = timeline.now() if timeline.enabled else 0
+    if t0:
+        timeline.add("eval_begin", t0, stream=ev.stream,
+                     detail={"nodes": len(order), "streams": [ev.stream], "async": False})
+    _install_sigint()
+    w = existing_worker(ev.stream)
+    lock = w.exec_lock if w is not None else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        for node in order:
+            if state.stopped or Interrupt.interrupted():
+                _run_task(node, state, ())
+            else:
+                try:
+                    run_node(node)
+                except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                    state.stop(error=e)
+                    node.event = None
+    finally:
+        if lock is not None:
+            lock.release()
+        _finish_stream(state, ev, t0)
+
+
+def _schedule(order: list[Node], asynchronous: bool):
+    """Mark ``order`` scheduled and queue it on its streams' workers."""
     plan, streams, fences, updates = _plan(order)
     events = {si: Event(si) for si in plan}
     for si, items in plan.items():
@@ -190,25 +240,6 @@ def _schedule(order: list[Node], pending: list[Node], asynchronous: bool):
     if t0:
         timeline.add("eval_begin", t0, detail={"nodes": len(order), "streams": sorted(plan),
                                                 "async": asynchronous})
-    inline = False
-    if not asynchronous and len(plan) == 1 and not any(w for _, w in next(iter(plan.values()))):
-        si = next(iter(plan))
-        w = existing_worker(si)
-        inline = w is None or w.idle()
-    if inline:
-        si, items = next(iter(plan.items()))
-        lock = existing_worker(si).exec_lock if existing_worker(si) else None
-        if lock is not None:
-            lock.acquire()
-        try:
-            _install_sigint()
-            for node, waits in items:
-                _run_task(node, state, waits)
-        finally:
-            if lock is not None:
-                lock.release()
-            _finish_stream(state, events[si], t0)
-        return state, events
     for si, items in plan.items():
         s = streams[si]
         wk = worker(si, f"{s.device.type.name}-stream{si}")
@@ -250,20 +281,22 @@ def interrupt_eval() -> bool:
 
 
 _sigint_installed = None
+_MAIN_THREAD = threading.main_thread().ident
 
 
 def _install_sigint() -> None:
     """While an eval runs, SIGINT (Jupyter's interrupt button, Ctrl-C) interrupts it cleanly;
-    outside an eval the previous handler runs as before."""
+    outside an eval the previous handler runs as before. Re-installed whenever somebody
+    (IPython does, per cell) replaced it."""
     global _sigint_installed
+    if threading.get_ident() != _MAIN_THREAD:
+        return
+    import _signal
     import signal
 
-    if threading.current_thread() is not threading.main_thread():
+    previous = _signal.getsignal(signal.SIGINT)
+    if previous is _sigint_installed and previous is not None:
         return
-    current = signal.getsignal(signal.SIGINT)
-    if current is _sigint_installed and current is not None:
-        return
-    previous = current
 
     def handler(signum, frame):
         if interrupt_eval():
