@@ -14,12 +14,14 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import resolve_stream
-from .ops.convert import astype, broadcast_to, to_array
+from .primitive import Primitive, register
+from .ops.convert import _fmt_shape, astype, broadcast_to, to_array
 from .ops.creation import arange
 from .ops.indexing import _gather, _scatter, _slice, _slice_update
 from .ops.shape import expand_dims, reshape, squeeze, transpose
 
 _INVALID = "Cannot index mlx array using the given type."
+register("MaskedScatter", "indexing")
 
 
 def _is_int(x: Any) -> bool:
@@ -29,7 +31,7 @@ def _is_int(x: Any) -> bool:
 def _entry(x: Any) -> Any:
     """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
     if isinstance(x, (bool, np.bool_)):
-        raise ValueError("boolean indices are not yet supported")
+        raise ValueError(_INVALID)
     if _is_int(x):
         return int(x)
     if x is None or x is Ellipsis or isinstance(x, slice):
@@ -194,10 +196,44 @@ def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
     return reshape(out, a.shape, stream=s) if x.ndim != a.ndim else out
 
 
+def _bool_mask(idx: Any) -> Any:
+    """``idx`` as a boolean mask array when it is one (a bool, bool array or list of bools)."""
+    if isinstance(idx, (bool, np.bool_)):
+        return array(bool(idx))
+    if isinstance(idx, list) and idx and all(isinstance(x, (bool, np.bool_)) for x in idx):
+        return array(idx)
+    if isinstance(idx, np.ndarray) and idx.dtype == np.bool_:
+        return array(idx)
+    if isinstance(idx, array) and idx.dtype == _dt.bool_:
+        return idx
+    return None
+
+
+def _masked_update(a: array, mask: array, v: array, s) -> array:
+    """``a[mask] = v`` (MLX's MaskedScatter): selected elements take ``v``'s values in order."""
+    if mask.shape != a.shape[:mask.ndim]:
+        raise ValueError("[masked_scatter] The boolean mask should have the same shape as the "
+                         "beginning of the indexed array but the mask has shape "
+                         f"{_fmt_shape(mask.shape)} and the array has shape {_fmt_shape(a.shape)}")
+    m = reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim), stream=s)
+    m = broadcast_to(m, a.shape, stream=s)
+    if mask.ndim < a.ndim or v.size == 1:
+        src = broadcast_to(reshape(v, (1,) * (a.ndim - v.ndim) + v.shape, stream=s)
+                           if v.ndim < a.ndim else v, a.shape, stream=s)
+    else:
+        src = v
+    prim = Primitive("MaskedScatter", s)
+    return array._make([a.shape], [a.dtype], prim, [a, m, src])[0]
+
+
 def setitem(a: array, idx: Any, value: Any) -> None:
     """``a[idx] = value``: ``a`` now refers to a new lazy array (SliceUpdate or Scatter)."""
     s = resolve_stream(None)
     v = astype(to_array(value, a.dtype), a.dtype, s)
+    mask = _bool_mask(idx)
+    if mask is not None:
+        a._d = _masked_update(a, mask, v, s)._d
+        return
     if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
         a._d = _fit(v, a.shape, s)._d
         return

@@ -10,10 +10,15 @@ from . import rule
 
 
 def _slices(start, stop, strides):
+    # Bounds come normalised by ``slice.indices``: with a negative step, -1 means "before
+    # index 0", which Python slicing would read as "the last element".
     out = []
     for b, e, s in zip(start, stop, strides):
+        if s < 0 and b < 0:
+            out.append(slice(0, 0))
+            continue
         if s < 0 and e < 0:
-            e = None  # stop below index 0: run to the beginning
+            e = None
         out.append(slice(b, e, s))
     return tuple(out)
 
@@ -31,24 +36,25 @@ def slice_update(xp, a, update, *, start_indices, end_indices, strides):
 
 
 def _dynamic_window(a, start, axes, sizes):
-    idx = [slice(None)] * a.ndim
-    for ax, st, size in zip(axes, start.reshape(-1).tolist(), sizes):
+    """A window of ``sizes`` (one per axis) starting at ``start`` on ``axes``, 0 elsewhere."""
+    idx = [slice(0, size) for size in sizes]
+    for ax, st in zip(axes, start.reshape(-1).tolist()):
         st = int(st)
         st = st + a.shape[ax] if st < 0 else st
-        st = min(max(st, 0), a.shape[ax] - size)  # MLX clamps the window into the array
-        idx[ax] = slice(st, st + size)
+        st = min(max(st, 0), a.shape[ax] - sizes[ax])  # clamp the window into the array
+        idx[ax] = slice(st, st + sizes[ax])
     return tuple(idx)
 
 
 @rule("DynamicSlice")
 def dynamic_slice(xp, a, start, *, axes, slice_size):
-    return a[_dynamic_window(a, start, axes, [slice_size[ax] for ax in axes])]
+    return a[_dynamic_window(a, start, axes, slice_size)]
 
 
 @rule("DynamicSliceUpdate")
 def dynamic_slice_update(xp, a, update, start, *, axes):
     out = a.copy()
-    out[_dynamic_window(a, start, axes, [update.shape[ax] for ax in axes])] = update
+    out[_dynamic_window(a, start, axes, update.shape)] = update
     return out
 
 
@@ -121,4 +127,16 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
         out[grid] = updates
     else:
         getattr(xp, _SCATTER[reduce]).at(out, grid, updates)
+    return out
+
+
+@rule("MaskedScatter")
+def masked_scatter(xp, a, mask, src):
+    # The k-th selected element (row-major) takes the k-th element of the flattened source.
+    out = a.copy()
+    count = int(mask.sum())
+    flat = src.reshape(-1)
+    if flat.size < count:
+        raise RuntimeError("[MaskedScatter::eval_cpu] Source does not have enough elements for mask.")
+    out[mask] = flat[:count]
     return out

@@ -192,10 +192,9 @@ def slice_update(a: array, update: array, start_indices: array, axes: Sequence[i
     """A copy of ``a`` with ``update`` written at (array) ``start_indices`` on ``axes``."""
     a, update = to_array(a), to_array(update)
     start, axes = _dyn_start(start_indices, axes, a)
-    broadcast_shapes(update.shape, a.shape)
     if update.ndim > a.ndim or any(u > d for u, d in zip(update.shape[::-1], a.shape[::-1])):
-        raise ValueError(f"[slice_update] Update shape {_fmt_shape(update.shape)} does not fit "
-                         f"array shape {_fmt_shape(a.shape)}.")
+        raise ValueError(f"[broadcast_shapes] Shapes {_fmt_shape(update.shape)} and "
+                         f"{_fmt_shape(a.shape)} cannot be broadcast.")
     s = resolve_stream(stream)
     shape = (1,) * (a.ndim - update.ndim) + update.shape
     update = astype(reshape(update, shape, stream=s), a.dtype, s)
