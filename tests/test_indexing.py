@@ -92,13 +92,14 @@ def advanced_index(draw, shape):
                                  max_size=int(np.prod(ishape))))
             out.append(np.array(vals, dtype=np.int32).reshape(ishape))
         elif kind == "list":
-            out.append(draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3)))
+            k = ishape[-1] if ishape else 2  # broadcasts against the arrays' shape
+            out.append(draw(st.lists(st.integers(-n, n - 1), min_size=k, max_size=k)))
         elif kind == "int":
             out.append(draw(st.integers(-n, n - 1)))
         else:
             out.append(draw(slices(n)))
     if not any(isinstance(e, (np.ndarray, list)) for e in out):
-        out[0] = np.array([0], dtype=np.int32)
+        out[next(i for i, e in enumerate(out) if e is not None)] = np.array([0], dtype=np.int32)
     return tuple(out)
 
 
