@@ -32,7 +32,7 @@ from .. import timeline
 
 BASE_FLAGS = ["-std=gnu11", "-O3", "-fPIC", "-shared", "-fno-math-errno",
               "-ffp-contract=off", "-fwrapv", "-w"]
-MAX_NAME = 245  # MLX clips longer kernel names (file names) to 245 - 16 chars + a hash
+MAX_NAME = 230  # MLX clips names over 245 chars (+ a hash); ours also carry ".<source hash>.json"
 
 
 @dataclass
@@ -228,7 +228,7 @@ def _trusted(path: Path) -> bool:
     return st.st_uid == os.getuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-def _disk_paths(tc: Toolchain, name: str) -> Optional[tuple]:
+def _disk_paths(tc: Toolchain, name: str, source_hash: str) -> Optional[tuple]:
     root = cache_dir()
     if root is None:
         return None
@@ -238,7 +238,10 @@ def _disk_paths(tc: Toolchain, name: str) -> Optional[tuple]:
     except OSError:
         return None
     stem = file_stem(name)
-    return d / f"lib{stem}.so", d / f"{stem}.json", d / f"{stem}.c"
+    # the source hash is in the library's name: a process that already loaded an older
+    # build under the same kernel name would otherwise get that one back from dlopen
+    tag = source_hash[:12]
+    return d / f"lib{stem}.{tag}.so", d / f"{stem}.{tag}.json", d / f"{stem}.{tag}.c"
 
 
 def _load_from_disk(paths: tuple, source_hash: str) -> bool:
@@ -322,8 +325,8 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str]) -
         if tc is None:
             raise BuildError("no C compiler on PATH (cc, gcc or clang)")
         source = source_fn(tc)
-        paths = _disk_paths(tc, name)
         shash = _source_hash(tc, source)
+        paths = _disk_paths(tc, name, shash)
         origin, ms, path = "disk", 0.0, None
         if paths is not None and _load_from_disk(paths, shash):
             path = paths[0]
