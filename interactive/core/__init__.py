@@ -4,8 +4,8 @@ from . import array_methods as _array_methods  # noqa: F401  (operators and meth
 from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
 from .array import array  # noqa: F401
 from .device import (  # noqa: F401
-    Device, DeviceType, Stream, cpu, default_device, default_stream, device_count, gpu,
-    is_available, new_stream, set_default_device, set_default_stream, stream,
+    Device, DeviceType, Stream, StreamContext, cpu, default_device, default_stream, device_count,
+    gpu, is_available, new_stream, set_default_device, set_default_stream, stream,
 )
 from .dtypes import (  # noqa: F401
     Dtype, DtypeCategory, bfloat16, bool_, complex64, complexfloating, finfo, float16, float32,
@@ -13,6 +13,7 @@ from .dtypes import (  # noqa: F401
     number, signedinteger, uint8, uint16, uint32, uint64, unsignedinteger,
 )
 from .memory import *  # noqa: F401,F403
+from .printing import PrintOptions, get_printoptions, printoptions, set_printoptions  # noqa: F401
 from . import metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401

@@ -149,7 +149,24 @@ def _plan(order: list[Node]):
 
 
 def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
-    """Evaluate the arrays (and what they need); return at once when ``asynchronous``."""
+    """Evaluate the arrays (and what they need); return at once when ``asynchronous``.
+
+    From its first line a synchronous eval counts as running, so an interrupt (SIGINT)
+    arriving while the graph is still being ordered is honoured at the first node boundary
+    instead of raising in the middle of the bookkeeping.
+    """
+    if asynchronous:
+        _evaluate(descs, True)
+        return
+    _install_sigint()
+    Interrupt.begin()
+    try:
+        _evaluate(descs, False)
+    finally:
+        Interrupt.end()
+
+
+def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
     for _ in range(100):
         inline = None
         with _schedule_lock:
@@ -205,7 +222,6 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
     if t0:
         timeline.add("eval_begin", t0, stream=ev.stream,
                      detail={"nodes": len(order), "streams": [ev.stream], "async": False})
-    _install_sigint()
     w = existing_worker(ev.stream)
     lock = w.exec_lock if w is not None else None
     if lock is not None:
@@ -259,8 +275,6 @@ def _schedule(order: list[Node], asynchronous: bool):
                     _run_task(node, state, waits)
             wk.enqueue(task)
         wk.enqueue(lambda ev=events[si]: _finish_stream(state, ev, t0))
-    if not asynchronous:
-        _install_sigint()
     return state, events
 
 
