@@ -237,6 +237,16 @@ class array:
         return array._wrap(ArrayDesc(tuple(data.shape), dtype, stream or resolve_stream(None), data=data))
 
     @staticmethod
+    def _make1(shape: tuple, dtype: _dt.Dtype, primitive: Primitive, inputs: list["array"]) -> "array":
+        """Record a single-output ``primitive`` (``shape`` must be a tuple of ints)."""
+        node = Node(primitive, [x._d for x in inputs])
+        d = ArrayDesc(shape, dtype, primitive.stream, node=node)
+        node.outputs.append(weakref.ref(d))
+        a = array.__new__(array)
+        a._d = d
+        return a
+
+    @staticmethod
     def _make(shapes, dtypes, primitive: Primitive, inputs: list["array"]) -> list["array"]:
         """Record ``primitive`` applied to ``inputs`` as a node with one output per shape."""
         node = Node(primitive, [x._d for x in inputs])

@@ -243,7 +243,13 @@ def streams() -> list[Stream]:
 def resolve_stream(s: StreamOrDevice) -> Stream:
     """The stream an op runs on, from its ``stream=`` argument (MLX's ``to_stream``)."""
     if s is None:
-        return default_stream(default_device())
+        d = _default_device if _default_device is not None else default_device()
+        defaults = getattr(_tls, "defaults", None)
+        if defaults is not None:  # the hot path: this thread's default stream, already made
+            st = defaults.get(d)
+            if st is not None:
+                return st
+        return default_stream(d)
     if isinstance(s, Stream):
         return s
     if isinstance(s, Device) or _as_type(s) is not None:

@@ -27,12 +27,13 @@ def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
     """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules)."""
     nbytes = out.dtype.size * _size(out.shape)
     for d in node.inputs:
+        if sys.getrefcount(d) != _DESC_REFS:  # held elsewhere: the cheap, usual rejection
+            continue
         data = d.data
         if (d.buffer is not None and d.dtype.size == out.dtype.size and data.shape == out.shape
                 and (data.flags.c_contiguous or data.flags.f_contiguous)
                 and data.flags.writeable  # broadcast views are read-only: never donate them
                 and d.buffer.buffer.size <= nbytes + DONATION_SLACK
-                and sys.getrefcount(d) == _DESC_REFS
                 and sys.getrefcount(d.buffer) == _HANDLE_REFS):
             return d
     return None
@@ -50,7 +51,7 @@ def _output_buffer(node: Node, out: ArrayDesc):
     donor = _donor(node, out)
     if donor is not None:
         return donor.data.view(out.dtype.np), donor.buffer
-    alloc = allocator("cpu")
+    alloc = _CPU
     nbytes = out.dtype.size * _size(out.shape)
     buf = alloc.malloc(nbytes)
     return buf.view(nbytes, out.dtype.np, out.shape), BufferHandle(buf, alloc)
@@ -80,6 +81,7 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
     desc.set_data(data, handle)
 
 
+_CPU = allocator("cpu")
 _DISPATCH: dict[str, tuple] = {}
 
 

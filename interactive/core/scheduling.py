@@ -38,7 +38,7 @@ class EvalState:
         self.interrupted = False
         self.error: Optional[BaseException] = None
         self.remaining = n_streams
-        self.lock = threading.Lock()
+        self.lock = threading.Lock() if n_streams > 1 else None
 
     def stop(self, error: Optional[BaseException] = None, interrupted: bool = False) -> None:
         self.stopped = True
@@ -49,15 +49,29 @@ class EvalState:
 
     def stream_done(self) -> None:
         """Called once per stream after its last task; the eval ends with the last stream."""
-        with self.lock:
+        if self.lock is None:
             self.remaining -= 1
-            last = self.remaining == 0
+            last = True
+        else:
+            with self.lock:
+                self.remaining -= 1
+                last = self.remaining == 0
         if last:
             Interrupt.end()
 
 
 def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
     """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)."""
+    if len(descs) == 1:
+        node = descs[0].node
+        if node is None:
+            return [], []
+        if node.event is None:
+            for inp in node.inputs:
+                if inp.node is not None:
+                    break
+            else:  # the common eager case: one node over evaluated inputs
+                return [node], []
     order: list[Node] = []
     pending: list[Node] = []
     seen: set[int] = set()
@@ -216,8 +230,7 @@ def _inline_stream(order: list[Node]) -> Optional[int]:
 
 def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
     """Run a single-stream eval on the calling thread (the stream's order is kept by its
-    worker's execution lock)."""
-    Interrupt.begin()
+    worker's execution lock). The caller (``evaluate``) holds the eval's running mark."""
     t0 = timeline.now() if timeline.enabled else 0
     if t0:
         timeline.add("eval_begin", t0, stream=ev.stream,
@@ -239,7 +252,9 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
     finally:
         if lock is not None:
             lock.release()
-        _finish_stream(state, ev, t0)
+        ev.signal(1)
+        if t0 and timeline.enabled:
+            _record_end(state, ev, t0)
 
 
 def _schedule(order: list[Node], asynchronous: bool):
@@ -282,9 +297,13 @@ def _finish_stream(state: EvalState, ev: Event, t0: int) -> None:
     ev.signal(1)
     state.stream_done()
     if t0 and timeline.enabled:
-        timeline.add("eval_end", t0, timeline.now(), stream=ev.stream,
-                     detail={"interrupted": state.interrupted,
-                             "error": None if state.error is None else type(state.error).__name__})
+        _record_end(state, ev, t0)
+
+
+def _record_end(state: EvalState, ev: Event, t0: int) -> None:
+    timeline.add("eval_end", t0, timeline.now(), stream=ev.stream,
+                 detail={"interrupted": state.interrupted,
+                         "error": None if state.error is None else type(state.error).__name__})
 
 
 # -- Interrupts -----------------------------------------------------------------------------

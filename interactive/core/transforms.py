@@ -29,7 +29,10 @@ def eval(*args: Any) -> None:
 
     Leaves that are not arrays are ignored. Blocks until the outputs are available.
     """
-    evaluate(tree_flatten_arrays(args, []))
+    if len(args) == 1 and args[0].__class__ is array:  # the common ``mx.eval(x)``
+        evaluate([args[0]._d])
+    else:
+        evaluate(tree_flatten_arrays(args, []))
 
 
 def async_eval(*args: Any) -> None:

@@ -48,12 +48,12 @@ def arg(v: Any, op: str, sig: str = _SIG_UNARY) -> array:
 def unary(name: str, a: array, stream: StreamOrDevice, dtype: Optional[_dt.Dtype] = None,
           out_dtype: Optional[_dt.Dtype] = None) -> array:
     """Record unary primitive ``name`` on ``a`` cast to ``dtype``; the output is ``out_dtype``."""
-    register(name, UNARY)
     s = resolve_stream(stream)
-    a = to_array(a)
-    if dtype is not None:
+    if a.__class__ is not array:
+        a = to_array(a)
+    if dtype is not None and a._d.dtype is not dtype:
         a = astype(a, dtype, s)
-    return array._make([a.shape], [out_dtype or a.dtype], Primitive(name, s), [a])[0]
+    return array._make1(a._d.shape, out_dtype or a._d.dtype, Primitive(name, s), [a])
 
 
 def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
@@ -63,13 +63,21 @@ def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
     ``dtype`` overrides the promoted compute dtype; ``out_dtype`` (e.g. bool for
     comparisons) the output's. The shapes are checked before any node is recorded.
     """
-    register(name, BINARY)
     s = resolve_stream(stream)
-    a, b = to_arrays(a, b)
-    dt = dtype or _dt.promote_types(a.dtype, b.dtype)
-    broadcast_shapes(a.shape, b.shape)  # raises before anything is recorded
+    if a.__class__ is not array or b.__class__ is not array:
+        a, b = to_arrays(a, b)
+    ad, bd = a._d.dtype, b._d.dtype
+    dt = dtype or (ad if ad is bd else _dt.promote_types(ad, bd))
+    shape = a._d.shape
+    if shape == b._d.shape:  # the common case: nothing to broadcast
+        if ad is not dt:
+            a = astype(a, dt, s)
+        if bd is not dt:
+            b = astype(b, dt, s)
+        return array._make1(shape, out_dtype or dt, Primitive(name, s), [a, b])
+    broadcast_shapes(shape, b._d.shape)  # raises before anything is recorded
     a, b = broadcast_arrays(astype(a, dt, s), astype(b, dt, s), stream=s)
-    return array._make([a.shape], [out_dtype or dt], Primitive(name, s), [a, b])[0]
+    return array._make1(a.shape, out_dtype or dt, Primitive(name, s), [a, b])
 
 
 def float_dtype(d: _dt.Dtype) -> _dt.Dtype:
