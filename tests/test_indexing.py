@@ -337,8 +337,21 @@ def test_take_matches_numpy(shape, d):
                                    max_size=int(np.prod(ishape)))), np.int32).reshape(ishape)
     check(mx.take(mx.array(x), mx.array(ind), axis=ax), np.take(x, ind, axis=ax))
     check(mx.take(mx.array(x), mx.array(ind) % x.size), np.take(x, ind % x.size))
-    i = d.draw(st.integers(-n, n - 1))
+    i = d.draw(st.integers(0, n - 1))
     check(mx.take(mx.array(x), i, axis=ax), np.take(x, i, axis=ax))
+    if i - n != -1:  # MLX takes the slice [i, i + 1): negative ints but -1 count from the end
+        check(mx.take(mx.array(x), i - n, axis=ax), np.take(x, i, axis=ax))
+
+
+@pytest.mark.parametrize("case", [
+    lambda m: m.take(m.arange(6), -2), lambda m: m.take(m.arange(6).reshape(2, 3), -2, axis=1),
+    lambda m: m.take(m.arange(6).reshape(2, 3), -3, axis=1),
+    lambda m: m.take_along_axis(m.arange(6).reshape(2, 3), m.array([2, 5]), None),
+    lambda m: m.put_along_axis(m.arange(6).reshape(2, 3), m.array([4, 0]), m.array(9)),
+])
+def test_take_forms_match_mlx(mlx, case):
+    got, want = case(mx), case(mlx)
+    check(got, np.array(want))
 
 
 @SETTINGS
@@ -405,6 +418,9 @@ def test_dynamic_slice_and_slice_update_match_numpy(shape, d):
     lambda m: m.take(m.zeros((2, 3)), m.array([0.5])),
     lambda m: m.take(m.zeros((2, 3)), 1, axis=2),
     lambda m: m.take(m.zeros((2, 3)), 3, axis=0),
+    lambda m: m.take(m.zeros((2, 3)), -1, axis=0),
+    lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0], [2]]), None),
+    lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0], [2]]), m.array(9.0)),
     lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([0]), axis=1),
     lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0]]), axis=2),
     lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0.0]]), axis=1),

@@ -217,6 +217,16 @@ def test_roll_matches_numpy(shape, d):
     check(mx.roll(mx.array(x), s, ax[0]), np.roll(x, s, ax[0]))
 
 
+@pytest.mark.parametrize("case", [
+    lambda m, a: m.roll(a, (1, 2), axis=0), lambda m, a: m.roll(a, (1, 2)),
+    lambda m, a: m.roll(a, 1, axis=(0, 1)), lambda m, a: m.roll(a, (1, 2, 3), axis=(0, 1)),
+    lambda m, a: m.roll(a, -4, 1), lambda m, a: m.roll(a, 1, (0, 0)),
+])
+def test_roll_shift_and_axis_forms_match_mlx(mlx, case):
+    x = ref((2, 3))
+    check(case(mx, mx.array(x)), np.array(case(mlx, mlx.array(x))))
+
+
 @SETTINGS
 @given(st.lists(st.integers(0, 3), min_size=0, max_size=3).map(tuple))
 def test_atleast_nd_match_numpy(shape):
@@ -395,6 +405,7 @@ A = ((2, 3),)
     lambda m: m.pad(m.zeros((2, 3)), 1, mode="foo"),
     lambda m: m.pad(m.zeros((2, 3)), ((1, 2, 3),)),
     lambda m: m.roll(m.zeros((2, 3)), 1, 2),
+    lambda m: m.roll(m.zeros((2, 3)), (1,), (0, 1)),
     lambda m: m.kron(m.zeros((2, 3)), 1.0),
 ])
 def test_errors_match_mlx(case):

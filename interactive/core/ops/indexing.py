@@ -86,11 +86,11 @@ def take(a: array, /, indices: Any, axis: Optional[int] = None, *,
     if ax is None:
         raise IndexError(f"[take] Received invalid axis {axis} for array with {a.ndim} dimensions.")
     if isinstance(indices, int):
-        n = a.shape[ax]
-        i = indices + n if indices < 0 else indices
-        start = [0] * a.ndim
-        stop = list(a.shape)
-        start[ax], stop[ax] = min(max(i, 0), n), min(max(i + 1, 0), n)
+        # As MLX: the slice [i, i + 1) with Python's negative bounds, so -1 selects nothing
+        # (and Squeeze then raises) while other negative ints count from the end.
+        start, stop = [0] * a.ndim, list(a.shape)
+        start[ax], stop[ax], _ = _builtin_slice(indices, indices + 1).indices(a.shape[ax])
+        stop[ax] = max(stop[ax], start[ax])
         return squeeze(_slice(a, start, stop, [1] * a.ndim, s), ax, stream=s)
     idx = to_array(indices)
     _check_indices([idx])
@@ -109,8 +109,8 @@ def take_along_axis(a: array, /, indices: array, axis: Optional[int] = -1, *,
     """Values of ``a`` at ``indices`` along ``axis`` (indices broadcast on the other axes)."""
     a, indices = to_array(a), to_array(indices)
     s = resolve_stream(stream)
-    if axis is None:
-        return take_along_axis(flatten(a, stream=s), flatten(indices, stream=s), 0, stream=s)
+    if axis is None:  # MLX flattens the array only
+        return take_along_axis(flatten(a, stream=s), indices, 0, stream=s)
     ax = _axis(axis, a.ndim)
     if ax is None:
         raise IndexError(f"[take_along_axis] Axis {axis} is out of bounds for array with "
@@ -142,7 +142,7 @@ def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int]
     a, indices = to_array(a), to_array(indices)
     s = resolve_stream(stream)
     if axis is None:
-        out = put_along_axis(flatten(a, stream=s), flatten(indices, stream=s), values, 0, stream=s)
+        out = put_along_axis(flatten(a, stream=s), indices, values, 0, stream=s)
         return reshape(out, a.shape, stream=s)
     ax = _axis(axis, a.ndim)
     if ax is None:

@@ -433,14 +433,17 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
 
 
 def roll(a: array, shift: Union[int, Sequence[int]], axis: Union[None, int, Sequence[int]] = None,
-         /, *, stream: StreamOrDevice = None) -> array:
-    """Roll elements along axes (flattened when ``axis`` is None): Split then Concatenate."""
+         *, stream: StreamOrDevice = None) -> array:
+    """Roll elements along axes (flattened when ``axis`` is None): Split then Concatenate.
+
+    As MLX: several shifts on one axis (or on the flattened array) add up; with several
+    axes, an int shift applies to each and a tuple needs one shift per axis (extras unused).
+    """
     a = to_array(a)
     shifts = _int_tuple(shift)
     if axis is None:
         x = flatten(a, stream=stream)
-        total = sum(shifts)
-        return reshape(_roll_axis(x, total, 0, stream), a.shape, stream=stream)
+        return reshape(_roll_axis(x, sum(shifts), 0, stream), a.shape, stream=stream)
     axes = _int_tuple(axis)
     norm = []
     for ax in axes:
@@ -448,13 +451,13 @@ def roll(a: array, shift: Union[int, Sequence[int]], axis: Union[None, int, Sequ
         if n is None:
             raise IndexError(f"[roll] Invalid axis {ax} for array with {a.ndim} dimensions.")
         norm.append(n)
-    if len(shifts) == 1:
+    if isinstance(axis, int):
+        shifts = (sum(shifts),)
+    elif isinstance(shift, int):
         shifts = shifts * len(norm)
-    elif len(norm) == 1:
-        norm = norm * len(shifts)
-    elif len(shifts) != len(norm):
-        raise ValueError(f"[roll] Shift and axis must have the same number of elements, "
-                         f"got {len(shifts)} and {len(norm)}.")
+    elif len(shifts) < len(norm):
+        raise ValueError(f"[roll] At least one shift value per axis is required, {len(shifts)} "
+                         f"provided for {len(norm)} axes.")
     x = a
     for sh, ax in zip(shifts, norm):
         x = _roll_axis(x, sh, ax, stream)
