@@ -466,3 +466,29 @@ def test_trace_dtypes_match_mlx(mlx):
         want = mlx.trace(mlx.array(x, getattr(mlx, dt)), dtype=getattr(mlx, out) if out else None)
         assert repr(got.dtype) == str(want.dtype)
         assert got.item() == want.item()
+
+
+# -- mixed index forms, read / assign / .at, against MLX ------------------------------------
+@pytest.mark.parametrize("idx", [
+    "(Ellipsis, None)", "(None, Ellipsis, 0)", "(slice(None), None, m.array([0, 1]))",
+    "(m.array([0, 1]), None, m.array([1, 2]))", "(m.array([[0], [1]]), m.array([0, 2, 3]))",
+    "(1, m.array([0, 2]))", "(m.array([1]), slice(None), 2)",
+    "(slice(None, None, -1), m.array([3, 0]))", "[1, 0]", "(m.array([0, 1]), Ellipsis)",
+    "(Ellipsis, m.array([0, 1]))", "m.array([[0, 1], [1, 0]])", "(slice(5, None),)",
+    "(slice(None, -5),)", "(0, 0)", "(-1, -1)", "(np.int64(1),)", "(m.array(-1),)",
+    "(m.array([-1, -2]), -1)", "(m.array(1, m.uint8), 1)",
+])
+def test_mixed_indices_read_assign_and_at_match_mlx(mlx, idx):
+    def run(m):
+        a = m.arange(12).reshape(3, 4)
+        g = a[eval(idx)]
+        b = m.arange(12).reshape(3, 4)
+        b[eval(idx)] = -1
+        c = m.arange(12).reshape(3, 4).astype(m.float32).at[eval(idx)].add(0.5)
+        d = m.arange(12).reshape(3, 4)
+        d[eval(idx)] = m.zeros(g.shape, m.float32) - 7.9
+        return g, b, c, d
+
+    for got, want in zip(run(mx), run(mlx)):
+        assert repr(got.dtype) == str(want.dtype)
+        check(got, np.array(want))
