@@ -65,15 +65,14 @@ def slices(draw, n):
 @st.composite
 def basic_index(draw, shape):
     """A tuple of in-bounds ints, slices (any step), None and at most one Ellipsis."""
-    out, ellipsis = [], False
+    out = []
     for n in shape[:draw(st.integers(0, len(shape)))]:
         kind = draw(st.sampled_from(["int", "slice", "slice", "none", "ellipsis"]))
         if kind == "none":
             out.append(None)
-        if kind == "ellipsis" and not ellipsis:
-            ellipsis = True
+        if kind == "ellipsis":  # the remaining dimensions
             out.append(Ellipsis)
-            continue
+            break
         out.append(draw(st.integers(-n, n - 1)) if kind == "int" and n else draw(slices(n)))
     return tuple(out)
 
@@ -472,11 +471,12 @@ def test_trace_dtypes_match_mlx(mlx):
 @pytest.mark.parametrize("idx", [
     "(Ellipsis, None)", "(None, Ellipsis, 0)", "(slice(None), None, m.array([0, 1]))",
     "(m.array([0, 1]), None, m.array([1, 2]))", "(m.array([[0], [1]]), m.array([0, 2, 3]))",
-    "(1, m.array([0, 2]))", "(m.array([1]), slice(None), 2)",
+    "(1, m.array([0, 2]))", "(m.array([1]), 2)", "(slice(1, None), m.array([[1], [2]]))",
     "(slice(None, None, -1), m.array([3, 0]))", "[1, 0]", "(m.array([0, 1]), Ellipsis)",
     "(Ellipsis, m.array([0, 1]))", "m.array([[0, 1], [1, 0]])", "(slice(5, None),)",
     "(slice(None, -5),)", "(0, 0)", "(-1, -1)", "(np.int64(1),)", "(m.array(-1),)",
-    "(m.array([-1, -2]), -1)", "(m.array(1, m.uint8), 1)",
+    "(m.array([-1, -2]), -1)", "(m.array(1, m.uint8), 1)", "(0, Ellipsis, 1)",
+    "(Ellipsis, slice(None, None, -2))", "(None, 1, Ellipsis, None, slice(3, 0, -1))",
 ])
 def test_mixed_indices_read_assign_and_at_match_mlx(mlx, idx):
     def run(m):
