@@ -50,10 +50,17 @@ class Buffer:
 
 
 def _owner(a: Any) -> Any:
-    """The array that owns ``a``'s memory (numpy keeps ``base`` pointing at the owner)."""
-    while getattr(a, "base", None) is not None and hasattr(a.base, "shape"):
-        a = a.base
-    return a
+    """The object at the end of ``a``'s ``base`` chain: the array that owns its memory.
+
+    numpy keeps ``base`` pointing at the owner for ordinary views; ``as_strided`` puts a
+    wrapper object in between, which has a ``base`` of its own, so the chain is followed
+    through any object. (It may end at a non-array, e.g. ``bytes`` for ``frombuffer``.)
+    """
+    while True:
+        b = getattr(a, "base", None)
+        if b is None:
+            return a
+        a = b
 
 
 class BufferHandle:

@@ -298,8 +298,6 @@ def test_as_strided_rule_returns_a_view_of_its_input():
     np.testing.assert_array_equal(v, np.lib.stride_tricks.as_strided(x[1:], (3, 3), (4, 8)))
 
 
-@pytest.mark.xfail(strict=True, reason="the allocator's owner_of stops at numpy's as_strided "
-                   "DummyArray base and copies the view (memory owner to fix)")
 def test_as_strided_shares_the_input_buffer_after_eval():
     base = mx.array(ref((2, 3, 4)))
     assert np.shares_memory(data(mx.as_strided(base, (3, 3), (1, 2), 1)), data(base))

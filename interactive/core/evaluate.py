@@ -75,7 +75,8 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
                 handle = d.buffer
                 break
     if handle is None:
-        if not owner.flags.owndata:  # a view of memory we do not track: copy it in
+        if not isinstance(owner, np.ndarray) or not owner.flags.owndata:
+            # a view of memory we do not track: copy it in
             data = owner = np.array(data)
         handle = adopt(owner)
     desc.set_data(data, handle)
