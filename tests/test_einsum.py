@@ -15,24 +15,24 @@ from tapescope.core.array import array as _array
 
 from conftest import mlx_ref, requires_mlx
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=100, deadline=None)
 LETTERS = "abcdef"
 
 
 @st.composite
-def expressions(draw, max_ops: int = 3, ellipsis: bool = True):
+def expressions(draw, max_ops: int = 3, ellipsis: bool = True, pool: str = LETTERS[:4]):
     """A random einsum: subscripts, operand shapes and the full (broadcast) label sizes.
 
     Operands share, contract and repeat letters; an axis may be 1 where others are not
     (broadcasting); with ``...`` each operand gets a suffix of one batch shape, some of its
     dims 1."""
     n = draw(st.integers(1, max_ops))
-    dims = {c: draw(st.integers(2, 3)) for c in LETTERS}
+    dims = {c: draw(st.integers(2, 3)) for c in pool}
     use_ell = ellipsis and draw(st.booleans())
     batch = draw(st.lists(st.integers(1, 3), max_size=2)) if use_ell else []
     subs, shapes = [], []
     for _ in range(n):
-        letters = draw(st.lists(st.sampled_from(LETTERS[:4]), max_size=4))
+        letters = draw(st.lists(st.sampled_from(pool), max_size=4))
         ones = {c: draw(st.integers(0, 4)) == 0 for c in letters}  # broadcast this label
         shape = [1 if ones[c] else dims[c] for c in letters]
         sub = "".join(letters)
@@ -168,7 +168,7 @@ def test_stream_keyword_and_laziness():
 # --------------------------------------------------------------------------- paths
 
 @requires_mlx
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(expressions(max_ops=5), st.integers(0, 2**16))
 def test_einsum_path_matches_mlx(case, seed):
     expr, shapes, _ = case
@@ -235,6 +235,20 @@ def test_records_the_primitives_mlx_records(expr, shapes, tmp_path):
     got = _prims(mx.einsum(expr, *[mx.array(x) for x in xs]))
     want = _mlx_prims(mlx_ref.einsum(expr, *[mlx_ref.array(x) for x in xs]), tmp_path)
     assert got == want
+
+
+@requires_mlx
+@settings(max_examples=60, deadline=None)
+@given(expressions(max_ops=4, pool="anAbNoqdQ"), st.integers(0, 2**16))
+def test_random_expressions_record_mlx_primitives(tmp_path_factory, case, seed):
+    # letters whose codes collide modulo MLX's hash-bucket counts, so the axis orders of
+    # intermediates (and the Transposes / Broadcasts they need) are exercised
+    expr, shapes, _ = case
+    xs = _operands(shapes, seed)
+    got = mx.einsum(expr, *[mx.array(x) for x in xs])
+    want = mlx_ref.einsum(expr, *[mlx_ref.array(x) for x in xs])
+    assert _prims(got) == _mlx_prims(want, tmp_path_factory.mktemp("dot"))
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-4)
 
 
 # --------------------------------------------------------------------------- errors

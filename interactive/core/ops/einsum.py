@@ -41,6 +41,70 @@ class _Info(NamedTuple):
     optimized_scaling: int
 
 
+# --------------------------------------------------------------------------- letter order
+
+_FAST_BKT = (2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13)
+_PRIMES = (13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97,
+           103, 109, 113, 127, 137, 139, 149, 157, 167, 179, 193, 199, 211, 227, 241, 257)
+
+
+class _Letters:
+    """A set of letters iterating in the order MLX's ``std::unordered_set<char>`` does on
+    Linux (libstdc++: identity hash, prime bucket counts, a node joins the front of its
+    bucket or of the list). MLX's intermediate axis orders follow this order, so matching
+    it makes the recorded graph (Transposes, Broadcasts) the one MLX records."""
+
+    __slots__ = ("items", "buckets", "next_resize")
+
+    def __init__(self, letters: Any = None) -> None:
+        self.items: list = []
+        self.buckets, self.next_resize = 1, 0
+        for c in letters or ():  # the range constructor inserts one by one
+            self.add(c)
+
+    def _next_bkt(self, n: int) -> int:
+        if n < len(_FAST_BKT):
+            if n == 0:
+                return 1
+            self.next_resize = _FAST_BKT[n]
+            return _FAST_BKT[n]
+        p = next((p for p in _PRIMES if p >= n), n)
+        self.next_resize = p
+        return p
+
+    def _place(self, c: str) -> None:
+        b = ord(c) % self.buckets
+        for i, x in enumerate(self.items):
+            if ord(x) % self.buckets == b:
+                self.items.insert(i, c)
+                return
+        self.items.insert(0, c)
+
+    def add(self, c: str) -> None:
+        if c in self.items:
+            return
+        n = len(self.items) + 1
+        if n > self.next_resize:
+            least = max(n, 0 if self.next_resize else 11)
+            if least >= self.buckets:
+                self.buckets = self._next_bkt(max(least + 1, self.buckets * 2))
+                old, self.items = self.items, []
+                for x in old:
+                    self._place(x)
+            else:
+                self.next_resize = self.buckets
+        self._place(c)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, c: str) -> bool:
+        return c in self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 # --------------------------------------------------------------------------- parsing
 
 def _parse(subscripts: str) -> tuple[list, str]:
@@ -121,21 +185,26 @@ def _cost_and_scaling(inputs: list, output: str, dims: dict) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- the path
 
-def _greedy(inputs: list, output: str, dims: dict, cost_limit: int, memory_limit: int,
-            order: dict) -> tuple[list, int, int]:
+def _greedy(inputs: list, output: str, dims: dict, cost_limit: int,
+            memory_limit: int) -> tuple[list, int, int]:
     """MLX's greedy pairwise path (opt_einsum's, with MLX's cost and tie rules)."""
+    sets = [_Letters(s) for s in inputs]
     inputs = list(inputs)
-    out_set = set(output)
+    out_set = _Letters(output)
     pairs = [(i, j) for i in range(len(inputs)) for j in range(i + 1, len(inputs))]
     path, candidates, path_cost, path_scaling = [], [], 0, 0
 
     def add(p1: int, p2: int) -> None:
         both = set(inputs[p1]) | set(inputs[p2])
-        new = set()
-        for k, s in enumerate(inputs):
+        new = _Letters()
+        for k, letters in enumerate(sets):
             if k not in (p1, p2):
-                new |= both & set(s)
-        new |= both & out_set
+                for c in letters:
+                    if c in both:
+                        new.add(c)
+        for c in out_set:
+            if c in both:
+                new.add(c)
         new_size = _term_size(new, dims)
         if new_size > memory_limit:
             return
@@ -165,11 +234,12 @@ def _greedy(inputs: list, output: str, dims: dict, cost_limit: int, memory_limit
                 best = c
         removed, cost, new, ndims, x, y = best
         path_scaling = max(path_scaling, ndims)
-        # MLX sorts the new term's letters by dimension size (ties: a fixed letter order)
-        new_str = "".join(sorted(new, key=lambda c: (dims[c], order[c])))
+        # MLX sorts the new term's letters by dimension size (a stable sort for short terms)
+        new_str = "".join(sorted(new, key=lambda c: dims[c]))
         path.append(_Node([inputs[x], inputs[y]], new_str, (x, y)))
-        del inputs[y], inputs[x]
+        del inputs[y], inputs[x], sets[y], sets[x]
         inputs.append(new_str)
+        sets.append(new)
         kept = []
         for c in candidates:
             if c[4] in (x, y) or c[5] in (x, y):
@@ -222,10 +292,7 @@ def _path(fname: str, subscripts: str, operands: tuple) -> tuple[list, _Info]:
     if len(ins) <= 2:
         return ([_Node(ins, out, tuple(range(len(ins))))],
                 _Info(naive_cost, naive_scaling, naive_cost, naive_scaling))
-    order: dict = {}
-    for c in "".join(ins):
-        order.setdefault(c, len(order))
-    path, cost, scaling = _greedy(ins, out, dims, naive_cost, max_size, order)
+    path, cost, scaling = _greedy(ins, out, dims, naive_cost, max_size)
     last = path[-1]
     path[-1] = _Node(last.inputs, out, last.positions)
     return path, _Info(naive_cost, naive_scaling, cost, scaling)
@@ -250,7 +317,8 @@ def _prepare(node: _Node) -> list:
         counts: dict = {}
         for c in s:
             counts[c] = counts.get(c, 0) + 1
-        reps = [(c, n) for c, n in counts.items() if n > 1]
+        order = _Letters(s)  # MLX counts into a hash map and walks it in its order
+        reps = [(c, counts[c]) for c in order if counts[c] > 1]
         col = "".join(c for c, _ in reps) + "".join(c for c in s if counts[c] == 1)
         collapsed.append((s, reps, col))
     seen: dict = {}
@@ -386,12 +454,13 @@ def _naive(xs: list, subs: list, out: str, s) -> array:
     for sub in subs:
         for c in sub:
             axis.setdefault(c, len(axis))
+    order = _Letters(axis)  # MLX iterates its letter -> axis map in hash order
     aligned = []
     for x, sub in zip(xs, subs):
         if x.ndim != len(axis):
             x = reshape(x, list(x.shape) + [1] * (len(axis) - x.ndim), stream=s)
         slot = {c: i for i, c in enumerate(sub)}
-        for c in axis:
+        for c in order:
             if c not in slot:
                 slot[c] = len(slot)
         perm = [slot[c] for c in axis]
