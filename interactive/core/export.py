@@ -1,0 +1,163 @@
+"""``mx.export_to_dot``: the lazy graph above some arrays in MLX's DOT format.
+
+MLX walks the graph depth first from the outputs (inputs before the array, siblings
+visited together) and writes, per array: an evaluated array as ``{ rank=source; "A"; }``;
+an array with a primitive as a rectangle labelled with the primitive's printed name, an
+edge from each input's name to it, then each sibling output as a node (``rank=sink`` when
+nothing in the exported graph consumes it) and an edge from the primitive to it. Arrays are
+named A, B, ... (MLX's NodeNamer: the next name is the letters of ``len(names) + 1``) unless
+a keyword argument names them. Primitive ids here are graph-local numbers (MLX prints
+memory addresses), so the same graph always exports the same text.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .array import ArrayDesc, array
+from .primitive import Node
+
+__all__ = ["export_to_dot"]
+
+_FLATTEN_ERR = "[tree_flatten] The argument should contain only arrays"
+
+
+def _letters(n: int) -> str:
+    """MLX's NodeNamer sequence: 1 -> A, 26 -> Z, 27 -> AA, ..."""
+    out = []
+    while n > 0:
+        out.append(chr(ord("A") + (n - 1) % 26))
+        n = (n - 1) // 26
+    return "".join(reversed(out))
+
+
+def _flatten(tree: Any, out: list) -> None:
+    """MLX's strict ``tree_flatten``: arrays from lists, tuples and dicts; anything else raises."""
+    if isinstance(tree, array):
+        out.append(tree)
+    elif isinstance(tree, (list, tuple)):
+        for x in tree:
+            _flatten(x, out)
+    elif isinstance(tree, dict):
+        for x in tree.values():
+            _flatten(x, out)
+    else:
+        raise ValueError(_FLATTEN_ERR)
+
+
+class _Namer:
+    """Names per array (keyed by desc identity, or by node and index for a dead sibling)."""
+
+    def __init__(self) -> None:
+        self.names: dict = {}
+
+    def set(self, key: Any, name: str) -> None:
+        self.names[key] = name
+
+    def get(self, key: Any) -> str:
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = _letters(len(self.names) + 1)
+        return name
+
+
+def _label(node: Node) -> str:
+    """The primitive as MLX prints it (``Compiled`` appends its tape's primitives)."""
+    prim = node.primitive
+    if prim.name == "Compiled":
+        tape = prim.kw.get("tape")
+        return "Compiled" + "".join(op.primitive for op in getattr(tape, "ops", ()))
+    return prim.name
+
+
+def _is_leaf(d: ArrayDesc) -> bool:
+    """An array without a primitive to show: evaluated, or a trace placeholder."""
+    return d.node is None or d.node.primitive.name == "Placeholder"
+
+
+def _siblings(node: Node) -> list:
+    """(key, desc or None) for each output of ``node``, in sibling order."""
+    out = []
+    for i, ref in enumerate(node.outputs):
+        d = ref()
+        out.append((id(d) if d is not None else ("dead", id(node), i), d))
+    return out
+
+
+def dot_text(outputs: list, names: dict) -> str:
+    """The DOT text MLX writes for ``outputs`` (descs) with ``names`` ({id(desc): name})."""
+    keep: list = []  # holds every visited desc so ids stay unique during the walk
+    order: list = []  # descs in callback order
+    seen: set = set()
+    stack: list = [(d, False) for d in reversed(outputs)]
+    while stack:
+        d, done = stack.pop()
+        if done:
+            order.append(d)
+            continue
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        keep.append(d)
+        if not _is_leaf(d):
+            for key, s in _siblings(d.node):
+                seen.add(key)
+                if s is not None:
+                    keep.append(s)
+        stack.append((d, True))
+        if not _is_leaf(d):
+            for x in reversed(d.node.inputs):
+                if id(x) not in seen:
+                    stack.append((x, False))
+    consumed = {id(x) for d in order if not _is_leaf(d) for x in d.node.inputs}
+    namer = _Namer()
+    for k, v in names.items():
+        namer.set(k, v)
+    lines = ["digraph {"]
+    prim_ids: dict = {}
+    for d in order:
+        if _is_leaf(d):
+            lines.append(f'{{ rank=source; "{namer.get(id(d))}"; }}')
+            continue
+        pid = prim_ids.setdefault(id(d.node), len(prim_ids) + 1)
+        lines.append(f'{{ {pid} [label ="{_label(d.node)}", shape=rectangle]; }}')
+        for x in d.node.inputs:
+            lines.append(f'"{namer.get(id(x))}" -> {pid}')
+        for key, s in _siblings(d.node):
+            sink = "rank=sink; " if key not in consumed else ""
+            name = namer.get(key)
+            lines.append(f'{{ {sink}"{name}"; }}')
+            lines.append(f'{pid} -> "{name}"')
+    keep.clear()
+    return "\n".join(lines) + "\n}"
+
+
+def export_to_dot(file: object, *args: Any, **kwargs: Any) -> None:
+    """Export the graph above the given arrays to DOT (a file path or an object with ``write``)."""
+    outs: list = []
+    _flatten(args, outs)
+    named: list = []
+    _flatten(kwargs, named)
+    names: dict = {}
+    for k, v in kwargs.items():
+        if not isinstance(v, array):
+            raise RuntimeError("std::bad_cast")
+        names[id(v._d)] = str(k)
+    if isinstance(file, str):
+        writer = None
+    elif hasattr(file, "write"):
+        writer = file.write
+    else:
+        raise ValueError("[export_to_dot] Accepts file-like objects or strings to be used as filenames.")
+    keep = [v._d for v in kwargs.values()]  # named descs stay alive (their ids are keys)
+    text = dot_text([a._d for a in outs], names)
+    del keep
+    if writer is not None:
+        writer(text)
+        return
+    try:  # as MLX's std::ofstream: a path that cannot be opened writes nothing, silently
+        with open(os.fspath(file), "w") as f:
+            f.write(text)
+    except OSError:
+        pass
