@@ -374,3 +374,30 @@ def test_generated_math_within_4_ulp_of_float64(name):
     m = ~np.isnan(sr)
     np.testing.assert_array_equal(so[m], sr[m])
     np.testing.assert_array_equal(np.signbit(so[m]), np.signbit(sr[m]))
+
+
+def test_tapes_differing_only_in_outputs_get_their_own_kernels():
+    """MLX's kernel name does not say which tape nodes are outputs; a 1-output and a
+    2-output tape over the same ops must not share a compiled kernel (that wrote through
+    the wrong argument list and crashed)."""
+    x = mx.array(np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6))
+
+    def both(a):
+        y = mx.exp(a * 2.0)
+        return y, mx.sin(y)
+
+    def last(a):
+        return mx.sin(mx.exp(a * 2.0))
+
+    ref_y = np.exp(np.array(x) * np.float32(2.0))
+    for order in ((both, last), (last, both)):
+        tapescope.clear_kernel_cache()
+        for fn in order:
+            out = mx.compile(fn)(x)
+            outs = out if isinstance(out, tuple) else (out,)
+            mx.eval(*outs)
+            np.testing.assert_allclose(np.array(outs[-1]), np.sin(ref_y), rtol=1e-5)
+            if len(outs) == 2:
+                np.testing.assert_allclose(np.array(outs[0]), ref_y, rtol=1e-6)
+    names = [e["name"] for e in tapescope.kernel_cache() if "Sin" in e["name"]]
+    assert len(names) >= 2 and len(set(names)) == 1  # same MLX name, separate entries

@@ -126,8 +126,10 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
         reason = _unsupported[tape.lib_name]
         if reason:
             raise compiler.BuildError(reason)
+        key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
         entry = compiler.get_kernel(
-            name, variant, lambda tc: _source(tape, name, contiguous, ndim, large, tc.vector_math))
+            name, variant, lambda tc: _source(tape, name, contiguous, ndim, large, tc.vector_math),
+            key=key)
     except compiler.BuildError as e:
         t0 = timeline.now() if timeline.enabled else 0
         compiler.note_fallback(name, variant, "", str(e))

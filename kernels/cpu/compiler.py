@@ -301,13 +301,18 @@ def _record(kind: str, t0: int, name: str, **detail) -> None:
         timeline.add(kind, t0, timeline.now(), name=name, device="cpu", detail=detail)
 
 
-def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str]) -> KernelEntry:
+def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
+               key: Optional[str] = None) -> KernelEntry:
     """The loaded kernel ``name``, building it on a miss; raises BuildError without one.
 
     Double-checked: a lock-free lookup first, then under the lock again before building.
+    ``key`` (default: the name) is what the in-process cache is keyed by: MLX's kernel name
+    does not say which tape nodes are outputs, so tapes that differ only there need their
+    own entries (the C symbol keeps MLX's name; the disk file is told apart by its source hash).
     """
+    key = key or name
     t0 = timeline.now() if timeline.enabled else 0
-    e = _kernels.get(name)
+    e = _kernels.get(key)
     if e is not None and e.fn is not None:
         e.hits += 1
         if t0:
@@ -315,12 +320,12 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str]) -
                     variant=variant, compile_ms=0.0)
         return e
     with _lock:
-        e = _kernels.get(name)
+        e = _kernels.get(key)
         if e is not None and e.fn is not None:
             e.hits += 1
             return e
-        if name in _failed:
-            raise BuildError(_failed[name])
+        if key in _failed:
+            raise BuildError(_failed[key])
         tc = toolchain()
         if tc is None:
             raise BuildError("no C compiler on PATH (cc, gcc or clang)")
@@ -334,7 +339,7 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str]) -
             try:
                 path, ms = build(tc, name, source, paths)
             except BuildError as err:
-                _failed[name] = str(err)
+                _failed[key] = str(err)
                 raise
             origin = "built"
         try:
@@ -355,7 +360,7 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str]) -
         e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, lib, ms, origin
         e.disk_path = str(path) if paths is not None else None
         e.misses += 1
-        _kernels[name] = e
+        _kernels[key] = e
     if t0:
         _record("kernel_build", t0, name, hit=False, origin=origin, runtime="cpu",
                 variant=variant, compile_ms=ms)
