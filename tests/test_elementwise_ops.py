@@ -246,3 +246,13 @@ def test_method_forms_match_functions_and_mlx_names(mlx):
     c = mx.array([1 + 2j])
     assert np.array(c.real).tolist() == [1.0] and np.array(c.imag).tolist() == [2.0]
     assert x.astype(mx.int32).dtype == mx.int32
+
+
+def test_reflected_commutative_operators_keep_the_array_first_as_mlx():
+    y = mx.array([1.0, 2.0])
+    for expr in (2 * y, 2 + y):
+        node = expr._d.node
+        assert node.inputs[0] is y._d  # Multiply(y, 2) / Add(y, 2), as MLX records
+    node = (2 - y)._d.node
+    assert node.inputs[1] is y._d  # Subtract(2, y): order matters
+    np.testing.assert_array_equal(np.array(2 * y), np.array([2.0, 4.0], np.float32))

@@ -51,6 +51,7 @@ _ARITH = (("add", "add", "addition", True), ("sub", "subtract", "subtraction", T
           ("mul", "multiply", "multiplication", True), ("truediv", "divide", "division", True),
           ("div", "divide", "division", True), ("floordiv", "floor_divide", "floor division", True),
           ("mod", "remainder", "modulus", True), ("pow", "power", "power", True))
+_COMMUTATIVE = ("add", "mul")
 _BITWISE = (("and", "bitwise_and", "bitwise and"), ("or", "bitwise_or", "bitwise or"),
             ("xor", "bitwise_xor", "bitwise xor"), ("lshift", "left_shift", "left shift"),
             ("rshift", "right_shift", "right shift"))
@@ -111,7 +112,10 @@ def _install() -> None:
         setattr(A, f"__{short}__", _operator(fn_name, f"__{short}__", what))
         setattr(A, f"__i{short}__", _operator(fn_name, f"__i{short}__", what, inplace=True))
         if reflect:
-            setattr(A, f"__r{short}__", _operator(fn_name, f"__r{short}__", what, reflected=True))
+            # MLX keeps the array first for the commutative ones (``2 * y`` is Multiply(y, 2)),
+            # which decides the graph's input order and so the fused kernels' names
+            setattr(A, f"__r{short}__", _operator(fn_name, f"__r{short}__", what,
+                                                  reflected=short not in _COMMUTATIVE))
     for short, fn_name, what in _BITWISE:  # MLX has no reflected bitwise operators
         setattr(A, f"__{short}__", _operator(fn_name, f"__{short}__", what, bitwise=True))
         setattr(A, f"__i{short}__", _operator(fn_name, f"__i{short}__", what, inplace=True,
