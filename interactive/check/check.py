@@ -1,0 +1,224 @@
+"""``tapescope.check``: run a function in tapescope and, node by node, in JAX; compare.
+
+The function is called on its arguments, which builds tapescope's lazy graph without
+running it. The graph is walked in topological order and evaluated in JAX with the table in
+``jax_rules`` (leaves — inputs and constants — are tapescope's data, converted through
+numpy), before tapescope evaluates it normally; then every output is compared. With
+``every_node=True`` every intermediate array is kept and evaluated too, each node is also
+run in JAX on tapescope's own input values (so a node is judged on its own, free of the
+rounding that came before it), and the first node in topological order that disagrees is
+named, with its inputs. A primitive without a JAX rule makes everything that depends on it
+"no reference" — never a pass.
+
+Compiled functions need nothing special: calling one records ``Compiled`` nodes whose
+fused tapes the JAX table runs op by op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .jax_rules import NoReference, rule_for
+from .report import FAIL, CheckReport, compare, preview
+
+
+def _flatten(tree: Any, label: str, out: list) -> list:
+    """(label, array) for every tapescope array in a pytree of outputs."""
+    from tapescope.core.array import array
+
+    if isinstance(tree, array):
+        out.append((label, tree))
+    elif isinstance(tree, (list, tuple)):
+        for i, x in enumerate(tree):
+            _flatten(x, f"{label}[{i}]", out)
+    elif isinstance(tree, dict):
+        for k, x in tree.items():
+            _flatten(x, f"{label}[{k!r}]", out)
+    return out
+
+
+def _jax_device(device: Any):
+    """The JAX device to run on: JAX's default (a GPU when it has one) or the one named."""
+    import jax
+
+    if device is None:
+        return jax.devices()[0]
+    if isinstance(device, jax.Device):
+        return device
+    name = getattr(getattr(device, "type", device), "name", device)  # mx.Device / DeviceType
+    name = str(name).lower()
+    platform = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu"}.get(name)
+    if platform is None:
+        raise ValueError(f"[check] Unknown device {device!r}; use 'cpu', 'gpu' or a jax.Device.")
+    try:
+        return jax.devices(platform)[0]
+    except RuntimeError:
+        raise ValueError(f"[check] JAX has no {name} device here "
+                         f"(it has: {', '.join(str(d) for d in jax.devices())}).") from None
+
+
+def _label(node) -> str:
+    return f"{node.primitive.name}#{node.id}"
+
+
+def _walk(descs: list) -> tuple[list, list, list]:
+    """(nodes in topological order, leaf descs with data, descs scheduled by another eval)."""
+    order, leaves, busy = [], [], []
+    seen: set = set()
+    leaf_ids: set = set()
+    work = [(d, False) for d in reversed(descs)]
+    while work:
+        d, done = work.pop()
+        node = d.node
+        if node is None:
+            if id(d) not in leaf_ids:
+                leaf_ids.add(id(d))
+                leaves.append(d)
+            continue
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.event is not None:  # an async eval is running it: wait for that first
+            busy.append(d)
+            continue
+        work.append((d, True))
+        for x in reversed(node.inputs):
+            if x.node is None or id(x.node) not in seen:
+                work.append((x, False))
+    return order, leaves, busy
+
+
+def _outputs_of(node) -> list:
+    return [r() for r in node.outputs]
+
+
+def _run_rule(node, ins: list) -> tuple[list, list]:
+    """JAX values (or None) for each output of ``node``, and why each is missing."""
+    import jax.numpy as jnp
+
+    name = node.primitive.name
+    outs = _outputs_of(node)
+    rule = rule_for(name)
+    if rule is None:
+        return [None] * len(outs), [f"no JAX rule for {name}"] * len(outs)
+    try:
+        res = rule(*ins, **node.primitive.kw)
+    except NoReference as e:
+        return [None] * len(outs), [str(e)] * len(outs)
+    except Exception as e:  # noqa: BLE001 - reported, never a pass
+        msg = f"JAX rule for {name} raised {type(e).__name__}: {e}"
+        return [None] * len(outs), [msg] * len(outs)
+    if not isinstance(res, (tuple, list)):
+        res = (res,)
+    vals, why = [], []
+    for i, d in enumerate(outs):
+        v = res[i] if i < len(res) else None
+        if v is None:
+            vals.append(None)
+            why.append(f"JAX gives no unique value for output {i} of {name}")
+        else:
+            v = jnp.asarray(v)
+            if d is not None:
+                v = v.astype(d.dtype.np)
+            vals.append(v)
+            why.append("")
+    return vals, why
+
+
+def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optional[float] = None,
+          every_node: bool = False, device: Any = None) -> CheckReport:
+    """Compare ``fun(*args)`` computed by tapescope against JAX; returns a ``CheckReport``."""
+    import jax
+
+    from tapescope.core.array import array
+    from tapescope.core.transforms import eval as mx_eval
+
+    jdev = _jax_device(device)
+    flat = _flatten(fun(*args), "out", [])
+    if not flat:
+        raise ValueError("[check] The function returned no arrays to check.")
+    descs = [a._d for _, a in flat]
+    order, leaves, busy = _walk(descs)
+    if busy:  # finish what an async eval is already running, then look again
+        mx_eval([array._wrap(d) for d in busy])
+        order, leaves, busy = _walk(descs)
+
+    # -- JAX, end to end, while the graph is intact ------------------------------------------
+    chain: dict = {}  # id(desc) -> jax value or None
+    why: dict = {}  # id(desc) -> why there is no value
+    labels: dict = {}  # id(desc) -> producer label
+    no_rule: list = []
+    with jax.enable_x64(True), jax.default_device(jdev):
+        for d in leaves:
+            chain[id(d)] = jax.device_put(np.asarray(d.data), jdev)
+            labels[id(d)] = "leaf"
+        for node in order:
+            outs = _outputs_of(node)
+            name = node.primitive.name
+            lacking = [x for x in node.inputs if chain.get(id(x)) is None]
+            if rule_for(name) is None:
+                if name not in no_rule:
+                    no_rule.append(name)
+                vals, reasons = _run_rule(node, [])
+            elif lacking:
+                r = why.get(id(lacking[0]), "no value")
+                r = r if r.startswith("depends on") else f"depends on {labels.get(id(lacking[0]))} ({r})"
+                vals, reasons = [None] * len(outs), [r] * len(outs)
+            else:
+                vals, reasons = _run_rule(node, [chain[id(x)] for x in node.inputs])
+            for i, d in enumerate(outs):
+                if d is not None:
+                    chain[id(d)] = vals[i]
+                    why[id(d)] = reasons[i]
+                    labels[id(d)] = _label(node) + (f"[{i}]" if len(outs) > 1 else "")
+        out_ref = [(chain.get(id(d)), why.get(id(d), ""), labels.get(id(d), "leaf"))
+                   for d in descs]
+
+    # -- tapescope --------------------------------------------------------------------------
+    keep: list = []
+    recs: list = []
+    if every_node:
+        for node in order:
+            outs = _outputs_of(node)
+            keep.extend(d for d in outs if d is not None)
+            recs.append((node, _label(node), list(node.inputs), outs))
+        chain_np = {k: (None if v is None else np.asarray(v)) for k, v in chain.items()}
+    n_nodes = len(order)
+    del order, leaves, chain
+    mx_eval([a for _, a in flat] + [array._wrap(d) for d in keep])
+
+    outputs = []
+    for (label, a), (ref, reason, producer) in zip(flat, out_ref):
+        prim = producer.split("#")[0] if producer != "leaf" else ""
+        outputs.append(compare(label, prim, a._d.data, None if ref is None else np.asarray(ref),
+                               rtol, atol, reason))
+
+    nodes: list = []
+    first = None
+    if every_node:
+        with jax.enable_x64(True), jax.default_device(jdev):
+            for node, label, inputs, outs in recs:
+                ins = [jax.device_put(np.asarray(x.data), jdev) for x in inputs]
+                vals, reasons = _run_rule(node, ins)
+                for i, d in enumerate(outs):
+                    if d is None:
+                        continue
+                    lbl = label + (f"[{i}]" if len(outs) > 1 else "")
+                    c = compare(lbl, node.primitive.name, d.data,
+                                None if vals[i] is None else np.asarray(vals[i]), rtol, atol,
+                                reasons[i])
+                    ref = chain_np.get(id(d))
+                    if ref is not None and ref.shape == d.data.shape:
+                        c.chain_max_abs = compare(lbl, "", d.data, ref, rtol, atol).max_abs
+                    if c.status == FAIL and first is None:
+                        first = c
+                        c.inputs = [(labels.get(id(x), "leaf"), tuple(x.shape), x.dtype.name,
+                                     preview(x.data), preview(chain_np.get(id(x))))
+                                    for x in inputs]
+                    nodes.append(c)
+    return CheckReport(outputs, nodes, first, no_rule, str(jdev), n_nodes, every_node)

@@ -1,0 +1,411 @@
+"""The JAX reference: each tapescope primitive (by MLX name) computed with jax.numpy / jax.lax.
+
+Written from MLX's semantics, independently of tapescope's numpy rules in
+``tapescope.kernels.rules``, so a mistake in one is caught by the other. A rule is
+``fn(*inputs, **params)`` (the primitive's parameters, as the graph records them) and returns
+one jax array or a tuple (one per output); ``None`` in place of an output, or raising
+``NoReference``, means JAX gives no unique answer for it (eigenvectors' signs, the order
+inside a partition) and that output is reported as "no reference", never as a pass.
+
+JAX is imported when the table is first built, never by ``import tapescope``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+
+class NoReference(Exception):
+    """The reference has no (unique) value for this primitive with these parameters."""
+
+
+@functools.lru_cache(maxsize=None)
+def table() -> dict[str, Callable]:
+    """Primitive name -> JAX rule (built once, on first use)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    import ml_dtypes
+    import numpy as np
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    T: dict[str, Callable] = {}
+
+    def kind(a) -> str:
+        d = np.dtype(a.dtype)
+        return "V" if d == bf16 else d.kind
+
+    def is_half(a) -> bool:
+        return np.dtype(a.dtype) in (np.dtype(np.float16), bf16)
+
+    def f32(a):
+        return a.astype(jnp.float32) if is_half(a) else a
+
+    # -- unary ------------------------------------------------------------------------------
+    for name, fn in {
+        "Negative": jnp.negative, "Sqrt": jnp.sqrt, "Exp": jnp.exp, "Expm1": jnp.expm1,
+        "Log": jnp.log, "Log1p": jnp.log1p, "Log2": jnp.log2, "Log10": jnp.log10,
+        "Sin": jnp.sin, "Cos": jnp.cos, "Tan": jnp.tan, "ArcSin": jnp.arcsin,
+        "ArcCos": jnp.arccos, "ArcTan": jnp.arctan, "Sinh": jnp.sinh, "Cosh": jnp.cosh,
+        "Tanh": jnp.tanh, "ArcSinh": jnp.arcsinh, "ArcCosh": jnp.arccosh,
+        "ArcTanh": jnp.arctanh, "Conjugate": jnp.conjugate, "LogicalNot": jnp.logical_not,
+        "Real": jnp.real, "Imag": jnp.imag, "Sigmoid": jax.nn.sigmoid,
+        "Erf": jax.scipy.special.erf, "ErfInv": jax.scipy.special.erfinv,
+        "StopGradient": lax.stop_gradient,
+    }.items():
+        T[name] = (lambda f: lambda a: f(a))(fn)
+
+    T["Rsqrt"] = lambda a: lax.rsqrt(a)
+    T["BitwiseInvert"] = lambda a: jnp.logical_not(a) if kind(a) == "b" else jnp.bitwise_not(a)
+    T["Abs"] = lambda a: a if kind(a) in "bu" else jnp.abs(a)
+    T["Square"] = lambda a: a if kind(a) == "b" else lax.square(a)
+    T["Floor"] = lambda a: jnp.floor(a) if kind(a) in "fV" else a
+    T["Ceil"] = lambda a: jnp.ceil(a) if kind(a) in "fV" else a
+
+    def round_(a):
+        if kind(a) == "c":
+            return lax.complex(jnp.round(jnp.real(a)), jnp.round(jnp.imag(a)))
+        return jnp.round(a) if kind(a) in "fV" else a  # jnp.round: half to even, as MLX
+
+    T["Round"] = round_
+
+    def sign(a):
+        k = kind(a)
+        if k == "b":
+            return a
+        if k == "c":
+            mag = jnp.abs(a)
+            return jnp.where(mag == 0, jnp.zeros_like(a), a / jnp.where(mag == 0, 1, mag))
+        # MLX: (a > 0) - (a < 0), so sign(NaN) is 0
+        return (a > 0).astype(a.dtype) - (a < 0).astype(a.dtype)
+
+    T["Sign"] = sign
+
+    # -- binary -----------------------------------------------------------------------------
+    for name, fn in {
+        "Add": jnp.add, "Multiply": jnp.multiply, "Divide": jnp.true_divide,
+        "Maximum": jnp.maximum, "Minimum": jnp.minimum, "Equal": jnp.equal,
+        "NotEqual": jnp.not_equal, "Less": jnp.less, "LessEqual": jnp.less_equal,
+        "Greater": jnp.greater, "GreaterEqual": jnp.greater_equal,
+        "LogicalAnd": jnp.logical_and, "LogicalOr": jnp.logical_or, "ArcTan2": jnp.arctan2,
+        "BitwiseAnd": jnp.bitwise_and, "BitwiseOr": jnp.bitwise_or,
+        "BitwiseXor": jnp.bitwise_xor, "LogAddExp": jnp.logaddexp,
+    }.items():
+        T[name] = (lambda f: lambda a, b: f(a, b))(fn)
+
+    T["Subtract"] = lambda a, b: (a != b) if kind(a) == "b" else jnp.subtract(a, b)
+    T["NaNEqual"] = lambda a, b: (a == b) | (jnp.isnan(a) & jnp.isnan(b)) if kind(a) in "fVc" \
+        else a == b
+
+    def floor_divide(a, b):
+        k = kind(a)
+        if k == "c":
+            return a / b
+        if k in "fV":
+            return jnp.floor(a / b)
+        if k == "b":
+            return a & b
+        # integers: Python's floor division, with x // 0 == 0 (MLX)
+        q = jnp.floor_divide(a, jnp.where(b == 0, jnp.ones_like(b), b))
+        return jnp.where(b == 0, jnp.zeros_like(q), q)
+
+    def remainder(a, b):
+        k = kind(a)
+        if k == "b":
+            return a & jnp.logical_not(b)
+        if k in "fV":
+            return jnp.remainder(a, b)  # the divisor's sign, as MLX
+        r = jnp.remainder(a, jnp.where(b == 0, jnp.ones_like(b), b))
+        return jnp.where(b == 0, a, r)  # x % 0 == x (MLX)
+
+    T["FloorDivide"] = floor_divide
+    T["Remainder"] = remainder
+    T["DivMod"] = lambda a, b: (floor_divide(a, b), remainder(a, b))
+
+    def power(a, b):
+        k = kind(a)
+        if k == "b":
+            return a | jnp.logical_not(b)
+        if k == "i":  # a negative integer exponent gives 0 (MLX)
+            r = jnp.power(a, jnp.where(b < 0, 0, b))
+            return jnp.where(b < 0, jnp.zeros_like(r), r)
+        return jnp.power(a, b)
+
+    T["Power"] = power
+
+    def shift(a, b, left: bool):
+        # MLX on x86: narrow types shift as 32-bit ints (count mod 32) and are truncated
+        # back; 32/64-bit types take the count modulo their width.
+        dt = a.dtype
+        bits = np.dtype(dt).itemsize * 8
+        if kind(a) == "b":
+            a = a.astype(jnp.int32)
+        if bits < 32:
+            wide = jnp.int32 if kind(a) in "bi" else jnp.uint32
+            aw, cnt = a.astype(wide), (b.astype(jnp.int64) & 31).astype(wide)
+        else:
+            aw, cnt = a, (b.astype(jnp.int64) & (bits - 1)).astype(a.dtype)
+        r = lax.shift_left(aw, cnt) if left else (
+            lax.shift_right_arithmetic(aw, cnt) if np.dtype(aw.dtype).kind == "i"
+            else lax.shift_right_logical(aw, cnt))
+        return r.astype(dt)
+
+    T["LeftShift"] = lambda a, b: shift(a, b, True)
+    T["RightShift"] = lambda a, b: shift(a, b, False)
+    T["Select"] = lambda c, a, b: jnp.where(c, a, b)
+
+    # -- layout -----------------------------------------------------------------------------
+    T["Broadcast"] = lambda a, *, shape: jnp.broadcast_to(a, tuple(shape))
+    T["AsType"] = lambda a, *, dtype: a.astype(np.dtype(dtype))
+    for name in ("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten"):
+        T[name] = lambda a, *, shape, **_: jnp.reshape(a, tuple(shape))
+    T["Transpose"] = lambda a, *, axes: jnp.transpose(a, tuple(axes))
+    T["Copy"] = lambda a: jnp.array(a, copy=True)
+    T["Contiguous"] = lambda a, **_: a
+    T["Full"] = lambda a: jnp.array(a, copy=True)
+    T["Concatenate"] = lambda *arrays, axis: jnp.concatenate(arrays, axis=axis)
+    T["Split"] = lambda a, *, indices, axis: tuple(jnp.split(a, list(indices), axis=axis))
+
+    def as_strided(a, *, shape, strides, offset):
+        flat = jnp.reshape(a, (-1,))
+        idx = jnp.full(tuple(shape), offset, dtype=jnp.int64)
+        for d, (n, st) in enumerate(zip(shape, strides)):
+            shp = [1] * len(shape)
+            shp[d] = n
+            idx = idx + jnp.arange(n, dtype=jnp.int64).reshape(shp) * st
+        return flat[idx] if idx.size else jnp.zeros(tuple(shape), a.dtype)
+
+    T["AsStrided"] = as_strided
+
+    def pad(a, val, *, axes, low_pad_size, high_pad_size):
+        widths = [(0, 0)] * a.ndim
+        for ax, lo, hi in zip(axes, low_pad_size, high_pad_size):
+            widths[ax] = (lo, hi)
+        return jnp.pad(a, widths, mode="constant", constant_values=val.reshape(()))
+
+    T["Pad"] = pad
+
+    def arange(*, start, step, size, dtype):
+        dt = np.dtype(dtype)
+        i = jnp.arange(size, dtype=jnp.float64)
+        return (start + i * step).astype(dt)
+
+    T["Arange"] = arange
+
+    # -- slicing, gathers, scatters ---------------------------------------------------------
+    def ranges(start, stop, strides):
+        # bounds come normalised by slice.indices: with a negative step, stop -1 is "below 0"
+        return [np.arange(b, e, s) for b, e, s in zip(start, stop, strides)]
+
+    def slice_(a, *, start_indices, end_indices, strides):
+        for ax, r in enumerate(ranges(start_indices, end_indices, strides)):
+            a = jnp.take(a, jnp.asarray(r, dtype=jnp.int64), axis=ax)
+        return a
+
+    def slice_update(a, update, *, start_indices, end_indices, strides):
+        rs = ranges(start_indices, end_indices, strides)
+        if any(len(r) == 0 for r in rs):
+            return a
+        return a.at[jnp.ix_(*[jnp.asarray(r) for r in rs])].set(update)
+
+    T["Slice"] = slice_
+    T["SliceUpdate"] = slice_update
+
+    def full_start(a, start, axes):
+        st = [0] * a.ndim
+        for ax, v in zip(axes, np.asarray(start).reshape(-1).tolist()):
+            st[ax] = int(v) + a.shape[ax] if int(v) < 0 else int(v)
+        return st
+
+    T["DynamicSlice"] = lambda a, start, *, axes, slice_size: lax.dynamic_slice(
+        a, full_start(a, start, axes), tuple(slice_size))
+    T["DynamicSliceUpdate"] = lambda a, update, start, *, axes: lax.dynamic_update_slice(
+        a, update.astype(a.dtype), full_start(a, start, axes))
+
+    def window_index(shape, indices, axes, sizes):
+        """Advanced index: for every index position, a window of ``sizes`` starting at the
+        (wrapped) indices along ``axes`` and at 0 elsewhere."""
+        ishape = jnp.broadcast_shapes(*[i.shape for i in indices]) if indices else ()
+        ni, nd = len(ishape), len(shape)
+        out = []
+        for d in range(nd):
+            w = jnp.arange(sizes[d]).reshape((1,) * ni + tuple(sizes[d] if j == d else 1
+                                                                  for j in range(nd)))
+            if d in axes:
+                ix = jnp.broadcast_to(indices[list(axes).index(d)].astype(jnp.int64), ishape)
+                ix = jnp.where(ix < 0, ix + shape[d], ix)
+                w = ix.reshape(ishape + (1,) * nd) + w
+            out.append(w)
+        return tuple(out)
+
+    T["Gather"] = lambda a, *indices, axes, slice_sizes: a[
+        window_index(a.shape, list(indices), axes, slice_sizes)]
+
+    def scatter_to(target, reduce, values):
+        if reduce == "none":
+            return target.set(values)
+        return {"sum": target.add, "prod": target.multiply, "max": target.max,
+                "min": target.min}[reduce](values)
+
+    def scatter(a, *rest, axes, reduce):
+        *indices, updates = rest
+        sizes = updates.shape[updates.ndim - a.ndim:]
+        return scatter_to(a.at[window_index(a.shape, indices, axes, sizes)], reduce,
+                          updates.astype(a.dtype))
+
+    T["Scatter"] = scatter
+
+    def axis_index(shape, idx, axis):
+        idx = idx.astype(jnp.int64)
+        idx = jnp.where(idx < 0, idx + shape[axis], idx)
+        grid = list(jnp.indices(idx.shape, sparse=True))
+        grid[axis] = idx
+        return tuple(grid)
+
+    T["GatherAxis"] = lambda a, indices, *, axis: a[axis_index(a.shape, indices, axis)]
+    T["ScatterAxis"] = lambda a, indices, updates, *, axis, reduce: scatter_to(
+        a.at[axis_index(a.shape, indices, axis)], reduce, updates.astype(a.dtype))
+
+    def masked_scatter(a, mask, src):
+        where = jnp.nonzero(jnp.broadcast_to(mask, a.shape))
+        n = int(where[0].shape[0]) if where else 0
+        return a.at[where].set(jnp.reshape(src, (-1,))[:n].astype(a.dtype))
+
+    T["MaskedScatter"] = masked_scatter
+
+    # -- reductions, scans ------------------------------------------------------------------
+    def wide(a):
+        k = kind(a)
+        if k in "V" or is_half(a):
+            return a.astype(jnp.float32)
+        if k == "i":
+            return a.astype(jnp.int64)
+        if k == "u":
+            return a.astype(jnp.uint64)
+        return a
+
+    T["Sum"] = lambda a, *, axes: jnp.sum(wide(a), axis=tuple(axes), keepdims=True)
+    T["Prod"] = lambda a, *, axes: jnp.prod(wide(a), axis=tuple(axes), keepdims=True)
+    T["Max"] = lambda a, *, axes: jnp.max(a, axis=tuple(axes), keepdims=True)
+    T["Min"] = lambda a, *, axes: jnp.min(a, axis=tuple(axes), keepdims=True)
+    T["And"] = lambda a, *, axes: jnp.all(a, axis=tuple(axes), keepdims=True)
+    T["Or"] = lambda a, *, axes: jnp.any(a, axis=tuple(axes), keepdims=True)
+    T["ArgReduce"] = lambda a, *, reduce_type, axis: (
+        jnp.argmax if reduce_type == "argmax" else jnp.argmin)(a, axis=axis, keepdims=True)
+    T["LogSumExp"] = lambda a: jax.nn.logsumexp(f32(a), axis=-1, keepdims=True)
+    T["Softmax"] = lambda a, *, precise: jax.nn.softmax(f32(a), axis=-1)
+
+    def scan(a, *, reduce_type, axis, reverse, inclusive):
+        if kind(a) == "b" and reduce_type in ("max", "min", "prod"):
+            out = {"max": lax.cummax, "min": lax.cummin, "prod": lax.cummin}[reduce_type](
+                a.astype(jnp.int32), axis=axis % a.ndim, reverse=reverse).astype(bool)
+        else:
+            x = wide(a) if reduce_type in ("sum", "prod", "logaddexp") else a
+            if kind(x) == "b":
+                x = x.astype(jnp.int64)
+            fn = {"sum": lax.cumsum, "prod": lax.cumprod, "max": lax.cummax,
+                  "min": lax.cummin, "logaddexp": lax.cumlogsumexp}[reduce_type]
+            out = fn(x, axis=axis % a.ndim, reverse=reverse)
+        if inclusive or a.shape[axis] == 0:
+            return out
+        ident = {"sum": 0, "prod": 1, "logaddexp": -np.inf}.get(reduce_type)
+        if ident is None:
+            dt = np.dtype(out.dtype)
+            if dt.kind == "b":
+                ident = reduce_type == "min"
+            elif dt.kind in "iu":
+                info = np.iinfo(dt)
+                ident = info.min if reduce_type == "max" else info.max
+            else:
+                ident = -np.inf if reduce_type == "max" else np.inf
+        n = a.shape[axis]
+        head = jnp.full_like(lax.slice_in_dim(out, 0, 1, axis=axis), ident)
+        if reverse:
+            return jnp.concatenate([lax.slice_in_dim(out, 1, n, axis=axis), head], axis=axis)
+        return jnp.concatenate([head, lax.slice_in_dim(out, 0, n - 1, axis=axis)], axis=axis)
+
+    for name in ("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp"):
+        T[name] = scan
+
+    # -- sorting (partitions have no unique answer) -----------------------------------------
+    T["Sort"] = lambda a, *, axis: jnp.sort(a, axis=axis)
+    T["ArgSort"] = lambda a, *, axis: jnp.argsort(a, axis=axis, stable=True)
+
+    # -- products ---------------------------------------------------------------------------
+    hi = lax.Precision.HIGHEST
+
+    def matmul(a, b):
+        return jnp.matmul(f32(a), f32(b), precision=hi)
+
+    T["Matmul"] = matmul
+    T["AddMM"] = lambda a, b, c, *, alpha, beta: alpha * matmul(a, b) + beta * f32(c)
+
+    # -- linear algebra ---------------------------------------------------------------------
+    def inverse(a, *, tri=False, upper=False):
+        if tri:
+            a = jnp.triu(a) if upper else jnp.tril(a)
+        out = jnp.linalg.inv(a)
+        return (jnp.triu(out) if upper else jnp.tril(out)) if tri else out
+
+    def cholesky(a, *, upper=False):
+        low = jnp.tril(a)
+        sym = low + jnp.swapaxes(jnp.tril(a, -1), -1, -2).conj()
+        l = lax.linalg.cholesky(sym, symmetrize_input=False)
+        return jnp.swapaxes(l, -1, -2).conj() if upper else l
+
+    def eigh(a, *, uplo="L", compute_eigenvectors=True):
+        v, w = lax.linalg.eigh(a, lower=uplo == "L", symmetrize_input=False)
+        return (w, None) if compute_eigenvectors else w  # eigenvectors: signs are free
+
+    def svd(a, *, compute_uv=True):
+        s = jnp.linalg.svd(a, compute_uv=False)
+        return (None, s, None) if compute_uv else s  # U, Vt: signs are free
+
+    def luf(a):
+        lu, piv, perm = lax.linalg.lu(a)
+        return lu, piv, perm
+
+    T["Inverse"] = inverse
+    T["Cholesky"] = cholesky
+    T["Eigh"] = eigh
+    T["SVD"] = svd
+    T["QRF"] = lambda a: tuple(jnp.linalg.qr(a, mode="reduced"))
+    T["LUF"] = luf
+
+    def fft(a, *, axes, inverse, real, out_shape):
+        axes = tuple(axes)
+        if real and inverse:
+            return jnp.fft.irfftn(a, s=tuple(out_shape[ax] for ax in axes), axes=axes)
+        if real:
+            return jnp.fft.rfftn(a, axes=axes)
+        return (jnp.fft.ifftn if inverse else jnp.fft.fftn)(a, axes=axes)
+
+    T["FFT"] = fft
+
+    # -- Compiled: the fused tape, op by op, with this same table ---------------------------
+    def compiled(*inputs, tape, shape):
+        env = {}
+        for x, a in zip(tape.inputs, inputs):
+            env[x.name] = (jnp.asarray(np.asarray(x.constant, dtype=x.dtype))
+                           if x.is_constant else a)
+        for op in tape.ops:
+            args = [env[n] for n in op.inputs]
+            if op.primitive == "Broadcast":  # broadcasting happens in the consumers
+                val = args[0]
+            else:
+                r = T.get(op.primitive)
+                if r is None:
+                    raise NoReference(f"no JAX rule for {op.primitive} inside the tape")
+                val = r(*args, **dict(op.params))
+            env[op.name] = jnp.asarray(val).astype(np.dtype(op.dtype))
+        outs = tuple(jnp.broadcast_to(env[n], tuple(shape)) for n in tape.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    T["Compiled"] = compiled
+    return T
+
+
+def rule_for(name: str):
+    """The JAX rule for a primitive name, or None when there is no reference for it."""
+    return table().get(name)
