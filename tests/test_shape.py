@@ -415,3 +415,21 @@ def test_errors_leave_no_graph():
     with pytest.raises(ValueError):
         mx.reshape(a, (4,))
     assert sorted(prims(a)) == ["Broadcast", "Full"]
+
+
+@pytest.mark.parametrize("src,shape", [((0, 3), (1, 3)), ((2, 3), (3,)), ((2, 3), (4, 3)), ((3,), (2, 4))])
+def test_broadcast_to_errors_match_mlx_exactly(mlx, src, shape):
+    with pytest.raises(ValueError) as ours:
+        mx.broadcast_to(mx.zeros(src), shape)
+    with pytest.raises(ValueError) as theirs:
+        mlx.broadcast_to(mlx.zeros(src), shape)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_addmm_c_that_cannot_broadcast_to_the_output_matches_mlx(mlx):
+    args = ((3, 2, 5), (2, 4), (4, 5))
+    with pytest.raises(ValueError) as ours:
+        mx.addmm(*(mx.zeros(s) for s in args))
+    with pytest.raises(ValueError) as theirs:
+        mlx.addmm(*(mlx.zeros(s) for s in args))
+    assert str(ours.value) == str(theirs.value)

@@ -146,7 +146,7 @@ def broadcast_to(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) ->
         return a
     bshape = broadcast_shapes(a.shape, shape)
     if bshape != shape:
-        raise ValueError(f"[broadcast_to] Cannot broadcast array of shape {_fmt_shape(a.shape)} "
+        raise ValueError(f"Cannot broadcast array of shape {_fmt_shape(a.shape)} "
                          f"into shape {_fmt_shape(shape)}.")
     s = resolve_stream(stream)
     return array._make([shape], [a.dtype], Primitive("Broadcast", s, shape=shape), [a])[0]

@@ -90,8 +90,7 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
         adjusted.pop(-2 if b.ndim != 1 else -1)
     adjusted = tuple(adjusted)
     if broadcast_shapes(c.shape, adjusted) != adjusted:
-        raise ValueError(f"[broadcast_to] Cannot broadcast array of shape {_fmt_shape(c.shape)} "
-                         f"into shape {_fmt_shape(adjusted)}.")
+        raise ValueError("[addmm] input c must broadcast to the output shape")
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
     x, y, z = astype(x, out_type, s), astype(y, out_type, s), astype(c, out_type, s)
