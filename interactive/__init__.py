@@ -4,6 +4,7 @@ from tapescope.core.scheduling import interrupt_eval  # noqa: F401
 from tapescope.kernels.timeline import record  # noqa: F401
 from tapescope.kernel_cache import clear_kernel_cache, kernel_cache  # noqa: F401
 from tapescope.check import check  # noqa: F401  (imports JAX only when called)
+from tapescope.graph import Graph, graph_of, trace  # noqa: F401
 
 __version__ = "0.1.0"
 

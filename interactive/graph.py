@@ -1,0 +1,569 @@
+"""The ``Graph`` a function traces into (or the live graph above some arrays), as plain data.
+
+``tapescope.trace(fun, *args)`` traces ``fun`` the way ``mx.compile`` does (placeholders in,
+then simplification and fusion when ``compile=True``) and ``tapescope.graph_of(*arrays)``
+reads the lazy graph above eagerly built arrays. Both give a ``Graph``: values (inputs,
+constants, intermediates, outputs; evaluated or lazy), ops (MLX primitive names, families,
+parameters) and fused kernels (tape, kernel name, predicted variant, source per runtime and,
+on every input, why fusion stopped there). The picture (``tapescope.viz``), the JAX checker
+and the widgets read it; in a notebook it draws itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from tapescope.core import primitive as _prim
+from tapescope.core.array import ArrayDesc, array
+
+__all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
+
+
+@dataclass
+class Value:
+    """One array of the graph: an input, a constant, or the ``index``-th output of an op."""
+
+    id: int
+    shape: tuple
+    dtype: str  # MLX dtype name ("float32", "bfloat16", ...)
+    role: str  # "input", "constant" or "intermediate"
+    evaluated: bool  # holds data (an evaluated array) rather than waiting on its op
+    name: str = ""
+    producer: Optional[int] = None  # op id
+    index: int = 0
+    data: Optional[np.ndarray] = field(default=None, repr=False)  # constants / evaluated leaves
+    is_output: bool = False
+
+
+@dataclass
+class Op:
+    """A primitive applied to values; ``kernel`` is the index of its fused kernel (Compiled)."""
+
+    id: int
+    primitive: str
+    family: str
+    params: dict = field(repr=False)
+    inputs: list
+    outputs: list
+    kernel: Optional[int] = None
+
+
+@dataclass
+class KernelInput:
+    """One input of a fused tape: its letter, the value it reads, and why fusion stopped there."""
+
+    letter: str
+    value: int
+    reason: Optional[str]  # "argument", "constant", "reduction", "depth limit", ... (None: unknown)
+    producer: str  # primitive that made the value, or "argument" / "constant"
+    constant: Optional[Any] = None  # the literal, when the constant is inlined into the source
+
+
+@dataclass
+class Kernel:
+    """A fused elementwise kernel (MLX's Compiled): its tape, name and predicted variant."""
+
+    index: int
+    op: int
+    name: str
+    tape: Any = field(repr=False)  # tapescope.kernels.codegen.tape.Tape
+    shape: tuple
+    variant: str  # "contiguous", "strided_<ndim>" (+ "_large"), predicted from the layouts
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)  # (letter, value id)
+
+    @property
+    def symbol(self) -> str:
+        """The variant's kernel symbol (kernel name + ``_`` + variant)."""
+        return f"{self.name}_{self.variant}"
+
+    @property
+    def steps(self) -> list:
+        """The tape's operations: (letter, primitive, dtype name, input letters)."""
+        return [(op.name, op.primitive, np.dtype(op.dtype).name, tuple(op.inputs)) for op in self.tape.ops]
+
+    def cached(self) -> list:
+        """This kernel's entries in ``tapescope.kernel_cache()`` (variants built or loaded so far)."""
+        from tapescope.kernel_cache import kernel_cache
+
+        return [e for e in kernel_cache() if e["name"].startswith(self.name + "_")]
+
+    @property
+    def sources(self) -> dict:
+        """Generated source of the predicted variant per runtime (``cpu``: C), or why there is none."""
+        for e in self.cached():
+            if e["name"] == self.symbol and e["source"]:
+                return {"cpu": e["source"]}
+        from tapescope.kernels.codegen.render import CDialect, Unsupported
+
+        contiguous = self.variant.startswith("contiguous")
+        ndim = 1 if contiguous else int(self.variant.split("_")[1])
+        try:
+            src = CDialect().render(self.tape, self.symbol, contiguous, ndim, self.variant.endswith("_large"))
+        except Unsupported as e:
+            src = f"// no C kernel: the C dialect cannot express it ({e}); the tape runs with numpy"
+        return {"cpu": src}
+
+
+class Graph:
+    """A traced or live graph: values, ops in topological order, fused kernels."""
+
+    def __init__(self, values: list, ops: list, kernels: list, inputs: list, outputs: list,
+                 title: str = "", compiled: bool = False):
+        self.values, self.ops, self.kernels = values, ops, kernels
+        self.inputs, self.outputs = inputs, outputs
+        self.title, self.compiled = title, compiled
+
+    @property
+    def constants(self) -> list:
+        """Ids of the constant values (scalars and closed-over arrays)."""
+        return [v.id for v in self.values if v.role == "constant"]
+
+    @property
+    def nodes(self) -> list:
+        """The ops (graph nodes), topologically ordered."""
+        return list(self.ops)
+
+    @property
+    def edges(self) -> list:
+        """(value id, producer op id or None, consumer op id or None for a graph output)."""
+        out = []
+        for op in self.ops:
+            for vid in op.inputs:
+                out.append((vid, self.values[vid].producer, op.id))
+        for vid in self.outputs:
+            out.append((vid, self.values[vid].producer, None))
+        return out
+
+    @property
+    def boundaries(self) -> list:
+        """(kernel name, input letter, producer, reason) for every input of every fused kernel."""
+        return [(k.name, i.letter, i.producer, i.reason) for k in self.kernels for i in k.inputs]
+
+    def to_dot(self, **options: Any) -> str:
+        """The picture as DOT text (see ``tapescope.viz.dot.to_dot`` for the options)."""
+        from tapescope.viz.dot import to_dot
+
+        return to_dot(self, **options)
+
+    def to_svg(self, **options: Any) -> str:
+        """The picture as SVG text (needs the graphviz ``dot`` program)."""
+        from tapescope.viz.render import render
+
+        return render(self.to_dot(**options), "svg").decode()
+
+    def to_png(self, **options: Any) -> bytes:
+        """The picture as PNG bytes (needs the graphviz ``dot`` program)."""
+        from tapescope.viz.render import render
+
+        return render(self.to_dot(**options), "png")
+
+    def save(self, path: str, **options: Any) -> None:
+        """Write the picture to ``path``: ``.dot``/``.gv`` as DOT, ``.svg``, ``.png`` or ``.pdf``."""
+        from tapescope.viz.render import save
+
+        save(self.to_dot(**options), path)
+
+    def draw(self, **options: Any) -> "Drawing":
+        """The picture with options (``rankdir``, ``shapes``, ``max_nodes``, ...), for display."""
+        return Drawing(self, options)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        return Drawing(self, {})._repr_mimebundle_(include, exclude)
+
+    def summary(self) -> str:
+        """One line per op (and per kernel's tape), for the terminal."""
+        lines = [self._headline()]
+        for op in self.ops:
+            ins = ", ".join(self._vname(v) for v in op.inputs)
+            outs = ", ".join(f"{self._vname(v)} {_shape_text(self.values[v])}" for v in op.outputs)
+            lines.append(f"  {op.primitive}({ins}) -> {outs}")
+            if op.kernel is not None:
+                k = self.kernels[op.kernel]
+                lines.append(f"    kernel {k.name} [{k.variant}]")
+                for i in k.inputs:
+                    lines.append(f"      {i.letter} <- {self._vname(i.value)} ({i.reason})")
+                for s in k.steps:
+                    lines.append(f"      {s[0]} = {s[1]}({', '.join(s[3])}) {s[2]}")
+        lines.append("  outputs: " + ", ".join(self._vname(v) for v in self.outputs))
+        return "\n".join(lines)
+
+    def _vname(self, vid: int) -> str:
+        v = self.values[vid]
+        return v.name or f"v{vid}"
+
+    def _headline(self) -> str:
+        n_ops = len(self.ops)
+        k = len(self.kernels)
+        what = f"{self.title}: " if self.title else ""
+        kern = f", {k} fused kernel{'s' if k != 1 else ''}" if self.compiled or k else ""
+        return (f"{what}{len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''}, "
+                f"{n_ops} op{'s' if n_ops != 1 else ''}{kern}, "
+                f"{len(self.outputs)} output{'s' if len(self.outputs) != 1 else ''}")
+
+    def __repr__(self) -> str:
+        return f"<Graph {self._headline()}>"
+
+
+class Drawing:
+    """A Graph with picture options; displays itself (SVG) in Jupyter, VS Code and nbconvert."""
+
+    def __init__(self, graph: Graph, options: dict):
+        self.graph, self.options = graph, dict(options)
+
+    @property
+    def dot(self) -> str:
+        """The DOT text."""
+        return self.graph.to_dot(**self.options)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
+        from tapescope.viz.render import mimebundle
+
+        return mimebundle(self.dot, repr(self.graph))
+
+    def __repr__(self) -> str:
+        return repr(self.graph)
+
+
+def _shape_text(v: Value) -> str:
+    return f"{tuple(v.shape)} {v.dtype}"
+
+
+# -- building a Graph from a traced program --------------------------------------------
+
+
+class _Layout:
+    """Shape, dtype and element layout of a value the kernel will read (for the variant)."""
+
+    def __init__(self, shape: tuple, dtype: np.dtype, estrides: Optional[tuple] = None):
+        self.shape = tuple(int(s) for s in shape)
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = np.dtype(dtype)
+        st = estrides if estrides is not None else _row(self.shape)
+        self.strides = tuple(int(s) * self.dtype.itemsize for s in st)
+        c = _contig(self.shape, st, _row(self.shape))
+        f = _contig(self.shape, st, _row(self.shape[::-1])[::-1])
+        self.flags = type("Flags", (), {"c_contiguous": c, "f_contiguous": f})()
+
+
+def _row(shape: tuple) -> tuple:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def _contig(shape: tuple, st: tuple, want: tuple) -> bool:
+    if any(s == 0 for s in shape):
+        return True
+    return all(a == b for n, a, b in zip(shape, st, want) if n != 1)
+
+
+def _layout_of(v: Any, producers: dict, real: dict) -> _Layout:
+    """Predicted layout of a program value: real data for evaluated arguments; a Broadcast
+    or Transpose result is a view; anything else is written row-contiguous."""
+    d = real.get(id(v))
+    if d is not None and d.data is not None:
+        return d.data
+    if getattr(v, "desc", None) is not None and v.desc.data is not None:
+        return v.desc.data
+    g = producers.get(id(v))
+    if g is not None and g.prim.name in ("Broadcast", "Transpose") and g.inputs:
+        src = _layout_of(g.inputs[0], producers, real)
+        est = tuple(s // src.dtype.itemsize for s in src.strides)
+        if g.prim.name == "Transpose":
+            axes = g.prim.kw.get("axes", tuple(reversed(range(len(est)))))
+            return _Layout(v.shape, v.dtype.np, tuple(est[a] for a in axes))
+        off = len(v.shape) - len(src.shape)
+        st = [0] * off + [0 if n == 1 and m != 1 else s
+                          for n, m, s in zip(src.shape, v.shape[off:], est)]
+        return _Layout(v.shape, v.dtype.np, tuple(st))
+    return _Layout(v.shape, v.dtype.np)
+
+
+def _variant(tape: Any, shape: tuple, layouts: list) -> str:
+    """The kernel variant a call with these input layouts runs (MLX's choice)."""
+    from tapescope.kernels.cpu.compiled import plan
+
+    contiguous, cshape, _, large = plan(tape, layouts, shape)
+    name = "contiguous" if contiguous else f"strided_{len(cshape)}"
+    return name + "_large" if large else name
+
+
+class _Builder:
+    """Collects Values / Ops / Kernels with graph-local ids."""
+
+    def __init__(self) -> None:
+        self.values: list = []
+        self.ops: list = []
+        self.kernels: list = []
+
+    def value(self, shape: tuple, dtype: Any, role: str, evaluated: bool, name: str = "",
+              producer: Optional[int] = None, index: int = 0, data: Any = None) -> int:
+        vid = len(self.values)
+        self.values.append(Value(vid, tuple(shape), dtype.name, role, evaluated, name, producer,
+                                 index, data))
+        return vid
+
+    def op(self, prim: Any, inputs: list) -> Op:
+        op = Op(len(self.ops), prim.name, _prim.KINDS.get(prim.name, "other"), prim.kwargs(),
+                list(inputs), [])
+        self.ops.append(op)
+        return op
+
+    def kernel(self, op: Op, tape: Any, shape: tuple, layouts: list, inputs: list) -> None:
+        try:
+            variant = _variant(tape, shape, layouts)
+        except Exception:  # an unexpected layout: say so rather than fail the picture
+            variant = "unknown"
+        k = Kernel(len(self.kernels), op.id, tape.lib_name, tape, tuple(shape), variant, inputs,
+                   list(zip(tape.outputs, op.outputs)))
+        op.kernel = k.index
+        self.kernels.append(k)
+
+
+def _constant_literal(x: Any) -> Any:
+    return x.constant if getattr(x, "is_constant", False) else None
+
+
+def _boundary_runs(prog: Any) -> dict:
+    """id(Compiled GOp) -> its Boundary records (fuse appends them per kernel, last op first)."""
+    out: dict = {}
+    bs = list(getattr(prog, "boundaries", ()))
+    pos = 0
+    for g in reversed(prog.tape):
+        if g.prim.name != "Compiled":
+            continue
+        n = len(g.inputs)
+        run = bs[pos:pos + n]
+        tape = g.prim.kw["tape"]
+        if len(run) == n and all(b.kernel == tape.lib_name for b in run):
+            out[id(g)] = {b.input: b for b in run}
+            pos += n
+        else:  # not in the expected order: look up by kernel name and letter
+            out[id(g)] = {b.input: b for b in bs if b.kernel == tape.lib_name}
+    return out
+
+
+def from_program(prog: Any, input_names: list, real: list, output_names: list,
+                 title: str = "", compiled: bool = False) -> Graph:
+    """A Graph of a traced (and possibly fused) ``tracing.Program``."""
+    b = _Builder()
+    ids: dict = {}
+    real_of = {id(v): d for v, d in zip(prog.inputs, real)}
+    for v, name, d in zip(prog.inputs, input_names, real):
+        ids[id(v)] = b.value(v.shape, v.dtype, "input", bool(d is not None and d.node is None), name)
+    producers = {id(o): g for g in prog.tape for o in g.outputs}
+    bounds = _boundary_runs(prog)
+    n_const = 0
+
+    def vid_of(v: Any) -> int:
+        nonlocal n_const
+        if id(v) not in ids:  # a constant (the only values not made by an op or an argument)
+            data = v.desc.data if v.desc is not None else None
+            ids[id(v)] = b.value(v.shape, v.dtype, "constant", True, f"c{n_const}", data=data)
+            n_const += 1
+        return ids[id(v)]
+
+    for g in prog.tape:
+        op = b.op(g.prim, [vid_of(x) for x in g.inputs])
+        for i, o in enumerate(g.outputs):
+            ids[id(o)] = b.value(o.shape, o.dtype, "intermediate", False, producer=op.id, index=i)
+            op.outputs.append(ids[id(o)])
+        if g.prim.name == "Compiled":
+            tape = g.prim.kw["tape"]
+            recs = bounds.get(id(g), {})
+            kin = []
+            for x, v in zip(tape.inputs, g.inputs):
+                r = recs.get(x.name)
+                kin.append(KernelInput(x.name, ids[id(v)], r.reason if r else None,
+                                       r.producer if r else _producer_name(v),
+                                       _constant_literal(x)))
+            layouts = [_layout_of(v, producers, real_of) for v in g.inputs]
+            b.kernel(op, tape, g.prim.kw.get("shape", g.outputs[0].shape), layouts, kin)
+    outs = [vid_of(v) for v in prog.outputs]
+    _name_outputs(b, outs, output_names)
+    return Graph(b.values, b.ops, b.kernels, [ids[id(v)] for v in prog.inputs], outs, title, compiled)
+
+
+def _producer_name(v: Any) -> str:
+    if getattr(v, "op", None) is not None:
+        return v.op.prim.name
+    return "argument" if getattr(v, "arg", None) is not None else "constant"
+
+
+def _name_outputs(b: _Builder, outs: list, names: list) -> None:
+    for vid, name in zip(outs, names):
+        v = b.values[vid]
+        v.is_output = True
+        if not v.name:
+            v.name = name
+
+
+# -- tapescope.trace -------------------------------------------------------------------
+
+
+def _flatten(obj: Any, path: str, arrays: list, names: list) -> None:
+    if isinstance(obj, array):
+        arrays.append(obj)
+        names.append(path)
+    elif isinstance(obj, (list, tuple)):
+        for i, x in enumerate(obj):
+            _flatten(x, f"{path}[{i}]", arrays, names)
+    elif isinstance(obj, dict):
+        for k, x in obj.items():
+            _flatten(x, f"{path}[{k!r}]", arrays, names)
+
+
+def _unflatten(obj: Any, it: Any) -> Any:
+    if isinstance(obj, array):
+        return next(it)
+    if isinstance(obj, list):
+        return [_unflatten(x, it) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_unflatten(x, it) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _unflatten(x, it) for k, x in obj.items()}
+    return obj
+
+
+def _arg_names(fun: Callable, n: int) -> list:
+    """Parameter names for the first ``n`` positional arguments (``arg<i>`` where unknown)."""
+    names = [f"arg{i}" for i in range(n)]
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return names
+    for i, p in enumerate(params[:n]):
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names[i] = p.name
+        elif p.kind == p.VAR_POSITIONAL:
+            break
+    return names
+
+
+def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Graph:
+    """The Graph ``fun(*args, **kwargs)`` traces into; with ``compile=True`` simplified and
+    fused as ``mx.compile`` does (each fused kernel with its tape, variant and boundaries)."""
+    from tapescope.core import fusion, tracing
+
+    if not callable(fun):
+        raise TypeError(f"[trace] Expected a callable, got {type(fun).__name__}.")
+    arrays: list = []
+    names: list = []
+    for name, a in zip(_arg_names(fun, len(args)), args):
+        _flatten(a, name, arrays, names)
+    for k, a in kwargs.items():
+        _flatten(a, k, arrays, names)
+    box: dict = {}
+
+    def run(tracers: list) -> tuple:
+        it = iter(tracers)
+        a = _unflatten(args, it)
+        k = _unflatten(kwargs, it)
+        out = fun(*a, **k)
+        flat: list = []
+        onames: list = []
+        _flatten(out, "out", flat, onames)
+        box["names"] = onames
+        return flat, None
+
+    prog, _ = tracing.trace(run, [(x.shape, x.dtype) for x in arrays])
+    if not prog.outputs:
+        raise ValueError("[trace] The function must return at least one array.")
+    if compile:
+        fusion.fuse(tracing.simplify(prog))
+    title = getattr(fun, "__name__", type(fun).__name__)
+    return from_program(prog, names, [x._d for x in arrays], box["names"], title, compiled=compile)
+
+
+# -- tapescope.graph_of ----------------------------------------------------------------
+
+
+def graph_of(*arrays: array) -> Graph:
+    """The Graph of the lazy computation above ``arrays`` (evaluated arrays are its leaves)."""
+    for a in arrays:
+        if not isinstance(a, array):
+            raise TypeError(f"[graph_of] Expected arrays, got {type(a).__name__}.")
+    b = _Builder()
+    ids: dict = {}  # id(desc) or ("dead", id(node), i) -> value id
+    keep: list = []
+    order: list = []  # nodes, topological
+    seen: set = set()
+    for a in arrays:
+        stack = [(a._d, False)]
+        while stack:
+            d, done = stack.pop()
+            node = d.node
+            if done:
+                order.append(node)
+                continue
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            keep.append(node)
+            stack.append((d, True))
+            for x in reversed(node.inputs):
+                if x.node is not None and id(x.node) not in seen:
+                    stack.append((x, False))
+    counts = {"input": 0, "constant": 0}
+
+    def leaf(d: ArrayDesc) -> int:
+        if id(d) not in ids:
+            keep.append(d)
+            placeholder = d.node is not None
+            const = not placeholder and d.data is not None and d.data.ndim == 0
+            role = "constant" if const else "input"
+            name = f"{'c' if const else 'in'}{counts[role]}"
+            counts[role] += 1
+            ids[id(d)] = b.value(d.shape, d.dtype, role, not placeholder, name,
+                                 data=d.data if not placeholder else None)
+        return ids[id(d)]
+
+    def vid_of(d: ArrayDesc) -> int:
+        if id(d) in ids:
+            return ids[id(d)]
+        return leaf(d)
+
+    for node in order:
+        if node.primitive.name == "Placeholder":
+            continue
+        op = b.op(node.primitive, [vid_of(x) for x in node.inputs])
+        alive = [r() for r in node.outputs]
+        ref = next((d for d in alive if d is not None), None)
+        for i, d in enumerate(alive):
+            src = d if d is not None else ref
+            key = id(d) if d is not None else ("dead", id(node), i)
+            keep.append(d)
+            ids[key] = b.value(src.shape if src is not None else (), src.dtype if src is not None
+                               else _dtype_f32(), "intermediate", False, producer=op.id, index=i)
+            op.outputs.append(ids[key])
+        if node.primitive.name == "Compiled":
+            tape = node.primitive.kw["tape"]
+            kin = []
+            layouts = []
+            for x, d in zip(tape.inputs, node.inputs):
+                prod = d.node.primitive.name if d.node is not None else (
+                    "constant" if d.data is not None and d.data.ndim == 0 else "argument")
+                kin.append(KernelInput(x.name, ids[id(d)], None, prod, _constant_literal(x)))
+                layouts.append(d.data if d.data is not None else _Layout(d.shape, d.dtype.np))
+            b.kernel(op, tape, node.primitive.kw.get("shape", ref.shape), layouts, kin)
+    outs = []
+    for i, a in enumerate(arrays):
+        outs.append(vid_of(a._d))
+    _name_outputs(b, outs, [f"out[{i}]" if len(arrays) > 1 else "out" for i in range(len(arrays))])
+    inputs = [v.id for v in b.values if v.role == "input"]
+    keep.clear()
+    return Graph(b.values, b.ops, b.kernels, inputs, outs, "", compiled=bool(b.kernels))
+
+
+def _dtype_f32() -> Any:
+    from tapescope.core import dtypes
+
+    return dtypes.float32

@@ -1,0 +1,364 @@
+"""Graph -> DOT: the picture of a traced graph, its fused kernels and their tapes.
+
+Inputs and constants are boxes holding their shape and dtype; ops are coloured by primitive
+family; intermediate arrays are the edges, labelled with shape and dtype; each fused kernel
+is a cluster holding its tape (kernel name and variant in its label) and every edge into it
+says, in red, why fusion stopped there. Evaluated arrays are drawn solid, lazy ones dashed.
+Node ids are local to the graph (``v3``, ``op7``, ``k0_E``), so the same graph always gives
+byte-identical DOT.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import style as S
+
+__all__ = ["to_dot"]
+
+_PARAM_KEYS = ("axes", "axis", "shape", "dtype", "reduce_type", "kth", "k")
+
+
+def _shape(shape: tuple) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+def _value_text(v: Any, shapes: bool, dtypes: bool) -> str:
+    parts = []
+    if shapes:
+        parts.append(_shape(v.shape))
+    if dtypes:
+        parts.append(v.dtype)
+    return " ".join(parts)
+
+
+def _literal(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        return repr(x)
+    return str(x)
+
+
+def _scalar_text(v: Any) -> Optional[str]:
+    """The value of a one-element constant, for its label."""
+    if v.data is None or v.data.size != 1:
+        return None
+    x = v.data.reshape(()).item() if v.data.dtype.kind != "V" else float(v.data.reshape(()).astype("float32"))
+    if v.dtype == "bfloat16":
+        x = float(v.data.reshape(()).astype("float32"))
+    return _literal(x)
+
+
+def _param_text(op: Any) -> str:
+    """A short summary of the parameters a reader needs (axes, shapes, target dtype)."""
+    out = []
+    for k in _PARAM_KEYS:
+        if k in op.params:
+            val = op.params[k]
+            if k == "dtype":
+                val = getattr(val, "name", val)
+            out.append(f"{k}={val}")
+    text = " ".join(str(t) for t in out)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _tooltip(op: Any) -> str:
+    items = [f"{k}={v!r}" for k, v in sorted(op.params.items()) if k != "tape"]
+    text = f"{op.primitive} ({op.family})" + ("\n" + "\n".join(items) if items else "")
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def _wrap(text: str, width: int) -> list:
+    return [text[i:i + width] for i in range(0, len(text), width)] or [""]
+
+
+def _attrs(**kw: Any) -> str:
+    parts = []
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if isinstance(v, str) and v.startswith("<") and v.endswith(">"):
+            parts.append(f"{k}={v}")
+        else:
+            parts.append(f"{k}={S.quote(v)}")
+    return "[" + ", ".join(parts) + "]"
+
+
+class _Writer:
+    def __init__(self, graph: Any, rankdir: str, shapes: bool, dtypes: bool, max_nodes: Optional[int],
+                 expand_kernels: bool, kernel_names: bool, legend: bool, title: bool):
+        if rankdir not in ("TB", "LR", "BT", "RL"):
+            raise ValueError(f"[to_dot] rankdir must be one of TB, LR, BT, RL, not {rankdir!r}.")
+        if max_nodes is not None and max_nodes < 1:
+            raise ValueError(f"[to_dot] max_nodes must be positive or None, not {max_nodes}.")
+        self.g = graph
+        self.rankdir, self.shapes, self.dtypes = rankdir, shapes, dtypes
+        self.max_nodes, self.expand = max_nodes, expand_kernels
+        self.kernel_names, self.legend, self.title = kernel_names, legend, title
+        self.lines: list = []
+        self.groups: list = []
+        self.lazy = self.evaluated = False
+
+    # -- which ops are drawn ----------------------------------------------------------
+    def _cost(self, op: Any) -> int:
+        if op.kernel is not None and self.expand:
+            k = self.g.kernels[op.kernel]
+            return len(k.tape.ops) + len(k.tape.inputs)
+        return 1
+
+    def _choose(self) -> tuple:
+        """Ops to draw (the ones nearest the outputs when the graph is too big) and how many not."""
+        ops = self.g.ops
+        if self.max_nodes is None or sum(self._cost(o) for o in ops) <= self.max_nodes:
+            return {o.id for o in ops}, 0
+        kept: set = set()
+        budget = self.max_nodes
+        for op in reversed(ops):
+            c = self._cost(op)
+            if c > budget:
+                break
+            kept.add(op.id)
+            budget -= c
+        return kept, len(ops) - len(kept)
+
+    # -- ids ----------------------------------------------------------------------------
+    def _src(self, vid: int) -> str:
+        """The node an edge carrying value ``vid`` starts from."""
+        v = self.g.values[vid]
+        if v.producer is None:
+            return f"v{vid}"
+        op = self.g.ops[v.producer]
+        if op.id not in self.kept:
+            return "hidden"
+        if op.kernel is not None and self.expand:
+            k = self.g.kernels[op.kernel]
+            return f"k{k.index}_{k.tape.outputs[v.index]}"
+        return f"op{op.id}"
+
+    def _edge_label(self, vid: int) -> Optional[str]:
+        v = self.g.values[vid]
+        text = _value_text(v, self.shapes, self.dtypes)
+        op = self.g.ops[v.producer] if v.producer is not None else None
+        if op is not None and len(op.outputs) > 1:
+            text = f"[{v.index}] {text}".rstrip()
+        return text or None
+
+    # -- nodes --------------------------------------------------------------------------
+    def _value_node(self, v: Any) -> None:
+        st = S.CONSTANT if v.role == "constant" else S.INPUT
+        self._mark(v.evaluated)
+        name = S.esc(v.name or f"v{v.id}")
+        lit = _scalar_text(v) if v.role == "constant" else None
+        head = f"<B>{name}</B>" + (f" = {S.esc(lit)}" if lit is not None else "")
+        sub = _value_text(v, self.shapes, self.dtypes)
+        label = f"<{head}<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>>" if sub else f"<{head}>"
+        shape = "box"
+        styles = ["rounded", "filled"] if v.role == "input" else ["filled"]
+        if not v.evaluated:
+            styles.append("dashed")
+        self.lines.append(f"  v{v.id} " + _attrs(label=label, shape=shape, style=",".join(styles),
+                                                   fillcolor=st.fill, color=st.border))
+
+    def _mark(self, evaluated: bool) -> None:
+        if evaluated:
+            self.evaluated = True
+        else:
+            self.lazy = True
+
+    def _op_node(self, op: Any, indent: str = "  ") -> None:
+        st = S.op_style(op.family)
+        self._group(op.family)
+        params = _param_text(op)
+        label = f"<<B>{S.esc(op.primitive)}</B>" + (
+            f"<BR/><FONT POINT-SIZE=\"8\">{S.esc(params)}</FONT>" if params else "") + ">"
+        self.lines.append(f"{indent}op{op.id} " + _attrs(label=label, shape="box", style="rounded,filled",
+                                                         fillcolor=st.fill, color=st.border,
+                                                         tooltip=_tooltip(op)))
+
+    def _group(self, family: str) -> None:
+        g = S.group_of(family)
+        if g not in self.groups:
+            self.groups.append(g)
+
+    def _kernel_caption(self, k: Any) -> str:
+        n = len(k.tape.ops)
+        head = (f"<B>kernel {k.index}</B> · {S.esc(k.variant)} · {n} op{'s' if n != 1 else ''}"
+                f" · {S.esc(_shape(k.shape))}")
+        if not self.kernel_names:
+            return head
+        name = "<BR ALIGN=\"LEFT\"/>".join(S.esc(p) for p in _wrap(k.name, 56))
+        return f"{head}<BR/><FONT FACE=\"Courier\" POINT-SIZE=\"8\">{name}<BR ALIGN=\"LEFT\"/></FONT>"
+
+    def _kernel_cluster(self, op: Any) -> None:
+        k = self.g.kernels[op.kernel]
+        self._group("compiled")
+        ind = "    "
+        self.lines.append(f"  subgraph cluster_k{k.index} {{")
+        self.lines.append(f"{ind}graph " + _attrs(label=f"<{self._kernel_caption(k)}>", style="rounded,filled",
+                                                   fillcolor=S.CLUSTER.fill, color=S.CLUSTER.border,
+                                                   penwidth="1.5", fontsize="10", labeljust="l",
+                                                   tooltip=f"{k.name}_{k.variant}"))
+        for x, inp in zip(k.tape.inputs, k.inputs):
+            nid = f"k{k.index}_{x.name}"
+            if inp.constant is not None:
+                label = f"<<FONT POINT-SIZE=\"9\">{S.esc(x.name)} = {S.esc(_literal(inp.constant))}</FONT>>"
+                self.lines.append(f"{ind}{nid} " + _attrs(label=label, shape="box", style="filled",
+                                                          fillcolor=S.CONSTANT.fill, color=S.CONSTANT.border,
+                                                          height="0.2", tooltip="constant inlined into the source"))
+            else:
+                self.lines.append(f"{ind}{nid} " + _attrs(label=x.name, shape="circle", width="0.3",
+                                                          fixedsize="true", fontsize="9", style="filled",
+                                                          fillcolor="#ffffff", color=S.CLUSTER.border))
+        for t in k.tape.ops:
+            st = S.op_style(_family(t.primitive))
+            self._group(_family(t.primitive))
+            label = (f"<<B>{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" COLOR=\"#6b7280\">"
+                     f"{S.esc(t.name)}</FONT>>")
+            self.lines.append(f"{ind}k{k.index}_{t.name} " + _attrs(label=label, shape="box",
+                                                                     style="rounded,filled",
+                                                                     fillcolor=st.fill, color=st.border))
+        for t in k.tape.ops:
+            for a in t.inputs:
+                self.lines.append(f"{ind}k{k.index}_{a} -> k{k.index}_{t.name}")
+        self.lines.append("  }")
+
+    def _boundary_label(self, inp: Any, vid: int, from_value_node: bool) -> str:
+        reason = inp.reason or "boundary"
+        parts = [f"<FONT COLOR=\"{S.BOUNDARY}\"><I>{S.esc(reason)}</I></FONT>"]
+        sub = None if from_value_node else self._edge_label(vid)
+        if sub:
+            parts.append(S.esc(sub))
+        return "<" + "<BR/>".join(parts) + ">"
+
+    def _collapsed_kernel(self, op: Any) -> None:
+        k = self.g.kernels[op.kernel]
+        self._group("compiled")
+        steps = "·".join(t.primitive for t in k.tape.ops)
+        if len(steps) > 48:
+            steps = steps[:47] + "…"
+        label = (f"<<B>kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
+                 f"<FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
+        st = S.GROUPS["fused kernel"]
+        self.lines.append(f"  op{op.id} " + _attrs(label=label, shape="box", style="rounded,filled,bold",
+                                                   fillcolor=st.fill, color=st.border,
+                                                   tooltip=f"{k.name}_{k.variant}"))
+
+    # -- the whole picture --------------------------------------------------------------
+    def write(self) -> str:
+        g = self.g
+        self.kept, hidden = self._choose()
+        L = self.lines
+        L.append("digraph tapescope {")
+        gattrs = dict(rankdir=self.rankdir, fontname=S.FONT, fontsize="11", nodesep="0.25",
+                      ranksep="0.35", newrank="true", pad="0.15", labelloc="t", labeljust="l")
+        if self.title:
+            gattrs["label"] = f"<<B>{S.esc(g._headline())}</B>>"
+        L.append("  graph " + _attrs(**gattrs))
+        L.append("  node " + _attrs(fontname=S.FONT, fontsize="10", penwidth="1.2", height="0.3",
+                                    margin="0.1,0.04"))
+        L.append("  edge " + _attrs(fontname=S.FONT, fontsize="8", color=S.EDGE, fontcolor="#374151",
+                                    arrowsize="0.6"))
+        # which values need their own node
+        inlined: dict = {}  # value id -> True while only inlined uses seen
+        need: set = set()
+        for op in g.ops:
+            if op.id not in self.kept:
+                continue
+            k = g.kernels[op.kernel] if op.kernel is not None else None
+            for i, vid in enumerate(op.inputs):
+                if g.values[vid].producer is not None:
+                    continue
+                if k is not None and self.expand and k.inputs[i].constant is not None:
+                    continue
+                need.add(vid)
+        for vid in g.outputs:
+            if g.values[vid].producer is None:
+                need.add(vid)
+        del inlined
+        order = [v for v in g.values if v.id in need]
+        for v in order:
+            self._value_node(v)
+        if hidden:
+            L.append("  hidden " + _attrs(
+                label=f"<<B>… {hidden} earlier op{'s' if hidden != 1 else ''} not drawn</B><BR/>"
+                      f"<FONT POINT-SIZE=\"9\">the graph has {len(g.ops)} ops; "
+                      f"draw(max_nodes=None) shows them all</FONT>>",
+                shape="note", style="filled,dashed", fillcolor=S.NOTE.fill, color=S.NOTE.border))
+        for op in g.ops:
+            if op.id not in self.kept:
+                continue
+            if op.kernel is not None and self.expand:
+                self._kernel_cluster(op)
+            elif op.kernel is not None:
+                self._collapsed_kernel(op)
+            else:
+                self._op_node(op)
+        # edges into ops
+        hidden_edges: set = set()
+        for op in g.ops:
+            if op.id not in self.kept:
+                continue
+            k = g.kernels[op.kernel] if op.kernel is not None else None
+            for i, vid in enumerate(op.inputs):
+                src = self._src(vid)
+                if src == "hidden":
+                    dst = f"op{op.id}" if not (k and self.expand) else f"k{k.index}_{k.inputs[i].letter}"
+                    if dst not in hidden_edges:
+                        hidden_edges.add(dst)
+                        L.append(f"  hidden -> {dst} " + _attrs(style="dashed", color=S.NOTE.border))
+                    continue
+                from_node = g.values[vid].producer is None
+                if k is not None and self.expand:
+                    inp = k.inputs[i]
+                    if inp.constant is not None:
+                        continue
+                    L.append(f"  {src} -> k{k.index}_{inp.letter} " + _attrs(
+                        label=self._boundary_label(inp, vid, from_node), color=S.BOUNDARY, penwidth="1.2"))
+                elif k is not None:
+                    L.append(f"  {src} -> op{op.id} " + _attrs(
+                        label=self._boundary_label(k.inputs[i], vid, from_node), color=S.BOUNDARY))
+                else:
+                    label = None if from_node else self._edge_label(vid)
+                    L.append(f"  {src} -> op{op.id}" + (" " + _attrs(label=label) if label else ""))
+        # outputs
+        for i, vid in enumerate(g.outputs):
+            v = g.values[vid]
+            evaluated = v.producer is None and v.evaluated
+            self._mark(evaluated)
+            styles = "rounded,bold" + ("" if evaluated else ",dashed")
+            sub = _value_text(v, self.shapes, self.dtypes)
+            name = S.esc(v.name or f"out{i}") if v.producer is not None else f"out {i}"
+            label = f"<<B>{name}</B>" + (f"<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>" if sub else "") + ">"
+            L.append(f"  out{i} " + _attrs(label=label, shape="box", style=styles, peripheries="2",
+                                           color=S.OUTPUT.border))
+            src = self._src(vid)
+            L.append(f"  {src} -> out{i}" + (" " + _attrs(style="dashed", color=S.NOTE.border)
+                                             if src == "hidden" else ""))
+        if self.legend:
+            L.append("  legend " + _attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
+                                                                bool(g.kernels) and self.expand),
+                                          shape="box", style="rounded", color="#d1d5db", fontsize="9"))
+        L.append("}")
+        return "\n".join(L) + "\n"
+
+
+def _family(name: str) -> str:
+    from tapescope.core import primitive
+
+    return primitive.KINDS.get(name, "other")
+
+
+def to_dot(graph: Any, rankdir: str = "TB", shapes: bool = True, dtypes: bool = True,
+           max_nodes: Optional[int] = 500, expand_kernels: bool = True, kernel_names: bool = True,
+           legend: bool = True, title: bool = True) -> str:
+    """DOT text of a ``tapescope.Graph``.
+
+    ``rankdir``: TB (top to bottom) or LR; ``shapes`` / ``dtypes``: write them on nodes and
+    edges; ``max_nodes``: past this many drawn nodes only the ops nearest the outputs are drawn
+    and a note says how many are not (None: draw all); ``expand_kernels``: draw each fused
+    kernel's tape (else one box per kernel); ``kernel_names``: the full kernel name under each
+    cluster; ``legend`` and ``title``.
+    """
+    return _Writer(graph, rankdir, shapes, dtypes, max_nodes, expand_kernels, kernel_names,
+                   legend, title).write()
