@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
+from mlx_compare import primitive_names, same_error
 from conftest import mlx_ref
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -15,6 +16,10 @@ shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 DTYPES = ["bool_", "uint8", "int16", "int32", "int64", "float16", "float32", "bfloat16",
           "complex64"]
 
+
+
+def prims(*outs) -> list:
+    return sorted(primitive_names(*outs))
 
 def check(out, expected, dtype=None):
     expected = np.asarray(expected)
@@ -28,28 +33,6 @@ def check(out, expected, dtype=None):
 
 def same_dtype(a, b) -> bool:
     return repr(a.dtype) == str(b.dtype)
-
-
-def prims(*outs) -> list:
-    seen, names, stack = set(), [], [o._d for o in outs]
-    while stack:
-        node = stack.pop().node
-        if node is not None and id(node) not in seen:
-            seen.add(id(node))
-            names.append(node.primitive.name)
-            stack.extend(node.inputs)
-    return sorted(names)
-
-
-def same_error(case):
-    if mlx_ref is None:
-        pytest.skip("mlx is not installed")
-    with pytest.raises(Exception) as want:
-        mlx_ref.eval(case(mlx_ref))
-    with pytest.raises(type(want.value)) as got:
-        case(mx)
-    if "\n" not in str(want.value):
-        assert str(got.value) == str(want.value)
 
 
 @SETTINGS

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapescope.core as mx
+from mlx_compare import primitive_names
 from tapescope.core.array import array as _array
 
 from conftest import mlx_ref, requires_mlx
@@ -205,14 +206,7 @@ def test_einsum_path_agrees_with_numpy_greedy_on_a_chain():
 # --------------------------------------------------------------------------- primitives
 
 def _prims(out) -> collections.Counter:
-    seen, names, stack = set(), [], [out._d]
-    while stack:
-        node = stack.pop().node
-        if node is not None and id(node) not in seen:
-            seen.add(id(node))
-            names.append(node.primitive.name)
-            stack.extend(node.inputs)
-    return collections.Counter(names)
+    return collections.Counter(primitive_names(out))
 
 
 def _mlx_prims(out, tmp_path) -> collections.Counter:

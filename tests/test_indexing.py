@@ -10,11 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
-from conftest import mlx_ref
+from mlx_compare import primitive_names, same_error
 
 SETTINGS = settings(max_examples=50, deadline=None)
 shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
 
+
+
+def prims(*outs) -> list:
+    return sorted(primitive_names(*outs))
 
 def ref(shape, dtype=np.int32):
     return (np.arange(int(np.prod(shape))) - 5).astype(dtype).reshape(shape)
@@ -29,29 +33,6 @@ def check(out, expected):
 def data(x):
     mx.eval(x)
     return x._d.data
-
-
-def prims(*outs) -> list:
-    seen, names, stack = set(), [], [o._d for o in outs]
-    while stack:
-        node = stack.pop().node
-        if node is not None and id(node) not in seen:
-            seen.add(id(node))
-            names.append(node.primitive.name)
-            stack.extend(node.inputs)
-    return sorted(names)
-
-
-def same_error(case):
-    """Same exception type and message as MLX, raised before any eval in tapescope."""
-    if mlx_ref is None:
-        pytest.skip("mlx is not installed")
-    with pytest.raises(Exception) as want:
-        mlx_ref.eval(case(mlx_ref))
-    with pytest.raises(type(want.value)) as got:
-        case(mx)
-    if "\n" not in str(want.value):
-        assert str(got.value) == str(want.value)
 
 
 @st.composite

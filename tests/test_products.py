@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapescope.core as mx
+from mlx_compare import raises_exactly
 
 from conftest import requires_mlx
 
@@ -116,17 +117,13 @@ ERRORS = [
 
 @pytest.mark.parametrize("call, exc, msg", ERRORS)
 def test_errors(call, exc, msg):
-    with pytest.raises(exc) as info:
-        call(mx)
-    assert str(info.value) == msg
+    raises_exactly(call, mx, exc, msg)
 
 
 @requires_mlx
 @pytest.mark.parametrize("call, exc, msg", ERRORS)
 def test_error_table_agrees_with_mlx(mlx, call, exc, msg):
-    with pytest.raises(exc) as info:
-        call(mlx)
-    assert str(info.value) == msg
+    raises_exactly(call, mlx, exc, msg)
 
 
 def test_non_array_operands_are_type_errors():

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
+from mlx_compare import primitive_names as prims, same_error
 
 from conftest import mlx_ref
 
@@ -27,35 +28,9 @@ def check(out, expected):
     np.testing.assert_array_equal(np.array(out), expected)
 
 
-def prims(*outs) -> list:
-    """Primitive names of the unevaluated graph recorded for ``outs`` (each node once)."""
-    seen, names, stack = set(), [], [o._d for o in outs]
-    while stack:
-        node = stack.pop().node
-        if node is not None and id(node) not in seen:
-            seen.add(id(node))
-            names.append(node.primitive.name)
-            stack.extend(node.inputs)
-    return names
-
-
 def data(x):
     mx.eval(x)
     return x._d.data
-
-
-def same_error(case):
-    """``case(module)`` raises the same exception type and message in tapescope (at op
-    time, before any eval) as in MLX (eval included)."""
-    if mlx_ref is None:
-        pytest.skip("mlx is not installed")
-    with pytest.raises(Exception) as want:
-        r = case(mlx_ref)
-        mlx_ref.eval(r)
-    with pytest.raises(type(want.value)) as got:
-        case(mx)
-    if "\n" not in str(want.value):  # nanobind's signature errors: type only
-        assert str(got.value) == str(want.value)
 
 
 # -- values against numpy ------------------------------------------------------------------

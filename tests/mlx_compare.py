@@ -1,0 +1,42 @@
+"""Helpers the test files share: the graph a result recorded, and errors compared with MLX."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+import tapescope.core as mx
+from conftest import mlx_ref
+
+
+def primitive_names(*outs) -> list:
+    """Primitive names of the unevaluated graph recorded for ``outs`` (each node once)."""
+    seen, names, stack = set(), [], [o._d for o in outs]
+    while stack:
+        node = stack.pop().node
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            names.append(node.primitive.name)
+            stack.extend(node.inputs)
+    return names
+
+
+def same_error(case: Callable) -> None:
+    """``case(module)`` raises the same exception type and message in tapescope as in MLX
+    (MLX's evaluated, so errors it raises late count too); skipped without MLX."""
+    if mlx_ref is None:
+        pytest.skip("mlx is not installed")
+    with pytest.raises(Exception) as want:
+        mlx_ref.eval(case(mlx_ref))
+    with pytest.raises(type(want.value)) as got:
+        case(mx)
+    if "\n" not in str(want.value):
+        assert str(got.value) == str(want.value)
+
+
+def raises_exactly(call: Callable, module, exc: type, msg: str) -> None:
+    """``call(module)`` raises ``exc`` with exactly ``msg``."""
+    with pytest.raises(exc) as info:
+        call(module)
+    assert str(info.value) == msg
