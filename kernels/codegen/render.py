@@ -343,11 +343,11 @@ class CDialect(CFamily):
         L = [f"  const int* shape = (const int*)args[{k}];"]
         arr = [x for x in ins if not x.scalar]
         if ndim == 1:
-            L.append("  const int64_t R = 1, C = shape[0], n_outer = 1;")
+            L.append("  const int64_t n_rows = 1, n_cols = shape[0], n_outer = 1;")
             for x in arr:
                 L.append(f"  const int64_t {x.name}_sr = 0, {x.name}_sc = {x.name}_strides[0];")
         else:
-            L.append(f"  const int64_t R = shape[{ndim - 2}], C = shape[{ndim - 1}];")
+            L.append(f"  const int64_t n_rows = shape[{ndim - 2}], n_cols = shape[{ndim - 1}];")
             L.append("  int64_t n_outer = 1;")
             L.append(f"  for (int d = 0; d < {ndim - 2}; ++d) n_outer *= shape[d];")
             for x in arr:
@@ -358,10 +358,10 @@ class CDialect(CFamily):
         unit = " && ".join(f"{x.name}_sc == 1" for x in arr) or "1"
         L.append(f"  const int tiled = {cond};")
         L.append(f"  const int unit = {unit};")
-        L.append(f"  const int64_t TR = tiled ? {self.tile} : 1, TC = tiled ? {self.tile} : C;")
-        L.append("  const int64_t n_rt = (R + TR - 1) / TR, n_ct = (C + TC - 1) / TC;")
+        L.append(f"  const int64_t t_rows = tiled ? {self.tile} : 1, t_cols = tiled ? {self.tile} : n_cols;")
+        L.append("  const int64_t n_rt = (n_rows + t_rows - 1) / t_rows, n_ct = (n_cols + t_cols - 1) / t_cols;")
         L.append(f"  #pragma omp parallel for collapse(2) schedule(static) "
-                 f"if(n_outer * R * C >= {self.omp_min_size})")
+                 f"if(n_outer * n_rows * n_cols >= {self.omp_min_size})")
         L.append("  for (int64_t o = 0; o < n_outer; ++o) {")
         L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
         # base offsets of this outer index
@@ -375,10 +375,10 @@ class CDialect(CFamily):
                 L.append(f"        {x.name}_o += q * {x.name}_strides[d];")
             L.append("      } }")
         L.append("    for (int64_t ct = 0; ct < n_ct; ++ct) {")
-        L.append("    const int64_t r1 = (rt + 1) * TR < R ? (rt + 1) * TR : R;")
-        L.append("    const int64_t c0 = ct * TC, c1 = c0 + TC < C ? c0 + TC : C;")
-        L.append("    for (int64_t r = rt * TR; r < r1; ++r) {")
-        L.append("      const int64_t orow = (o * R + r) * C;")
+        L.append("    const int64_t r1 = (rt + 1) * t_rows < n_rows ? (rt + 1) * t_rows : n_rows;")
+        L.append("    const int64_t c0 = ct * t_cols, c1 = c0 + t_cols < n_cols ? c0 + t_cols : n_cols;")
+        L.append("    for (int64_t r = rt * t_rows; r < r1; ++r) {")
+        L.append("      const int64_t orow = (o * n_rows + r) * n_cols;")
         for x in arr:
             L.append(f"      const {self.storage_type(x.dtype)}* {x.name}_p = "
                      f"{x.name} + {x.name}_o + r * {x.name}_sr;")
