@@ -1,0 +1,556 @@
+"""What a ``%%mlx`` cell did, read off the timeline, rendered as static HTML and SVG.
+
+A ``CellReport`` holds one ``DeviceRun`` per device the cell ran on: the timeline records made
+while it ran (``tapescope.record()``), the arrays it assigned or evaluated, the compiled
+functions it traced, memory and kernel-cache figures before and after, the check report and
+the error that ended it. Every section (graph, tapes, kernels, check, memory, cache, events)
+is computed from those records and public functions only; nothing here reaches into the
+scheduler or the allocator.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = ["SECTIONS", "Memory", "ArrayResult", "DeviceRun", "CellReport", "memory_now",
+           "cache_counts", "eval_progress", "primitive_counts", "memory_summary",
+           "cache_summary", "timeline_svg", "memory_html", "cache_html"]
+
+SECTIONS = ("graph", "tapes", "kernels", "check", "memory", "cache", "events")
+ALLOC_KINDS = ("alloc", "cache_reuse", "free_to_cache", "free", "evict", "release")
+EVENT_KINDS = ("event_signal", "event_wait", "fence_update", "fence_wait", "event_detach")
+MAX_ROWS = 200  # rows of a record table before "... more"
+MAX_DRAWN = 3000  # timeline marks drawn before the rest are only counted
+
+
+@dataclass
+class Memory:
+    """Allocator figures at one moment (bytes): active, peak and buffer-cache memory."""
+
+    active: int
+    peak: int
+    cache: int
+
+
+def memory_now() -> Memory:
+    """The allocator's active / peak / cache memory now (``mx.get_*_memory``)."""
+    import tapescope.core as mx
+
+    return Memory(mx.get_active_memory(), mx.get_peak_memory(), mx.get_cache_memory())
+
+
+def cache_counts() -> dict:
+    """Kernel-cache entries now: name -> (hits, misses), from ``tapescope.kernel_cache()``."""
+    from tapescope.kernel_cache import kernel_cache
+
+    return {e["name"]: (e["hits"], e["misses"]) for e in kernel_cache()}
+
+
+@dataclass
+class ArrayResult:
+    """One array the cell produced: its name, shape, dtype, printed value and data."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    text: str
+    data: Optional[np.ndarray] = field(default=None, repr=False)
+
+
+@dataclass
+class DeviceRun:
+    """One run of the cell on one device, with everything recorded while it ran."""
+
+    device: str
+    records: list = field(default_factory=list)
+    arrays: list = field(default_factory=list)  # ArrayResult
+    graphs: list = field(default_factory=list)  # (title, tapescope.Graph)
+    check: Any = None  # CheckReport, or a str saying why there is none
+    error: Optional[BaseException] = None
+    wall_s: float = 0.0
+    memory_before: Optional[Memory] = None
+    memory_after: Optional[Memory] = None
+    cache_before: dict = field(default_factory=dict)
+    cache_after: dict = field(default_factory=dict)
+    unavailable: Optional[str] = None  # why the device could not run the cell
+    notes: list = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run ended with KeyboardInterrupt."""
+        return isinstance(self.error, KeyboardInterrupt)
+
+    def array(self, name: str) -> Optional[ArrayResult]:
+        """The result named ``name``, or None."""
+        return next((a for a in self.arrays if a.name == name), None)
+
+
+# -- reading the records ---------------------------------------------------------------------
+
+
+def primitive_counts(records: list) -> Counter:
+    """How many times each primitive ran."""
+    return Counter(r.name for r in records if r.kind == "primitive")
+
+
+def eval_progress(records: list) -> list:
+    """One dict per eval: nodes (total), done (primitive records), interrupted, streams.
+
+    An eval opens at ``eval_begin`` and closes after one ``eval_end`` per stream it ran on; an
+    ``interrupt`` record marks the evals open at that moment as interrupted.
+    """
+    evals: list = []
+    open_: list = []
+    for r in sorted(records, key=lambda r: r.seq):
+        if r.kind == "eval_begin":
+            streams = r.detail.get("streams") or [r.stream]
+            e = {"nodes": int(r.detail.get("nodes", 0)), "done": 0, "interrupted": False,
+                 "done_before_interrupt": None, "streams": list(streams), "ends": len(streams),
+                 "start_ns": r.start_ns, "end_ns": None}
+            evals.append(e)
+            open_.append(e)
+        elif r.kind == "primitive" and open_:
+            open_[0]["done"] += 1
+        elif r.kind == "interrupt":
+            for e in open_:
+                e["interrupted"] = True
+                if e["done_before_interrupt"] is None:
+                    e["done_before_interrupt"] = e["done"]
+        elif r.kind == "eval_end" and open_:
+            e = open_[0]
+            e["ends"] -= 1
+            if r.detail.get("interrupted"):
+                e["interrupted"] = True
+            e["end_ns"] = r.end_ns
+            if e["ends"] <= 0:
+                open_.pop(0)
+    for e in evals:
+        del e["ends"]
+    return evals
+
+
+def memory_summary(records: list) -> dict:
+    """kind -> (count, bytes) for the allocator records (alloc, cache_reuse, free, ...)."""
+    out = {k: [0, 0] for k in ALLOC_KINDS}
+    for r in records:
+        if r.kind in out:
+            out[r.kind][0] += 1
+            out[r.kind][1] += int(r.nbytes or 0)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def cache_summary(records: list) -> dict:
+    """Kernel-cache activity: hits, misses, builds (name, origin, ms), launches, fallbacks."""
+    hits = misses = 0
+    builds, fallbacks = [], []
+    launches: Counter = Counter()
+    for r in records:
+        if r.kind == "kernel_build":
+            if r.detail.get("hit"):
+                hits += 1
+            else:
+                misses += 1
+                builds.append((r.name, r.detail.get("origin", ""), r.detail.get("variant", ""),
+                               float(r.detail.get("compile_ms", 0.0))))
+        elif r.kind == "kernel_launch":
+            launches[r.name] += 1
+        elif r.kind == "kernel_fallback":
+            fallbacks.append((r.name, r.detail.get("reason", "")))
+    return {"hits": hits, "misses": misses, "builds": builds, "launches": launches,
+            "fallbacks": fallbacks}
+
+
+# -- HTML helpers ----------------------------------------------------------------------------
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _bytes(n: int) -> str:
+    n = int(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _table(head: list, rows: list, cls: str = "", limit: int = MAX_ROWS) -> str:
+    h = "".join(f"<th>{_e(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                   for row in rows[:limit])
+    more = (f"<tr><td colspan='{len(head)}'>… {len(rows) - limit} more</td></tr>"
+            if len(rows) > limit else "")
+    return f"<table class='{cls}'><thead><tr>{h}</tr></thead><tbody>{body}{more}</tbody></table>"
+
+
+def _section(title: str, body: str) -> str:
+    return f"<details open><summary><b>{_e(title)}</b></summary>{body}</details>"
+
+
+def memory_html(before: Optional[Memory], after: Memory, records: list) -> str:
+    """Active / peak / cache memory before and after, and the allocation records."""
+    rows = []
+    for label in ("active", "peak", "cache"):
+        b = getattr(before, label) if before is not None else None
+        a = getattr(after, label)
+        rows.append((label, "—" if b is None else _bytes(b), _bytes(a),
+                     "—" if b is None else f"{a - b:+d} B"))
+    out = _table(["memory", "before", "after", "change"], rows, "tapescope-memory")
+    summ = memory_summary(records)
+    out += _table(["record", "count", "bytes"],
+                  [(k, c, _bytes(n)) for k, (c, n) in summ.items() if c], "tapescope-alloc")
+    recs = [r for r in records if r.kind in ALLOC_KINDS]
+    if recs:
+        t0 = records[0].start_ns
+        out += _table(["t (µs)", "record", "bytes", "device"],
+                      [(f"{(r.start_ns - t0) / 1e3:.1f}", r.kind, r.nbytes, r.device or "")
+                       for r in recs], "tapescope-alloc-records", limit=50)
+    return out
+
+
+def cache_html(records: list, before: dict, after: dict) -> str:
+    """Kernel-cache hits / misses / builds / launches / fallbacks during the records."""
+    s = cache_summary(records)
+    head = (f"<p>{s['hits']} hit(s), {s['misses']} miss(es), {len(s['builds'])} build(s) or load(s), "
+            f"{sum(s['launches'].values())} launch(es), {len(s['fallbacks'])} numpy fallback(s); "
+            f"{len(before)} → {len(after)} cached kernel(s)</p>")
+    out = head
+    if s["builds"]:
+        out += _table(["kernel", "from", "variant", "compile ms"],
+                      [(n, o, v, f"{ms:.1f}") for n, o, v, ms in s["builds"]], "tapescope-builds")
+    if s["launches"]:
+        out += _table(["kernel", "launches"], sorted(s["launches"].items()), "tapescope-launches")
+    if s["fallbacks"]:
+        out += _table(["kernel", "why numpy ran it"], s["fallbacks"], "tapescope-fallbacks")
+    return out
+
+
+# -- the events timeline (SVG) ----------------------------------------------------------------
+
+_COLORS = {"primitive": "#6b9bd1", "event_signal": "#2a9d3a", "event_wait": "#e69f00",
+           "fence_update": "#6a3d9a", "fence_wait": "#cc79a7", "event_detach": "#999999",
+           "kernel_build": "#8c564b", "kernel_launch": "#17becf", "kernel_fallback": "#d62728",
+           "eval_begin": "#333333", "eval_end": "#333333"}
+
+
+def timeline_svg(records: list, width: int = 860, lane_h: int = 26) -> str:
+    """A simple SVG timeline: one lane per stream (plus 'host' for kernel builds), boxes for
+    primitives and waits, ticks for signals and fence updates, a red line at an interrupt."""
+    shown = [r for r in records if r.kind in _COLORS or r.kind == "interrupt"]
+    if not shown:
+        return "<p>No stream activity was recorded.</p>"
+    t0 = min(r.start_ns for r in shown)
+    t1 = max(max(r.end_ns, r.start_ns) for r in shown)
+    span = max(t1 - t0, 1)
+    lanes = sorted({r.stream for r in shown if r.stream is not None})
+    names = [f"stream {s}" for s in lanes]
+    if any(r.stream is None and r.kind != "interrupt" for r in shown):
+        names.append("host")
+    lane_of = {s: i for i, s in enumerate(lanes)}
+    left, top = 80, 18
+    plot_w = width - left - 10
+    height = top + lane_h * len(names) + 22
+
+    def x(ns: int) -> float:
+        return left + (ns - t0) / span * plot_w
+
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"class='tapescope-events' font-family='sans-serif' font-size='11'>"]
+    for i, n in enumerate(names):
+        y = top + i * lane_h
+        parts.append(f"<rect x='{left}' y='{y}' width='{plot_w}' height='{lane_h - 4}' fill='#f4f4f4'/>")
+        parts.append(f"<text x='4' y='{y + lane_h / 2 + 2}'>{_e(n)}</text>")
+    drawn = 0
+    for r in shown:
+        if r.kind == "interrupt":
+            xi = x(r.start_ns)
+            parts.append(f"<line x1='{xi:.1f}' y1='{top - 4}' x2='{xi:.1f}' "
+                         f"y2='{top + lane_h * len(names)}' stroke='red' stroke-width='2'>"
+                         f"<title>interrupt</title></line>")
+            continue
+        if drawn >= MAX_DRAWN:
+            continue
+        drawn += 1
+        i = lane_of.get(r.stream, len(names) - 1)
+        y = top + i * lane_h
+        label = r.kind + (f" {r.name}" if r.name else "") + (f" node {r.node}" if r.node is not None else "")
+        if r.detail:
+            label += " " + ", ".join(f"{k}={v}" for k, v in r.detail.items() if k != "source")
+        c = _COLORS[r.kind]
+        if r.kind in ("primitive", "event_wait", "fence_wait", "kernel_build", "kernel_launch",
+                      "kernel_fallback"):
+            x0, x1 = x(r.start_ns), x(max(r.end_ns, r.start_ns))
+            hy = 4 if r.kind.endswith("wait") else 2
+            parts.append(f"<rect x='{x0:.1f}' y='{y + hy}' width='{max(x1 - x0, 1.0):.1f}' "
+                         f"height='{lane_h - 4 - 2 * hy}' fill='{c}'><title>{_e(label)}</title></rect>")
+        else:
+            xs = x(r.start_ns)
+            parts.append(f"<line x1='{xs:.1f}' y1='{y}' x2='{xs:.1f}' y2='{y + lane_h - 4}' "
+                         f"stroke='{c}' stroke-width='2'><title>{_e(label)}</title></line>")
+    yb = top + lane_h * len(names) + 14
+    parts.append(f"<text x='{left}' y='{yb}'>0</text>")
+    parts.append(f"<text x='{width - 10}' y='{yb}' text-anchor='end'>{span / 1e6:.3f} ms</text>")
+    if drawn >= MAX_DRAWN:
+        parts.append(f"<text x='{left + plot_w / 2}' y='{yb}' text-anchor='middle'>first "
+                     f"{MAX_DRAWN} of {len(shown)} records drawn</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def _graph_html(g: Any) -> str:
+    try:
+        bundle = g._repr_mimebundle_()
+    except Exception as e:  # noqa: BLE001 - a picture must never hide the report
+        return f"<pre>{_e(g.summary())}\n({_e(e)})</pre>"
+    svg = bundle.get("image/svg+xml")
+    if svg:
+        return f"<div class='tapescope-graph'>{svg}</div>"
+    return f"<pre>{_e(bundle.get('text/plain', g.summary()))}</pre>"
+
+
+def _tapes_html(graphs: list) -> str:
+    out = []
+    for title, g in graphs:
+        for k in g.kernels:
+            steps = _table(["node", "primitive", "dtype", "inputs"],
+                           [(s[0], s[1], s[2], ", ".join(s[3])) for s in k.steps], "tapescope-tape")
+            ins = _table(["letter", "reads", "made by", "fusion stopped because"],
+                         [(i.letter, g._vname(i.value), i.producer, i.reason or "—") for i in k.inputs],
+                         "tapescope-tape-inputs")
+            out.append(f"<p><b>{_e(title)}</b>: kernel <code>{_e(k.name)}</code> "
+                       f"[{_e(k.variant)}], shape {_e(k.shape)}</p>{steps}{ins}")
+    return "".join(out) or "<p>No fused tapes: nothing in this cell was compiled.</p>"
+
+
+def _kernels_html(graphs: list, records: list) -> str:
+    from tapescope.kernel_cache import kernel_cache
+
+    out, seen = [], set()
+    for title, g in graphs:
+        for k in g.kernels:
+            for runtime, src in k.sources.items():
+                seen.add(k.symbol)
+                out.append(f"<p><b>{_e(title)}</b>: <code>{_e(k.symbol)}</code> ({_e(runtime)})</p>"
+                           f"<pre class='tapescope-source'>{_e(src)}</pre>")
+    used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
+    for e in kernel_cache():
+        if e["name"] in used and e["name"] not in seen and e["source"]:
+            seen.add(e["name"])
+            out.append(f"<p><code>{_e(e['name'])}</code> ({_e(e['runtime'])})</p>"
+                       f"<pre class='tapescope-source'>{_e(e['source'])}</pre>")
+    return "".join(out) or "<p>No kernels were generated in this cell.</p>"
+
+
+def _progress_text(run: DeviceRun) -> str:
+    evals = eval_progress(run.records)
+    stopped = [e for e in evals if e["interrupted"]]
+    if run.interrupted and stopped:
+        e = stopped[-1]
+        return (f"Interrupted: the eval stopped after {e['done']} of {e['nodes']} nodes "
+                f"({e['done_before_interrupt']} done before the interrupt); evaluated arrays "
+                "keep their data and the rest stay lazy.")
+    if run.interrupted:
+        return "Interrupted outside an eval (no node had started)."
+    return ""
+
+
+class CellReport:
+    """The display of a ``%%mlx`` cell: one DeviceRun per device, and the sections to show."""
+
+    def __init__(self, code: str, runs: list, show: Optional[set] = None, compiled: bool = False):
+        self.code, self.runs = code, runs
+        self.show = set(SECTIONS) if show is None else set(show)
+        self.compiled = compiled
+
+    @property
+    def run(self) -> DeviceRun:
+        """The run whose results the namespace keeps (the first device that ran)."""
+        return next((r for r in self.runs if r.unavailable is None), self.runs[0])
+
+    def differences(self) -> list:
+        """(name, shape/dtype match, max abs difference, allclose) between the first two runs."""
+        ran = [r for r in self.runs if r.unavailable is None]
+        if len(ran) < 2:
+            return []
+        a, b = ran[0], ran[1]
+        out = []
+        for x in a.arrays:
+            y = b.array(x.name)
+            if y is None or x.data is None or y.data is None:
+                out.append((x.name, False, None, False))
+                continue
+            same = x.data.shape == y.data.shape and x.dtype == y.dtype
+            if not same:
+                out.append((x.name, False, None, False))
+                continue
+            xd, yd = x.data.astype(np.float64), y.data.astype(np.float64)
+            d = float(np.max(np.abs(xd - yd))) if xd.size else 0.0
+            out.append((x.name, True, d, bool(np.allclose(xd, yd, equal_nan=True))))
+        return out
+
+    # -- text ------------------------------------------------------------------------------
+    def _run_lines(self, r: DeviceRun) -> list:
+        if r.unavailable:
+            return [f"[{r.device}] {r.unavailable}"]
+        prims = primitive_counts(r.records)
+        lines = [f"[{r.device}] {sum(prims.values())} primitive(s) run in {r.wall_s * 1e3:.1f} ms"
+                 + (f": {', '.join(f'{n} x{c}' for n, c in prims.most_common(8))}" if prims else "")]
+        lines += [f"  {n}" for n in r.notes]
+        p = _progress_text(r)
+        if p:
+            lines.append("  " + p)
+        elif r.error is not None:
+            lines.append(f"  stopped by {type(r.error).__name__}: {r.error}")
+        for a in r.arrays:
+            lines.append(f"  {a.name}: {a.shape} {a.dtype}")
+        return lines
+
+    def __repr__(self) -> str:
+        lines = ["%%mlx" + (" (compiled)" if self.compiled else "")]
+        for r in self.runs:
+            lines += self._run_lines(r)
+        for name, same, d, close in self.differences():
+            lines.append(f"  {name}: " + ("shape/dtype differ" if not same else
+                                          f"max |diff| {d:.3g}, {'close' if close else 'DIFFERENT'}"))
+        return "\n".join(lines)
+
+    # -- HTML ------------------------------------------------------------------------------
+    def _results_html(self) -> str:
+        cols = [r for r in self.runs]
+        head = "".join(f"<th>{_e(r.device)}</th>" for r in cols)
+        info = "".join(
+            f"<td>{_e(r.unavailable) if r.unavailable else f'{r.wall_s * 1e3:.1f} ms'}</td>" for r in cols)
+        rows = [f"<tr><th>time</th>{info}</tr>"]
+        names: list = []
+        for r in cols:
+            names += [a.name for a in r.arrays if a.name not in names]
+        for n in names:
+            cells = []
+            for r in cols:
+                a = r.array(n)
+                cells.append("<td>—</td>" if a is None else
+                             f"<td><pre>{_e(a.text)}</pre><small>{_e(a.shape)} {_e(a.dtype)}</small></td>")
+            rows.append(f"<tr><th>{_e(n)}</th>{''.join(cells)}</tr>")
+        diffs = self.differences()
+        extra = ""
+        if diffs:
+            extra = _table(["array", "same shape/dtype", "max |diff|", "allclose"],
+                           [(n, s, "—" if d is None else f"{d:.3g}", c) for n, s, d, c in diffs],
+                           "tapescope-diff")
+        return (f"<table class='tapescope-results'><thead><tr><th></th>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>{extra}")
+
+    def _run_html(self, r: DeviceRun) -> str:
+        if r.unavailable:
+            return ""
+        parts = []
+        if len(self.runs) > 1:
+            parts.append(f"<h4>{_e(r.device)}</h4>")
+        msg = _progress_text(r)
+        if msg:
+            parts.append(f"<p style='color:#b00'><b>{_e(msg)}</b></p>")
+        elif r.error is not None:
+            parts.append(f"<p style='color:#b00'><b>The cell raised {_e(type(r.error).__name__)}: "
+                         f"{_e(r.error)}</b> (traceback below); this is what ran before it.</p>")
+        for n in r.notes:
+            parts.append(f"<p>{_e(n)}</p>")
+        if "graph" in self.show:
+            body = "".join(f"<p>{_e(t)}</p>{_graph_html(g)}" for t, g in r.graphs)
+            prims = [x for x in r.records if x.kind == "primitive"]
+            if prims:
+                t0 = r.records[0].start_ns
+                body += "<p>primitives run (from the timeline):</p>" + _table(
+                    ["t (µs)", "primitive", "node", "stream", "µs", "bytes"],
+                    [(f"{(p.start_ns - t0) / 1e3:.1f}", p.name, p.node, p.stream,
+                      f"{(p.end_ns - p.start_ns) / 1e3:.1f}", p.nbytes) for p in prims],
+                    "tapescope-primitives")
+            parts.append(_section("graph", body or "<p>No graph: the cell built no arrays.</p>"))
+        if "tapes" in self.show:
+            parts.append(_section("fused tapes", _tapes_html(r.graphs)))
+        if "kernels" in self.show:
+            parts.append(_section("kernels", _kernels_html(r.graphs, r.records)))
+        if "check" in self.show and r.check is not None:
+            body = r.check._repr_html_() if hasattr(r.check, "_repr_html_") else f"<p>{_e(r.check)}</p>"
+            parts.append(_section("check against JAX", body))
+        if "memory" in self.show and r.memory_after is not None:
+            parts.append(_section("memory", memory_html(r.memory_before, r.memory_after, r.records)))
+        if "cache" in self.show:
+            parts.append(_section("kernel cache", cache_html(r.records, r.cache_before, r.cache_after)))
+        if "events" in self.show:
+            parts.append(_section("events between streams", timeline_svg(r.records)))
+        return "".join(parts)
+
+    def _repr_html_(self) -> str:
+        parts = ["<div class='tapescope-cell'>",
+                 f"<p><b>%%mlx</b>{' (compiled)' if self.compiled else ''}: "
+                 f"{_e(self._run_lines(self.run)[0])}</p>", self._results_html()]
+        parts += [self._run_html(r) for r in self.runs]
+        parts.append("</div>")
+        return "".join(parts)
+
+
+class Collector:
+    """Records the timeline while a cell runs, draining the ring on a thread every ``interval``
+    seconds so that a long cell keeps every record (up to ``limit``), not only the ring's last
+    ``timeline.CAPACITY``."""
+
+    def __init__(self, interval: float = 0.05, limit: int = 2_000_000):
+        self.interval, self.limit = interval, limit
+        self.records: list = []
+        self.dropped = 0
+        self._last = -1
+        self._stop = None
+        self._thread = None
+        self._listener = None
+
+    def _drain(self) -> None:
+        from tapescope.kernels import timeline
+
+        new = []
+        for r in reversed(timeline.records()):
+            if r.seq <= self._last:
+                break
+            new.append(r)
+        if not new:
+            return
+        new.reverse()
+        self._last = new[-1].seq
+        room = self.limit - len(self.records)
+        if room < len(new):
+            self.dropped += len(new) - max(room, 0)
+            new = new[:max(room, 0)]
+        self.records.extend(new)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._drain()
+
+    def __enter__(self) -> "Collector":
+        import threading
+
+        from tapescope.kernels import timeline
+
+        self._listener = timeline.record().__enter__()
+        recs = timeline.records()
+        self._last = recs[-1].seq if recs else -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tapescope-cell", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._thread.join()
+        self._drain()
+        self._listener.__exit__(None, None, None)
+        return False

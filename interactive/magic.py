@@ -1,0 +1,455 @@
+"""``%load_ext tapescope``: the ``%%mlx`` cell magic and the ``%mlx`` line magics.
+
+``%%mlx [--device cpu|gpu|cuda|metal|cpu,gpu] [--compile] [--check]
+[--show graph,tapes,kernels,check,memory,cache,events] [--quiet]`` runs the cell in the user
+namespace while recording the timeline, then shows what it did (``cell_report.CellReport``):
+the arrays it assigned or evaluated, their graph (arrays the cell left lazy, and the programs
+of the compiled functions it traced), the fused tapes and kernel sources, JAX's verdict
+(``--check``), memory, the kernel cache and the streams' events. The magic then evaluates the
+arrays the cell left lazy, so their values can be shown. An exception (or an interrupt) in the
+cell still shows the report of what ran, then the normal traceback.
+
+``--compile`` runs the cell as one ``mx.compile``d function of the arrays it reads from the
+namespace (so its elementwise chains fuse); a cell that cannot be traced (it prints or
+evaluates an array) runs uncompiled, and the report says why. ``--device cpu,gpu`` runs the
+cell on both devices (the second in a copy of the namespace) and shows results, differences
+and timings side by side; an unavailable device is reported, never an error.
+
+Line magics: ``%mlx graph <expr>``, ``%mlx memory``, ``%mlx cache``, ``%mlx events``.
+IPython is imported only when the extension is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from typing import Any, Optional
+
+from tapescope import cell_report as cr
+
+__all__ = ["load_ipython_extension", "mlx_magic", "last_report", "device_status"]
+
+DEVICES = ("cpu", "gpu", "cuda", "metal")
+MAX_GRAPH_NODES = 2000  # lazy graphs larger than this are summarised, not drawn
+_last: dict = {"report": None}
+
+
+def last_report() -> Optional[cr.CellReport]:
+    """The report of the last ``%%mlx`` cell run in this process (None before the first)."""
+    return _last["report"]
+
+
+class _HTML:
+    """Something to display: HTML for notebooks, text for terminals."""
+
+    def __init__(self, html_text: str, text: str):
+        self.html, self.text = html_text, text
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _usage_error(msg: str) -> Exception:
+    from IPython.core.error import UsageError
+
+    return UsageError(msg)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would exit the kernel
+        raise _usage_error(f"%%mlx: {message}\n{self.format_usage()}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%%mlx", add_help=False)
+    p.add_argument("--device", default=None)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--show", default=None)
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def parse_options(line: str) -> argparse.Namespace:
+    """The ``%%mlx`` options; bad devices or sections raise UsageError."""
+    opts = _parser().parse_args(shlex.split(line))
+    devs = [d.strip().lower() for d in (opts.device or "cpu").split(",") if d.strip()]
+    bad = [d for d in devs if d not in DEVICES]
+    if bad or not devs:
+        raise _usage_error(f"%%mlx: unknown device {', '.join(bad) or repr(opts.device)}; "
+                           f"use {', '.join(DEVICES)} or a comma list such as cpu,gpu.")
+    opts.devices = list(dict.fromkeys(devs))
+    if opts.show is None:
+        opts.sections = set(cr.SECTIONS) if opts.check else set(cr.SECTIONS) - {"check"}
+    else:
+        sec = {s.strip() for s in opts.show.split(",") if s.strip()}
+        bad = sorted(sec - set(cr.SECTIONS))
+        if bad:
+            raise _usage_error(f"%%mlx: unknown section {', '.join(bad)}; "
+                               f"--show takes {','.join(cr.SECTIONS)}.")
+        opts.sections = sec
+    return opts
+
+
+def device_status(name: str) -> tuple[Any, Optional[str]]:
+    """(the mx.Device for ``name``, or None and why it is unavailable here)."""
+    import tapescope.core as mx
+
+    if name == "cpu":
+        return mx.cpu, None
+    if name == "metal":
+        if mx.metal.is_available():
+            return mx.gpu, None
+        return None, "The Metal GPU is unavailable here (mx.metal.is_available() is False)."
+    if mx.is_available(mx.gpu):
+        return mx.gpu, None
+    what = "CUDA GPU" if name == "cuda" else "GPU"
+    return None, f"The {what} is unavailable here (mx.is_available(mx.gpu) is False): no GPU runtime."
+
+
+# -- running a cell --------------------------------------------------------------------------
+
+
+def _arrays(ns: dict) -> dict:
+    from tapescope.core.array import array
+
+    return {k: v for k, v in ns.items() if isinstance(v, array) and not k.startswith("_")}
+
+
+def _compiled(ns: dict) -> dict:
+    from tapescope.core.ops.compile_api import CompiledFunction
+
+    return {k: v for k, v in ns.items() if isinstance(v, CompiledFunction)}
+
+
+def _is_lazy(a: Any) -> bool:
+    return a._d.node is not None
+
+
+def _graph_size(arrays: list, limit: int) -> int:
+    """How many nodes are above ``arrays`` (counting stops past ``limit``)."""
+    seen: set = set()
+    stack = [a._d for a in arrays]
+    while stack and len(seen) <= limit:
+        d = stack.pop()
+        n = d.node
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(n.inputs)
+    return len(seen)
+
+
+def _program_graphs(name: str, fn: Any) -> list:
+    from tapescope.graph import from_program
+
+    out = []
+    for i, prog in enumerate(fn.programs()):
+        title = name if len(fn.programs()) == 1 else f"{name} (program {i})"
+        g = from_program(prog, [f"in{j}" for j in range(len(prog.inputs))], [None] * len(prog.inputs),
+                         [f"out[{j}]" for j in range(len(prog.outputs))], title, compiled=True)
+        out.append((f"compiled function {title}", g))
+    return out
+
+
+def _run_compiled(code: Any, ns: dict, run: cr.DeviceRun) -> Any:
+    """Run the cell as one mx.compile'd function of the arrays it reads; the CompiledFunction,
+    or None when the cell could not be traced (it then ran uncompiled)."""
+    import tapescope.core as mx
+    from tapescope.core.array import array
+
+    names = [n for n in code.co_names if isinstance(ns.get(n), array)]
+    box: dict = {}
+
+    def cell(*args: Any) -> dict:
+        local = dict(ns)
+        local.update(zip(names, args))
+        exec(code, local)
+        box["ns"], box["args"] = local, dict(zip(names, args))
+        return {k: v for k, v in local.items() if isinstance(v, array) and not k.startswith("_")
+                and v is not box["args"].get(k, ns.get(k))}
+
+    cell.__name__ = "cell"
+    fn = mx.compile(cell)
+    try:
+        out = fn(*[ns[n] for n in names])
+    except Exception as e:  # noqa: BLE001 - not traceable: run it as written
+        run.notes.append(f"--compile: the cell could not be traced ({type(e).__name__}: {e}); "
+                         "it ran uncompiled.")
+        exec(code, ns)
+        return None
+    for k, v in box["ns"].items():  # names the cell bound that are not arrays
+        if not isinstance(v, array) and (k not in ns or ns[k] is not v) and k != "__builtins__":
+            ns[k] = v
+    ns.update(out)
+    return fn
+
+
+def _result(name: str, a: Any) -> cr.ArrayResult:
+    import numpy as np
+
+    try:
+        data = np.array(a)
+        text = repr(a)
+    except Exception as e:  # noqa: BLE001 - e.g. left lazy after an interrupt
+        data, text = None, f"(not evaluated: {type(e).__name__})"
+    if _is_lazy(a):
+        data, text = None, "(lazy: not evaluated)"
+    return cr.ArrayResult(name, tuple(a.shape), str(a.dtype).replace("mlx.core.", ""), text, data)
+
+
+def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr.DeviceRun:
+    """Run the compiled cell ``code`` in ``ns`` on ``device``, recording everything."""
+    __tracebackhide__ = True  # IPython: the traceback starts at the cell's own lines
+    import tapescope.core as mx
+
+    run = cr.DeviceRun(device_name)
+    before = _arrays(ns)
+    lazy_before = {k for k, v in before.items() if _is_lazy(v)}
+    fns_before = {k: (v, v.traces) for k, v in _compiled(ns).items()}
+    run.memory_before, run.cache_before = cr.memory_now(), cr.cache_counts()
+    compiled_fn = None
+    changed: dict = {}
+    t0 = time.perf_counter()
+    with cr.Collector() as col:
+        try:
+            with _progress(opts.quiet), mx.stream(device):
+                if opts.compile:
+                    compiled_fn = _run_compiled(code, ns, run)
+                else:
+                    exec(code, ns)
+        except BaseException as e:  # noqa: BLE001 - reported, then re-raised by the magic
+            run.error = e
+        after = _arrays(ns)
+        changed = {k: v for k, v in after.items()
+                   if k not in before or before[k] is not v or k in lazy_before}
+        lazy = {k: v for k, v in changed.items() if _is_lazy(v)}
+        if compiled_fn is not None:
+            run.graphs += _program_graphs("cell", compiled_fn)
+        for k, f in _compiled(ns).items():
+            if k not in fns_before or fns_before[k][0] is not f or fns_before[k][1] != f.traces:
+                run.graphs += _program_graphs(k, f)
+        if run.error is None and lazy:
+            _graph_lazy(run, lazy, compiled_fn is None)
+            try:
+                _check_and_eval(run, lazy, opts.check)
+            except BaseException as e:  # noqa: BLE001
+                run.error = e
+        elif opts.check:
+            run.check = ("Nothing to check: the cell left no lazy arrays (an eval frees the graph "
+                         "above an array). Leave the results lazy and --check compares them, "
+                         "node by node, with JAX.") if run.error is None else \
+                "Not checked: the cell did not finish."
+    run.wall_s = time.perf_counter() - t0
+    run.records = col.records
+    if col.dropped:
+        run.notes.append(f"{col.dropped} timeline records were not kept (over {col.limit}).")
+    run.memory_after, run.cache_after = cr.memory_now(), cr.cache_counts()
+    run.arrays = [_result(k, v) for k, v in changed.items()
+                  if not (k in lazy_before and _is_lazy(v) and k in before and before[k] is v)]
+    return run
+
+
+class _progress:
+    """Progress bars (tapescope.progress) unless ``--quiet``; nothing if that module is absent."""
+
+    def __init__(self, quiet: bool):
+        self.ctx = None
+        if not quiet:
+            try:
+                from tapescope.progress import progress
+
+                self.ctx = progress()
+            except ImportError:
+                self.ctx = None
+
+    def __enter__(self) -> "_progress":
+        if self.ctx is not None:
+            self.ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+        return False
+
+
+def _graph_lazy(run: cr.DeviceRun, lazy: dict, draw: bool) -> None:
+    from tapescope.graph import graph_of
+
+    n = _graph_size(list(lazy.values()), MAX_GRAPH_NODES)
+    if n > MAX_GRAPH_NODES:
+        run.notes.append(f"The graph above {', '.join(lazy)} has more than {MAX_GRAPH_NODES} nodes; "
+                         "it is not drawn.")
+    elif draw:
+        run.graphs.append((f"graph of {', '.join(lazy)} (left lazy by the cell)",
+                           graph_of(*lazy.values())))
+
+
+def _check_and_eval(run: cr.DeviceRun, lazy: dict, check: bool) -> None:
+    import tapescope.core as mx
+
+    if check:
+        try:
+            from tapescope import check as ts_check
+
+            run.check = ts_check(lambda: dict(lazy))
+        except ImportError as e:
+            run.check = f"Not checked: {e} (tapescope.check needs JAX)."
+        except Exception as e:  # noqa: BLE001 - the check is a report, not the cell
+            run.check = f"Not checked: {type(e).__name__}: {e}"
+    mx.eval(list(lazy.values()))
+
+
+def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
+    """Run ``cell`` under ``%%mlx`` options ``line``; display and return the report."""
+    __tracebackhide__ = True
+    opts = parse_options(line)
+    ns = shell.user_ns
+    try:
+        fname = shell.compile.cache(cell, shell.execution_count)
+    except Exception:  # noqa: BLE001 - an old or stub shell: tracebacks lack the source only
+        fname = "<%%mlx cell>"
+    code = compile(cell, fname, "exec")
+    pre = dict(ns)
+    runs: list = []
+    primary = None
+    for name in opts.devices:
+        dev, why = device_status(name)
+        if dev is None:
+            runs.append(cr.DeviceRun(name, unavailable=why))
+            continue
+        target = ns if primary is None else dict(pre)
+        runs.append(_run_on(name, dev, code, target, opts))
+        if primary is None:
+            primary = runs[-1]
+    if primary is None:  # nothing requested is available: run on the CPU, and say so
+        import tapescope.core as mx
+
+        runs.append(_run_on("cpu", mx.cpu, code, ns, opts))
+        primary = runs[-1]
+        primary.notes.append(f"Ran on the CPU instead of {', '.join(opts.devices)}.")
+    report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile)
+    _last["report"] = report
+    if not opts.quiet:
+        from IPython.display import display
+
+        display(report)
+    if primary.error is not None:
+        raise primary.error
+    return report
+
+
+# -- line magics -----------------------------------------------------------------------------
+
+LINE_USAGE = "%mlx graph <expr> | %mlx memory | %mlx cache | %mlx events"
+
+
+def _graph_of_expr(shell: Any, expr: str) -> Any:
+    from tapescope.core.array import array
+    from tapescope.graph import Graph, graph_of
+
+    if not expr.strip():
+        raise _usage_error("%mlx graph: give an expression, e.g. %mlx graph f(x)")
+    obj = shell.ev(expr)
+    if isinstance(obj, Graph):
+        return obj
+    if isinstance(obj, array):
+        return graph_of(obj)
+    if isinstance(obj, (list, tuple)) and obj and all(isinstance(a, array) for a in obj):
+        return graph_of(*obj)
+    if _compiled({"obj": obj}):
+        graphs = _program_graphs(expr.strip(), obj)
+        if not graphs:
+            return _HTML("<p>Not traced yet: call the compiled function once.</p>",
+                         "Not traced yet: call the compiled function once.")
+        return graphs[0][1] if len(graphs) == 1 else _HTML(
+            "".join(f"<p>{cr._e(t)}</p>{cr._graph_html(g)}" for t, g in graphs),
+            "\n".join(g.summary() for _, g in graphs))
+    raise _usage_error(f"%mlx graph: {expr.strip()} is a {type(obj).__name__}, not an array, "
+                       "a list of arrays or a compiled function.")
+
+
+def _memory_view() -> _HTML:
+    import tapescope.core as mx
+
+    now = cr.memory_now()
+    rep = last_report()
+    recs = rep.run.records if rep is not None else []
+    before = rep.run.memory_before if rep is not None else None
+    text = (f"active {now.active} B, peak {now.peak} B, cache {now.cache} B, "
+            f"limit {mx.get_memory_limit()} B")
+    body = (f"<p>{cr._e(text)}</p>" + (
+        "<p>Last %%mlx cell (before → now):</p>" + cr.memory_html(before, now, recs)
+        if rep is not None else ""))
+    return _HTML(body, text)
+
+
+def _cache_view() -> _HTML:
+    from tapescope.kernel_cache import kernel_cache
+
+    entries = kernel_cache()
+    rows = [(e["name"], e["runtime"], e["variant"], e["origin"], f"{e['build_ms']:.1f}", e["hits"],
+             e["misses"]) for e in entries]
+    head = ["kernel", "runtime", "variant", "from", "build ms", "hits", "misses"]
+    text = f"{len(entries)} cached kernel(s)" + "".join(f"\n  {r[0]} hits={r[5]} misses={r[6]}"
+                                                         for r in rows)
+    body = f"<p>{len(entries)} cached kernel(s)</p>" + cr._table(head, rows, "tapescope-cache")
+    rep = last_report()
+    if rep is not None:
+        body += "<p>Last %%mlx cell:</p>" + cr.cache_html(rep.run.records, rep.run.cache_before,
+                                                          rep.run.cache_after)
+    return _HTML(body, text)
+
+
+def _events_view() -> _HTML:
+    rep = last_report()
+    if rep is None:
+        msg = "No %%mlx cell has run yet: the events of the last %%mlx cell are shown here."
+        return _HTML(f"<p>{msg}</p>", msg)
+    recs = [r for r in rep.run.records if r.kind in cr.EVENT_KINDS or r.kind == "interrupt"]
+    text = f"{len(recs)} event record(s) in the last %%mlx cell" + "".join(
+        f"\n  {r.kind} stream={r.stream} {r.detail}" for r in recs[:50])
+    return _HTML(cr.timeline_svg(rep.run.records), text)
+
+
+def mlx_line(shell: Any, line: str) -> Any:
+    """``%mlx graph <expr>``, ``%mlx memory``, ``%mlx cache``, ``%mlx events``."""
+    cmd, _, rest = line.strip().partition(" ")
+    if cmd == "graph":
+        return _graph_of_expr(shell, rest)
+    if cmd == "memory":
+        return _memory_view()
+    if cmd == "cache":
+        return _cache_view()
+    if cmd == "events":
+        return _events_view()
+    raise _usage_error(f"%mlx: unknown command {cmd!r}; use {LINE_USAGE} (or %%mlx for a cell).")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%%mlx`` / ``%mlx`` and put ``mx`` (tapescope.core) in the user namespace."""
+    import tapescope.core as mx
+
+    def mlx_magic(line: str, cell: Optional[str] = None) -> Any:
+        __tracebackhide__ = True
+        if cell is None:
+            return mlx_line(ipython, line)
+        mlx_cell(ipython, line, cell)
+        return None
+
+    mlx_magic.__doc__ = __doc__
+    ipython.register_magic_function(mlx_magic, magic_kind="line_cell", magic_name="mlx")
+    ipython.push({"mx": mx})
+
+
+def mlx_magic(line: str, cell: Optional[str] = None) -> Any:
+    """``%%mlx`` / ``%mlx`` on the running IPython shell (what the extension registers)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return mlx_line(shell, line) if cell is None else mlx_cell(shell, line, cell)
