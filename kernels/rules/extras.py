@@ -1,0 +1,23 @@
+"""Rules for View (bit reinterpretation) and SearchSorted.
+
+View copies a non-row-contiguous input first (as MLX does) and otherwise returns a view of
+its buffer; SearchSorted is ``xp.searchsorted`` as uint32 indices.
+"""
+
+from __future__ import annotations
+
+from . import rule
+
+
+@rule("View")
+def view(xp, a, *, dtype):
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")
+    if a.ndim == 0:
+        return a.reshape((1,)).view(dtype).reshape(())
+    return a.view(dtype)
+
+
+@rule("SearchSorted")
+def searchsorted(xp, seq, values, *, side):
+    return xp.searchsorted(seq, values, side=side).astype(xp.uint32)
