@@ -79,7 +79,7 @@ def trunc(a: array, /, *, stream: StreamOrDevice = None) -> array:
     if _dt.is_integer(a.dtype):
         return a
     s = resolve_stream(stream)
-    return where(less(a, 0, stream=s), unary("Ceil", a, s), unary("Floor", a, s), stream=s)
+    return where(less(a, array(0, a.dtype), stream=s), unary("Ceil", a, s), unary("Floor", a, s), stream=s)
 
 
 def logical_xor(a: Any, b: Any, /, *, stream: StreamOrDevice = None) -> array:
