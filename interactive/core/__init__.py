@@ -2,6 +2,7 @@
 
 from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
 from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
+from . import array_view as _array_view  # noqa: F401  (a.view(dtype))
 from .array import array  # noqa: F401
 from .device import (  # noqa: F401
     Device, DeviceType, Stream, StreamContext, cpu, default_device, default_stream, device_count,
