@@ -221,3 +221,44 @@ def ifftshift(a: array, axes: Union[int, Sequence[int], None] = None,
               stream: StreamOrDevice = None) -> array:
     """Inverse of ``fftshift`` (roll by ``-(n // 2)`` on each axis)."""
     return _shift("ifftshift", a, axes, -1, stream)
+
+
+# -- sample frequencies (appended by the MLX-surface gap filler) -----------------------------
+__all__ += ["fftfreq", "rfftfreq"]
+
+
+def _freq_args(name: str, n: int, d: float) -> float:
+    """MLX's checks on ``n`` and ``d``; the spacing scale ``1 / (n * d)``."""
+    if not isinstance(n, int) or not isinstance(d, (int, float)):
+        raise TypeError(f"{name}(): incompatible function arguments. The following argument "
+                        "types are supported:\n    1. "
+                        f"{name}(n: int, d: float = 1.0, stream: mlx.core.Stream | "
+                        "mlx.core.ThreadLocalStream | mlx.core.Device | mlx.core.DeviceType | "
+                        "None = None) -> mlx.core.array\n\nInvoked with types: "
+                        f"{type(n).__name__}" + ("" if isinstance(d, (int, float))
+                                                  else f", {type(d).__name__}"))
+    if n <= 0:
+        raise ValueError(f"[{name}] `n` must be greater than 0.")
+    if d == 0:
+        raise ValueError(f"[{name}] `d` must be non-zero.")
+    return 1.0 / (n * d)
+
+
+def fftfreq(n: int, d: float = 1.0, stream: StreamOrDevice = None) -> array:
+    """The FFT sample frequencies ``[0, 1, ..., -2, -1] / (n * d)`` (float32)."""
+    scale = _freq_args("fftfreq", n, d)
+    ops = _ops()
+    s = resolve_stream(stream)
+    pos = ops.arange(0, (n - 1) // 2 + 1, dtype=_dt.float32, stream=s)
+    neg = ops.arange(-(n // 2), 0, dtype=_dt.float32, stream=s)
+    return ops.multiply(ops.concatenate([pos, neg], stream=s), array(scale, _dt.float32),
+                        stream=s)
+
+
+def rfftfreq(n: int, d: float = 1.0, stream: StreamOrDevice = None) -> array:
+    """The rfft sample frequencies ``[0, 1, ..., n // 2] / (n * d)`` (float32)."""
+    scale = _freq_args("rfftfreq", n, d)
+    ops = _ops()
+    s = resolve_stream(stream)
+    return ops.multiply(ops.arange(0, n // 2 + 1, dtype=_dt.float32, stream=s),
+                        array(scale, _dt.float32), stream=s)

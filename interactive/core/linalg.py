@@ -439,3 +439,104 @@ def cross(a: array, b: array, axis: int = -1, *, stream: StreamOrDevice = None) 
     c3 = sub(mul(a1, b2, stream=s), mul(a2, b1, stream=s), stream=s)
     out = ops.concatenate([c1, c2, c3], ax, stream=s)
     return ops.broadcast_to(out, out_shape, stream=s)
+
+
+# -- det / slogdet (appended by the MLX-surface gap filler) ----------------------------------
+__all__ += ["det", "slogdet"]
+
+
+def _det_input(a: array, op: str) -> array:
+    """MLX's checks for det / slogdet (complex, then ndim, then square); ints become float32."""
+    if not isinstance(a, array):
+        raise TypeError(f"{op}(): incompatible function arguments. The following argument types "
+                        f"are supported:\n    1. {op}(a: array, *, stream: StreamOrDevice = None) "
+                        f"-> {'array' if op == 'det' else 'tuple[array, array]'}\n\n"
+                        f"Invoked with types: {type(a).__name__}")
+    if a.dtype == _dt.complex64:
+        raise ValueError(f"[linalg::{op}] Complex inputs are not supported.")
+    if a.ndim < 2:
+        raise ValueError(f"[linalg::{op}] Arrays must have >= 2 dimensions. Received array with "
+                         f"{a.ndim} dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"[linalg::{op}] Only defined for square matrices.")
+    return a if _dt.is_inexact(a.dtype) else astype(a, _dt.float32)
+
+
+def _det_small(a: array, s) -> array:
+    """det of matrices up to 3 x 3 by cofactor expansion, recording MLX's Slice/Squeeze nodes."""
+    ops = _ops()
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    if n == 0:
+        one = array(1.0, a.dtype)
+        return ops.broadcast_to(one, batch, stream=s) if batch else one
+    cache: dict = {}
+
+    def e(i: int, j: int) -> array:
+        if (i, j) not in cache:
+            cache[(i, j)] = _elem(a, i, j, s)
+        return cache[(i, j)]
+
+    mul, sub = ops.multiply, ops.subtract
+    if n == 1:
+        return e(0, 0)
+    if n == 2:
+        return sub(mul(e(0, 0), e(1, 1), stream=s), mul(e(0, 1), e(1, 0), stream=s), stream=s)
+    a00 = e(0, 0)
+    c0 = sub(mul(e(1, 1), e(2, 2), stream=s), mul(e(1, 2), e(2, 1), stream=s), stream=s)
+    t0 = mul(a00, c0, stream=s)
+    c1 = sub(mul(e(1, 0), e(2, 2), stream=s), mul(e(1, 2), e(2, 0), stream=s), stream=s)
+    t1 = sub(t0, mul(e(0, 1), c1, stream=s), stream=s)
+    c2 = sub(mul(e(1, 0), e(2, 1), stream=s), mul(e(1, 1), e(2, 0), stream=s), stream=s)
+    return ops.add(t1, mul(e(0, 2), c2, stream=s), stream=s)
+
+
+def _elem(a: array, i: int, j: int, s) -> array:
+    """``a[..., i, j]`` as MLX takes it: a Slice of the 1 x 1 window, then two Squeezes."""
+    from .ops.indexing import _slice
+
+    nb = a.ndim - 2
+    x = _slice(a, (0,) * nb + (i, j), a.shape[:-2] + (i + 1, j + 1), (1,) * a.ndim, s)
+    ops = _ops()
+    return ops.squeeze(ops.squeeze(x, -1, stream=s), -1, stream=s)
+
+
+def _slogdet_lu(a: array, s) -> tuple:
+    """sign and log|det| from the LU factorization (MLX's graph for n >= 4)."""
+    ops = _ops()
+    _check_matrix(a, "lu_factor")
+    n = a.shape[-1]
+    lu_, piv, _ = _luf(a, s)
+    diag = ops.diagonal(lu_, 0, -2, -1, stream=s)
+    singular = ops.any(ops.equal(diag, array(0, a.dtype), stream=s), -1, stream=s)
+    swaps = ops.sum(ops.not_equal(piv, ops.arange(0, n, dtype=_dt.uint32, stream=s), stream=s),
+                    -1, stream=s)
+    negs = ops.sum(ops.less(diag, array(0, a.dtype), stream=s), -1, stream=s)
+    parity = ops.remainder(ops.add(swaps, negs, stream=s), array(2), stream=s)
+    sign = ops.subtract(array(1), ops.multiply(array(2), parity, stream=s), stream=s)
+    sign = ops.where(singular, array(0, a.dtype), astype(sign, a.dtype, s), stream=s)
+    logabs = ops.sum(ops.log(ops.abs(diag, stream=s), stream=s), -1, stream=s)
+    logabs = ops.where(singular, array(-_INF, a.dtype), logabs, stream=s)
+    return sign, logabs
+
+
+def det(a: array, *, stream: StreamOrDevice = None) -> array:
+    """The determinant of each matrix in the last two axes (closed form up to 3 x 3, else LU)."""
+    a = _det_input(a, "det")
+    if a.shape[-1] <= 3:
+        return _det_small(a, resolve_stream(stream))
+    s = _cpu_stream(stream, "lu_factor")
+    sign, logabs = _slogdet_lu(a, s)
+    ops = _ops()
+    return ops.multiply(sign, ops.exp(logabs, stream=s), stream=s)
+
+
+def slogdet(a: array, *, stream: StreamOrDevice = None) -> tuple:
+    """``(sign, log|det|)`` of each matrix in the last two axes; singular gives (0, -inf)."""
+    a = _det_input(a, "slogdet")
+    if a.shape[-1] <= 3:
+        s = resolve_stream(stream)
+        d = _det_small(a, s)
+        ops = _ops()
+        return ops.sign(d, stream=s), ops.log(ops.abs(d, stream=s), stream=s)
+    return _slogdet_lu(a, _cpu_stream(stream, "lu_factor"))
