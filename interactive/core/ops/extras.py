@@ -15,7 +15,7 @@ from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive, register
 from .binary import less, not_equal, subtract
-from .convert import astype, broadcast_to, incompatible, to_array, to_arrays
+from .convert import astype, broadcast_shapes, broadcast_to, incompatible, to_array, to_arrays
 from .elementwise import unary
 from .indexing import _slice
 from .shape import _axis, split, squeeze
@@ -95,15 +95,16 @@ _FULL_LIKE_SIG = ("full_like(a: array, vals: scalar | array, dtype: Dtype | None
 
 def full_like(a: array, vals: Any, dtype: Optional[_dt.Dtype] = None, *,
               stream: StreamOrDevice = None) -> array:
-    """An array shaped like ``a`` filled with ``vals`` cast to ``dtype`` (``a``'s by default)."""
+    """``a``'s shape (broadcast with ``vals``') filled with ``vals`` as ``dtype`` (default ``a``'s)."""
     if not isinstance(a, array) or (dtype is not None and not isinstance(dtype, _dt.Dtype)):
         args = (a, vals) if dtype is None else (a, vals, dtype)
         raise incompatible("full_like", _FULL_LIKE_SIG, *args)
     dtype = dtype or a.dtype
     s = resolve_stream(stream)
     v = astype(to_array(vals, dtype), dtype, s)
-    v = broadcast_to(v, a.shape, stream=s)
-    return array._make1(a.shape, dtype, Primitive("Full", s), [v])
+    shape = broadcast_shapes(a.shape, v.shape)  # as MLX: the values may widen the shape
+    v = broadcast_to(v, shape, stream=s)
+    return array._make1(shape, dtype, Primitive("Full", s), [v])
 
 
 _FLIP_SIG = ("flip(a: array, /, axis: None | int | Sequence[int] = None, *, "
