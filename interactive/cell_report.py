@@ -393,7 +393,8 @@ class CellReport:
             if not same:
                 out.append((x.name, False, None, False))
                 continue
-            xd, yd = x.data.astype(np.float64), y.data.astype(np.float64)
+            wide = np.complex128 if np.iscomplexobj(x.data) else np.float64
+            xd, yd = x.data.astype(wide), y.data.astype(wide)
             d = float(np.max(np.abs(xd - yd))) if xd.size else 0.0
             out.append((x.name, True, d, bool(np.allclose(xd, yd, equal_nan=True))))
         return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from contextlib import nullcontext
 from typing import Any, Optional
 
 from tapescope import cell_report as cr
@@ -77,9 +78,9 @@ def _parser() -> argparse.ArgumentParser:
 def parse_options(line: str) -> argparse.Namespace:
     """The ``%%mlx`` options; bad devices or sections raise UsageError."""
     opts = _parser().parse_args(shlex.split(line))
-    devs = [d.strip().lower() for d in (opts.device or "cpu").split(",") if d.strip()]
+    devs = [d.strip().lower() for d in (opts.device or "").split(",") if d.strip()]
     bad = [d for d in devs if d not in DEVICES]
-    if bad or not devs:
+    if bad or (opts.device is not None and not devs):
         raise _usage_error(f"%%mlx: unknown device {', '.join(bad) or repr(opts.device)}; "
                            f"use {', '.join(DEVICES)} or a comma list such as cpu,gpu.")
     opts.devices = list(dict.fromkeys(devs))
@@ -192,18 +193,16 @@ def _run_compiled(code: Any, ns: dict, run: cr.DeviceRun) -> Any:
 def _result(name: str, a: Any) -> cr.ArrayResult:
     import numpy as np
 
-    try:
-        data = np.array(a)
-        text = repr(a)
-    except Exception as e:  # noqa: BLE001 - e.g. left lazy after an interrupt
-        data, text = None, f"(not evaluated: {type(e).__name__})"
-    if _is_lazy(a):
+    if _is_lazy(a):  # left lazy by a cell that raised: showing it would evaluate it
         data, text = None, "(lazy: not evaluated)"
+    else:
+        data, text = np.array(a), repr(a)
     return cr.ArrayResult(name, tuple(a.shape), str(a.dtype).replace("mlx.core.", ""), text, data)
 
 
 def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr.DeviceRun:
-    """Run the compiled cell ``code`` in ``ns`` on ``device``, recording everything."""
+    """Run the compiled cell ``code`` in ``ns`` on ``device`` (None: the default device),
+    recording everything."""
     __tracebackhide__ = True  # IPython: the traceback starts at the cell's own lines
     import tapescope.core as mx
 
@@ -217,7 +216,7 @@ def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr
     t0 = time.perf_counter()
     with cr.Collector() as col:
         try:
-            with _progress(opts.quiet), mx.stream(device):
+            with _progress(opts.quiet), (mx.stream(device) if device is not None else nullcontext()):
                 if opts.compile:
                     compiled_fn = _run_compiled(code, ns, run)
                 else:
@@ -318,6 +317,11 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
     pre = dict(ns)
     runs: list = []
     primary = None
+    if not opts.devices:  # no --device: the default device, as the code would run without %%mlx
+        import tapescope.core as mx
+
+        runs.append(_run_on(mx.default_device().type.name, None, code, ns, opts))
+        primary = runs[-1]
     for name in opts.devices:
         dev, why = device_status(name)
         if dev is None:

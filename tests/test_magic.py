@@ -169,7 +169,7 @@ def test_two_devices_side_by_side_with_differences_and_timings(ip, monkeypatch):
 
 
 def test_bad_options_are_usage_errors(ip):
-    for line in ("--device tpu", "--show graph,nonsense", "--frobnicate"):
+    for line in ("--device tpu", "--device ,", "--show graph,nonsense", "--frobnicate"):
         with pytest.raises(UsageError):
             ip.run_cell_magic("mlx", line, "zz = 1")
     with pytest.raises(UsageError):
@@ -389,3 +389,11 @@ def _execute(kc, code: str) -> list:
     errs = [m["content"] for m in msgs if m["msg_type"] == "error"]
     assert not errs, errs
     return msgs
+
+
+def test_a_cell_that_raises_leaves_its_lazy_arrays_lazy(ip):
+    res, out, rep = _cell(ip, "", "la = mx.exp(mx.array([1.0, 2.0]))\nraise RuntimeError('stop')")
+    assert isinstance(res.error_in_exec, RuntimeError)
+    assert ip.user_ns["la"]._d.node is not None  # the report did not evaluate it
+    assert rep.run.array("la").data is None and "lazy" in rep.run.array("la").text
+    np.testing.assert_allclose(np.array(ip.user_ns["la"]), np.exp([1.0, 2.0]).astype(np.float32))
