@@ -265,6 +265,67 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> list:
                      "(shapeless=True).")
 
 
+class ReplayPlan:
+    """A program flattened for fast replay on inputs of the traced shapes.
+
+    Values live in slots of a list: the arguments, then the constants, then each op's
+    outputs in tape order; a step is (primitive, input slots, output (shape, dtype)s).
+    ``run`` records exactly the nodes ``replay`` records, without its dictionary work.
+    """
+
+    __slots__ = ("steps", "consts", "outs", "single")
+
+    def __init__(self, prog: Program):
+        slot: dict = {id(v): i for i, v in enumerate(prog.inputs)}
+        consts: list = []
+
+        def const_slot(v: Val) -> int:
+            slot[id(v)] = len(prog.inputs) + len(consts)
+            consts.append(v.desc)
+            return slot[id(v)]
+
+        for g in prog.tape:
+            for v in g.inputs:
+                if id(v) not in slot and v.op is None:
+                    const_slot(v)
+        for v in prog.outputs:  # constants the function returns as they are
+            if id(v) not in slot and v.op is None:
+                const_slot(v)
+        n = len(prog.inputs) + len(consts)
+        steps = []
+        for g in prog.tape:
+            ins = tuple(slot[id(v)] for v in g.inputs)
+            outs = tuple((o.shape, o.dtype) for o in g.outputs)
+            for o in g.outputs:
+                slot[id(o)] = n
+                n += 1
+            steps.append((g.prim, ins, outs))
+        self.outs = tuple(slot[id(v)] for v in prog.outputs)
+        self.steps, self.consts = tuple(steps), consts
+        # the common shape: one single-output op whose output is the only result
+        self.single = (len(steps) == 1 and len(steps[0][2]) == 1
+                       and self.outs == (len(prog.inputs) + len(consts),))
+
+    def run(self, real: list) -> list:
+        """Record the program's ops on ``real`` (argument descs); returns the output descs."""
+        if self.single:
+            prim, ins, ((shape, dtype),) = self.steps[0]
+            env = real + self.consts if self.consts else real
+            node = Node(prim, [env[i] for i in ins])
+            d = ArrayDesc(shape, dtype, prim.stream, node=node)
+            node.outputs.append(weakref.ref(d))
+            return [d]
+        env = real + self.consts
+        for prim, ins, outs in self.steps:
+            node = Node(prim, [env[i] for i in ins])
+            stream = prim.stream
+            for i, (shape, dtype) in enumerate(outs):
+                d = ArrayDesc(shape, dtype, stream, node=node, index=i)
+                node.outputs.append(weakref.ref(d))
+                env.append(d)
+        return [env[i] for i in self.outs]
+
+
 def replay(prog: Program, real: Sequence[ArrayDesc], shapeless: bool = False) -> list:
     """Record the program's ops on the real input descs; returns the output descs."""
     env: dict = {}

@@ -115,6 +115,8 @@ class Tape:
     ops: tuple
     outputs: tuple
     lib_name: str = field(default="", compare=False)
+    # per-runtime call plans keyed by layouts (filled by the runtime; not part of the value)
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def non_constant_inputs(self) -> list:

@@ -10,6 +10,7 @@ cannot spell an op, the tape runs interpreted with numpy and the timeline says w
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -101,17 +102,103 @@ def _fits(out: np.ndarray, tape: Tape, inputs: Sequence[np.ndarray], shape: tupl
     return bool(out.flags.c_contiguous)
 
 
-def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
-                 donatable: Optional[Sequence[bool]] = None,
-                 out: Optional[np.ndarray] = None) -> list:
-    """The outputs of ``tape`` on ``inputs`` (numpy arrays, constants included by position).
+def _data_pointer_reader():
+    """The fastest way this interpreter offers to read an ndarray's data pointer.
 
-    ``out``: memory the caller offers for a single output (a donated input's buffer or an
-    allocator buffer); used when its layout is the one the kernel writes.
+    CPython lays a numpy array out as ``PyObject_HEAD`` then ``char* data``; reading that
+    word directly costs a fraction of ``a.ctypes.data``. It is used only after checking,
+    on arrays of several kinds, that it agrees with ``a.ctypes.data``.
     """
-    shape = tuple(int(s) for s in shape)
-    if any(s == 0 for s in shape):
-        return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
+    off = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
+    at = ctypes.c_void_p.from_address
+
+    def fast(a) -> int:
+        return at(id(a) + off).value or 0
+
+    try:
+        probes = [np.arange(7, dtype=np.float32), np.ones((3, 4), np.float64)[1:, ::2],
+                  np.zeros((), np.int8), np.ones((4, 5), np.int16).T]
+        if all(fast(a) == a.ctypes.data for a in probes):
+            return fast
+    except Exception:  # noqa: BLE001 - any surprise: the portable way
+        pass
+    return lambda a: a.ctypes.data
+
+
+_ptr = _data_pointer_reader()
+
+
+class Launch:
+    """Everything about one kernel call that depends only on the tape and the layouts.
+
+    Keyed by the output shape and every input's (shape, strides): the variant, the kernel,
+    the stride and shape arrays, where pointers go in ``argv``, and whether a single output
+    offered by the caller (``out``) can be written directly.
+    """
+
+    __slots__ = ("entry", "gen", "fn", "name", "variant", "contiguous", "n_args", "slots",
+                 "tail", "keep", "argv_type", "argvs", "dtypes", "order", "shape",
+                 "out_strides")
+
+    def __init__(self, tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, entry,
+                 contiguous: bool, cshape: list, strides: list, name: str, variant: str):
+        self.entry, self.gen, self.name, self.variant = entry, compiler.generation(), name, variant
+        self.contiguous, self.shape = contiguous, shape
+        size = int(np.prod(shape, dtype=np.int64))
+        # below the OpenMP threshold the kernel runs with the GIL held (no release/acquire)
+        self.fn = entry.fast_fn(gil=size < CDialect.omp_min_size)
+        slots, ptrs, keep = [], [], []
+        k = 0
+        for i, (x, a) in enumerate(zip(tape.inputs, inputs)):
+            if x.is_constant:
+                continue
+            slots.append((i, len(ptrs)))
+            ptrs.append(0)
+            if not contiguous and not x.scalar:
+                st = np.asarray(strides[k], dtype=np.int64)
+                k += 1
+                keep.append(st)
+                ptrs.append(st.ctypes.data)
+        self.n_args = len(ptrs)
+        outs = len(tape.outputs)
+        if contiguous:
+            tail = [size]
+        else:
+            sh = np.asarray(cshape, dtype=np.int32)
+            keep.append(sh)
+            tail = [sh.ctypes.data]
+        self.slots, self.keep = tuple(slots), keep
+        self.tail = ptrs, outs, tail
+        self.argv_type = ctypes.c_void_p * (len(ptrs) + outs + len(tail))
+        self.argvs: dict = {}  # thread id -> its own argv (the kernel may run without the GIL)
+        self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
+        self.order = _output_order(tape, inputs, shape, contiguous)
+        # the one layout a caller's ``out`` must have for the kernel to write it directly
+        probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
+        self.out_strides = probe.strides if probe is not None else None
+
+    def argv(self) -> ctypes.Array:
+        """This thread's argument vector, with the constant parts filled in."""
+        tid = threading.get_ident()
+        av = self.argvs.get(tid)
+        if av is None:
+            ptrs, outs, tail = self.tail
+            av = self.argvs[tid] = self.argv_type(*ptrs, *([0] * outs), *tail)
+        return av
+
+
+def _output_order(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, contiguous: bool) -> str:
+    """The memory order new outputs take: the first full-size input's (F for column-major
+    inputs on the contiguous path), else C."""
+    size = int(np.prod(shape, dtype=np.int64))
+    rep = next((a for x, a in zip(tape.inputs, inputs) if not x.is_constant and a.size == size), None)
+    if contiguous and rep is not None and rep.ndim > 1 and is_col_contiguous(rep) and not is_row_contiguous(rep):
+        return "F"
+    return "C"
+
+
+def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
+    """A Launch for these layouts, or the BuildError explaining why the tape runs in numpy."""
     contiguous, cshape, strides, large = plan(tape, inputs, shape)
     ndim = len(cshape)
     name = variant_name(tape.lib_name, contiguous, ndim, large)
@@ -131,41 +218,62 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
             name, variant, lambda tc: _source(tape, name, contiguous, ndim, large, tc.vector_math),
             key=key)
     except compiler.BuildError as e:
-        t0 = timeline.now() if timeline.enabled else 0
-        compiler.note_fallback(name, variant, "", str(e))
-        outs = interpret(tape, inputs, shape)
-        if t0:
-            timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
-                         detail={"reason": str(e), "runtime": "numpy", "variant": variant})
-        return outs
-    if out is not None and _fits(out, tape, inputs, shape, contiguous):
+        return e, name, variant
+    return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, name, variant)
+
+
+def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
+                 donatable: Optional[Sequence[bool]] = None,
+                 out: Optional[np.ndarray] = None) -> list:
+    """The outputs of ``tape`` on ``inputs`` (numpy arrays, constants included by position).
+
+    ``out``: memory the caller offers for a single output (a donated input's buffer or an
+    allocator buffer); used when its layout is the one the kernel writes.
+
+    The first call for a set of layouts plans the variant and gets the kernel (building
+    it on a miss); later calls with the same layouts reuse that plan (a ``Launch``) and only
+    fill in the data pointers.
+    """
+    shape = tuple(shape)
+    key = (shape, *[(a.shape, a.strides) for a in inputs])
+    launches = tape.launches
+    ln = launches.get(key)
+    if ln is None or ln.gen != compiler.generation():
+        shape = tuple(int(s) for s in shape)
+        if any(s == 0 for s in shape):
+            return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
+        ln = _prepare(tape, inputs, shape)
+        if isinstance(ln, tuple):  # no kernel: interpret with numpy (not cached: says why each time)
+            err, name, variant = ln
+            t0 = timeline.now() if timeline.enabled else 0
+            compiler.note_fallback(name, variant, "", str(err))
+            outs = interpret(tape, inputs, shape)
+            if t0:
+                timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
+                             detail={"reason": str(err), "runtime": "numpy", "variant": variant})
+            return outs
+        launches[key] = ln
+    else:
+        ln.entry.hits += 1
+        if timeline.enabled:
+            compiler.record_hit(ln.name, ln.variant)
+    if (out is not None and out.strides == ln.out_strides and out.shape == ln.shape
+            and out.dtype == ln.dtypes[0] and out.flags.writeable):
+        outs = [out]
+    elif out is not None and _fits(out, tape, inputs, ln.shape, ln.contiguous):
         outs = [out]
     else:
-        outs = allocate_outputs(tape, inputs, shape, contiguous, donatable)
-    ptrs: list = []
-    keep: list = []
-    k = 0
-    for x, a in zip(tape.inputs, inputs):
-        if x.is_constant:
-            continue
-        ptrs.append(a.ctypes.data)
-        if not contiguous and not x.scalar:
-            st = np.asarray(strides[k], dtype=np.int64)
-            k += 1
-            keep.append(st)
-            ptrs.append(st.ctypes.data)
+        outs = allocate_outputs(tape, inputs, ln.shape, ln.contiguous, donatable)
+    argv = ln.argv()
+    for i, j in ln.slots:
+        argv[j] = _ptr(inputs[i])
+    j = ln.n_args
     for o in outs:
-        ptrs.append(o.ctypes.data)
-    if contiguous:
-        ptrs.append(int(np.prod(shape, dtype=np.int64)))
-    else:
-        sh = np.asarray(cshape, dtype=np.int32)
-        keep.append(sh)
-        ptrs.append(sh.ctypes.data)
-    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        argv[j] = _ptr(o)
+        j += 1
     t0 = timeline.now() if timeline.enabled else 0
-    entry.fn(argv)
+    ln.fn(argv)
     if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=name, device="cpu",
-                     detail={"runtime": "cpu", "variant": variant})
+        timeline.add("kernel_launch", t0, timeline.now(), name=ln.name, device="cpu",
+                     detail={"runtime": "cpu", "variant": ln.variant})
     return outs

@@ -50,6 +50,19 @@ class KernelEntry:
     origin: str = ""  # "built" or "disk"
     fn: Optional[Callable] = field(default=None, repr=False)
     lib: Optional[ctypes.CDLL] = field(default=None, repr=False)
+    _fast: dict = field(default_factory=dict, repr=False)
+
+    def fast_fn(self, gil: bool) -> Callable:
+        """The kernel as a ctypes function without argument conversion (it takes the argv
+        array as is); with ``gil=True`` it runs holding the GIL, which saves the release
+        and re-acquire on small calls (the kernel never calls back into Python)."""
+        f = self._fast.get(gil)
+        if f is None:
+            dll = (ctypes.PyDLL if gil else ctypes.CDLL)(self.lib._name, handle=self.lib._handle)
+            f = getattr(dll, self.name)
+            f.restype = None
+            self._fast[gil] = f
+        return f
 
 
 class BuildError(Exception):
@@ -58,6 +71,20 @@ class BuildError(Exception):
 
 _lock = threading.Lock()
 _kernels: dict[str, KernelEntry] = {}
+_generation = [0]  # bumped by clear(): call plans holding an older kernel are rebuilt
+
+
+def generation() -> int:
+    """How many times the in-process cache was cleared (call plans compare it)."""
+    return _generation[0]
+
+
+def record_hit(name: str, variant: str) -> None:
+    """Put an in-memory cache hit on the timeline (the fast call path's ``get_kernel``)."""
+    if timeline.enabled:
+        t0 = timeline.now()
+        _record("kernel_build", t0, name, hit=True, origin="memory", runtime="cpu",
+                variant=variant, compile_ms=0.0)
 _toolchains: dict[tuple, Optional["Toolchain"]] = {}
 _failed: dict[str, str] = {}  # kernel name -> why its build failed (not retried)
 
@@ -389,6 +416,7 @@ def clear(disk: bool = False) -> None:
         _kernels.clear()
         _toolchains.clear()
         _failed.clear()
+        _generation[0] += 1
     if disk:
         root = cache_dir()
         if root is not None:

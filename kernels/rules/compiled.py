@@ -7,15 +7,25 @@ import numpy as np
 from . import rule
 
 
+_cpu: list = []
+
+
+def _cpu_run():
+    """``cpu.compiled.run_compiled``, imported on first use (kept out of the rules import)."""
+    if not _cpu:
+        from ..cpu.compiled import run_compiled
+
+        _cpu.append(run_compiled)
+    return _cpu[0]
+
+
 @rule("Compiled", out=True)
 def compiled(xp, *inputs, tape, shape, out=None):
     """Run a fused tape: generated C on the CPU (numpy when it cannot), the tape
     interpreted with ``xp`` elsewhere. ``out`` (single-output tapes) is written when its
     layout suits the kernel — this is where a donated input buffer comes in."""
     if xp is np:
-        from ..cpu.compiled import run_compiled
-
-        outs = run_compiled(tape, inputs, shape, out=out)
+        outs = _cpu_run()(tape, inputs, shape, out=out)
     else:
         from ..codegen.interpret import interpret
 
