@@ -32,7 +32,9 @@ _ids = itertools.count(1)
 
 
 class Buffer:
-    """A block of memory: ``raw`` is a flat uint8 array over it, ``size`` its real size in bytes."""
+    """A block of memory: ``raw`` is an array over all of it (a flat uint8 array for memory
+    the allocator made; the owning array itself for adopted memory, flattened to bytes only
+    when the buffer is reused), ``size`` its real size in bytes."""
 
     __slots__ = ("raw", "size", "id")
 
@@ -43,7 +45,10 @@ class Buffer:
 
     def view(self, nbytes: int, dtype, shape) -> Any:
         """The first ``nbytes`` of the buffer as a C-contiguous array of ``dtype`` and ``shape``."""
-        return self.raw[:nbytes].view(dtype).reshape(shape)
+        raw = self.raw
+        if raw.ndim != 1 or raw.dtype != np.uint8:
+            raw = self.raw = raw.reshape(-1, order="A").view(np.uint8)
+        return raw[:nbytes].view(dtype).reshape(shape)
 
     def __repr__(self) -> str:
         return f"Buffer(id={self.id}, size={self.size})"
@@ -169,8 +174,7 @@ class Allocator:
 
     def adopt(self, owner: Any) -> Buffer:
         """Account for memory numpy allocated by itself (``owner`` owns its data)."""
-        flat = owner.reshape(-1, order="A") if owner.ndim != 1 else owner
-        buf = Buffer(flat.view(np.uint8) if flat.size else np.empty(0, np.uint8), owner.nbytes)
+        buf = Buffer(owner, owner.nbytes)
         if buf.size:
             with self._lock:
                 self.active += buf.size

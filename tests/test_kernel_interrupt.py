@@ -25,9 +25,9 @@ for _ in range(200000):
 """
 
 LONG = """
-import time
-t0 = time.time()
+print("eval-start", flush=True)
 mx.eval(x)
+print("eval-finished", flush=True)
 """
 
 AFTER = """
@@ -71,20 +71,25 @@ def test_interrupt_button_stops_a_long_eval_and_the_next_cell_resumes():
         status, ename, _ = _run(kc, SETUP)
         assert status == "ok", ename
         msg_id = kc.execute(LONG)
-        time.sleep(1.5)  # mid-cell: the eval of 200000 nodes takes several seconds
-        km.interrupt_kernel()
-        ename = None
-        deadline = time.time() + 60
+        ename, out, interrupted = None, [], False
+        deadline = time.time() + 120
         while time.time() < deadline:
             msg = kc.get_iopub_msg(timeout=60)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+                if "eval-start" in msg["content"]["text"] and not interrupted:
+                    time.sleep(0.5)  # mid-cell: evaluating 200000 nodes takes seconds
+                    km.interrupt_kernel()
+                    interrupted = True
             if msg["msg_type"] == "error":
                 ename = msg["content"]["ename"]
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                 break
         kc.get_shell_msg(timeout=60)
-        assert ename == "KeyboardInterrupt"
+        assert interrupted and ename == "KeyboardInterrupt", (ename, "".join(out))
+        assert "eval-finished" not in "".join(out)
         status, ename, out = _run(kc, AFTER)
         assert status == "ok", ename
         lines = out.split()

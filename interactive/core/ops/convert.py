@@ -52,18 +52,36 @@ def _wrap_int(v: int, bits: int) -> int:
     return v - m if v >= m // 2 else v
 
 
+# Python floats that convert to these dtypes without overflow (bfloat16 has its own NaN rule
+# in the constructor, so it always takes the constructor's path)
+_FAST_FLOAT_LIMIT = {_dt.float32: float(np.finfo(np.float32).max),
+                     _dt.complex64: float(np.finfo(np.float32).max),
+                     _dt.float64: float(np.finfo(np.float64).max), _dt.float16: 65504.0}
+
+
+def _scalar(v: Any, dtype: _dt.Dtype) -> array:
+    """A 0-d array of a Python scalar already known to fit ``dtype`` (the fast path)."""
+    return array._from_data(np.array(v, dtype=dtype.np), dtype)
+
+
 def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
     if not _INT64[0] <= v <= _INT64[1]:
         raise RuntimeError("std::bad_cast")
     default = _dt.int32 if _INT32[0] <= v <= _INT32[1] else _dt.int64
     if like is None:
-        return array(v, default)
-    if like == _dt.bool_:  # MLX takes the int as a C int here: wrapped to 32 bits
-        return array(_wrap_int(v, 32), _dt.int32)
-    if _dt.is_integer(like) and like.size < 8:
-        info = np.iinfo(like.np)
-        if not info.min <= v <= info.max:
-            raise ValueError(f"Converting {v} to {like.name} would result in overflow.")
+        return _scalar(v, default)
+    if like is _dt.bool_:  # MLX takes the int as a C int here: wrapped to 32 bits
+        return _scalar(_wrap_int(v, 32), _dt.int32)
+    if like.kind in "ui":
+        if like.size < 8:
+            info = np.iinfo(like.np)
+            if not info.min <= v <= info.max:
+                raise ValueError(f"Converting {v} to {like.name} would result in overflow.")
+        elif like is _dt.uint64 and v < 0:
+            return array(v, like)  # the constructor's wrap rules
+        return _scalar(v, like)
+    if like.kind in "fc" and -65504 <= v <= 65504:  # exact enough for every float dtype
+        return _scalar(v, like)
     return array(v, like)
 
 
@@ -81,7 +99,11 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     if isinstance(v, int):
         return _weak_int(v, like)
     if isinstance(v, float):
-        return array(v, like if like is not None and _dt.is_inexact(like) else _dt.float32)
+        dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
+        lim = _FAST_FLOAT_LIMIT.get(dt)
+        if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
+            return _scalar(v, dt)
+        return array(v, dt)
     if isinstance(v, complex):
         return array(v, _dt.complex64)
     if isinstance(v, (np.ndarray, np.generic)):
