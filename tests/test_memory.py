@@ -387,3 +387,19 @@ def test_broadcast_views_are_never_donated(clean_memory):
     np.testing.assert_array_equal(np.array(y), np.array([0.5], np.float32))
     z = mx.broadcast_to(mx.array(np.float32(3.0)), (1, 1)) * 2.0
     np.testing.assert_array_equal(np.array(z), np.array([[6.0]], np.float32))
+
+
+def test_a_numpy_view_keeps_its_buffer_from_being_reused(clean_memory):
+    x = f32(4096) * 1.0
+    v = np.array(x, copy=False)
+    expected = np.arange(4096, dtype=np.float32)
+    assert not v.flags.writeable
+    active = mx.get_active_memory()
+    del x
+    assert mx.get_active_memory() == active  # the view still holds the memory
+    y = f32(4096) * 7.0  # would reuse the freed buffer if the view did not hold it
+    mx.eval(y)
+    np.testing.assert_array_equal(v, expected)
+    before = mx.get_active_memory()
+    del v  # the last holder of x's buffer
+    assert mx.get_active_memory() == before - 4096 * 4

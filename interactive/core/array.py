@@ -116,6 +116,24 @@ def _check_list(val: Any, shape: tuple, depth: int, found: list) -> None:
             _check_list(v, shape, depth + 1, found)
 
 
+class _Exported:
+    """The base of a numpy view handed out of tapescope: it holds the buffer's handle, so the
+    allocator cannot recycle the memory while the view lives."""
+
+    __slots__ = ("__array_interface__", "handle")
+
+    def __init__(self, data: np.ndarray, handle: Optional[BufferHandle]):
+        iface = dict(data.__array_interface__)
+        iface["data"] = (iface["data"][0], True)  # read-only
+        self.__array_interface__ = iface
+        self.handle = handle
+
+
+def _export_view(data: np.ndarray, handle: Optional[BufferHandle]) -> np.ndarray:
+    """A read-only numpy view of ``data`` that keeps its buffer alive."""
+    return np.asarray(_Exported(data, handle))
+
+
 def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
     """Shape and MLX dtype of a nested Python list (MLX's initialization rules)."""
     shape = _list_shape(val)
@@ -320,9 +338,7 @@ class array:
             raise ValueError("'bfloat16' is not a valid PEP 3118 buffer format string")
         data = self._numpy()
         if copy is False:
-            view = data.view()
-            view.flags.writeable = False
-            return view
+            return _export_view(data, self._d.buffer)
         return np.array(data, copy=True)
 
     def __buffer__(self, flags: int) -> memoryview:
@@ -334,7 +350,9 @@ class array:
         """
         if self.dtype == _dt.bfloat16:
             raise ValueError("'bfloat16' is not a valid PEP 3118 buffer format string")
-        data = np.ascontiguousarray(self._numpy()).view()
+        data = self._numpy()
+        data = _export_view(data, self._d.buffer) if data.flags.c_contiguous else \
+            np.ascontiguousarray(data)
         data.flags.writeable = False
         return memoryview(data)
 
