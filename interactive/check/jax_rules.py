@@ -383,6 +383,26 @@ def table() -> dict[str, Callable]:
 
     T["FFT"] = fft
 
+    def view(a, *, dtype):
+        """The same bytes read as ``dtype``: the last axis scales by the itemsize ratio."""
+        dt = np.dtype(dtype)
+        src = a.astype(jnp.uint8) if kind(a) == "b" else a
+        tgt = np.dtype(np.uint8) if dt.kind == "b" else dt
+        n_in, n_out = np.dtype(src.dtype).itemsize, tgt.itemsize
+        if n_in == n_out:
+            out = lax.bitcast_convert_type(src, tgt)
+        elif n_in > n_out:
+            out = lax.bitcast_convert_type(src, tgt)
+            out = out.reshape(out.shape[:-2] + (out.shape[-2] * out.shape[-1],)) if a.ndim else \
+                out.reshape((-1,))
+        else:
+            r = n_out // n_in
+            out = lax.bitcast_convert_type(src.reshape(src.shape[:-1] + (src.shape[-1] // r, r)), tgt)
+        return out.astype(bool) if dt.kind == "b" else out
+
+    T["View"] = view
+    T["SearchSorted"] = lambda seq, values, *, side: jnp.searchsorted(seq, values, side=side)
+
     # -- Compiled: the fused tape, op by op, with this same table ---------------------------
     def compiled(*inputs, tape, shape):
         env = {}
