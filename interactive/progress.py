@@ -116,13 +116,7 @@ class ProgressMonitor:
     # -- reading the timeline ----------------------------------------------------------------
     def poll(self) -> None:
         """Feed the records added to the timeline since the last poll."""
-        recs = timeline.records()
-        new = []
-        for r in reversed(recs):
-            if r.seq <= self._last_seq:
-                break
-            new.append(r)
-        new.reverse()
+        new = timeline.records_since(self._last_seq + 1)
         if new:
             self._last_seq = new[-1].seq
         self.feed(new, timeline.now())
@@ -132,8 +126,7 @@ class ProgressMonitor:
         if self._thread is not None:
             return
         self._listener = timeline.record().__enter__()
-        recs = timeline.records()
-        self._last_seq = recs[-1].seq if recs else -1
+        self._last_seq = timeline.next_seq() - 1
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="tapescope-progress", daemon=True)
         self._thread.start()

@@ -74,6 +74,25 @@ def records() -> list[Record]:
         return list(_ring)
 
 
+def records_since(seq: int) -> list[Record]:
+    """The records with ``seq`` >= ``seq``, oldest first (for pollers such as progress bars)."""
+    with _lock:
+        if not _ring or _ring[-1].seq < seq:
+            return []
+        out = []
+        for r in reversed(_ring):
+            if r.seq < seq:
+                break
+            out.append(r)
+    out.reverse()
+    return out
+
+
+def next_seq() -> int:
+    """The sequence number the next record will get."""
+    return _next_seq
+
+
 def clear() -> None:
     with _lock:
         _ring.clear()
