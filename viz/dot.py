@@ -16,6 +16,9 @@ from . import style as S
 
 __all__ = ["to_dot"]
 
+BIG = 150  # drawn nodes past which layout shortcuts apply
+FANOUT = 4  # uses past which a value of a big picture is drawn as stubs
+
 _PARAM_KEYS = ("axes", "axis", "shape", "dtype", "reduce_type", "kth", "k")
 
 
@@ -99,6 +102,7 @@ class _Writer:
         self.lines: list = []
         self.groups: list = []
         self.lazy = self.evaluated = False
+        self.grouped = False  # kernels drawn as boxes because their tapes do not fit
 
     # -- which ops are drawn ----------------------------------------------------------
     def _cost(self, op: Any) -> int:
@@ -112,6 +116,10 @@ class _Writer:
         ops = self.g.ops
         if self.max_nodes is None or sum(self._cost(o) for o in ops) <= self.max_nodes:
             return {o.id for o in ops}, 0
+        if self.expand and self.g.kernels:  # first group each kernel's tape into one box
+            self.expand, self.grouped = False, True
+            if len(ops) <= self.max_nodes:
+                return {o.id for o in ops}, 0
         kept: set = set()
         budget = self.max_nodes
         for op in reversed(ops):
@@ -123,11 +131,11 @@ class _Writer:
         return kept, len(ops) - len(kept)
 
     # -- ids ----------------------------------------------------------------------------
-    def _src(self, vid: int) -> str:
-        """The node an edge carrying value ``vid`` starts from."""
+    def _src(self, vid: int, dst: str) -> str:
+        """The node an edge carrying value ``vid`` to node ``dst`` starts from."""
         v = self.g.values[vid]
         if v.producer is None:
-            return f"v{vid}"
+            return self._leaf_id(vid, dst)
         op = self.g.ops[v.producer]
         if op.id not in self.kept:
             return "hidden"
@@ -145,7 +153,20 @@ class _Writer:
         return text or None
 
     # -- nodes --------------------------------------------------------------------------
-    def _value_node(self, v: Any) -> None:
+    def _per_use(self, vid: int) -> bool:
+        v = self.g.values[vid]
+        return v.role == "constant" and v.data is not None and v.data.size == 1
+
+    def _leaf_id(self, vid: int, dst: str) -> str:
+        return f"v{vid}_{dst}" if self._per_use(vid) else f"v{vid}"
+
+    def _leaf(self, vid: int, dst: str, drawn: set) -> None:
+        nid = self._leaf_id(vid, dst)
+        if nid not in drawn:
+            drawn.add(nid)
+            self._value_node(self.g.values[vid], nid)
+
+    def _value_node(self, v: Any, nid: str) -> None:
         st = S.CONSTANT if v.role == "constant" else S.INPUT
         self._mark(v.evaluated)
         name = S.esc(v.name or f"v{v.id}")
@@ -157,7 +178,7 @@ class _Writer:
         styles = ["rounded", "filled"] if v.role == "input" else ["filled"]
         if not v.evaluated:
             styles.append("dashed")
-        self.lines.append(f"  v{v.id} " + _attrs(label=label, shape=shape, style=",".join(styles),
+        self.lines.append(f"  {nid} " + _attrs(label=label, shape=shape, style=",".join(styles),
                                                    fillcolor=st.fill, color=st.border))
 
     def _mark(self, evaluated: bool) -> None:
@@ -244,6 +265,36 @@ class _Writer:
                                                    fillcolor=st.fill, color=st.border,
                                                    tooltip=f"{k.name}_{k.variant}"))
 
+    # -- edges ------------------------------------------------------------------------------
+    def _find_shared(self) -> None:
+        """Values used in many places of a big picture: drawn as a short stub at each use,
+        since long edges fanning out across hundreds of ranks defeat dot's layout."""
+        self.shared: set = set()
+        if self.n_drawn <= BIG:
+            return
+        uses: dict = {}
+        for op in self.g.ops:
+            if op.id in self.kept:
+                for vid in set(op.inputs):
+                    if self.g.values[vid].producer is not None:
+                        uses[vid] = uses.get(vid, 0) + 1
+        self.shared = {vid for vid, n in uses.items() if n > FANOUT}
+
+    def _connect(self, vid: int, dst: str, **attrs: Any) -> None:
+        """An edge carrying value ``vid`` into node ``dst`` (through a stub where needed)."""
+        src = self._src(vid, dst)
+        if src == "hidden" or vid in self.shared:
+            v = self.g.values[vid]
+            what = "not drawn" if src == "hidden" else f"shared: op{v.producer}"
+            prod = self.g.ops[v.producer].primitive if v.producer is not None else ""
+            stub = f"s{vid}_{dst}"
+            self.lines.append(f"  {stub} " + _attrs(label=f"… {prod} ({what})", shape="plaintext",
+                                                    fontsize="8", fontcolor=S.NOTE.border))
+            attrs.setdefault("style", "dashed")
+            src = stub
+        self.lines.append(f"  {src} -> {dst}" + (" " + _attrs(**attrs) if any(
+            v is not None for v in attrs.values()) else ""))
+
     # -- the whole picture --------------------------------------------------------------
     def write(self) -> str:
         g = self.g
@@ -252,16 +303,22 @@ class _Writer:
         L.append("digraph tapescope {")
         gattrs = dict(rankdir=self.rankdir, fontname=S.FONT, fontsize="11", nodesep="0.25",
                       ranksep="0.35", newrank="true", pad="0.15", labelloc="t", labeljust="l")
-        if self.title:
-            gattrs["label"] = f"<<B>{S.esc(g._headline())}</B>>"
+        if self.title or self.grouped:
+            head = f"<B>{S.esc(g._headline())}</B>" if self.title else ""
+            if self.grouped:
+                head += (f"{'<BR/>' if head else ''}<FONT COLOR=\"{S.NOTE.border}\">each fused kernel is "
+                         f"one box: their tapes would pass max_nodes={self.max_nodes}</FONT>")
+            gattrs["label"] = f"<{head}>"
+        if sum(self._cost(o) for o in g.ops if o.id in self.kept) > BIG:  # keep dot's layout time bounded on big pictures
+            gattrs.update(nslimit="1", nslimit1="1", mclimit="0.5")
         L.append("  graph " + _attrs(**gattrs))
         L.append("  node " + _attrs(fontname=S.FONT, fontsize="10", penwidth="1.2", height="0.3",
                                     margin="0.1,0.04"))
         L.append("  edge " + _attrs(fontname=S.FONT, fontsize="8", color=S.EDGE, fontcolor="#374151",
                                     arrowsize="0.6"))
-        # which values need their own node
-        inlined: dict = {}  # value id -> True while only inlined uses seen
-        need: set = set()
+        # leaf values (inputs, constants) get a node; a one-element constant gets one per use
+        # (a shared literal drawn once would pull long edges across the whole picture)
+        drawn: set = set()
         for op in g.ops:
             if op.id not in self.kept:
                 continue
@@ -269,16 +326,16 @@ class _Writer:
             for i, vid in enumerate(op.inputs):
                 if g.values[vid].producer is not None:
                     continue
-                if k is not None and self.expand and k.inputs[i].constant is not None:
-                    continue
-                need.add(vid)
-        for vid in g.outputs:
+                if k is not None and self.expand:
+                    if k.inputs[i].constant is not None:
+                        continue
+                    dst = f"k{k.index}_{k.inputs[i].letter}"
+                else:
+                    dst = f"op{op.id}"
+                self._leaf(vid, dst, drawn)
+        for i, vid in enumerate(g.outputs):
             if g.values[vid].producer is None:
-                need.add(vid)
-        del inlined
-        order = [v for v in g.values if v.id in need]
-        for v in order:
-            self._value_node(v)
+                self._leaf(vid, f"out{i}", drawn)
         if hidden:
             L.append("  hidden " + _attrs(
                 label=f"<<B>… {hidden} earlier op{'s' if hidden != 1 else ''} not drawn</B><BR/>"
@@ -295,32 +352,26 @@ class _Writer:
             else:
                 self._op_node(op)
         # edges into ops
-        hidden_edges: set = set()
+        self.n_drawn = sum(self._cost(o) for o in g.ops if o.id in self.kept)
+        self._find_shared()
         for op in g.ops:
             if op.id not in self.kept:
                 continue
             k = g.kernels[op.kernel] if op.kernel is not None else None
             for i, vid in enumerate(op.inputs):
-                src = self._src(vid)
-                if src == "hidden":
-                    dst = f"op{op.id}" if not (k and self.expand) else f"k{k.index}_{k.inputs[i].letter}"
-                    if dst not in hidden_edges:
-                        hidden_edges.add(dst)
-                        L.append(f"  hidden -> {dst} " + _attrs(style="dashed", color=S.NOTE.border))
-                    continue
+                dst = f"op{op.id}" if not (k and self.expand) else f"k{k.index}_{k.inputs[i].letter}"
                 from_node = g.values[vid].producer is None
                 if k is not None and self.expand:
                     inp = k.inputs[i]
                     if inp.constant is not None:
                         continue
-                    L.append(f"  {src} -> k{k.index}_{inp.letter} " + _attrs(
-                        label=self._boundary_label(inp, vid, from_node), color=S.BOUNDARY, penwidth="1.2"))
+                    self._connect(vid, dst, label=self._boundary_label(inp, vid, from_node),
+                                  color=S.BOUNDARY, penwidth="1.2")
                 elif k is not None:
-                    L.append(f"  {src} -> op{op.id} " + _attrs(
-                        label=self._boundary_label(k.inputs[i], vid, from_node), color=S.BOUNDARY))
+                    self._connect(vid, dst, label=self._boundary_label(k.inputs[i], vid, from_node),
+                                  color=S.BOUNDARY)
                 else:
-                    label = None if from_node else self._edge_label(vid)
-                    L.append(f"  {src} -> op{op.id}" + (" " + _attrs(label=label) if label else ""))
+                    self._connect(vid, dst, label=None if from_node else self._edge_label(vid))
         # outputs
         for i, vid in enumerate(g.outputs):
             v = g.values[vid]
@@ -332,9 +383,7 @@ class _Writer:
             label = f"<<B>{name}</B>" + (f"<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>" if sub else "") + ">"
             L.append(f"  out{i} " + _attrs(label=label, shape="box", style=styles, peripheries="2",
                                            color=S.OUTPUT.border))
-            src = self._src(vid)
-            L.append(f"  {src} -> out{i}" + (" " + _attrs(style="dashed", color=S.NOTE.border)
-                                             if src == "hidden" else ""))
+            self._connect(vid, f"out{i}")
         if self.legend:
             L.append("  legend " + _attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
                                                                 bool(g.kernels) and self.expand),

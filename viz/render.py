@@ -17,7 +17,7 @@ __all__ = ["GraphvizNotFound", "RenderError", "find_dot", "install_hint", "rende
            "mimebundle", "missing_message"]
 
 FORMATS = ("svg", "png", "pdf")
-TIMEOUT_S = 60
+TIMEOUT_S = 120
 
 
 class GraphvizNotFound(RuntimeError):
