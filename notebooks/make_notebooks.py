@@ -1,0 +1,159 @@
+"""Writes the teaching notebooks (source only, no outputs): ``python notebooks/make_notebooks.py``.
+
+The notebooks are generated so that their text and code stay reviewable as Python; the tests
+execute every ``notebooks/*.ipynb`` with nbclient.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).parent
+
+LAZY = [
+    ("md", """# 1. Lazy arrays: graphs, evaluation, memory and streams
+
+tapescope runs MLX code (`import tapescope.core as mx`) and shows what happens inside.
+This notebook follows one expression from the moment it is written to the moment its
+memory is reused: **recording** a graph, **evaluating** it, **detaching** it, the
+**allocator** and its buffer cache, and **streams** that run work concurrently."""),
+    ("code", """import numpy as np
+import tapescope
+import tapescope.core as mx"""),
+    ("md", """## Writing an expression records a graph
+
+An op does not compute anything: it records a *node* — a primitive (named as MLX names it:
+`Multiply`, `Exp`, `Broadcast`, ...) applied to input arrays. The timeline shows that no
+primitive ran while the expression was written."""),
+    ("code", """x = mx.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+b = mx.array([10.0, 20.0, 30.0])
+with tapescope.record() as rec:
+    y = mx.exp(x * 0.5) + b
+print("primitives run while writing y:", sum(r.kind == "primitive" for r in rec.records))
+tapescope.graph_of(y)"""),
+    ("md", """The picture is the graph `y` stands for. The scalar `0.5` became a 0-d array that a
+`Broadcast` stretches to `x`'s shape, and `b` (shape `(3,)`) is broadcast to `(2, 3)` before
+the `Add` — the same primitives MLX records."""),
+    ("md", """## Evaluating runs the nodes in order
+
+`mx.eval(y)` orders the graph (inputs before users) and runs each node's rule. The records
+say which primitive ran, on which stream, how many bytes it wrote and how long it took."""),
+    ("code", """with tapescope.record() as rec:
+    mx.eval(y)
+for r in rec.records:
+    if r.kind == "primitive":
+        print(f"{r.name:10s} stream {r.stream}  {r.nbytes:4d} bytes  {(r.end_ns - r.start_ns) / 1e3:7.1f} us")
+print(y)"""),
+    ("md", """## Evaluation detaches
+
+Once evaluated, `y` holds its data and no longer points at its graph, so the intermediate
+`exp(x * 0.5)` is freed — as in MLX. Evaluating or reading `y` again runs nothing."""),
+    ("code", """with tapescope.record() as rec:
+    mx.eval(y)
+    y.tolist()
+print("primitives run the second time:", sum(r.kind == "primitive" for r in rec.records))
+tapescope.graph_of(y)"""),
+    ("md", """## Memory comes from an allocator with a buffer cache
+
+Every array's storage is accounted to the byte. When an array is deleted its buffer goes to
+a **cache**, and the next allocation of a similar size reuses it instead of asking the
+system for fresh memory."""),
+    ("code", """mx.clear_cache()
+base = mx.get_active_memory()
+a = mx.array(np.ones(1 << 16, dtype=np.float32))
+c = a * 2.0
+mx.eval(c)
+print("active after c:", mx.get_active_memory() - base, "bytes")
+del c
+print("active after del c:", mx.get_active_memory() - base, "bytes; cache:", mx.get_cache_memory(), "bytes")
+with tapescope.record() as rec:
+    d = a * 3.0
+    mx.eval(d)
+print("allocations:", [(r.kind, r.nbytes) for r in rec.records if r.kind in ("alloc", "cache_reuse")])"""),
+    ("md", """`cache_reuse` means the 256 KiB buffer `c` gave back was handed to `d`.
+
+A chain like `x = f(x)` does even better: an input nobody else holds **donates** its buffer
+to the output, so the chain runs in place and active memory stays flat."""),
+    ("code", """x = mx.array(np.linspace(0, 1, 1 << 16, dtype=np.float32))
+mx.eval(x)
+before = mx.get_active_memory()
+for _ in range(100):
+    x = mx.exp(-x)
+    mx.eval(x)
+print("active memory grew by", mx.get_active_memory() - before, "bytes over 100 steps")"""),
+    ("md", """## Streams run work concurrently and in order
+
+Each stream has its own worker thread. `mx.async_eval` returns at once; a consumer on another
+stream waits for its producer through an **event** (or, inside one eval, a **fence**)."""),
+    ("code", """s1, s2 = mx.new_stream(mx.cpu), mx.new_stream(mx.cpu)
+a = mx.array(np.arange(8, dtype=np.float32))
+with tapescope.record() as rec:
+    p = mx.multiply(a, 3.0, stream=s1)   # produced on s1
+    q = mx.add(p, 1.0, stream=s2)        # consumed on s2
+    mx.eval(q)
+for r in rec.records:
+    if r.kind in ("primitive", "fence_update", "fence_wait", "event_signal"):
+        print(f"{r.kind:13s} stream {r.stream}  {r.name or ''}")
+print(q)"""),
+]
+
+COMPILE = [
+    ("md", """# 2. Compiling: fusion, generated kernels, and checking against JAX
+
+`mx.compile(f)` traces `f` into a graph, fuses chains of elementwise work into **tapes**,
+and generates one kernel per tape — C on the CPU, built by the system compiler. This
+notebook looks at the tape, its kernel's name and source, the kernel cache, and then checks
+the results against JAX."""),
+    ("code", """import numpy as np
+import tapescope
+import tapescope.core as mx"""),
+    ("code", """def gelu(x):
+    return 0.5 * x * (1 + mx.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+x = mx.array(np.linspace(-3, 3, 1 << 12, dtype=np.float32))
+gelu_c = mx.compile(gelu)
+y = gelu_c(x)
+mx.eval(y)
+print(np.abs(np.array(y) - np.array(gelu(x))).max())"""),
+    ("md", """## The traced graph and its fused tape
+
+Uncompiled, GELU is a dozen separate primitives, each reading and writing the whole array.
+Compiled, the elementwise chain becomes a single `Compiled` kernel (a cluster in the
+picture), which reads `x` once and writes `y` once."""),
+    ("code", """tapescope.trace(gelu, x)"""),
+    ("md", """## The kernel: its name, variant and source
+
+The kernel's name follows MLX's grammar: one letter per value, each fused node as
+`name kind itemsize Primitive inputs`, then the inputs' kinds, their dtypes and a hash of the
+constants. `_contiguous` / `_strided_<ndim>` say which variant ran."""),
+    ("code", """for entry in tapescope.kernel_cache():
+    print(entry["name"], "|", entry["variant"], "|", entry["origin"], "| hits", entry["hits"])
+source = tapescope.kernel_cache()[-1]["source"]
+print(source[source.index("void "):][:2000])  # the kernel itself, after the helper functions"""),
+    ("md", """## Checking against JAX
+
+`tapescope.check` evaluates the same graph with its own table of JAX rules and compares every
+output (and, with `every_node=True`, every intermediate) with dtype-aware tolerances."""),
+    ("code", """tapescope.check(gelu, x, every_node=True)"""),
+    ("md", """## The `%%mlx` cell magic
+
+In a notebook, `%load_ext tapescope` adds `%%mlx`: it runs a cell and shows, under it, the
+graph, the fused tapes, the kernels, memory and the events between streams."""),
+    ("code", """%load_ext tapescope"""),
+    ("code", """%%mlx --show graph,memory,cache
+z = mx.exp(x * 0.5) + 1.0"""),
+]
+
+
+def write(cells: list, path: Path) -> None:
+    nb = new_notebook(cells=[new_markdown_cell(t) if k == "md" else new_code_cell(t) for k, t in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+if __name__ == "__main__":
+    write(LAZY, HERE / "01_lazy_arrays.ipynb")
+    write(COMPILE, HERE / "02_compile_and_check.ipynb")
