@@ -7,6 +7,7 @@ cell ends with KeyboardInterrupt, and the next cell evaluates the same array cor
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -63,7 +64,7 @@ def test_interrupt_button_stops_a_long_eval_and_the_next_cell_resumes():
     km = jupyter_client.KernelManager(kernel_name="python3")
     km.kernel_spec_manager.ensure_native_kernel = True
     km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
-                    env={"PYTHONPATH": ":".join(sys.path)})
+                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
     kc = km.client()
     kc.start_channels()
     try:
