@@ -204,8 +204,9 @@ class _Writer:
 
     def _kernel_caption(self, k: Any) -> str:
         n = len(k.tape.ops)
-        head = (f"<B>kernel {k.index}</B> · {S.esc(k.variant)} · {n} op{'s' if n != 1 else ''}"
-                f" · {S.esc(_shape(k.shape))}")
+        head = f"<B>kernel {k.index}</B> · {S.esc(k.variant)} · {n} op{'s' if n != 1 else ''}"
+        if self.shapes:
+            head += f" · {S.esc(_shape(k.shape))}"
         if not self.kernel_names:
             return head
         name = "<BR ALIGN=\"LEFT\"/>".join(S.esc(p) for p in _wrap(k.name, 56))
