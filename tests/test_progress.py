@@ -132,3 +132,29 @@ def test_short_kernel_batch_shows_nothing():
     m.feed([_rec("kernel_batch_begin", 0.0, kernels=2), _rec("kernel_build", 0.1),
             _rec("kernel_build", 0.2), _rec("kernel_batch_end", 0.3)], now_ns=int(0.3e9))
     assert m.shown == 0 and m.tasks == [] and out.getvalue() == ""
+
+
+def test_building_several_fused_kernels_shows_kernels_built_of_total(monkeypatch, tmp_path):
+    """A real batch: one eval whose three Compiled nodes each build a C kernel (a fresh
+    on-disk cache, so every build runs the compiler)."""
+    import tapescope
+    from tapescope.kernels.cpu import compiler
+
+    if compiler.toolchain() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "kcache"))
+    tapescope.clear_kernel_cache()
+    x = mx.array(np.linspace(0.1, 1, 64, dtype=np.float32))
+    fns = [mx.compile(lambda a: mx.exp(a) * 2.0 + 1.0), mx.compile(lambda a: mx.sin(a) * a - 3.0),
+           mx.compile(lambda a: mx.sqrt(a) + a * a * 0.5)]
+    outs = [f(x) for f in fns]  # three lazy Compiled nodes
+    out = io.StringIO()
+    with progress.progress(min_seconds=0.2, file=out) as mon:
+        mx.eval(outs)
+    tapescope.clear_kernel_cache()
+    text = out.getvalue()
+    assert "kernels" in text, text
+    bars = [b for b in _bars(text) if b[1] == 3]
+    assert bars and bars[-1] == (3, 3)
+    assert mon.shown >= 1
+    np.testing.assert_allclose(np.array(outs[0]), np.exp(np.array(x)) * 2 + 1, rtol=1e-6)

@@ -31,7 +31,7 @@ _schedule_lock = threading.RLock()
 class EvalState:
     """What one eval shares between its streams: whether it stopped, and why."""
 
-    __slots__ = ("stopped", "interrupted", "error", "remaining", "lock")
+    __slots__ = ("stopped", "interrupted", "error", "remaining", "lock", "kernels")
 
     def __init__(self, n_streams: int):
         self.stopped = False
@@ -39,6 +39,7 @@ class EvalState:
         self.error: Optional[BaseException] = None
         self.remaining = n_streams
         self.lock = threading.Lock() if n_streams > 1 else None
+        self.kernels = 0  # fused kernels in this eval (recorded only while the timeline records)
 
     def stop(self, error: Optional[BaseException] = None, interrupted: bool = False) -> None:
         self.stopped = True
@@ -47,8 +48,9 @@ class EvalState:
         if interrupted:
             self.interrupted = True
 
-    def stream_done(self) -> None:
-        """Called once per stream after its last task; the eval ends with the last stream."""
+    def stream_done(self) -> bool:
+        """Called once per stream after its last task; the eval ends with the last stream
+        (returns True for that one)."""
         if self.lock is None:
             self.remaining -= 1
             last = True
@@ -58,6 +60,7 @@ class EvalState:
                 last = self.remaining == 0
         if last:
             Interrupt.end()
+        return last
 
 
 def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
@@ -235,6 +238,7 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
     if t0:
         timeline.add("eval_begin", t0, stream=ev.stream,
                      detail={"nodes": len(order), "streams": [ev.stream], "async": False})
+        state.kernels = _kernel_batch_begin(order, t0)
     w = existing_worker(ev.stream)
     lock = w.exec_lock if w is not None else None
     if lock is not None:
@@ -254,7 +258,7 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
             lock.release()
         ev.signal(1)
         if t0 and timeline.enabled:
-            _record_end(state, ev, t0)
+            _record_end(state, ev, t0, last=True)
 
 
 def _schedule(order: list[Node], asynchronous: bool):
@@ -271,6 +275,7 @@ def _schedule(order: list[Node], asynchronous: bool):
     if t0:
         timeline.add("eval_begin", t0, detail={"nodes": len(order), "streams": sorted(plan),
                                                 "async": asynchronous})
+        state.kernels = _kernel_batch_begin(order, t0)
     for si, items in plan.items():
         s = streams[si]
         wk = worker(si, f"{s.device.type.name}-stream{si}")
@@ -295,15 +300,25 @@ def _schedule(order: list[Node], asynchronous: bool):
 
 def _finish_stream(state: EvalState, ev: Event, t0: int) -> None:
     ev.signal(1)
-    state.stream_done()
+    last = state.stream_done()
     if t0 and timeline.enabled:
-        _record_end(state, ev, t0)
+        _record_end(state, ev, t0, last)
 
 
-def _record_end(state: EvalState, ev: Event, t0: int) -> None:
+def _record_end(state: EvalState, ev: Event, t0: int, last: bool) -> None:
     timeline.add("eval_end", t0, timeline.now(), stream=ev.stream,
                  detail={"interrupted": state.interrupted,
                          "error": None if state.error is None else type(state.error).__name__})
+    if last and state.kernels:
+        timeline.add("kernel_batch_end", timeline.now(), detail={"kernels": state.kernels})
+
+
+def _kernel_batch_begin(order: list[Node], t0: int) -> int:
+    """On the timeline: the fused kernels this eval may build (for the progress bar)."""
+    n = sum(1 for node in order if node.primitive.name == "Compiled")
+    if n:
+        timeline.add("kernel_batch_begin", t0, detail={"kernels": n})
+    return n
 
 
 # -- Interrupts -----------------------------------------------------------------------------
