@@ -76,3 +76,77 @@ def test_many_input_strided_tapes_run_as_c(n_in, layout, seed):
             acc = acc * v + np.float32(0.5) if j % 2 else acc - v * np.float32(1.5)
     np.testing.assert_allclose(out, acc, rtol=1e-5, atol=1e-5)
     assert _runtimes(g) == {"cpu"}
+
+
+# -- the streaming-store path of large contiguous outputs -----------------------------------
+
+def _big_n() -> int:
+    from tapescope.kernels.codegen.render import CDialect
+
+    return CDialect.stream_min_bytes // 4 + 1  # just past the threshold for float32
+
+
+@needs_cc
+@pytest.mark.parametrize("offset", [0, 1, 3, 7])
+def test_streaming_kernel_writes_every_element_at_any_output_alignment(offset):
+    """Head (until the output is vector-aligned), blocks, tail: all elements, exactly."""
+    from tapescope.kernels.cpu.compiled import run_compiled
+
+    n = _big_n() + 37
+    rng = np.random.default_rng(offset)
+    xn = rng.uniform(-2, 2, n).astype(np.float32)
+    yn = rng.uniform(-2, 2, n).astype(np.float32)
+    g = mx.compile(lambda x, y: 2 * x + 3 * y - x * y)
+    mx.eval(g(mx.array(xn[:8]), mx.array(yn[:8])))
+    prim = g(mx.array(xn), mx.array(yn))._d.node.primitive
+    tape = prim.kw["tape"]
+    ins = [np.asarray(np.float32(x.constant)) if x.is_constant else (xn if x.name == "A" else yn)
+           for x in tape.inputs]
+    backing = np.full(n + 16, np.nan, np.float32)
+    out = backing[offset:offset + n]
+    (res,) = run_compiled(tape, ins, (n,), out=out)
+    assert res is out
+    np.testing.assert_array_equal(out, np.float32(2) * xn + np.float32(3) * yn - xn * yn)
+    assert np.isnan(backing[:offset]).all() and np.isnan(backing[offset + n:]).all()
+
+
+@needs_cc
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
+def test_streaming_kernel_multi_output_and_dtypes_match_numpy(dtype, mixed):
+    """Two outputs of one itemsize stream together; a bool output beside them (another
+    itemsize, another alignment phase) sends the tape down the ordinary loop."""
+    n = _big_n() + 5
+    mdt = getattr(mx, dtype)
+    rng = np.random.default_rng(0)
+    base = rng.integers(-50, 50, n) if dtype == "int32" else rng.uniform(-2, 2, n)
+    x = mx.array(base.astype(np.float32)).astype(mdt)
+    y = mx.array(base[::-1].astype(np.float32)).astype(mdt)
+
+    def f(a, b):
+        s = a * b + a
+        return (s, s - b, a > b) if mixed else (s, s - b)
+
+    g = mx.compile(f)
+    outs = g(x, y)
+    ref = f(x, y)  # the ops one by one (numpy rules), rounded per op as the kernel does
+    for o, r in zip(outs, ref):
+        assert o.dtype == r.dtype
+        np.testing.assert_array_equal(np.array(o.astype(mx.float32) if o.dtype == mx.bfloat16 else o),
+                                      np.array(r.astype(mx.float32) if r.dtype == mx.bfloat16 else r))
+    assert _runtimes(g) == {"cpu"}
+
+
+@needs_cc
+def test_streaming_kernel_keeps_ieee_specials_and_exp_accuracy():
+    n = _big_n()
+    vals = np.resize(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 88.8, -103.9, -150.0,
+                               1e-45, 3.4e38], np.float32), n)
+    g = mx.compile(lambda v: mx.exp(v) * 1.0 + mx.maximum(v, -0.0) * 0.0)
+    out = np.array(g(mx.array(vals)))
+    with np.errstate(all="ignore"):
+        ref = np.exp(vals.astype(np.float64)).astype(np.float32) + np.maximum(vals, np.float32(-0.0)) * np.float32(0)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    m = ~np.isnan(ref)
+    np.testing.assert_array_equal(out[m], ref[m])  # exp via double: correctly rounded here
+    np.testing.assert_array_equal(np.signbit(out[m]), np.signbit(ref[m]))

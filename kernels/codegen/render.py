@@ -235,6 +235,31 @@ static inline uint16_t ts_f32_to_bf16(float f) {
 static inline float ts_round_bf16(float f) { return ts_bf16_to_f32(ts_f32_to_bf16(f)); }
 """
 
+# Streaming (non-temporal) stores for large outputs: the output is written around the caches,
+# which saves the read-for-ownership of every output line (a quarter of the traffic of
+# ``o = f(x, y)``). Values are untouched: only the store instruction differs.
+_C_STREAM = r"""#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>
+#define TS_STREAM 1
+#if defined(__AVX__)
+#define TS_VW 32
+static inline void ts_stream(void* dst, const void* src, size_t n) {
+  for (size_t k = 0; k < n; k += 32)
+    _mm256_stream_si256((__m256i*)((char*)dst + k), _mm256_load_si256((const __m256i*)((const char*)src + k)));
+}
+#else
+#define TS_VW 16
+static inline void ts_stream(void* dst, const void* src, size_t n) {
+  for (size_t k = 0; k < n; k += 16)
+    _mm_stream_si128((__m128i*)((char*)dst + k), _mm_load_si128((const __m128i*)((const char*)src + k)));
+}
+#endif
+static inline void ts_sfence(void) { _mm_sfence(); }
+#else
+#define TS_STREAM 0
+#endif
+"""
+
 
 class CDialect(CFamily):
     """Generated C for the CPU: ``void <name>(void** args)``, OpenMP over large loops.
@@ -256,10 +281,31 @@ class CDialect(CFamily):
     code_for_op = C_OPS
     math_functions = C_MATH
     omp_min_size = 1 << 16  # below this the loop runs on one thread
+    stream_min_bytes = 1 << 23  # outputs this large (bytes, all outputs) use streaming stores
+    stream_block = 512  # elements per block of the streaming loop (staged in a stack buffer)
     tile = 64  # edge of the 2-D tiles the strided kernel walks when an input is transposed
+
+    # float32 math that runs through the double-precision function and is rounded once:
+    # glibc's vector ``expf`` is off by up to 2.6 ulp (every other float vector function
+    # used here stays within 2), which made chains like exp(-x)*sin(y) less accurate than
+    # numpy; ``(float)exp((double)x)`` is within 0.5 ulp and keeps inf/NaN/overflow/underflow.
+    in_double = ("exp",)
 
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
+
+    def _fn_name(self, stem: str, dt: np.dtype) -> str:
+        """The libm function a math op calls for compute dtype ``dt``."""
+        dt = self.compute_dtype(dt)
+        if stem in self.in_double and dt == np.float32:
+            return stem
+        return self.math(stem, dt)
+
+    def op_expr(self, prim: str, args: list, out_dt: np.dtype, in_dt: np.dtype) -> str:
+        stem = self.math_functions.get(prim)
+        if stem in self.in_double and _is_float(in_dt) and self.compute_dtype(in_dt) == np.float32:
+            return f"(float){stem}((double){args[0]})"
+        return super().op_expr(prim, args, out_dt, in_dt)
 
     def load(self, dt, ref):
         dt = np.dtype(dt)
@@ -290,14 +336,14 @@ class CDialect(CFamily):
         for op in tape.ops:
             stem = self.math_functions.get(op.primitive)
             if stem:
-                used.add(self.math(stem, self.compute_dtype(tape.dtype_of(op.inputs[0]))))
+                used.add(self._fn_name(stem, tape.dtype_of(op.inputs[0])))
         decls = []
         for fn in sorted(used):
             stem = fn[:-1] if fn.endswith("f") and fn[:-1] in self.vector_math else fn
             if stem in self.vector_math:
                 ct = "double" if fn == stem else "float"
                 decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
-        return _C_PRELUDE + ("\n".join(decls) + "\n" if decls else "")
+        return _C_PRELUDE + _C_STREAM + ("\n".join(decls) + "\n" if decls else "")
 
     @staticmethod
     def compute_dtype(dt):
@@ -306,7 +352,12 @@ class CDialect(CFamily):
     def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
                large: bool) -> str:
         """The full C source of one variant of ``tape``."""
-        idx = "int64_t" if large else "uint32_t"
+        # The variant's contract is how ``size`` is passed: 32 bits unless ``_large``. Loop
+        # counters are 64-bit on the CPU either way: with a 32-bit counter the compiler must
+        # honour its wrap-around and the vector loop loses its simple addressing (measured:
+        # 10-20% slower on the benchmark chains).
+        idx = "size_t"
+        size_type = "int64_t" if large else "uint32_t"
         lines = [self.preamble(tape), f"void {kernel_name}(void** args) {{"]
         k = 0
         ins = tape.non_constant_inputs
@@ -325,7 +376,8 @@ class CDialect(CFamily):
                          f"({self.storage_type(tape.dtype_of(name))}*)args[{k}];")
             k += 1
         if contiguous:
-            lines.append(f"  const {idx} size = ({idx})(uintptr_t)args[{k}];")
+            lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
+            lines += self._streaming(tape, ins, outs, idx)
             lines.append(f"  #pragma omp parallel for simd schedule(static) if(size >= {self.omp_min_size})")
             lines.append(f"  for ({idx} i = 0; i < size; ++i) {{")
             loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
@@ -337,6 +389,49 @@ class CDialect(CFamily):
             lines += self._strided(tape, ins, outs, k, ndim)
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def _streaming(self, tape, ins, outs, idx) -> list:
+        """The contiguous kernel's path for large outputs: a scalar head up to the vector
+        alignment of the outputs, then blocks computed into a stack buffer and streamed out
+        (dynamically scheduled, so a thread that starts late takes fewer blocks), then the
+        tail. Only when all outputs share an itemsize (one alignment phase for all)."""
+        sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
+        if len(sizes) != 1:
+            return []
+        isz = sizes.pop()
+        blk = self.stream_block
+        n_out = len(outs)
+        phase = " && ".join([f"((uintptr_t)out0 % {isz}) == 0"] + [
+            f"(((uintptr_t){o} - (uintptr_t)out0) % TS_VW) == 0" for o, _, _ in outs[1:]])
+        loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+        L = ["#if TS_STREAM",
+             f"  if ((uint64_t)size * {isz * n_out} >= {self.stream_min_bytes}ULL && {phase}) {{",
+             f"    {idx} head = (({idx})((TS_VW - (uintptr_t)out0 % TS_VW) % TS_VW)) / {isz};",
+             "    if (head > size) head = size;",
+             f"    const {idx} nb = (size - head) / {blk};",
+             f"    for ({idx} i = 0; i < head; ++i) {{"]
+        L += self.body(tape, loads, "      ")
+        L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["    }",
+              "    #pragma omp parallel for schedule(dynamic, 64)",
+              f"    for ({idx} b = 0; b < nb; ++b) {{",
+              f"      const {idx} i0 = head + b * {blk};"]
+        L += [f"      {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
+              for o, _, dt in outs]
+        L += ["      #pragma omp simd",
+              f"      for ({idx} k = 0; k < {blk}; ++k) {{",
+              f"        const {idx} i = i0 + k;"]
+        L += self.body(tape, loads, "        ")
+        L += [f"        ts_{o}[k] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["      }"]
+        L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
+        L += ["    }",
+              "    ts_sfence();",
+              f"    for ({idx} i = head + nb * {blk}; i < size; ++i) {{"]
+        L += self.body(tape, loads, "      ")
+        L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["    }", "    return;", "  }", "#endif"]
+        return L
 
     def _strided(self, tape, ins, outs, k, ndim) -> list:
         """The strided loop nest: outer dims flattened, the last two walked in tiles."""
