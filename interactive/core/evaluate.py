@@ -86,18 +86,25 @@ _CPU = allocator("cpu")
 _DISPATCH: dict[str, tuple] = {}
 
 
+# Rules that only make views: nothing is computed, so numpy has no floating-point warnings
+# to silence (entering np.errstate costs more than the view itself).
+_VIEWS = frozenset({"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten",
+                    "Transpose", "Slice", "AsStrided"})
+
+
 def _dispatch(name: str, kind: str) -> tuple:
-    """(rule, takes out=, is elementwise) for a primitive name, looked up once."""
+    """(rule, takes out=, is elementwise, is a view) for a primitive name, looked up once."""
     entry = _DISPATCH.get(name)
     if entry is None:
-        entry = _DISPATCH[name] = (rules.get(name), name in rules.TAKES_OUT, kind in _ELEMENTWISE)
+        entry = _DISPATCH[name] = (rules.get(name), name in rules.TAKES_OUT,
+                                   kind in _ELEMENTWISE, name in _VIEWS)
     return entry
 
 
 def run_node(node: Node) -> None:
     """Compute a node's outputs with the CPU rule for its primitive and detach it."""
     prim = node.primitive
-    fn, takes_out, elementwise = _dispatch(prim.name, prim.kind)
+    fn, takes_out, elementwise, view = _dispatch(prim.name, prim.kind)
     inputs = node.inputs
     ins = [d.data for d in inputs]
     upcast = False
@@ -109,28 +116,15 @@ def run_node(node: Node) -> None:
                 ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
                 break
     t0 = timeline.now() if timeline.enabled else 0
-    out_handle = out = None
+    out_handle = None
     outputs = node.outputs
-    with np.errstate(all="ignore"):
-        if takes_out and not upcast and len(outputs) == 1:
-            target = outputs[0]()
-            if target is None:  # nobody wants the result
-                node.inputs = []
-                return
-            out, out_handle = _output_buffer(node, target)
-            try:
-                res = fn(np, *ins, out=out, **prim.kw)
-            except TypeError:  # numpy cannot cast into ``out``: let the rule allocate
-                out_handle = out = None
-                res = fn(np, *ins, **prim.kw)
-            if res is out:  # the common case: the result is exactly the prepared buffer
-                target.set_data(out, out_handle)
-                node.inputs = []
-                if t0:
-                    _record(prim, node, t0, out.nbytes)
-                return
-        else:
-            res = fn(np, *ins, **prim.kw)
+    if view:
+        res = fn(np, *ins, **prim.kw)
+    else:
+        res = _compute(node, prim, fn, takes_out, upcast, ins, outputs, t0)
+        if res is _DONE:
+            return
+        out_handle, res = res
     if not isinstance(res, (tuple, list)):
         res = (res,)
     nbytes = 0
@@ -142,6 +136,38 @@ def run_node(node: Node) -> None:
     node.inputs = []
     if t0:
         _record(prim, node, t0, nbytes)
+
+
+_DONE = object()
+
+
+def _compute(node: Node, prim, fn, takes_out: bool, upcast: bool, ins: list, outputs: list,
+             t0: int):
+    """Run a computing rule (floating-point warnings silenced, as MLX has none), into an
+    allocator buffer when it takes ``out=``. Returns (out handle, result), or _DONE when the
+    result is already stored."""
+    out_handle = out = None
+    with np.errstate(all="ignore"):
+        if takes_out and not upcast and len(outputs) == 1:
+            target = outputs[0]()
+            if target is None:  # nobody wants the result
+                node.inputs = []
+                return _DONE
+            out, out_handle = _output_buffer(node, target)
+            try:
+                res = fn(np, *ins, out=out, **prim.kw)
+            except TypeError:  # numpy cannot cast into ``out``: let the rule allocate
+                out_handle = out = None
+                res = fn(np, *ins, **prim.kw)
+            if res is out:  # the common case: the result is exactly the prepared buffer
+                target.set_data(out, out_handle)
+                node.inputs = []
+                if t0:
+                    _record(prim, node, t0, out.nbytes)
+                return _DONE
+        else:
+            res = fn(np, *ins, **prim.kw)
+    return out_handle, res
 
 
 def _record(prim, node: Node, t0: int, nbytes: int) -> None:

@@ -178,9 +178,48 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     _install_sigint()
     Interrupt.begin()
     try:
-        _evaluate(descs, False)
+        if len(descs) != 1 or not _eval_one(descs[0]):
+            _evaluate(descs, False)
     finally:
         Interrupt.end()
+
+
+def _eval_one(desc: ArrayDesc) -> bool:
+    """The eager fast path: one unscheduled node over available inputs, on a stream with no
+    queued work, run right here. False when the general path is needed."""
+    node = desc.node
+    if node is None:
+        return True
+    if node.event is not None or timeline.enabled:
+        return False
+    for inp in node.inputs:
+        if inp.node is not None:
+            return False
+    si = node.primitive.stream.index
+    w = existing_worker(si)
+    if w is not None and not w.idle():
+        return False
+    ev = Event(si)
+    with _schedule_lock:
+        if node.event is not None:  # another thread scheduled it in the meantime
+            return False
+        node.event = ev
+    try:
+        if Interrupt.interrupted():
+            node.event = None
+            raise KeyboardInterrupt("[eval] Evaluation interrupted; evaluated arrays keep "
+                                    "their data and the rest stay lazy.")
+        if w is None:
+            run_node(node)
+        else:
+            with w.exec_lock:
+                run_node(node)
+    except BaseException:
+        node.event = None
+        raise
+    finally:
+        ev.signal(1)
+    return True
 
 
 def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:

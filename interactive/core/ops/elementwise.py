@@ -75,9 +75,21 @@ def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
         if bd is not dt:
             b = astype(b, dt, s)
         return array._make1(shape, out_dtype or dt, Primitive(name, s), [a, b])
-    broadcast_shapes(shape, b._d.shape)  # raises before anything is recorded
-    a, b = broadcast_arrays(astype(a, dt, s), astype(b, dt, s), stream=s)
-    return array._make1(a.shape, out_dtype or dt, Primitive(name, s), [a, b])
+    out = broadcast_shapes(shape, b._d.shape)  # raises before anything is recorded
+    if ad is not dt:
+        a = astype(a, dt, s)
+    if bd is not dt:
+        b = astype(b, dt, s)
+    if shape != out:
+        a = _broadcast(a, out, s)
+    if b._d.shape != out:
+        b = _broadcast(b, out, s)
+    return array._make1(out, out_dtype or dt, Primitive(name, s), [a, b])
+
+
+def _broadcast(a: array, shape: tuple, s) -> array:
+    """A Broadcast node to a shape already known to be valid (MLX's broadcast_to)."""
+    return array._make1(shape, a._d.dtype, Primitive("Broadcast", s, shape=shape), [a])
 
 
 def float_dtype(d: _dt.Dtype) -> _dt.Dtype:
