@@ -48,6 +48,8 @@ class Buffer:
         raw = self.raw
         if raw.ndim != 1 or raw.dtype != np.uint8:
             raw = self.raw = raw.reshape(-1, order="A").view(np.uint8)
+        if type(raw) is np.ndarray:  # one constructor instead of slice + view + reshape
+            return np.ndarray(shape, dtype, raw)
         return raw[:nbytes].view(dtype).reshape(shape)
 
     def __repr__(self) -> str:

@@ -141,13 +141,41 @@ def run_node(node: Node) -> None:
 _DONE = object()
 
 
+def _quiet_numpy():
+    """A context that silences numpy's floating-point warnings (MLX has none).
+
+    ``np.errstate`` costs ~1.7 us per use; numpy 2 keeps the state in a context variable,
+    so where that exists the ignore-all state is made once and set / reset directly."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as var
+    except ImportError:  # another numpy: the public, slower way
+        return lambda: np.errstate(all="ignore")
+    with np.errstate(all="ignore"):
+        ignore_all = var.get()
+
+    class _Quiet:
+        __slots__ = ("token",)
+
+        def __enter__(self):
+            self.token = var.set(ignore_all)
+
+        def __exit__(self, *exc):
+            var.reset(self.token)
+            return False
+
+    return _Quiet
+
+
+_quiet = _quiet_numpy()
+
+
 def _compute(node: Node, prim, fn, takes_out: bool, upcast: bool, ins: list, outputs: list,
              t0: int):
     """Run a computing rule (floating-point warnings silenced, as MLX has none), into an
     allocator buffer when it takes ``out=``. Returns (out handle, result), or _DONE when the
     result is already stored."""
     out_handle = out = None
-    with np.errstate(all="ignore"):
+    with _quiet():
         if takes_out and not upcast and len(outputs) == 1:
             target = outputs[0]()
             if target is None:  # nobody wants the result
