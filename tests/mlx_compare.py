@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import pytest
 
 import tapescope.core as mx
@@ -40,3 +41,16 @@ def raises_exactly(call: Callable, module, exc: type, msg: str) -> None:
     with pytest.raises(exc) as info:
         call(module)
     assert str(info.value) == msg
+
+
+def check(out, expected) -> None:
+    """``out`` (an array) has ``expected``'s shape and exactly its values."""
+    expected = np.asarray(expected)
+    assert out.shape == expected.shape
+    np.testing.assert_array_equal(np.array(out), expected)
+
+
+def data(x):
+    """The evaluated numpy data behind ``x`` (to see which buffer it shares)."""
+    mx.eval(x)
+    return x._d.data

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
-from mlx_compare import primitive_names, same_error
+from mlx_compare import check, data, primitive_names, same_error
 
 SETTINGS = settings(max_examples=50, deadline=None)
 shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
@@ -22,17 +22,6 @@ def prims(*outs) -> list:
 
 def ref(shape, dtype=np.int32):
     return (np.arange(int(np.prod(shape))) - 5).astype(dtype).reshape(shape)
-
-
-def check(out, expected):
-    expected = np.asarray(expected)
-    assert out.shape == expected.shape
-    np.testing.assert_array_equal(np.array(out), expected)
-
-
-def data(x):
-    mx.eval(x)
-    return x._d.data
 
 
 @st.composite

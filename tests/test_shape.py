@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
-from mlx_compare import primitive_names as prims, same_error
+from mlx_compare import check, data, primitive_names as prims, same_error
 
 from conftest import mlx_ref
 
@@ -20,17 +20,6 @@ shapes1 = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
 
 def ref(shape, dtype=np.float32):
     return np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape) - 3
-
-
-def check(out, expected):
-    expected = np.asarray(expected)
-    assert out.shape == expected.shape
-    np.testing.assert_array_equal(np.array(out), expected)
-
-
-def data(x):
-    mx.eval(x)
-    return x._d.data
 
 
 # -- values against numpy ------------------------------------------------------------------
