@@ -176,6 +176,30 @@ def main():
         print(f"({k})  {cells}   {vs_jax:>14} {vs_hand:>8}")
     print(f"(b) max scaled error vs float64: tapescope {np.max(np.abs(ours - ref) / scale):.3g}, "
           f"numpy float32 {np.max(np.abs(npf - ref) / scale):.3g}")
+    e_split(tiny)
+
+
+def e_split(tiny):
+    """Where (e)'s time goes: the compiled call (recording the node), the kernel path (the
+    Compiled rule's launch), and the rest (the eval loop, output buffer, freeing)."""
+    from tapescope.kernels.cpu.compiled import run_compiled
+
+    g = mx.compile(lambda x, y: 2 * x + 3 * y - x * y)
+    x, y = mx.array(tiny), mx.array(tiny)
+    mx.eval(x, y, g(x, y))
+    prim = g(x, y)._d.node.primitive
+    tape, shape = prim.kw["tape"], prim.kw["shape"]
+    ins = [np.asarray(np.float32(v.constant)) if v.is_constant else tiny for v in tape.inputs]
+    out = np.empty(16, np.float32)
+
+    def per_call_us(fn, n=2000):
+        return median_ms(lambda: [fn() for _ in range(n)], 9) * 1e3 / n
+
+    full = per_call_us(lambda: mx.eval(g(x, y)))
+    call = per_call_us(lambda: g(x, y))
+    kern = per_call_us(lambda: run_compiled(tape, ins, shape, out=out))
+    print(f"(e) split, us per call: total {full:.1f} = compiled call {call:.1f} + kernel launch "
+          f"{kern:.1f} + eval loop / output buffer / free {full - call - kern:.1f}")
 
 
 if __name__ == "__main__":

@@ -112,7 +112,11 @@ def _data_pointer_reader():
     off = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
     at = ctypes.c_void_p.from_address
 
+    nd = np.ndarray
+
     def fast(a) -> int:
+        if a.__class__ is not nd and not isinstance(a, nd):
+            raise TypeError(f"compiled kernels take numpy arrays, got {type(a).__name__}")
         return at(id(a) + off).value or 0
 
     try:
@@ -235,10 +239,13 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
     fill in the data pointers.
     """
     shape = tuple(shape)
-    key = (shape, *[(a.shape, a.strides) for a in inputs])
+    arrays = tape.launches.get(None)  # positions of the non-constant inputs
+    if arrays is None:
+        arrays = tape.launches[None] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
+    key = (shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
     launches = tape.launches
     ln = launches.get(key)
-    if ln is None or ln.gen != compiler.generation():
+    if ln is None or ln.gen != compiler._generation[0]:
         shape = tuple(int(s) for s in shape)
         if any(s == 0 for s in shape):
             return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
