@@ -150,3 +150,43 @@ def test_streaming_kernel_keeps_ieee_specials_and_exp_accuracy():
     m = ~np.isnan(ref)
     np.testing.assert_array_equal(out[m], ref[m])  # exp via double: correctly rounded here
     np.testing.assert_array_equal(np.signbit(out[m]), np.signbit(ref[m]))
+
+
+@needs_cc
+@pytest.mark.parametrize("offset", [0, 1, 5])
+@pytest.mark.parametrize("cols", [1029, 2048])
+def test_streaming_strided_rows_write_every_element(offset, cols):
+    """A broadcast row (strided kernel, unit-stride rows) streams each row: head, blocks,
+    tail per row, any output alignment, rows of odd length."""
+    from tapescope.kernels.cpu.compiled import run_compiled
+
+    rows = _big_n() // cols + 3
+    rng = np.random.default_rng(cols + offset)
+    xn = rng.uniform(-2, 2, (rows, cols)).astype(np.float32)
+    rn = rng.uniform(-2, 2, cols).astype(np.float32)
+    g = mx.compile(lambda x, r: 2 * x + 3 * r - x * r)
+    prim = g(mx.array(xn), mx.array(rn))._d.node.primitive
+    tape = prim.kw["tape"]
+    ins = [np.asarray(np.float32(x.constant)) if x.is_constant else (xn if x.name == "A" else rn)
+           for x in tape.inputs]
+    backing = np.full(rows * cols + 16, np.nan, np.float32)
+    out = backing[offset:offset + rows * cols].reshape(rows, cols)
+    (res,) = run_compiled(tape, ins, (rows, cols), out=out)
+    assert res is out
+    np.testing.assert_array_equal(out, np.float32(2) * xn + np.float32(3) * rn - xn * rn)
+    assert np.isnan(backing[:offset]).all() and np.isnan(backing[offset + rows * cols:]).all()
+    assert _runtimes(g) == {"cpu"}
+
+
+@needs_cc
+def test_streaming_strided_3d_two_outputs_match_numpy():
+    rng = np.random.default_rng(3)
+    xn = rng.uniform(-2, 2, (3, _big_n() // (3 * 1100) + 1, 1100)).astype(np.float32)
+    cn = rng.uniform(-2, 2, xn.shape[1:]).astype(np.float32)  # broadcast over the outer dim
+    rn = rng.uniform(-2, 2, 1100).astype(np.float32)
+    g = mx.compile(lambda x, c, r: (x * r - c, (x * r - c) * 0.5 + r))
+    o1, o2 = g(mx.array(xn), mx.array(cn), mx.array(rn))
+    t = xn * rn - cn
+    np.testing.assert_array_equal(np.array(o1), t)
+    np.testing.assert_array_equal(np.array(o2), t * np.float32(0.5) + rn)
+    assert _runtimes(g) == {"cpu"}

@@ -413,7 +413,9 @@ class CDialect(CFamily):
         L += self.body(tape, loads, "      ")
         L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["    }",
-              "    #pragma omp parallel for schedule(dynamic, 64)",
+              "    #pragma omp parallel",
+              "    {",
+              "    #pragma omp for schedule(dynamic, 64) nowait",
               f"    for ({idx} b = 0; b < nb; ++b) {{",
               f"      const {idx} i0 = head + b * {blk};"]
         L += [f"      {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
@@ -426,7 +428,8 @@ class CDialect(CFamily):
         L += ["      }"]
         L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
         L += ["    }",
-              "    ts_sfence();",
+              "    ts_sfence();  /* each thread orders its own streaming stores */",
+              "    }",
               f"    for ({idx} i = head + nb * {blk}; i < size; ++i) {{"]
         L += self.body(tape, loads, "      ")
         L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
@@ -455,8 +458,25 @@ class CDialect(CFamily):
         L.append(f"  const int unit = {unit};")
         L.append(f"  const int64_t t_rows = tiled ? {self.tile} : 1, t_cols = tiled ? {self.tile} : n_cols;")
         L.append("  const int64_t n_rt = (n_rows + t_rows - 1) / t_rows, n_ct = (n_cols + t_cols - 1) / t_cols;")
-        L.append(f"  #pragma omp parallel for collapse(2) schedule(static) "
-                 f"if(n_outer * n_rows * n_cols >= {self.omp_min_size})")
+        sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
+        blk = self.stream_block
+        if len(sizes) == 1:
+            # rows walked with unit strides stream their output like the contiguous kernel
+            isz = sizes.pop()
+            phase = " && ".join([f"((uintptr_t)out0 % {isz}) == 0"] + [
+                f"(((uintptr_t){o} - (uintptr_t)out0) % TS_VW) == 0" for o, _, _ in outs[1:]])
+            L.append("#if TS_STREAM")
+            L.append(f"  const int stream = !tiled && unit && n_cols >= {2 * blk} && "
+                     f"(uint64_t)(n_outer * n_rows * n_cols) * {isz * len(outs)} >= "
+                     f"{self.stream_min_bytes}ULL && {phase};")
+            L.append("#else")
+            L.append("  const int stream = 0;")
+            L.append("#endif")
+        else:
+            L.append("  const int stream = 0;")
+        L.append(f"  #pragma omp parallel if(n_outer * n_rows * n_cols >= {self.omp_min_size})")
+        L.append("  {")
+        L.append("  #pragma omp for collapse(2) schedule(static) nowait")
         L.append("  for (int64_t o = 0; o < n_outer; ++o) {")
         L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
         # base offsets of this outer index
@@ -481,6 +501,9 @@ class CDialect(CFamily):
             L.append(f"      {self.storage_type(dt)}* {oname}_p = {oname} + orow;")
         for branch, unit_branch in (("if (unit) {", True), ("} else {", False)):
             L.append(f"      {branch}")
+            if unit_branch:
+                L += self._stream_row(tape, ins, outs, blk)
+            L.append("      {")
             L.append("      #pragma omp simd")
             L.append("      for (int64_t c = c0; c < c1; ++c) {")
             loads = {}
@@ -493,11 +516,47 @@ class CDialect(CFamily):
             for oname, name, dt in outs:
                 L.append(f"        {oname}_p[c] = {self.store(dt, f'tmp_{name}')};")
             L.append("      }")
+            L.append("      }")
         L.append("      }")
         L.append("    }")
         L.append("    }")
         L.append("  }")
         L.append("  }")
+        L.append("#if TS_STREAM")
+        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
+        L.append("#endif")
+        L.append("  }")
+        return L
+
+    def _stream_row(self, tape, ins, outs, blk) -> list:
+        """One unit-stride row with streaming stores: head to alignment, blocks, tail; the
+        ordinary row loop follows in the ``else`` part."""
+        def loads_at(c):
+            return {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}_p[{c}]") for x in ins}
+
+        L = ["#if TS_STREAM",
+             "      if (stream) {",
+             "        int64_t c = c0;",
+             "        for (; c < c1 && ((uintptr_t)(out0_p + c) % TS_VW) != 0; ++c) {"]
+        L += self.body(tape, loads_at("c"), "          ")
+        L += [f"          {o}_p[c] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["        }",
+              f"        for (; c + {blk} <= c1; c += {blk}) {{"]
+        L += [f"          {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
+              for o, _, dt in outs]
+        L += ["          #pragma omp simd",
+              f"          for (int64_t k = 0; k < {blk}; ++k) {{"]
+        L += self.body(tape, loads_at("c + k"), "            ")
+        L += [f"            ts_{o}[k] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["          }"]
+        L += [f"          ts_stream({o}_p + c, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
+        L += ["        }",
+              "        for (; c < c1; ++c) {"]
+        L += self.body(tape, loads_at("c"), "          ")
+        L += [f"          {o}_p[c] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["        }",
+              "      } else",
+              "#endif"]
         return L
 
 
