@@ -19,8 +19,27 @@ _ELEMENTWISE = (UNARY, BINARY, TERNARY)
 
 
 DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
-_DESC_REFS = 3  # node.inputs + the loop variable + getrefcount's argument
-_HANDLE_REFS = 2  # desc.buffer + getrefcount's argument
+
+
+class _Probe:
+    __slots__ = ("buffer",)
+
+
+def _baseline_refcounts() -> tuple[int, int]:
+    """What ``sys.getrefcount`` reports, in ``_donor``'s own expressions, for a desc held only
+    by its node's input list and for a handle held only by its desc (the counts of the loop
+    variable and of the call's argument differ between Python versions)."""
+    holder = [_Probe()]
+    holder[0].buffer = object()
+    desc_refs = handle_refs = 0
+    for d in holder:
+        desc_refs = sys.getrefcount(d)
+        handle_refs = sys.getrefcount(d.buffer)
+    return desc_refs, handle_refs
+
+
+# a desc nobody but node.inputs holds / a buffer handle nobody but its desc holds
+_DESC_REFS, _HANDLE_REFS = _baseline_refcounts()
 
 
 def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
