@@ -1,0 +1,182 @@
+"""The compiled-call fast path (signature-keyed entries, flattened replay plans) and the
+cached kernel launch: same graph, same results, same recompilation rules as the full path."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapescope
+import tapescope.core as mx
+from conftest import requires_mlx
+from tapescope.core.tracing import ReplayPlan, replay
+
+
+def _graph(d, seen=None):
+    """(primitive name, output shape, dtype, input graphs) of a lazy desc, recursively."""
+    if d.node is None:
+        return ("leaf", d.shape, d.dtype.name)
+    return (d.node.primitive.name, d.shape, d.dtype.name, d.index,
+            tuple(_graph(x) for x in d.node.inputs))
+
+
+PROGRAMS = {
+    "fused": lambda x, y: 2 * x + 3 * y - x * y,
+    "two outputs": lambda x, y: (mx.exp(x) * y, mx.sum(x * y, axis=-1)),
+    "reduction between": lambda x, y: mx.tanh(mx.sum(x * y, axis=0) + 1.0) * 2.0,
+    "returns argument": lambda x, y: (x, y * 2.0),
+    "returns constant": lambda x, y: (x + y, mx.array(3.0)),
+    "dict output": lambda x, y: {"a": x - y, "b": [x * y, 1]},
+    "single op": lambda x, y: x + y,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_fast_path_records_the_same_graph_as_replay(name):
+    f = PROGRAMS[name]
+    g = mx.compile(f)
+    rng = np.random.default_rng(0)
+    xn, yn = rng.uniform(-1, 1, (3, 4)).astype(np.float32), rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    x, y = mx.array(xn), mx.array(yn)
+    first = g(x, y)  # traces (slow path)
+    second = g(x, y)  # fast path
+    (entry,) = g._fast.values()
+    via_replay = replay(entry.program, [x._d, y._d])
+    via_plan = ReplayPlan(entry.program).run([x._d, y._d])
+    assert [_graph(d) for d in via_plan] == [_graph(d) for d in via_replay]
+    flat = lambda t: [a for a in (t if isinstance(t, tuple) else  # noqa: E731
+                                  [t["a"], t["b"][0]] if isinstance(t, dict) else [t])]
+    ref = f(x, y)
+    for a, b, r in zip(flat(first), flat(second), flat(ref)):
+        np.testing.assert_array_equal(np.array(b), np.array(a))  # fast path == full path
+        np.testing.assert_allclose(np.array(a), np.array(r), rtol=1e-6, atol=1e-7)
+    if name == "dict output":
+        assert second["b"][1] == 1 and isinstance(second["b"], list)
+    if name == "returns argument":
+        assert second[0] is not x and second[0]._d is x._d  # a new handle on the same desc
+
+
+def test_fast_path_skips_tracing_and_keeps_recompile_rules():
+    n = {"t": 0}
+
+    def f(x, y):
+        n["t"] += 1
+        return x * y + 1.0
+
+    g = mx.compile(f)
+    a, b = mx.ones((2, 3)), mx.ones((2, 3))
+    for _ in range(5):
+        mx.eval(g(a, b))
+    assert n["t"] == 1 and len(g._fast) == 1
+    g(mx.ones((3, 3)), mx.ones((3, 3)))  # new shape: traced
+    g(mx.ones((2, 3), dtype=mx.int32), mx.ones((2, 3), dtype=mx.int32))  # new dtype: traced
+    g(mx.ones((2, 3)), y=mx.ones((2, 3)))  # keyword: full path, new structure: traced
+    assert n["t"] == 4
+    g(mx.ones((2, 3)), y=mx.ones((2, 3)))
+    assert n["t"] == 4 and len(g._fast) == 3  # keyword calls never enter the fast table
+
+
+def test_fast_path_not_used_with_captured_state_or_shapeless():
+    state = [mx.array(1.0)]
+    g = mx.compile(lambda x: x + state[0], inputs=state)
+    x = mx.ones((3,))
+    g(x)
+    g(x)
+    assert not g._fast
+    state[0] = mx.array(5.0)
+    np.testing.assert_array_equal(np.array(g(x)), np.full(3, 6.0, np.float32))
+    h = mx.compile(lambda x: x * 2.0, shapeless=True)
+    h(x)
+    h(mx.ones((7,)))
+    assert not h._fast and np.array(h(mx.ones((7,)))).shape == (7,)
+
+
+def test_disable_compile_bypasses_fast_path():
+    n = {"t": 0}
+
+    def f(x):
+        n["t"] += 1
+        return x * 2.0 + 1.0
+
+    g = mx.compile(f)
+    x = mx.ones((4,))
+    g(x)
+    g(x)
+    mx.disable_compile()
+    try:
+        g(x)
+        g(x)
+    finally:
+        mx.enable_compile()
+    assert n["t"] == 3  # traced once, then the plain function twice
+
+
+@requires_mlx
+def test_fast_path_results_match_mlx(mlx):
+    rng = np.random.default_rng(1)
+    xn, yn = rng.uniform(-2, 2, (5, 6)).astype(np.float32), rng.uniform(-2, 2, (6,)).astype(np.float32)
+    f = lambda m, x, y: m.exp(-x) * m.sin(y) + 2 * x * y - m.tanh(x)  # noqa: E731
+    ours = mx.compile(lambda x, y: f(mx, x, y))
+    theirs = mlx.compile(lambda x, y: f(mlx, x, y))
+    for _ in range(3):
+        a = np.array(ours(mx.array(xn), mx.array(yn)))
+        b = np.array(theirs(mlx.array(xn), mlx.array(yn)))
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=2e-6)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from([(16,), (3, 5), (2, 3, 4), ()]),
+       layout=st.sampled_from(["plain", "transposed", "sliced"]), seed=st.integers(0, 2**16))
+def test_cached_launch_plans_follow_input_layouts(shape, layout, seed):
+    """One compiled function called on arrays of one shape but different layouts
+    (contiguous, transposed, sliced) keeps one launch plan per layout and stays correct."""
+    rng = np.random.default_rng(seed)
+    g = mx.compile(lambda x, y: x * y - 0.5 * x)
+    for lay in ("plain", layout, "plain", layout):
+        xn = rng.uniform(-2, 2, shape).astype(np.float32)
+        yn = rng.uniform(-2, 2, shape).astype(np.float32)
+        x = mx.array(xn)
+        if lay == "transposed" and len(shape) >= 2:
+            x = mx.transpose(mx.array(np.ascontiguousarray(xn.T)))
+        elif lay == "sliced" and len(shape) >= 1:
+            x = mx.array(np.repeat(xn, 2, axis=-1))[..., ::2]
+        out = np.array(g(x, mx.array(yn)))
+        np.testing.assert_array_equal(out, xn * yn - np.float32(0.5) * xn)
+
+
+def test_kernel_cache_clear_invalidates_launch_plans_and_hits_still_count():
+    g = mx.compile(lambda x: mx.sin(x) * 2.0 + 1.0)
+    x = mx.array(np.linspace(-1, 1, 10, dtype=np.float32))
+    mx.eval(g(x))
+    tapescope.clear_kernel_cache()
+    for _ in range(3):
+        np.testing.assert_allclose(np.array(g(x)), np.sin(np.array(x)) * 2 + 1, rtol=1e-6)
+    (e,) = [e for e in tapescope.kernel_cache() if "Sin" in e["name"]]
+    assert (e["misses"], e["hits"]) == (1, 2)
+
+
+def test_concurrent_calls_from_threads_give_right_results():
+    """Each thread has its own argument vector; kernels may run without the GIL."""
+    g = mx.compile(lambda x, y: x * y + x)
+    n = 1 << 17  # above the OpenMP size: the kernel releases the GIL
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            xn = rng.uniform(-1, 1, n).astype(np.float32)
+            yn = rng.uniform(-1, 1, n).astype(np.float32)
+            out = np.array(g(mx.array(xn), mx.array(yn)))
+            if not np.array_equal(out, xn * yn + xn):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
