@@ -262,3 +262,47 @@ def test_timeline_has_eval_primitive_and_event_records():
     prim = kinds(rec.records, "primitive")[-1]
     assert prim.name == "Add" and prim.stream == s.index and prim.end_ns >= prim.start_ns
     assert prim.nbytes == 16 and prim.node is not None and prim.thread is not None
+
+
+def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch):
+    """Thread A evaluates a slow node inline on the default stream; thread B evaluates a
+    consumer of it on the same stream meanwhile: B waits for A's event and gets the right
+    value (it must not find the input still lazy and stop)."""
+    from tapescope.core import evaluate as ev
+    from tapescope.kernels import rules
+
+    started = threading.Event()
+
+    def slow_exp(xp, a, out=None):
+        started.set()
+        time.sleep(0.3)
+        return np.exp(a)
+
+    monkeypatch.setitem(rules.RULES, "Exp", slow_exp)
+    monkeypatch.setattr(rules, "TAKES_OUT", rules.TAKES_OUT - {"Exp"})
+    ev._DISPATCH.clear()
+    try:
+        x = mx.array(np.linspace(0, 1, 8, dtype=np.float32)) * 1.0
+        mx.eval(x)
+        y = mx.exp(x)
+        z = y + 1.0
+        errors = []
+        a = threading.Thread(target=mx.eval, args=(y,))
+        a.start()
+        started.wait(5)
+
+        def consume():
+            try:
+                mx.eval(z)
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        b = threading.Thread(target=consume)
+        b.start()
+        a.join()
+        b.join()
+        assert not errors, errors
+        np.testing.assert_allclose(np.array(z), np.exp(np.array(x)) + 1, rtol=1e-6)
+    finally:
+        monkeypatch.undo()
+        ev._DISPATCH.clear()

@@ -65,16 +65,6 @@ class EvalState:
 
 def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
     """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)."""
-    if len(descs) == 1:
-        node = descs[0].node
-        if node is None:
-            return [], []
-        if node.event is None:
-            for inp in node.inputs:
-                if inp.node is not None:
-                    break
-            else:  # the common eager case: one node over evaluated inputs
-                return [node], []
     order: list[Node] = []
     pending: list[Node] = []
     seen: set[int] = set()
@@ -159,7 +149,7 @@ def _plan(order: list[Node]):
                     if timeline.enabled:
                         timeline.add("event_detach", timeline.now(), stream=si,
                                      detail={"event": ev.id, "node": n.id})
-                elif n.primitive.stream.index != si:
+                else:  # even on this stream: an inline eval on another thread may be running it
                     waits.append(lambda ev=ev, si=si: ev.wait(1, si))
         plan.setdefault(si, []).append((node, waits))
     return plan, streams, fences, updates
