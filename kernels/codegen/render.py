@@ -584,21 +584,24 @@ class CDialect(CFamily):
              "        for (; c < c1 && ((uintptr_t)(out0_p + c) % TS_VW) != 0; ++c) {"]
         L += self.body(tape, loads_at("c"), "          ")
         L += [f"          {o}_p[c] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        isz = np.dtype(outs[0][2]).itemsize
         L += ["        }",
-              f"        for (; c + {blk} <= c1; c += {blk}) {{"]
+              "        /* whole blocks, then a last partial block: its whole vectors streamed too */",
+              f"        for (; c < c1; c += {blk}) {{",
+              f"          const int64_t m = c1 - c < {blk} ? c1 - c : {blk};",
+              f"          const int64_t full = (m * {isz}) / TS_VW * TS_VW / {isz};"]
         L += [f"          {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
               for o, _, dt in outs]
         L += ["          #pragma omp simd",
-              f"          for (int64_t k = 0; k < {blk}; ++k) {{"]
+              "          for (int64_t k = 0; k < m; ++k) {"]
         L += self.body(tape, loads_at("c + k"), "            ")
         L += [f"            ts_{o}[k] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["          }"]
-        L += [f"          ts_stream({o}_p + c, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
-        L += ["        }",
-              "        for (; c < c1; ++c) {"]
-        L += self.body(tape, loads_at("c"), "          ")
-        L += [f"          {o}_p[c] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["        }",
+        L += [f"          ts_stream({o}_p + c, ts_{o}, (size_t)full * {isz});" for o, _, _ in outs]
+        L += ["          for (int64_t k = full; k < m; ++k) {"]
+        L += [f"            {o}_p[c + k] = ts_{o}[k];" for o, _, _ in outs]
+        L += ["          }",
+              "        }",
               "      } else",
               "#endif"]
         return L
