@@ -82,10 +82,10 @@ def main() -> None:
 
     peers = [p for p in ("numpy", "jax eager", "mlx") if p in rows["a + b"]]
     print(f"\n{'case':<14}{'tapescope us':>14}" + "".join(f"{p + ' us':>14}" for p in peers)
-          + "".join(f"{'ts/' + p:>12}" for p in peers))
+          + "".join(f"{'ts/' + p:>16}" for p in peers))
     for case, r in rows.items():
         line = f"{case:<14}{r['tapescope']:>14.2f}" + "".join(f"{r[p]:>14.2f}" for p in peers)
-        line += "".join(f"{r['tapescope'] / r[p]:>12.2f}" for p in peers)
+        line += "".join(f"{r['tapescope'] / r[p]:>16.2f}" for p in peers)
         print(line)
 
 
