@@ -165,6 +165,11 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     if asynchronous:
         _evaluate(descs, True)
         return
+    for d in descs:
+        if d.node is not None:
+            break
+    else:  # everything is available already: nothing to run, nothing to wait for
+        return
     _install_sigint()
     Interrupt.begin()
     try:
