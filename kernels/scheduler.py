@@ -191,40 +191,44 @@ def stop_workers() -> None:
         w.stop()
 
 
-class Interrupt:
-    """MLX's interrupt flag: honoured only while an eval runs, cleared when the last ends."""
+class _InterruptFlag:
+    """MLX's interrupt flag: honoured only while an eval runs, cleared when the last ends.
 
-    _lock = threading.Lock()
-    _running = 0
-    _flag = False
+    One instance, ``Interrupt``; ``begin``/``end`` bracket every eval (they are on the eager
+    hot path, hence a plain lock and instance attributes)."""
 
-    @classmethod
-    def begin(cls) -> None:
-        with cls._lock:
-            cls._running += 1
+    __slots__ = ("_lock", "_running", "_flag")
 
-    @classmethod
-    def end(cls) -> None:
-        with cls._lock:
-            cls._running -= 1
-            if cls._running == 0:
-                cls._flag = False
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._flag = False
 
-    @classmethod
-    def request(cls) -> bool:
+    def begin(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if not self._running:
+                self._flag = False
+
+    def request(self) -> bool:
         """Ask running evals to stop; True only if an eval was running."""
-        with cls._lock:
-            if cls._running:
-                cls._flag = True
+        with self._lock:
+            if self._running:
+                self._flag = True
                 if timeline.enabled:
                     timeline.add("interrupt", timeline.now())
                 return True
             return False
 
-    @classmethod
-    def interrupted(cls) -> bool:
-        return cls._flag
+    def interrupted(self) -> bool:
+        return self._flag
 
-    @classmethod
-    def running(cls) -> bool:
-        return cls._running > 0
+    def running(self) -> bool:
+        return self._running > 0
+
+
+Interrupt = _InterruptFlag()

@@ -42,9 +42,9 @@ def _baseline_refcounts() -> tuple[int, int]:
 _DESC_REFS, _HANDLE_REFS = _baseline_refcounts()
 
 
-def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
-    """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules)."""
-    nbytes = out.dtype.size * _size(out.shape)
+def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
+    """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules);
+    ``nbytes`` is the output's size in bytes."""
     for d in node.inputs:
         if sys.getrefcount(d) != _DESC_REFS:  # held elsewhere: the cheap, usual rejection
             continue
@@ -58,22 +58,17 @@ def _donor(node: Node, out: ArrayDesc) -> Optional[ArrayDesc]:
     return None
 
 
-def _size(shape: tuple) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 def _output_buffer(node: Node, out: ArrayDesc):
     """Memory for a single output: a donated input's buffer or a fresh allocator buffer."""
-    donor = _donor(node, out)
+    dtype = out.dtype
+    nbytes = dtype.size
+    for s in out.shape:
+        nbytes *= s
+    donor = _donor(node, out, nbytes)
     if donor is not None:
-        return donor.data.view(out.dtype.np), donor.buffer
-    alloc = _CPU
-    nbytes = out.dtype.size * _size(out.shape)
-    buf = alloc.malloc(nbytes)
-    return buf.view(nbytes, out.dtype.np, out.shape), BufferHandle(buf, alloc)
+        return donor.data.view(dtype.np), donor.buffer
+    buf = _CPU.malloc(nbytes)
+    return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, _CPU)
 
 
 def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:

@@ -15,7 +15,10 @@ the caller gets ``KeyboardInterrupt`` (or the error). A later eval resumes.
 
 from __future__ import annotations
 
+import signal
 import threading
+from _signal import getsignal as _getsignal  # the C function: signal.getsignal wraps it slowly
+from signal import SIGINT
 from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
@@ -364,6 +367,7 @@ def interrupt_eval() -> bool:
 
 _sigint_installed = None
 _MAIN_THREAD = threading.main_thread().ident
+get_ident = threading.get_ident
 
 
 def _install_sigint() -> None:
@@ -371,12 +375,9 @@ def _install_sigint() -> None:
     outside an eval the previous handler runs as before. Re-installed whenever somebody
     (IPython does, per cell) replaced it."""
     global _sigint_installed
-    if threading.get_ident() != _MAIN_THREAD:
+    if get_ident() != _MAIN_THREAD:
         return
-    import _signal
-    import signal
-
-    previous = _signal.getsignal(signal.SIGINT)
+    previous = _getsignal(SIGINT)
     if previous is _sigint_installed and previous is not None:
         return
 
