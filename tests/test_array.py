@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -92,6 +92,12 @@ def test_numpy_arrays_keep_or_narrow_their_dtype(data, src):
     with np.errstate(all="ignore"):
         same(lambda m: m.array(arr))
         target = data.draw(st.sampled_from(DTYPES), label="dtype")
+        if arr.dtype.kind in "fc" and target[0] in "iu" and arr.size:
+            # a float out of the integer type's range converts as C's undefined behaviour
+            # leaves it (MLX and numpy differ, and so do CPUs): compare in-range values only
+            info = np.iinfo(np.dtype(target))
+            real = arr.real.astype(np.float64)
+            assume(bool(np.all(np.isfinite(real) & (real >= info.min) & (real <= info.max))))
         same(lambda m: m.array(arr, dtype=getattr(m, target)))
 
 
