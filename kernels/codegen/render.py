@@ -9,26 +9,17 @@ small subclasses of ``CFamily`` that override the tables and the thread-index pa
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Optional
 
 import ml_dtypes
 import numpy as np
 
+from .c_ops import EXTRA_C_OPS, Unsupported, _is_float, _is_half, helper_source
 from .tape import Tape, TapeInput
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-class Unsupported(Exception):
-    """The dialect cannot express this tape (the runtime then interprets it with numpy)."""
-
-
-def _is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or dt == _BF16
-
-
-def _is_half(dt: np.dtype) -> bool:
-    return dt == np.float16 or dt == _BF16
+_CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
 class CFamily:
@@ -205,6 +196,7 @@ C_OPS: dict[str, Callable] = {
     "Select": lambda d, a, o, i: f"({a[0]} ? {a[1]} : {a[2]})",
     "AsType": _astype,
     "Broadcast": lambda d, a, o, i: a[0],
+    **EXTRA_C_OPS,  # the ops with more involved MLX semantics (c_ops.py)
 }
 
 C_MATH = {
@@ -374,12 +366,29 @@ class CDialect(CFamily):
             return f"(float)(_Float16)({expr})"
         return expr
 
+    def exp_name(self, dt: np.dtype) -> str:
+        """The exp function the kernels call for values of dtype ``dt`` (ts_expf for float32)."""
+        return self._fn_name("exp", dt)
+
     def preamble(self, tape: Tape) -> str:
         used = set()
+        helpers: dict = {}
+        unary = set(self.math_functions.values())
         for op in tape.ops:
+            in_dt = tape.dtype_of(op.inputs[0]) if op.inputs else op.dtype
             stem = self.math_functions.get(op.primitive)
             if stem:
-                used.add(self._fn_name(stem, tape.dtype_of(op.inputs[0])))
+                used.add(self._fn_name(stem, in_dt))
+                continue
+            if op.primitive not in self.code_for_op:
+                continue
+            # other spellings may call math functions or helpers: find them in the text
+            expr = self.op_expr(op.primitive, [f"a{k}" for k in range(len(op.inputs))],
+                                op.dtype, in_dt)
+            helpers.update(helper_source(expr))
+            for fn in _CALL.findall(expr):
+                if fn in _C_OWN_MATH or fn in unary or (fn.endswith("f") and fn[:-1] in unary):
+                    used.add(fn)
         decls = []
         for fn in sorted(used):
             stem = fn[:-1] if fn.endswith("f") and fn[:-1] in self.vector_math else fn
@@ -387,7 +396,8 @@ class CDialect(CFamily):
                 ct = "double" if fn == stem else "float"
                 decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
         own = "".join(_C_OWN_MATH[f] for f in sorted(used) if f in _C_OWN_MATH)
-        return _C_PRELUDE + _C_STREAM + own + ("\n".join(decls) + "\n" if decls else "")
+        return (_C_PRELUDE + _C_STREAM + own + ("\n".join(decls) + "\n" if decls else "")
+                + "".join(helpers[k] for k in sorted(helpers)))
 
     @staticmethod
     def compute_dtype(dt):

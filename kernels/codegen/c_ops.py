@@ -1,0 +1,298 @@
+"""C spellings of the elementwise ops whose MLX semantics need more than one C operator.
+
+Integer floor division and remainder (by zero, ``INT_MIN // -1``), integer powers (negative
+exponents give 0, wrapping like repeated squaring), shifts past the bit width (MLX's x86
+CPU: the count is taken modulo max(32, width)), ``logaddexp`` with infinities, the sign of
+NaN, round half to even, and float16 results rounded after every step the numpy rule takes
+in float16. Each spelling is ``fn(dialect, args, out_dtype, in_dtype) -> C expression``; the
+ones that need statements call ``static inline`` helpers (``ts_<op>_<type>``) whose source
+``helper_source`` returns, so the preamble includes only the helpers a kernel uses.
+
+The semantics reproduced are those of ``kernels/rules/elementwise.py`` (the numpy rules).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class Unsupported(Exception):
+    """The dialect cannot express this tape (the runtime then interprets it with numpy)."""
+
+
+def _is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt == _BF16
+
+
+def _is_half(dt: np.dtype) -> bool:
+    return dt == np.float16 or dt == _BF16
+
+
+_INT_C = {"i1": ("int8_t", "uint8_t"), "i2": ("int16_t", "uint16_t"),
+          "i4": ("int32_t", "uint32_t"), "i8": ("int64_t", "uint64_t"),
+          "u1": ("uint8_t", "uint8_t"), "u2": ("uint16_t", "uint16_t"),
+          "u4": ("uint32_t", "uint32_t"), "u8": ("uint64_t", "uint64_t")}
+
+
+def _int_key(dt: np.dtype) -> str:
+    return f"{dt.kind}{dt.itemsize}"
+
+
+def _flt_key(d, dt: np.dtype) -> str:
+    return "f64" if np.dtype(dt) == np.float64 else "f32"
+
+
+def _f16_step(d, dt: np.dtype, expr: str) -> str:
+    """Round an intermediate to float16 when the numpy rule computes it in float16 (bfloat16
+    rules run wholly in float32, so their intermediates stay in float)."""
+    return d.round_to(dt, expr) if np.dtype(dt) == np.float16 else expr
+
+
+def _lit(d, dt: np.dtype, v: float) -> str:
+    return repr(float(v)) if np.dtype(dt) == np.float64 else f"{float(v)!r}f"
+
+
+# -- helpers: name -> C source ------------------------------------------------------------
+
+def _int_helpers(key: str) -> dict:
+    t, u = _INT_C[key]
+    signed = key[0] == "i"
+    if signed:
+        fdiv = (f"static inline {t} ts_floordiv_{key}({t} a, {t} b) {{\n"
+                f"  if (b == 0) return 0;\n"
+                f"  if (b == -1) return ({t})(({u})0 - ({u})a);  /* INT_MIN // -1 wraps */\n"
+                f"  {t} q = ({t})(a / b), r = ({t})(a % b);\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(q - 1) : q;\n}}\n")
+        rem = (f"static inline {t} ts_rem_{key}({t} a, {t} b) {{\n"
+               f"  if (b == 0) return a;\n"
+               f"  if (b == -1) return 0;\n"
+               f"  {t} r = ({t})(a % b);\n"
+               f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n}}\n")
+        neg = "  if (b < 0) return 0;  /* MLX: negative integer exponents give 0 */\n"
+    else:
+        fdiv = (f"static inline {t} ts_floordiv_{key}({t} a, {t} b) {{\n"
+                f"  return b == 0 ? 0 : ({t})(a / b);\n}}\n")
+        rem = (f"static inline {t} ts_rem_{key}({t} a, {t} b) {{\n"
+               f"  return b == 0 ? a : ({t})(a % b);\n}}\n")
+        neg = ""
+    pw = (f"static inline {t} ts_pow_{key}({t} a, {t} b) {{\n{neg}"
+          f"  uint64_t r = 1, x = (uint64_t)({u})a, e = (uint64_t)({u})b;\n"
+          f"  while (e) {{ if (e & 1) r *= x; x *= x; e >>= 1; }}\n"
+          f"  return ({t})({u})r;\n}}\n")
+    return {f"ts_floordiv_{key}": fdiv, f"ts_rem_{key}": rem, f"ts_pow_{key}": pw}
+
+
+def _float_helpers(key: str) -> dict:
+    t = "double" if key == "f64" else "float"
+    s = "" if key == "f64" else "f"
+    ln2 = "0.693147180559945309417232121458176568" + ("" if key == "f64" else "f")
+    zero = "0.0" + s
+    # numpy's npy_logaddexp: equal arguments (also equal infinities) give x + ln 2
+    lae = (f"static inline {t} ts_logaddexp_{key}({t} x, {t} y) {{\n"
+           f"  if (x == y) return x + {ln2};\n"
+           f"  const {t} d = x - y;\n"
+           f"  if (d > {zero}) return x + log1p{s}(exp{s}(-d));\n"
+           f"  if (d <= {zero}) return y + log1p{s}(exp{s}(d));\n"
+           f"  return d;  /* NaN */\n}}\n")
+    # the divisor's sign: fmod, plus b when the remainder is nonzero and of the other sign
+    rem = (f"static inline {t} ts_rem_{key}({t} a, {t} b) {{\n"
+           f"  const {t} r = fmod{s}(a, b);\n"
+           f"  return (r != {zero} && ((r < {zero}) != (b < {zero}))) ? r + b : r;\n}}\n")
+    return {f"ts_logaddexp_{key}": lae, f"ts_rem_{key}": rem}
+
+
+HELPERS: dict = {}
+for _k in _INT_C:
+    HELPERS.update(_int_helpers(_k))
+for _k in ("f32", "f64"):
+    HELPERS.update(_float_helpers(_k))
+
+_IDENT = re.compile(r"\b(ts_[A-Za-z0-9_]+)\s*\(")
+
+
+def helper_source(expr: str) -> dict:
+    """The helpers ``expr`` calls: name -> C source."""
+    return {n: HELPERS[n] for n in _IDENT.findall(expr) if n in HELPERS}
+
+
+# -- spellings ------------------------------------------------------------------------------
+
+def _identity(d, a, o, i):
+    return a[0]
+
+
+def _rounding(fn: str) -> Callable:
+    def spell(d, a, o, i):
+        if not _is_float(i):
+            return a[0]  # integers and bools are their own floor / ceil / round
+        return f"{d.math(fn, d.compute_dtype(i))}({a[0]})"
+
+    return spell
+
+
+def _bitwise(sym: str) -> Callable:
+    def spell(d, a, o, i):
+        if _is_float(i) or i.kind == "c":
+            raise Unsupported(f"bitwise op on {i}")
+        if i.kind == "b":
+            return f"({a[0]} {sym} {a[1]})"
+        return f"({d.compute_type(i)})({a[0]} {sym} {a[1]})"
+
+    return spell
+
+
+def _invert(d, a, o, i):
+    if _is_float(i) or i.kind == "c":
+        raise Unsupported(f"BitwiseInvert on {i}")
+    if i.kind == "b":
+        return f"(!{a[0]})"
+    return f"({d.compute_type(i)})(~{a[0]})"
+
+
+def _ints_or_bool(i: np.dtype, prim: str) -> None:
+    if i.kind not in "biu":
+        raise Unsupported(f"{prim} on {i}")
+
+
+def _shift(left: bool) -> Callable:
+    def spell(d, a, o, i):
+        _ints_or_bool(i, "shift")
+        t = d.compute_type(i)
+        if i.itemsize < 4:  # shifted as a C int, truncated back
+            if left:
+                return f"({t})((uint32_t)(int32_t){a[0]} << ((int64_t){a[1]} & 31))"
+            return f"({t})((int32_t){a[0]} >> ((int64_t){a[1]} & 31))"
+        bits = i.itemsize * 8
+        if left:
+            u = _INT_C[_int_key(i)][1]
+            return f"({t})(({u}){a[0]} << ((int64_t){a[1]} & {bits - 1}))"
+        return f"({t})({a[0]} >> ((int64_t){a[1]} & {bits - 1}))"
+
+    return spell
+
+
+def _floor_divide(d, a, o, i):
+    if i.kind == "b":
+        return f"({a[0]} && {a[1]})"
+    if i.kind in "iu":
+        return f"ts_floordiv_{_int_key(i)}({a[0]}, {a[1]})"
+    if not _is_float(i):
+        raise Unsupported(f"FloorDivide on {i}")
+    return f"{d.math('floor', d.compute_dtype(i))}({_f16_step(d, i, f'{a[0]} / {a[1]}')})"
+
+
+def _remainder(d, a, o, i):
+    if i.kind == "b":
+        return f"({a[0]} && !{a[1]})"
+    if i.kind in "iu":
+        return f"ts_rem_{_int_key(i)}({a[0]}, {a[1]})"
+    if not _is_float(i):
+        raise Unsupported(f"Remainder on {i}")
+    return f"ts_rem_{_flt_key(d, i)}({a[0]}, {a[1]})"
+
+
+def _power(d, a, o, i):
+    if i.kind == "b":
+        return f"({a[0]} || !{a[1]})"
+    if i.kind in "iu":
+        return f"ts_pow_{_int_key(i)}({a[0]}, {a[1]})"
+    if not _is_float(i):
+        raise Unsupported(f"Power on {i}")
+    return f"{d.math('pow', d.compute_dtype(i))}({a[0]}, {a[1]})"
+
+
+def _float_fn(fn: str) -> Callable:
+    def spell(d, a, o, i):
+        if not _is_float(i):
+            raise Unsupported(f"{fn} on {i}")
+        return f"{d.math(fn, d.compute_dtype(i))}({', '.join(a)})"
+
+    return spell
+
+
+def _logaddexp(d, a, o, i):
+    if not _is_float(i):
+        raise Unsupported(f"LogAddExp on {i}")
+    return f"ts_logaddexp_{_flt_key(d, i)}({a[0]}, {a[1]})"
+
+
+def _rsqrt(d, a, o, i):
+    if not _is_float(i):
+        raise Unsupported(f"Rsqrt on {i}")
+    one = _lit(d, d.compute_dtype(i), 1.0)
+    root = _f16_step(d, i, f"{d.math('sqrt', d.compute_dtype(i))}({a[0]})")
+    return f"({one} / {root})"
+
+
+def _sigmoid(d, a, o, i):
+    if not _is_float(i):
+        raise Unsupported(f"Sigmoid on {i}")
+    one = _lit(d, d.compute_dtype(i), 1.0)
+    e = _f16_step(d, i, f"{d.exp_name(i)}(-{a[0]})")
+    return f"({one} / {_f16_step(d, i, f'{one} + {e}')})"
+
+
+def _sign(d, a, o, i):
+    if i.kind == "b":
+        return a[0]
+    if i.kind == "c":
+        raise Unsupported("Sign on complex")
+    t = d.compute_type(i)
+    if i.kind == "u":
+        return f"({t})({a[0]} > 0)"
+    return f"({t})(({a[0]} > 0) - ({a[0]} < 0))"  # NaN gives 0
+
+
+def _real_part(imag: bool) -> Callable:
+    def spell(d, a, o, i):
+        if i.kind == "c":
+            raise Unsupported("complex")
+        return f"({d.compute_type(i)})0" if imag else a[0]
+
+    return spell
+
+
+def _conjugate(d, a, o, i):
+    if i.kind == "c":
+        raise Unsupported("complex")
+    return a[0]
+
+
+def _nan_equal(d, a, o, i):
+    if _is_float(i):
+        return f"(({a[0]} == {a[1]}) || ({a[0]} != {a[0]} && {a[1]} != {a[1]}))"
+    if i.kind == "c":
+        raise Unsupported("complex")
+    return f"({a[0]} == {a[1]})"
+
+
+EXTRA_C_OPS: dict = {
+    "ArcTan2": _float_fn("atan2"),
+    "BitwiseAnd": _bitwise("&"),
+    "BitwiseOr": _bitwise("|"),
+    "BitwiseXor": _bitwise("^"),
+    "BitwiseInvert": _invert,
+    "Ceil": _rounding("ceil"),
+    "Floor": _rounding("floor"),
+    "Round": _rounding("rint"),  # half to even in the default rounding mode
+    "FloorDivide": _floor_divide,
+    "Remainder": _remainder,
+    "Power": _power,
+    "LeftShift": _shift(True),
+    "RightShift": _shift(False),
+    "LogAddExp": _logaddexp,
+    "Rsqrt": _rsqrt,
+    "Sigmoid": _sigmoid,
+    "Sign": _sign,
+    "StopGradient": _identity,
+    "Real": _real_part(False),
+    "Imag": _real_part(True),
+    "Conjugate": _conjugate,
+    "NaNEqual": _nan_equal,
+}
