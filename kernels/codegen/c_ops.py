@@ -51,7 +51,7 @@ def _flt_key(d, dt: np.dtype) -> str:
 def _f16_step(d, dt: np.dtype, expr: str) -> str:
     """Round an intermediate to float16 when the numpy rule computes it in float16 (bfloat16
     rules run wholly in float32, so their intermediates stay in float)."""
-    return d.round_to(dt, expr) if np.dtype(dt) == np.float16 else expr
+    return d.round_to(dt, expr) if np.dtype(dt) == np.float16 else f"({expr})"
 
 
 def _lit(d, dt: np.dtype, v: float) -> str:
