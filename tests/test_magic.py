@@ -8,6 +8,7 @@ themselves.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -327,13 +328,14 @@ def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
     jupyter_client = pytest.importorskip("jupyter_client")
     km = jupyter_client.KernelManager(kernel_name="python3")
     km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
-                    env={"PYTHONPATH": ":".join(sys.path)})
+                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=60)
+        # long enough (seconds, even on an idle machine) that the button lands mid-eval
         _execute(kc, "%load_ext tapescope\nimport numpy as np\nx = mx.array(np.zeros(8, dtype=np.int32))\n"
-                     "for _ in range(40000):\n    x = x + 1")
+                     "for _ in range(100000):\n    x = x + 1")
         msg_id = kc.execute(WATCHED_EVAL)
         deadline = time.time() + 60
         while time.time() < deadline:  # wait until nodes are running, then press the button
@@ -341,7 +343,7 @@ def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
             if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream"
                     and "RUNNING" in msg["content"]["text"]):
                 break
-        time.sleep(0.3)
+        time.sleep(0.1)
         km.interrupt_kernel()
         msgs = _collect(kc, msg_id)
         enames = [m["content"]["ename"] for m in msgs if m["msg_type"] == "error"]
