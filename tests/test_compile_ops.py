@@ -12,6 +12,7 @@ float32 and rounded once). Exact for integers, bools and exactly rounded float o
 
 from __future__ import annotations
 
+import math
 import ml_dtypes
 import numpy as np
 import pytest
@@ -133,22 +134,31 @@ def program(name: str):
 
 # -- values ----------------------------------------------------------------------------------
 
+def edges(name: str) -> list:
+    """Edge values of a dtype: zeros, ±1, int min/max, shift counts around the widths, ±inf, NaN."""
+    dt = npdt(name)
+    if name == "bool_":
+        return [False, True]
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        bits = dt.itemsize * 8
+        vals = [0, 1, 2, 3, -1, -2, -3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100,
+                bits - 1, bits, bits + 1, info.min, info.min + 1, info.max, info.max - 1]
+        return sorted({int(e) for e in vals if info.min <= e <= info.max})
+    return [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, -3.0, np.inf, -np.inf, np.nan,
+            1e-3, 7.0, -7.0, 100.0, 6e4, 1e30]
+
+
 def elements(name: str):
     dt = npdt(name)
     if name == "bool_":
         return st.booleans()
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        bits = dt.itemsize * 8
-        edges = [0, 1, 2, 3, -1, -2, -3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100,
-                 bits - 1, bits, bits + 1, info.min, info.min + 1, info.max, info.max - 1]
-        edges = [e for e in edges if info.min <= e <= info.max]
-        return st.one_of(st.sampled_from(edges), st.integers(-40, 40).filter(
+        return st.one_of(st.sampled_from(edges(name)), st.integers(-40, 40).filter(
             lambda v: info.min <= v <= info.max), st.integers(int(info.min), int(info.max)))
     width = 64 if name == "float64" else 32  # float16 values are rounded from float32
-    edges = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, -3.0, np.inf, -np.inf, np.nan,
-             1e-3, 7.0, -7.0, 100.0, 6e4, 1e30]
-    return st.one_of(st.sampled_from(edges), st.floats(-8, 8, width=width),
+    return st.one_of(st.sampled_from(edges(name)), st.floats(-8, 8, width=width),
                      st.floats(width=width, allow_nan=True, allow_infinity=True))
 
 
@@ -215,15 +225,12 @@ def built_variants(fn) -> dict:
 _COMPILED: dict = {}
 
 
-@pytest.mark.parametrize("name", ALL)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_compiled_equals_uncompiled_equals_numpy(name, data):
+def run_and_check(name: str, x: np.ndarray, y: np.ndarray) -> None:
+    """The compiled program on (x, y) and on a transposed x against the eager run and numpy."""
     names, fn = program(name)
     if name not in _COMPILED:
         _COMPILED[name] = mx.compile(fn)
     cfn = _COMPILED[name]
-    x, y = data.draw(operands(name))
     xt = to_mx(np.ascontiguousarray(x.T)).T  # the same values through a strided view
     mx.eval(xt)
     for layout, xa, variant in (("contiguous", to_mx(x), "contiguous"),
@@ -238,12 +245,32 @@ def test_compiled_equals_uncompiled_equals_numpy(name, data):
             with np.errstate(all="ignore"):
                 want = np.asarray(refs[kind(name)](*args)).astype(npdt(name))
             what = f"{op} {name} {layout}"
-            g, u = as_np(g.astype(mx.float32) if g.dtype == mx.bfloat16 else g), \
-                as_np(u.astype(mx.float32) if u.dtype == mx.bfloat16 else u)
+            g, u = (as_np(v.astype(mx.float32) if v.dtype == mx.bfloat16 else v) for v in (g, u))
             if name == "bfloat16":
                 g, u = g.astype(BF16), u.astype(BF16)
             check(g, u, exact, what + " compiled vs uncompiled")
             check(g, want, exact, what + " compiled vs numpy")
+
+
+@pytest.mark.parametrize("name", ALL)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_compiled_equals_uncompiled_equals_numpy(name, data):
+    x, y = data.draw(operands(name))
+    run_and_check(name, x, y)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_pair_of_edge_values(name):
+    """Every (x, y) pair of edge values: INT_MIN // -1, x % 0, shifts past the width,
+    negative powers, inf - inf in logaddexp, NaN signs, ..."""
+    e = edges(name)
+    with np.errstate(over="ignore"):
+        v = np.array(e, dtype=object if name not in FLOATS else None).astype(
+            npdt(name) if name not in FLOATS else (np.float64 if name == "float64" else np.float32))
+        v = v.astype(npdt(name))
+    x, y = np.meshgrid(v, v, indexing="ij")
+    run_and_check(name, np.ascontiguousarray(x), np.ascontiguousarray(y))
 
 
 @pytest.mark.parametrize("name", FLOATS)
@@ -275,3 +302,15 @@ def test_every_spelled_op_is_covered():
              "arctan2": "ArcTan2", "logaddexp": "LogAddExp"}
     assert set(prims) == set(OPS)
     assert all(p in C_OPS for p in prims.values()) and "NaNEqual" in C_OPS
+
+
+def test_op_without_c_spelling_still_falls_back_with_reason():
+    """Erf has no C spelling: its tape runs interpreted with numpy and the timeline says why."""
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    with tapescope.record() as rec:
+        out = mx.compile(lambda a: mx.erf(a * 2.0) + 1.0)(to_mx(x))
+        mx.eval(out)
+    want = [1.0 + math.erf(2.0 * float(v)) for v in x]  # the reference: Python's math.erf
+    np.testing.assert_allclose(np.array(out), want, rtol=1e-6, atol=1e-6)
+    fb = [r for r in rec.records if r.kind == "kernel_fallback"]
+    assert fb and "Erf" in fb[0].detail["reason"]
