@@ -204,6 +204,7 @@ C_MATH = {
     "Expm1": "expm1", "Sqrt": "sqrt", "Sin": "sin", "Cos": "cos", "Tan": "tan",
     "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh", "ArcSin": "asin", "ArcCos": "acos",
     "ArcTan": "atan", "ArcSinh": "asinh", "ArcCosh": "acosh", "ArcTanh": "atanh",
+    "Erf": "erf",  # glibc's erff / erf: within 1 ulp (scalar calls; libmvec has no erf)
 }
 
 # libm functions glibc's libmvec has vector versions of (glibc >= 2.35 for most).
