@@ -19,6 +19,7 @@ import numpy as np
 
 from tapescope.core import primitive as _prim
 from tapescope.core.array import ArrayDesc, array
+from tapescope.core.tree import tree_unflatten
 
 __all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
 
@@ -421,18 +422,6 @@ def _flatten(obj: Any, path: str, arrays: list, names: list) -> None:
             _flatten(x, f"{path}[{k!r}]", arrays, names)
 
 
-def _unflatten(obj: Any, it: Any) -> Any:
-    if isinstance(obj, array):
-        return next(it)
-    if isinstance(obj, list):
-        return [_unflatten(x, it) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(_unflatten(x, it) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _unflatten(x, it) for k, x in obj.items()}
-    return obj
-
-
 def _arg_names(fun: Callable, n: int) -> list:
     """Parameter names for the first ``n`` positional arguments (``arg<i>`` where unknown)."""
     names = [f"arg{i}" for i in range(n)]
@@ -465,8 +454,8 @@ def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Gra
 
     def run(tracers: list) -> tuple:
         it = iter(tracers)
-        a = _unflatten(args, it)
-        k = _unflatten(kwargs, it)
+        a = tree_unflatten(args, it)
+        k = tree_unflatten(kwargs, it)
         out = fun(*a, **k)
         flat: list = []
         onames: list = []

@@ -6,22 +6,10 @@ from typing import Any
 
 from tapescope.kernels import scheduler
 
-from .array import ArrayDesc, array
+from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .scheduling import evaluate, interrupt_eval  # noqa: F401  (re-exported)
-
-
-def tree_flatten_arrays(tree: Any, out: list[ArrayDesc]) -> list[ArrayDesc]:
-    """Collect the descs of every array in a pytree of lists, tuples and dicts."""
-    if isinstance(tree, array):
-        out.append(tree._d)
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            tree_flatten_arrays(t, out)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            tree_flatten_arrays(t, out)
-    return out
+from .scheduling import evaluate
+from .tree import tree_arrays
 
 
 def eval(*args: Any) -> None:
@@ -32,7 +20,7 @@ def eval(*args: Any) -> None:
     if len(args) == 1 and args[0].__class__ is array:  # the common ``mx.eval(x)``
         evaluate([args[0]._d])
     else:
-        evaluate(tree_flatten_arrays(args, []))
+        evaluate([a._d for a in tree_arrays(args)])
 
 
 def async_eval(*args: Any) -> None:
@@ -41,7 +29,7 @@ def async_eval(*args: Any) -> None:
     Work goes onto each stream's worker thread; reading a result (``item()``, printing,
     ``mx.eval``) waits for it.
     """
-    evaluate(tree_flatten_arrays(args, []), asynchronous=True)
+    evaluate([a._d for a in tree_arrays(args)], asynchronous=True)
 
 
 def synchronize(stream: StreamOrDevice = None) -> None:

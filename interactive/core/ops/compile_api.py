@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ..array import array
+from ..tree import tree_arrays, tree_unflatten
 from ..fusion import fuse
 from ..tracing import Program, ReplayPlan, replay, simplify, trace
 
@@ -63,37 +64,6 @@ def _flatten(obj: Any, arrays: list, key: list) -> None:
         raise _type_error(obj)
 
 
-def _unflatten(obj: Any, it) -> Any:
-    """``obj`` with its arrays replaced, in order, by the next items of ``it``."""
-    if isinstance(obj, array):
-        return next(it)
-    if isinstance(obj, list):
-        return [_unflatten(x, it) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(_unflatten(x, it) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _unflatten(v, it) for k, v in obj.items()}
-    return obj
-
-
-def _tree_arrays(obj: Any) -> list:
-    """The arrays of a pytree (lists, tuples, dicts; other leaves are skipped)."""
-    out: list = []
-
-    def walk(x):
-        if isinstance(x, array):
-            out.append(x)
-        elif isinstance(x, (list, tuple)):
-            for y in x:
-                walk(y)
-        elif isinstance(x, dict):
-            for y in x.values():
-                walk(y)
-
-    walk(obj)
-    return out
-
-
 def _tree_fill(obj: Any, it) -> None:
     """Put the next arrays of ``it`` into the array slots of mutable containers, in place."""
     if isinstance(obj, list):
@@ -115,7 +85,7 @@ def _tree_fill(obj: Any, it) -> None:
 
 def _structure(out: Any) -> tuple:
     """(flat arrays, a template to rebuild the output tree from new arrays)."""
-    return _tree_arrays(out), out
+    return tree_arrays(out), out
 
 
 class _Entry:
@@ -170,14 +140,14 @@ class CompiledFunction:
                         h = array.__new__(array)
                         h._d = outs[0]
                         return h
-                    return _unflatten(entry.template, iter([array._wrap(d) for d in outs]))
+                    return tree_unflatten(entry.template, iter([array._wrap(d) for d in outs]))
         arrays: list = []
         key: list = []
         _flatten(args, arrays, key)
         n_args = len(arrays)
         _flatten(kwargs, arrays, key)
         n_kw = len(arrays)
-        captured_in = _tree_arrays(self._inputs) if self._inputs is not None else []
+        captured_in = tree_arrays(self._inputs) if self._inputs is not None else []
         arrays.extend(captured_in)
         if self._shapeless:
             sig = tuple((x.ndim, x.dtype) for x in arrays)
@@ -202,7 +172,7 @@ class CompiledFunction:
         main = handles[:entry.n_outputs]
         if self._outputs is not None:
             _tree_fill(self._outputs, iter(handles[entry.n_outputs:]))
-        return _unflatten(entry.template, iter(main))
+        return tree_unflatten(entry.template, iter(main))
 
     def _trace(self, args, kwargs, arrays, n_args, n_kw) -> _Entry:
         avals = [(x.shape, x.dtype) for x in arrays]
@@ -210,11 +180,11 @@ class CompiledFunction:
 
         def run(tracers: list):
             it = iter(tracers)
-            a = _unflatten(args, it)
-            k = _unflatten(kwargs, it)
+            a = tree_unflatten(args, it)
+            k = tree_unflatten(kwargs, it)
             originals = []
             if self._inputs is not None:
-                originals = _tree_arrays(self._inputs)
+                originals = tree_arrays(self._inputs)
                 _tree_fill(self._inputs, iter(tracers[n_kw:]))
             try:
                 out = self._fun(*a, **k)
@@ -226,7 +196,7 @@ class CompiledFunction:
             flat, template = _structure(out)
             box["n"] = len(flat)
             if self._outputs is not None:
-                flat = flat + _tree_arrays(self._outputs)
+                flat = flat + tree_arrays(self._outputs)
             return flat, template
 
         program, template = trace(run, avals)
