@@ -17,3 +17,14 @@ def mlx():
     if mlx_ref is None:
         pytest.skip("mlx is not installed")
     return mlx_ref
+
+
+# Hypothesis: a fixed sequence of examples by default, so a run (CI's included) is
+# reproducible; TAPESCOPE_HYPOTHESIS_RANDOM=1 explores new examples instead.
+import os as _os  # noqa: E402
+
+from hypothesis import settings as _settings  # noqa: E402
+
+_settings.register_profile("tapescope", derandomize=not _os.environ.get("TAPESCOPE_HYPOTHESIS_RANDOM"),
+                           deadline=None)
+_settings.load_profile("tapescope")
