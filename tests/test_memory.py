@@ -403,3 +403,44 @@ def test_a_numpy_view_keeps_its_buffer_from_being_reused(clean_memory):
     before = mx.get_active_memory()
     del v  # the last holder of x's buffer
     assert mx.get_active_memory() == before - 4096 * 4
+
+
+def test_eager_steps_donate_on_every_path(clean_memory):
+    """``x = f(x); mx.eval(x)``: each step's only input is unheld, so the output takes its
+    buffer — through the one-node fast path, the inline path and a worker stream alike."""
+    s = mx.new_stream(mx.cpu)
+    for stream in (None, s):
+        x = f32(4096) + 1.0
+        mx.eval(x)
+        buf = x._d.buffer.buffer
+        for _ in range(5):
+            x = mx.exp(-x, stream=stream)  # one node over an evaluated input
+            mx.async_eval(x) if stream is not None else mx.eval(x)
+            mx.synchronize(s)
+            assert x._d.buffer.buffer is buf
+
+
+def test_multi_output_compiled_tape_takes_an_unheld_input_buffer(clean_memory):
+    def two(a):
+        y = mx.exp(a) * 2.0
+        return y, mx.sin(y) + 1.0  # one fused tape with two outputs
+
+    f = mx.compile(two)
+    vals = np.linspace(-1, 1, 4096, dtype=np.float32)
+    t = mx.array(vals) * 1.0
+    mx.eval(t)
+    buf = t._d.buffer.buffer
+    e, s = f(t)
+    del t  # now only the Compiled node holds it
+    mx.eval(e, s)
+    assert e._d.buffer.buffer is buf  # MLX's rule: the first output takes the donor's buffer
+    assert s._d.buffer.buffer is not buf
+    want = np.exp(vals) * np.float32(2)
+    np.testing.assert_allclose(np.array(e), want, rtol=1e-6)
+    np.testing.assert_allclose(np.array(s), np.sin(want) + 1, rtol=1e-5, atol=1e-6)
+    held = mx.array(vals) * 1.0
+    mx.eval(held)
+    e2, _ = f(held)
+    mx.eval(e2)
+    assert e2._d.buffer is not held._d.buffer  # held elsewhere: never donated
+    np.testing.assert_array_equal(np.array(held), vals)

@@ -121,14 +121,11 @@ def run_node(node: Node) -> None:
     fn, takes_out, elementwise, view = _dispatch(prim.name, prim.kind)
     inputs = node.inputs
     ins = [d.data for d in inputs]
-    upcast = False
-    if elementwise:
-        for d in inputs:
-            if d.dtype is _BF16:
-                # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does.
-                upcast = True
-                ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
-                break
+    # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does. (No loop
+    # variable may outlive a check over ``inputs``: it would hold an input and stop donation.)
+    upcast = elementwise and _any_bfloat16(inputs)
+    if upcast:
+        ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
     t0 = timeline.now() if timeline.enabled else 0
     out_handle = None
     outputs = node.outputs
@@ -153,6 +150,13 @@ def run_node(node: Node) -> None:
 
 
 _DONE = object()
+
+
+def _any_bfloat16(inputs: list) -> bool:
+    for d in inputs:
+        if d.dtype is _BF16:
+            return True
+    return False
 
 
 def _quiet_numpy():
@@ -207,9 +211,21 @@ def _compute(node: Node, prim, fn, takes_out: bool, upcast: bool, ins: list, out
                 if t0:
                     _record(prim, node, t0, out.nbytes)
                 return _DONE
+        elif prim.name in rules.TAKES_DONATABLE:
+            res = fn(np, *ins, donatable=_donatable_inputs(node), **prim.kw)
         else:
             res = fn(np, *ins, **prim.kw)
     return out_handle, res
+
+
+def _donatable_inputs(node: Node) -> list:
+    """Per input: whether nobody but this node holds it and its buffer (MLX's use_count == 1),
+    so a rule may give its memory to an output."""
+    flags = []
+    for d in node.inputs:
+        flags.append(sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
+                     and sys.getrefcount(d.buffer) == _HANDLE_REFS and d.data.flags.writeable)
+    return flags
 
 
 def _record(prim, node: Node, t0: int, nbytes: int) -> None:

@@ -100,6 +100,15 @@ def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
     return order, pending
 
 
+def _inputs_available(node: Node) -> bool:
+    """Whether every input has its data. (A helper, so that no loop variable is left holding
+    an input while the node runs: that extra reference would stop its donation.)"""
+    for inp in node.inputs:
+        if inp.node is not None:
+            return False
+    return True
+
+
 def _run_task(node: Node, state: EvalState, waits: list) -> None:
     """Run one node on its stream unless the eval has stopped; leave it lazy otherwise."""
     for w in waits:
@@ -109,11 +118,10 @@ def _run_task(node: Node, state: EvalState, waits: list) -> None:
             state.stop(interrupted=True)
         node.event = None
         return
-    for inp in node.inputs:
-        if inp.node is not None:  # its producer was interrupted or failed
-            state.stop(interrupted=True)
-            node.event = None
-            return
+    if not _inputs_available(node):  # a producer was interrupted or failed
+        state.stop(interrupted=True)
+        node.event = None
+        return
     try:
         run_node(node)
     except BaseException as e:  # noqa: BLE001 - delivered to the caller
@@ -188,11 +196,8 @@ def _eval_one(desc: ArrayDesc) -> bool:
     node = desc.node
     if node is None:
         return True
-    if node.event is not None or timeline.enabled:
+    if node.event is not None or timeline.enabled or not _inputs_available(node):
         return False
-    for inp in node.inputs:
-        if inp.node is not None:
-            return False
     si = node.primitive.stream.index
     w = existing_worker(si)
     if w is not None and not w.idle():

@@ -13,12 +13,16 @@ RULES: dict[str, Callable] = {}
 # Rules that accept ``out=`` (an allocator-backed array of the output's shape and dtype)
 # and write their result into it, as numpy ufuncs do.
 TAKES_OUT: set[str] = set()
+# Rules that accept ``donatable=`` (one flag per input: nobody else holds it, so its buffer may
+# become an output's) and may return outputs that reuse those inputs' memory.
+TAKES_DONATABLE: set[str] = set()
 
 
-def rule(*names: str, out: bool = False) -> Callable:
+def rule(*names: str, out: bool = False, donatable: bool = False) -> Callable:
     """Register the decorated function as the rule for each primitive name.
 
-    ``out=True`` declares that the rule takes an ``out=`` keyword and writes into it.
+    ``out=True`` declares that the rule takes an ``out=`` keyword and writes into it;
+    ``donatable=True`` that it takes ``donatable=`` flags (one per input) for its outputs.
     """
 
     def deco(fn: Callable) -> Callable:
@@ -28,6 +32,8 @@ def rule(*names: str, out: bool = False) -> Callable:
             RULES[n] = fn
             if out:
                 TAKES_OUT.add(n)
+            if donatable:
+                TAKES_DONATABLE.add(n)
         return fn
 
     return deco

@@ -19,13 +19,14 @@ def _cpu_run():
     return _cpu[0]
 
 
-@rule("Compiled", out=True)
-def compiled(xp, *inputs, tape, shape, out=None):
+@rule("Compiled", out=True, donatable=True)
+def compiled(xp, *inputs, tape, shape, out=None, donatable=None):
     """Run a fused tape: generated C on the CPU (numpy when it cannot), the tape
     interpreted with ``xp`` elsewhere. ``out`` (single-output tapes) is written when its
-    layout suits the kernel — this is where a donated input buffer comes in."""
+    layout suits the kernel; ``donatable`` (multi-output tapes) marks the inputs whose
+    buffers the outputs may take, by MLX's Compiled rules."""
     if xp is np:
-        outs = _cpu_run()(tape, inputs, shape, out=out)
+        outs = _cpu_run()(tape, inputs, shape, out=out, donatable=donatable)
     else:
         from ..codegen.interpret import interpret
 
