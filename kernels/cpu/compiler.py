@@ -30,7 +30,11 @@ from typing import Callable, Optional
 
 from .. import timeline
 
-BASE_FLAGS = ["-std=gnu11", "-O3", "-fPIC", "-shared", "-fno-math-errno",
+# -fno-trapping-math: no code here enables floating-point traps, and without it gcc will not
+# if-convert a NaN-propagating select (Maximum, Minimum, ...), leaving the whole loop, and every
+# math call in it, scalar ("control flow in loop"). Values are unchanged: NaN, inf, signed zeros
+# and rounding stay IEEE (that would take -ffast-math's other parts, which are never used).
+BASE_FLAGS = ["-std=gnu11", "-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off", "-fwrapv", "-w"]
 MAX_NAME = 230  # MLX clips names over 245 chars (+ a hash); ours also carry ".<source hash>.json"
 
