@@ -148,6 +148,68 @@ z = mx.exp(x * 0.5) + 1.0"""),
 ]
 
 
+SPEED = [
+    ("md", """# 3. Why is it fast or slow? Reading the timeline
+
+The same computation written three ways: eager, op by op; compiled, but with a reduction in
+the middle; compiled into one fused kernel. The timeline says what ran, how many bytes each
+step wrote, and where fusion stopped — the usual reasons MLX code is slower than it could be."""),
+    ("code", """import time
+import numpy as np
+import tapescope
+import tapescope.core as mx
+
+x = mx.array(np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32))
+mx.eval(x)
+
+
+def summary(label, fn, *args):
+    mx.eval(fn(*args))  # warm up: traces, builds and caches the kernels once
+    with tapescope.record() as rec:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        mx.eval(out)
+        ms = (time.perf_counter() - t0) * 1e3
+    prims = [r for r in rec.records if r.kind == "primitive"]
+    written = sum(r.nbytes for r in prims)
+    print(f"{label:28s} {ms:7.2f} ms  {len(prims):2d} primitives  {written / 2**20:6.1f} MiB written")
+    return rec"""),
+    ("md", """## Eager: every op writes a whole array
+
+Each elementwise op is its own primitive and writes its full result to memory before the next
+one reads it back."""),
+    ("code", """def softplus_scaled(x):
+    return mx.log1p(mx.exp(-mx.abs(x))) + mx.maximum(x, 0.0) * 0.5 + 1.0
+
+rec = summary("eager", softplus_scaled, x)"""),
+    ("md", """## Compiled: one kernel, one write
+
+`mx.compile` fuses the chain into one kernel that reads `x` once and writes the result once."""),
+    ("code", """fast = mx.compile(softplus_scaled)
+rec = summary("compiled", fast, x)
+tapescope.trace(softplus_scaled, x)"""),
+    ("md", """## A reduction in the middle splits the kernel
+
+Normalising by the mean needs a `Sum` — a reduction, which ends a fused tape. The picture
+labels each kernel boundary with the reason fusion stopped there."""),
+    ("code", """def normalised(x):
+    y = mx.exp(-x * x)
+    return (y - y.mean()) * 2.0
+
+slow = mx.compile(normalised)
+rec = summary("compiled, with a reduction", slow, x)
+tapescope.trace(normalised, x)"""),
+    ("md", """## Where the time went
+
+Every primitive record has its start and end time. Sorting by time spent shows which steps
+matter."""),
+    ("code", """prims = sorted((r for r in rec.records if r.kind == "primitive"),
+               key=lambda r: r.end_ns - r.start_ns, reverse=True)
+for r in prims[:5]:
+    print(f"{r.name:10s} {(r.end_ns - r.start_ns) / 1e3:9.1f} us  {r.nbytes / 2**20:6.1f} MiB")"""),
+]
+
+
 def write(cells: list, path: Path) -> None:
     nb = new_notebook(cells=[new_markdown_cell(t) if k == "md" else new_code_cell(t) for k, t in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -157,3 +219,4 @@ def write(cells: list, path: Path) -> None:
 if __name__ == "__main__":
     write(LAZY, HERE / "01_lazy_arrays.ipynb")
     write(COMPILE, HERE / "02_compile_and_check.ipynb")
+    write(SPEED, HERE / "03_fast_or_slow.ipynb")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 2
+    assert len(NOTEBOOKS) >= 3
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -33,6 +34,9 @@ def test_notebook_runs_without_errors(path, tmp_path):
         assert "primitives run the second time: 0" in text
         assert "cache_reuse" in text
         assert "active memory grew by 0 bytes" in text
+    if path.name.startswith("03"):
+        assert re.search(r"eager\s+[\d.]+ ms\s+11 primitives", text), text
+        assert re.search(r"compiled\s+[\d.]+ ms\s+1 primitives", text), text
     if path.name.startswith("02"):
         shown = [o for o in outputs if o.get("output_type") in ("display_data", "execute_result")]
         assert any("image/svg+xml" in o.get("data", {}) or "text/html" in o.get("data", {})

@@ -148,13 +148,15 @@ def _abs(d, a, o, i):
 def _maximum(d, a, o, i):
     # numpy/MLX propagate NaN from either side
     if _is_float(i):
-        return f"(({a[0]} > {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        # ``|`` not ``||``: no short circuit, so the select vectorises (``||`` kept whole
+        # loops scalar, and every libm call in them with it)
+        return f"((({a[0]} > {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
     return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
 
 
 def _minimum(d, a, o, i):
     if _is_float(i):
-        return f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        return f"((({a[0]} < {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
     return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
 
 
