@@ -111,18 +111,23 @@ def take_along_axis(a: array, /, indices: array, axis: Optional[int] = -1, *,
     s = resolve_stream(stream)
     if axis is None:  # MLX flattens the array only
         return take_along_axis(flatten(a, stream=s), indices, 0, stream=s)
-    ax = _axis(axis, a.ndim)
-    if ax is None:
-        raise IndexError(f"[take_along_axis] Axis {axis} is out of bounds for array with "
-                         f"{a.ndim} dimensions.")
-    if indices.ndim != a.ndim:
-        raise ValueError(f"[take_along_axis] Indices of dimension {indices.ndim} does not match "
-                         f"array of dimension {a.ndim}.")
-    if not _dt.is_integer(indices.dtype):
-        raise RuntimeError("[GatherAxis::eval_cpu] Cannot gather with indices type.")
+    ax = _along_axis("take_along_axis", "GatherAxis::eval_cpu] Cannot gather", a, indices, axis)
     a, indices = _broadcast_except(a, indices, ax, s)
     prim = Primitive("GatherAxis", s, axis=ax)
     return array._make([indices.shape], [a.dtype], prim, [a, indices])[0]
+
+
+def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int) -> int:
+    """The normalised ``axis`` of take/put_along_axis, after MLX's checks (and errors)."""
+    ax = _axis(axis, a.ndim)
+    if ax is None:
+        raise IndexError(f"[{op}] Axis {axis} is out of bounds for array with {a.ndim} dimensions.")
+    if indices.ndim != a.ndim:
+        raise ValueError(f"[{op}] Indices of dimension {indices.ndim} does not match "
+                         f"array of dimension {a.ndim}.")
+    if not _dt.is_integer(indices.dtype):
+        raise RuntimeError(f"[{kernel_error} with indices type.")
+    return ax
 
 
 def _broadcast_except(a: array, idx: array, ax: int, s) -> tuple:
@@ -144,15 +149,7 @@ def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int]
     if axis is None:
         out = put_along_axis(flatten(a, stream=s), indices, values, 0, stream=s)
         return reshape(out, a.shape, stream=s)
-    ax = _axis(axis, a.ndim)
-    if ax is None:
-        raise IndexError(f"[put_along_axis] Axis {axis} is out of bounds for array with "
-                         f"{a.ndim} dimensions.")
-    if indices.ndim != a.ndim:
-        raise ValueError(f"[put_along_axis] Indices of dimension {indices.ndim} does not match "
-                         f"array of dimension {a.ndim}.")
-    if not _dt.is_integer(indices.dtype):
-        raise RuntimeError("[ScatterAxis::eval_cpu] Cannot scatter with indices type.")
+    ax = _along_axis("put_along_axis", "ScatterAxis::eval_cpu] Cannot scatter", a, indices, axis)
     upd = astype(broadcast_to(to_array(values, a.dtype), indices.shape, stream=s), a.dtype, s)
     prim = Primitive("ScatterAxis", s, axis=ax, reduce="none")
     return array._make([a.shape], [a.dtype], prim, [a, indices, upd])[0]
