@@ -54,3 +54,15 @@ def data(x):
     """The evaluated numpy data behind ``x`` (to see which buffer it shares)."""
     mx.eval(x)
     return x._d.data
+
+
+def outcome(module, source: str, first_line: bool = False, **names):
+    """(exception type, message) of evaluating ``source`` with ``M`` bound to ``module`` (and
+    the result evaluated), or None when nothing was raised; compared between MLX and us."""
+    try:
+        res = eval(source, {"M": module, **{k: v(module) for k, v in names.items()}})
+        if isinstance(res, (module.array, list, tuple)):
+            module.eval(res)
+    except Exception as e:  # noqa: BLE001
+        return type(e), (str(e).split("\n")[0] if first_line else str(e))
+    return None

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
+from mlx_compare import outcome
 from conftest import requires_mlx
 
 F = mx.fft
@@ -97,11 +98,7 @@ ERRORS = [
 
 
 def _outcome(mod, expr):
-    try:
-        mod.eval(eval("M." + expr, {"M": mod, "X": mod.zeros((3, 4))}))
-    except Exception as e:  # noqa: BLE001
-        return type(e), str(e)
-    return None
+    return outcome(mod, "M." + expr, X=lambda m: m.zeros((3, 4)))
 
 
 @requires_mlx

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
+from mlx_compare import outcome
 from conftest import requires_mlx
 
 L = mx.linalg
@@ -133,11 +134,7 @@ ERRORS = [
 
 
 def _outcome(mod, expr):
-    try:
-        mod.eval(eval("M.linalg." + expr, {"M": mod}))
-    except Exception as e:  # noqa: BLE001
-        return type(e), str(e)
-    return None
+    return outcome(mod, "M.linalg." + expr)
 
 
 @requires_mlx

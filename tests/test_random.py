@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
+from mlx_compare import outcome
 from conftest import mlx_ref, requires_mlx
 
 N = 20000  # samples for the statistical checks (fixed keys: the tests are deterministic)
@@ -220,11 +221,7 @@ ERRORS = [
 
 
 def _outcome(mod, expr):
-    try:
-        eval("M.random." + expr, {"M": mod})
-    except Exception as e:  # noqa: BLE001
-        return type(e), str(e).split("\n")[0]
-    return None
+    return outcome(mod, "M.random." + expr, first_line=True)
 
 
 @requires_mlx
