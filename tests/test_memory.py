@@ -285,7 +285,10 @@ def test_default_memory_limit_is_80_percent_of_ram():
     import os
 
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    assert mx.get_memory_limit() == int(0.8 * ram) or mx.get_memory_limit() != 0
+    fresh_alloc = Allocator("fresh")  # other tests may have moved the process-wide limits
+    assert fresh_alloc.memory_limit == int(0.8 * ram)
+    assert fresh_alloc.cache_limit == fresh_alloc.memory_limit
+    assert mx.get_memory_limit() == allocator("cpu").memory_limit
 
 
 def test_chain_reuses_buffers_and_keeps_memory_flat(clean_memory):
