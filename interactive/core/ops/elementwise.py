@@ -15,9 +15,8 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import BINARY, UNARY, Primitive, register
-from .convert import (astype, broadcast_arrays, broadcast_shapes, incompatible, to_array,
-                      to_arrays)
+from ..primitive import UNARY, Primitive, register
+from .convert import astype, broadcast_shapes, incompatible, to_array, to_arrays
 
 __all__ = [
     "abs", "negative", "sign", "sqrt", "rsqrt", "square", "reciprocal", "exp", "expm1", "log",

@@ -5,7 +5,7 @@ MLX records for them (NotEqual + AsType + Sum; Min and Max; Transpose + Sort + S
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Union
+from typing import Sequence, Union
 
 from .. import dtypes as _dt
 from ..array import array

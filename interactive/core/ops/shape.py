@@ -12,7 +12,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive, register
-from .convert import _fmt_shape, astype, broadcast_shapes, broadcast_to, to_array
+from .convert import _fmt_shape, astype, broadcast_to, to_array
 
 __all__ = [
     "reshape", "flatten", "unflatten", "squeeze", "expand_dims", "transpose", "swapaxes",

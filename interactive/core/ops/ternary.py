@@ -11,7 +11,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import TERNARY, Primitive, register
-from .binary import (add, equal, less_equal, logical_and, logical_or, maximum, minimum,
+from .binary import (add, less_equal, logical_and, logical_or, maximum, minimum,
                      multiply, subtract)
 from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_array, to_arrays
 from .elementwise import abs, isnan, isneginf, isposinf, logical_not
