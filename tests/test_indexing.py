@@ -156,7 +156,6 @@ def test_getitem_records_the_primitives_mlx_records(mlx, idx):
     lambda m: m.zeros((2, 3))["x"], lambda m: m.zeros((2, 3))[m.array(True)],
     lambda m: m.zeros((2, 3))[[True, False]], lambda m: m.zeros((2, 3))[True],
     lambda m: m.array(1.0)[0], lambda m: m.array(1.0)[:],
-    lambda m: m.zeros((2, 3))[:, 5], lambda m: m.zeros((2, 3))[0, -4],
 ])
 def test_getitem_errors_match_mlx(case):
     same_error(case)
@@ -317,6 +316,11 @@ def test_take_matches_numpy(shape, d):
     lambda m: m.take(m.arange(6).reshape(2, 3), -3, axis=1),
     lambda m: m.take_along_axis(m.arange(6).reshape(2, 3), m.array([2, 5]), None),
     lambda m: m.put_along_axis(m.arange(6).reshape(2, 3), m.array([4, 0]), m.array(9)),
+    # indices and values broadcast against the array on the other axes
+    lambda m: m.put_along_axis(m.arange(6).reshape(2, 3), m.array([[0]]), m.array(9), 0),
+    lambda m: m.put_along_axis(m.arange(6).reshape(2, 3), m.array([[1]]), m.array([7, 8, 9]), 0),
+    lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[1], [0]]), m.array([[[7], [8]]]), 1),
+    lambda m: m.put_along_axis(m.zeros((2, 1)), m.array([[0, 0, 0]]), m.array(1.0), 1),
 ])
 def test_take_forms_match_mlx(mlx, case):
     got, want = case(mx), case(mlx)
@@ -386,7 +390,6 @@ def test_dynamic_slice_and_slice_update_match_numpy(shape, d):
     lambda m: m.slice_update(m.zeros((2, 3)), m.zeros((3, 3)), m.array([0]), (0,)),
     lambda m: m.take(m.zeros((2, 3)), m.array([0.5])),
     lambda m: m.take(m.zeros((2, 3)), 1, axis=2),
-    lambda m: m.take(m.zeros((2, 3)), 3, axis=0),
     lambda m: m.take(m.zeros((2, 3)), -1, axis=0),
     lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0], [2]]), None),
     lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0], [2]]), m.array(9.0)),
@@ -395,6 +398,12 @@ def test_dynamic_slice_and_slice_update_match_numpy(shape, d):
     lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0.0]]), axis=1),
     lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0]]), m.array(1.0), axis=3),
     lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([0]), m.array(1.0), axis=1),
+    lambda m: m.take_along_axis(m.zeros((2, 3)), m.array([[0], [1], [0]]), axis=1),
+    lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0], [1], [0]]), m.array(1.0), axis=1),
+    lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0], [1]]),
+                               m.array([[1.0, 2], [3, 4], [5, 6]]), 1),
+    lambda m: m.put_along_axis(m.zeros((2, 3)), m.array([[0], [1]]),
+                               m.array([[[1.0], [2]], [[3], [4]]]), 1),
     lambda m: m.diag(m.zeros((2, 2, 2))), lambda m: m.diag(m.array(1.0)),
     lambda m: m.diagonal(m.arange(5)), lambda m: m.diagonal(m.zeros((2, 3)), 0, 0, 0),
     lambda m: m.diagonal(m.zeros((2, 3)), 0, 0, 2), lambda m: m.diagonal(m.zeros((2, 3)), 0, 3, 1),
@@ -462,3 +471,136 @@ def test_mixed_indices_read_assign_and_at_match_mlx(mlx, idx):
     for got, want in zip(run(mx), run(mlx)):
         assert repr(got.dtype) == str(want.dtype)
         check(got, np.array(want))
+
+
+# -- out-of-range indices -------------------------------------------------------------------
+# numpy raises IndexError("index -4 is out of bounds for axis 0 with size 3") for any index
+# outside [-n, n), and so do we, for every indexing form. MLX itself does not: it reads or
+# writes out of bounds (x[3] gives garbage, x[-4] can crash the process, x[3] = 9 is
+# ignored), or fails in a later Squeeze (X[0, -4], take(x, -4)); MLX is therefore only run
+# on in-range indices here.
+def _outcome(call):
+    """("value", the evaluated result as numpy) or (exception type, message) of ``call()``."""
+    try:
+        return "value", np.array(call())
+    except Exception as e:  # noqa: BLE001
+        return type(e), str(e)
+
+
+def _agree(case, x, in_range, mlx=None):
+    """``case(m, a, arr)`` (m a module, a the array, arr making index arrays) gives numpy's
+    IndexError and message when out of range; in range, MLX's error where MLX raises one,
+    and numpy's values otherwise."""
+    want = _outcome(lambda: case(np, x.copy(), np.asarray))
+    if not in_range:
+        assert want[0] is IndexError
+    if in_range and mlx is not None:
+        ref_mlx = _outcome(lambda: case(mlx, mlx.array(x), mlx.array))
+        if ref_mlx[0] != "value":
+            want = ref_mlx
+    got = _outcome(lambda: case(mx, mx.array(x), mx.array))
+    lazy = _outcome(lambda: case(mx, mx.array(x), lambda v: mx.array(v) + 0))
+    for out in (got, lazy):
+        assert out[0] == want[0]
+        if out[0] == "value":
+            np.testing.assert_array_equal(out[1], want[1])
+        else:
+            assert out[1] == want[1]
+
+
+def _assign(m, a, idx):
+    a[idx] = 7
+    return a
+
+
+def _add_at(m, a, idx):
+    if m is np:
+        np.add.at(a, idx, 1)
+        return a
+    return a.at[idx].add(1)
+
+
+def _put_along(m, a, ind, ax):
+    if m is np:
+        np.put_along_axis(a, ind, 7, ax)
+        return a
+    return m.put_along_axis(a, ind, m.array(7, a.dtype), ax)
+
+
+@pytest.mark.parametrize("case", [
+    lambda m, a, arr: a[-4], lambda m, a, arr: a[-5], lambda m, a, arr: a[3],
+    lambda m, a, arr: a[arr([-4])], lambda m, a, arr: a[[0, -4]], lambda m, a, arr: a[None, -4],
+    lambda m, a, arr: m.take(a, -4), lambda m, a, arr: m.take(a, arr([1, -4])),
+    lambda m, a, arr: m.take_along_axis(a, arr([-4]), axis=0),
+    lambda m, a, arr: _put_along(m, a, arr([-4]), 0),
+    lambda m, a, arr: _assign(m, a, -4), lambda m, a, arr: _assign(m, a, arr([-4])),
+    lambda m, a, arr: _add_at(m, a, -4), lambda m, a, arr: _add_at(m, a, arr([2, -4])),
+])
+def test_negative_out_of_range_on_a_vector_raises_numpys_index_error(case):
+    _agree(case, np.array([1, 2, 3], np.int32), in_range=False)
+
+
+@pytest.mark.parametrize("case", [
+    lambda m, a, arr: a[-3], lambda m, a, arr: a[0, -4], lambda m, a, arr: a[-3, 0],
+    lambda m, a, arr: a[:, -4], lambda m, a, arr: a[..., -4], lambda m, a, arr: a[0, None, -4],
+    lambda m, a, arr: a[arr([-3]), 0], lambda m, a, arr: a[arr([0]), arr([-4])],
+    lambda m, a, arr: m.take(a, -7), lambda m, a, arr: m.take(a, -3, axis=0),
+    lambda m, a, arr: m.take(a, arr([[-4]]), axis=1),
+    lambda m, a, arr: m.take_along_axis(a, arr([[0], [-4]]), axis=1),
+    lambda m, a, arr: _put_along(m, a, arr([[-3, 0, 0]]), 0),
+    lambda m, a, arr: _assign(m, a, (0, -4)), lambda m, a, arr: _assign(m, a, -3),
+    lambda m, a, arr: _assign(m, a, (slice(None), -4)),
+    lambda m, a, arr: _add_at(m, a, (0, -4)), lambda m, a, arr: _add_at(m, a, -3),
+])
+def test_negative_out_of_range_on_a_matrix_raises_numpys_index_error(case):
+    _agree(case, np.array([[1, 2, 3], [4, 5, 6]], np.int32), in_range=False)
+
+
+def test_out_of_range_lazy_index_array_raises_when_evaluated():
+    x = mx.array([1, 2, 3])
+    with pytest.raises(IndexError):  # values known: raised by the indexing itself, as numpy
+        x[mx.array([0, -4])]
+    idx = mx.array([0, 1]) - 5  # values unknown until evaluated: [-5, -4]
+    y = x[idx]  # recorded; the Gather raises when it runs
+    with pytest.raises(IndexError) as info:
+        mx.eval(y)
+    assert str(info.value) == "index -5 is out of bounds for axis 0 with size 3"
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 0 with size 3"):
+        mx.eval(x[mx.array([4], mx.uint8) + 0])
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 0 with size 3"):
+        mx.eval(x.at[mx.array([-4]) + 0].add(1))
+    check(x[mx.array([-3, -1]) + 0], [1, 3])  # in range: counted from the end
+
+
+@SETTINGS
+@given(shapes, st.data())
+def test_indices_in_and_out_of_range_match_numpy(shape, d):
+    from conftest import mlx_ref
+
+    x = ref(shape)
+    ax = d.draw(st.integers(0, len(shape) - 1))
+    n = shape[ax]
+    i = d.draw(st.integers(-n - 3, n + 2))
+    lead = (slice(None),) * ax
+    ishape = d.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2).map(tuple))
+    vals = d.draw(st.lists(st.integers(-n - 3, n + 2), min_size=int(np.prod(ishape)),
+                           max_size=int(np.prod(ishape))))
+    ind = np.array(vals, np.int32).reshape(ishape)
+    # take_along_axis: indices of the array's rank, ``ishape[0]`` long on ``ax``
+    along = np.resize(ind, [ishape[0] if k == ax else 1 for k in range(len(shape))])
+    int_ok, ind_ok = -n <= i < n, bool(((ind >= -n) & (ind < n)).all())
+    along_ok = bool(((along >= -n) & (along < n)).all())
+    for case, ok in [
+        (lambda m, a, arr: a[lead + (i,)], int_ok),
+        (lambda m, a, arr: a[lead + (i, Ellipsis)], int_ok),
+        (lambda m, a, arr: _assign(m, a, lead + (i,)), int_ok),
+        (lambda m, a, arr: _add_at(m, a, lead + (i,)), int_ok),
+        (lambda m, a, arr: m.take(a, i, axis=ax), int_ok),
+        (lambda m, a, arr: a[lead + (arr(ind),)], ind_ok),
+        (lambda m, a, arr: _assign(m, a, lead + (arr(ind),)), ind_ok),
+        (lambda m, a, arr: _add_at(m, a, lead + (arr(ind),)), ind_ok),
+        (lambda m, a, arr: m.take(a, arr(ind), axis=ax), ind_ok),
+        (lambda m, a, arr: m.take_along_axis(a, arr(along), axis=ax), along_ok),
+        (lambda m, a, arr: _put_along(m, a, arr(along), ax), along_ok),
+    ]:
+        _agree(case, x, ok, mlx_ref)

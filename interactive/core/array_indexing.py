@@ -17,7 +17,7 @@ from .device import resolve_stream
 from .primitive import Primitive, register
 from .ops.convert import _fmt_shape, astype, broadcast_to, to_array
 from .ops.creation import arange
-from .ops.indexing import _gather, _scatter, _slice, _slice_update
+from .ops.indexing import _check_index, _gather, _scatter, _slice, _slice_update
 from .ops.shape import expand_dims, reshape, squeeze, transpose
 
 _INVALID = "Cannot index mlx array using the given type."
@@ -64,9 +64,21 @@ def _expand(a: array, idx: Any) -> tuple:
     return tuple(entries)
 
 
+def _check_entries(a: array, entries: tuple) -> None:
+    """IndexError (numpy's message) for an int, or an integer array whose values are known,
+    outside ``[-n, n)`` of the axis of ``a`` it indexes (ints first, as numpy). A lazy index
+    array is checked when its Gather / Scatter runs; that message names the axis of the
+    primitive's operand, which counts the axes that None entries added before it."""
+    axes = [(e, d) for d, e in enumerate(e for e in entries if e is not None)]
+    for e, d in sorted(axes, key=lambda ed: not isinstance(ed[0], int)):
+        if isinstance(e, (int, array)):
+            _check_index(e, a.shape[d], d)
+
+
 def _int_bounds(i: int, n: int) -> tuple:
+    """The slice ``[i, i + 1)`` of an in-bounds (``_check_entries``) int index."""
     i = i + n if i < 0 else i
-    return min(max(i, 0), n), min(max(i + 1, 0), n)
+    return i, i + 1
 
 
 def _basic(a: array, entries: tuple, s) -> array:
@@ -132,9 +144,11 @@ def getitem(a: array, idx: Any) -> array:
     if _is_int(idx) and not isinstance(idx, (bool, np.bool_)):
         if a.ndim == 0:
             raise ValueError("too many indices for array: array is 0-dimensional")
+        _check_index(int(idx), a.shape[0], 0)
         sizes = (1,) + a.shape[1:]
         return squeeze(_gather(a, [array(int(idx), _dt.int32)], (0,), sizes, s), 0, stream=s)
     entries = _expand(a, idx)
+    _check_entries(a, entries)
     if any(isinstance(e, array) for e in entries):
         return _advanced(a, entries, s)
     return _basic(a, entries, s)
@@ -188,6 +202,7 @@ def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
         base = broadcast_to(value, (), stream=s)
         return _scatter(a, [], base, (), reduce, s)
     entries = _expand(a, idx)
+    _check_entries(a, entries)
     x, entries = _strip_none(a, entries, s)
     indices, target = _scatter_indices(x, entries, s)
     upd = _fit(value, target, s)
@@ -240,6 +255,7 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     entries = _expand(a, idx) if not _is_int(idx) or a.ndim else None
     if entries is None:
         raise ValueError("too many indices for array: array is 0-dimensional")
+    _check_entries(a, entries)
     if any(isinstance(e, array) for e in entries):
         a._d = _scatter_update(a, idx, v, "none")._d
         return

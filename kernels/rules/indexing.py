@@ -1,7 +1,9 @@
 """Rules for slicing, gathering and scattering primitives.
 
 Slice / DynamicSlice return views of their input. SliceUpdate, Scatter, ScatterAxis and
-DynamicSliceUpdate copy their input first and never write into it.
+DynamicSliceUpdate copy their input first and never write into it. Gather / Scatter and
+their Axis forms raise IndexError for an index outside ``[-size, size)`` (numpy's message);
+MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 """
 
 from __future__ import annotations
@@ -58,9 +60,32 @@ def dynamic_slice_update(xp, a, update, start, *, axes):
     return out
 
 
+def out_of_bounds(index: int, size: int, axis: int) -> IndexError:
+    """numpy's error for an index outside ``[-size, size)``."""
+    return IndexError(f"index {index} is out of bounds for axis {axis} with size {size}")
+
+
+def check_bounds(ind, size: int, axis: int) -> None:
+    """Raise ``out_of_bounds`` for the first value of the integer array ``ind`` outside
+    ``[-size, size)`` (``axis``: the indexed array's axis, for the message)."""
+    bad = ind >= size
+    if ind.dtype.kind != "u":
+        bad |= ind < -size
+    if bool(bad.any()):
+        raise out_of_bounds(int(ind[bad][0]), size, axis)
+
+
+def _wrapped(xp, ind, size, axis):
+    """``ind`` as int64 with negative values counted from the end, after ``check_bounds``
+    (without it, numpy would wrap -4 of size 3 a second time, as -1)."""
+    check_bounds(ind, size, axis)
+    ind = ind.astype(xp.int64)
+    return xp.where(ind < 0, ind + size, ind)
+
+
 def _grid(xp, shape, indices, axes, slice_sizes):
     """Advanced-index tuple selecting, for each index position, a window of ``slice_sizes``
-    whose start along ``axes[k]`` is ``indices[k]`` (negative starts wrap, as in MLX)."""
+    whose start along ``axes[k]`` is ``indices[k]`` (negative starts count from the end)."""
     ndim = len(shape)
     ishape = indices[0].shape if indices else ()
     ni = len(ishape)
@@ -69,8 +94,7 @@ def _grid(xp, shape, indices, axes, slice_sizes):
         win = xp.arange(slice_sizes[d]).reshape((1,) * ni + tuple(
             slice_sizes[d] if j == d else 1 for j in range(ndim)))
         if d in axes:
-            ind = indices[axes.index(d)].astype(xp.int64)
-            ind = xp.where(ind < 0, ind + shape[d], ind)
+            ind = _wrapped(xp, indices[axes.index(d)], shape[d], d)
             grid.append(ind.reshape(ishape + (1,) * ndim) + win)
         else:
             grid.append(win)
@@ -101,8 +125,7 @@ def scatter(xp, a, *rest, axes, reduce):
 
 
 def _axis_grid(xp, a_shape, indices, axis):
-    ind = indices.astype(xp.int64)
-    ind = xp.where(ind < 0, ind + a_shape[axis], ind)
+    ind = _wrapped(xp, indices, a_shape[axis], axis)
     grid = []
     for d in range(len(a_shape)):
         if d == axis:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from tapescope.kernels.rules.indexing import check_bounds, out_of_bounds
+
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
@@ -55,6 +57,17 @@ def _check_indices(indices: Sequence[array]) -> None:
             raise ValueError("[gather] Got indices with invalid dtype. Indices must be integral.")
 
 
+def _check_index(index: Any, size: int, axis: int) -> None:
+    """IndexError (numpy's message) for an index outside ``[-size, size)``: an int, or an
+    integer array whose values are already computed. A lazy index array is checked when its
+    Gather / Scatter runs (MLX reads or writes out of bounds instead: garbage, or a crash)."""
+    if not isinstance(index, array):
+        if not -size <= index < size:
+            raise out_of_bounds(index, size, axis)
+    elif index._d.node is None and index._d.data is not None and _dt.is_integer(index.dtype):
+        check_bounds(index._d.data, size, axis)
+
+
 def _gather(a: array, indices: list, axes: Sequence[int], slice_sizes: Sequence[int], s) -> array:
     """Record a Gather: output shape is the indices' broadcast shape + ``slice_sizes``."""
     _check_indices(indices)
@@ -86,6 +99,7 @@ def take(a: array, /, indices: Any, axis: Optional[int] = None, *,
     if ax is None:
         raise IndexError(f"[take] Received invalid axis {axis} for array with {a.ndim} dimensions.")
     if isinstance(indices, int):
+        _check_index(indices, a.shape[ax], ax)
         # As MLX: the slice [i, i + 1) with Python's negative bounds, so -1 selects nothing
         # (and Squeeze then raises) while other negative ints count from the end.
         start, stop = [0] * a.ndim, list(a.shape)
@@ -94,6 +108,7 @@ def take(a: array, /, indices: Any, axis: Optional[int] = None, *,
         return squeeze(_slice(a, start, stop, [1] * a.ndim, s), ax, stream=s)
     idx = to_array(indices)
     _check_indices([idx])
+    _check_index(idx, a.shape[ax], ax)
     sizes = list(a.shape)
     sizes[ax] = 1
     g = _gather(a, [idx], (ax,), sizes, s)
@@ -112,9 +127,10 @@ def take_along_axis(a: array, /, indices: array, axis: Optional[int] = -1, *,
     if axis is None:  # MLX flattens the array only
         return take_along_axis(flatten(a, stream=s), indices, 0, stream=s)
     ax = _along_axis("take_along_axis", "GatherAxis::eval_cpu] Cannot gather", a, indices, axis)
-    a, indices = _broadcast_except(a, indices, ax, s)
+    a, idx = _broadcast_except(ax, s, a, indices)
+    _check_index(indices, a.shape[ax], ax)  # (its known values; broadcasting makes it lazy)
     prim = Primitive("GatherAxis", s, axis=ax)
-    return array._make([indices.shape], [a.dtype], prim, [a, indices])[0]
+    return array._make([idx.shape], [a.dtype], prim, [a, idx])[0]
 
 
 def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int) -> int:
@@ -130,15 +146,11 @@ def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int)
     return ax
 
 
-def _broadcast_except(a: array, idx: array, ax: int, s) -> tuple:
-    """Broadcast ``a`` and ``idx`` against each other on every axis but ``ax``."""
-    sa = a.shape[:ax] + (1,) + a.shape[ax + 1:]
-    si = idx.shape[:ax] + (1,) + idx.shape[ax + 1:]
-    b = list(broadcast_shapes(sa, si))
-    b[ax] = a.shape[ax]
-    a = broadcast_to(a, b, stream=s)
-    b[ax] = idx.shape[ax]
-    return a, broadcast_to(idx, b, stream=s)
+def _broadcast_except(ax: int, s, *arrays: array) -> tuple:
+    """Broadcast ``arrays`` (of one rank) against each other on every axis but ``ax``."""
+    b = list(broadcast_shapes(*[x.shape[:ax] + x.shape[ax + 1:] for x in arrays]))
+    return tuple(broadcast_to(x, tuple(b[:ax]) + (x.shape[ax],) + tuple(b[ax:]), stream=s)
+                 for x in arrays)
 
 
 def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int] = None, *,
@@ -150,9 +162,18 @@ def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int]
         out = put_along_axis(flatten(a, stream=s), indices, values, 0, stream=s)
         return reshape(out, a.shape, stream=s)
     ax = _along_axis("put_along_axis", "ScatterAxis::eval_cpu] Cannot scatter", a, indices, axis)
-    upd = astype(broadcast_to(to_array(values, a.dtype), indices.shape, stream=s), a.dtype, s)
+    if a.size == 0:
+        return a
+    # As MLX's scatter_axis: values lose leading size-1 axes beyond the indices' rank, are
+    # broadcast with the indices, then all three broadcast together except on ``axis``.
+    upd = astype(to_array(values, a.dtype), a.dtype, s)
+    if upd.ndim > indices.ndim:
+        upd = squeeze(upd, tuple(range(upd.ndim - indices.ndim)), stream=s)
+    idx, upd = broadcast_arrays(indices, upd, stream=s)
+    a, idx, upd = _broadcast_except(ax, s, a, idx, upd)
+    _check_index(indices, a.shape[ax], ax)  # (its known values; broadcasting makes it lazy)
     prim = Primitive("ScatterAxis", s, axis=ax, reduce="none")
-    return array._make([a.shape], [a.dtype], prim, [a, indices, upd])[0]
+    return array._make([a.shape], [a.dtype], prim, [a, idx, upd])[0]
 
 
 def _dyn_start(start_indices: Any, axes: Sequence[int], a: array) -> tuple:
