@@ -236,16 +236,20 @@ static inline float ts_round_bf16(float f) { return ts_bf16_to_f32(ts_f32_to_bf1
 _C_STREAM = r"""#if (defined(__AVX__) || defined(__SSE2__)) && (defined(__clang__) || defined(__GNUC__))
 /* compiler builtins rather than <immintrin.h>, which costs ~0.4 s of every build */
 #define TS_STREAM 1
+/* The staging block is written as the output's element type and read here as vectors:
+   ``may_alias`` and the memcpy load keep that legal under strict aliasing (a plain
+   ``long long`` vector read let gcc -O3 -march=native drop or reorder the staging stores). */
 #if defined(__AVX__)
 #define TS_VW 32
-typedef long long ts_vec __attribute__((vector_size(32), aligned(32)));
+typedef long long ts_vec __attribute__((vector_size(32), aligned(32), may_alias));
 #else
 #define TS_VW 16
-typedef long long ts_vec __attribute__((vector_size(16), aligned(16)));
+typedef long long ts_vec __attribute__((vector_size(16), aligned(16), may_alias));
 #endif
 static inline void ts_stream(void* dst, const void* src, size_t n) {
   for (size_t k = 0; k < n; k += TS_VW) {
-    ts_vec v = *(const ts_vec*)((const char*)src + k);
+    ts_vec v;
+    __builtin_memcpy(&v, (const char*)src + k, TS_VW);
 #if defined(__clang__)
     __builtin_nontemporal_store(v, (ts_vec*)((char*)dst + k));
 #elif defined(__AVX__)

@@ -136,7 +136,7 @@ def _binary_ufunc_rule(name: str, fname: str) -> None:
 
 
 for _name, _f in (("Add", "add"), ("Multiply", "multiply"),
-                  ("Divide", "true_divide"), ("Maximum", "maximum"), ("Minimum", "minimum"),
+                  ("Divide", "true_divide"),
                   ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
                   ("LessEqual", "less_equal"), ("Greater", "greater"),
                   ("GreaterEqual", "greater_equal"), ("LogicalAnd", "logical_and"),
@@ -144,6 +144,26 @@ for _name, _f in (("Add", "add"), ("Multiply", "multiply"),
                   ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
                   ("BitwiseXor", "bitwise_xor")):
     _binary_ufunc_rule(_name, _f)
+
+
+def _select_extreme(xp, a, b, first_wins, out):
+    """MLX's Maximum/Minimum: ``a`` when it is NaN or wins the comparison, else ``b`` (so a
+    tie such as max(0.0, -0.0) gives ``b``, NaN in either operand propagates). numpy's
+    ufuncs return the first operand on ties for float16 and the second for float32/64 on
+    this machine's SIMD paths, so floats take the explicit select."""
+    if a.dtype.kind in "biuc":  # bfloat16 is kind "V": it takes the select too
+        return (xp.maximum if first_wins is xp.greater else xp.minimum)(a, b, out=writable(out))
+    return finish(xp.where(first_wins(a, b) | xp.isnan(a), a, b), out)
+
+
+@rule("Maximum", out=True)
+def maximum(xp, a, b, out=None):
+    return _select_extreme(xp, a, b, xp.greater, out)
+
+
+@rule("Minimum", out=True)
+def minimum(xp, a, b, out=None):
+    return _select_extreme(xp, a, b, xp.less, out)
 
 
 @rule("Subtract", out=True)

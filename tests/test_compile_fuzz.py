@@ -1,0 +1,82 @@
+"""Compiled kernels give exactly what the ops give one by one: the issue's reproducers,
+a sample of random graphs and a sample of every variant at every output alignment phase
+(``make test-fuzz`` and ``make test-ub`` run the large versions; see tests/compile_fuzz.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapescope.core as mx
+from tapescope.kernels.cpu import compiler
+
+import compile_fuzz as fz
+
+needs_cc = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
+
+
+@needs_cc
+def test_int8_sin_past_the_streaming_cut_is_the_correctly_rounded_sine():
+    """Was NaN and garbage at >= 2^21 elements (strict-aliasing in the streaming stores).
+    numpy's own float32 sin is 1 ulp off at +-1, so the reference is float64's, rounded."""
+    a = (np.arange(2**21) % 7 - 3).astype(np.int8)
+    got = np.array(mx.compile(mx.sin)(mx.array(a)))
+    want = np.sin(a.astype(np.float64)).astype(np.float32)
+    assert fz.mismatches(got, want) == 0
+    eager = np.array(mx.sin(mx.array(a)))
+    assert np.max(np.abs(got.view(np.int32).astype(np.int64) - eager.view(np.int32))) <= 1
+
+
+@needs_cc
+def test_int8_to_int32_times_three_past_the_streaming_cut_equals_uncompiled():
+    x = mx.ones(2**21, dtype=mx.int8)
+    f = lambda v: v.astype(mx.int32) * 3  # noqa: E731
+    got, want = np.array(mx.compile(f)(x)), np.array(f(x))
+    assert fz.mismatches(got, want) == 0 and (want == 3).all()
+
+
+@needs_cc
+def test_float16_two_output_chain_past_the_streaming_cut_equals_uncompiled():
+    rng = np.random.default_rng(5)
+    n = 2**21 + 5
+    x = mx.array(rng.uniform(-4, 4, n).astype(np.float16))
+    y = mx.array(rng.uniform(-4, 4, n).astype(np.float16))
+    f = lambda a, b: (a * b + a, a * b + a - b)  # noqa: E731
+    for got, want in zip(mx.compile(f)(x, y), f(x, y)):
+        assert fz.mismatches(np.array(got), np.array(want)) == 0
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_minimum_of_equal_zeros_give_the_second_operand_as_mlx(dt, op):
+    """MLX: ``x < y ? x : y`` (after NaN), so a tie between 0.0 and -0.0 gives ``y``; numpy's
+    float16 ufunc gives ``x``. Eager and compiled both follow MLX."""
+    a = mx.zeros(64, dtype=getattr(mx, dt))
+    b = mx.full(64, -0.0, dtype=getattr(mx, dt))
+    fn = getattr(mx, op)
+    for x, y, neg in ((a, b, True), (b, a, False)):
+        for res in (fn(x, y), mx.compile(lambda u, v: fn(u * 1, v))(x, y)):
+            bits = np.array(res.astype(mx.float32))
+            assert np.signbit(bits).all() == neg and np.signbit(bits).any() == neg
+
+
+@needs_cc
+def test_random_compiled_graphs_equal_uncompiled_bit_for_bit():
+    tot = fz.run_graphs(40, seed=11)
+    assert tot["graphs"] == 40 and tot["elements"] > 0
+    assert tot["mismatches"] == 0, "\n".join(tot["failures"])
+
+
+@needs_cc
+@pytest.mark.parametrize("case", fz.variant_cases(False, sample=24), ids=str)
+def test_kernel_variant_equals_interpreter_at_every_output_phase(case):
+    assert fz.check_variant(case) == []
+
+
+def test_threshold_sizes_straddle_every_kernel_cut():
+    from tapescope.kernels.codegen.render import CDialect as D
+
+    sizes = set(fz.threshold_sizes())
+    for cut in (D.omp_min_size, D.stream_block, D.tile, D.stream_min_bytes // 4):
+        assert {cut - 1, cut, cut + 1} & sizes and cut - 1 in sizes or cut + 1 in sizes
+    assert max(sizes) == 3 * 2**21
