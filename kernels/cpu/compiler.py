@@ -6,20 +6,21 @@ and never with ``-ffast-math``: NaN, infinities, signed zeros and overflow behav
 numpy (``-ffp-contract=off`` also keeps a*b+c from fusing into one rounding).
 
 Caches: a dict keyed by kernel name (double-checked locking), and a private per-user
-directory (mode 0700) holding ``lib<name>.so`` with a sidecar of hashes; a library is loaded
-only when the sidecar's source hash matches and the file's own hash matches, so a truncated
-or foreign file is rebuilt, never loaded. Files are written to a temporary name and renamed.
+directory (mode 0700, ``disk_cache``) holding ``lib<name>.so`` with a sidecar of hashes; a
+library is loaded only when the sidecar's source hash matches and the file's own hash
+matches, so a truncated, unreadable or foreign file is rebuilt, never loaded. A kernel is
+built in a private temporary folder and copied into the cache; when the cache cannot take it
+(read-only, full, not private) it is loaded from the temporary folder, and when even that
+fails the tape runs interpreted. The reason is on the timeline either way.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import platform
 import shutil
-import stat
 import subprocess
 import tempfile
 import threading
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import timeline
+from . import disk_cache
 
 # -fno-trapping-math: no code here enables floating-point traps, and without it gcc will not
 # if-convert a NaN-propagating select (Maximum, Minimum, ...), leaving the whole loop, and every
@@ -36,7 +38,6 @@ from .. import timeline
 # and rounding stay IEEE (that would take -ffast-math's other parts, which are never used).
 BASE_FLAGS = ["-std=gnu11", "-O3", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off", "-fwrapv", "-w"]
-MAX_NAME = 230  # MLX clips names over 245 chars (+ a hash); ours also carry ".<source hash>.json"
 
 
 @dataclass
@@ -51,7 +52,8 @@ class KernelEntry:
     hits: int = 0
     misses: int = 0
     disk_path: Optional[str] = None
-    origin: str = ""  # "built" or "disk"
+    origin: str = ""  # "built", "disk", "temp" (built in a temporary folder, not cached)
+    cache_note: str = ""  # why the disk cache was not used ("" when it was)
     fn: Optional[Callable] = field(default=None, repr=False)
     lib: Optional[ctypes.CDLL] = field(default=None, repr=False)
     _fast: dict = field(default_factory=dict, repr=False)
@@ -198,104 +200,19 @@ def toolchain() -> Optional[Toolchain]:
     return tc
 
 
-def cache_dir() -> Optional[Path]:
-    """The private per-user on-disk kernel cache (mode 0700), or None if unusable.
-
-    ``$TAPESCOPE_CACHE_DIR`` overrides; else platformdirs' user cache dir when installed,
-    else ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``tapescope/kernels``.
-    """
-    base = os.environ.get("TAPESCOPE_CACHE_DIR")
-    if base:
-        root = Path(base)
-    else:
-        try:
-            import platformdirs
-
-            root = Path(platformdirs.user_cache_dir("tapescope")) / "kernels"
-        except ImportError:
-            xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            root = Path(xdg) / "tapescope" / "kernels"
-    try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = root.stat()
-        if st.st_uid != os.getuid():
-            return None
-        if stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(root, 0o700)
-    except OSError:
-        return None
-    return root
-
-
-def file_stem(name: str) -> str:
-    """The file name for a kernel (MLX's rule: long names clipped, plus a hash of the rest)."""
-    if len(name) <= MAX_NAME:
-        return name
-    cut = MAX_NAME - 16
-    return name[:cut] + "_" + hashlib.sha256(name[cut:].encode()).hexdigest()[:15]
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _trusted(path: Path) -> bool:
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return st.st_uid == os.getuid() and not (st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _disk_paths(tc: Toolchain, name: str, source_hash: str) -> Optional[tuple]:
-    root = cache_dir()
-    if root is None:
-        return None
-    d = root / tc.ident
-    try:
-        d.mkdir(exist_ok=True, mode=0o700)
-    except OSError:
-        return None
-    stem = file_stem(name)
-    # the source hash is in the library's name: a process that already loaded an older
-    # build under the same kernel name would otherwise get that one back from dlopen
-    tag = source_hash[:12]
-    return d / f"lib{stem}.{tag}.so", d / f"{stem}.{tag}.json", d / f"{stem}.{tag}.c"
-
-
-def _load_from_disk(paths: tuple, source_hash: str) -> bool:
-    """True when the library on disk was built by us from this exact source, intact."""
-    so, meta, _ = paths
-    if not (_trusted(so) and _trusted(meta)):
-        return False
-    try:
-        info = json.loads(meta.read_text())
-        return info.get("source_sha256") == source_hash and info.get("so_sha256") == _sha(so.read_bytes())
-    except (OSError, ValueError):
-        return False
-
-
-def build(tc: Toolchain, name: str, source: str, paths: Optional[tuple]) -> tuple:
-    """Compile ``source`` to a shared library; returns (path, build ms). Raises BuildError."""
+def build(tc: Toolchain, name: str, source: str, workdir: Path) -> tuple:
+    """Compile ``source`` to a shared library in ``workdir``; returns (path, build ms).
+    Raises BuildError."""
     t0 = time.perf_counter()
-    workdir = paths[0].parent if paths else Path(tempfile.mkdtemp(prefix="tapescope-"))
-    fd, src = tempfile.mkstemp(dir=workdir, prefix=".src-", suffix=".c")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    fd, out = tempfile.mkstemp(dir=workdir, prefix=".lib-", suffix=".so")
-    os.close(fd)
+    try:
+        fd, src = tempfile.mkstemp(dir=workdir, prefix=".src-", suffix=".c")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        fd, out = tempfile.mkstemp(dir=workdir, prefix=".lib-", suffix=".so")
+        os.close(fd)
+    except OSError as e:
+        raise BuildError(f"[Compile::eval_cpu] Failed to compile function {name}: cannot write "
+                         f"to the build folder {workdir} ({e.strerror})") from None
     cmd = [tc.path, *tc.flags, src, "-o", out, *tc.libs]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -309,22 +226,58 @@ def build(tc: Toolchain, name: str, source: str, paths: Optional[tuple]) -> tupl
         raise BuildError(f"[Compile::eval_cpu] Failed to compile function {name}: Failed to "
                          f"execute command with return code {r.returncode}: \"{' '.join(cmd)}\", "
                          f"the output is: {r.stdout}{r.stderr}")
-    ms = (time.perf_counter() - t0) * 1000
-    if paths is None:
-        return Path(out), ms
-    so, meta, csrc = paths
-    os.chmod(out, 0o600)
-    os.replace(out, so)
-    data = so.read_bytes()
-    _atomic_write(csrc, source.encode())
-    _atomic_write(meta, json.dumps({"name": name, "source_sha256": _source_hash(tc, source),
-                                    "so_sha256": _sha(data), "compiler": tc.version,
-                                    "flags": tc.flags}).encode())
-    return so, ms
+    return Path(out), (time.perf_counter() - t0) * 1000
+
+
+def _open(path: Path, name: str) -> tuple:
+    """``(library, function)`` loaded from ``path``; OSError or AttributeError when it cannot be."""
+    lib = ctypes.CDLL(str(path))
+    return lib, getattr(lib, name)
+
+
+def _build_and_load(tc: Toolchain, name: str, source: str, cache: disk_cache.DiskCache,
+                    paths: Optional[tuple]) -> tuple:
+    """Build in a private temporary folder, store the library in the cache and load it from
+    there; when the cache cannot take it, load it from the temporary folder, which is removed
+    either way. Returns ``(lib, fn, disk path or None, build ms, origin, cache note)``;
+    raises BuildError, with the cache's reason, when no library can be built and loaded."""
+    note = cache.reason
+    try:
+        workdir = disk_cache.new_build_dir(cache)
+    except OSError as e:
+        raise BuildError(_with_note(f"[Compile::eval_cpu] Failed to compile function {name}: no "
+                                    f"temporary build folder ({e})", note)) from None
+    try:
+        try:
+            out, ms = build(tc, name, source, workdir)
+        except BuildError as e:
+            raise BuildError(_with_note(str(e), note)) from None
+        if cache.writable:
+            try:
+                disk_cache.store(paths, out, source, {
+                    "name": name, "source_sha256": _source_hash(tc, source),
+                    "compiler": tc.version, "flags": tc.flags})
+                lib, fn = _open(paths[0], name)
+                return lib, fn, paths[0], ms, "built", ""
+            except (OSError, AttributeError) as e:  # disk full, quota, read-only or noexec mount
+                note = (f"the kernel folder {cache.folder} could not take the library "
+                        f"({getattr(e, 'strerror', None) or e})")
+        try:
+            lib, fn = _open(out, name)
+        except (OSError, AttributeError) as err:
+            raise BuildError(_with_note(f"[Compile::eval_cpu] Failed to load compiled function "
+                                        f"{name}\n{err}", note)) from None
+        return lib, fn, None, ms, "temp", f"{note}: built in a temporary folder"
+    finally:
+        disk_cache.remove_build_dir(workdir)
+
+
+def _with_note(message: str, note: str) -> str:
+    return f"{message} (and the disk cache was not usable: {note})" if note else message
 
 
 def _source_hash(tc: Toolchain, source: str) -> str:
-    return _sha((tc.ident + "\n" + source).encode())
+    return disk_cache.sha256((tc.ident + "\n" + source).encode())
 
 
 def _record(kind: str, t0: int, name: str, **detail) -> None:
@@ -357,44 +310,41 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
             return e
         if key in _failed:
             raise BuildError(_failed[key])
-        tc = toolchain()
+        try:
+            tc = toolchain()
+        except OSError as err:  # the probe needs a temporary folder
+            raise BuildError(f"the C compiler could not be probed: no temporary folder ({err})"
+                             ) from None
         if tc is None:
             raise BuildError("no C compiler on PATH (cc, gcc or clang)")
         source = source_fn(tc)
         shash = _source_hash(tc, source)
-        paths = _disk_paths(tc, name, shash)
-        origin, ms, path = "disk", 0.0, None
-        if paths is not None and _load_from_disk(paths, shash):
-            path = paths[0]
-        if path is None:
+        cache = disk_cache.open_cache(tc.ident)
+        paths = disk_cache.entry_paths(cache.folder, name, shash) if cache.folder else None
+        loaded = None
+        if paths is not None and disk_cache.verified(paths, shash):
             try:
-                path, ms = build(tc, name, source, paths)
+                loaded = (*_open(paths[0], name), paths[0], 0.0, "disk", "")
+            except (OSError, AttributeError):
+                loaded = None  # unloadable on disk: rebuilt
+        if loaded is None:
+            try:
+                loaded = _build_and_load(tc, name, source, cache, paths)
             except BuildError as err:
                 _failed[key] = str(err)
                 raise
-            origin = "built"
-        try:
-            lib = ctypes.CDLL(str(path))
-            fn = getattr(lib, name)
-        except (OSError, AttributeError) as err:
-            if origin == "disk":  # unloadable on disk: rebuild once
-                path, ms = build(tc, name, source, paths)
-                origin = "built"
-                lib = ctypes.CDLL(str(path))
-                fn = getattr(lib, name)
-            else:
-                raise BuildError(f"[Compile::eval_cpu] Failed to load compiled function {name}\n{err}") from None
+        lib, fn, path, ms, origin, note = loaded
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
         if e is None:
             e = KernelEntry(name, "cpu", variant, source)
         e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, lib, ms, origin
-        e.disk_path = str(path) if paths is not None else None
+        e.disk_path, e.cache_note = (str(path) if path is not None else None), note
         e.misses += 1
         _kernels[key] = e
     if t0:
         _record("kernel_build", t0, name, hit=False, origin=origin, runtime="cpu",
-                variant=variant, compile_ms=ms)
+                variant=variant, compile_ms=ms, cache=note)
     return e
 
 
@@ -415,13 +365,12 @@ def entries() -> list:
 
 
 def clear(disk: bool = False) -> None:
-    """Forget every in-process kernel; with ``disk=True`` also delete the on-disk cache."""
+    """Forget every in-process kernel; with ``disk=True`` also delete the on-disk cache
+    (except folders their owner made read-only)."""
     with _lock:
         _kernels.clear()
         _toolchains.clear()
         _failed.clear()
         _generation[0] += 1
     if disk:
-        root = cache_dir()
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
+        disk_cache.clear()
