@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test lab graphviz clean
+.PHONY: demo test test-ub test-fuzz lab graphviz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,18 @@ demo: $(VENV)/.dev graphviz
 
 test: $(VENV)/.dev graphviz
 	$(PY) -m pytest -p no:cacheprovider tests
+
+# Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
+# sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the
+# op-by-op results, bit for bit.
+test-ub: $(VENV)/.dev
+	$(PY) tests/run_sanitized.py $(PY) -m pytest -p no:cacheprovider -q tests/test_compile_api.py \
+	  tests/test_compile_dags.py tests/test_compile_fastpath.py tests/test_compile_kernels.py \
+	  tests/test_compile_ops.py tests/test_compile_variants.py tests/test_compile_fuzz.py
+	$(PY) tests/run_sanitized.py $(PY) tests/compile_fuzz.py --graphs 300 --variants all
+
+test-fuzz: $(VENV)/.dev
+	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none
 
 lab: $(VENV)/.jupyter graphviz
 	$(VENV)/bin/jupyter lab notebooks

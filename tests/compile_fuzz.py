@@ -454,13 +454,14 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-size", type=int, default=3 * 2**21)
     p.add_argument("--variants", choices=["none", "sample", "all"], default="all")
+    p.add_argument("--sample", type=int, default=24, help="variant cases drawn by --variants sample")
     args = p.parse_args(argv)
     print(f"machine: {platform.machine()} {platform.processor() or ''} "
           f"{platform.python_implementation()} {platform.python_version()}", flush=True)
     t0 = time.perf_counter()
     bad = 0
     if args.variants != "none":
-        cases = variant_cases(args.variants == "all")
+        cases = variant_cases(args.variants == "all", sample=args.sample)
         fails = []
         for c in cases:
             fails += check_variant(c)

@@ -80,3 +80,24 @@ def test_threshold_sizes_straddle_every_kernel_cut():
     for cut in (D.omp_min_size, D.stream_block, D.tile, D.stream_min_bytes // 4):
         assert {cut - 1, cut, cut + 1} & sizes and cut - 1 in sizes or cut + 1 in sizes
     assert max(sizes) == 3 * 2**21
+
+
+@needs_cc
+def test_sampled_kernels_have_no_undefined_behaviour_under_the_sanitizers(tmp_path):
+    """A sample of ``make test-ub``: random graphs and variants with kernels built under
+    ASan + UBSan (any report aborts the run)."""
+    import os
+    import subprocess
+    import sys
+
+    import run_sanitized
+
+    env = run_sanitized.sanitizer_env(str(tmp_path / "kernels"))
+    if env is None:
+        pytest.skip("the C compiler has no sanitizer runtimes")
+    here = os.path.dirname(__file__)
+    r = subprocess.run([sys.executable, os.path.join(here, "compile_fuzz.py"), "--graphs", "8",
+                        "--variants", "sample", "--sample", "6", "--seed", "3", "--max-size", str(2**21 + 5)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "0 mismatching elements" in r.stdout and "0 failing" in r.stdout

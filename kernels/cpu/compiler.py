@@ -20,6 +20,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -163,9 +164,14 @@ void probe(float* x, int n) {
 
 
 def toolchain() -> Optional[Toolchain]:
-    """Probe the compiler on PATH once: which of -march=native, OpenMP, libmvec it takes."""
+    """Probe the compiler on PATH once: which of -march=native, OpenMP, libmvec it takes.
+
+    ``$TAPESCOPE_KERNEL_CFLAGS`` adds flags to every build (``make test-ub`` passes the
+    sanitizers); they are part of the toolchain's identity, so such builds get their own
+    on-disk cache folder."""
     cc = find_compiler()
-    key = (cc, os.environ.get("PATH", ""))
+    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    key = (cc, os.environ.get("PATH", ""), user_flags)
     if key in _toolchains:
         return _toolchains[key]
     tc = None
@@ -187,14 +193,15 @@ def toolchain() -> Optional[Toolchain]:
                 ([], ["-lm"], ()),
             ):
                 out = Path(d) / "probe.so"
-                r = subprocess.run([cc, *BASE_FLAGS, *extra, str(src), "-o", str(out), *libs],
+                r = subprocess.run([cc, *BASE_FLAGS, *extra, *user_flags, str(src), "-o", str(out),
+                                    *libs],
                                    capture_output=True, text=True, timeout=120)
                 if r.returncode == 0:
                     try:
                         ctypes.CDLL(str(out))
                     except OSError:
                         continue
-                    tc = Toolchain(cc, ver, BASE_FLAGS + extra, libs, vmath)
+                    tc = Toolchain(cc, ver, BASE_FLAGS + extra + list(user_flags), libs, vmath)
                     break
     _toolchains[key] = tc
     return tc
