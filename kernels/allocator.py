@@ -1,14 +1,16 @@
 """Buffers and the per-device allocator: active / peak / cache counters, limits, the buffer cache.
 
-Reproduces MLX's allocator policy (seed map 001a §2.1–2.2, 001b §2.3):
+Each device's allocator follows one MLX backend's policy (``POLICIES``, keyed by backend):
 
-- ``malloc(size)``: requests above one page are rounded up to whole pages; reuse a cached
-  buffer when one fits the reuse window; on a miss, if ``active + cache + size`` reaches the
-  memory limit, evict ``active + cache + size - limit`` bytes of cache (oldest first, all of it
-  at >= 90%); then allocate. Active and peak count the buffer's *real* (rounded) size. After
-  every allocation the cache is trimmed to the cache limit.
-- ``free(buf)``: active drops by the real size; the buffer is recycled into the cache while
-  the cache is under its limit, otherwise released.
+- ``malloc(size)``: round the request as the backend does (CPU: not at all; Metal: whole
+  pages above one page); reuse a cached buffer when one fits the reuse window; on a miss,
+  where the backend does so (Metal, CUDA; not the CPU), evict ``active + cache + size -
+  limit`` bytes of cache when that sum reaches the limit (oldest first, all of it at >= 90%);
+  then allocate. Active and peak count the buffer's *real* size. Metal and CUDA trim the
+  cache to the cache limit after every allocation.
+- ``free(buf)``: active drops by the real size; the buffer is recycled into the cache if it
+  fits under the cache limit (CPU) or while the cache is under it (Metal, CUDA), else released.
+- ``set_cache_limit`` trims the cache at once on the CPU; Metal and CUDA trim on the next malloc.
 - A request that cannot be met even after emptying the cache raises
   ``RuntimeError("[malloc] Unable to allocate N bytes. ...")`` and changes no counter.
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -88,22 +91,128 @@ class BufferHandle:
 
 
 def _physical_memory() -> int:
+    """RAM in bytes (MLX: sysinfo's totalram on Linux, hw.memsize on macOS); 0 if unknown."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 1 << 33
+        return 0
+
+
+# -- MLX's allocator policies, one per backend ----------------------------------------------
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class AllocatorPolicy:
+    """How one MLX backend's allocator sizes buffers, sets its limits and keeps its cache."""
+
+    source: str  # the MLX file the policy is read from
+    page_size: Optional[int]  # the cache's reuse-window page; None: the OS page
+    round_size: Callable[[int, int], int]  # (request, page) -> the buffer's real size
+    memory_limit: Callable[[int, int], int]  # (total memory, working set) -> default limit
+    gc_limit: Optional[Callable[[int, int], int]]  # (memory limit, working set) -> a miss
+    #   that brings active + cache + size to it evicts the excess from the cache; None: never
+    cache_limit: Optional[int]  # default cache limit in bytes; None: the memory limit
+    recycle_if_fits: bool  # free caches a buffer if cache + size <= limit (else: cache < limit)
+    trim_after_malloc: bool  # the cache is cut back to its limit after every malloc
+    trim_on_set_cache_limit: bool  # set_cache_limit cuts the cache back at once
+    wired_limit: bool  # set_wired_limit is supported (else it always returns 0)
+
+
+def _exact(size: int, page: int) -> int:
+    return size
+
+
+def _whole_pages_above_one(size: int, page: int) -> int:
+    return -(-size // page) * page if size > page else size
+
+
+def _cuda_round(size: int, page: int) -> int:
+    if size <= 8:  # cu::small_block_size: served from the scalar pool
+        return 8
+    if size < page:
+        return 1 << (size - 1).bit_length()  # next_power_of_2 (mlx/utils.h)
+    return -(-size // page) * page
+
+
+def _cpu_memory_limit(total: int, working_set: int) -> int:
+    return int(0.8 * total) if total else 1 << 33
+
+
+def _metal_block_limit(total: int, working_set: int) -> int:
+    return int(min(1.5 * working_set, 0.95 * total))
+
+
+def _metal_gc_limit(memory_limit: int, working_set: int) -> int:
+    return min(memory_limit, int(0.95 * working_set))
+
+
+def _cuda_memory_limit(total: int, working_set: int) -> int:
+    return int(0.95 * total)
+
+
+def _gc_at_memory_limit(memory_limit: int, working_set: int) -> int:
+    return memory_limit
+
+
+POLICIES: dict[str, AllocatorPolicy] = {
+    # mlx/backend/no_gpu/allocator.cpp (CommonAllocator): std::malloc of the exact size;
+    # BufferCache page 4096; memory limit 0.8 x RAM (1 << 33 when RAM is unknown), never
+    # enforced; cache limit 32 MiB; free caches a buffer if cache + size <= limit;
+    # set_cache_limit and clear_cache synchronize the CPU streams (tapescope.core.memory
+    # does that part), then trim at once; set_wired_limit returns 0.
+    "cpu": AllocatorPolicy(
+        source="mlx/backend/no_gpu/allocator.cpp", page_size=4096, round_size=_exact,
+        memory_limit=_cpu_memory_limit, gc_limit=None, cache_limit=32 * MiB,
+        recycle_if_fits=True, trim_after_malloc=False, trim_on_set_cache_limit=True,
+        wired_limit=False),
+    # mlx/backend/metal/allocator.cpp (MetalAllocator): requests above one vm page rounded
+    # to whole pages; block (memory) limit min(1.5 x max recommended working set, 0.95 x
+    # RAM); gc limit min(0.95 x working set, block limit), recomputed by set_memory_limit;
+    # cache limit = block limit; a miss reaching the gc limit evicts the excess; the cache
+    # is trimmed after every malloc; free caches while cache < limit; set_cache_limit only
+    # swaps. Not modelled: the 1 MiB heap for requests < 256 bytes, the resource limit.
+    "metal": AllocatorPolicy(
+        source="mlx/backend/metal/allocator.cpp", page_size=None,
+        round_size=_whole_pages_above_one, memory_limit=_metal_block_limit,
+        gc_limit=_metal_gc_limit, cache_limit=None, recycle_if_fits=False,
+        trim_after_malloc=True, trim_on_set_cache_limit=False, wired_limit=True),
+    # mlx/backend/cuda/allocator.cpp (CudaAllocator), recorded for a CUDA backend: page
+    # 16384; requests <= 8 bytes take 8 (the scalar pool), < 16 KiB the next power of two,
+    # else whole pages; memory limit 0.95 x device memory (cudaMemGetInfo's total) and cache
+    # limit = memory limit; a miss above the memory limit evicts the excess; trimmed after
+    # every malloc; free caches while cache < limit; set_cache_limit only swaps;
+    # set_wired_limit returns 0. Not modelled: the scalar pool itself, and releasing
+    # (total - memory limit) bytes when a CUDA memory pool reserves more than the limit.
+    "cuda": AllocatorPolicy(
+        source="mlx/backend/cuda/allocator.cpp", page_size=16384, round_size=_cuda_round,
+        memory_limit=_cuda_memory_limit, gc_limit=_gc_at_memory_limit, cache_limit=None,
+        recycle_if_fits=False, trim_after_malloc=True, trim_on_set_cache_limit=False,
+        wired_limit=False),
+}
+
+
+def policy_for(device: str) -> AllocatorPolicy:
+    """The policy a device's allocator follows: MLX's CPU policy for ``"cpu"``, Metal's
+    otherwise (a CUDA backend passes ``POLICIES["cuda"]`` to its allocator)."""
+    return POLICIES["cpu" if device == "cpu" else "metal"]
 
 
 class Allocator:
-    """The allocator of one device (``"cpu"`` here; CUDA plugs in its own raw allocation)."""
+    """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``)."""
 
     def __init__(self, device: str = "cpu", page_size: Optional[int] = None,
-                 total_memory: Optional[int] = None):
+                 total_memory: Optional[int] = None, policy: Optional[AllocatorPolicy] = None,
+                 working_set: Optional[int] = None):
         self.device = device
-        self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
+        self.policy = p = policy or policy_for(device)
+        self.page_size = page_size or p.page_size or os.sysconf("SC_PAGE_SIZE")
         self.total_memory = total_memory or _physical_memory()
-        self.memory_limit = int(0.8 * self.total_memory)
-        self.cache_limit = self.memory_limit
+        self.working_set = working_set or self.total_memory  # Metal's max recommended working set
+        self.memory_limit = p.memory_limit(self.total_memory, self.working_set)
+        self.gc_limit = p.gc_limit(self.memory_limit, self.working_set) if p.gc_limit else None
+        self.cache_limit = self.memory_limit if p.cache_limit is None else p.cache_limit
         self.wired_limit = 0
         self.active = 0
         self.peak = 0
@@ -122,10 +231,8 @@ class Allocator:
 
     # -- the policy -----------------------------------------------------------------------
     def round_size(self, size: int) -> int:
-        """Requests larger than one page are rounded up to whole pages."""
-        if size > self.page_size:
-            return -(-size // self.page_size) * self.page_size
-        return size
+        """The real size of a buffer for a request of ``size`` bytes (the policy's rounding)."""
+        return self.policy.round_size(size, self.page_size)
 
     def malloc(self, size: int) -> Buffer:
         """A buffer of at least ``size`` bytes, from the cache when one fits."""
@@ -137,12 +244,12 @@ class Allocator:
             reused = buf is not None
             if buf is None:
                 required = self.active + self.cache.cache_size() + size
-                if required >= self.memory_limit:
-                    self._evict(required - self.memory_limit)
+                if self.gc_limit is not None and required >= self.gc_limit:
+                    self._evict(required - self.gc_limit)
                 buf = self._allocate_or_raise(size)
             self.active += buf.size
             self.peak = max(self.peak, self.active)
-            if self.cache.cache_size() > self.cache_limit:
+            if self.policy.trim_after_malloc and self.cache.cache_size() > self.cache_limit:
                 self._evict(self.cache.cache_size() - self.cache_limit)
         if timeline.enabled:
             timeline.add("cache_reuse" if reused else "alloc", timeline.now(), device=self.device,
@@ -158,7 +265,7 @@ class Allocator:
 
     def _allocate_or_raise(self, size: int) -> Buffer:
         raw = None
-        if size <= self.total_memory:
+        if size <= (self.total_memory or size):
             try:
                 raw = self._raw_alloc(size)
             except (MemoryError, ValueError):
@@ -187,12 +294,16 @@ class Allocator:
         return buf
 
     def free(self, buf: Buffer) -> None:
-        """Return a buffer: to the cache while it is under its limit, else to the system."""
+        """Return a buffer: to the cache when the policy's limit allows, else to the system."""
         if buf.size == 0 or buf.raw is None:
             return
         with self._lock:
             self.active -= buf.size
-            keep = self.cache.cache_size() < self.cache_limit
+            cached = self.cache.cache_size()
+            if self.policy.recycle_if_fits:
+                keep = cached + buf.size <= self.cache_limit
+            else:
+                keep = cached < self.cache_limit
             if keep:
                 self.cache.recycle_to_cache(buf)
         if timeline.enabled:
@@ -208,14 +319,24 @@ class Allocator:
     def set_memory_limit(self, limit: int) -> int:
         with self._lock:
             old, self.memory_limit = self.memory_limit, int(limit)
+            if self.policy.gc_limit is not None:
+                self.gc_limit = self.policy.gc_limit(self.memory_limit, self.working_set)
             return old
 
     def set_cache_limit(self, limit: int) -> int:
+        """Set the cache limit; returns the previous one. The CPU policy trims at once, the
+        others on the next malloc."""
         with self._lock:
-            old, self.cache_limit = self.cache_limit, int(limit)  # trimmed on the next malloc
+            old, self.cache_limit = self.cache_limit, int(limit)
+            excess = self.cache.cache_size() - self.cache_limit
+            if self.policy.trim_on_set_cache_limit and excess > 0:
+                self._evict(excess)
             return old
 
     def set_wired_limit(self, limit: int) -> int:
+        """Set the wired limit; returns the previous one (always 0 where unsupported)."""
+        if not self.policy.wired_limit:
+            return 0
         with self._lock:
             old, self.wired_limit = self.wired_limit, int(limit)
             return old

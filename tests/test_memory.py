@@ -11,8 +11,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import tapescope
 import tapescope.core as mx
-from tapescope.kernels.allocator import Allocator, allocator
+from tapescope.kernels.allocator import POLICIES, Allocator, allocator
 from tapescope.kernels.buffer_cache import BufferCache
+from conftest import mlx_ref
 
 PAGE = 4096
 
@@ -85,13 +86,16 @@ def test_cache_equal_sizes_reuse_oldest_and_keep_lru_consistent():
     assert c.buffers() == [d]
 
 
-# -- Allocator policy -----------------------------------------------------------------------
+# -- Allocator policies (MLX's backends) ---------------------------------------------------
 
-def fresh(total=1 << 30):
-    return Allocator("test", page_size=PAGE, total_memory=total)
+MiB = 1 << 20
 
 
-def test_allocator_rounds_above_one_page_and_counts_real_size():
+def fresh(total=1 << 30, kind="metal"):
+    return Allocator("test", page_size=PAGE, total_memory=total, policy=POLICIES[kind])
+
+
+def test_metal_rounds_above_one_page_and_counts_real_size():
     a = fresh()
     small = a.malloc(100)
     assert small.size == 100 and a.active == 100
@@ -102,7 +106,17 @@ def test_allocator_rounds_above_one_page_and_counts_real_size():
     assert a.malloc(PAGE + 5) is big  # reused from the cache
 
 
-def test_allocator_memory_limit_evicts_cache_on_miss():
+def test_cpu_allocates_the_exact_size_and_reuses_within_the_window():
+    a = fresh(kind="cpu")  # MLX's no_gpu allocator: std::malloc(size), no rounding
+    big = a.malloc(PAGE + 1)
+    assert big.size == PAGE + 1 and a.active == PAGE + 1
+    a.free(big)
+    assert a.active == 0 and a.get_cache_memory() == PAGE + 1
+    assert a.malloc(PAGE) is big  # PAGE <= PAGE + 1 < min(2 * PAGE, 3 * PAGE)
+    assert a.active == PAGE + 1  # counted at the buffer's real size
+
+
+def test_metal_memory_limit_evicts_cache_on_miss():
     a = fresh()
     bufs = [a.malloc(PAGE * 4) for _ in range(4)]
     for b in bufs:
@@ -114,19 +128,89 @@ def test_allocator_memory_limit_evicts_cache_on_miss():
     assert bufs[0].raw is None and bufs[1].raw is not None
 
 
-def test_allocator_cache_limit_trims_after_malloc_and_free_respects_it():
+def test_cpu_memory_limit_never_evicts_the_cache():
+    a = fresh(kind="cpu")  # the no_gpu malloc does not look at the memory limit
+    bufs = [a.malloc(PAGE * 4) for _ in range(4)]
+    for b in bufs:
+        a.free(b)
+    a.set_memory_limit(20 * PAGE)
+    a.malloc(8 * PAGE)
+    assert a.get_cache_memory() == 16 * PAGE and all(b.raw is not None for b in bufs)
+
+
+def test_metal_cache_limit_trims_after_malloc_and_free_respects_it():
     a = fresh()
     bufs = [a.malloc(PAGE * 2) for _ in range(3)]
     for b in bufs:
         a.free(b)
     assert a.set_cache_limit(PAGE * 3) == a.memory_limit  # returns the previous limit
-    assert a.get_cache_memory() == 6 * PAGE  # reclaimed on the next allocation, as MLX
+    assert a.get_cache_memory() == 6 * PAGE  # Metal reclaims on the next allocation
     a.malloc(10)
     assert a.get_cache_memory() <= 3 * PAGE
     a.set_cache_limit(0)
     b = a.malloc(100)
     a.free(b)
     assert a.get_cache_memory() == 0
+
+
+def test_cpu_set_cache_limit_trims_at_once_and_returns_the_previous_limit():
+    a = fresh(kind="cpu")
+    bufs = [a.malloc(PAGE * 2) for _ in range(5)]
+    for b in bufs:
+        a.free(b)
+    assert a.get_cache_memory() == 10 * PAGE
+    assert a.set_cache_limit(5 * PAGE) == 32 * MiB
+    # release_cached_buffers(10 - 5 pages): oldest first until 5 pages are freed -> 3 buffers
+    assert a.get_cache_memory() == 4 * PAGE
+    assert [b.raw is None for b in bufs] == [True, True, True, False, False]
+    assert a.set_cache_limit(0) == 5 * PAGE
+    assert a.get_cache_memory() == 0
+
+
+def test_cpu_free_caches_a_buffer_only_if_it_fits_under_the_limit():
+    a = fresh(kind="cpu")
+    a.set_cache_limit(5 * PAGE)
+    x, y, z = a.malloc(2 * PAGE), a.malloc(2 * PAGE), a.malloc(PAGE + 7)
+    a.free(x)
+    a.free(y)
+    a.free(z)  # 4 pages + (PAGE + 7) > 5 pages: released, not cached
+    assert a.get_cache_memory() == 4 * PAGE and z.raw is None
+    w = a.malloc(PAGE)
+    a.free(w)  # 4 + 1 pages == the limit: cached
+    assert a.get_cache_memory() == 5 * PAGE
+
+
+def test_cpu_wired_limit_is_unsupported_and_returns_zero():
+    a = fresh(kind="cpu")
+    assert a.set_wired_limit(1 << 20) == 0 and a.set_wired_limit(0) == 0
+    m = fresh(kind="metal")
+    assert m.set_wired_limit(1 << 20) == 0 and m.set_wired_limit(0) == 1 << 20
+
+
+def test_policy_defaults_are_mlx_constants():
+    """The limits each MLX allocator sets up (no_gpu, metal, cuda allocator.cpp)."""
+    total, ws = 64 << 30, 48 << 30
+    cpu = Allocator("cpu", total_memory=total)
+    assert cpu.policy is POLICIES["cpu"] and cpu.page_size == 4096
+    assert cpu.memory_limit == int(0.8 * total) and cpu.cache_limit == 32 * MiB == 33554432
+    metal = Allocator("gpu", total_memory=total, working_set=ws)
+    assert metal.policy is POLICIES["metal"]
+    assert metal.memory_limit == int(min(1.5 * ws, 0.95 * total))  # block_limit_
+    assert metal.gc_limit == min(metal.memory_limit, int(0.95 * ws))
+    assert metal.cache_limit == metal.memory_limit  # max_pool_size_
+    cuda = Allocator("gpu", total_memory=total, policy=POLICIES["cuda"])
+    assert cuda.page_size == 16384
+    assert cuda.memory_limit == cuda.cache_limit == int(0.95 * total)
+    # cu::malloc_async: <= 8 bytes -> 8, < one page -> next power of two, else whole pages
+    assert [cuda.round_size(n) for n in (1, 8, 9, 4096, 5000, 16383, 16384, 16385)] == \
+        [8, 8, 16, 4096, 8192, 16384, 16384, 32768]
+
+
+def test_cpu_memory_limit_is_8_gib_when_ram_is_unknown(monkeypatch):
+    from tapescope.kernels import allocator as alloc_mod
+
+    monkeypatch.setattr(alloc_mod, "_physical_memory", lambda: 0)
+    assert Allocator("cpu").memory_limit == 1 << 33
 
 
 def test_allocator_impossible_request_raises_and_changes_nothing():
@@ -141,11 +225,15 @@ def test_allocator_impossible_request_raises_and_changes_nothing():
 
 
 class AllocatorModel(RuleBasedStateMachine):
-    """Random malloc / free / limit calls; the counters always equal a plain model."""
+    """Random malloc / free / limit calls; the counters always equal a plain model of MLX's
+    allocator under ``KIND``'s policy."""
+
+    KIND = "cpu"
 
     def __init__(self):
         super().__init__()
-        self.a = Allocator("model", page_size=PAGE, total_memory=1 << 30)
+        self.a = fresh(kind=self.KIND)
+        self.cpu = self.KIND == "cpu"
         self.live = []
         self.m_active = self.m_peak = 0
         self.m_cache = []  # list of sizes, oldest first
@@ -161,11 +249,18 @@ class AllocatorModel(RuleBasedStateMachine):
         while self.m_cache and freed < nbytes:
             freed += self.m_cache.pop(0)
 
+    def _m_round(self, size):
+        if self.KIND == "cpu":
+            return size
+        if self.KIND == "cuda":
+            return 8 if size <= 8 else 1 << (size - 1).bit_length() if size < PAGE else -(-size // PAGE) * PAGE
+        return -(-size // PAGE) * PAGE if size > PAGE else size
+
     @rule(size=st.integers(1, 6 * PAGE))
     def malloc(self, size):
         buf = self.a.malloc(size)
         self.live.append(buf)
-        real = -(-size // PAGE) * PAGE if size > PAGE else size
+        real = self._m_round(size)
         fits = [s for s in self.m_cache if real <= s < min(2 * real, real + 2 * PAGE)]
         if fits:
             best = min(fits)
@@ -173,11 +268,11 @@ class AllocatorModel(RuleBasedStateMachine):
             self.m_active += best
         else:
             need = self.m_active + sum(self.m_cache) + real
-            if need >= self.m_mem_limit:
+            if not self.cpu and need >= self.m_mem_limit:  # the CPU never evicts on a miss
                 self._m_release(need - self.m_mem_limit)
             self.m_active += real
         self.m_peak = max(self.m_peak, self.m_active)
-        if sum(self.m_cache) > self.m_cache_limit:
+        if not self.cpu and sum(self.m_cache) > self.m_cache_limit:
             self._m_release(sum(self.m_cache) - self.m_cache_limit)
         assert buf.size >= size
 
@@ -187,13 +282,16 @@ class AllocatorModel(RuleBasedStateMachine):
         buf = self.live.pop(i % len(self.live))
         self.a.free(buf)
         self.m_active -= buf.size
-        if sum(self.m_cache) < self.m_cache_limit:
+        cache = sum(self.m_cache)
+        if (cache + buf.size <= self.m_cache_limit) if self.cpu else (cache < self.m_cache_limit):
             self.m_cache.append(buf.size)
 
     @rule(limit=st.integers(0, 40 * PAGE))
     def cache_limit(self, limit):
         assert self.a.set_cache_limit(limit) == self.m_cache_limit
         self.m_cache_limit = limit
+        if self.cpu and sum(self.m_cache) > limit:  # the CPU trims at once
+            self._m_release(sum(self.m_cache) - limit)
 
     @rule(limit=st.integers(4 * PAGE, 80 * PAGE))
     def memory_limit(self, limit):
@@ -217,8 +315,21 @@ class AllocatorModel(RuleBasedStateMachine):
         assert self.a.get_cache_memory() == sum(self.m_cache)
 
 
-TestAllocatorModel = AllocatorModel.TestCase
-TestAllocatorModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+class MetalAllocatorModel(AllocatorModel):
+    KIND = "metal"
+
+
+class CudaAllocatorModel(AllocatorModel):
+    KIND = "cuda"
+
+
+_model_settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestCpuAllocatorModel = AllocatorModel.TestCase
+TestCpuAllocatorModel.settings = _model_settings
+TestMetalAllocatorModel = MetalAllocatorModel.TestCase
+TestMetalAllocatorModel.settings = _model_settings
+TestCudaAllocatorModel = CudaAllocatorModel.TestCase
+TestCudaAllocatorModel.settings = _model_settings
 
 
 # -- MLX's memory API on real arrays ------------------------------------------------------------
@@ -281,14 +392,89 @@ def test_setters_return_previous_values(clean_memory):
         mx.set_cache_limit(-1)
 
 
-def test_default_memory_limit_is_80_percent_of_ram():
+def test_cpu_defaults_are_80_percent_of_ram_and_a_32_mib_cache():
     import os
 
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    fresh_alloc = Allocator("fresh")  # other tests may have moved the process-wide limits
+    fresh_alloc = Allocator("cpu")  # other tests may have moved the process-wide limits
     assert fresh_alloc.memory_limit == int(0.8 * ram)
-    assert fresh_alloc.cache_limit == fresh_alloc.memory_limit
+    assert fresh_alloc.cache_limit == 32 << 20  # mlx/backend/no_gpu/allocator.cpp
     assert mx.get_memory_limit() == allocator("cpu").memory_limit
+
+
+def _fresh_process(module: str, code: str) -> str:
+    """What ``code`` prints in a new interpreter that imported ``module`` as mx (fresh limits)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", f"import {module} as mx; {code}"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout
+
+
+def test_default_limits_and_device_info_equal_mlx(mlx):
+    code = "print(mx.set_cache_limit(0), mx.get_memory_limit(), mx.set_wired_limit(5), " \
+           "mx.set_wired_limit(0), sorted(mx.device_info().items()))"
+    assert _fresh_process("tapescope.core", code) == _fresh_process("mlx.core", code)
+    for d in (None, mx.cpu, mx.gpu, mx.Device(mx.cpu), 0, True):
+        md = d if not isinstance(d, (mx.Device, mx.DeviceType)) else \
+            (getattr(mlx, d.name) if isinstance(d, mx.DeviceType) else mlx.Device(mlx.cpu))
+        assert mx.device_info(d) == mlx.device_info(md)
+    with pytest.raises(TypeError, match=r"^device_info\(\): incompatible function arguments"):
+        mx.device_info("cpu")
+
+
+def test_set_cache_limit_trims_at_once_and_returns_the_previous_limit(clean_memory):
+    """Four freed 1 MiB buffers, limit 1.5 MiB: MLX frees the oldest until 2.5 MiB are
+    released (three buffers), immediately; checked against mlx when installed."""
+    def run(m):
+        m.clear_cache()
+        old = m.set_cache_limit(32 << 20)
+        xs = [m.exp(m.zeros((1 << 18,))) for _ in range(4)]
+        m.eval(xs)
+        del xs
+        cached = m.get_cache_memory()
+        prev = m.set_cache_limit(3 << 19)
+        after = m.get_cache_memory()
+        m.set_cache_limit(old)
+        return prev, cached, after
+
+    prev, cached, after = run(mx)
+    assert prev == 32 << 20
+    assert cached >= 4 << 20 and after == 1 << 20  # the newest buffer is all that is left
+    if mlx_ref is not None:
+        assert (prev, cached, after) == run(mlx_ref)
+
+
+def _cache_after_loops(m) -> tuple[int, int]:
+    """The cache after 300 evals of exp(x) * 2 + 1 on seeded random sizes, then after 200
+    steps of ``x = concatenate([x[:10], x[10:]])`` on 4 MiB (the issue's two loops)."""
+    m.clear_cache()
+    rng = np.random.default_rng(0)
+    for n in rng.integers(1, 1 << 19, 300):
+        m.eval(m.exp(m.ones((int(n),))) * 2 + 1)
+    first = m.get_cache_memory()
+    m.clear_cache()
+    x = m.ones((1 << 20,))
+    for _ in range(200):
+        x = m.concatenate([x[:10], x[10:]])
+        m.eval(x)
+    del x
+    second = m.get_cache_memory()
+    m.clear_cache()
+    return first, second
+
+
+def test_cache_stays_within_mlx_figure_over_many_evals():
+    old = mx.set_cache_limit(32 << 20)  # the CPU default; other tests may have moved it
+    try:
+        ours = _cache_after_loops(mx)
+    finally:
+        mx.set_cache_limit(old)
+    assert max(ours) <= 32 << 20
+    if mlx_ref is not None:
+        theirs = _cache_after_loops(mlx_ref)
+        assert ours[0] <= theirs[0] + (8 << 20) and ours[1] <= theirs[1] + (8 << 20)
 
 
 def test_chain_reuses_buffers_and_keeps_memory_flat(clean_memory):

@@ -59,9 +59,10 @@ def copy(xp, a):
     return a.copy()
 
 
-@rule("Concatenate")
-def concatenate(xp, *arrays, axis):
-    return xp.concatenate(arrays, axis=axis)
+@rule("Concatenate", out=True)
+def concatenate(xp, *arrays, axis, out=None):
+    # Into an allocator buffer, as MLX's Concatenate mallocs its output (reusing the cache).
+    return xp.concatenate(arrays, axis=axis, out=out)
 
 
 @rule("Split")
