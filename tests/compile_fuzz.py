@@ -337,25 +337,36 @@ def run_graphs(n: int, seed: int = 0, max_size: int = 3 * 2**21, log: Optional[C
 
 # -- every variant, every dtype pair, every alignment phase ------------------------------
 
+LAYOUTS = ("contiguous", "strided", "rows", "large")
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
 def variant_cases(exhaustive: bool, rng: Optional[np.random.Generator] = None, sample: int = 24) -> list:
-    """(in dtype, out dtype, layout, n_out, size) cases; all of them, or ``sample`` drawn."""
+    """(in dtype, out dtype, layout, n_out, size) cases; all of them, or ``sample`` drawn.
+
+    Sizes: tiny, odd, past the staging block, past the OpenMP cut, and just past the
+    streaming cut of the case's outputs (itemsize x number of outputs)."""
     d = CDialect
-    sizes = [1, 7, d.stream_block + 3, d.omp_min_size + 1]
-    stream_sizes = [-(-d.stream_min_bytes // isz) + 5 for isz in (1, 2, 4, 8)]
-    cases = [(i, o, lay, n_out, sz)
-             for i, o in itertools.product(DTYPES, DTYPES)
-             for lay in ("contiguous", "strided", "large")
-             for n_out in (1, 2)
-             for sz in sizes + stream_sizes]
+    small = [1, 7, d.stream_block + 3, d.omp_min_size + 1]
+    cases = []
+    for i, o in itertools.product(DTYPES, DTYPES):
+        for lay in LAYOUTS:
+            for n_out in (1, 2):
+                stream = -(-d.stream_min_bytes // (_itemsize(o) * n_out)) + 5
+                cases += [(i, o, lay, n_out, sz) for sz in small + [stream]]
     if exhaustive:
         return cases
     # a sample with each layout both below and past the streaming cut
     rng = rng or np.random.default_rng(0)
     picked = []
-    for lay in ("contiguous", "strided", "large"):
+    for lay in LAYOUTS:
         for big in (False, True):
-            pool = [c for c in cases if c[2] == lay and (c[4] in stream_sizes) == big]
-            picked += [pool[int(k)] for k in rng.choice(len(pool), max(1, sample // 6), replace=False)]
+            pool = [c for c in cases if c[2] == lay and (c[4] > d.omp_min_size + 1) == big]
+            picked += [pool[int(k)] for k in rng.choice(len(pool), max(1, sample // (2 * len(LAYOUTS))),
+                                                        replace=False)]
     return picked
 
 
@@ -411,10 +422,15 @@ def check_variant(case: tuple, phases: Optional[list] = None) -> list:
         shape = (size,)
         a = random_values(rng, in_dt, shape)
         b = random_values(rng, in_dt, shape)
-    else:  # a transposed input and a broadcast row: the tiled strided nest
+    elif layout == "strided":  # a transposed input and a broadcast row: the tiled nest
         cols = 67 if size > 67 else max(1, size)
         shape = (max(1, size // cols), cols)
         a = np.ascontiguousarray(random_values(rng, in_dt, shape[::-1])).T
+        b = random_values(rng, in_dt, (1, cols))
+    else:  # "rows": unit-stride rows with gaps between them (the rows stream when large)
+        cols = 2 * CDialect.stream_block + 7 if size > 4 * CDialect.stream_block else max(1, min(size, 13))
+        shape = (max(1, -(-size // cols)), cols)
+        a = random_values(rng, in_dt, (shape[0], cols + 3))[:, 1:cols + 1]
         b = random_values(rng, in_dt, (1, cols))
     ins = [np.asarray(np.array(x.constant).astype(x.dtype)) if x.is_constant else (a if x.name == "A" else b)
            for x in tape.inputs]
