@@ -19,6 +19,14 @@ def cuda_device_count() -> int:
         return 0
 
 
+def cuda_runtime_available() -> bool:
+    """Whether tapescope's CUDA runtime evaluates arrays here (``mx.cuda.is_available``).
+
+    Not yet: the CUDA runtime (kernels, allocator, streams through CuPy) is not built, so a
+    GPU that CuPy reaches does not make any op run on it."""
+    return False
+
+
 def gpu_available() -> bool:
     """Whether some GPU runtime (CUDA through CuPy) works here."""
     return cuda_device_count() > 0

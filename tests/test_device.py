@@ -292,3 +292,15 @@ def test_public_names_exist_in_mlx():
                  "set_default_device", "set_default_stream", "new_stream", "stream", "is_available",
                  "device_count"):
         assert hasattr(mx, name) and hasattr(ref, name)
+
+
+def test_cuda_namespace_answers_is_available_like_mlx(mlx):
+    """MLX programs ask ``mx.cuda.is_available()`` at import time: the name must exist, take no
+    arguments and return a bool; without a CUDA runtime the answer is False, as MLX's CPU build."""
+    import inspect
+
+    assert [n for n in dir(mx.cuda) if not n.startswith("_")] == \
+        [n for n in dir(mlx.cuda) if not n.startswith("_")]
+    assert inspect.signature(mx.cuda.is_available).parameters == {}
+    assert mx.cuda.is_available() is False
+    assert mx.cuda.is_available() == mlx.cuda.is_available()

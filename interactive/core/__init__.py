@@ -15,7 +15,7 @@ from .dtypes import (  # noqa: F401
 )
 from .memory import *  # noqa: F401,F403
 from .printing import PrintOptions, get_printoptions, printoptions, set_printoptions  # noqa: F401
-from . import metal  # noqa: F401
+from . import cuda, metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401
 from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401
