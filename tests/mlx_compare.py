@@ -25,15 +25,15 @@ def primitive_names(*outs) -> list:
 
 def same_error(case: Callable) -> None:
     """``case(module)`` raises the same exception type and message in tapescope as in MLX
-    (MLX's evaluated, so errors it raises late count too); skipped without MLX."""
+    (both evaluated, so errors raised late count too); skipped without MLX."""
     if mlx_ref is None:
         pytest.skip("mlx is not installed")
     with pytest.raises(Exception) as want:
         mlx_ref.eval(case(mlx_ref))
     with pytest.raises(type(want.value)) as got:
-        case(mx)
-    if "\n" not in str(want.value):
-        assert str(got.value) == str(want.value)
+        mx.eval(case(mx))
+    # the whole message, every line of it
+    assert str(got.value) == str(want.value), f"{str(got.value)!r} != {str(want.value)!r}"
 
 
 def raises_exactly(call: Callable, module, exc: type, msg: str) -> None:
@@ -56,13 +56,13 @@ def data(x):
     return x._d.data
 
 
-def outcome(module, source: str, first_line: bool = False, **names):
-    """(exception type, message) of evaluating ``source`` with ``M`` bound to ``module`` (and
-    the result evaluated), or None when nothing was raised; compared between MLX and us."""
+def outcome(module, source: str, **names):
+    """(exception type, whole message) of evaluating ``source`` with ``M`` bound to ``module``
+    (and the result evaluated), or None when nothing was raised; compared between MLX and us."""
     try:
         res = eval(source, {"M": module, **{k: v(module) for k, v in names.items()}})
         if isinstance(res, (module.array, list, tuple)):
             module.eval(res)
     except Exception as e:  # noqa: BLE001
-        return type(e), (str(e).split("\n")[0] if first_line else str(e))
+        return type(e), str(e)
     return None

@@ -221,7 +221,7 @@ ERRORS = [
 
 
 def _outcome(mod, expr):
-    return outcome(mod, "M.random." + expr, first_line=True)
+    return outcome(mod, "M.random." + expr)
 
 
 @requires_mlx

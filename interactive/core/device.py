@@ -9,8 +9,9 @@ device's default stream on entry and restores that device and stream on exit.
 from __future__ import annotations
 
 import enum
+import functools
 import threading
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 
 class DeviceType(enum.Enum):
@@ -30,23 +31,54 @@ gpu = DeviceType.gpu
 
 
 def nb_type_name(obj: Any) -> str:
-    """A value's type as nanobind names it in MLX's 'incompatible function arguments' errors."""
+    """A value's type as nanobind names it in MLX's 'incompatible function arguments' errors:
+    a static type (builtins, numpy scalars) by its name, a heap type as ``module.name``."""
     t = type(obj)
     if t.__module__.startswith("tapescope.core"):
         return f"mlx.core.{t.__name__}"
-    if t.__module__ == "builtins":
-        return t.__name__
-    return f"{t.__module__}.{t.__qualname__}"
+    if t.__flags__ & _HEAPTYPE:
+        return f"{t.__module__}.{t.__name__}"
+    return t.__name__
 
 
-def incompatible(fn: str, signature: str, *args: Any, **kwargs: Any) -> TypeError:
-    """MLX's (nanobind's) TypeError for arguments of the wrong type."""
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def incompatible(fn: str, signature: Union[str, Sequence[str]], *args: Any,
+                 **kwargs: Any) -> TypeError:
+    """MLX's (nanobind's) TypeError for arguments of the wrong type; ``signature``: the one
+    signature, or every overload's."""
+    sigs = [signature] if isinstance(signature, str) else list(signature)
+    listed = "\n".join(f"    {i}. {sig}" for i, sig in enumerate(sigs, 1))
     types = ", ".join(nb_type_name(a) for a in args)
     if kwargs:
         kw = ", ".join(f"{k}: {nb_type_name(v)}" for k, v in kwargs.items())
         types = f"{types}, kwargs = {{ {kw} }}" if types else f"kwargs = {{ {kw} }}"
     return TypeError(f"{fn}(): incompatible function arguments. The following argument types "
-                     f"are supported:\n    1. {signature}\n\nInvoked with types: {types}")
+                     f"are supported:\n{listed}\n\nInvoked with types: {types}")
+
+
+class BadArgs(TypeError):
+    """An argument of a type the op's MLX binding refuses: raised by the op's checks, and
+    reported by ``binding`` as nanobind does, from the arguments as they were passed."""
+
+
+def binding(*signatures: str) -> Callable:
+    """Decorate an op whose checks raise ``BadArgs``: the caller gets MLX's
+    ``incompatible(name, signatures, *args, **kwargs)`` for the call as it was made
+    (positional and keyword arguments are listed apart, as nanobind lists them)."""
+
+    def deco(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def op(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except BadArgs:
+                raise incompatible(fn.__name__, signatures, *args, **kwargs) from None
+
+        return op
+
+    return deco
 
 
 def _as_type(t: Any) -> Optional[DeviceType]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..array import array
-from ..device import StreamOrDevice, resolve_stream
+from ..device import StreamOrDevice, nb_type_name, resolve_stream
 from ..primitive import ASTYPE, BROADCAST, Primitive, register
 
 __all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes", "isdtype"]
@@ -27,10 +27,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 def type_name(obj: Any) -> str:
     """A value's type as MLX's bindings name it in messages."""
-    t = type(obj)
-    if t is array:
-        return "mlx.core.array"
-    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    return nb_type_name(obj)
 
 
 def incompatible(fn: str, signature: str, *args: Any) -> TypeError:

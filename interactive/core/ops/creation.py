@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import Any, Optional, Sequence, Union
 
 from .. import dtypes as _dt
 from ..array import array
-from ..device import StreamOrDevice, resolve_stream
+from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive, register
 from .convert import astype, broadcast_to, to_array
 
@@ -23,6 +25,8 @@ register("Arange", "creation")
 
 
 def _shape(shape: Union[int, Sequence[int]]) -> tuple:
+    if shape is None:
+        raise BadArgs("shape")
     shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError("[full] Negative dimensions not allowed.")
@@ -31,7 +35,26 @@ def _shape(shape: Union[int, Sequence[int]]) -> tuple:
 
 def _check_dtype(dtype: Any) -> None:
     if dtype is not None and not isinstance(dtype, _dt.Dtype):
-        raise TypeError(f"Expected dtype to be mlx.core.Dtype, got {type(dtype).__name__}.")
+        raise BadArgs("dtype")
+
+
+def _int(v: Any, name: str) -> int:
+    """``v`` as nanobind's ``int`` argument takes it (anything with ``__index__``)."""
+    if isinstance(v, float):
+        raise BadArgs(name)
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise BadArgs(name) from None
+
+
+_STREAM = "*, stream: StreamOrDevice = None) -> array"
+_SHAPE_DTYPE = "(shape: int | Sequence[int], dtype: Dtype | None = float32, " + _STREAM
+_LIKE = "(a: array, /, dtype: Dtype | None = None, " + _STREAM
+_ARANGE = ("arange(start : int | float, stop : None | int | float, step : None | int | float, "
+           "dtype: Dtype | None = None, " + _STREAM,
+           "arange(stop : int | float, step : None | int | float = None, dtype: Dtype | None = "
+           "None, " + _STREAM)
 
 
 def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
@@ -40,52 +63,63 @@ def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
     return array._make([shape], [vals.dtype], Primitive("Full", s), [b])[0]
 
 
+@binding("full(shape: int | Sequence[int], vals: scalar | array, dtype: Dtype | None = None, "
+         + _STREAM)
 def full(shape: Union[int, Sequence[int]], vals: Any, dtype: Optional[_dt.Dtype] = None, *,
          stream: StreamOrDevice = None) -> array:
     """An array of ``shape`` filled with ``vals`` (broadcast); a scalar takes ``dtype`` weakly."""
-    shape = _shape(shape)
     _check_dtype(dtype)
+    if vals is None:
+        raise BadArgs("vals")
+    shape = _shape(shape)
     # As MLX: a Python scalar is typed against ``dtype`` (an int adopts it, a float only an
     # inexact one); an array keeps its own dtype.
     return _full(shape, to_array(vals, dtype), stream)
 
 
+@binding("zeros" + _SHAPE_DTYPE)
 def zeros(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.float32, *,
           stream: StreamOrDevice = None) -> array:
     """An array of zeros."""
-    shape = _shape(shape)
     _check_dtype(dtype)
+    shape = _shape(shape)
     return _full(shape, array(0, dtype or _dt.float32), stream)
 
 
+@binding("ones" + _SHAPE_DTYPE)
 def ones(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.float32, *,
          stream: StreamOrDevice = None) -> array:
     """An array of ones."""
-    shape = _shape(shape)
     _check_dtype(dtype)
+    shape = _shape(shape)
     return _full(shape, array(1, dtype or _dt.float32), stream)
 
 
+@binding("zeros_like" + _LIKE)
 def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
                stream: StreamOrDevice = None) -> array:
     """Zeros with the shape (and, unless given, the dtype) of ``a``."""
+    _check_dtype(dtype)
     a = to_array(a)
     return zeros(a.shape, dtype or a.dtype, stream=stream)
 
 
+@binding("ones_like" + _LIKE)
 def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
               stream: StreamOrDevice = None) -> array:
     """Ones with the shape (and, unless given, the dtype) of ``a``."""
+    _check_dtype(dtype)
     a = to_array(a)
     return ones(a.shape, dtype or a.dtype, stream=stream)
 
 
+@binding(*_ARANGE)
 def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] = None,
            step: Union[None, int, float] = None, dtype: Optional[_dt.Dtype] = None, *,
            stream: StreamOrDevice = None) -> array:
     """Evenly spaced values in ``[start, stop)``; ``arange(stop)`` starts at 0."""
     if start is None and stop is None:
-        raise TypeError("arange(): incompatible function arguments.")
+        raise BadArgs("start")
     if stop is None:
         start, stop = 0, start
     elif start is None:
@@ -94,7 +128,7 @@ def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] 
     vals = (start, stop, 1 if step is None else step)
     for v in vals:
         if not isinstance(v, (int, float)):
-            raise TypeError("arange(): incompatible function arguments.")
+            raise BadArgs("start")
     start, stop, step = vals
     if dtype is None:
         if any(isinstance(v, float) for v in vals):
@@ -121,12 +155,21 @@ def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] 
     return array._make([(size,)], [dtype], prim, [])[0]
 
 
+@binding("linspace(start: scalar, stop: scalar, num: int | None = 50, endpoint: bool = True, "
+         "dtype: Dtype | None = float32, stream: StreamOrDevice = None) -> array")
 def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = True,
              dtype: Optional[_dt.Dtype] = _dt.float32, stream: StreamOrDevice = None) -> array:
     """``num`` evenly spaced samples from ``start`` to ``stop`` (inclusive when ``endpoint``)."""
     from .. import ops
     add, divide, multiply, subtract = ops.add, ops.divide, ops.multiply, ops.subtract
 
+    for v in (start, stop):  # MLX's "scalar": a real number or an array, not a complex
+        if not isinstance(v, (numbers.Real, array)):
+            raise BadArgs("start")
+    num = _int(num, "num")  # (None too, whatever the signature says)
+    if not isinstance(endpoint, bool):  # (not numpy's bool either)
+        raise BadArgs("endpoint")
+    _check_dtype(dtype)
     if num < 0:
         raise ValueError(f"[linspace] number of samples, {num}, must be non-negative.")
     dtype = dtype or _dt.float32
@@ -142,10 +185,14 @@ def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = Tr
     return astype(out, dtype, s)
 
 
+@binding("eye(n: int, m: int | None = None, k: int = 0, dtype: Dtype | None = float32, "
+         + _STREAM)
 def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] = _dt.float32, *,
         stream: StreamOrDevice = None) -> array:
     """A 2-D array with ones on the ``k``-th diagonal and zeros elsewhere."""
-    m = n if m is None else m
+    n, k = _int(n, "n"), _int(k, "k")
+    m = n if m is None else _int(m, "m")
+    _check_dtype(dtype)
     if n < 0 or m < 0:
         raise ValueError("[eye] N and M must be positive integers.")
     dtype = dtype or _dt.float32
@@ -161,9 +208,12 @@ def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] 
     return _scatter(out, [rows, cols], ones((length, 1, 1), dtype, stream=s), (0, 1), "none", s)
 
 
+@binding("identity(n: int, dtype: Dtype | None = float32, " + _STREAM)
 def identity(n: int, dtype: Optional[_dt.Dtype] = _dt.float32, *,
              stream: StreamOrDevice = None) -> array:
     """The ``n`` x ``n`` identity matrix."""
+    n = _int(n, "n")
+    _check_dtype(dtype)
     return eye(n, n, 0, dtype, stream=stream)
 
 
@@ -177,10 +227,13 @@ def _tri_mask(n: int, m: int, k: int, s) -> array:
     return ops.greater_equal(rows, cols, stream=s)
 
 
+@binding("tri(n: int, m: int | None = None, k: int = 0, dtype: Dtype | None = None, " + _STREAM)
 def tri(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] = None, *,
         stream: StreamOrDevice = None) -> array:
     """An (n, m) array with ones at and below the ``k``-th diagonal."""
-    m = n if m is None else m
+    n, k = _int(n, "n"), _int(k, "k")
+    m = n if m is None else _int(m, "m")
+    _check_dtype(dtype)
     s = resolve_stream(stream)
     return astype(_tri_mask(max(n, 0), max(m, 0), k, s), dtype or _dt.float32, s)
 

@@ -6,11 +6,12 @@ Each records the MLX primitive of the same name; the rules in
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Sequence, Union
 
 from .. import dtypes as _dt
 from ..array import array
-from ..device import StreamOrDevice, resolve_stream
+from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive, register
 from .convert import _fmt_shape, astype, broadcast_to, to_array
 
@@ -364,22 +365,46 @@ def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice
     return reshape(x, [d * r for d, r in zip(shape, reps)], stream=stream)
 
 
+def _nb_int(v: Any) -> Optional[int]:
+    """``v`` as nanobind's ``int`` caster takes it (anything with ``__index__``), else None."""
+    if isinstance(v, float):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _nb_items(v: Any) -> Optional[list]:
+    """``v``'s items as nanobind's tuple / list casters take them (a sequence with a length,
+    not a str or bytes), else None."""
+    if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__getitem__"):
+        return None
+    try:
+        len(v)
+        return list(v)
+    except TypeError:
+        return None
+
+
 def _pad_widths(pad_width: Any, ndim: int) -> list:
-    """MLX's pad_width forms: int, (n,), (lo, hi), ((lo, hi),) or one pair per axis."""
-    if isinstance(pad_width, int):
-        return [(pad_width, pad_width)] * ndim
-    pw = [tuple(p) if isinstance(p, (list, tuple)) else p for p in pad_width]
-    if all(isinstance(p, int) for p in pw):
-        if len(pw) == 1:
-            return [(pw[0], pw[0])] * ndim
-        if len(pw) == 2:
-            return [(pw[0], pw[1])] * ndim
-        raise ValueError(f"Invalid number of padding sizes passed to pad with axes of size {ndim}")
-    if not all(isinstance(p, tuple) for p in pw):
-        raise TypeError("pad(): incompatible function arguments.")
-    if any(len(p) not in (1, 2) for p in pw):
-        raise TypeError("pad(): incompatible function arguments.")
-    pw = [(p[0], p[0]) if len(p) == 1 else p for p in pw]
+    """MLX's pad_width forms: int, (n,), (lo, hi), or (lo, hi) pairs, one or one per axis;
+    ``BadArgs`` for anything its binding refuses (even ((1,),))."""
+    n = _nb_int(pad_width)
+    if n is not None:
+        return [(n, n)] * ndim
+    items = _nb_items(pad_width)
+    if items is None:
+        raise BadArgs("pad_width")
+    ints = [_nb_int(p) for p in items]
+    if items and None not in ints and len(ints) <= 2:  # tuple[int] or tuple[int, int]
+        return [(ints[0], ints[-1])] * ndim
+    pairs = [_nb_items(p) for p in items]  # list[tuple[int, int]]
+    if any(p is None or len(p) != 2 for p in pairs):
+        raise BadArgs("pad_width")
+    pw = [(_nb_int(lo), _nb_int(hi)) for lo, hi in pairs]
+    if any(lo is None or hi is None for lo, hi in pw):
+        raise BadArgs("pad_width")
     if len(pw) == 1:
         return pw * ndim
     if len(pw) != ndim:
@@ -387,10 +412,17 @@ def _pad_widths(pad_width: Any, ndim: int) -> list:
     return pw
 
 
+_PAD_SIG = ("pad(a: array, pad_width: int | tuple[int] | tuple[int, int] | list[tuple[int, "
+            "int]], mode: Literal['constant', 'edge', 'reflect', 'symmetric'] = 'constant', "
+            "constant_values: scalar | array = 0, *, stream: StreamOrDevice = None) -> array")
+
+
+@binding(_PAD_SIG)
 def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any = 0, *,
         stream: StreamOrDevice = None) -> array:
     """Pad with a constant value or the edge values (``mode`` "constant" or "edge")."""
-    a = to_array(a)
+    if not isinstance(a, array) or not isinstance(mode, str) or constant_values is None:
+        raise BadArgs("a")
     widths = _pad_widths(pad_width, a.ndim)
     for i, (lo, hi) in enumerate(widths):
         if lo < 0:
@@ -508,10 +540,11 @@ def copy(a: array, *, stream: StreamOrDevice = None) -> array:
     return _one("Copy", a, a.shape, stream)
 
 
+@binding("kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array")
 def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
     """The Kronecker product of ``a`` and ``b``."""
     if not isinstance(a, array) or not isinstance(b, array):
-        raise TypeError("kron(): incompatible function arguments.")
+        raise BadArgs("a")
     from .. import ops
 
     multiply = ops.multiply
