@@ -107,7 +107,19 @@ def _float_helpers(key: str) -> dict:
     return {f"ts_logaddexp_{key}": lae, f"ts_rem_{key}": rem}
 
 
-HELPERS: dict = {}
+# double -> float rounded to odd (truncated toward zero, last bit set when inexact): rounding
+# that float to nearest float16 / bfloat16 (13 / 16 fewer bits) is then one correct rounding
+# of the double. Branch-free, so it vectorises.
+_ROUND_TO_ODD = r"""static inline float ts_f64_to_f32_odd(double y) {
+  union { uint32_t u; float f; } v; v.f = (float)y;
+  const uint32_t inexact = (double)v.f != y;
+  const uint32_t away = fabs((double)v.f) > fabs(y);
+  v.u = (v.u - (inexact & away)) | inexact;
+  return v.f;
+}
+"""
+
+HELPERS: dict = {"ts_f64_to_f32_odd": _ROUND_TO_ODD}
 for _k in _INT_C:
     HELPERS.update(_int_helpers(_k))
 for _k in ("f32", "f64"):
@@ -231,11 +243,20 @@ def _rsqrt(d, a, o, i):
 
 
 def _sigmoid(d, a, o, i):
+    """The numpy rule's float64 sigmoid as one branch-free expression (the two ``exp`` calls
+    are one after CSE; libmvec's vector ``exp`` keeps the loop vectorised), rounded once to
+    the output: float32 by the cast, float16 / bfloat16 through the float rounded to odd,
+    which the store then rounds to nearest with no double-rounding error. NaN gives +NaN,
+    as MLX and the rule, by a select: gcc folds the rule's ``0.0 - fabs(x)`` into
+    ``-fabs(x)`` and drops a ``fabs`` of the quotient (it takes exp to be nonnegative)."""
     if not _is_float(i):
         raise Unsupported(f"Sigmoid on {i}")
-    one = _lit(d, d.compute_dtype(i), 1.0)
-    e = _f16_step(d, i, f"{d.exp_name(i)}(-{a[0]})")
-    return f"({one} / {_f16_step(d, i, f'{one} + {e}')})"
+    x = a[0] if np.dtype(i) == np.float64 else f"(double){a[0]}"
+    e = f"exp(-fabs({x}))"
+    expr = f"(({x}) != ({x}) ? (double)NAN : (({x}) >= 0.0 ? 1.0 : {e}) / (1.0 + {e}))"
+    if np.dtype(i) == np.float64:
+        return expr
+    return f"ts_f64_to_f32_odd{expr}" if _is_half(i) else f"(float){expr}"
 
 
 def _sign(d, a, o, i):

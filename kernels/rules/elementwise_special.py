@@ -46,8 +46,8 @@ def erf64(xp, x):
     erfc = xp.exp(-xl * xl) / math.sqrt(math.pi) / (xl + frac)
     big = 1.0 - erfc
     res = xp.where(small, series, big)
-    res = xp.where(xp.isnan(x), x, res)
-    return xp.where(x < 0, -res, res)
+    res = xp.where(xp.signbit(x), -res, res)  # odd: erf(-0.0) is -0.0, as math.erf
+    return xp.where(xp.isnan(x), x, res)
 
 
 @rule("Erf", out=True)
