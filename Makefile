@@ -1,13 +1,15 @@
 # tapescope: `make demo`, `make test`, `make lab`. Each makes .venv when it is missing and
 # installs what it needs into it; graphviz (the `dot` program) is installed when missing
-# and we are root with apt-get, otherwise the command to install it is printed.
+# and we are root with apt-get, otherwise the command to install it is printed. `make test`
+# also installs Debian's chromium and chromium-driver the same way (the real-browser test
+# drives JupyterLab with them; as root it must run, elsewhere it skips and says why).
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-ub test-fuzz lab graphviz clean
+.PHONY: demo test test-ub test-fuzz lab graphviz chromium clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +36,19 @@ graphviz:
 	  echo "    brew install graphviz                 # macOS"; \
 	fi
 
+chromium:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update && apt-get install -y chromium chromium-driver) || echo "Could not install chromium; the browser test will fail as root."; \
+	else \
+	  echo "chromium and chromedriver are missing (the browser test will skip); install them with:"; \
+	  echo "    sudo apt-get install -y chromium chromium-driver      # Debian/Ubuntu"; \
+	fi
+
 demo: $(VENV)/.dev graphviz
 	$(PY) -m tapescope.demo
 
-test: $(VENV)/.dev graphviz
+test: $(VENV)/.dev graphviz chromium
 	$(PY) -m pytest -p no:cacheprovider tests
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
@@ -52,8 +63,13 @@ test-ub: $(VENV)/.dev
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none
 
+# As root (a container, CI) JupyterLab refuses to start without --allow-root. Widget state is
+# saved in the notebook (settings override), so a reopened notebook shows its widgets.
 lab: $(VENV)/.jupyter graphviz
-	$(VENV)/bin/jupyter lab notebooks
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@test -f $(VENV)/share/jupyter/lab/settings/overrides.json || \
+	  echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(VENV)/share/jupyter/lab/settings/overrides.json
+	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .hypothesis

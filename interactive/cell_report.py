@@ -173,35 +173,40 @@ def _e(x: Any) -> str:
 
 
 def _bytes(n: int) -> str:
-    n = int(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    from tapescope.viz.theme import fmt_bytes
+
+    return fmt_bytes(n)
 
 
-def _table(head: list, rows: list, cls: str = "", limit: int = MAX_ROWS) -> str:
-    h = "".join(f"<th>{_e(c)}</th>" for c in head)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-                   for row in rows[:limit])
-    more = (f"<tr><td colspan='{len(head)}'>… {len(rows) - limit} more</td></tr>"
-            if len(rows) > limit else "")
-    return f"<table class='{cls}'><thead><tr>{h}</tr></thead><tbody>{body}{more}</tbody></table>"
+def _table(head: list, rows: list, cls: str = "", limit: int = MAX_ROWS, raw: tuple = ()) -> str:
+    from tapescope.viz.theme import table
+
+    return table(head, rows, cls, limit=limit, raw=raw)
 
 
-def _section(title: str, body: str) -> str:
-    return f"<details open><summary><b>{_e(title)}</b></summary>{body}</details>"
+def _section(title: str, body: str, open_: bool = False) -> str:
+    from tapescope.viz.theme import details
+
+    return details(f"<b>{_e(title)}</b>", body, open_)
+
+
+def _kname(name: str, width: int = 48) -> str:
+    """A kernel name cut for a table cell, the full name on hover."""
+    from tapescope.viz.theme import short_name
+
+    return f"<code title='{_e(name)}'>{_e(short_name(name, width))}</code>"
 
 
 def memory_html(before: Optional[Memory], after: Memory, records: list) -> str:
     """Active / peak / cache memory before and after, and the allocation records."""
+    from tapescope.viz.theme import fmt_delta_bytes, fmt_ns
+
     rows = []
     for label in ("active", "peak", "cache"):
         b = getattr(before, label) if before is not None else None
         a = getattr(after, label)
         rows.append((label, "—" if b is None else _bytes(b), _bytes(a),
-                     "—" if b is None else f"{a - b:+d} B"))
+                     "—" if b is None else fmt_delta_bytes(a - b)))
     out = _table(["memory", "before", "after", "change"], rows, "tapescope-memory")
     summ = memory_summary(records)
     out += _table(["record", "count", "bytes"],
@@ -209,9 +214,10 @@ def memory_html(before: Optional[Memory], after: Memory, records: list) -> str:
     recs = [r for r in records if r.kind in ALLOC_KINDS]
     if recs:
         t0 = records[0].start_ns
-        out += _table(["t (µs)", "record", "bytes", "device"],
-                      [(f"{(r.start_ns - t0) / 1e3:.1f}", r.kind, r.nbytes, r.device or "")
-                       for r in recs], "tapescope-alloc-records", limit=50)
+        out += _section(f"allocator records ({len(recs)})", _table(
+            ["at", "record", "bytes", "device"],
+            [(fmt_ns(r.start_ns - t0), r.kind, _bytes(r.nbytes), r.device or "") for r in recs],
+            "tapescope-alloc-records", limit=20))
     return out
 
 
@@ -224,11 +230,14 @@ def cache_html(records: list, before: dict, after: dict) -> str:
     out = head
     if s["builds"]:
         out += _table(["kernel", "from", "variant", "compile ms"],
-                      [(n, o, v, f"{ms:.1f}") for n, o, v, ms in s["builds"]], "tapescope-builds")
+                      [(_kname(n), o, v, f"{ms:.1f}") for n, o, v, ms in s["builds"]],
+                      "tapescope-builds", raw=(0,))
     if s["launches"]:
-        out += _table(["kernel", "launches"], sorted(s["launches"].items()), "tapescope-launches")
+        out += _table(["kernel", "launches"], [(_kname(n), c) for n, c in sorted(s["launches"].items())],
+                      "tapescope-launches", raw=(0,))
     if s["fallbacks"]:
-        out += _table(["kernel", "why numpy ran it"], s["fallbacks"], "tapescope-fallbacks")
+        out += _table(["kernel", "why numpy ran it"], [(_kname(n), w) for n, w in s["fallbacks"]],
+                      "tapescope-fallbacks", raw=(0,))
     return out
 
 
@@ -241,8 +250,12 @@ _COLORS = {"primitive": "#6b9bd1", "event_signal": "#2a9d3a", "event_wait": "#e6
 
 
 def timeline_svg(records: list, width: int = 860, lane_h: int = 26) -> str:
-    """A simple SVG timeline: one lane per stream (plus 'host' for kernel builds), boxes for
-    primitives and waits, ticks for signals and fence updates, a red line at an interrupt."""
+    """A static SVG timeline (the snapshot of the events widget): one lane per stream (plus
+    'host'), boxes for primitives and waits, ticks for signals and fence updates, a red line at
+    an interrupt; a time axis with units and a legend of the kinds drawn. Text uses the
+    theme's colour (``currentColor``), so it reads in light and dark themes."""
+    from tapescope.viz.theme import fmt_ns
+
     shown = [r for r in records if r.kind in _COLORS or r.kind == "interrupt"]
     if not shown:
         return "<p>No stream activity was recorded.</p>"
@@ -255,17 +268,21 @@ def timeline_svg(records: list, width: int = 860, lane_h: int = 26) -> str:
         names.append("host")
     lane_of = {s: i for i, s in enumerate(lanes)}
     left, top = 80, 18
-    plot_w = width - left - 10
-    height = top + lane_h * len(names) + 22
+    plot_w = width - left - 20
+    kinds = [k for k in _COLORS if any(r.kind == k for r in shown)]
+    legend_rows = (len(kinds) + 3) // 4
+    height = top + lane_h * len(names) + 34 + 16 * legend_rows
 
     def x(ns: int) -> float:
         return left + (ns - t0) / span * plot_w
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-             f"class='tapescope-events' font-family='sans-serif' font-size='11'>"]
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='100%' "
+             f"style='max-width:{width}px' class='tapescope-events' font-family='sans-serif' "
+             f"font-size='11' fill='currentColor'>"]
     for i, n in enumerate(names):
         y = top + i * lane_h
-        parts.append(f"<rect x='{left}' y='{y}' width='{plot_w}' height='{lane_h - 4}' fill='#f4f4f4'/>")
+        parts.append(f"<rect x='{left}' y='{y}' width='{plot_w}' height='{lane_h - 4}' "
+                     f"fill='#94a3b8' fill-opacity='0.15'/>")
         parts.append(f"<text x='4' y='{y + lane_h / 2 + 2}'>{_e(n)}</text>")
     drawn = 0
     for r in shown:
@@ -294,11 +311,21 @@ def timeline_svg(records: list, width: int = 860, lane_h: int = 26) -> str:
             xs = x(r.start_ns)
             parts.append(f"<line x1='{xs:.1f}' y1='{y}' x2='{xs:.1f}' y2='{y + lane_h - 4}' "
                          f"stroke='{c}' stroke-width='2'><title>{_e(label)}</title></line>")
-    yb = top + lane_h * len(names) + 14
-    parts.append(f"<text x='{left}' y='{yb}'>0</text>")
-    parts.append(f"<text x='{width - 10}' y='{yb}' text-anchor='end'>{span / 1e6:.3f} ms</text>")
+    ya = top + lane_h * len(names)
+    parts.append(f"<line x1='{left}' y1='{ya}' x2='{left + plot_w}' y2='{ya}' stroke='currentColor' "
+                 "stroke-opacity='0.5'/>")
+    for j in range(5):
+        tx = left + plot_w * j / 4
+        anchor = "start" if j == 0 else "end" if j == 4 else "middle"
+        parts.append(f"<line x1='{tx:.1f}' y1='{ya}' x2='{tx:.1f}' y2='{ya + 4}' stroke='currentColor'/>"
+                     f"<text x='{tx:.1f}' y='{ya + 15}' text-anchor='{anchor}'>"
+                     f"{_e(fmt_ns(span * j / 4))}</text>")
+    for j, k in enumerate(kinds):
+        lx, ly = left + (j % 4) * (plot_w / 4), ya + 30 + 16 * (j // 4)
+        parts.append(f"<rect x='{lx:.1f}' y='{ly - 9}' width='10' height='10' fill='{_COLORS[k]}'/>"
+                     f"<text x='{lx + 14:.1f}' y='{ly}'>{_e(k.replace('_', ' '))}</text>")
     if drawn >= MAX_DRAWN:
-        parts.append(f"<text x='{left + plot_w / 2}' y='{yb}' text-anchor='middle'>first "
+        parts.append(f"<text x='{left + plot_w / 2}' y='{top - 6}' text-anchor='middle'>first "
                      f"{MAX_DRAWN} of {len(shown)} records drawn</text>")
     parts.append("</svg>")
     return "".join(parts)
@@ -314,22 +341,34 @@ def _graph_html(g: Any) -> str:
         return f"<pre>{_e(g.summary())}\n({_e(e)})</pre>"
     svg = bundle.get("image/svg+xml")
     if svg:
-        return f"<div class='tapescope-graph'>{svg}</div>"
+        alt = _e(g.summary().splitlines()[0] if g.summary() else "graph")
+        svg = svg.replace("<svg ", f"<svg role='img' aria-label='{alt}' ", 1)
+        return f"<div class='tapescope-graph ts-graph' title='{alt}'>{svg}</div>"
     return f"<pre>{_e(bundle.get('text/plain', g.summary()))}</pre>"
 
 
+def tape_html(title: str, g: Any, k: Any) -> str:
+    """One fused kernel: its tape, its inputs and why fusion stopped at each."""
+    steps = _table(["node", "primitive", "dtype", "inputs"],
+                   [(st[0], st[1], st[2], ", ".join(st[3])) for st in k.steps], "tapescope-tape")
+    ins = _table(["letter", "reads", "made by", "fusion stopped because"],
+                 [(i.letter, g._vname(i.value), i.producer, i.reason or "—") for i in k.inputs],
+                 "tapescope-tape-inputs")
+    return (f"<p><b>{_e(title)}</b>: kernel {k.index} {_kname(k.name)} [{_e(k.variant)}], "
+            f"shape {_e(k.shape)}, {len(k.steps)} op(s)</p>{steps}{ins}")
+
+
+def source_html(symbol: str, runtime: str, src: str) -> str:
+    """A kernel's source, highlighted, its first lines shown and the rest collapsed."""
+    from tapescope.viz.theme import collapsed_source
+
+    return (f"<p>{_kname(symbol)} ({_e(runtime)})</p>"
+            f"<div class='tapescope-source'>{collapsed_source(src, 'c', 14)}</div>")
+
+
 def _tapes_html(graphs: list) -> str:
-    out = []
-    for title, g in graphs:
-        for k in g.kernels:
-            steps = _table(["node", "primitive", "dtype", "inputs"],
-                           [(s[0], s[1], s[2], ", ".join(s[3])) for s in k.steps], "tapescope-tape")
-            ins = _table(["letter", "reads", "made by", "fusion stopped because"],
-                         [(i.letter, g._vname(i.value), i.producer, i.reason or "—") for i in k.inputs],
-                         "tapescope-tape-inputs")
-            out.append(f"<p><b>{_e(title)}</b>: kernel <code>{_e(k.name)}</code> "
-                       f"[{_e(k.variant)}], shape {_e(k.shape)}</p>{steps}{ins}")
-    return "".join(out) or "<p>No fused tapes: nothing in this cell was compiled.</p>"
+    out = [tape_html(title, g, k) for title, g in graphs for k in g.kernels]
+    return "".join(out)
 
 
 def _kernels_html(graphs: list, records: list) -> str:
@@ -340,15 +379,26 @@ def _kernels_html(graphs: list, records: list) -> str:
         for k in g.kernels:
             for runtime, src in k.sources.items():
                 seen.add(k.symbol)
-                out.append(f"<p><b>{_e(title)}</b>: <code>{_e(k.symbol)}</code> ({_e(runtime)})</p>"
-                           f"<pre class='tapescope-source'>{_e(src)}</pre>")
+                out.append(source_html(k.symbol, runtime, src))
     used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
     for e in kernel_cache():
         if e["name"] in used and e["name"] not in seen and e["source"]:
             seen.add(e["name"])
-            out.append(f"<p><code>{_e(e['name'])}</code> ({_e(e['runtime'])})</p>"
-                       f"<pre class='tapescope-source'>{_e(e['source'])}</pre>")
-    return "".join(out) or "<p>No kernels were generated in this cell.</p>"
+            out.append(source_html(e["name"], e["runtime"], e["source"]))
+    return "".join(out)
+
+
+def _user_frames(err: BaseException, filename: Optional[str]) -> list:
+    """(line number, text) of the user's cell frames in ``err``'s traceback, outermost first."""
+    import traceback
+
+    if err is None or err.__traceback__ is None:
+        return []
+    out = []
+    for fs in traceback.extract_tb(err.__traceback__):
+        if filename and fs.filename == filename:
+            out.append((fs.lineno, (fs.line or "").strip()))
+    return out
 
 
 def _progress_text(run: DeviceRun) -> str:
@@ -367,10 +417,12 @@ def _progress_text(run: DeviceRun) -> str:
 class CellReport:
     """The display of a ``%%mlx`` cell: one DeviceRun per device, and the sections to show."""
 
-    def __init__(self, code: str, runs: list, show: Optional[set] = None, compiled: bool = False):
+    def __init__(self, code: str, runs: list, show: Optional[set] = None, compiled: bool = False,
+                 filename: Optional[str] = None):
         self.code, self.runs = code, runs
         self.show = set(SECTIONS) if show is None else set(show)
         self.compiled = compiled
+        self.filename = filename  # the cell's file name in tracebacks (where the error is)
 
     @property
     def run(self) -> DeviceRun:
@@ -451,53 +503,194 @@ class CellReport:
         return (f"<table class='tapescope-results'><thead><tr><th></th>{head}</tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table>{extra}")
 
+    # -- the summary: what ran, how long, memory, verdict, kernels, where to look ----------
+    def error_where(self, r: DeviceRun) -> Optional[tuple]:
+        """(line number in the cell, its text) where the cell's error was raised, or None."""
+        frames = _user_frames(r.error, self.filename)
+        return frames[-1] if frames else None
+
+    def look_at(self, r: DeviceRun) -> list:
+        """What a reader should look at first, most important first (HTML strings)."""
+        out = []
+        prims = primitive_counts(r.records)
+        kernels = [k for _, g in r.graphs for k in g.kernels]
+        cs = cache_summary(r.records)
+        check = r.check
+        if check is not None and hasattr(check, "passed") and not check.passed:
+            out.append("<b>Check</b>: tapescope and JAX disagree — the Check tab names the first "
+                       "node that diverges.")
+        build_ms = sum(ms for *_, ms in cs["builds"])
+        if cs["misses"] and build_ms > 0.3 * r.wall_s * 1e3:
+            out.append(f"<b>Kernel builds</b> took {build_ms:.0f} ms of the cell's {r.wall_s * 1e3:.0f} ms; "
+                       "a second run loads them from the cache (Cache tab).")
+        if kernels:
+            out.append(f"<b>{len(kernels)} fused kernel(s)</b>: their tapes, why fusion stopped and the "
+                       "generated source are in the Kernels tab.")
+        elif not self.compiled and sum(prims.values()) > 8:
+            elementwise = sum(c for n, c in prims.items() if n in _ELEMENTWISE)
+            if elementwise > 4:
+                out.append(f"{sum(prims.values())} primitives ran one by one ({elementwise} elementwise): "
+                           "<code>%%mlx --compile</code> or <code>mx.compile</code> fuses elementwise chains "
+                           "into one kernel.")
+        streams = {x.stream for x in r.records if x.kind == "primitive"}
+        if len(streams) > 1:
+            out.append(f"The cell ran on {len(streams)} streams: the Events tab draws the waits between them.")
+        if r.memory_before is not None and r.memory_after is not None:
+            grew = r.memory_after.active - r.memory_before.active
+            if grew > 64 * 1024 * 1024:
+                out.append(f"Active memory grew by {_bytes(grew)} (Memory tab: the largest buffers and "
+                           "the node that made each).")
+        if r.graphs and not out:
+            out.append("The Graph tab draws what the cell built.")
+        return out
+
+    def summary_html(self, r: Optional[DeviceRun] = None) -> str:
+        """The Summary tab: what ran, how long, peak memory, the check's verdict, the fused
+        kernels, what failed and where, and what to look at first."""
+        from tapescope.viz.theme import fmt_ns
+
+        r = r or self.run
+        if r.unavailable:
+            return f"<p>{_e(r.unavailable)}</p>"
+        prims = primitive_counts(r.records)
+        kernels = [k for _, g in r.graphs for k in g.kernels]
+        evals = eval_progress(r.records)
+        parts = []
+        msg = _progress_text(r)
+        if msg:
+            parts.append(f"<div class='ts-error'><b>{_e(msg)}</b></div>")
+        elif r.error is not None:
+            where = self.error_where(r)
+            loc = (f" at line {where[0]} of the cell: <code>{_e(where[1])}</code>" if where else "")
+            parts.append(f"<div class='ts-error'><b>The cell raised {_e(type(r.error).__name__)}: "
+                         f"{_e(r.error)}</b>{loc}. Its traceback is below the report; this is what ran "
+                         "before it.</div>")
+        top = ", ".join(f"{_e(n)} ×{c}" for n, c in prims.most_common(6))
+        rows = [("ran", f"{sum(prims.values())} primitive run(s) in {len(evals)} eval(s)"
+                 + (f": {top}" if top else "")),
+                ("took", fmt_ns(r.wall_s * 1e9))]
+        if r.memory_after is not None:
+            rows.append(("memory", f"peak {_bytes(r.memory_after.peak)}, active {_bytes(r.memory_after.active)}"
+                         f", cache {_bytes(r.memory_after.cache)}"))
+        if r.check is not None:
+            if hasattr(r.check, "passed"):
+                ok = r.check.passed
+                rows.append(("check", f"<span class='{'ts-ok' if ok else 'ts-bad'}'>"
+                             f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"))
+            else:
+                rows.append(("check", _e(r.check)))
+        if kernels:
+            rows.append(("fused kernels", "; ".join(
+                f"{_kname(k.name, 32)} ({len(k.steps)} ops, {_e(k.variant)})" for k in kernels[:4])
+                + (f"; … {len(kernels) - 4} more" if len(kernels) > 4 else "")))
+        cs = cache_summary(r.records)
+        if cs["hits"] or cs["misses"]:
+            rows.append(("kernel cache", f"{cs['hits']} hit(s), {cs['misses']} miss(es)"))
+        parts.append(_table(["", ""], rows, "tapescope-summary", raw=(1,)).replace(
+            "<thead><tr><th></th><th></th></tr></thead>", ""))
+        for n in r.notes:
+            parts.append(f"<p>{_e(n)}</p>")
+        look = self.look_at(r)
+        if look:
+            parts.append("<p><b>Look at</b></p><ul class='ts-look'>"
+                         + "".join(f"<li>{x}</li>" for x in look) + "</ul>")
+        return "".join(parts)
+
+    def sections(self, r: DeviceRun) -> list:
+        """(tab title, HTML) of every section that has something to show for ``r``."""
+        from tapescope.viz.theme import fmt_ns
+
+        out = []
+        if r.unavailable:
+            return out
+        if "graph" in self.show:
+            body = "".join(f"<p>{_e(t)}</p>{_graph_html(g)}" for t, g in r.graphs)
+            prims = [x for x in r.records if x.kind == "primitive"]
+            if prims:
+                t0 = r.records[0].start_ns
+                body += _section(f"primitives run ({len(prims)}, from the timeline)", _table(
+                    ["at", "primitive", "node", "stream", "took", "bytes"],
+                    [(fmt_ns(p.start_ns - t0), p.name, p.node, p.stream, fmt_ns(p.end_ns - p.start_ns),
+                      _bytes(p.nbytes)) for p in prims], "tapescope-primitives", limit=20),
+                    open_=not r.graphs)
+            if body:
+                out.append(("Graph", body))
+        kern = ""
+        if "tapes" in self.show:
+            kern += _tapes_html(r.graphs)
+        if "kernels" in self.show:
+            kern += _kernels_html(r.graphs, r.records)
+        if kern:
+            out.append(("Kernels", kern))
+        if "check" in self.show and r.check is not None:
+            body = r.check._repr_html_() if hasattr(r.check, "_repr_html_") else f"<p>{_e(r.check)}</p>"
+            out.append(("Check", body))
+        if "memory" in self.show and r.memory_after is not None and (
+                any(x.kind in ALLOC_KINDS for x in r.records) or r.error is None):
+            out.append(("Memory", memory_html(r.memory_before, r.memory_after, r.records)))
+        if "cache" in self.show and (any(x.kind.startswith("kernel_") for x in r.records)):
+            out.append(("Cache", cache_html(r.records, r.cache_before, r.cache_after)))
+        if "events" in self.show and any(x.kind in _COLORS or x.kind == "interrupt" for x in r.records):
+            out.append(("Events", timeline_svg(r.records)))
+        return out
+
     def _run_html(self, r: DeviceRun) -> str:
         if r.unavailable:
             return ""
         parts = []
         if len(self.runs) > 1:
             parts.append(f"<h4>{_e(r.device)}</h4>")
-        msg = _progress_text(r)
-        if msg:
-            parts.append(f"<p style='color:#b00'><b>{_e(msg)}</b></p>")
-        elif r.error is not None:
-            parts.append(f"<p style='color:#b00'><b>The cell raised {_e(type(r.error).__name__)}: "
-                         f"{_e(r.error)}</b> (traceback below); this is what ran before it.</p>")
-        for n in r.notes:
-            parts.append(f"<p>{_e(n)}</p>")
-        if "graph" in self.show:
-            body = "".join(f"<p>{_e(t)}</p>{_graph_html(g)}" for t, g in r.graphs)
-            prims = [x for x in r.records if x.kind == "primitive"]
-            if prims:
-                t0 = r.records[0].start_ns
-                body += "<p>primitives run (from the timeline):</p>" + _table(
-                    ["t (µs)", "primitive", "node", "stream", "µs", "bytes"],
-                    [(f"{(p.start_ns - t0) / 1e3:.1f}", p.name, p.node, p.stream,
-                      f"{(p.end_ns - p.start_ns) / 1e3:.1f}", p.nbytes) for p in prims],
-                    "tapescope-primitives")
-            parts.append(_section("graph", body or "<p>No graph: the cell built no arrays.</p>"))
-        if "tapes" in self.show:
-            parts.append(_section("fused tapes", _tapes_html(r.graphs)))
-        if "kernels" in self.show:
-            parts.append(_section("kernels", _kernels_html(r.graphs, r.records)))
-        if "check" in self.show and r.check is not None:
-            body = r.check._repr_html_() if hasattr(r.check, "_repr_html_") else f"<p>{_e(r.check)}</p>"
-            parts.append(_section("check against JAX", body))
-        if "memory" in self.show and r.memory_after is not None:
-            parts.append(_section("memory", memory_html(r.memory_before, r.memory_after, r.records)))
-        if "cache" in self.show:
-            parts.append(_section("kernel cache", cache_html(r.records, r.cache_before, r.cache_after)))
-        if "events" in self.show:
-            parts.append(_section("events between streams", timeline_svg(r.records)))
+        parts.append(self.summary_html(r))
+        for title, body in self.sections(r):
+            parts.append(_section(title, body))
         return "".join(parts)
 
     def _repr_html_(self) -> str:
-        parts = ["<div class='tapescope-cell'>",
-                 f"<p><b>%%mlx</b>{' (compiled)' if self.compiled else ''}: "
-                 f"{_e(self._run_lines(self.run)[0])}</p>", self._results_html()]
+        from tapescope.viz.theme import style_tag
+
+        parts = [style_tag(), "<div class='tapescope-cell'>",
+                 f"<div class='ts-headline'>%%mlx{' (compiled)' if self.compiled else ''}: "
+                 f"{_e(self._run_lines(self.run)[0])}</div>"]
+        if self.run.arrays or len(self.runs) > 1:
+            parts.append(_section("results", self._results_html(), open_=len(self.runs) > 1))
         parts += [self._run_html(r) for r in self.runs]
         parts.append("</div>")
         return "".join(parts)
+
+    def _repr_mimebundle_(self, **kw: Any) -> dict:
+        """The live tabbed panel (in a kernel with ipywidgets) with this static HTML as its
+        snapshot; only the HTML elsewhere."""
+        bundle = {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        if _in_kernel():
+            try:
+                from tapescope.viz.panel import CellPanel
+
+                self.panel = CellPanel(self)
+                view = self.panel.widget._repr_mimebundle_(**kw) or {}
+                bundle.update({k: v for k, v in view.items() if k != "text/plain"})
+            except ImportError:
+                pass
+        return bundle
+
+
+_ELEMENTWISE = {"Add", "Subtract", "Multiply", "Divide", "Exp", "Log", "Sin", "Cos", "Tanh", "Sigmoid",
+                "Square", "Sqrt", "Rsqrt", "Abs", "Negative", "Maximum", "Minimum", "Power", "Erf",
+                "Log1p", "Expm1", "Select", "Greater", "Less", "Equal", "AsType", "Broadcast"}
+
+
+def _in_kernel() -> bool:
+    """Whether an IPython kernel (with a frontend that can show widgets) runs this code."""
+    import sys
+
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        return shell is not None and getattr(shell, "kernel", None) is not None
+    except Exception:  # noqa: BLE001
+        return False
 
 
 class Collector:

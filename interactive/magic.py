@@ -200,6 +200,62 @@ def _result(name: str, a: Any) -> cr.ArrayResult:
     return cr.ArrayResult(name, tuple(a.shape), str(a.dtype).replace("mlx.core.", ""), text, data)
 
 
+class _Status:
+    """A one-line live status under a running ``%%mlx`` cell (in a kernel with ipywidgets):
+    time so far, evals, primitive runs and memory, read off the timeline every half second;
+    the cell's report replaces it when the cell ends."""
+
+    current: Optional["_Status"] = None
+
+    def __init__(self) -> None:
+        import threading
+
+        import ipywidgets as W
+        from IPython.display import display
+
+        self.t0 = time.perf_counter()
+        self.widget = W.HTML("<span>%%mlx: running…</span>")
+        self.handle = display(self.widget, display_id=True)
+        self.collector: Optional[cr.Collector] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tapescope-status", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, opts: Any) -> Optional["_Status"]:
+        if opts.quiet or not cr._in_kernel():
+            return None
+        try:
+            cls.current = cls()
+        except ImportError:
+            cls.current = None
+        return cls.current
+
+    def text(self) -> str:
+        from tapescope.viz.theme import fmt_bytes
+
+        recs = list(self.collector.records) if self.collector is not None else []
+        evals = sum(1 for r in recs if r.kind == "eval_begin")
+        prims = sum(1 for r in recs if r.kind == "primitive")
+        mem = cr.memory_now()
+        what = (f"{evals} eval(s), {prims:,} primitive run(s)" if evals else
+                "building the graph (no eval has started yet)")
+        return (f"%%mlx: running for {time.perf_counter() - self.t0:.1f} s · {what} · active "
+                f"{fmt_bytes(mem.active)}, peak {fmt_bytes(mem.peak)}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.widget.value = f"<span class='tapescope-status'>{cr._e(self.text())}</span>"
+            except Exception:  # noqa: BLE001 - a status line must never break the cell
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        _Status.current = None
+
+
 def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr.DeviceRun:
     """Run the compiled cell ``code`` in ``ns`` on ``device`` (None: the default device),
     recording everything."""
@@ -215,6 +271,8 @@ def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr
     changed: dict = {}
     t0 = time.perf_counter()
     with cr.Collector() as col:
+        if _Status.current is not None:
+            _Status.current.collector = col
         try:
             with _progress(opts.quiet), (mx.stream(device) if device is not None else nullcontext()):
                 if opts.compile:
@@ -304,16 +362,33 @@ def _check_and_eval(run: cr.DeviceRun, lazy: dict, check: bool) -> None:
     mx.eval(list(lazy.values()))
 
 
+def _prompt_number(shell: Any) -> int:
+    """The number of the prompt this cell runs under (``In[N]``): the number IPython gave the
+    calling cell's code, found on the stack; ``shell.execution_count`` when there is none
+    (IPython 9 has already counted the cell by the time a magic runs)."""
+    import sys
+
+    names = getattr(shell.compile, "_filename_map", {}) or {}
+    f = sys._getframe(1)
+    while f is not None:
+        n = names.get(f.f_code.co_filename)
+        if isinstance(n, int):
+            return n
+        f = f.f_back
+    return shell.execution_count
+
+
 def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
     """Run ``cell`` under ``%%mlx`` options ``line``; display and return the report."""
     __tracebackhide__ = True
     opts = parse_options(line)
     ns = shell.user_ns
     try:
-        fname = shell.compile.cache(cell, shell.execution_count)
+        fname = shell.compile.cache(cell, _prompt_number(shell))
     except Exception:  # noqa: BLE001 - an old or stub shell: tracebacks lack the source only
         fname = "<%%mlx cell>"
     code = compile(cell, fname, "exec")
+    status = _Status.start(opts)
     pre = dict(ns)
     runs: list = []
     primary = None
@@ -337,15 +412,45 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
         runs.append(_run_on("cpu", mx.cpu, code, ns, opts))
         primary = runs[-1]
         primary.notes.append(f"Ran on the CPU instead of {', '.join(opts.devices)}.")
-    report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile)
+    report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile, filename=fname)
     _last["report"] = report
+    if status is not None:
+        status.stop()
     if not opts.quiet:
-        from IPython.display import display
+        if status is not None and status.handle is not None:
+            status.handle.update(report)
+        else:
+            from IPython.display import display
 
-        display(report)
+            display(report)
     if primary.error is not None:
-        raise primary.error
+        raise _user_traceback(primary.error)
     return report
+
+
+def _user_traceback(err: BaseException) -> BaseException:
+    """``err`` with tapescope's own frames taken out of its traceback, so the reader sees the
+    frames of their cell (and of their own functions) only."""
+    import os
+
+    import tapescope
+
+    roots = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
+        tapescope.__file__, tapescope.core.__file__)) + tuple(
+        os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+        for m in (__import__("tapescope.kernels", fromlist=["x"]), __import__("tapescope.viz", fromlist=["x"])))
+    tbs = []
+    tb = err.__traceback__
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(roots):
+            tbs.append(tb)
+        tb = tb.tb_next
+    if not tbs:
+        return err
+    for a, b in zip(tbs, tbs[1:]):
+        a.tb_next = b
+    tbs[-1].tb_next = None
+    return err.with_traceback(tbs[0])
 
 
 # -- line magics -----------------------------------------------------------------------------
@@ -426,12 +531,20 @@ def mlx_line(shell: Any, line: str) -> Any:
     cmd, _, rest = line.strip().partition(" ")
     if cmd == "graph":
         return _graph_of_expr(shell, rest)
-    if cmd == "memory":
-        return _memory_view()
-    if cmd == "cache":
-        return _cache_view()
-    if cmd == "events":
-        return _events_view()
+    if cmd in ("memory", "cache", "events"):
+        try:  # the live widgets (their HTML snapshot where no kernel shows widgets)
+            import ipywidgets  # noqa: F401
+
+            from tapescope import viz
+
+            if cmd == "memory":
+                rep = last_report()
+                return viz.MemoryWidget(records=rep.run.records if rep is not None else None)
+            if cmd == "cache":
+                return viz.CacheWidget()
+            return viz.EventsWidget()
+        except ImportError:
+            return {"memory": _memory_view, "cache": _cache_view, "events": _events_view}[cmd]()
     raise _usage_error(f"%mlx: unknown command {cmd!r}; use {LINE_USAGE} (or %%mlx for a cell).")
 
 

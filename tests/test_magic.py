@@ -25,7 +25,7 @@ from IPython.utils.capture import capture_output  # noqa: E402
 
 import tapescope  # noqa: E402
 import tapescope.core as mx  # noqa: E402
-from tapescope import magic  # noqa: E402
+from tapescope import cell_report, magic  # noqa: E402
 from tapescope.cell_report import memory_summary, primitive_counts  # noqa: E402
 
 from conftest import requires_mlx  # noqa: E402
@@ -198,12 +198,14 @@ def test_an_exception_shows_its_traceback_and_the_report_of_what_ran(ip):
 def test_interrupt_in_process_reports_how_far_the_eval_got(ip):
     ip.run_cell("ix = mx.array(np.zeros(8, dtype=np.int32))\nfor _ in range(15000):\n    ix = ix + 1")
 
-    def press():  # once some nodes have run (the timeline shows primitive records)
-        from tapescope.kernels import timeline
+    from tapescope.kernels import timeline
 
+    mark = timeline.next_seq()  # records of earlier cells do not count
+
+    def press():  # once some nodes of this cell have run (the timeline shows primitive records)
         deadline = time.time() + 20
         while time.time() < deadline and not any(
-                r.kind == "primitive" for r in timeline.records()[-20:]):
+                r.kind == "primitive" and r.seq >= mark for r in timeline.records()[-20:]):
             time.sleep(0.02)
         time.sleep(0.2)
         while time.time() < deadline and not tapescope.interrupt_eval():
@@ -280,22 +282,29 @@ def test_line_graph_of_an_expression_has_mlxs_primitives(ip):
 
 def test_line_memory_cache_and_events(ip):
     mem = ip.run_line_magic("mlx", "memory")
-    assert f"active {mx.get_active_memory()} B" in repr(mem)
-    assert f"limit {mx.get_memory_limit()} B" in repr(mem)
+    try:
+        assert mem.figures["active"] == mx.get_active_memory()
+        assert mem.figures["memory_limit"] == mx.get_memory_limit()
+    finally:
+        mem.stop()
     cache = ip.run_line_magic("mlx", "cache")
-    assert repr(cache).startswith(f"{len(tapescope.kernel_cache())} cached kernel(s)")
+    assert len(cache.entries) == len(tapescope.kernel_cache())
     # a cell with a cross-stream edge: a fence between two streams
     _cell(ip, "--quiet", "s2 = mx.new_stream(mx.cpu)\nea1 = mx.exp(mx.array([1.0, 2.0]), stream=s2)\n"
                          "ea2 = ea1 + 1\nmx.eval(ea2)")
     ev = ip.run_line_magic("mlx", "events")
-    svg = ev._repr_html_()
+    snap = ev._repr_mimebundle_()["text/html"]
     streams = {r.stream for r in magic.last_report().run.records if r.kind == "primitive"}
     assert len(streams) == 2
     for s in streams:
-        assert f"stream {s}</text>" in svg
+        assert f"stream {s}" in ev.layout.lanes and f"stream {s}" in snap
     kinds = {r.kind for r in magic.last_report().run.records}
     assert kinds & {"fence_wait", "fence_update", "event_wait", "event_signal"}
-    assert "event_signal" in svg or "fence_update" in svg
+    assert ev.layout.counts["fence_update"] + ev.layout.counts["event_signal"] > 0
+    assert ev.layout.arrows  # the fence: from stream s2's update to the other stream's wait
+    static = cell_report.timeline_svg(magic.last_report().run.records)
+    for s in streams:
+        assert f"stream {s}</text>" in static
 
 
 # -- a real kernel ---------------------------------------------------------------------------
@@ -355,7 +364,7 @@ def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
                 continue
             assert enames == ["KeyboardInterrupt"]
             html = "".join(m["content"]["data"].get("text/html", "") for m in msgs
-                           if m["msg_type"] == "display_data")
+                           if m["msg_type"] in ("display_data", "update_display_data"))
             m = re.search(r"stopped after (\d+) of (\d+) nodes", html)
             assert m, html[:400]
             assert 0 < int(m.group(1)) < int(m.group(2))

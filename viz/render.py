@@ -1,4 +1,5 @@
-"""DOT -> SVG / PNG / PDF through the graphviz ``dot`` program (the only hard requirement).
+"""DOT -> SVG / PNG / PDF with the ``graphviz`` Python library (``graphviz.pipe``), which runs
+the graphviz ``dot`` program (the only hard requirement besides that library).
 
 When ``dot`` is not installed, displaying a graph shows a short message with the install
 command and the DOT text (never a traceback); asking for an image explicitly raises
@@ -9,15 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
+import threading
 from typing import Optional
 
 __all__ = ["GraphvizNotFound", "RenderError", "find_dot", "install_hint", "render", "save",
            "mimebundle", "missing_message"]
 
 FORMATS = ("svg", "png", "pdf")
-TIMEOUT_S = 120
 
 
 class GraphvizNotFound(RuntimeError):
@@ -68,25 +68,47 @@ def missing_message(dot_text: Optional[str] = None) -> str:
     return msg
 
 
+_pipe_lock = threading.Lock()  # the library's dot path is a module global (TAPESCOPE_DOT)
+
+
+def _with_dpi(dot_text: str, dpi: Optional[int]) -> str:
+    """The DOT text with ``dpi`` set on the graph (what ``dot -Gdpi=`` does)."""
+    if dpi is None:
+        return dot_text
+    i = dot_text.find("{")
+    return dot_text if i < 0 else f"{dot_text[:i + 1]}\n  graph [dpi={int(dpi)}]{dot_text[i + 1:]}"
+
+
 def render(dot_text: str, fmt: str = "svg", dpi: Optional[int] = None) -> bytes:
-    """The picture in ``fmt`` (svg, png or pdf) as bytes, drawn by ``dot``."""
+    """The picture in ``fmt`` (svg, png or pdf) as bytes, drawn by ``dot`` through
+    ``graphviz.pipe``."""
     if fmt not in FORMATS:
         raise ValueError(f"[render] format must be one of {', '.join(FORMATS)}, not {fmt!r}.")
     exe = find_dot()
     if exe is None:
         raise GraphvizNotFound(missing_message(dot_text))
-    cmd = [exe, f"-T{fmt}"]
-    if dpi is not None:
-        cmd.append(f"-Gdpi={int(dpi)}")
     try:
-        proc = subprocess.run(cmd, input=dot_text.encode(), capture_output=True, timeout=TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        import graphviz
+        from graphviz.backend import dot_command
+    except ImportError:
+        raise GraphvizNotFound("tapescope.viz: the graphviz Python package is missing; install it "
+                               "with:\n    pip install graphviz\n\n" + dot_text) from None
+
+    data = _with_dpi(dot_text, dpi).encode()
+    try:
+        with _pipe_lock:
+            saved, dot_command.DOT_BINARY = dot_command.DOT_BINARY, exe
+            try:
+                return graphviz.pipe("dot", fmt, data, quiet=True)
+            finally:
+                dot_command.DOT_BINARY = saved
+    except graphviz.ExecutableNotFound:
+        raise GraphvizNotFound(missing_message(dot_text)) from None
+    except graphviz.CalledProcessError as e:
+        err = (e.stderr or b"").decode(errors="replace").strip() if isinstance(e.stderr, bytes) else str(e.stderr or "")
+        raise RenderError(f"tapescope.viz: dot exited with {e.returncode}: {err}") from None
+    except OSError as e:
         raise RenderError(f"tapescope.viz: running {exe} failed: {e}") from None
-    if proc.returncode != 0:
-        raise RenderError(f"tapescope.viz: dot exited with {proc.returncode}: "
-                          f"{proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout
 
 
 def save(dot_text: str, path: str) -> None:

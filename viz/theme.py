@@ -1,0 +1,165 @@
+"""What every tapescope HTML view shares: units, escaping, tables, and one stylesheet drawn
+with JupyterLab's CSS variables (so light and dark themes both read), with fallbacks for
+nbconvert and GitHub where those variables are not defined."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Iterable, Optional
+
+__all__ = ["CSS", "style_tag", "esc", "fmt_bytes", "fmt_delta_bytes", "fmt_ns", "table",
+           "short_name", "details"]
+
+
+def esc(x: Any) -> str:
+    """``x`` as HTML text."""
+    return html.escape(str(x))
+
+
+def fmt_bytes(n: Optional[int]) -> str:
+    """Bytes in the largest unit that keeps the figure >= 1 (B, KiB, MiB, GiB)."""
+    if n is None:
+        return "—"
+    n = int(n)
+    x = float(abs(n))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            s = f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+            return ("-" if n < 0 else "") + s
+        x /= 1024
+    return str(n)
+
+
+def fmt_delta_bytes(n: int) -> str:
+    """A change in bytes, signed, in the same units as ``fmt_bytes``."""
+    return ("+" if n > 0 else "±" if n == 0 else "") + fmt_bytes(n)
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration in ns, µs, ms or s (three significant figures)."""
+    ns = float(ns)
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.3g} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:.3g} ms"
+    return f"{ns / 1e9:.3g} s"
+
+
+def short_name(name: str, width: int = 40) -> str:
+    """A kernel name cut to ``width`` characters (head … tail); the full name goes in a tooltip."""
+    name = str(name)
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    return name[: keep * 2 // 3] + "…" + name[-(keep - keep * 2 // 3):]
+
+
+def table(head: list, rows: list, cls: str = "", limit: int = 20, total: Optional[int] = None,
+          raw: Iterable[int] = ()) -> str:
+    """An HTML table of at most ``limit`` rows, then a row saying how many more there are.
+    Columns listed in ``raw`` hold HTML already (tooltips, code)."""
+    raw = set(raw)
+    h = "".join(f"<th>{esc(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f"<td>{c if i in raw else esc(c)}</td>" for i, c in enumerate(row))
+                   + "</tr>" for row in rows[:limit])
+    n = len(rows) if total is None else total
+    more = (f"<tr><td class='ts-more' colspan='{len(head)}'>… {n - min(limit, len(rows))} more "
+            f"(of {n})</td></tr>" if n > limit else "")
+    return (f"<div class='ts-scroll'><table class='ts-table {cls}'><thead><tr>{h}</tr></thead>"
+            f"<tbody>{body}{more}</tbody></table></div>")
+
+
+def details(title: str, body: str, open_: bool = False, cls: str = "") -> str:
+    """A collapsible section, closed unless ``open_``."""
+    return (f"<details class='ts-section {cls}'{' open' if open_ else ''}><summary>{title}</summary>"
+            f"{body}</details>")
+
+
+# Colours: JupyterLab variables first, light fallbacks after. Status colours are translucent
+# tints over the theme's own background, so the theme's text colour stays readable on them.
+CSS = """
+.tapescope, .tapescope-cell { color: var(--jp-content-font-color1, #1f2937);
+  font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 13px;
+  max-width: 100%; box-sizing: border-box; overflow-wrap: anywhere; }
+.tapescope *, .tapescope-cell * { box-sizing: border-box; }
+.tapescope .ts-scroll, .tapescope-cell .ts-scroll { max-width: 100%; overflow-x: auto; }
+.tapescope table, .tapescope-cell table { border-collapse: collapse; margin: 4px 0 8px 0;
+  font-size: 12px; max-width: 100%; }
+.tapescope th, .tapescope td, .tapescope-cell th, .tapescope-cell td {
+  border: 1px solid var(--jp-border-color2, #e5e7eb); padding: 2px 6px; text-align: left;
+  vertical-align: top; color: var(--jp-content-font-color1, #1f2937); }
+.tapescope th, .tapescope-cell th { background: var(--jp-layout-color2, #f3f4f6); }
+.tapescope td.num, .tapescope-cell td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.tapescope .ts-more, .tapescope-cell .ts-more { color: var(--jp-content-font-color2, #6b7280);
+  font-style: italic; }
+.tapescope code, .tapescope-cell code { font-family: var(--jp-code-font-family, monospace);
+  font-size: 11px; word-break: break-all; }
+.tapescope pre, .tapescope-cell pre { white-space: pre-wrap; word-break: break-all;
+  max-width: 100%; margin: 2px 0; font-size: 11px;
+  font-family: var(--jp-code-font-family, monospace);
+  background: var(--jp-layout-color2, #f6f8fa); color: var(--jp-content-font-color1, #1f2937);
+  padding: 4px 6px; border-radius: 3px; }
+.tapescope .ts-section > summary, .tapescope-cell .ts-section > summary { cursor: pointer;
+  font-weight: 600; margin: 4px 0; }
+.tapescope .ts-headline, .tapescope-cell .ts-headline { font-size: 14px; font-weight: 600; margin: 4px 0; }
+.tapescope .ts-look, .tapescope-cell .ts-look { margin: 4px 0 4px 18px; padding: 0; }
+.tapescope .ts-ok, .tapescope-cell .ts-ok, .tapescope-cell .tapescope-check td[style*="#d4f4d4"] {
+  background: rgba(34, 197, 94, 0.22) !important; color: var(--jp-content-font-color1, #1f2937); }
+.tapescope .ts-bad, .tapescope-cell .ts-bad, .tapescope-cell .tapescope-check td[style*="#f8d0d0"] {
+  background: rgba(239, 68, 68, 0.25) !important; color: var(--jp-content-font-color1, #1f2937); }
+.tapescope-cell .tapescope-check td[style*="#f4ecc8"] {
+  background: rgba(234, 179, 8, 0.25) !important; color: var(--jp-content-font-color1, #1f2937); }
+.tapescope .ts-error, .tapescope-cell .ts-error { border-left: 4px solid #dc2626; padding: 4px 8px;
+  background: rgba(239, 68, 68, 0.12); margin: 4px 0; }
+.tapescope .ts-muted, .tapescope-cell .ts-muted { color: var(--jp-content-font-color2, #6b7280); }
+.tapescope .ts-swatch, .tapescope-cell .ts-swatch { display: inline-block; width: 10px; height: 10px;
+  border-radius: 2px; margin-right: 4px; vertical-align: middle; }
+.ts-graph { max-width: 100%; overflow: auto;
+  max-height: 640px; border: 1px solid var(--jp-border-color2, #e5e7eb);
+  background: #ffffff; border-radius: 3px; }
+.ts-graph svg { max-width: none; }
+.tapescope .ts-source .highlight, .tapescope-cell .ts-source .highlight { max-width: 100%; }
+.tapescope .ts-columns { display: flex; flex-wrap: wrap; gap: 8px; }
+.tapescope .ts-columns > div { flex: 1 1 320px; min-width: 0; }
+"""
+
+
+def style_tag() -> str:
+    """The stylesheet as a ``<style>`` element (plus pygments' classes when installed)."""
+    extra = ""
+    try:
+        from pygments.formatters import HtmlFormatter
+
+        extra = HtmlFormatter(style="default").get_style_defs(".tapescope .highlight, .tapescope-cell .highlight")
+        extra += ("\n.tapescope .highlight, .tapescope-cell .highlight { background: #f8f8f8; color: #1f2937; }"
+                  "\n.tapescope .highlight pre, .tapescope-cell .highlight pre { background: transparent; }")
+    except ImportError:
+        pass
+    return f"<style>{CSS}{extra}</style>"
+
+
+def highlight(source: str, language: str = "c") -> str:
+    """``source`` as highlighted HTML (pygments), or escaped text without pygments."""
+    try:
+        from pygments import highlight as _hl
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import get_lexer_by_name
+
+        lexer = get_lexer_by_name({"cuda": "cuda", "metal": "c++", "msl": "c++"}.get(language, language))
+        return _hl(source, lexer, HtmlFormatter(nowrap=False))
+    except Exception:  # noqa: BLE001 - highlighting is decoration
+        return f"<pre>{esc(source)}</pre>"
+
+
+def collapsed_source(source: str, language: str = "c", lines: int = 12) -> str:
+    """The first ``lines`` lines of ``source`` (cut at a line, never mid-token), the rest in a
+    closed section."""
+    all_lines = source.splitlines()
+    if len(all_lines) <= lines:
+        return f"<div class='ts-source'>{highlight(source, language)}</div>"
+    head = "\n".join(all_lines[:lines])
+    return (f"<div class='ts-source'>{highlight(head, language)}"
+            + details(f"show all {len(all_lines)} lines", highlight(source, language)) + "</div>")
