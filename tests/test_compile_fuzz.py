@@ -101,3 +101,19 @@ def test_sampled_kernels_have_no_undefined_behaviour_under_the_sanitizers(tmp_pa
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "0 mismatching elements" in r.stdout and "0 failing" in r.stdout
+
+
+@needs_cc
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("it", ["int8", "int32", "int64", "uint32"])
+def test_float_to_int_and_back_gives_plus_zero_for_values_in_minus_one_to_zero(dt, it):
+    """gcc -fno-trapping-math folds (float)(int)x into trunc(x), which keeps the sign of -0.5;
+    an integer 0 converts to +0.0 (numpy, MLX, the uncompiled path)."""
+    vals = np.array([-0.75, -0.5, -0.0, 0.0, 0.25, -1.0, 1.5, -2.5] * 9, dtype=np.float32)
+    x = mx.array(vals).astype(getattr(mx, dt))
+    if it.startswith("u"):
+        x = mx.abs(x)
+    f = lambda v: (v * 1).astype(getattr(mx, it)).astype(getattr(mx, dt))  # noqa: E731
+    got, want = fz.to_numpy(mx.compile(f)(x)), fz.to_numpy(f(x))
+    assert fz.mismatches(got, want) == 0
+    assert not np.signbit(want.astype(np.float32)[want.astype(np.float32) == 0]).any()

@@ -163,6 +163,12 @@ def _minimum(d, a, o, i):
 def _astype(d, a, o, i):
     if o.kind == "b":
         return f"({a[0]} != 0)"
+    if _is_float(o) and i.kind in "iu":
+        # An integer 0 converts to +0.0. Under -fno-trapping-math gcc folds (float)(int)x into
+        # trunc(x), which gives -0.0 for x in (-1, -0]; the select survives that fold (``+ 0``
+        # does not: gcc drops it, believing the conversion never gives -0.0)
+        ct = d.compute_type(o)
+        return f"({a[0]} == 0 ? ({ct})0 : ({ct}){a[0]})"
     return f"({d.compute_type(o)}){a[0]}"
 
 
