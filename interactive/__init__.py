@@ -10,6 +10,13 @@ from tapescope.magic import load_ipython_extension  # noqa: F401  (imports IPyth
 __version__ = "0.1.0"
 
 
+def export_trace(path, records=None) -> str:
+    """Write the timeline (or ``records``) as Chrome trace-event JSON for Perfetto / chrome://tracing."""
+    from tapescope.viz.trace import export_trace as _export
+
+    return _export(path, records)
+
+
 def timeline():
     """Every record on the timeline (evals, primitive runs, ...), oldest first."""
     from tapescope.kernels import timeline as _t

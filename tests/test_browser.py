@@ -182,7 +182,9 @@ def _done(drv, index: int) -> bool:
 
 
 def _panel_tabs(drv):
-    return drv.find_elements(By.CSS_SELECTOR, ".tapescope-panel .lm-TabBar-tab")
+    """The tab titles of the first %%mlx panel on the page."""
+    panel = drv.find_element(By.CSS_SELECTOR, ".tapescope-panel")
+    return panel.find_elements(By.CSS_SELECTOR, ".lm-TabBar-tab")
 
 
 def _visible_tab_text(drv) -> tuple:

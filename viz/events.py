@@ -68,11 +68,12 @@ def events_figure(records: list, widget: bool = True, max_marks: int = 4000) -> 
         fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"signal → wait ({len(lay.arrows)})",
                         line=dict(color="#64748b", width=1), hoverinfo="skip",
                         marker=dict(symbol="arrow", size=8, angleref="previous", color="#64748b"))
-    fig.update_layout(barmode="overlay", height=140 + 40 * max(len(lay.lanes), 1), autosize=True,
-                      margin=dict(l=70, r=10, t=30, b=40), template="plotly_white",
+    fig.update_layout(barmode="overlay", height=max(150 + 40 * len(lay.lanes), 22 * len(lay.counts) + 90),
+                      autosize=True,
+                      margin=dict(l=70, r=10, t=30, b=50), template="plotly_white",
                       xaxis=dict(title="time since the first record (ms)", rangeslider=dict(visible=False)),
                       yaxis=dict(categoryorder="array", categoryarray=list(reversed(lay.lanes)), title=""),
-                      legend=dict(orientation="h", y=-0.35 if len(lay.lanes) < 3 else -0.2, x=0, font=dict(size=10)),
+                      legend=dict(orientation="v", x=1.01, y=1, font=dict(size=10)),
                       title=dict(text=(f"{sum(lay.counts.values())} records" + (
                           f" (first {len(lay.marks)} drawn)" if lay.dropped else "")), font=dict(size=12)))
     return fig

@@ -1,0 +1,133 @@
+"""The widgets' models in Python: figures follow the allocator and the timeline, buttons change
+the allocator's state, the cache table filters and sorts, the events layout draws the fence
+between two streams, and export_trace writes Chrome trace-event JSON. References: the public
+memory API (mx.get_*_memory), numpy byte counts, tapescope.kernel_cache()."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+import tapescope  # noqa: E402
+import tapescope.core as mx  # noqa: E402
+from tapescope.viz import CacheWidget, EventsWidget, MemoryWidget  # noqa: E402
+
+
+def _until(fn, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_memory_widget_figures_follow_the_allocator_and_its_buffers_name_their_node():
+    w = MemoryWidget(live=False)
+    w.start()
+    try:
+        n = 1 << 18
+        a = mx.full((n,), 3.0, dtype=mx.float32)
+        mx.eval(a)
+        w.refresh()
+        assert w.figures["active"] == mx.get_active_memory()
+        assert w.figures["peak"] == mx.get_peak_memory()
+        assert w.tracker.series["active"][-1] == mx.get_active_memory()
+        big = w.tracker.largest(1)[0]
+        assert big[1] >= np.zeros(n, np.float32).nbytes and big[3] == "Full"
+    finally:
+        w.stop()
+
+
+def test_memory_widget_live_thread_redraws_while_work_runs():
+    w = MemoryWidget(live=True, interval=0.05)
+    try:
+        first = w.updates
+        keep = []
+        for i in range(20):
+            keep.append(mx.zeros((4096,)) + i)
+            mx.eval(keep[-1])
+        assert _until(lambda: w.updates >= first + 3)
+        assert _until(lambda: w.figures["active"] == mx.get_active_memory())
+    finally:
+        w.stop()
+
+
+def test_memory_widget_buttons_change_the_allocator():
+    w = MemoryWidget(live=False)
+    old_cache_limit = w.figures["cache_limit"]
+    old_memory_limit = mx.get_memory_limit()
+    try:
+        a = mx.zeros((1 << 16,)) + 1
+        mx.eval(a)
+        del a
+        assert mx.get_cache_memory() > 0
+        w.clear_button.click()
+        assert mx.get_cache_memory() == 0 and w.figures["cache"] == 0
+        mx.eval(mx.zeros((1 << 16,)) + 2)
+        w.reset_button.click()
+        assert mx.get_peak_memory() == mx.get_active_memory() or mx.get_peak_memory() == 0
+        w.cache_limit_input.value = 64
+        w.set_cache_button.click()
+        assert w.figures["cache_limit"] == 64 * 1024
+        assert mx.set_cache_limit(old_cache_limit) == 64 * 1024  # the allocator had it
+        w.memory_limit_input.value = 1 << 20
+        w.set_memory_button.click()
+        assert mx.get_memory_limit() == (1 << 20) * 1024
+    finally:
+        mx.set_cache_limit(old_cache_limit)
+        mx.set_memory_limit(old_memory_limit)
+
+
+def test_memory_widget_snapshot_html_has_the_figures():
+    w = MemoryWidget(live=False)
+    bundle = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "largest live buffers" in bundle["text/html"] and "memory limit" in bundle["text/html"]
+
+
+def test_cache_widget_filters_sorts_pages_and_shows_the_selected_source():
+    f = mx.compile(lambda x: mx.exp(x) * 2 + 1)
+    g = mx.compile(lambda x: mx.sin(x) - x * 3)
+    x = mx.ones((64,))
+    mx.eval(f(x), f(x), g(x))
+    w = CacheWidget()
+    names = {e["name"] for e in tapescope.kernel_cache()}
+    assert {e["name"] for e in w.rows()} == names
+    w.filter.value = "Sin"
+    assert w.rows() and all("Sin" in e["name"] for e in w.rows())
+    w.filter.value = ""
+    w.sort.value = "hits"
+    w.descending.value = True
+    hits = [e["hits"] for e in w.rows()]
+    assert hits == sorted(hits, reverse=True)
+    chosen = w.select.value
+    entry = next(e for e in tapescope.kernel_cache() if e["name"] == chosen)
+    assert "highlight" in w.source.value and entry["source"].splitlines()[0].split()[0] in w.source.value
+    assert "title='" + entry["name"] in w.table.value or entry["name"][:20] in w.table.value
+
+
+def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
+    with tapescope.record() as rec:
+        s2 = mx.new_stream(mx.cpu)
+        a = mx.exp(mx.array([1.0, 2.0]), stream=s2)
+        b = a + 1
+        mx.eval(b)
+    w = EventsWidget(rec.records)
+    prims = [r for r in rec.records if r.kind == "primitive"]
+    assert w.layout.counts["primitive"] == len(prims)
+    assert {f"stream {r.stream}" for r in prims} <= set(w.layout.lanes)
+    fence_updates = [r for r in rec.records if r.kind == "fence_update"]
+    assert len([a for a in w.layout.arrows if a.kind == "fence"]) == len(fence_updates) >= 1
+    assert w.figure is not None and len(w.figure.data) >= 3
+    path = tapescope.export_trace(tmp_path / "trace.json", rec.records)
+    data = json.load(open(path))
+    ev = data["traceEvents"]
+    assert sum(1 for e in ev if e.get("ph") == "X" and e["cat"] == "primitive") == len(prims)
+    assert {e["args"]["name"] for e in ev if e.get("name") == "thread_name"} >= {f"stream {r.stream}" for r in prims}
+    assert any(e["ph"] == "s" for e in ev) and any(e["ph"] == "f" for e in ev)
