@@ -115,10 +115,19 @@ class ProgressMonitor:
 
     # -- reading the timeline ----------------------------------------------------------------
     def poll(self) -> None:
-        """Feed the records added to the timeline since the last poll."""
+        """Feed the records added to the timeline since the last poll. Records the ring dropped
+        before this poll read them (a long eval outruns a descheduled poller) count as nodes
+        done of the oldest open eval: nearly every record of a running eval is a primitive
+        run, and a bar that stops short of what the report says is wrong."""
         new = timeline.records_since(self._last_seq + 1)
         if new:
+            lost = new[0].seq - (self._last_seq + 1)
             self._last_seq = new[-1].seq
+            if lost > 0:
+                with self._lock:
+                    t = self._oldest("eval")
+                    if t is not None:
+                        t.done = min(t.total, t.done + lost)
         self.feed(new, timeline.now())
 
     def start(self) -> None:

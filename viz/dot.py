@@ -72,6 +72,14 @@ def _tooltip(op: Any) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
+def _short(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters: its head, an ellipsis, its tail."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 3
+    return text[:head] + "…" + text[-(width - 1 - head):]
+
+
 def _wrap(text: str, width: int) -> list:
     return [text[i:i + width] for i in range(0, len(text), width)] or [""]
 
@@ -102,6 +110,7 @@ class _Writer:
         self.lines: list = []
         self.groups: list = []
         self.lazy = self.evaluated = False
+        self.has_input = self.has_constant = False  # the legend names only what is drawn
         self.grouped = False  # kernels drawn as boxes because their tapes do not fit
 
     # -- which ops are drawn ----------------------------------------------------------
@@ -168,6 +177,10 @@ class _Writer:
 
     def _value_node(self, v: Any, nid: str) -> None:
         st = S.CONSTANT if v.role == "constant" else S.INPUT
+        if v.role == "constant":
+            self.has_constant = True
+        else:
+            self.has_input = True
         self._mark(v.evaluated)
         name = S.esc(v.name or f"v{v.id}")
         lit = _scalar_text(v) if v.role == "constant" else None
@@ -209,8 +222,8 @@ class _Writer:
             head += f" · {S.esc(_shape(k.shape))}"
         if not self.kernel_names:
             return head
-        name = "<BR ALIGN=\"LEFT\"/>".join(S.esc(p) for p in _wrap(k.name, 56))
-        return f"{head}<BR/><FONT FACE=\"Courier\" POINT-SIZE=\"8\">{name}<BR ALIGN=\"LEFT\"/></FONT>"
+        name = S.esc(_short(k.name, 36))  # the full name is the cluster's tooltip
+        return f"{head}<BR/><FONT FACE=\"Courier\" POINT-SIZE=\"8\">{name}</FONT>"
 
     def _kernel_cluster(self, op: Any) -> None:
         k = self.g.kernels[op.kernel]
@@ -224,6 +237,7 @@ class _Writer:
         for x, inp in zip(k.tape.inputs, k.inputs):
             nid = f"k{k.index}_{x.name}"
             if inp.constant is not None:
+                self.has_constant = True
                 label = f"<<FONT POINT-SIZE=\"9\">{S.esc(x.name)} = {S.esc(_literal(inp.constant))}</FONT>>"
                 self.lines.append(f"{ind}{nid} " + _attrs(label=label, shape="box", style="filled",
                                                           fillcolor=S.CONSTANT.fill, color=S.CONSTANT.border,
@@ -376,7 +390,7 @@ class _Writer:
         # outputs
         for i, vid in enumerate(g.outputs):
             v = g.values[vid]
-            evaluated = v.producer is None and v.evaluated
+            evaluated = v.evaluated
             self._mark(evaluated)
             styles = "rounded,bold" + ("" if evaluated else ",dashed")
             sub = _value_text(v, self.shapes, self.dtypes)
@@ -387,7 +401,8 @@ class _Writer:
             self._connect(vid, f"out{i}")
         if self.legend:
             L.append("  legend " + _attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
-                                                                bool(g.kernels) and self.expand),
+                                                                bool(g.kernels) and self.expand,
+                                                                self.has_input, self.has_constant),
                                           shape="box", style="rounded", color="#d1d5db", fontsize="9"))
         L.append("}")
         return "\n".join(L) + "\n"

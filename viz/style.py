@@ -75,7 +75,8 @@ def quote(text: object) -> str:
     return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool) -> str:
+def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool, inputs: bool = True,
+                 constants: bool = True) -> str:
     """An HTML table naming every kind of node the picture uses (only those it uses)."""
     rows = ['<TR><TD COLSPAN="2" ALIGN="LEFT"><B>legend</B></TD></TR>']
 
@@ -84,8 +85,10 @@ def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool) -> st
         rows.append(f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="1"{style} WIDTH="18" '
                     f'HEIGHT="12" FIXEDSIZE="TRUE"></TD><TD ALIGN="LEFT">{esc(text)}</TD></TR>')
 
-    row(INPUT.fill, INPUT.border, INPUT.legend)
-    row(CONSTANT.fill, CONSTANT.border, CONSTANT.legend)
+    if inputs:
+        row(INPUT.fill, INPUT.border, INPUT.legend)
+    if constants:
+        row(CONSTANT.fill, CONSTANT.border, CONSTANT.legend)
     for g in groups:
         if g == "fused kernel" and kernels:
             continue  # the cluster row below says it

@@ -134,8 +134,13 @@ def style_tag() -> str:
         from pygments.formatters import HtmlFormatter
 
         extra = HtmlFormatter(style="default").get_style_defs(".tapescope .highlight, .tapescope-cell .highlight")
-        extra += ("\n.tapescope .highlight, .tapescope-cell .highlight { background: #f8f8f8; color: #1f2937; }"
-                  "\n.tapescope .highlight pre, .tapescope-cell .highlight pre { background: transparent; }")
+        # the source box stays light in both themes (like the graph pictures), so pygments'
+        # light colours and the untinted tokens read on it
+        extra += ("\n.tapescope .highlight, .tapescope-cell .highlight { background: #f8f8f8; color: #1f2937;"
+                  " border: 1px solid var(--jp-border-color2, #e5e7eb); border-radius: 3px; }"
+                  "\n.tapescope .highlight pre, .tapescope-cell .highlight pre { background: transparent;"
+                  " color: #1f2937 !important; }"
+                  "\n.tapescope .highlight .err, .tapescope-cell .highlight .err { border: none; }")
     except ImportError:
         pass
     return f"<style>{CSS}{extra}</style>"
