@@ -388,6 +388,18 @@ def _kernels_html(graphs: list, records: list) -> str:
     return "".join(out)
 
 
+def _distinct_kernels(graphs: list) -> list:
+    """The fused kernels of ``graphs``, each kernel name once (a compiled function's program
+    and the cell's lazy graph often hold the same kernel)."""
+    seen, out = set(), []
+    for _, g in graphs:
+        for k in g.kernels:
+            if k.symbol not in seen:
+                seen.add(k.symbol)
+                out.append(k)
+    return out
+
+
 def _user_frames(err: BaseException, filename: Optional[str]) -> list:
     """(line number, text) of the user's cell frames in ``err``'s traceback, outermost first."""
     import traceback
@@ -513,7 +525,7 @@ class CellReport:
         """What a reader should look at first, most important first (HTML strings)."""
         out = []
         prims = primitive_counts(r.records)
-        kernels = [k for _, g in r.graphs for k in g.kernels]
+        kernels = _distinct_kernels(r.graphs)
         cs = cache_summary(r.records)
         check = r.check
         if check is not None and hasattr(check, "passed") and not check.passed:
@@ -553,7 +565,7 @@ class CellReport:
         if r.unavailable:
             return f"<p>{_e(r.unavailable)}</p>"
         prims = primitive_counts(r.records)
-        kernels = [k for _, g in r.graphs for k in g.kernels]
+        kernels = _distinct_kernels(r.graphs)
         evals = eval_progress(r.records)
         parts = []
         msg = _progress_text(r)

@@ -64,7 +64,7 @@ CELLS = [
     "f = mx.compile(lambda a: mx.tanh(a) * 0.5 + a * a)\ny = f(x)\nz = mx.exp(y, stream=s2) + 1\n"
     "total = mx.sum(z * y)",
     "mem = tapescope.viz.MemoryWidget(interval=0.2)\nmem",
-    "keep = []\nt_end = time.time() + 8\nwhile time.time() < t_end:\n"
+    "keep = []\nt_end = time.time() + 5\nwhile time.time() < t_end:\n"
     "    keep.append(mx.zeros((1 << 15,)) + len(keep)); mx.eval(keep[-1])\n"
     "    if len(keep) > 40: keep.clear()\n    time.sleep(0.01)\nprint('LOOP DONE')",
     "%%mlx\nbad = mx.array([1.0, 2.0]) * 2\nbad2 = mx.reshape(bad, (3,))",
@@ -106,6 +106,9 @@ def lab(tmp_path_factory):
     (settings / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
         json.dumps({"windowingMode": "none"}))  # every cell in the DOM
+    (settings / "@jupyter-widgets" / "jupyterlab-manager").mkdir(parents=True)
+    (settings / "@jupyter-widgets" / "jupyterlab-manager" / "plugin.jupyterlab-settings").write_text(
+        json.dumps({"saveState": True}))  # as `make lab` sets it
     port = _free_port()
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "PYTHONPATH": ":".join(sys.path),
            "JUPYTER_RUNTIME_DIR": str(work / "runtime")}
@@ -293,4 +296,27 @@ def _scenario(lab, browser) -> None:
     _set_theme(drv, "JupyterLab Dark")
     assert not _outputs_overflowing(drv), _outputs_overflowing(drv)
     _screens(drv, "dark")
+    # saved, its kernel shut down, reopened: the widgets come back from the saved state
+    ActionChains(drv).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+    _until(lambda: not drv.find_elements(By.CSS_SELECTOR, ".lm-TabBar-tab.jp-mod-dirty"), 30,
+           "the notebook to be saved")
+    saved = json.loads((work / "t.ipynb").read_text())
+    assert "application/vnd.jupyter.widget-state+json" in saved["metadata"].get("widgets", {})
+    _shutdown_kernels(base)
+    drv.refresh()
+    _until(lambda: len(drv.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")) == len(CELLS), 60,
+           "the notebook to reopen")
+    _until(lambda: _panel_tabs(drv), 30, "the %%mlx panel from the saved state")
+    _until(lambda: "memory limit" in drv.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")[2].text,
+           30, "the memory widget from the saved state")
+    assert "model not found" not in drv.find_element(By.CSS_SELECTOR, ".jp-Notebook").text
+    drv.save_screenshot(str(SHOTS / "dark_reopened.png"))
     assert time.monotonic() - t0 < 90, f"the browser test took {time.monotonic() - t0:.0f} s"
+
+
+def _shutdown_kernels(base: str) -> None:
+    with urllib.request.urlopen(f"{base}/api/kernels?token={TOKEN}", timeout=10) as r:
+        kernels = json.loads(r.read())
+    for k in kernels:
+        req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={TOKEN}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()

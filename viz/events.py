@@ -12,6 +12,8 @@ from .trace import KINDS, layout
 
 __all__ = ["EventsWidget", "events_figure", "snapshot_html", "counts_html"]
 
+WIDTH = 860  # px
+
 
 def counts_html(lay: Any) -> str:
     """Counts per kind, with the legend's colours."""
@@ -68,8 +70,10 @@ def events_figure(records: list, widget: bool = True, max_marks: int = 4000) -> 
         fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"signal → wait ({len(lay.arrows)})",
                         line=dict(color="#64748b", width=1), hoverinfo="skip",
                         marker=dict(symbol="arrow", size=8, angleref="previous", color="#64748b"))
+    # a fixed width: plotly measures 0 px inside a tab that is hidden when it first draws (and
+    # in a notebook reopened from its saved widget state); the box around it scrolls instead
     fig.update_layout(barmode="overlay", height=max(150 + 40 * len(lay.lanes), 22 * len(lay.counts) + 90),
-                      autosize=True,
+                      width=WIDTH, autosize=False,
                       margin=dict(l=70, r=10, t=30, b=50), template="plotly_white",
                       xaxis=dict(title="time since the first record (ms)", rangeslider=dict(visible=False)),
                       yaxis=dict(categoryorder="array", categoryarray=list(reversed(lay.lanes)), title=""),
@@ -93,7 +97,7 @@ class EventsWidget:
 
         self.summary = W.HTML(layout=W.Layout(max_width="100%"))
         self.counts = W.HTML(layout=W.Layout(max_width="100%"))
-        self.plot = W.Box(layout=W.Layout(max_width="100%", width="100%"))
+        self.plot = W.Box(layout=W.Layout(max_width="100%", width="100%", overflow="auto"))
         self.refresh_button = W.Button(description="refresh", tooltip="read the timeline again",
                                        layout=W.Layout(width="auto"))
         self.refresh_button.on_click(lambda _: self.refresh())

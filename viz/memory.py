@@ -100,10 +100,14 @@ class MemoryTracker:
                         self.buffers[buf][1:3] = [r.node, r.name]
 
     def anchor(self, figures: Optional[dict] = None) -> None:
-        """Re-anchor on the allocator's counters now (a point at the current time)."""
+        """Re-anchor on the allocator's counters now: a point at the current time when they
+        differ from the series' last point (an idle allocator adds no points)."""
         f = memory_figures() if figures is None else figures
-        self.active, self.cache, self.peak = f["active"], f["cache"], f["peak"]
-        self._point(timeline.now())
+        now = (f["active"], f["cache"], f["peak"])
+        last = tuple(self.series[k][-1] for k in ("active", "cache", "peak")) if self.times else None
+        self.active, self.cache, self.peak = now
+        if now != last:
+            self._point(timeline.now())
 
     def largest(self, n: int = 8) -> list:
         """The ``n`` largest live buffers seen: (buffer id, bytes, node, primitive)."""
