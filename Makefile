@@ -53,7 +53,7 @@ test: $(VENV)/.dev graphviz chromium
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
 # sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the
-# op-by-op results, bit for bit.
+# op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free).
 test-ub: $(VENV)/.dev
 	$(PY) tests/run_sanitized.py $(PY) -m pytest -p no:cacheprovider -q tests/test_compile_api.py \
 	  tests/test_compile_dags.py tests/test_compile_fastpath.py tests/test_compile_kernels.py \
@@ -61,7 +61,7 @@ test-ub: $(VENV)/.dev
 	$(PY) tests/run_sanitized.py $(PY) tests/compile_fuzz.py --graphs 300 --variants all
 
 test-fuzz: $(VENV)/.dev
-	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none
+	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
 
 # As root (a container, CI) JupyterLab refuses to start without --allow-root. Widget state is
 # saved in the notebook (settings override), so a reopened notebook shows its widgets.

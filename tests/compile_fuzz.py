@@ -464,6 +464,49 @@ def check_variant(case: tuple, phases: Optional[list] = None) -> list:
     return fails
 
 
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable), 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def check_huge(n: int = 2**32 + 7) -> list:
+    """The ``_large`` kernel chosen for real: ``a * 3 + 1`` over ``n`` > UINT32_MAX int8 elements
+    with a period-251 pattern (2^32 is not a multiple of 251, so an index that wrapped at 32
+    bits would read or write the wrong phase). Needs about 9 GiB."""
+    from tapescope.kernels.codegen.tape import TapeInput, TapeOp, make_tape
+    from tapescope.kernels.cpu import compiled
+
+    i8 = np.dtype(np.int8)
+    tape = make_tape([TapeInput("A", i8), TapeInput("B", i8, constant=3), TapeInput("C", i8, constant=1)],
+                     [TapeOp("D", "Multiply", i8, ("A", "B")), TapeOp("E", "Add", i8, ("D", "C"))], ["E"])
+    period = (np.arange(251) - 125).astype(np.int8)
+    a = np.resize(period, n)
+    ins = [a, np.asarray(np.int8(3)), np.asarray(np.int8(1))]
+    contiguous, _, _, large = compiled.plan(tape, ins, (n,))
+    if not (contiguous and large):
+        return [f"huge: plan chose contiguous={contiguous} large={large}"]
+    (out,) = compiled.run_compiled(tape, ins, (n,))
+    del a, ins
+    with np.errstate(over="ignore"):
+        want = (period * np.int8(3) + np.int8(1)).astype(np.int8)
+    fails = []
+    step = 251 * 2**22  # compare a few hundred MiB at a time
+    for start in range(0, n, step):
+        block = out[start:start + step]
+        ref = np.resize(want, block.size)  # start is a multiple of 251: the same phase
+        bad = int(np.count_nonzero(block != ref))
+        if bad:
+            fails.append(f"huge: {bad} wrong elements in [{start}, {start + block.size})")
+    return fails
+
+
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--graphs", type=int, default=2000)
@@ -471,6 +514,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--max-size", type=int, default=3 * 2**21)
     p.add_argument("--variants", choices=["none", "sample", "all"], default="all")
     p.add_argument("--sample", type=int, default=24, help="variant cases drawn by --variants sample")
+    p.add_argument("--huge", action="store_true", help="also run a kernel over more than 2^32 elements")
     args = p.parse_args(argv)
     print(f"machine: {platform.machine()} {platform.processor() or ''} "
           f"{platform.python_implementation()} {platform.python_version()}", flush=True)
@@ -486,6 +530,17 @@ def main(argv: Optional[list] = None) -> int:
         for f in fails[:20]:
             print("  " + f)
         bad += len(fails)
+    if args.huge:
+        if available_memory() < 12 * 2**30:
+            print(f"huge: skipped, {available_memory() / 2**30:.1f} GiB available (needs 12)")
+        else:
+            th = time.perf_counter()
+            fails = check_huge()
+            print(f"huge: {2**32 + 7} elements through the _large kernel, {len(fails)} failing "
+                  f"({time.perf_counter() - th:.0f} s)", flush=True)
+            for f in fails:
+                print("  " + f)
+            bad += len(fails)
     t1 = time.perf_counter()
     tot = run_graphs(args.graphs, args.seed, args.max_size, log=lambda s: print(s, flush=True))
     print(f"graphs: {tot['graphs']} random compiled graphs, {tot['elements']} elements compared, "
