@@ -119,7 +119,7 @@ def test_node_ids_are_graph_local():
 def test_options_rankdir_shapes_legend_title():
     g = g_multi_output()
     lr = g.to_dot(rankdir="LR")
-    assert 'rankdir="LR"' in lr and 'rankdir="TB"' in g.to_dot()
+    assert 'rankdir=LR' in lr and 'rankdir=TB' in g.to_dot()
     assert "(4, 8) float32" in g.to_dot()
     plain = g.to_dot(shapes=False, dtypes=False)
     assert "(4, 8)" not in plain and "float32" not in plain

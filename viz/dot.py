@@ -5,7 +5,8 @@ family; intermediate arrays are the edges, labelled with shape and dtype; each f
 is a cluster holding its tape (kernel name and variant in its label) and every edge into it
 says, in red, why fusion stopped there. Evaluated arrays are drawn solid, lazy ones dashed.
 Node ids are local to the graph (``v3``, ``op7``, ``k0_E``), so the same graph always gives
-byte-identical DOT.
+byte-identical DOT. The DOT is built with the ``graphviz`` library (``Digraph``), which also
+quotes every name and attribute.
 """
 
 from __future__ import annotations
@@ -84,16 +85,18 @@ def _wrap(text: str, width: int) -> list:
     return [text[i:i + width] for i in range(0, len(text), width)] or [""]
 
 
-def _attrs(**kw: Any) -> str:
-    parts = []
+def _attrs(**kw: Any) -> dict:
+    """Attributes for ``Digraph.node``/``edge``/``attr``: None dropped, values as strings, a
+    line break in plain text written as DOT's ``\\n`` (HTML-like ``<...>`` labels kept as is)."""
+    out = {}
     for k, v in kw.items():
         if v is None:
             continue
-        if isinstance(v, str) and v.startswith("<") and v.endswith(">"):
-            parts.append(f"{k}={v}")
-        else:
-            parts.append(f"{k}={S.quote(v)}")
-    return "[" + ", ".join(parts) + "]"
+        v = str(v)
+        if not (v.startswith("<") and v.endswith(">")):
+            v = v.replace("\\", "\\\\").replace("\n", "\\n")
+        out[k] = v
+    return out
 
 
 class _Writer:
@@ -107,7 +110,8 @@ class _Writer:
         self.rankdir, self.shapes, self.dtypes = rankdir, shapes, dtypes
         self.max_nodes, self.expand = max_nodes, expand_kernels
         self.kernel_names, self.legend, self.title = kernel_names, legend, title
-        self.lines: list = []
+        self.dg: Any = None  # the graphviz.Digraph being built
+        self.t: Any = None  # where nodes and edges go now (the digraph or a cluster)
         self.groups: list = []
         self.lazy = self.evaluated = False
         self.has_input = self.has_constant = False  # the legend names only what is drawn
@@ -191,8 +195,8 @@ class _Writer:
         styles = ["rounded", "filled"] if v.role == "input" else ["filled"]
         if not v.evaluated:
             styles.append("dashed")
-        self.lines.append(f"  {nid} " + _attrs(label=label, shape=shape, style=",".join(styles),
-                                                   fillcolor=st.fill, color=st.border))
+        self.t.node(nid, **_attrs(label=label, shape=shape, style=",".join(styles),
+                                  fillcolor=st.fill, color=st.border))
 
     def _mark(self, evaluated: bool) -> None:
         if evaluated:
@@ -200,15 +204,14 @@ class _Writer:
         else:
             self.lazy = True
 
-    def _op_node(self, op: Any, indent: str = "  ") -> None:
+    def _op_node(self, op: Any) -> None:
         st = S.op_style(op.family)
         self._group(op.family)
         params = _param_text(op)
         label = f"<<B>{S.esc(op.primitive)}</B>" + (
             f"<BR/><FONT POINT-SIZE=\"8\">{S.esc(params)}</FONT>" if params else "") + ">"
-        self.lines.append(f"{indent}op{op.id} " + _attrs(label=label, shape="box", style="rounded,filled",
-                                                         fillcolor=st.fill, color=st.border,
-                                                         tooltip=_tooltip(op)))
+        self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled",
+                                           fillcolor=st.fill, color=st.border, tooltip=_tooltip(op)))
 
     def _group(self, family: str) -> None:
         g = S.group_of(family)
@@ -228,36 +231,35 @@ class _Writer:
     def _kernel_cluster(self, op: Any) -> None:
         k = self.g.kernels[op.kernel]
         self._group("compiled")
-        ind = "    "
-        self.lines.append(f"  subgraph cluster_k{k.index} {{")
-        self.lines.append(f"{ind}graph " + _attrs(label=f"<{self._kernel_caption(k)}>", style="rounded,filled",
-                                                   fillcolor=S.CLUSTER.fill, color=S.CLUSTER.border,
-                                                   penwidth="1.5", fontsize="10", labeljust="l",
-                                                   tooltip=f"{k.name}_{k.variant}"))
-        for x, inp in zip(k.tape.inputs, k.inputs):
-            nid = f"k{k.index}_{x.name}"
-            if inp.constant is not None:
-                self.has_constant = True
-                label = f"<<FONT POINT-SIZE=\"9\">{S.esc(x.name)} = {S.esc(_literal(inp.constant))}</FONT>>"
-                self.lines.append(f"{ind}{nid} " + _attrs(label=label, shape="box", style="filled",
-                                                          fillcolor=S.CONSTANT.fill, color=S.CONSTANT.border,
-                                                          height="0.2", tooltip="constant inlined into the source"))
-            else:
-                self.lines.append(f"{ind}{nid} " + _attrs(label=x.name, shape="circle", width="0.3",
-                                                          fixedsize="true", fontsize="9", style="filled",
-                                                          fillcolor="#ffffff", color=S.CLUSTER.border))
-        for t in k.tape.ops:
-            st = S.op_style(_family(t.primitive))
-            self._group(_family(t.primitive))
-            label = (f"<<B>{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" COLOR=\"#6b7280\">"
-                     f"{S.esc(t.name)}</FONT>>")
-            self.lines.append(f"{ind}k{k.index}_{t.name} " + _attrs(label=label, shape="box",
-                                                                     style="rounded,filled",
-                                                                     fillcolor=st.fill, color=st.border))
-        for t in k.tape.ops:
-            for a in t.inputs:
-                self.lines.append(f"{ind}k{k.index}_{a} -> k{k.index}_{t.name}")
-        self.lines.append("  }")
+        outer = self.t
+        with outer.subgraph(name=f"cluster_k{k.index}") as c:
+            self.t = c
+            c.attr("graph", **_attrs(label=f"<{self._kernel_caption(k)}>", style="rounded,filled",
+                                     fillcolor=S.CLUSTER.fill, color=S.CLUSTER.border, penwidth="1.5",
+                                     fontsize="10", labeljust="l", tooltip=f"{k.name}_{k.variant}"))
+            for x, inp in zip(k.tape.inputs, k.inputs):
+                nid = f"k{k.index}_{x.name}"
+                if inp.constant is not None:
+                    self.has_constant = True
+                    label = f"<<FONT POINT-SIZE=\"9\">{S.esc(x.name)} = {S.esc(_literal(inp.constant))}</FONT>>"
+                    c.node(nid, **_attrs(label=label, shape="box", style="filled", fillcolor=S.CONSTANT.fill,
+                                         color=S.CONSTANT.border, height="0.2",
+                                         tooltip="constant inlined into the source"))
+                else:
+                    c.node(nid, **_attrs(label=x.name, shape="circle", width="0.3", fixedsize="true",
+                                         fontsize="9", style="filled", fillcolor="#ffffff",
+                                         color=S.CLUSTER.border))
+            for t in k.tape.ops:
+                st = S.op_style(_family(t.primitive))
+                self._group(_family(t.primitive))
+                label = (f"<<B>{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" COLOR=\"#6b7280\">"
+                         f"{S.esc(t.name)}</FONT>>")
+                c.node(f"k{k.index}_{t.name}", **_attrs(label=label, shape="box", style="rounded,filled",
+                                                        fillcolor=st.fill, color=st.border))
+            for t in k.tape.ops:
+                for a in t.inputs:
+                    c.edge(f"k{k.index}_{a}", f"k{k.index}_{t.name}")
+        self.t = outer
 
     def _boundary_label(self, inp: Any, vid: int, from_value_node: bool) -> str:
         reason = inp.reason or "boundary"
@@ -276,9 +278,8 @@ class _Writer:
         label = (f"<<B>kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
                  f"<FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
         st = S.GROUPS["fused kernel"]
-        self.lines.append(f"  op{op.id} " + _attrs(label=label, shape="box", style="rounded,filled,bold",
-                                                   fillcolor=st.fill, color=st.border,
-                                                   tooltip=f"{k.name}_{k.variant}"))
+        self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled,bold",
+                                           fillcolor=st.fill, color=st.border, tooltip=f"{k.name}_{k.variant}"))
 
     # -- edges ------------------------------------------------------------------------------
     def _find_shared(self) -> None:
@@ -303,19 +304,19 @@ class _Writer:
             what = "not drawn" if src == "hidden" else f"shared: op{v.producer}"
             prod = self.g.ops[v.producer].primitive if v.producer is not None else ""
             stub = f"s{vid}_{dst}"
-            self.lines.append(f"  {stub} " + _attrs(label=f"… {prod} ({what})", shape="plaintext",
-                                                    fontsize="8", fontcolor=S.NOTE.border))
+            self.t.node(stub, **_attrs(label=f"… {prod} ({what})", shape="plaintext", fontsize="8",
+                                       fontcolor=S.NOTE.border))
             attrs.setdefault("style", "dashed")
             src = stub
-        self.lines.append(f"  {src} -> {dst}" + (" " + _attrs(**attrs) if any(
-            v is not None for v in attrs.values()) else ""))
+        self.t.edge(src, dst, **_attrs(**attrs))
 
     # -- the whole picture --------------------------------------------------------------
     def write(self) -> str:
         g = self.g
         self.kept, hidden = self._choose()
-        L = self.lines
-        L.append("digraph tapescope {")
+        import graphviz
+
+        self.dg = self.t = graphviz.Digraph("tapescope")
         gattrs = dict(rankdir=self.rankdir, fontname=S.FONT, fontsize="11", nodesep="0.25",
                       ranksep="0.35", newrank="true", pad="0.15", labelloc="t", labeljust="l")
         if self.title or self.grouped:
@@ -326,10 +327,10 @@ class _Writer:
             gattrs["label"] = f"<{head}>"
         if sum(self._cost(o) for o in g.ops if o.id in self.kept) > BIG:  # keep dot's layout time bounded on big pictures
             gattrs.update(nslimit="1", nslimit1="1", mclimit="0.5")
-        L.append("  graph " + _attrs(**gattrs))
-        L.append("  node " + _attrs(fontname=S.FONT, fontsize="10", penwidth="1.2", height="0.3",
+        self.dg.attr("graph", **_attrs(**gattrs))
+        self.dg.attr("node", **_attrs(fontname=S.FONT, fontsize="10", penwidth="1.2", height="0.3",
                                     margin="0.1,0.04"))
-        L.append("  edge " + _attrs(fontname=S.FONT, fontsize="8", color=S.EDGE, fontcolor="#374151",
+        self.dg.attr("edge", **_attrs(fontname=S.FONT, fontsize="8", color=S.EDGE, fontcolor="#374151",
                                     arrowsize="0.6"))
         # leaf values (inputs, constants) get a node; a one-element constant gets one per use
         # (a shared literal drawn once would pull long edges across the whole picture)
@@ -352,7 +353,7 @@ class _Writer:
             if g.values[vid].producer is None:
                 self._leaf(vid, f"out{i}", drawn)
         if hidden:
-            L.append("  hidden " + _attrs(
+            self.dg.node("hidden", **_attrs(
                 label=f"<<B>… {hidden} earlier op{'s' if hidden != 1 else ''} not drawn</B><BR/>"
                       f"<FONT POINT-SIZE=\"9\">the graph has {len(g.ops)} ops; "
                       f"draw(max_nodes=None) shows them all</FONT>>",
@@ -396,16 +397,15 @@ class _Writer:
             sub = _value_text(v, self.shapes, self.dtypes)
             name = S.esc(v.name or f"out{i}") if v.producer is not None else f"out {i}"
             label = f"<<B>{name}</B>" + (f"<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>" if sub else "") + ">"
-            L.append(f"  out{i} " + _attrs(label=label, shape="box", style=styles, peripheries="2",
+            self.dg.node(f"out{i}", **_attrs(label=label, shape="box", style=styles, peripheries="2",
                                            color=S.OUTPUT.border))
             self._connect(vid, f"out{i}")
         if self.legend:
-            L.append("  legend " + _attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
+            self.dg.node("legend", **_attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
                                                                 bool(g.kernels) and self.expand,
                                                                 self.has_input, self.has_constant),
                                           shape="box", style="rounded", color="#d1d5db", fontsize="9"))
-        L.append("}")
-        return "\n".join(L) + "\n"
+        return self.dg.source
 
 
 def _family(name: str) -> str:
