@@ -17,7 +17,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from tapescope.core import primitive as _prim
 from tapescope.core.array import ArrayDesc, array
 from tapescope.core.tree import tree_unflatten
 
@@ -313,7 +312,7 @@ class _Builder:
         return vid
 
     def op(self, prim: Any, inputs: list) -> Op:
-        op = Op(len(self.ops), prim.name, _prim.KINDS.get(prim.name, "other"), prim.kwargs(),
+        op = Op(len(self.ops), prim.name, prim.kind, prim.kwargs(),
                 list(inputs), [])
         self.ops.append(op)
         return op

@@ -305,13 +305,27 @@ def test_every_spelled_op_is_covered():
     assert all(p in C_OPS for p in prims.values()) and "NaNEqual" in C_OPS
 
 
-def test_op_without_c_spelling_still_falls_back_with_reason():
-    """ErfInv has no C spelling: its tape runs interpreted with numpy and the timeline says why."""
+def test_op_without_c_spelling_is_a_fusion_boundary_and_the_rest_runs_in_c():
+    """ErfInv has no C spelling: fusion stops at it (the boundary says why), the chains before
+    and after it become two C kernels, and nothing falls back to numpy."""
     x = np.array([0.1, -0.2, 0.4], np.float32)
+
+    def f(a):
+        y = mx.sin(a) * 2.0 + 0.25
+        return mx.exp(mx.erfinv(y * 0.5)) * 3.0 - 1.0
+
     with tapescope.record() as rec:
-        out = mx.compile(lambda a: mx.erfinv(a * 2.0) + 1.0)(to_mx(x))
+        out = mx.compile(f)(to_mx(x))
         mx.eval(out)
-    got = np.array(out).astype(np.float64) - 1.0  # the reference: Python's math.erf inverts it
-    np.testing.assert_allclose([math.erf(v) for v in got], 2.0 * x.astype(np.float64), rtol=1e-5)
-    fb = [r for r in rec.records if r.kind == "kernel_fallback"]
-    assert fb and "ErfInv" in fb[0].detail["reason"]
+    y = (np.sin(x.astype(np.float64)) * 2.0 + 0.25) * 0.5
+    z = np.log((np.array(out).astype(np.float64) + 1.0) / 3.0)  # erfinv(y), inverted by erf
+    np.testing.assert_allclose([math.erf(v) for v in z], y, rtol=1e-5, atol=1e-6)
+    assert not [r for r in rec.records if r.kind == "kernel_fallback"]
+    g = tapescope.trace(f, to_mx(x))
+    assert [op.primitive for op in g.ops] == ["Compiled", "ErfInv", "Compiled"]
+    assert len(g.kernels) == 2
+    (edge,) = [i for i in g.kernels[1].inputs if i.producer == "ErfInv"]
+    assert edge.reason == "no C spelling for ErfInv"
+    assert all("ErfInv" not in src for k in g.kernels for src in k.sources.values())
+    dot = g.to_dot()
+    assert "no C spelling for ErfInv" in dot

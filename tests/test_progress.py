@@ -14,8 +14,7 @@ pytest.importorskip("tqdm")
 
 import tapescope.core as mx  # noqa: E402
 from tapescope import progress  # noqa: E402
-from tapescope.core import evaluate  # noqa: E402
-from tapescope.kernels import rules, timeline  # noqa: E402
+from tapescope.kernels import primitives, timeline  # noqa: E402
 from tapescope.kernels.timeline import Record  # noqa: E402
 
 SLEEP = 0.05
@@ -23,18 +22,17 @@ SLEEP = 0.05
 
 @pytest.fixture
 def slow_exp(monkeypatch):
-    """Make every Exp node take SLEEP seconds (restored, dispatch cache cleared, after)."""
+    """Make every Exp node take SLEEP seconds (its definition restored after)."""
 
     def slow(xp, a, out=None):
         time.sleep(SLEEP)
         return np.exp(a)
 
-    monkeypatch.setitem(rules.RULES, "Exp", slow)
-    monkeypatch.setattr(rules, "TAKES_OUT", rules.TAKES_OUT - {"Exp"})
-    evaluate._DISPATCH.clear()
+    exp = primitives.lookup("Exp")
+    monkeypatch.setattr(exp, "rule", slow)
+    monkeypatch.setattr(exp, "takes_out", False)
     yield
     monkeypatch.undo()
-    evaluate._DISPATCH.clear()
 
 
 def _chain(n: int):

@@ -280,8 +280,7 @@ def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch)
     """Thread A evaluates a slow node inline on the default stream; thread B evaluates a
     consumer of it on the same stream meanwhile: B waits for A's event and gets the right
     value (it must not find the input still lazy and stop)."""
-    from tapescope.core import evaluate as ev
-    from tapescope.kernels import rules
+    from tapescope.kernels import primitives
 
     started = threading.Event()
 
@@ -290,9 +289,9 @@ def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch)
         time.sleep(0.3)
         return np.exp(a)
 
-    monkeypatch.setitem(rules.RULES, "Exp", slow_exp)
-    monkeypatch.setattr(rules, "TAKES_OUT", rules.TAKES_OUT - {"Exp"})
-    ev._DISPATCH.clear()
+    exp = primitives.lookup("Exp")
+    monkeypatch.setattr(exp, "rule", slow_exp)
+    monkeypatch.setattr(exp, "takes_out", False)
     try:
         x = mx.array(np.linspace(0, 1, 8, dtype=np.float32)) * 1.0
         mx.eval(x)
@@ -317,4 +316,3 @@ def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch)
         np.testing.assert_allclose(np.array(z), np.exp(np.array(x)) + 1, rtol=1e-6)
     finally:
         monkeypatch.undo()
-        ev._DISPATCH.clear()

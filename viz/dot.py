@@ -409,9 +409,9 @@ class _Writer:
 
 
 def _family(name: str) -> str:
-    from tapescope.core import primitive
+    from tapescope.kernels.primitives import family_of
 
-    return primitive.KINDS.get(name, "other")
+    return family_of(name)
 
 
 def to_dot(graph: Any, rankdir: str = "TB", shapes: bool = True, dtypes: bool = True,

@@ -20,6 +20,20 @@ class NoReference(Exception):
     """The reference has no (unique) value for this primitive with these parameters."""
 
 
+# Primitives deliberately without a JAX rule, and why (the registry test requires one or the
+# other for every primitive tapescope defines).
+WITHOUT_RULE: dict[str, str] = {
+    "Placeholder": "no value to compare: a trace placeholder is never evaluated",
+    "Partition": "no unique answer: the order inside each side of the kth element is "
+                 "unspecified",
+    "ArgPartition": "no unique answer: the order inside each side of the kth element is "
+                    "unspecified",
+    "Eig": "no unique answer: eigenvectors are defined up to scale, eigenvalues up to order",
+    "RandomBits": "no JAX equivalent: MLX's threefry key and counter layout is not "
+                  "jax.random's, so the bits differ by design",
+}
+
+
 @functools.lru_cache(maxsize=None)
 def table() -> dict[str, Callable]:
     """Primitive name -> JAX rule (built once, on first use)."""

@@ -14,14 +14,13 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import resolve_stream
-from .primitive import Primitive, register
+from .primitive import Primitive
 from .ops.convert import _fmt_shape, astype, broadcast_to, to_array
 from .ops.creation import arange
 from .ops.indexing import _check_index, _gather, _scatter, _slice, _slice_update
 from .ops.shape import expand_dims, reshape, squeeze, transpose
 
 _INVALID = "Cannot index mlx array using the given type."
-register("MaskedScatter", "indexing")
 
 
 def _is_int(x: Any) -> bool:

@@ -7,15 +7,14 @@ from typing import Optional
 
 import numpy as np
 
-from tapescope.kernels import rules, timeline
+from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 
 from . import dtypes as _dt
 from .array import ArrayDesc, adopt
-from .primitive import BINARY, TERNARY, UNARY, Node
+from .primitive import Node
 
 _BF16 = _dt.bfloat16
-_ELEMENTWISE = (UNARY, BINARY, TERNARY)
 
 
 DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
@@ -97,42 +96,27 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
 
 
 _CPU = allocator("cpu")
-_DISPATCH: dict[str, tuple] = {}
-
-
-# Rules that only make views: nothing is computed, so numpy has no floating-point warnings
-# to silence (entering np.errstate costs more than the view itself).
-_VIEWS = frozenset({"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten",
-                    "Transpose", "Slice", "AsStrided"})
-
-
-def _dispatch(name: str, kind: str) -> tuple:
-    """(rule, takes out=, is elementwise, is a view) for a primitive name, looked up once."""
-    entry = _DISPATCH.get(name)
-    if entry is None:
-        entry = _DISPATCH[name] = (rules.get(name), name in rules.TAKES_OUT,
-                                   kind in _ELEMENTWISE, name in _VIEWS)
-    return entry
 
 
 def run_node(node: Node) -> None:
     """Compute a node's outputs with the CPU rule for its primitive and detach it."""
     prim = node.primitive
-    fn, takes_out, elementwise, view = _dispatch(prim.name, prim.kind)
+    defn = prim.defn  # the definition: rule, out= / donatable= flags, view, family
+    fn = defn.rule
     inputs = node.inputs
     ins = [d.data for d in inputs]
     # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does. (No loop
     # variable may outlive a check over ``inputs``: it would hold an input and stop donation.)
-    upcast = elementwise and _any_bfloat16(inputs)
+    upcast = defn.elementwise and _any_bfloat16(inputs)
     if upcast:
         ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
     t0 = timeline.now() if timeline.enabled else 0
     out_handle = None
     outputs = node.outputs
-    if view:
+    if defn.view:  # only views: no floating-point warnings to silence
         res = fn(np, *ins, **prim.kw)
     else:
-        res = _compute(node, prim, fn, takes_out, upcast, ins, outputs, t0)
+        res = _compute(node, prim, fn, defn.takes_out, upcast, ins, outputs, t0)
         if res is _DONE:
             return
         out_handle, res = res
@@ -211,7 +195,7 @@ def _compute(node: Node, prim, fn, takes_out: bool, upcast: bool, ins: list, out
                 if t0:
                     _record(prim, node, t0, out.nbytes)
                 return _DONE
-        elif prim.name in rules.TAKES_DONATABLE:
+        elif prim.defn.takes_donatable:
             res = fn(np, *ins, donatable=_donatable_inputs(node), **prim.kw)
         else:
             res = fn(np, *ins, **prim.kw)

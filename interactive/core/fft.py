@@ -14,12 +14,11 @@ from . import dtypes as _dt
 from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .ops.convert import astype, to_array
-from .primitive import Primitive, register
+from .primitive import Primitive
 
 __all__ = ["fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2",
            "rfftn", "irfftn", "fftshift", "ifftshift"]
 
-register("FFT", "fft")
 
 _NORMS = ("backward", "ortho", "forward")
 

@@ -2,8 +2,10 @@
 
 Walking the program from its last op backwards, each op not yet fused is the root of a
 candidate: its inputs join while they are fusable (unary, binary, ternary, Broadcast,
-AsType), on the same stream, within the depth limit (11) and the array limit (24 inputs
-and outputs per kernel), every user of theirs is already inside, and — for values the
+AsType) and the kernel runtime can render them with their dtypes (``cannot_render``: an op
+without a C spelling, such as ErfInv, is a boundary that runs on its own), on the same
+stream, within the depth limit (11) and the array limit (24 inputs and outputs per kernel),
+every user of theirs is already inside, and — for values the
 function returns — they have the root's shape. Such values become extra outputs of the
 tape. A candidate of one op is left alone. Every input of a tape records *why* fusion
 stopped there (``Boundary``).
@@ -13,14 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tapescope.kernels.codegen.render import cannot_render
 from tapescope.kernels.codegen.tape import (
     MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, TapeInput, TapeOp, make_tape, node_name,
 )
 
-from .primitive import Primitive, register
+from .primitive import Primitive
 from .tracing import GOp, Program, Val
 
-register("Compiled", "compiled")
 
 # Why fusion stopped at a value (the graph picture shows these on a tape's input edges).
 ARGUMENT = "argument"
@@ -47,6 +49,12 @@ class Boundary:
 
 def _fusable(g: GOp) -> bool:
     return g.prim.fusable and len(g.outputs) == 1
+
+
+def _unrenderable(g: GOp):
+    """Why the kernel runtime of ``g``'s stream cannot compute ``g`` (None when it can). Every
+    stream's fused kernels are C today (the CPU runtime runs them)."""
+    return cannot_render(g.prim.name, [v.dtype.np for v in g.inputs], g.outputs[0].dtype.np, "c")
 
 
 def _constant_value(v: Val):
@@ -111,6 +119,8 @@ def fuse(prog: Program) -> Program:
                 reason = STREAM_MISMATCH
             elif not _fusable(op):
                 reason = REDUCTION if op.prim.kind == "reduce" else NON_FUSABLE
+            elif (why := _unrenderable(op)) is not None:
+                reason = why  # e.g. "no C spelling for ErfInv": the runtime could not run it
             elif id(v) in output_ids and v.shape != shape:
                 reason = SHAPE_CHANGE
             elif depth > 0 and any(id(p) not in cache for p in parents.get(id(v), ())):
@@ -130,7 +140,7 @@ def fuse(prog: Program) -> Program:
             for x in op.inputs:
                 recurse(x, depth + 1, stream, shape)
 
-        if _fusable(g):
+        if _fusable(g) and _unrenderable(g) is None:
             recurse(root, 0, g.prim.stream, root.shape)
         if len(cache) <= 1:
             new_tape.append(g)

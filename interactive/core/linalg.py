@@ -13,14 +13,12 @@ from . import dtypes as _dt
 from .array import array
 from .device import DeviceType, StreamOrDevice, resolve_stream
 from .ops.convert import astype, broadcast_shapes, to_array
-from .primitive import Primitive, register
+from .primitive import Primitive
 
 __all__ = ["norm", "inv", "tri_inv", "cholesky", "cholesky_inv", "qr", "svd", "eigh",
            "eigvalsh", "eig", "eigvals", "pinv", "solve", "solve_triangular", "lu",
            "lu_factor", "cross"]
 
-for _name in ("Inverse", "Cholesky", "QRF", "SVD", "Eigh", "Eig", "LUF"):
-    register(_name, "linalg")
 
 _INF = math.inf
 

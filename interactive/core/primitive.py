@@ -6,37 +6,27 @@ import itertools
 import weakref
 from typing import Any, Optional
 
-# Fusion families (shared/DESIGN.md): what compile may fuse into a Compiled tape.
-UNARY = "unary"
-BINARY = "binary"
-TERNARY = "ternary"
-BROADCAST = "broadcast"
-ASTYPE = "astype"
-FUSABLE_KINDS = frozenset({UNARY, BINARY, TERNARY, BROADCAST, ASTYPE})
-
-# name -> kind, for every primitive the op layer makes. Ops register here as they are defined.
-KINDS: dict[str, str] = {}
-
-
-def register(name: str, kind: str) -> str:
-    """Declare a primitive name and its family (``unary``, ``reduce``, ``shape``, ...)."""
-    KINDS[name] = kind
-    return name
+from tapescope.kernels.primitives import (  # noqa: F401 - the families, for the op layer
+    ASTYPE, BINARY, BROADCAST, REGISTRY, TERNARY, UNARY, PrimitiveDef,
+)
 
 
 class Primitive:
     """One operation in the graph, printed under its MLX name (``Add``, ``Broadcast``, ...).
 
+    ``defn`` is its definition (``tapescope.kernels.primitives``: family, rule, spellings, ...);
     ``params`` holds the operation's parameters (e.g. a Broadcast's shape) as a sorted tuple
     of (key, value) pairs so that two primitives compare equal exactly when they compute the
     same thing; ``stream`` is where it runs.
     """
 
-    __slots__ = ("name", "params", "kw", "stream")
+    __slots__ = ("name", "params", "kw", "stream", "defn")
 
     def __init__(self, name: str, stream, **params: Any):
-        if name not in KINDS:
+        defn = REGISTRY.get(name)  # looked up once: the eval reads the rule off it
+        if defn is None:
             raise KeyError(f"unregistered primitive {name}")
+        self.defn: PrimitiveDef = defn
         self.name = name
         self.stream = stream
         self.kw = params  # the parameters as keyword arguments for the rule (never mutated)
@@ -44,11 +34,12 @@ class Primitive:
 
     @property
     def kind(self) -> str:
-        return KINDS[self.name]
+        """The primitive's family (``unary``, ``reduce``, ``shape``, ...)."""
+        return self.defn.family
 
     @property
     def fusable(self) -> bool:
-        return self.kind in FUSABLE_KINDS
+        return self.defn.fusable
 
     def kwargs(self) -> dict:
         return dict(self.kw)

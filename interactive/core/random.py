@@ -20,13 +20,12 @@ from . import dtypes as _dt
 from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .ops.convert import astype, broadcast_shapes, to_array
-from .primitive import Primitive, register
+from .primitive import Primitive
 
 __all__ = ["key", "seed", "split", "uniform", "normal", "randint", "bernoulli",
            "truncated_normal", "categorical", "gumbel", "permutation", "laplace",
            "multivariate_normal", "state"]
 
-register("RandomBits", "random")
 
 _U32_MAX = 2**32 - 1
 _U64_MAX = 2**64 - 1

@@ -15,9 +15,8 @@ from typing import Callable, Optional, Sequence
 from . import dtypes as _dt
 from .array import ArrayDesc, array
 from .device import resolve_stream
-from .primitive import ASTYPE, BINARY, BROADCAST, TERNARY, UNARY, Node, Primitive, register
+from .primitive import ASTYPE, BINARY, BROADCAST, TERNARY, UNARY, Node, Primitive
 
-register("Placeholder", "placeholder")
 
 _ELEMENTWISE = (UNARY, BINARY, TERNARY, ASTYPE)
 

@@ -1,4 +1,7 @@
-"""C spellings of the elementwise ops whose MLX semantics need more than one C operator.
+"""C spellings of the elementwise ops: building blocks the primitive definitions name.
+
+Each definition (``kernels/rules/elementwise.py``) gives its C spelling as a libm stem or as
+one of these functions. Many need more than one C operator for MLX's semantics:
 
 Integer floor division and remainder (by zero, ``INT_MIN // -1``), integer powers (negative
 exponents give 0, wrapping like repeated squaring), shifts past the bit width (MLX's x86
@@ -135,11 +138,11 @@ def helper_source(expr: str) -> dict:
 
 # -- spellings ------------------------------------------------------------------------------
 
-def _identity(d, a, o, i):
+def identity(d, a, o, i):
     return a[0]
 
 
-def _rounding(fn: str) -> Callable:
+def rounding(fn: str) -> Callable:
     def spell(d, a, o, i):
         if not _is_float(i):
             return a[0]  # integers and bools are their own floor / ceil / round
@@ -148,7 +151,7 @@ def _rounding(fn: str) -> Callable:
     return spell
 
 
-def _bitwise(sym: str) -> Callable:
+def bitwise(sym: str) -> Callable:
     def spell(d, a, o, i):
         if _is_float(i) or i.kind == "c":
             raise Unsupported(f"bitwise op on {i}")
@@ -159,7 +162,7 @@ def _bitwise(sym: str) -> Callable:
     return spell
 
 
-def _invert(d, a, o, i):
+def invert(d, a, o, i):
     if _is_float(i) or i.kind == "c":
         raise Unsupported(f"BitwiseInvert on {i}")
     if i.kind == "b":
@@ -172,7 +175,7 @@ def _ints_or_bool(i: np.dtype, prim: str) -> None:
         raise Unsupported(f"{prim} on {i}")
 
 
-def _shift(left: bool) -> Callable:
+def shift(left: bool) -> Callable:
     def spell(d, a, o, i):
         _ints_or_bool(i, "shift")
         t = d.compute_type(i)
@@ -189,7 +192,7 @@ def _shift(left: bool) -> Callable:
     return spell
 
 
-def _floor_divide(d, a, o, i):
+def floor_divide(d, a, o, i):
     if i.kind == "b":
         return f"({a[0]} && {a[1]})"
     if i.kind in "iu":
@@ -199,7 +202,7 @@ def _floor_divide(d, a, o, i):
     return f"{d.math('floor', d.compute_dtype(i))}({_f16_step(d, i, f'{a[0]} / {a[1]}')})"
 
 
-def _remainder(d, a, o, i):
+def remainder(d, a, o, i):
     if i.kind == "b":
         return f"({a[0]} && !{a[1]})"
     if i.kind in "iu":
@@ -209,7 +212,7 @@ def _remainder(d, a, o, i):
     return f"ts_rem_{_flt_key(d, i)}({a[0]}, {a[1]})"
 
 
-def _power(d, a, o, i):
+def power(d, a, o, i):
     if i.kind == "b":
         return f"({a[0]} || !{a[1]})"
     if i.kind in "iu":
@@ -219,7 +222,7 @@ def _power(d, a, o, i):
     return f"{d.math('pow', d.compute_dtype(i))}({a[0]}, {a[1]})"
 
 
-def _float_fn(fn: str) -> Callable:
+def float_fn(fn: str) -> Callable:
     def spell(d, a, o, i):
         if not _is_float(i):
             raise Unsupported(f"{fn} on {i}")
@@ -228,13 +231,13 @@ def _float_fn(fn: str) -> Callable:
     return spell
 
 
-def _logaddexp(d, a, o, i):
+def logaddexp(d, a, o, i):
     if not _is_float(i):
         raise Unsupported(f"LogAddExp on {i}")
     return f"ts_logaddexp_{_flt_key(d, i)}({a[0]}, {a[1]})"
 
 
-def _rsqrt(d, a, o, i):
+def rsqrt(d, a, o, i):
     if not _is_float(i):
         raise Unsupported(f"Rsqrt on {i}")
     one = _lit(d, d.compute_dtype(i), 1.0)
@@ -242,7 +245,7 @@ def _rsqrt(d, a, o, i):
     return f"({one} / {root})"
 
 
-def _sigmoid(d, a, o, i):
+def sigmoid(d, a, o, i):
     """The numpy rule's float64 sigmoid as one branch-free expression (the two ``exp`` calls
     are one after CSE; libmvec's vector ``exp`` keeps the loop vectorised), rounded once to
     the output: float32 by the cast, float16 / bfloat16 through the float rounded to odd,
@@ -259,7 +262,7 @@ def _sigmoid(d, a, o, i):
     return f"ts_f64_to_f32_odd{expr}" if _is_half(i) else f"(float){expr}"
 
 
-def _sign(d, a, o, i):
+def sign(d, a, o, i):
     if i.kind == "b":
         return a[0]
     if i.kind == "c":
@@ -270,7 +273,7 @@ def _sign(d, a, o, i):
     return f"({t})(({a[0]} > 0) - ({a[0]} < 0))"  # NaN gives 0
 
 
-def _real_part(imag: bool) -> Callable:
+def real_part(imag: bool) -> Callable:
     def spell(d, a, o, i):
         if i.kind == "c":
             raise Unsupported("complex")
@@ -279,13 +282,13 @@ def _real_part(imag: bool) -> Callable:
     return spell
 
 
-def _conjugate(d, a, o, i):
+def conjugate(d, a, o, i):
     if i.kind == "c":
         raise Unsupported("complex")
     return a[0]
 
 
-def _nan_equal(d, a, o, i):
+def nan_equal(d, a, o, i):
     if _is_float(i):
         return f"(({a[0]} == {a[1]}) || ({a[0]} != {a[0]} && {a[1]} != {a[1]}))"
     if i.kind == "c":
@@ -293,27 +296,67 @@ def _nan_equal(d, a, o, i):
     return f"({a[0]} == {a[1]})"
 
 
-EXTRA_C_OPS: dict = {
-    "ArcTan2": _float_fn("atan2"),
-    "BitwiseAnd": _bitwise("&"),
-    "BitwiseOr": _bitwise("|"),
-    "BitwiseXor": _bitwise("^"),
-    "BitwiseInvert": _invert,
-    "Ceil": _rounding("ceil"),
-    "Floor": _rounding("floor"),
-    "Round": _rounding("rint"),  # half to even in the default rounding mode
-    "FloorDivide": _floor_divide,
-    "Remainder": _remainder,
-    "Power": _power,
-    "LeftShift": _shift(True),
-    "RightShift": _shift(False),
-    "LogAddExp": _logaddexp,
-    "Rsqrt": _rsqrt,
-    "Sigmoid": _sigmoid,
-    "Sign": _sign,
-    "StopGradient": _identity,
-    "Real": _real_part(False),
-    "Imag": _real_part(True),
-    "Conjugate": _conjugate,
-    "NaNEqual": _nan_equal,
-}
+def binop(sym: str) -> Callable:
+    return lambda d, a, o, i: f"({a[0]} {sym} {a[1]})"
+
+
+def float_only(fn: Callable) -> Callable:
+    def wrapped(d, a, o, i):
+        if not _is_float(i):
+            raise Unsupported(f"integer {i} for a float-only op")
+        return fn(d, a, o, i)
+
+    return wrapped
+
+
+def abs_(d, a, o, i):
+    if _is_float(i):
+        return f"{d.math('fabs', i)}({a[0]})"
+    if i.kind == "i":
+        return f"({a[0]} < 0 ? ({d.compute_type(i)})-{a[0]} : {a[0]})"
+    return a[0]
+
+
+def maximum(d, a, o, i):
+    # numpy/MLX propagate NaN from either side
+    if _is_float(i):
+        # ``|`` not ``||``: no short circuit, so the select vectorises (``||`` kept whole
+        # loops scalar, and every libm call in them with it)
+        return f"((({a[0]} > {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
+    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+
+
+def minimum(d, a, o, i):
+    if _is_float(i):
+        return f"((({a[0]} < {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
+    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+
+
+def astype(d, a, o, i):
+    if o.kind == "b":
+        return f"({a[0]} != 0)"
+    if _is_float(o) and i.kind in "iu":
+        # An integer 0 converts to +0.0. Under -fno-trapping-math gcc folds (float)(int)x into
+        # trunc(x), which gives -0.0 for x in (-1, -0]; the select survives that fold (``+ 0``
+        # does not: gcc drops it, believing the conversion never gives -0.0)
+        ct = d.compute_type(o)
+        return f"({a[0]} == 0 ? ({ct})0 : ({ct}){a[0]})"
+    return f"({d.compute_type(o)}){a[0]}"
+
+
+def negative(d, a, o, i):
+    if i.kind == "b":
+        raise Unsupported("negative of bool")
+    return f"({d.compute_type(o)})(-{a[0]})"
+
+
+def square(d, a, o, i):
+    return f"({a[0]} * {a[0]})"
+
+
+def logical_not(d, a, o, i):
+    return f"(!{a[0]})"
+
+
+def select(d, a, o, i):
+    return f"({a[0]} ? {a[1]} : {a[2]})"

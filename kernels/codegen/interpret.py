@@ -7,11 +7,10 @@ from typing import Sequence
 import ml_dtypes
 import numpy as np
 
-from .. import rules
+from ..primitives import REGISTRY
 from .tape import Tape
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_LAYOUT = ("AsType", "Broadcast")
 
 
 def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np) -> list:
@@ -26,12 +25,13 @@ def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np) -> list
     with np.errstate(all="ignore"):
         for op in tape.ops:
             args = [env[n] for n in op.inputs]
+            defn = REGISTRY[op.primitive]
             if op.primitive == "Broadcast":
                 val = args[0]
             else:
-                if op.primitive not in _LAYOUT:
+                if defn.elementwise:  # not AsType: bfloat16 math runs in float32
                     args = [a.astype(np.float32) if a.dtype == _BF16 else a for a in args]
-                val = rules.get(op.primitive)(xp, *args, **dict(op.params))
+                val = defn.rule(xp, *args, **dict(op.params))
             val = xp.asarray(val)
             if val.dtype != op.dtype:
                 val = val.astype(op.dtype)

@@ -10,12 +10,13 @@ small subclasses of ``CFamily`` that override the tables and the thread-index pa
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
 
-from .c_ops import EXTRA_C_OPS, Unsupported, _is_float, _is_half, helper_source
+from ..primitives import spellings
+from .c_ops import Unsupported, _is_float, _is_half, helper_source
 from .tape import Tape, TapeInput
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -90,7 +91,7 @@ class CFamily:
             return f"{self.math(self.math_functions[prim], in_dt)}({args[0]})"
         fn = self.code_for_op.get(prim)
         if fn is None:
-            raise Unsupported(f"primitive {prim} has no {self.name} spelling")
+            raise Unsupported(f"no {self.name} spelling for {prim}")
         return fn(self, args, np.dtype(out_dt), np.dtype(in_dt))
 
     # -- kernel pieces (overridden per runtime) -------------------------------------------
@@ -121,99 +122,11 @@ class CFamily:
 
 
 # ---------------------------------------------------------------------------------------
-# The C dialect's op table
+# The C dialect's op tables, read off the primitive definitions (``c=`` in kernels/rules/):
+# a libm stem (``"exp"``) goes in C_MATH, a spelling function in C_OPS.
 
-
-def _binop(sym: str) -> Callable:
-    return lambda d, a, o, i: f"({a[0]} {sym} {a[1]})"
-
-
-def _float_only(fn: Callable) -> Callable:
-    def wrapped(d, a, o, i):
-        if not _is_float(i):
-            raise Unsupported(f"integer {i} for a float-only op")
-        return fn(d, a, o, i)
-
-    return wrapped
-
-
-def _abs(d, a, o, i):
-    if _is_float(i):
-        return f"{d.math('fabs', i)}({a[0]})"
-    if i.kind == "i":
-        return f"({a[0]} < 0 ? ({d.compute_type(i)})-{a[0]} : {a[0]})"
-    return a[0]
-
-
-def _maximum(d, a, o, i):
-    # numpy/MLX propagate NaN from either side
-    if _is_float(i):
-        # ``|`` not ``||``: no short circuit, so the select vectorises (``||`` kept whole
-        # loops scalar, and every libm call in them with it)
-        return f"((({a[0]} > {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
-    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
-
-
-def _minimum(d, a, o, i):
-    if _is_float(i):
-        return f"((({a[0]} < {a[1]}) | ({a[0]} != {a[0]})) ? {a[0]} : {a[1]})"
-    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
-
-
-def _astype(d, a, o, i):
-    if o.kind == "b":
-        return f"({a[0]} != 0)"
-    if _is_float(o) and i.kind in "iu":
-        # An integer 0 converts to +0.0. Under -fno-trapping-math gcc folds (float)(int)x into
-        # trunc(x), which gives -0.0 for x in (-1, -0]; the select survives that fold (``+ 0``
-        # does not: gcc drops it, believing the conversion never gives -0.0)
-        ct = d.compute_type(o)
-        return f"({a[0]} == 0 ? ({ct})0 : ({ct}){a[0]})"
-    return f"({d.compute_type(o)}){a[0]}"
-
-
-def _negative(d, a, o, i):
-    if i.kind == "b":
-        raise Unsupported("negative of bool")
-    return f"({d.compute_type(o)})(-{a[0]})"
-
-
-def _square(d, a, o, i):
-    return f"({a[0]} * {a[0]})"
-
-
-C_OPS: dict[str, Callable] = {
-    "Add": _binop("+"),
-    "Subtract": _binop("-"),
-    "Multiply": _binop("*"),
-    "Divide": _float_only(_binop("/")),
-    "Negative": _negative,
-    "Abs": _abs,
-    "Square": _square,
-    "Maximum": _maximum,
-    "Minimum": _minimum,
-    "Equal": _binop("=="),
-    "NotEqual": _binop("!="),
-    "Less": _binop("<"),
-    "LessEqual": _binop("<="),
-    "Greater": _binop(">"),
-    "GreaterEqual": _binop(">="),
-    "LogicalNot": lambda d, a, o, i: f"(!{a[0]})",
-    "LogicalAnd": _binop("&&"),
-    "LogicalOr": _binop("||"),
-    "Select": lambda d, a, o, i: f"({a[0]} ? {a[1]} : {a[2]})",
-    "AsType": _astype,
-    "Broadcast": lambda d, a, o, i: a[0],
-    **EXTRA_C_OPS,  # the ops with more involved MLX semantics (c_ops.py)
-}
-
-C_MATH = {
-    "Exp": "exp", "Log": "log", "Log2": "log2", "Log10": "log10", "Log1p": "log1p",
-    "Expm1": "expm1", "Sqrt": "sqrt", "Sin": "sin", "Cos": "cos", "Tan": "tan",
-    "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh", "ArcSin": "asin", "ArcCos": "acos",
-    "ArcTan": "atan", "ArcSinh": "asinh", "ArcCosh": "acosh", "ArcTanh": "atanh",
-    "Erf": "erf",  # glibc's erff / erf: within 1 ulp (scalar calls; libmvec has no erf)
-}
+C_MATH: dict[str, str] = {n: s for n, s in spellings("c").items() if isinstance(s, str)}
+C_OPS: dict[str, Callable] = {n: s for n, s in spellings("c").items() if not isinstance(s, str)}
 
 # libm functions glibc's libmvec has vector versions of (glibc >= 2.35 for most).
 LIBMVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
@@ -635,6 +548,28 @@ def renderer(dialect: str = "c", **kw) -> CFamily:
     if dialect.lower() == "c":
         return CDialect(**kw)
     raise ValueError(f"unknown dialect {dialect!r}")
+
+
+_RENDERABLE: dict = {}
+
+
+def cannot_render(prim: str, in_dtypes: Sequence, out_dtype, dialect: str = "c") -> Optional[str]:
+    """Why ``dialect`` cannot compute ``prim`` on these dtypes inside a fused kernel (None when
+    it can): fusion asks this of every op before taking it into a tape."""
+    key = (prim, tuple(np.dtype(d) for d in in_dtypes), np.dtype(out_dtype), dialect)
+    why = _RENDERABLE.get(key, False)
+    if why is False:
+        d = renderer(dialect)
+        try:
+            for dt in (*key[1], key[2]):
+                d.storage_type(dt)
+            d.op_expr(prim, [f"a{k}" for k in range(len(key[1]))], key[2],
+                      key[1][0] if key[1] else key[2])
+            why = None
+        except Unsupported as e:
+            why = str(e)
+        _RENDERABLE[key] = why
+    return why
 
 
 def describe_unsupported(tape: Tape, dialect: Optional[CFamily] = None) -> Optional[str]:

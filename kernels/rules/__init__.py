@@ -1,53 +1,28 @@
-"""Array-module-generic primitive rules, keyed by MLX primitive name.
+"""The primitive definitions, one module per family, each registered beside its rule.
 
 A rule is ``fn(xp, *inputs, **params)`` returning one array or a tuple of arrays (one per
 output). ``xp`` is the array module (numpy on the CPU, cupy on CUDA), so one rule serves
-every runtime. Importing this package registers every rule module.
+every runtime. ``@define(name, family=..., ...)`` (``tapescope.kernels.primitives``) above a
+rule records the primitive's whole definition. Importing this package registers every module.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-RULES: dict[str, Callable] = {}
-# Rules that accept ``out=`` (an allocator-backed array of the output's shape and dtype)
-# and write their result into it, as numpy ufuncs do.
-TAKES_OUT: set[str] = set()
-# Rules that accept ``donatable=`` (one flag per input: nobody else holds it, so its buffer may
-# become an output's) and may return outputs that reuse those inputs' memory.
-TAKES_DONATABLE: set[str] = set()
-
-
-def rule(*names: str, out: bool = False, donatable: bool = False) -> Callable:
-    """Register the decorated function as the rule for each primitive name.
-
-    ``out=True`` declares that the rule takes an ``out=`` keyword and writes into it;
-    ``donatable=True`` that it takes ``donatable=`` flags (one per input) for its outputs.
-    """
-
-    def deco(fn: Callable) -> Callable:
-        for n in names:
-            if n in RULES:
-                raise KeyError(f"rule for {n} registered twice")
-            RULES[n] = fn
-            if out:
-                TAKES_OUT.add(n)
-            if donatable:
-                TAKES_DONATABLE.add(n)
-        return fn
-
-    return deco
+from ..primitives import REGISTRY, define  # noqa: F401 - the decorator every module uses
 
 
 def get(name: str) -> Callable:
-    try:
-        return RULES[name]
-    except KeyError:
-        raise NotImplementedError(f"[eval] No rule for primitive {name}.") from None
+    """The array-module rule of primitive ``name``."""
+    d = REGISTRY.get(name)
+    if d is None or d.rule is None:
+        raise NotImplementedError(f"[eval] No rule for primitive {name}.")
+    return d.rule
 
 
 def _register_all() -> None:
-    """Import every module of this package (each registers its rules)."""
+    """Import every module of this package (each registers its definitions)."""
     import importlib
     import pkgutil
 

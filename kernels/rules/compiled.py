@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import rule
+from ..primitives import COMPILED, PLACEHOLDER, define
 
 
 _cpu: list = []
@@ -19,7 +19,9 @@ def _cpu_run():
     return _cpu[0]
 
 
-@rule("Compiled", out=True, donatable=True)
+@define("Compiled", family=COMPILED, out=True, donatable=True,
+        shape="interactive/core/fusion.py (the tape's root shape: the ``shape`` parameter)",
+        dtype="the tape's output dtypes")
 def compiled(xp, *inputs, tape, shape, out=None, donatable=None):
     """Run a fused tape: generated C on the CPU (numpy when it cannot), the tape
     interpreted with ``xp`` elsewhere. ``out`` (single-output tapes) is written when its
@@ -34,7 +36,7 @@ def compiled(xp, *inputs, tape, shape, out=None, donatable=None):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-@rule("Placeholder")
+@define("Placeholder", family=PLACEHOLDER)
 def placeholder(xp, *inputs, **params):
     """A tracer stands for a compiled function's argument: it has no value to compute."""
     raise ValueError("[eval] Attempting to eval an array during function transformations like "

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import CREATION, define
 
 
-@rule("Full")
+@define("Full", family=CREATION)
 def full(xp, a):
     # The input is the (broadcast) fill value; Full gives it its own contiguous buffer.
     return xp.array(a, copy=True, order="C")
 
 
-@rule("Arange")
+@define("Arange", family=CREATION)
 def arange(xp, *, start, step, size, dtype):
     # MLX's CPU kernel: out[i] = start + i * step, computed in the output dtype.
     if size == 0:

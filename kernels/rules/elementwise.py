@@ -1,4 +1,6 @@
-"""Rules for elementwise primitives (unary, binary, ternary): ``fn(xp, *inputs, out=None)``.
+"""The elementwise primitives (unary, binary, ternary): each definition with its C spelling
+(``c=``: a libm stem or a spelling from ``codegen/c_ops.py``) above its rule
+``fn(xp, *inputs, out=None)``.
 
 ``xp`` is numpy or cupy; only functions both share are used. Where numpy's semantics differ
 from MLX's (integer division by zero, shifts past the bit width, negative integer powers,
@@ -9,7 +11,8 @@ their inputs before writing it.
 
 from __future__ import annotations
 
-from . import rule
+from ..codegen import c_ops as C
+from ..primitives import BINARY, MULTI_OUTPUT, TERNARY, UNARY, define
 
 
 def writable(out):
@@ -35,32 +38,37 @@ def _is_float(a) -> bool:
 
 
 # -- unary: one ufunc each ------------------------------------------------------------------
-def _ufunc_rule(name: str, fname: str) -> None:
+def _ufunc_rule(name: str, fname: str, c) -> None:
     def fn(xp, a, out=None):
         return getattr(xp, fname)(a, out=writable(out))
 
     fn.__name__ = fname
-    rule(name, out=True)(fn)
+    define(name, family=UNARY, out=True, c=c)(fn)
 
 
-for _name, _f in (("Negative", "negative"), ("Sqrt", "sqrt"), ("Exp", "exp"), ("Expm1", "expm1"),
-                  ("Log", "log"), ("Log1p", "log1p"), ("Log2", "log2"), ("Log10", "log10"),
-                  ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("ArcSin", "arcsin"),
-                  ("ArcCos", "arccos"), ("ArcTan", "arctan"), ("Sinh", "sinh"),
-                  ("Cosh", "cosh"), ("Tanh", "tanh"), ("ArcSinh", "arcsinh"),
-                  ("ArcCosh", "arccosh"), ("ArcTanh", "arctanh"), ("Conjugate", "conjugate"),
-                  ("BitwiseInvert", "invert"), ("LogicalNot", "logical_not")):
-    _ufunc_rule(_name, _f)
+# name, numpy ufunc, C spelling (a libm stem: float / double function of that name)
+for _name, _f, _c in (("Negative", "negative", C.negative), ("Sqrt", "sqrt", "sqrt"),
+                      ("Exp", "exp", "exp"), ("Expm1", "expm1", "expm1"), ("Log", "log", "log"),
+                      ("Log1p", "log1p", "log1p"), ("Log2", "log2", "log2"),
+                      ("Log10", "log10", "log10"), ("Sin", "sin", "sin"), ("Cos", "cos", "cos"),
+                      ("Tan", "tan", "tan"), ("ArcSin", "arcsin", "asin"),
+                      ("ArcCos", "arccos", "acos"), ("ArcTan", "arctan", "atan"),
+                      ("Sinh", "sinh", "sinh"), ("Cosh", "cosh", "cosh"), ("Tanh", "tanh", "tanh"),
+                      ("ArcSinh", "arcsinh", "asinh"), ("ArcCosh", "arccosh", "acosh"),
+                      ("ArcTanh", "arctanh", "atanh"), ("Conjugate", "conjugate", C.conjugate),
+                      ("BitwiseInvert", "invert", C.invert),
+                      ("LogicalNot", "logical_not", C.logical_not)):
+    _ufunc_rule(_name, _f, _c)
 
 
-@rule("Abs", out=True)
+@define("Abs", family=UNARY, out=True, c=C.abs_)
 def abs_(xp, a, out=None):
     if a.dtype.kind in "bu":
         return finish(a, out)
     return finish(xp.abs(a), out)  # complex: |z| (the op casts it to float32 afterwards)
 
 
-@rule("Sign", out=True)
+@define("Sign", family=UNARY, out=True, c=C.sign)
 def sign(xp, a, out=None):
     if a.dtype.kind in "bu":
         return finish(a if a.dtype.kind == "b" else (a > 0).astype(a.dtype), out)
@@ -71,12 +79,12 @@ def sign(xp, a, out=None):
     return finish((a > 0).astype(a.dtype) - (a < 0).astype(a.dtype), out)
 
 
-@rule("Rsqrt", out=True)
+@define("Rsqrt", family=UNARY, out=True, c=C.rsqrt)
 def rsqrt(xp, a, out=None):
     return finish(1 / xp.sqrt(a), out)
 
 
-@rule("Square", out=True)
+@define("Square", family=UNARY, out=True, c=C.square)
 def square(xp, a, out=None):
     if a.dtype.kind == "b":
         return finish(a, out)
@@ -92,11 +100,11 @@ def _exact_or(fname: str):
     return fn
 
 
-rule("Floor", out=True)(_exact_or("floor"))
-rule("Ceil", out=True)(_exact_or("ceil"))
+define("Floor", family=UNARY, out=True, c=C.rounding("floor"))(_exact_or("floor"))
+define("Ceil", family=UNARY, out=True, c=C.rounding("ceil"))(_exact_or("ceil"))
 
 
-@rule("Round", out=True)
+@define("Round", family=UNARY, out=True, c=C.rounding("rint"))  # rint: half to even
 def round_(xp, a, out=None):
     if not _is_float(a):
         return finish(a, out)
@@ -105,7 +113,7 @@ def round_(xp, a, out=None):
     return xp.rint(a, out=writable(out))  # round half to even
 
 
-@rule("Sigmoid", out=True)
+@define("Sigmoid", family=UNARY, out=True, c=C.sigmoid)
 def sigmoid(xp, a, out=None):
     """``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below, ``e = exp(-|x|)`` (it never
     overflows, so tiny results keep their digits), in float64 and rounded once to the
@@ -129,39 +137,43 @@ def sigmoid(xp, a, out=None):
     return out
 
 
-@rule("Real", out=True)
+@define("Real", family=UNARY, out=True, c=C.real_part(False))
 def real(xp, a, out=None):
     return finish(a.real, out)
 
 
-@rule("Imag", out=True)
+@define("Imag", family=UNARY, out=True, c=C.real_part(True))
 def imag(xp, a, out=None):
     return finish(a.imag, out)
 
 
-@rule("StopGradient", out=True)
+@define("StopGradient", family=UNARY, out=True, c=C.identity)
 def stop_gradient(xp, a, out=None):
     return finish(a, out)
 
 
 # -- binary ---------------------------------------------------------------------------------
-def _binary_ufunc_rule(name: str, fname: str) -> None:
+def _binary_ufunc_rule(name: str, fname: str, c) -> None:
     def fn(xp, a, b, out=None):
         return getattr(xp, fname)(a, b, out=writable(out))
 
     fn.__name__ = fname
-    rule(name, out=True)(fn)
+    define(name, family=BINARY, out=True, c=c)(fn)
 
 
-for _name, _f in (("Add", "add"), ("Multiply", "multiply"),
-                  ("Divide", "true_divide"),
-                  ("Equal", "equal"), ("NotEqual", "not_equal"), ("Less", "less"),
-                  ("LessEqual", "less_equal"), ("Greater", "greater"),
-                  ("GreaterEqual", "greater_equal"), ("LogicalAnd", "logical_and"),
-                  ("LogicalOr", "logical_or"), ("ArcTan2", "arctan2"),
-                  ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"),
-                  ("BitwiseXor", "bitwise_xor")):
-    _binary_ufunc_rule(_name, _f)
+for _name, _f, _c in (("Add", "add", C.binop("+")), ("Multiply", "multiply", C.binop("*")),
+                      ("Divide", "true_divide", C.float_only(C.binop("/"))),
+                      ("Equal", "equal", C.binop("==")), ("NotEqual", "not_equal", C.binop("!=")),
+                      ("Less", "less", C.binop("<")), ("LessEqual", "less_equal", C.binop("<=")),
+                      ("Greater", "greater", C.binop(">")),
+                      ("GreaterEqual", "greater_equal", C.binop(">=")),
+                      ("LogicalAnd", "logical_and", C.binop("&&")),
+                      ("LogicalOr", "logical_or", C.binop("||")),
+                      ("ArcTan2", "arctan2", C.float_fn("atan2")),
+                      ("BitwiseAnd", "bitwise_and", C.bitwise("&")),
+                      ("BitwiseOr", "bitwise_or", C.bitwise("|")),
+                      ("BitwiseXor", "bitwise_xor", C.bitwise("^"))):
+    _binary_ufunc_rule(_name, _f, _c)
 
 
 def _select_extreme(xp, a, b, first_wins, out):
@@ -174,24 +186,24 @@ def _select_extreme(xp, a, b, first_wins, out):
     return finish(xp.where(first_wins(a, b) | xp.isnan(a), a, b), out)
 
 
-@rule("Maximum", out=True)
+@define("Maximum", family=BINARY, out=True, c=C.maximum)
 def maximum(xp, a, b, out=None):
     return _select_extreme(xp, a, b, xp.greater, out)
 
 
-@rule("Minimum", out=True)
+@define("Minimum", family=BINARY, out=True, c=C.minimum)
 def minimum(xp, a, b, out=None):
     return _select_extreme(xp, a, b, xp.less, out)
 
 
-@rule("Subtract", out=True)
+@define("Subtract", family=BINARY, out=True, c=C.binop("-"))
 def subtract(xp, a, b, out=None):
     if a.dtype.kind == "b":  # C: bool(a - b) is a != b
         return xp.not_equal(a, b, out=writable(out))
     return xp.subtract(a, b, out=writable(out))
 
 
-@rule("NaNEqual", out=True)
+@define("NaNEqual", family=BINARY, out=True, c=C.nan_equal)
 def nan_equal(xp, a, b, out=None):
     return finish((a == b) | (xp.isnan(a) & xp.isnan(b)), out)
 
@@ -224,17 +236,17 @@ def remainder_values(xp, a, b):
     return xp.where(zero, a, r).astype(a.dtype)
 
 
-@rule("FloorDivide", out=True)
+@define("FloorDivide", family=BINARY, out=True, c=C.floor_divide)
 def floor_divide(xp, a, b, out=None):
     return finish(floor_divide_values(xp, a, b), out)
 
 
-@rule("Remainder", out=True)
+@define("Remainder", family=BINARY, out=True, c=C.remainder)
 def remainder(xp, a, b, out=None):
     return finish(remainder_values(xp, a, b), out)
 
 
-@rule("DivMod")
+@define("DivMod", family=MULTI_OUTPUT)
 def divmod_(xp, a, b):
     dtype = a.dtype
     if dtype.kind == "V":  # bfloat16: computed in float32, rounded back by the caller
@@ -242,7 +254,7 @@ def divmod_(xp, a, b):
     return floor_divide_values(xp, a, b), remainder_values(xp, a, b)
 
 
-@rule("Power", out=True)
+@define("Power", family=BINARY, out=True, c=C.power)
 def power(xp, a, b, out=None):
     if a.dtype.kind == "b":  # x ** True == x, x ** False == True
         return finish(a | ~b, out)
@@ -253,7 +265,7 @@ def power(xp, a, b, out=None):
     return xp.power(a, b, out=writable(out))  # unsigned integers wrap like MLX's repeated squaring
 
 
-@rule("LogAddExp", out=True)
+@define("LogAddExp", family=BINARY, out=True, c=C.logaddexp)
 def logaddexp(xp, a, b, out=None):
     if _is_complex(a):
         m = xp.where(a.real >= b.real, a, b)
@@ -278,17 +290,17 @@ def _shift(xp, a, b, left: bool):
     return res.astype(dtype)
 
 
-@rule("LeftShift", out=True)
+@define("LeftShift", family=BINARY, out=True, c=C.shift(True))
 def left_shift(xp, a, b, out=None):
     return finish(_shift(xp, a, b, True), out)
 
 
-@rule("RightShift", out=True)
+@define("RightShift", family=BINARY, out=True, c=C.shift(False))
 def right_shift(xp, a, b, out=None):
     return finish(_shift(xp, a, b, False), out)
 
 
 # -- ternary --------------------------------------------------------------------------------
-@rule("Select", out=True)
+@define("Select", family=TERNARY, out=True, c=C.select)
 def select(xp, c, a, b, out=None):
     return finish(xp.where(c, a, b), out)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from . import rule
+from ..primitives import UNARY, define
 from .elementwise import finish
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -50,7 +50,8 @@ def erf64(xp, x):
     return xp.where(xp.isnan(x), x, res)
 
 
-@rule("Erf", out=True)
+# glibc's erff / erf: within 1 ulp (scalar calls; libmvec has no erf)
+@define("Erf", family=UNARY, out=True, c="erf")
 def erf(xp, a, out=None):
     return finish(erf64(xp, a.astype(xp.float64)).astype(a.dtype), out)
 
@@ -84,6 +85,7 @@ def erfinv64(xp, y):
     return xp.where(inside | (xp.abs(y) == 1.0), x, math.nan)
 
 
-@rule("ErfInv", out=True)
+@define("ErfInv", family=UNARY, out=True,
+        why={"c": "no C spelling (libm has no erfinv): a fusion boundary, run by this rule"})
 def erfinv(xp, a, out=None):
     return finish(erfinv64(xp, a.astype(xp.float64)).astype(a.dtype), out)

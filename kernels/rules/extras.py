@@ -6,10 +6,10 @@ its buffer; SearchSorted is ``xp.searchsorted`` as uint32 indices.
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import SHAPE, SORT, define
 
 
-@rule("View")
+@define("View", family=SHAPE)
 def view(xp, a, *, dtype):
     if not a.flags.c_contiguous:
         a = a.copy(order="C")
@@ -18,6 +18,6 @@ def view(xp, a, *, dtype):
     return a.view(dtype)
 
 
-@rule("SearchSorted")
+@define("SearchSorted", family=SORT)
 def searchsorted(xp, seq, values, *, side):
     return xp.searchsorted(seq, values, side=side).astype(xp.uint32)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import FFT, define
 
 
-@rule("FFT")
+@define("FFT", family=FFT)
 def fft(xp, a, *, axes, inverse, real, out_shape):
     """Unnormalized-forward FFT of ``a`` over ``axes`` (``xp.fft``, "backward" norm).
 

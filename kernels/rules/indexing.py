@@ -8,7 +8,7 @@ MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import INDEXING, define
 
 
 def _slices(start, stop, strides):
@@ -25,12 +25,12 @@ def _slices(start, stop, strides):
     return tuple(out)
 
 
-@rule("Slice")
+@define("Slice", family=INDEXING, view=True)
 def slice_(xp, a, *, start_indices, end_indices, strides):
     return a[_slices(start_indices, end_indices, strides)]
 
 
-@rule("SliceUpdate")
+@define("SliceUpdate", family=INDEXING)
 def slice_update(xp, a, update, *, start_indices, end_indices, strides):
     out = a.copy()
     out[_slices(start_indices, end_indices, strides)] = update
@@ -48,12 +48,12 @@ def _dynamic_window(a, start, axes, sizes):
     return tuple(idx)
 
 
-@rule("DynamicSlice")
+@define("DynamicSlice", family=INDEXING)
 def dynamic_slice(xp, a, start, *, axes, slice_size):
     return a[_dynamic_window(a, start, axes, slice_size)]
 
 
-@rule("DynamicSliceUpdate")
+@define("DynamicSliceUpdate", family=INDEXING)
 def dynamic_slice_update(xp, a, update, start, *, axes):
     out = a.copy()
     out[_dynamic_window(a, start, axes, update.shape)] = update
@@ -101,7 +101,7 @@ def _grid(xp, shape, indices, axes, slice_sizes):
     return tuple(grid)
 
 
-@rule("Gather")
+@define("Gather", family=INDEXING)
 def gather(xp, a, *indices, axes, slice_sizes):
     # Output: indices' shape followed by one window of ``slice_sizes``.
     return a[_grid(xp, a.shape, list(indices), list(axes), slice_sizes)]
@@ -110,7 +110,7 @@ def gather(xp, a, *indices, axes, slice_sizes):
 _SCATTER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
-@rule("Scatter")
+@define("Scatter", family=INDEXING)
 def scatter(xp, a, *rest, axes, reduce):
     *indices, updates = rest
     sizes = updates.shape[len(updates.shape) - a.ndim:]
@@ -137,12 +137,12 @@ def _axis_grid(xp, a_shape, indices, axis):
     return tuple(grid)
 
 
-@rule("GatherAxis")
+@define("GatherAxis", family=INDEXING)
 def gather_axis(xp, a, indices, *, axis):
     return a[_axis_grid(xp, a.shape, indices, axis)]
 
 
-@rule("ScatterAxis")
+@define("ScatterAxis", family=INDEXING)
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     out = a.copy()
     grid = _axis_grid(xp, a.shape, indices, axis)
@@ -153,7 +153,7 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     return out
 
 
-@rule("MaskedScatter")
+@define("MaskedScatter", family=INDEXING)
 def masked_scatter(xp, a, mask, src):
     # The k-th selected element (row-major) takes the k-th element of the flattened source.
     out = a.copy()

@@ -7,7 +7,7 @@ array ops (neither numpy nor cupy has ``linalg.lu``).
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import LINALG, define
 
 
 def lu_batched(xp, a):
@@ -47,7 +47,7 @@ def lu_batched(xp, a):
             perm.reshape(batch + (m,)), info.reshape(batch))
 
 
-@rule("Inverse")
+@define("Inverse", family=LINALG)
 def inverse(xp, a, *, tri=False, upper=False):
     """Matrix inverse; with ``tri`` only the lower (or ``upper``) triangle of ``a`` is read."""
     if a.shape[-1] == 0:
@@ -65,7 +65,7 @@ def inverse(xp, a, *, tri=False, upper=False):
     return out
 
 
-@rule("Cholesky")
+@define("Cholesky", family=LINALG)
 def cholesky(xp, a, *, upper=False):
     """Cholesky factor from the lower triangle (``upper``: U with a = U^T U).
 
@@ -82,14 +82,14 @@ def cholesky(xp, a, *, upper=False):
     return xp.swapaxes(low, -1, -2) if upper else low
 
 
-@rule("QRF")
+@define("QRF", family=LINALG)
 def qrf(xp, a):
     """Reduced QR: Q (..., M, K) and R (..., K, N) with K = min(M, N)."""
     q, r = xp.linalg.qr(a, mode="reduced")
     return q, r
 
 
-@rule("SVD")
+@define("SVD", family=LINALG)
 def svd(xp, a, *, compute_uv=True):
     """Singular values (descending), and with ``compute_uv`` the full U and Vt."""
     m, n = a.shape[-2], a.shape[-1]
@@ -106,7 +106,7 @@ def svd(xp, a, *, compute_uv=True):
     return u, s, vt
 
 
-@rule("Eigh")
+@define("Eigh", family=LINALG)
 def eigh(xp, a, *, uplo="L", compute_eigenvectors=True):
     """Eigenvalues (ascending) and eigenvectors of the Hermitian matrix in triangle ``uplo``."""
     if a.shape[-1] == 0:
@@ -118,7 +118,7 @@ def eigh(xp, a, *, uplo="L", compute_eigenvectors=True):
     return xp.linalg.eigvalsh(a, UPLO=uplo)
 
 
-@rule("Eig")
+@define("Eig", family=LINALG)
 def eig(xp, a, *, compute_eigenvectors=True):
     """Eigenvalues and right eigenvectors of a general square matrix (complex)."""
     if a.shape[-1] == 0:
@@ -128,7 +128,7 @@ def eig(xp, a, *, compute_eigenvectors=True):
     return (w, v) if compute_eigenvectors else w
 
 
-@rule("LUF")
+@define("LUF", family=LINALG)
 def luf(xp, a):
     """Packed LU factors, getrf's 0-based pivots, and the row permutation (a[perm] = L U)."""
     lu, pivots, perm, _ = lu_batched(xp, a)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import MATMUL, define
 
 
 def _wide(xp, a):
@@ -12,13 +12,13 @@ def _wide(xp, a):
     return a
 
 
-@rule("Matmul")
+@define("Matmul", family=MATMUL)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
-@rule("AddMM")
+@define("AddMM", family=MATMUL)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
     out = xp.matmul(_wide(xp, a), _wide(xp, b))

@@ -7,7 +7,7 @@ layout of the counters follow MLX's CPU backend, so keys and bits match MLX bit 
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import RANDOM, define
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = 0x1BD11BDA
@@ -32,7 +32,7 @@ def threefry2x32(xp, k0, k1, c0, c1):
     return x0, x1
 
 
-@rule("RandomBits")
+@define("RandomBits", family=RANDOM)
 def random_bits(xp, keys, *, shape, width):
     """``shape`` random values of ``width`` bytes each (uint8/16/32), from keys ``(..., 2)``.
 

@@ -3,7 +3,7 @@ Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import REDUCE, define
 
 
 def _wide(xp, a):
@@ -13,37 +13,42 @@ def _wide(xp, a):
     return a
 
 
-@rule("Sum")
+def keep_axes(shapes: list, *, axes, **_) -> list:
+    """The output shape of a Reduce: the input's, with the reduced ``axes`` kept as size 1."""
+    return [tuple(1 if i in axes else n for i, n in enumerate(shapes[0]))]
+
+
+@define("Sum", family=REDUCE, shape=keep_axes)
 def reduce_sum(xp, a, *, axes):
     return xp.sum(_wide(xp, a), axis=axes, keepdims=True)
 
 
-@rule("Prod")
+@define("Prod", family=REDUCE, shape=keep_axes)
 def reduce_prod(xp, a, *, axes):
     return xp.prod(_wide(xp, a), axis=axes, keepdims=True)
 
 
-@rule("Max")
+@define("Max", family=REDUCE, shape=keep_axes)
 def reduce_max(xp, a, *, axes):
     return xp.max(_wide(xp, a), axis=axes, keepdims=True)
 
 
-@rule("Min")
+@define("Min", family=REDUCE, shape=keep_axes)
 def reduce_min(xp, a, *, axes):
     return xp.min(_wide(xp, a), axis=axes, keepdims=True)
 
 
-@rule("And")
+@define("And", family=REDUCE, shape=keep_axes)
 def reduce_and(xp, a, *, axes):
     return xp.all(a, axis=axes, keepdims=True)
 
 
-@rule("Or")
+@define("Or", family=REDUCE, shape=keep_axes)
 def reduce_or(xp, a, *, axes):
     return xp.any(a, axis=axes, keepdims=True)
 
 
-@rule("ArgReduce")
+@define("ArgReduce", family=REDUCE)
 def arg_reduce(xp, a, *, reduce_type, axis):
     """Index of the first max / min along ``axis`` (NaN counts as the extreme, as in MLX)."""
     a = _wide(xp, a)
@@ -51,7 +56,7 @@ def arg_reduce(xp, a, *, reduce_type, axis):
     return fn(a, axis=axis, keepdims=True).astype(xp.uint32)
 
 
-@rule("LogSumExp")
+@define("LogSumExp", family=REDUCE)
 def logsumexp(xp, a):
     """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
     a = _wide(xp, a)
@@ -62,7 +67,7 @@ def logsumexp(xp, a):
     return xp.where(inf, m, out)
 
 
-@rule("Softmax")
+@define("Softmax", family=REDUCE)
 def softmax(xp, a, *, precise):
     """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""
     dtype = a.dtype

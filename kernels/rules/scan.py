@@ -6,7 +6,7 @@ one by one place and starts from the reduction's identity.
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import SCAN, define
 
 
 def _identity(xp, name, dtype):
@@ -37,7 +37,7 @@ def _accumulate(xp, name, a, axis):
     return xp.logaddexp.accumulate(a, axis=axis)
 
 
-@rule("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp")
+@define("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp", family=SCAN)
 def scan(xp, a, *, reduce_type, axis, reverse, inclusive):
     """Inclusive or exclusive, forward or reverse cumulative ``reduce_type`` along ``axis``."""
     out_dtype = a.dtype

@@ -5,10 +5,11 @@ Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and
 
 from __future__ import annotations
 
-from . import rule
+from ..codegen import c_ops as C
+from ..primitives import ASTYPE, BROADCAST, SHAPE, define
 
 
-@rule("Broadcast")
+@define("Broadcast", family=BROADCAST, view=True, c=C.identity)
 def broadcast(xp, a, *, shape):
     """A read-only view with stride 0 along the broadcast dimensions."""
     if a.flags.c_contiguous and type(a) is xp.ndarray and xp.__name__ == "numpy":
@@ -22,23 +23,23 @@ def broadcast(xp, a, *, shape):
     return xp.broadcast_to(a, shape)
 
 
-@rule("AsType")
+@define("AsType", family=ASTYPE, c=C.astype, dtype="the ``dtype`` parameter")
 def astype(xp, a, *, dtype):
     return a.astype(dtype)
 
 
-@rule("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten")
+@define("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten", family=SHAPE, view=True)
 def reshape(xp, a, *, shape, **_):
     # A view when the input's strides allow it, a copy otherwise (numpy's and MLX's rule).
     return xp.reshape(a, shape)
 
 
-@rule("Transpose")
+@define("Transpose", family=SHAPE, view=True)
 def transpose(xp, a, *, axes):
     return xp.transpose(a, axes)
 
 
-@rule("AsStrided")
+@define("AsStrided", family=SHAPE, view=True)
 def as_strided(xp, a, *, shape, strides, offset):
     # ``a`` is row-contiguous (the op flattens first); strides and offset count elements.
     # numpy and cupy both provide xp.lib.stride_tricks.as_strided.
@@ -47,31 +48,31 @@ def as_strided(xp, a, *, shape, strides, offset):
     return xp.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides)
 
 
-@rule("Contiguous")
+@define("Contiguous", family=SHAPE)
 def contiguous(xp, a, *, allow_col_major):
     if a.flags.c_contiguous or (allow_col_major and a.flags.f_contiguous):
         return a
     return xp.ascontiguousarray(a)
 
 
-@rule("Copy")
+@define("Copy", family=SHAPE)
 def copy(xp, a):
     return a.copy()
 
 
-@rule("Concatenate", out=True)
+@define("Concatenate", family=SHAPE, out=True)
 def concatenate(xp, *arrays, axis, out=None):
     # Into an allocator buffer, as MLX's Concatenate mallocs its output (reusing the cache).
     return xp.concatenate(arrays, axis=axis, out=out)
 
 
-@rule("Split")
+@define("Split", family=SHAPE)
 def split(xp, a, *, indices, axis):
     # Views of the input, one per output.
     return tuple(xp.split(a, list(indices), axis=axis))
 
 
-@rule("Pad")
+@define("Pad", family=SHAPE)
 def pad(xp, a, val, *, axes, low_pad_size, high_pad_size):
     shape = list(a.shape)
     inner = [slice(None)] * a.ndim

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import rule
+from ..primitives import SORT, define
 
 
 def _sortable(xp, a):
@@ -10,22 +10,22 @@ def _sortable(xp, a):
     return a.astype(xp.float32) if a.dtype.name == "bfloat16" else a
 
 
-@rule("Sort")
+@define("Sort", family=SORT)
 def sort(xp, a, *, axis):
     return xp.sort(_sortable(xp, a), axis=axis)
 
 
-@rule("ArgSort")
+@define("ArgSort", family=SORT)
 def argsort(xp, a, *, axis):
     """Stable: equal elements keep their order, as MLX's merge sort does."""
     return xp.argsort(_sortable(xp, a), axis=axis, kind="stable").astype(xp.uint32)
 
 
-@rule("Partition")
+@define("Partition", family=SORT)
 def partition(xp, a, *, kth, axis):
     return xp.partition(_sortable(xp, a), kth, axis=axis)
 
 
-@rule("ArgPartition")
+@define("ArgPartition", family=SORT)
 def argpartition(xp, a, *, kth, axis):
     return xp.argpartition(_sortable(xp, a), kth, axis=axis).astype(xp.uint32)

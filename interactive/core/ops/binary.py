@@ -11,7 +11,7 @@ from typing import Any
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import BINARY, Primitive, register
+from ..primitive import BINARY, Primitive
 from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_arrays
 from .elementwise import binary, float_dtype
 
@@ -21,15 +21,6 @@ __all__ = [
     "greater_equal", "logical_and", "logical_or", "logaddexp", "arctan2", "bitwise_and",
     "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
 ]
-
-for _n in ("Add", "Subtract", "Multiply", "Divide", "FloorDivide", "Remainder", "Power",
-           "Maximum", "Minimum", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
-           "GreaterEqual", "LogicalAnd", "LogicalOr", "LogAddExp", "ArcTan2", "BitwiseAnd",
-           "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift", "NaNEqual"):
-    register(_n, BINARY)
-# DivMod computes like a binary op but has two sibling outputs, so it is not fusable.
-MULTI_OUTPUT = "multi_output"
-register("DivMod", MULTI_OUTPUT)
 
 _SIG = "{}(a: scalar | array, b: scalar | array, stream: StreamOrDevice = None) -> array"
 _SIG_KW = "{}(a: scalar | array, b: scalar | array, /, *, stream: StreamOrDevice = None) -> array"

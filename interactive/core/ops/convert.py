@@ -9,14 +9,12 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, nb_type_name, resolve_stream
-from ..primitive import ASTYPE, BROADCAST, Primitive, register
+from ..primitive import ASTYPE, BROADCAST, Primitive
 
 __all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes", "isdtype"]
 
 isdtype = _dt.isdtype  # exported here because tapescope.core re-exports every op module
 
-register("AsType", ASTYPE)
-register("Broadcast", BROADCAST)
 
 # What MLX's bindings accept where they say ``scalar | array``: Python scalars, mx arrays,
 # and array-likes (numpy arrays and numpy scalars). Lists, strings, ... are refused.

@@ -14,14 +14,11 @@ from typing import Any, Optional, Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import astype, broadcast_to, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
            "identity", "tri", "tril", "triu", "meshgrid"]
-
-register("Full", "creation")
-register("Arange", "creation")
 
 
 def _shape(shape: Union[int, Sequence[int]]) -> tuple:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import UNARY, Primitive, register
+from ..primitive import UNARY, Primitive
 from .convert import astype, broadcast_shapes, incompatible, to_array, to_arrays
 
 __all__ = [
@@ -25,14 +25,6 @@ __all__ = [
     "degrees", "radians", "logical_not", "bitwise_invert", "isnan", "isinf", "isposinf",
     "isneginf", "isfinite", "real", "imag", "conjugate", "conj", "stop_gradient",
 ]
-
-_UNARY_NAMES = ("Abs", "Negative", "Sign", "Sqrt", "Rsqrt", "Square", "Exp", "Expm1", "Log",
-                "Log1p", "Log2", "Log10", "Sin", "Cos", "Tan", "ArcSin", "ArcCos", "ArcTan",
-                "Sinh", "Cosh", "Tanh", "ArcSinh", "ArcCosh", "ArcTanh", "Floor", "Ceil", "Round",
-                "Sigmoid", "Erf", "ErfInv", "LogicalNot", "BitwiseInvert", "Real", "Imag",
-                "Conjugate", "StopGradient")
-for _n in _UNARY_NAMES:
-    register(_n, UNARY)
 
 _SIG_UNARY = "{}(a: array, /, *, stream: StreamOrDevice = None) -> array"
 
@@ -105,7 +97,6 @@ def full_of(shape: tuple, value: Any, dtype: _dt.Dtype, s) -> array:
         return fn(shape, array(value, dtype), dtype, stream=s)
     from .convert import broadcast_to  # the creation family is absent: build it as MLX does
 
-    register("Full", "creation")
     v = broadcast_to(array(value, dtype), shape, stream=s)
     return array._make([v.shape], [dtype], Primitive("Full", s), [v])[0]
 

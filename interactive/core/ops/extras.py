@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .binary import less, not_equal, subtract
 from .convert import astype, broadcast_shapes, broadcast_to, incompatible, to_array, to_arrays
 from .elementwise import unary
@@ -24,8 +24,6 @@ from .ternary import where
 __all__ = ["view", "trunc", "logical_xor", "full_like", "flip", "unstack", "diff", "asarray",
            "result_type", "can_cast", "searchsorted"]
 
-register("View", "shape")
-register("SearchSorted", "sort")
 
 _SCALARS = (bool, int, float, complex)
 

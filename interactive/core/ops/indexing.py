@@ -11,16 +11,13 @@ from tapescope.kernels.rules.indexing import check_bounds, out_of_bounds
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import _fmt_shape, astype, broadcast_arrays, broadcast_shapes, broadcast_to, to_array
 from .shape import _axis, flatten, reshape, squeeze, transpose
 
 __all__ = ["take", "take_along_axis", "put_along_axis", "slice", "slice_update", "diag",
            "diagonal", "trace"]
 
-for _name in ("Slice", "SliceUpdate", "DynamicSlice", "DynamicSliceUpdate", "Gather", "Scatter",
-              "GatherAxis", "ScatterAxis"):
-    register(_name, "indexing")
 
 _builtin_slice = slice
 

@@ -9,15 +9,11 @@ from typing import Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import _fmt_shape, astype, broadcast_shapes, broadcast_to
 from .reduction import op, require_array
 
 __all__ = ["matmul", "addmm", "inner", "outer", "tensordot"]
-
-MATMUL = "matmul"
-register("Matmul", MATMUL)
-register("AddMM", MATMUL)
 
 
 def _mm_shapes(fname: str, a: array, b: array) -> tuple[tuple, tuple]:

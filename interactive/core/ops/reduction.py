@@ -15,15 +15,12 @@ from typing import Any, Optional, Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import astype
 
 __all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
            "argmin", "logsumexp", "softmax"]
 
-REDUCE = "reduce"
-for _n in ("Sum", "Prod", "Max", "Min", "And", "Or", "ArgReduce", "LogSumExp", "Softmax"):
-    register(_n, REDUCE)
 
 Axis = Union[None, int, Sequence[int]]
 

@@ -9,17 +9,14 @@ from typing import Optional
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import astype
 from .reduction import check_int, op, require_array
 
 __all__ = ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"]
 
-SCAN = "scan"
 _NAMES = {"sum": "CumSum", "prod": "CumProd", "max": "CumMax", "min": "CumMin",
           "logaddexp": "CumLogAddExp"}
-for _n in _NAMES.values():
-    register(_n, SCAN)
 
 _SIG = ("{0}(a: array, /, axis: int | None = None, *, reverse: bool = False, "
         "inclusive: bool = True{1}, stream: StreamOrDevice = None) -> array")

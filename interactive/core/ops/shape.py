@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import _fmt_shape, astype, broadcast_to, to_array
 
 __all__ = [
@@ -20,11 +20,6 @@ __all__ = [
     "moveaxis", "atleast_1d", "atleast_2d", "atleast_3d", "concatenate", "concat", "stack",
     "split", "repeat", "tile", "pad", "roll", "as_strided", "contiguous", "copy", "kron",
 ]
-
-SHAPE = "shape"
-for _name in ("Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten", "Transpose",
-              "AsStrided", "Contiguous", "Copy", "Concatenate", "Split", "Pad"):
-    register(_name, SHAPE)
 
 
 def _prod(shape: Sequence[int]) -> int:

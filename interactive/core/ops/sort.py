@@ -9,15 +9,11 @@ from typing import Optional
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive, register
+from ..primitive import Primitive
 from .convert import _fmt_shape
 from .reduction import check_int, op, require_array
 
 __all__ = ["sort", "argsort", "partition", "argpartition", "topk"]
-
-SORT = "sort"
-for _n in ("Sort", "ArgSort", "Partition", "ArgPartition"):
-    register(_n, SORT)
 
 
 def _prepare(fname: str, sig: str, a: array, axis: Optional[int]) -> tuple[tuple, int]:

@@ -10,15 +10,13 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import TERNARY, Primitive, register
+from ..primitive import TERNARY, Primitive
 from .binary import (add, less_equal, logical_and, logical_or, maximum, minimum,
                      multiply, subtract)
 from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_array, to_arrays
 from .elementwise import abs, isnan, isneginf, isposinf, logical_not
 
 __all__ = ["where", "clip", "nan_to_num", "isclose", "allclose", "array_equal"]
-
-register("Select", TERNARY)
 
 
 def where(condition: Any, x: Any, y: Any, /, *, stream: StreamOrDevice = None) -> array:

@@ -1,0 +1,203 @@
+"""One definition per primitive: everything tapescope knows about ``Exp``, ``Sum``, ... in one record.
+
+A ``PrimitiveDef`` holds a primitive's name (as MLX prints it), its family, its array-module
+rule (``fn(xp, *inputs, **params)``, numpy and cupy alike), whether that rule writes into
+``out=`` / takes ``donatable=`` flags / returns views, its output shape and dtype rules (a
+function where the family makes one generic, otherwise where the op computes them), its
+spelling per kernel dialect (``"c"`` today) and its transformation rules (vjp, jvp, vmap).
+A facet that a primitive lacks carries the reason in ``why`` ("no C spelling: a fusion
+boundary"); ``tests/test_primitives.py`` lists every definition and fails on a facet that
+is neither present nor explained.
+
+Definitions are registered beside their rules, as JAX registers ``exp_p`` with its rules:
+``@define("Exp", family=UNARY, out=True, c="exp")`` above the rule in
+``kernels/rules/<family>.py``. Core looks a definition up once per recorded ``Primitive``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+# -- families ------------------------------------------------------------------------------
+UNARY = "unary"
+BINARY = "binary"
+TERNARY = "ternary"
+BROADCAST = "broadcast"
+ASTYPE = "astype"
+MULTI_OUTPUT = "multi_output"
+REDUCE = "reduce"
+SCAN = "scan"
+SHAPE = "shape"
+INDEXING = "indexing"
+SORT = "sort"
+MATMUL = "matmul"
+CREATION = "creation"
+RANDOM = "random"
+FFT = "fft"
+LINALG = "linalg"
+COMPILED = "compiled"
+PLACEHOLDER = "placeholder"
+
+ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})
+# What compile may fuse into a Compiled tape (shared/DESIGN.md).
+FUSABLE = frozenset({UNARY, BINARY, TERNARY, BROADCAST, ASTYPE})
+
+# Where the op layer computes output shapes and dtypes for families without a generic rule.
+_WHERE = {
+    MULTI_OUTPUT: "interactive/core/ops/binary.py (divmod)",
+    REDUCE: "interactive/core/ops/reduction.py",
+    SCAN: "interactive/core/ops/scan.py",
+    SHAPE: "interactive/core/ops/shape.py (each op computes its output shape)",
+    INDEXING: "interactive/core/ops/indexing.py, interactive/core/array_indexing.py",
+    SORT: "interactive/core/ops/sort.py, interactive/core/ops/extras.py",
+    MATMUL: "interactive/core/ops/products.py",
+    CREATION: "interactive/core/ops/creation.py (the shape and dtype are the op's arguments)",
+    RANDOM: "interactive/core/random.py",
+    FFT: "interactive/core/fft.py",
+    LINALG: "interactive/core/linalg.py",
+    PLACEHOLDER: "interactive/core/tracing.py (the traced argument's shape and dtype)",
+}
+
+# The stated reasons a facet may be absent.
+NOT_FUSED = "not fusable ({}): runs as its own node, never inside a kernel tape"
+VJP_LATER = "not written yet: the transformations issue (16) registers it here"
+JVP_LATER = "not written yet: the transformations issue (16) registers it here"
+VMAP_LATER = "not written yet: the vmap issue (17) registers it here"
+
+DIALECTS = ("c",)
+
+ShapeRule = Callable[..., list]  # (input shapes, **params) -> one shape per output
+
+
+def broadcast_shapes(*shapes: tuple) -> tuple:
+    """numpy's broadcast of shapes (ValueError when they do not broadcast)."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = [1] * nd
+    for s in shapes:
+        off = nd - len(s)
+        for i, n in enumerate(s):
+            m = out[i + off]
+            if m == 1:
+                out[i + off] = n
+            elif n != 1 and n != m:
+                raise ValueError(f"Shapes {' and '.join(str(tuple(x)) for x in shapes)} "
+                                 "cannot be broadcast.")
+    return tuple(out)
+
+
+def _elementwise_shape(shapes: list, **_) -> list:
+    return [broadcast_shapes(*shapes)]
+
+
+def _same_shape(shapes: list, **_) -> list:
+    return [tuple(shapes[0])]
+
+
+def _broadcast_shape(shapes: list, *, shape, **_) -> list:
+    return [tuple(shape)]
+
+
+_GENERIC_SHAPE = {UNARY: _elementwise_shape, BINARY: _elementwise_shape,
+                  TERNARY: _elementwise_shape, ASTYPE: _same_shape, BROADCAST: _broadcast_shape}
+_GENERIC_DTYPE = {
+    ASTYPE: "the ``dtype`` parameter",
+    BROADCAST: "the input's dtype",
+    UNARY: "interactive/core/ops/elementwise.py (unary(): the input's, or the op's out_dtype)",
+    BINARY: "interactive/core/ops/elementwise.py (binary(): promoted, or the op's out_dtype)",
+    TERNARY: "interactive/core/ops/ternary.py (where: the promoted branches)",
+}
+
+
+class PrimitiveDef:
+    """Everything about one primitive (see the module docstring); one per name, never copied."""
+
+    __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "view", "fusable",
+                 "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap", "why")
+
+    def __init__(self, name: str, family: str, rule: Optional[Callable], *, out: bool = False,
+                 donatable: bool = False, view: bool = False,
+                 shape: Union[ShapeRule, str, None] = None, dtype: Union[Callable, str, None] = None,
+                 spellings: Optional[dict] = None, vjp: Optional[Callable] = None,
+                 jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
+                 why: Optional[dict] = None):
+        self.name = name
+        self.family = family
+        self.rule = rule
+        self.takes_out = out  # the rule writes into an ``out=`` array it is given
+        self.takes_donatable = donatable  # the rule takes ``donatable=`` flags, one per input
+        self.view = view  # the rule only makes views (nothing computed)
+        self.fusable = family in FUSABLE
+        self.elementwise = family in ELEMENTWISE  # bfloat16 math runs in float32
+        self.shape = shape if shape is not None else _GENERIC_SHAPE.get(family, _WHERE.get(family))
+        self.dtype = dtype if dtype is not None else _GENERIC_DTYPE.get(family, _WHERE.get(family))
+        self.spellings = dict(spellings or {})  # dialect -> libm stem (str) or fn(d, args, o, i)
+        self.vjp, self.jvp, self.vmap = vjp, jvp, vmap
+        why = dict(why or {})
+        if not self.fusable:
+            for dialect in DIALECTS:
+                why.setdefault(dialect, NOT_FUSED.format(family))
+        why.setdefault("vjp", VJP_LATER)
+        why.setdefault("jvp", JVP_LATER)
+        why.setdefault("vmap", VMAP_LATER)
+        self.why = why  # facet -> why it is absent
+
+    def facets(self) -> dict:
+        """Facet name -> the facet (None when absent), for the registry test and the docs."""
+        f = {"rule": self.rule, "shape": self.shape, "dtype": self.dtype,
+             "vjp": self.vjp, "jvp": self.jvp, "vmap": self.vmap}
+        for dialect in DIALECTS:
+            f[dialect] = self.spellings.get(dialect)
+        return f
+
+    def __repr__(self) -> str:
+        return f"PrimitiveDef({self.name}, {self.family})"
+
+
+REGISTRY: dict[str, PrimitiveDef] = {}
+
+
+def define(*names: str, family: str, out: bool = False, donatable: bool = False,
+           view: bool = False, shape: Union[ShapeRule, str, None] = None,
+           dtype: Union[Callable, str, None] = None, c: Union[str, Callable, None] = None,
+           why: Optional[dict] = None, vjp: Optional[Callable] = None,
+           jvp: Optional[Callable] = None, vmap: Optional[Callable] = None) -> Callable:
+    """Decorator: define each primitive in ``names`` with the decorated function as its rule.
+
+    ``c`` is the C spelling: a libm stem (``"exp"``: the dialect's float / double function)
+    or ``fn(dialect, args, out_dtype, in_dtype) -> expression`` raising
+    ``codegen.c_ops.Unsupported`` for dtypes it cannot express. ``why`` maps an absent facet
+    (``"c"``, ``"vjp"``, ...) to the reason it is absent.
+    """
+
+    def deco(fn: Callable) -> Callable:
+        for n in names:
+            if n in REGISTRY:
+                raise KeyError(f"primitive {n} defined twice")
+            REGISTRY[n] = PrimitiveDef(n, family, fn, out=out, donatable=donatable, view=view,
+                                       shape=shape, dtype=dtype,
+                                       spellings={"c": c} if c is not None else None,
+                                       vjp=vjp, jvp=jvp, vmap=vmap, why=why)
+        return fn
+
+    return deco
+
+
+def lookup(name: str) -> PrimitiveDef:
+    """The definition of primitive ``name`` (KeyError when there is none)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unregistered primitive {name}") from None
+
+
+def family_of(name: str, default: str = "other") -> str:
+    d = REGISTRY.get(name)
+    return d.family if d is not None else default
+
+
+def spellings(dialect: str) -> dict:
+    """Primitive name -> spelling in ``dialect``, for every definition that has one."""
+    return {n: d.spellings[dialect] for n, d in REGISTRY.items() if dialect in d.spellings}
+
+
+from . import rules as _rules  # noqa: E402,F401 - every definition module registers itself

@@ -1,0 +1,146 @@
+"""The primitive registry: every definition has every facet, or says why it has none.
+
+Facets: the array-module rule, the output shape and dtype rules (a function, or where the op
+computes them), the C spelling (for what fusion may put in a kernel), the JAX reference rule
+(in ``tapescope.check``, written independently), and the vjp / jvp / vmap rules.
+``python tests/test_primitives.py`` prints the table of stated reasons with their counts.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tapescope.core as mx
+from tapescope.check import jax_rules
+from tapescope.kernels import primitives
+from tapescope.kernels.codegen.c_ops import Unsupported
+from tapescope.kernels.codegen.render import cannot_render, renderer
+
+FACETS = ("rule", "shape", "dtype", "c", "jax", "vjp", "jvp", "vmap")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def facet_table() -> dict:
+    """name -> facet -> ("present", detail) or ("absent", reason) or ("missing", None)."""
+    jax = jax_rules.table()
+    table = {}
+    for name, d in sorted(primitives.REGISTRY.items()):
+        row = {}
+        facets = d.facets()
+        facets["jax"] = jax.get(name)
+        why = dict(d.why)
+        if name in jax_rules.WITHOUT_RULE:
+            why["jax"] = jax_rules.WITHOUT_RULE[name]
+        for f in FACETS:
+            if facets[f] is not None:
+                row[f] = ("present", facets[f])
+            elif why.get(f):
+                row[f] = ("absent", why[f])
+            else:
+                row[f] = ("missing", None)
+        table[name] = row
+    return table
+
+
+def reason_counts() -> collections.Counter:
+    """(facet, stated reason) -> how many primitives give it."""
+    c = collections.Counter()
+    for row in facet_table().values():
+        for f, (state, detail) in row.items():
+            if state == "absent":
+                c[(f, detail)] += 1
+    return c
+
+
+def test_every_primitive_has_every_facet_or_a_stated_reason():
+    missing = [(name, f) for name, row in facet_table().items()
+               for f, (state, _) in row.items() if state == "missing"]
+    assert not missing, f"facets neither present nor explained: {missing}"
+
+
+def test_the_registry_lists_every_primitive_the_op_layer_records():
+    """The 121 MLX primitives of the op layer and the two of compile (Compiled, Placeholder);
+    a name no definition has cannot be recorded at all."""
+    from tapescope.core.primitive import Primitive
+
+    assert len(primitives.REGISTRY) >= 121
+    for name in ("Add", "Exp", "ErfInv", "Sum", "Broadcast", "AsType", "Compiled",
+                 "Placeholder", "Gather", "FFT", "RandomBits", "DivMod", "Select"):
+        assert name in primitives.REGISTRY
+    with pytest.raises(KeyError, match="unregistered primitive NoSuchOp"):
+        Primitive("NoSuchOp", mx.default_stream(mx.cpu))
+
+
+def test_every_absent_c_spelling_of_a_fusable_primitive_is_a_fusion_boundary():
+    """A fusable primitive without a C spelling says so, and fusion's question gets that
+    answer (so the op becomes a boundary rather than a tape the runtime cannot build)."""
+    f4 = np.dtype(np.float32)
+    for name, d in primitives.REGISTRY.items():
+        if d.fusable and "c" not in d.spellings:
+            assert "fusion boundary" in d.why["c"], name
+            assert cannot_render(name, [f4], f4) == f"no C spelling for {name}"
+    assert not primitives.REGISTRY["ErfInv"].spellings  # the known one, until it is spelled
+
+
+def test_every_c_spelling_renders_for_a_dtype_it_is_meant_for():
+    """Each spelling gives an expression for some dtype MLX applies the op to, and refuses
+    (Unsupported) rather than emitting wrong C for the rest."""
+    d = renderer("c")
+    dtypes = [np.dtype(t) for t in ("float32", "float64", "float16", "int32", "uint8", "bool")]
+    dtypes.append(np.dtype(ml_dtypes.bfloat16))
+    for name, dfn in primitives.REGISTRY.items():
+        if "c" not in dfn.spellings:
+            continue
+        n_in = {"unary": 1, "binary": 2, "ternary": 3, "astype": 1, "broadcast": 1}[dfn.family]
+        ok = []
+        for dt in dtypes:
+            try:
+                expr = d.op_expr(name, [f"a{k}" for k in range(n_in)], dt, dt)
+            except Unsupported:
+                continue
+            assert isinstance(expr, str) and expr, name
+            ok.append(dt)
+        assert ok, f"{name}: its C spelling renders for no dtype"
+
+
+def test_fusion_families_and_flags_agree_with_the_rules():
+    for name, d in primitives.REGISTRY.items():
+        assert callable(d.rule), name
+        assert d.fusable == (d.family in primitives.FUSABLE), name
+        if d.view:  # views are made by a rule, never written into ``out=``
+            assert not d.takes_out, name
+    assert primitives.REGISTRY["Compiled"].takes_donatable
+    assert {n for n, d in primitives.REGISTRY.items() if d.view} == {
+        "Broadcast", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Unflatten", "Transpose",
+        "Slice", "AsStrided"}
+
+
+def test_generic_shape_rules_match_what_the_ops_record():
+    """Where a family's shape rule is generic, it gives the shape the op layer recorded."""
+    a = mx.ones((2, 1, 3))
+    b = mx.ones((4, 1))
+    for out, ins, params in [
+        (mx.add(a, b), [(2, 4, 3), (2, 4, 3)], {}),
+        (mx.exp(a), [(2, 1, 3)], {}),
+        (mx.sum(a, axis=(0, 2), keepdims=True), [(2, 1, 3)], {"axes": (0, 2)}),
+        (mx.broadcast_to(b, (3, 4, 5)), [(4, 1)], {"shape": (3, 4, 5)}),
+    ]:
+        d = out._d.node.primitive.defn
+        assert d.shape(ins, **params) == [tuple(out.shape)], d.name
+
+
+def test_jax_rules_stay_independent_of_our_rules():
+    """The reference table must not borrow tapescope's rules (a shared mistake would pass)."""
+    src = (ROOT / "interactive" / "check" / "jax_rules.py").read_text()
+    imports = [ln for ln in src.splitlines() if ln.strip().startswith(("import ", "from "))]
+    assert not [ln for ln in imports if "tapescope" in ln or ln.strip().startswith("from .")]
+
+
+if __name__ == "__main__":  # the table of stated reasons
+    for (facet, why), n in sorted(reason_counts().items(), key=lambda kv: (kv[0][0], -kv[1])):
+        print(f"{n:4d}  {facet:6s} {why}")
