@@ -19,6 +19,7 @@ import numpy as np
 
 from tapescope.core.array import ArrayDesc, array
 from tapescope.core.tree import tree_unflatten
+from tapescope.core.walk import topological
 
 __all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
 
@@ -482,24 +483,8 @@ def graph_of(*arrays: array) -> Graph:
     b = _Builder()
     ids: dict = {}  # id(desc) or ("dead", id(node), i) -> value id
     keep: list = []
-    order: list = []  # nodes, topological
-    seen: set = set()
-    for a in arrays:
-        stack = [(a._d, False)]
-        while stack:
-            d, done = stack.pop()
-            node = d.node
-            if done:
-                order.append(node)
-                continue
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            keep.append(node)
-            stack.append((d, True))
-            for x in reversed(node.inputs):
-                if x.node is not None and id(x.node) not in seen:
-                    stack.append((x, False))
+    order = topological([a._d for a in arrays])  # nodes, inputs first
+    keep.extend(order)
     counts = {"input": 0, "constant": 0}
 
     def leaf(d: ArrayDesc) -> int:

@@ -65,32 +65,23 @@ def _label(node) -> str:
 
 def _walk(descs: list) -> tuple[list, list, list]:
     """(nodes in topological order, leaf descs with data, descs scheduled by another eval)."""
-    order, leaves, busy = [], [], []
-    seen: set = set()
+    from tapescope.core.walk import topological
+
+    leaves, busy = [], []
     leaf_ids: set = set()
-    work = [(d, False) for d in reversed(descs)]
-    while work:
-        d, done = work.pop()
-        node = d.node
-        if node is None:
-            if id(d) not in leaf_ids:
-                leaf_ids.add(id(d))
-                leaves.append(d)
-            continue
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.event is not None:  # an async eval is running it: wait for that first
+
+    def leaf(d) -> None:
+        if id(d) not in leaf_ids:
+            leaf_ids.add(id(d))
+            leaves.append(d)
+
+    def running(d) -> bool:  # an async eval is running it: wait for that first
+        if d.node.event is not None:
             busy.append(d)
-            continue
-        work.append((d, True))
-        for x in reversed(node.inputs):
-            if x.node is None or id(x.node) not in seen:
-                work.append((x, False))
-    return order, leaves, busy
+            return True
+        return False
+
+    return topological(descs, running, leaf), leaves, busy
 
 
 def _outputs_of(node) -> list:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .array import ArrayDesc, array
 from .primitive import Node
+from .walk import topological
 
 __all__ = ["export_to_dot"]
 
@@ -88,43 +89,39 @@ def _siblings(node: Node) -> list:
 def dot_text(outputs: list, names: dict) -> str:
     """The DOT text MLX writes for ``outputs`` (descs) with ``names`` ({id(desc): name})."""
     keep: list = []  # holds every visited desc so ids stay unique during the walk
-    order: list = []  # descs in callback order
-    seen: set = set()
-    stack: list = [(d, False) for d in reversed(outputs)]
-    while stack:
-        d, done = stack.pop()
-        if done:
+    order: list = []  # leaf descs and nodes, in MLX's callback order
+    leaf_ids: set = set()
+
+    def leaf(d: ArrayDesc) -> None:
+        if id(d) not in leaf_ids:
+            leaf_ids.add(id(d))
+            keep.append(d)
             order.append(d)
-            continue
-        if id(d) in seen:
-            continue
-        seen.add(id(d))
-        keep.append(d)
-        if not _is_leaf(d):
-            for key, s in _siblings(d.node):
-                seen.add(key)
-                if s is not None:
-                    keep.append(s)
-        stack.append((d, True))
-        if not _is_leaf(d):
-            for x in reversed(d.node.inputs):
-                if id(x) not in seen:
-                    stack.append((x, False))
-    consumed = {id(x) for d in order if not _is_leaf(d) for x in d.node.inputs}
+
+    def placeholder(d: ArrayDesc) -> bool:  # a trace placeholder is drawn as a leaf
+        if _is_leaf(d):
+            keep.append(d)
+            order.append(d)
+            return True
+        keep.extend(s for _, s in _siblings(d.node) if s is not None)
+        return False
+
+    topological(outputs, placeholder, leaf, order.append)
+    consumed = {id(x) for n in order if isinstance(n, Node) for x in n.inputs}
     namer = _Namer()
     for k, v in names.items():
         namer.set(k, v)
     lines = ["digraph {"]
     prim_ids: dict = {}
-    for d in order:
-        if _is_leaf(d):
-            lines.append(f'{{ rank=source; "{namer.get(id(d))}"; }}')
+    for item in order:
+        if not isinstance(item, Node):  # a leaf
+            lines.append(f'{{ rank=source; "{namer.get(id(item))}"; }}')
             continue
-        pid = prim_ids.setdefault(id(d.node), len(prim_ids) + 1)
-        lines.append(f'{{ {pid} [label ="{_label(d.node)}", shape=rectangle]; }}')
-        for x in d.node.inputs:
+        pid = prim_ids.setdefault(id(item), len(prim_ids) + 1)
+        lines.append(f'{{ {pid} [label ="{_label(item)}", shape=rectangle]; }}')
+        for x in item.inputs:
             lines.append(f'"{namer.get(id(x))}" -> {pid}')
-        for key, s in _siblings(d.node):
+        for key, s in _siblings(item):
             sink = "rank=sink; " if key not in consumed else ""
             name = namer.get(key)
             lines.append(f'{{ {sink}"{name}"; }}')

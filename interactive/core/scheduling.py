@@ -27,6 +27,7 @@ from tapescope.kernels.scheduler import Event, Fence, Interrupt, existing_worker
 from .array import ArrayDesc
 from .evaluate import run_node
 from .primitive import Node
+from .walk import topological
 
 _schedule_lock = threading.RLock()
 
@@ -68,36 +69,16 @@ class EvalState:
 
 def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
     """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)."""
-    order: list[Node] = []
     pending: list[Node] = []
-    seen: set[int] = set()
-    for d in descs:
+
+    def scheduled(d: ArrayDesc) -> bool:  # another eval runs it: wait on it, do not enter it
         node = d.node
-        if node is None or id(node) in seen:
-            continue
         if node.event is not None:
-            seen.add(id(node))
             pending.append(node)
-            continue
-        stack: list[tuple[Node, bool]] = [(node, False)]
-        while stack:
-            node, done = stack.pop()
-            if done:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            for inp in reversed(node.inputs):
-                n = inp.node
-                if n is not None and id(n) not in seen:
-                    if n.event is not None:
-                        seen.add(id(n))
-                        pending.append(n)
-                    else:
-                        stack.append((n, False))
-    return order, pending
+            return True
+        return False
+
+    return topological(descs, scheduled), pending
 
 
 def _inputs_available(node: Node) -> bool:

@@ -16,6 +16,7 @@ from . import dtypes as _dt
 from .array import ArrayDesc, array
 from .device import resolve_stream
 from .primitive import ASTYPE, BINARY, BROADCAST, TERNARY, UNARY, Node, Primitive
+from .walk import topological
 
 
 _ELEMENTWISE = (UNARY, BINARY, TERNARY, ASTYPE)
@@ -117,27 +118,13 @@ def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc]) -> Program:
         keep.append(node)
         return g
 
-    # iterative post-order DFS over nodes
-    stack: list = []
-    visited: set = set()
-    for d in outputs:
-        if d.node is not None and id(d.node) not in arg_of:
-            stack.append((d.node, False))
-        while stack:
-            node, done = stack.pop()
-            if done:
-                g = make_op(node)
-                g.inputs = [val_of(x) for x in node.inputs]
-                tape.append(g)
-                continue
-            if id(node) in visited:
-                continue
-            visited.add(id(node))
-            keep.append(node)
-            stack.append((node, True))
-            for x in reversed(node.inputs):
-                if x.node is not None and id(x.node) not in arg_of and id(x.node) not in visited:
-                    stack.append((x.node, False))
+    def is_tracer(d: ArrayDesc) -> bool:  # an argument: a value of the program, not an op
+        return id(d.node) in arg_of
+
+    for node in topological(outputs, is_tracer):
+        g = make_op(node)
+        g.inputs = [val_of(x) for x in node.inputs]
+        tape.append(g)
     outs = [val_of(d) for d in outputs]
     return Program(inputs, outs, tape)
 

@@ -11,7 +11,7 @@ from typing import Any
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import BINARY, Primitive
+from ..primitive import Primitive
 from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_arrays
 from .elementwise import binary, float_dtype
 

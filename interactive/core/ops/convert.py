@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, nb_type_name, resolve_stream
-from ..primitive import ASTYPE, BROADCAST, Primitive
+from ..primitive import Primitive
 
 __all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes", "isdtype"]
 

@@ -15,7 +15,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import UNARY, Primitive
+from ..primitive import Primitive
 from .convert import astype, broadcast_shapes, incompatible, to_array, to_arrays
 
 __all__ = [

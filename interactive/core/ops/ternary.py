@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import TERNARY, Primitive
+from ..primitive import Primitive
 from .binary import (add, less_equal, logical_and, logical_or, maximum, minimum,
                      multiply, subtract)
 from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_array, to_arrays

@@ -1,0 +1,57 @@
+"""The one graph walker: the nodes some arrays need, each once, inputs before their consumers.
+
+Depth first from the arrays in order, each node's inputs left to right (MLX's order: the
+order ``export_to_dot`` numbers arrays in and ``eval`` runs nodes in). Scheduling, compile's
+tracing, ``tapescope.check``, ``export_to_dot`` and ``graph_of`` all walk through here; what
+differs between them is said by two callbacks:
+
+- ``leaf(desc)``: called for an array without a node (evaluated data), at the point of the
+  walk where it is reached, once per time it is reached (a callback that cares dedupes);
+- ``cut(desc) -> bool``: called once per node, on the first array reached of it; True leaves
+  that node out of the order and its inputs unvisited (a node another eval is running, a
+  trace placeholder, ...), and the callback records it;
+- ``visit(node)``: called as each node joins the order, in sequence with ``leaf`` calls (for
+  a walk that interleaves leaves and nodes, as ``export_to_dot`` numbers them).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+from .primitive import Node
+
+
+def topological(descs: Iterable, cut: Optional[Callable] = None,
+                leaf: Optional[Callable] = None, visit: Optional[Callable] = None) -> list[Node]:
+    """The nodes ``descs`` (ArrayDescs) depend on, in topological order (see the module)."""
+    order: list[Node] = []
+    seen: set = set()
+    stack: list = []
+    for d in descs:
+        stack.append((d, None))
+        while stack:
+            d, done = stack.pop()
+            if done is not None:
+                order.append(done)
+                if visit is not None:
+                    visit(done)
+                continue
+            node = d.node
+            if node is None:
+                if leaf is not None:
+                    leaf(d)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if cut is not None and cut(d):
+                continue
+            stack.append((d, node))
+            for x in reversed(node.inputs):
+                n = x.node
+                if n is None:
+                    if leaf is not None:
+                        stack.append((x, None))
+                elif id(n) not in seen:
+                    stack.append((x, None))
+    return order
