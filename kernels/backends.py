@@ -28,9 +28,12 @@ def cuda_runtime_available() -> bool:
 
 
 def gpu_available() -> bool:
-    """Whether some GPU runtime (CUDA through CuPy) works here."""
-    return cuda_device_count() > 0
+    """Whether some GPU runtime of tapescope evaluates arrays here. A GPU that CuPy reaches
+    is not enough: until the CUDA runtime exists, ``mx.gpu`` stays unavailable and the CPU
+    is the default device, rather than a "gpu" label over numpy on the host."""
+    return cuda_runtime_available()
 
 
 def gpu_count() -> int:
-    return cuda_device_count()
+    """GPUs that tapescope's GPU runtime can use (0 without one)."""
+    return cuda_device_count() if cuda_runtime_available() else 0
