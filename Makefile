@@ -63,12 +63,8 @@ test-ub: $(VENV)/.dev
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
 
-# As root (a container, CI) JupyterLab refuses to start without --allow-root. Widget state is
-# saved in the notebook (settings override), so a reopened notebook shows its widgets.
+# As root (a container, CI) JupyterLab refuses to start without --allow-root.
 lab: $(VENV)/.jupyter graphviz
-	@mkdir -p $(VENV)/share/jupyter/lab/settings
-	@test -f $(VENV)/share/jupyter/lab/settings/overrides.json || \
-	  echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $(VENV)/share/jupyter/lab/settings/overrides.json
 	$(VENV)/bin/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:

@@ -421,15 +421,31 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
     if status is not None:
         status.stop()
     if not opts.quiet:
-        if status is not None and status.handle is not None:
-            status.handle.update(report)
-        else:
-            from IPython.display import display
-
-            display(report)
+        _display(report, status.handle if status is not None else None)
     if primary.error is not None:
         raise _user_traceback(primary.error)
     return report
+
+
+def _display(report: cr.CellReport, handle: Any) -> None:
+    """Show the report: in a kernel, its HTML snapshot (into the status line's place) and then the
+    live tabbed panel; elsewhere the static HTML."""
+    from IPython.display import display
+
+    if cr._in_kernel():
+        try:
+            from tapescope.viz.panel import CellPanel
+            from tapescope.viz.theme import show
+
+            report.panel = CellPanel(report)
+            show(report.panel.widget, report._repr_html_(), repr(report).splitlines()[0], handle=handle)
+            return
+        except ImportError:
+            pass
+    if handle is not None:
+        handle.update({"text/html": report._repr_html_(), "text/plain": repr(report)}, raw=True)
+    else:
+        display(report)
 
 
 def _user_traceback(err: BaseException) -> BaseException:

@@ -38,11 +38,14 @@ def _bundles(cell) -> list:
     return [o.get("data", {}) for o in cell.outputs if o.get("output_type") in ("display_data", "execute_result")]
 
 
-def test_every_widget_output_carries_a_widget_view_and_an_html_snapshot(executed):
+def test_every_widget_is_shown_as_its_snapshot_then_its_live_view(executed):
     for cell in executed.cells[1:]:
         bundles = _bundles(cell)
-        assert bundles, cell.source
-        assert any("application/vnd.jupyter.widget-view+json" in b and "text/html" in b for b in bundles)
+        kinds = ["snapshot" if "tapescope-snapshot" in b.get("text/html", "") else
+                 "live" if "application/vnd.jupyter.widget-view+json" in b else "other" for b in bundles]
+        assert [k for k in kinds if k != "other"] == ["snapshot", "live"], (cell.source, kinds)
+        live = next(b for b in bundles if "application/vnd.jupyter.widget-view+json" in b)
+        assert "text/html" not in live  # nbconvert without widget state must not show it twice
 
 
 def test_nbconvert_html_without_widget_state_shows_the_snapshots(executed):

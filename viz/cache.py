@@ -156,9 +156,16 @@ class CacheWidget:
         self.source.value = "" if e is None else source_html(e, self._entries)
 
     def _repr_mimebundle_(self, **kw: Any) -> dict:
+        """One bundle: the live view and the HTML snapshot (IPython displays widgets through
+        ``_ipython_display_``, as two outputs)."""
         bundle = self.widget._repr_mimebundle_(**kw) or {}
         bundle["text/html"] = snapshot_html(self._entries)
         return bundle
+
+    def _ipython_display_(self) -> None:
+        from .theme import show
+
+        show(self.widget, snapshot_html(self._entries), repr(self))
 
     def __repr__(self) -> str:
         return f"CacheWidget({len(self._entries)} kernel(s))"

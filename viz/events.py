@@ -142,9 +142,16 @@ class EventsWidget:
         self.counts.value = counts_html(lay)
 
     def _repr_mimebundle_(self, **kw: Any) -> dict:
+        """One bundle: the live view and the HTML snapshot (IPython displays widgets through
+        ``_ipython_display_``, as two outputs)."""
         bundle = self.widget._repr_mimebundle_(**kw) or {}
         bundle["text/html"] = snapshot_html(self.records)
         return bundle
+
+    def _ipython_display_(self) -> None:
+        from .theme import show
+
+        show(self.widget, snapshot_html(self.records), repr(self))
 
     def __repr__(self) -> str:
         return f"EventsWidget({sum(self.layout.counts.values())} records on {', '.join(self.layout.lanes)})"

@@ -291,9 +291,16 @@ class MemoryWidget:
 
     # -- display -------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kw: Any) -> dict:
+        """One bundle: the live view and the HTML snapshot (IPython displays widgets through
+        ``_ipython_display_``, as two outputs)."""
         bundle = self.widget._repr_mimebundle_(**kw) or {}
         bundle["text/html"] = snapshot_html(self.tracker, self.figures)
         return bundle
+
+    def _ipython_display_(self) -> None:
+        from .theme import show
+
+        show(self.widget, snapshot_html(self.tracker, self.figures), repr(self))
 
     def __repr__(self) -> str:
         f = self.figures

@@ -89,8 +89,9 @@ CSS = """
 .tapescope table, .tapescope-cell table { border-collapse: collapse; margin: 4px 0 8px 0;
   font-size: 12px; max-width: 100%; }
 .tapescope th, .tapescope td, .tapescope-cell th, .tapescope-cell td {
-  border: 1px solid var(--jp-border-color2, #e5e7eb); padding: 2px 6px; text-align: left;
-  vertical-align: top; color: var(--jp-content-font-color1, #1f2937); }
+  border: 1px solid var(--jp-border-color2, #e5e7eb) !important; padding: 2px 6px !important;
+  text-align: left !important; vertical-align: top !important;
+  color: var(--jp-content-font-color1, #1f2937); }
 .tapescope th, .tapescope-cell th { background: var(--jp-layout-color2, #f3f4f6); }
 .tapescope td.num, .tapescope-cell td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .tapescope .ts-more, .tapescope-cell .ts-more { color: var(--jp-content-font-color2, #6b7280);
@@ -168,3 +169,37 @@ def collapsed_source(source: str, language: str = "c", lines: int = 12) -> str:
     head = "\n".join(all_lines[:lines])
     return (f"<div class='ts-source'>{highlight(head, language)}"
             + details(f"show all {len(all_lines)} lines", highlight(source, language)) + "</div>")
+
+
+# A widget is shown as two outputs: its HTML snapshot, then the live view. In JupyterLab (and
+# nbconvert's lab template) these rules hide the snapshot once the live view has rendered, and
+# hide the live view's "Loading widget…" / "Error displaying widget: model not found" text when
+# it cannot render (a notebook reopened without its kernel); where styles do not apply (GitHub),
+# the snapshot simply shows.
+FALLBACK_CSS = (
+    ".jp-OutputArea-child:has(.tapescope-snapshot):has(~ .jp-OutputArea-child .tapescope-live)"
+    " { display: none; }\n"
+    ".jp-OutputArea-child:has(.tapescope-snapshot) ~ .jp-OutputArea-child"
+    " > .jp-OutputArea-output.jupyter-widgets:not(:has(*)) { display: none; }\n")  # (:has may not nest)
+
+
+def snapshot_output(snapshot_html: str) -> dict:
+    """The mime bundle of a widget's snapshot output (shown until the live view renders)."""
+    return {"text/html": f"<style>{FALLBACK_CSS}</style><div class='tapescope-snapshot'>{snapshot_html}</div>",
+            "text/plain": "(tapescope: a static snapshot of the widget below)"}
+
+
+def show(widget: Any, snapshot_html: str, what: str, handle: Any = None) -> None:
+    """Display ``widget`` (an ipywidgets widget) live, after its HTML snapshot (into ``handle``,
+    a display handle, when given)."""
+    from IPython.display import display
+
+    widget.add_class("tapescope-live")
+    snap = snapshot_output(snapshot_html)
+    if handle is not None:
+        handle.update(snap, raw=True)
+    else:
+        display(snap, raw=True)
+    view = dict(widget._repr_mimebundle_() or {})
+    view["text/plain"] = f"{what} (live in JupyterLab; the snapshot above has its figures)"
+    display(view, raw=True)
