@@ -318,7 +318,7 @@ def _figure() -> Any:
         return None
     for name, color, dash in (("active", "#2563eb", None), ("cache", "#16a34a", None),
                               ("peak", "#dc2626", "dot")):
-        fig.add_scatter(x=[], y=[], mode="lines", name=name, line=dict(color=color, dash=dash),
+        fig.add_scatter(x=[], y=[], mode="lines", name=name, line=dict(color=color, dash=dash, shape="hv"),
                         hovertemplate="%{y:.2f} MiB at %{x:.3f} s<extra>" + name + "</extra>")
     fig.update_layout(height=260, margin=dict(l=50, r=10, t=10, b=40), autosize=True,
                       xaxis_title="time (s)", yaxis_title="MiB", template="plotly_white",
