@@ -23,10 +23,10 @@ class Primitive:
     __slots__ = ("name", "params", "kw", "stream", "defn")
 
     def __init__(self, name: str, stream, **params: Any):
-        defn = REGISTRY.get(name)  # looked up once: the eval reads the rule off it
-        if defn is None:
-            raise KeyError(f"unregistered primitive {name}")
-        self.defn: PrimitiveDef = defn
+        try:  # looked up once: the eval reads the rule and flags off it
+            self.defn: PrimitiveDef = REGISTRY[name]
+        except KeyError:
+            raise KeyError(f"unregistered primitive {name}") from None
         self.name = name
         self.stream = stream
         self.kw = params  # the parameters as keyword arguments for the rule (never mutated)

@@ -26,32 +26,32 @@ def topological(descs: Iterable, cut: Optional[Callable] = None,
     """The nodes ``descs`` (ArrayDescs) depend on, in topological order (see the module)."""
     order: list[Node] = []
     seen: set = set()
-    stack: list = []
+    stack: list = []  # arrays to visit, and (a Node) markers: its inputs are done
     for d in descs:
-        stack.append((d, None))
+        stack.append(d)
         while stack:
-            d, done = stack.pop()
-            if done is not None:
-                order.append(done)
+            item = stack.pop()
+            if item.__class__ is Node:
+                order.append(item)
                 if visit is not None:
-                    visit(done)
+                    visit(item)
                 continue
-            node = d.node
+            node = item.node
             if node is None:
                 if leaf is not None:
-                    leaf(d)
+                    leaf(item)
                 continue
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if cut is not None and cut(d):
+            if cut is not None and cut(item):
                 continue
-            stack.append((d, node))
+            stack.append(node)
             for x in reversed(node.inputs):
                 n = x.node
                 if n is None:
                     if leaf is not None:
-                        stack.append((x, None))
+                        stack.append(x)
                 elif id(n) not in seen:
-                    stack.append((x, None))
+                    stack.append(x)
     return order
