@@ -417,3 +417,32 @@ def test_a_cell_that_raises_leaves_its_lazy_arrays_lazy(ip):
     assert ip.user_ns["la"]._d.node is not None  # the report did not evaluate it
     assert rep.run.array("la").data is None and "lazy" in rep.run.array("la").text
     np.testing.assert_allclose(np.array(ip.user_ns["la"]), np.exp([1.0, 2.0]).astype(np.float32))
+
+
+def test_a_running_cell_shows_a_live_status_line_then_its_report_in_a_real_kernel():
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("ipywidgets")
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
+                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        _execute(kc, "%load_ext tapescope\nimport time")
+        # the cell records a graph for a while before any eval: the status line says so
+        msgs = _execute(kc, "%%mlx\nsa = mx.zeros((8,))\nt_end = time.time() + 2\n"
+                            "while time.time() < t_end:\n    sa = sa + 1\n    time.sleep(0.01)\nmx.eval(sa)")
+        status = [m for m in msgs if m["msg_type"] == "display_data" and m["content"].get("transient", {})
+                  .get("display_id")]
+        assert len(status) == 1  # the status line, shown at once with a display id
+        updates = [m["content"]["data"]["state"]["value"] for m in msgs if m["msg_type"] == "comm_msg"
+                   and "value" in m["content"]["data"].get("state", {})]
+        assert any("building the graph" in u for u in updates), updates
+        report = [m for m in msgs if m["msg_type"] == "update_display_data"]
+        assert report and "tapescope-cell" in report[0]["content"]["data"]["text/html"]
+        assert report[0]["content"]["transient"]["display_id"] == status[0]["content"]["transient"]["display_id"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
