@@ -367,7 +367,12 @@ def source_html(symbol: str, runtime: str, src: str) -> str:
 
 
 def _tapes_html(graphs: list) -> str:
-    out = [tape_html(title, g, k) for title, g in graphs for k in g.kernels]
+    out, seen = [], set()
+    for title, g in graphs:  # a compiled function's program and the lazy graph share kernels
+        for k in g.kernels:
+            if k.symbol not in seen:
+                seen.add(k.symbol)
+                out.append(tape_html(title, g, k))
     return "".join(out)
 
 
