@@ -51,6 +51,7 @@ class Op:
     inputs: list
     outputs: list
     kernel: Optional[int] = None
+    backward: bool = False  # recorded by reverse mode (a VJP rule's op, a cotangent sum)
 
 
 @dataclass
@@ -312,9 +313,9 @@ class _Builder:
                                  index, data))
         return vid
 
-    def op(self, prim: Any, inputs: list) -> Op:
+    def op(self, prim: Any, inputs: list, backward: bool = False) -> Op:
         op = Op(len(self.ops), prim.name, prim.kind, prim.kwargs(),
-                list(inputs), [])
+                list(inputs), [], backward=backward)
         self.ops.append(op)
         return op
 
@@ -353,9 +354,14 @@ def _boundary_runs(prog: Any) -> dict:
 
 
 def from_program(prog: Any, input_names: list, real: list, output_names: list,
-                 title: str = "", compiled: bool = False) -> Graph:
-    """A Graph of a traced (and possibly fused) ``tracing.Program``."""
+                 title: str = "", compiled: bool = False, backward: Optional[dict] = None) -> Graph:
+    """A Graph of a traced (and possibly fused) ``tracing.Program``. ``backward``: what
+    reverse mode recorded while tracing (``_backward_marks``): its ops are marked, and so
+    is a fused kernel that reads a cotangent."""
     b = _Builder()
+    bw_prims = {id(p) for p in (backward or {}).get("prims", ())}
+    seeds = {id(d) for d in (backward or {}).get("seeds", ())}
+    cot_vals: set = set()  # ids of program values that carry cotangents
     ids: dict = {}
     real_of = {id(v): d for v, d in zip(prog.inputs, real)}
     for v, name, d in zip(prog.inputs, input_names, real):
@@ -373,7 +379,14 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
         return ids[id(v)]
 
     for g in prog.tape:
-        op = b.op(g.prim, [vid_of(x) for x in g.inputs])
+        if g.prim.name == "Compiled":
+            is_bw = any(id(x) in cot_vals or (x.desc is not None and id(x.desc) in seeds)
+                        for x in g.inputs)
+        else:
+            is_bw = id(g.prim) in bw_prims
+        if is_bw:
+            cot_vals.update(id(o) for o in g.outputs)
+        op = b.op(g.prim, [vid_of(x) for x in g.inputs], backward=is_bw)
         for i, o in enumerate(g.outputs):
             ids[id(o)] = b.value(o.shape, o.dtype, "intermediate", False, producer=op.id, index=i)
             op.outputs.append(ids[id(o)])
@@ -461,6 +474,7 @@ def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Gra
         onames: list = []
         _flatten(out, "out", flat, onames)
         box["names"] = onames
+        box["backward"] = _backward_marks([x._d for x in flat])
         return flat, None
 
     prog, _ = tracing.trace(run, [(x.shape, x.dtype) for x in arrays])
@@ -469,7 +483,18 @@ def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Gra
     if compile:
         fusion.fuse(tracing.simplify(prog))
     title = getattr(fun, "__name__", type(fun).__name__)
-    return from_program(prog, names, [x._d for x in arrays], box["names"], title, compiled=compile)
+    return from_program(prog, names, [x._d for x in arrays], box["names"], title, compiled=compile,
+                        backward=box["backward"])
+
+
+def _backward_marks(descs: list) -> dict:
+    """The primitives of the nodes reverse mode recorded above ``descs`` and the cotangent
+    seeds it started from (held, so that their ids stay valid while the Graph is built)."""
+    from tapescope.core.autodiff.engine import is_backward, is_seed
+
+    seeds: list = []
+    nodes = topological(descs, leaf=lambda d: seeds.append(d) if is_seed(d) else None)
+    return {"prims": [n.primitive for n in nodes if is_backward(n)], "seeds": seeds}
 
 
 # -- tapescope.graph_of ----------------------------------------------------------------
@@ -477,6 +502,8 @@ def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Gra
 
 def graph_of(*arrays: array) -> Graph:
     """The Graph of the lazy computation above ``arrays`` (evaluated arrays are its leaves)."""
+    from tapescope.core.autodiff.engine import is_backward
+
     for a in arrays:
         if not isinstance(a, array):
             raise TypeError(f"[graph_of] Expected arrays, got {type(a).__name__}.")
@@ -507,7 +534,7 @@ def graph_of(*arrays: array) -> Graph:
     for node in order:
         if node.primitive.name == "Placeholder":
             continue
-        op = b.op(node.primitive, [vid_of(x) for x in node.inputs])
+        op = b.op(node.primitive, [vid_of(x) for x in node.inputs], backward=is_backward(node))
         alive = [r() for r in node.outputs]
         ref = next((d for d in alive if d is not None), None)
         for i, d in enumerate(alive):

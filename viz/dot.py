@@ -115,6 +115,7 @@ class _Writer:
         self.groups: list = []
         self.lazy = self.evaluated = False
         self.has_input = self.has_constant = False  # the legend names only what is drawn
+        self.has_backward = False
         self.grouped = False  # kernels drawn as boxes because their tapes do not fit
 
     # -- which ops are drawn ----------------------------------------------------------
@@ -204,14 +205,24 @@ class _Writer:
         else:
             self.lazy = True
 
+    def _backward(self, op: Any) -> dict:
+        """How an op reverse mode recorded differs: a thick magenta border (and the legend row)."""
+        if not getattr(op, "backward", False):
+            return {}
+        self.has_backward = True
+        return {"color": S.BACKWARD, "penwidth": "2.2"}
+
     def _op_node(self, op: Any) -> None:
         st = S.op_style(op.family)
         self._group(op.family)
         params = _param_text(op)
-        label = f"<<B>{S.esc(op.primitive)}</B>" + (
+        bw = self._backward(op)
+        name = ("&#8711; " if bw else "") + S.esc(op.primitive)
+        label = f"<<B>{name}</B>" + (
             f"<BR/><FONT POINT-SIZE=\"8\">{S.esc(params)}</FONT>" if params else "") + ">"
-        self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled",
-                                           fillcolor=st.fill, color=st.border, tooltip=_tooltip(op)))
+        self.t.node(f"op{op.id}", **_attrs(**{**dict(label=label, shape="box", style="rounded,filled",
+                                                     fillcolor=st.fill, color=st.border,
+                                                     tooltip=_tooltip(op)), **bw}))
 
     def _group(self, family: str) -> None:
         g = S.group_of(family)
@@ -234,8 +245,11 @@ class _Writer:
         outer = self.t
         with outer.subgraph(name=f"cluster_k{k.index}") as c:
             self.t = c
-            c.attr("graph", **_attrs(label=f"<{self._kernel_caption(k)}>", style="rounded,filled",
-                                     fillcolor=S.CLUSTER.fill, color=S.CLUSTER.border, penwidth="1.5",
+            bw = self._backward(op)
+            caption = ("&#8711; " if bw else "") + self._kernel_caption(k)
+            c.attr("graph", **_attrs(label=f"<{caption}>", style="rounded,filled",
+                                     fillcolor=S.CLUSTER.fill, color=bw.get("color", S.CLUSTER.border),
+                                     penwidth=bw.get("penwidth", "1.5"),
                                      fontsize="10", labeljust="l", tooltip=f"{k.name}_{k.variant}"))
             for x, inp in zip(k.tape.inputs, k.inputs):
                 nid = f"k{k.index}_{x.name}"
@@ -275,11 +289,13 @@ class _Writer:
         steps = "·".join(t.primitive for t in k.tape.ops)
         if len(steps) > 48:
             steps = steps[:47] + "…"
-        label = (f"<<B>kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
+        bw = self._backward(op)
+        label = (f"<<B>{'&#8711; ' if bw else ''}kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
                  f"<FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
         st = S.GROUPS["fused kernel"]
         self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled,bold",
-                                           fillcolor=st.fill, color=st.border, tooltip=f"{k.name}_{k.variant}"))
+                                           fillcolor=st.fill, color=bw.get("color", st.border),
+                                           tooltip=f"{k.name}_{k.variant}"))
 
     # -- edges ------------------------------------------------------------------------------
     def _find_shared(self) -> None:
@@ -309,6 +325,13 @@ class _Writer:
             attrs.setdefault("style", "dashed")
             src = stub
         self.t.edge(src, dst, **_attrs(**attrs))
+
+    def _cotangent_edge(self, vid: int) -> dict:
+        """A value a backward op made is a cotangent: its edges are drawn in magenta."""
+        p = self.g.values[vid].producer
+        if p is not None and getattr(self.g.ops[p], "backward", False):
+            return {"color": S.BACKWARD}
+        return {}
 
     # -- the whole picture --------------------------------------------------------------
     def write(self) -> str:
@@ -387,7 +410,8 @@ class _Writer:
                     self._connect(vid, dst, label=self._boundary_label(k.inputs[i], vid, from_node),
                                   color=S.BOUNDARY)
                 else:
-                    self._connect(vid, dst, label=None if from_node else self._edge_label(vid))
+                    self._connect(vid, dst, label=None if from_node else self._edge_label(vid),
+                                  **self._cotangent_edge(vid))
         # outputs
         for i, vid in enumerate(g.outputs):
             v = g.values[vid]
@@ -399,11 +423,12 @@ class _Writer:
             label = f"<<B>{name}</B>" + (f"<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>" if sub else "") + ">"
             self.dg.node(f"out{i}", **_attrs(label=label, shape="box", style=styles, peripheries="2",
                                            color=S.OUTPUT.border))
-            self._connect(vid, f"out{i}")
+            self._connect(vid, f"out{i}", **self._cotangent_edge(vid))
         if self.legend:
             self.dg.node("legend", **_attrs(label=S.legend_label(self.groups, self.lazy, self.evaluated,
                                                                 bool(g.kernels) and self.expand,
-                                                                self.has_input, self.has_constant),
+                                                                self.has_input, self.has_constant,
+                                                                self.has_backward),
                                           shape="box", style="rounded", color="#d1d5db", fontsize="9"))
         return self.dg.source
 

@@ -51,6 +51,7 @@ OUTPUT = Style("#ffffff", "#111827", "output")
 CLUSTER = Style("#f0fdf4", "#16a34a", "fused kernel")
 BOUNDARY = "#b91c1c"  # colour of the 'why fusion stopped' labels
 EDGE = "#6b7280"
+BACKWARD = "#c026d3"  # border of ops reverse mode recorded, and of the cotangents they pass
 NOTE = Style("#fff7ed", "#9a3412", "not drawn")
 
 
@@ -76,7 +77,7 @@ def quote(text: object) -> str:
 
 
 def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool, inputs: bool = True,
-                 constants: bool = True) -> str:
+                 constants: bool = True, backward: bool = False) -> str:
     """An HTML table naming every kind of node the picture uses (only those it uses)."""
     rows = ['<TR><TD COLSPAN="2" ALIGN="LEFT"><B>legend</B></TD></TR>']
 
@@ -98,6 +99,10 @@ def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool, input
         row("#ffffff", "#111827", "evaluated (holds data): solid")
     if lazy:
         row("#ffffff", "#111827", "lazy (not computed yet): dashed", dashed=True)
+    if backward:
+        rows.append(f'<TR><TD COLOR="{BACKWARD}" BORDER="2" WIDTH="18" HEIGHT="12" FIXEDSIZE="TRUE">'
+                    f'</TD><TD ALIGN="LEFT">backward (reverse mode): &#8711; ops, '
+                    f'<FONT COLOR="{BACKWARD}">cotangent</FONT> edges</TD></TR>')
     if kernels:
         rows.append(f'<TR><TD BGCOLOR="{CLUSTER.fill}" COLOR="{CLUSTER.border}" BORDER="1" '
                     f'></TD><TD ALIGN="LEFT">fused kernel: its tape inside; '

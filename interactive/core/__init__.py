@@ -19,3 +19,6 @@ from . import cuda, metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401
 from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401
+from .autodiff import (  # noqa: F401,E402
+    checkpoint, custom_function, grad, jvp, value_and_grad, vjp,
+)

@@ -1,0 +1,197 @@
+"""Reverse and forward mode over the lazy graph (MLX's ``vjp`` / ``jvp`` in transforms.cpp).
+
+The function runs once on *primal* arrays: evaluated arguments are aliased (a new array over
+the same buffer, so the graph can tell them apart from other uses of that data), lazy ones go
+through a ``Copy`` node, as MLX copies its primals. The ops it records form the forward graph.
+Reverse mode walks that graph (``walk.topological``, stopping at the primals), keeps the nodes
+with an input that depends on a primal (the *tape*; ``StopGradient`` nodes end it), then runs
+the tape backwards: each node's VJP rule (its definition's ``vjp``) records the ops of its
+input cotangents, and cotangents of a value used twice are summed with ``Add``. Forward mode
+runs the same tape forwards with the JVP rules. Nothing is evaluated: the result is more lazy
+graph, which ``eval`` runs, ``compile`` fuses and ``tapescope.trace`` draws. Nodes recorded by
+reverse mode are remembered (``is_backward``) so that pictures can draw them apart.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Optional, Sequence
+
+from ..array import ArrayDesc, array
+from ..primitive import Node, Primitive
+from ..walk import topological
+
+_BACKWARD: "weakref.WeakSet[Node]" = weakref.WeakSet()
+_ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
+_SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
+
+
+def is_backward(node: Node) -> bool:
+    """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum)."""
+    return node in _BACKWARD
+
+
+def is_seed(desc: ArrayDesc) -> bool:
+    """Whether ``desc`` is a cotangent reverse mode started from (e.g. grad's 1.0)."""
+    return desc in _SEEDS
+
+
+def _wrap(d: ArrayDesc) -> array:
+    return array._wrap(d)
+
+
+def printed_name(prim: Primitive) -> str:
+    """The primitive's name as MLX prints it in errors (``View`` adds its dtype)."""
+    if prim.name == "View":
+        dt = prim.kw.get("dtype")
+        return f"View {getattr(dt, 'name', dt)}"
+    return prim.name
+
+
+def make_primals(arrays: Sequence[array]) -> list[array]:
+    """Fresh arrays standing for ``arrays`` in the traced graph: an alias of evaluated data
+    (same buffer, a distinct array), or a ``Copy`` node of a lazy array (MLX's ``copy``)
+    or of an outer transformation's alias (so that ``grad(grad(f))`` stays connected)."""
+    out = []
+    for a in arrays:
+        d = a._d
+        if d.node is None and d not in _ALIASES:
+            alias = ArrayDesc(d.shape, d.dtype, d.stream, data=d.data, buffer=d.buffer)
+            _ALIASES.add(alias)
+            out.append(_wrap(alias))
+        else:
+            out.append(array._make1(d.shape, d.dtype, Primitive("Copy", d.stream), [a]))
+    return out
+
+
+def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: set,
+          keep: list) -> list[Node]:
+    """The nodes between the primals in ``active`` (ids, grown in place) and ``outputs``,
+    in topological order; StopGradient ends a path."""
+    primal_ids = {id(p) for p in primals}
+    order = topological(outputs, cut=lambda d: id(d) in primal_ids)
+    tape = []
+    for node in order:
+        if node.primitive.name == "StopGradient":
+            continue
+        for x in node.inputs:
+            if id(x) in active:
+                tape.append(node)
+                for r in node.outputs:
+                    o = r()
+                    if o is not None:
+                        active.add(id(o))
+                        keep.append(o)
+                break
+    return tape
+
+
+def _zeros_like(d: ArrayDesc) -> array:
+    from ..ops import zeros_like
+
+    return zeros_like(_wrap(d))
+
+
+def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
+    if len(vjps) != len(argnums):
+        raise ValueError(f"[vjp] The VJP of {node.primitive.name} returned {len(vjps)} "
+                         f"cotangents for {len(argnums)} inputs.")
+    from ..ops import astype
+
+    out = []
+    for i, g in zip(argnums, vjps):
+        x = node.inputs[i]
+        if g.dtype != x.dtype:
+            g = astype(g, x.dtype)
+        out.append(g)
+    return out
+
+
+def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence[tuple],
+             argnums: Sequence[int]) -> list[array]:
+    """Cotangents of ``primals[argnums]`` given ``seeds`` = (output index, cotangent)."""
+    from ..ops import add, astype
+
+    pdescs = [p._d for p in primals]
+    active = {id(pdescs[i]) for i in argnums}
+    keep: list = list(pdescs)
+    out_descs = [o._d for o in outputs]
+    tape = _tape(out_descs, pdescs, active, keep)
+    cmap: dict = {}
+    for i, cot in seeds:
+        o = out_descs[i]
+        if id(o) not in cmap:  # MLX inserts: a repeated output keeps its first cotangent
+            cmap[id(o)] = astype(cot, o.dtype) if cot.dtype != o.dtype else cot
+            _SEEDS.add(cmap[id(o)]._d)
+            keep.append(o)
+    for node in reversed(tape):
+        outs = [r() for r in node.outputs]
+        if not any(o is not None and id(o) in cmap for o in outs):
+            continue
+        cots = []
+        for o in outs:
+            if o is None:
+                cots.append(None)
+            elif id(o) in cmap:
+                cots.append(cmap.pop(id(o)))
+            else:
+                cots.append(_zeros_like(o))
+        args = [i for i, x in enumerate(node.inputs) if id(x) in active]
+        prim = node.primitive
+        rule = prim.defn.vjp
+        if rule is None:
+            raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
+        vjps = rule([_wrap(x) for x in node.inputs], cots, args,
+                    [_wrap(o) if o is not None else None for o in outs], **prim.kw)
+        for i, g in zip(args, _check_vjp(node, args, list(vjps))):
+            key = id(node.inputs[i])
+            cmap[key] = add(cmap[key], g) if key in cmap else g
+    grads = []
+    for i in argnums:
+        g = cmap.get(id(pdescs[i]))
+        grads.append(g if g is not None else _zeros_like(pdescs[i]))
+    _mark(out_descs, grads)
+    return grads
+
+
+def _mark(forward: Sequence[ArrayDesc], grads: Sequence[array]) -> None:
+    """Remember the nodes above ``grads`` that the forward graph does not have."""
+    fwd = {id(n) for n in topological(forward)}
+    for n in topological([g._d for g in grads]):
+        if id(n) not in fwd:
+            _BACKWARD.add(n)
+
+
+def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],
+            argnums: Optional[Sequence[int]] = None) -> list[array]:
+    """Tangents of ``outputs`` given the tangents of ``primals[argnums]`` (all by default;
+    the other primals only end the walk)."""
+    from ..ops import astype
+
+    pdescs = [p._d for p in primals]
+    if argnums is None:
+        argnums = range(len(pdescs))
+    active = {id(pdescs[i]) for i in argnums}
+    keep: list = list(pdescs)
+    out_descs = [o._d for o in outputs]
+    tape = _tape(out_descs, pdescs, active, keep)
+    tmap = {id(pdescs[i]): t for i, t in zip(argnums, tangents)}
+    for node in tape:
+        args = [i for i, x in enumerate(node.inputs) if id(x) in tmap]
+        if not args:
+            continue
+        prim = node.primitive
+        rule = prim.defn.jvp
+        if rule is None:
+            raise ValueError(f"[Primitive::jvp] Not implemented for {printed_name(prim)}.")
+        outs = [r() for r in node.outputs]
+        tans = rule([_wrap(x) for x in node.inputs], [tmap[id(node.inputs[i])] for i in args],
+                    args, [_wrap(o) if o is not None else None for o in outs], **prim.kw)
+        for o, t in zip(outs, tans):
+            if o is not None and t is not None:
+                tmap[id(o)] = astype(t, o.dtype) if t.dtype != o.dtype else t
+    res = []
+    for d in out_descs:
+        t = tmap.get(id(d))
+        res.append(t if t is not None else _zeros_like(d))
+    return res
