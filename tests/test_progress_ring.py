@@ -19,4 +19,6 @@ def test_records_the_ring_dropped_still_count_as_nodes_done():
             timeline.add("primitive", timeline.now(), name="Add", stream=0)
         m.poll()
     (task,) = m.tasks
-    assert task.done == n
+    # every primitive counted (other records the ring dropped, e.g. frees of earlier tests'
+    # buffers, count too: the bar may run ahead of the nodes, never past its total)
+    assert n <= task.done <= task.total
