@@ -415,6 +415,20 @@ def table() -> dict[str, Callable]:
         return out.astype(bool) if dt.kind == "b" else out
 
     T["View"] = view
+
+    def hadamard(a, *, scale):
+        """Sylvester's matrix by Kronecker doubling (n a power of 2), times ``scale``. MLX's
+        H_12 / H_20 / H_28 (n = m * 2^k) have no independent JAX source: no reference."""
+        n = a.shape[-1]
+        if n & (n - 1):
+            raise NoReference(f"no independent reference for MLX's Hadamard matrix of size {n}")
+        h = jnp.ones((1, 1), jnp.float32)
+        while h.shape[0] < n:
+            h = jnp.kron(jnp.array([[1.0, 1.0], [1.0, -1.0]], jnp.float32), h)
+        y = jnp.matmul(a.astype(jnp.float32), h.T, precision=lax.Precision.HIGHEST)
+        return (y * jnp.float32(scale)).astype(a.dtype)
+
+    T["Hadamard"] = hadamard
     T["SearchSorted"] = lambda seq, values, *, side: jnp.searchsorted(seq, values, side=side)
 
     # -- Compiled: the fused tape, op by op, with this same table ---------------------------
