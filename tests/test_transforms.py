@@ -264,3 +264,10 @@ def test_trace_of_grad_marks_the_backward_ops():
     # the live graph above a gradient
     lazy = tapescope.graph_of(mx.grad(lambda a: mx.sum(mx.exp(a) * a))(mx.array(X)))
     assert any(op.backward for op in lazy.ops) and any(not op.backward for op in lazy.ops)
+
+
+def test_check_compares_the_gradient_graph_with_jax():
+    f = lambda x: mx.sum(mx.tanh(x) ** 2 * mx.exp(x))  # noqa: E731
+    for fun in (mx.grad(f), mx.grad(mx.compile(f)), mx.compile(mx.grad(f))):
+        report = tapescope.check(fun, mx.array(X))
+        assert report.passed, report
