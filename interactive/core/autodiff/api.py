@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 from ..array import array
 from ..device import incompatible
@@ -224,7 +224,8 @@ def _as_list(out: Any) -> list:
     raise RuntimeError("std::bad_cast")
 
 
-def _arrays_arg(op: str, sig: str, fun, primals, other, other_name: str) -> None:
+def _arrays_arg(op: str, sig: str, fun, primals, other) -> None:
+    """nanobind's TypeError unless ``fun`` is callable and both are lists of arrays."""
     ok = callable(fun) and all(isinstance(x, (list, tuple)) and all(isinstance(a, array) for a in x)
                                for x in (primals, other))
     if not ok:
@@ -234,7 +235,7 @@ def _arrays_arg(op: str, sig: str, fun, primals, other, other_name: str) -> None
 def vjp(fun: Callable, primals: list, cotangents: list) -> tuple[list, list]:
     """(outputs, vector-Jacobian products) of ``fun`` at ``primals`` with ``cotangents``."""
     _arrays_arg("vjp", "vjp(fun: Callable, primals: list[array], cotangents: list[array]) -> "
-                "tuple[list[array], list[array]]", fun, primals, cotangents, "cotangents")
+                "tuple[list[array], list[array]]", fun, primals, cotangents)
     ps = engine.make_primals(list(primals))
     outs = _as_list(fun(*ps))
     grads = _vjp_outputs(outs, ps, list(cotangents), list(range(len(ps))))
@@ -244,7 +245,7 @@ def vjp(fun: Callable, primals: list, cotangents: list) -> tuple[list, list]:
 def jvp(fun: Callable, primals: list, tangents: list) -> tuple[list, list]:
     """(outputs, Jacobian-vector products) of ``fun`` at ``primals`` along ``tangents``."""
     _arrays_arg("jvp", "jvp(fun: Callable, primals: list[array], tangents: list[array]) -> "
-                "tuple[list[array], list[array]]", fun, primals, tangents, "tangents")
+                "tuple[list[array], list[array]]", fun, primals, tangents)
     if len(primals) != len(tangents):
         raise ValueError("[jvp] Number of inputs does not match number of tangents.")
     for p, t in zip(primals, tangents):

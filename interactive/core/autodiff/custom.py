@@ -15,7 +15,6 @@ from typing import Any, Callable, Optional
 
 from tapescope.kernels import primitives
 
-from ..array import array
 from ..tree import tree_unflatten
 from . import engine
 from .api import _flatten_loose

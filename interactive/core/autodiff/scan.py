@@ -116,7 +116,7 @@ defvjp("CumMin", _inclusive(_cumext_grad))
 defvjp("CumLogAddExp", _inclusive(_cumlse_grad))
 
 
-def _scan_jvp(fn_name):
+def _scan_jvp():
     """JVP of a nonlinear scan, written for the inclusive scan and shifted for exclusive."""
 
     def jvp(p, t, argnums, o, *, reduce_type, axis, reverse, inclusive):
@@ -169,4 +169,4 @@ def _cumprod_jvp_inclusive(x, t, incl, axis, reverse):
 
 
 for _n in ("CumProd", "CumMax", "CumMin", "CumLogAddExp"):
-    defjvp(_n, _scan_jvp(_n))
+    defjvp(_n, _scan_jvp())
