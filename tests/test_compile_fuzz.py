@@ -117,3 +117,16 @@ def test_float_to_int_and_back_gives_plus_zero_for_values_in_minus_one_to_zero(d
     got, want = fz.to_numpy(mx.compile(f)(x)), fz.to_numpy(f(x))
     assert fz.mismatches(got, want) == 0
     assert not np.signbit(want.astype(np.float32)[want.astype(np.float32) == 0]).any()
+
+
+@needs_cc
+def test_float64_to_float16_rounds_once_as_numpy():
+    """1 + 2^-11 + 2^-40 is just above a float16 midpoint: one rounding gives 1 + 2^-10, but
+    through float32 it lands on the midpoint and ties to 1.0 (found by the variant sweep)."""
+    base = np.array([1 + 2.0**-11 + 2.0**-40, -(1 + 2.0**-11 + 2.0**-40), 3 + 2.0**-9 + 2.0**-35,
+                     1 + 2.0**-11 - 2.0**-40, 0.1, 65519.99], dtype=np.float64)
+    vals = np.tile(base, 11)
+    f = lambda v: (v * 1).astype(mx.float16)  # noqa: E731
+    got = fz.to_numpy(mx.compile(f)(mx.array(vals)))
+    assert fz.mismatches(got, vals.astype(np.float16)) == 0
+    assert fz.mismatches(fz.to_numpy(f(mx.array(vals))), vals.astype(np.float16)) == 0

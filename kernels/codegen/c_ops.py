@@ -341,6 +341,9 @@ def astype(d, a, o, i):
         # does not: gcc drops it, believing the conversion never gives -0.0)
         ct = d.compute_type(o)
         return f"({a[0]} == 0 ? ({ct})0 : ({ct}){a[0]})"
+    if o == np.float16 and i == np.float64:
+        # one rounding, as numpy's astype: double -> float -> half would round twice
+        return f"({d.compute_type(o)})({d.storage_type(o)}){a[0]}"
     return f"({d.compute_type(o)}){a[0]}"
 
 
