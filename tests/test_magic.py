@@ -8,6 +8,7 @@ themselves.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -335,13 +336,7 @@ def test_notebook_through_nbclient_shows_the_report():
 def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
     pytest.importorskip("ipykernel")
     jupyter_client = pytest.importorskip("jupyter_client")
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
-                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
+    with _real_kernel(jupyter_client) as (km, kc):
         _execute(kc, "%load_ext tapescope\nimport numpy as np")
         # The button must land mid-eval. On a loaded machine this process can be descheduled
         # for as long as the whole eval runs; an attempt whose eval ended before the
@@ -371,9 +366,6 @@ def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
             break
         else:
             pytest.fail("in 4 attempts the interrupt never arrived during an eval")
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 WATCHED_EVAL = """%%mlx --show events
@@ -404,6 +396,22 @@ def _collect(kc, msg_id: str, timeout: float = 120) -> list:
     return out
 
 
+@contextlib.contextmanager
+def _real_kernel(jupyter_client):
+    """A fresh IPython kernel that imports this tree's tapescope: (manager, client)."""
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
+                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def _execute(kc, code: str) -> list:
     msgs = _collect(kc, kc.execute(code))
     errs = [m["content"] for m in msgs if m["msg_type"] == "error"]
@@ -423,13 +431,7 @@ def test_a_running_cell_shows_a_live_status_line_then_its_report_in_a_real_kerne
     pytest.importorskip("ipykernel")
     pytest.importorskip("ipywidgets")
     jupyter_client = pytest.importorskip("jupyter_client")
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"],
-                    env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
+    with _real_kernel(jupyter_client) as (km, kc):
         _execute(kc, "%load_ext tapescope\nimport time")
         # the cell records a graph for a while before any eval: the status line says so
         msgs = _execute(kc, "%%mlx\nsa = mx.zeros((8,))\nt_end = time.time() + 2\n"
@@ -443,6 +445,3 @@ def test_a_running_cell_shows_a_live_status_line_then_its_report_in_a_real_kerne
         report = [m for m in msgs if m["msg_type"] == "update_display_data"]
         assert report and "tapescope-cell" in report[0]["content"]["data"]["text/html"]
         assert report[0]["content"]["transient"]["display_id"] == status[0]["content"]["transient"]["display_id"]
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
