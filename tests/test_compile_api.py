@@ -182,3 +182,20 @@ def test_random_state_advances_inside_compiled_function():
     ref_b = np.array(mx.random.uniform(shape=(4,)))
     np.testing.assert_array_equal(a, ref_a)
     np.testing.assert_array_equal(b, ref_b)
+
+
+def test_compiling_a_wraps_wrapper_of_a_compiled_function_traces_the_wrapper():
+    """functools.wraps copies the compiled function's ``__dict__`` onto the wrapper; compile
+    must not take that as its own state (it then ran the inner function: 2.0, not 3.0)."""
+    import functools
+
+    g = mx.compile(lambda x: x * 2)
+    g(mx.array(1.0))
+
+    @functools.wraps(g)
+    def w(x):
+        return g(x) + 1
+
+    assert mx.compile(w)(mx.array(1.0)).item() == 3.0
+    assert g(mx.array(1.0)).item() == 2.0
+    assert mx.compile(w).__name__ == g.__name__  # still a wrapper: the name is copied

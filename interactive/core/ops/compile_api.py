@@ -113,7 +113,9 @@ class CompiledFunction:
         self._direct = inputs is None and outputs is None and not shapeless
         self._lock = threading.Lock()
         self.traces = 0  # how many times the function was traced (cache misses)
-        functools.update_wrapper(self, fun)
+        # updated=(): copying ``fun.__dict__`` would copy a wrapped CompiledFunction's
+        # state (its program cache) onto this one, which then ran the inner function
+        functools.update_wrapper(self, fun, updated=())
 
     def __get__(self, obj, objtype=None):  # behave as a method when set on a class
         return self if obj is None else functools.partial(self, obj)
