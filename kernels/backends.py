@@ -1,9 +1,145 @@
-"""Which runtimes this process can use, probed once and lazily (CuPy is imported only here)."""
+"""A backend per device: what evaluating a primitive on a device's stream needs.
+
+``Backend`` is the record the core asks (``backend(stream.device)``) instead of naming an
+array module or a device itself:
+
+- ``xp``: the array module the rules compute with (numpy on the CPU; CuPy for CUDA);
+- ``allocator``: the device's ``Allocator`` (its page size, memory size and MLX cache policy);
+- ``event(stream)`` / ``fence(stream)``: the device's events. An event is *recorded on a
+  stream* by ``signal`` (the stream's work up to there is done), *waited on by a stream* by
+  ``wait(value, stream=...)`` and *waited on by the host* by ``wait(value)``;
+- ``run_compiled(tape, inputs, shape, out=, donatable=)``: the compiled-kernel runtime for
+  fused tapes (generated C on the CPU); ``dialect``: the renderer dialect its kernels use;
+- ``as_array`` / ``owns_memory`` / ``copy`` / ``quiet``: how a rule's result is made into
+  the device's array type, whether an array owns its memory (adoptable), a private copy,
+  and the context that silences floating-point warnings while a rule runs.
+
+Backends are registered per device type (``"cpu"``, ``"gpu"``): the CPU one always; a GPU
+one only when a GPU runtime really evaluates arrays (none yet: the CUDA runtime is issue
+14, Metal issue 20), or when a test registers its own (``register``). ``mx.gpu`` is
+available, and the default device, only while a GPU backend is registered.
+CuPy is imported only here, to count devices, and only when asked.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .allocator import Allocator, allocator as _allocator_of
+from .scheduler import Event, Fence
+
+
+def _quiet_numpy():
+    """A context that silences numpy's floating-point warnings (MLX has none).
+
+    ``np.errstate`` costs ~1.7 us per use; numpy 2 keeps the state in a context variable,
+    so where that exists the ignore-all state is made once and set / reset directly."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as var
+    except ImportError:  # another numpy: the public, slower way
+        return lambda: np.errstate(all="ignore")
+    with np.errstate(all="ignore"):
+        ignore_all = var.get()
+
+    class _Quiet:
+        __slots__ = ("token",)
+
+        def __enter__(self):
+            self.token = var.set(ignore_all)
+
+        def __exit__(self, *exc):
+            var.reset(self.token)
+            return False
+
+    return _Quiet
+
+
+class Backend:
+    """One device's runtime. This base is host memory computed with numpy (the CPU's, and
+    the test backend's); a GPU runtime overrides the array module and the pieces below."""
+
+    name = "cpu"  # the runtime's name (``kernel.sources`` keys, timeline ``runtime``)
+    device_type = "cpu"  # the DeviceType name it serves
+    dialect = "c"  # the renderer dialect of its compiled kernels
+    quiet = staticmethod(_quiet_numpy())
+    event_type = Event
+
+    def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None, count: int = 1):
+        self.xp = xp
+        self.allocator = alloc if alloc is not None else _allocator_of(self.device_type)
+        self.count = count  # devices of this type the runtime can use
+
+    # -- events ---------------------------------------------------------------------------
+    def event(self, stream: Optional[int] = None) -> Event:
+        return self.event_type(stream)
+
+    def fence(self, stream: int) -> Fence:
+        return Fence(stream, self.event_type)
+
+    # -- results --------------------------------------------------------------------------
+    def as_array(self, value: Any) -> Any:
+        return value if isinstance(value, np.ndarray) else np.asarray(value)
+
+    def owns_memory(self, owner: Any) -> bool:
+        return isinstance(owner, np.ndarray) and owner.flags.owndata
+
+    def copy(self, data: Any) -> Any:
+        return np.array(data)
+
+    # -- compiled kernels -----------------------------------------------------------------
+    def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
+        """Generated C (``cpu.compiled``), numpy where it cannot."""
+        from .cpu.compiled import run_compiled
+
+        return run_compiled(tape, inputs, shape, out=out, donatable=donatable)
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
+
+
+_lock = threading.Lock()
+_backends: dict[str, Backend] = {}
+
+
+def register(backend_: Backend) -> Optional[Backend]:
+    """Make ``backend_`` the runtime of its device type; returns the one it replaces."""
+    with _lock:
+        old = _backends.get(backend_.device_type)
+        _backends[backend_.device_type] = backend_
+        return old
+
+
+def unregister(device_type: str) -> Optional[Backend]:
+    """Remove the runtime of ``device_type`` (the CPU's cannot be removed)."""
+    if device_type == "cpu":
+        raise ValueError("the CPU backend cannot be unregistered")
+    with _lock:
+        return _backends.pop(device_type, None)
+
+
+def backend(device: Any) -> Backend:
+    """The backend of a device: a ``Device``, a ``Stream`` (its device), a ``DeviceType``
+    or a type name."""
+    if not isinstance(device, str):
+        device = getattr(device, "device", device)
+        device = getattr(device, "type", device).name
+    try:
+        return _backends[device]
+    except KeyError:
+        raise RuntimeError(f"no tapescope backend runs on device type {device!r}") from None
+
+
+def registered() -> dict:
+    """Device type -> backend, for every registered runtime."""
+    return dict(_backends)
+
+
+register(Backend())
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,17 +159,19 @@ def cuda_runtime_available() -> bool:
     """Whether tapescope's CUDA runtime evaluates arrays here (``mx.cuda.is_available``).
 
     Not yet: the CUDA runtime (kernels, allocator, streams through CuPy) is not built, so a
-    GPU that CuPy reaches does not make any op run on it."""
-    return False
+    GPU that CuPy reaches does not make any op run on it (issue 14 registers its backend)."""
+    b = _backends.get("gpu")
+    return b is not None and b.name == "cuda"
 
 
 def gpu_available() -> bool:
-    """Whether some GPU runtime of tapescope evaluates arrays here. A GPU that CuPy reaches
-    is not enough: until the CUDA runtime exists, ``mx.gpu`` stays unavailable and the CPU
-    is the default device, rather than a "gpu" label over numpy on the host."""
-    return cuda_runtime_available()
+    """Whether some GPU backend evaluates arrays here. A GPU that CuPy reaches is not
+    enough: until a GPU runtime registers, ``mx.gpu`` stays unavailable and the CPU is the
+    default device, rather than a "gpu" label over numpy on the host.
+    ``TAPESCOPE_DISABLE_GPU`` hides every GPU backend."""
+    return "gpu" in _backends and not os.environ.get("TAPESCOPE_DISABLE_GPU")
 
 
 def gpu_count() -> int:
     """GPUs that tapescope's GPU runtime can use (0 without one)."""
-    return cuda_device_count() if cuda_runtime_available() else 0
+    return _backends["gpu"].count if gpu_available() else 0

@@ -111,7 +111,8 @@ _GENERIC_DTYPE = {
 class PrimitiveDef:
     """Everything about one primitive (see the module docstring); one per name, never copied."""
 
-    __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "view", "fusable",
+    __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "takes_runtime", "view",
+                 "fusable",
                  "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap", "why")
 
     def __init__(self, name: str, family: str, rule: Optional[Callable], *, out: bool = False,
@@ -126,6 +127,8 @@ class PrimitiveDef:
         self.takes_out = out  # the rule writes into an ``out=`` array it is given
         self.takes_donatable = donatable  # the rule takes ``donatable=`` flags, one per input
         self.view = view  # the rule only makes views (nothing computed)
+        # a fused tape's rule takes ``runtime=``: the device backend's compiled-kernel runtime
+        self.takes_runtime = family == COMPILED
         self.fusable = family in FUSABLE
         self.elementwise = family in ELEMENTWISE  # bfloat16 math runs in float32
         self.shape = shape if shape is not None else _GENERIC_SHAPE.get(family, _WHERE.get(family))

@@ -78,10 +78,10 @@ class Fence:
 
     __slots__ = ("stream", "count", "event")
 
-    def __init__(self, stream: int):
+    def __init__(self, stream: int, event_type: type = None):
         self.stream = stream
         self.count = 0
-        self.event = Event(stream)
+        self.event = (event_type or Event)(stream)  # the producer device's event
 
     def next_update(self) -> int:
         """Reserve the next count (at scheduling time); the producer signals it when it runs."""

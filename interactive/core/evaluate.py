@@ -1,20 +1,25 @@
-"""Running one graph node: its rule on the CPU, output memory (allocation, donation), detaching."""
+"""Running one graph node: its rule with its device's backend, output memory (allocation,
+donation), detaching.
+
+Nothing here names an array module or a device: ``backend(stream)`` (``kernels.backends``)
+gives the array module the rule computes with, the allocator the outputs come from, how a
+result becomes the device's array, and the compiled-kernel runtime of fused tapes."""
 
 from __future__ import annotations
 
 import sys
 from typing import Optional
 
-import numpy as np
-
 from tapescope.kernels import timeline
-from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
+from tapescope.kernels.allocator import BufferHandle, owner_of
+from tapescope.kernels.backends import backend
 
 from . import dtypes as _dt
-from .array import ArrayDesc, adopt
+from .array import ArrayDesc
 from .primitive import Node
 
 _BF16 = _dt.bfloat16
+_F32 = _dt.float32.np
 
 
 DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
@@ -57,8 +62,8 @@ def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
     return None
 
 
-def _output_buffer(node: Node, out: ArrayDesc):
-    """Memory for a single output: a donated input's buffer or a fresh allocator buffer."""
+def _output_buffer(node: Node, out: ArrayDesc, alloc):
+    """Memory for a single output: a donated input's buffer or a fresh buffer of ``alloc``."""
     dtype = out.dtype
     nbytes = dtype.size
     for s in out.shape:
@@ -66,14 +71,14 @@ def _output_buffer(node: Node, out: ArrayDesc):
     donor = _donor(node, out, nbytes)
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
-    buf = _CPU.malloc(nbytes)
-    return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, _CPU)
+    buf = alloc.malloc(nbytes)
+    return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, alloc)
 
 
-def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
+def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> None:
     """Give ``desc`` the rule's result, exactly its dtype and shape, with the handle of the
     buffer it lives in (the preallocated output, an input it is a view of, or adopted)."""
-    data = value if isinstance(value, np.ndarray) else np.asarray(value)
+    data = be.as_array(value)
     if data.dtype != desc.dtype.np:
         data = data.astype(desc.dtype.np)
     if data.shape != desc.shape:
@@ -88,19 +93,19 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle) -> None:
                 handle = d.buffer
                 break
     if handle is None:
-        if not isinstance(owner, np.ndarray) or not owner.flags.owndata:
+        if not be.owns_memory(owner):
             # a view of memory we do not track: copy it in
-            data = owner = np.array(data)
-        handle = adopt(owner)
+            data = owner = be.copy(data)
+        alloc = be.allocator
+        handle = BufferHandle(alloc.adopt(owner_of(owner)), alloc)
     desc.set_data(data, handle)
 
 
-_CPU = allocator("cpu")
-
-
 def run_node(node: Node) -> None:
-    """Compute a node's outputs with the CPU rule for its primitive and detach it."""
+    """Compute a node's outputs with its primitive's rule on the backend of the primitive's
+    stream's device, and detach it."""
     prim = node.primitive
+    be = backend(prim.stream)
     defn = prim.defn  # the definition: rule, out= / donatable= flags, view, family
     fn = defn.rule
     inputs = node.inputs
@@ -109,14 +114,14 @@ def run_node(node: Node) -> None:
     # variable may outlive a check over ``inputs``: it would hold an input and stop donation.)
     upcast = defn.elementwise and _any_bfloat16(inputs)
     if upcast:
-        ins = [x.astype(np.float32) if x.dtype == _BF16.np else x for x in ins]
+        ins = [x.astype(_F32) if x.dtype == _BF16.np else x for x in ins]
     t0 = timeline.now() if timeline.enabled else 0
     out_handle = None
     outputs = node.outputs
     if defn.view:  # only views: no floating-point warnings to silence
-        res = fn(np, *ins, **prim.kw)
+        res = fn(be.xp, *ins, **prim.kw)
     else:
-        res = _compute(node, prim, fn, defn.takes_out, upcast, ins, outputs, t0)
+        res = _compute(node, prim, fn, be, upcast, ins, outputs, t0)
         if res is _DONE:
             return
         out_handle, res = res
@@ -126,7 +131,7 @@ def run_node(node: Node) -> None:
     for ref, value in zip(outputs, res):
         d = ref()
         if d is not None:
-            _store(value, d, inputs, out_handle)
+            _store(value, d, inputs, out_handle, be)
             nbytes += d.data.nbytes
     node.inputs = []
     if t0:
@@ -143,62 +148,39 @@ def _any_bfloat16(inputs: list) -> bool:
     return False
 
 
-def _quiet_numpy():
-    """A context that silences numpy's floating-point warnings (MLX has none).
-
-    ``np.errstate`` costs ~1.7 us per use; numpy 2 keeps the state in a context variable,
-    so where that exists the ignore-all state is made once and set / reset directly."""
-    try:
-        from numpy._core._ufunc_config import _extobj_contextvar as var
-    except ImportError:  # another numpy: the public, slower way
-        return lambda: np.errstate(all="ignore")
-    with np.errstate(all="ignore"):
-        ignore_all = var.get()
-
-    class _Quiet:
-        __slots__ = ("token",)
-
-        def __enter__(self):
-            self.token = var.set(ignore_all)
-
-        def __exit__(self, *exc):
-            var.reset(self.token)
-            return False
-
-    return _Quiet
-
-
-_quiet = _quiet_numpy()
-
-
-def _compute(node: Node, prim, fn, takes_out: bool, upcast: bool, ins: list, outputs: list,
-             t0: int):
-    """Run a computing rule (floating-point warnings silenced, as MLX has none), into an
-    allocator buffer when it takes ``out=``. Returns (out handle, result), or _DONE when the
-    result is already stored."""
+def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t0: int):
+    """Run a computing rule with the backend's array module (floating-point warnings
+    silenced, as MLX has none), into an allocator buffer when it takes ``out=``. A fused
+    tape's rule gets the backend's compiled-kernel runtime. Returns (out handle, result),
+    or _DONE when the result is already stored."""
     out_handle = out = None
-    with _quiet():
-        if takes_out and not upcast and len(outputs) == 1:
+    defn = prim.defn
+    xp = be.xp
+    kw = prim.kw
+    if defn.takes_runtime:
+        kw = dict(kw, runtime=be.run_compiled)
+    with be.quiet():
+        if defn.takes_out and not upcast and len(outputs) == 1:
             target = outputs[0]()
             if target is None:  # nobody wants the result
                 node.inputs = []
                 return _DONE
-            out, out_handle = _output_buffer(node, target)
+            out, out_handle = _output_buffer(node, target, be.allocator)
             try:
-                res = fn(np, *ins, out=out, **prim.kw)
-            except TypeError:  # numpy cannot cast into ``out``: let the rule allocate
+                res = fn(xp, *ins, out=out, **kw)
+            except TypeError:  # the array module cannot cast into ``out``: let the rule allocate
                 out_handle = out = None
-                res = fn(np, *ins, **prim.kw)
+                res = fn(xp, *ins, **kw)
             if res is out:  # the common case: the result is exactly the prepared buffer
                 target.set_data(out, out_handle)
                 node.inputs = []
                 if t0:
                     _record(prim, node, t0, out.nbytes)
                 return _DONE
-        elif prim.defn.takes_donatable:
-            res = fn(np, *ins, donatable=_donatable_inputs(node), **prim.kw)
+        elif defn.takes_donatable:
+            res = fn(xp, *ins, donatable=_donatable_inputs(node), **kw)
         else:
-            res = fn(np, *ins, **prim.kw)
+            res = fn(xp, *ins, **kw)
     return out_handle, res
 
 

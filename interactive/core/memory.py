@@ -14,7 +14,8 @@ import threading
 from typing import Union
 
 from tapescope.kernels import scheduler
-from tapescope.kernels.allocator import Allocator, allocator
+from tapescope.kernels.allocator import Allocator
+from tapescope.kernels.backends import backend
 
 from .device import Device, DeviceType, cpu, default_device, incompatible, streams
 
@@ -26,8 +27,9 @@ __all__ = [
 
 
 def _allocator() -> Allocator:
-    """The allocator of the default device's backend (the CPU allocator here)."""
-    return allocator("cpu")
+    """The allocator of the default device's backend (MLX's memory API is the default
+    device's)."""
+    return backend(default_device()).allocator
 
 
 def get_active_memory() -> int:

@@ -22,7 +22,9 @@ from signal import SIGINT
 from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
-from tapescope.kernels.scheduler import Event, Fence, Interrupt, existing_worker, worker
+from tapescope.kernels.backends import backend
+from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (annotations)
+from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
 from .evaluate import run_node
@@ -131,7 +133,7 @@ def _plan(order: list[Node]):
             pi = produced_on.get(id(n))
             if pi is not None:
                 if pi != si:  # cross-stream edge inside this eval: a fence
-                    f = fences.get(pi) or fences.setdefault(pi, Fence(pi))
+                    f = fences.get(pi) or fences.setdefault(pi, backend(streams[pi]).fence(pi))
                     count = f.next_update()
                     updates.setdefault(id(n), []).append(count)
                     waits.append(lambda f=f, c=count, si=si: f.wait(c, si))
@@ -183,7 +185,7 @@ def _eval_one(desc: ArrayDesc) -> bool:
     w = existing_worker(si)
     if w is not None and not w.idle():
         return False
-    ev = Event(si)
+    ev = backend(node.primitive.stream).event(si)
     with _schedule_lock:
         if node.event is not None:  # another thread scheduled it in the meantime
             return False
@@ -215,7 +217,7 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
                 if not asynchronous and not pending:
                     inline = _inline_stream(order)
                 if inline is not None:
-                    ev = Event(inline)
+                    ev = backend(order[0].primitive.stream).event(inline)
                     for node in order:
                         node.event = ev
                     state, events = EvalState(1), {inline: ev}
@@ -287,7 +289,7 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
 def _schedule(order: list[Node], asynchronous: bool):
     """Mark ``order`` scheduled and queue it on its streams' workers."""
     plan, streams, fences, updates = _plan(order)
-    events = {si: Event(si) for si in plan}
+    events = {si: backend(streams[si]).event(si) for si in plan}
     for si, items in plan.items():
         ev = events[si]
         for node, _ in items:
