@@ -96,19 +96,21 @@ class Kernel:
 
     @property
     def sources(self) -> dict:
-        """Generated source of the predicted variant per runtime (``cpu``: C), or why there is none."""
+        """Generated source of the predicted variant per runtime: ``cpu`` (C: the built one
+        when the kernel cache has it), ``cuda`` and ``metal`` (MSL), or why there is none."""
+        from tapescope.kernels.codegen.render import kernel_sources
+
+        cpu = None
         for e in self.cached():
             if e["name"] == self.symbol and e["source"]:
-                return {"cpu": e["source"]}
-        from tapescope.kernels.codegen.render import CDialect, Unsupported
+                cpu = e["source"]
+        return kernel_sources(self.tape, self.name, self.variant, cpu=cpu)
 
-        contiguous = self.variant.startswith("contiguous")
-        ndim = 1 if contiguous else int(self.variant.split("_")[1])
-        try:
-            src = CDialect().render(self.tape, self.symbol, contiguous, ndim, self.variant.endswith("_large"))
-        except Unsupported as e:
-            src = f"// no C kernel: the C dialect cannot express it ({e}); the tape runs with numpy"
-        return {"cpu": src}
+    def sources_html(self) -> str:
+        """The sources side by side (one column per runtime), for the viz and notebooks."""
+        from tapescope.kernel_sources import sources_html
+
+        return sources_html(self.sources, title=self.symbol)
 
 
 class Graph:

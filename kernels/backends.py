@@ -94,9 +94,17 @@ class Backend:
     # -- compiled kernels -----------------------------------------------------------------
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
         """Generated C (``cpu.compiled``), numpy where it cannot."""
-        from .cpu.compiled import run_compiled
+        return self.compiled(tape, inputs, shape, out=out, donatable=donatable)
 
-        return run_compiled(tape, inputs, shape, out=out, donatable=donatable)
+    @functools.cached_property
+    def compiled(self) -> Callable:
+        """The runtime function the ``Compiled`` rule is given (``run_compiled``, resolved
+        once: the eval loop passes it on every fused call)."""
+        if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.compiled import run_compiled
+
+            return run_compiled
+        return self.run_compiled
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
@@ -104,6 +112,7 @@ class Backend:
 
 _lock = threading.Lock()
 _backends: dict[str, Backend] = {}
+_by_stream: dict[int, Backend] = {}  # stream index -> its device's backend (the eval loop's lookup)
 
 
 def register(backend_: Backend) -> Optional[Backend]:
@@ -111,6 +120,7 @@ def register(backend_: Backend) -> Optional[Backend]:
     with _lock:
         old = _backends.get(backend_.device_type)
         _backends[backend_.device_type] = backend_
+        _by_stream.clear()
         return old
 
 
@@ -119,6 +129,7 @@ def unregister(device_type: str) -> Optional[Backend]:
     if device_type == "cpu":
         raise ValueError("the CPU backend cannot be unregistered")
     with _lock:
+        _by_stream.clear()
         return _backends.pop(device_type, None)
 
 
@@ -132,6 +143,14 @@ def backend(device: Any) -> Backend:
         return _backends[device]
     except KeyError:
         raise RuntimeError(f"no tapescope backend runs on device type {device!r}") from None
+
+
+def stream_backend(stream: Any) -> Backend:
+    """``backend(stream)``, remembered per stream index (one dict lookup per node)."""
+    b = _by_stream.get(stream.index)
+    if b is None:
+        b = _by_stream[stream.index] = backend(stream)
+    return b
 
 
 def registered() -> dict:

@@ -1,7 +1,7 @@
 """Running one graph node: its rule with its device's backend, output memory (allocation,
 donation), detaching.
 
-Nothing here names an array module or a device: ``backend(stream)`` (``kernels.backends``)
+Nothing here names an array module or a device: ``stream_backend(stream)`` (``kernels.backends``)
 gives the array module the rule computes with, the allocator the outputs come from, how a
 result becomes the device's array, and the compiled-kernel runtime of fused tapes."""
 
@@ -12,7 +12,7 @@ from typing import Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle, owner_of
-from tapescope.kernels.backends import backend
+from tapescope.kernels.backends import stream_backend
 
 from . import dtypes as _dt
 from .array import ArrayDesc
@@ -105,7 +105,7 @@ def run_node(node: Node) -> None:
     """Compute a node's outputs with its primitive's rule on the backend of the primitive's
     stream's device, and detach it."""
     prim = node.primitive
-    be = backend(prim.stream)
+    be = stream_backend(prim.stream)
     defn = prim.defn  # the definition: rule, out= / donatable= flags, view, family
     fn = defn.rule
     inputs = node.inputs
@@ -158,7 +158,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     xp = be.xp
     kw = prim.kw
     if defn.takes_runtime:
-        kw = dict(kw, runtime=be.run_compiled)
+        kw = {**kw, "runtime": be.compiled}
     with be.quiet():
         if defn.takes_out and not upcast and len(outputs) == 1:
             target = outputs[0]()

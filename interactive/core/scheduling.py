@@ -22,7 +22,7 @@ from signal import SIGINT
 from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
-from tapescope.kernels.backends import backend
+from tapescope.kernels.backends import stream_backend as backend
 from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (annotations)
 from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 

@@ -1,10 +1,18 @@
-"""One C-family source renderer for fused tapes, driven by per-dialect tables.
+"""One C-family source renderer for fused tapes: the kernel's structure written once, dialects
+as tables, runtime scheduling as a layer beside the dialect.
 
-``CFamily`` renders the kernel skeleton (argument unpacking, the contiguous loop or the
-strided loop nest, loads, one line per tape op, stores); a dialect supplies the tables:
-type names, how each primitive is spelled (``code_for_op``), math function names, the
-preamble and the loop pragmas. ``CDialect`` is the CPU one; CUDA and Metal dialects are
-small subclasses of ``CFamily`` that override the tables and the thread-index parts.
+``CFamily`` is the renderer: the argument list (MLX's order), loads and stores (with the
+float16 / bfloat16 conversions and per-op rounding), one line per tape op, the constants,
+the math calls and the helpers a kernel uses. A *dialect* is a subclass that fills in
+tables only: type names, qualifiers, literals (``INFINITY`` / ``NAN``), the half-type load /
+store / round spellings, math names and helper functions, the thread index and the kernel
+prefix. ``CDialect`` is the CPU's; ``cuda.CUDADialect`` and ``metal.MetalDialect`` the GPUs'.
+
+A *schedule* turns the structure into loops: ``CpuSchedule`` (OpenMP, streaming stores for
+large outputs, tiles for transposed inputs; ``void <name>(void** args)``) and
+``schedule.GpuSchedule`` (one thread per ``work_per_thread`` elements, ``_contiguous`` /
+``_strided_<n>`` / ``_strided_dynamic`` and their ``_large`` forms, block size). Each dialect
+names its schedule; ``render(tape, name, contiguous, ndim, large)`` asks it.
 """
 
 from __future__ import annotations
@@ -20,18 +28,40 @@ from .c_ops import Unsupported, _is_float, _is_half, helper_source
 from .tape import Tape, TapeInput
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
 _CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+INTEGER_TYPES = {
+    np.dtype(np.bool_): "bool", np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t",
+    np.dtype(np.uint8): "uint8_t", np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
+}
 
 
 class CFamily:
-    """The dialect-independent renderer; subclasses fill in the tables."""
+    """The renderer: the kernel's structure, over a dialect's tables."""
 
     name = "c-family"
     type_names: dict = {}
-    # primitive name -> fn(args: list[str], out_dtype, in_dtype) -> C expression
+    # primitive name -> fn(dialect, args, out_dtype, in_dtype) -> expression (the ``c=`` spellings)
     code_for_op: dict[str, Callable] = {}
     # MLX primitive name -> libm function stem (float versions take the ``f`` suffix)
     math_functions: dict[str, str] = {}
+    # -- the tables a dialect fills in ---------------------------------------------------
+    kernel_prefix = "void"  # before the kernel's name
+    function_prefix = "static inline "  # before each helper function
+    infinity, nan = "INFINITY", "NAN"
+    half_load: dict = {}  # half dtype -> format of a load into float ({} = the reference)
+    half_store: dict = {}  # half dtype -> format of a float stored as that dtype
+    half_round: dict = {}  # half dtype -> format of a float rounded to that dtype
+    math_names: dict = {}  # libm stem -> the dialect's function (float32 / any) when renamed
+    own_math: dict = {}  # libm stem -> our own float32 function (bodies in ``own_source``)
+    own_source: dict = {}  # function name -> its source
+    prelude = ""  # includes and the half-type helpers
+    lacks: tuple = ()  # C words the dialect has no such thing for (Metal: ``double``)
+    schedule = None  # the loops: a CpuSchedule or GpuSchedule
 
     # -- types ---------------------------------------------------------------------------
     def storage_type(self, dt: np.dtype) -> str:
@@ -45,15 +75,22 @@ class CFamily:
         """The type arithmetic happens in: float for float16/bfloat16, else the storage type."""
         return "float" if _is_half(np.dtype(dt)) else self.storage_type(dt)
 
+    @staticmethod
+    def compute_dtype(dt):
+        return _F32 if _is_half(np.dtype(dt)) else np.dtype(dt)
+
     def load(self, dt: np.dtype, ref: str) -> str:
-        return ref
+        fmt = self.half_load.get(np.dtype(dt))
+        return fmt.format(ref) if fmt else ref
 
     def store(self, dt: np.dtype, expr: str) -> str:
-        return expr
+        fmt = self.half_store.get(np.dtype(dt))
+        return fmt.format(expr) if fmt else expr
 
     def round_to(self, dt: np.dtype, expr: str) -> str:
         """Round a computed value to ``dt``'s precision (identity except for half types)."""
-        return expr
+        fmt = self.half_round.get(np.dtype(dt))
+        return fmt.format(expr) if fmt else expr
 
     def literal(self, x: TapeInput) -> str:
         dt = np.dtype(x.dtype)
@@ -71,9 +108,9 @@ class CFamily:
             raise Unsupported("complex constants")
         f = float(v)
         if np.isnan(f):
-            return "NAN"
+            return self.nan
         if np.isinf(f):
-            return "INFINITY" if f > 0 else "(-INFINITY)"
+            return self.infinity if f > 0 else f"(-{self.infinity})"
         if dt == np.float64:
             return repr(f)
         text = str(np.float32(f))  # shortest text that round-trips in float32
@@ -82,27 +119,58 @@ class CFamily:
         return text + "f"
 
     def math(self, stem: str, dt: np.dtype) -> str:
+        named = self.math_names.get(stem)
+        if named:
+            return named
         return stem if np.dtype(dt) == np.float64 else stem + "f"
 
+    def _fn_name(self, stem: str, dt: np.dtype) -> str:
+        """The function a math op calls for compute dtype ``dt``."""
+        if stem in self.own_math and self.compute_dtype(dt) == np.float32:
+            return self.own_math[stem]
+        return self.math(stem, self.compute_dtype(dt))
+
+    def exp_name(self, dt: np.dtype) -> str:
+        """The exp function the kernels call for values of dtype ``dt``."""
+        return self._fn_name("exp", dt)
+
     def op_expr(self, prim: str, args: list, out_dt: np.dtype, in_dt: np.dtype) -> str:
-        if prim in self.math_functions:
+        stem = self.math_functions.get(prim)
+        if stem in self.own_math and _is_float(in_dt) and self.compute_dtype(in_dt) == np.float32:
+            return f"{self.own_math[stem]}({args[0]})"
+        if stem is not None:
             if not _is_float(in_dt):
                 raise Unsupported(f"{prim} on {in_dt}")
-            return f"{self.math(self.math_functions[prim], in_dt)}({args[0]})"
+            return f"{self.math(stem, in_dt)}({args[0]})"
         fn = self.code_for_op.get(prim)
         if fn is None:
             raise Unsupported(f"no {self.name} spelling for {prim}")
-        return fn(self, args, np.dtype(out_dt), np.dtype(in_dt))
+        expr = fn(self, args, np.dtype(out_dt), np.dtype(in_dt))
+        for word in self.lacks:
+            if re.search(rf"\b{word}\b", expr):
+                raise Unsupported(f"{self.name} has no {word} ({prim} on {in_dt})")
+        return expr
 
-    # -- kernel pieces (overridden per runtime) -------------------------------------------
-    def preamble(self, tape: Tape) -> str:
-        return ""
+    # -- the kernel's structure ----------------------------------------------------------
+    def arguments(self, tape: Tape, contiguous: bool) -> list:
+        """The kernel's arguments in MLX's order, as (kind, name, dtype): per non-constant
+        input its data (``in``) and, strided and not a scalar, its element strides
+        (``strides``); each output (``out``); then ``size`` (contiguous) or ``shape``."""
+        args = []
+        for x in tape.non_constant_inputs:
+            args.append(("in", x.name, x.dtype))
+            if not contiguous and not x.scalar:
+                args.append(("strides", f"{x.name}_strides", None))
+        for oname, _, dt in self.outputs(tape):
+            args.append(("out", oname, dt))
+        args.append(("size", "size", None) if contiguous else ("shape", "shape", None))
+        return args
 
-    def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
-               large: bool) -> str:
-        raise NotImplementedError
+    @staticmethod
+    def outputs(tape: Tape) -> list:
+        """(argument name, tape value, dtype) per output."""
+        return [(f"out{j}", name, tape.dtype_of(name)) for j, name in enumerate(tape.outputs)]
 
-    # -- shared body ----------------------------------------------------------------------
     def body(self, tape: Tape, loads: dict, indent: str) -> list:
         """Loads, one line per op, and the output temporaries, in tape order."""
         lines = []
@@ -119,6 +187,51 @@ class CFamily:
             lines.append(f"{indent}{self.compute_type(op.dtype)} tmp_{op.name} = "
                          f"{self.round_to(op.dtype, expr)};")
         return lines
+
+    def stores(self, tape: Tape, ref: Callable, indent: str) -> list:
+        """One store per output: ``ref(argument name)`` is the element it writes."""
+        return [f"{indent}{ref(o)} = {self.store(dt, f'tmp_{n}')};" for o, n, dt in self.outputs(tape)]
+
+    # -- the preamble: what the kernel calls ---------------------------------------------
+    def helper(self, text: str) -> str:
+        """A helper function's source in this dialect (C's is the text itself)."""
+        return text
+
+    def math_decls(self, used: set) -> str:
+        return ""
+
+    def preamble(self, tape: Tape) -> str:
+        used = set()
+        helpers: dict = {}
+        unary = set(self.math_functions.values())
+        for op in tape.ops:
+            in_dt = tape.dtype_of(op.inputs[0]) if op.inputs else op.dtype
+            stem = self.math_functions.get(op.primitive)
+            if stem:
+                used.add(self._fn_name(stem, in_dt))
+                continue
+            if op.primitive not in self.code_for_op:
+                continue
+            # other spellings may call math functions or helpers: find them in the text
+            expr = self.op_expr(op.primitive, [f"a{k}" for k in range(len(op.inputs))],
+                                op.dtype, in_dt)
+            helpers.update(helper_source(expr))
+            for fn in _CALL.findall(expr):
+                if fn in self.own_source or fn in unary or (fn.endswith("f") and fn[:-1] in unary):
+                    used.add(fn)
+        own = "".join(self.own_source[f] for f in sorted(used) if f in self.own_source)
+        sched = self.schedule.preamble if self.schedule is not None else ""
+        return (self.prelude + sched + own + self.math_decls(used)
+                + "".join(self.helper(helpers[k]) for k in sorted(helpers)))
+
+    def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
+               large: bool) -> str:
+        """The source of one variant of ``tape`` (the schedule's loops over this dialect)."""
+        return self.schedule.render(self, tape, kernel_name, contiguous, ndim, large)
+
+    def module(self, tape: Tape, lib_name: str) -> str:
+        """Every variant of ``tape`` in one source (GPU schedules: what a runtime compiles once)."""
+        return self.schedule.module(self, tape, lib_name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,113 +336,17 @@ static inline float ts_expf(float xf) {
 """}
 
 
-class CDialect(CFamily):
-    """Generated C for the CPU: ``void <name>(void** args)``, OpenMP over large loops.
+class CpuSchedule:
+    """The CPU's loops: OpenMP over large loops, streaming stores for large outputs, 2-D
+    tiles when an input is transposed; ``void <name>(void** args)`` (ctypes calls it)."""
 
-    Arguments, in MLX's order: per non-constant input its data pointer (and, on the
-    strided path for a non-scalar input, a pointer to its int64 element strides); each
-    output's data pointer; then ``size`` (contiguous) or a pointer to the int32 shape.
-    """
-
-    name = "C"
-    type_names = {
-        np.dtype(np.bool_): "bool", np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t",
-        np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t",
-        np.dtype(np.uint8): "uint8_t", np.dtype(np.uint16): "uint16_t",
-        np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
-        np.dtype(np.float16): "_Float16", _BF16: "uint16_t",
-        np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-    }
-    code_for_op = C_OPS
-    math_functions = C_MATH
     omp_min_size = 1 << 16  # below this the loop runs on one thread
     stream_min_bytes = 1 << 23  # outputs this large (bytes, all outputs) use streaming stores
     stream_block = 512  # elements per block of the streaming loop (staged in a stack buffer)
     tile = 64  # edge of the 2-D tiles the strided kernel walks when an input is transposed
+    preamble = _C_STREAM
 
-    # float32 math with our own vectorisable C instead of libm: glibc's vector ``expf`` is
-    # off by up to 2.6 ulp (every other float vector function used here stays within 2),
-    # which made chains like exp(-x)*sin(y) less accurate than numpy. ``ts_expf`` is within
-    # 1.01 ulp, keeps inf/NaN/overflow/subnormal results, and costs 1.5x the libmvec call
-    # (the double-precision ``exp`` would cost 2.3x).
-    own_math = {"exp": "ts_expf"}
-    def __init__(self, vector_math: tuple = ()):
-        self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
-
-    def _fn_name(self, stem: str, dt: np.dtype) -> str:
-        """The function a math op calls for compute dtype ``dt``."""
-        if stem in self.own_math and self.compute_dtype(dt) == np.float32:
-            return self.own_math[stem]
-        return self.math(stem, self.compute_dtype(dt))
-
-    def op_expr(self, prim: str, args: list, out_dt: np.dtype, in_dt: np.dtype) -> str:
-        stem = self.math_functions.get(prim)
-        if stem in self.own_math and _is_float(in_dt) and self.compute_dtype(in_dt) == np.float32:
-            return f"{self.own_math[stem]}({args[0]})"
-        return super().op_expr(prim, args, out_dt, in_dt)
-
-    def load(self, dt, ref):
-        dt = np.dtype(dt)
-        if dt == _BF16:
-            return f"ts_bf16_to_f32({ref})"
-        if dt == np.float16:
-            return f"(float){ref}"
-        return ref
-
-    def store(self, dt, expr):
-        dt = np.dtype(dt)
-        if dt == _BF16:
-            return f"ts_f32_to_bf16({expr})"
-        if dt == np.float16:
-            return f"(_Float16)({expr})"
-        return expr
-
-    def round_to(self, dt, expr):
-        dt = np.dtype(dt)
-        if dt == _BF16:
-            return f"ts_round_bf16({expr})"
-        if dt == np.float16:
-            return f"(float)(_Float16)({expr})"
-        return expr
-
-    def exp_name(self, dt: np.dtype) -> str:
-        """The exp function the kernels call for values of dtype ``dt`` (ts_expf for float32)."""
-        return self._fn_name("exp", dt)
-
-    def preamble(self, tape: Tape) -> str:
-        used = set()
-        helpers: dict = {}
-        unary = set(self.math_functions.values())
-        for op in tape.ops:
-            in_dt = tape.dtype_of(op.inputs[0]) if op.inputs else op.dtype
-            stem = self.math_functions.get(op.primitive)
-            if stem:
-                used.add(self._fn_name(stem, in_dt))
-                continue
-            if op.primitive not in self.code_for_op:
-                continue
-            # other spellings may call math functions or helpers: find them in the text
-            expr = self.op_expr(op.primitive, [f"a{k}" for k in range(len(op.inputs))],
-                                op.dtype, in_dt)
-            helpers.update(helper_source(expr))
-            for fn in _CALL.findall(expr):
-                if fn in _C_OWN_MATH or fn in unary or (fn.endswith("f") and fn[:-1] in unary):
-                    used.add(fn)
-        decls = []
-        for fn in sorted(used):
-            stem = fn[:-1] if fn.endswith("f") and fn[:-1] in self.vector_math else fn
-            if stem in self.vector_math:
-                ct = "double" if fn == stem else "float"
-                decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
-        own = "".join(_C_OWN_MATH[f] for f in sorted(used) if f in _C_OWN_MATH)
-        return (_C_PRELUDE + _C_STREAM + own + ("\n".join(decls) + "\n" if decls else "")
-                + "".join(helpers[k] for k in sorted(helpers)))
-
-    @staticmethod
-    def compute_dtype(dt):
-        return np.dtype(np.float32) if _is_half(np.dtype(dt)) else np.dtype(dt)
-
-    def render(self, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
+    def render(self, d, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
                large: bool) -> str:
         """The full C source of one variant of ``tape``."""
         # The variant's contract is how ``size`` is passed: 32 bits unless ``_large``. Loop
@@ -338,39 +355,35 @@ class CDialect(CFamily):
         # 10-20% slower on the benchmark chains).
         idx = "size_t"
         size_type = "int64_t" if large else "uint32_t"
-        lines = [self.preamble(tape), f"void {kernel_name}(void** args) {{"]
-        k = 0
+        lines = [d.preamble(tape), f"{d.kernel_prefix} {kernel_name}(void** args) {{"]
         ins = tape.non_constant_inputs
-        for x in ins:
-            lines.append(f"  const {self.storage_type(x.dtype)}* {x.name} = "
-                         f"(const {self.storage_type(x.dtype)}*)args[{k}];")
-            k += 1
-            if not contiguous and not x.scalar:
-                lines.append(f"  const int64_t* {x.name}_strides = (const int64_t*)args[{k}];")
-                k += 1
-        outs = []
-        for j, name in enumerate(tape.outputs):
-            oname = f"out{j}"
-            outs.append((oname, name, tape.dtype_of(name)))
-            lines.append(f"  {self.storage_type(tape.dtype_of(name))}* {oname} = "
-                         f"({self.storage_type(tape.dtype_of(name))}*)args[{k}];")
-            k += 1
+        outs = d.outputs(tape)
+        args = d.arguments(tape, contiguous)
+        for k, (kind, name, dt) in enumerate(args[:-1]):  # the void** calling convention
+            if kind == "in":
+                lines.append(f"  const {d.storage_type(dt)}* {name} = "
+                             f"(const {d.storage_type(dt)}*)args[{k}];")
+            elif kind == "strides":
+                lines.append(f"  const int64_t* {name} = (const int64_t*)args[{k}];")
+            else:
+                lines.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
+        k = len(args) - 1
         if contiguous:
             lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
-            lines += self._streaming(tape, ins, outs, idx)
+            lines += self._streaming(d, tape, ins, outs, idx)
             lines.append(f"  #pragma omp parallel for simd schedule(static) if(size >= {self.omp_min_size})")
             lines.append(f"  for ({idx} i = 0; i < size; ++i) {{")
             loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-            lines += self.body(tape, loads, "    ")
+            lines += d.body(tape, loads, "    ")
             for oname, name, dt in outs:
-                lines.append(f"    {oname}[i] = {self.store(dt, f'tmp_{name}')};")
+                lines.append(f"    {oname}[i] = {d.store(dt, f'tmp_{name}')};")
             lines.append("  }")
         else:
-            lines += self._strided(tape, ins, outs, k, ndim)
+            lines += self._strided(d, tape, ins, outs, k, ndim)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _streaming(self, tape, ins, outs, idx) -> list:
+    def _streaming(self, d, tape, ins, outs, idx) -> list:
         """The contiguous kernel's path for large outputs: a scalar head up to the vector
         alignment of the outputs, then blocks computed into a stack buffer and streamed out
         (dynamically scheduled, so a thread that starts late takes fewer blocks), then the
@@ -390,33 +403,33 @@ class CDialect(CFamily):
              "    if (head > size) head = size;",
              f"    const {idx} nb = (size - head) / {blk};",
              f"    for ({idx} i = 0; i < head; ++i) {{"]
-        L += self.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += d.body(tape, loads, "      ")
+        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["    }",
               "    #pragma omp parallel",
               "    {",
               "    #pragma omp for schedule(dynamic, 64) nowait",
               f"    for ({idx} b = 0; b < nb; ++b) {{",
               f"      const {idx} i0 = head + b * {blk};"]
-        L += [f"      {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
+        L += [f"      {d.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
               for o, _, dt in outs]
         L += ["      #pragma omp simd",
               f"      for ({idx} k = 0; k < {blk}; ++k) {{",
               f"        const {idx} i = i0 + k;"]
-        L += self.body(tape, loads, "        ")
-        L += [f"        ts_{o}[k] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += d.body(tape, loads, "        ")
+        L += [f"        ts_{o}[k] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["      }"]
         L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
         L += ["    }",
               "    ts_sfence();  /* each thread orders its own streaming stores */",
               "    }",
               f"    for ({idx} i = head + nb * {blk}; i < size; ++i) {{"]
-        L += self.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += d.body(tape, loads, "      ")
+        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["    }", "    return;", "  }", "#endif"]
         return L
 
-    def _strided(self, tape, ins, outs, k, ndim) -> list:
+    def _strided(self, d, tape, ins, outs, k, ndim) -> list:
         """The strided loop nest: outer dims flattened, the last two walked in tiles."""
         L = [f"  const int* shape = (const int*)args[{k}];"]
         arr = [x for x in ins if not x.scalar]
@@ -475,14 +488,14 @@ class CDialect(CFamily):
         L.append("    for (int64_t r = rt * t_rows; r < r1; ++r) {")
         L.append("      const int64_t orow = (o * n_rows + r) * n_cols;")
         for x in arr:
-            L.append(f"      const {self.storage_type(x.dtype)}* {x.name}_p = "
+            L.append(f"      const {d.storage_type(x.dtype)}* {x.name}_p = "
                      f"{x.name} + {x.name}_o + r * {x.name}_sr;")
         for j, (oname, name, dt) in enumerate(outs):
-            L.append(f"      {self.storage_type(dt)}* {oname}_p = {oname} + orow;")
+            L.append(f"      {d.storage_type(dt)}* {oname}_p = {oname} + orow;")
         for branch, unit_branch in (("if (unit) {", True), ("} else {", False)):
             L.append(f"      {branch}")
             if unit_branch:
-                L += self._stream_row(tape, ins, outs, blk)
+                L += self._stream_row(d, tape, ins, outs, blk)
             L.append("      {")
             L.append("      #pragma omp simd")
             L.append("      for (int64_t c = c0; c < c1; ++c) {")
@@ -492,9 +505,9 @@ class CDialect(CFamily):
                     loads[x.name] = f"{x.name}[0]"
                 else:
                     loads[x.name] = f"{x.name}_p[c]" if unit_branch else f"{x.name}_p[c * {x.name}_sc]"
-            L += self.body(tape, loads, "        ")
+            L += d.body(tape, loads, "        ")
             for oname, name, dt in outs:
-                L.append(f"        {oname}_p[c] = {self.store(dt, f'tmp_{name}')};")
+                L.append(f"        {oname}_p[c] = {d.store(dt, f'tmp_{name}')};")
             L.append("      }")
             L.append("      }")
         L.append("      }")
@@ -508,7 +521,7 @@ class CDialect(CFamily):
         L.append("  }")
         return L
 
-    def _stream_row(self, tape, ins, outs, blk) -> list:
+    def _stream_row(self, d, tape, ins, outs, blk) -> list:
         """One unit-stride row with streaming stores: head to alignment, blocks, tail; the
         ordinary row loop follows in the ``else`` part."""
         def loads_at(c):
@@ -518,20 +531,20 @@ class CDialect(CFamily):
              "      if (stream) {",
              "        int64_t c = c0;",
              "        for (; c < c1 && ((uintptr_t)(out0_p + c) % TS_VW) != 0; ++c) {"]
-        L += self.body(tape, loads_at("c"), "          ")
-        L += [f"          {o}_p[c] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += d.body(tape, loads_at("c"), "          ")
+        L += [f"          {o}_p[c] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         isz = np.dtype(outs[0][2]).itemsize
         L += ["        }",
               "        /* whole blocks, then a last partial block: its whole vectors streamed too */",
               f"        for (; c < c1; c += {blk}) {{",
               f"          const int64_t m = c1 - c < {blk} ? c1 - c : {blk};",
               f"          const int64_t full = (m * {isz}) / TS_VW * TS_VW / {isz};"]
-        L += [f"          {self.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
+        L += [f"          {d.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
               for o, _, dt in outs]
         L += ["          #pragma omp simd",
               "          for (int64_t k = 0; k < m; ++k) {"]
-        L += self.body(tape, loads_at("c + k"), "            ")
-        L += [f"            ts_{o}[k] = {self.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += d.body(tape, loads_at("c + k"), "            ")
+        L += [f"            ts_{o}[k] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["          }"]
         L += [f"          ts_stream({o}_p + c, ts_{o}, (size_t)full * {isz});" for o, _, _ in outs]
         L += ["          for (int64_t k = full; k < m; ++k) {"]
@@ -543,11 +556,99 @@ class CDialect(CFamily):
         return L
 
 
+
+
+class CDialect(CFamily):
+    """Generated C for the CPU: ``void <name>(void** args)``, OpenMP over large loops.
+
+    Arguments, in MLX's order: per non-constant input its data pointer (and, on the
+    strided path for a non-scalar input, a pointer to its int64 element strides); each
+    output's data pointer; then ``size`` (contiguous) or a pointer to the int32 shape.
+    """
+
+    name = "C"
+    type_names = {**INTEGER_TYPES, np.dtype(np.float16): "_Float16", _BF16: "uint16_t",
+                  np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+    code_for_op = C_OPS
+    math_functions = C_MATH
+    half_load = {_BF16: "ts_bf16_to_f32({})", _F16: "(float){}"}
+    half_store = {_BF16: "ts_f32_to_bf16({})", _F16: "(_Float16)({})"}
+    half_round = {_BF16: "ts_round_bf16({})", _F16: "(float)(_Float16)({})"}
+    prelude = _C_PRELUDE
+    schedule = CpuSchedule()
+    omp_min_size, stream_min_bytes = CpuSchedule.omp_min_size, CpuSchedule.stream_min_bytes
+    stream_block, tile = CpuSchedule.stream_block, CpuSchedule.tile
+
+    # float32 math with our own vectorisable C instead of libm: glibc's vector ``expf`` is
+    # off by up to 2.6 ulp (every other float vector function used here stays within 2),
+    # which made chains like exp(-x)*sin(y) less accurate than numpy. ``ts_expf`` is within
+    # 1.01 ulp, keeps inf/NaN/overflow/subnormal results, and costs 1.5x the libmvec call
+    # (the double-precision ``exp`` would cost 2.3x).
+    own_math = {"exp": "ts_expf"}
+    own_source = _C_OWN_MATH
+
+    def __init__(self, vector_math: tuple = ()):
+        self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
+
+    def math_decls(self, used: set) -> str:
+        decls = []
+        for fn in sorted(used):
+            stem = fn[:-1] if fn.endswith("f") and fn[:-1] in self.vector_math else fn
+            if stem in self.vector_math:
+                ct = "double" if fn == stem else "float"
+                decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
+        return "\n".join(decls) + "\n" if decls else ""
+
+
+DIALECTS = ("c", "cuda", "metal")  # renderer dialects; ``kernel.sources`` keys: cpu, cuda, metal
+RUNTIME_DIALECT = {"cpu": "c", "cuda": "cuda", "metal": "metal"}
+
+
 def renderer(dialect: str = "c", **kw) -> CFamily:
-    """The renderer of a dialect by name (only ``"c"`` exists so far)."""
-    if dialect.lower() == "c":
+    """The renderer of a dialect by name: ``"c"``, ``"cuda"`` or ``"metal"`` (``"msl"``)."""
+    name = dialect.lower()
+    if name in ("c", "cpu"):
         return CDialect(**kw)
+    if name == "cuda":
+        from .cuda import CUDADialect
+
+        return CUDADialect(**kw)
+    if name in ("metal", "msl"):
+        from .metal import MetalDialect
+
+        return MetalDialect(**kw)
     raise ValueError(f"unknown dialect {dialect!r}")
+
+
+def parse_variant(variant: str) -> tuple:
+    """``contiguous[_large]`` / ``strided_<n>[_large]`` -> (contiguous, ndim, large)."""
+    large = variant.endswith("_large")
+    base = variant[:-len("_large")] if large else variant
+    return base == "contiguous", 1 if base == "contiguous" else int(base.split("_")[1]), large
+
+
+def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] = None) -> dict:
+    """The source of one variant of ``tape`` for every runtime: ``cpu`` (C; ``cpu`` when the
+    caller has the built one), ``cuda`` and ``metal`` (MSL), named as each runtime names its
+    variant; a dialect that cannot express the tape gives a comment saying why."""
+    from .gpu import variant_suffix
+
+    contiguous, ndim, large = parse_variant(variant)
+    out = {}
+    for runtime, dialect in RUNTIME_DIALECT.items():
+        if runtime == "cpu" and cpu:
+            out[runtime] = cpu
+            continue
+        d = renderer(dialect)
+        sched = d.schedule
+        suffix = variant if runtime == "cpu" else variant_suffix(contiguous, ndim, large,
+                                                                 sched.max_static_ndim)
+        try:
+            out[runtime] = d.render(tape, f"{lib_name}_{suffix}", contiguous, ndim, large)
+        except Unsupported as e:
+            out[runtime] = (f"// no {d.name} kernel: the {d.name} dialect cannot express it "
+                            f"({e})" + ("; the tape runs with numpy" if runtime == "cpu" else ""))
+    return out
 
 
 _RENDERABLE: dict = {}

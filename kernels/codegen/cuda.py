@@ -1,0 +1,78 @@
+"""The CUDA dialect: tables over the shared C-family renderer (compiled and run by the CUDA
+runtime, issues 14/15; here it renders). MLX's CUDA conventions: ``__half`` /
+``__nv_bfloat16`` storage computed in float, ``extern "C" __global__`` kernels, the thread's
+rank ``blockIdx.x * blockDim.x + threadIdx.x``, 32-bit index unless ``_large``."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+
+from .gpu import GpuSchedule
+from .render import C_MATH, C_OPS, INTEGER_TYPES, CFamily
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
+
+_PRELUDE = r"""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <cstdint>
+#endif
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+"""
+
+
+class CUDADialect(CFamily):
+    """CUDA C++: the C spellings hold (CUDA has C's libm names and operators); types,
+    half conversions, qualifiers, the thread index and the kernel prefix differ."""
+
+    name = "CUDA"
+    type_names = {**INTEGER_TYPES, _F16: "__half", _BF16: "__nv_bfloat16",
+                  np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+    code_for_op = C_OPS
+    math_functions = C_MATH
+    half_load = {_F16: "__half2float({})", _BF16: "__bfloat162float({})"}
+    half_store = {_F16: "__float2half_rn({})", _BF16: "__float2bfloat16_rn({})"}
+    half_round = {_F16: "__half2float(__float2half_rn({}))",
+                  _BF16: "__bfloat162float(__float2bfloat16_rn({}))"}
+    prelude = _PRELUDE
+    kernel_prefix = 'extern "C" __global__ void __launch_bounds__({block})'
+    function_prefix = "static __device__ __forceinline__ "
+    index_types = {False: "uint32_t", True: "int64_t"}
+    thread_params: tuple = ()
+    thread_index = {False: "blockIdx.x * blockDim.x + threadIdx.x",
+                    True: "(int64_t)blockIdx.x * blockDim.x + threadIdx.x"}
+    unroll = "#pragma unroll"
+    # 16-byte loads and stores per thread on the contiguous path (issue 15's vector width)
+    schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
+
+    def __init__(self, **kw):
+        pass
+
+    def param(self, kind: str, name: str, t: str, k: int) -> str:
+        return {"in": f"const {t}* __restrict__ {name}",
+                "out": f"{t}* __restrict__ {name}",
+                "strides": f"const int64_t* __restrict__ {name}",
+                "shape": f"const int32_t* __restrict__ {name}",
+                "size": f"const {t} {name}",
+                "ndim": f"const int {name}"}[kind]
+
+    def helper(self, text: str) -> str:
+        return re.sub(r"^static inline ", self.function_prefix, text, flags=re.M)

@@ -1,0 +1,87 @@
+"""The Metal Shading Language dialect: tables over the shared C-family renderer (the Metal
+runtime, issue 20, compiles and runs it; no MSL compiler exists on Linux). MLX's Metal
+conventions: ``[[kernel]]`` functions, buffers bound by index, ``half`` / ``bfloat``
+storage computed in float, ``thread_position_in_grid`` (a 2-D grid for ``_large``),
+``_contiguous`` with work per thread ``max(1, 8 / itemsize)``, ``_strided_1``..``_strided_7``,
+``_strided_dynamic`` for ndim >= 8. Metal has no ``double``: float64 tapes cannot render."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+
+from .gpu import GpuSchedule
+from .render import C_MATH, C_OPS, INTEGER_TYPES, CFamily
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+# Metal's math has no expm1 / log1p / erf: ours, in float (accuracy is the runtime's to test)
+_PRELUDE = r"""#include <metal_stdlib>
+using namespace metal;
+static inline float ts_expm1(float x) {
+  if (metal::fabs(x) < 1e-5f) return x + 0.5f * x * x;
+  return metal::precise::exp(x) - 1.0f;
+}
+static inline float ts_log1p(float x) {
+  const float u = 1.0f + x;
+  return u == 1.0f ? x : metal::precise::log(u) * (x / (u - 1.0f));
+}
+static inline float ts_erf(float x) {
+  /* Abramowitz-Stegun 7.1.26 refined: |error| < 1.2e-7 */
+  const float a = metal::fabs(x), t = 1.0f / (1.0f + 0.5f * a);
+  const float y = 1.0f - t * metal::precise::exp(-a * a - 1.26551223f + t * (1.00002368f +
+      t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f + t * (0.27886807f +
+      t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f)))))))));
+  return metal::copysign(y, x);
+}
+"""
+
+_MATH = {"expm1": "ts_expm1", "log1p": "ts_log1p", "erf": "ts_erf", "floor": "metal::floor",
+         "ceil": "metal::ceil", "rint": "metal::rint", "fabs": "metal::fabs"}
+
+
+class MetalDialect(CFamily):
+    """MSL: the C spellings hold (MSL is C++14 with C's operators); types, half conversions,
+    math names, address-space qualifiers, buffer bindings and the thread index differ."""
+
+    name = "Metal"
+    type_names = {**INTEGER_TYPES, _F16: "half", _BF16: "bfloat", _F32: "float"}
+    code_for_op = C_OPS
+    math_functions = C_MATH
+    half_load = {_F16: "(float){}", _BF16: "(float){}"}
+    half_store = {_F16: "(half)({})", _BF16: "(bfloat)({})"}
+    half_round = {_F16: "(float)(half)({})", _BF16: "(float)(bfloat)({})"}
+    math_names = _MATH
+    prelude = _PRELUDE
+    lacks = ("double",)
+    kernel_prefix = "[[kernel]] void"
+    index_types = {False: "uint", True: "int64_t"}
+    thread_params = ("uint3 thread_pos [[thread_position_in_grid]]",
+                     "uint3 grid_size [[threads_per_grid]]")
+    thread_index = {False: "thread_pos.x",
+                    True: "thread_pos.x + (int64_t)grid_size.x * thread_pos.y"}
+    unroll = ""
+    schedule = GpuSchedule(bytes_per_thread=8, block_size=1024, max_static_ndim=7)
+
+    def __init__(self, **kw):
+        pass
+
+    def math(self, stem: str, dt) -> str:
+        return self.math_names.get(stem, f"metal::precise::{stem}")
+
+    def param(self, kind: str, name: str, t: str, k: int) -> str:
+        return {"in": f"device const {t}* {name} [[buffer({k})]]",
+                "out": f"device {t}* {name} [[buffer({k})]]",
+                "strides": f"constant const int64_t* {name} [[buffer({k})]]",
+                "shape": f"constant const int* {name} [[buffer({k})]]",
+                "size": f"constant const {t}& {name} [[buffer({k})]]",
+                "ndim": f"constant const int& {name} [[buffer({k})]]"}[kind]
+
+    def helper(self, text: str) -> str:
+        """C's helpers with Metal's math names (``log1pf(`` -> ``ts_log1p(``)."""
+        return re.sub(r"\b(log1p|exp|fmod|fabs|log|floor|sqrt)f\(",
+                      lambda m: self.math(m.group(1), _F32) + "(", text)
