@@ -3,7 +3,8 @@
 from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
 from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
 from . import array_view as _array_view  # noqa: F401  (a.view(dtype))
-from .array import array  # noqa: F401
+from .array import ArrayIterator, ArrayLike, array  # noqa: F401
+from .array_indexing import ArrayAt  # noqa: F401
 from .device import (  # noqa: F401
     Device, DeviceType, Stream, StreamContext, cpu, default_device, default_stream, device_count,
     gpu, is_available, new_stream, set_default_device, set_default_stream, stream,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -240,6 +240,9 @@ class array:
             return
         if val is None:
             raise incompatible("__init__", _INIT_SIG, self, val)
+        if hasattr(type(val), "__mlx_array__"):  # an ArrayLike
+            self.__init__(val.__mlx_array__(), dtype)
+            return
         data, dt = _from_value(val, dtype)
         self._d = ArrayDesc(data.shape, dt, resolve_stream(None), data=data)
 
@@ -375,10 +378,10 @@ class array:
             raise TypeError("len() 0-dimensional array.")
         return self.shape[0]
 
-    def __iter__(self) -> Iterator["array"]:
+    def __iter__(self) -> "ArrayIterator":
         if self.ndim == 0:
             raise TypeError("iter() 0-dimensional array.")
-        return (self[i] for i in range(self.shape[0]))
+        return ArrayIterator._new(self)
 
     def __bool__(self) -> bool:
         return bool(self.item())
@@ -424,3 +427,39 @@ class array:
 def is_array(x: Any) -> bool:
     """Whether ``x`` is an ``mx.array``."""
     return isinstance(x, array)
+
+
+class ArrayIterator:
+    """What ``iter(x)`` returns: ``x[0]``, ``x[1]``, ... along the first axis."""
+
+    __slots__ = ("_a", "_i")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError("mlx.core.ArrayIterator: no constructor defined!")
+
+    @classmethod
+    def _new(cls, a: array) -> "ArrayIterator":
+        it = object.__new__(cls)
+        it._a, it._i = a, 0
+        return it
+
+    def __iter__(self) -> "ArrayIterator":
+        return self
+
+    def __next__(self) -> array:
+        if self._i >= self._a.shape[0]:
+            raise StopIteration
+        self._i += 1
+        return self._a[self._i - 1]
+
+
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an array."""
+
+    __slots__ = ("_obj",)
+
+    def __init__(self, arg: Any, /):
+        self._obj = arg
+
+    def __mlx_array__(self) -> array:
+        return self._obj.__mlx_array__()

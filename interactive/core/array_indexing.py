@@ -15,7 +15,7 @@ from . import dtypes as _dt
 from .array import array
 from .device import resolve_stream
 from .primitive import Primitive
-from .ops.convert import _fmt_shape, astype, broadcast_to, to_array
+from .ops.convert import broadcast, cast, _fmt_shape, to_array
 from .ops.creation import arange
 from .ops.indexing import _check_index, _gather, _scatter, _slice, _slice_update
 from .ops.shape import expand_dims, reshape, squeeze, transpose
@@ -157,7 +157,7 @@ def _fit(value: array, shape: tuple, s) -> array:
     """``value`` broadcast to ``shape`` (extra leading size-1 axes dropped, as numpy)."""
     while value.ndim > len(shape) and value.shape[0] == 1:
         value = squeeze(value, 0, stream=s)
-    return broadcast_to(value, shape, stream=s)
+    return broadcast(value, shape, stream=s)
 
 
 def _scatter_indices(a: array, entries: tuple, s) -> tuple:
@@ -189,7 +189,7 @@ def _scatter_indices(a: array, entries: tuple, s) -> tuple:
             arr = idx[adv.index(d)]
             arr = reshape(arr, (1,) * (ni - arr.ndim) + arr.shape, stream=s)
             arr = reshape(arr, (1,) * nb + arr.shape + (1,) * len(after), stream=s)
-        out.append(broadcast_to(arr, target, stream=s))
+        out.append(broadcast(arr, target, stream=s))
     return out, target
 
 
@@ -198,7 +198,7 @@ def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
     s = resolve_stream(None)
     if a.ndim == 0:
         entries = _expand(a, idx) if not (isinstance(idx, tuple) and not idx) else ()
-        base = broadcast_to(value, (), stream=s)
+        base = broadcast(value, (), stream=s)
         return _scatter(a, [], base, (), reduce, s)
     entries = _expand(a, idx)
     _check_entries(a, entries)
@@ -230,9 +230,9 @@ def _masked_update(a: array, mask: array, v: array, s) -> array:
                          "beginning of the indexed array but the mask has shape "
                          f"{_fmt_shape(mask.shape)} and the array has shape {_fmt_shape(a.shape)}")
     m = reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim), stream=s)
-    m = broadcast_to(m, a.shape, stream=s)
+    m = broadcast(m, a.shape, stream=s)
     if mask.ndim < a.ndim or v.size == 1:
-        src = broadcast_to(reshape(v, (1,) * (a.ndim - v.ndim) + v.shape, stream=s)
+        src = broadcast(reshape(v, (1,) * (a.ndim - v.ndim) + v.shape, stream=s)
                            if v.ndim < a.ndim else v, a.shape, stream=s)
     else:
         src = v
@@ -243,7 +243,7 @@ def _masked_update(a: array, mask: array, v: array, s) -> array:
 def setitem(a: array, idx: Any, value: Any) -> None:
     """``a[idx] = value``: ``a`` now refers to a new lazy array (SliceUpdate or Scatter)."""
     s = resolve_stream(None)
-    v = astype(to_array(value, a.dtype), a.dtype, s)
+    v = cast(to_array(value, a.dtype), a.dtype, s)
     mask = _bool_mask(idx)
     if mask is not None:
         a._d = _masked_update(a, mask, v, s)._d
@@ -284,63 +284,69 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     a._d = _slice_update(a, upd, start, stop, step, s)._d
 
 
-class _AtIndexed:
-    """``x.at[idx]``: out-of-place scatter updates that accumulate repeated indices."""
+_NO_INDEX = object()  # ``x.at`` before it is indexed
+
+
+class ArrayAt:
+    """A helper object to apply updates at specific indices: ``x.at[idx].add(v)`` is an
+    out-of-place scatter that accumulates repeated indices (``x.at`` is one, unindexed)."""
 
     __slots__ = ("_a", "_idx")
 
-    def __init__(self, a: array, idx: Any):
-        self._a, self._idx = a, idx
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError("mlx.core.ArrayAt: no constructor defined!")
+
+    @classmethod
+    def _new(cls, a: array, idx: Any) -> "ArrayAt":
+        at = object.__new__(cls)
+        at._a, at._idx = a, idx
+        return at
+
+    def __getitem__(self, idx: Any) -> "ArrayAt":
+        return ArrayAt._new(self._a, idx)
+
+    def _indices(self) -> Any:
+        if self._idx is _NO_INDEX:
+            raise ValueError("Must give indices to array.at (e.g. `x.at[0].add(4)`).")
+        return self._idx
 
     def _upd(self, v: Any) -> array:
-        return astype(to_array(v, self._a.dtype), self._a.dtype, resolve_stream(None))
+        return cast(to_array(v, self._a.dtype), self._a.dtype, resolve_stream(None))
 
     def add(self, value: Any) -> array:
         """``x[idx] += value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._idx, self._upd(value), "sum")
+        return _scatter_update(self._a, self._indices(), self._upd(value), "sum")
 
     def subtract(self, value: Any) -> array:
         """``x[idx] -= value``, accumulating repeated indices."""
         from .ops import negative
 
-        return _scatter_update(self._a, self._idx, negative(self._upd(value)), "sum")
+        return _scatter_update(self._a, self._indices(), negative(self._upd(value)), "sum")
 
     def multiply(self, value: Any) -> array:
         """``x[idx] *= value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._idx, self._upd(value), "prod")
+        return _scatter_update(self._a, self._indices(), self._upd(value), "prod")
 
     def divide(self, value: Any) -> array:
         """``x[idx] /= value`` (a product with the reciprocal, cast to x's dtype)."""
         from .ops import divide
 
         recip = divide(array(1, self._a.dtype), self._upd(value))
-        return _scatter_update(self._a, self._idx, recip, "prod")
+        return _scatter_update(self._a, self._indices(), recip, "prod")
 
     def maximum(self, value: Any) -> array:
         """``x[idx] = maximum(x[idx], value)``."""
-        return _scatter_update(self._a, self._idx, self._upd(value), "max")
+        return _scatter_update(self._a, self._indices(), self._upd(value), "max")
 
     def minimum(self, value: Any) -> array:
         """``x[idx] = minimum(x[idx], value)``."""
-        return _scatter_update(self._a, self._idx, self._upd(value), "min")
-
-
-class _At:
-    """The object ``x.at`` returns; index it to get the update methods."""
-
-    __slots__ = ("_a",)
-
-    def __init__(self, a: array):
-        self._a = a
-
-    def __getitem__(self, idx: Any) -> _AtIndexed:
-        return _AtIndexed(self._a, idx)
+        return _scatter_update(self._a, self._indices(), self._upd(value), "min")
 
 
 def _install() -> None:
     array.__getitem__ = getitem
     array.__setitem__ = setitem
-    array.at = property(lambda self: _At(self), doc="Out-of-place scatter updates: x.at[idx].add(v).")
+    array.at = property(lambda self: ArrayAt._new(self, _NO_INDEX), doc="Out-of-place scatter updates: x.at[idx].add(v).")
 
 
 _install()

@@ -13,7 +13,7 @@ from typing import Optional, Sequence, Union
 from . import dtypes as _dt
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .ops.convert import astype, to_array
+from .ops.convert import cast, to_array
 from .primitive import Primitive
 
 __all__ = ["fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2",
@@ -79,7 +79,7 @@ def _fft_impl(a: array, n: Sequence[int], axes: Sequence[int], real: bool, inver
     out_type = _dt.float32 if real and inverse else _dt.complex64
     prim = Primitive("FFT", s, axes=tuple(valid), inverse=bool(inverse), real=bool(real),
                      out_shape=tuple(out_shape))
-    out = array._make([tuple(out_shape)], [out_type], prim, [astype(x, in_type, s)])[0]
+    out = array._make([tuple(out_shape)], [out_type], prim, [cast(x, in_type, s)])[0]
     if norm == "backward":
         return out
     total = math.prod(n)

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Union
 from . import dtypes as _dt
 from .array import array
 from .device import DeviceType, StreamOrDevice, resolve_stream
-from .ops.convert import astype, broadcast_shapes, to_array
+from .ops.convert import broadcast_shapes, cast, to_array
 from .primitive import Primitive
 
 __all__ = ["norm", "inv", "tri_inv", "cholesky", "cholesky_inv", "qr", "svd", "eigh",
@@ -206,7 +206,7 @@ def lu(a: array, *, stream: StreamOrDevice = None) -> tuple:
     u_mat = ops.triu(u_part, 0, stream=s)
     # perm lists which row of A each row of L @ U is; P is its inverse, A = (L @ U)[P].
     p_inv = ops.argsort(perm, axis=-1, stream=s)
-    return astype(p_inv, _dt.uint32, s), l_mat, u_mat
+    return cast(p_inv, _dt.uint32, s), l_mat, u_mat
 
 
 def _check_solve(a: array, b: array, op: str) -> _dt.Dtype:
@@ -238,8 +238,8 @@ def solve_triangular(a: array, b: array, *, upper: bool = False,
     s = _cpu_stream(stream, "solve_triangular")
     a, b = to_array(a), to_array(b)
     dt = _check_solve(a, b, "solve_triangular")
-    a_inv = tri_inv(astype(a, dt, s), upper, stream=s)
-    return ops.matmul(a_inv, astype(b, dt, s), stream=s)
+    a_inv = tri_inv(cast(a, dt, s), upper, stream=s)
+    return ops.matmul(a_inv, cast(b, dt, s), stream=s)
 
 
 def solve(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
@@ -248,7 +248,7 @@ def solve(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
     s = _cpu_stream(stream, "solve")
     a, b = to_array(a), to_array(b)
     dt = _check_solve(a, b, "solve")
-    a, b = astype(a, dt, s), astype(b, dt, s)
+    a, b = cast(a, dt, s), cast(b, dt, s)
     vector = b.ndim == 1
     if vector:
         b = ops.expand_dims(b, -1, stream=s)
@@ -318,15 +318,15 @@ def _vector_norm(a: array, ord: float, axes: list, keepdims: bool, s) -> array:
     dt = _at_least_float(a.dtype)
     if ord == 0.0:
         nz = ops.not_equal(a, array(0, a.dtype), stream=s)
-        return astype(ops.sum(nz, axes, keepdims, stream=s), dt, s)
+        return cast(ops.sum(nz, axes, keepdims, stream=s), dt, s)
     if ord == 1.0:
-        return astype(ops.sum(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
+        return cast(ops.sum(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
     if ord == 2.0:
         return _l2(a, axes, keepdims, s)
     if ord == _INF:
-        return astype(ops.max(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
+        return cast(ops.max(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
     if ord == -_INF:
-        return astype(ops.min(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
+        return cast(ops.min(ops.abs(a, stream=s), axes, keepdims, stream=s), dt, s)
     p = ops.power(ops.abs(a, stream=s), array(ord, dt), stream=s)
     return ops.power(ops.sum(p, axes, keepdims, stream=s), array(1.0 / ord, dt), stream=s)
 
@@ -347,12 +347,12 @@ def _matrix_norm(a: array, ord, axes: list, keepdims: bool, s) -> array:
     elif ord in (1.0, -1.0):
         col -= (not keepdims and col > row and col > 0)
         red = ops.max if ord == 1.0 else ops.min
-        return astype(red(ops.sum(ops.abs(a, stream=s), row, keepdims, stream=s), col, keepdims,
+        return cast(red(ops.sum(ops.abs(a, stream=s), row, keepdims, stream=s), col, keepdims,
                           stream=s), dt, s)
     elif ord in (_INF, -_INF):
         row -= (not keepdims and row > col and row > 0)
         red = ops.max if ord == _INF else ops.min
-        return astype(red(ops.sum(ops.abs(a, stream=s), col, keepdims, stream=s), row, keepdims,
+        return cast(red(ops.sum(ops.abs(a, stream=s), col, keepdims, stream=s), row, keepdims,
                           stream=s), dt, s)
     elif ord not in (2.0, -2.0):
         raise ValueError(f"[linalg::norm] Invalid ord {_fmt_ord(ord)} for matrix norm.")
@@ -420,7 +420,7 @@ def cross(a: array, b: array, axis: int = -1, *, stream: StreamOrDevice = None) 
     sb = b.shape[:ax_b] + (3,) + b.shape[ax_b + 1:]
     out_shape = broadcast_shapes(sa, sb)
     dt = _dt.promote_types(a.dtype, b.dtype)
-    a, b = astype(a, dt, s), astype(b, dt, s)
+    a, b = cast(a, dt, s), cast(b, dt, s)
     ax = axis % len(out_shape)
 
     def comps(x: array, xa: int) -> list:
@@ -457,7 +457,7 @@ def _det_input(a: array, op: str) -> array:
                          f"{a.ndim} dimensions.")
     if a.shape[-1] != a.shape[-2]:
         raise ValueError(f"[linalg::{op}] Only defined for square matrices.")
-    return a if _dt.is_inexact(a.dtype) else astype(a, _dt.float32)
+    return a if _dt.is_inexact(a.dtype) else cast(a, _dt.float32)
 
 
 def _det_small(a: array, s) -> array:
@@ -512,7 +512,7 @@ def _slogdet_lu(a: array, s) -> tuple:
     negs = ops.sum(ops.less(diag, array(0, a.dtype), stream=s), -1, stream=s)
     parity = ops.remainder(ops.add(swaps, negs, stream=s), array(2), stream=s)
     sign = ops.subtract(array(1), ops.multiply(array(2), parity, stream=s), stream=s)
-    sign = ops.where(singular, array(0, a.dtype), astype(sign, a.dtype, s), stream=s)
+    sign = ops.where(singular, array(0, a.dtype), cast(sign, a.dtype, s), stream=s)
     logabs = ops.sum(ops.log(ops.abs(diag, stream=s), stream=s), -1, stream=s)
     logabs = ops.where(singular, array(-_INF, a.dtype), logabs, stream=s)
     return sign, logabs

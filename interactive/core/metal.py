@@ -10,6 +10,7 @@ import functools
 import sys
 
 from . import memory as _memory
+from .device import DeviceType
 
 _warned: set[str] = set()
 
@@ -41,9 +42,17 @@ def _deprecated(name: str):
 
 
 for _name in ("get_active_memory", "get_peak_memory", "reset_peak_memory", "get_cache_memory",
-              "set_memory_limit", "set_cache_limit", "set_wired_limit", "clear_cache",
-              "device_info"):
+              "set_memory_limit", "set_cache_limit", "set_wired_limit", "clear_cache"):
     globals()[_name] = _deprecated(_name)
+
+
+def device_info() -> dict[str, str | int]:
+    """The Metal device's information (deprecated: ``mx.device_info``); empty without Metal."""
+    if "device_info" not in _warned:
+        _warned.add("device_info")
+        print("mx.metal.device_info is deprecated and will be removed in a future version. "
+              "Use mx.device_info instead.", file=sys.stderr)
+    return _memory.device_info(DeviceType.gpu) if is_available() else {}
 
 
 def start_capture(path: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .ops.convert import astype, broadcast_shapes, to_array
+from .ops.convert import broadcast_shapes, cast, to_array
 from .primitive import Primitive
 
 __all__ = ["key", "seed", "split", "uniform", "normal", "randint", "bernoulli",
@@ -141,12 +141,12 @@ def _uniform(lo: array, hi: array, shape: tuple, dtype: _dt.Dtype, k: Optional[a
                          f"from broadcasted shape {_fmt_shape(out_shape)}.")
     upper = _below_one(dtype)
     k = _next_key(k, s)
-    lo = astype(lo, dtype, s)
-    hi = astype(hi, dtype, s)
+    lo = cast(lo, dtype, s)
+    hi = cast(hi, dtype, s)
     rng = ops.subtract(hi, lo, stream=s)
     maxval = array(float(_U32_MAX), _dt.float32)
     out = ops.divide(_bits(shape, 4, k, s), maxval, stream=s)
-    out = astype(ops.minimum(out, array(upper, _dt.float32), stream=s), dtype, s)
+    out = cast(ops.minimum(out, array(upper, _dt.float32), stream=s), dtype, s)
     return ops.add(ops.multiply(rng, out, stream=s), lo, stream=s)
 
 
@@ -173,8 +173,8 @@ def _normal(shape: tuple, dtype: _dt.Dtype, loc: Optional[array], scale: Optiona
             samples = ops.squeeze(ops.view(samples, _dt.complex64, stream=s), -1, stream=s)
         else:  # until mx.view lands: real + 1j * imag from the same two float32 draws
             re, im = ops.split(samples, 2, -1, stream=s)
-            samples = ops.squeeze(ops.add(astype(re, _dt.complex64, s), ops.multiply(
-                astype(im, _dt.complex64, s), array(1j, _dt.complex64), stream=s), stream=s),
+            samples = ops.squeeze(ops.add(cast(re, _dt.complex64, s), ops.multiply(
+                cast(im, _dt.complex64, s), array(1j, _dt.complex64), stream=s), stream=s),
                 -1, stream=s)
         if scale is not None:
             samples = ops.multiply(scale, samples, stream=s)
@@ -184,11 +184,11 @@ def _normal(shape: tuple, dtype: _dt.Dtype, loc: Optional[array], scale: Optiona
     samples = _uniform(low, high, shape, _dt.float32, k, s)
     applied_scale = array(math.sqrt(2.0), dtype)
     if scale is not None:
-        applied_scale = ops.multiply(applied_scale, astype(scale, dtype, s), stream=s)
-    samples = astype(ops.erfinv(samples, stream=s), dtype, s)
+        applied_scale = ops.multiply(applied_scale, cast(scale, dtype, s), stream=s)
+    samples = cast(ops.erfinv(samples, stream=s), dtype, s)
     samples = ops.multiply(applied_scale, samples, stream=s)
     if loc is not None:
-        samples = ops.add(astype(loc, dtype, s), samples, stream=s)
+        samples = ops.add(cast(loc, dtype, s), samples, stream=s)
     return samples
 
 
@@ -226,7 +226,7 @@ def randint(low: Union[int, array], high: Union[int, array], shape: Sequence[int
         _check_key(key)
     low, high = to_array(low), to_array(high)
     u = _uniform(low, high, _shape(shape), _dt.float32, key, s)
-    return astype(ops.maximum(ops.floor(u, stream=s), astype(low, _dt.float32, s), stream=s), dtype, s)
+    return cast(ops.maximum(ops.floor(u, stream=s), cast(low, _dt.float32, s), stream=s), dtype, s)
 
 
 def bernoulli(p: Union[float, array] = 0.5, shape: Optional[Sequence[int]] = None,
@@ -263,7 +263,7 @@ def truncated_normal(lower: Union[float, array], upper: Union[float, array],
     if key is not None:
         _check_key(key)
     sqrt2 = array(math.sqrt(2.0), dtype)
-    lower_t, upper_t = astype(lower, dtype, s), astype(upper, dtype, s)
+    lower_t, upper_t = cast(lower, dtype, s), cast(upper, dtype, s)
     a = ops.erf(ops.divide(lower_t, sqrt2, stream=s), stream=s)
     b = ops.erf(ops.divide(upper_t, sqrt2, stream=s), stream=s)
     u = _uniform(a, b, shape, dtype, key, s)
@@ -340,7 +340,7 @@ def laplace(shape: Sequence[int] = [], dtype: Optional[_dt.Dtype] = _dt.float32,
     samples = ops.multiply(ops.sign(samples, stream=s),
                            ops.log1p(ops.multiply(array(-1.0, dtype), ops.abs(samples, stream=s),
                                                   stream=s), stream=s), stream=s)
-    samples = astype(samples, dtype, s)
+    samples = cast(samples, dtype, s)
     if scale != 1.0:
         samples = ops.multiply(array(scale, dtype), samples, stream=s)
     if loc != 0.0:
@@ -393,7 +393,7 @@ def multivariate_normal(mean: array, cov: array, shape: Sequence[int] = [],
     out_shape = broadcast_shapes(cov.shape[:-2], mean.shape[:-1])
     out_shape = broadcast_shapes(out_shape, _shape(shape)) + (n,)
     # The square root of the covariance through its SVD: U * sqrt(S) @ Vt.
-    u, sv, vt = linalg.svd(astype(cov, _dt.float32, s), True, stream=s)
+    u, sv, vt = linalg.svd(cast(cov, _dt.float32, s), True, stream=s)
     std = ops.matmul(ops.multiply(u, ops.expand_dims(ops.sqrt(sv, stream=s), -2, stream=s),
                                   stream=s), vt, stream=s)
     z = _normal(out_shape, dtype, array(0.0, dtype), array(1.0, dtype), key, s)

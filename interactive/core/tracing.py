@@ -203,9 +203,9 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple]) -> tuple:
 # -- replay ------------------------------------------------------------------------------
 
 def _broadcast_shapes(*shapes) -> tuple:
-    from .ops.convert import broadcast_shapes
+    from .ops.convert import broadcast_shape_of
 
-    return broadcast_shapes(*shapes, op="compile")
+    return broadcast_shape_of(shapes, "compile")
 
 
 def _partners(prog: Program) -> dict:

@@ -12,7 +12,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_arrays
+from .convert import broadcast_arrays, broadcast_shapes, cast, incompatible, to_arrays
 from .elementwise import binary, float_dtype
 
 __all__ = [
@@ -75,7 +75,7 @@ def divmod(a: Any, b: Any, stream: StreamOrDevice = None) -> list:
         raise ValueError("[divmod] Complex type not supported.")
     broadcast_shapes(a.shape, b.shape)
     s = resolve_stream(stream)
-    a, b = broadcast_arrays(astype(a, dt, s), astype(b, dt, s), stream=s)
+    a, b = broadcast_arrays(cast(a, dt, s), cast(b, dt, s), stream=s)
     return array._make([a.shape, a.shape], [dt, dt], Primitive("DivMod", s), [a, b])
 
 

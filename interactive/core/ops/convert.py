@@ -103,9 +103,11 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
         return array(v, _dt.complex64)
     if isinstance(v, (np.ndarray, np.generic)):
         out = array(v)
-        return out if like is None else astype(out, like)
+        return out if like is None else cast(out, like)
     if v is None:
         raise incompatible("array", "array(a: scalar | array) -> array", v)
+    if hasattr(type(v), "__mlx_array__"):  # an ArrayLike
+        return to_array(v.__mlx_array__(), like)
     raise ValueError(f"Invalid type {type_name(v)} received in array initialization.")
 
 
@@ -118,8 +120,13 @@ def to_arrays(a: Any, b: Any) -> tuple[array, array]:
     return to_array(a), to_array(b)
 
 
-def astype(a: array, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
-    """Cast to ``dtype`` (no node when the dtype already matches)."""
+def astype(a: array, dtype: _dt.Dtype, /, *, stream: StreamOrDevice = None) -> array:
+    """Convert an array to a given type."""
+    return cast(a, dtype, stream)
+
+
+def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
+    """``astype`` for internal callers (stream positional): no node when the dtype matches."""
     a = to_array(a)
     if not isinstance(dtype, _dt.Dtype):
         raise TypeError(f"[astype] Expected a mlx.core.Dtype, got {type(dtype).__name__}.")
@@ -133,8 +140,13 @@ def _fmt_shape(shape: Sequence[int]) -> str:
     return "(" + ",".join(str(s) for s in shape) + ")"
 
 
-def broadcast_shapes(*shapes: Sequence[int], op: str = "broadcast_shapes") -> tuple:
-    """The numpy-style broadcast of the given shapes, or MLX's ValueError."""
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple:
+    """The shape the given shapes broadcast to (numpy's rule), or MLX's ValueError."""
+    return broadcast_shape_of(shapes)
+
+
+def broadcast_shape_of(shapes: Sequence[Sequence[int]], op: str = "broadcast_shapes") -> tuple:
+    """``broadcast_shapes`` for internal callers; ``op`` names the caller in the error."""
     if not shapes:
         raise ValueError("[broadcast_shapes] No input shapes provided.")
     out = tuple(shapes[0])
@@ -155,8 +167,13 @@ def broadcast_shapes(*shapes: Sequence[int], op: str = "broadcast_shapes") -> tu
     return out
 
 
-def broadcast_to(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> array:
-    """Broadcast ``a`` to ``shape`` (a view; no node when the shape already matches)."""
+def broadcast_to(a: Any, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
+    """Broadcast an array to the given shape."""
+    return broadcast(a, shape, stream)
+
+
+def broadcast(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> array:
+    """``broadcast_to`` for internal callers (a view; no node when the shape already matches)."""
     a = to_array(a)
     shape = tuple(int(s) for s in shape)
     if a.shape == shape:
@@ -173,4 +190,4 @@ def broadcast_arrays(*arrays: Any, stream: StreamOrDevice = None) -> tuple:
     """Broadcast arrays against each other."""
     arrs = [to_array(x) for x in arrays]
     shape = broadcast_shapes(*[x.shape for x in arrs])
-    return tuple(broadcast_to(x, shape, stream=stream) for x in arrs)
+    return tuple(broadcast(x, shape, stream) for x in arrs)

@@ -15,7 +15,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import astype, broadcast_to, to_array
+from .convert import broadcast, cast, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
            "identity", "tri", "tril", "triu", "meshgrid"]
@@ -56,7 +56,7 @@ _ARANGE = ("arange(start : int | float, stop : None | int | float, step : None |
 
 def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
     s = resolve_stream(stream)
-    b = broadcast_to(vals, shape, stream=s)
+    b = broadcast(vals, shape, stream=s)
     return array._make([shape], [vals.dtype], Primitive("Full", s), [b])[0]
 
 
@@ -172,14 +172,14 @@ def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = Tr
     dtype = dtype or _dt.float32
     s = resolve_stream(stream)
     if num == 1:
-        return astype(array([start], _dt.float32), dtype, s)
+        return cast(array([start], _dt.float32), dtype, s)
     seq = arange(0, num, dtype=_dt.float32, stream=s)
     denom = num - 1 if endpoint else num
     t = divide(seq, array(denom, _dt.float32), stream=s)
     t_bar = subtract(array(1.0, _dt.float32), t, stream=s)
     out = add(multiply(t_bar, array(start, _dt.float32), stream=s),
               multiply(t, array(stop, _dt.float32), stream=s), stream=s)
-    return astype(out, dtype, s)
+    return cast(out, dtype, s)
 
 
 @binding("eye(n: int, m: int | None = None, k: int = 0, dtype: Dtype | None = float32, "
@@ -219,8 +219,8 @@ def _tri_mask(n: int, m: int, k: int, s) -> array:
     from .. import ops
     from .shape import expand_dims
 
-    rows = broadcast_to(expand_dims(arange(0, n, stream=s), 1, stream=s), (n, m), stream=s)
-    cols = broadcast_to(expand_dims(arange(-k, m - k, stream=s), 0, stream=s), (n, m), stream=s)
+    rows = broadcast(expand_dims(arange(0, n, stream=s), 1, stream=s), (n, m), stream=s)
+    cols = broadcast(expand_dims(arange(-k, m - k, stream=s), 0, stream=s), (n, m), stream=s)
     return ops.greater_equal(rows, cols, stream=s)
 
 
@@ -232,7 +232,7 @@ def tri(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[_dt.Dtype] 
     m = n if m is None else _int(m, "m")
     _check_dtype(dtype)
     s = resolve_stream(stream)
-    return astype(_tri_mask(max(n, 0), max(m, 0), k, s), dtype or _dt.float32, s)
+    return cast(_tri_mask(max(n, 0), max(m, 0), k, s), dtype or _dt.float32, s)
 
 
 def _tril_triu(name: str, x: array, k: int, lower: bool, stream: StreamOrDevice) -> array:
@@ -284,4 +284,4 @@ def meshgrid(*arrays: array, sparse: Optional[bool] = False, indexing: Optional[
         outs.append(reshape(a, shape, stream=stream))
     if sparse:
         return outs
-    return [broadcast_to(o, full_shape, stream=stream) for o in outs]
+    return [broadcast(o, full_shape, stream=stream) for o in outs]

@@ -16,7 +16,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import astype, broadcast_shapes, incompatible, to_array, to_arrays
+from .convert import broadcast_shapes, cast, incompatible, to_array, to_arrays
 
 __all__ = [
     "abs", "negative", "sign", "sqrt", "rsqrt", "square", "reciprocal", "exp", "expm1", "log",
@@ -43,7 +43,7 @@ def unary(name: str, a: array, stream: StreamOrDevice, dtype: Optional[_dt.Dtype
     if a.__class__ is not array:
         a = to_array(a)
     if dtype is not None and a._d.dtype is not dtype:
-        a = astype(a, dtype, s)
+        a = cast(a, dtype, s)
     return array._make1(a._d.shape, out_dtype or a._d.dtype, Primitive(name, s), [a])
 
 
@@ -62,15 +62,15 @@ def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
     shape = a._d.shape
     if shape == b._d.shape:  # the common case: nothing to broadcast
         if ad is not dt:
-            a = astype(a, dt, s)
+            a = cast(a, dt, s)
         if bd is not dt:
-            b = astype(b, dt, s)
+            b = cast(b, dt, s)
         return array._make1(shape, out_dtype or dt, Primitive(name, s), [a, b])
     out = broadcast_shapes(shape, b._d.shape)  # raises before anything is recorded
     if ad is not dt:
-        a = astype(a, dt, s)
+        a = cast(a, dt, s)
     if bd is not dt:
-        b = astype(b, dt, s)
+        b = cast(b, dt, s)
     if shape != out:
         a = _broadcast(a, out, s)
     if b._d.shape != out:
@@ -118,7 +118,7 @@ def abs(a: array, /, *, stream: StreamOrDevice = None) -> array:
     a = arg(a, "abs")
     s = resolve_stream(stream)
     out = unary("Abs", a, s)
-    return astype(out, _dt.float32, s) if a.dtype == _dt.complex64 else out
+    return cast(out, _dt.float32, s) if a.dtype == _dt.complex64 else out
 
 
 def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
@@ -277,7 +277,7 @@ def round(a: array, /, decimals: int = 0, stream: StreamOrDevice = None) -> arra
     out = multiply(a, array(scale, dtype), stream=s)
     out = unary("Round", out, s)
     out = multiply(out, array(np.float32(1.0) / scale, dtype), stream=s)
-    return astype(out, a.dtype, s)
+    return cast(out, a.dtype, s)
 
 
 def sigmoid(a: array, /, *, stream: StreamOrDevice = None) -> array:

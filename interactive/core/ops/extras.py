@@ -15,7 +15,7 @@ from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
 from .binary import less, not_equal, subtract
-from .convert import astype, broadcast_shapes, broadcast_to, incompatible, to_array, to_arrays
+from .convert import broadcast, broadcast_shapes, cast, incompatible, to_array, to_arrays
 from .elementwise import unary
 from .indexing import _slice
 from .shape import _axis, split, squeeze
@@ -81,10 +81,10 @@ def trunc(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 
 def logical_xor(a: Any, b: Any, /, *, stream: StreamOrDevice = None) -> array:
-    """Element-wise logical exclusive or: ``astype(a, bool) != astype(b, bool)``."""
+    """Element-wise logical exclusive or: ``cast(a, bool) != cast(b, bool)``."""
     a, b = to_arrays(a, b)
     s = resolve_stream(stream)
-    return not_equal(astype(a, _dt.bool_, s), astype(b, _dt.bool_, s), stream=s)
+    return not_equal(cast(a, _dt.bool_, s), cast(b, _dt.bool_, s), stream=s)
 
 
 _FULL_LIKE_SIG = ("full_like(a: array, vals: scalar | array, dtype: Dtype | None = None, *, "
@@ -99,9 +99,9 @@ def full_like(a: array, vals: Any, dtype: Optional[_dt.Dtype] = None, *,
         raise incompatible("full_like", _FULL_LIKE_SIG, *args)
     dtype = dtype or a.dtype
     s = resolve_stream(stream)
-    v = astype(to_array(vals, dtype), dtype, s)
+    v = cast(to_array(vals, dtype), dtype, s)
     shape = broadcast_shapes(a.shape, v.shape)  # as MLX: the values may widen the shape
-    v = broadcast_to(v, shape, stream=s)
+    v = broadcast(v, shape, stream=s)
     return array._make1(shape, dtype, Primitive("Full", s), [v])
 
 
@@ -193,7 +193,7 @@ def asarray(a: Any, dtype: Optional[_dt.Dtype] = None, *, copy: Optional[bool] =
     if copy:
         s = resolve_stream(None)
         return array._make1(a.shape, target, Primitive("AsType", s, dtype=target.np), [a])
-    return astype(a, target) if target != a.dtype else array._wrap(a._d)
+    return cast(a, target) if target != a.dtype else array._wrap(a._d)
 
 
 def _dtype_of(x: Any) -> Optional[_dt.Dtype]:
@@ -244,6 +244,6 @@ def searchsorted(sorted_sequence: array, values: array, /, side: str = "left", *
                          f"{sorted_sequence.ndim} dimensions.")
     s = resolve_stream(stream)
     dt = _dt.promote_types(sorted_sequence.dtype, values.dtype)
-    seq, vals = astype(sorted_sequence, dt, s), astype(values, dt, s)
+    seq, vals = cast(sorted_sequence, dt, s), cast(values, dt, s)
     return array._make1(values.shape, _dt.uint32, Primitive("SearchSorted", s, side=side),
                         [seq, vals])

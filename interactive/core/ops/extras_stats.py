@@ -11,7 +11,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from .binary import add, multiply, not_equal
-from .convert import astype, incompatible
+from .convert import cast, incompatible
 from .indexing import _slice
 from .reduction import any as _any
 from .reduction import max as _max
@@ -31,11 +31,11 @@ _CNZ_SIG = ("count_nonzero(a: array, /, *, axis: None | int | Sequence[int] = No
 
 def count_nonzero(a: array, /, *, axis: Axis = None, keepdims: bool = False,
                   stream: StreamOrDevice = None) -> array:
-    """How many elements are non-zero along ``axis`` (int32): ``sum(astype(a != 0, int32))``."""
+    """How many elements are non-zero along ``axis`` (int32): ``sum(cast(a != 0, int32))``."""
     if not isinstance(a, array):
         raise incompatible("count_nonzero", _CNZ_SIG, a)
     s = resolve_stream(stream)
-    nz = astype(not_equal(a, 0, stream=s), _dt.int32, s)
+    nz = cast(not_equal(a, 0, stream=s), _dt.int32, s)
     return _sum(nz, axis, keepdims, stream=s)
 
 
@@ -97,7 +97,7 @@ def median(a: array, /, axis: Axis = None, keepdims: bool = False, *,
 
     def middle(i: int) -> array:
         piece = _slice(srt, (0,) * len(lead) + (i,), lead + (i + 1,), (1,) * srt.ndim, s)
-        return astype(piece, dt, s)
+        return cast(piece, dt, s)
 
     if n % 2:
         med = middle(n // 2)

@@ -14,7 +14,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import astype
+from .convert import cast
 
 __all__ = ["hadamard_transform"]
 
@@ -46,7 +46,7 @@ def hadamard_transform(a: array, scale: Optional[float] = None,
     scale = 1.0 / math.sqrt(n) if scale is None else scale
     dtype = a.dtype if _dt.is_floating(a.dtype) else _dt.float32
     if a.dtype is not dtype:
-        a = astype(a, dtype, s)
+        a = cast(a, dtype, s)
     return array._make1(a.shape, dtype, Primitive("Hadamard", s, scale=scale), [a])
 
 

@@ -12,7 +12,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import _fmt_shape, astype, broadcast_arrays, broadcast_shapes, broadcast_to, to_array
+from .convert import broadcast, broadcast_arrays, broadcast_shapes, cast, _fmt_shape, to_array
 from .shape import _axis, flatten, reshape, squeeze, transpose
 
 __all__ = ["take", "take_along_axis", "put_along_axis", "slice", "slice_update", "diag",
@@ -43,7 +43,7 @@ def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[
     """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``."""
     start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
     shape = _slice_shape(start, stop, strides)
-    update = broadcast_to(astype(update, a.dtype, s), shape, stream=s)
+    update = broadcast(cast(update, a.dtype, s), shape, stream=s)
     prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides)
     return array._make([a.shape], [a.dtype], prim, [a, update])[0]
 
@@ -79,7 +79,7 @@ def _scatter(a: array, indices: list, updates: array, axes: Sequence[int], reduc
     """Record a Scatter (``reduce`` none/sum/prod/max/min); updates: indices' shape + window."""
     _check_indices(indices)
     indices = list(broadcast_arrays(*indices, stream=s)) if len(indices) > 1 else list(indices)
-    updates = astype(updates, a.dtype, s)
+    updates = cast(updates, a.dtype, s)
     prim = Primitive("Scatter", s, axes=tuple(axes), reduce=reduce)
     return array._make([a.shape], [a.dtype], prim, [a] + indices + [updates])[0]
 
@@ -146,7 +146,7 @@ def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int)
 def _broadcast_except(ax: int, s, *arrays: array) -> tuple:
     """Broadcast ``arrays`` (of one rank) against each other on every axis but ``ax``."""
     b = list(broadcast_shapes(*[x.shape[:ax] + x.shape[ax + 1:] for x in arrays]))
-    return tuple(broadcast_to(x, tuple(b[:ax]) + (x.shape[ax],) + tuple(b[ax:]), stream=s)
+    return tuple(broadcast(x, tuple(b[:ax]) + (x.shape[ax],) + tuple(b[ax:]), stream=s)
                  for x in arrays)
 
 
@@ -163,7 +163,7 @@ def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int]
         return a
     # As MLX's scatter_axis: values lose leading size-1 axes beyond the indices' rank, are
     # broadcast with the indices, then all three broadcast together except on ``axis``.
-    upd = astype(to_array(values, a.dtype), a.dtype, s)
+    upd = cast(to_array(values, a.dtype), a.dtype, s)
     if upd.ndim > indices.ndim:
         upd = squeeze(upd, tuple(range(upd.ndim - indices.ndim)), stream=s)
     idx, upd = broadcast_arrays(indices, upd, stream=s)
@@ -212,7 +212,7 @@ def slice_update(a: array, update: array, start_indices: array, axes: Sequence[i
                          f"{_fmt_shape(a.shape)} cannot be broadcast.")
     s = resolve_stream(stream)
     shape = (1,) * (a.ndim - update.ndim) + update.shape
-    update = astype(reshape(update, shape, stream=s), a.dtype, s)
+    update = cast(reshape(update, shape, stream=s), a.dtype, s)
     prim = Primitive("DynamicSliceUpdate", s, axes=axes)
     return array._make([a.shape], [a.dtype], prim, [a, update, start])[0]
 
@@ -277,4 +277,4 @@ def trace(a: array, /, offset: int = 0, axis1: int = 0, axis2: int = 1,
                          "dimensions.")
     s = resolve_stream(stream)
     out = ops.sum(diagonal(a, offset, axis1, axis2, stream=s), -1, stream=s)
-    return astype(out, dtype, s) if dtype is not None else out
+    return cast(out, dtype, s) if dtype is not None else out

@@ -10,7 +10,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import _fmt_shape, astype, broadcast_shapes, broadcast_to
+from .convert import broadcast, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 
 __all__ = ["matmul", "addmm", "inner", "outer", "tensordot"]
@@ -59,9 +59,9 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     batch = broadcast_shapes(sa[:-2], sb[:-2])
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
-    x, y = astype(x, out_type, s), astype(y, out_type, s)
-    x = broadcast_to(x, batch + sa[-2:], stream=s)
-    y = broadcast_to(y, batch + sb[-2:], stream=s)
+    x, y = cast(x, out_type, s), cast(y, out_type, s)
+    x = broadcast(x, batch + sa[-2:], stream=s)
+    y = broadcast(y, batch + sb[-2:], stream=s)
     out = array._make([batch + (sa[-2], sb[-1])], [out_type], Primitive("Matmul", s), [x, y])[0]
     return _squeeze_1d(out, a.ndim, b.ndim, s)
 
@@ -89,10 +89,10 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
         raise ValueError("[addmm] input c must broadcast to the output shape")
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
-    x, y, z = astype(x, out_type, s), astype(y, out_type, s), astype(c, out_type, s)
-    x = broadcast_to(x, batch + sa[-2:], stream=s)
-    y = broadcast_to(y, batch + sb[-2:], stream=s)
-    z = broadcast_to(z, adjusted, stream=s)
+    x, y, z = cast(x, out_type, s), cast(y, out_type, s), cast(c, out_type, s)
+    x = broadcast(x, batch + sa[-2:], stream=s)
+    y = broadcast(y, batch + sb[-2:], stream=s)
+    z = broadcast(z, adjusted, stream=s)
     if adjusted != out_shape:
         z = op("reshape")(z, out_shape, stream=s)
     prim = Primitive("AddMM", s, alpha=float(alpha), beta=float(beta))

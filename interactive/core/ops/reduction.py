@@ -16,7 +16,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import astype
+from .convert import cast
 
 __all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
            "argmin", "logsumexp", "softmax"]
@@ -114,12 +114,12 @@ def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream)
             if a.shape[ax] == 0:
                 raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
     if not axes:  # nothing to reduce: sum/prod/max/min give the input, all/any a bool cast
-        return astype(a, _dt.bool_, s) if name in ("And", "Or") else a
+        return cast(a, _dt.bool_, s) if name in ("And", "Or") else a
     if noop:
-        return squeeze_axes(astype(a, out_dtype, s), axes, keepdims, s)
+        return squeeze_axes(cast(a, out_dtype, s), axes, keepdims, s)
     x = a
     if a.dtype != _dt.bool_ and name in ("Sum", "Prod"):
-        x = astype(a, out_dtype, s)
+        x = cast(a, out_dtype, s)
     out = array._make([kept], [out_dtype], Primitive(name, s, axes=axes), [x])[0]
     return squeeze_axes(out, axes, keepdims, s)
 
@@ -279,7 +279,7 @@ def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
         dtype = _float_dtype(a.dtype)
         kept = a.shape[:-1] + (1,)
-        out = array._make([kept], [dtype], Primitive("LogSumExp", s), [astype(a, dtype, s)])[0]
+        out = array._make([kept], [dtype], Primitive("LogSumExp", s), [cast(a, dtype, s)])[0]
         return out if keepdims else op("squeeze")(out, axis=-1, stream=s)
     maxval = op("stop_gradient")(max(a, axes, True, stream=s), stream=s)
     e = op("exp")(op("subtract")(a, maxval, stream=s), stream=s)
@@ -304,9 +304,9 @@ def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
     if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
         dtype = _float_dtype(a.dtype)
         return array._make([a.shape], [dtype], Primitive("Softmax", s, precise=bool(precise)),
-                           [astype(a, dtype, s)])[0]
-    x = astype(a, _dt.float32, s) if precise else a
+                           [cast(a, dtype, s)])[0]
+    x = cast(a, _dt.float32, s) if precise else a
     a_max = op("stop_gradient")(max(x, axes, True, stream=s), stream=s)
     ex = op("exp")(op("subtract")(x, a_max, stream=s), stream=s)
     out = op("divide")(ex, sum(ex, axes, True, stream=s), stream=s)
-    return astype(out, a.dtype, s)
+    return cast(out, a.dtype, s)

@@ -10,7 +10,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from .convert import astype
+from .convert import cast
 from .reduction import check_int, op, require_array
 
 __all__ = ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"]
@@ -40,14 +40,14 @@ def _scan(fname: str, reduce_type: str, a: array, axis: Optional[int], reverse: 
     axis %= a.ndim
     if reduce_type == "logaddexp":
         out_dtype = a.dtype if _dt.is_inexact(a.dtype) else _dt.float32
-        x = astype(a, out_dtype, s)
+        x = cast(a, out_dtype, s)
     else:
         out_dtype = dtype or a.dtype
         if reduce_type == "sum" and out_dtype == _dt.bool_:
             out_dtype = _dt.int32
-            x = a if a.dtype == _dt.bool_ else astype(a, _dt.bool_, s)
+            x = a if a.dtype == _dt.bool_ else cast(a, _dt.bool_, s)
         else:
-            x = astype(a, out_dtype, s)
+            x = cast(a, out_dtype, s)
     prim = Primitive(_NAMES[reduce_type], s, reduce_type=reduce_type, axis=axis,
                      reverse=bool(reverse), inclusive=bool(inclusive))
     return array._make([a.shape], [out_dtype], prim, [x])[0]

@@ -13,12 +13,12 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import _fmt_shape, astype, broadcast_to, to_array
+from .convert import broadcast, cast, _fmt_shape, to_array
 
 __all__ = [
     "reshape", "flatten", "unflatten", "squeeze", "expand_dims", "transpose", "swapaxes",
     "moveaxis", "atleast_1d", "atleast_2d", "atleast_3d", "concatenate", "concat", "stack",
-    "split", "repeat", "tile", "pad", "roll", "as_strided", "contiguous", "copy", "kron",
+    "split", "repeat", "tile", "pad", "roll", "as_strided", "contiguous", "kron",
 ]
 
 
@@ -270,7 +270,7 @@ def concatenate(arrays: list, axis: Optional[int] = 0, *, stream: StreamOrDevice
         return arrs[0]
     s = resolve_stream(stream)
     dt = _promote_all(arrs)
-    arrs = [astype(x, dt, s) for x in arrs]
+    arrs = [cast(x, dt, s) for x in arrs]
     return array._make([tuple(shape)], [dt], Primitive("Concatenate", s, axis=ax), arrs)[0]
 
 
@@ -320,10 +320,10 @@ def split(a: array, /, indices_or_sections: Union[int, Sequence[int]], axis: int
     return array._make(shapes, [a.dtype] * len(shapes), prim, [a])
 
 
-def repeat(array_: array, repeats: int, axis: Optional[int] = None, *,
+def repeat(array: array, repeats: int, axis: Optional[int] = None, *,  # noqa: F811 (MLX's name)
            stream: StreamOrDevice = None) -> array:
     """Repeat each element ``repeats`` times along ``axis`` (flattened when None)."""
-    a = to_array(array_)
+    a = to_array(array)
     if repeats < 0:
         raise ValueError("[repeat] Number of repeats cannot be negative")
     if axis is None:
@@ -335,7 +335,7 @@ def repeat(array_: array, repeats: int, axis: Optional[int] = None, *,
     x = expand_dims(a, ax + 1, stream=stream)
     shape = list(x.shape)
     shape[ax + 1] = repeats
-    x = broadcast_to(x, shape, stream=stream)
+    x = broadcast(x, shape, stream=stream)
     out = list(a.shape)
     out[ax] *= repeats
     return reshape(x, out, stream=stream)
@@ -356,7 +356,7 @@ def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice
         expand += [1, d]
         bshape += [r, d]
     x = reshape(a, expand, stream=stream)
-    x = broadcast_to(x, bshape, stream=stream)
+    x = broadcast(x, bshape, stream=stream)
     return reshape(x, [d * r for d, r in zip(shape, reps)], stream=stream)
 
 
@@ -434,7 +434,7 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
     high = tuple(int(hi) for _, hi in widths)
     shape = tuple(d + lo + hi for d, lo, hi in zip(a.shape, low, high))
     if mode == "constant":
-        val = astype(to_array(constant_values, a.dtype), a.dtype, s)
+        val = cast(to_array(constant_values, a.dtype), a.dtype, s)
         if val.ndim != 0:
             raise ValueError("[pad] Padding value should be a scalar.")
         prim = Primitive("Pad", s, axes=axes, low_pad_size=low, high_pad_size=high)
@@ -459,7 +459,7 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
     return out
 
 
-def roll(a: array, shift: Union[int, Sequence[int]], axis: Union[None, int, Sequence[int]] = None,
+def roll(a: array, shift: Union[int, Sequence[int]], /, axis: Union[None, int, Sequence[int]] = None,
          *, stream: StreamOrDevice = None) -> array:
     """Roll elements along axes (flattened when ``axis`` is None): Split then Concatenate.
 
@@ -555,6 +555,6 @@ def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
         ib += [1, y]
         shape += [x, y]
         out.append(x * y)
-    xa = broadcast_to(reshape(a, ia, stream=stream), shape, stream=stream)
-    xb = broadcast_to(reshape(b, ib, stream=stream), shape, stream=stream)
+    xa = broadcast(reshape(a, ia, stream=stream), shape, stream=stream)
+    xb = broadcast(reshape(b, ib, stream=stream), shape, stream=stream)
     return reshape(multiply(xa, xb, stream=stream), out, stream=stream)

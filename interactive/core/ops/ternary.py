@@ -13,7 +13,7 @@ from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
 from .binary import (add, less_equal, logical_and, logical_or, maximum, minimum,
                      multiply, subtract)
-from .convert import astype, broadcast_arrays, broadcast_shapes, incompatible, to_array, to_arrays
+from .convert import broadcast_arrays, broadcast_shapes, cast, incompatible, to_array, to_arrays
 from .elementwise import abs, isnan, isneginf, isposinf, logical_not
 
 __all__ = ["where", "clip", "nan_to_num", "isclose", "allclose", "array_equal"]
@@ -29,7 +29,7 @@ def where(condition: Any, x: Any, y: Any, /, *, stream: StreamOrDevice = None) -
     s = resolve_stream(stream)
     dt = _dt.promote_types(x.dtype, y.dtype)
     broadcast_shapes(c.shape, x.shape, y.shape)
-    c, x, y = broadcast_arrays(astype(c, _dt.bool_, s), astype(x, dt, s), astype(y, dt, s), stream=s)
+    c, x, y = broadcast_arrays(cast(c, _dt.bool_, s), cast(x, dt, s), cast(y, dt, s), stream=s)
     return array._make([c.shape], [dt], Primitive("Select", s), [c, x, y])[0]
 
 
@@ -128,5 +128,5 @@ def array_equal(a: Any, b: Any, equal_nan: bool = False, stream: StreamOrDevice 
     dt = _dt.promote_types(a.dtype, b.dtype)
     name = "NaNEqual" if equal_nan and _dt.is_inexact(dt) else "Equal"
     eq = array._make([a.shape], [_dt.bool_], Primitive(name, s),
-                     [astype(a, dt, s), astype(b, dt, s)])[0]
+                     [cast(a, dt, s), cast(b, dt, s)])[0]
     return all_(eq, stream=s)
