@@ -358,38 +358,38 @@ def tape_html(title: str, g: Any, k: Any) -> str:
             f"shape {_e(k.shape)}, {len(k.steps)} op(s)</p>{steps}{ins}")
 
 
-def source_html(symbol: str, runtime: str, src: str) -> str:
-    """A kernel's source, highlighted, its first lines shown and the rest collapsed."""
-    from tapescope.viz.theme import collapsed_source
+def kernel_html(k: Any, title: str = "") -> str:
+    """One fused kernel's generated source in every dialect, side by side (C, CUDA, Metal)."""
+    from tapescope.kernel_sources import sources_html
 
-    return (f"<p>{_kname(symbol)} ({_e(runtime)})</p>"
-            f"<div class='tapescope-source'>{collapsed_source(src, 'c', 14)}</div>")
+    return sources_html(k.sources, title=title or k.symbol, focus=k.name)
 
 
-def _tapes_html(graphs: list) -> str:
+def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool) -> str:
+    """The Kernels tab: each fused kernel once, its tape (``tapes``) and its sources in every
+    dialect side by side (``sources``); then kernels the cell built or launched that no graph
+    drew (e.g. inside a compiled function), from the kernel cache."""
+    from tapescope.kernel_cache import kernel_cache
+    from tapescope.kernel_sources import entry_sources, sources_html
+    from tapescope.viz.cache import base_name
+
     out, seen = [], set()
     for title, g in graphs:  # a compiled function's program and the lazy graph share kernels
         for k in g.kernels:
-            if k.symbol not in seen:
-                seen.add(k.symbol)
+            if k.symbol in seen:
+                continue
+            seen.add(k.symbol)
+            if tapes:
                 out.append(tape_html(title, g, k))
-    return "".join(out)
-
-
-def _kernels_html(graphs: list, records: list) -> str:
-    from tapescope.kernel_cache import kernel_cache
-
-    out, seen = [], set()
-    for title, g in graphs:
-        for k in g.kernels:
-            for runtime, src in k.sources.items():
-                seen.add(k.symbol)
-                out.append(source_html(k.symbol, runtime, src))
-    used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
-    for e in kernel_cache():
-        if e["name"] in used and e["name"] not in seen and e["source"]:
-            seen.add(e["name"])
-            out.append(source_html(e["name"], e["runtime"], e["source"]))
+            if sources:
+                out.append(kernel_html(k))
+    if sources:
+        used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
+        for e in kernel_cache():
+            if e["name"] in used and e["name"] not in seen and e["source"]:
+                seen.add(e["name"])
+                out.append(f"<p>{_kname(e['name'])} ({_e(e['runtime'])}, {_e(e['variant'])})</p>"
+                           + sources_html(entry_sources(e), title=e["name"], focus=base_name(e)))
     return "".join(out)
 
 
@@ -613,15 +613,25 @@ class CellReport:
                          + "".join(f"<li>{x}</li>" for x in look) + "</ul>")
         return "".join(parts)
 
-    def sections(self, r: DeviceRun) -> list:
-        """(tab title, HTML) of every section that has something to show for ``r``."""
+    def graphs_html(self, r: DeviceRun, pickable: bool = False) -> str:
+        """The pictures of ``r``'s graphs, each under its title; ``pickable``: each fused kernel
+        carries ``data-pick="<graph index>:ts_kernel_<kernel index>"`` (the panel's clicks)."""
+        if not pickable:
+            return "".join(f"<p>{_e(t)}</p>{_graph_html(g)}" for t, g in r.graphs)
+        from tapescope.viz.pick import pickable_svg
+
+        return "".join(f"<p>{_e(t)}</p>{pickable_svg(_graph_html(g), f'{i}:')}" for i, (t, g) in enumerate(r.graphs))
+
+    def sections(self, r: DeviceRun, pickable: bool = False) -> list:
+        """(tab title, HTML) of every section that has something to show for ``r``
+        (``pickable``: fused kernels in the graph pictures are clickable, for the panel)."""
         from tapescope.viz.theme import fmt_ns
 
         out = []
         if r.unavailable:
             return out
         if "graph" in self.show:
-            body = "".join(f"<p>{_e(t)}</p>{_graph_html(g)}" for t, g in r.graphs)
+            body = self.graphs_html(r, pickable)
             prims = [x for x in r.records if x.kind == "primitive"]
             if prims:
                 t0 = r.records[0].start_ns
@@ -632,11 +642,7 @@ class CellReport:
                     open_=not r.graphs)
             if body:
                 out.append(("Graph", body))
-        kern = ""
-        if "tapes" in self.show:
-            kern += _tapes_html(r.graphs)
-        if "kernels" in self.show:
-            kern += _kernels_html(r.graphs, r.records)
+        kern = _kernels_section(r.graphs, r.records, "tapes" in self.show, "kernels" in self.show)
         if kern:
             out.append(("Kernels", kern))
         if "check" in self.show and r.check is not None:

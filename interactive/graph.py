@@ -109,8 +109,9 @@ class Kernel:
     def sources_html(self) -> str:
         """The sources side by side (one column per runtime), for the viz and notebooks."""
         from tapescope.kernel_sources import sources_html
+        from tapescope.viz.theme import style_tag
 
-        return sources_html(self.sources, title=self.symbol)
+        return f"{style_tag()}<div class='tapescope'>{sources_html(self.sources, title=self.symbol, focus=self.name)}</div>"
 
 
 class Graph:

@@ -1,33 +1,43 @@
 """A fused kernel's sources side by side: C (CPU), CUDA and Metal (MSL) of the same tape.
 
-``sources_html(kernel.sources)`` is the hook the viz / ``%%mlx`` panel can call (one column
-per runtime, the code highlighted with pygments when it is installed); ``Kernel.sources_html()``
-in ``graph.py`` calls it for one kernel of ``tapescope.trace(f, x)``.
+``sources_html(kernel.sources)`` is what the viz and the ``%%mlx`` report show (one column per
+runtime, each highlighted with pygments and collapsed to its first lines); ``Kernel.sources_html()``
+in ``graph.py`` calls it for one kernel of ``tapescope.trace(f, x)``, and ``entry_sources`` gives
+the same three sources for an entry of ``tapescope.kernel_cache()``.
 """
 
 from __future__ import annotations
 
-import html
+from typing import Optional
 
-LANG = {"cpu": ("C", "c"), "cuda": ("CUDA", "cuda"), "metal": ("Metal", "cpp")}
+__all__ = ["LANG", "entry_sources", "sources_html"]
 
-
-def _code(source: str, lexer: str) -> str:
-    try:
-        from pygments import highlight
-        from pygments.formatters import HtmlFormatter
-        from pygments.lexers import get_lexer_by_name
-
-        return highlight(source, get_lexer_by_name(lexer), HtmlFormatter(noclasses=True, nowrap=False))
-    except Exception:  # no pygments: plain text
-        return f"<pre>{html.escape(source)}</pre>"
+# runtime -> (column title, pygments language for tapescope.viz.theme.highlight)
+LANG = {"cpu": ("C", "c"), "cuda": ("CUDA", "cuda"), "metal": ("Metal", "metal")}
 
 
-def sources_html(sources: dict, title: str = "") -> str:
-    """An HTML table with one column per runtime (``cpu``, ``cuda``, ``metal``)."""
-    heads = "".join(f"<th>{LANG.get(k, (k,))[0]}</th>" for k in sources)
+def entry_sources(entry: dict) -> dict:
+    """runtime -> source for a ``kernel_cache()`` entry: the C it was built from and the CUDA
+    and Metal of the same tape and variant (only the C when the entry kept no tape)."""
+    tape = entry.get("tape")
+    if tape is None:
+        return {"cpu": entry["source"]} if entry.get("source") else {}
+    from tapescope.kernels.codegen.render import kernel_sources
+
+    return kernel_sources(tape, tape.lib_name, entry["variant"], cpu=entry.get("source") or None)
+
+
+def sources_html(sources: dict, title: str = "", lines: Optional[int] = 14, focus: str = "") -> str:
+    """An HTML table with one column per runtime (``cpu``, ``cuda``, ``metal``): each source
+    highlighted, ``lines`` lines shown from the first that names ``focus`` (the tape's kernel
+    name: the kernel itself rather than the includes) and the rest collapsed (None: all)."""
+    from tapescope.viz.theme import collapsed_source, esc, highlight
+
+    heads = "".join(f"<th>{esc(LANG.get(k, (k,))[0])}</th>" for k in sources)
     cells = "".join(
-        f'<td style="vertical-align:top;max-width:40em;overflow:auto;font-size:11px">'
-        f"{_code(src, LANG.get(k, (k, 'c'))[1])}</td>" for k, src in sources.items())
-    cap = f"<caption>{html.escape(title)}</caption>" if title else ""
-    return f'<table class="tapescope-kernel-sources">{cap}<tr>{heads}</tr><tr>{cells}</tr></table>'
+        "<td>" + (collapsed_source(src, LANG.get(k, (k, "c"))[1], lines, focus) if lines else
+                  f"<div class='ts-source'>{highlight(src, LANG.get(k, (k, 'c'))[1])}</div>") + "</td>"
+        for k, src in sources.items())
+    cap = f"<caption><code>{esc(title)}</code></caption>" if title else ""
+    return (f"<table class='ts-table tapescope-kernel-sources'>{cap}<thead><tr>{heads}</tr></thead>"
+            f"<tbody><tr>{cells}</tr></tbody></table>")

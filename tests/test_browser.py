@@ -257,6 +257,21 @@ def _scenario(lab, browser) -> None:
         n, rich = _until(lambda: (lambda v: v if v[0] > 20 else None)(_visible_tab_text(drv)), 20,
                          f"tab {tab.text} to render")
         assert n > 20 and rich > 0, (tab.text, n, rich)
+    # clicking a fused kernel in the graph picture shows its tape and its C, CUDA and Metal
+    tabs[titles.index("Graph")].click()
+    kernel = _until(lambda: [e for e in drv.find_elements(By.CSS_SELECTOR, ".tapescope-panel g.cluster.ts-pick")
+                             if e.is_displayed()], 20, "a clickable fused kernel")[0]
+    _js(drv, "arguments[0].scrollIntoView({block: 'center'})", kernel)
+    ActionChains(drv).move_to_element(kernel).click().perform()
+    view = _until(lambda: [e for e in drv.find_elements(By.CSS_SELECTOR, ".tapescope-panel .ts-kernel-view")
+                           if "CUDA" in e.text], 20, "the clicked kernel's tape and sources")[0]
+    assert "Metal" in view.text and "__global__" in view.text and "op(s)" in view.text, view.text[:400]
+    # the Cache tab: clicking a row shows that kernel's sources side by side
+    tabs[titles.index("Cache")].click()
+    row = _until(lambda: [e for e in drv.find_elements(By.CSS_SELECTOR, ".tapescope-panel tr[data-pick]")
+                          if e.is_displayed()], 20, "the cache table's rows")[-1]
+    ActionChains(drv).move_to_element(row).click().perform()
+    _until(lambda: "ts-picked" in row.get_attribute("class"), 20, "the clicked row to be marked")
     summary = tabs[0]
     summary.click()
     assert not _outputs_overflowing(drv), _outputs_overflowing(drv)

@@ -243,7 +243,8 @@ def test_compile_fuses_the_cell_and_shows_tapes_and_kernel_source(ip):
     assert len(kernels) == 1
     assert {s[1] for s in kernels[0].steps} >= {"Sin", "Multiply", "Add"}
     html = _html(out)
-    assert kernels[0].name in html and "tapescope-source" in html
+    assert kernels[0].name in html and "tapescope-kernel-sources" in html
+    assert all(f"<th>{d}</th>" in html for d in ("C", "CUDA", "Metal"))  # side by side
 
 
 def test_compile_falls_back_when_the_cell_cannot_be_traced(ip):

@@ -106,10 +106,22 @@ def test_cache_widget_filters_sorts_pages_and_shows_the_selected_source():
     w.descending.value = True
     hits = [e["hits"] for e in w.rows()]
     assert hits == sorted(hits, reverse=True)
-    chosen = w.select.value
+    chosen = w.selected  # a row of the page shown (the first one until one is clicked)
+    assert chosen in [e["name"] for e in w.rows()[:12]]
     entry = next(e for e in tapescope.kernel_cache() if e["name"] == chosen)
     assert "highlight" in w.source.value and entry["source"].splitlines()[0].split()[0] in w.source.value
     assert "title='" + entry["name"] in w.table.value or entry["name"][:20] in w.table.value
+    # clicking a row (the view sets ``picked`` to the row's data-pick) shows that kernel's tape
+    # in C, CUDA and Metal side by side
+    (sin,) = [e for e in tapescope.kernel_cache() if "Sin" in e["name"]]
+    assert f"<tr data-pick='{sin['name']}'>" in w.table.value
+    w.table.picked = sin["name"]
+    assert w.selected == sin["name"]
+    src = w.source.value
+    assert [h in src for h in ("<th>C</th>", "<th>CUDA</th>", "<th>Metal</th>")] == [True] * 3
+    symbol = sin["name"]
+    assert "__global__" in src and "kernel" in src and "void" in src
+    assert src.count(symbol[-30:]) >= 3  # each dialect's kernel is named after the variant
 
 
 def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
@@ -131,3 +143,33 @@ def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
     assert sum(1 for e in ev if e.get("ph") == "X" and e["cat"] == "primitive") == len(prims)
     assert {e["args"]["name"] for e in ev if e.get("name") == "thread_name"} >= {f"stream {r.stream}" for r in prims}
     assert any(e["ph"] == "s" for e in ev) and any(e["ph"] == "f" for e in ev)
+
+
+def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect():
+    from tapescope import cell_report as cr
+    from tapescope.viz.panel import CellPanel
+
+    x = mx.array(np.linspace(-1, 1, 32, dtype=np.float32))
+    g1 = tapescope.trace(lambda a: mx.exp(a) * 2 + a, x)
+    g2 = tapescope.trace(lambda a: mx.sin(a) - a * 3, x)
+    report = cr.CellReport("", [cr.DeviceRun("cpu", graphs=[("f", g1), ("g", g2)])])
+    panel = CellPanel(report)
+    svg = panel.graph_html.value
+    # every fused kernel's cluster (and the nodes of its tape) carries its pick key
+    assert 'class="cluster ts-pick" data-pick="0:ts_kernel_0"' in svg
+    assert 'class="cluster ts-pick" data-pick="1:ts_kernel_0"' in svg
+    assert panel.kernel_view.value == ""
+    panel.graph_html.picked = "1:ts_kernel_0"  # what a click on g's kernel sends
+    (k,) = g2.kernels
+    view = panel.kernel_view.value
+    assert k.symbol in view and "Sin" in view and "Exp" not in view.split("</table>")[0]
+    src = k.sources
+    for runtime, head in (("cpu", "C"), ("cuda", "CUDA"), ("metal", "Metal")):
+        assert f"<th>{head}</th>" in view
+        first = src[runtime].splitlines()[0]  # each dialect's first line, as pygments split it
+        assert all(tok in view for tok in first.split()[:2] if tok.isidentifier()), (runtime, first)
+    panel.graph_html.picked = "7:ts_kernel_0"  # no such graph: nothing shown
+    assert panel.kernel_view.value == ""
+    # the Kernels tab: each kernel's tape and its three sources side by side
+    kernels = dict(report.sections(report.run))["Kernels"]
+    assert kernels.count("<th>CUDA</th>") == 2 and kernels.count("tapescope-tape'") == 2

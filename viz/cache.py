@@ -1,14 +1,14 @@
 """The kernel-cache widget: a sortable, filterable, paged table of ``tapescope.kernel_cache()``
-(short names, the full name on hover), and the source of the selected kernel, highlighted,
-beside the sources of the other variants of the same tape (one column per variant and
-dialect: only the C dialect exists so far)."""
+(short names, the full name on hover); clicking a row shows that kernel's source highlighted,
+the sources of the same tape and variant in every dialect side by side (C, CUDA, Metal), and
+the C of the tape's other cached variants."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Optional
 
-from .theme import collapsed_source, esc, short_name, style_tag, table
+from .theme import collapsed_source, details, esc, short_name, style_tag, table
 
 __all__ = ["CacheWidget", "cache_rows", "snapshot_html", "SORT_KEYS"]
 
@@ -49,28 +49,33 @@ def _row(e: dict) -> tuple:
 
 
 def rows_html(rows: list, start: int = 0, page: int = PAGE) -> str:
-    """One page of the table."""
+    """One page of the table; each row's ``data-pick`` is its kernel name."""
     shown = rows[start:start + page]
     if not rows:
         return "<p class='ts-muted'>No kernels are cached (nothing compiled has run yet).</p>"
-    return table(COLUMNS, [_row(e) for e in shown], "tapescope-cache", limit=page, raw=(0, 7)) + (
+    return table(COLUMNS, [_row(e) for e in shown], "tapescope-cache", limit=page, raw=(0, 7),
+                 picks=[e["name"] for e in shown]) + (
         f"<p class='ts-muted'>rows {start + 1}–{start + len(shown)} of {len(rows)}</p>")
 
 
 def source_html(entry: dict, entries: list) -> str:
-    """The selected kernel's source and, beside it, the other variants of the same tape."""
+    """The selected kernel: its figures, its tape's source in every dialect side by side
+    (``tapescope.kernel_sources``), then the C of the tape's other cached variants."""
+    from tapescope.kernel_sources import entry_sources, sources_html
+
     base = base_name(entry)
-    same = [e for e in entries if base_name(e) == base and e["source"]]
-    same.sort(key=lambda e: e["name"] != entry["name"])
-    cols = "".join(
-        f"<div><p><b>{esc(e['runtime'])} · {esc(e['variant'])}</b>"
-        f"{' (selected)' if e['name'] == entry['name'] else ''}</p>"
-        f"{collapsed_source(e['source'], 'c', 16)}</div>" for e in same)
     head = (f"<p><code title='{esc(entry['name'])}'>{esc(short_name(entry['name'], 60))}</code>: "
             f"{entry['hits']} hit(s), {entry['misses']} miss(es), built in {entry['build_ms']:.1f} ms, "
             f"from {esc(entry.get('origin', ''))}{'; ' + esc(entry['cache_note']) if entry.get('cache_note') else ''}</p>")
-    return head + (f"<div class='ts-columns'>{cols}</div>" if cols else
-                   "<p class='ts-muted'>No source (a numpy fallback).</p>")
+    sources = entry_sources(entry)
+    if not sources:
+        return head + "<p class='ts-muted'>No source (a numpy fallback).</p>"
+    out = head + sources_html(sources, lines=16, focus=base)
+    others = [e for e in entries if base_name(e) == base and e["name"] != entry["name"] and e["source"]]
+    for e in others:
+        out += details(f"the {esc(e['variant'])} variant of this tape ({esc(e['runtime'])})",
+                       collapsed_source(e["source"], "c", 16))
+    return out
 
 
 def snapshot_html(entries: Optional[list] = None) -> str:
@@ -94,6 +99,8 @@ class CacheWidget:
     def _build(self) -> Any:
         import ipywidgets as W
 
+        from .pick import PickHTML
+
         self.filter = W.Text(placeholder="filter: name, runtime, variant, origin",
                              layout=W.Layout(width="260px"))
         self.sort = W.Dropdown(options=list(SORT_KEYS), value="hits", description="sort by",
@@ -103,19 +110,19 @@ class CacheWidget:
         self.prev_button = W.Button(description="◀ previous", layout=W.Layout(width="auto"))
         self.next_button = W.Button(description="next ▶", layout=W.Layout(width="auto"))
         self.refresh_button = W.Button(description="refresh", layout=W.Layout(width="auto"))
-        self.table = W.HTML(layout=W.Layout(max_width="100%"))
-        self.select = W.Dropdown(description="kernel", options=[], layout=W.Layout(width="100%"),
-                                 style={"description_width": "initial"})
+        self.table = PickHTML(layout=W.Layout(max_width="100%"))  # click a row: its source
         self.source = W.HTML(layout=W.Layout(max_width="100%"))
         for w in (self.filter, self.sort, self.descending):
             w.observe(lambda _: self._redraw(reset=True), names="value")
-        self.select.observe(lambda _: self._show_source(), names="value")
+        self.table.observe(lambda _: self._show_source(), names="picked")
         self.prev_button.on_click(lambda _: self.page(-1))
         self.next_button.on_click(lambda _: self.page(1))
         self.refresh_button.on_click(lambda _: self.refresh())
         controls = W.HBox([self.filter, self.sort, self.descending, self.prev_button, self.next_button,
                            self.refresh_button], layout=W.Layout(flex_flow="row wrap"))
-        box = W.VBox([W.HTML(style_tag()), controls, self.table, self.select, self.source],
+        box = W.VBox([W.HTML(style_tag()), controls, self.table,
+                      W.HTML("<span class='ts-muted'>click a row for its source in C, CUDA and Metal</span>"),
+                      self.source],
                      layout=W.Layout(max_width="100%", overflow="hidden"))
         box.add_class("tapescope")
         box.add_class("tapescope-cache-widget")
@@ -144,15 +151,18 @@ class CacheWidget:
             self.start = 0
         rows = self.rows()
         self.table.value = rows_html(rows, self.start)
-        page = rows[self.start:self.start + PAGE]
-        opts = [(short_name(e["name"], 70), e["name"]) for e in page]
-        keep = self.select.value if self.select.value in [v for _, v in opts] else None
-        self.select.options = opts
-        self.select.value = keep if keep is not None else (opts[0][1] if opts else None)
+        page = [e["name"] for e in rows[self.start:self.start + PAGE]]
+        if self.table.picked not in page:
+            self.table.picked = page[0] if page else ""
         self._show_source()
 
+    @property
+    def selected(self) -> str:
+        """The name of the kernel whose source is shown ("" for none)."""
+        return self.table.picked
+
     def _show_source(self) -> None:
-        e = next((e for e in self._entries if e["name"] == self.select.value), None)
+        e = next((e for e in self._entries if e["name"] == self.table.picked), None)
         self.source.value = "" if e is None else source_html(e, self._entries)
 
     def _repr_mimebundle_(self, **kw: Any) -> dict:

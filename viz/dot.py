@@ -5,7 +5,9 @@ family; intermediate arrays are the edges, labelled with shape and dtype; each f
 is a cluster holding its tape (kernel name and variant in its label) and every edge into it
 says, in red, why fusion stopped there. Evaluated arrays are drawn solid, lazy ones dashed.
 Node ids are local to the graph (``v3``, ``op7``, ``k0_E``), so the same graph always gives
-byte-identical DOT. The DOT is built with the ``graphviz`` library (``Digraph``), which also
+byte-identical DOT. A fused kernel's cluster (or box) has the SVG id ``ts_kernel_<index>``
+and its tape's nodes ``ts_kernel_<index>_<letter>``: the ``%%mlx`` Graph tab makes them
+clickable (``viz/pick.py``). The DOT is built with the ``graphviz`` library (``Digraph``), which also
 quotes every name and attribute.
 """
 
@@ -250,7 +252,8 @@ class _Writer:
             c.attr("graph", **_attrs(label=f"<{caption}>", style="rounded,filled",
                                      fillcolor=S.CLUSTER.fill, color=bw.get("color", S.CLUSTER.border),
                                      penwidth=bw.get("penwidth", "1.5"),
-                                     fontsize="10", labeljust="l", tooltip=f"{k.name}_{k.variant}"))
+                                     fontsize="10", labeljust="l", tooltip=f"{k.name}_{k.variant}",
+                                     id=f"ts_kernel_{k.index}"))
             for x, inp in zip(k.tape.inputs, k.inputs):
                 nid = f"k{k.index}_{x.name}"
                 if inp.constant is not None:
@@ -258,18 +261,20 @@ class _Writer:
                     label = f"<<FONT POINT-SIZE=\"9\">{S.esc(x.name)} = {S.esc(_literal(inp.constant))}</FONT>>"
                     c.node(nid, **_attrs(label=label, shape="box", style="filled", fillcolor=S.CONSTANT.fill,
                                          color=S.CONSTANT.border, height="0.2",
-                                         tooltip="constant inlined into the source"))
+                                         tooltip="constant inlined into the source",
+                                         id=f"ts_kernel_{k.index}_{x.name}"))
                 else:
                     c.node(nid, **_attrs(label=x.name, shape="circle", width="0.3", fixedsize="true",
                                          fontsize="9", style="filled", fillcolor="#ffffff",
-                                         color=S.CLUSTER.border))
+                                         color=S.CLUSTER.border, id=f"ts_kernel_{k.index}_{x.name}"))
             for t in k.tape.ops:
                 st = S.op_style(_family(t.primitive))
                 self._group(_family(t.primitive))
                 label = (f"<<B>{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" COLOR=\"#6b7280\">"
                          f"{S.esc(t.name)}</FONT>>")
                 c.node(f"k{k.index}_{t.name}", **_attrs(label=label, shape="box", style="rounded,filled",
-                                                        fillcolor=st.fill, color=st.border))
+                                                        fillcolor=st.fill, color=st.border,
+                                                        id=f"ts_kernel_{k.index}_{t.name}"))
             for t in k.tape.ops:
                 for a in t.inputs:
                     c.edge(f"k{k.index}_{a}", f"k{k.index}_{t.name}")
@@ -295,7 +300,7 @@ class _Writer:
         st = S.GROUPS["fused kernel"]
         self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled,bold",
                                            fillcolor=st.fill, color=bw.get("color", st.border),
-                                           tooltip=f"{k.name}_{k.variant}"))
+                                           tooltip=f"{k.name}_{k.variant}", id=f"ts_kernel_{k.index}"))
 
     # -- edges ------------------------------------------------------------------------------
     def _find_shared(self) -> None:

@@ -1,7 +1,8 @@
 """The ``%%mlx`` panel: one tabbed widget (Summary | Graph | Kernels | Check | Memory | Cache |
 Events) over a ``CellReport``. Summary comes first; a tab appears only when it has something
 to show. Memory, Cache and Events hold the live widgets; Graph pans (scroll) and zooms (the
-slider), and choosing a fused kernel shows its tape and source."""
+slider), and clicking a fused kernel in the picture shows its tape and its source in every
+dialect (``viz/pick.py``)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class CellPanel:
         if r.arrays or len(report.runs) > 1:
             summary += "<p><b>results</b></p>" + report._results_html()
         add("Summary", _html(summary + "</div>"))
-        sections = dict(report.sections(r))
+        sections = dict(report.sections(r, pickable=True))
         if "Graph" in sections:
             add("Graph", self._graph_tab(sections["Graph"]))
         if "Kernels" in sections:
@@ -85,23 +86,22 @@ class CellPanel:
     def _graph_tab(self, body: str) -> Any:
         import ipywidgets as W
 
+        from .pick import PickHTML
+
         r = self.report.run
-        self._graph_body = body
+        self._graph_body = body  # the pictures (fused kernels clickable) and the primitives run
         self.zoom = W.IntSlider(value=100, min=20, max=400, step=10, description="zoom %",
                                 continuous_update=False, layout=W.Layout(width="320px"))
-        self.graph_html = W.HTML(layout=W.Layout(max_width="100%"))
+        self.graph_html = PickHTML(layout=W.Layout(max_width="100%"))
         self.zoom.observe(lambda _: self._draw_graph(), names="value")
         self._draw_graph()
-        kids = [W.HBox([self.zoom, W.HTML("<span class='ts-muted'>scroll to pan</span>")]), self.graph_html]
-        kernels = [(f"kernel {k.index}: {len(k.steps)} ops, {k.variant} ({title})", (title, g, k))
-                   for title, g in r.graphs for k in g.kernels]
-        if kernels:
-            self.kernel_pick = W.Dropdown(options=[("choose a fused kernel…", None)] + kernels,
-                                          description="fused kernel", style={"description_width": "initial"},
-                                          layout=W.Layout(width="100%"))
-            self.kernel_view = W.HTML(layout=W.Layout(max_width="100%"))
-            self.kernel_pick.observe(lambda _: self._show_kernel(), names="value")
-            kids += [self.kernel_pick, self.kernel_view]
+        hint = "scroll to pan"
+        if any(g.kernels for _, g in r.graphs):
+            hint += "; click a fused kernel (a green box) for its tape and source"
+        kids = [W.HBox([self.zoom, W.HTML(f"<span class='ts-muted'>{hint}</span>")]), self.graph_html]
+        self.kernel_view = W.HTML(layout=W.Layout(max_width="100%"))
+        self.graph_html.observe(lambda _: self._show_kernel(), names="picked")
+        kids.append(self.kernel_view)
         return W.VBox(kids, layout=W.Layout(max_width="100%"))
 
     def _draw_graph(self) -> None:
@@ -109,16 +109,28 @@ class CellPanel:
         self.graph_html.value = (f"{style_tag()}<div class='tapescope-cell'>"
                                  f"{zoomed_svg(self._graph_body, z) if z != 1 else self._graph_body}</div>")
 
-    def _show_kernel(self) -> None:
-        from tapescope.cell_report import source_html, tape_html
+    def kernel_at(self, key: str) -> Any:
+        """(graph title, Graph, Kernel) for a picked key ``"<graph>:ts_kernel_<kernel>"``, or None."""
+        m = re.fullmatch(r"(\d+):ts_kernel_(\d+)", key or "")
+        if m is None:
+            return None
+        graphs = self.report.run.graphs
+        i, k = int(m.group(1)), int(m.group(2))
+        if i >= len(graphs) or k >= len(graphs[i][1].kernels):
+            return None
+        title, g = graphs[i]
+        return title, g, g.kernels[k]
 
-        v = self.kernel_pick.value
+    def _show_kernel(self) -> None:
+        from tapescope.cell_report import kernel_html, tape_html
+
+        v = self.kernel_at(self.graph_html.picked)
         if v is None:
             self.kernel_view.value = ""
             return
         title, g, k = v
-        src = "".join(source_html(k.symbol, rt, s) for rt, s in k.sources.items())
-        self.kernel_view.value = f"{style_tag()}<div class='tapescope-cell'>{tape_html(title, g, k)}{src}</div>"
+        self.kernel_view.value = (f"{style_tag()}<div class='tapescope-cell ts-kernel-view'>"
+                                  f"{tape_html(title, g, k)}{kernel_html(k)}</div>")
 
 
 def _esc(x: Any) -> str:

@@ -58,18 +58,38 @@ def short_name(name: str, width: int = 40) -> str:
 
 
 def table(head: list, rows: list, cls: str = "", limit: int = 20, total: Optional[int] = None,
-          raw: Iterable[int] = ()) -> str:
+          raw: Iterable[int] = (), picks: Optional[list] = None, pages: int = 0) -> str:
     """An HTML table of at most ``limit`` rows, then a row saying how many more there are.
-    Columns listed in ``raw`` hold HTML already (tooltips, code)."""
+    Columns listed in ``raw`` hold HTML already (tooltips, code); ``picks``: one key per row,
+    written as the row's ``data-pick`` (rows a ``PickHTML`` view makes clickable). ``pages``:
+    the rows past the first ``limit`` go into up to ``pages`` more pages of ``limit`` rows,
+    each a closed section (paging without JavaScript, so static snapshots page too)."""
     raw = set(raw)
     h = "".join(f"<th>{esc(c)}</th>" for c in head)
-    body = "".join("<tr>" + "".join(f"<td>{c if i in raw else esc(c)}</td>" for i, c in enumerate(row))
-                   + "</tr>" for row in rows[:limit])
+
+    def body(lo: int, hi: int) -> str:
+        return "".join(
+            (f"<tr data-pick='{esc(picks[j])}'>" if picks is not None else "<tr>")
+            + "".join(f"<td>{c if i in raw else esc(c)}</td>" for i, c in enumerate(rows[j]))
+            + "</tr>" for j in range(lo, min(hi, len(rows))))
+
+    def wrap(inner: str) -> str:
+        return (f"<div class='ts-scroll'><table class='ts-table {cls}'><thead><tr>{h}</tr></thead>"
+                f"<tbody>{inner}</tbody></table></div>")
+
     n = len(rows) if total is None else total
-    more = (f"<tr><td class='ts-more' colspan='{len(head)}'>… {n - min(limit, len(rows))} more "
-            f"(of {n})</td></tr>" if n > limit else "")
-    return (f"<div class='ts-scroll'><table class='ts-table {cls}'><thead><tr>{h}</tr></thead>"
-            f"<tbody>{body}{more}</tbody></table></div>")
+    shown = min(len(rows), limit * (1 + max(pages, 0)))
+    more = (f"<tr><td class='ts-more' colspan='{len(head)}'>… {n - shown} more (of {n})</td></tr>"
+            if n > shown else "")
+    if pages <= 0 or len(rows) <= limit:
+        return wrap(body(0, limit) + more)
+    out = wrap(body(0, limit))
+    for lo in range(limit, shown, limit):
+        hi = min(lo + limit, shown)
+        last = hi >= shown
+        out += details(f"rows {lo + 1}–{hi} of {n}", wrap(body(lo, hi) + (more if last else "")),
+                       cls="ts-page")
+    return out
 
 
 def details(title: str, body: str, open_: bool = False, cls: str = "") -> str:
@@ -125,6 +145,20 @@ CSS = """
 .tapescope .ts-source .highlight, .tapescope-cell .ts-source .highlight { max-width: 100%; }
 .tapescope .ts-columns { display: flex; flex-wrap: wrap; gap: 8px; }
 .tapescope .ts-columns > div { flex: 1 1 320px; min-width: 0; }
+.tapescope .tapescope-kernel-sources, .tapescope-cell .tapescope-kernel-sources {
+  table-layout: fixed; width: 100%; }
+.tapescope .tapescope-kernel-sources td, .tapescope-cell .tapescope-kernel-sources td { overflow: hidden; }
+.tapescope .tapescope-kernel-sources caption, .tapescope-cell .tapescope-kernel-sources caption {
+  caption-side: top; text-align: left; }
+.tapescope [data-pick], .tapescope-cell [data-pick] { cursor: pointer; }
+.tapescope tr[data-pick]:hover td, .tapescope-cell tr[data-pick]:hover td {
+  background: rgba(37, 99, 235, 0.10); }
+.tapescope tr.ts-picked td, .tapescope-cell tr.ts-picked td { background: rgba(37, 99, 235, 0.20) !important; }
+.ts-graph g.ts-pick:hover path, .ts-graph g.ts-pick:hover polygon { stroke-width: 3; }
+.ts-graph g.cluster.ts-picked path, .ts-graph g.cluster.ts-picked polygon { stroke: #2563eb; stroke-width: 3.5; }
+.tapescope .ts-page > summary, .tapescope-cell .ts-page > summary { font-weight: normal;
+  color: var(--jp-content-font-color2, #6b7280); }
+.tapescope .plotly-graph-div:empty, .tapescope-cell .plotly-graph-div:empty { display: none; }
 """
 
 
@@ -160,15 +194,19 @@ def highlight(source: str, language: str = "c") -> str:
         return f"<pre>{esc(source)}</pre>"
 
 
-def collapsed_source(source: str, language: str = "c", lines: int = 12) -> str:
-    """The first ``lines`` lines of ``source`` (cut at a line, never mid-token), the rest in a
-    closed section."""
+def collapsed_source(source: str, language: str = "c", lines: int = 12, focus: str = "") -> str:
+    """``lines`` lines of ``source`` (cut at a line, never mid-token), from the first line that
+    contains ``focus`` (a kernel's name: its signature, past the includes and helpers) or from
+    the top; the whole source in a closed section below."""
     all_lines = source.splitlines()
-    if len(all_lines) <= lines:
+    at = next((i for i, ln in enumerate(all_lines) if focus and focus in ln), 0)
+    if at == 0 and len(all_lines) <= lines:
         return f"<div class='ts-source'>{highlight(source, language)}</div>"
-    head = "\n".join(all_lines[:lines])
-    return (f"<div class='ts-source'>{highlight(head, language)}"
-            + details(f"show all {len(all_lines)} lines", highlight(source, language)) + "</div>")
+    head = "\n".join(all_lines[at:at + lines])
+    note = (f"<span class='ts-muted'>from line {at + 1} (the kernel; {at} lines of includes and "
+            f"helpers above)</span>" if at else "")
+    more = details(f"show all {len(all_lines)} lines", highlight(source, language))
+    return f"<div class='ts-source'>{note}{highlight(head, language)}{more}</div>"
 
 
 # A widget is shown as two outputs: its HTML snapshot, then the live view. In JupyterLab (and

@@ -220,7 +220,7 @@ def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
         key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
         entry = compiler.get_kernel(
             name, variant, lambda tc: _source(tape, name, contiguous, ndim, large, tc.vector_math),
-            key=key)
+            key=key, tape=tape)
     except compiler.BuildError as e:
         return e, name, variant
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, name, variant)
@@ -253,7 +253,7 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
         if isinstance(ln, tuple):  # no kernel: interpret with numpy (not cached: says why each time)
             err, name, variant = ln
             t0 = timeline.now() if timeline.enabled else 0
-            compiler.note_fallback(name, variant, "", str(err))
+            compiler.note_fallback(name, variant, "", str(err), tape=tape)
             outs = interpret(tape, inputs, shape)
             if t0:
                 timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",

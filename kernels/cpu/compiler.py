@@ -55,6 +55,7 @@ class KernelEntry:
     disk_path: Optional[str] = None
     origin: str = ""  # "built", "disk", "temp" (built in a temporary folder, not cached)
     cache_note: str = ""  # why the disk cache was not used ("" when it was)
+    tape: Optional[object] = field(default=None, repr=False)  # the codegen Tape it was made from
     fn: Optional[Callable] = field(default=None, repr=False)
     lib: Optional[ctypes.CDLL] = field(default=None, repr=False)
     _fast: dict = field(default_factory=dict, repr=False)
@@ -293,13 +294,14 @@ def _record(kind: str, t0: int, name: str, **detail) -> None:
 
 
 def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
-               key: Optional[str] = None) -> KernelEntry:
+               key: Optional[str] = None, tape: Optional[object] = None) -> KernelEntry:
     """The loaded kernel ``name``, building it on a miss; raises BuildError without one.
 
     Double-checked: a lock-free lookup first, then under the lock again before building.
     ``key`` (default: the name) is what the in-process cache is keyed by: MLX's kernel name
     does not say which tape nodes are outputs, so tapes that differ only there need their
     own entries (the C symbol keeps MLX's name; the disk file is told apart by its source hash).
+    ``tape`` is kept on the entry (the viz renders its other dialects from it).
     """
     key = key or name
     t0 = timeline.now() if timeline.enabled else 0
@@ -344,7 +346,7 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
         if e is None:
-            e = KernelEntry(name, "cpu", variant, source)
+            e = KernelEntry(name, "cpu", variant, source, tape=tape)
         e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, lib, ms, origin
         e.disk_path, e.cache_note = (str(path) if path is not None else None), note
         e.misses += 1
@@ -355,12 +357,13 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
     return e
 
 
-def note_fallback(name: str, variant: str, source: str, reason: str) -> None:
+def note_fallback(name: str, variant: str, source: str, reason: str,
+                  tape: Optional[object] = None) -> None:
     """Count a tape that ran interpreted (no compiler, failed build, unsupported op)."""
     with _lock:
         e = _kernels.get(name)
         if e is None:
-            e = _kernels[name] = KernelEntry(name, "numpy", variant, source)
+            e = _kernels[name] = KernelEntry(name, "numpy", variant, source, tape=tape)
         e.misses += 1
         e.origin = f"fallback: {reason}"
 
