@@ -12,6 +12,11 @@ named, with its inputs. A primitive without a JAX rule makes everything that dep
 
 Compiled functions need nothing special: calling one records ``Compiled`` nodes whose
 fused tapes the JAX table runs op by op.
+
+Transformed functions (``mx.grad``, ``value_and_grad``, ``vjp``, ``jvp``, also inside the
+function): an output that is a gradient or a tangent is compared with ``jax.vjp`` /
+``jax.jvp`` of the JAX forward graph (``transforms``), not with the backward graph replayed,
+and the report names that reference. (``every_node`` still runs each recorded node.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from . import transforms
 from .jax_rules import NoReference, rule_for
 from .report import FAIL, CheckReport, compare, preview
 
@@ -121,16 +127,54 @@ def _run_rule(node, ins: list) -> tuple[list, list]:
     return vals, why
 
 
+def _transformed_references(descs: list, walks: list, out_ref: list) -> dict:
+    """Replace, in ``out_ref``, the reference of every output that depends on a vjp / jvp
+    walk's result by JAX's transformation of the forward graph; output index -> its name."""
+    from tapescope.core.walk import topological
+
+    results = {id(r): t for t in walks for r in t.results if r is not None}
+    if not results:
+        return {}
+    env = transforms.Env(results)
+    names: dict = {}
+    for k, d in enumerate(descs):
+        hit: list = []
+
+        def note(x, hit=hit) -> bool:
+            if id(x) in results:
+                hit.append(results[id(x)].api)
+            return False
+
+        def cut(x, note=note) -> bool:
+            return any(note(o) for o in [r() for r in x.node.outputs] if o is not None)
+
+        topological([d], cut, note)
+        if not hit:
+            continue
+        producer = out_ref[k][2]
+        names[k] = transforms.describe(set(hit))
+        try:
+            out_ref[k] = (transforms.evaluate([d], env)[0], "", producer)
+            names[k] = transforms.describe(env.apis.get(id(d), set(hit)))
+        except NoReference as e:
+            out_ref[k] = (None, f"{names[k]}: {e}", producer)
+        except Exception as e:  # noqa: BLE001 - JAX refused: no reference, never a pass
+            out_ref[k] = (None, f"{names[k]}: {type(e).__name__}: {e}", producer)
+    return names
+
+
 def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optional[float] = None,
           every_node: bool = False, device: Any = None) -> CheckReport:
     """Compare ``fun(*args)`` computed by tapescope against JAX; returns a ``CheckReport``."""
     import jax
 
     from tapescope.core.array import array
+    from tapescope.core.autodiff.engine import recording
     from tapescope.core.transforms import eval as mx_eval
 
     jdev = _jax_device(device)
-    flat = _flatten(fun(*args), "out", [])
+    with recording() as walks:
+        flat = _flatten(fun(*args), "out", [])
     if not flat:
         raise ValueError("[check] The function returned no arrays to check.")
     descs = [a._d for _, a in flat]
@@ -169,6 +213,8 @@ def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optiona
                     labels[id(d)] = _label(node) + (f"[{i}]" if len(outs) > 1 else "")
         out_ref = [(chain.get(id(d)), why.get(id(d), ""), labels.get(id(d), "leaf"))
                    for d in descs]
+        references = _transformed_references(descs, walks, out_ref)
+    del walks
 
     # -- tapescope --------------------------------------------------------------------------
     keep: list = []
@@ -188,6 +234,7 @@ def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optiona
         prim = producer.split("#")[0] if producer != "leaf" else ""
         outputs.append(compare(label, prim, a._d.data, None if ref is None else np.asarray(ref),
                                rtol, atol, reason))
+        outputs[-1].reference = references.get(len(outputs) - 1, "")
 
     nodes: list = []
     first = None

@@ -84,6 +84,7 @@ class Comparison:
     inputs: list = field(default_factory=list)  # (label, shape, dtype, tapescope preview, JAX preview)
     actual_preview: str = ""
     expected_preview: str = ""
+    reference: str = ""  # how JAX's value was made when not by the rules alone ("jax.grad of ...")
 
     @property
     def passed(self) -> bool:
@@ -196,6 +197,14 @@ class CheckReport:
         return (f"tapescope.check: {self.status} — {len(self.outputs)} output(s), "
                 f"{self.n_nodes} node(s), JAX on {self.device}")
 
+    def _reference_text(self) -> list:
+        """One line per way of making the reference other than the JAX rules alone."""
+        by: dict = {}
+        for c in self.outputs:
+            if c.reference:
+                by.setdefault(c.reference, []).append(c.label)
+        return [f"reference of {', '.join(labels)}: {ref}" for ref, labels in by.items()]
+
     def _divergence_text(self) -> list:
         d = self.first_divergence
         if d is None:
@@ -216,6 +225,7 @@ class CheckReport:
             out.append(f"nodes: {sum(c.passed for c in self.nodes)} of {len(self.nodes)} agree"
                        + (f"; not passing: {', '.join(c.label + ' (' + c.status + ')' for c in failing)}"
                           if failing else ""))
+        out += self._reference_text()
         out += self._divergence_text()
         if self.no_reference:
             out.append("no reference (no JAX rule): " + ", ".join(self.no_reference))
@@ -237,6 +247,7 @@ class CheckReport:
     def _repr_html_(self) -> str:
         parts = [f"<div class='tapescope-check-report'><b>{html.escape(self._headline())}</b>",
                  self._table_html(self.outputs, "outputs")]
+        parts += [f"<p>{html.escape(line)}</p>" for line in self._reference_text()]
         if self.every_node:
             parts.append(self._table_html(self.nodes, "every node (JAX on tapescope's inputs)"))
         d = self.first_divergence

@@ -152,7 +152,8 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
 
         # value_and_grad: only the first output is differentiated (MLX stops the rest)
         flat = flat[:1] + [stop_gradient(o) for o in flat[1:]]
-        grads = _vjp_outputs(flat, primals, [array(1.0)], list(range(len(primals))))
+        grads = _vjp_outputs(flat, primals, [array(1.0)], list(range(len(primals))),
+                             tag.strip("[]"))
         value = _unflatten(out, iter(flat))
         git = iter(grads)
         pos = [_unflatten(args[i], git) for i in argnums]
@@ -169,7 +170,8 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
     return inner
 
 
-def _vjp_outputs(outputs: list, primals: list, cotangents: list, argnums: list) -> list:
+def _vjp_outputs(outputs: list, primals: list, cotangents: list, argnums: list,
+                 api: str = "vjp") -> list:
     """MLX's ``vjp`` after the function ran: match cotangents to outputs, then walk back."""
     seeds = []
     j = 0
@@ -189,7 +191,7 @@ def _vjp_outputs(outputs: list, primals: list, cotangents: list, argnums: list) 
             raise ValueError(msg)
         seeds.append((i, c))
         j += 1
-    return engine.backward(outputs, primals, seeds, argnums)
+    return engine.backward(outputs, primals, seeds, argnums, api)
 
 
 def _shape(shape: tuple) -> str:

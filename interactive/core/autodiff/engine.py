@@ -10,12 +10,18 @@ input cotangents, and cotangents of a value used twice are summed with ``Add``. 
 runs the same tape forwards with the JVP rules. Nothing is evaluated: the result is more lazy
 graph, which ``eval`` runs, ``compile`` fuses and ``tapescope.trace`` draws. Nodes recorded by
 reverse mode are remembered (``is_backward``) so that pictures can draw them apart.
+While ``recording()`` is active (``tapescope.check`` calling a function), every walk also
+leaves a ``Transformation`` (its forward outputs, primals, seeds and results), from which
+the check builds ``jax.vjp`` / ``jax.jvp`` of the JAX forward graph as the reference.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
 
 from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive
@@ -24,6 +30,49 @@ from ..walk import topological
 _BACKWARD: "weakref.WeakSet[Node]" = weakref.WeakSet()
 _ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
 _SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
+
+
+_RECORDING: contextvars.ContextVar = contextvars.ContextVar("autodiff_recording", default=None)
+
+
+@dataclass
+class Transformation:
+    """One reverse- or forward-mode walk: ``results[k]`` is the cotangent of
+    ``primals[argnums[k]]`` (vjp) or the tangent of ``outputs[k]`` (jvp), given ``seeds``:
+    (output, cotangent) pairs (vjp) or one tangent per argnum (jvp). A result that is one of
+    the walk's own inputs (the identity function's) is None: nothing to tell apart."""
+
+    api: str  # the API that asked: "grad", "value_and_grad", "vjp", "jvp"
+    mode: str  # "vjp" or "jvp"
+    outputs: list  # ArrayDescs of the forward function's outputs
+    primals: list  # ArrayDescs standing for the differentiated arguments
+    argnums: list
+    seeds: list
+    results: list
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list]:
+    """Collect a ``Transformation`` for every vjp / jvp walk in this context (this thread)."""
+    found: list = []
+    token = _RECORDING.set(found)
+    try:
+        yield found
+    finally:
+        _RECORDING.reset(token)
+
+
+def _record(api: str, mode: str, outputs: list, primals: list, argnums: Sequence[int],
+            seeds: list, results: list) -> None:
+    found = _RECORDING.get()
+    if found is None:
+        return
+    seen = {id(d) for d in outputs + primals}
+    for s in seeds:
+        seen.add(id(s[1] if isinstance(s, tuple) else s))
+    results = [None if id(r) in seen else r for r in results]
+    found.append(Transformation(api, mode, list(outputs), list(primals), list(argnums),
+                                list(seeds), results))
 
 
 def is_backward(node: Node) -> bool:
@@ -108,8 +157,9 @@ def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
 
 
 def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence[tuple],
-             argnums: Sequence[int]) -> list[array]:
-    """Cotangents of ``primals[argnums]`` given ``seeds`` = (output index, cotangent)."""
+             argnums: Sequence[int], api: str = "vjp") -> list[array]:
+    """Cotangents of ``primals[argnums]`` given ``seeds`` = (output index, cotangent);
+    ``api`` names the caller for ``recording``."""
     from ..ops import add, astype
 
     pdescs = [p._d for p in primals]
@@ -118,11 +168,13 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
     out_descs = [o._d for o in outputs]
     tape = _tape(out_descs, pdescs, active, keep)
     cmap: dict = {}
+    seeded: list = []  # (output desc, cotangent desc), for recording
     for i, cot in seeds:
         o = out_descs[i]
         if id(o) not in cmap:  # MLX inserts: a repeated output keeps its first cotangent
             cmap[id(o)] = astype(cot, o.dtype) if cot.dtype != o.dtype else cot
             _SEEDS.add(cmap[id(o)]._d)
+            seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
     for node in reversed(tape):
         outs = [r() for r in node.outputs]
@@ -151,6 +203,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         g = cmap.get(id(pdescs[i]))
         grads.append(g if g is not None else _zeros_like(pdescs[i]))
     _mark(out_descs, grads)
+    _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
     return grads
 
 
@@ -163,9 +216,9 @@ def _mark(forward: Sequence[ArrayDesc], grads: Sequence[array]) -> None:
 
 
 def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],
-            argnums: Optional[Sequence[int]] = None) -> list[array]:
+            argnums: Optional[Sequence[int]] = None, api: str = "jvp") -> list[array]:
     """Tangents of ``outputs`` given the tangents of ``primals[argnums]`` (all by default;
-    the other primals only end the walk)."""
+    the other primals only end the walk); ``api`` names the caller for ``recording``."""
     from ..ops import astype
 
     pdescs = [p._d for p in primals]
@@ -194,4 +247,5 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
     for d in out_descs:
         t = tmap.get(id(d))
         res.append(t if t is not None else _zeros_like(d))
+    _record(api, "jvp", out_descs, pdescs, argnums, [t._d for t in tangents], [r._d for r in res])
     return res
