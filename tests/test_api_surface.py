@@ -35,9 +35,7 @@ MISSING = {
         "export_function", "import_function", "exporter", "FunctionExporter")},
     "save_gguf": (19, "GGUF needs the gguf library (issue 19: a kept library per format)"),
     **{n: (18, "being built in this issue") for n in (
-        "ThreadLocalStream", "from_dlpack", "get_array_buffer_size", "load", "save", "savez",
-        "savez_compressed", "save_safetensors", "new_thread_local_stream",
-        "new_thread_unsafe_stream")},
+        "ThreadLocalStream", "new_thread_local_stream", "new_thread_unsafe_stream")},
     "fast": (19, "mx.fast (metal_kernel / cuda_kernel: issue 20)"),
     "distributed": (22, "mx.distributed over MPI / NCCL"),
 }
@@ -47,8 +45,7 @@ IN_PROGRESS = {"vmap"}
 MISSING_SUBMODULES = {"fast": 19, "distributed": 22}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
 MISSING_IN_SUBMODULE: dict = {("fft", "stft"): (18, "being built"), ("fft", "istft"): (18, "being built")}
-MISSING_METHODS: dict = {n: (18, "being built") for n in (  # methods of mlx.core.array
-    "__array_namespace__", "__bytes__", "__dlpack__", "__dlpack_device__")}
+MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 
 # MLX's declared signature (the nb_sig text) and its binding disagree; tapescope follows the
 # binding, and test_declared_signature_differs_from_binding shows the binding's behaviour.

@@ -1,5 +1,7 @@
 """tapescope.core — the MLX-compatible array API: ``import tapescope.core as mx``."""
 
+__version__ = "0.32.4"  # the MLX release whose Python API tapescope.core follows
+
 from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
 from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
 from . import array_view as _array_view  # noqa: F401  (a.view(dtype))
@@ -19,6 +21,8 @@ from .printing import PrintOptions, get_printoptions, printoptions, set_printopt
 from . import cuda, metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401
+from .interop import from_dlpack, get_array_buffer_size  # noqa: F401
+from .serialize import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401
 from .autodiff import (  # noqa: F401,E402
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp,

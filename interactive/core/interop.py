@@ -1,0 +1,90 @@
+"""Exchanging arrays with other libraries: DLPack both ways (``mx.from_dlpack``,
+``x.__dlpack__``, ``x.__dlpack_device__``), ``x.__array_namespace__``, ``bytes(x)``, and
+``mx.get_array_buffer_size`` (MLX's python/src/array.cpp and python/src/memory.cpp)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import array
+from .device import incompatible
+from .tree import tree_arrays
+
+_FROM_DLPACK_SIG = "from_dlpack(x: DLPackCompatible, /, *, copy: bool | None = None) -> array"
+
+
+def from_dlpack(x: Any, /, *, copy: Optional[bool] = None) -> array:
+    """Create an array from an object that supports DLPack.
+
+    The data is always copied into tapescope's allocator (``copy=False`` copies too: the
+    runtime recycles its buffers, so it cannot hold memory it does not own)."""
+    if isinstance(x, np.generic):  # numpy scalars: MLX's binding takes them too
+        x = np.asarray(x)
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")) or not (
+            copy is None or isinstance(copy, bool)):
+        raise incompatible("from_dlpack", _FROM_DLPACK_SIG, x,
+                           **({} if copy is None else {"copy": copy}))
+    if isinstance(x, array):
+        return array(x._numpy().copy(), x.dtype)
+    return array(np.array(np.from_dlpack(x), copy=True))  # float64 -> float32, as MLX
+
+
+def get_array_buffer_size(*args: Any) -> int:
+    """The size in bytes of the unique buffers backing the arrays (trees of arrays; other
+    leaves are ignored); the arrays must be evaluated."""
+    seen, total = set(), 0
+    for a in tree_arrays(list(args)):
+        d = a._d
+        if d.node is not None:
+            raise ValueError("[get_array_buffer_size] Arrays must be evaluated before querying "
+                             "buffer size.")
+        if d.buffer is not None:
+            key, size = id(d.buffer.buffer), d.buffer.buffer.size
+        else:
+            key, size = id(d.data.base if d.data.base is not None else d.data), d.data.nbytes
+        if key not in seen:
+            seen.add(key)
+            total += size
+    return total
+
+
+def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
+            dl_device: Optional[tuple] = None, copy: Optional[bool] = None) -> Any:
+    """The array as a DLPack capsule (read-only; a copy for consumers older than DLPack 1.0,
+    which cannot be told that it is read-only)."""
+    from .array import _export_view
+
+    if self.dtype == _dt.bfloat16:
+        raise RuntimeError("Unsupported dtype in DLTensor.")
+    data = self._numpy()
+    if copy or max_version is None or tuple(max_version) < (1, 0):
+        return np.array(data, copy=True).__dlpack__(stream=stream)
+    view = _export_view(data, self._d.buffer)
+    return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+
+def _dlpack_device(self: array) -> tuple:
+    """``(device type, device id)`` in DLPack's numbering: (1, 0) is the CPU."""
+    return (1, 0)
+
+
+def _array_namespace(self: array, api_version: Optional[str] = None) -> Any:
+    """The array API namespace: ``tapescope.core``."""
+    return sys.modules["tapescope.core"]
+
+
+def _bytes(self: array) -> bytes:
+    """The array's bytes in row-major order."""
+    return np.ascontiguousarray(self._numpy()).tobytes()
+
+
+array.__dlpack__ = _dlpack
+array.__dlpack_device__ = _dlpack_device
+array.__array_namespace__ = _array_namespace
+array.__bytes__ = _bytes
+_dlpack.__name__, _dlpack_device.__name__ = "__dlpack__", "__dlpack_device__"
+_array_namespace.__name__, _bytes.__name__ = "__array_namespace__", "__bytes__"

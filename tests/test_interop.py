@@ -1,0 +1,105 @@
+"""DLPack both ways, __array_namespace__, bytes(x), get_array_buffer_size and __version__,
+against MLX itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapescope.core as mx
+from conftest import mlx_ref, requires_mlx
+from mlx_compare import outcome
+
+NP_DTYPES = [np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
+             np.int64, np.float16, np.float32, np.float64, np.complex64, np.complex128]
+MX_NAMES = ["bool_", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+            "float16", "bfloat16", "float32", "float64", "complex64"]
+shapes = st.lists(st.integers(1, 4), min_size=0, max_size=3)
+
+
+def _strided(np_x: np.ndarray, step: int, transpose: bool) -> np.ndarray:
+    x = np_x[::step] if np_x.ndim else np_x
+    return x.T if transpose else x
+
+
+@requires_mlx
+@settings(max_examples=30)
+@given(dt=st.sampled_from(NP_DTYPES), shape=shapes, step=st.integers(1, 2), tr=st.booleans())
+def test_from_dlpack_of_numpy_matches_mlx(dt, shape, step, tr):
+    src = _strided((np.arange(int(np.prod(shape))).reshape(shape) * 7 - 3).astype(dt), step, tr)
+    want, got = mlx_ref.from_dlpack(src), mx.from_dlpack(src)
+    assert str(got.dtype) == str(want.dtype)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+@requires_mlx
+@settings(max_examples=30)
+@given(name=st.sampled_from(MX_NAMES), shape=shapes, transpose=st.booleans())
+def test_numpy_from_dlpack_of_array_matches_mlx(name, shape, transpose):
+    def make(m):
+        x = m.reshape(m.arange(int(np.prod(shape))) * 5 - 7, shape).astype(getattr(m, name))
+        return m.transpose(x) if transpose else x
+
+    assert outcome(mlx_ref, "M.__dlpack_device__()", M=make) is None
+    assert make(mx).__dlpack_device__() == make(mlx_ref).__dlpack_device__()
+    want = outcome(mlx_ref, "np.from_dlpack(x)", x=make, np=lambda m: np)
+    got = outcome(mx, "np.from_dlpack(x)", x=make, np=lambda m: np)
+    assert got == want
+    if want is None:
+        a, b = np.from_dlpack(make(mx)), np.from_dlpack(make(mlx_ref))
+        assert a.dtype == b.dtype and not a.flags.writeable
+        np.testing.assert_array_equal(a, b)
+        assert bytes(make(mx)) == bytes(make(mlx_ref))
+
+
+def test_from_dlpack_round_trip_and_errors():
+    x = mx.array([[1.5, 2.5], [3.5, 4.5]])
+    y = mx.from_dlpack(x)
+    assert y.tolist() == x.tolist() and y.dtype == mx.float32
+    assert mx.from_dlpack(np.arange(3), copy=True).tolist() == [0, 1, 2]
+    if mlx_ref is not None:
+        for src in ("M.from_dlpack([1, 2])", "M.from_dlpack(3)"):
+            assert outcome(mx, src) == outcome(mlx_ref, src)
+
+
+def test_from_dlpack_copies_so_the_source_can_change():
+    src = np.arange(4, dtype=np.float32)
+    y = mx.from_dlpack(src)
+    src[0] = 99
+    assert y.tolist() == [0, 1, 2, 3]
+
+
+def test_array_namespace_is_the_module():
+    x = mx.array([1, 2])
+    assert x.__array_namespace__() is mx
+    assert x.__array_namespace__(api_version="2023.12") is mx
+
+
+@requires_mlx
+def test_get_array_buffer_size_counts_each_buffer_once_as_mlx():
+    def case(m):
+        m.clear_cache()  # sizes are of the buffers handed out: none reused from the cache
+        a = m.reshape(m.arange(6), (2, 3))
+        s, t, z, u = a[:, 1:], a.T, m.zeros((1000,)), m.zeros((3,), m.uint8)
+        m.eval(a, s, t, z, u)
+        f = m.get_array_buffer_size
+        return [f(a), f(s), f(a, t, {"x": [a, 3]}, "leaf"), f(z), f(u), f(), f(a, z, u)]
+
+    assert case(mx) == case(mlx_ref)
+    for src in ("M.get_array_buffer_size(M.arange(3) + 1)",):
+        assert outcome(mx, src) == outcome(mlx_ref, src)
+
+
+@requires_mlx
+def test_version_is_mlx_release_followed():
+    assert mx.__version__ == mlx_ref.__version__
+
+
+@pytest.mark.parametrize("name", MX_NAMES)
+def test_bytes_is_row_major_data(name):
+    x = mx.transpose(mx.reshape(mx.arange(6), (2, 3))).astype(getattr(mx, name))
+    host = np.asarray(x._numpy())
+    assert bytes(x) == np.ascontiguousarray(host).tobytes()
