@@ -19,13 +19,13 @@ import numpy as np
 
 __all__ = ["SECTIONS", "Memory", "ArrayResult", "DeviceRun", "CellReport", "memory_now",
            "cache_counts", "eval_progress", "primitive_counts", "memory_summary",
-           "cache_summary", "timeline_svg", "memory_html", "cache_html"]
+           "cache_summary", "events_html", "memory_html", "cache_html"]
 
 SECTIONS = ("graph", "tapes", "kernels", "check", "memory", "cache", "events")
 ALLOC_KINDS = ("alloc", "cache_reuse", "free_to_cache", "free", "evict", "release")
 EVENT_KINDS = ("event_signal", "event_wait", "fence_update", "fence_wait", "event_detach")
 MAX_ROWS = 200  # rows of a record table before "... more"
-MAX_DRAWN = 3000  # timeline marks drawn before the rest are only counted
+PAGE_ROWS, PAGES = 20, 9  # a long record table: 20 rows, then up to 9 closed pages of 20
 
 
 @dataclass
@@ -178,10 +178,11 @@ def _bytes(n: int) -> str:
     return fmt_bytes(n)
 
 
-def _table(head: list, rows: list, cls: str = "", limit: int = MAX_ROWS, raw: tuple = ()) -> str:
+def _table(head: list, rows: list, cls: str = "", limit: int = MAX_ROWS, raw: tuple = (),
+           pages: int = 0) -> str:
     from tapescope.viz.theme import table
 
-    return table(head, rows, cls, limit=limit, raw=raw)
+    return table(head, rows, cls, limit=limit, raw=raw, pages=pages)
 
 
 def _section(title: str, body: str, open_: bool = False) -> str:
@@ -217,8 +218,35 @@ def memory_html(before: Optional[Memory], after: Memory, records: list) -> str:
         out += _section(f"allocator records ({len(recs)})", _table(
             ["at", "record", "bytes", "device"],
             [(fmt_ns(r.start_ns - t0), r.kind, _bytes(r.nbytes), r.device or "") for r in recs],
-            "tapescope-alloc-records", limit=20))
+            "tapescope-alloc-records", limit=PAGE_ROWS, pages=PAGES))
     return out
+
+
+def memory_plot_html(before: Optional[Memory], records: list) -> str:
+    """Active / cache / peak memory over the cell (plotly's static HTML; "" without plotly or
+    allocator records)."""
+    from tapescope.viz.memory import MemoryTracker, static_figure
+    from tapescope.viz.theme import plot_html
+
+    if before is None or not any(r.kind in ALLOC_KINDS for r in records):
+        return ""
+    try:
+        tracker = MemoryTracker(anchor={"active": before.active, "cache": before.cache, "peak": before.peak})
+        tracker.feed(records)
+        return plot_html(static_figure(tracker))
+    except ImportError:
+        return ""
+
+
+def events_html(records: list) -> str:
+    """The cell's events: the timeline (plotly's static HTML) and the counts per kind."""
+    try:
+        from tapescope.viz.events import snapshot_html
+
+        return snapshot_html(records, style=False)
+    except ImportError:  # plotly missing
+        counts = Counter(r.kind for r in records if r.kind in EVENT_KINDS or r.kind == "primitive")
+        return _table(["kind", "count"], sorted(counts.items()), "ts-event-counts")
 
 
 def cache_html(records: list, before: dict, after: dict) -> str:
@@ -231,104 +259,14 @@ def cache_html(records: list, before: dict, after: dict) -> str:
     if s["builds"]:
         out += _table(["kernel", "from", "variant", "compile ms"],
                       [(_kname(n), o, v, f"{ms:.1f}") for n, o, v, ms in s["builds"]],
-                      "tapescope-builds", raw=(0,))
+                      "tapescope-builds", raw=(0,), limit=PAGE_ROWS, pages=PAGES)
     if s["launches"]:
         out += _table(["kernel", "launches"], [(_kname(n), c) for n, c in sorted(s["launches"].items())],
-                      "tapescope-launches", raw=(0,))
+                      "tapescope-launches", raw=(0,), limit=PAGE_ROWS, pages=PAGES)
     if s["fallbacks"]:
         out += _table(["kernel", "why numpy ran it"], [(_kname(n), w) for n, w in s["fallbacks"]],
-                      "tapescope-fallbacks", raw=(0,))
+                      "tapescope-fallbacks", raw=(0,), limit=PAGE_ROWS, pages=PAGES)
     return out
-
-
-# -- the events timeline (SVG) ----------------------------------------------------------------
-
-_COLORS = {"primitive": "#6b9bd1", "event_signal": "#2a9d3a", "event_wait": "#e69f00",
-           "fence_update": "#6a3d9a", "fence_wait": "#cc79a7", "event_detach": "#999999",
-           "kernel_build": "#8c564b", "kernel_launch": "#17becf", "kernel_fallback": "#d62728",
-           "eval_begin": "#333333", "eval_end": "#333333"}
-
-
-def timeline_svg(records: list, width: int = 860, lane_h: int = 26) -> str:
-    """A static SVG timeline (the snapshot of the events widget): one lane per stream (plus
-    'host'), boxes for primitives and waits, ticks for signals and fence updates, a red line at
-    an interrupt; a time axis with units and a legend of the kinds drawn. Text uses the
-    theme's colour (``currentColor``), so it reads in light and dark themes."""
-    from tapescope.viz.theme import fmt_ns
-
-    shown = [r for r in records if r.kind in _COLORS or r.kind == "interrupt"]
-    if not shown:
-        return "<p>No stream activity was recorded.</p>"
-    t0 = min(r.start_ns for r in shown)
-    t1 = max(max(r.end_ns, r.start_ns) for r in shown)
-    span = max(t1 - t0, 1)
-    lanes = sorted({r.stream for r in shown if r.stream is not None})
-    names = [f"stream {s}" for s in lanes]
-    if any(r.stream is None and r.kind != "interrupt" for r in shown):
-        names.append("host")
-    lane_of = {s: i for i, s in enumerate(lanes)}
-    left, top = 80, 18
-    plot_w = width - left - 20
-    kinds = [k for k in _COLORS if any(r.kind == k for r in shown)]
-    legend_rows = (len(kinds) + 3) // 4
-    height = top + lane_h * len(names) + 34 + 16 * legend_rows
-
-    def x(ns: int) -> float:
-        return left + (ns - t0) / span * plot_w
-
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='100%' "
-             f"style='max-width:{width}px' class='tapescope-events' font-family='sans-serif' "
-             f"font-size='11' fill='currentColor'>"]
-    for i, n in enumerate(names):
-        y = top + i * lane_h
-        parts.append(f"<rect x='{left}' y='{y}' width='{plot_w}' height='{lane_h - 4}' "
-                     f"fill='#94a3b8' fill-opacity='0.15'/>")
-        parts.append(f"<text x='4' y='{y + lane_h / 2 + 2}'>{_e(n)}</text>")
-    drawn = 0
-    for r in shown:
-        if r.kind == "interrupt":
-            xi = x(r.start_ns)
-            parts.append(f"<line x1='{xi:.1f}' y1='{top - 4}' x2='{xi:.1f}' "
-                         f"y2='{top + lane_h * len(names)}' stroke='red' stroke-width='2'>"
-                         f"<title>interrupt</title></line>")
-            continue
-        if drawn >= MAX_DRAWN:
-            continue
-        drawn += 1
-        i = lane_of.get(r.stream, len(names) - 1)
-        y = top + i * lane_h
-        label = r.kind + (f" {r.name}" if r.name else "") + (f" node {r.node}" if r.node is not None else "")
-        if r.detail:
-            label += " " + ", ".join(f"{k}={v}" for k, v in r.detail.items() if k != "source")
-        c = _COLORS[r.kind]
-        if r.kind in ("primitive", "event_wait", "fence_wait", "kernel_build", "kernel_launch",
-                      "kernel_fallback"):
-            x0, x1 = x(r.start_ns), x(max(r.end_ns, r.start_ns))
-            hy = 4 if r.kind.endswith("wait") else 2
-            parts.append(f"<rect x='{x0:.1f}' y='{y + hy}' width='{max(x1 - x0, 1.0):.1f}' "
-                         f"height='{lane_h - 4 - 2 * hy}' fill='{c}'><title>{_e(label)}</title></rect>")
-        else:
-            xs = x(r.start_ns)
-            parts.append(f"<line x1='{xs:.1f}' y1='{y}' x2='{xs:.1f}' y2='{y + lane_h - 4}' "
-                         f"stroke='{c}' stroke-width='2'><title>{_e(label)}</title></line>")
-    ya = top + lane_h * len(names)
-    parts.append(f"<line x1='{left}' y1='{ya}' x2='{left + plot_w}' y2='{ya}' stroke='currentColor' "
-                 "stroke-opacity='0.5'/>")
-    for j in range(5):
-        tx = left + plot_w * j / 4
-        anchor = "start" if j == 0 else "end" if j == 4 else "middle"
-        parts.append(f"<line x1='{tx:.1f}' y1='{ya}' x2='{tx:.1f}' y2='{ya + 4}' stroke='currentColor'/>"
-                     f"<text x='{tx:.1f}' y='{ya + 15}' text-anchor='{anchor}'>"
-                     f"{_e(fmt_ns(span * j / 4))}</text>")
-    for j, k in enumerate(kinds):
-        lx, ly = left + (j % 4) * (plot_w / 4), ya + 30 + 16 * (j // 4)
-        parts.append(f"<rect x='{lx:.1f}' y='{ly - 9}' width='10' height='10' fill='{_COLORS[k]}'/>"
-                     f"<text x='{lx + 14:.1f}' y='{ly}'>{_e(k.replace('_', ' '))}</text>")
-    if drawn >= MAX_DRAWN:
-        parts.append(f"<text x='{left + plot_w / 2}' y='{top - 6}' text-anchor='middle'>first "
-                     f"{MAX_DRAWN} of {len(shown)} records drawn</text>")
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -638,7 +576,7 @@ class CellReport:
                 body += _section(f"primitives run ({len(prims)}, from the timeline)", _table(
                     ["at", "primitive", "node", "stream", "took", "bytes"],
                     [(fmt_ns(p.start_ns - t0), p.name, p.node, p.stream, fmt_ns(p.end_ns - p.start_ns),
-                      _bytes(p.nbytes)) for p in prims], "tapescope-primitives", limit=20),
+                      _bytes(p.nbytes)) for p in prims], "tapescope-primitives", limit=PAGE_ROWS, pages=PAGES),
                     open_=not r.graphs)
             if body:
                 out.append(("Graph", body))
@@ -650,11 +588,13 @@ class CellReport:
             out.append(("Check", body))
         if "memory" in self.show and r.memory_after is not None and (
                 any(x.kind in ALLOC_KINDS for x in r.records) or r.error is None):
-            out.append(("Memory", memory_html(r.memory_before, r.memory_after, r.records)))
+            out.append(("Memory", memory_plot_html(r.memory_before, r.records)
+                        + memory_html(r.memory_before, r.memory_after, r.records)))
         if "cache" in self.show and (any(x.kind.startswith("kernel_") for x in r.records)):
             out.append(("Cache", cache_html(r.records, r.cache_before, r.cache_after)))
-        if "events" in self.show and any(x.kind in _COLORS or x.kind == "interrupt" for x in r.records):
-            out.append(("Events", timeline_svg(r.records)))
+        if "events" in self.show and any(x.kind in EVENT_KINDS or x.kind in ("primitive", "interrupt")
+                                         for x in r.records):
+            out.append(("Events", events_html(r.records)))
         return out
 
     def _run_html(self, r: DeviceRun) -> str:

@@ -543,7 +543,7 @@ def _events_view() -> _HTML:
     recs = [r for r in rep.run.records if r.kind in cr.EVENT_KINDS or r.kind == "interrupt"]
     text = f"{len(recs)} event record(s) in the last %%mlx cell" + "".join(
         f"\n  {r.kind} stream={r.stream} {r.detail}" for r in recs[:50])
-    return _HTML(cr.timeline_svg(rep.run.records), text)
+    return _HTML(cr.events_html(rep.run.records), text)
 
 
 def mlx_line(shell: Any, line: str) -> Any:

@@ -304,9 +304,10 @@ def test_line_memory_cache_and_events(ip):
     assert kinds & {"fence_wait", "fence_update", "event_wait", "event_signal"}
     assert ev.layout.counts["fence_update"] + ev.layout.counts["event_signal"] > 0
     assert ev.layout.arrows  # the fence: from stream s2's update to the other stream's wait
-    static = cell_report.timeline_svg(magic.last_report().run.records)
+    static = cell_report.events_html(magic.last_report().run.records)  # the static report's
     for s in streams:
-        assert f"stream {s}</text>" in static
+        assert f"stream {s}" in static
+    assert "plotly-graph-div" in static and "fence update" in static
 
 
 # -- a real kernel ---------------------------------------------------------------------------

@@ -18,7 +18,8 @@ pytest.importorskip("ipykernel")
 CELLS = [
     "%load_ext tapescope\nimport numpy as np, tapescope\nfrom tapescope import viz",
     "%%mlx --compile\nx = mx.array(np.linspace(0, 1, 256, dtype=np.float32))\ny = mx.exp(x) * 2 + x",
-    "viz.MemoryWidget(live=False)",
+    "import tapescope.core as mx\nwith tapescope.record() as rec:\n    mx.eval(mx.zeros((4096,)) + 1)\n"
+    "viz.MemoryWidget(rec.records, live=False)",
     "viz.CacheWidget()",
     "viz.EventsWidget()",
 ]
@@ -58,3 +59,6 @@ def test_nbconvert_html_without_widget_state_shows_the_snapshots(executed):
     assert "largest live buffers" in html and "memory limit" in html  # MemoryWidget
     assert "kernel cache:" in html and "Exp" in html  # CacheWidget: the compiled kernel's name
     assert "events:" in html and "primitive run" in html  # EventsWidget
+    # plots drawn by plotly (its HTML and script): the %%mlx cell's memory and events, the
+    # MemoryWidget's and the EventsWidget's
+    assert html.count("class=\"plotly-graph-div\"") >= 4 and "Plotly.newPlot" in html

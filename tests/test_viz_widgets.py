@@ -173,3 +173,28 @@ def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect()
     # the Kernels tab: each kernel's tape and its three sources side by side
     kernels = dict(report.sections(report.run))["Kernels"]
     assert kernels.count("<th>CUDA</th>") == 2 and kernels.count("tapescope-tape'") == 2
+
+
+def test_static_snapshots_carry_plotly_figures_of_the_records():
+    from tapescope.viz import events, memory
+
+    with tapescope.record() as rec:
+        keep = [mx.zeros((1 << 14,)) + i for i in range(6)]
+        mx.eval(*keep)
+        del keep
+    tracker = memory.MemoryTracker(rec.records)
+    fig = memory.static_figure(tracker)
+    mib = 1024 * 1024
+    # the lines are the tracker's series in MiB; the series ends at the allocator's counters
+    assert list(fig.data[0].y) == [v / mib for v in tracker.series["active"]]
+    assert fig.data[0].y[-1] == mx.get_active_memory() / mib
+    allocs = sum(1 for r in rec.records if r.kind in ("alloc", "cache_reuse", "free_to_cache", "free", "evict"))
+    assert len(fig.data[0].x) == allocs
+    snap = memory.snapshot_html(tracker, memory.memory_figures())
+    assert "plotly-graph-div" in snap and "Plotly.newPlot" in snap
+    # the events figure: one trace per kind, its legend counting that kind's records
+    efig = events.events_figure(rec.records, widget=False)
+    prims = sum(1 for r in rec.records if r.kind == "primitive")
+    (bar,) = [t for t in efig.data if t.name.startswith("primitive run")]
+    assert bar.name == f"primitive run ({prims})" and len(bar.x) == prims
+    assert "plotly-graph-div" in events.snapshot_html(rec.records)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .theme import esc, fmt_ns, style_tag, table
+from .theme import esc, fmt_ns, plot_html, style_tag, table
 from .trace import KINDS, layout
 
 __all__ = ["EventsWidget", "events_figure", "snapshot_html", "counts_html"]
@@ -22,15 +22,18 @@ def counts_html(lay: Any) -> str:
     return table(["kind", "count"], rows, "ts-event-counts", limit=len(rows) + 1, raw=(0,))
 
 
-def snapshot_html(records: list) -> str:
-    """A static view: lanes, span, counts per kind, how many signal → wait arrows."""
+def snapshot_html(records: list, style: bool = True, max_marks: int = 800) -> str:
+    """A static view: the timeline (plotly's HTML, at most ``max_marks`` marks), lanes, span,
+    counts per kind, how many signal → wait arrows (``style``: with the stylesheet)."""
     lay = layout(records)
+    css = style_tag() if style else ""
     if not lay.lanes:
-        return (f"{style_tag()}<div class='tapescope'><p>No events were recorded (no eval ran while "
+        return (f"{css}<div class='tapescope'><p>No events were recorded (no eval ran while "
                 "recording).</p></div>")
-    return (f"{style_tag()}<div class='tapescope ts-events-snapshot'><div class='ts-headline'>events: "
+    return (f"{css}<div class='tapescope ts-events-snapshot'><div class='ts-headline'>events: "
             f"{sum(lay.counts.values())} record(s) over {fmt_ns(lay.span)} on "
-            f"{', '.join(lay.lanes)}</div>{counts_html(lay)}<p>{len(lay.arrows)} signal → wait "
+            f"{esc(', '.join(lay.lanes))}</div>{plot_html(events_figure(records, False, max_marks))}"
+            f"{counts_html(lay)}<p>{len(lay.arrows)} signal → wait "
             "arrow(s). The live view is a zoomable timeline; <code>tapescope.export_trace(path)</code> "
             "writes these records for Perfetto or chrome://tracing.</p></div>")
 

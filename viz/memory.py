@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from tapescope.kernels import timeline
 
-from .theme import esc, fmt_bytes, fmt_ns, style_tag, table
+from .theme import esc, fmt_bytes, fmt_ns, plot_html, style_tag, table
 
-__all__ = ["MemoryTracker", "MemoryWidget", "memory_figures"]
+__all__ = ["MemoryTracker", "MemoryWidget", "memory_figures", "static_figure", "snapshot_html"]
 
 MAX_POINTS = 2000
 # active / cache change per allocator record kind (release follows free or evict: no change)
@@ -129,15 +129,43 @@ def _buffers_html(rows: list) -> str:
                   for b, n, node, prim in rows], "ts-buffers")
 
 
+def static_figure(tracker: MemoryTracker, points: int = 400) -> Any:
+    """The memory plot of ``tracker`` as a plain plotly Figure (at most ``points`` samples, the
+    series thinned evenly), or None without plotly or samples."""
+    if len(tracker.times) < 2:  # one sample draws nothing
+        return None
+    fig = _figure(widget=False)
+    if fig is None:
+        return None
+    step = max(1, -(-len(tracker.times) // points))
+    keep = list(range(0, len(tracker.times), step))
+    if keep[-1] != len(tracker.times) - 1:
+        keep.append(len(tracker.times) - 1)
+    _fill(fig, [tracker.times[i] for i in keep],
+          {k: [v[i] for i in keep] for k, v in tracker.series.items()})
+    return fig
+
+
+def _fill(fig: Any, times: list, series: dict) -> None:
+    """Put the active / cache / peak series (bytes) into ``fig``'s three lines (MiB)."""
+    mib = 1 / (1024 * 1024)
+    with fig.batch_update():
+        for i, k in enumerate(("active", "cache", "peak")):
+            fig.data[i].x = times
+            fig.data[i].y = [v * mib for v in series[k]]
+
+
 def snapshot_html(tracker: MemoryTracker, figures: dict, title: str = "memory (cpu)") -> str:
-    """A static view: the figures now, the series as a table of its extremes, the largest buffers."""
+    """A static view: the figures now, the plot over time (plotly's HTML), the series' extremes,
+    the largest buffers."""
     span = tracker.times[-1] - tracker.times[0] if len(tracker.times) > 1 else 0.0
     trend = (f"<p>{len(tracker.times)} samples over {fmt_ns(span * 1e9)}: active "
              f"{fmt_bytes(min(tracker.series['active']))} … {fmt_bytes(max(tracker.series['active']))}, "
              f"cache {fmt_bytes(min(tracker.series['cache']))} … {fmt_bytes(max(tracker.series['cache']))}"
              "</p>") if tracker.times else ""
     return (f"{style_tag()}<div class='tapescope ts-memory-snapshot'><div class='ts-headline'>"
-            f"{esc(title)}</div>{_figures_html(figures)}{trend}<p><b>largest live buffers</b></p>"
+            f"{esc(title)}</div>{_figures_html(figures)}{plot_html(static_figure(tracker))}{trend}"
+            "<p><b>largest live buffers</b></p>"
             f"{_buffers_html(tracker.largest())}</div>")
 
 
@@ -243,12 +271,7 @@ class MemoryWidget:
                                  f"updated {time.strftime('%H:%M:%S')} · update #{self.updates + 1}</span>")
             self.buffers_html.value = _buffers_html(self.tracker.largest())
             if self.figure is not None:
-                t = self.tracker.times
-                mib = 1 / (1024 * 1024)
-                with self.figure.batch_update():
-                    for i, k in enumerate(("active", "cache", "peak")):
-                        self.figure.data[i].x = t
-                        self.figure.data[i].y = [v * mib for v in self.tracker.series[k]]
+                _fill(self.figure, self.tracker.times, self.tracker.series)
             self.updates += 1
 
     def start(self) -> None:
@@ -308,12 +331,13 @@ class MemoryWidget:
                 f"cache_limit={f['cache_limit']}, memory_limit={f['memory_limit']})")
 
 
-def _figure() -> Any:
-    """The plotly FigureWidget of active / cache / peak memory (None without plotly)."""
+def _figure(widget: bool = True) -> Any:
+    """The plotly figure of active / cache / peak memory, empty (a FigureWidget when ``widget``;
+    None without plotly)."""
     try:
         import plotly.graph_objects as go
 
-        fig = go.FigureWidget()
+        fig = go.FigureWidget() if widget else go.Figure()
     except Exception:  # noqa: BLE001 - plotly or anywidget missing: figures only
         return None
     for name, color, dash in (("active", "#2563eb", None), ("cache", "#16a34a", None),

@@ -8,7 +8,7 @@ import html
 from typing import Any, Iterable, Optional
 
 __all__ = ["CSS", "style_tag", "esc", "fmt_bytes", "fmt_delta_bytes", "fmt_ns", "table",
-           "short_name", "details"]
+           "short_name", "details", "plot_html"]
 
 
 def esc(x: Any) -> str:
@@ -159,6 +159,7 @@ CSS = """
 .tapescope .ts-page > summary, .tapescope-cell .ts-page > summary { font-weight: normal;
   color: var(--jp-content-font-color2, #6b7280); }
 .tapescope .plotly-graph-div:empty, .tapescope-cell .plotly-graph-div:empty { display: none; }
+.tapescope .ts-plot, .tapescope-cell .ts-plot { max-width: 100%; overflow-x: auto; }
 """
 
 
@@ -207,6 +208,21 @@ def collapsed_source(source: str, language: str = "c", lines: int = 12, focus: s
             f"helpers above)</span>" if at else "")
     more = details(f"show all {len(all_lines)} lines", highlight(source, language))
     return f"<div class='ts-source'>{note}{highlight(head, language)}{more}</div>"
+
+
+def plot_html(fig: Any) -> str:
+    """A plotly figure as static HTML: plotly's own div and script (plotly.js from its CDN, the
+    figure's data inline), as nbconvert HTML shows it; where scripts do not run (GitHub, an
+    untrusted notebook) the empty div is hidden and the tables beside it carry the figures.
+    "" for None (plotly missing)."""
+    if fig is None:
+        return ""
+    import plotly.io as pio
+
+    return ("<div class='ts-plot'>" + pio.to_html(
+        fig, full_html=False, include_plotlyjs="cdn", default_width="100%",
+        default_height=f"{int(fig.layout.height or 260)}px",
+        config={"displaylogo": False, "responsive": True}) + "</div>")
 
 
 # A widget is shown as two outputs: its HTML snapshot, then the live view. In JupyterLab (and
