@@ -182,6 +182,12 @@ def existing_worker(index: int) -> Optional[StreamWorker]:
     return _workers.get(index)
 
 
+def on_worker() -> bool:
+    """Whether the calling thread is a stream's worker thread."""
+    me = threading.get_ident()
+    return any(w.thread_id == me for w in list(_workers.values()))
+
+
 def stop_workers() -> None:
     """Drain and stop every worker thread (they restart on next use)."""
     with _workers_lock:

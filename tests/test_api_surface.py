@@ -22,7 +22,6 @@ _CONV, _QUANT, _MM, _NEWOPS = ("convolutions", "quantization", "the matmul famil
                                "new op families")
 # Public names of mlx.core that tapescope.core lacks: name -> (open issue, why).
 MISSING = {
-    "vmap": (17, "vmap is being built (issue 17)"),
     **{n: (19, _CONV) for n in ("conv1d", "conv2d", "conv3d", "conv_general", "conv_transpose1d",
                                 "conv_transpose2d", "conv_transpose3d", "convolve")},
     **{n: (19, _QUANT) for n in ("quantize", "dequantize", "quantized_matmul", "gather_qmm",
@@ -34,13 +33,11 @@ MISSING = {
     **{n: (19, "export of functions (MLX's export format)") for n in (
         "export_function", "import_function", "exporter", "FunctionExporter")},
     "save_gguf": (19, "GGUF needs the gguf library (issue 19: a kept library per format)"),
-    **{n: (18, "being built in this issue") for n in (
-        "ThreadLocalStream", "new_thread_local_stream", "new_thread_unsafe_stream")},
     "fast": (19, "mx.fast (metal_kernel / cuda_kernel: issue 20)"),
     "distributed": (22, "mx.distributed over MPI / NCCL"),
 }
 # Being built by another engineer right now: may already be present in the working tree.
-IN_PROGRESS = {"vmap"}
+IN_PROGRESS: set = set()
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES = {"fast": 19, "distributed": 22}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).

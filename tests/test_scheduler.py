@@ -226,9 +226,10 @@ def test_eight_threads_evaluate_independent_graphs():
 
 
 def test_threads_sharing_one_graph_compute_it_once():
-    x = mx.array(np.arange(100, dtype=np.float32))
-    shared = mx.exp(x * 0.01)
-    outs = [shared + float(i) for i in range(8)]
+    with mx.stream(mx.new_thread_unsafe_stream(mx.cpu)):  # MLX 0.32: other threads may eval it
+        x = mx.array(np.arange(100, dtype=np.float32))
+        shared = mx.exp(x * 0.01)
+        outs = [shared + float(i) for i in range(8)]
     with tapescope.record() as rec:
         ts = [threading.Thread(target=mx.eval, args=(o,)) for o in outs]
         for t in ts:
@@ -277,8 +278,8 @@ def test_timeline_has_eval_primitive_and_event_records():
 
 
 def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch):
-    """Thread A evaluates a slow node inline on the default stream; thread B evaluates a
-    consumer of it on the same stream meanwhile: B waits for A's event and gets the right
+    """Thread A evaluates a slow node inline on a stream any thread may use (MLX 0.32's
+    new_thread_unsafe_stream); thread B evaluates a consumer of it on the same stream meanwhile: B waits for A's event and gets the right
     value (it must not find the input still lazy and stop)."""
     from tapescope.kernels import primitives
 
@@ -293,10 +294,11 @@ def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch)
     monkeypatch.setattr(exp, "rule", slow_exp)
     monkeypatch.setattr(exp, "takes_out", False)
     try:
-        x = mx.array(np.linspace(0, 1, 8, dtype=np.float32)) * 1.0
-        mx.eval(x)
-        y = mx.exp(x)
-        z = y + 1.0
+        with mx.stream(mx.new_thread_unsafe_stream(mx.cpu)):
+            x = mx.array(np.linspace(0, 1, 8, dtype=np.float32)) * 1.0
+            mx.eval(x)
+            y = mx.exp(x)
+            z = y + 1.0
         errors = []
         a = threading.Thread(target=mx.eval, args=(y,))
         a.start()

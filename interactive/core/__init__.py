@@ -9,7 +9,8 @@ from .array import ArrayIterator, ArrayLike, array  # noqa: F401
 from .array_indexing import ArrayAt  # noqa: F401
 from .device import (  # noqa: F401
     Device, DeviceType, Stream, StreamContext, cpu, default_device, default_stream, device_count,
-    gpu, is_available, new_stream, set_default_device, set_default_stream, stream,
+    ThreadLocalStream, gpu, is_available, new_stream, new_thread_local_stream,
+    new_thread_unsafe_stream, set_default_device, set_default_stream, stream,
 )
 from .dtypes import (  # noqa: F401
     Dtype, DtypeCategory, bfloat16, bool_, complex64, complexfloating, finfo, float16, float32,

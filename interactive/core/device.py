@@ -2,7 +2,9 @@
 
 As in MLX (checked against mlx 0.32): the default *device* is global; the default *stream*
 of each device is per thread (a thread's first use of a device makes it a new stream);
-stream indices are numbered process-wide. ``with mx.stream(s):`` saves the current default
+stream indices are numbered process-wide. A stream belongs to the thread that made it:
+evaluating its work on another thread raises RuntimeError, except for streams made by
+``new_thread_unsafe_stream``; a ``ThreadLocalStream`` is a different stream in each thread. ``with mx.stream(s):`` saves the current default
 device's default stream on entry and restores that device and stream on exit.
 """
 
@@ -123,16 +125,17 @@ class Device:
 class Stream:
     """A stream for running operations on a given device (made by ``new_stream``)."""
 
-    __slots__ = ("device", "index", "__weakref__")
+    __slots__ = ("device", "index", "_owner", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("mlx.core.Stream: no constructor defined!")
 
     @classmethod
-    def _new(cls, device: Device, index: int) -> "Stream":
+    def _new(cls, device: Device, index: int, thread: Optional[int]) -> "Stream":
         s = object.__new__(cls)
         s.device = device
         s.index = index  # not an attribute in MLX's Python API; kept for the runtime
+        s._owner = thread  # the owning thread's ident; None: usable on any thread
         return s
 
     def __repr__(self) -> str:
@@ -148,13 +151,51 @@ class Stream:
         return hash(self.index)
 
 
+class ThreadLocalStream:
+    """A stream that is a different ``Stream`` in each thread (made there on first use)."""
+
+    __slots__ = ("device", "_index", "_key", "__weakref__")
+    _count = 0
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError("mlx.core.ThreadLocalStream: no constructor defined!")
+
+    @classmethod
+    def _new(cls, device: Device) -> "ThreadLocalStream":
+        t = object.__new__(cls)
+        t.device = device
+        with _lock:
+            t._index = cls._count
+            cls._count += 1
+        t._key = ("thread-local", t._index)
+        return t
+
+    def _stream(self) -> Stream:
+        """This thread's stream."""
+        defaults = _thread_defaults()
+        s = defaults.get(self._key)
+        if s is None:
+            s = defaults[self._key] = _make_stream(self.device)
+        return s
+
+    def __repr__(self) -> str:
+        return f"ThreadLocalStream({self.device!r}, {self._index})"
+
+
 DeviceLike = Union[Device, DeviceType]
-StreamOrDevice = Optional[Union[Stream, Device, DeviceType]]
+StreamOrDevice = Optional[Union[Stream, ThreadLocalStream, Device, DeviceType]]
 
 _lock = threading.RLock()
 _streams: list[Stream] = []
 _tls = threading.local()  # .defaults: {Device: Stream}, this thread's default streams
 _default_device: Optional[Device] = None
+
+
+def _on_worker() -> bool:
+    """Work nested in a node runs on the stream's worker thread, on the owner's behalf."""
+    from tapescope.kernels import scheduler
+
+    return scheduler.on_worker()
 
 
 def _gpu_backend_available() -> bool:
@@ -188,11 +229,19 @@ def _check_index(d: Device) -> None:
         raise IndexError(f"vector::_M_range_check: __n (which is {i}) >= this->size() (which is {n})")
 
 
-def _make_stream(d: Device) -> Stream:
+def _make_stream(d: Device, owned: bool = True) -> Stream:
+    """A new stream on ``d``, owned by the calling thread unless ``owned`` is False."""
     with _lock:
-        s = Stream._new(d, len(_streams))
+        s = Stream._new(d, len(_streams), threading.get_ident() if owned else None)
         _streams.append(s)
         return s
+
+
+def check_thread(s: Stream) -> None:
+    """MLX's error for work on a stream that another thread owns (mlx/scheduler.h)."""
+    t = s._owner
+    if t is not None and t != threading.get_ident() and not _on_worker():
+        raise RuntimeError(f"There is no Stream({s.device.type.name}, {s.index}) in current thread.")
 
 
 def is_available(device: DeviceLike) -> bool:
@@ -224,6 +273,22 @@ def new_stream(device: DeviceLike) -> Stream:
     if d.type == gpu and not _gpu_backend_available():
         raise ValueError("[new_stream] Cannot make gpu stream without gpu backend.")
     return _make_stream(d)
+
+
+def new_thread_local_stream(device: DeviceLike) -> ThreadLocalStream:
+    """Make a new stream that will be unique per thread."""
+    d = _as_device(device, "new_thread_local_stream",
+                   "new_thread_local_stream(device: Device | DeviceType) -> ThreadLocalStream")
+    return ThreadLocalStream._new(d)
+
+
+def new_thread_unsafe_stream(device: DeviceLike) -> Stream:
+    """Make a new stream that can be used in any thread (the caller keeps its uses in order)."""
+    d = _as_device(device, "new_thread_unsafe_stream",
+                   "new_thread_unsafe_stream(device: Device | DeviceType) -> Stream")
+    if d.type == gpu and not _gpu_backend_available():
+        raise ValueError("[new_thread_unsafe_stream] Cannot make gpu stream without gpu backend.")
+    return _make_stream(d, owned=False)
 
 
 def default_stream(device: DeviceLike) -> Stream:
@@ -284,6 +349,8 @@ def resolve_stream(s: StreamOrDevice) -> Stream:
         return default_stream(d)
     if isinstance(s, Stream):
         return s
+    if isinstance(s, ThreadLocalStream):
+        return s._stream()
     if isinstance(s, Device) or _as_type(s) is not None:
         return default_stream(s)
     raise TypeError(f"Expected stream to be a Stream, Device or DeviceType, got {type(s).__name__}.")
@@ -313,7 +380,7 @@ class StreamContext:
 
 def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
     """Create a context manager to set the default device and stream."""
-    if not (isinstance(s, (Stream, Device)) or _as_type(s) is not None):
+    if not (isinstance(s, (Stream, ThreadLocalStream, Device)) or _as_type(s) is not None):
         raise incompatible("stream", "stream(s: mlx.core.Stream | mlx.core.ThreadLocalStream | "
                            "mlx.core.Device | mlx.core.DeviceType) -> mlx.core.StreamContext", s)
     return StreamContext(s)

@@ -27,6 +27,7 @@ from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (annotations)
 from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
+from .device import check_thread
 from .evaluate import run_node
 from .primitive import Node
 from .walk import topological
@@ -179,6 +180,7 @@ def _eval_one(desc: ArrayDesc) -> bool:
     node = desc.node
     if node is None:
         return True
+    check_thread(node.primitive.stream)
     if node.event is not None or timeline.enabled or not _inputs_available(node):
         return False
     si = node.primitive.stream.index
@@ -213,6 +215,7 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
         inline = None
         with _schedule_lock:
             order, pending = topo_order(descs)
+            _check_threads(order)
             if order:
                 if not asynchronous and not pending:
                     inline = _inline_stream(order)
@@ -242,6 +245,16 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
         if not pending or all(d.node is None for d in descs):
             return
     raise RuntimeError("[eval] The graph could not be evaluated (interrupted repeatedly).")
+
+
+def _check_threads(order: list[Node]) -> None:
+    """MLX's RuntimeError when a node's stream belongs to another thread."""
+    last = None
+    for node in order:
+        s = node.primitive.stream
+        if s is not last:
+            last = s
+            check_thread(s)
 
 
 def _inline_stream(order: list[Node]) -> Optional[int]:
