@@ -41,7 +41,7 @@ IN_PROGRESS: set = set()
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES = {"fast": 19, "distributed": 22}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
-MISSING_IN_SUBMODULE: dict = {("fft", "stft"): (18, "being built"), ("fft", "istft"): (18, "being built")}
+MISSING_IN_SUBMODULE: dict = {}
 MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 
 # MLX's declared signature (the nb_sig text) and its binding disagree; tapescope follows the

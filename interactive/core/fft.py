@@ -261,3 +261,6 @@ def rfftfreq(n: int, d: float = 1.0, stream: StreamOrDevice = None) -> array:
     s = resolve_stream(stream)
     return ops.multiply(ops.arange(0, n // 2 + 1, dtype=_dt.float32, stream=s),
                         array(scale, _dt.float32), stream=s)
+
+
+from .stft import istft, stft  # noqa: E402,F401  (composed from the ops above)
