@@ -141,6 +141,36 @@ def test_jax_rules_stay_independent_of_our_rules():
     assert not [ln for ln in imports if "tapescope" in ln or ln.strip().startswith("from .")]
 
 
+# Primitives MLX cannot vmap (``[Primitive::vmap] Not implemented for <Name>.``), each with a
+# program that makes MLX raise it; Arange and Placeholder have no inputs to map.
+NO_VMAP_IN_MLX = {
+    "AsStrided": "M.vmap(lambda a: M.as_strided(a, (2,), (1,)))(M.ones((3, 4)))",
+    "QRF": "M.vmap(lambda a: M.linalg.qr(a, stream=M.cpu)[0])(M.ones((2, 3, 3)))",
+    "LUF": "M.vmap(lambda a: M.linalg.lu_factor(a, stream=M.cpu)[0])(M.ones((2, 3, 3)))",
+}
+
+
+def test_every_primitive_has_a_batching_rule_or_an_mlx_matching_reason():
+    """A batching rule, or a reason that is not the 'not written yet' placeholder: MLX has
+    no rule either (and raises the same error, below), or nothing can be mapped through it."""
+    absent = {}
+    for name, d in primitives.REGISTRY.items():
+        if d.vmap is None:
+            why = d.why.get("vmap")
+            assert why and why != primitives.VMAP_LATER, name
+            absent[name] = why
+    assert set(absent) == set(NO_VMAP_IN_MLX) | {"Arange", "Placeholder"}
+    for name in NO_VMAP_IN_MLX:
+        assert f"Not implemented for {name}." in absent[name]
+
+
+@pytest.mark.parametrize("name", sorted(NO_VMAP_IN_MLX))
+def test_a_primitive_without_a_batching_rule_raises_mlx_error(name):
+    from mlx_compare import same_error
+
+    same_error(lambda M: eval(NO_VMAP_IN_MLX[name], {"M": M}))
+
+
 if __name__ == "__main__":  # the table of stated reasons
     for (facet, why), n in sorted(reason_counts().items(), key=lambda kv: (kv[0][0], -kv[1])):
         print(f"{n:4d}  {facet:6s} {why}")

@@ -28,3 +28,4 @@ from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F4
 from .autodiff import (  # noqa: F401,E402
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp,
 )
+from .vmap import vmap  # noqa: F401,E402

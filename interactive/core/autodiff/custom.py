@@ -36,7 +36,7 @@ primitives.define(
 )(_pass_outputs)
 
 
-def _ct_vjp(p, c, argnums, o, *, num_outputs, vjp, jvp):
+def _ct_vjp(p, c, argnums, o, *, num_outputs, vjp, jvp, vmap=None):
     from ..ops import zeros_like
 
     n_in = len(p) - num_outputs
@@ -55,7 +55,7 @@ def _ct_vjp(p, c, argnums, o, *, num_outputs, vjp, jvp):
     return out
 
 
-def _ct_jvp(p, t, argnums, o, *, num_outputs, vjp, jvp):
+def _ct_jvp(p, t, argnums, o, *, num_outputs, vjp, jvp, vmap=None):
     inputs = p[:len(p) - num_outputs]
     tans: list = [None] * len(inputs)
     for i, ti in zip(argnums, t):
@@ -91,18 +91,21 @@ def _default_jvp(fun_flat: Callable) -> Callable:
 
 
 def custom_transforms(fun_flat: Callable, inputs: list, vjp: Optional[Callable],
-                      jvp: Optional[Callable]) -> list:
-    """MLX's ``custom_function`` on flat arrays: outputs of one CustomTransforms node."""
+                      jvp: Optional[Callable], vmap: Optional[Callable] = None) -> list:
+    """MLX's ``custom_function`` on flat arrays: outputs of one CustomTransforms node
+    (``vmap``: its batching rule on flat arrays, ``core/vmap/custom.py``)."""
     from ..ops import stop_gradient
+    from ..vmap.custom import default_vmap
 
     outs = [stop_gradient(o) for o in fun_flat(inputs)]
     return record("CustomTransforms", list(inputs) + outs, [o.shape for o in outs],
                   [o.dtype for o in outs], num_outputs=len(outs),
-                  vjp=vjp or _default_vjp(fun_flat), jvp=jvp or _default_jvp(fun_flat))
+                  vjp=vjp or _default_vjp(fun_flat), jvp=jvp or _default_jvp(fun_flat),
+                  vmap=vmap or default_vmap(fun_flat, len(outs)))
 
 
 class custom_function:
-    """Set up a function for custom gradient (and, later, vmap) definitions."""
+    """Set up a function for custom gradient and vmap definitions."""
 
     def __init__(self, f: Callable):
         self._fun = f
@@ -122,7 +125,7 @@ class custom_function:
         return self
 
     def vmap(self, f: Callable) -> Callable:
-        """Define a custom vmap for the wrapped function (used by the vmap issue)."""
+        """Define a custom vmap for the wrapped function."""
         self._vmap = f
         return self
 
@@ -161,8 +164,13 @@ class custom_function:
             _flatten_loose(res, flat)
             return flat
 
+        vmap_flat = None
+        if self._vmap is not None:
+            from ..vmap.custom import python_vmap
+
+            vmap_flat = python_vmap(self._vmap, (args, kwargs))
         outs = custom_transforms(fun_flat, inputs, vjp_flat if self._vjp else None,
-                                 jvp_flat if self._jvp else None)
+                                 jvp_flat if self._jvp else None, vmap_flat)
         return tree_unflatten(box["out"], iter(outs))
 
 

@@ -1,0 +1,150 @@
+"""Batching the recorded graph: MLX's ``vmap_trace`` / ``vmap_replace`` (mlx/transforms.cpp).
+
+The function runs once on *tracers*: placeholder arrays shaped like one slice of each mapped
+argument (the mapped axis removed; a ``Placeholder`` node, so evaluating one raises MLX's
+error). The ops it records form the unbatched graph. ``replace`` walks that graph from the
+outputs (``walk.topological``, stopping at the tracers), keeps the nodes with an input that
+depends on a tracer, and runs them forwards with each definition's batching rule: the rule
+records the batched primitive on the batched inputs and says where the mapped axis of each
+output lies (-1: not mapped). Nothing is evaluated and nothing loops over the mapped axis:
+the result is one batched graph, which ``eval`` runs and ``compile`` fuses.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+from ..array import ArrayDesc, array
+from ..device import StreamContext, resolve_stream
+from ..primitive import Node, Primitive
+from ..walk import topological
+
+
+def make_tracers(inputs: Sequence[array], in_axes: Sequence[int]) -> list[array]:
+    """MLX's ``vmap_trace`` inputs: a tracer of each mapped input with its mapped axis
+    removed; unmapped inputs stand for themselves."""
+    s = resolve_stream(None)
+    out = []
+    for i, (x, ax) in enumerate(zip(inputs, in_axes)):
+        if ax == -1:
+            out.append(x)
+            continue
+        shape = x.shape[:ax] + x.shape[ax + 1:]
+        node = Node(Primitive("Placeholder", s, index=i), [])
+        d = ArrayDesc(tuple(shape), x.dtype, s, node=node, index=0)
+        node.outputs.append(weakref.ref(d))
+        out.append(array._wrap(d))
+    return out
+
+
+def _printed(prim: Primitive) -> str:
+    if prim.name == "View":
+        dt = prim.kw.get("dtype")
+        return f"View {getattr(dt, 'name', dt)}"
+    return prim.name
+
+
+def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
+    """Batch every node between the sources in ``tmap`` (id(desc) -> (batched array, axis),
+    grown in place) and ``outputs``: each node with a mapped input gets its rule's outputs."""
+    needs = set(tmap)
+    order = topological(outputs, cut=lambda d: id(d) in needs)
+    keep = []  # the descs whose ids are keys: alive until the walk is done
+    for node in order:
+        if not any(id(x) in needs for x in node.inputs):
+            continue
+        prim = node.primitive
+        rule = prim.defn.vmap
+        if rule is None:
+            if prim.name == "Compiled":
+                raise RuntimeError("[Compiled] Cannot vmap primitive.")
+            raise ValueError(f"[Primitive::vmap] Not implemented for {_printed(prim)}.")
+        v_inputs, v_axes = [], []
+        for x in node.inputs:
+            hit = tmap.get(id(x))
+            if hit is not None:
+                v_inputs.append(hit[0])
+                v_axes.append(hit[1])
+            else:
+                v_inputs.append(array._wrap(x))
+                v_axes.append(-1)
+        outs = [r() for r in node.outputs]
+        if all(a == -1 for a in v_axes):  # inputs from rules that left them unmapped
+            live = [o for o in outs if o is not None]
+            v_outs = array._make([o.shape for o in live], [o.dtype for o in live], prim,
+                                 v_inputs)
+            for o, v in zip(live, v_outs):
+                tmap[id(o)] = (v, -1)
+                needs.add(id(o))
+                keep.append(o)
+            continue
+        with StreamContext(prim.stream):
+            v_outs, v_out_axes = rule(v_inputs, v_axes, [array._wrap(x) for x in node.inputs],
+                                      [array._wrap(o) if o is not None else None for o in outs],
+                                      **prim.kw)
+        for o, v, ax in zip(outs, v_outs, v_out_axes):
+            if o is not None:
+                tmap[id(o)] = (v, int(ax))
+                needs.add(id(o))
+                keep.append(o)
+
+
+def replace(inputs: Sequence[array], tracers: Sequence[array], outputs: Sequence[array],
+            in_axes: Sequence[int], out_axes: Sequence[int]) -> list[array]:
+    """MLX's ``vmap_replace``: the batched outputs, each mapped axis moved to ``out_axes``."""
+    from .. import ops as mx
+
+    if len(out_axes) != len(outputs):
+        raise ValueError(f"[vmap] The number of out axes ({len(out_axes)}) must match the "
+                         f"number of outputs ({len(outputs)}).")
+    size = -1
+    for x, ax in zip(inputs, in_axes):
+        if ax >= 0:
+            size = x.shape[ax]
+            break
+    if size == -1:
+        raise ValueError("At least one of in_axes must be non-None.")
+    tmap = {id(t._d): (x, ax) for x, t, ax in zip(inputs, tracers, in_axes) if ax != -1}
+    batch_graph([o._d for o in outputs], tmap)
+    res = []
+    for o, want in zip(outputs, out_axes):
+        hit = tmap.get(id(o._d))
+        if hit is not None:
+            out, vdim = hit
+            if vdim != want:
+                if want < 0 or want >= out.ndim:
+                    raise ValueError(f"[vmap] Axis {want} invalid for output with {out.ndim} "
+                                     "dimensions.")
+                out = mx.moveaxis(out, vdim, want)
+            res.append(out)
+        else:  # no input dependency: the same value for every slice
+            res.append(mx.repeat(mx.expand_dims(o, want), size, want))
+    return res
+
+
+def vmap_flat(fun, inputs: Sequence[array], in_axes: Sequence[int],
+              out_axes: Sequence[int]) -> list[array]:
+    """MLX's C++ ``vmap(fun, in_axes, out_axes)(inputs)`` on flat lists (what a custom
+    function's default batching rule runs)."""
+    check_sizes(inputs, in_axes)
+    tracers = make_tracers(inputs, in_axes)
+    return replace(inputs, tracers, fun(tracers), in_axes, out_axes)
+
+
+def check_sizes(inputs: Sequence[array], in_axes: Sequence[int]) -> None:
+    """``vmap_trace``'s checks: every mapped axis exists and all have one size."""
+    if len(in_axes) != len(inputs):
+        raise ValueError(f"[vmap] The number of in axes ({len(in_axes)}) must match the number "
+                         f"of inputs ({len(inputs)}).")
+    size = None
+    for x, ax in zip(inputs, in_axes):
+        if ax != -1:
+            if x.ndim == 0:
+                raise ValueError("[vmap] Cannot vmap an input with zero dimensions.")
+            if ax > x.ndim:
+                raise ValueError(f"[vmap] Axis {ax} invalid for input with {x.ndim} dimensions.")
+            size = x.shape[ax]
+    for x, ax in zip(inputs, in_axes):
+        if ax != -1 and x.shape[ax] != size:
+            raise ValueError(f"[vmap] Inconsistent axis sizes: {x.shape[ax]} and {size}.")

@@ -1,0 +1,33 @@
+"""Batching rules of the factorizations (mlx/primitives.cpp): they already batch over leading
+axes, so a mapped axis among the matrix axes moves first (Inverse, Cholesky and SVD move
+any mapped axis first, Eigh and Eig only one of the last two). MLX has no rule for QRF and
+LUF."""
+
+from __future__ import annotations
+
+from .. import ops as mx
+from ..autodiff.registry import record
+from .registry import defvmap, without
+
+
+def _factorization(name: str, always_first: bool):
+    def rule(inputs, vaxes, primals, outputs, **params):
+        x, ax = inputs[0], vaxes[0]
+        if ax > 0 and (always_first or ax >= x.ndim - 2):
+            x, ax = mx.moveaxis(x, ax, 0), 0
+        n = x.shape[ax]
+        live = [o for o in outputs if o is not None]
+        shapes = [o.shape[:ax] + (n,) + o.shape[ax:] for o in live]
+        outs = record(name, [x], shapes, [o.dtype for o in live], **params)
+        return outs, [ax] * len(outs)
+
+    return rule
+
+
+for _name in ("Inverse", "Cholesky", "SVD"):
+    defvmap(_name, _factorization(_name, True))
+for _name in ("Eigh", "Eig"):
+    defvmap(_name, _factorization(_name, False))
+for _name in ("QRF", "LUF"):
+    without(_name, f"MLX has no vmap for {_name}: raises [Primitive::vmap] Not implemented "
+            f"for {_name}.")

@@ -1,0 +1,51 @@
+"""Batching rules of the reductions (mlx/primitives.cpp ``Reduce::vmap`` and the others):
+the reduced axes shift past the mapped one and the result keeps its dims, so the mapped
+axis stays where it was. LogSumExp and Softmax work on the last axis: when that is the
+mapped one it is swapped away (LogSumExp) or the op runs on axis -2 (Softmax, as MLX)."""
+
+from __future__ import annotations
+
+from .. import ops as mx
+from ..autodiff.registry import record1
+from .registry import defvmap, shift
+
+
+def _reduce(name: str):
+    def rule(inputs, vaxes, primals, outputs, *, axes):
+        x, ax = inputs[0], vaxes[0]
+        red = tuple(shift(a, ax) for a in axes)
+        kept = tuple(1 if i in red else n for i, n in enumerate(x.shape))
+        return [record1(name, [x], kept, outputs[0].dtype, axes=red)], [ax]
+
+    return rule
+
+
+for _name in ("Sum", "Prod", "Max", "Min", "And", "Or"):
+    defvmap(_name, _reduce(_name))
+
+
+def _arg_reduce(inputs, vaxes, primals, outputs, *, reduce_type, axis):
+    x, ax = inputs[0], vaxes[0]
+    red = shift(axis, ax)
+    kept = tuple(1 if i == red else n for i, n in enumerate(x.shape))
+    return [record1("ArgReduce", [x], kept, outputs[0].dtype, reduce_type=reduce_type,
+                    axis=red)], [ax]
+
+
+def _logsumexp(inputs, vaxes, primals, outputs):
+    x, ax = inputs[0], vaxes[0]
+    if ax == x.ndim - 1:
+        x = mx.swapaxes(x, -1, -2)
+        ax = x.ndim - 2
+    return [mx.logsumexp(x, -1, keepdims=True)], [ax]
+
+
+def _softmax(inputs, vaxes, primals, outputs, *, precise):
+    x, ax = inputs[0], vaxes[0]
+    axis = -1 if 0 <= ax < x.ndim - 1 else -2
+    return [mx.softmax(x, axis, precise=precise)], [ax]
+
+
+defvmap("ArgReduce", _arg_reduce)
+defvmap("LogSumExp", _logsumexp)
+defvmap("Softmax", _softmax)
