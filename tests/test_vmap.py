@@ -153,6 +153,7 @@ def _cases() -> list:
          [(normal, (3, 4))], 1, 0),
         ("Contiguous", lambda a: mx.contiguous(mx.transpose(a)), [(normal, (3, 4))], 1, 0),
         ("View", lambda a: a.view(mx.int32), [(normal, (3, 4))], 1, 0),
+        ("View-last-axis", lambda a: a.view(mx.uint8), [(normal, (3, 4))], 2, 0),
         ("Full", lambda a: mx.full((3, 2), a), [(normal, ())], 0, 0),
         ("Sum", lambda a: mx.sum(a, axis=1), [(normal, (3, 4))], 1, 0),
         ("Prod", lambda a: mx.prod(a, axis=(0, 2), keepdims=True), [(pos, (2, 3, 4))], 2, 0),

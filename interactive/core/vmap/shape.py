@@ -124,7 +124,10 @@ def _same(name: str):
 
 
 def _view(inputs, vaxes, primals, outputs, *, dtype):
-    return [mx.view(inputs[0], _dt.from_numpy(dtype))], list(vaxes)
+    x, ax = inputs[0], vaxes[0]
+    if ax == x.ndim - 1:  # the last axis changes size with the itemsize: map another one
+        x, ax = mx.moveaxis(x, ax, 0), 0
+    return [mx.view(x, _dt.from_numpy(dtype))], [ax]
 
 
 defvmap("Reshape", _reshape)
