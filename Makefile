@@ -18,6 +18,8 @@ $(PY):
 # Stamps: reinstall when pyproject.toml or setup.py change.
 $(VENV)/.dev: $(PY) pyproject.toml setup.py
 	$(PIP) install -e ".[dev]"
+	@# the buffer protocol's C base type (Python < 3.12) next to its source, for the editable install
+	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12."
 	@# MLX is the reference the tests compare against; they skip those checks without it.
 	$(PIP) install "mlx[cpu]" || echo "mlx[cpu] is not available here: tests against MLX will skip."
 	touch $@

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import operator
 import pickle
-import sys
 
 import numpy as np
 import pytest
@@ -201,7 +200,6 @@ def test_numpy_on_the_left_gives_numpy():
     np.testing.assert_array_equal(ours, ref)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ needs Python >= 3.12")
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bfloat16"])
 def test_memoryview_matches_mlx(dtype):
     ours = memoryview(mx.array([[1, 2]], dtype=getattr(mx, dtype)))
@@ -209,13 +207,6 @@ def test_memoryview_matches_mlx(dtype):
     assert (ours.format, ours.shape, ours.itemsize, ours.tobytes()) == \
         (ref.format, ref.shape, ref.itemsize, ref.tobytes())
     assert bytes(mx.array([1, 2], mx.uint8)) == b"\x01\x02"
-
-
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python >= 3.12 has __buffer__")
-def test_memoryview_is_unavailable_before_312_and_numpy_is_the_way():
-    with pytest.raises(TypeError):
-        memoryview(mx.array([1, 2]))
-    assert memoryview(np.asarray(mx.array([1, 2], mx.int16))).tolist() == [1, 2]
 
 
 # -- Python protocols ---------------------------------------------------------------------

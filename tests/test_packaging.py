@@ -16,7 +16,7 @@ def _setup_packages() -> set[str]:
     """The package list setup.py hands to setuptools (computed without running setup())."""
     src = (ROOT / "setup.py").read_text()
     ns: dict = {"__name__": "not_main"}
-    exec(compile(src.replace("setup(package_dir=ROOTS, packages=_packages())", ""), "setup.py", "exec"), ns)
+    exec(compile(src.split("\nsetup(")[0], "setup.py", "exec"), ns)
     return set(ns["_packages"]())
 
 

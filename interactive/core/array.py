@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import weakref
 from typing import Any, Optional
 
@@ -222,7 +223,13 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
     return data, out
 
 
-class array:
+try:  # Python < 3.12: a C base type exports __buffer__ (interactive/core/_buffer.c)
+    from ._buffer import BufferBase as _BufferBase
+except ImportError:  # Python >= 3.12 (PEP 688), or built without a C compiler
+    _BufferBase = object
+
+
+class array(_BufferBase):
     """An N-dimensional array, lazily computed (``mx.array(val, dtype=None)``)."""
 
     __slots__ = ("_d", "__weakref__")
@@ -345,19 +352,19 @@ class array:
         return np.array(data, copy=True)
 
     def __buffer__(self, flags: int) -> memoryview:
-        """The buffer protocol (``memoryview(x)``, ``bytes(x)``); Python >= 3.12 only.
+        """The buffer protocol (``memoryview(x)``): the data as it lies, strides included.
 
-        Python 3.10/3.11 give pure-Python classes no way to export a buffer, so there
-        ``memoryview(x)`` raises TypeError; use ``np.asarray(x)`` (or ``memoryview`` of it).
-        The exported buffer is a read-only copy-free view.
+        Python 3.12 calls this itself (PEP 688); before 3.12 the C base type
+        ``_buffer.BufferBase`` does. Unlike MLX the view is read-only: the runtime recycles
+        buffers, so nobody may write into one behind its back.
         """
         if self.dtype == _dt.bfloat16:
             raise ValueError("'bfloat16' is not a valid PEP 3118 buffer format string")
         data = self._numpy()
-        data = _export_view(data, self._d.buffer) if data.flags.c_contiguous else \
-            np.ascontiguousarray(data)
-        data.flags.writeable = False
-        return memoryview(data)
+        mv = memoryview(_export_view(data, self._d.buffer))
+        if mv.format in ("l", "L") and data.flags.c_contiguous:  # MLX spells int64 'q' / 'Q'
+            mv = mv.cast("B").cast("Q" if mv.format == "L" else "q", data.shape)
+        return mv
 
     def __repr__(self) -> str:
         from .printing import format_array
@@ -407,6 +414,10 @@ class array:
 
     def __deepcopy__(self, memo: dict) -> "array":
         return array._wrap(self._d)  # arrays are immutable values; MLX shares the data too
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        """Pickle through __getstate__ / __setstate__ (the C base type has no reducer)."""
+        return copyreg.__newobj__, (array,), self.__getstate__()
 
     def __getstate__(self) -> tuple:
         """Pickled state as MLX makes it: (numpy data, dtype number); bfloat16 as uint16 bits."""
