@@ -21,6 +21,7 @@ and the report names that reference. (``every_node`` still runs each recorded no
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -146,9 +147,10 @@ def _transformed_references(descs: list, walks: list, out_ref: list) -> dict:
             return False
 
         def cut(x, note=note) -> bool:
-            return any(note(o) for o in [r() for r in x.node.outputs] if o is not None)
+            node = x.node or x.kept
+            return any(note(o) for o in [r() for r in node.outputs] if o is not None)
 
-        topological([d], cut, note)
+        topological([d], cut, note, kept=True)
         if not hit:
             continue
         producer = out_ref[k][2]
@@ -166,15 +168,21 @@ def _transformed_references(descs: list, walks: list, out_ref: list) -> dict:
 def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optional[float] = None,
           every_node: bool = False, device: Any = None) -> CheckReport:
     """Compare ``fun(*args)`` computed by tapescope against JAX; returns a ``CheckReport``."""
+    from tapescope.core.autodiff.engine import recording
+
+    jdev = _jax_device(device)
+    with contextlib.ExitStack() as held:  # the walks and the graphs they went through
+        walks = held.enter_context(recording())
+        flat = _flatten(fun(*args), "out", [])
+        return _check(flat, walks, held, rtol, atol, every_node, jdev)
+
+
+def _check(flat: list, walks: list, held, rtol, atol, every_node: bool, jdev) -> CheckReport:
     import jax
 
     from tapescope.core.array import array
-    from tapescope.core.autodiff.engine import recording
     from tapescope.core.transforms import eval as mx_eval
 
-    jdev = _jax_device(device)
-    with recording() as walks:
-        flat = _flatten(fun(*args), "out", [])
     if not flat:
         raise ValueError("[check] The function returned no arrays to check.")
     descs = [a._d for _, a in flat]
@@ -214,7 +222,8 @@ def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optiona
         out_ref = [(chain.get(id(d)), why.get(id(d), ""), labels.get(id(d), "leaf"))
                    for d in descs]
         references = _transformed_references(descs, walks, out_ref)
-    del walks
+    walks.clear()  # the forward graphs go (they held arrays, which would stop donation)
+    held.close()
 
     # -- tapescope --------------------------------------------------------------------------
     keep: list = []

@@ -99,7 +99,7 @@ def evaluate(targets: list, env: Env) -> list:
         return id(d) in env.vals
 
     def cut(d) -> bool:
-        outs = [o for o in _live(d.node) if o is not None]
+        outs = [o for o in _live(d.node or d.kept) if o is not None]
         if all(known(o) for o in outs):
             return True
         res = [o for o in outs if id(o) in env.results and not known(o)]
@@ -114,7 +114,7 @@ def evaluate(targets: list, env: Env) -> list:
         else:
             env.vals[id(d)] = jax.numpy.asarray(np.asarray(d.data))
 
-    order = topological(targets, cut, leaf)
+    order = topological(targets, cut, leaf, kept=True)  # through eval inside the function
     for d in hits:
         if not known(d):
             _transform(env.results[id(d)], env)
@@ -148,8 +148,9 @@ def _custom_body(node, env: Env, ins: list) -> list:
     n = node.primitive.kw["num_outputs"]
     out = list(ins)
     for k, x in enumerate(node.inputs[len(ins) - n:], start=len(ins) - n):
-        if x.node is not None and x.node.primitive.name == "StopGradient":
-            out[k] = evaluate([x.node.inputs[0]], env)[0]
+        sg = x.node or x.kept
+        if sg is not None and sg.primitive.name == "StopGradient":
+            out[k] = evaluate([sg.inputs[0]], env)[0]
     return out
 
 

@@ -13,6 +13,7 @@ from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 from . import dtypes as _dt
 from .device import incompatible, resolve_stream
 from .primitive import Node, Primitive
+from .tracer import any_tracer
 
 
 class ArrayDesc:
@@ -25,7 +26,8 @@ class ArrayDesc:
     back to the allocator when the last desc holding it is gone.
     """
 
-    __slots__ = ("shape", "dtype", "stream", "node", "index", "data", "buffer", "__weakref__")
+    __slots__ = ("shape", "dtype", "stream", "node", "index", "data", "buffer", "tracer", "kept",
+                 "__weakref__")
 
     def __init__(self, shape: tuple, dtype: _dt.Dtype, stream, node: Optional[Node] = None,
                  index: int = 0, data: Optional[np.ndarray] = None,
@@ -37,6 +39,9 @@ class ArrayDesc:
         self.index = index
         self.data = data
         self.buffer = buffer
+        # MLX's tracer flag, and the node an evaluated tracer keeps (core/tracer.py)
+        self.tracer = node is not None and any_tracer(node.inputs)
+        self.kept: Optional[Node] = None
         if data is not None and buffer is None:
             if data.base is not None:  # never adopt memory that something else owns
                 data = self.data = np.array(data)

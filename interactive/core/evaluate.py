@@ -1,5 +1,5 @@
 """Running one graph node: its rule with its device's backend, output memory (allocation,
-donation), detaching.
+donation), detaching (unless the node is a tracer's: ``core/tracer.py``).
 
 Nothing here names an array module or a device: ``stream_backend(stream)`` (``kernels.backends``)
 gives the array module the rule computes with, the allocator the outputs come from, how a
@@ -15,6 +15,7 @@ from tapescope.kernels.allocator import BufferHandle, owner_of
 from tapescope.kernels.backends import stream_backend
 
 from . import dtypes as _dt
+from . import tracer
 from .array import ArrayDesc
 from .primitive import Node
 
@@ -48,7 +49,9 @@ _DESC_REFS, _HANDLE_REFS = _baseline_refcounts()
 
 def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
     """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules);
-    ``nbytes`` is the output's size in bytes."""
+    ``nbytes`` is the output's size in bytes. A tracer's node keeps its inputs: none."""
+    if node.keep:
+        return None
     for d in node.inputs:
         if sys.getrefcount(d) != _DESC_REFS:  # held elsewhere: the cheap, usual rejection
             continue
@@ -133,9 +136,18 @@ def run_node(node: Node) -> None:
         if d is not None:
             _store(value, d, inputs, out_handle, be)
             nbytes += d.data.nbytes
-    node.inputs = []
+    _detach(node)
     if t0:
         _record(prim, node, t0, nbytes)
+
+
+def _detach(node: Node) -> None:
+    """Drop the evaluated node's inputs (MLX's ``detach``), or keep it on its outputs when
+    it is a tracer's (MLX keeps a tracer's graph)."""
+    if node.keep:
+        tracer.keep(node)
+    else:
+        node.inputs = []
 
 
 _DONE = object()
@@ -163,7 +175,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
         if defn.takes_out and not upcast and len(outputs) == 1:
             target = outputs[0]()
             if target is None:  # nobody wants the result
-                node.inputs = []
+                _detach(node)
                 return _DONE
             out, out_handle = _output_buffer(node, target, be.allocator)
             try:
@@ -173,7 +185,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
                 res = fn(xp, *ins, **kw)
             if res is out:  # the common case: the result is exactly the prepared buffer
                 target.set_data(out, out_handle)
-                node.inputs = []
+                _detach(node)
                 if t0:
                     _record(prim, node, t0, out.nbytes)
                 return _DONE
@@ -189,7 +201,7 @@ def _donatable_inputs(node: Node) -> list:
     so a rule may give its memory to an output."""
     flags = []
     for d in node.inputs:
-        flags.append(sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
+        flags.append(not node.keep and sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
                      and sys.getrefcount(d.buffer) == _HANDLE_REFS and d.data.flags.writeable)
     return flags
 

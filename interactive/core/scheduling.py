@@ -30,6 +30,7 @@ from .array import ArrayDesc
 from .device import check_thread
 from .evaluate import run_node
 from .primitive import Node
+from .tracer import before_eval
 from .walk import topological
 
 _schedule_lock = threading.RLock()
@@ -157,6 +158,7 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     arriving while the graph is still being ordered is honoured at the first node boundary
     instead of raising in the middle of the bookkeeping.
     """
+    before_eval(descs, asynchronous)  # inside a transformation: keep tracers' graphs
     if asynchronous:
         _evaluate(descs, True)
         return

@@ -12,6 +12,9 @@ differs between them is said by two callbacks:
   trace placeholder, ...), and the callback records it;
 - ``visit(node)``: called as each node joins the order, in sequence with ``leaf`` calls (for
   a walk that interleaves leaves and nodes, as ``export_to_dot`` numbers them).
+
+With ``kept=True`` an evaluated array that keeps its node (a tracer evaluated inside a
+transformation) is walked through like a lazy one: transformations and their checks see it.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from .primitive import Node
 
 
 def topological(descs: Iterable, cut: Optional[Callable] = None,
-                leaf: Optional[Callable] = None, visit: Optional[Callable] = None) -> list[Node]:
-    """The nodes ``descs`` (ArrayDescs) depend on, in topological order (see the module)."""
+                leaf: Optional[Callable] = None, visit: Optional[Callable] = None,
+                kept: bool = False) -> list[Node]:
+    """The nodes ``descs`` (ArrayDescs) depend on, in topological order (see the module);
+    ``kept``: also through the graphs evaluated tracers keep (``core/tracer.py``)."""
     order: list[Node] = []
     seen: set = set()
     stack: list = []  # arrays to visit, and (a Node) markers: its inputs are done
@@ -37,6 +42,8 @@ def topological(descs: Iterable, cut: Optional[Callable] = None,
                     visit(item)
                 continue
             node = item.node
+            if node is None and kept:
+                node = item.kept
             if node is None:
                 if leaf is not None:
                     leaf(item)
@@ -49,6 +56,8 @@ def topological(descs: Iterable, cut: Optional[Callable] = None,
             stack.append(node)
             for x in reversed(node.inputs):
                 n = x.node
+                if n is None and kept:
+                    n = x.kept
                 if n is None:
                     if leaf is not None:
                         stack.append(x)

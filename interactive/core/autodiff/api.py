@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence, Union
 
 from ..array import array
 from ..device import incompatible
+from ..tracer import tracing
 from . import engine
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp"]
@@ -108,6 +109,10 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
                 raise ValueError(f"{tag} Can't compute the gradient of keyword argument '{key}' "
                                  "because the function is called with the following keyword "
                                  f"arguments {{{listed}}}")
+        with tracing():
+            return _differentiate(args, kwargs)
+
+    def _differentiate(args: tuple, kwargs: dict) -> tuple:
         arrays: list = []
         counts = [0]
         for i in argnums:
@@ -238,9 +243,10 @@ def vjp(fun: Callable, primals: list, cotangents: list) -> tuple[list, list]:
     """(outputs, vector-Jacobian products) of ``fun`` at ``primals`` with ``cotangents``."""
     _arrays_arg("vjp", "vjp(fun: Callable, primals: list[array], cotangents: list[array]) -> "
                 "tuple[list[array], list[array]]", fun, primals, cotangents)
-    ps = engine.make_primals(list(primals))
-    outs = _as_list(fun(*ps))
-    grads = _vjp_outputs(outs, ps, list(cotangents), list(range(len(ps))))
+    with tracing():
+        ps = engine.make_primals(list(primals))
+        outs = _as_list(fun(*ps))
+        grads = _vjp_outputs(outs, ps, list(cotangents), list(range(len(ps))))
     return outs, grads
 
 
@@ -253,6 +259,7 @@ def jvp(fun: Callable, primals: list, tangents: list) -> tuple[list, list]:
     for p, t in zip(primals, tangents):
         if tuple(p.shape) != tuple(t.shape):
             raise ValueError("[jvp] Input shape does not match shape of tangent.")
-    ps = engine.make_primals(list(primals))
-    outs = _as_list(fun(*ps))
-    return outs, engine.forward(outs, ps, list(tangents))
+    with tracing():
+        ps = engine.make_primals(list(primals))
+        outs = _as_list(fun(*ps))
+        return outs, engine.forward(outs, ps, list(tangents))

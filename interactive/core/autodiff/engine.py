@@ -23,6 +23,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
+from .. import tracer
 from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive
 from ..walk import topological
@@ -53,11 +54,13 @@ class Transformation:
 
 @contextlib.contextmanager
 def recording() -> Iterator[list]:
-    """Collect a ``Transformation`` for every vjp / jvp walk in this context (this thread)."""
+    """Collect a ``Transformation`` for every vjp / jvp walk in this context (this thread);
+    the graphs evaluated tracers keep are kept until it ends."""
     found: list = []
     token = _RECORDING.set(found)
     try:
-        yield found
+        with tracer.holding():  # the forward graphs, through evals inside, stay walkable
+            yield found
     finally:
         _RECORDING.reset(token)
 
@@ -104,21 +107,29 @@ def make_primals(arrays: Sequence[array]) -> list[array]:
     out = []
     for a in arrays:
         d = a._d
-        if d.node is None and d not in _ALIASES:
+        if d.node is None and d.kept is None and d not in _ALIASES:
             alias = ArrayDesc(d.shape, d.dtype, d.stream, data=d.data, buffer=d.buffer)
             _ALIASES.add(alias)
             out.append(_wrap(alias))
         else:
             out.append(array._make1(d.shape, d.dtype, Primitive("Copy", d.stream), [a]))
+        out[-1]._d.tracer = True  # MLX's make_tracer
     return out
 
 
 def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: set,
           keep: list) -> list[Node]:
     """The nodes between the primals in ``active`` (ids, grown in place) and ``outputs``,
-    in topological order; StopGradient ends a path."""
+    in topological order (through the graphs evaluated tracers keep); StopGradient ends a
+    path. Like MLX, the primals and everything walked stop being tracers."""
     primal_ids = {id(p) for p in primals}
-    order = topological(outputs, cut=lambda d: id(d) in primal_ids)
+    leaves: list = []
+    order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
+                        kept=True)
+    tracer.untrace(primals)
+    tracer.untrace(leaves)
+    for node in order:
+        tracer.untrace([o for o in (r() for r in node.outputs) if o is not None])
     tape = []
     for node in order:
         if node.primitive.name == "StopGradient":
@@ -193,8 +204,9 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
-        vjps = rule([_wrap(x) for x in node.inputs], cots, args,
-                    [_wrap(o) if o is not None else None for o in outs], **prim.kw)
+        with tracer.retain_graph():  # MLX's RetainGraph around Primitive::vjp
+            vjps = rule([_wrap(x) for x in node.inputs], cots, args,
+                        [_wrap(o) if o is not None else None for o in outs], **prim.kw)
         for i, g in zip(args, _check_vjp(node, args, list(vjps))):
             key = id(node.inputs[i])
             cmap[key] = add(cmap[key], g) if key in cmap else g
