@@ -118,10 +118,13 @@ class Graph:
     """A traced or live graph: values, ops in topological order, fused kernels."""
 
     def __init__(self, values: list, ops: list, kernels: list, inputs: list, outputs: list,
-                 title: str = "", compiled: bool = False):
+                 title: str = "", compiled: bool = False, program: bool = False):
         self.values, self.ops, self.kernels = values, ops, kernels
         self.inputs, self.outputs = inputs, outputs
         self.title, self.compiled = title, compiled
+        # a compiled function's program: its values are placeholders, neither lazy nor holding
+        # data (drawn solid, without the lazy / evaluated legend)
+        self.program = program
 
     @property
     def constants(self) -> list:
@@ -357,10 +360,12 @@ def _boundary_runs(prog: Any) -> dict:
 
 
 def from_program(prog: Any, input_names: list, real: list, output_names: list,
-                 title: str = "", compiled: bool = False, backward: Optional[dict] = None) -> Graph:
+                 title: str = "", compiled: bool = False, backward: Optional[dict] = None,
+                 program: bool = False) -> Graph:
     """A Graph of a traced (and possibly fused) ``tracing.Program``. ``backward``: what
     reverse mode recorded while tracing (``_backward_marks``): its ops are marked, and so
-    is a fused kernel that reads a cotangent."""
+    is a fused kernel that reads a cotangent. ``program``: the graph is the program itself
+    (a compiled function's, reused by every call), not one call on ``real`` arguments."""
     b = _Builder()
     bw_prims = {id(p) for p in (backward or {}).get("prims", ())}
     seeds = {id(d) for d in (backward or {}).get("seeds", ())}
@@ -406,7 +411,8 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
             b.kernel(op, tape, g.prim.kw.get("shape", g.outputs[0].shape), layouts, kin)
     outs = [vid_of(v) for v in prog.outputs]
     _name_outputs(b, outs, output_names)
-    return Graph(b.values, b.ops, b.kernels, [ids[id(v)] for v in prog.inputs], outs, title, compiled)
+    return Graph(b.values, b.ops, b.kernels, [ids[id(v)] for v in prog.inputs], outs, title, compiled,
+                 program=program)
 
 
 def _producer_name(v: Any) -> str:

@@ -152,7 +152,8 @@ def _program_graphs(name: str, fn: Any) -> list:
     for i, prog in enumerate(fn.programs()):
         title = name if len(fn.programs()) == 1 else f"{name} (program {i})"
         g = from_program(prog, [f"in{j}" for j in range(len(prog.inputs))], [None] * len(prog.inputs),
-                         [f"out[{j}]" for j in range(len(prog.outputs))], title, compiled=True)
+                         [f"out[{j}]" for j in range(len(prog.outputs))], title, compiled=True,
+                         program=True)
         out.append((f"compiled function {title}", g))
     return out
 

@@ -208,3 +208,18 @@ def test_large_graph_renders_quickly():
     svg = g.to_svg()
     assert "earlier ops not drawn" in svg or "each fused kernel is one box" in svg
     assert g.to_svg(max_nodes=None).count('class="node"') > 600
+
+
+def test_a_compiled_functions_program_is_drawn_without_lazy_dashes():
+    # the %%mlx report draws each compiled function's program: placeholders, neither lazy nor
+    # computed, so nothing is dashed and the legend has no lazy / evaluated row
+    from tapescope import magic
+
+    f = mx.compile(lambda a: mx.exp(a) * 2 + a)
+    mx.eval(f(f32(3)))
+    ((title, g),) = magic._program_graphs("f", f)
+    assert g.program and g.kernels
+    text = g.to_dot()
+    assert "dashed" not in text.replace("lazy", "") and "lazy (not computed yet)" not in text
+    lazy = tapescope.trace(lambda a: mx.exp(a) * 2 + a, mx.exp(f32(3))).to_dot()
+    assert "dashed" in lazy and "lazy (not computed yet)" in lazy  # a trace of a lazy argument

@@ -188,7 +188,7 @@ class _Writer:
             self.has_constant = True
         else:
             self.has_input = True
-        self._mark(v.evaluated)
+        lazy = self._mark(v.evaluated)
         name = S.esc(v.name or f"v{v.id}")
         lit = _scalar_text(v) if v.role == "constant" else None
         head = f"<B>{name}</B>" + (f" = {S.esc(lit)}" if lit is not None else "")
@@ -196,16 +196,21 @@ class _Writer:
         label = f"<{head}<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>>" if sub else f"<{head}>"
         shape = "box"
         styles = ["rounded", "filled"] if v.role == "input" else ["filled"]
-        if not v.evaluated:
+        if lazy:
             styles.append("dashed")
         self.t.node(nid, **_attrs(label=label, shape=shape, style=",".join(styles),
                                   fillcolor=st.fill, color=st.border))
 
-    def _mark(self, evaluated: bool) -> None:
+    def _mark(self, evaluated: bool) -> bool:
+        """Note a value's state for the legend; whether it is drawn lazy (dashed). A compiled
+        function's program has placeholders: neither (solid, no legend row)."""
+        if getattr(self.g, "program", False):
+            return False
         if evaluated:
             self.evaluated = True
         else:
             self.lazy = True
+        return not evaluated
 
     def _backward(self, op: Any) -> dict:
         """How an op reverse mode recorded differs: a thick magenta border (and the legend row)."""
@@ -420,9 +425,7 @@ class _Writer:
         # outputs
         for i, vid in enumerate(g.outputs):
             v = g.values[vid]
-            evaluated = v.evaluated
-            self._mark(evaluated)
-            styles = "rounded,bold" + ("" if evaluated else ",dashed")
+            styles = "rounded,bold" + (",dashed" if self._mark(v.evaluated) else "")
             sub = _value_text(v, self.shapes, self.dtypes)
             name = S.esc(v.name or f"out{i}") if v.producer is not None else f"out {i}"
             label = f"<<B>{name}</B>" + (f"<BR/><FONT POINT-SIZE=\"9\">{S.esc(sub)}</FONT>" if sub else "") + ">"

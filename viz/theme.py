@@ -160,6 +160,8 @@ CSS = """
   color: var(--jp-content-font-color2, #6b7280); }
 .tapescope .plotly-graph-div:empty, .tapescope-cell .plotly-graph-div:empty { display: none; }
 .tapescope .ts-plot, .tapescope-cell .ts-plot { max-width: 100%; overflow-x: auto; }
+.tapescope .ts-source > .ts-muted, .tapescope-cell .ts-source > .ts-muted { display: block;
+  font-size: 11px; line-height: 1.3; margin: 2px 0; }
 """
 
 
