@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# JAX takes 75% of a GPU's memory when it starts; several test processes (pytest-xdist
+# workers on the GPU machine) would each try to. Allocate on demand instead.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 try:  # MLX itself, as the reference for exact semantics; tests using it skip when absent
     import mlx.core as mlx_ref  # type: ignore

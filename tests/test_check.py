@@ -292,6 +292,15 @@ def test_device_cpu_and_unavailable_gpu():
         tapescope.check(mx.exp, a, device="tpu9")
 
 
+def test_default_reference_device_follows_tapescope_default_device():
+    """JAX's default is its GPU when it has one; with tapescope's CPU as the default device the
+    reference runs on JAX's CPU (on the H200 machine this failed with JAX on cuda:0)."""
+    a = mx.array(np.float32([1, 2]))
+    with mx.stream(mx.cpu):
+        assert mx.default_device() == mx.cpu
+        assert "cpu" in tapescope.check(mx.exp, a).device.lower()
+
+
 def test_function_without_arrays_is_an_error():
     with pytest.raises(ValueError, match=r"\[check\]"):
         tapescope.check(lambda: 3)

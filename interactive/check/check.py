@@ -47,11 +47,18 @@ def _flatten(tree: Any, label: str, out: list) -> list:
 
 
 def _jax_device(device: Any):
-    """The JAX device to run on: JAX's default (a GPU when it has one) or the one named."""
+    """The JAX device to run on: the one named, else the kind of tapescope's default device.
+
+    JAX's own default is a GPU whenever it has one; a check of arrays computed on the CPU
+    runs JAX on its CPU, so a machine with a GPU compares like with like (and the reference
+    does not take GPU memory that tapescope's GPU runtime owns).
+    """
     import jax
 
     if device is None:
-        return jax.devices()[0]
+        from tapescope.core import default_device
+
+        device = default_device()
     if isinstance(device, jax.Device):
         return device
     name = getattr(getattr(device, "type", device), "name", device)  # mx.Device / DeviceType
