@@ -413,6 +413,39 @@ def test_vmap_matches_loop_over_shapes_axes_dtypes(draw, fun):
     _assert_close(np.array(got), want)
 
 
+_AXIS_OPS = {
+    "sum": lambda a, k: mx.sum(a, axis=k),
+    "max": lambda a, k: mx.max(a, axis=k, keepdims=True),
+    "argmin": lambda a, k: mx.argmin(a, axis=k),
+    "cumsum": lambda a, k: mx.cumsum(a, axis=k, reverse=True),
+    "sort": lambda a, k: mx.sort(a, axis=k),
+    "argsort": lambda a, k: mx.argsort(a, axis=k),
+    "softmax": lambda a, k: mx.softmax(a, axis=k),
+    "logsumexp": lambda a, k: mx.logsumexp(a, axis=k),
+    "expand_dims": lambda a, k: mx.expand_dims(a, k),
+    "concatenate": lambda a, k: mx.concatenate([a, a * 2], axis=k),
+    "flatten": lambda a, k: mx.flatten(a, start_axis=k),
+    "moveaxis": lambda a, k: mx.moveaxis(a, k, 0),
+    "slice": lambda a, k: mx.take(a, mx.array([0, 0]), axis=k),
+    "take_along": lambda a, k: mx.take_along_axis(a, mx.zeros_like(a).astype(mx.int32), axis=k),
+}
+
+
+@settings(max_examples=40)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.integers(1, 3),
+       st.sampled_from(sorted(_AXIS_OPS)), st.data())
+def test_axis_ops_match_loop_for_any_mapped_and_op_axis(shape, size, op, data):
+    """The ops whose rules shift an axis past the mapped one, over every pair of axes."""
+    nd = len(shape)
+    ax = data.draw(st.integers(-nd - 1, nd), "in_axis")
+    k = data.draw(st.integers(-nd, nd - 1), "op_axis")
+    f = lambda a: _AXIS_OPS[op](a, k)  # noqa: E731
+    rng = np.random.default_rng(5)
+    x = np.moveaxis(rng.normal(size=(size,) + tuple(shape)).astype(np.float32), 0, ax % (nd + 1))
+    got = mx.vmap(f, in_axes=ax)(mx.array(x))
+    _assert_close(np.array(got), _loop(f, [x], (ax % (nd + 1),), size, 0)[0])
+
+
 # -- MLX's API: results, errors ------------------------------------------------------------------
 _X = "M.arange(6, dtype=M.float32).reshape(3, 2)"
 _API = [

@@ -141,4 +141,4 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
         return tree_unflatten(out, iter(engine.replace(inputs, tracers, outs, axes_in,
                                                        axes_out)))
 
-    return functools.wraps(fun, updated=())(vfun) if hasattr(fun, "__name__") else vfun
+    return functools.wraps(fun, updated=())(vfun)

@@ -16,6 +16,7 @@ import weakref
 from typing import Sequence
 
 from ..array import ArrayDesc, array
+from ..autodiff.engine import printed_name
 from ..device import StreamContext, resolve_stream
 from ..primitive import Node, Primitive
 from ..walk import topological
@@ -38,13 +39,6 @@ def make_tracers(inputs: Sequence[array], in_axes: Sequence[int]) -> list[array]
     return out
 
 
-def _printed(prim: Primitive) -> str:
-    if prim.name == "View":
-        dt = prim.kw.get("dtype")
-        return f"View {getattr(dt, 'name', dt)}"
-    return prim.name
-
-
 def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
     """Batch every node between the sources in ``tmap`` (id(desc) -> (batched array, axis),
     grown in place) and ``outputs``: each node with a mapped input gets its rule's outputs."""
@@ -59,7 +53,7 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
         if rule is None:
             if prim.name == "Compiled":
                 raise RuntimeError("[Compiled] Cannot vmap primitive.")
-            raise ValueError(f"[Primitive::vmap] Not implemented for {_printed(prim)}.")
+            raise ValueError(f"[Primitive::vmap] Not implemented for {printed_name(prim)}.")
         v_inputs, v_axes = [], []
         for x in node.inputs:
             hit = tmap.get(id(x))
