@@ -20,6 +20,8 @@ import numpy as np
 from tapescope.core.array import ArrayDesc, array
 from tapescope.core.tree import tree_unflatten
 from tapescope.core.walk import topological
+from tapescope.kernels.backends import backend
+from tapescope.kernels.codegen.layout import Layout
 
 __all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
 
@@ -244,36 +246,7 @@ def _shape_text(v: Value) -> str:
 # -- building a Graph from a traced program --------------------------------------------
 
 
-class _Layout:
-    """Shape, dtype and element layout of a value the kernel will read (for the variant)."""
-
-    def __init__(self, shape: tuple, dtype: np.dtype, estrides: Optional[tuple] = None):
-        self.shape = tuple(int(s) for s in shape)
-        self.ndim = len(self.shape)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.dtype = np.dtype(dtype)
-        st = estrides if estrides is not None else _row(self.shape)
-        self.strides = tuple(int(s) * self.dtype.itemsize for s in st)
-        c = _contig(self.shape, st, _row(self.shape))
-        f = _contig(self.shape, st, _row(self.shape[::-1])[::-1])
-        self.flags = type("Flags", (), {"c_contiguous": c, "f_contiguous": f})()
-
-
-def _row(shape: tuple) -> tuple:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
-
-
-def _contig(shape: tuple, st: tuple, want: tuple) -> bool:
-    if any(s == 0 for s in shape):
-        return True
-    return all(a == b for n, a, b in zip(shape, st, want) if n != 1)
-
-
-def _layout_of(v: Any, producers: dict, real: dict) -> _Layout:
+def _layout_of(v: Any, producers: dict, real: dict) -> Layout:
     """Predicted layout of a program value: real data for evaluated arguments; a Broadcast
     or Transpose result is a view; anything else is written row-contiguous."""
     d = real.get(id(v))
@@ -287,21 +260,19 @@ def _layout_of(v: Any, producers: dict, real: dict) -> _Layout:
         est = tuple(s // src.dtype.itemsize for s in src.strides)
         if g.prim.name == "Transpose":
             axes = g.prim.kw.get("axes", tuple(reversed(range(len(est)))))
-            return _Layout(v.shape, v.dtype.np, tuple(est[a] for a in axes))
+            return Layout(v.shape, v.dtype.np, tuple(est[a] for a in axes))
         off = len(v.shape) - len(src.shape)
         st = [0] * off + [0 if n == 1 and m != 1 else s
                           for n, m, s in zip(src.shape, v.shape[off:], est)]
-        return _Layout(v.shape, v.dtype.np, tuple(st))
-    return _Layout(v.shape, v.dtype.np)
+        return Layout(v.shape, v.dtype.np, tuple(st))
+    return Layout(v.shape, v.dtype.np)
 
 
 def _variant(tape: Any, shape: tuple, layouts: list) -> str:
-    """The kernel variant a call with these input layouts runs (MLX's choice)."""
-    from tapescope.kernels.cpu.compiled import plan
+    """The kernel variant a call with these input layouts runs on the default device."""
+    from tapescope.core import default_device
 
-    contiguous, cshape, _, large = plan(tape, layouts, shape)
-    name = "contiguous" if contiguous else f"strided_{len(cshape)}"
-    return name + "_large" if large else name
+    return backend(default_device()).variant(tape, shape, layouts)
 
 
 class _Builder:
@@ -561,7 +532,7 @@ def graph_of(*arrays: array) -> Graph:
                 prod = d.node.primitive.name if d.node is not None else (
                     "constant" if d.data is not None and d.data.ndim == 0 else "argument")
                 kin.append(KernelInput(x.name, ids[id(d)], None, prod, _constant_literal(x)))
-                layouts.append(d.data if d.data is not None else _Layout(d.shape, d.dtype.np))
+                layouts.append(d.data if d.data is not None else Layout(d.shape, d.dtype.np))
             b.kernel(op, tape, node.primitive.kw.get("shape", ref.shape), layouts, kin)
     outs = []
     for i, a in enumerate(arrays):

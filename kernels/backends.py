@@ -96,6 +96,15 @@ class Backend:
         """Generated C (``cpu.compiled``), numpy where it cannot."""
         return self.compiled(tape, inputs, shape, out=out, donatable=donatable)
 
+    def variant(self, tape, shape, layouts) -> str:
+        """The name of the kernel variant a call of ``tape`` with inputs of these layouts
+        (arrays or ``codegen.layout.Layout``) runs: MLX's choice, for pictures and reports."""
+        from .cpu.compiled import plan
+
+        contiguous, cshape, _, large = plan(tape, layouts, shape)
+        name = "contiguous" if contiguous else f"strided_{len(cshape)}"
+        return name + "_large" if large else name
+
     @functools.cached_property
     def compiled(self) -> Callable:
         """The runtime function the ``Compiled`` rule is given (``run_compiled``, resolved

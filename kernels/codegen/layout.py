@@ -1,15 +1,61 @@
 """Layout helpers for fused kernels: contiguity, broadcast strides, dim collapsing, index width.
 
 These follow MLX's ``backend/common/compiled.cpp`` and ``utils.cpp``. Arrays are numpy (or
-cupy) arrays; strides here are in elements, not bytes.
+cupy) arrays, or a ``Layout`` (an array's metadata before it has data); strides here are in
+elements, not bytes.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
+
+import numpy as np
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
+
+
+class Layout:
+    """An array's shape, dtype and strides without its data: what a launch plan reads.
+
+    MLX plans a kernel from an array's metadata (shape, strides, flags); a picture of a
+    program plans before any input exists. It has the attributes the helpers here read
+    from an ndarray (``shape``, ``ndim``, ``size``, ``dtype``, byte ``strides``, ``flags``)."""
+
+    __slots__ = ("shape", "ndim", "size", "dtype", "strides", "flags")
+
+    def __init__(self, shape: Sequence[int], dtype, estrides: Optional[Sequence[int]] = None):
+        self.shape = tuple(int(s) for s in shape)
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = np.dtype(dtype)
+        row = row_strides(self.shape)
+        st = tuple(int(s) for s in estrides) if estrides is not None else row
+        self.strides = tuple(s * self.dtype.itemsize for s in st)
+        self.flags = _Flags(_contiguous_as(self.shape, st, row),
+                            _contiguous_as(self.shape, st, row_strides(self.shape[::-1])[::-1]))
+
+    @classmethod
+    def of(cls, a) -> "Layout":
+        """The layout of an array (numpy, cupy, or a ``Layout``)."""
+        return a if isinstance(a, cls) else cls(a.shape, a.dtype, elem_strides(a))
+
+    def __repr__(self) -> str:
+        return f"Layout({self.shape}, {self.dtype}, {tuple(s // self.dtype.itemsize for s in self.strides)})"
+
+
+class _Flags:
+    __slots__ = ("c_contiguous", "f_contiguous")
+
+    def __init__(self, c: bool, f: bool):
+        self.c_contiguous, self.f_contiguous = c, f
+
+
+def _contiguous_as(shape: tuple, st: tuple, want: tuple) -> bool:
+    """Whether strides ``st`` are ``want`` on every dimension that has more than one element."""
+    if any(s == 0 for s in shape):
+        return True
+    return all(a == b for n, a, b in zip(shape, st, want) if n != 1)
 
 
 def elem_strides(a) -> tuple:
