@@ -136,7 +136,13 @@ def _advanced(a: array, entries: tuple, s) -> array:
 
 
 def getitem(a: array, idx: Any) -> array:
-    """``a[idx]`` with MLX's semantics."""
+    """``a[idx]`` with MLX's semantics: always a new array object (``x[:]`` too), so that
+    updating it in place leaves ``a`` alone."""
+    out = _getitem(a, idx)
+    return array._wrap(out._d) if out is a else out
+
+
+def _getitem(a: array, idx: Any) -> array:
     s = resolve_stream(None)
     if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
         return a

@@ -33,6 +33,8 @@ def _operator(fn_name: str, method: str, what: str, reflected: bool = False,
               inplace: bool = False, bitwise: bool = False):
     def op(self: array, other: Any) -> array:
         o = _operand(self, other, method, what, inplace)
+        if inplace and fn_name == "divide" and not _dt.is_inexact(self.dtype):
+            raise ValueError("In place division cannot cast to non-floating point type.")
         if bitwise and (_dt.is_inexact(self.dtype) or _dt.is_inexact(o.dtype)):
             raise ValueError(f"Floating point types not allowed with {what}.")
         fn = getattr(ops, fn_name)

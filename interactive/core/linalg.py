@@ -272,6 +272,8 @@ def pinv(a: array, *, stream: StreamOrDevice = None) -> array:
     _check_matrix(a, "pinv")
     m, n = a.shape[-2:]
     k = min(m, n)
+    if k == 0:  # as MLX: the (n, m) pseudo-inverse of an empty matrix is empty
+        return ops.zeros(a.shape[:-2] + (n, m), a.dtype, stream=s)
     u, sv, vt = svd(a, True, stream=s)
     idx = [slice(None)] * (a.ndim - 2)
     u = u[tuple(idx + [slice(None), slice(0, k)])]
@@ -368,7 +370,7 @@ def _matrix_norm(a: array, ord, axes: list, keepdims: bool, s) -> array:
         out = (ops.max if ord == 2.0 else ops.min)(sv, -1, False, stream=s)
     if keepdims:
         out = ops.expand_dims(out, sorted((r, c)), stream=s)
-    return out
+    return out if ord == "nuc" else cast(out, dt, s)  # as MLX (mlx/linalg.cpp): only ord 2 casts
 
 
 def norm(a: array, /, ord: Union[None, int, float, str] = None,
@@ -399,6 +401,8 @@ def norm(a: array, /, ord: Union[None, int, float, str] = None,
         _check_axes(axes, a.ndim)
         return _vector_norm(a, ord, axes, keepdims, s)
     if len(axes) == 2:
+        if ord not in (1.0, -1.0, 2.0, -2.0, _INF, -_INF):  # MLX checks ord before the axes
+            raise ValueError(f"[linalg::norm] Invalid ord {_fmt_ord(ord)} for matrix norm.")
         _check_axes(axes, a.ndim)
         return _matrix_norm(a, ord, axes, keepdims, s)
     raise ValueError("[linalg::norm] Received too many axes for norm.")

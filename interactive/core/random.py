@@ -226,7 +226,11 @@ def randint(low: Union[int, array], high: Union[int, array], shape: Sequence[int
         _check_key(key)
     low, high = to_array(low), to_array(high)
     u = _uniform(low, high, _shape(shape), _dt.float32, key, s)
-    return cast(ops.maximum(ops.floor(u, stream=s), cast(low, _dt.float32, s), stream=s), dtype, s)
+    out = cast(ops.floor(u, stream=s), dtype, s)
+    # As MLX (mlx/random.cpp): low / high may not be exact in float32, so clamp the samples
+    # to [low, high - 1], each bound computed in its own dtype and then cast.
+    hi = cast(ops.subtract(high, array(1, high.dtype), stream=s), dtype, s)
+    return ops.maximum(ops.minimum(out, hi, stream=s), cast(low, dtype, s), stream=s)
 
 
 def bernoulli(p: Union[float, array] = 0.5, shape: Optional[Sequence[int]] = None,
@@ -316,10 +320,28 @@ def categorical(logits: array, axis: int = -1, shape: Optional[Sequence[int]] = 
                              f"broadcast compatible with reduced logits shape{_fmt_shape(reduced)}.")
     else:
         out_shape = reduced
+    n = logits.shape[ax]
+    if n > 0 and logits.size == n and out_shape:  # MLX's inverse-CDF path (mlx/random.cpp)
+        return _categorical_inverse_cdf(ops.reshape(logits, (n,), stream=s), out_shape, key, s)
     offset = ax + len(out_shape) - logits.ndim + 1
     gshape = out_shape[:offset] + (logits.shape[ax],) + out_shape[offset:]
     g = _gumbel(gshape, _dt.float32, key, s)
     return ops.argmax(ops.add(g, logits, stream=s), offset, False, stream=s)
+
+
+def _categorical_inverse_cdf(logits: array, shape: tuple, key: Optional[array], s) -> array:
+    """Samples of one distribution by inverting its CDF: O(N + M) memory where the Gumbel-max
+    trick needs O(N * M); where the largest logit is infinite, uniform over the maximal ones."""
+    ops = _ops()
+    dtype = _dt.promote_types(logits.dtype, _dt.float32)
+    x = cast(logits, dtype, s)
+    m = ops.max(x, stream=s)
+    w = ops.where(ops.isinf(m, stream=s), cast(ops.equal(x, m, stream=s), dtype, s),
+                  ops.exp(ops.subtract(x, m, stream=s), stream=s), stream=s)
+    cdf = ops.cumsum(w, 0, reverse=False, inclusive=False, stream=s)
+    u = ops.multiply(_uniform(array(0.0, _dt.float32), array(1.0, _dt.float32), shape,
+                              _dt.float32, key, s), ops.sum(w, stream=s), stream=s)
+    return ops.subtract(ops.searchsorted(cdf, u, "right", stream=s), array(1, _dt.uint32), stream=s)
 
 
 def laplace(shape: Sequence[int] = [], dtype: Optional[_dt.Dtype] = _dt.float32,

@@ -13,8 +13,14 @@ def full(xp, a):
 
 @define("Arange", family=CREATION)
 def arange(xp, *, start, step, size, dtype):
-    # MLX's CPU kernel: out[i] = start + i * step, computed in the output dtype.
+    # MLX's CPU kernel (mlx/backend/cpu/arange.h): out[i] = start; start += step, in the
+    # output dtype, with step = T(start + step) - T(start); integers get that step already.
     if size == 0:
         return xp.zeros((0,), dtype=dtype)
-    base = xp.arange(size).astype(dtype)
-    return (xp.asarray(start, dtype=dtype) + base * xp.asarray(step, dtype=dtype)).astype(dtype)
+    if xp.issubdtype(xp.dtype(dtype), xp.integer):  # C casts: out-of-range values wrap
+        base = xp.arange(size).astype(dtype)
+        return (xp.asarray(start).astype(dtype) + base * xp.asarray(step).astype(dtype)).astype(dtype)
+    first = xp.asarray(start, dtype=dtype)
+    vals = xp.full((size,), xp.asarray(start + step, dtype=dtype) - first, dtype=dtype)
+    vals[0] = first
+    return xp.cumsum(vals, dtype=dtype)  # numpy accumulates one element after another

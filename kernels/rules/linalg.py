@@ -67,13 +67,16 @@ def inverse(xp, a, *, tri=False, upper=False):
 
 @define("Cholesky", family=LINALG)
 def cholesky(xp, a, *, upper=False):
-    """Cholesky factor from the lower triangle (``upper``: U with a = U^T U).
+    """Cholesky factor from the lower triangle (``upper``: U with a = U^T U, from the upper
+    triangle, as MLX's LAPACK call reads it).
 
     MLX does not check positive definiteness; where the factorization fails the result is
     NaN here (LAPACK leaves a partial factor in MLX).
     """
     if a.shape[-1] == 0:
         return xp.array(a, copy=True)
+    if upper:
+        a = xp.swapaxes(a, -1, -2)
     sym = xp.tril(a) + xp.swapaxes(xp.tril(a, -1), -1, -2)
     try:
         low = xp.linalg.cholesky(sym)

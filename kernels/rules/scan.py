@@ -34,7 +34,24 @@ def _accumulate(xp, name, a, axis):
         return xp.maximum.accumulate(a, axis=axis)
     if name == "min":
         return xp.minimum.accumulate(a, axis=axis)
+    if a.dtype.kind == "c":
+        return _complex_logaddexp_scan(xp, a, axis)
     return xp.logaddexp.accumulate(a, axis=axis)
+
+
+def _complex_logaddexp_scan(xp, a, axis):
+    """Sequential complex log-add-exp (MLX's LogAddExp on complex: the larger real part
+    plus log1p(exp(smaller - larger))), one step along ``axis`` at a time."""
+    moved = xp.moveaxis(a, axis, 0)
+    out = xp.empty_like(moved)
+    if moved.shape[0]:
+        acc = out[0] = moved[0]
+        for i in range(1, moved.shape[0]):
+            x = moved[i]
+            first = acc.real >= x.real
+            m, n = xp.where(first, acc, x), xp.where(first, x, acc)
+            acc = out[i] = m + xp.log1p(xp.exp(n - m))
+    return xp.moveaxis(out, 0, axis)
 
 
 @define("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp", family=SCAN)

@@ -136,6 +136,16 @@ def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
     return array._make([a.shape], [dtype], Primitive("AsType", s, dtype=dtype.np), [a])[0]
 
 
+def int32(v: Any) -> int:
+    """``v`` as MLX's bindings take a C++ ``int`` (shape dimensions, axes): nanobind's
+    OverflowError outside the 32-bit range."""
+    v = int(v)
+    if not -(2**31) <= v < 2**31:
+        raise OverflowError(f"Integer value {v} is outside the supported range "
+                            "[-2147483648, 2147483647].")
+    return v
+
+
 def _fmt_shape(shape: Sequence[int]) -> str:
     return "(" + ",".join(str(s) for s in shape) + ")"
 
@@ -175,9 +185,11 @@ def broadcast_to(a: Any, /, shape: Sequence[int], *, stream: StreamOrDevice = No
 def broadcast(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> array:
     """``broadcast_to`` for internal callers (a view; no node when the shape already matches)."""
     a = to_array(a)
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(int32(s) for s in shape)
     if a.shape == shape:
         return a
+    if any(d < 0 for d in shape):
+        raise ValueError("[broadcast_to] Negative dimensions not allowed.")
     bshape = broadcast_shapes(a.shape, shape)
     if bshape != shape:
         raise ValueError(f"Cannot broadcast array of shape {_fmt_shape(a.shape)} "

@@ -15,7 +15,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import broadcast, cast, to_array
+from .convert import broadcast, cast, int32, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
            "identity", "tri", "tril", "triu", "meshgrid"]
@@ -24,7 +24,10 @@ __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspa
 def _shape(shape: Union[int, Sequence[int]]) -> tuple:
     if shape is None:
         raise BadArgs("shape")
-    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if isinstance(shape, int) and not -(2**31) <= shape < 2**31:
+        raise OverflowError(f"Shape dimension {shape} is outside the supported range [-2147483648, "
+                            "2147483647]. MLX currently uses 32-bit integers for shape dimensions.")
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int32(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError("[full] Negative dimensions not allowed.")
     return shape
@@ -126,6 +129,8 @@ def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] 
     for v in vals:
         if not isinstance(v, (int, float)):
             raise BadArgs("start")
+    if dtype is None and any(isinstance(v, bool) for v in vals):
+        raise ValueError("bool not supported for arange.")
     start, stop, step = vals
     if dtype is None:
         if any(isinstance(v, float) for v in vals):
@@ -261,7 +266,7 @@ def triu(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
 
 
 def meshgrid(*arrays: array, sparse: Optional[bool] = False, indexing: Optional[str] = "xy",
-             stream: StreamOrDevice = None) -> list:
+             stream: StreamOrDevice = None) -> tuple:
     """Coordinate arrays from 1-D coordinate vectors (``indexing`` "xy" or "ij")."""
     from .shape import reshape
 
@@ -270,7 +275,7 @@ def meshgrid(*arrays: array, sparse: Optional[bool] = False, indexing: Optional[
     arrs = [to_array(a) for a in arrays]
     n = len(arrs)
     if n == 0:
-        return []
+        return ()
     # "xy" (Cartesian) swaps the roles of the first two axes.
     pos = list(range(n))
     if indexing == "xy" and n > 1:
@@ -283,5 +288,5 @@ def meshgrid(*arrays: array, sparse: Optional[bool] = False, indexing: Optional[
         full_shape[pos[i]] = a.size
         outs.append(reshape(a, shape, stream=stream))
     if sparse:
-        return outs
-    return [broadcast(o, full_shape, stream=stream) for o in outs]
+        return tuple(outs)
+    return tuple(broadcast(o, full_shape, stream=stream) for o in outs)

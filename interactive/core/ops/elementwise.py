@@ -373,6 +373,9 @@ def isinf(a: array, stream: StreamOrDevice = None) -> array:
         return full_of(a.shape, False, _dt.bool_, s)
     from .binary import logical_or
 
+    if a.dtype == _dt.complex64:  # as MLX: infinite when either part is
+        return logical_or(isinf(real(a, stream=s), stream=s), isinf(imag(a, stream=s), stream=s),
+                          stream=s)
     return logical_or(isposinf(a, stream=s), isneginf(a, stream=s), stream=s)
 
 

@@ -96,15 +96,20 @@ def take(a: array, /, indices: Any, axis: Optional[int] = None, *,
     if ax is None:
         raise IndexError(f"[take] Received invalid axis {axis} for array with {a.ndim} dimensions.")
     if isinstance(indices, int):
-        _check_index(indices, a.shape[ax], ax)
-        # As MLX: the slice [i, i + 1) with Python's negative bounds, so -1 selects nothing
-        # (and Squeeze then raises) while other negative ints count from the end.
+        if a.size == 0:
+            raise ValueError("[take] Cannot do a non-empty take from an array with zero elements.")
+        # As MLX: the slice [i, i + 1) with Python's bounds, so an index past either end
+        # selects nothing and Squeeze raises (MLX's ValueError, not numpy's IndexError).
         start, stop = [0] * a.ndim, list(a.shape)
         start[ax], stop[ax], _ = _builtin_slice(indices, indices + 1).indices(a.shape[ax])
         stop[ax] = max(stop[ax], start[ax])
         return squeeze(_slice(a, start, stop, [1] * a.ndim, s), ax, stream=s)
     idx = to_array(indices)
+    if idx.dtype == _dt.bool_:
+        raise ValueError("[Gather] Boolean indices not supported.")
     _check_indices([idx])
+    if a.shape[ax] == 0 and idx.size:
+        raise ValueError("[take] Cannot do a non-empty take from an empty axis.")
     _check_index(idx, a.shape[ax], ax)
     sizes = list(a.shape)
     sizes[ax] = 1

@@ -13,7 +13,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import broadcast, cast, _fmt_shape, to_array
+from .convert import broadcast, cast, _fmt_shape, int32, to_array
 
 __all__ = [
     "reshape", "flatten", "unflatten", "squeeze", "expand_dims", "transpose", "swapaxes",
@@ -37,7 +37,7 @@ def _one(name: str, a: array, out_shape: Sequence[int], stream: StreamOrDevice,
 
 
 def _int_tuple(v: Union[int, Sequence[int]]) -> tuple:
-    return (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
+    return (int32(v),) if isinstance(v, int) else tuple(int32(x) for x in v)
 
 
 def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
@@ -515,6 +515,8 @@ def as_strided(a: array, /, shape: Optional[Sequence[int]] = None,
             acc *= d
         strides = tuple(st)
     strides = _int_tuple(strides)
+    if any(d < 0 for d in shape):
+        raise ValueError("[as_strided] Negative dimensions not allowed.")
     if len(strides) != len(shape):
         raise ValueError(f"[as_strided] Shape {_fmt_shape(shape)} and strides "
                          f"{_fmt_shape(strides)} must have the same length.")
