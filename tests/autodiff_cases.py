@@ -174,6 +174,33 @@ def cases():
         lambda a: jnp.fft.irfft(jnp.fft.rfft(a) * jnp.array([1.0, 2.0, 3.0])), (_any, S))
     add("irfft_odd", lambda a: mx.fft.irfft(mx.fft.rfft(a) * mx.array([1.0, 2.0, 3.0]), n=5),
         lambda a: jnp.fft.irfft(jnp.fft.rfft(a) * jnp.array([1.0, 2.0, 3.0]), n=5), (_any, (3, 5)))
+    # n-D: axes not at the end, in any order, with s cropping and padding, odd lengths
+    T = (2, 3, 4)
+    w3 = [1.0, 2.0, 3.0]
+    add("fftn_axes", lambda a: mx.abs(mx.fft.fftn(a, axes=[0, 2])),
+        lambda a: jnp.abs(jnp.fft.fftn(a, axes=(0, 2))), (_any, T))
+    add("fftn_s", lambda a: mx.real(mx.fft.fftn(a, s=[1, 5], axes=[0, 2]))
+        + mx.imag(mx.fft.fftn(a, s=[1, 5], axes=[0, 2])) * 2,
+        lambda a: jnp.real(jnp.fft.fftn(a, s=(1, 5), axes=(0, 2)))
+        + jnp.imag(jnp.fft.fftn(a, s=(1, 5), axes=(0, 2))) * 2, (_any, T))
+    add("ifftn_axes", lambda a: mx.real(mx.fft.ifftn(a, axes=[2, 1])) * 3
+        + mx.imag(mx.fft.ifftn(a, axes=[2, 1])),
+        lambda a: jnp.real(jnp.fft.ifftn(a, axes=(2, 1))) * 3
+        + jnp.imag(jnp.fft.ifftn(a, axes=(2, 1))), (_any, T))
+    add("rfftn_axes", lambda a: mx.abs(mx.fft.rfftn(a, axes=[2, 1])),
+        lambda a: jnp.abs(jnp.fft.rfftn(a, axes=(2, 1))), (_any, T))
+    add("rfftn_s", lambda a: mx.imag(mx.fft.rfftn(a, s=[3, 6], axes=[0, 2])) * 2
+        + mx.real(mx.fft.rfftn(a, s=[3, 6], axes=[0, 2])),
+        lambda a: jnp.imag(jnp.fft.rfftn(a, s=(3, 6), axes=(0, 2))) * 2
+        + jnp.real(jnp.fft.rfftn(a, s=(3, 6), axes=(0, 2))), (_any, T))
+    add("irfftn_axes", lambda a: mx.fft.irfftn(mx.fft.rfftn(a, axes=[0, 2]) * mx.array(w3),
+                                               s=[2, 4], axes=[0, 2]),
+        lambda a: jnp.fft.irfftn(jnp.fft.rfftn(a, axes=(0, 2)) * jnp.array(w3), s=(2, 4),
+                                 axes=(0, 2)), (_any, T))
+    add("irfftn_odd_s", lambda a: mx.fft.irfftn(mx.fft.rfftn(a, axes=[1, 2]) * mx.array(w3),
+                                                s=[3, 5], axes=[1, 2]),
+        lambda a: jnp.fft.irfftn(jnp.fft.rfftn(a, axes=(1, 2)) * jnp.array(w3), s=(3, 5),
+                                 axes=(1, 2)), (_any, T))
     if hasattr(mx, "hadamard_transform"):
         add("hadamard", lambda a: mx.hadamard_transform(a) * mx.arange(4).astype(a.dtype),
             lambda a: (a @ jnp.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]],
