@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from ..codegen import c_ops as C
 from ..primitives import BINARY, MULTI_OUTPUT, TERNARY, UNARY, define
+from .forms import is_writeable
 
 
 def writable(out):
-    """``out`` if it can be written (an empty buffer may come back read-only), else None."""
-    return out if out is not None and out.flags.writeable else None
+    """``out`` if it can be written (an empty numpy buffer may come back read-only; CuPy
+    arrays always can), else None."""
+    return out if out is not None and is_writeable(out) else None
 
 
 def finish(res, out):

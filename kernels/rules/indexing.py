@@ -9,6 +9,7 @@ MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 from __future__ import annotations
 
 from ..primitives import INDEXING, define
+from .forms import scatter as _scatter_into
 
 
 def _slices(start, stop, strides):
@@ -119,8 +120,8 @@ def scatter(xp, a, *rest, axes, reduce):
     if reduce == "none":
         out[grid] = updates
     else:
-        # ufunc.at accumulates repeated indices (cupy implements add/subtract/max/min .at).
-        getattr(xp, _SCATTER[reduce]).at(out, grid, updates)
+        # ufunc.at combines repeated indices (numpy's; CuPy's lacks prod: forms.scatter)
+        _scatter_into(xp, _SCATTER[reduce], out, grid, updates)
     return out
 
 
@@ -149,7 +150,7 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     if reduce == "none":
         out[grid] = updates
     else:
-        getattr(xp, _SCATTER[reduce]).at(out, grid, updates)
+        _scatter_into(xp, _SCATTER[reduce], out, grid, updates)
     return out
 
 

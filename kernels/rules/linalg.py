@@ -8,6 +8,7 @@ array ops (neither numpy nor cupy has ``linalg.lu``).
 from __future__ import annotations
 
 from ..primitives import LINALG, define
+from .forms import is_numpy
 
 
 def lu_batched(xp, a):
@@ -80,9 +81,29 @@ def cholesky(xp, a, *, upper=False):
     sym = xp.tril(a) + xp.swapaxes(xp.tril(a, -1), -1, -2)
     try:
         low = xp.linalg.cholesky(sym)
-    except Exception:  # numpy raises for non positive-definite input; cupy gives NaN
+    except Exception:  # numpy raises for non positive-definite input
         low = xp.full(a.shape, xp.nan, dtype=a.dtype)
+    else:
+        if not is_numpy(xp) and not _factored(xp, sym, low):
+            # CuPy does not raise (cupyx.errstate(linalg="ignore") by default): potrf's
+            # partial factor comes back; NaN as numpy's path gives
+            low = xp.full(a.shape, xp.nan, dtype=a.dtype)
     return xp.swapaxes(low, -1, -2) if upper else low
+
+
+def _factored(xp, sym, low) -> bool:
+    """Whether ``low`` is the Cholesky factor of every matrix of ``sym``: finite, with a
+    positive diagonal, and ``low @ low^H`` within Cholesky's backward error (a few n eps
+    of the largest entry) of ``sym``. A failed factorization leaves part of the input
+    unfactored, far outside that."""
+    n = sym.shape[-1]
+    if low.size == 0:
+        return True
+    diag = xp.diagonal(low, axis1=-2, axis2=-1).real
+    rec = xp.matmul(low, xp.conj(xp.swapaxes(low, -1, -2)))
+    eps = xp.finfo(low.dtype).eps
+    tol = 32 * n * eps * xp.max(xp.abs(sym))
+    return bool(xp.isfinite(low).all() & (diag > 0).all() & (xp.max(xp.abs(rec - sym)) <= tol))
 
 
 @define("QRF", family=LINALG)

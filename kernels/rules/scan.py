@@ -7,6 +7,7 @@ one by one place and starts from the reduction's identity.
 from __future__ import annotations
 
 from ..primitives import SCAN, define
+from .forms import accumulate, is_numpy, log_step_scan
 
 
 def _identity(xp, name, dtype):
@@ -28,29 +29,35 @@ def _accumulate(xp, name, a, axis):
         return xp.cumsum(a, axis=axis, dtype=a.dtype)
     if name == "prod":
         if a.dtype.kind == "b":
-            return xp.logical_and.accumulate(a, axis=axis)
+            return accumulate(xp, "logical_and", a, axis)
         return xp.cumprod(a, axis=axis, dtype=a.dtype)
     if name == "max":
-        return xp.maximum.accumulate(a, axis=axis)
+        return accumulate(xp, "maximum", a, axis)
     if name == "min":
-        return xp.minimum.accumulate(a, axis=axis)
+        return accumulate(xp, "minimum", a, axis)
     if a.dtype.kind == "c":
         return _complex_logaddexp_scan(xp, a, axis)
-    return xp.logaddexp.accumulate(a, axis=axis)
+    return accumulate(xp, "logaddexp", a, axis)
+
+
+def _complex_logaddexp(xp, acc, x):
+    """MLX's LogAddExp on complex: the larger real part plus log1p(exp(smaller - larger))."""
+    first = acc.real >= x.real
+    m, n = xp.where(first, acc, x), xp.where(first, x, acc)
+    return m + xp.log1p(xp.exp(n - m))
 
 
 def _complex_logaddexp_scan(xp, a, axis):
-    """Sequential complex log-add-exp (MLX's LogAddExp on complex: the larger real part
-    plus log1p(exp(smaller - larger))), one step along ``axis`` at a time."""
+    """Complex log-add-exp along ``axis``: one step at a time with numpy (as MLX's CPU
+    loop), a log-step scan elsewhere (no host loop over the axis)."""
+    if not is_numpy(xp):
+        return log_step_scan(xp, a, axis, lambda p, q: _complex_logaddexp(xp, p, q))
     moved = xp.moveaxis(a, axis, 0)
     out = xp.empty_like(moved)
     if moved.shape[0]:
         acc = out[0] = moved[0]
         for i in range(1, moved.shape[0]):
-            x = moved[i]
-            first = acc.real >= x.real
-            m, n = xp.where(first, acc, x), xp.where(first, x, acc)
-            acc = out[i] = m + xp.log1p(xp.exp(n - m))
+            acc = out[i] = _complex_logaddexp(xp, acc, moved[i])
     return xp.moveaxis(out, 0, axis)
 
 
