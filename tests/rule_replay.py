@@ -268,7 +268,7 @@ class Device:
     to_device: Callable  # host numpy array -> device array (inputs)
     to_host: Callable  # device array -> host numpy array (must refuse anything else)
     empty: Callable  # (shape, dtype) -> device array (out= buffers)
-    compare: Callable  # (primitive, reference, result, inputs, params) -> None, raises on a mismatch
+    compare: Callable  # (primitive, references, results, inputs, params): AssertionError on a mismatch
     supports: Callable = lambda a: True  # whether the device can hold this host array
 
 
@@ -337,16 +337,18 @@ def _check(dev, report, label, name, defn, rule, ins, kw):
         if len(refs) != len(gots):
             report.failures.append(f"{tag}: {len(gots)} outputs, numpy gave {len(refs)}")
             continue
-        for k, (r, g) in enumerate(zip(refs, gots)):
+        hosts = []
+        for k, g in enumerate(gots):
             try:
-                host = dev.to_host(g)
+                hosts.append(dev.to_host(g))
             except TypeError as e:
                 report.failures.append(f"{tag} output {k}: not a device array ({e})")
-                continue
-            try:
-                dev.compare(name, np.asarray(r), host, ins, kw)
-            except AssertionError as e:
-                report.failures.append(f"{tag} output {k}: {str(e).strip()[:600]}")
+        if len(hosts) != len(gots):
+            continue
+        try:
+            dev.compare(name, [np.asarray(r) for r in refs], hosts, ins, kw)
+        except AssertionError as e:
+            report.failures.append(f"{tag}: {str(e).strip()[:800]}")
 
 
 def replay(dev: Device, seed: int = 0) -> Report:
@@ -360,6 +362,17 @@ def replay(dev: Device, seed: int = 0) -> Report:
             outs = thunk()
             mx.eval(outs)
     return report
+
+
+def each(check: Callable) -> Callable:
+    """A ``Device.compare`` applying ``check(name, ref, got, ins, kw)`` to every output."""
+    def compare(name, refs, gots, ins, kw):
+        for k, (r, g) in enumerate(zip(refs, gots)):
+            try:
+                check(name, r, g, ins, kw)
+            except AssertionError as e:
+                raise AssertionError(f"output {k}: {e}") from None
+    return compare
 
 
 def exact(name, ref, got, ins=None, kw=None) -> None:
