@@ -40,6 +40,7 @@ class Value:
     index: int = 0
     data: Optional[np.ndarray] = field(default=None, repr=False)  # constants / evaluated leaves
     is_output: bool = False
+    seed: bool = False  # the cotangent reverse mode started from (grad's 1.0)
 
 
 @dataclass
@@ -353,8 +354,11 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
         nonlocal n_const
         if id(v) not in ids:  # a constant (the only values not made by an op or an argument)
             data = v.desc.data if v.desc is not None else None
-            ids[id(v)] = b.value(v.shape, v.dtype, "constant", True, f"c{n_const}", data=data)
-            n_const += 1
+            seed = v.desc is not None and id(v.desc) in seeds
+            ids[id(v)] = b.value(v.shape, v.dtype, "constant", True,
+                                 "seed" if seed else f"c{n_const}", data=data)
+            b.values[ids[id(v)]].seed = seed
+            n_const += not seed
         return ids[id(v)]
 
     for g in prog.tape:
@@ -482,7 +486,7 @@ def _backward_marks(descs: list) -> dict:
 
 def graph_of(*arrays: array) -> Graph:
     """The Graph of the lazy computation above ``arrays`` (evaluated arrays are its leaves)."""
-    from tapescope.core.autodiff.engine import is_backward
+    from tapescope.core.autodiff.engine import is_backward, is_seed
 
     for a in arrays:
         if not isinstance(a, array):
@@ -500,10 +504,12 @@ def graph_of(*arrays: array) -> Graph:
             placeholder = d.node is not None
             const = not placeholder and d.data is not None and d.data.ndim == 0
             role = "constant" if const else "input"
-            name = f"{'c' if const else 'in'}{counts[role]}"
-            counts[role] += 1
+            seed = is_seed(d)
+            name = "seed" if seed else f"{'c' if const else 'in'}{counts[role]}"
+            counts[role] += not seed
             ids[id(d)] = b.value(d.shape, d.dtype, role, not placeholder, name,
                                  data=d.data if not placeholder else None)
+            b.values[ids[id(d)]].seed = seed
         return ids[id(d)]
 
     def vid_of(d: ArrayDesc) -> int:

@@ -266,6 +266,27 @@ def test_trace_of_grad_marks_the_backward_ops():
     assert any(op.backward for op in lazy.ops) and any(not op.backward for op in lazy.ops)
 
 
+def test_the_backward_picture_starts_at_the_seed_and_marks_cotangents_inside_kernels():
+    x, y, p = _mlp_data()
+    args = ({k: mx.array(v) for k, v in p.items()}, mx.array(x), mx.array(y))
+    loss_grad = mx.grad(lambda p, x, y: mlp_loss(mx, p, x, y))
+    for compiled in (False, True):
+        g = tapescope.trace(loss_grad, *args, compile=compiled)
+        seeds = [v for v in g.values if v.seed]
+        assert len(seeds) == 1 and seeds[0].name == "seed" and float(seeds[0].data) == 1.0
+        assert 'label=<<B>seed</B> = 1.0' in g.to_dot()
+    # a kernel that fuses the forward (out - y) with the cotangent's product: only the ops
+    # reached from a cotangent input are drawn as backward inside it
+    dot = g.to_dot()
+    inner = [line for line in dot.splitlines() if line.strip().startswith("k") and "label=" in line]
+    marked = [line for line in inner if "&#8711; " in line]
+    assert marked and len(marked) < len([x for x in inner if "<B>" in x])
+    assert any("&#8711; Multiply" in line for line in marked)
+    assert not any("&#8711; Add" in line for line in marked)  # out - y: the forward's
+    lazy = tapescope.graph_of(loss_grad(*args)["w1"])
+    assert [v.name for v in lazy.values if v.seed] == ["seed"]
+
+
 def test_check_compares_the_gradient_graph_with_jax():
     f = lambda x: mx.sum(mx.tanh(x) ** 2 * mx.exp(x))  # noqa: E731
     for fun in (mx.grad(f), mx.grad(mx.compile(f)), mx.compile(mx.grad(f))):

@@ -198,8 +198,12 @@ class _Writer:
         styles = ["rounded", "filled"] if v.role == "input" else ["filled"]
         if lazy:
             styles.append("dashed")
-        self.t.node(nid, **_attrs(label=label, shape=shape, style=",".join(styles),
-                                  fillcolor=st.fill, color=st.border))
+        seed = {}
+        if getattr(v, "seed", False):  # where the cotangent flow starts
+            self.has_backward = True
+            seed = {"color": S.BACKWARD, "penwidth": "2.2", "tooltip": "the seed cotangent"}
+        self.t.node(nid, **_attrs(**{**dict(label=label, shape=shape, style=",".join(styles),
+                                            fillcolor=st.fill, color=st.border), **seed}))
 
     def _mark(self, evaluated: bool) -> bool:
         """Note a value's state for the legend; whether it is drawn lazy (dashed). A compiled
@@ -272,17 +276,21 @@ class _Writer:
                     c.node(nid, **_attrs(label=x.name, shape="circle", width="0.3", fixedsize="true",
                                          fontsize="9", style="filled", fillcolor="#ffffff",
                                          color=S.CLUSTER.border, id=f"ts_kernel_{k.index}_{x.name}"))
+            cot = self._tape_cotangents(k) if bw else set()
             for t in k.tape.ops:
                 st = S.op_style(_family(t.primitive))
                 self._group(_family(t.primitive))
-                label = (f"<<B>{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" COLOR=\"#6b7280\">"
-                         f"{S.esc(t.name)}</FONT>>")
-                c.node(f"k{k.index}_{t.name}", **_attrs(label=label, shape="box", style="rounded,filled",
-                                                        fillcolor=st.fill, color=st.border,
-                                                        id=f"ts_kernel_{k.index}_{t.name}"))
+                nabla = "&#8711; " if t.name in cot else ""
+                label = (f"<<B>{nabla}{S.esc(t.primitive)}</B> <FONT POINT-SIZE=\"8\" "
+                         f"COLOR=\"#6b7280\">{S.esc(t.name)}</FONT>>")
+                mark = {"color": S.BACKWARD, "penwidth": "2.2"} if t.name in cot else {}
+                c.node(f"k{k.index}_{t.name}", **_attrs(**{**dict(
+                    label=label, shape="box", style="rounded,filled", fillcolor=st.fill,
+                    color=st.border, id=f"ts_kernel_{k.index}_{t.name}"), **mark}))
             for t in k.tape.ops:
                 for a in t.inputs:
-                    c.edge(f"k{k.index}_{a}", f"k{k.index}_{t.name}")
+                    c.edge(f"k{k.index}_{a}", f"k{k.index}_{t.name}",
+                           **({"color": S.BACKWARD} if a in cot else {}))
         self.t = outer
 
     def _boundary_label(self, inp: Any, vid: int, from_value_node: bool) -> str:
@@ -336,12 +344,26 @@ class _Writer:
             src = stub
         self.t.edge(src, dst, **_attrs(**attrs))
 
+    def _is_cotangent(self, vid: int) -> bool:
+        """A value a backward op made, or the seed reverse mode started from."""
+        v = self.g.values[vid]
+        if getattr(v, "seed", False):
+            return True
+        return v.producer is not None and getattr(self.g.ops[v.producer], "backward", False)
+
     def _cotangent_edge(self, vid: int) -> dict:
-        """A value a backward op made is a cotangent: its edges are drawn in magenta."""
-        p = self.g.values[vid].producer
-        if p is not None and getattr(self.g.ops[p], "backward", False):
-            return {"color": S.BACKWARD}
-        return {}
+        """A cotangent's edges are drawn in magenta."""
+        return {"color": S.BACKWARD} if self._is_cotangent(vid) else {}
+
+    def _tape_cotangents(self, k: Any) -> set:
+        """Names in a fused tape that carry a cotangent: inputs that are cotangents and the
+        ops computed from one (a forward op fused beside them stays unmarked)."""
+        cot = {x.name for x, inp in zip(k.tape.inputs, k.inputs)
+               if inp.constant is None and self._is_cotangent(inp.value)}
+        for t in k.tape.ops:
+            if any(a in cot for a in t.inputs):
+                cot.add(t.name)
+        return cot
 
     # -- the whole picture --------------------------------------------------------------
     def write(self) -> str:
