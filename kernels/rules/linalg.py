@@ -149,6 +149,9 @@ def eig(xp, a, *, compute_eigenvectors=True):
         w = xp.zeros(a.shape[:-1], dtype=xp.complex64)
         return (w, xp.zeros(a.shape, dtype=xp.complex64)) if compute_eigenvectors else w
     w, v = xp.linalg.eig(a)
+    # numpy returns real arrays when every eigenvalue is real, CuPy complex ones: complex here
+    cdt = xp.result_type(w.dtype, xp.complex64)
+    w, v = w.astype(cdt, copy=False), v.astype(cdt, copy=False)
     return (w, v) if compute_eigenvectors else w
 
 
