@@ -130,9 +130,14 @@ The kernel's name follows MLX's grammar: one letter per value, each fused node a
 `name kind itemsize Primitive inputs`, then the inputs' kinds, their dtypes and a hash of the
 constants. `_contiguous` / `_strided_<ndim>` say which variant ran."""),
     ("code", """for entry in tapescope.kernel_cache():
-    print(entry["name"], "|", entry["variant"], "|", entry["origin"], "| hits", entry["hits"])
-source = tapescope.kernel_cache()[-1]["source"]
-print(source[source.index("void "):][:2000])  # the kernel itself, after the helper functions"""),
+    print(entry["name"], "|", entry["variant"], "|", entry["origin"], "| hits", entry["hits"])"""),
+    ("md", """The same tape is written in three dialects: the C that was built and ran here, and the
+CUDA and Metal a GPU runtime would build. Each column starts at the kernel itself; the
+includes and helper functions above it are under "show all"."""),
+    ("code", """from IPython.display import HTML
+
+kernel = tapescope.trace(gelu, x).kernels[0]
+HTML(kernel.sources_html())"""),
     ("md", """## Checking against JAX
 
 `tapescope.check` evaluates the same graph with its own table of JAX rules and compares every
@@ -212,6 +217,8 @@ for r in prims[:5]:
 
 def write(cells: list, path: Path) -> None:
     nb = new_notebook(cells=[new_markdown_cell(t) if k == "md" else new_code_cell(t) for k, t in cells])
+    for i, cell in enumerate(nb.cells):  # stable ids: regenerating changes only what changed
+        cell.id = f"{path.stem[:2]}-{i:02d}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, str(path))
 

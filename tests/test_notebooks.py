@@ -41,3 +41,5 @@ def test_notebook_runs_without_errors(path, tmp_path):
         shown = [o for o in outputs if o.get("output_type") in ("display_data", "execute_result")]
         assert any("image/svg+xml" in o.get("data", {}) or "text/html" in o.get("data", {})
                    for o in shown)
+        html = "".join(o.get("data", {}).get("text/html", "") for o in shown)
+        assert all(f"<th>{d}</th>" in html for d in ("C", "CUDA", "Metal"))  # the kernel, 3 dialects
