@@ -643,3 +643,16 @@ def test_trace_of_vmap_shows_batched_primitives_not_a_loop():
         assert [op.primitive for op in g.ops] == ["Exp", "Transpose", "Matmul", "Sum", "Squeeze"]
         matmul = next(op for op in g.ops if op.primitive == "Matmul")
         assert g.values[matmul.outputs[0]].shape == (size, 2, 2)
+
+
+def test_check_of_a_vmapped_function_passes_against_jax():
+    """``tapescope.check`` runs the batched graph under its JAX rules (every node)."""
+    pytest.importorskip("jax")
+    rng = np.random.default_rng(6)
+    w, x = mx.array(normal(rng, (4, 2))), mx.array(normal(rng, (5, 3, 4)))
+    r = tapescope.check(mx.vmap(mx.grad(lambda w, x: mx.sum(mx.tanh(x @ w) ** 2)),
+                                in_axes=(None, 0)), w, x, every_node=True)
+    assert r.passed, repr(r)
+    r = tapescope.check(mx.vmap(lambda a: mx.cumsum(mx.sort(a, axis=0), axis=1)[_I[:2]],
+                                in_axes=1), x, every_node=True)
+    assert r.passed, repr(r)
