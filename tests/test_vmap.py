@@ -509,6 +509,7 @@ def test_vmap_errors_match_mlx(src):
     "M.vmap(lambda s: M.searchsorted(s, M.array(0.5)))(M.ones((2, 3)))",
     "M.vmap(lambda v: M.pad(M.ones(3), 1, constant_values=v))(M.ones(2))",
     "M.vmap(lambda s: M.slice(M.ones(4), s, [0], [2]))(M.array([[0], [1]]))",
+    "M.vmap(lambda s: M.slice_update(M.ones(4), M.ones(2), s, [0]))(M.array([[0], [1]]))",
 ])
 def test_batching_rule_errors_match_mlx(src):
     same_error(lambda M: eval(src, {"M": M}))
