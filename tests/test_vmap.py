@@ -451,7 +451,8 @@ _X = "M.arange(6, dtype=M.float32).reshape(3, 2)"
 _API = [
     "M.vmap(lambda x: x * 2, in_axes=-1)({X})",
     "M.vmap(lambda x, y: x + y, in_axes=(0, None))({X}, M.ones(2))",
-    "M.vmap(lambda d: d['a'] + d['b'], in_axes={{'a': 0, 'b': None}})({{'a': {X}, 'b': M.ones(2)}})",
+    "M.vmap(lambda d: d['a'] + d['b'], in_axes={{'a': 0, 'b': None}})"
+    "({{'a': {X}, 'b': M.ones(2)}})",
     "M.vmap(lambda l: l[0] + l[1], in_axes=[0, 1])([{X}, M.ones((2, 3))])",
     "M.vmap(lambda x: (x, x * 2), out_axes=(0, 1))({X})[1]",
     "M.vmap(lambda x: {{'u': x, 'v': x}}, out_axes={{'u': 1, 'v': 0}})({X})['u']",
