@@ -189,6 +189,7 @@ def _cases() -> list:
         ("SliceUpdate", lambda a, u: a.at[1:3, 1].add(u), [(normal, (3, 4)), (normal, (2,))],
          (1, 0), 0),
         ("SliceUpdate-setitem", _set_rows, [(normal, (3, 4)), (normal, (4,))], (0, None), 0),
+        ("SliceUpdate-setitem-on-the-argument", _set_arg, [(normal, (3, 4))], 1, 0),
         ("SliceUpdate-src-unmapped", lambda a, u: a.at[0:2].add(u),
          [(normal, (3, 4)), (normal, (2, 4))], (None, 2), 0),
         ("DynamicSlice", lambda a: mx.slice(a, mx.array([1]), [1], [3, 2]),
@@ -259,6 +260,11 @@ def _masked(a, m):
 def _set_rows(a, u):
     a = mx.array(a)
     a[1:3] = u
+    return a
+
+
+def _set_arg(a):
+    a[1] = 0.0  # the argument's handle gets a new graph: that graph is what is batched
     return a
 
 

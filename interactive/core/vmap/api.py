@@ -135,10 +135,10 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
         axes_in = flat_axes(args[0] if len(args) == 1 else args, in_axes, False)
         engine.check_sizes(inputs, axes_in)
         tracers = engine.make_tracers(inputs, axes_in)
+        descs = [t._d for t in tracers]
         out = fun(*tree_unflatten(args, iter(tracers)))
         outs = flatten_strict(out, [])
         axes_out = flat_axes(out, out_axes, True)
-        return tree_unflatten(out, iter(engine.replace(inputs, tracers, outs, axes_in,
-                                                       axes_out)))
+        return tree_unflatten(out, iter(engine.replace(inputs, descs, outs, axes_in, axes_out)))
 
     return functools.wraps(fun, updated=())(vfun)

@@ -84,9 +84,11 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
                 keep.append(o)
 
 
-def replace(inputs: Sequence[array], tracers: Sequence[array], outputs: Sequence[array],
+def replace(inputs: Sequence[array], tracers: Sequence[ArrayDesc], outputs: Sequence[array],
             in_axes: Sequence[int], out_axes: Sequence[int]) -> list[array]:
-    """MLX's ``vmap_replace``: the batched outputs, each mapped axis moved to ``out_axes``."""
+    """MLX's ``vmap_replace``: the batched outputs, each mapped axis moved to ``out_axes``.
+    ``tracers`` are the tracers' descs as made (``a[i] = v`` inside the function gives the
+    handle a new desc, which must be batched, not taken for the argument)."""
     from .. import ops as mx
 
     if len(out_axes) != len(outputs):
@@ -99,7 +101,7 @@ def replace(inputs: Sequence[array], tracers: Sequence[array], outputs: Sequence
             break
     if size == -1:
         raise ValueError("At least one of in_axes must be non-None.")
-    tmap = {id(t._d): (x, ax) for x, t, ax in zip(inputs, tracers, in_axes) if ax != -1}
+    tmap = {id(t): (x, ax) for x, t, ax in zip(inputs, tracers, in_axes) if ax != -1}
     batch_graph([o._d for o in outputs], tmap)
     res = []
     for o, want in zip(outputs, out_axes):
@@ -123,7 +125,8 @@ def vmap_flat(fun, inputs: Sequence[array], in_axes: Sequence[int],
     function's default batching rule runs)."""
     check_sizes(inputs, in_axes)
     tracers = make_tracers(inputs, in_axes)
-    return replace(inputs, tracers, fun(tracers), in_axes, out_axes)
+    descs = [t._d for t in tracers]
+    return replace(inputs, descs, fun(tracers), in_axes, out_axes)
 
 
 def check_sizes(inputs: Sequence[array], in_axes: Sequence[int]) -> None:
