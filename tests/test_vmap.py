@@ -152,6 +152,8 @@ def _cases() -> list:
         ("Pad", lambda a: mx.pad(a, ((1, 0), (0, 2)), constant_values=3.0),
          [(normal, (3, 4))], 1, 0),
         ("Contiguous", lambda a: mx.contiguous(mx.transpose(a)), [(normal, (3, 4))], 1, 0),
+        ("NumberOfElements", mx.compile(lambda a: mx.var(a, axis=(0, 1), ddof=1), shapeless=True),
+         [(normal, (3, 4))], 1, 0),  # a shapeless mean / var counts with NumberOfElements
         ("View", lambda a: a.view(mx.int32), [(normal, (3, 4))], 1, 0),
         ("View-last-axis", lambda a: a.view(mx.uint8), [(normal, (3, 4))], 2, 0),
         ("Full", lambda a: mx.full((3, 2), a), [(normal, ())], 0, 0),

@@ -178,6 +178,11 @@ def table() -> dict[str, Callable]:
     T["Copy"] = lambda a: jnp.array(a, copy=True)
     T["Contiguous"] = lambda a, **_: a
     T["Full"] = lambda a: jnp.array(a, copy=True)
+
+    def number_of_elements(a, *, axes, inverted, dtype):
+        n = float(np.prod([a.shape[ax] for ax in axes]))
+        return jnp.asarray((1.0 / n if n else np.inf) if inverted else n).astype(np.dtype(dtype))
+    T["NumberOfElements"] = number_of_elements
     T["Concatenate"] = lambda *arrays, axis: jnp.concatenate(arrays, axis=axis)
     T["Split"] = lambda a, *, indices, axis: tuple(jnp.split(a, list(indices), axis=axis))
 

@@ -9,6 +9,7 @@ detaches. ``simplify`` merges equal scalar constants and removes common subexpre
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Callable, Optional, Sequence
 
@@ -191,6 +192,29 @@ def simplify(prog: Program) -> Program:
     return prog
 
 
+_dynamic = threading.local()  # .on while a shapeless compile traces (MLX's in_dynamic_tracing)
+
+
+def in_dynamic_tracing() -> bool:
+    """Whether a ``compile(shapeless=True)`` is tracing on this thread: ops whose constants
+    depend on shapes (mean's 1/n) record them as primitives instead (mlx/ops.cpp)."""
+    return getattr(_dynamic, "on", False)
+
+
+class dynamic_tracing:
+    """``with dynamic_tracing(shapeless):`` marks a trace as shapeless on this thread."""
+
+    def __init__(self, on: bool):
+        self.on, self.saved = on, False
+
+    def __enter__(self) -> None:
+        self.saved = in_dynamic_tracing()
+        _dynamic.on = self.on or self.saved
+
+    def __exit__(self, *exc) -> None:
+        _dynamic.on = self.saved
+
+
 def trace(fun: Callable[[list], list], avals: Sequence[tuple]) -> tuple:
     """Run ``fun`` (flat arrays in, flat arrays out) on placeholders; returns (program, extra)
     where ``extra`` is whatever ``fun`` returned besides its array list."""
@@ -205,7 +229,7 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple]) -> tuple:
 def _broadcast_shapes(*shapes) -> tuple:
     from .ops.convert import broadcast_shape_of
 
-    return broadcast_shape_of(shapes, "compile")
+    return broadcast_shape_of(shapes)
 
 
 def _partners(prog: Program) -> dict:
@@ -227,8 +251,10 @@ def _partners(prog: Program) -> dict:
     return prog._broadcast_partners
 
 
-def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> list:
-    """Output shapes of ``g`` on inputs of new shapes (shapeless compile)."""
+def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
+    """(output shapes, primitive to record) of ``g`` on inputs of new shapes (shapeless
+    compile): elementwise ops broadcast, Broadcast follows its consumer, fused tapes take the
+    broadcast of their inputs, every other primitive its MLX rule (core/shapeless.py)."""
     kind = g.prim.kind
     if g.prim.name == "Compiled":
         nd = max((len(d.shape) for d in ins), default=0)
@@ -237,18 +263,23 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> list:
             off = nd - len(d.shape)
             for i, s in enumerate(d.shape):
                 shape[i + off] = max(shape[i + off], s)
-        return [tuple(shape)] * len(g.outputs)
-    if kind in _ELEMENTWISE:
-        return [_broadcast_shapes(*[d.shape for d in ins])] * len(g.outputs)
+        kw = g.prim.kwargs()
+        kw["shape"] = tuple(shape)
+        return [tuple(shape)] * len(g.outputs), Primitive("Compiled", g.prim.stream, **kw)
+    if kind in _ELEMENTWISE or g.prim.name == "DivMod":
+        return [_broadcast_shapes(*[d.shape for d in ins])] * len(g.outputs), g.prim
     if kind == BROADCAST:
         part = _partners(prog).get(id(g))
         if part:
-            return [_broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape for v in part])]
-        return [_broadcast_shapes(ins[0].shape, g.outputs[0].shape)]
-    if all(d.shape == v.shape for d, v in zip(ins, g.inputs)):
-        return [o.shape for o in g.outputs]
-    raise ValueError(f"[compile] {g.prim.name} cannot infer output shapes for new input shapes "
-                     "(shapeless=True).")
+            shape = _broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape for v in part])
+        else:
+            shape = _broadcast_shapes(ins[0].shape, g.outputs[0].shape)
+        return [shape], g.prim
+    if g.prim.name == "Arange":  # its shape is its parameters' (MLX's Arange::output_shapes)
+        return [o.shape for o in g.outputs], g.prim
+    from .shapeless import infer
+
+    return infer(g.prim, [d.shape for d in ins])
 
 
 class ReplayPlan:
@@ -324,12 +355,7 @@ def replay(prog: Program, real: Sequence[ArrayDesc], shapeless: bool = False) ->
             if d is None:  # a constant (or closed-over array): itself
                 d = env[id(v)] = v.desc
             ins.append(d)
-        shapes = _infer_shapes(prog, g, ins, env) if shapeless else None
-        prim = g.prim
-        if shapeless and prim.name == "Compiled":
-            kw = prim.kwargs()
-            kw["shape"] = shapes[0]
-            prim = Primitive("Compiled", prim.stream, **kw)
+        shapes, prim = _infer_shapes(prog, g, ins, env) if shapeless else (None, g.prim)
         node = Node(prim, ins)
         for i, o in enumerate(g.outputs):
             d = ArrayDesc(shapes[i] if shapes else o.shape, o.dtype, prim.stream, node=node, index=i)

@@ -24,3 +24,19 @@ def arange(xp, *, start, step, size, dtype):
     vals = xp.full((size,), xp.asarray(start + step, dtype=dtype) - first, dtype=dtype)
     vals[0] = first
     return xp.cumsum(vals, dtype=dtype)  # numpy accumulates one element after another
+
+
+_COUNT_HAS_NO_GRADIENT = "a count of elements has no derivative (MLX wraps it in StopGradient)"
+
+
+@define("NumberOfElements", family=CREATION, shape=lambda shapes, **_: [()],
+        why={"vjp": _COUNT_HAS_NO_GRADIENT, "jvp": _COUNT_HAS_NO_GRADIENT})
+def number_of_elements(xp, a, *, axes, inverted, dtype):
+    """The number of elements of ``a`` along ``axes`` (its reciprocal when ``inverted``) as a
+    0-d array of ``dtype``: MLX's normalizer of mean / var while a shapeless compile traces
+    (mlx/ops.cpp number_of_elements; computed in double, then cast)."""
+    n = 1.0
+    for ax in axes:
+        n *= a.shape[ax]
+    value = (1.0 / n if n else float("inf")) if inverted else n
+    return xp.asarray(value).astype(dtype)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from ..array import array
 from ..tree import tree_arrays, tree_unflatten
 from ..fusion import fuse
-from ..tracing import Program, ReplayPlan, replay, simplify, trace
+from ..tracing import Program, ReplayPlan, dynamic_tracing, replay, simplify, trace
 
 __all__ = ["compile", "enable_compile", "disable_compile"]
 
@@ -201,7 +201,8 @@ class CompiledFunction:
                 flat = flat + tree_arrays(self._outputs)
             return flat, template
 
-        program, template = trace(run, avals)
+        with dynamic_tracing(self._shapeless):
+            program, template = trace(run, avals)
         self.traces += 1
         fuse(simplify(program))
         return _Entry(program, template, box["n"])

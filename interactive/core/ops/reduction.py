@@ -180,6 +180,20 @@ def _inv(n: int) -> float:
     return 1.0 / n if n else math.inf
 
 
+def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt.Dtype,
+                       n: int, s) -> array:
+    """MLX's normalizer: the constant ``n`` (or 1/n), or while a shapeless compile traces a
+    NumberOfElements node (under StopGradient) that counts on the shapes it is given."""
+    from ..tracing import in_dynamic_tracing
+
+    if not in_dynamic_tracing():
+        return array(_inv(n) if inverted else n, dtype)
+    axes = tuple(ax % a.ndim for ax in axes)
+    node = array._make([()], [dtype], Primitive("NumberOfElements", resolve_stream(s), axes=axes,
+                                                  inverted=bool(inverted), dtype=dtype.np), [a])[0]
+    return op("stop_gradient")(node, stream=s)
+
+
 def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
          stream: StreamOrDevice = None) -> array:
     """Arithmetic mean: ``sum * (1/n)`` in ``at_least_float`` of the input dtype."""
@@ -187,7 +201,7 @@ def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     axes, n = _count("mean", a, axis)
     dtype = _float_dtype(a.dtype)
     total = sum(a, axes, keepdims, stream=stream)
-    return op("multiply")(total, array(_inv(n), dtype), stream=stream)
+    return op("multiply")(total, number_of_elements(a, axes, True, dtype, n, stream), stream=stream)
 
 
 _VSIG = ("{0}(a: array, /, axis: None | int | Sequence[int] = None, keepdims: bool = False, "
@@ -211,10 +225,11 @@ def var(a: array, /, axis: Axis = None, keepdims: bool = False, ddof: int = 0, *
         sq = op("square")(d, stream=stream)
     v = sum(sq, axes, keepdims, stream=stream)
     if ddof != 0:
-        sub = op("subtract")(array(n, dtype), array(ddof, dtype), stream=stream)
+        sub = op("subtract")(number_of_elements(a, axes, False, dtype, n, stream),
+                             array(ddof, dtype), stream=stream)
         denom = op("maximum")(sub, array(0, dtype), stream=stream)
         return op("divide")(v, denom, stream=stream)
-    return op("multiply")(v, array(_inv(n), dtype), stream=stream)
+    return op("multiply")(v, number_of_elements(a, axes, True, dtype, n, stream), stream=stream)
 
 
 def std(a: array, /, axis: Axis = None, keepdims: bool = False, ddof: int = 0, *,

@@ -58,6 +58,8 @@ def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None)
         raise ValueError(f"[reshape] Cannot reshape array of size {a.size} into shape {_fmt_shape(out)}.")
     if out == a.shape:
         return a
+    if infer:  # the requested shape, as MLX's Reshape keeps it for shapeless compile
+        return _one("Reshape", a, out, stream, shape=out, spec=shape)
     return _one("Reshape", a, out, stream, shape=out)
 
 

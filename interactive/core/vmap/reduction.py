@@ -46,6 +46,20 @@ def _softmax(inputs, vaxes, primals, outputs, *, precise):
     return [mx.softmax(x, axis, precise=precise)], [ax]
 
 
+def _number_of_elements(inputs, vaxes, primals, outputs, *, axes, inverted, dtype):
+    """MLX's NumberOfElements::vmap: the counted axes shift past the mapped one; the count is
+    the same for every mapped slice, so the output is unmapped."""
+    from ..array import array
+    from ..device import resolve_stream
+    from ..primitive import Primitive
+
+    x, ax = inputs[0], vaxes[0]
+    prim = Primitive("NumberOfElements", resolve_stream(None), axes=tuple(shift(a, ax) for a in axes),
+                     inverted=inverted, dtype=dtype)
+    return [array._make([()], [outputs[0].dtype], prim, [x])[0]], [-1]
+
+
 defvmap("ArgReduce", _arg_reduce)
+defvmap("NumberOfElements", _number_of_elements)
 defvmap("LogSumExp", _logsumexp)
 defvmap("Softmax", _softmax)

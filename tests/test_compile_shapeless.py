@@ -1,0 +1,142 @@
+"""compile with MLX 0.32's semantics, against MLX itself: shapeless=True recomputes each
+primitive's output shape on new input shapes (reshape, reductions, mean / var, broadcast,
+full_like, slice updates, addmm, gathers, ...), MLX's error for primitives that cannot;
+outputs of any pytree type, with siblings, without captured inputs, captured state whose
+outputs change, a broadcast shared by two outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapescope.core as mx
+from conftest import mlx_ref
+
+pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
+
+# (function source over M, argument builders: shape -> source) for shapeless compile
+SHAPELESS = {
+    "reshape_infer": ("lambda x: M.reshape(x, (-1, 2))", ["M.arange({n2}.0)"]),
+    "reshape_kept_dim": ("lambda x: M.reshape(x, (x.shape[0] * 2, -1))", ["M.ones(({a}, 4))"]),
+    "reshape_T_flatten": ("lambda x: x.reshape(2, -1).T.flatten()", ["M.arange({n2}.0)"]),
+    "sum": ("lambda x: x.sum(axis=0) * 2", ["M.ones(({a}, {b}))"]),
+    "mean_axis": ("lambda x: M.mean(x, axis=-1)", ["M.arange({a}.0 * {b}).reshape({a}, {b})"]),
+    "mean_all": ("lambda x: M.mean(x)", ["M.arange({a}.0)"]),
+    "var_ddof": ("lambda x: M.var(x, axis=0, ddof=1)", ["M.arange({a}.0 * {b}).reshape({a}, {b})"]),
+    "broadcast_add": ("lambda x, y: x + y", ["M.ones(({a}, 1))", "M.ones((1, {b}))"]),
+    "full_like": ("lambda x: M.full_like(x, 7) + x", ["M.ones(({a}, {b}))"]),
+    "slice_update": ("g_setitem", ["M.ones(({a},))"]),
+    "addmm": ("lambda c, a, b: M.addmm(c, a, b)", ["M.ones(({a}, {b}))", "M.ones(({a}, 3))",
+                                                  "M.ones((3, {b}))"]),
+    "gather": ("lambda x, i: x[i]", ["M.arange({a}.0 + 4)", "M.array([1, 2, 3][:{b} % 3 + 1])"]),
+    "take_axis": ("lambda x, i: M.take(x, i, axis=0)", ["M.arange(4.0 * {b}).reshape(4, {b})",
+                                                        "M.array([3, 0][:{a} % 2 + 1])"]),
+    "take_along": ("lambda x, y: M.take_along_axis(x, y, axis=0)", ["M.arange({a}.0 + 3)",
+                                                                     "M.array([2, 0, 1][:{b} % 3 + 1])"]),
+    "expand_squeeze": ("lambda x: M.expand_dims(x, 0) + M.squeeze(M.expand_dims(x, 1), 1)",
+                       ["M.arange({a}.0)"]),
+    "max_keepdims": ("lambda x: M.max(x, axis=1, keepdims=True) - x", ["M.ones(({a}, {b}))"]),
+    "concatenate": ("lambda x: M.concatenate([x, x])", ["M.arange({a}.0)"]),
+    "matmul_T": ("lambda x: M.matmul(x, x.T)", ["M.ones(({a}, {b}))"]),
+    "softmax": ("lambda x: M.softmax(x, axis=-1)", ["M.arange({a}.0 * {b}).reshape({a}, {b})"]),
+    "logsumexp": ("lambda x: M.logsumexp(x)", ["M.arange({a}.0)"]),
+    "argmax": ("lambda x: M.argmax(x, axis=0)", ["M.arange({a}.0)[::-1]"]),
+    "cumsum": ("lambda x: M.cumsum(x)", ["M.arange({a}.0)"]),
+    "transpose3": ("lambda x: M.transpose(x)", ["M.ones(({a}, {b}, 2))"]),
+    "sort": ("lambda x: M.sort(x)", ["M.arange({a}.0)[::-1]"]),
+    "where": ("lambda x: M.where(x > 1, x, 0)", ["M.arange({a}.0)"]),
+    "slice_errors": ("lambda x: x[1:]", ["M.arange({a}.0)"]),
+    "pad_errors": ("lambda x: M.pad(x, 1)", ["M.ones(({a},))"]),
+}
+
+
+def _setitem(m):
+    def g(x):
+        y = x * 1
+        y[0] = 5
+        return y
+    return g
+
+
+def _run(m, fn_src, arg_srcs, sizes):
+    """Outcomes of one compiled function called on each size: values or the error."""
+    f = m.compile(_setitem(m) if fn_src == "g_setitem" else eval(fn_src, {"M": m}), shapeless=True)
+    out = []
+    for a, b in sizes:
+        try:
+            args = [eval(s.format(a=a, b=b, n2=2 * a), {"M": m}) for s in arg_srcs]
+            r = f(*args)
+            m.eval(r)
+            out.append((str(r.dtype), r.shape, np.array(r).tolist()))
+        except Exception as e:  # noqa: BLE001
+            out.append((type(e).__name__, str(e)))
+            break
+    return out
+
+
+@settings(max_examples=6)
+@given(sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=2, max_size=3))
+@pytest.mark.parametrize("name", sorted(SHAPELESS))
+def test_shapeless_compile_recomputes_shapes_as_mlx(name, sizes):
+    fn, args = SHAPELESS[name]
+    got, want = _run(mx, fn, args, sizes), _run(mlx_ref, fn, args, sizes)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g[:2] == w[:2], (g, w)
+        if len(w) == 3:
+            np.testing.assert_allclose(np.array(g[2], float), np.array(w[2], float), rtol=1e-5,
+                                       atol=1e-5)
+
+
+def _outcomes(m, src, calls):
+    env = {"M": m}
+    exec(src, env)
+    out = []
+    for c in calls:
+        r = env["f"](*eval(c, env))
+        out.append(_leaves(m, r))
+    return out
+
+
+def _leaves(m, t):
+    if isinstance(t, m.array):
+        return ("array", t.shape, np.array(t).tolist())
+    if isinstance(t, dict):
+        return ("dict", [(k, _leaves(m, t[k])) for k in sorted(t)])
+    if isinstance(t, (list, tuple)):
+        return (type(t).__name__, [_leaves(m, x) for x in t])
+    return repr(t)
+
+
+@pytest.mark.parametrize("src, calls", [
+    ("f = M.compile(lambda x: {'a': x + 1, 'b': [x * 2, (x - 1,)]})", ["(M.ones((2,)),)"] * 2),
+    ("f = M.compile(lambda x: (x, x + 1))", ["(M.ones((2,)),)"]),
+    ("f = M.compile(lambda x: M.split(x, 2) + [x.sum()])", ["(M.arange(4.0),)"]),
+    ("f = M.compile(lambda x: M.divmod(x, 3))", ["(M.arange(6),)"]),
+    ("f = M.compile(lambda x: M.linalg.qr(x, stream=M.cpu))", ["(M.array([[1.0, 2.0], [3.0, 4.0]]),)"]),
+    ("f = M.compile(lambda: M.arange(3) * 2)", ["()", "()"]),
+    ("f = M.compile(lambda: M.ones((2,)))", ["()"]),
+    ("state = [M.array(1.0)]\ndef g(x):\n    state[0] = state[0] + x\n    return state[0]\n"
+     "f = M.compile(g, inputs=state, outputs=state)", ["(M.array(1.0),)", "(M.array(2.0),)",
+                                                       "(M.array(3.0),)"]),
+    ("c = M.array([1.0, 2.0])\nf = M.compile(lambda x: x + c)", ["(M.ones((2,)),)"]),
+    ("def g(x):\n    b = M.broadcast_to(x, (2, 3))\n    return b + 1, b * 2\nf = M.compile(g)",
+     ["(M.arange(3.0),)", "(M.arange(3.0) + 1,)"]),
+])
+def test_compiled_outputs_match_mlx(src, calls):
+    assert _outcomes(mx, src, calls) == _outcomes(mlx_ref, src, calls)
+
+
+def test_shapeless_mean_counts_with_number_of_elements():
+    """MLX's mean / var normalizer is a NumberOfElements node while tracing shapeless, a
+    constant otherwise (mlx/ops.cpp number_of_elements)."""
+    from mlx_compare import primitive_names
+
+    f = mx.compile(lambda x: mx.mean(x, axis=0), shapeless=True)
+    g = mx.compile(lambda x: mx.mean(x, axis=0))
+    x = mx.arange(6.0)
+    assert f(x).item() == g(x).item() == 2.5
+    assert f(mx.arange(10.0)).item() == 4.5
+    assert "NumberOfElements" not in primitive_names(mx.mean(x, axis=0))
