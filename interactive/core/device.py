@@ -4,8 +4,9 @@ As in MLX (checked against mlx 0.32): the default *device* is global; the defaul
 of each device is per thread (a thread's first use of a device makes it a new stream);
 stream indices are numbered process-wide. A stream belongs to the thread that made it:
 evaluating its work on another thread raises RuntimeError, except for streams made by
-``new_thread_unsafe_stream``; a ``ThreadLocalStream`` is a different stream in each thread. ``with mx.stream(s):`` saves the current default
-device's default stream on entry and restores that device and stream on exit.
+``new_thread_unsafe_stream``; a ``ThreadLocalStream`` is a different stream in each thread.
+``with mx.stream(s):`` saves the current default device's default stream on entry and
+restores that device and stream on exit.
 """
 
 from __future__ import annotations
@@ -238,7 +239,7 @@ def _make_stream(d: Device, owned: bool = True) -> Stream:
 
 
 def check_thread(s: Stream) -> None:
-    """MLX's error for work on a stream that another thread owns (mlx/scheduler.h)."""
+    """MLX 0.32's RuntimeError for evaluating work on a stream another thread owns."""
     t = s._owner
     if t is not None and t != threading.get_ident() and not _on_worker():
         raise RuntimeError(f"There is no Stream({s.device.type.name}, {s.index}) in current thread.")
