@@ -535,13 +535,19 @@ def _custom_case(M):
         a, b = inputs
         return (a * b + 100, a + b), (axes[0], None)  # None: MLX moves axis -1 to out_axes
 
-    return M.vmap(f, in_axes=(0, None))(M.arange(6.0).reshape(3, 2), M.ones(2))
+    def g(a, b):  # an op after the unmapped output: batched as the node it was
+        u, v = f(a, b)
+        return u, v, v * 2
+
+    return M.vmap(g, in_axes=(0, None))(M.arange(6.0).reshape(3, 2), M.ones(2))
 
 
 @requires_mlx
 def test_custom_function_vmap_matches_mlx():
     got, want = _custom_case(mx), _custom_case(mlx_ref)
+    assert len(got) == len(want) == 3
     for g, w in zip(got, want):
+        assert g.shape == w.shape
         np.testing.assert_array_equal(np.array(g), np.array(w))
 
 
@@ -666,3 +672,34 @@ def test_check_of_a_vmapped_function_passes_against_jax():
     r = tapescope.check(mx.vmap(lambda a: mx.cumsum(mx.sort(a, axis=0), axis=1)[_I[:2]],
                                 in_axes=1), x, every_node=True)
     assert r.passed, repr(r)
+
+
+_ONE_INPUT = [c for c in CASES if len(c[2]) == 1 and isinstance(c[3], int)
+              and not isinstance(c[1], mx.custom_function)]
+
+
+@pytest.mark.parametrize("case", _ONE_INPUT, ids=[c[0] for c in _ONE_INPUT])
+def test_batching_rule_of_an_unmapped_input(case):
+    """Every input of a node can arrive unmapped (-1) when a custom vmap rule returns None:
+    each rule then computes the unbatched op, as MLX's rules do."""
+    name, f, [(gen, shape)], _, _ = case
+    fixed = gen(np.random.default_rng(7), shape)
+
+    @mx.custom_function
+    def const(a):
+        return mx.array(fixed)
+
+    @const.vmap
+    def _(a, ax):
+        return mx.array(fixed), None
+
+    def g(a):  # the result joins the mapped argument again through a Select
+        outs = _flat(f(const(a)))
+        same = mx.sum(a) == mx.sum(a)
+        return [mx.where(same, o, o) for o in outs]
+
+    x = normal(np.random.default_rng(8), (2, 3))
+    got = mx.vmap(g)(mx.array(x))
+    want = _loop(g, [x], (0,), 2, 0)
+    for o, w in zip(got, want):
+        _assert_close(np.array(o), w)

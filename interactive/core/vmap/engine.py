@@ -51,8 +51,6 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
         prim = node.primitive
         rule = prim.defn.vmap
         if rule is None:
-            if prim.name == "Compiled":
-                raise RuntimeError("[Compiled] Cannot vmap primitive.")
             raise ValueError(f"[Primitive::vmap] Not implemented for {printed_name(prim)}.")
         v_inputs, v_axes = [], []
         for x in node.inputs:
@@ -64,15 +62,6 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
                 v_inputs.append(array._wrap(x))
                 v_axes.append(-1)
         outs = [r() for r in node.outputs]
-        if all(a == -1 for a in v_axes):  # inputs from rules that left them unmapped
-            live = [o for o in outs if o is not None]
-            v_outs = array._make([o.shape for o in live], [o.dtype for o in live], prim,
-                                 v_inputs)
-            for o, v in zip(live, v_outs):
-                tmap[id(o)] = (v, -1)
-                needs.add(id(o))
-                keep.append(o)
-            continue
         with StreamContext(prim.stream):
             v_outs, v_out_axes = rule(v_inputs, v_axes, [array._wrap(x) for x in node.inputs],
                                       [array._wrap(o) if o is not None else None for o in outs],

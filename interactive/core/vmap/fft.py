@@ -11,8 +11,9 @@ from .registry import defvmap, shift
 def _fft(inputs, vaxes, primals, outputs, *, axes, inverse, real, out_shape):
     x, ax = inputs[0], vaxes[0]
     new_axes = tuple(shift(a, ax) for a in axes)
-    shape = list(out_shape)
-    shape.insert(ax, x.shape[ax])
+    shape = list(x.shape)  # the transformed axes take the node's sizes
+    for a, b in zip(new_axes, axes):
+        shape[a] = out_shape[b]
     return [record1("FFT", [x], tuple(shape), outputs[0].dtype, axes=new_axes, inverse=inverse,
                     real=real, out_shape=tuple(shape))], [ax]
 

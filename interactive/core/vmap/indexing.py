@@ -22,6 +22,9 @@ def _ins(seq, at: int, v) -> tuple:
 
 def _slice(inputs, vaxes, primals, outputs, *, start_indices, end_indices, strides):
     x, ax = inputs[0], vaxes[0]
+    if ax < 0:
+        return [record1("Slice", [x], outputs[0].shape, x.dtype, start_indices=start_indices,
+                        end_indices=end_indices, strides=strides)], [-1]
     shape = _ins(outputs[0].shape, ax, x.shape[ax])
     return [record1("Slice", [x], shape, x.dtype, start_indices=_ins(start_indices, ax, 0),
                     end_indices=_ins(end_indices, ax, x.shape[ax]),
@@ -47,6 +50,10 @@ def _common(src, upd, src_ax, upd_ax):
 
 
 def _slice_update(inputs, vaxes, primals, outputs, *, start_indices, end_indices, strides):
+    if vaxes[0] < 0 and vaxes[1] < 0:
+        return [record1("SliceUpdate", list(inputs), inputs[0].shape, inputs[0].dtype,
+                        start_indices=start_indices, end_indices=end_indices,
+                        strides=strides)], [-1]
     src, upd, ax = _common(inputs[0], inputs[1], vaxes[0], vaxes[1])
     return [record1("SliceUpdate", [src, upd], src.shape, src.dtype,
                     start_indices=_ins(start_indices, ax, 0),
@@ -60,7 +67,7 @@ def _dynamic_slice(inputs, vaxes, primals, outputs, *, axes, slice_size):
     x, start = inputs
     vax = vaxes[0]
     new_axes = tuple(shift(a, vax) for a in axes)
-    sizes = _ins(slice_size, vax, x.shape[vax])
+    sizes = _ins(slice_size, vax, x.shape[vax]) if vax >= 0 else tuple(slice_size)
     return [record1("DynamicSlice", [x, start], sizes, x.dtype, axes=new_axes,
                     slice_size=sizes)], [vax]
 
@@ -69,6 +76,9 @@ def _dynamic_slice_update(inputs, vaxes, primals, outputs, *, axes):
     if vaxes[2] >= 0:
         raise RuntimeError("[DynamicSliceUpdate::vmap] vmap over start indices not yet "
                            "supported.")
+    if vaxes[0] < 0 and vaxes[1] < 0:
+        return [record1("DynamicSliceUpdate", list(inputs), inputs[0].shape, inputs[0].dtype,
+                        axes=axes)], [-1]
     src, upd, ax = _common(inputs[0], inputs[1], vaxes[0], vaxes[1])
     new_axes = tuple(shift(a, ax) for a in axes)
     return [record1("DynamicSliceUpdate", [src, upd, inputs[2]], src.shape, src.dtype,
@@ -110,7 +120,10 @@ def _scatter_rule(inputs, vaxes, primals, outputs, *, axes, reduce):
     ins = list(inputs)
     scatter_axes = list(axes)
     src_ax = vaxes[0]
-    first = next(i for i, a in enumerate(vaxes) if a >= 0)
+    first = next((i for i, a in enumerate(vaxes) if a >= 0), None)
+    if first is None:
+        return [record1("Scatter", ins, ins[0].shape, ins[0].dtype, axes=tuple(axes),
+                        reduce=reduce)], [-1]
     size = ins[first].shape[vaxes[first]]
     if src_ax < 0:
         src_ax = 0
@@ -142,7 +155,9 @@ def _scatter_rule(inputs, vaxes, primals, outputs, *, axes, reduce):
 def _aligned(inputs, vaxes):
     """The inputs with their mapped axes at the first mapped one's place (MLX's GatherAxis /
     ScatterAxis: unmapped inputs get a 1-axis there, broadcast by the op)."""
-    out_ax = next(a for a in vaxes if a >= 0)
+    out_ax = next((a for a in vaxes if a >= 0), -1)
+    if out_ax < 0:
+        return list(inputs), -1
     return [move_to(x, a, out_ax) if a >= 0 else mx.expand_dims(x, out_ax)
             for x, a in zip(inputs, vaxes)], out_ax
 
@@ -165,7 +180,9 @@ def _masked_scatter(inputs, vaxes, primals, outputs):
     """Slice b's k-th selected element takes the k-th element of slice b's source (MLX's
     kernel treats axis 0 as the batch, mlx/backend/cpu/masked_scatter.cpp); our MaskedScatter
     has no batch axis, so the batch is a cumulative count, a gather and a select."""
-    first = next(i for i, a in enumerate(vaxes) if a >= 0)
+    first = next((i for i, a in enumerate(vaxes) if a >= 0), None)
+    if first is None:
+        return [record1("MaskedScatter", list(inputs), inputs[0].shape, inputs[0].dtype)], [-1]
     size = inputs[first].shape[vaxes[first]]
     flat = []
     for x, a in zip(inputs, vaxes):

@@ -15,9 +15,9 @@ def _factorization(name: str, always_first: bool):
         x, ax = inputs[0], vaxes[0]
         if ax > 0 and (always_first or ax >= x.ndim - 2):
             x, ax = mx.moveaxis(x, ax, 0), 0
-        n = x.shape[ax]
         live = [o for o in outputs if o is not None]
-        shapes = [o.shape[:ax] + (n,) + o.shape[ax:] for o in live]
+        lead = len(primals[0].shape) - 2  # each output: the input's batch axes, then its own
+        shapes = [tuple(x.shape[:-2]) + tuple(o.shape[lead:]) for o in live]
         outs = record(name, [x], shapes, [o.dtype for o in live], **params)
         return outs, [ax] * len(outs)
 

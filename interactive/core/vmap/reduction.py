@@ -42,7 +42,7 @@ def _logsumexp(inputs, vaxes, primals, outputs):
 
 def _softmax(inputs, vaxes, primals, outputs, *, precise):
     x, ax = inputs[0], vaxes[0]
-    axis = -1 if 0 <= ax < x.ndim - 1 else -2
+    axis = -1 if ax < x.ndim - 1 else -2  # (MLX takes -2 for an unmapped input too)
     return [mx.softmax(x, axis, precise=precise)], [ax]
 
 

@@ -2,7 +2,8 @@
 
 A batching rule is ``vmap(inputs, vaxes, primals, outputs, **params) -> (outputs, out_axes)``,
 MLX's ``Primitive::vmap`` (mlx/primitives.cpp): ``inputs`` are the node's inputs with the
-mapped axis in them (``vaxes[i]``; ``-1`` for an input that is not mapped, as MLX marks it),
+mapped axis in them (``vaxes[i]``; ``-1`` for an input that is not mapped, as MLX marks it:
+every input of a node can be -1 when a custom vmap rule said None for what it returns),
 ``primals`` / ``outputs`` the node's own (unbatched) inputs and outputs, ``params`` its
 parameters. It records the batched primitive(s) with core ops and says where the mapped axis
 of each output is. A primitive without a rule keeps the reason in its definition's ``why``.

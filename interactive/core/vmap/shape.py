@@ -20,6 +20,8 @@ def _reshape(inputs, vaxes, primals, outputs, *, shape, **_):
 
 def _expand_dims(inputs, vaxes, primals, outputs, *, axes, **_):
     ax = vaxes[0]
+    if ax < 0:
+        return [mx.expand_dims(inputs[0], list(axes))], [-1]
     new = []
     for s in axes:
         if s >= vaxes[0]:
@@ -32,6 +34,8 @@ def _expand_dims(inputs, vaxes, primals, outputs, *, axes, **_):
 
 def _squeeze(inputs, vaxes, primals, outputs, *, axes, **_):
     ax = vaxes[0]
+    if ax < 0:
+        return [mx.squeeze(inputs[0], list(axes))], [-1]
     new = []
     for s in axes:
         if s >= vaxes[0]:
@@ -45,7 +49,9 @@ def _squeeze(inputs, vaxes, primals, outputs, *, axes, **_):
 def _flatten(inputs, vaxes, primals, outputs, *, start_axis, end_axis, **_):
     x, ax = inputs[0], vaxes[0]
     start, end = start_axis, end_axis
-    if ax < start:
+    if ax < 0:
+        pass
+    elif ax < start:
         start, end = start + 1, end + 1
     elif ax <= end:
         start, end = start + 1, end + 1
@@ -59,7 +65,9 @@ def _unflatten(inputs, vaxes, primals, outputs, *, axis, shape):
     ax = vaxes[0]
     k = len(shape) - primals[0].ndim + 1  # how many axes ``axis`` becomes
     sizes = tuple(shape[axis:axis + k])
-    if ax <= axis:
+    if ax < 0:
+        pass
+    elif ax <= axis:
         axis += 1
     else:
         ax += k - 1
@@ -68,21 +76,27 @@ def _unflatten(inputs, vaxes, primals, outputs, *, axis, shape):
 
 def _transpose(inputs, vaxes, primals, outputs, *, axes):
     v = vaxes[0]
-    perm = [d + 1 if d >= v else d for d in axes]
-    perm.insert(v, v)
+    perm = list(axes)
+    if v >= 0:
+        perm = [d + 1 if d >= v else d for d in axes]
+        perm.insert(v, v)
     return [mx.transpose(inputs[0], perm)], [v]
 
 
 def _broadcast(inputs, vaxes, primals, outputs, *, shape):
     x, ax = inputs[0], vaxes[0]
     shape = list(shape)
-    diff = len(shape) - x.ndim + 1
-    shape.insert(ax + diff, x.shape[ax])
-    return [mx.broadcast_to(x, tuple(shape))], [ax + diff]
+    if ax >= 0:
+        diff = len(shape) - x.ndim + 1
+        shape.insert(ax + diff, x.shape[ax])
+        ax += diff
+    return [mx.broadcast_to(x, tuple(shape))], [ax]
 
 
 def _concatenate(inputs, vaxes, primals, outputs, *, axis):
-    first = next(i for i, a in enumerate(vaxes) if a >= 0)
+    first = next((i for i, a in enumerate(vaxes) if a >= 0), None)
+    if first is None:
+        return [mx.concatenate(list(inputs), axis)], [-1]
     out_ax = vaxes[first]
     cat = shift(axis, out_ax)
     cat_shape = list(inputs[first].shape)
