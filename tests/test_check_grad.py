@@ -134,11 +134,14 @@ def test_a_forward_graph_without_jax_rule_is_no_reference_never_pass():
     assert "jax.grad of the JAX forward graph: no JAX rule for Partition" in r.outputs[0].reason
 
 
-def test_compile_of_grad_is_checked_through_its_fused_tape():
-    # the compiled program's kernels are run op by op (as for any compiled function): the
-    # backward ops are checked, not the derivative (the program no longer has a forward)
+def test_compile_of_grad_is_checked_against_jax_grad_of_its_function_uncompiled(wrong_vjp):
     r = tapescope.check(mx.compile(mx.grad(_f)), mx.array(X))
-    assert r.passed and r.outputs[0].reference == "", repr(r)
+    assert r.passed, repr(r)
+    assert r.outputs[0].reference == ("jax.grad of the JAX forward graph (mx.compile's "
+                                      "function, uncompiled)")
+    wrong_vjp("Tanh", lambda p, c, a, o: [c[0] * (1 + o[0] * o[0])])  # should be 1 - y^2
+    r = tapescope.check(mx.compile(mx.grad(_f)), mx.array(X))  # a new program: traced again
+    assert r.status == "FAIL", repr(r)
 
 
 CASES = cases()

@@ -16,7 +16,9 @@ fused tapes the JAX table runs op by op.
 Transformed functions (``mx.grad``, ``value_and_grad``, ``vjp``, ``jvp``, also inside the
 function): an output that is a gradient or a tangent is compared with ``jax.vjp`` /
 ``jax.jvp`` of the JAX forward graph (``transforms``), not with the backward graph replayed,
-and the report names that reference. (``every_node`` still runs each recorded node.)
+and the report names that reference. (``every_node`` still runs each recorded node.) For
+``mx.compile(mx.grad(f))`` that graph comes from the compiled function's own function,
+called uncompiled (without captured state only).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import contextlib
 from typing import Any, Callable, Optional
 
 import numpy as np
+
+from tapescope.kernels.backends import host_array
 
 from . import transforms
 from .jax_rules import NoReference, rule_for
@@ -181,10 +185,25 @@ def check(fun: Callable, *args: Any, rtol: Optional[float] = None, atol: Optiona
     with contextlib.ExitStack() as held:  # the walks and the graphs they went through
         walks = held.enter_context(recording())
         flat = _flatten(fun(*args), "out", [])
-        return _check(flat, walks, held, rtol, atol, every_node, jdev)
+        # a compiled function's program has no forward graph left to differentiate: the
+        # reference of its transformed outputs comes from the same function uncompiled
+        ref = _uncompiled(fun, args, len(flat))
+        return _check(flat, ref, walks, held, rtol, atol, every_node, jdev)
 
 
-def _check(flat: list, walks: list, held, rtol, atol, every_node: bool, jdev) -> CheckReport:
+def _uncompiled(fun: Callable, args: tuple, n: int) -> Optional[list]:
+    """The outputs of ``mx.compile``'s function called as it is (a compiled function without
+    captured state only), or None."""
+    from tapescope.core.ops.compile_api import CompiledFunction
+
+    if not isinstance(fun, CompiledFunction) or not fun._direct:
+        return None
+    out = [a for _, a in _flatten(fun._fun(*args), "out", [])]
+    return out if len(out) == n else None
+
+
+def _check(flat: list, ref: Optional[list], walks: list, held, rtol, atol, every_node: bool,
+           jdev) -> CheckReport:
     import jax
 
     from tapescope.core.array import array
@@ -205,7 +224,7 @@ def _check(flat: list, walks: list, held, rtol, atol, every_node: bool, jdev) ->
     no_rule: list = []
     with jax.enable_x64(True), jax.default_device(jdev):
         for d in leaves:
-            chain[id(d)] = jax.device_put(np.asarray(d.data), jdev)
+            chain[id(d)] = jax.device_put(host_array(d.data), jdev)
             labels[id(d)] = "leaf"
         for node in order:
             outs = _outputs_of(node)
@@ -228,7 +247,11 @@ def _check(flat: list, walks: list, held, rtol, atol, every_node: bool, jdev) ->
                     labels[id(d)] = _label(node) + (f"[{i}]" if len(outs) > 1 else "")
         out_ref = [(chain.get(id(d)), why.get(id(d), ""), labels.get(id(d), "leaf"))
                    for d in descs]
-        references = _transformed_references(descs, walks, out_ref)
+        ref_descs = descs if ref is None else [a._d for a in ref]
+        references = _transformed_references(ref_descs, walks, out_ref)
+        if ref is not None:
+            references = {k: r + " (mx.compile's function, uncompiled)"
+                          for k, r in references.items()}
     walks.clear()  # the forward graphs go (they held arrays, which would stop donation)
     held.close()
 
@@ -257,7 +280,7 @@ def _check(flat: list, walks: list, held, rtol, atol, every_node: bool, jdev) ->
     if every_node:
         with jax.enable_x64(True), jax.default_device(jdev):
             for node, label, inputs, outs in recs:
-                ins = [jax.device_put(np.asarray(x.data), jdev) for x in inputs]
+                ins = [jax.device_put(host_array(x.data), jdev) for x in inputs]
                 vals, reasons = _run_rule(node, ins)
                 for i, d in enumerate(outs):
                     if d is None:
