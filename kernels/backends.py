@@ -15,10 +15,10 @@ array module or a device itself:
   and the context that silences floating-point warnings while a rule runs.
 
 Backends are registered per device type (``"cpu"``, ``"gpu"``): the CPU one always; a GPU
-one only when a GPU runtime really evaluates arrays (none yet: the CUDA runtime is issue
-14, Metal issue 20), or when a test registers its own (``register``). ``mx.gpu`` is
-available, and the default device, only while a GPU backend is registered.
-CuPy is imported only here, to count devices, and only when asked.
+one only when a GPU runtime really evaluates arrays (the CUDA runtime of ``kernels/cuda``,
+opt-in with ``TAPESCOPE_CUDA=1`` for now; Metal is issue 20), or when a test registers its
+own (``register``). ``mx.gpu`` is available, and the default device, only while a GPU
+backend is registered. CuPy is imported only here and in ``kernels/cuda``, only when asked.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class Backend:
     dialect = "c"  # the renderer dialect of its compiled kernels
     quiet = staticmethod(_quiet_numpy())
     event_type = Event
+    array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)
+    device_context = None  # or a function of the stream: the context a node runs in
 
     def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None, count: int = 1):
         self.xp = xp
@@ -81,7 +83,21 @@ class Backend:
     def fence(self, stream: int) -> Fence:
         return Fence(stream, self.event_type)
 
+    def bind(self, stream: Any) -> None:
+        """Called once per stream that evaluates on this backend (a GPU makes its stream)."""
+
+    def synchronize(self, stream: Any) -> None:
+        """Wait for the device work of ``stream`` (the host's is the worker's: nothing)."""
+
+    def info(self) -> dict:
+        """``mx.device_info`` of this backend's device (the CPU's is in core)."""
+        return {}
+
     # -- results --------------------------------------------------------------------------
+    def to_device(self, data: Any) -> Any:
+        """An input that lives elsewhere (another device's array) as this device's array."""
+        return host_array(data)
+
     def as_array(self, value: Any) -> Any:
         return value if isinstance(value, np.ndarray) else np.asarray(value)
 
@@ -158,8 +174,18 @@ def stream_backend(stream: Any) -> Backend:
     """``backend(stream)``, remembered per stream index (one dict lookup per node)."""
     b = _by_stream.get(stream.index)
     if b is None:
-        b = _by_stream[stream.index] = backend(stream)
+        b = backend(stream)
+        b.bind(stream)
+        _by_stream[stream.index] = b
     return b
+
+
+def host_array(data: Any) -> np.ndarray:
+    """``data`` in host memory: itself for a numpy array, a copy of a device array."""
+    if isinstance(data, np.ndarray):
+        return data
+    get = getattr(data, "get", None)  # CuPy: device to host
+    return get() if get is not None else np.asarray(data)
 
 
 def registered() -> dict:
@@ -186,18 +212,43 @@ def cuda_device_count() -> int:
 def cuda_runtime_available() -> bool:
     """Whether tapescope's CUDA runtime evaluates arrays here (``mx.cuda.is_available``).
 
-    Not yet: the CUDA runtime (kernels, allocator, streams through CuPy) is not built, so a
-    GPU that CuPy reaches does not make any op run on it (issue 14 registers its backend)."""
+    True once ``kernels/cuda``'s backend is registered (see ``_register_cuda``)."""
+    if not gpu_available():
+        return False
     b = _backends.get("gpu")
     return b is not None and b.name == "cuda"
 
 
 def gpu_available() -> bool:
-    """Whether some GPU backend evaluates arrays here. A GPU that CuPy reaches is not
-    enough: until a GPU runtime registers, ``mx.gpu`` stays unavailable and the CPU is the
-    default device, rather than a "gpu" label over numpy on the host.
-    ``TAPESCOPE_DISABLE_GPU`` hides every GPU backend."""
+    """Whether some GPU backend evaluates arrays here (the CUDA runtime registers itself on
+    the first question, see ``_register_cuda``). ``TAPESCOPE_DISABLE_GPU`` hides every GPU
+    backend."""
+    if _cuda_state is None:
+        _register_cuda()
     return "gpu" in _backends and not os.environ.get("TAPESCOPE_DISABLE_GPU")
+
+
+_cuda_state: Optional[str] = None  # None: not tried; else what happened
+
+
+def _register_cuda() -> None:
+    """Register the CUDA runtime (``kernels/cuda``) when CuPy reaches a GPU.
+
+    Opt-in (``TAPESCOPE_CUDA=1``) until its suite has passed on a GPU machine: without it a
+    machine with a GPU keeps the CPU as the default device, as before the runtime existed."""
+    global _cuda_state
+    with _lock:
+        if _cuda_state is not None:
+            return
+        _cuda_state = "off"
+    if os.environ.get("TAPESCOPE_CUDA") != "1" or os.environ.get("TAPESCOPE_DISABLE_GPU"):
+        return
+    if "gpu" in _backends or cuda_device_count() == 0:
+        return
+    from .cuda.backend import CudaBackend
+
+    register(CudaBackend())
+    _cuda_state = "registered"
 
 
 def gpu_count() -> int:

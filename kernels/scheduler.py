@@ -96,7 +96,7 @@ class Fence:
 
     def wait(self, count: int, stream: int) -> None:
         t0 = timeline.now() if timeline.enabled else 0
-        self.event.wait(count)
+        self.event.wait(count, stream)  # a GPU event lets a GPU stream wait on the device
         if t0:
             timeline.add("fence_wait", t0, timeline.now(), stream=stream,
                          detail={"fence": self.event.id, "count": count, "producer": self.stream})

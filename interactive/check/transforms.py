@@ -21,6 +21,8 @@ from typing import Optional
 
 import numpy as np
 
+from tapescope.kernels.backends import host_array
+
 from .jax_rules import NoReference, rule_for
 
 # Transformation.api -> how the report names the reference
@@ -112,7 +114,7 @@ def evaluate(targets: list, env: Env) -> list:
         if id(d) in env.results:
             hits.append(d)
         else:
-            env.vals[id(d)] = jax.numpy.asarray(np.asarray(d.data))
+            env.vals[id(d)] = jax.numpy.asarray(host_array(d.data))
 
     order = topological(targets, cut, leaf, kept=True)  # through eval inside the function
     for d in hits:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
+from tapescope.kernels.backends import host_array
 
 from . import dtypes as _dt
 from .device import incompatible, resolve_stream
@@ -325,7 +326,8 @@ class array(_BufferBase):
             from .transforms import eval as _eval
 
             _eval(self)
-        return self._d.data
+        data = self._d.data
+        return data if type(data) is np.ndarray else host_array(data)  # a GPU's: copied to the host
 
     def item(self) -> Any:
         """The value of a size-1 array as a Python scalar."""

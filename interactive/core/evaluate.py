@@ -58,7 +58,7 @@ def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
         data = d.data
         if (d.buffer is not None and d.dtype.size == out.dtype.size and data.shape == out.shape
                 and (data.flags.c_contiguous or data.flags.f_contiguous)
-                and data.flags.writeable  # broadcast views are read-only: never donate them
+                and getattr(data.flags, "writeable", True)  # broadcast views are read-only
                 and d.buffer.buffer.size <= nbytes + DONATION_SLACK
                 and sys.getrefcount(d.buffer) == _HANDLE_REFS):
             return d
@@ -106,9 +106,17 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> N
 
 def run_node(node: Node) -> None:
     """Compute a node's outputs with its primitive's rule on the backend of the primitive's
-    stream's device, and detach it."""
+    stream's device (in its device context: a GPU's stream), and detach it."""
     prim = node.primitive
     be = stream_backend(prim.stream)
+    if be.device_context is None:
+        _run(node, prim, be)
+    else:
+        with be.device_context(prim.stream):
+            _run(node, prim, be)
+
+
+def _run(node: Node, prim, be) -> None:
     defn = prim.defn  # the definition: rule, out= / donatable= flags, view, family
     fn = defn.rule
     inputs = node.inputs
@@ -118,6 +126,11 @@ def run_node(node: Node) -> None:
     upcast = defn.elementwise and _any_bfloat16(inputs)
     if upcast:
         ins = [x.astype(_F32) if x.dtype == _BF16.np else x for x in ins]
+    at = be.array_type
+    for x in ins:
+        if type(x) is not at:  # another device's array (or a host one on a GPU): move it in
+            ins = [be.to_device(x) for x in ins]
+            break
     t0 = timeline.now() if timeline.enabled else 0
     out_handle = None
     outputs = node.outputs
@@ -202,7 +215,8 @@ def _donatable_inputs(node: Node) -> list:
     flags = []
     for d in node.inputs:
         flags.append(not node.keep and sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
-                     and sys.getrefcount(d.buffer) == _HANDLE_REFS and d.data.flags.writeable)
+                     and sys.getrefcount(d.buffer) == _HANDLE_REFS
+                     and getattr(d.data.flags, "writeable", True))
     return flags
 
 

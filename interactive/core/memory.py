@@ -15,7 +15,7 @@ from typing import Union
 
 from tapescope.kernels import scheduler
 from tapescope.kernels.allocator import Allocator
-from tapescope.kernels.backends import backend
+from tapescope.kernels.backends import backend, gpu_available
 
 from .device import Device, DeviceType, cpu, default_device, incompatible, streams
 
@@ -89,7 +89,7 @@ def device_info(d: Union[None, Device, DeviceType] = None) -> dict:
     an empty dict for a GPU, which has no backend info here."""
     t = _device_type(d)
     if t != cpu:
-        return {}
+        return backend("gpu").info() if gpu_available() else {}
     return dict(_cpu_info())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapescope.kernels import scheduler
+from tapescope.kernels.backends import stream_backend
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
@@ -39,6 +40,7 @@ def synchronize(stream: StreamOrDevice = None) -> None:
     w = scheduler.existing_worker(s.index)
     if w is not None:
         w.synchronize()
+    stream_backend(s).synchronize(s)  # a GPU stream's enqueued device work
 
 
 def clear_streams() -> None:

@@ -1,0 +1,90 @@
+"""``CudaBackend``: evaluating primitives on an NVIDIA GPU with CuPy.
+
+The rules are the array-module rules of ``kernels/rules`` run with ``xp=cupy`` on the CUDA
+stream of the primitive's ``mx`` stream (``device_context``). Inputs that live on the host
+(arrays made from Python data, results of CPU streams) are copied to the device on that
+stream; a CPU stream reading a GPU result copies it to the host (``to_host``) after the
+event wait that made it ready. Fused tapes run through the tape interpreter with CuPy until
+the fused CUDA kernels of issue 15 take over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import cupy
+import numpy as np
+
+from ..backends import Backend
+from ..codegen.interpret import interpret
+from . import device
+from .events import CudaEvent
+from .memory import CudaAllocator
+
+
+class _OnStream:
+    """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread."""
+
+    __slots__ = ("stream", "prev")
+
+    def __init__(self, stream: "cupy.cuda.Stream"):
+        self.stream = stream
+
+    def __enter__(self):
+        self.prev = cupy.cuda.get_current_stream()
+        self.stream.use()
+
+    def __exit__(self, *exc):
+        self.prev.use()
+        return False
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    device_type = "gpu"
+    dialect = "cuda"
+    event_type = CudaEvent
+    array_type = cupy.ndarray
+    quiet = staticmethod(contextlib.nullcontext)  # CuPy raises no floating-point warnings
+
+    def __init__(self, device_id: int = 0):
+        super().__init__(cupy, CudaAllocator(device_id), count=cupy.cuda.runtime.getDeviceCount())
+        self.device_id = device_id
+
+    def bind(self, stream: Any) -> None:
+        device.cuda_stream(stream.index)
+
+    def device_context(self, stream: Any) -> _OnStream:
+        return _OnStream(device.cuda_stream(stream.index))
+
+    # -- data between host and device -------------------------------------------------------
+    def to_device(self, data: Any) -> Any:
+        if isinstance(data, cupy.ndarray):
+            return data
+        return cupy.asarray(np.asarray(data))
+
+    def as_array(self, value: Any) -> Any:
+        return value if isinstance(value, cupy.ndarray) else cupy.asarray(value)
+
+    def owns_memory(self, owner: Any) -> bool:
+        return isinstance(owner, cupy.ndarray) and owner.base is None
+
+    def copy(self, data: Any) -> Any:
+        return cupy.array(data, copy=True)
+
+    # -- compiled tapes, synchronisation ----------------------------------------------------
+    def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
+        return interpret(tape, [self.to_device(x) for x in inputs], shape, cupy)
+
+    def synchronize(self, stream: Any) -> None:
+        device.cuda_stream(stream.index).synchronize()
+        self.allocator.synchronize()
+
+    def info(self) -> dict:
+        return device.info(self.device_id)
+
+
+def to_host(data: Any) -> np.ndarray:
+    """A GPU array's data on the host (``cudaMemcpy`` device to host, synchronous)."""
+    return cupy.asnumpy(data)

@@ -1,0 +1,61 @@
+"""``CudaEvent``: an ``mx`` event whose signals on a GPU stream are CUDA events.
+
+MLX's ``mlx::Event`` on CUDA (``mlx/backend/cuda/event.cu``) is a ``CudaEvent`` between GPU
+streams (recorded on the producer's stream, ``cudaStreamWaitEvent`` on the consumer's: the
+host never blocks) and a shared counter where a CPU stream is involved. Here the counter is
+the host value of the base ``Event`` (set when the producer's work has been *enqueued*), and
+a signal from a GPU stream also records a CUDA event on that stream (its work *done*):
+
+- a GPU stream that waits waits for the enqueue on the host (its worker thread, before it
+  enqueues anything that depends on it), then on the device for the CUDA event;
+- the host (a CPU stream, or ``eval``'s caller) waits for both: the data is ready to read;
+- ``is_signaled`` is true only once the device work is done (MLX's ``completed()``), so the
+  scheduler drops an input's event only when its data is really there.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import cupy
+
+from .. import timeline
+from ..scheduler import Event
+from . import device
+
+
+class CudaEvent(Event):
+    __slots__ = ("recorded",)
+
+    def __init__(self, stream: Optional[int] = None):
+        super().__init__(stream)
+        self.recorded = None  # the CUDA event of the latest signal from a GPU stream
+
+    def signal(self, value: int = 1) -> None:
+        if self.stream is not None and device.is_gpu_stream(self.stream):
+            ev = cupy.cuda.Event(block=True, disable_timing=True)
+            ev.record(device.cuda_stream(self.stream))
+            self.recorded = ev
+        super().signal(value)
+
+    def is_signaled(self, value: int = 1) -> bool:
+        if self.value < value:
+            return False
+        ev = self.recorded
+        return ev is None or ev.done
+
+    def wait(self, value: int = 1, stream: Optional[int] = None) -> None:
+        super().wait(value, stream)  # the producer has enqueued its work
+        ev = self.recorded
+        if ev is None:
+            return
+        t0 = timeline.now() if timeline.enabled else 0
+        on_device = stream is not None and device.is_gpu_stream(stream)
+        if on_device:
+            device.cuda_stream(stream).wait_event(ev)  # cudaStreamWaitEvent: no host block
+        else:
+            ev.synchronize()
+        if t0:
+            timeline.add("event_wait", t0, timeline.now(), stream=stream,
+                         detail={"event": self.id, "value": value, "signaled_by": self.stream,
+                                 "device_wait": on_device})

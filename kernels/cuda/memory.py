@@ -1,0 +1,115 @@
+"""``CudaAllocator``: the GPU's memory under MLX's CUDA policy (``mlx/backend/cuda/allocator.cpp``).
+
+- Raw memory is plain ``cudaMalloc`` (CuPy's ``runtime.malloc``) wrapped as a CuPy array, not
+  CuPy's memory pool (which would be a second cache under ours) and not managed memory (an
+  over-subscribed managed allocation can stall a shared GPU). CuPy's own pool is switched
+  off, so arrays CuPy makes inside a rule are plain ``cudaMalloc`` too and are adopted.
+- The figures are the device's: total memory from ``cudaMemGetInfo``, the memory limit by the
+  CUDA policy (``allocator.POLICIES["cuda"]``).
+- **Stream-ordered reuse.** A buffer is freed from Python as soon as no array holds it, while
+  kernels already enqueued on a GPU stream may still read it. MLX keeps such buffers alive in
+  a completion handler until the stream's work has finished; here ``free`` records a CUDA
+  event on every GPU stream and the buffer stays *active* until those events complete; only
+  then does it go to the cache (``malloc`` collects the finished ones first).
+- ``cudaFree`` synchronises the device, so raw frees happen on one registered thread (MLX's
+  ``cuda_free`` re-posts frees from other threads to its worker), never on a stream's thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import cupy
+import numpy as np
+
+from .. import timeline
+from ..allocator import POLICIES, Allocator, Buffer
+from . import device
+
+
+class _Freer:
+    """One thread that returns raw device memory to CUDA (``cudaFree`` synchronises)."""
+
+    def __init__(self) -> None:
+        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="tapescope-cuda-free", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            raw = self.q.get()
+            del raw  # the last reference: CuPy frees the memory here
+
+    def free(self, raw: Any) -> None:
+        self.q.put(raw)
+
+
+class CudaAllocator(Allocator):
+    def __init__(self, device_id: int = 0):
+        self.device_id = device_id
+        cupy.cuda.set_allocator(None)  # no CuPy pool under ours: plain cudaMalloc / cudaFree
+        _, total = device.memory_info(device_id)
+        super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
+        self._pending: list = []  # (events, buffer): freed, still used by enqueued kernels
+        self._freer = _Freer()
+
+    # -- raw memory -----------------------------------------------------------------------
+    def _raw_alloc(self, size: int) -> Any:
+        try:
+            with cupy.cuda.Device(self.device_id):
+                return cupy.empty(size, dtype=np.uint8)
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise MemoryError(str(e)) from None
+
+    def _release(self, buf: Buffer) -> None:
+        raw = buf.raw
+        super()._release(buf)
+        if raw is not None:
+            self._freer.free(raw)
+
+    # -- stream-ordered reuse -------------------------------------------------------------
+    def free(self, buf: Buffer) -> None:
+        if buf.size == 0 or buf.raw is None:
+            return
+        events = []
+        for s in device.gpu_streams():
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(s)
+            events.append(ev)
+        with self._lock:
+            self._pending.append((events, buf))
+        self._collect()
+
+    def _collect(self) -> None:
+        """Give the buffers whose kernels have finished to the cache (or back to CUDA)."""
+        with self._lock:
+            if not self._pending:
+                return
+            done, still = [], []
+            for item in self._pending:
+                (done if all(e.done for e in item[0]) else still).append(item)
+            self._pending = still
+        for _, buf in done:
+            Allocator.free(self, buf)
+
+    def malloc(self, size: int) -> Buffer:
+        if self._pending:
+            self._collect()
+        return super().malloc(size)
+
+    def pending_bytes(self) -> int:
+        """Bytes freed by their arrays but still read by enqueued kernels (counted active)."""
+        with self._lock:
+            return sum(b.size for _, b in self._pending)
+
+    def synchronize(self) -> None:
+        """After the device is idle every pending buffer can be reused."""
+        self._collect()
+
+    def clear_cache(self) -> None:
+        self._collect()
+        super().clear_cache()
+        if timeline.enabled:
+            timeline.add("clear_cache", timeline.now(), device=self.device)

@@ -1,0 +1,142 @@
+"""The CUDA runtime (kernels/cuda) on a real GPU: ops, memory, streams and events.
+
+Runs only where CuPy reaches a GPU and the runtime is switched on (``TAPESCOPE_CUDA=1``, as
+on the H200 machine: ``TAPESCOPE_CUDA=1 python -m pytest tests/test_cuda_runtime.py``);
+elsewhere every test here skips with the reason. References: numpy on the host, and the
+same program on tapescope's CPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+
+import tapescope.core as mx
+from tapescope.kernels import backends, timeline
+
+pytestmark = pytest.mark.skipif(
+    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
+    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+
+
+@pytest.fixture(autouse=True)
+def _gpu_default():
+    assert mx.cuda.is_available()
+    assert mx.default_device() == mx.gpu
+    yield
+    mx.synchronize()
+
+
+def _gpu():
+    return backends.backend("gpu")
+
+
+def test_device_info_is_the_gpus():
+    import cupy
+
+    info = mx.device_info(mx.gpu)
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    assert info["memory_size"] == cupy.cuda.runtime.memGetInfo()[1]
+    assert info["compute_capability_major"] == props["major"]
+    assert "H200" in info["device_name"] or info["device_name"]
+    assert mx.get_memory_limit() == int(0.95 * info["memory_size"])
+
+
+OPS = {
+    "add": lambda a, b: a + b,
+    "exp_mul": lambda a, b: mx.exp(a) * b,
+    "sum_axis": lambda a, b: mx.sum(a * b, axis=1),
+    "max": lambda a, b: mx.max(a - b, axis=0),
+    "matmul": lambda a, b: a @ b.T,
+    "cumsum": lambda a, b: mx.cumsum(a, axis=1),
+    "cummax": lambda a, b: mx.cummax(a, axis=1),
+    "sort": lambda a, b: mx.sort(a, axis=-1),
+    "argmax": lambda a, b: mx.argmax(b, axis=1),
+    "take": lambda a, b: mx.take(a, mx.array([2, 0, 1]), axis=0),
+    "slice_update": lambda a, b: a.at[1:3].add(b[1:3]),
+    "transpose_reshape": lambda a, b: mx.reshape(mx.transpose(a), (-1,)) * 2,
+    "where": lambda a, b: mx.where(a > b, a, b),
+    "softmax": lambda a, b: mx.softmax(a, axis=-1),
+    "fft": lambda a, b: mx.abs(mx.fft.rfft(a, axis=-1)),
+    "compiled": mx.compile(lambda a, b: mx.tanh(a) * b + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_ops_on_the_gpu_match_the_cpu(name):
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal((4, 6)).astype(np.float32)
+    b_np = rng.standard_normal((4, 6)).astype(np.float32)
+    fn = OPS[name]
+    with mx.stream(mx.cpu):
+        want = np.array(fn(mx.array(a_np), mx.array(b_np)))
+    got_arr = fn(mx.array(a_np), mx.array(b_np))
+    mx.eval(got_arr)
+    import cupy
+
+    assert isinstance(got_arr._d.data, cupy.ndarray), "computed on the host"
+    np.testing.assert_allclose(np.array(got_arr), want, rtol=2e-5, atol=2e-5)
+
+
+def test_active_memory_is_the_gpus_bytes_exactly():
+    mx.synchronize()
+    gc.collect()
+    alloc = _gpu().allocator
+    before = mx.get_active_memory()
+    n = (1 << 22) + 12  # 16 MiB + 48 bytes: not a whole page
+    x = mx.zeros((n,), dtype=mx.float32) + 1
+    mx.eval(x)
+    assert mx.get_active_memory() - before == alloc.round_size(4 * n)
+    import cupy
+
+    assert isinstance(x._d.data, cupy.ndarray)
+    del x
+    mx.synchronize()
+    assert mx.get_active_memory() == before
+
+
+def test_a_buffer_freed_while_a_kernel_reads_it_is_not_reused_before_the_kernel_ends():
+    alloc = _gpu().allocator
+    s = mx.new_stream(mx.gpu)
+    a = mx.random.normal((8192, 8192), stream=s)
+    mx.eval(a)
+    buf = a._d.buffer.buffer
+    y = mx.sum(a @ a @ a, stream=s)  # tens of milliseconds of kernels reading a
+    mx.async_eval(y)
+    del a
+    gc.collect()
+    assert buf.id in {b.id for _, b in alloc._pending}, "freed while a kernel reads it"
+    fresh = alloc.malloc(buf.size)
+    try:
+        assert fresh.id != buf.id  # not handed out while the kernels run
+    finally:
+        alloc.free(fresh)
+    mx.eval(y)
+    mx.synchronize(s)
+    alloc._collect()
+    assert buf.id not in {b.id for _, b in alloc._pending}
+
+
+def test_cpu_gpu_cpu_pipeline_across_streams_is_exact_with_device_side_waits():
+    cpu, g1, g2 = mx.new_stream(mx.cpu), mx.new_stream(mx.gpu), mx.new_stream(mx.gpu)
+    x_np = np.arange(1 << 16, dtype=np.int32)
+    with timeline.record() as rec:
+        x = mx.add(mx.array(x_np), 1, stream=cpu)
+        y = mx.multiply(x, 3, stream=g1)
+        z = mx.subtract(y, x, stream=g2)  # g2 waits for g1 on the device
+        w = mx.add(z, 7, stream=cpu)
+        mx.eval(w)
+    np.testing.assert_array_equal(np.array(w), (x_np + 1) * 3 - (x_np + 1) + 7)
+    waits = [r for r in rec.records if r.kind == "event_wait" and r.detail.get("device_wait")]
+    assert waits, "no device-side wait between the GPU streams"
+
+
+def test_numpy_conversion_copies_to_the_host():
+    x = mx.arange(10) * 2
+    h = np.array(x)
+    assert type(h) is np.ndarray
+    np.testing.assert_array_equal(h, np.arange(10) * 2)
+    assert x.tolist() == list(range(0, 20, 2)) and (x[3]).item() == 6
