@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 import numpy as np
 import pytest
@@ -89,6 +90,8 @@ def test_active_memory_is_the_gpus_bytes_exactly():
     n = (1 << 22) + 12  # 16 MiB + 48 bytes: not a whole page
     x = mx.zeros((n,), dtype=mx.float32) + 1
     mx.eval(x)
+    mx.synchronize()  # intermediates freed during the eval are reusable once their kernels end
+    assert alloc.pending_bytes() == 0
     assert mx.get_active_memory() - before == alloc.round_size(4 * n)
     import cupy
 
@@ -108,6 +111,9 @@ def test_a_buffer_freed_while_a_kernel_reads_it_is_not_reused_before_the_kernel_
     mx.async_eval(y)
     del a
     gc.collect()
+    deadline = time.monotonic() + 5  # the worker frees a once it has launched the matmul
+    while buf.id not in {b.id for _, b in alloc._pending} and time.monotonic() < deadline:
+        time.sleep(0.0005)
     assert buf.id in {b.id for _, b in alloc._pending}, "freed while a kernel reads it"
     fresh = alloc.malloc(buf.size)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from tapescope.kernels.backends import host_array
 from tapescope.kernels.rules.indexing import check_bounds, out_of_bounds
 
 from .. import dtypes as _dt
@@ -62,7 +63,7 @@ def _check_index(index: Any, size: int, axis: int) -> None:
         if not -size <= index < size:
             raise out_of_bounds(index, size, axis)
     elif index._d.node is None and index._d.data is not None and _dt.is_integer(index.dtype):
-        check_bounds(index._d.data, size, axis)
+        check_bounds(host_array(index._d.data), size, axis)
 
 
 def _gather(a: array, indices: list, axes: Sequence[int], slice_sizes: Sequence[int], s) -> array:
