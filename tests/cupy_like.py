@@ -10,6 +10,8 @@ tell the difference (each from CuPy's documentation or source, ``cupy/_core/_ker
 - ufunc ``reduce`` / ``accumulate``: ``add`` and ``multiply`` only (``reduceat``: ``add``);
   ``at``: ``add``, ``subtract``, ``maximum``, ``minimum`` and the bitwise ones, for CuPy's
   dtypes (others raise ``NotImplementedError`` / ``TypeError`` with CuPy's messages);
+- where integer arrays index one place more than once, ``a[index] = values`` stores the
+  first of its values (CuPy leaves which one undefined; numpy stores the last);
 - mixing in a plain numpy array raises ``TypeError`` (CuPy never converts one implicitly;
   ``asarray`` / ``array`` copy host data in explicitly, as ``cupy.asarray`` does);
 - ``ndarray(shape, dtype, buffer, offset, strides)`` (numpy's view constructor) is refused:
@@ -67,7 +69,15 @@ class ndarray(np.ndarray):  # noqa: N801 - CuPy's name
     def __setitem__(self, key, value):  # CuPy copies a host value in
         if isinstance(value, ndarray):
             value = _host(value)
-        np.ndarray.__setitem__(_host(self), _unwrap(key), value)
+        host, key = _host(self), _unwrap(key)
+        if _advanced(key) and host.flags.c_contiguous:
+            # CuPy: "the value that is actually stored is undefined" where integer arrays
+            # index one place more than once; here the first one wins (numpy keeps the last)
+            pos = np.arange(host.size).reshape(host.shape)[key]
+            vals = np.broadcast_to(np.asarray(value, dtype=host.dtype), pos.shape)
+            host.reshape(-1)[pos.reshape(-1)[::-1]] = vals.reshape(-1)[::-1]
+            return
+        np.ndarray.__setitem__(host, key, value)
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
         return _wrap(arr)
@@ -97,6 +107,12 @@ for _m in ("astype", "copy", "reshape", "view", "transpose", "sum", "prod", "max
            "dot", "repeat", "diagonal", "trace", "std", "var", "fill", "sort", "argsort",
            "partition", "argpartition"):
     setattr(ndarray, _m, _method(_m))
+
+
+def _advanced(key) -> bool:
+    """Whether an index has an integer array in it (advanced indexing)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, np.ndarray) and k.dtype.kind in "iu" for k in keys)
 
 
 def _host(a):

@@ -164,6 +164,9 @@ def cases(rng) -> list:
         y = x + 0
         y[1:3] = 5.0
         res.append(y)
+        w = x + 0
+        w[mx.array([0, 2, 0, -1])] = _f(rng, (4, 6))  # a repeated row: the last write wins
+        res.append(w)
         for m in ("add", "multiply", "maximum", "minimum"):
             res.append(getattr(x.at[idx], m)(upd))
             res.append(getattr(xi.at[idx], m)(_i(rng, (5, 6), lo=-3, hi=4)))

@@ -164,3 +164,19 @@ def test_segmented_scatter_is_numpys_ufunc_at(a, ufunc, seed):
         np.testing.assert_allclose(got, ref, rtol=8 * np.finfo(a.dtype).eps * max(1, k))
     else:
         rule_replay.exact(ufunc, ref, got)
+
+
+@given(_arrays(st.sampled_from(["float32", "int8", "bool", "uint8"])), st.integers(0, 2 ** 32 - 1))
+def test_assign_keeps_the_last_of_repeated_positions_as_numpy(a, seed):
+    a = a.reshape(-1)
+    rng = np.random.default_rng(seed)
+    if a.size == 0:
+        a = np.zeros(3, a.dtype)
+    k = int(rng.integers(0, 3 * a.size + 1))
+    index = rng.integers(0, a.size, k)
+    updates = rng.permutation(np.resize(a, k)) if k else a[:0]
+    ref = a.copy()
+    ref[index] = updates  # numpy: the last of repeated positions
+    got = cupy_like.to_device(a)
+    forms.assign(cupy_like, got, (cupy_like.to_device(index),), cupy_like.to_device(updates))
+    rule_replay.exact("assign", ref, cupy_like.to_host(got))

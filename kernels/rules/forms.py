@@ -9,6 +9,9 @@ CPU); with another array module they use these:
 - ``accumulate``: a Hillis-Steele scan, ceil(log2 n) passes of ``combine(x[i - 2^k], x[i])``
   on shifted slices. Exact for max / min / and; for logaddexp the rounding differs from a
   sequential accumulation (``tests/test_cupy_like_rules.py`` states the bound).
+- ``assign``: ``out[index] = updates`` where a position repeats: numpy (and MLX's CPU loop)
+  keep the last update, CuPy leaves which one undefined; the last is kept by the same
+  stable sort by position.
 - ``scatter``: ``out[index] op= updates`` with repeated positions combined in the order they
   occur: the updates sorted by flat position (stable), a segmented log-step scan, and one
   combine of each position's total into ``out``. ``add`` uses CuPy's atomic ``add.at``
@@ -90,6 +93,52 @@ def _segmented_scan(xp, vals, starts, combine):
 _ATOMIC_ADD = frozenset({"int32", "uint32", "uint64", "float16", "float32", "float64"})
 
 
+def _sorted_updates(xp, out, index: tuple, updates):
+    """Every update's flat (row-major) position in ``out`` and its value, sorted by position
+    (stable: a position's updates stay in their order), and where each position's run
+    starts; None when there are no updates."""
+    shape = xp.broadcast(*index, updates).shape
+    size = 1
+    for s in shape:
+        size *= s
+    if size == 0:
+        return None
+    pos = xp.zeros((), dtype=xp.int64)
+    stride = 1
+    for d in range(out.ndim - 1, -1, -1):
+        pos = pos + index[d].astype(xp.int64) * stride
+        stride *= out.shape[d]
+    pos = xp.broadcast_to(pos, shape).reshape(-1)
+    vals = xp.broadcast_to(updates.astype(out.dtype), shape).reshape(-1)
+    order = xp.argsort(pos, kind="stable")
+    pos, vals = pos[order], vals[order]
+    first = xp.empty(pos.shape, dtype=bool)
+    first[0] = True
+    first[1:] = pos[1:] != pos[:-1]
+    return pos, vals, first
+
+
+def _last_of_runs(xp, first):
+    last = xp.empty(first.shape, dtype=bool)
+    last[-1] = True
+    last[:-1] = first[1:]
+    return last
+
+
+def assign(xp, out, index: tuple, updates) -> None:
+    """``out[index] = updates`` in place, the last update winning where a position repeats
+    (``index``: non-negative integer arrays, one per axis; ``out`` row-contiguous)."""
+    if is_numpy(xp):
+        out[index] = updates
+        return
+    runs = _sorted_updates(xp, out, index, xp.asarray(updates))
+    if runs is None:
+        return
+    pos, vals, first = runs
+    last = _last_of_runs(xp, first)
+    out.reshape(-1)[pos[last]] = vals[last]  # each position once
+
+
 def scatter(xp, ufunc: str, out, index: tuple, updates) -> None:
     """``getattr(xp, ufunc).at(out, index, updates)`` in place: ``index`` is a tuple of
     integer arrays (non-negative, one per axis of ``out``, broadcasting with ``updates``);
@@ -101,28 +150,11 @@ def scatter(xp, ufunc: str, out, index: tuple, updates) -> None:
         xp.add.at(out, index, xp.asarray(updates, dtype=out.dtype))
         return
     combine = getattr(xp, ufunc)
-    shape = xp.broadcast(*index, updates).shape
-    size = 1
-    for s in shape:
-        size *= s
-    if size == 0:
+    runs = _sorted_updates(xp, out, index, updates)
+    if runs is None:
         return
-    # flat (row-major) position of every update
-    pos = xp.zeros((), dtype=xp.int64)
-    stride = 1
-    for d in range(out.ndim - 1, -1, -1):
-        pos = pos + index[d].astype(xp.int64) * stride
-        stride *= out.shape[d]
-    pos = xp.broadcast_to(pos, shape).reshape(-1)
-    vals = xp.broadcast_to(updates.astype(out.dtype), shape).reshape(-1)
-    order = xp.argsort(pos, kind="stable")  # keeps each position's updates in their order
-    pos, vals = pos[order], vals[order]
-    first = xp.empty(pos.shape, dtype=bool)
-    first[0] = True
-    first[1:] = pos[1:] != pos[:-1]
-    last = xp.empty(pos.shape, dtype=bool)
-    last[-1] = True
-    last[:-1] = first[1:]
+    pos, vals, first = runs
+    last = _last_of_runs(xp, first)
     total = _segmented_scan(xp, vals, first, combine)
     where, total = pos[last], total[last]
     flat = out.reshape(-1)  # a view: ``out`` is contiguous

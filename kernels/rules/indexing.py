@@ -9,6 +9,7 @@ MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 from __future__ import annotations
 
 from ..primitives import INDEXING, define
+from .forms import assign as _assign
 from .forms import scatter as _scatter_into
 
 
@@ -118,7 +119,7 @@ def scatter(xp, a, *rest, axes, reduce):
     grid = _grid(xp, a.shape, indices, list(axes), sizes)
     out = a.copy()
     if reduce == "none":
-        out[grid] = updates
+        _assign(xp, out, grid, updates)  # the last of repeated positions wins, as MLX's loop
     else:
         # ufunc.at combines repeated indices (numpy's; CuPy's lacks prod: forms.scatter)
         _scatter_into(xp, _SCATTER[reduce], out, grid, updates)
@@ -148,7 +149,7 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     out = a.copy()
     grid = _axis_grid(xp, a.shape, indices, axis)
     if reduce == "none":
-        out[grid] = updates
+        _assign(xp, out, grid, updates)  # the last of repeated positions wins, as MLX's loop
     else:
         _scatter_into(xp, _SCATTER[reduce], out, grid, updates)
     return out
