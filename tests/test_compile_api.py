@@ -199,3 +199,18 @@ def test_compiling_a_wraps_wrapper_of_a_compiled_function_traces_the_wrapper():
     assert mx.compile(w)(mx.array(1.0)).item() == 3.0
     assert g(mx.array(1.0)).item() == 2.0
     assert mx.compile(w).__name__ == g.__name__  # still a wrapper: the name is copied
+
+
+def test_a_trace_is_reused_only_on_the_stream_it_was_made_under():
+    """MLX's compile cache matches an entry on the default stream too: a function traced
+    under one stream and called under another is traced again, its ops on the new stream."""
+    f = mx.compile(lambda a: mx.exp(a) + 1)
+    x = mx.array([1.0, 2.0])
+    s = mx.new_stream(mx.cpu)
+    first = f(x)
+    with mx.stream(s):
+        second = f(x)
+    third = f(x)
+    assert first._d.stream == third._d.stream == mx.default_stream(mx.cpu)
+    assert second._d.stream == s
+    assert np.allclose(np.array(second), np.exp([1.0, 2.0]) + 1)

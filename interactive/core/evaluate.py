@@ -47,16 +47,18 @@ def _baseline_refcounts() -> tuple[int, int]:
 _DESC_REFS, _HANDLE_REFS = _baseline_refcounts()
 
 
-def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
+def _donor(node: Node, out: ArrayDesc, nbytes: int, at: type) -> Optional[ArrayDesc]:
     """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules);
-    ``nbytes`` is the output's size in bytes. A tracer's node keeps its inputs: none."""
+    ``nbytes`` is the output's size in bytes, ``at`` the device's array type (a host input
+    of a GPU node is not its memory). A tracer's node keeps its inputs: none."""
     if node.keep:
         return None
     for d in node.inputs:
         if sys.getrefcount(d) != _DESC_REFS:  # held elsewhere: the cheap, usual rejection
             continue
         data = d.data
-        if (d.buffer is not None and d.dtype.size == out.dtype.size and data.shape == out.shape
+        if (d.buffer is not None and type(data) is at and d.dtype.size == out.dtype.size
+                and data.shape == out.shape
                 and (data.flags.c_contiguous or data.flags.f_contiguous)
                 and getattr(data.flags, "writeable", True)  # broadcast views are read-only
                 and d.buffer.buffer.size <= nbytes + DONATION_SLACK
@@ -65,13 +67,15 @@ def _donor(node: Node, out: ArrayDesc, nbytes: int) -> Optional[ArrayDesc]:
     return None
 
 
-def _output_buffer(node: Node, out: ArrayDesc, alloc):
-    """Memory for a single output: a donated input's buffer or a fresh buffer of ``alloc``."""
+def _output_buffer(node: Node, out: ArrayDesc, be):
+    """Memory for a single output: a donated input's buffer or a fresh buffer of the
+    backend's allocator."""
     dtype = out.dtype
     nbytes = dtype.size
     for s in out.shape:
         nbytes *= s
-    donor = _donor(node, out, nbytes)
+    alloc = be.allocator
+    donor = _donor(node, out, nbytes, be.array_type)
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
     buf = alloc.malloc(nbytes)
@@ -190,7 +194,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
             if target is None:  # nobody wants the result
                 _detach(node)
                 return _DONE
-            out, out_handle = _output_buffer(node, target, be.allocator)
+            out, out_handle = _output_buffer(node, target, be)
             try:
                 res = fn(xp, *ins, out=out, **kw)
             except TypeError:  # the array module cannot cast into ``out``: let the rule allocate
@@ -203,20 +207,20 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
                     _record(prim, node, t0, out.nbytes)
                 return _DONE
         elif defn.takes_donatable:
-            res = fn(xp, *ins, donatable=_donatable_inputs(node), **kw)
+            res = fn(xp, *ins, donatable=_donatable_inputs(node, be.array_type), **kw)
         else:
             res = fn(xp, *ins, **kw)
     return out_handle, res
 
 
-def _donatable_inputs(node: Node) -> list:
+def _donatable_inputs(node: Node, at: type) -> list:
     """Per input: whether nobody but this node holds it and its buffer (MLX's use_count == 1),
     so a rule may give its memory to an output."""
     flags = []
     for d in node.inputs:
         flags.append(not node.keep and sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
                      and sys.getrefcount(d.buffer) == _HANDLE_REFS
-                     and getattr(d.data.flags, "writeable", True))
+                     and type(d.data) is at and getattr(d.data.flags, "writeable", True))
     return flags
 
 

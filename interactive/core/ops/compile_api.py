@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ..array import array
+from ..device import resolve_stream
 from ..tree import tree_arrays, tree_unflatten
 from ..fusion import fuse
 from ..tracing import Program, ReplayPlan, dynamic_tracing, replay, simplify, trace
@@ -127,6 +128,9 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _state["enabled"]:
             return self._fun(*args, **kwargs)
+        # a trace's primitives carry the default stream it was made under: MLX's compile cache
+        # (mlx/compile.cpp CompilerCache::find) matches an entry only on the same stream
+        stream = resolve_stream(None)
         if self._direct and not kwargs:
             # the fast path: positional arrays only, a signature traced before
             descs = []
@@ -135,7 +139,7 @@ class CompiledFunction:
                     break
                 descs.append(a._d)
             else:
-                entry = self._fast.get(tuple([(d.shape, d.dtype) for d in descs]))
+                entry = self._fast.get((stream, tuple([(d.shape, d.dtype) for d in descs])))
                 if entry is not None:
                     outs = entry.plan.run(descs)
                     if entry.lone:
@@ -155,7 +159,7 @@ class CompiledFunction:
             sig = tuple((x.ndim, x.dtype) for x in arrays)
         else:
             sig = tuple((x.shape, x.dtype) for x in arrays)
-        ck = (tuple(key), sig)
+        ck = (tuple(key), sig, stream)
         entry = self._cache.get(ck)
         if entry is None:
             with self._lock:
@@ -165,7 +169,7 @@ class CompiledFunction:
                     self._cache[ck] = entry
         if self._direct and not kwargs and n_args == len(args) and all(
                 a.__class__ is array for a in args):
-            self._fast[sig] = entry
+            self._fast[(stream, sig)] = entry
         if self._shapeless:
             outs = replay(entry.program, [x._d for x in arrays], True)
         else:

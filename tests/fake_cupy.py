@@ -1,0 +1,133 @@
+"""A stand-in for CuPy over numpy, for running the CUDA backend's host logic without a GPU.
+
+Only what ``kernels/cuda`` calls exists: ``ndarray`` (a numpy subclass, so the core sees a
+foreign device's array type), ``asarray`` / ``asnumpy`` / ``empty`` / ``array``, the
+``cuda`` namespace (``Stream`` with ``use`` / ``synchronize`` / ``wait_event``, ``Event``
+with ``record`` / ``done`` / ``synchronize``, ``Device``, ``runtime`` facts, ``set_allocator``,
+``memory.OutOfMemoryError``). Work is synchronous, so an event is done when recorded: the
+stream-ordering tests need the real GPU. The rules' array-module behaviour is tested with
+``tests/cupy_like.py``; this module only carries the backend's plumbing.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import numpy as np
+
+__fake__ = True
+TOTAL = 8 << 30
+
+
+class ndarray(np.ndarray):
+    """A 'device' array: numpy memory, a distinct type."""
+
+
+def asarray(a, dtype=None, **kw):
+    a = np.asarray(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, **kw)
+    return a.view(ndarray)
+
+
+def array(a, dtype=None, copy=True, **kw):
+    return np.array(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, copy=copy,
+                    **kw).view(ndarray)
+
+
+def asnumpy(a):
+    return np.array(a.view(np.ndarray) if isinstance(a, ndarray) else a)
+
+
+def empty(shape, dtype=np.float32):
+    return np.empty(shape, dtype).view(ndarray)
+
+
+# -- cupy.cuda ------------------------------------------------------------------------------
+_current = threading.local()
+
+
+class Stream:
+    null = None
+
+    def __init__(self, non_blocking: bool = False):
+        self.non_blocking = non_blocking
+        self.waited: list = []
+
+    def use(self):
+        _current.stream = self
+        return self
+
+    def synchronize(self):
+        pass
+
+    def wait_event(self, ev):
+        self.waited.append(ev)
+
+
+Stream.null = Stream()
+
+
+def get_current_stream():
+    return getattr(_current, "stream", Stream.null)
+
+
+class Event:
+    def __init__(self, block=False, disable_timing=False):
+        self.recorded_on = None
+
+    def record(self, stream=None):
+        self.recorded_on = stream
+
+    @property
+    def done(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+class Device:
+    def __init__(self, i=0):
+        self.id = i
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class OutOfMemoryError(MemoryError):
+    pass
+
+
+runtime = types.SimpleNamespace(
+    getDeviceCount=lambda: 1,
+    memGetInfo=lambda: (TOTAL // 2, TOTAL),
+    getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,
+                                     "minor": 0, "uuid": bytes(range(16))},
+)
+cuda = types.SimpleNamespace(
+    Stream=Stream, Event=Event, Device=Device, runtime=runtime,
+    get_current_stream=get_current_stream, set_allocator=lambda f=None: None,
+    memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
+)
+
+
+def install() -> None:
+    """Make ``import cupy`` give this module (call before tapescope asks for a GPU)."""
+    sys.modules["cupy"] = sys.modules[__name__]
+
+
+# the array-module functions the rules call
+def __getattr__(name):
+    fn = getattr(np, name)
+    if not callable(fn) or isinstance(fn, (type, np.ufunc)) or isinstance(fn, types.ModuleType):
+        return fn  # ufuncs keep subclass arrays themselves
+
+    def wrapped(*args, **kw):
+        args = [a.view(np.ndarray) if isinstance(a, ndarray) else a for a in args]
+        out = fn(*args, **kw)
+        return out.view(ndarray) if type(out) is np.ndarray else out
+    return wrapped

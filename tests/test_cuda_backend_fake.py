@@ -1,0 +1,24 @@
+"""The CUDA backend's plumbing (registration, streams, device context, moving inputs between
+host and device, events, the allocator, host reads) run over ``tests/fake_cupy.py``: the GPU
+tests of ``test_cuda_runtime.py`` that do not need real asynchronous kernels, in a fresh
+process whose ``import cupy`` is the stand-in. On a GPU machine the real ones run instead."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def test_cuda_backend_runs_the_gpu_tests_over_a_stand_in_cupy():
+    code = (
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
+        "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
+        " %r, '-k', 'not freed_while']))" % (str(HERE), str(HERE / "test_cuda_runtime.py")))
+    env = dict(os.environ, TAPESCOPE_CUDA="1")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300, cwd=HERE.parent)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
