@@ -31,8 +31,10 @@ SHAPELESS = {
     "addmm": ("lambda c, a, b: M.addmm(c, a, b)", ["M.ones(({a}, {b}))", "M.ones(({a}, 3))",
                                                   "M.ones((3, {b}))"]),
     "gather": ("lambda x, i: x[i]", ["M.arange({a}.0 + 4)", "M.array([1, 2, 3][:{b} % 3 + 1])"]),
-    "take_axis": ("lambda x, i: M.take(x, i, axis=0)", ["M.arange(4.0 * {b}).reshape(4, {b})",
-                                                        "M.array([3, 0][:{a} % 2 + 1])"]),
+    # the rows keep the traced width: MLX's Gather keeps its slice sizes (a wider row would be
+    # read past its end there)
+    "take_axis": ("lambda x, i: M.take(x, i, axis=0)", ["M.arange(3.0 * ({a} + 2)).reshape({a} + 2, 3)",
+                                                        "M.array([3, 0, 1][:{b} % 3 + 1])"]),
     "take_along": ("lambda x, y: M.take_along_axis(x, y, axis=0)", ["M.arange({a}.0 + 3)",
                                                                      "M.array([2, 0, 1][:{b} % 3 + 1])"]),
     "expand_squeeze": ("lambda x: M.expand_dims(x, 0) + M.squeeze(M.expand_dims(x, 1), 1)",
@@ -76,8 +78,10 @@ def _run(m, fn_src, arg_srcs, sizes):
     return out
 
 
+# Sizes from 2: MLX 0.32.4 itself crashes (SIGSEGV) on shapeless reductions when a
+# dimension goes from or to 1, e.g. sum(axis=0) called on (1, 2) then (1, 3).
 @settings(max_examples=6)
-@given(sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=2, max_size=3))
+@given(sizes=st.lists(st.tuples(st.integers(2, 5), st.integers(2, 5)), min_size=2, max_size=3))
 @pytest.mark.parametrize("name", sorted(SHAPELESS))
 def test_shapeless_compile_recomputes_shapes_as_mlx(name, sizes):
     fn, args = SHAPELESS[name]
@@ -102,7 +106,7 @@ def _outcomes(m, src, calls):
 
 def _leaves(m, t):
     if isinstance(t, m.array):
-        return ("array", t.shape, np.array(t).tolist())
+        return ("array", t.shape, np.round(np.array(t), 4).tolist())
     if isinstance(t, dict):
         return ("dict", [(k, _leaves(m, t[k])) for k in sorted(t)])
     if isinstance(t, (list, tuple)):

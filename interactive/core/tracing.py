@@ -242,10 +242,15 @@ def _partners(prog: Program) -> dict:
         part = {}
         for g in prog.tape:
             if g.prim.kind == BROADCAST:
-                for u in users.get(id(g.outputs[0]), []):
+                out = g.outputs[0]
+                consumers = users.get(id(out), [])
+                if len(consumers) == 1 and consumers[0].prim.name == "Full":  # full_like
+                    out = consumers[0].outputs[0]
+                    consumers = users.get(id(out), [])
+                for u in consumers:
                     if u.prim.kind in _ELEMENTWISE:
                         part[id(g)] = [x.op.inputs[0] if x.op is not None and x.op.prim.kind == BROADCAST
-                                       else x for x in u.inputs]
+                                       else x for x in u.inputs if x is not out]
                         break
         prog._broadcast_partners = part
     return prog._broadcast_partners
@@ -256,13 +261,8 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
     compile): elementwise ops broadcast, Broadcast follows its consumer, fused tapes take the
     broadcast of their inputs, every other primitive its MLX rule (core/shapeless.py)."""
     kind = g.prim.kind
-    if g.prim.name == "Compiled":
-        nd = max((len(d.shape) for d in ins), default=0)
-        shape = [0] * nd
-        for d in ins:
-            off = nd - len(d.shape)
-            for i, s in enumerate(d.shape):
-                shape[i + off] = max(shape[i + off], s)
+    if g.prim.name == "Compiled":  # a fused elementwise tape: its inputs must broadcast
+        shape = _broadcast_shapes(*[d.shape for d in ins])
         kw = g.prim.kwargs()
         kw["shape"] = tuple(shape)
         return [tuple(shape)] * len(g.outputs), Primitive("Compiled", g.prim.stream, **kw)
@@ -274,7 +274,9 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
             shape = _broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape for v in part])
         else:
             shape = _broadcast_shapes(ins[0].shape, g.outputs[0].shape)
-        return [shape], g.prim
+        if shape == tuple(g.prim.kw["shape"]):
+            return [shape], g.prim
+        return [shape], Primitive("Broadcast", g.prim.stream, **{**g.prim.kw, "shape": shape})
     if g.prim.name == "Arange":  # its shape is its parameters' (MLX's Arange::output_shapes)
         return [o.shape for o in g.outputs], g.prim
     from .shapeless import infer
