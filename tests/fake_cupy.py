@@ -24,6 +24,18 @@ TOTAL = 8 << 30
 class ndarray(np.ndarray):
     """A 'device' array: numpy memory, a distinct type."""
 
+    def set(self, arr, stream=None):  # host to device
+        self[...] = arr
+
+    def get(self, stream=None):  # device to host
+        return np.array(self.view(np.ndarray))
+
+    @property
+    def base(self):  # as in CuPy, a fresh array owns its memory (no numpy base behind it)
+        b = np.ndarray.base.__get__(self)
+        fresh = type(b) is np.ndarray and b.base is None and b.nbytes == self.nbytes
+        return None if fresh else b
+
 
 def asarray(a, dtype=None, **kw):
     a = np.asarray(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, **kw)

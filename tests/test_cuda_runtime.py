@@ -142,6 +142,18 @@ def test_cpu_gpu_cpu_pipeline_across_streams_is_exact_with_device_side_waits():
     assert waits, "no device-side wait between the GPU streams"
 
 
+def test_an_array_made_from_host_data_lives_in_gpu_memory():
+    import cupy
+
+    mx.synchronize()
+    alloc = _gpu().allocator
+    before = alloc.active
+    x = mx.array(np.arange(1 << 20, dtype=np.float32))
+    assert isinstance(x._d.data, cupy.ndarray)
+    assert alloc.active - before == alloc.round_size(4 << 20)
+    np.testing.assert_array_equal(np.array(x), np.arange(1 << 20, dtype=np.float32))
+
+
 def test_numpy_conversion_copies_to_the_host():
     x = mx.arange(10) * 2
     h = np.array(x)

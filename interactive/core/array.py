@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
-from tapescope.kernels.backends import host_array
+from tapescope.kernels.backends import host_array, stream_backend
 
 from . import dtypes as _dt
 from .device import incompatible, resolve_stream
@@ -44,6 +44,11 @@ class ArrayDesc:
         self.tracer = node is not None and any_tracer(node.inputs)
         self.kept: Optional[Node] = None
         if data is not None and buffer is None:
+            be = stream_backend(stream) if stream is not None else None
+            if be is not None and be.array_type is not np.ndarray:
+                # a GPU array made from host data lives in the device's memory (as in MLX)
+                self.data, self.buffer = be.import_host(data, stream)
+                return
             if data.base is not None:  # never adopt memory that something else owns
                 data = self.data = np.array(data)
             self.buffer = adopt(data)

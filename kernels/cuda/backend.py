@@ -16,6 +16,7 @@ from typing import Any
 import cupy
 import numpy as np
 
+from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..codegen.interpret import interpret
 from . import device
@@ -63,6 +64,21 @@ class CudaBackend(Backend):
         if isinstance(data, cupy.ndarray):
             return data
         return cupy.asarray(np.asarray(data))
+
+    def import_host(self, data: Any, stream: Any) -> tuple:
+        """Host data of a new GPU array: copied into an allocator buffer on the stream's
+        CUDA stream; returns (device array, BufferHandle). Types CuPy has no dtype for
+        (bfloat16) stay on the host, accounted by the CPU's allocator."""
+        data = np.asarray(data)
+        if data.dtype.kind == "V" or data.dtype.name == "bfloat16":
+            if data.base is not None:
+                data = np.array(data)
+            alloc = allocator("cpu")
+            return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
+        buf = self.allocator.malloc(data.nbytes)
+        view = buf.view(data.nbytes, data.dtype, data.shape)
+        view.set(np.ascontiguousarray(data), stream=device.cuda_stream(stream.index))
+        return view, BufferHandle(buf, self.allocator)
 
     def as_array(self, value: Any) -> Any:
         return value if isinstance(value, cupy.ndarray) else cupy.asarray(value)
