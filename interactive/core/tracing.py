@@ -249,8 +249,9 @@ def _partners(prog: Program) -> dict:
                     consumers = users.get(id(out), [])
                 for u in consumers:
                     if u.prim.kind in _ELEMENTWISE:
-                        part[id(g)] = [x.op.inputs[0] if x.op is not None and x.op.prim.kind == BROADCAST
-                                       else x for x in u.inputs if x is not out]
+                        part[id(g)] = [g.inputs[0] if x is out else x.op.inputs[0]
+                                       if x.op is not None and x.op.prim.kind == BROADCAST else x
+                                       for x in u.inputs]
                         break
         prog._broadcast_partners = part
     return prog._broadcast_partners
