@@ -160,3 +160,34 @@ def test_numpy_conversion_copies_to_the_host():
     assert type(h) is np.ndarray
     np.testing.assert_array_equal(h, np.arange(10) * 2)
     assert x.tolist() == list(range(0, 20, 2)) and (x[3]).item() == 6
+
+
+def test_cupy_and_jax_read_gpu_arrays_without_a_copy_and_keep_the_buffer():
+    import cupy
+
+    x = mx.arange(1 << 16, dtype=mx.float32) * 2
+    mx.eval(x)
+    ptr = x._d.data.data.ptr
+    c = cupy.asarray(x)  # __cuda_array_interface__
+    assert c.data.ptr == ptr
+    d = cupy.from_dlpack(x)  # DLPack
+    assert d.data.ptr == ptr and x.__dlpack_device__()[0] == 2
+    del x
+    gc.collect()
+    junk = mx.ones((1 << 16,), dtype=mx.float32) * 5  # would reuse the buffer if it were free
+    mx.eval(junk)
+    np.testing.assert_array_equal(cupy.asnumpy(d), np.arange(1 << 16, dtype=np.float32) * 2)
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        if any(dv.platform == "gpu" for dv in jax.devices()):
+            y = mx.arange(10, dtype=mx.float32)
+            j = jnp.from_dlpack(y)
+            np.testing.assert_array_equal(np.asarray(j), np.arange(10, dtype=np.float32))
+            back = mx.array(cupy.asarray(j))
+            np.testing.assert_array_equal(np.array(back), np.arange(10, dtype=np.float32))
+    except ImportError:
+        pass
+    z = mx.array(cupy.arange(5, dtype=cupy.int32))
+    assert z.dtype == mx.int32 and z.tolist() == [0, 1, 2, 3, 4]

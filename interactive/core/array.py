@@ -220,6 +220,10 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
         src = val
     elif isinstance(val, (bytes, bytearray, memoryview)):
         src, inferred = _numpy_source(np.asarray(memoryview(val)))
+    elif hasattr(val, "__cuda_array_interface__") and not isinstance(val, array):
+        import cupy  # a CUDA array (CuPy, Numba, PyTorch): read through the host for now
+
+        src, inferred = _numpy_source(cupy.asnumpy(cupy.asarray(val)))
     elif hasattr(val, "__array__") or hasattr(val, "__array_interface__"):
         src, inferred = _numpy_source(np.asarray(val))
     else:

@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tapescope.kernels.backends import stream_backend
+
 from . import dtypes as _dt
 from .array import array
 from .device import incompatible
@@ -60,6 +62,10 @@ def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
 
     if self.dtype == _dt.bfloat16:
         raise RuntimeError("Unsupported dtype in DLTensor.")
+    dev = _device_view(self)
+    if dev is not None:  # a GPU array: the consumer reads the device memory itself
+        kw = {} if max_version is None else {"max_version": max_version}
+        return dev.__dlpack__(stream=stream, **kw)
     data = self._numpy()
     if copy or max_version is None or tuple(max_version) < (1, 0):
         return np.array(data, copy=True).__dlpack__(stream=stream)
@@ -68,8 +74,33 @@ def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
 
 
 def _dlpack_device(self: array) -> tuple:
-    """``(device type, device id)`` in DLPack's numbering: (1, 0) is the CPU."""
-    return (1, 0)
+    """``(device type, device id)`` in DLPack's numbering: (1, 0) is the CPU, (2, n) a CUDA
+    GPU (where the array's data is)."""
+    dev = _device_view(self)
+    return (1, 0) if dev is None else tuple(dev.__dlpack_device__())
+
+
+def _device_view(self: array) -> Any:
+    """The evaluated array's device memory as the backend exports it, or None on the host."""
+    if self._d.node is not None:
+        from .transforms import eval as _eval
+
+        _eval(self)
+    data = self._d.data
+    if type(data) is np.ndarray:
+        return None
+    return stream_backend(self._d.stream).export(data, self._d.buffer)
+
+
+def _cuda_array_interface(self: array) -> dict:
+    """``__cuda_array_interface__`` (version 3) of an array in CUDA memory; an AttributeError
+    for one on the host, so that consumers fall back to DLPack or the buffer protocol."""
+    dev = _device_view(self)
+    if dev is None:
+        raise AttributeError("'array' object on the host has no attribute '__cuda_array_interface__'")
+    cai = dict(dev.__cuda_array_interface__)
+    cai["data"] = (cai["data"][0], True)  # read-only: the runtime recycles its buffers
+    return cai  # consumers keep this array (and so its buffer) alive, as the protocol says
 
 
 def _array_namespace(self: array, api_version: Optional[str] = None) -> Any:
@@ -84,6 +115,7 @@ def _bytes(self: array) -> bytes:
 
 array.__dlpack__ = _dlpack
 array.__dlpack_device__ = _dlpack_device
+array.__cuda_array_interface__ = property(_cuda_array_interface)
 array.__array_namespace__ = _array_namespace
 array.__bytes__ = _bytes
 _dlpack.__name__, _dlpack_device.__name__ = "__dlpack__", "__dlpack_device__"

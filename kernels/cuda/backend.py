@@ -80,6 +80,15 @@ class CudaBackend(Backend):
         view.set(np.ascontiguousarray(data), stream=device.cuda_stream(stream.index))
         return view, BufferHandle(buf, self.allocator)
 
+    def export(self, data: Any, handle: Any) -> Any:
+        """A CuPy view of ``data`` that keeps its buffer (``handle``) alive, for
+        ``__cuda_array_interface__`` / DLPack consumers: the buffer is not recycled while
+        the consumer holds it (the CPU's exports keep theirs the same way)."""
+        mem = data.data.mem
+        keep = cupy.cuda.UnownedMemory(mem.ptr, mem.size, owner=(handle, data))
+        ptr = cupy.cuda.MemoryPointer(keep, data.data.ptr - mem.ptr)
+        return cupy.ndarray(data.shape, data.dtype, ptr, strides=data.strides)
+
     def as_array(self, value: Any) -> Any:
         return value if isinstance(value, cupy.ndarray) else cupy.asarray(value)
 
