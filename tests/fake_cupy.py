@@ -123,6 +123,7 @@ runtime = types.SimpleNamespace(
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, runtime=runtime,
     get_current_stream=get_current_stream, set_allocator=lambda f=None: None,
+    get_elapsed_time=lambda a, b: 0.0,
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
 

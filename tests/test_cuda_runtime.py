@@ -140,6 +140,8 @@ def test_cpu_gpu_cpu_pipeline_across_streams_is_exact_with_device_side_waits():
     np.testing.assert_array_equal(np.array(w), (x_np + 1) * 3 - (x_np + 1) + 7)
     waits = [r for r in rec.records if r.kind == "event_wait" and r.detail.get("device_wait")]
     assert waits, "no device-side wait between the GPU streams"
+    work = {r.name for r in rec.records if r.kind == "gpu_work"}  # device time of the GPU nodes
+    assert {"Multiply", "Subtract"} <= work, work
 
 
 def test_an_array_made_from_host_data_lives_in_gpu_memory():

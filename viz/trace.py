@@ -17,6 +17,7 @@ KINDS = {
     "primitive": ("primitive run", "#3b82f6", True),
     "kernel_build": ("kernel build", "#a16207", True),
     "kernel_launch": ("kernel launch", "#06b6d4", True),
+    "gpu_work": ("GPU work (device time)", "#0d9488", True),
     "kernel_fallback": ("numpy fallback", "#dc2626", True),
     "event_wait": ("event wait", "#f59e0b", True),
     "fence_wait": ("fence wait", "#db2777", True),

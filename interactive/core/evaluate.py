@@ -116,7 +116,7 @@ def run_node(node: Node) -> None:
     if be.device_context is None:
         _run(node, prim, be)
     else:
-        with be.device_context(prim.stream):
+        with be.device_context(prim.stream, node):
             _run(node, prim, be)
 
 

@@ -19,24 +19,31 @@ import numpy as np
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..codegen.interpret import interpret
-from . import device
+from .. import timeline
+from . import device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
 
 
 class _OnStream:
-    """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread."""
+    """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
+    timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev")
+    __slots__ = ("stream", "prev", "node", "index", "ev0")
 
-    def __init__(self, stream: "cupy.cuda.Stream"):
-        self.stream = stream
+    def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int):
+        self.stream, self.node, self.index, self.ev0 = stream, node, index, None
 
     def __enter__(self):
         self.prev = cupy.cuda.get_current_stream()
         self.stream.use()
+        if timeline.enabled and self.node is not None:
+            self.ev0 = timing.start(self.stream)
 
     def __exit__(self, *exc):
+        if self.ev0 is not None:
+            timing.end(self.stream, self.ev0, name=self.node.primitive.name, node=self.node.id,
+                       stream=self.index)
         self.prev.use()
         return False
 
@@ -56,8 +63,8 @@ class CudaBackend(Backend):
     def bind(self, stream: Any) -> None:
         device.cuda_stream(stream.index)
 
-    def device_context(self, stream: Any) -> _OnStream:
-        return _OnStream(device.cuda_stream(stream.index))
+    def device_context(self, stream: Any, node: Any = None) -> _OnStream:
+        return _OnStream(device.cuda_stream(stream.index), node, stream.index)
 
     # -- data between host and device -------------------------------------------------------
     def to_device(self, data: Any) -> Any:
@@ -105,6 +112,7 @@ class CudaBackend(Backend):
     def synchronize(self, stream: Any) -> None:
         device.cuda_stream(stream.index).synchronize()
         self.allocator.synchronize()
+        timing.flush()
 
     def info(self) -> dict:
         return device.info(self.device_id)

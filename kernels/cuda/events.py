@@ -21,7 +21,7 @@ import cupy
 
 from .. import timeline
 from ..scheduler import Event
-from . import device
+from . import device, timing
 
 
 class CudaEvent(Event):
@@ -55,6 +55,7 @@ class CudaEvent(Event):
             device.cuda_stream(stream).wait_event(ev)  # cudaStreamWaitEvent: no host block
         else:
             ev.synchronize()
+            timing.flush()
         if t0:
             timeline.add("event_wait", t0, timeline.now(), stream=stream,
                          detail={"event": self.id, "value": value, "signaled_by": self.stream,
