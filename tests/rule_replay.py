@@ -289,10 +289,16 @@ def _as_tuple(r):
 @contextlib.contextmanager
 def _intercepted(dev: Device, report: Report, label: list):
     saved = {n: d.rule for n, d in REGISTRY.items()}
+    busy: list = []
 
     def wrap(name, defn, rule):
         def run(xp, *ins, **kw):
-            _check(dev, report, label[0], name, defn, rule, ins, kw)
+            if not busy:  # not a rule called by a rule being checked (Compiled's interpreter)
+                busy.append(name)
+                try:
+                    _check(dev, report, label[0], name, defn, rule, xp, ins, kw)
+                finally:
+                    busy.pop()
             return rule(xp, *ins, **kw)
         return run
 
@@ -306,9 +312,12 @@ def _intercepted(dev: Device, report: Report, label: list):
             d.rule = saved[n]
 
 
-def _check(dev, report, label, name, defn, rule, ins, kw):
+def _check(dev, report, label, name, defn, rule, xp, ins, kw):
     kw = {k: v for k, v in kw.items() if k not in ("out", "runtime")}
     where = f"{name} [{label}]"
+    if xp is not np or not all(isinstance(x, np.ndarray) for x in ins):
+        report.failures.append(f"{where}: ran off the CPU ({getattr(xp, '__name__', xp)})")
+        return
     try:
         ref = rule(np, *ins, **kw)
     except Exception as e:  # the device must refuse the same input the same way
@@ -359,7 +368,8 @@ def replay(dev: Device, seed: int = 0) -> Report:
     rng = np.random.default_rng(seed)
     report = Report()
     label = [""]
-    with _intercepted(dev, report, label):
+    # on the CPU whatever the default device (the GPU's, where a GPU backend is registered)
+    with _intercepted(dev, report, label), mx.stream(mx.cpu):
         for lab, thunk in cases(rng):
             label[0] = lab
             outs = thunk()
