@@ -31,6 +31,8 @@ def _cupy_reason():
         import cupy
     except Exception as e:  # noqa: BLE001 - any import failure means no CuPy here
         return None, f"CuPy is not importable ({type(e).__name__}: {e})"
+    if getattr(cupy, "__fake__", False):
+        return None, "cupy is tests/fake_cupy.py (the backend's plumbing only), not CuPy"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001
