@@ -32,7 +32,6 @@ MISSING = {
                                   "vecdot", "matrix_norm", "depends")},
     **{n: (19, "export of functions (MLX's export format)") for n in (
         "export_function", "import_function", "exporter", "FunctionExporter")},
-    "save_gguf": (19, "GGUF needs the gguf library (issue 19: a kept library per format)"),
     "fast": (19, "mx.fast (metal_kernel / cuda_kernel: issue 20)"),
     "distributed": (22, "mx.distributed over MPI / NCCL"),
 }

@@ -124,3 +124,52 @@ def test_extensions_appended_as_mlx(tmp_path):
         m.savez_compressed(str(d / "c.npz"), m.array([1]))
         m.save_safetensors(str(d / "e"), {"x": m.array([1])})
     assert sorted(os.listdir(tmp_path / "ours")) == sorted(os.listdir(tmp_path / "theirs"))
+
+
+# -- GGUF -----------------------------------------------------------------------------------
+GGUF_NAMES = ["float32", "float16", "int8", "int16", "int32"]
+META = {
+    "s": lambda m: "text", "l": lambda m: ["a", "bc", ""], "f": lambda m: m.array(1.5),
+    "v": lambda m: m.array([1, 2, 3], m.int32), "u": lambda m: m.array(3, m.uint8),
+    "b": lambda m: m.array(True), "i": lambda m: m.array(-5, m.int64),
+    "w": lambda m: m.array([7, 8], m.uint16),
+}
+
+
+@requires_mlx
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.sampled_from(GGUF_NAMES), min_size=0, max_size=4),
+       shape=st.lists(st.integers(1, 3), min_size=0, max_size=3),
+       meta=st.lists(st.sampled_from(sorted(META)), unique=True, max_size=4),
+       ours_write=st.booleans())
+def test_gguf_written_by_one_loads_in_the_other(tmp_path, names, shape, meta, ours_write):
+    w, r = (mx, mlx_ref) if ours_write else (mlx_ref, mx)
+    path = str(tmp_path / "g")
+    w.save_gguf(path, {f"t{i}": _make(w, n, shape, True) for i, n in enumerate(names)},
+                {k: META[k](w) for k in meta})
+    arrays, got_meta = r.load(path + ".gguf", return_metadata=True)
+    assert sorted(arrays) == [f"t{i}" for i in range(len(names))]
+    for i, n in enumerate(names):
+        _same(arrays[f"t{i}"], _make(r, n, shape, True))
+    assert sorted(got_meta) == sorted(meta)
+    for k in meta:
+        want = META[k](r)
+        if isinstance(want, (str, list)):
+            assert got_meta[k] == want
+        else:
+            _same(got_meta[k], want)
+
+
+@requires_mlx
+@pytest.mark.parametrize("src", [
+    "M.save_gguf(d + '/q', {'a': M.ones((2,), M.bfloat16)}, {})",
+    "M.save_gguf(d + '/q', {'a': M.ones((2,), M.uint8)}, {})",
+    "M.save_gguf(d + '/q', {}, {'x': M.ones((2, 2))})",
+    "M.save_gguf(d + '/q', {}, {'x': M.array([], M.int32)})",
+    "M.save_gguf(d + '/q', {}, {'x': M.array(1.0, M.float64)})",
+    "M.save_gguf(d + '/q', {}, {'x': M.array(1.0, M.bfloat16)})",
+    "M.save_gguf(d + '/q', {}, {'x': 3})",
+])
+def test_gguf_errors_match_mlx(tmp_path, src):
+    d = str(tmp_path)
+    assert outcome(mx, src, d=lambda m: d) == outcome(mlx_ref, src, d=lambda m: d)

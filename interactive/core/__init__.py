@@ -24,6 +24,7 @@ from .ops import *  # noqa: F401,F403
 from . import fft, linalg, random  # noqa: F401
 from .interop import from_dlpack, get_array_buffer_size  # noqa: F401
 from .serialize import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
+from .gguf import save_gguf  # noqa: F401
 from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401
 from .autodiff import (  # noqa: F401,E402
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp,

@@ -1,6 +1,7 @@
 """Saving and loading arrays: ``mx.save`` / ``savez`` / ``savez_compressed`` (numpy's .npy and
 .npz, written by numpy), ``mx.save_safetensors`` and ``mx.load`` (MLX's mlx/io/load.cpp and
-mlx/io/safetensors.cpp; safetensors is a JSON header and raw bytes, written here as MLX does).
+mlx/io/safetensors.cpp; safetensors is a JSON header and raw bytes, written here as MLX does;
+GGUF is core/gguf.py).
 """
 
 from __future__ import annotations
@@ -129,8 +130,6 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
         raise ValueError(f"[load] Unknown file format {format}")
     if return_metadata and format in ("npy", "npz"):
         raise ValueError(f"[load] metadata not supported for format {format}")
-    if format == "gguf":
-        raise ValueError("[load] GGUF is not supported yet (issue 19).")
     if isinstance(file, (str, pathlib.Path)) and not os.path.isfile(file):
         raise RuntimeError(f"[load] Failed to open file {file}")
     with _open(file, "rb") as f:
@@ -140,7 +139,12 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
             with zipfile.ZipFile(f) as z:
                 return {n[:-4] if n.endswith(".npy") else n: _load_npy(z.open(n), file)
                         for n in z.namelist()}
-        arrays, meta = _load_safetensors(f, file)
+        if format == "gguf":
+            from .gguf import load_gguf
+
+            arrays, meta = load_gguf(f, file)
+        else:
+            arrays, meta = _load_safetensors(f, file)
     return (arrays, meta) if return_metadata else arrays
 
 
