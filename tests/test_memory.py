@@ -335,6 +335,18 @@ TestCudaAllocatorModel.settings = _model_settings
 # -- MLX's memory API on real arrays ------------------------------------------------------------
 
 @pytest.fixture
+def cpu_default():
+    """The CPU as the default device, for tests of MLX's CPU allocator policy through the
+    memory API (which reports the default device's allocator: the GPU's where one runs)."""
+    old = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    try:
+        yield
+    finally:
+        mx.set_default_device(old)
+
+
+@pytest.fixture
 def clean_memory():
     gc.collect()
     old = mx.set_cache_limit(mx.get_memory_limit())
@@ -392,7 +404,7 @@ def test_setters_return_previous_values(clean_memory):
         mx.set_cache_limit(-1)
 
 
-def test_cpu_defaults_are_80_percent_of_ram_and_a_32_mib_cache():
+def test_cpu_defaults_are_80_percent_of_ram_and_a_32_mib_cache(cpu_default):
     import os
 
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -424,7 +436,7 @@ def test_default_limits_and_device_info_equal_mlx(mlx):
         mx.device_info("cpu")
 
 
-def test_set_cache_limit_trims_at_once_and_returns_the_previous_limit(clean_memory):
+def test_set_cache_limit_trims_at_once_and_returns_the_previous_limit(cpu_default, clean_memory):
     """Four freed 1 MiB buffers, limit 1.5 MiB: MLX frees the oldest until 2.5 MiB are
     released (three buffers), immediately; checked against mlx when installed."""
     def run(m):
@@ -465,7 +477,7 @@ def _cache_after_loops(m) -> tuple[int, int]:
     return first, second
 
 
-def test_cache_stays_within_mlx_figure_over_many_evals():
+def test_cache_stays_within_mlx_figure_over_many_evals(cpu_default):
     old = mx.set_cache_limit(32 << 20)  # the CPU default; other tests may have moved it
     try:
         ours = _cache_after_loops(mx)
@@ -565,7 +577,7 @@ def test_metal_aliases_warn_once(capsys):
     assert isinstance(v1, int)
 
 
-def test_cpu_allocator_is_the_memory_api_source():
+def test_cpu_allocator_is_the_memory_api_source(cpu_default):
     assert allocator("cpu").active == mx.get_active_memory()
 
 
@@ -597,7 +609,7 @@ def test_a_numpy_view_keeps_its_buffer_from_being_reused(clean_memory):
 def test_eager_steps_donate_on_every_path(clean_memory):
     """``x = f(x); mx.eval(x)``: each step's only input is unheld, so the output takes its
     buffer — through the one-node fast path, the inline path and a worker stream alike."""
-    s = mx.new_stream(mx.cpu)
+    s = mx.new_stream(mx.default_device())  # a stream of the device the data is on
     for stream in (None, s):
         x = f32(4096) + 1.0
         mx.eval(x)

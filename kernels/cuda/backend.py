@@ -107,7 +107,29 @@ class CudaBackend(Backend):
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
-        return interpret(tape, [self.to_device(x) for x in inputs], shape, cupy)
+        """The tape interpreted with CuPy (one kernel per op until issue 15's fused CUDA
+        kernels), its results stored where MLX's Compiled rules put them: into ``out``, or
+        into the buffers of donatable inputs (the first such input of each output's itemsize
+        and shape, in order), so memory behaves as with a fused kernel."""
+        inputs = [self.to_device(x) for x in inputs]
+        res = interpret(tape, inputs, shape, cupy)
+        if out is not None and len(res) == 1 and out.shape == res[0].shape:
+            out[...] = res[0]
+            return [out]
+        if donatable:
+            placed, k = [], 0
+            for x, a, ok in zip(tape.inputs, inputs, donatable):
+                if k == len(res) or not ok or x.is_constant or a.ndim == 0:
+                    continue
+                r = res[k]
+                if (a.dtype.itemsize == r.dtype.itemsize and a.shape == r.shape
+                        and a.flags.c_contiguous):
+                    view = a.view(r.dtype)
+                    view[...] = r
+                    placed.append(view)
+                    k += 1
+            res = placed + res[len(placed):]
+        return res
 
     def synchronize(self, stream: Any) -> None:
         device.cuda_stream(stream.index).synchronize()
