@@ -26,9 +26,22 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _gpu_default():
     assert mx.cuda.is_available()
-    assert mx.default_device() == mx.gpu
-    yield
-    mx.synchronize()
+    old = mx.default_device()
+    mx.set_default_device(mx.gpu)  # the runtime's default (another test may have moved it)
+    try:
+        yield
+        mx.synchronize()
+    finally:
+        mx.set_default_device(old)
+
+
+def test_the_gpu_is_the_default_device_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import tapescope.core as mx; print(mx.default_device())"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "Device(gpu, 0)"
 
 
 def _gpu():
