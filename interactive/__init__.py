@@ -6,6 +6,7 @@ from tapescope.kernel_cache import clear_kernel_cache, kernel_cache  # noqa: F40
 from tapescope.check import check  # noqa: F401  (imports JAX only when called)
 from tapescope.graph import Graph, graph_of, trace  # noqa: F401
 from tapescope.magic import load_ipython_extension  # noqa: F401  (imports IPython only when loaded)
+from tapescope.as_mlx import as_mlx  # noqa: F401  (mlx.core -> tapescope.core)
 
 __version__ = "0.1.0"
 

@@ -476,7 +476,7 @@ def _user_traceback(err: BaseException) -> BaseException:
 
 # -- line magics -----------------------------------------------------------------------------
 
-LINE_USAGE = "%mlx graph <expr> | %mlx memory | %mlx cache | %mlx events"
+LINE_USAGE = "%mlx graph <expr> | %mlx memory | %mlx cache | %mlx events | %mlx as-mlx [off]"
 
 
 def _graph_of_expr(shell: Any, expr: str) -> Any:
@@ -547,11 +547,27 @@ def _events_view() -> _HTML:
     return _HTML(cr.events_html(rep.run.records), text)
 
 
+def _as_mlx(arg: str) -> _HTML:
+    """``%mlx as-mlx``: route ``mlx.core`` (and mlx.nn / mlx.optimizers) to tapescope;
+    ``%mlx as-mlx off`` restores the real MLX."""
+    from tapescope.as_mlx import as_mlx
+
+    if arg not in ("", "on", "off"):
+        raise _usage_error(f"%mlx as-mlx: expected 'on' or 'off', got {arg!r}.")
+    as_mlx(arg != "off")
+    msg = ("mlx.core is tapescope.core now: import mlx.core / mlx.nn / mlx.optimizers run on "
+           "tapescope" if arg != "off" else "mlx.core is MLX's own again")
+    return _HTML(f"<p>{msg}</p>", msg)
+
+
 def mlx_line(shell: Any, line: str) -> Any:
-    """``%mlx graph <expr>``, ``%mlx memory``, ``%mlx cache``, ``%mlx events``."""
+    """``%mlx graph <expr>``, ``%mlx memory``, ``%mlx cache``, ``%mlx events``,
+    ``%mlx as-mlx [off]``."""
     cmd, _, rest = line.strip().partition(" ")
     if cmd == "graph":
         return _graph_of_expr(shell, rest)
+    if cmd == "as-mlx":
+        return _as_mlx(rest.strip())
     if cmd in ("memory", "cache", "events"):
         try:  # the live widgets (their HTML snapshot where no kernel shows widgets)
             import ipywidgets  # noqa: F401

@@ -32,13 +32,16 @@ MISSING = {
                                   "vecdot", "matrix_norm", "depends")},
     **{n: (19, "export of functions (MLX's export format)") for n in (
         "export_function", "import_function", "exporter", "FunctionExporter")},
-    "fast": (19, "mx.fast (metal_kernel / cuda_kernel: issue 20)"),
-    "distributed": (22, "mx.distributed over MPI / NCCL"),
 }
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
-MISSING_SUBMODULES = {"fast": 19, "distributed": 22}
+MISSING_SUBMODULES: dict = {}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
-MISSING_IN_SUBMODULE: dict = {}
+MISSING_IN_SUBMODULE = {
+    ("fast", "metal_kernel"): (20, "custom Metal kernels"),
+    ("fast", "cuda_kernel"): (15, "custom CUDA kernels"),
+    ("fast", "precompiled_cuda_kernel"): (15, "custom CUDA kernels"),
+    ("fast", "gated_delta_update"): (19, _NEWOPS),
+}
 MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 
 # MLX's declared signature (the nb_sig text) and its binding disagree; tapescope follows the
@@ -163,7 +166,8 @@ def test_array_has_every_method_of_mlx_array():
     assert extra == set(), sorted(extra)
 
 
-@pytest.mark.parametrize("sub", ["", "linalg", "fft", "random", "metal", "cuda"])
+@pytest.mark.parametrize("sub", ["", "linalg", "fft", "random", "fast", "distributed", "metal",
+                                 "cuda"])
 def test_function_signatures_match_mlx(sub):
     theirs = getattr(mlx_ref, sub) if sub else mlx_ref
     ours = getattr(mx, sub) if sub else mx

@@ -21,7 +21,7 @@ from .memory import *  # noqa: F401,F403
 from .printing import PrintOptions, get_printoptions, printoptions, set_printoptions  # noqa: F401
 from . import cuda, metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
-from . import fft, linalg, random  # noqa: F401
+from . import distributed, fast, fft, linalg, random  # noqa: F401
 from .interop import from_dlpack, get_array_buffer_size  # noqa: F401
 from .serialize import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from .gguf import save_gguf  # noqa: F401

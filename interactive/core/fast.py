@@ -1,0 +1,177 @@
+"""``mx.fast``: the fused layers, composed from core ops as MLX's own fallbacks are.
+
+MLX defines each of these in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary
+ops, which every backend without the fused kernel runs (and which gives its VJP); tapescope
+builds that same composition, so grad / vmap / compile see ordinary primitives. The custom
+kernel entry points (``metal_kernel``, ``cuda_kernel``, ``precompiled_cuda_kernel``) and
+``gated_delta_update`` are issues 15 / 19 / 20.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+from . import dtypes as _dt
+from .array import array
+from .device import StreamOrDevice
+
+
+def _mx():
+    from . import ops
+
+    return ops
+
+
+def _float_out(name: str, *arrays) -> _dt.Dtype:
+    ops = _mx()
+    out = arrays[0].dtype
+    for a in arrays[1:]:
+        if a is not None:
+            out = ops.result_type(out, a.dtype)
+    if not _dt.issubdtype(out, _dt.floating):
+        raise ValueError(f"[{name}] Received unsupported type {out}.")
+    return out
+
+
+def _check_vector(name: str, what: str, x: array, v: Optional[array]) -> None:
+    if v is None:
+        return
+    if v.ndim != 1:
+        raise ValueError(f"[{name}] {what} must have 1 dimension but has {v.ndim} dimensions.")
+    if v.shape[0] != x.shape[-1]:
+        raise ValueError(f"[{name}] {what} must have the same size as the last dimension of x "
+                         f"but has {v.shape[0]} elements.")
+
+
+def rms_norm(x: array, weight: Optional[array], eps: float, *,
+             stream: StreamOrDevice = None) -> array:
+    """Root-mean-square normalization over the last axis, times ``weight`` (MLX computes it in
+    float32 and casts back)."""
+    mx = _mx()
+    _check_vector("rms_norm", "(*weight)", x, weight)
+    out_type = _float_out("rms_norm", x, weight)
+    y = mx.astype(x, _dt.float32, stream=stream)
+    y = y * mx.rsqrt(mx.mean(mx.square(y, stream=stream), -1, keepdims=True, stream=stream)
+                     + array(eps, _dt.float32), stream=stream)
+    y = mx.astype(y, out_type, stream=stream)
+    return y if weight is None else mx.multiply(y, weight, stream=stream)
+
+
+def layer_norm(x: array, weight: Optional[array], bias: Optional[array], eps: float, *,
+               stream: StreamOrDevice = None) -> array:
+    """Layer normalization over the last axis, then ``* weight + bias`` where given."""
+    mx = _mx()
+    _check_vector("layer_norm", "weight", x, weight)
+    _check_vector("layer_norm", "bias", x, bias)
+    out_type = _float_out("layer_norm", x, weight, bias)
+    y = mx.astype(x, _dt.float32, stream=stream)
+    centered = y - mx.mean(y, -1, keepdims=True, stream=stream)
+    var = mx.mean(mx.square(centered, stream=stream), -1, keepdims=True, stream=stream)
+    y = centered * mx.rsqrt(var + array(eps, _dt.float32), stream=stream)
+    y = mx.astype(y, out_type, stream=stream)
+    if weight is not None:
+        y = mx.multiply(y, weight, stream=stream)
+    if bias is not None:
+        y = mx.add(y, bias, stream=stream)
+    return y
+
+
+def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale: float,
+         offset: Union[int, array], freqs: Optional[array] = None,
+         stream: StreamOrDevice = None) -> array:
+    """Rotary positional encoding of the first ``dims`` features of the last axis, positions
+    along the second-to-last axis starting at ``offset``."""
+    mx = _mx()
+    if a.ndim < 3:
+        raise ValueError(f"[rope] Input must have at least 3 dimensions but got input with "
+                         f"{a.ndim} dimensions.")
+    if dims % 2 != 0:
+        raise ValueError(f"[rope] dims must be a multiple of 2 but got {dims}.")
+    if (base is None) == (freqs is None):
+        raise ValueError("[rope] Only one of base or freqs can have a value.")
+    t = a.dtype
+    half = dims // 2
+    if freqs is None:
+        inv = mx.exp(mx.arange(0.0, -half, -1.0, dtype=_dt.float32) * (math.log(base) / half))
+    else:
+        inv = mx.reciprocal(mx.astype(freqs, _dt.float32))
+    L = a.shape[-2]
+    off = offset if isinstance(offset, array) else array(offset, _dt.float32)
+    pos = (mx.arange(L, dtype=_dt.float32) + mx.astype(off, _dt.float32)) * scale
+    theta = mx.expand_dims(pos, -1) * inv
+    cos, sin = mx.astype(mx.cos(theta), t), mx.astype(mx.sin(theta), t)
+    if traditional:
+        x1, x2 = a[..., 0:dims:2], a[..., 1:dims:2]
+        r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+        rot = mx.reshape(mx.stack([r1, r2], -1), (*a.shape[:-1], dims))
+    else:
+        x1, x2 = a[..., :half], a[..., half:dims]
+        rot = mx.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+    if dims < a.shape[-1]:
+        rot = mx.concatenate([rot, a[..., dims:]], -1)
+    return mx.astype(rot, t, stream=stream)
+
+
+def scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,
+                                 mask: Union[None, str, array] = None,
+                                 sinks: Optional[array] = None, force_fused: bool = False,
+                                 stream: StreamOrDevice = None) -> array:
+    """softmax(q kᵀ · scale + mask) v over (B, heads, L, D) inputs, with grouped-query heads
+    (``k`` / ``v`` with fewer heads) and ``mask`` "causal", boolean or additive."""
+    mx = _mx()
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError("[scaled_dot_product_attention] queries, keys and values must be 4D.")
+    if isinstance(mask, str) and mask != "causal":
+        raise ValueError(f"[scaled_dot_product_attention] Invalid mask_mode {mask}. "
+                         "mask_mode must be 'causal' or empty string.")
+    B, n_q, L, D = q.shape
+    n_kv = k.shape[1]
+    if n_q % n_kv != 0:
+        raise ValueError(f"[scaled_dot_product_attention] n_heads must be a multiple of "
+                         f"n_kv_heads, found n_heads {n_q} for n_kv_heads {n_kv}.")
+    reps = n_q // n_kv
+    qs = q * array(scale, q.dtype)
+    if reps > 1:
+        qs = mx.reshape(qs, (B, n_kv, reps, L, D))
+        k, v = mx.expand_dims(k, 2), mx.expand_dims(v, 2)
+    scores = mx.matmul(qs, mx.swapaxes(k, -1, -2))
+    kL = k.shape[-2]
+    if mask is not None:
+        if isinstance(mask, str):
+            qi = mx.expand_dims(mx.arange(kL - L, kL), -1)
+            m = qi >= mx.arange(kL)
+        else:
+            m = mask
+            if reps > 1 and m.ndim >= 3:
+                if m.shape[-3] == 1:
+                    m = mx.expand_dims(m, -3)
+                else:
+                    m = mx.unflatten(m, -3, (n_kv, reps))
+        if m.dtype == _dt.bool_:
+            scores = mx.where(m, scores, array(_dt.finfo(scores.dtype).min, scores.dtype))
+        else:
+            scores = scores + m
+    if sinks is not None:
+        s = mx.reshape(mx.astype(sinks, scores.dtype), (1, n_kv, reps, 1, 1) if reps > 1
+                       else (1, n_q, 1, 1))
+        s = mx.broadcast_to(s, (*scores.shape[:-1], 1))
+        scores = mx.softmax(mx.concatenate([s, scores], -1), -1, precise=True)[..., 1:]
+    else:
+        scores = mx.softmax(scores, -1, precise=True)
+    out = mx.matmul(scores, v)
+    if reps > 1:
+        out = mx.reshape(out, (B, n_q, L, v.shape[-1]))
+    return out
+
+
+def cross_entropy(logits: array, targets: array, *, stream: StreamOrDevice = None) -> array:
+    """logsumexp(logits) - logits[target] over the last axis (class-index targets)."""
+    mx = _mx()
+    if tuple(targets.shape) != tuple(logits.shape[:-1]):
+        fmt = lambda s: "(" + ",".join(str(d) for d in s) + ")"  # noqa: E731  (MLX's format)
+        raise ValueError(f"[cross_entropy] targets shape {fmt(targets.shape)} does not match "
+                         f"logits shape {fmt(logits.shape)} with the last axis removed.")
+    picked = mx.take_along_axis(logits, mx.expand_dims(targets, -1), -1)
+    lse = mx.logsumexp(logits, -1, keepdims=True)
+    return mx.squeeze(mx.astype(lse, _dt.float32) - mx.astype(picked, _dt.float32), -1)
