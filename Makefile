@@ -9,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-ub test-fuzz lab graphviz chromium clean
+.PHONY: demo test test-ub test-fuzz test-gpu lab graphviz chromium clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ test-ub: $(VENV)/.dev
 
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
+
+# On the GPU machine (CuPy, JAX, pytest-xdist there; no .venv): the suite with the CPU as
+# default device, then the CUDA runtime's suites with the GPU as default (tests/run_gpu_suites.sh).
+test-gpu:
+	$(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
+	PY=$(PYTHON) bash tests/run_gpu_suites.sh
 
 # As root (a container, CI) JupyterLab refuses to start without --allow-root.
 lab: $(VENV)/.jupyter graphviz
