@@ -11,6 +11,8 @@ PY=${PY:-python3}
 N=${N:-15}
 OUT=${OUT:-build/gpu}
 mkdir -p "$OUT"
+# wheels carried to the machine (it cannot download), e.g. the graphviz package the viz needs
+if compgen -G "wheels/*.whl" > /dev/null; then "$PY" -m pip install -q --no-deps wheels/*.whl; fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 run() {  # name, pytest arguments...
   local name=$1; shift
