@@ -116,6 +116,7 @@ class OutOfMemoryError(MemoryError):
 
 runtime = types.SimpleNamespace(
     getDeviceCount=lambda: 1,
+    deviceSynchronize=lambda: None,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),
     getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,
                                      "minor": 0, "uuid": bytes(range(16))},

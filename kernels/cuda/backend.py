@@ -16,10 +16,10 @@ from typing import Any
 import cupy
 import numpy as np
 
+from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..codegen.interpret import interpret
-from .. import timeline
 from . import device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
@@ -84,7 +84,11 @@ class CudaBackend(Backend):
             return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
         buf = self.allocator.malloc(data.nbytes)
         view = buf.view(data.nbytes, data.dtype, data.shape)
-        view.set(np.ascontiguousarray(data), stream=device.cuda_stream(stream.index))
+        cs = device.cuda_stream(stream.index)
+        view.set(np.ascontiguousarray(data), stream=cs)
+        # from pageable memory the copy may still be in flight when set() returns, and the
+        # new array has no event: a kernel on another stream must not read it early
+        cs.synchronize()
         return view, BufferHandle(buf, self.allocator)
 
     def export(self, data: Any, handle: Any) -> Any:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 from typing import Any
@@ -52,7 +53,8 @@ class CudaAllocator(Allocator):
         cupy.cuda.set_allocator(None)  # no CuPy pool under ours: plain cudaMalloc / cudaFree
         _, total = device.memory_info(device_id)
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
-        self._pending: list = []  # (events, buffer): freed, still used by enqueued kernels
+        # (events, buffer) in order of freeing: freed, maybe still read by enqueued kernels
+        self._pending: collections.deque = collections.deque()
         self._freer = _Freer()
 
     # -- raw memory -----------------------------------------------------------------------
@@ -61,6 +63,10 @@ class CudaAllocator(Allocator):
             with cupy.cuda.Device(self.device_id):
                 return cupy.empty(size, dtype=np.uint8)
         except cupy.cuda.memory.OutOfMemoryError as e:
+            # buffers freed while kernels still read them are not in the cache yet: let the
+            # device finish, so the caller's evict-and-retry can reach them too
+            cupy.cuda.runtime.deviceSynchronize()
+            self._collect()
             raise MemoryError(str(e)) from None
 
     def _release(self, buf: Buffer) -> None:
@@ -84,13 +90,11 @@ class CudaAllocator(Allocator):
 
     def _collect(self) -> None:
         """Give the buffers whose kernels have finished to the cache (or back to CUDA)."""
+        done = []
         with self._lock:
-            if not self._pending:
-                return
-            done, still = [], []
-            for item in self._pending:
-                (done if all(e.done for e in item[0]) else still).append(item)
-            self._pending = still
+            # events complete in about the order they were recorded: stop at the first busy one
+            while self._pending and all(e.done for e in self._pending[0][0]):
+                done.append(self._pending.popleft())
         for _, buf in done:
             Allocator.free(self, buf)
 
@@ -107,6 +111,12 @@ class CudaAllocator(Allocator):
     def synchronize(self) -> None:
         """After the device is idle every pending buffer can be reused."""
         self._collect()
+        with self._lock:
+            rest = [item for item in self._pending if all(e.done for e in item[0])]
+            for item in rest:
+                self._pending.remove(item)
+        for _, buf in rest:
+            Allocator.free(self, buf)
 
     def clear_cache(self) -> None:
         self._collect()
