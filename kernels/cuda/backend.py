@@ -57,7 +57,8 @@ class CudaBackend(Backend):
     quiet = staticmethod(contextlib.nullcontext)  # CuPy raises no floating-point warnings
 
     def __init__(self, device_id: int = 0):
-        super().__init__(cupy, CudaAllocator(device_id), count=cupy.cuda.runtime.getDeviceCount())
+        # one GPU for now: every mx GPU stream runs on ``device_id`` (multi-GPU is issue 22's)
+        super().__init__(cupy, CudaAllocator(device_id), count=1)
         self.device_id = device_id
 
     def bind(self, stream: Any) -> None:
