@@ -84,7 +84,11 @@ def as_mlx(enable: bool = True) -> None:
     global _active
     if bool(enable) == _active:
         return
-    if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.nn") is None:
+    try:
+        found = importlib.util.find_spec("mlx.nn") is not None
+    except ImportError:
+        found = False
+    if not found:
         raise ImportError(_INSTALL)
     import tapescope.core as tcore
 

@@ -279,3 +279,15 @@ def test_copy_and_deepcopy_give_new_handles_with_equal_values():
         assert b.tolist() == [2, 3] and b.dtype == a.dtype
         ref = fn(mlx_ref.array([1, 2]) + 1)
         assert b.tolist() == ref.tolist()
+
+
+@pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
+@pytest.mark.parametrize("op", ["method", "function"])
+def test_astype_to_the_same_dtype_is_a_new_handle(op):
+    """MLX's astype returns a new handle even when the dtype matches, so an in-place operator
+    on it leaves the original (mlx.optimizers' Muon relies on it)."""
+    for M in (mx, mlx_ref):
+        a = M.array([1.0, 2.0])
+        b = a.astype(M.float32) if op == "method" else M.astype(a, M.float32)
+        b *= 3
+        assert a.tolist() == [1.0, 2.0] and b.tolist() == [3.0, 6.0]

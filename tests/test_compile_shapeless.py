@@ -144,3 +144,25 @@ def test_shapeless_mean_counts_with_number_of_elements():
     assert f(x).item() == g(x).item() == 2.5
     assert f(mx.arange(10.0)).item() == 4.5
     assert "NumberOfElements" not in primitive_names(mx.mean(x, axis=0))
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(2, 9), min_size=2, max_size=3))
+def test_grad_jvp_vmap_of_a_shapeless_tape_reused_at_new_shapes(rows):
+    """A fused tape traced at one shape (mlx.nn's compiled relu) and differentiated / batched at
+    another: its Broadcast follows the new shapes, as MLX re-runs the function."""
+    for M in (mx, mlx_ref):
+        f = M.compile(lambda x, b: M.maximum(x, 0) * 2 + b, shapeless=True)
+        got = []
+        for n in rows:
+            x, b = M.array(np.linspace(-1, 1, n * 4, dtype=np.float32).reshape(n, 4)), M.ones((4,))
+            gx, gb = M.grad(lambda x, b: f(x, b).sum(), argnums=(0, 1))(x, b)
+            _, (t,) = M.jvp(lambda x: f(x, b), [x], [M.ones_like(x)])
+            v = M.vmap(f, in_axes=(0, None))(M.stack([x, x]), b)
+            got.append([np.array(a) for a in (gx, gb, t, v)])
+        if M is mx:
+            ours = got
+    for o, r in zip(ours, got):
+        for a, b in zip(o, r):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -122,7 +122,11 @@ def to_arrays(a: Any, b: Any) -> tuple[array, array]:
 
 def astype(a: array, dtype: _dt.Dtype, /, *, stream: StreamOrDevice = None) -> array:
     """Convert an array to a given type."""
-    return cast(a, dtype, stream)
+    out = cast(a, dtype, stream)
+    # MLX returns a new handle even when the dtype matches (the same array, shared): an
+    # in-place operator on the result (``lr = p.astype(t); lr *= 2`` in mlx.optimizers' Muon)
+    # must not overwrite the caller's handle
+    return array._wrap(out._d) if out is a else out
 
 
 def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:

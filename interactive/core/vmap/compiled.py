@@ -12,7 +12,7 @@ from .registry import defvmap
 
 
 def _compiled(inputs, vaxes, primals, outputs, *, tape, shape):
-    outs = replay_tape(tape, primals)
+    outs = replay_tape(tape, primals, shape)
     tmap = {id(p._d): (x, ax) for p, x, ax in zip(primals, inputs, vaxes) if x._d is not p._d}
     batch_graph([o._d for o in outs], tmap)
     res = [tmap.get(id(o._d), (o, -1)) for o in outs]

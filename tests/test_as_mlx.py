@@ -1,0 +1,157 @@
+"""tapescope.as_mlx(): MLX's own mlx.nn, mlx.optimizers and mlx.utils running on tapescope.
+
+The routing of ``mlx.core`` is process-wide, so every case runs in a subprocess
+(tests/as_mlx_cases.py): each layer, loss, optimizer run and saved model runs first on real
+MLX, then, after ``as_mlx()``, on tapescope with MLX's parameters loaded, and the outputs are
+compared here. ``AS_MLX_STEPS`` sets the MLP's training steps (100 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import as_mlx_cases as cases
+from conftest import mlx_ref
+
+pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed: as_mlx() runs "
+                                                         "MLX's own mlx.nn / mlx.optimizers")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _python(args, code=None, env=None):
+    cmd = [sys.executable] + (["-c", textwrap.dedent(code)] if code else args)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    proc = _python(["as_mlx_cases.py", "layers", "losses", "optimizers", "tree", "safetensors",
+                    "mlp"], env={"AS_MLX_TMP": str(tmp_path_factory.mktemp("as_mlx"))})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = {}
+    for line in proc.stdout.splitlines():
+        rec = json.loads(line)
+        out[rec["name"]] = rec
+    return out
+
+
+def _result(results, name):
+    assert name in results, f"{name} did not run"
+    rec = results[name]
+    assert "error" not in rec, rec["error"]
+    return rec
+
+
+def _layer_names():
+    if mlx_ref is None:
+        return []
+    import mlx.nn as nn
+
+    return list(cases.LAYERS) + cases._activation_names(nn)
+
+
+def test_every_layer_of_mlx_nn_is_a_case_or_has_a_reason():
+    import inspect
+
+    import mlx.nn as nn
+
+    layers = {n for n, c in vars(nn).items() if inspect.isclass(c) and issubclass(c, nn.Module)}
+    assert layers - set(_layer_names()) == set(cases.NOT_HERE)
+
+
+@pytest.mark.parametrize("name", _layer_names())
+def test_layer_forward_equals_mlx(results, name):
+    rec = _result(results, "layer:" + name)
+    assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
+
+
+@pytest.mark.parametrize("name", [n for n, _ in cases.loss_cases()])
+def test_loss_equals_mlx(results, name):
+    rec = _result(results, name)
+    assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
+
+
+@pytest.mark.parametrize("name", list(cases.OPTIMIZERS))
+def test_optimizer_ten_steps_equal_mlx(results, name):
+    rec = _result(results, "optim:" + name)
+    assert rec["rel"] <= 1e-5, rec
+
+
+def test_tree_utils_on_tapescope_arrays(results):
+    rec = _result(results, "tree")
+    assert rec["err"] == 0.0
+    assert rec["array_types"] == ["tapescope.core.array"]
+
+
+def test_model_saved_by_mlx_loads_and_gives_the_same_outputs(results):
+    rec = _result(results, "safetensors")
+    assert rec["err"] <= 1e-6 * max(1.0, rec["scale"]), rec
+
+
+def test_mlp_trains_with_mlxs_loss_curve(results):
+    rec = _result(results, "mlp_curve")
+    ours, theirs = np.array(rec["tapescope"]), np.array(rec["mlx"])
+    print("\nstep  mlx           tapescope")
+    for i in range(0, len(ours), 10):
+        print(f"{i:4d}  {theirs[i]:.8f}  {ours[i]:.8f}")
+    assert len(ours) == int(os.environ.get("AS_MLX_STEPS", "100"))
+    assert theirs[-1] < 0.1 * theirs[0]  # it trained
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+
+
+def test_routing_before_mlx_import_and_back_and_the_magic():
+    proc = _python(None, """
+        import sys
+        import tapescope
+        from tapescope.magic import mlx_line
+        mlx_line(None, "as-mlx")
+        import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+        import mlx.core.linalg, mlx.core.fast, mlx.core.random
+        assert mx is sys.modules["tapescope.core"], mx
+        assert sys.modules["mlx.core.fast"] is mx.fast and mx.__version__ == "0.32.4"
+        y = nn.Linear(3, 2)(mx.ones((1, 3)))
+        assert type(y).__module__ == "tapescope.core.array", type(y)
+        nn_held = nn
+        mlx_line(None, "as-mlx off")
+        import mlx.core as real
+        assert real.__name__ == "mlx.core" and type(real.ones(1)).__module__ == "mlx.core"
+        assert type(nn_held.Linear(3, 2).weight).__module__ == "mlx.core"
+        tapescope.as_mlx()
+        assert type(nn_held.Linear(3, 2).weight).__module__ == "tapescope.core.array"
+        assert type(optim.Adam(0.1).learning_rate).__module__ == "tapescope.core.array"
+        print("ok")
+    """)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_without_mlx_as_mlx_says_what_to_install():
+    proc = _python(None, """
+        import sys
+        class NoMLX:
+            def find_spec(self, name, path=None, target=None):
+                if name == "mlx" or name.startswith("mlx."):
+                    raise ModuleNotFoundError(f"No module named {name!r}")
+        sys.meta_path.insert(0, NoMLX())
+        import tapescope
+        try:
+            tapescope.as_mlx()
+        except ImportError as err:
+            print(err)
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pip install 'tapescope[mlx]'" in proc.stdout, proc.stdout
+
+
+def test_magic_rejects_an_unknown_argument():
+    from tapescope.magic import mlx_line
+
+    with pytest.raises(Exception, match="expected 'on' or 'off'"):
+        mlx_line(None, "as-mlx maybe")
