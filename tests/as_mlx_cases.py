@@ -135,7 +135,19 @@ def layer_cases():
             if params is not None:
                 m.update(_from_np(mx, params))
             xs = [None if x is None else mx.array(x) for x in _inputs(spec, 1)]
-            return _to_np(m.parameters()), _out(mx, m(*xs))
+            start = _to_np(m.parameters())
+            y = _out(mx, m(*xs))
+
+            def loss(params, x0):  # the gradient of a weighted sum: parameters and input 0
+                m.update(params)
+                out = m(x0, *xs[1:])
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                return (out * mx.cos(mx.arange(out.size).reshape(out.shape))).sum()
+
+            float_in = xs[0].dtype == mx.float32
+            grads = mx.grad(loss, argnums=(0, 1) if float_in else 0)(m.trainable_parameters(),
+                                                                     xs[0])
+            return start, {"out": y, "grad": _to_np(grads)}
 
         cases.append(("layer:" + name, run))
     return cases

@@ -68,7 +68,8 @@ def test_every_layer_of_mlx_nn_is_a_case_or_has_a_reason():
 
 
 @pytest.mark.parametrize("name", _layer_names())
-def test_layer_forward_equals_mlx(results, name):
+def test_layer_forward_and_gradient_equal_mlx(results, name):
+    """Output, and the gradient of a weighted sum of it for the parameters and the input."""
     rec = _result(results, "layer:" + name)
     assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
 
