@@ -51,8 +51,7 @@ def _check_backend(backend: str) -> None:
 def is_available(backend: str = "any") -> bool:
     """Whether a distributed backend is available (the singleton group always is, as MLX's
     ring backend is compiled in)."""
-    _check_backend(backend)
-    return backend in ("any", "ring")
+    return backend in ("any", "ring")  # MLX answers False for an unknown name
 
 
 def init(strict: bool = False, backend: str = "any", *,

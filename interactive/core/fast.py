@@ -30,7 +30,7 @@ def _float_out(name: str, *arrays) -> _dt.Dtype:
         if a is not None:
             out = ops.result_type(out, a.dtype)
     if not _dt.issubdtype(out, _dt.floating):
-        raise ValueError(f"[{name}] Received unsupported type {out}.")
+        raise ValueError(f"[{name}] Received unsupported type {out.name}.")
     return out
 
 
@@ -87,8 +87,10 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
         raise ValueError(f"[rope] Input must have at least 3 dimensions but got input with "
                          f"{a.ndim} dimensions.")
     if dims % 2 != 0:
-        raise ValueError(f"[rope] dims must be a multiple of 2 but got {dims}.")
-    if (base is None) == (freqs is None):
+        raise ValueError(f"[rope] dims must be even but got {dims}.")
+    if base is None and freqs is None:
+        raise ValueError("[rope] Neither base nor freqs has a value.")
+    if base is not None and freqs is not None:
         raise ValueError("[rope] Only one of base or freqs can have a value.")
     t = a.dtype
     half = dims // 2
