@@ -276,6 +276,45 @@ def mlp_curve_case(steps):
     return [("mlp_curve", run)]
 
 
+def compiled_step_case():
+    """MLX's usual training loop: a step compiled with the model's and optimizer's state as
+    captured inputs and outputs, gradient clipping, minibatches."""
+    x, y = _data(n=128, d=10, k=3, seed=6)
+
+    def run(mx, nn, params):
+        from functools import partial
+
+        import mlx.optimizers as optim
+
+        model = nn.Sequential(nn.Linear(10, 32), nn.GELU(), nn.LayerNorm(32), nn.Dropout(0.0),
+                              nn.Linear(32, 3))
+        if params is not None:
+            model.update(_from_np(mx, params))
+        start = _to_np(model.parameters())
+        opt = optim.AdamW(1e-2)
+        state = [model.state, opt.state]
+
+        def loss_fn(m, x, y):
+            return nn.losses.cross_entropy(m(x), y, reduction="mean")
+
+        @partial(mx.compile, inputs=state, outputs=state)
+        def step(x, y):
+            loss, grads = nn.value_and_grad(model, loss_fn)(model, x, y)
+            grads, _ = optim.clip_grad_norm(grads, 1.0)
+            opt.update(model, grads)
+            return loss
+
+        X, Y, losses = mx.array(x), mx.array(y), []
+        for _ in range(5):
+            for j in range(0, 128, 32):
+                loss = step(X[j:j + 32], Y[j:j + 32])
+                mx.eval(state)
+                losses.append(loss.item())
+        return start, np.array(losses)
+
+    return [("compiled_step", run)]
+
+
 def tree_cases():
     def run(mx, nn, params):
         from mlx.utils import (tree_flatten, tree_map, tree_map_with_path, tree_merge,
@@ -342,6 +381,8 @@ def main(groups):
         cases += loss_cases()
     if "optimizers" in groups:
         cases += optimizer_cases()
+    if "optimizers" in groups:
+        cases += compiled_step_case()
     if "tree" in groups:
         cases += tree_cases()
     if "safetensors" in groups:

@@ -86,6 +86,11 @@ def test_optimizer_ten_steps_equal_mlx(results, name):
     assert rec["rel"] <= 1e-5, rec
 
 
+def test_compiled_training_step_with_captured_state_equals_mlx(results):
+    rec = _result(results, "compiled_step")
+    assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
+
+
 def test_tree_utils_on_tapescope_arrays(results):
     rec = _result(results, "tree")
     assert rec["err"] == 0.0
