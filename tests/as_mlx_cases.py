@@ -315,6 +315,47 @@ def compiled_step_case():
     return [("compiled_step", run)]
 
 
+INITS = {
+    "constant": lambda I: I.constant(0.5), "normal": lambda I: I.normal(0.1, 2.0),
+    "uniform": lambda I: I.uniform(-2.0, 3.0), "identity": lambda I: I.identity(),
+    "glorot_normal": lambda I: I.glorot_normal(), "glorot_uniform": lambda I: I.glorot_uniform(),
+    "he_normal": lambda I: I.he_normal(), "he_uniform": lambda I: I.he_uniform(),
+    "sparse": lambda I: I.sparse(0.5), "orthogonal": lambda I: I.orthogonal(),
+}
+
+
+def module_cases():
+    """mlx.nn.init's initializers (same seed, same draws) and Module utilities."""
+    def init(make):
+        def run(mx, nn, params):
+            mx.random.seed(7)
+            return None, _out(mx, make(nn.init)(mx.zeros((5, 5))))
+        return run
+
+    def set_dtype(mx, nn, params):  # half-precision parameters, bfloat16 forward
+        m = _mlp(nn, (D, 16, 4))
+        if params is not None:
+            m.update(_from_np(mx, params))
+        start = _to_np(m.parameters())
+        m.set_dtype(mx.bfloat16)
+        y = m(mx.array(_inputs([(3, D)], 8)[0]).astype(mx.bfloat16))
+        return start, _out(mx, y.astype(mx.float32))
+
+    def frozen_checkpointed(mx, nn, params):  # freeze, trainable_parameters, checkpoint=True
+        m = nn.TransformerEncoder(2, D, 2, checkpoint=True)
+        m.eval()
+        if params is not None:
+            m.update(_from_np(mx, params))
+        start = _to_np(m.parameters())
+        m.layers[0].freeze()
+        x = mx.array(_inputs([(B, L, D)], 9)[0])
+        loss, grads = nn.value_and_grad(m, lambda m, x: (m(x, None) ** 2).mean())(m, x)
+        return start, {"loss": np.array(loss), "grads": _to_np(grads)}
+
+    return ([("init:" + n, init(f)) for n, f in INITS.items()]
+            + [("module:set_dtype", set_dtype), ("module:freeze_checkpoint", frozen_checkpointed)])
+
+
 def tree_cases():
     def run(mx, nn, params):
         from mlx.utils import (tree_flatten, tree_map, tree_map_with_path, tree_merge,
@@ -384,7 +425,7 @@ def main(groups):
     if "optimizers" in groups:
         cases += compiled_step_case()
     if "tree" in groups:
-        cases += tree_cases()
+        cases += tree_cases() + module_cases()
     if "safetensors" in groups:
         cases += saved_model_case(path)
     if "mlp" in groups:

@@ -91,6 +91,19 @@ def test_compiled_training_step_with_captured_state_equals_mlx(results):
     assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
 
 
+@pytest.mark.parametrize("name", list(cases.INITS))
+def test_initializer_draws_equal_mlx(results, name):
+    """Same seed, same draws: tapescope's random follows MLX's generator."""
+    rec = _result(results, "init:" + name)
+    assert rec["err"] <= 1e-6 * max(1.0, rec["scale"]), rec
+
+
+@pytest.mark.parametrize("name", ["set_dtype", "freeze_checkpoint"])
+def test_module_utilities_equal_mlx(results, name):
+    rec = _result(results, "module:" + name)
+    assert rec["err"] <= 1e-5 * max(1.0, rec["scale"]), rec
+
+
 def test_tree_utils_on_tapescope_arrays(results):
     rec = _result(results, "tree")
     assert rec["err"] == 0.0
