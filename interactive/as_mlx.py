@@ -5,8 +5,10 @@ The routing is a ``sys.modules`` entry per name (and the ``mlx`` package's ``cor
 attribute). MLX's Python modules that were imported before (``mlx.nn`` ...) bound the real
 ``mlx.core`` at import, so they are imported afresh under the new routing and the old module
 objects take the new contents and stay the modules in ``sys.modules``, so ``nn`` names held
-by the user follow too. Objects made
-before the switch (modules holding real MLX arrays) stay as they were.
+by the user follow too. Objects made before the switch (modules holding real MLX arrays) stay
+as they were, and a name bound by an earlier ``import mlx.core as mx`` is the module it was
+then: import it again. Other packages built on MLX (mlx_lm, ...) imported before the switch
+are not re-imported.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def as_mlx(enable: bool = True) -> None:
 
     deps = _dependents()
     olds = {n: sys.modules[n] for n in deps}
+    previous = {n: sys.modules.get(n) for n in _CORE_NAMES}
     if enable:
         saved = {n: sys.modules.get(n) for n in _CORE_NAMES}
         target = {"mlx.core": tcore, **{f"mlx.core.{s}": getattr(tcore, s) for s in SUBMODULES}}
@@ -106,9 +109,13 @@ def as_mlx(enable: bool = True) -> None:
     try:
         _reimport(deps, olds)
     except Exception as err:
-        _route(saved)
+        _route(previous)
         for n in deps:
             sys.modules[n] = olds[n]
+        for n in deps:
+            parent, _, child = n.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, olds[n])
         raise RuntimeError(
             f"as_mlx({enable}): re-importing MLX's modules under the new mlx.core failed "
             f"({type(err).__name__}: {err}); the previous mlx.core stays in place") from err

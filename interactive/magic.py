@@ -556,7 +556,8 @@ def _as_mlx(arg: str) -> _HTML:
         raise _usage_error(f"%mlx as-mlx: expected 'on' or 'off', got {arg!r}.")
     as_mlx(arg != "off")
     msg = ("mlx.core is tapescope.core now: import mlx.core / mlx.nn / mlx.optimizers run on "
-           "tapescope" if arg != "off" else "mlx.core is MLX's own again")
+           "tapescope (a name bound by an earlier import mlx.core keeps the old module: "
+           "import it again)" if arg != "off" else "mlx.core is MLX's own again")
     return _HTML(f"<p>{msg}</p>", msg)
 
 

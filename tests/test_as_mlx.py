@@ -151,6 +151,24 @@ def test_routing_before_mlx_import_and_back_and_the_magic():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+def test_a_module_that_cannot_be_reimported_leaves_the_routing_as_it_was():
+    proc = _python(None, """
+        import sys, types
+        import mlx.core, mlx.nn
+        sys.modules["mlx.not_a_file"] = types.ModuleType("mlx.not_a_file")  # cannot re-import
+        import tapescope
+        try:
+            tapescope.as_mlx()
+        except RuntimeError as err:
+            print(err)
+        import mlx.core as mx
+        assert mx.__name__ == "mlx.core" and type(mlx.nn.Linear(2, 2).weight).__module__ == "mlx.core"
+        assert "mlx.not_a_file" in sys.modules
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "as_mlx(True): re-importing MLX's modules under the new mlx.core failed" in proc.stdout
+
+
 def test_without_mlx_as_mlx_says_what_to_install():
     proc = _python(None, """
         import sys
