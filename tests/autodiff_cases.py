@@ -205,6 +205,23 @@ def cases():
         add("hadamard", lambda a: mx.hadamard_transform(a) * mx.arange(4).astype(a.dtype),
             lambda a: (a @ jnp.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]],
                                      a.dtype) / 2.0) * jnp.arange(4).astype(a.dtype), (_any, S))
+    def conv_jax(a, w, strides, pad, kd, idil, groups, flip):
+        nd = a.ndim - 2
+        sp = "DHW"[3 - nd:]
+        w = jnp.flip(w, axis=tuple(range(1, nd + 1))) if flip else w
+        return jax.lax.conv_general_dilated(
+            a, w, strides, pad, idil, kd, ("N" + sp + "C", "O" + sp + "I", "N" + sp + "C"),
+            feature_group_count=groups, precision=jax.lax.Precision.HIGHEST)
+
+    add("conv2d_grouped_flipped",
+        lambda a, w: mx.conv_general(a, w, stride=[2, 1], padding=([1, 0], [0, 2]),
+                                     kernel_dilation=[1, 2], groups=2, flip=True),
+        lambda a, w: conv_jax(a, w, (2, 1), [(1, 0), (0, 2)], (1, 2), (1, 1), 2, True),
+        (_any, (2, 5, 6, 4)), (_any, (4, 3, 2, 2)))
+    add("conv_transpose1d",
+        lambda a, w: mx.conv_transpose1d(a, w, stride=2, padding=1, output_padding=1),
+        lambda a, w: conv_jax(a, w, (1,), [(1, 2)], (1,), (2,), 1, True),
+        (_any, (2, 5, 3)), (_any, (4, 3, 3)))
     add("as_strided", lambda a: mx.as_strided(a, (3, 3), (1, 2), 1),
         lambda a: jnp.ravel(a)[jnp.array([[1, 3, 5], [2, 4, 6], [3, 5, 7]])], (_any, S))
     add("mlp", _mlp_mx, _mlp_jax, (_any, (5, 4)), (_any, (4, 3)), (_any, (3,)))

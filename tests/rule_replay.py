@@ -208,6 +208,13 @@ def cases(rng) -> list:
                                    mx.matmul(_f(rng, (3, 4), "float16", False), _f(rng, (4, 2), "float16", False)),
                                    mx.addmm(_f(rng, (3, 2), special=False), _f(rng, (3, 4), special=False),
                                             _f(rng, (4, 2), special=False), alpha=0.5, beta=2.0)]))
+    out.append(("conv", lambda: [
+        mx.conv_general(_f(rng, (2, 7, 6, 4), special=False), _f(rng, (6, 3, 2, 2), special=False),
+                        stride=[2, 1], padding=([1, 0], [2, 1]), kernel_dilation=[1, 2],
+                        input_dilation=[2, 1], groups=2, flip=True),
+        mx.conv1d(_f(rng, (2, 9, 3), "float16", False), _f(rng, (4, 3, 3), "float16", False)),
+        mx.conv3d(_f(rng, (1, 4, 5, 3, 2), "bfloat16", False), _f(rng, (3, 2, 2, 2, 2), "bfloat16", False),
+                  stride=(1, 2, 1), padding=1)]))
     out.append(("fft", lambda: [mx.fft.fft(_c(rng, (4, 8))), mx.fft.ifft2(_c(rng, (4, 8))),
                                 mx.fft.rfft(_f(rng, (3, 10), special=False)),
                                 mx.fft.irfft(_c(rng, (3, 6)), n=10)]))

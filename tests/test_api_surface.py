@@ -18,12 +18,9 @@ from conftest import mlx_ref
 pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
 
 P = inspect.Parameter
-_CONV, _QUANT, _MM, _NEWOPS = ("convolutions", "quantization", "the matmul family",
-                               "new op families")
+_QUANT, _MM, _NEWOPS = ("quantization", "the matmul family", "new op families")
 # Public names of mlx.core that tapescope.core lacks: name -> (open issue, why).
 MISSING = {
-    **{n: (19, _CONV) for n in ("conv1d", "conv2d", "conv3d", "conv_general", "conv_transpose1d",
-                                "conv_transpose2d", "conv_transpose3d", "convolve")},
     **{n: (19, _QUANT) for n in ("quantize", "dequantize", "quantized_matmul", "gather_qmm",
                                  "qqmm", "gather_qqmm")},
     **{n: (19, "fp8") for n in ("to_fp8", "from_fp8")},

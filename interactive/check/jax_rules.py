@@ -360,6 +360,29 @@ def table() -> dict[str, Callable]:
     T["Matmul"] = matmul
     T["AddMM"] = lambda a, b, c, *, alpha, beta: alpha * matmul(a, b) + beta * f32(c)
 
+    def convolution(x, w, *, strides, padding_lo, padding_hi, kernel_dilation, input_dilation,
+                    groups, flip):
+        """MLX's channels-last Convolution: input (N, *S, C_in), weight (C_out, *K, C_in / g);
+        ``flip`` reverses the kernel's spatial axes (convolution, not cross-correlation)."""
+        nd = x.ndim - 2
+        sp = "DHW"[3 - nd:]
+        wf = jnp.flip(f32(w), axis=tuple(range(1, nd + 1))) if flip else f32(w)
+        hi_pad = []
+        for i in range(nd):  # MLX's C division lets a window run past the end, over zeros
+            n = padding_lo[i] + (x.shape[1 + i] - 1) * input_dilation[i] + 1 + padding_hi[i]
+            k = (w.shape[1 + i] - 1) * kernel_dilation[i] + 1
+            o = (abs(n - k) // strides[i]) * (1 if n >= k else -1) + 1
+            hi_pad.append(padding_hi[i] + max(0, (o - 1) * strides[i] + k - n))
+        y = lax.conv_general_dilated(
+            f32(x), wf, window_strides=tuple(strides),
+            padding=tuple(zip(padding_lo, hi_pad)), lhs_dilation=tuple(input_dilation),
+            rhs_dilation=tuple(kernel_dilation),
+            dimension_numbers=("N" + sp + "C", "O" + sp + "I", "N" + sp + "C"),
+            feature_group_count=groups, precision=hi)
+        return y.astype(x.dtype)
+
+    T["Convolution"] = convolution
+
     # -- linear algebra ---------------------------------------------------------------------
     def inverse(a, *, tri=False, upper=False):
         if tri:

@@ -7,8 +7,8 @@ definition, or state why it has none (MLX raises for it too). ``custom`` batches
 """
 
 from . import (  # noqa: F401 - each module registers its rules
-    compiled, custom, elementwise, fft, indexing, linalg, products, random, reduction, scan,
-    shape, without,
+    compiled, conv, custom, elementwise, fft, indexing, linalg, products, random, reduction,
+    scan, shape, without,
 )
 from .api import vmap  # noqa: F401
 
