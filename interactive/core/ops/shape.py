@@ -417,7 +417,8 @@ _PAD_SIG = ("pad(a: array, pad_width: int | tuple[int] | tuple[int, int] | list[
 @binding(_PAD_SIG)
 def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any = 0, *,
         stream: StreamOrDevice = None) -> array:
-    """Pad with a constant value or the edge values (``mode`` "constant" or "edge")."""
+    """Pad with a constant value, the edge values, or the values mirrored at the edge
+    (``mode`` "constant", "edge", "reflect": without the edge value, "symmetric": with it)."""
     if not isinstance(a, array) or not isinstance(mode, str) or constant_values is None:
         raise BadArgs("a")
     widths = _pad_widths(pad_width, a.ndim)
@@ -428,7 +429,7 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
         if hi < 0:
             raise ValueError(f"Invalid high padding size ({hi}) passed to pad for axis {i}. "
                              "Padding sizes must be non-negative")
-    if mode not in ("constant", "edge"):
+    if mode not in ("constant", "edge", "reflect", "symmetric"):
         raise ValueError(f"Invalid padding mode ({mode}) passed to pad")
     s = resolve_stream(stream)
     axes = tuple(range(a.ndim))
@@ -446,6 +447,8 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
 
     out = _slice_update(zeros(shape, a.dtype, stream=s), a, low,
                         tuple(lo + d for lo, d in zip(low, a.shape)), (1,) * a.ndim, s)
+    if mode != "edge":
+        return _reflect_pad(out, a.shape, low, high, mode == "symmetric", s)
     for ax in axes:
         for side in (0, 1):
             width = low[ax] if side == 0 else high[ax]
@@ -458,6 +461,45 @@ def pad(a: array, pad_width: Any, mode: str = "constant", constant_values: Any =
             edge = _slice(out, tuple(st), tuple(en), (1,) * a.ndim, s)
             st[ax], en[ax] = dst, dst + width
             out = _slice_update(out, edge, tuple(st), tuple(en), (1,) * a.ndim, s)
+    return out
+
+
+def _reflect_pad(out: array, in_shape: tuple, low: tuple, high: tuple, include_edge: bool,
+                 s) -> array:
+    """``reflect_pad`` of ``mlx/ops.cpp`` on ``out`` (the input already written at ``low``):
+    per axis, mirrored chunks of at most one period are copied outwards, each read from what
+    is filled so far (reflect skips the edge value, period 2(n-1); symmetric repeats it)."""
+    from .indexing import _slice, _slice_update
+
+    nd = len(in_shape)
+    for ax in range(nd):
+        n, lo_w, hi_w = in_shape[ax], low[ax], high[ax]
+        if lo_w == 0 and hi_w == 0:
+            continue
+        if n == 0:
+            raise ValueError(f"[pad] Cannot pad empty axis {ax} using mode "
+                             f"'{'symmetric' if include_edge else 'reflect'}'.")
+        offset = 1 if not include_edge and n > 1 else 0
+        tile = n - offset
+
+        def copy(out, src: int, dst: int, chunk: int):
+            st, en, step = [0] * nd, list(out.shape), [1] * nd
+            st[ax], en[ax], step[ax] = src + chunk - 1, src - 1, -1  # the chunk, flipped
+            piece = _slice(out, st, en, step, s)
+            st, en = [0] * nd, list(out.shape)
+            st[ax], en[ax] = dst, dst + chunk
+            return _slice_update(out, piece, st, en, (1,) * nd, s)
+
+        filled, left = lo_w, lo_w
+        while left > 0:
+            chunk = min(left, tile)
+            out = copy(out, filled + offset, filled - chunk, chunk)
+            filled, left = filled - chunk, left - chunk
+        filled, left = lo_w + n, hi_w
+        while left > 0:
+            chunk = min(left, tile)
+            out = copy(out, filled - offset - chunk, filled, chunk)
+            filled, left = filled + chunk, left - chunk
     return out
 
 
