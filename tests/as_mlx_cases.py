@@ -54,13 +54,17 @@ LAYERS = {
     "AvgPool2d": ((2,), {}, [(B, 6, 6, D)]),
     "AvgPool3d": ((2,), {}, [(B, 4, 4, 4, D)]),
     "Upsample": ((2.0,), {}, [(B, 3, 3, D)]),
+    "Conv1d": ((D, 4, 3), {}, [(B, 7, D)]),
+    "Conv2d": ((D, 4, 3), {}, [(B, 6, 6, D)]),
+    "Conv3d": ((D, 4, 3), {}, [(B, 4, 4, 4, D)]),
+    "ConvTranspose1d": ((D, 4, 3), {}, [(B, 7, D)]),
+    "ConvTranspose2d": ((D, 4, 3), {}, [(B, 5, 5, D)]),
+    "ConvTranspose3d": ((D, 4, 3), {}, [(B, 3, 3, 3, D)]),
     "AllToShardedLinear": ((D, 4), {}, [(B, D)]),
     "ShardedToAllLinear": ((D, 4), {}, [(B, D)]),
 }
 # Every mlx.nn layer not in LAYERS (nor an activation, built without arguments) is here, why.
 NOT_HERE = {
-    **{n: "convolutions: issue 19" for n in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-                                            "ConvTranspose2d", "ConvTranspose3d")},
     **{n: "quantization: issue 19" for n in ("QuantizedLinear", "QuantizedEmbedding", "QQLinear",
                                             "QuantizedAllToShardedLinear",
                                             "QuantizedShardedToAllLinear")},
@@ -356,6 +360,43 @@ def module_cases():
             + [("module:set_dtype", set_dtype), ("module:freeze_checkpoint", frozen_checkpointed)])
 
 
+def cnn_curve_case(steps):
+    """A small CNN (Conv2d, ReLU, MaxPool2d, Linear) on synthetic 8x8 images, trained with
+    SGD + momentum."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 8, 8, 1)).astype(np.float32)
+    y = (x[:, :4].mean((1, 2, 3)) > x[:, 4:].mean((1, 2, 3))).astype(np.int32)
+
+    def run(mx, nn, params):
+        import mlx.optimizers as optim
+
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              _Flatten(nn)(), nn.Linear(32, 2))
+        if params is not None:
+            model.update(_from_np(mx, params))
+        start = _to_np(model.parameters())
+        opt = optim.SGD(0.05, momentum=0.9)
+        step = nn.value_and_grad(model, lambda m, x, y: nn.losses.cross_entropy(
+            m(x), y, reduction="mean"))
+        X, Y, losses = mx.array(x), mx.array(y), []
+        for _ in range(steps):
+            loss, grads = step(model, X, Y)
+            opt.update(model, grads)
+            mx.eval(model.parameters(), opt.state)
+            losses.append(loss.item())
+        return start, np.array(losses)
+
+    return [("cnn_curve", run)]
+
+
+def _Flatten(nn):
+    class Flatten(nn.Module):
+        def __call__(self, x):
+            return x.reshape(x.shape[0], -1)
+    return Flatten
+
+
 def tree_cases():
     def run(mx, nn, params):
         from mlx.utils import (tree_flatten, tree_map, tree_map_with_path, tree_merge,
@@ -429,7 +470,8 @@ def main(groups):
     if "safetensors" in groups:
         cases += saved_model_case(path)
     if "mlp" in groups:
-        cases += mlp_curve_case(int(os.environ.get("AS_MLX_STEPS", "100")))
+        steps = int(os.environ.get("AS_MLX_STEPS", "100"))
+        cases += mlp_curve_case(steps) + cnn_curve_case(steps)
     ref = {}
     for name, run in cases:
         mx_real.random.seed(0)
@@ -444,7 +486,7 @@ def main(groups):
             mx.random.seed(0)
             params, out = run(mx, nn, ref[name][0])
             rec["err"], rec["scale"] = _diff(ref[name][1], out)
-            if name == "mlp_curve":
+            if name.endswith("_curve"):
                 rec["mlx"], rec["tapescope"] = ref[name][1].tolist(), out.tolist()
             if name.startswith("optim:"):
                 rec["rel"] = float(np.max(np.abs(ref[name][1] - out) / np.abs(ref[name][1])))

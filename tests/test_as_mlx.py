@@ -115,10 +115,11 @@ def test_model_saved_by_mlx_loads_and_gives_the_same_outputs(results):
     assert rec["err"] <= 1e-6 * max(1.0, rec["scale"]), rec
 
 
-def test_mlp_trains_with_mlxs_loss_curve(results):
-    rec = _result(results, "mlp_curve")
+@pytest.mark.parametrize("name", ["mlp_curve", "cnn_curve"])
+def test_mlp_and_cnn_train_with_mlxs_loss_curve(results, name):
+    rec = _result(results, name)
     ours, theirs = np.array(rec["tapescope"]), np.array(rec["mlx"])
-    print("\nstep  mlx           tapescope")
+    print(f"\n{name}\nstep  mlx           tapescope")
     for i in range(0, len(ours), 10):
         print(f"{i:4d}  {theirs[i]:.8f}  {ours[i]:.8f}")
     assert len(ours) == int(os.environ.get("AS_MLX_STEPS", "100"))
