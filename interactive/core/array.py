@@ -269,6 +269,14 @@ class array(_BufferBase):
         self._d = ArrayDesc(data.shape, dt, resolve_stream(None), data=data)
 
     # -- construction used by ops -------------------------------------------------------
+    def _handle(self) -> "array":
+        """A new handle on the same array: what an op with nothing to do returns, as MLX
+        never hands back its argument's handle (an in-place operator overwrites a handle,
+        so ``b = mx.reshape(a, a.shape); b += 1`` must leave ``a`` alone)."""
+        h = array.__new__(array)
+        h._d = self._d
+        return h
+
     @staticmethod
     def _wrap(desc: ArrayDesc) -> "array":
         a = array.__new__(array)

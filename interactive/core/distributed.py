@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from .array import array
 from .device import StreamOrDevice
 
 _BACKENDS = ("any", "mpi", "nccl", "jaccl", "ring")
@@ -73,7 +74,7 @@ def _group(group: Optional[Group]) -> Group:
 
 def _collective(x: Any, group: Optional[Group], stream: StreamOrDevice) -> Any:
     _group(group)
-    return x
+    return x._handle() if isinstance(x, array) else x
 
 
 def all_sum(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:

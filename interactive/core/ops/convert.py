@@ -135,7 +135,7 @@ def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
     if not isinstance(dtype, _dt.Dtype):
         raise TypeError(f"[astype] Expected a mlx.core.Dtype, got {type(dtype).__name__}.")
     if a.dtype == dtype:
-        return a
+        return a._handle()
     s = resolve_stream(stream)
     return array._make([a.shape], [dtype], Primitive("AsType", s, dtype=dtype.np), [a])[0]
 
@@ -191,7 +191,7 @@ def broadcast(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> ar
     a = to_array(a)
     shape = tuple(int32(s) for s in shape)
     if a.shape == shape:
-        return a
+        return a._handle()
     if any(d < 0 for d in shape):
         raise ValueError("[broadcast_to] Negative dimensions not allowed.")
     bshape = broadcast_shapes(a.shape, shape)

@@ -394,7 +394,7 @@ def real(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """The real part (the array itself unless complex)."""
     a = arg(a, "real")
     if a.dtype != _dt.complex64:
-        return a
+        return a._handle()
     return unary("Real", a, stream, out_dtype=_dt.float32)
 
 
@@ -411,7 +411,7 @@ def conjugate(a: array, *, stream: StreamOrDevice = None) -> array:
     """The complex conjugate (the array itself unless complex)."""
     a = arg(a, "conjugate", "{}(a: array, *, stream: StreamOrDevice = None) -> array")
     if a.dtype != _dt.complex64:
-        return a
+        return a._handle()
     return unary("Conjugate", a, stream)
 
 

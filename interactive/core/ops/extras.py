@@ -49,7 +49,7 @@ def view(a: Union[int, float, bool, complex, array], dtype: _dt.Dtype,
         raise incompatible("view", _VIEW_SIG, a, dtype)
     a = _scalar_or_array("view", _VIEW_SIG, a, dtype)
     if a.dtype == dtype:
-        return a
+        return a._handle()
     ibytes, obytes = a.dtype.size, dtype.size
     shape = list(a.shape)
     if ibytes != obytes:
@@ -75,7 +75,7 @@ def trunc(a: array, /, *, stream: StreamOrDevice = None) -> array:
     if a.dtype == _dt.complex64:
         raise ValueError("[trunc] Not supported for complex64.")
     if _dt.is_integer(a.dtype):
-        return a
+        return a._handle()
     s = resolve_stream(stream)
     return where(less(a, array(0, a.dtype), stream=s), unary("Ceil", a, s), unary("Floor", a, s), stream=s)
 
@@ -123,7 +123,7 @@ def flip(a: array, /, axis: Union[None, int, Sequence[int]] = None, *,
                              "dimensions.")
         flipped.add(n)
     if not flipped:
-        return a
+        return a._handle()
     start, stop, strides = [], [], []
     for i, d in enumerate(a.shape):
         lo, hi, st = (slice(None, None, -1) if i in flipped else slice(None)).indices(d)

@@ -114,7 +114,7 @@ def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream)
             if a.shape[ax] == 0:
                 raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
     if not axes:  # nothing to reduce: sum/prod/max/min give the input, all/any a bool cast
-        return cast(a, _dt.bool_, s) if name in ("And", "Or") else a
+        return cast(a, _dt.bool_, s) if name in ("And", "Or") else a._handle()
     if noop:
         return squeeze_axes(cast(a, out_dtype, s), axes, keepdims, s)
     x = a
@@ -312,7 +312,7 @@ def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
                   "precise: bool = False, stream: StreamOrDevice = None) -> array", a)
     axes = axes_list("softmax", a, axis)
     if a.size == 0:
-        return a
+        return a._handle()
     if a.ndim == 0 and axes:
         raise ValueError("[softmax] Received non-empty axes for array with 0 dimensions.")
     s = resolve_stream(stream)

@@ -57,7 +57,7 @@ def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None)
     if any(d < 0 for d in out) or _prod(out) != a.size:
         raise ValueError(f"[reshape] Cannot reshape array of size {a.size} into shape {_fmt_shape(out)}.")
     if out == a.shape:
-        return a
+        return a._handle()
     if infer:  # the requested shape, as MLX's Reshape keeps it for shapeless compile
         return _one("Reshape", a, out, stream, shape=out, spec=shape)
     return _one("Reshape", a, out, stream, shape=out)
@@ -83,7 +83,7 @@ def flatten(a: array, /, start_axis: int = 0, end_axis: int = -1, *,
     if st > en:
         raise ValueError("[flatten] start_axis must be less than or equal to end_axis")
     if st == en:
-        return a
+        return a._handle()
     shape = a.shape[:st] + (_prod(a.shape[st:en + 1]),) + a.shape[en + 1:]
     return _one("Flatten", a, shape, stream, shape=shape, start_axis=st, end_axis=en)
 
@@ -133,7 +133,7 @@ def squeeze(a: array, /, axis: Union[None, int, Sequence[int]] = None, *,
                                  "which is not equal to 1.")
         axes = tuple(sorted(axes))
     if not axes:
-        return a
+        return a._handle()
     out = tuple(d for i, d in enumerate(a.shape) if i not in axes)
     return _one("Squeeze", a, out, stream, shape=out, axes=axes)
 
@@ -218,6 +218,8 @@ def _atleast(n: int, arys: tuple, stream: StreamOrDevice) -> Union[array, list]:
             else:
                 shape = (1,) * (n - x.ndim) + x.shape
             x = _one("Reshape", x, shape, stream, shape=shape)
+        else:
+            x = x._handle()
         out.append(x)
     return out[0] if len(out) == 1 else out
 
@@ -529,7 +531,7 @@ def roll(a: array, shift: Union[int, Sequence[int]], /, axis: Union[None, int, S
     elif len(shifts) < len(norm):
         raise ValueError(f"[roll] At least one shift value per axis is required, {len(shifts)} "
                          f"provided for {len(norm)} axes.")
-    x = a
+    x = a._handle()
     for sh, ax in zip(shifts, norm):
         x = _roll_axis(x, sh, ax, stream)
     return x
