@@ -193,3 +193,44 @@ def test_magic_rejects_an_unknown_argument():
 
     with pytest.raises(Exception, match="expected 'on' or 'off'"):
         mlx_line(None, "as-mlx maybe")
+
+
+_TRAINING_SETUP = """
+import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+mx.eval(model.parameters())
+opt = optim.SGD(learning_rate=0.1)
+loss_and_grad = nn.value_and_grad(
+    model, lambda m, x, y: nn.losses.cross_entropy(m(x), y, reduction="mean"))
+x = mx.random.normal((16, 4)); y = mx.random.randint(0, 2, (16,))
+mx.eval(x, y)
+"""
+
+
+def test_mlx_cell_on_a_training_step_shows_forward_and_backward():
+    """``%%mlx`` over an mlx.nn training step (after ``%mlx as-mlx``) draws the step's graph
+    with its forward ops and the backward ops reverse mode recorded, marked as such."""
+    proc = _python(None, """
+        from IPython.testing.globalipapp import start_ipython
+        from IPython.utils.capture import capture_output
+        from tapescope import magic
+        SETUP = %r
+        ip = start_ipython()
+        ip.run_line_magic("load_ext", "tapescope")
+        ip.run_line_magic("mlx", "as-mlx")
+        ip.run_cell(SETUP)
+        with capture_output() as cap:
+            ip.run_cell("%%%%mlx\\nloss, grads = loss_and_grad(model, x, y)\\nopt.update(model, grads)\\n")
+        html = "".join(o.data.get("text/html", "") for o in cap.outputs)
+        rep = magic.last_report()
+        for title, g in rep.run.graphs:
+            fwd = sum(not op.backward for op in g.ops)
+            bwd = sum(op.backward for op in g.ops)
+            print(title, fwd, bwd, bool({"Matmul", "AddMM"} & {op.primitive for op in g.ops}))
+        print("svg", "<svg" in html)
+    """ % _TRAINING_SETUP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "svg True", proc.stdout
+    counts = [line.rsplit(" ", 3)[1:] for line in lines[:-1]]
+    assert any(int(f) > 0 and int(b) > 0 and m == "True" for f, b, m in counts), proc.stdout
