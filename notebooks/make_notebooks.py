@@ -214,6 +214,101 @@ for r in prims[:5]:
     print(f"{r.name:10s} {(r.end_ns - r.start_ns) / 1e3:9.1f} us  {r.nbytes / 2**20:6.1f} MiB")"""),
 ]
 
+MLX_NN = [
+    ("md", """# 4. MLX's own `mlx.nn` on tapescope: a model, its backward graph and its fused tapes
+
+`tapescope.as_mlx()` routes `mlx.core` to `tapescope.core` for the rest of the process, so
+the *real* `mlx.nn`, `mlx.optimizers` and `mlx.utils` (from the installed MLX package) build
+their layers, losses and optimizer states out of tapescope arrays. Nothing in the model code
+changes; you see what MLX would run. (`%mlx as-mlx` is the magic form; `as_mlx(False)`
+switches back.)"""),
+    ("code", """import time
+import tapescope
+tapescope.as_mlx()
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+print(mx.__name__, type(mx.ones(1)))"""),
+    ("md", """## An MNIST-sized MLP, trained with `mlx.optimizers`
+
+784 inputs, one hidden layer of 128 ReLUs, 10 classes; the labels come from a fixed random
+linear map, so there is something to learn. `nn.value_and_grad(model, loss_fn)` is MLX's
+reverse mode over the model's parameters."""),
+    ("code", """mx.random.seed(0)
+model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+mx.eval(model.parameters())
+teacher = mx.random.normal((784, 10))
+
+def batch(n=64):
+    x = mx.random.normal((n, 784))
+    return x, mx.argmax(x @ teacher, axis=1)
+
+def loss_fn(model, x, y):
+    return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+loss_and_grad = nn.value_and_grad(model, loss_fn)
+opt = optim.Adam(learning_rate=1e-3)
+t0 = time.perf_counter()
+for step in range(30):
+    x, y = batch()
+    loss, grads = loss_and_grad(model, x, y)
+    opt.update(model, grads)
+    mx.eval(model.parameters(), opt.state, loss)
+    if step % 10 == 0:
+        print(f"step {step:2d}  loss {loss.item():.4f}")
+eager_ms = (time.perf_counter() - t0) / 30 * 1e3
+print(f"eager step: {eager_ms:.1f} ms")"""),
+    ("md", """## The forward and the backward graph of one step
+
+`tapescope.trace` records the step as `mx.compile` would. Backward ops (the VJP rules'
+ops and the cotangent sums) are drawn with magenta borders and edges, starting at the
+`seed`; the forward ops are grey. Read it from the loss back: the cross-entropy's
+gradient, then the second layer's weight gradient (a Matmul with the hidden activations
+transposed), the ReLU mask, and the first layer's."""),
+    ("code", """x, y = batch()
+g = tapescope.trace(lambda x, y: loss_and_grad(model, x, y), x, y)
+print(f"{len(g.ops)} ops, {sum(op.backward for op in g.ops)} of them backward, "
+      f"{len(g.kernels)} fused kernels")
+g"""),
+    ("md", """## A transformer block and its fused elementwise tapes
+
+`nn.TransformerEncoderLayer` is attention (matmuls, a softmax) and an MLP with layer norms.
+Between the matmuls and reductions, chains of elementwise ops fuse into tapes; each box is
+one generated kernel (click a kernel in the `%%mlx` report to see its C, CUDA and Metal)."""),
+    ("code", """block = nn.TransformerEncoderLayer(dims=32, num_heads=4, mlp_dims=64)
+block.eval()
+h = mx.random.normal((2, 8, 32))
+g2 = tapescope.trace(lambda h: block(h, None), h)
+print(f"{len(g2.ops)} ops, {len(g2.kernels)} fused kernels")
+for k in g2.kernels:
+    print(" ", k.variant, [step[1] for step in k.steps])
+g2"""),
+    ("md", """## The whole step compiled
+
+MLX's usual pattern: compile the step with the model's and the optimizer's state as
+captured inputs and outputs. The first call traces; later calls replay the fused program.
+Compare the two times: what compiling removes is the per-op work between the kernels (and
+the elementwise chains, fused); where a step's time is in its matmuls, as here on a CPU,
+the two are close — `03_fast_or_slow` shows how to find out which case you are in."""),
+    ("code", """state = [model.state, opt.state]
+
+def step(x, y):
+    loss, grads = loss_and_grad(model, x, y)
+    opt.update(model, grads)
+    return loss
+
+cstep = mx.compile(step, inputs=state, outputs=state)
+x, y = batch()
+mx.eval(cstep(x, y), state)  # trace and build the kernels
+t0 = time.perf_counter()
+for _ in range(30):
+    x, y = batch()
+    loss = cstep(x, y)
+    mx.eval(loss, state)
+compiled_ms = (time.perf_counter() - t0) / 30 * 1e3
+print(f"compiled step: {compiled_ms:.1f} ms (eager {eager_ms:.1f} ms), loss {loss.item():.4f}")"""),
+]
+
 
 def write(cells: list, path: Path) -> None:
     nb = new_notebook(cells=[new_markdown_cell(t) if k == "md" else new_code_cell(t) for k, t in cells])
@@ -227,3 +322,4 @@ if __name__ == "__main__":
     write(LAZY, HERE / "01_lazy_arrays.ipynb")
     write(COMPILE, HERE / "02_compile_and_check.ipynb")
     write(SPEED, HERE / "03_fast_or_slow.ipynb")
+    write(MLX_NN, HERE / "04_mlx_nn.ipynb")

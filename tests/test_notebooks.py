@@ -22,6 +22,8 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_without_errors(path, tmp_path):
+    if path.name.startswith("04"):
+        pytest.importorskip("mlx.core", reason="notebook 04 runs MLX's own mlx.nn (as_mlx)")
     nb = nbformat.read(str(path), as_version=4)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
@@ -34,6 +36,13 @@ def test_notebook_runs_without_errors(path, tmp_path):
         assert "primitives run the second time: 0" in text
         assert "cache_reuse" in text
         assert "active memory grew by 0 bytes" in text
+    if path.name.startswith("04"):
+        assert "tapescope.core <class 'tapescope.core.array.array'>" in text
+        losses = [float(v) for v in re.findall(r"step +\d+  loss ([\d.]+)", text)]
+        assert len(losses) == 3 and losses[-1] < losses[0], text  # it learns
+        m = re.search(r"(\d+) ops, (\d+) of them backward, (\d+) fused kernels", text)
+        assert m and int(m.group(2)) > 0 and int(m.group(1)) > int(m.group(2)), text
+        assert re.search(r"compiled step: [\d.]+ ms", text), text
     if path.name.startswith("03"):
         assert re.search(r"eager\s+[\d.]+ ms\s+11 primitives", text), text
         assert re.search(r"compiled\s+[\d.]+ ms\s+1 primitives", text), text
