@@ -42,6 +42,7 @@ CASES = {
     "all_sum": lambda m, a: m.distributed.all_sum(a),
     "trunc_int": lambda m, a: m.trunc(a.astype(m.int32)),
     "roll_zero": lambda m, a: m.roll(a, 0),
+    "nan_to_num_int": lambda m, a: m.nan_to_num(a.astype(m.int32)),
     "softmax_empty": lambda m, a: m.softmax(a[:0]),
     "atleast_2d": lambda m, a: m.atleast_2d(m.reshape(a, (1, 3))),
 }

@@ -69,7 +69,7 @@ def nan_to_num(a: Any, nan: float = 0.0, posinf: Optional[float] = None,
     a = to_array(a)
     d = a.dtype
     if not _dt.is_inexact(d):
-        return a
+        return a._handle()
     pos = np.float32(posinf) if posinf is not None else _type_max(d)
     neg = np.float32(neginf) if neginf is not None else -_type_max(d)
     s = resolve_stream(stream)
