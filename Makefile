@@ -2,14 +2,15 @@
 # installs what it needs into it; graphviz (the `dot` program) is installed when missing
 # and we are root with apt-get, otherwise the command to install it is printed. `make test`
 # also installs Debian's chromium and chromium-driver the same way (the real-browser test
-# drives JupyterLab with them; as root it must run, elsewhere it skips and says why).
+# drives JupyterLab with them; as root it must run, elsewhere it skips and says why), and
+# OpenMPI (openmpi-bin, libopenmpi-dev) for the mpi4py tests run under mpirun, the same way.
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-ub test-fuzz test-gpu lab graphviz chromium clean
+.PHONY: demo test test-ub test-fuzz test-gpu lab graphviz chromium mpi clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,10 +48,19 @@ chromium:
 	  echo "    sudo apt-get install -y chromium chromium-driver      # Debian/Ubuntu"; \
 	fi
 
+mpi:
+	@if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update && apt-get install -y openmpi-bin libopenmpi-dev) || echo "Could not install OpenMPI; the MPI tests will fail as root."; \
+	else \
+	  echo "OpenMPI is missing (the MPI tests will skip); install it with:"; \
+	  echo "    sudo apt-get install -y openmpi-bin libopenmpi-dev      # Debian/Ubuntu"; \
+	fi
+
 demo: $(VENV)/.dev graphviz
 	$(PY) -m tapescope.demo
 
-test: $(VENV)/.dev graphviz chromium
+test: mpi $(VENV)/.dev graphviz chromium
 	$(PY) -m pytest -p no:cacheprovider tests
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant

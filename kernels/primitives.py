@@ -37,6 +37,7 @@ FFT = "fft"
 LINALG = "linalg"
 COMPILED = "compiled"
 PLACEHOLDER = "placeholder"
+DISTRIBUTED = "distributed"
 
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})
 # What compile may fuse into a Compiled tape (shared/DESIGN.md).
@@ -56,6 +57,7 @@ _WHERE = {
     FFT: "interactive/core/fft.py",
     LINALG: "interactive/core/linalg.py",
     PLACEHOLDER: "interactive/core/tracing.py (the traced argument's shape and dtype)",
+    DISTRIBUTED: "interactive/core/distributed.py (each collective computes its output)",
 }
 
 # The stated reasons a facet may be absent.

@@ -1,45 +1,78 @@
-"""``mx.distributed`` for one process: the singleton group and its collectives.
+"""``mx.distributed``: the singleton group, and MPI (through mpi4py) when launched by mpirun.
 
-A process that is not launched by a distributed launcher gets MLX's singleton group (rank 0,
-size 1), on which every collective returns its input (``mlx/distributed/ops.cpp``:
-``if (group.size() == 1) return x;``) and point-to-point calls raise MLX's errors. Real
-backends (MPI, NCCL, ring) are issue 22; ``mlx.nn`` needs this much at import and run time.
+A process no launcher started gets MLX's singleton group (rank 0, size 1), on which every
+collective returns its input (``mlx/distributed/ops.cpp``: ``if (group.size() == 1) return
+x;``) and point-to-point calls raise MLX's errors. Under ``mpirun -np N`` (N > 1, mpi4py
+installed) ``init()`` gives the MPI world; each collective is then recorded as MLX's
+primitive (``AllReduce``, ``AllGather``, ``ReduceScatter``, ``Send``, ``Recv``; definitions
+and rules in ``kernels/rules/distributed.py``) carrying the group's communicator, so it is
+lazy, drawn in graphs, never fused, and on the timeline. NCCL is not built here.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any, Callable, Optional, Sequence
 
 from .array import array
-from .device import StreamOrDevice
+from .device import StreamOrDevice, resolve_stream
+from .primitive import Primitive
 
 _BACKENDS = ("any", "mpi", "nccl", "jaccl", "ring")
+# What launchers set: Open MPI's mpirun, and PMI / PMIx (MPICH's hydra, Slurm).
+_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
 class Group:
-    """A group of processes that communicate (here always the singleton group)."""
+    """A group of processes that communicate: the singleton group, or an MPI communicator."""
 
     def __init__(self) -> None:
         raise TypeError("No constructor defined!")
 
     @classmethod
-    def _singleton(cls) -> "Group":
-        return object.__new__(cls)
+    def _make(cls, comm=None) -> "Group":
+        g = object.__new__(cls)
+        g._comm = comm  # an mpi4py Comm, or None for the singleton group
+        return g
 
     def rank(self) -> int:
         """This process's rank in the group."""
-        return 0
+        return 0 if self._comm is None else self._comm.Get_rank()
 
     def size(self) -> int:
         """The number of processes in the group."""
-        return 1
+        return 1 if self._comm is None else self._comm.Get_size()
 
     def split(self, color: int, key: int = -1) -> "Group":
-        """Split the group into subgroups (a singleton group cannot be split)."""
-        raise RuntimeError("Cannot split the distributed group further.")
+        """The subgroup of the processes that pass the same ``color``, ranked by ``key``
+        (this rank when ``key`` is negative), as ``MPI_Comm_split`` in MLX's MPI backend."""
+        if self._comm is None:
+            raise RuntimeError("Cannot split the distributed group further.")
+        return Group._make(self._comm.Split(int(color), self.rank() if key < 0 else int(key)))
 
 
 _WORLD: Optional[Group] = None
+_MPI_WORLD: Optional[Group] = None
+
+
+def _launched_size() -> int:
+    for var in _SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def _mpi_world() -> Optional[Group]:
+    """The MPI world group when a launcher started more than one process (mpi4py then
+    initializes MPI at import), else None."""
+    global _MPI_WORLD
+    if _MPI_WORLD is None and _launched_size() > 1 and is_available("mpi"):
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_size() > 1:
+            _MPI_WORLD = Group._make(MPI.COMM_WORLD)
+    return _MPI_WORLD
 
 
 def _check_backend(backend: str) -> None:
@@ -50,71 +83,109 @@ def _check_backend(backend: str) -> None:
 
 
 def is_available(backend: str = "any") -> bool:
-    """Whether a distributed backend is available (the singleton group always is, as MLX's
-    ring backend is compiled in)."""
+    """Whether a distributed backend is available: the singleton group always is (MLX's
+    ring backend is compiled in), MPI when mpi4py is installed."""
+    if backend == "mpi":
+        return importlib.util.find_spec("mpi4py") is not None
     return backend in ("any", "ring")  # MLX answers False for an unknown name
 
 
 def init(strict: bool = False, backend: str = "any", *,
          all_gather_factory: Optional[Callable[[int, int], Callable[[bytes, int], bytes]]] = None,
          ) -> Group:
-    """The world group: the singleton group, since no launcher started this process."""
+    """The world group: MPI's when mpirun launched this process (backend "any" or "mpi"),
+    else the singleton group (or MLX's error when ``strict``)."""
     global _WORLD
     _check_backend(backend)
-    if strict:
+    world = _mpi_world() if backend in ("any", "mpi") else None
+    if world is None and strict:
+        if backend == "mpi" and is_available("mpi"):
+            raise RuntimeError("[mpi] The world has a single process. Launch with mpirun to "
+                               "initialize the mpi backend.")
         raise RuntimeError("[distributed] Couldn't initialize any backend")
-    if _WORLD is None:
-        _WORLD = Group._singleton()
-    return _WORLD
+    if world is None:
+        world = Group._make()
+    if _WORLD is None:  # the first group initialized is the default one, as in MLX
+        _WORLD = world
+    return world
 
 
 def _group(group: Optional[Group]) -> Group:
     return init() if group is None else group
 
 
-def _collective(x: Any, group: Optional[Group], stream: StreamOrDevice) -> Any:
-    _group(group)
-    return x._handle() if isinstance(x, array) else x
+def _collective(name: str, x: Any, group: Optional[Group], stream: StreamOrDevice,
+                **params) -> Any:
+    """``x`` itself (a new handle) in a singleton group, else the recorded primitive."""
+    g = _group(group)
+    if g.size() == 1:
+        return x._handle() if isinstance(x, array) else x
+    x = x if isinstance(x, array) else array(x)
+    s = resolve_stream(stream)
+    prim = Primitive(name, s, comm=g._comm, **params)
+    shape = prim.defn.shape([x.shape], comm=g._comm, **params)[0]
+    return array._make1(shape, x.dtype, prim, [x])
 
 
 def all_sum(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
     """Sum of ``x`` over the group's processes (``x`` itself in the singleton group)."""
-    return _collective(x, group, stream)
+    return _collective("AllReduce", x, group, stream, reduce="sum")
 
 
 def all_max(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
     """Maximum of ``x`` over the group's processes (``x`` itself in the singleton group)."""
-    return _collective(x, group, stream)
+    return _collective("AllReduce", x, group, stream, reduce="max")
 
 
 def all_min(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
     """Minimum of ``x`` over the group's processes (``x`` itself in the singleton group)."""
-    return _collective(x, group, stream)
+    return _collective("AllReduce", x, group, stream, reduce="min")
 
 
 def all_gather(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
     """``x`` of every process concatenated on axis 0 (``x`` itself in the singleton group)."""
-    return _collective(x, group, stream)
+    return _collective("AllGather", x, group, stream)
 
 
 def sum_scatter(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
     """Sum over the group, each process keeping its slice (``x`` in the singleton group)."""
-    return _collective(x, group, stream)
+    n = _group(group).size()
+    if n > 1:
+        shape = tuple(x.shape) if isinstance(x, array) else ()
+        if not shape or shape[0] % n:
+            dims = ",".join(str(d) for d in shape)
+            raise ValueError(
+                f"[sum_scatter] Invalid shape=({dims}) for a group of size {n}. The first "
+                "dimension (axis 0) must be divisible by the group size and input mst have "
+                "at least one.")
+    return _collective("ReduceScatter", x, group, stream)
+
+
+def _peer(g: Group, rank: int, what: str) -> None:
+    if not 0 <= rank < g.size():
+        raise ValueError(f"Invalid {what}={rank} for a group of size {g.size()}")
 
 
 def send(x: Any, dst: int, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
-    """Send ``x`` to rank ``dst``."""
-    if _group(group).size() == 1:
+    """Send ``x`` to rank ``dst``; the result is ``x`` once sent (evaluate it to send)."""
+    g = _group(group)
+    if g.size() == 1:
         raise ValueError("Cannot send to a singleton group")
-    raise NotImplementedError("point-to-point communication needs issue 22's backends")
+    _peer(g, dst, "destination")
+    return _collective("Send", x, g, stream, dst=int(dst))
 
 
 def recv(shape: Sequence[int], dtype: Any, src: int, *, group: Optional[Group] = None,
          stream: StreamOrDevice = None) -> Any:
     """Receive an array of ``shape`` and ``dtype`` from rank ``src``."""
-    if _group(group).size() == 1:
+    g = _group(group)
+    if g.size() == 1:
         raise ValueError("Cannot recv from a singleton group")
-    raise NotImplementedError("point-to-point communication needs issue 22's backends")
+    _peer(g, src, "source")
+    shape = tuple(int(d) for d in shape)
+    prim = Primitive("Recv", resolve_stream(stream), shape=shape, dtype=dtype.np,
+                     src=int(src), comm=g._comm)
+    return array._make1(shape, dtype, prim, [])
 
 
 def recv_like(x: Any, src: int, *, group: Optional[Group] = None,
