@@ -97,6 +97,17 @@ def check_send_recv(g, n: int, r: int) -> None:
         mx.eval(got)
         mx.eval(D.send(x, nxt))
     same(got, data(prv, (5,), "float32"), "ring of send / recv")
+    xb = mx.array(data(r, (3, 2), "float32"))  # a batched send: vmap of Send
+    send_b = mx.vmap(lambda a: D.send(a, nxt))
+    if r % 2 == 0:
+        mx.eval(send_b(xb))
+        got = D.recv((3, 2), mx.float32, prv)
+        mx.eval(got)
+    else:
+        got = D.recv((3, 2), mx.float32, prv)
+        mx.eval(got)
+        mx.eval(send_b(xb))
+    same(got, data(prv, (3, 2), "float32"), "ring of vmapped send / recv")
     v = mx.array(data(r, (2, 3), "int16"))  # a token passed around the ring, summed
     if r == 0:
         mx.eval(D.send(v, nxt))

@@ -21,9 +21,16 @@ import numpy as np
 import tapescope.core as mx
 from tapescope.kernels.primitives import REGISTRY
 
+_COLLECTIVE = ("a collective: it runs only in a group of several processes, over MPI with host "
+               "buffers (tests/test_distributed_mpi.py runs it under mpirun)")
 # Primitives no case records, with the reason.
 NOT_REPLAYED = {
     "Placeholder": "a compile placeholder's rule only raises (checked by its own test)",
+    "AllReduce": _COLLECTIVE,
+    "AllGather": _COLLECTIVE,
+    "ReduceScatter": _COLLECTIVE,
+    "Send": _COLLECTIVE,
+    "Recv": _COLLECTIVE,
 }
 
 
