@@ -54,6 +54,14 @@ class Group:
 
 _WORLD: Optional[Group] = None
 _MPI_WORLD: Optional[Group] = None
+_SINGLETON: Optional[Group] = None
+
+
+def _singleton() -> Group:
+    global _SINGLETON
+    if _SINGLETON is None:
+        _SINGLETON = Group._make()
+    return _SINGLETON
 
 
 def _launched_size() -> int:
@@ -104,7 +112,7 @@ def init(strict: bool = False, backend: str = "any", *,
                                "initialize the mpi backend.")
         raise RuntimeError("[distributed] Couldn't initialize any backend")
     if world is None:
-        world = Group._make()
+        world = _singleton()
     if _WORLD is None:  # the first group initialized is the default one, as in MLX
         _WORLD = world
     return world
