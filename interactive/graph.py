@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from tapescope.core.array import ArrayDesc, array
+from tapescope.core.fusion import ARGUMENT, CONSTANT, boundary_reason
 from tapescope.core.tree import tree_unflatten
 from tapescope.core.walk import topological
 from tapescope.kernels.backends import backend
@@ -379,9 +380,12 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
             kin = []
             for x, v in zip(tape.inputs, g.inputs):
                 r = recs.get(x.name)
-                kin.append(KernelInput(x.name, ids[id(v)], r.reason if r else None,
-                                       r.producer if r else _producer_name(v),
-                                       _constant_literal(x)))
+                if r is None:  # a tape this trace did not fuse (a compiled function's own)
+                    prod = _producer_name(v)
+                    why = boundary_reason(v.op.prim) if getattr(v, "op", None) is not None else prod
+                else:
+                    prod, why = r.producer, r.reason
+                kin.append(KernelInput(x.name, ids[id(v)], why, prod, _constant_literal(x)))
             layouts = [_layout_of(v, producers, real_of) for v in g.inputs]
             b.kernel(op, tape, g.prim.kw.get("shape", g.outputs[0].shape), layouts, kin)
     outs = [vid_of(v) for v in prog.outputs]
@@ -535,9 +539,11 @@ def graph_of(*arrays: array) -> Graph:
             kin = []
             layouts = []
             for x, d in zip(tape.inputs, node.inputs):
-                prod = d.node.primitive.name if d.node is not None else (
-                    "constant" if d.data is not None and d.data.ndim == 0 else "argument")
-                kin.append(KernelInput(x.name, ids[id(d)], None, prod, _constant_literal(x)))
+                if d.node is not None:
+                    prod, why = d.node.primitive.name, boundary_reason(d.node.primitive)
+                else:
+                    prod = why = CONSTANT if d.data is not None and d.data.ndim == 0 else ARGUMENT
+                kin.append(KernelInput(x.name, ids[id(d)], why, prod, _constant_literal(x)))
                 layouts.append(d.data if d.data is not None else Layout(d.shape, d.dtype.np))
             b.kernel(op, tape, node.primitive.kw.get("shape", ref.shape), layouts, kin)
     outs = []

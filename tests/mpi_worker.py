@@ -82,8 +82,11 @@ def check_lazy_and_timeline(g, n: int, r: int) -> None:
     same(y, np.full((256,), 3.0 * n * (n + 1) / 2, np.float32), "compiled all_sum")
     import tapescope
 
-    ops = [o.primitive for o in tapescope.trace(f, x).ops]
+    tr = tapescope.trace(f, x)
+    ops = [o.primitive for o in tr.ops]
     assert ops == ["Compiled", "AllReduce", "AllReduce", "Compiled"], ops  # never fused
+    why = {i.reason for k in tr.kernels for i in k.inputs if i.producer == "AllReduce"}
+    assert why == {"collective (communication between processes)"}, why  # the picture says so
     coll = [q for q in rec.records if q.kind == "collective"]
     assert [q.name for q in coll] == ["AllReduce", "AllReduce"], coll
     assert all(q.nbytes == 1024 and q.detail["group_size"] == n for q in coll), coll

@@ -232,3 +232,15 @@ def test_summary_and_repr():
     g = tapescope.trace(chain_of(mx, 15), mx.ones((3,)))
     assert repr(g) == "<Graph chain: 1 input, 2 ops, 2 fused kernels, 1 output>"
     assert "depth limit" in g.summary()
+
+
+def test_a_compiled_functions_own_tapes_say_why_fusion_stopped():
+    """Tracing a function that is already ``mx.compile``d draws its own fused tapes; their
+    input edges still say why fusion stopped (a reduction, an argument, ...), not 'unknown'."""
+    import tapescope
+
+    f = mx.compile(lambda a: mx.exp(mx.sum(a, axis=0, keepdims=True)) + 1)
+    tr = tapescope.trace(f, mx.ones((3, 4)))
+    reasons = {(i.producer, i.reason) for k in tr.kernels for i in k.inputs}
+    assert ("Sum", "reduction") in reasons, reasons
+    assert all(r is not None for _, r in reasons), reasons

@@ -14,6 +14,7 @@ stopped there (``Boundary``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from tapescope.kernels.codegen.render import cannot_render
 from tapescope.kernels.codegen.tape import (
@@ -31,10 +32,14 @@ DEPTH_LIMIT = "depth limit"
 ARRAY_LIMIT = "array limit"
 REDUCTION = "reduction"
 NON_FUSABLE = "non-fusable primitive"
+COLLECTIVE = "collective (communication between processes)"
 SHAPE_CHANGE = "shape change"
 NEEDED_ELSEWHERE = "output needed elsewhere"
 STREAM_MISMATCH = "stream mismatch"
 ALREADY_FUSED = "output of another fused kernel"
+
+
+_NOT_FUSED = {"reduce": REDUCTION, "distributed": COLLECTIVE}  # family -> the reason shown
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,18 @@ class Boundary:
     input: str  # the input's letter in the tape
     producer: str  # the primitive that made the value ("argument" / "constant" for leaves)
     reason: str
+
+
+def boundary_reason(prim: Primitive) -> Optional[str]:
+    """Why fusion cannot reach past a value ``prim`` made, known from the primitive alone
+    (a live graph's fused kernels, whose fusion decisions were not recorded): another fused
+    kernel, a reduction, a collective, another non-fusable primitive; None when it depends on
+    the rest of the graph."""
+    if prim.name == "Compiled":
+        return ALREADY_FUSED
+    if not prim.fusable:
+        return _NOT_FUSED.get(prim.kind, NON_FUSABLE)
+    return None
 
 
 def _fusable(g: GOp) -> bool:
@@ -118,7 +135,7 @@ def fuse(prog: Program) -> Program:
             elif op.prim.stream != stream:
                 reason = STREAM_MISMATCH
             elif not _fusable(op):
-                reason = REDUCTION if op.prim.kind == "reduce" else NON_FUSABLE
+                reason = _NOT_FUSED.get(op.prim.kind, NON_FUSABLE)
             elif (why := _unrenderable(op)) is not None:
                 reason = why  # e.g. "no C spelling for ErfInv": the runtime could not run it
             elif id(v) in output_ids and v.shape != shape:
