@@ -22,6 +22,7 @@ from .printing import PrintOptions, get_printoptions, printoptions, set_printopt
 from . import cuda, metal  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from . import distributed, fast, fft, linalg, random  # noqa: F401
+from .linalg import norm as matrix_norm  # noqa: F401  (MLX: mx.matrix_norm is mx.linalg.norm)
 from .interop import from_dlpack, get_array_buffer_size  # noqa: F401
 from .serialize import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from .gguf import save_gguf  # noqa: F401

@@ -13,7 +13,7 @@ from ..primitive import Primitive
 from .convert import broadcast, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 
-__all__ = ["matmul", "addmm", "inner", "outer", "tensordot"]
+__all__ = ["matmul", "addmm", "inner", "outer", "tensordot", "vecdot"]
 
 
 def _mm_shapes(fname: str, a: array, b: array) -> tuple[tuple, tuple]:
@@ -109,6 +109,33 @@ def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     if a.shape[-1] != b.shape[-1]:
         raise ValueError("[inner] a and b must have the same last dimension.")
     return _tensordot(a, b, [-1], [-1], stream)
+
+
+_VECDOT_SIG = "vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = None) -> array"
+
+
+def vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = None) -> array:
+    """The vector dot product along ``axis``: ``sum(conj(a) * b, axis)`` (``mlx/ops.cpp``
+    vecdot: the axis is the same for both inputs, which broadcast elsewhere)."""
+    require_array("vecdot", _VECDOT_SIG, a, b)
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise TypeError(f"vecdot(): incompatible function arguments. The following argument "
+                        f"types are supported:\n    1. {_VECDOT_SIG}\n\nInvoked with types: "
+                        f"array, array, kwargs = {{ axis: {type(axis).__name__} }}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("[vecdot] inputs must be at least 1D.")
+    ax = axis + a.ndim if axis < 0 else axis
+    if not 0 <= ax < a.ndim:
+        raise IndexError("[vecdot] axis is out of bounds.")
+    bx = axis + b.ndim if axis < 0 else axis
+    if not 0 <= bx < b.ndim or bx != ax:
+        raise ValueError("[vecdot] axis is out of bounds.")
+    if a.shape[ax] != b.shape[bx]:
+        raise ValueError("[vecdot] a and b must have the same size along axis.")
+    s = resolve_stream(stream)
+    if a.dtype == _dt.complex64:
+        a = op("conjugate")(a, stream=s)
+    return op("sum")(op("multiply")(a, b, stream=s), axis=ax, stream=s)
 
 
 def outer(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
