@@ -195,6 +195,21 @@ def lookup(name: str) -> PrimitiveDef:
         raise KeyError(f"unregistered primitive {name}") from None
 
 
+def set_facet(name: str, facet: str, rule) -> None:
+    """Give primitive ``name`` its ``facet`` rule (``vjp``, ``jvp``, ``vmap``), registered from
+    the layer that writes it (core's transformations); any stated absence is dropped."""
+    d = lookup(name)
+    setattr(d, facet, rule)
+    d.why.pop(facet, None)
+
+
+def state_absent(name: str, facet: str, why: str) -> None:
+    """Record why primitive ``name`` has no ``facet`` rule (the registry test reads it)."""
+    d = lookup(name)
+    setattr(d, facet, None)
+    d.why[facet] = why
+
+
 def family_of(name: str, default: str = "other") -> str:
     d = REGISTRY.get(name)
     return d.family if d is not None else default

@@ -20,29 +20,22 @@ from ..primitive import Primitive
 
 def defvjp(name: str, rule: Callable) -> Callable:
     """Set ``rule`` as the VJP of primitive ``name``."""
-    d = primitives.lookup(name)
-    d.vjp = rule
-    d.why.pop("vjp", None)
+    primitives.set_facet(name, "vjp", rule)
     return rule
 
 
 def defjvp(name: str, rule: Callable) -> Callable:
     """Set ``rule`` as the JVP of primitive ``name``."""
-    d = primitives.lookup(name)
-    d.jvp = rule
-    d.why.pop("jvp", None)
+    primitives.set_facet(name, "jvp", rule)
     return rule
 
 
 def without(name: str, vjp: Optional[str] = None, jvp: Optional[str] = None) -> None:
     """State why primitive ``name`` has no VJP / JVP rule."""
-    d = primitives.lookup(name)
     if vjp:
-        d.vjp = None
-        d.why["vjp"] = vjp
+        primitives.state_absent(name, "vjp", vjp)
     if jvp:
-        d.jvp = None
-        d.why["jvp"] = jvp
+        primitives.state_absent(name, "jvp", jvp)
 
 
 def record(name: str, inputs: list, shapes: list, dtypes: list, **params) -> list:

@@ -20,17 +20,13 @@ from .. import ops as mx
 
 def defvmap(name: str, rule: Callable) -> Callable:
     """Set ``rule`` as the batching rule of primitive ``name``."""
-    d = primitives.lookup(name)
-    d.vmap = rule
-    d.why.pop("vmap", None)
+    primitives.set_facet(name, "vmap", rule)
     return rule
 
 
 def without(name: str, vmap: str) -> None:
     """State why primitive ``name`` has no batching rule."""
-    d = primitives.lookup(name)
-    d.vmap = None
-    d.why["vmap"] = vmap
+    primitives.state_absent(name, "vmap", vmap)
 
 
 def move_to(x, ax: int, to: int):

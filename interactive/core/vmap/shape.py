@@ -18,31 +18,30 @@ def _reshape(inputs, vaxes, primals, outputs, *, shape, **_):
     return [mx.reshape(x, tuple(shape))], [ax]
 
 
-def _expand_dims(inputs, vaxes, primals, outputs, *, axes, **_):
-    ax = vaxes[0]
-    if ax < 0:
-        return [mx.expand_dims(inputs[0], list(axes))], [-1]
-    new = []
+def _axes_around(axes, ax: int, step: int) -> tuple:
+    """``axes`` of the unbatched op moved past the mapped axis ``ax``, and where the mapped
+    axis ends up when each axis before it is inserted (``step`` 1) or removed (-1)."""
+    new, out = [], ax
     for s in axes:
-        if s >= vaxes[0]:
+        if s >= ax:
             new.append(s + 1)
         else:
             new.append(s)
-            ax += 1
+            out += step
+    return new, out
+
+
+def _expand_dims(inputs, vaxes, primals, outputs, *, axes, **_):
+    if vaxes[0] < 0:
+        return [mx.expand_dims(inputs[0], list(axes))], [-1]
+    new, ax = _axes_around(axes, vaxes[0], 1)
     return [mx.expand_dims(inputs[0], new)], [ax]
 
 
 def _squeeze(inputs, vaxes, primals, outputs, *, axes, **_):
-    ax = vaxes[0]
-    if ax < 0:
+    if vaxes[0] < 0:
         return [mx.squeeze(inputs[0], list(axes))], [-1]
-    new = []
-    for s in axes:
-        if s >= vaxes[0]:
-            new.append(s + 1)
-        else:
-            new.append(s)
-            ax -= 1
+    new, ax = _axes_around(axes, vaxes[0], -1)
     return [mx.squeeze(inputs[0], new)], [ax]
 
 
