@@ -84,18 +84,21 @@ def _cumprod_grad(x, c, out, axis, reverse):
     return mx.where(before, g_before, mx.where(first, g_first, mx.zeros_like(x)))
 
 
-def _cumext_grad(x, c, out, axis, reverse):
+def _extreme_source(x, out, axis, reverse):
+    """For each position of a running max / min ``out`` of ``x``: the index along ``axis``
+    of the element it came from (the latest one equal to it, in scan order)."""
     n = x.shape[axis]
     shape = [1] * x.ndim
     shape[axis] = n
     pos = mx.broadcast_to(mx.reshape(mx.arange(n, dtype=_dt.int32), tuple(shape)), x.shape)
     hit = mx.equal(x, out)
     if not reverse:
-        src = mx.cummax(mx.where(hit, pos, mx.full(x.shape, -1, _dt.int32)), axis=axis)
-    else:
-        src = mx.cummin(mx.where(hit, pos, mx.full(x.shape, n, _dt.int32)), axis=axis,
-                        reverse=True)
-    return _scatter_add_axis(mx.zeros_like(x), src, c, axis)
+        return mx.cummax(mx.where(hit, pos, mx.full(x.shape, -1, _dt.int32)), axis=axis)
+    return mx.cummin(mx.where(hit, pos, mx.full(x.shape, n, _dt.int32)), axis=axis, reverse=True)
+
+
+def _cumext_grad(x, c, out, axis, reverse):
+    return _scatter_add_axis(mx.zeros_like(x), _extreme_source(x, out, axis, reverse), c, axis)
 
 
 def _scatter_add_axis(z, idx, upd, axis):
@@ -126,16 +129,7 @@ def _scan_jvp():
             parts = _cumprod_jvp_inclusive(x, tx, incl, axis, reverse)
         elif reduce_type in ("max", "min"):
             incl = _scan(reduce_type, x, axis, reverse)
-            n = x.shape[axis]
-            shape = [1] * x.ndim
-            shape[axis] = n
-            pos = mx.broadcast_to(mx.reshape(mx.arange(n, dtype=_dt.int32), tuple(shape)), x.shape)
-            hit = mx.equal(x, incl)
-            if not reverse:
-                src = mx.cummax(mx.where(hit, pos, mx.full(x.shape, -1, _dt.int32)), axis=axis)
-            else:
-                src = mx.cummin(mx.where(hit, pos, mx.full(x.shape, n, _dt.int32)), axis=axis,
-                                reverse=True)
+            src = _extreme_source(x, incl, axis, reverse)
             parts = mx.take_along_axis(tx, src, axis=axis)
         else:  # logaddexp: d out_i = sum_{k<=i} t_k exp(x_k - out_i)
             incl = _scan("logaddexp", x, axis, reverse)
