@@ -24,7 +24,11 @@ TOTAL = 8 << 30
 class ndarray(np.ndarray):
     """A 'device' array: numpy memory, a distinct type."""
 
-    def set(self, arr, stream=None):  # host to device
+    def set(self, arr, stream=None):  # host to device; CuPy's checks, no broadcasting
+        if self.shape != arr.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        if self.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
         self[...] = arr
 
     def get(self, stream=None):  # device to host

@@ -86,7 +86,7 @@ class CudaBackend(Backend):
         buf = self.allocator.malloc(data.nbytes)
         view = buf.view(data.nbytes, data.dtype, data.shape)
         cs = device.cuda_stream(stream.index)
-        view.set(np.ascontiguousarray(data), stream=cs)
+        view.set(np.asarray(data, order="C"), stream=cs)
         # from pageable memory the copy may still be in flight when set() returns, and the
         # new array has no event: a kernel on another stream must not read it early
         cs.synchronize()
