@@ -104,11 +104,21 @@ class Kernel:
         when the kernel cache has it), ``cuda`` and ``metal`` (MSL), or why there is none."""
         from tapescope.kernels.codegen.render import kernel_sources
 
-        cpu = None
-        for e in self.cached():
-            if e["name"] == self.symbol and e["source"]:
-                cpu = e["source"]
-        return kernel_sources(self.tape, self.name, self.variant, cpu=cpu)
+        built = {e["runtime"]: e["source"] for e in self.cached()
+                 if e["runtime"] in ("cpu", "cuda") and e["source"]
+                 and e["name"] in (self.symbol, self.gpu_symbol)}
+        return kernel_sources(self.tape, self.name, self.variant, built=built)
+
+    @property
+    def gpu_symbol(self) -> str:
+        """The variant's GPU kernel symbol (MLX's GPU names: ``strided_dynamic`` above 8
+        dimensions for CUDA)."""
+        from tapescope.kernels.codegen.gpu import variant_suffix
+        from tapescope.kernels.codegen.render import parse_variant, renderer
+
+        contiguous, ndim, large = parse_variant(self.variant)
+        static = renderer("cuda").schedule.max_static_ndim
+        return f"{self.name}_{variant_suffix(contiguous, ndim, large, static)}"
 
     def sources_html(self) -> str:
         """The sources side by side (one column per runtime), for the viz and notebooks."""

@@ -17,14 +17,17 @@ LANG = {"cpu": ("C", "c"), "cuda": ("CUDA", "cuda"), "metal": ("Metal", "metal")
 
 
 def entry_sources(entry: dict) -> dict:
-    """runtime -> source for a ``kernel_cache()`` entry: the C it was built from and the CUDA
-    and Metal of the same tape and variant (only the C when the entry kept no tape)."""
+    """runtime -> source for a ``kernel_cache()`` entry: the source it was built from (C, or
+    CUDA for a GPU kernel) and the other dialects of the same tape and variant (only the
+    built one when the entry kept no tape)."""
     tape = entry.get("tape")
     if tape is None:
         return {"cpu": entry["source"]} if entry.get("source") else {}
     from tapescope.kernels.codegen.render import kernel_sources
 
-    return kernel_sources(tape, tape.lib_name, entry["variant"], cpu=entry.get("source") or None)
+    runtime = entry.get("runtime", "cpu")
+    built = {runtime: entry.get("source")} if runtime in ("cpu", "cuda") else {}
+    return kernel_sources(tape, tape.lib_name, entry["variant"], built=built)
 
 
 def sources_html(sources: dict, title: str = "", lines: Optional[int] = 14, focus: str = "") -> str:

@@ -30,6 +30,11 @@ typedef unsigned long long uint64_t;
 #else
 #include <cstdint>
 #endif
+// a run of N elements loaded or stored in one access (the contiguous kernels' vector path)
+template <typename T, int N> struct alignas(sizeof(T) * N) ts_vec { T v[N]; };
+static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long long n) {
+  return ((unsigned long long)p & (n - 1)) == 0;
+}
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
@@ -60,6 +65,7 @@ class CUDADialect(CFamily):
     thread_index = {False: "blockIdx.x * blockDim.x + threadIdx.x",
                     True: "(int64_t)blockIdx.x * blockDim.x + threadIdx.x"}
     unroll = "#pragma unroll"
+    vector_type = "ts_vec<{}, {}>"  # the contiguous path's whole-run loads and stores
     # 16-byte loads and stores per thread on the contiguous path (issue 15's vector width)
     schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
 

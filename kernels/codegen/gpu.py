@@ -59,6 +59,8 @@ class GpuSchedule:
             lines.append(f"  {idx} size = 1;")
             lines.append(f"  for (int d = 0; d < {nd}; ++d) size *= ({idx})shape[d];")
         lines.append(f"  const {idx} index0 = ({idx})({d.thread_index[large]}) * {wpt};")
+        if contiguous and wpt > 1 and getattr(d, "vector_type", None):
+            lines += self._vector_path(d, tape, arrays, wpt, idx)
         if d.unroll:
             lines.append(f"  {d.unroll}")
         lines.append(f"  for (int w = 0; w < {wpt}; ++w) {{")
@@ -87,6 +89,40 @@ class GpuSchedule:
         lines.append("  }")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _vector_path(d, tape: Tape, arrays: list, wpt: int, idx: str) -> list:
+        """The contiguous kernel's whole-vector case: a thread whose ``wpt`` elements are all
+        in range, and every array's run of them aligned to its size (one test per array,
+        the same for every thread: ``index0`` is a multiple of ``wpt``), loads and stores
+        each array's run in one access (16 bytes for the narrowest output type) instead of
+        ``wpt`` scalar ones; the element loop below is the tail and the unaligned case."""
+        vec = d.vector_type  # "{type}, {n}" -> the vector type of n elements
+        outs = d.outputs(tape)
+        runs = [(x.name, d.storage_type(x.dtype)) for x in arrays] + \
+               [(o, d.storage_type(dt)) for o, _, dt in outs]
+        aligned = " && ".join(f"d_aligned({n} + index0, sizeof({vec.format(t, wpt)}))"
+                              for n, t in runs)
+        lines = [f"  if (index0 + {wpt} <= size && {aligned}) {{"]
+        for x in arrays:
+            t = vec.format(d.storage_type(x.dtype), wpt)
+            lines.append(f"    const {t} {x.name}_v = *reinterpret_cast<const {t}*>({x.name} + index0);")
+        for o, _, dt in outs:
+            lines.append(f"    {vec.format(d.storage_type(dt), wpt)} {o}_v;")
+        if d.unroll:
+            lines.append(f"    {d.unroll}")
+        lines.append(f"    for (int w = 0; w < {wpt}; ++w) {{")
+        loads = {x.name: f"{x.name}[0]" if x.scalar else f"{x.name}_v.v[w]"
+                 for x in tape.non_constant_inputs}
+        lines += d.body(tape, loads, "      ")
+        lines += d.stores(tape, lambda o: f"{o}_v.v[w]", "      ")
+        lines.append("    }")
+        for o, _, dt in outs:
+            t = vec.format(d.storage_type(dt), wpt)
+            lines.append(f"    *reinterpret_cast<{t}*>({o} + index0) = {o}_v;")
+        lines.append("    return;")
+        lines.append("  }")
+        return lines
 
     def variants(self) -> list:
         """Every variant of a module, as MLX builds them: (contiguous, ndim, large)."""

@@ -620,24 +620,34 @@ def renderer(dialect: str = "c", **kw) -> CFamily:
     raise ValueError(f"unknown dialect {dialect!r}")
 
 
+DYNAMIC_NDIM = 9  # the dimensions a ``strided_dynamic`` name stands for (above every static kernel)
+
+
 def parse_variant(variant: str) -> tuple:
-    """``contiguous[_large]`` / ``strided_<n>[_large]`` -> (contiguous, ndim, large)."""
+    """``contiguous[_large]`` / ``strided_<n>[_large]`` / ``strided_dynamic[_large]`` (a GPU
+    name) -> (contiguous, ndim, large)."""
     large = variant.endswith("_large")
     base = variant[:-len("_large")] if large else variant
-    return base == "contiguous", 1 if base == "contiguous" else int(base.split("_")[1]), large
+    if base == "contiguous":
+        return True, 1, large
+    n = base.split("_")[1]
+    return False, DYNAMIC_NDIM if n == "dynamic" else int(n), large
 
 
-def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] = None) -> dict:
-    """The source of one variant of ``tape`` for every runtime: ``cpu`` (C; ``cpu`` when the
-    caller has the built one), ``cuda`` and ``metal`` (MSL), named as each runtime names its
-    variant; a dialect that cannot express the tape gives a comment saying why."""
+def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] = None,
+                   built: Optional[dict] = None) -> dict:
+    """The source of one variant of ``tape`` for every runtime: ``cpu`` (C), ``cuda`` and
+    ``metal`` (MSL), named as each runtime names its variant; ``built`` (runtime -> source;
+    ``cpu=`` is ``built={"cpu": ...}``) gives the ones the caller has from a runtime's cache;
+    a dialect that cannot express the tape gives a comment saying why."""
     from .gpu import variant_suffix
 
+    built = {**({"cpu": cpu} if cpu else {}), **(built or {})}
     contiguous, ndim, large = parse_variant(variant)
     out = {}
     for runtime, dialect in RUNTIME_DIALECT.items():
-        if runtime == "cpu" and cpu:
-            out[runtime] = cpu
+        if built.get(runtime):
+            out[runtime] = built[runtime]
             continue
         d = renderer(dialect)
         sched = d.schedule

@@ -4,8 +4,8 @@ The rules are the array-module rules of ``kernels/rules`` run with ``xp=cupy`` o
 stream of the primitive's ``mx`` stream (``device_context``). Inputs that live on the host
 (arrays made from Python data, results of CPU streams) are copied to the device on that
 stream; a CPU stream reading a GPU result copies it to the host (``to_host``) after the
-event wait that made it ready. Fused tapes run through the tape interpreter with CuPy until
-the fused CUDA kernels of issue 15 take over.
+event wait that made it ready. Fused tapes run as fused CUDA kernels
+(``kernels/cuda/compiled.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
-from ..codegen.interpret import interpret
 from . import device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
@@ -112,29 +111,13 @@ class CudaBackend(Backend):
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
-        """The tape interpreted with CuPy (one kernel per op until issue 15's fused CUDA
-        kernels), its results stored where MLX's Compiled rules put them: into ``out``, or
-        into the buffers of donatable inputs (the first such input of each output's itemsize
-        and shape, in order), so memory behaves as with a fused kernel."""
-        inputs = [self.to_device(x) for x in inputs]
-        res = interpret(tape, inputs, shape, cupy)
-        if out is not None and len(res) == 1 and out.shape == res[0].shape:
-            out[...] = res[0]
-            return [out]
-        if donatable:
-            placed, k = [], 0
-            for x, a, ok in zip(tape.inputs, inputs, donatable):
-                if k == len(res) or not ok or x.is_constant or a.ndim == 0:
-                    continue
-                r = res[k]
-                if (a.dtype.itemsize == r.dtype.itemsize and a.shape == r.shape
-                        and a.flags.c_contiguous):
-                    view = a.view(r.dtype)
-                    view[...] = r
-                    placed.append(view)
-                    k += 1
-            res = placed + res[len(placed):]
-        return res
+        """The tape's fused CUDA kernel (``kernels/cuda/compiled.py``: NVRTC, cached in
+        memory and on disk), its results where MLX's Compiled rules put them: into ``out``,
+        or into the buffers of donatable inputs, else fresh device memory."""
+        from .compiled import run_compiled
+
+        return run_compiled(tape, [self.to_device(x) for x in inputs], shape, out=out,
+                            donatable=donatable)
 
     def synchronize(self, stream: Any) -> None:
         device.cuda_stream(stream.index).synchronize()

@@ -1,0 +1,354 @@
+"""Fused tapes on an NVIDIA GPU: CUDA source from the shared renderer, compiled by NVRTC,
+cached in memory and on disk, launched on the mx stream's CUDA stream.
+
+Mirrors MLX's ``Compiled::eval_gpu`` (``mlx/backend/cuda/compiled.cpp``): the same variant
+choice as the CPU (contiguity check and dim collapse pick ``_contiguous`` or
+``_strided_<n>`` / ``_strided_dynamic``, ``_large`` past UINT32_MAX), one kernel per variant
+compiled on first use (MLX's ``cu::get_jit_module`` also builds per name), outputs in a
+donated input's buffer where MLX's rules allow it, else fresh device memory. The on-disk
+cache keeps the CPU cache's rules (``kernels/cpu/disk_cache.py``): a private folder per
+toolchain (NVRTC version and the GPU's architecture), files written atomically, a cubin
+loaded only when its sidecar says we built it from this exact source and it is intact.
+A tape the CUDA dialect cannot spell runs as CuPy ops, one kernel per op, and the timeline
+and the kernel cache say why.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import cupy
+import numpy as np
+
+from .. import timeline
+from ..codegen.gpu import variant_suffix
+from ..codegen.interpret import interpret
+from ..codegen.render import Unsupported, renderer
+from ..codegen.tape import Tape
+from ..cpu import compiler, disk_cache
+from ..cpu.compiled import _output_order, plan
+
+_lock = threading.Lock()
+_unsupported: dict = {}  # tape lib name -> why the CUDA dialect cannot spell it (None: it can)
+_failed: dict = {}  # cache key -> why its build failed (not retried)
+
+
+def _dialect():
+    d = _DIALECT[0]
+    if d is None:
+        d = _DIALECT[0] = renderer("cuda")
+    return d
+
+
+_DIALECT: list = [None]
+
+
+# -- the toolchain: NVRTC for this GPU ------------------------------------------------------
+def _arch() -> str:
+    cc = cupy.cuda.Device().compute_capability  # "90" on an H100 / H200
+    return f"sm_{cc}"
+
+
+def _nvrtc():
+    from cupy_backends.cuda.libs import nvrtc
+
+    return nvrtc
+
+
+def toolchain_ident() -> str:
+    """The disk cache's folder name: cubins are valid for one NVRTC and one architecture."""
+    major, minor = _nvrtc().getVersion()
+    return f"cuda-nvrtc{major}.{minor}-{_arch()}"
+
+
+def _include_dirs() -> list:
+    """Where ``cuda_fp16.h`` / ``cuda_bf16.h`` are: the CUDA toolkit CuPy found, and the
+    headers CuPy ships with its wheels."""
+    dirs = []
+    try:
+        from cupy.cuda import get_cuda_path
+
+        root = get_cuda_path()
+        if root:
+            dirs += [Path(root) / "include", Path(root) / "targets" / "x86_64-linux" / "include"]
+    except Exception:  # noqa: BLE001 - no toolkit path: NVRTC's built-in headers may do
+        pass
+    try:
+        import cupy as _c
+
+        base = Path(_c.__file__).parent
+        dirs += [base / "_core" / "include", base / "_core" / "include" / "cupy" / "_cccl" / "libcudacxx"]
+    except Exception:  # noqa: BLE001
+        pass
+    return [str(d) for d in dirs if (d / "cuda_fp16.h").exists()]
+
+
+def nvrtc_compile(name: str, source: str) -> tuple:
+    """``(cubin bytes, milliseconds)`` of ``source``; BuildError with NVRTC's log."""
+    nvrtc = _nvrtc()
+    t0 = time.perf_counter()
+    opts = [f"--gpu-architecture={_arch()}", "--std=c++17", "-default-device",
+            "--fmad=false"] + [f"-I{d}" for d in _include_dirs()]
+    prog = nvrtc.createProgram(source, f"{name[:64]}.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            raise compiler.BuildError(
+                f"[Compiled::eval_gpu] Failed to compile kernel {name} with NVRTC: {e}\n{log}"
+            ) from None
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    return bytes(cubin), (time.perf_counter() - t0) * 1e3
+
+
+def _load(cubin_path: Path, name: str):
+    mod = cupy.RawModule(path=str(cubin_path))
+    return mod, mod.get_function(name)
+
+
+def get_kernel(name: str, variant: str, source_fn, key: str, tape: Optional[Tape] = None):
+    """The loaded CUDA kernel ``name`` (a ``compiler.KernelEntry`` of runtime "cuda", listed
+    by ``tapescope.kernel_cache()`` beside the C kernel of the same name), from memory, from
+    the disk cache, or built by NVRTC; raises BuildError without one."""
+    ckey = "cuda:" + key
+    t0 = timeline.now() if timeline.enabled else 0
+    e = compiler._kernels.get(ckey)
+    if e is not None and e.fn is not None:
+        e.hits += 1
+        if t0:
+            _record(t0, name, hit=True, origin="memory", variant=variant, compile_ms=0.0)
+        return e
+    with _lock:
+        e = compiler._kernels.get(ckey)
+        if e is not None and e.fn is not None:
+            e.hits += 1
+            return e
+        if ckey in _failed:
+            raise compiler.BuildError(_failed[ckey])
+        try:
+            ident = toolchain_ident()
+        except Exception as err:  # noqa: BLE001 - no NVRTC library: the tape runs as CuPy ops
+            raise compiler.BuildError(f"NVRTC is not available ({err})") from None
+        source = source_fn()
+        shash = disk_cache.sha256((ident + "\n" + source).encode())
+        cache = disk_cache.open_cache(ident)
+        paths = _entry_paths(cache.folder, name, shash) if cache.folder else None
+        mod = fn = path = None
+        ms, origin, note = 0.0, "disk", cache.reason
+        if paths is not None and disk_cache.verified(paths, shash):
+            try:
+                mod, fn = _load(paths[0], name)
+                path = paths[0]
+            except Exception:  # noqa: BLE001 - a cubin the driver refuses is rebuilt
+                mod = fn = None
+        if fn is None:
+            try:
+                cubin, ms = nvrtc_compile(name, source)
+            except compiler.BuildError as err:
+                _failed[ckey] = str(err)
+                raise
+            origin = "built"
+            if cache.writable:
+                try:
+                    _store(cache, paths, cubin, source, {
+                        "name": name, "source_sha256": shash, "toolchain": ident})
+                    path = paths[0]
+                except OSError as err:
+                    note = (f"the kernel folder {cache.folder} could not take the cubin "
+                            f"({err.strerror or err})")
+            if path is None:
+                origin = "memory only"
+                mod = _module_from_bytes(cubin)
+                fn = mod.get_function(name)
+            else:
+                mod, fn = _load(path, name)
+        if e is None:
+            e = compiler.KernelEntry(name, "cuda", variant, source, tape=tape)
+        e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, mod, ms, origin
+        e.disk_path, e.cache_note = (str(path) if path is not None else None), note
+        e.misses += 1
+        with compiler._lock:  # the one in-process cache: kernel_cache() lists it, clear() forgets it
+            compiler._kernels[ckey] = e
+    if t0:
+        _record(t0, name, hit=False, origin=origin, variant=variant, compile_ms=ms, cache=note)
+    return e
+
+
+def _entry_paths(folder: Path, name: str, shash: str) -> tuple:
+    """``(cubin, sidecar, CUDA source)`` of a kernel in the toolchain's cache folder."""
+    tag = f"{disk_cache.file_stem(name)}.{shash[:12]}"
+    return folder / f"{tag}.cubin", folder / f"{tag}.json", folder / f"{tag}.cu"
+
+
+def _store(cache, paths: tuple, cubin: bytes, source: str, meta: dict) -> None:
+    """Into the cache by the CPU cache's ``store`` (atomic files, the sidecar last)."""
+    work = disk_cache.new_build_dir(cache)
+    try:
+        built = work / "kernel.cubin"
+        built.write_bytes(cubin)
+        disk_cache.store(paths, built, source, meta)
+    finally:
+        disk_cache.remove_build_dir(work)
+
+
+def _module_from_bytes(cubin: bytes):
+    """A module loaded straight from the cubin's bytes (the cache could not take it)."""
+    from cupy.cuda import function
+
+    m = function.Module()
+    m.load(cubin)
+    return m
+
+
+def _record(t0: int, name: str, **detail) -> None:
+    if timeline.enabled:
+        timeline.add("kernel_build", t0, timeline.now(), name=name, device="gpu",
+                     detail={"runtime": "cuda", **detail})
+
+
+# -- one call --------------------------------------------------------------------------------
+class Launch:
+    """Everything about a call that depends only on the tape and the layouts: the kernel,
+    its grid and block, and the argument list with the strides and shape already on the
+    device (MLX passes them by value; here they are small device arrays made once)."""
+
+    __slots__ = ("entry", "gen", "name", "variant", "contiguous", "shape", "grid", "block",
+                 "args", "slots", "n_out_at", "dtypes", "order")
+
+    def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
+                 cshape: list, strides: list, large: bool, name: str, variant: str):
+        d = _dialect()
+        self.entry, self.gen, self.name, self.variant = entry, compiler.generation(), name, variant
+        self.contiguous, self.shape = contiguous, shape
+        size = int(np.prod(shape, dtype=np.int64))
+        ndim = len(cshape)
+        wpt = d.schedule.work_per_thread(tape, contiguous, ndim, large)
+        idx = np.int64 if large else np.uint32
+        args, slots, k = [], [], 0
+        for i, x in enumerate(tape.inputs):
+            if x.is_constant:
+                continue
+            slots.append((i, len(args)))
+            args.append(None)
+            if not contiguous and not x.scalar:
+                args.append(cupy.asarray(np.asarray(strides[k], dtype=np.int64)))
+                k += 1
+        self.n_out_at = len(args)
+        args += [None] * len(tape.outputs)
+        if contiguous:
+            args.append(idx(size))
+        else:
+            args.append(cupy.asarray(np.asarray(cshape, dtype=np.int32)))
+            if ndim > d.schedule.max_static_ndim:
+                args.append(np.int32(ndim))
+        self.args, self.slots = args, tuple(slots)
+        self.block = _block_size(entry.fn, d.schedule.block_size)
+        threads = -(-size // wpt)
+        self.grid = max(1, -(-threads // self.block))
+        self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
+        self.order = _output_order(tape, inputs, shape, contiguous)
+
+
+def _block_size(fn, limit: int) -> int:
+    """Threads per block: the occupancy calculator's choice for this kernel, at most the
+    kernel's launch bounds (``cudaOccupancyMaxPotentialBlockSize``)."""
+    try:
+        _, block = cupy.cuda.driver.occupancyMaxPotentialBlockSize(fn.ptr, 0, limit)
+        return int(block) if block > 0 else limit
+    except Exception:  # noqa: BLE001 - an older CuPy without the driver call
+        return limit
+
+
+def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
+    contiguous, cshape, strides, large = plan(tape, inputs, shape)
+    ndim = len(cshape)
+    d = _dialect()
+    suffix = variant_suffix(contiguous, ndim, large, d.schedule.max_static_ndim)
+    name = f"{tape.lib_name}_{suffix}"
+    if tape.lib_name not in _unsupported:
+        try:
+            d.render(tape, name, contiguous, ndim, large)
+            _unsupported[tape.lib_name] = None
+        except Unsupported as e:
+            _unsupported[tape.lib_name] = f"the CUDA dialect cannot express it: {e}"
+    if _unsupported[tape.lib_name]:
+        return compiler.BuildError(_unsupported[tape.lib_name]), name, suffix
+    key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
+    try:
+        entry = get_kernel(name, suffix, lambda: d.render(tape, name, contiguous, ndim, large),
+                           key=key, tape=tape)
+    except compiler.BuildError as e:
+        return e, name, suffix
+    return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, large, name, suffix)
+
+
+def _outputs(tape: Tape, ln: Launch, inputs: Sequence, out, donatable) -> list:
+    """Where the kernel writes: ``out`` when its layout is the kernel's, else donated inputs
+    (MLX's Compiled rules: not a constant or a scalar, same itemsize, row-contiguous with the
+    output's size on the strided path), else fresh device arrays in the inputs' order."""
+    dts, shape = ln.dtypes, ln.shape
+    if (out is not None and len(dts) == 1 and tuple(out.shape) == shape and out.dtype == dts[0]
+            and (out.flags.c_contiguous if ln.order == "C" else out.flags.f_contiguous)):
+        return [out]
+    size = int(np.prod(shape, dtype=np.int64))
+    outs: list = []
+    if donatable:
+        for x, a, ok in zip(tape.inputs, inputs, donatable):
+            if len(outs) == len(dts) or not ok or x.is_constant or a.ndim == 0:
+                continue
+            dt = dts[len(outs)]
+            if a.dtype.itemsize != dt.itemsize:
+                continue
+            if ln.contiguous and a.size == size:
+                outs.append(a.view(dt))
+            elif not ln.contiguous and a.flags.c_contiguous and a.size == size:
+                outs.append(a.view(dt).reshape(shape))
+    for dt in dts[len(outs):]:
+        outs.append(cupy.empty(shape, dtype=dt, order=ln.order))
+    return outs
+
+
+def run_compiled(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None,
+                 donatable: Optional[Sequence[bool]] = None) -> list:
+    """The outputs of ``tape`` on device ``inputs`` (constants included by position),
+    computed by its fused CUDA kernel on the current CUDA stream."""
+    shape = tuple(int(s) for s in shape)
+    arrays = tape.launches.get("cuda")
+    if arrays is None:
+        arrays = tape.launches["cuda"] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
+    key = ("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
+    ln = tape.launches.get(key)
+    if ln is None or ln.gen != compiler.generation():
+        if any(s == 0 for s in shape):
+            return [cupy.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
+        ln = _prepare(tape, inputs, shape)
+        if isinstance(ln, tuple):  # no kernel: CuPy ops, one kernel each (says why each time)
+            err, name, variant = ln
+            t0 = timeline.now() if timeline.enabled else 0
+            compiler.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
+            outs = interpret(tape, inputs, shape, cupy)
+            if t0:
+                timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="gpu",
+                             detail={"reason": str(err), "runtime": "cupy", "variant": variant})
+            return outs
+        tape.launches[key] = ln
+    else:
+        ln.entry.hits += 1
+    outs = _outputs(tape, ln, inputs, out, donatable)
+    args = list(ln.args)
+    for i, j in ln.slots:
+        args[j] = inputs[i]
+    args[ln.n_out_at:ln.n_out_at + len(outs)] = outs
+    t0 = timeline.now() if timeline.enabled else 0
+    ln.entry.fn((ln.grid,), (ln.block,), tuple(args))
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=ln.name, device="gpu",
+                     detail={"runtime": "cuda", "variant": ln.variant, "grid": ln.grid,
+                             "block": ln.block})
+    return outs
