@@ -251,6 +251,8 @@ def cases(rng) -> list:
                                    mx.random.normal((7,), key=mx.random.key(1)),
                                    mx.random.randint(0, 9, (5,), dtype=mx.uint8, key=mx.random.key(2)),
                                    mx.random.randint(0, 9, (6,), dtype=mx.int16, key=mx.random.key(5))]))
+    out.append(("depends", lambda: [*mx.depends([_f(rng, (2, 3)), _i(rng, (4,))], [_f(rng, (5,))]),
+                                    mx.depends(_c(rng, (3,)), mx.exp(_f(rng, (2,))))]))
     out.append(("creation", lambda: [mx.full((2, 3), 2.5), mx.full((3,), mx.array([1, 2, 3])),
                                      mx.arange(0.5, 7, 0.25), mx.arange(-3, 40, 3, dtype=mx.int8),
                                      mx.zeros((0,)), mx.ones((2, 2), dtype=mx.complex64)]))

@@ -136,6 +136,8 @@ def table() -> dict[str, Callable]:
     T["FloorDivide"] = floor_divide
     T["Remainder"] = remainder
     T["DivMod"] = lambda a, b: (floor_divide(a, b), remainder(a, b))
+    # Depends (mlx/ops.cpp): the first ``count`` inputs unchanged; the rest only ordered
+    T["Depends"] = lambda *ins, count: tuple(ins[:count])
 
     def power(a, b):
         k = kind(a)

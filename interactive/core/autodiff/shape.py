@@ -129,3 +129,14 @@ without("View", vjp="MLX has no VJP for View (a bit cast): raises [Primitive::vj
         "implemented for View <dtype>.",
         jvp="MLX has no JVP for View (a bit cast): raises [Primitive::jvp] Not implemented for "
         "View <dtype>.")
+
+
+# -- Depends ---------------------------------------------------------------------------------
+def _depends_vjp(p, c, argnums, o, *, count):
+    """MLX's Depends::vjp: an output's cotangent goes to its input; a dependency gets zeros."""
+    return [c[i] if i < count and c[i] is not None else mx.zeros_like(p[i]) for i in argnums]
+
+
+defvjp("Depends", _depends_vjp)
+without("Depends", jvp="MLX has no JVP for Depends: raises [Primitive::jvp] Not implemented for "
+        "Depends.")

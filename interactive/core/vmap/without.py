@@ -8,3 +8,5 @@ without("Arange", "no inputs: never on a path from a mapped argument (MLX has no
         "Arange either)")
 without("Placeholder", "a trace's stand-in for an argument: vmap's own tracers are "
         "Placeholders, replaced by the batched arguments, never batched themselves")
+without("Depends", "MLX has no vmap for Depends: raises [Primitive::vmap] Not implemented for "
+        "Depends.")
