@@ -25,8 +25,6 @@ MISSING = {
                                  "qqmm", "gather_qqmm")},
     **{n: (19, "fp8") for n in ("to_fp8", "from_fp8")},
     **{n: (19, _MM) for n in ("gather_mm", "block_masked_mm", "segmented_mm")},
-    **{n: (19, "export of functions (MLX's export format)") for n in (
-        "export_function", "import_function", "exporter", "FunctionExporter")},
 }
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES: dict = {}
