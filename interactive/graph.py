@@ -284,6 +284,8 @@ def _variant(tape: Any, shape: tuple, layouts: list) -> str:
     """The kernel variant a call with these input layouts runs on the default device."""
     from tapescope.core import default_device
 
+    if getattr(tape, "reduction", None) is not None:  # extended fusion's reduction kernel
+        return f"reduce_{tape.reduction.mode}"
     return backend(default_device()).variant(tape, shape, layouts)
 
 

@@ -469,7 +469,9 @@ def table() -> dict[str, Callable]:
                            if x.is_constant else a)
         for op in tape.ops:
             args = [env[n] for n in op.inputs]
-            if op.primitive == "Broadcast":  # broadcasting happens in the consumers
+            if op.primitive == "Broadcast" and tape.reduction is not None:
+                val = jnp.broadcast_to(args[0], tuple(dict(op.params)["shape"]))
+            elif op.primitive == "Broadcast":  # broadcasting happens in the consumers
                 val = args[0]
             else:
                 r = T.get(op.primitive)
@@ -477,7 +479,9 @@ def table() -> dict[str, Callable]:
                     raise NoReference(f"no JAX rule for {op.primitive} inside the tape")
                 val = r(*args, **dict(op.params))
             env[op.name] = jnp.asarray(val).astype(np.dtype(op.dtype))
-        outs = tuple(jnp.broadcast_to(env[n], tuple(shape)) for n in tape.outputs)
+        red = tape.reduction  # a fused reduction's outputs: the full or the reduced shape
+        outs = tuple(jnp.broadcast_to(env[n], red.shape_of(n, shape) if red else tuple(shape))
+                     for n in tape.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     T["Compiled"] = compiled

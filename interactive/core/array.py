@@ -132,13 +132,16 @@ class _Exported:
     """The base of a numpy view handed out of tapescope: it holds the buffer's handle, so the
     allocator cannot recycle the memory while the view lives."""
 
-    __slots__ = ("__array_interface__", "handle")
+    __slots__ = ("__array_interface__", "handle", "data")
 
     def __init__(self, data: np.ndarray, handle: Optional[BufferHandle]):
         iface = dict(data.__array_interface__)
         iface["data"] = (iface["data"][0], True)  # read-only
         self.__array_interface__ = iface
         self.handle = handle
+        # the memory itself: for a GPU array ``data`` is a host copy that nothing else holds
+        # (without it the view would read freed memory)
+        self.data = data
 
 
 def _export_view(data: np.ndarray, handle: Optional[BufferHandle]) -> np.ndarray:

@@ -13,12 +13,13 @@ stopped there (``Boundary``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
 from tapescope.kernels.codegen.render import cannot_render
 from tapescope.kernels.codegen.tape import (
-    MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, TapeInput, TapeOp, make_tape, node_name,
+    MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, Reduction, TapeInput, TapeOp, make_tape, node_name,
 )
 
 from .primitive import Primitive
@@ -40,6 +41,28 @@ ALREADY_FUSED = "output of another fused kernel"
 
 
 _NOT_FUSED = {"reduce": REDUCTION, "distributed": COLLECTIVE}  # family -> the reason shown
+
+# The fusion mode: "mlx" (MLX's rules, the default) or "extended" (reductions fuse with their
+# elementwise neighbours too: fusion_reduce.py). TAPESCOPE_FUSION sets it at import.
+MODES = ("mlx", "extended")
+_MODE = ["extended" if os.environ.get("TAPESCOPE_FUSION", "").strip().lower() == "extended"
+         else "mlx"]
+
+
+def set_fusion(mode: str) -> None:
+    """Choose how ``mx.compile`` fuses: ``"mlx"`` (MLX's rules: only elementwise chains; the
+    default) or ``"extended"`` (tapescope's extension: reductions over the last or first
+    axes fuse with the elementwise work before and after them). Functions compiled before
+    keep their programs per mode (the compile cache is keyed by the mode)."""
+    if mode not in MODES:
+        raise ValueError(f"[set_fusion] Unknown fusion mode {mode!r}: expected one of "
+                         f"{', '.join(map(repr, MODES))}.")
+    _MODE[0] = mode
+
+
+def fusion_mode() -> str:
+    """The current fusion mode: ``"mlx"`` or ``"extended"``."""
+    return _MODE[0]
 
 
 @dataclass(frozen=True)
@@ -82,8 +105,9 @@ def _constant_value(v: Val):
     return val
 
 
-def build_tape(inputs: list, fused: list, outputs: list):
-    """The kernels-layer tape for fused ops ``fused`` (topological) with boundary ``inputs``."""
+def build_tape(inputs: list, fused: list, outputs: list, reduction: Optional[tuple] = None):
+    """The kernels-layer tape for fused ops ``fused`` (topological) with boundary ``inputs``;
+    ``reduction``: (mode, number of reduced axes, the row-valued Vals) of a reduction tape."""
     names: dict = {}
     for v in inputs:
         names[id(v)] = node_name(len(names))
@@ -96,11 +120,22 @@ def build_tape(inputs: list, fused: list, outputs: list):
                              constant=_constant_value(v) if const else None))
     tops = [TapeOp(names[id(g.outputs[0])], g.prim.name, g.outputs[0].dtype.np,
                    tuple(names[id(x)] for x in g.inputs), g.prim.params) for g in fused]
-    return make_tape(tin, tops, [names[id(o)] for o in outputs]), names
+    red = None
+    if reduction is not None:
+        mode, naxes, rows = reduction
+        red = Reduction(mode, naxes, frozenset(names[id(v)] for v in rows))
+    return make_tape(tin, tops, [names[id(o)] for o in outputs], red), names
 
 
-def fuse(prog: Program) -> Program:
-    """Replace fusable chains of ``prog`` by Compiled ops (in place); returns ``prog``."""
+def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
+    """Replace fusable chains of ``prog`` by Compiled ops (in place); returns ``prog``.
+    ``reductions``: fuse reductions too (tapescope's extension; default: the fusion mode
+    is ``"extended"``)."""
+    pre: list = []
+    if reductions if reductions is not None else _MODE[0] == "extended":
+        from .fusion_reduce import fuse_reductions
+
+        pre = fuse_reductions(prog, build_tape, _unrenderable, _input_reason)
     output_ids = {id(v) for v in prog.outputs}
     parents: dict = {}
     for g in prog.tape:
@@ -128,7 +163,7 @@ def fuse(prog: Program) -> Program:
             reason = None
             if op is None:
                 reason = ARGUMENT if v.arg is not None else CONSTANT
-            elif id(op) in global_cache:
+            elif id(op) in global_cache or op.prim.name == "Compiled":
                 reason = ALREADY_FUSED
             elif depth >= MAX_COMPILE_DEPTH:
                 reason = DEPTH_LIMIT
@@ -207,8 +242,15 @@ def fuse(prog: Program) -> Program:
         g.inputs = [repl.get(id(v), v) for v in g.inputs]
     prog.outputs = [repl.get(id(v), v) for v in prog.outputs]
     prog.tape = new_tape
-    prog.boundaries = boundaries
+    prog.boundaries = pre + boundaries
     return prog
+
+
+def _input_reason(v: Val) -> str:
+    """Why a reduction tape stopped at input ``v`` (the region's growth is not recorded)."""
+    if v.op is None:
+        return ARGUMENT if v.arg is not None else CONSTANT
+    return boundary_reason(v.op.prim) or NEEDED_ELSEWHERE
 
 
 def tapes(prog: Program) -> list:

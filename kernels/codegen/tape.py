@@ -108,8 +108,46 @@ class TapeOp:
 
 
 @dataclass(frozen=True)
+class Reduction:
+    """What makes a tape a fused reduction (tapescope's extended fusion, not MLX's): the
+    reduced axes are the last ``naxes`` (``mode="last"``) or the first (``"first"``) of the
+    kernel's full shape, and ``rows`` names the tape values (inputs and ops) that are
+    constant along them (one value per kept index: reductions' results and what is computed
+    from them alone); every other value varies over the full shape."""
+
+    mode: str  # "last" or "first"
+    naxes: int
+    rows: frozenset
+
+    def shape_of(self, name: str, full: Sequence[int]) -> tuple:
+        """The shape of value ``name`` when the kernel's full shape is ``full``."""
+        full = tuple(full)
+        if name not in self.rows:
+            return full
+        k = self.naxes
+        return ((1,) * k + full[k:]) if self.mode == "first" else (full[:len(full) - k] + (1,) * k)
+
+    def split(self, full: Sequence[int]) -> tuple:
+        """(rows, cols): the number of kept indices and of reduced elements per kept index."""
+        full = tuple(int(s) for s in full)
+        k = self.naxes
+        red = full[:k] if self.mode == "first" else full[len(full) - k:]
+        kept = full[k:] if self.mode == "first" else full[:len(full) - k]
+        return int(np.prod(kept, dtype=np.int64)), int(np.prod(red, dtype=np.int64))
+
+    def name_part(self, inputs: Sequence["TapeInput"], ops: Sequence["TapeOp"]) -> str:
+        """The kernel-name section of a reduction tape: ``R``, the mode letter, r/f per input
+        and op (row or full), and a hash of the ops' parameters (axes, argmax or argmin)."""
+        cls = "".join("r" if x.name in self.rows else "f" for x in (*inputs, *ops))
+        params = ";".join(f"{op.name}{sorted(dict(op.params).items())}" for op in ops if op.params
+                          and op.primitive != "Broadcast")
+        return f"_R{self.mode[0].upper()}{self.naxes}{cls}_{stable_hash(params)}"
+
+
+@dataclass(frozen=True)
 class Tape:
-    """A fused elementwise chain: inputs, operations (topological) and output names."""
+    """A fused chain: inputs, operations (topological) and output names. ``reduction`` is
+    set on tapes that fuse reductions with their elementwise neighbours (extended fusion)."""
 
     inputs: tuple
     ops: tuple
@@ -117,6 +155,7 @@ class Tape:
     lib_name: str = field(default="", compare=False)
     # per-runtime call plans keyed by layouts (filled by the runtime; not part of the value)
     launches: dict = field(default_factory=dict, compare=False, repr=False)
+    reduction: Optional[Reduction] = None
 
     @property
     def non_constant_inputs(self) -> list:
@@ -152,10 +191,15 @@ def lib_name(inputs: Sequence[TapeInput], ops: Sequence[TapeOp]) -> str:
     return "".join(parts) + "_" + sig + "_" + dts + "_" + stable_hash(consts)
 
 
-def make_tape(inputs: Sequence[TapeInput], ops: Sequence[TapeOp], outputs: Sequence[str]) -> Tape:
-    """Build a tape and its kernel library name."""
+def make_tape(inputs: Sequence[TapeInput], ops: Sequence[TapeOp], outputs: Sequence[str],
+              reduction: Optional[Reduction] = None) -> Tape:
+    """Build a tape and its kernel library name (a reduction tape's name has its own section,
+    so it never collides with MLX's names)."""
     inputs, ops = tuple(inputs), tuple(ops)
-    return Tape(inputs, ops, tuple(outputs), lib_name(inputs, ops))
+    name = lib_name(inputs, ops)
+    if reduction is not None:
+        name += reduction.name_part(inputs, ops)
+    return Tape(inputs, ops, tuple(outputs), name, reduction=reduction)
 
 
 def variant_name(lib: str, contiguous: bool, ndim: int, large: bool) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import cupy
+import ml_dtypes
 import numpy as np
 
 from .. import timeline
@@ -31,6 +32,7 @@ from ..codegen.tape import Tape
 from ..cpu import compiler, disk_cache
 from ..cpu.compiled import _output_order, plan
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 _lock = threading.Lock()
 _unsupported: dict = {}  # tape lib name -> why the CUDA dialect cannot spell it (None: it can)
 _failed: dict = {}  # cache key -> why its build failed (not retried)
@@ -273,6 +275,10 @@ def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
     name = f"{tape.lib_name}_{suffix}"
     if tape.lib_name not in _unsupported:
         try:
+            if any(np.dtype(tape.dtype_of(n)) == _BF16 for n in (*[x.name for x in tape.inputs],
+                                                               *[op.name for op in tape.ops])):
+                raise Unsupported("bfloat16 arrays have no CuPy dtype, and this runtime keeps "
+                                  "them on the host")
             d.render(tape, name, contiguous, ndim, large)
             _unsupported[tape.lib_name] = None
         except Unsupported as e:

@@ -14,7 +14,18 @@ def compiled(xp, *inputs, tape, shape, out=None, donatable=None, runtime=None):
     no runtime (a caller outside evaluation) the tape is interpreted with ``xp``. ``out``
     (single-output tapes) is written when its layout suits the kernel; ``donatable``
     (multi-output tapes) marks the inputs whose buffers the outputs may take, by MLX's
-    Compiled rules."""
+    Compiled rules. A reduction tape (extended fusion) runs on the CPU runtime
+    (``cpu/reduction.py``), or interpreted."""
+    if tape.reduction is not None:
+        if runtime is not None:
+            from ..cpu.reduction import run_reduction
+
+            outs = run_reduction(tape, inputs, shape, out=out)
+        else:
+            from ..codegen.reduction import interpret as interpret_reduction
+
+            outs = interpret_reduction(tape, inputs, shape, xp)
+        return outs[0] if len(outs) == 1 else tuple(outs)
     if runtime is not None:
         outs = runtime(tape, inputs, shape, out=out, donatable=donatable)
     else:

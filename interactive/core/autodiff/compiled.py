@@ -46,7 +46,10 @@ def replay_tape(tape, inputs: list, shape=None) -> list:
                 emit(n, broadcast_shapes(*shapes))
         prim = Primitive(op.primitive, s, **dict(op.params))
         ins = [env[n] for n in op.inputs]
-        out_shape = prim.defn.shape([tuple(a.shape) for a in ins], **prim.kw)[0]
+        if tape.reduction is not None and shape is not None:  # a fused reduction's value
+            out_shape = tape.reduction.shape_of(op.name, shape)
+        else:
+            out_shape = prim.defn.shape([tuple(a.shape) for a in ins], **prim.kw)[0]
         env[op.name] = array._make1(tuple(out_shape), _dt.from_numpy(op.dtype), prim, ins)
     for n in tape.outputs:
         if n in pending:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from ..array import array
 from ..device import resolve_stream
 from ..tree import tree_arrays, tree_unflatten
-from ..fusion import fuse
+from ..fusion import _MODE as _FUSION, fuse
 from ..tracing import Program, ReplayPlan, dynamic_tracing, replay, simplify, trace
 
 __all__ = ["compile", "enable_compile", "disable_compile"]
@@ -139,7 +139,7 @@ class CompiledFunction:
                     break
                 descs.append(a._d)
             else:
-                entry = self._fast.get((stream, tuple([(d.shape, d.dtype) for d in descs])))
+                entry = self._fast.get((stream, _FUSION[0], tuple([(d.shape, d.dtype) for d in descs])))
                 if entry is not None:
                     outs = entry.plan.run(descs)
                     if entry.lone:
@@ -159,7 +159,7 @@ class CompiledFunction:
             sig = tuple((x.ndim, x.dtype) for x in arrays)
         else:
             sig = tuple((x.shape, x.dtype) for x in arrays)
-        ck = (tuple(key), sig, stream)
+        ck = (tuple(key), sig, stream, _FUSION[0])  # the fusion mode changes the program
         entry = self._cache.get(ck)
         if entry is None:
             with self._lock:
@@ -169,7 +169,7 @@ class CompiledFunction:
                     self._cache[ck] = entry
         if self._direct and not kwargs and n_args == len(args) and all(
                 a.__class__ is array for a in args):
-            self._fast[(stream, sig)] = entry
+            self._fast[(stream, _FUSION[0], sig)] = entry
         if self._shapeless:
             outs = replay(entry.program, [x._d for x in arrays], True)
         else:
@@ -208,7 +208,8 @@ class CompiledFunction:
         with dynamic_tracing(self._shapeless):
             program, template = trace(run, avals)
         self.traces += 1
-        fuse(simplify(program))
+        # reductions fuse at their traced shapes only (a shapeless program is reused at others)
+        fuse(simplify(program), reductions=False if self._shapeless else None)
         return _Entry(program, template, box["n"])
 
 
