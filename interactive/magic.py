@@ -1,6 +1,6 @@
 """``%load_ext tapescope``: the ``%%mlx`` cell magic and the ``%mlx`` line magics.
 
-``%%mlx [--device cpu|gpu|cuda|metal|cpu,gpu] [--compile] [--check]
+``%%mlx [--device cpu|gpu|cuda|metal|cpu,gpu] [--compile] [--check] [--fusion mlx|extended]
 [--show graph,tapes,kernels,check,memory,cache,events] [--quiet]`` runs the cell in the user
 namespace while recording the timeline, then shows what it did (``cell_report.CellReport``):
 the arrays it assigned or evaluated, their graph (arrays the cell left lazy, and the programs
@@ -11,7 +11,10 @@ cell still shows the report of what ran, then the normal traceback.
 
 ``--compile`` runs the cell as one ``mx.compile``d function of the arrays it reads from the
 namespace (so its elementwise chains fuse); a cell that cannot be traced (it prints or
-evaluates an array) runs uncompiled, and the report says why. ``--device cpu,gpu`` runs the
+evaluates an array) runs uncompiled, and the report says why. ``--fusion extended`` runs the
+cell (and draws its report) under tapescope's extended fusion (reductions fused with their
+elementwise neighbours, ``tapescope.set_fusion``); the mode in place before comes back after
+the cell. ``--device cpu,gpu`` runs the
 cell on both devices (the second in a copy of the namespace) and shows results, differences
 and timings side by side; an unavailable device is reported, never an error.
 
@@ -72,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true")
     p.add_argument("--show", default=None)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--fusion", default=None)
     return p
 
 
@@ -84,6 +88,9 @@ def parse_options(line: str) -> argparse.Namespace:
         raise _usage_error(f"%%mlx: unknown device {', '.join(bad) or repr(opts.device)}; "
                            f"use {', '.join(DEVICES)} or a comma list such as cpu,gpu.")
     opts.devices = list(dict.fromkeys(devs))
+    if opts.fusion is not None and opts.fusion not in ("mlx", "extended"):
+        raise _usage_error(f"%%mlx: unknown fusion mode {opts.fusion!r}; "
+                           "--fusion takes mlx or extended.")
     if opts.show is None:
         opts.sections = set(cr.SECTIONS) if opts.check else set(cr.SECTIONS) - {"check"}
     else:
@@ -387,6 +394,20 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
     """Run ``cell`` under ``%%mlx`` options ``line``; display and return the report."""
     __tracebackhide__ = True
     opts = parse_options(line)
+    if opts.fusion is None:
+        return _mlx_cell(shell, opts, cell)
+    from tapescope.core import fusion
+
+    before = fusion.fusion_mode()
+    fusion.set_fusion(opts.fusion)
+    try:
+        return _mlx_cell(shell, opts, cell)
+    finally:
+        fusion.set_fusion(before)
+
+
+def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
+    __tracebackhide__ = True
     ns = shell.user_ns
     try:
         fname = shell.compile.cache(cell, _prompt_number(shell))

@@ -180,6 +180,26 @@ def test_bad_options_are_usage_errors(ip):
         ip.run_line_magic("mlx", "graph 3")
 
 
+def test_fusion_option_runs_the_cell_under_extended_fusion_and_restores_the_mode(ip):
+    from tapescope.core import fusion
+
+    fusion.set_fusion("mlx")
+    ip.user_ns["rx"] = mx.array(np.linspace(-2, 2, 48, dtype=np.float32).reshape(6, 8))
+    body = "ry = mx.softmax(rx * 2, axis=-1)"
+    _, out, rep = _cell(ip, "--compile --fusion extended --show graph,tapes", body)
+    kernels = [k for _, g in rep.run.graphs for k in g.kernels]
+    assert len(kernels) == 1 and kernels[0].tape.reduction is not None
+    assert "fused reduction" in _html(out) or "fused reduction" in rep.run.graphs[0][1].to_dot()
+    x = np.linspace(-2, 2, 48).reshape(6, 8) * 2
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.array(ip.user_ns["ry"]), e / e.sum(-1, keepdims=True), rtol=1e-5)
+    assert fusion.fusion_mode() == "mlx"  # restored after the cell
+    _, _, rep = _cell(ip, "--compile --show tapes", body)
+    assert all(k.tape.reduction is None for _, g in rep.run.graphs for k in g.kernels)
+    with pytest.raises(UsageError, match="--fusion takes mlx or extended"):
+        ip.run_cell_magic("mlx", "--fusion fast", "zz = 1")
+
+
 # -- exceptions and interrupts --------------------------------------------------------------
 
 

@@ -264,3 +264,17 @@ def test_threaded_rows_above_the_threshold():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
     got = np.array(_extended(lambda x: mx.sum(x * 2, axis=0), x), dtype=np.float64)
     np.testing.assert_allclose(got, 2 * xn.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_the_picture_draws_fused_reductions_in_their_own_colour():
+    from tapescope.viz import style as S
+
+    x = mx.array(np.ones((8, 16), np.float32))
+    fusion.set_fusion("extended")
+    g = tapescope.trace(lambda x: mx.softmax(x * 2, axis=-1) + mx.exp(x), x)
+    dot = g.to_dot()
+    assert S.REDUCTION_CLUSTER.border in dot and S.GROUPS["fused reduction"].legend in dot
+    assert [k.variant for k in g.kernels] == ["reduce_last"]
+    fusion.set_fusion("mlx")
+    dot = tapescope.trace(lambda x: mx.softmax(x * 2, axis=-1) + mx.exp(x), x).to_dot()
+    assert S.REDUCTION_CLUSTER.border not in dot and "fused reduction" not in dot

@@ -252,14 +252,15 @@ class _Writer:
 
     def _kernel_cluster(self, op: Any) -> None:
         k = self.g.kernels[op.kernel]
-        self._group("compiled")
+        cl = S.cluster_style(k.tape)
+        self._group("compiled" if cl is S.CLUSTER else "compiled reduction")
         outer = self.t
         with outer.subgraph(name=f"cluster_k{k.index}") as c:
             self.t = c
             bw = self._backward(op)
             caption = ("&#8711; " if bw else "") + self._kernel_caption(k)
             c.attr("graph", **_attrs(label=f"<{caption}>", style="rounded,filled",
-                                     fillcolor=S.CLUSTER.fill, color=bw.get("color", S.CLUSTER.border),
+                                     fillcolor=cl.fill, color=bw.get("color", cl.border),
                                      penwidth=bw.get("penwidth", "1.5"),
                                      fontsize="10", labeljust="l", tooltip=f"{k.name}_{k.variant}",
                                      id=f"ts_kernel_{k.index}"))
@@ -275,7 +276,7 @@ class _Writer:
                 else:
                     c.node(nid, **_attrs(label=x.name, shape="circle", width="0.3", fixedsize="true",
                                          fontsize="9", style="filled", fillcolor="#ffffff",
-                                         color=S.CLUSTER.border, id=f"ts_kernel_{k.index}_{x.name}"))
+                                         color=cl.border, id=f"ts_kernel_{k.index}_{x.name}"))
             cot = self._tape_cotangents(k) if bw else set()
             for t in k.tape.ops:
                 st = S.op_style(_family(t.primitive))
@@ -303,14 +304,14 @@ class _Writer:
 
     def _collapsed_kernel(self, op: Any) -> None:
         k = self.g.kernels[op.kernel]
-        self._group("compiled")
+        self._group("compiled" if k.tape.reduction is None else "compiled reduction")
         steps = "·".join(t.primitive for t in k.tape.ops)
         if len(steps) > 48:
             steps = steps[:47] + "…"
         bw = self._backward(op)
         label = (f"<<B>{'&#8711; ' if bw else ''}kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
                  f"<FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
-        st = S.GROUPS["fused kernel"]
+        st = S.GROUPS["fused kernel" if k.tape.reduction is None else "fused reduction"]
         self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled,bold",
                                            fillcolor=st.fill, color=bw.get("color", st.border),
                                            tooltip=f"{k.name}_{k.variant}", id=f"ts_kernel_{k.index}"))

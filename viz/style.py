@@ -26,6 +26,7 @@ FAMILY_GROUP = {
     "matmul": "matmul", "creation": "creation", "random": "random",
     "sort": "sort", "fft": "fft / linalg", "linalg": "fft / linalg",
     "compiled": "fused kernel",
+    "compiled reduction": "fused reduction",
 }
 
 GROUPS = {
@@ -42,6 +43,8 @@ GROUPS = {
     "sort": Style("#ccfbf1", "#0d9488", "sort"),
     "fft / linalg": Style("#fce7f3", "#db2777", "fft / linalg"),
     "fused kernel": Style("#dcfce7", "#16a34a", "fused kernel (Compiled)"),
+    "fused reduction": Style("#fff7ed", "#c2410c",
+                             "fused reduction (extended fusion: a reduction and its neighbours)"),
     "other": Style("#f3f4f6", "#4b5563", "other"),
 }
 
@@ -49,6 +52,12 @@ INPUT = Style("#fefce8", "#854d0e", "input (argument)")
 CONSTANT = Style("#f5f5f4", "#78716c", "constant")
 OUTPUT = Style("#ffffff", "#111827", "output")
 CLUSTER = Style("#f0fdf4", "#16a34a", "fused kernel")
+REDUCTION_CLUSTER = Style("#fff7ed", "#c2410c", "fused reduction")  # extended fusion's kernels
+
+
+def cluster_style(tape: object) -> Style:
+    """The colours of a fused kernel: extended fusion's reduction kernels have their own."""
+    return REDUCTION_CLUSTER if getattr(tape, "reduction", None) is not None else CLUSTER
 BOUNDARY = "#b91c1c"  # colour of the 'why fusion stopped' labels
 EDGE = "#6b7280"
 BACKWARD = "#c026d3"  # border of ops reverse mode recorded, and of the cotangents they pass

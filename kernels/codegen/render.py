@@ -630,6 +630,8 @@ def parse_variant(variant: str) -> tuple:
     base = variant[:-len("_large")] if large else variant
     if base == "contiguous":
         return True, 1, large
+    if base.startswith("reduce_"):  # a fused reduction's one variant (rows x cols, strided)
+        return False, 2, large
     n = base.split("_")[1]
     return False, DYNAMIC_NDIM if n == "dynamic" else int(n), large
 
@@ -643,6 +645,22 @@ def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] =
     from .gpu import variant_suffix
 
     built = {**({"cpu": cpu} if cpu else {}), **(built or {})}
+    if tape.reduction is not None:  # extended fusion: the reduction schedule is the CPU's
+        from .reduction import render as render_reduction
+
+        out = {}
+        for runtime, dialect in RUNTIME_DIALECT.items():
+            if built.get(runtime):
+                out[runtime] = built[runtime]
+            elif runtime == "cpu":
+                try:
+                    out[runtime] = render_reduction(tape, f"{lib_name}_{variant}")
+                except Unsupported as e:
+                    out[runtime] = f"// no C kernel ({e}); the tape runs with numpy"
+            else:
+                out[runtime] = (f"// no {renderer(dialect).name} kernel: fused reductions "
+                                "(extended fusion) have a CPU schedule only")
+        return out
     contiguous, ndim, large = parse_variant(variant)
     out = {}
     for runtime, dialect in RUNTIME_DIALECT.items():
