@@ -99,6 +99,16 @@ class Kernel:
         return [e for e in kernel_cache() if e["name"].startswith(self.name + "_")]
 
     @property
+    def tier(self) -> Optional[str]:
+        """What ran the predicted variant so far: ``"kernel"`` (its generated C),
+        ``"interpreted"`` (a tiered first call while the kernel builds: ``set_tiered``),
+        ``"numpy"`` (a fallback; the kernel cache says why) or None (not run yet)."""
+        for e in self.cached():
+            if e["name"] in (self.symbol, self.gpu_symbol):
+                return {"cpu": "kernel"}.get(e["runtime"], e["runtime"])
+        return None
+
+    @property
     def sources(self) -> dict:
         """Generated source of the predicted variant per runtime: ``cpu`` (C: the built one
         when the kernel cache has it), ``cuda`` and ``metal`` (MSL), or why there is none."""

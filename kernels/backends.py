@@ -131,6 +131,16 @@ class Backend:
             return run_compiled
         return self.run_compiled
 
+    @functools.cached_property
+    def compiled_launch(self) -> Optional[Callable]:
+        """``cpu.compiled.launch_for`` where fused tapes run as generated C on the host (the
+        eval loop's fast lane for a fused call whose kernel is loaded), else None."""
+        if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.compiled import launch_for
+
+            return launch_for
+        return None
+
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
 

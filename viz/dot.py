@@ -245,6 +245,8 @@ class _Writer:
         head = f"<B>kernel {k.index}</B> · {S.esc(k.variant)} · {n} op{'s' if n != 1 else ''}"
         if self.shapes:
             head += f" · {S.esc(_shape(k.shape))}"
+        if k.tier == "interpreted":  # a tiered first call ran it while its C builds
+            head += " · <I>interpreted (C building)</I>"
         if not self.kernel_names:
             return head
         name = S.esc(_short(k.name, 36))  # the full name is the cluster's tooltip
@@ -309,8 +311,9 @@ class _Writer:
         if len(steps) > 48:
             steps = steps[:47] + "…"
         bw = self._backward(op)
-        label = (f"<<B>{'&#8711; ' if bw else ''}kernel {k.index}</B> · {S.esc(k.variant)}<BR/>"
-                 f"<FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
+        tier = " · <I>interpreted (C building)</I>" if k.tier == "interpreted" else ""
+        label = (f"<<B>{'&#8711; ' if bw else ''}kernel {k.index}</B> · {S.esc(k.variant)}{tier}"
+                 f"<BR/><FONT POINT-SIZE=\"8\">{S.esc(steps)}</FONT>>")
         st = S.GROUPS["fused kernel" if k.tape.reduction is None else "fused reduction"]
         self.t.node(f"op{op.id}", **_attrs(label=label, shape="box", style="rounded,filled,bold",
                                            fillcolor=st.fill, color=bw.get("color", st.border),

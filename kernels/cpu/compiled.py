@@ -4,7 +4,8 @@ Mirrors MLX's ``Compiled::eval_cpu``: contiguity check and dim collapse choose t
 ``_contiguous`` or ``_strided_<ndim>`` kernel (``_large`` past UINT32_MAX elements); outputs
 take a donated input buffer where MLX's rules allow it, else fresh memory; the arguments go
 to ``void <name>(void** args)``. Without a compiler, or when a build fails or the C dialect
-cannot spell an op, the tape runs interpreted with numpy and the timeline says why.
+cannot spell an op, the tape runs interpreted with numpy and the timeline says why; so
+does a first call with tiering on (``tiered.py``) while its kernel builds in the background.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
-from ..codegen.interpret import interpret
+from ..codegen.interpret import interpret, interpret_blocked
 from ..codegen.layout import (
     broadcast_strides, check_contiguity, collapse_contiguous_dims, elem_strides,
     is_col_contiguous, is_row_contiguous, row_strides, use_large_index,
 )
 from ..codegen.render import CDialect, Unsupported
 from ..codegen.tape import Tape, variant_name
-from . import compiler
+from . import compiler, tiered
 
 
 def plan(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int]) -> tuple:
@@ -181,6 +182,35 @@ class Launch:
         probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
         self.out_strides = probe.strides if probe is not None else None
 
+    def takes(self, out: np.ndarray) -> bool:
+        """Whether the kernel writes its single output straight into ``out``."""
+        return (out.strides == self.out_strides and out.shape == self.shape
+                and out.dtype == self.dtypes[0] and out.flags.writeable)
+
+    def call(self, inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray],
+             hit: bool = True) -> None:
+        """Run the kernel on these arrays (of the layouts this plan was made for); ``hit``:
+        count the call as a hit of the in-memory kernel cache."""
+        if hit:
+            self.entry.hits += 1
+            if timeline.enabled:
+                compiler.record_hit(self.name, self.variant)
+        tid = threading.get_ident()
+        argv = self.argvs.get(tid) or self.argv()
+        for i, j in self.slots:
+            argv[j] = _ptr(inputs[i])
+        j = self.n_args
+        for o in outs:
+            argv[j] = _ptr(o)
+            j += 1
+        if timeline.enabled:
+            t0 = timeline.now()
+            self.fn(argv)
+            timeline.add("kernel_launch", t0, timeline.now(), name=self.name, device="cpu",
+                         detail={"runtime": "cpu", "variant": self.variant, "tier": "kernel"})
+        else:
+            self.fn(argv)
+
     def argv(self) -> ctypes.Array:
         """This thread's argument vector, with the constant parts filled in."""
         tid = threading.get_ident()
@@ -218,12 +248,27 @@ def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
         if reason:
             raise compiler.BuildError(reason)
         key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
-        entry = compiler.get_kernel(
-            name, variant, lambda tc: _source(tape, name, contiguous, ndim, large, tc.vector_math),
-            key=key, tape=tape)
+
+        def source(tc):
+            return _source(tape, name, contiguous, ndim, large, tc.vector_math)
+
+        if tiered.tiered() and compiler.loaded(key) is None and compiler.failed(key) is None:
+            # tiered: load it if it is on disk (once the toolchain is known), else build it
+            # in the background and run this call interpreted
+            entry = compiler.get_kernel(name, variant, source, key=key, tape=tape,
+                                        build=False) if compiler.probed() else None
+            if entry is None:
+                tiered.start(key, lambda: compiler.get_kernel(name, variant, source, key=key,
+                                                              tape=tape))
+                return _BUILDING, name, variant, key
+        else:
+            entry = compiler.get_kernel(name, variant, source, key=key, tape=tape)
     except compiler.BuildError as e:
-        return e, name, variant
+        return e, name, variant, None
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, name, variant)
+
+
+_BUILDING = object()  # _prepare's answer while the kernel builds in the background
 
 
 def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
@@ -251,36 +296,43 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
             return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
         ln = _prepare(tape, inputs, shape)
         if isinstance(ln, tuple):  # no kernel: interpret with numpy (not cached: says why each time)
-            err, name, variant = ln
+            err, name, variant, key = ln
             t0 = timeline.now() if timeline.enabled else 0
-            compiler.note_fallback(name, variant, "", str(err), tape=tape)
-            outs = interpret(tape, inputs, shape)
+            if err is _BUILDING:
+                reason, tier = tiered.BUILDING, "interpreted"
+                compiler.note_interpreted(key, name, variant, reason, tape=tape)
+            else:
+                reason, tier = str(err), "fallback"
+                compiler.note_fallback(name, variant, "", reason, tape=tape)
+            outs = interpret_blocked(tape, inputs, shape)
             if t0:
                 timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
-                             detail={"reason": str(err), "runtime": "numpy", "variant": variant})
+                             detail={"reason": reason, "runtime": "numpy", "variant": variant,
+                                     "tier": tier})
             return outs
         launches[key] = ln
+        hit = False  # this call got (or built) the kernel: counted by ``get_kernel``
     else:
-        ln.entry.hits += 1
-        if timeline.enabled:
-            compiler.record_hit(ln.name, ln.variant)
-    if (out is not None and out.strides == ln.out_strides and out.shape == ln.shape
-            and out.dtype == ln.dtypes[0] and out.flags.writeable):
+        hit = True
+    if out is not None and ln.takes(out):
         outs = [out]
     elif out is not None and _fits(out, tape, inputs, ln.shape, ln.contiguous):
         outs = [out]
     else:
         outs = allocate_outputs(tape, inputs, ln.shape, ln.contiguous, donatable)
-    argv = ln.argv()
-    for i, j in ln.slots:
-        argv[j] = _ptr(inputs[i])
-    j = ln.n_args
-    for o in outs:
-        argv[j] = _ptr(o)
-        j += 1
-    t0 = timeline.now() if timeline.enabled else 0
-    ln.fn(argv)
-    if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=ln.name, device="cpu",
-                     detail={"runtime": "cpu", "variant": ln.variant})
+    ln.call(inputs, outs, hit)
     return outs
+
+
+def launch_for(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> Optional[Launch]:
+    """The call plan already made for these layouts (its kernel loaded), or None: the eval
+    loop's fast lane for a fused call, which then allocates the output itself and calls
+    ``Launch.call`` (``run_compiled`` does everything else)."""
+    launches = tape.launches
+    arrays = launches.get(None)
+    if arrays is None:
+        return None
+    ln = launches.get((shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
+    if ln is None or ln.gen != compiler._generation[0]:
+        return None
+    return ln

@@ -52,6 +52,7 @@ class KernelEntry:
     build_ms: float = 0.0
     hits: int = 0
     misses: int = 0
+    interpreted: int = 0  # calls run interpreted while the kernel built (tiered first calls)
     disk_path: Optional[str] = None
     origin: str = ""  # "built", "disk", "temp" (built in a temporary folder, not cached)
     cache_note: str = ""  # why the disk cache was not used ("" when it was)
@@ -94,7 +95,9 @@ def record_hit(name: str, variant: str) -> None:
         _record("kernel_build", t0, name, hit=True, origin="memory", runtime="cpu",
                 variant=variant, compile_ms=0.0)
 _toolchains: dict[tuple, Optional["Toolchain"]] = {}
+_toolchain_lock = threading.Lock()  # one probe at a time (background builds probe too)
 _failed: dict[str, str] = {}  # kernel name -> why its build failed (not retried)
+_key_locks: dict[str, threading.Lock] = {}  # kernel key -> held while that kernel builds
 
 
 @dataclass
@@ -175,6 +178,20 @@ def toolchain() -> Optional[Toolchain]:
     key = (cc, os.environ.get("PATH", ""), user_flags)
     if key in _toolchains:
         return _toolchains[key]
+    with _toolchain_lock:
+        if key not in _toolchains:
+            _toolchains[key] = _probe(cc, user_flags)
+        return _toolchains[key]
+
+
+def probed() -> bool:
+    """Whether the compiler on PATH now has been probed already (``toolchain()`` is cheap)."""
+    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    return (find_compiler(), os.environ.get("PATH", ""), user_flags) in _toolchains
+
+
+def _probe(cc: Optional[str], user_flags: tuple) -> Optional[Toolchain]:
+    """Try the flag sets in order of preference; the first that builds and loads wins."""
     tc = None
     if cc:
         try:
@@ -204,7 +221,6 @@ def toolchain() -> Optional[Toolchain]:
                         continue
                     tc = Toolchain(cc, ver, BASE_FLAGS + extra + list(user_flags), libs, vmath)
                     break
-    _toolchains[key] = tc
     return tc
 
 
@@ -294,14 +310,19 @@ def _record(kind: str, t0: int, name: str, **detail) -> None:
 
 
 def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
-               key: Optional[str] = None, tape: Optional[object] = None) -> KernelEntry:
+               key: Optional[str] = None, tape: Optional[object] = None,
+               build: bool = True) -> Optional[KernelEntry]:
     """The loaded kernel ``name``, building it on a miss; raises BuildError without one.
 
-    Double-checked: a lock-free lookup first, then under the lock again before building.
+    Double-checked: a lock-free lookup first, then under the kernel's own lock again before
+    building, so different kernels build in parallel (``tiered.prebuild`` starts a batch)
+    while one kernel is never built twice.
     ``key`` (default: the name) is what the in-process cache is keyed by: MLX's kernel name
     does not say which tape nodes are outputs, so tapes that differ only there need their
     own entries (the C symbol keeps MLX's name; the disk file is told apart by its source hash).
     ``tape`` is kept on the entry (the viz renders its other dialects from it).
+    ``build=False``: only load it (from memory or the disk cache); None when it would have
+    to be built.
     """
     key = key or name
     t0 = timeline.now() if timeline.enabled else 0
@@ -313,6 +334,10 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
                     variant=variant, compile_ms=0.0)
         return e
     with _lock:
+        klock = _key_locks.get(key)
+        if klock is None:
+            klock = _key_locks[key] = threading.Lock()
+    with klock:
         e = _kernels.get(key)
         if e is not None and e.fn is not None:
             e.hits += 1
@@ -337,24 +362,41 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
             except (OSError, AttributeError):
                 loaded = None  # unloadable on disk: rebuilt
         if loaded is None:
+            if not build:
+                return None
             try:
                 loaded = _build_and_load(tc, name, source, cache, paths)
             except BuildError as err:
-                _failed[key] = str(err)
+                with _lock:
+                    _failed[key] = str(err)
                 raise
         lib, fn, path, ms, origin, note = loaded
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
-        if e is None:
-            e = KernelEntry(name, "cpu", variant, source, tape=tape)
-        e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, lib, ms, origin
-        e.disk_path, e.cache_note = (str(path) if path is not None else None), note
-        e.misses += 1
-        _kernels[key] = e
+        with _lock:
+            e = _kernels.get(key)
+            if e is None:
+                e = KernelEntry(name, "cpu", variant, source, tape=tape)
+            e.runtime = "cpu"  # an entry that ran interpreted until now has its kernel
+            e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, lib, ms, origin
+            e.disk_path, e.cache_note = (str(path) if path is not None else None), note
+            e.misses += 1
+            _kernels[key] = e
     if t0:
         _record("kernel_build", t0, name, hit=False, origin=origin, runtime="cpu",
                 variant=variant, compile_ms=ms, cache=note)
     return e
+
+
+def loaded(key: str) -> Optional[KernelEntry]:
+    """The in-process kernel under ``key`` when it is built and loaded, else None."""
+    e = _kernels.get(key)
+    return e if e is not None and e.fn is not None else None
+
+
+def failed(key: str) -> Optional[str]:
+    """Why the kernel under ``key`` could not be built (None: it did not fail)."""
+    return _failed.get(key)
 
 
 def note_fallback(name: str, variant: str, source: str, reason: str,
@@ -366,6 +408,18 @@ def note_fallback(name: str, variant: str, source: str, reason: str,
             e = _kernels[name] = KernelEntry(name, "numpy", variant, source, tape=tape)
         e.misses += 1
         e.origin = f"fallback: {reason}"
+
+
+def note_interpreted(key: str, name: str, variant: str, reason: str,
+                     tape: Optional[object] = None) -> None:
+    """Count a call that ran interpreted while its kernel builds (tiered first calls)."""
+    with _lock:
+        e = _kernels.get(key)
+        if e is None:
+            e = _kernels[key] = KernelEntry(name, "interpreted", variant, "", tape=tape)
+        if e.fn is None:
+            e.runtime, e.origin = "interpreted", reason
+        e.interpreted += 1
 
 
 def entries() -> list:
@@ -381,6 +435,10 @@ def clear(disk: bool = False) -> None:
         _kernels.clear()
         _toolchains.clear()
         _failed.clear()
+        _key_locks.clear()
         _generation[0] += 1
+    from . import tiered
+
+    tiered.forget()
     if disk:
         disk_cache.clear()

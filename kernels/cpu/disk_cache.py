@@ -187,8 +187,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def store(paths: tuple, library: Path, source: str, meta: dict) -> None:
     """Copy a built library into the cache with its source and sidecar, each written to a
-    temporary name and renamed, the sidecar last; on an OSError (disk full, quota, a
-    read-only mount) what was written is removed and the error raised."""
+    temporary name and renamed, the sidecar last; on any error (disk full, quota, a
+    read-only mount, an interrupt between two files) what was written is removed and the
+    error raised, so the cache never holds half an entry."""
     so, side, csrc = paths
     data = library.read_bytes()
     written = []
@@ -197,7 +198,7 @@ def store(paths: tuple, library: Path, source: str, meta: dict) -> None:
                               (side, json.dumps({**meta, "so_sha256": sha256(data)}).encode())):
             _atomic_write(path, content)
             written.append(path)
-    except OSError:
+    except BaseException:
         for path in written:
             try:
                 path.unlink()
