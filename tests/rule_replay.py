@@ -215,6 +215,19 @@ def cases(rng) -> list:
                                    mx.matmul(_f(rng, (3, 4), "float16", False), _f(rng, (4, 2), "float16", False)),
                                    mx.addmm(_f(rng, (3, 2), special=False), _f(rng, (3, 4), special=False),
                                             _f(rng, (4, 2), special=False), alpha=0.5, beta=2.0)]))
+    out.append(("matmul family", lambda: [
+        mx.gather_mm(_f(rng, (3, 2, 4), special=False), _f(rng, (2, 4, 5), special=False),
+                     mx.array([2, 0, 1, 2]), mx.array([1, 1, 0, 0])),
+        mx.gather_mm(_f(rng, (3, 4), "float16", False), _f(rng, (3, 4, 2), "float16", False), None,
+                     mx.array([[0], [2]]), sorted_indices=True),
+        mx.block_masked_mm(_f(rng, (40, 70)), _f(rng, (70, 33)), 32, mx.array([[True, False]] * 2),
+                           mx.array([[1.0, 0.5, 0.0]] * 2), mx.array([[2.0, 1.0]] * 3)),
+        mx.block_masked_mm(_f(rng, (2, 9, 5), "bfloat16", False), _f(rng, (5, 3), "bfloat16", False),
+                           64, mx.array([[True]])),
+        mx.segmented_mm(_f(rng, (3, 10), special=False), _f(rng, (10, 4), special=False),
+                        mx.array([[0, 3], [3, 10], [6, 2]])),
+        mx.segmented_mm(_f(rng, (2, 6), "float16", False), _f(rng, (6, 3), "float16", False),
+                        mx.array([[[1, 4]], [[0, 6]]]))]))
     out.append(("conv", lambda: [
         mx.conv_general(_f(rng, (2, 7, 6, 4), special=False), _f(rng, (6, 3, 2, 2), special=False),
                         stride=[2, 1], padding=([1, 0], [2, 1]), kernel_dilation=[1, 2],

@@ -18,13 +18,12 @@ from conftest import mlx_ref
 pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
 
 P = inspect.Parameter
-_QUANT, _MM, _NEWOPS = ("quantization", "the matmul family", "new op families")
+_QUANT = "quantization"
 # Public names of mlx.core that tapescope.core lacks: name -> (open issue, why).
 MISSING = {
     **{n: (19, _QUANT) for n in ("quantize", "dequantize", "quantized_matmul", "gather_qmm",
                                  "qqmm", "gather_qqmm")},
     **{n: (19, "fp8") for n in ("to_fp8", "from_fp8")},
-    **{n: (19, _MM) for n in ("gather_mm", "block_masked_mm", "segmented_mm")},
 }
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES: dict = {}
@@ -33,7 +32,6 @@ MISSING_IN_SUBMODULE = {
     ("fast", "metal_kernel"): (20, "custom Metal kernels"),
     ("fast", "cuda_kernel"): (15, "custom CUDA kernels"),
     ("fast", "precompiled_cuda_kernel"): (15, "custom CUDA kernels"),
-    ("fast", "gated_delta_update"): (19, _NEWOPS),
 }
 MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 

@@ -208,3 +208,21 @@ def test_cupy_and_jax_read_gpu_arrays_without_a_copy_and_keep_the_buffer():
         pass
     z = mx.array(cupy.arange(5, dtype=cupy.int32))
     assert z.dtype == mx.int32 and z.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_eval_of_one_array_returns_once_the_gpu_has_computed_it():
+    """MLX's eval blocks until the data is there: the eager one-node path too (it once
+    returned after the launch, and a host copy on another CUDA stream read stale memory)."""
+
+    x = mx.array(np.ones(1 << 26, np.float32))
+    mx.eval(x)
+    for _ in range(3):
+        y = mx.exp(x) * 2  # two lazy nodes: the general path
+        mx.eval(y)
+        assert y._d.data is not None
+        z = mx.sin(y)  # one node over available inputs: the eager path
+        mx.eval(z)
+        # read at once on another CUDA stream: stale memory unless the kernel had finished
+        got = np.array(z)
+        assert np.all(got == np.float32(np.sin(np.float32(np.exp(np.float32(1)) * 2)))) or \
+            np.allclose(got, np.sin(np.exp(1.0) * 2), rtol=1e-6), np.unique(got)[:5]

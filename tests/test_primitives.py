@@ -148,6 +148,12 @@ NO_VMAP_IN_MLX = {
     "AsStrided": "M.vmap(lambda a: M.as_strided(a, (2,), (1,)))(M.ones((3, 4)))",
     "QRF": "M.vmap(lambda a: M.linalg.qr(a, stream=M.cpu)[0])(M.ones((2, 3, 3)))",
     "LUF": "M.vmap(lambda a: M.linalg.lu_factor(a, stream=M.cpu)[0])(M.ones((2, 3, 3)))",
+    "GatherMM": "M.vmap(lambda a: M.gather_mm(a, M.ones((2, 4, 5)), M.array([0]), "
+                "M.array([1])))(M.ones((2, 3, 2, 4)))",
+    "BlockMaskedMM": "M.vmap(lambda a: M.block_masked_mm(a, M.ones((4, 5)), 32, "
+                     "M.ones((1, 1))))(M.ones((2, 3, 4)))",
+    "SegmentedMM": "M.vmap(lambda a: M.segmented_mm(a, M.ones((4, 5)), M.array([[0, 2]])))("
+                   "M.ones((2, 3, 4)))",
 }
 
 

@@ -362,6 +362,41 @@ def table() -> dict[str, Callable]:
     T["Matmul"] = matmul
     T["AddMM"] = lambda a, b, c, *, alpha, beta: alpha * matmul(a, b) + beta * f32(c)
 
+    def gather_mm(a, b, lhs, rhs, *, left_sorted, right_sorted):
+        """MLX's GatherMM: the product of matrix ``lhs[i]`` of ``a`` and ``rhs[i]`` of ``b``,
+        each counted over the flattened batch axes."""
+        sa = f32(a).reshape((-1,) + a.shape[-2:])
+        sb = f32(b).reshape((-1,) + b.shape[-2:])
+        return matmul(sa[lhs.reshape(-1)], sb[rhs.reshape(-1)]).reshape(
+            lhs.shape + (a.shape[-2], b.shape[-1]))
+
+    def block_masked_mm(a, b, *masks, block_size):
+        """MLX's BlockMaskedMM: masks (out, lhs, rhs; three inputs = out only, four = the
+        operands only) cover block_size squares; a bool block keeps or zeroes, a float block
+        scales."""
+        def apply(x, mask):
+            full = jnp.repeat(jnp.repeat(mask, block_size, -2), block_size, -1)
+            full = full[..., :x.shape[-2], :x.shape[-1]]
+            return jnp.where(full, x, 0) if kind(mask) == "b" else x * f32(full)
+        x, y = f32(a), f32(b)
+        if len(masks) >= 2:
+            x, y = apply(x, masks[-2]), apply(y, masks[-1])
+        out = matmul(x, y)
+        return apply(out, masks[0]) if len(masks) in (1, 3) else out
+
+    def segmented_mm(a, b, segments):
+        """MLX's SegmentedMM: ``a[:, s:e] @ b[s:e, :]`` per ``(s, e)`` pair (zero if e <= s)."""
+        k = jnp.arange(a.shape[1])
+        seg = segments.reshape(-1, 2).astype(jnp.int64)
+        inside = (k >= seg[:, :1]) & (k < seg[:, 1:])
+        x = jnp.where(inside[:, None, :], f32(a)[None], 0)
+        y = jnp.where(inside[:, :, None], f32(b)[None], 0)
+        return matmul(x, y).reshape(segments.shape[:-1] + (a.shape[0], b.shape[1]))
+
+    T["GatherMM"] = gather_mm
+    T["BlockMaskedMM"] = block_masked_mm
+    T["SegmentedMM"] = segmented_mm
+
     def convolution(x, w, *, strides, padding_lo, padding_hi, kernel_dilation, input_dilation,
                     groups, flip):
         """MLX's channels-last Convolution: input (N, *S, C_in), weight (C_out, *K, C_in / g);

@@ -3,8 +3,8 @@
 MLX defines each of these in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary
 ops, which every backend without the fused kernel runs (and which gives its VJP); tapescope
 builds that same composition, so grad / vmap / compile see ordinary primitives. The custom
-kernel entry points (``metal_kernel``, ``cuda_kernel``, ``precompiled_cuda_kernel``) and
-``gated_delta_update`` are issues 15 / 19 / 20.
+kernel entry points (``metal_kernel``, ``cuda_kernel``, ``precompiled_cuda_kernel``) are
+issues 15 / 20.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Optional, Union
 
 from . import dtypes as _dt
 from .array import array
-from .device import StreamOrDevice
+from .device import BadArgs, StreamContext, StreamOrDevice, binding, resolve_stream
 
 
 def _mx():
@@ -177,3 +177,75 @@ def cross_entropy(logits: array, targets: array, *, stream: StreamOrDevice = Non
     picked = mx.take_along_axis(logits, mx.expand_dims(targets, -1), -1)
     lse = mx.logsumexp(logits, -1, keepdims=True)
     return mx.squeeze(mx.astype(lse, _dt.float32) - mx.astype(picked, _dt.float32), -1)
+
+
+_GDU_SIG = ("gated_delta_update(q: mlx.core.array, k: mlx.core.array, v: mlx.core.array, "
+            "gamma: mlx.core.array, beta: mlx.core.array, initial_state: mlx.core.array | None "
+            "= None, mask: mlx.core.array | None = None, stream: mlx.core.Stream | "
+            "mlx.core.ThreadLocalStream | mlx.core.Device | mlx.core.DeviceType | None = None) "
+            "-> list[mlx.core.array]")
+
+
+def _step(x: array, t: int) -> array:
+    """``x[:, t]`` as MLX's fallback takes it: a Slice of axis 1, then a Squeeze of axis 1
+    (a 1-D ``x`` reaches the Squeeze, and its error, unsliced)."""
+    mx = _mx()
+    if x.ndim >= 2:
+        x = x[:, t:t + 1]
+    return mx.squeeze(x, 1)
+
+
+@binding(_GDU_SIG)
+def gated_delta_update(q: array, k: array, v: array, gamma: array, beta: array,
+                       initial_state: Optional[array] = None, mask: Optional[array] = None,
+                       stream: StreamOrDevice = None) -> list:
+    """The gated delta rule, one time step after another, as MLX's fallback composes it.
+
+    ``q``, ``k``: (B, T, Hk, Dk); ``v``: (B, T, Hv, Dv); ``gamma`` (decay, linear space):
+    (B, T, Hv), or (B, T, Hv, Dk) for a decay per key channel; ``beta``: (B, T, Hv);
+    ``initial_state``: (B, Hv, Dv, Dk) (zeros when None); ``mask``: (B, T), a false step keeps
+    the state and outputs zeros. ``q`` / ``k`` heads repeat ``Hv // Hk`` times. Per step:
+    ``S *= gamma; delta = (v - S k) * beta; S += delta kᵀ; y = S q``. Returns ``[y, state]``:
+    ``y`` (B, T, Hv, Dv) in the type of ``q`` and ``k`` (float32 for integers), the state in
+    float32 (float64 when ``q`` / ``k`` are). MLX checks no shapes: a mismatch surfaces as the
+    error of the op that meets it, here as there.
+    """
+    mx = _mx()
+    for x in (q, k, v, gamma, beta):
+        if not isinstance(x, array):
+            raise BadArgs("array")
+    for x in (initial_state, mask):
+        if x is not None and not isinstance(x, array):
+            raise BadArgs("array")
+    if q.ndim < 4 or v.ndim < 4:
+        raise IndexError("SmallVector out of range.")
+    with StreamContext(resolve_stream(stream)):
+        dtype = mx.result_type(q.dtype, k.dtype)
+        if not _dt.issubdtype(dtype, _dt.floating):
+            dtype = _dt.float32
+        q, k, v, gamma, beta = (mx.astype(x, dtype) for x in (q, k, v, gamma, beta))
+        b, n_steps, hk, dk = q.shape[:4]
+        hv, dv = v.shape[2], v.shape[3]
+        state = (mx.zeros((b, hv, dv, dk), dtype=_dt.float32) if initial_state is None
+                 else mx.astype(initial_state, _dt.float32))
+        if mask is not None:
+            mask = mx.astype(mask, _dt.bool_)
+        reps = hv // hk if hk else 0
+        if reps > 1:
+            q, k = mx.repeat(q, reps, 2), mx.repeat(k, reps, 2)
+        ys = []
+        for t in range(n_steps):
+            q_t, k_t, v_t, g_t, b_t = (_step(x, t) for x in (q, k, v, gamma, beta))
+            m_t = None if mask is None else _step(mask, t)
+            old = state
+            decay = mx.expand_dims(g_t, (-2, -1)) if gamma.ndim == 3 else mx.expand_dims(g_t, -2)
+            state = state * decay
+            kv_mem = mx.sum(state * mx.expand_dims(k_t, -2), -1)
+            delta = (v_t - kv_mem) * mx.expand_dims(b_t, -1)
+            state = state + mx.expand_dims(k_t, -2) * mx.expand_dims(delta, -1)
+            y_t = mx.sum(state * mx.expand_dims(q_t, -2), -1)
+            if m_t is not None:
+                state = mx.where(mx.expand_dims(m_t, (-3, -2, -1)), state, old)
+                y_t = mx.where(mx.expand_dims(m_t, (-2, -1)), y_t, array(0, y_t.dtype))
+            ys.append(y_t)
+        return [mx.astype(mx.stack(ys, 1), dtype), state]

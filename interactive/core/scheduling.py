@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.backends import stream_backend as backend
-from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (annotations)
+from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (Fence: annotations)
 from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
@@ -209,6 +209,8 @@ def _eval_one(desc: ArrayDesc) -> bool:
         raise
     finally:
         ev.signal(1)
+    if type(ev) is not Event:  # a GPU's event: eval returns once the device has finished
+        ev.wait(1)
     return True
 
 

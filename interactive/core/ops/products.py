@@ -68,11 +68,19 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0, *,
           stream: StreamOrDevice = None) -> array:
-    """``alpha * (a @ b) + beta * c`` in one ``AddMM`` (real floating dtypes only)."""
+    """``alpha * (a @ b) + beta * c`` in one ``AddMM`` for real floats; complex64 is composed
+    as ``matmul``, ``multiply`` and ``add``, as ``addmm`` in ``mlx/ops.cpp`` composes it."""
     require_array("addmm", "addmm(c: array, a: array, b: array, /, alpha: float = 1.0, "
                   "beta: float = 1.0,  *, stream: StreamOrDevice = None) -> array", c, a, b)
-    sa, sb = _mm_shapes("addmm", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("[addmm] Got 0 dimension input. Inputs must have at least one dimension.")
     out_type = _dt.promote_types(_dt.promote_types(a.dtype, b.dtype), c.dtype)
+    if out_type == _dt.complex64:
+        s = resolve_stream(stream)
+        scaled = op("multiply")(matmul(a, b, stream=s), array(float(alpha), _dt.float32), stream=s)
+        return op("add")(scaled, op("multiply")(array(float(beta), _dt.float32), c, stream=s),
+                         stream=s)
+    sa, sb = _mm_shapes("addmm", a, b)
     if not _dt.is_floating(out_type):
         raise ValueError(f"[addmm] Only real floating point types are supported but "
                          f"{c.dtype.name}, {a.dtype.name} and {b.dtype.name} were provided which "
