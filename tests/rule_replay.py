@@ -31,6 +31,8 @@ NOT_REPLAYED = {
     "ReduceScatter": _COLLECTIVE,
     "Send": _COLLECTIVE,
     "Recv": _COLLECTIVE,
+    "CustomKernel": "user Metal code run through the Metal shim on host buffers "
+                    "(tests/test_metal_kernel.py)",
 }
 
 

@@ -29,7 +29,6 @@ MISSING = {
 MISSING_SUBMODULES: dict = {}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
 MISSING_IN_SUBMODULE = {
-    ("fast", "metal_kernel"): (20, "custom Metal kernels"),
     ("fast", "cuda_kernel"): (15, "custom CUDA kernels"),
     ("fast", "precompiled_cuda_kernel"): (15, "custom CUDA kernels"),
 }

@@ -2,9 +2,9 @@
 
 MLX defines each of these in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary
 ops, which every backend without the fused kernel runs (and which gives its VJP); tapescope
-builds that same composition, so grad / vmap / compile see ordinary primitives. The custom
-kernel entry points (``metal_kernel``, ``cuda_kernel``, ``precompiled_cuda_kernel``) are
-issues 15 / 20.
+builds that same composition, so grad / vmap / compile see ordinary primitives.
+``metal_kernel`` is ``fast_metal.py``; ``cuda_kernel`` and ``precompiled_cuda_kernel`` are
+issue 15.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Optional, Union
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, StreamContext, StreamOrDevice, binding, resolve_stream
+from .fast_metal import metal_kernel  # noqa: F401 - mx.fast.metal_kernel
 
 
 def _mx():

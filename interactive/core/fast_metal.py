@@ -1,0 +1,148 @@
+"""``mx.fast.metal_kernel``: MLX 0.32's signature and call (python/src/fast.cpp,
+mlx/backend/common/metal_kernel.cpp).
+
+Making a kernel checks the outputs and ``compile_options`` as MLX does; calling it converts
+the inputs, checks the template arguments and sizes, writes the source (MLX's signature
+rules: ``kernels/metal/custom.py``) and records one ``CustomKernel`` node with an output per
+``output_names``. Without Metal, MLX raises ``RuntimeError("[metal_kernel] No Metal
+back-end.")`` at the call, and so does tapescope by default. tapescope's extension: with
+``TAPESCOPE_METAL_SHIM=1`` (or ``tapescope.kernels.metal.shim.enable()``) the kernel runs
+through the Metal shim on the CPU instead (a verification tool: same source, same buffers,
+same launch grid, run by the system C++ compiler), on the call's stream.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import array
+from .device import BadArgs, binding, resolve_stream
+from .primitive import Primitive
+
+_SIG = ("metal_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
+        "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
+        "bool = True, atomic_outputs: bool = False, compile_options: object | None = None) "
+        "-> object")
+_CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
+             "list[Sequence[int]], output_dtypes: list[Dtype], grid: tuple[int, int, int], "
+             "threadgroup: tuple[int, int, int], template: list[tuple[str, bool | int | Dtype]] "
+             "| None = None, init_value: float | None = None, verbose: bool = false, "
+             "stream: StreamOrDevice = None)")
+_MATH_MODES = ("safe", "relaxed", "fast")
+_REQUIRED = {"inputs", "output_shapes", "output_dtypes", "grid", "threadgroup"}
+_KEYWORDS = _REQUIRED | {"template", "init_value", "verbose", "stream"}
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v)
+
+
+@binding(_SIG)
+def metal_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str],
+                 source: str, header: str = "", ensure_row_contiguous: bool = True,
+                 atomic_outputs: bool = False, compile_options: Optional[object] = None) -> object:
+    """A jit-compiled custom Metal kernel defined from a source string (``source`` is the
+    kernel's body; its signature is generated). Returns the callable kernel."""
+    if not (isinstance(name, str) and _strs(input_names) and _strs(output_names)
+            and isinstance(source, str) and isinstance(header, str)
+            and isinstance(ensure_row_contiguous, bool) and isinstance(atomic_outputs, bool)):
+        raise BadArgs()
+    if compile_options is not None:
+        if not isinstance(compile_options, dict):
+            raise ValueError("[metal_kernel] Expected `compile_options` to be a dict.")
+        for key, value in compile_options.items():
+            if key == "math_mode":
+                if value not in _MATH_MODES:
+                    raise ValueError("[metal_kernel] Expected math_mode to be 'safe', "
+                                     "'relaxed', or 'fast'.")
+            else:
+                raise ValueError(f"[metal_kernel] Unknown compile option `{key}`.")
+    if not output_names:
+        raise ValueError("[metal_kernel] Must specify at least one output.")
+    return _MetalKernel(name, list(input_names), list(output_names), source, header,
+                        ensure_row_contiguous, atomic_outputs)
+
+
+class _MetalKernel:
+    """The callable ``metal_kernel`` returns."""
+
+    def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous,
+                 atomic_outputs):
+        self.name, self.input_names, self.output_names = name, input_names, output_names
+        self.source, self.header = source, header
+        self.ensure_row_contiguous, self.atomic_outputs = ensure_row_contiguous, atomic_outputs
+
+    def __call__(self, *args, **kwargs) -> list:
+        try:
+            if args or not _REQUIRED <= set(kwargs) or not set(kwargs) <= _KEYWORDS:
+                raise BadArgs()  # nanobind: keyword-only, these names
+            return self._call(**kwargs)
+        except BadArgs:
+            from .device import incompatible
+
+            raise incompatible("__call__", _CALL_SIG, *args, **kwargs) from None
+
+    def _call(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup,
+              template=None, init_value=None, verbose=False, stream=None) -> list:
+        from tapescope.kernels.metal import custom, shim
+
+        if not (isinstance(inputs, list) and isinstance(output_shapes, list)
+                and isinstance(output_dtypes, list)
+                and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
+                and _triple(grid) and _triple(threadgroup) and isinstance(verbose, bool)
+                and (template is None or isinstance(template, list))
+                and (init_value is None or isinstance(init_value, (int, float)))):
+            raise BadArgs()
+        arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
+        targs = []
+        for item in template or []:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+                raise BadArgs()
+            tname, v = item
+            if isinstance(v, bool) or isinstance(v, int):
+                targs.append((tname, v))
+            elif isinstance(v, _dt.Dtype):
+                targs.append((tname, v.np))
+            else:
+                raise ValueError("[metal_kernel] Invalid template argument. Must be "
+                                 "`mlx.core.Dtype`, `int` or `bool`.")
+        for actual, expected, what in ((len(arrays), len(self.input_names), "inputs"),
+                                       (len(output_shapes), len(self.output_names), "output_shapes"),
+                                       (len(output_dtypes), len(self.output_names), "output_dtypes")):
+            if actual != expected:
+                raise ValueError(f"[metal_kernel] Expected `{what}` to have size {expected} "
+                                 f"but got size {actual}.\n")
+        if not shim.enabled():  # tapescope runs no Metal here (the runtime is macOS-only)
+            raise RuntimeError("[metal_kernel] No Metal back-end.")
+        s = resolve_stream(stream)
+        out_dts = [d.np for d in output_dtypes]
+        shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
+        kname, src = custom.write_source(
+            self.name, self.input_names, self.output_names, self.source, self.header,
+            self.atomic_outputs,
+            [custom.Input(a.dtype.np, a.ndim, a.size) for a in arrays], out_dts, targs)
+        if verbose:
+            print(f"Generated source code for `{self.name}`:\n```\n{src}\n```", file=sys.stdout)
+        prim = Primitive("CustomKernel", s, kernel_name=kname, source=src,
+                         grid=tuple(int(g) for g in grid),
+                         threadgroup=tuple(int(t) for t in threadgroup),
+                         shape_infos=tuple(custom.shape_infos(self.source, self.input_names)),
+                         ensure_row_contiguous=self.ensure_row_contiguous,
+                         init_value=None if init_value is None else float(init_value),
+                         output_shapes=tuple(shapes), output_dtypes=tuple(out_dts))
+        return array._make(shapes, list(output_dtypes), prim, arrays)
+
+
+def _triple(v) -> bool:
+    return (isinstance(v, tuple) and len(v) == 3
+            and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v))
+
+
+def _scalar(x) -> array:
+    if isinstance(x, (bool, int, float, complex)):
+        return array(x)
+    raise BadArgs()
