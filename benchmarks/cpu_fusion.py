@@ -1,7 +1,15 @@
 """CPU fusion benchmark: tapescope's compiled C kernels vs numpy, jax.jit, MLX and a
 hand-written C + OpenMP kernel, side by side in one run (medians, N = 2**24 float32).
 
-    .venv/bin/python benchmarks/cpu_fusion.py [--n 24] [--reps 7]
+Part 2 (issue 21): reductions and an MLP, all compiled — softmax, layernorm, logsumexp,
+variance over the first axis, the MLP ``gelu(x @ W1) @ W2`` — at the named shapes and
+others of the same kinds, run interleaved (one call of each implementation in turn per
+repetition), medians, for tapescope in both fusion modes ("mlx", "extended"), jax.jit
+(persistent compilation cache off), numpy and MLX (columns skipped when absent), with the
+ratio of tapescope extended to JAX. Then ``benchmarks/cpu_calls.py``'s rows (per-call cost,
+first call) when that file exists.
+
+    .venv/bin/python benchmarks/cpu_fusion.py [--n 24] [--reps 7] [--only reductions]
 """
 
 from __future__ import annotations
@@ -77,7 +85,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=24)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--only", choices=["elementwise", "reductions"], default=None)
     args = ap.parse_args()
+    print(f"machine: {machine()}")
+    _jax_setup()
+    if args.only != "reductions":
+        elementwise(args)
+    if args.only != "elementwise":
+        reductions(args.reps)
+        calls()
+
+
+def elementwise(args):
     N, R = 2 ** args.n, args.reps
     rng = np.random.default_rng(0)
     xn = rng.uniform(-2, 2, N).astype(np.float32)
@@ -164,7 +183,6 @@ def main():
     npf = fb(np, xn, yn).astype(np.float64)
     scale = np.maximum(np.abs(ref), 1.0)
 
-    print(f"machine: {machine()}")
     print(f"N = 2^{args.n} float32, median of {R} runs (e: 2000 runs), milliseconds")
     peers = ["tapescope", "numpy", "jax", "mlx", "hand C"]
     print("case  " + "".join(f"{p:>11}" for p in peers) + "   tapescope vs: jax    hand C")
@@ -200,6 +218,158 @@ def e_split(tiny):
     kern = per_call_us(lambda: run_compiled(tape, ins, shape, out=out))
     print(f"(e) split, us per call: total {full:.1f} = compiled call {call:.1f} + kernel launch "
           f"{kern:.1f} + eval loop / output buffer / free {full - call - kern:.1f}")
+
+
+# -- part 2: reductions and the MLP (issue 21) ---------------------------------------------
+
+def _softmax(m, x):
+    e = m.exp(x - m.max(x, axis=-1, keepdims=True))
+    return e / m.sum(e, axis=-1, keepdims=True)
+
+
+def _layernorm(m, x, w, b):
+    mu = m.mean(x, axis=-1, keepdims=True)
+    v = m.var(x, axis=-1, keepdims=True)
+    return (x - mu) / m.sqrt(v + 1e-5) * w + b
+
+
+def _logsumexp(m, x):
+    mx_ = m.max(x, axis=-1, keepdims=True)
+    return m.log(m.sum(m.exp(x - mx_), axis=-1)) + m.squeeze(mx_, -1)
+
+
+def _var0(m, x):
+    return m.var(x * 2 + 1, axis=0)
+
+
+def _gelu(m, x):
+    return 0.5 * x * (1 + m.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+def _mlp(m, x, w1, w2):
+    return _gelu(m, x @ w1) @ w2
+
+
+def reduction_cases(rng):
+    """(label, function of (module, *arrays), numpy inputs); the named shapes first."""
+    f32 = np.float32
+
+    def r(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(f32)
+
+    return [
+        ("softmax (4096,4096)", _softmax, (r(4096, 4096),)),
+        ("softmax (32768,128)", _softmax, (r(32768, 128),)),
+        ("softmax (256,65536)", _softmax, (r(256, 65536),)),
+        ("layernorm (8192,1024)", _layernorm, (r(8192, 1024), r(1024), r(1024))),
+        ("layernorm (2048,4096)", _layernorm, (r(2048, 4096), r(4096), r(4096))),
+        ("layernorm (65536,96)", _layernorm, (r(65536, 96), r(96), r(96))),
+        ("logsumexp (4096,4096)", _logsumexp, (r(4096, 4096),)),
+        ("var axis 0 (4096,4096)", _var0, (r(4096, 4096),)),
+        ("MLP 512x1024@1024x1024,GELU,@1024x256", _mlp,
+         (r(512, 1024), r(1024, 1024, scale=0.03), r(1024, 256, scale=0.03))),
+        ("MLP 256x2048@2048x512,GELU,@512x2048", _mlp,
+         (r(256, 2048), r(2048, 512, scale=0.02), r(512, 2048, scale=0.04))),
+    ]
+
+
+def _implementations(f, ins):
+    """name -> a no-argument call that computes ``f`` on ``ins`` to completion."""
+    from tapescope.core import fusion
+
+    impls = {}
+    for mode in ("mlx", "extended"):
+        fusion.set_fusion(mode)
+        g = mx.compile(lambda *a, f=f: f(mx, *a))
+        arrs = [mx.array(a) for a in ins]
+        mx.eval(*arrs)
+
+        def run(g=g, arrs=arrs, mode=mode):
+            fusion.set_fusion(mode)
+            mx.eval(g(*arrs))
+
+        impls[f"tapescope {mode}"] = run
+    impls["numpy"] = lambda: f(np, *ins)
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jf = jax.jit(lambda *a: f(jnp, *a))
+        jins = [jnp.asarray(a) for a in ins]
+        impls["jax"] = lambda: jf(*jins).block_until_ready()
+    except ImportError:
+        pass
+    try:
+        import mlx.core as mlx
+
+        mf = mlx.compile(lambda *a: f(mlx, *a))
+        mins = [mlx.array(a) for a in ins]
+        mlx.eval(*mins)
+        impls["mlx"] = lambda: mlx.eval(mf(*mins))
+    except ImportError:
+        pass
+    return impls
+
+
+def _jax_setup():
+    """JAX on the CPU, its persistent compilation cache off (every run compiles afresh)."""
+    try:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_enable_compilation_cache", False)
+    except ImportError:
+        pass
+
+
+def reductions(reps: int):
+    """Part 2's table: interleaved medians, ms, and tapescope extended / JAX."""
+    from tapescope.core import fusion
+
+    before = fusion.fusion_mode()
+    rng = np.random.default_rng(1)
+    cols = ["tapescope mlx", "tapescope extended", "jax", "numpy", "mlx"]
+    print(f"\nreductions and MLP, float32, compiled, interleaved, median of {reps} runs, ms")
+    print(f"{'case':40}" + "".join(f"{c:>20}" for c in cols) + "   extended/jax")
+    for label, f, ins in reduction_cases(rng):
+        impls = _implementations(f, ins)
+        for fn in impls.values():  # warm-up: traces, builds, JIT
+            fn()
+        times: dict = {k: [] for k in impls}
+        for _ in range(reps):
+            for k, fn in impls.items():
+                t0 = time.perf_counter()
+                fn()
+                times[k].append((time.perf_counter() - t0) * 1e3)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        cells = "".join(f"{med[c]:20.3f}" if c in med else f"{'-':>20}" for c in cols)
+        ratio = (f"{med['tapescope extended'] / med['jax']:9.2f}" if "jax" in med else "      -")
+        print(f"{label:40}{cells}   {ratio}")
+    fusion.set_fusion(before)
+
+
+def calls():
+    """The per-call and first-call rows of ``benchmarks/cpu_calls.py`` (issue 21, part B),
+    when that file exists, so one run prints everything."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_calls.py")
+    if not os.path.exists(path):
+        return
+    spec = importlib.util.spec_from_file_location("cpu_calls", path)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:
+        print(f"\n(benchmarks/cpu_calls.py not run: {e})")
+        return
+    print()
+    run = getattr(mod, "main", None) or getattr(mod, "rows", None)
+    if run is not None:
+        try:
+            run([]) if run.__code__.co_argcount else run()
+        except SystemExit:
+            pass
 
 
 if __name__ == "__main__":

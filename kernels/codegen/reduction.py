@@ -16,6 +16,7 @@ loads, stores, one expression per op); ``interpret`` is the numpy executor of th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -179,6 +180,10 @@ class ReductionSchedule:
             L.append(f"  const int64_t {x.name}_sr = meta[{j}], {x.name}_sc = meta[{j + 1}];")
             j += 2
         full_in = [x for x in arrays if not by[x.name].row]
+        if tape.reduction.mode == "first":
+            L += self._first(d, tape, items, by, arrays, outs)
+            L.append("}")
+            return "\n".join(L) + "\n"
         unit = " && ".join(["o_sc == 1"] + [f"{x.name}_sc == 1" for x in full_in])
         L.append(f"  const int unit = {unit};")
         L.append(f"  #pragma omp parallel for schedule(static) if(rows > 1 && rows * cols >= "
@@ -228,6 +233,118 @@ class ReductionSchedule:
         L.append("}")
         return "\n".join(L) + "\n"
 
+    block = 64  # kept indices per block of the first-axes schedule (one vector row each)
+
+    def _first(self, d, tape, items, by, arrays, outs) -> list:
+        """The first-axes schedule: blocks of ``block`` kept indices (contiguous in memory)
+        in parallel; each pass walks the reduced index ``c`` outside and the block inside
+        (``omp simd`` over it), so every load is a unit-stride run; row values are arrays of
+        the block."""
+        B = self.block
+        full_in = [x for x in arrays if not by[x.name].row]
+        unit = " && ".join(["o_sr == 1"] + [f"{x.name}_sr == 1" for x in full_in])
+        L = [f"  const int unit = {unit};"]
+        uniform = set()
+        for x in tape.inputs:  # constants and 0-d inputs: one value for the whole kernel
+            if x.is_constant or x.scalar:
+                ct = d.compute_type(x.dtype)
+                val = d.literal(x) if x.is_constant else d.load(x.dtype, f"{x.name}[0]")
+                L.append(f"  const {ct} tmp_{x.name} = {val};")
+                uniform.add(x.name)
+        L.append(f"  #pragma omp parallel for schedule(static) if(rows * cols >= {self.omp_min_size})")
+        L.append(f"  for (int64_t rb = 0; rb < rows; rb += {B}) {{")
+        L.append(f"    const int64_t nb = rows - rb < {B} ? rows - rb : {B};")
+        rowvals = [it for it in items if it.row and it.name not in uniform]
+        for it in rowvals:
+            L.append(f"    {d.compute_type(it.dtype)} rv_{it.name}[{B}];")
+        for x in arrays:
+            if by[x.name].row:
+                L.append("    for (int64_t k = 0; k < nb; ++k) "
+                         f"rv_{x.name}[k] = {d.load(x.dtype, f'{x.name}[(rb + k) * {x.name}_sr]')};")
+        n_pass = 1 + max([it.level for it in items if not it.row] +
+                         [it.level - 1 for it in items if it.kind == "red"] + [0])
+        done = {x.name for x in tape.inputs if by[x.name].row}
+
+        def row_ops(p):
+            ready = [it for it in items if it.row and it.kind == "op" and it.name not in done
+                     and it.level <= p]
+            body, made = [], set()
+            for it in ready:
+                if all(a in done or a in made for a in it.args):
+                    made.add(it.name)
+                    body.append(it)
+            if not body:
+                return []
+            out = ["    for (int64_t k = 0; k < nb; ++k) {"]
+            used = {a for it in body for a in it.args if a not in made and a not in uniform}
+            out += [f"      const {d.compute_type(by[a].dtype)} tmp_{a} = rv_{a}[k];"
+                    for a in sorted(used)]
+            for it in body:
+                out.append(f"      const {d.compute_type(it.dtype)} tmp_{it.name} = "
+                           f"{self._expr(d, it, by)};")
+                out.append(f"      rv_{it.name}[k] = tmp_{it.name};")
+            out.append("    }")
+            done.update(made)
+            return out
+
+        def idx(line, reds):
+            for it in reds:
+                line = re.sub(rf"\b(acc|nan|best|idx)_{it.name}\b", rf"\1_{it.name}[k]", line)
+            return line
+
+        for p in range(n_pass + 1):
+            L += row_ops(p)
+            if p == n_pass:
+                break
+            reds, stores, need, _, _ = self._plan(d, items, by, outs, n_pass, cache=False)[p]
+            if not reds and not stores:
+                continue
+            L.append(f"    /* pass {p} */")
+            for it in reds:
+                decl = self._acc_decl(d, it, by, [])
+                for line in decl:  # "ct acc_X = init;" -> an array of the block
+                    m = re.match(r"\s*(.+?) (\w+) = (.+);$", line)
+                    L.append(f"    {m.group(1)} {m.group(2)}[{B}];")
+                    L.append(f"    for (int64_t k = 0; k < nb; ++k) {m.group(2)}[k] = {m.group(3)};")
+            used = sorted({a for n in need for a in by[n].args if by[a].row and a not in uniform})
+            for branch, unit_b in (("if (unit) {", True), ("} else {", False)):
+                L.append(f"    {branch}")
+                L.append("    for (int64_t c = 0; c < cols; ++c) {")
+                L.append("      #pragma omp simd")
+                L.append("      for (int64_t k = 0; k < nb; ++k) {")
+                L += [f"        const {d.compute_type(by[a].dtype)} tmp_{a} = rv_{a}[k];" for a in used]
+                for it in items:
+                    if it.name not in need:
+                        continue
+                    ct = d.compute_type(it.dtype)
+                    if it.kind == "in":
+                        at = (f"rb + k + c * {it.name}_sc" if unit_b
+                              else f"(rb + k) * {it.name}_sr + c * {it.name}_sc")
+                        L.append(f"        const {ct} tmp_{it.name} = "
+                                 f"{d.load(it.dtype, f'{it.name}[{at}]')};")
+                    else:
+                        L.append(f"        const {ct} tmp_{it.name} = {self._expr(d, it, by)};")
+                for it in reds:
+                    L += [idx(line, reds) for line in self._acc_step(d, it, by)]
+                for o, n, dt in stores:
+                    at = "rb + k + c * o_sc" if unit_b else "(rb + k) * o_sr + c * o_sc"
+                    L.append(f"        {o}[{at}] = {d.store(dt, f'tmp_{n}')};")
+                L.append("      }")
+                L.append("    }")
+            L.append("    }")
+            for it in reds:
+                for line in self._acc_final(d, it, by):
+                    m = re.match(r"\s*const (.+?) tmp_(\w+) = (.+);$", line)
+                    L.append(f"    for (int64_t k = 0; k < nb; ++k) rv_{m.group(2)}[k] = "
+                             f"{idx(m.group(3), reds)};")
+            done.update(it.name for it in reds)
+        for o, n, dt in outs:
+            if by[n].row:
+                src = f"rv_{n}[k]" if n not in uniform else f"tmp_{n}"
+                L.append(f"    for (int64_t k = 0; k < nb; ++k) {o}[rb + k] = {d.store(dt, src)};")
+        L.append("  }")
+        return L
+
     def _expr(self, d, it: Item, by: dict) -> str:
         if it.expr is not None:
             return it.expr
@@ -247,7 +364,7 @@ class ReductionSchedule:
                 done.add(it.name)
         return L
 
-    def _plan(self, d, items, by, outs, n_pass) -> list:
+    def _plan(self, d, items, by, outs, n_pass, cache: bool = True) -> list:
         """Per pass: (its reductions, its full-output stores, the full values it computes,
         the values it keeps in the row workspace, the values it reads back from there). A
         value that calls a math function and is needed by a later pass again (softmax's
@@ -280,8 +397,9 @@ class ReductionSchedule:
         for p, (_, _, r) in enumerate(roots):
             for n in closure(r)[0]:
                 passes_of.setdefault(n, []).append(p)
-        costly = {n for n, ps in passes_of.items() if len(ps) > 1 and by[n].kind == "op" and (
-            by[n].prim in d.math_functions or (by[n].expr is not None and "exp" in by[n].expr))}
+        costly = {n for n, ps in passes_of.items() if cache and len(ps) > 1 and by[n].kind == "op"
+                  and (by[n].prim in d.math_functions
+                       or (by[n].expr is not None and "exp" in by[n].expr))}
         plans = []
         for p, (reds, stores, r) in enumerate(roots):
             cut = {n for n in costly if passes_of[n][0] < p}
