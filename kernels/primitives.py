@@ -38,6 +38,7 @@ LINALG = "linalg"
 COMPILED = "compiled"
 PLACEHOLDER = "placeholder"
 DISTRIBUTED = "distributed"
+QUANTIZED = "quantized"
 
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})
 # What compile may fuse into a Compiled tape (shared/DESIGN.md).
@@ -58,6 +59,7 @@ _WHERE = {
     LINALG: "interactive/core/linalg.py",
     PLACEHOLDER: "interactive/core/tracing.py (the traced argument's shape and dtype)",
     DISTRIBUTED: "interactive/core/distributed.py (each collective computes its output)",
+    QUANTIZED: "interactive/core/ops/quantized.py (each op computes its outputs, as mlx/ops.cpp)",
 }
 
 # The stated reasons a facet may be absent.

@@ -240,6 +240,22 @@ def cases(rng) -> list:
     out.append(("fft", lambda: [mx.fft.fft(_c(rng, (4, 8))), mx.fft.ifft2(_c(rng, (4, 8))),
                                 mx.fft.rfft(_f(rng, (3, 10), special=False)),
                                 mx.fft.irfft(_c(rng, (3, 6)), n=10)]))
+    def quantized():
+        w = _f(rng, (2, 16, 64), special=False)
+        x = _f(rng, (2, 3, 64), special=False)
+        aff = [mx.quantize(w, 32, b) for b in (3, 4)]
+        nv, mx8 = mx.quantize(w, mode="nvfp4"), mx.quantize(w, mode="mxfp8")
+        idx = mx.array([1, 0, 1], mx.uint32)
+        return [*aff[0], *aff[1], mx.quantized_matmul(x, *aff[1], group_size=32, bits=4),
+                mx.quantized_matmul(x, nv[0], nv[1], mode="nvfp4"),
+                mx.gather_qmm(x[:1], *aff[0], rhs_indices=idx, group_size=32, bits=3),
+                mx.gather_qmm(x[:1], mx8[0], mx8[1], mode="mxfp8", rhs_indices=idx),
+                mx.qqmm(x[0], w[0], mode="mxfp4"), mx.qqmm(x[0, :1], nv[0][0], nv[1][0]),
+                mx.gather_qqmm(x, w, mode="mxfp8", rhs_indices=mx.array([1, 0], mx.uint32)),
+                mx.to_fp8(_f(rng, (5, 8))), mx.to_fp8(_f(rng, (9,), "bfloat16")),
+                mx.from_fp8(mx.array(np.arange(256, dtype=np.uint8)), mx.float32)]
+
+    out.append(("quantized", quantized))
     out.append(("hadamard", lambda: [mx.hadamard_transform(_f(rng, (3, 16), special=False)),
                                      mx.hadamard_transform(_f(rng, (2, 24), special=False), scale=0.5),
                                      mx.hadamard_transform(_f(rng, (2, 8), "float16", False))]))

@@ -18,13 +18,8 @@ from conftest import mlx_ref
 pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
 
 P = inspect.Parameter
-_QUANT = "quantization"
 # Public names of mlx.core that tapescope.core lacks: name -> (open issue, why).
-MISSING = {
-    **{n: (19, _QUANT) for n in ("quantize", "dequantize", "quantized_matmul", "gather_qmm",
-                                 "qqmm", "gather_qqmm")},
-    **{n: (19, "fp8") for n in ("to_fp8", "from_fp8")},
-}
+MISSING: dict = {}
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES: dict = {}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import pathlib
+import re
 
 import ml_dtypes
 import numpy as np
@@ -154,6 +155,18 @@ NO_VMAP_IN_MLX = {
                      "M.ones((1, 1))))(M.ones((2, 3, 4)))",
     "SegmentedMM": "M.vmap(lambda a: M.segmented_mm(a, M.ones((4, 5)), M.array([[0, 2]])))("
                    "M.ones((2, 3, 4)))",
+    "ToFP8": "M.vmap(M.to_fp8)(M.ones((2, 3)))",
+    "FromFP8": "M.vmap(lambda a: M.from_fp8(a))(M.ones((2, 3), M.uint8))",
+    "QQMatmul": "M.vmap(lambda a: M.qqmm(a, M.ones((32, 32))))(M.ones((2, 1, 32)))",
+    "GatherQQMM": "M.vmap(lambda a: M.gather_qqmm(a, M.ones((2, 32, 32)), "
+                  "rhs_indices=M.array([1])))(M.ones((2, 1, 32)))",
+}
+# Primitives whose MLX vmap rule raises its own NYI error (ours: the generic one), with it.
+NYI_VMAP_IN_MLX = {
+    "QuantizedMatmul": ("[QuantizedMatmul::vmap] NYI", "M.vmap(lambda a: M.quantized_matmul("
+                        "a, *M.quantize(M.ones((32, 64)))))(M.ones((2, 1, 64)))"),
+    "GatherQMM": ("GatherQMM::vmap NYI", "M.vmap(lambda a: M.gather_qmm(a, *M.quantize("
+                  "M.ones((2, 32, 64))), rhs_indices=M.array([1])))(M.ones((2, 1, 64)))"),
 }
 
 
@@ -167,8 +180,10 @@ def test_every_primitive_has_a_batching_rule_or_an_mlx_matching_reason():
             assert why and why != primitives.VMAP_LATER, name
             absent[name] = why
     # CustomKernel: MLX's has no vmap either, and without Metal MLX cannot make one to map
-    assert set(absent) == set(NO_VMAP_IN_MLX) | {"Arange", "Placeholder", "Recv", "ReduceScatter",
-                                                 "CustomKernel"}
+    assert set(absent) == set(NO_VMAP_IN_MLX) | set(NYI_VMAP_IN_MLX) | {
+        "Arange", "Placeholder", "Recv", "ReduceScatter", "CustomKernel"}
+    for name, (nyi, _) in NYI_VMAP_IN_MLX.items():
+        assert nyi in absent[name]
     assert "Not implemented for Sum ReduceScatter." in absent["ReduceScatter"]
     for name in NO_VMAP_IN_MLX:
         assert f"Not implemented for {name}." in absent[name]
@@ -179,6 +194,19 @@ def test_a_primitive_without_a_batching_rule_raises_mlx_error(name):
     from mlx_compare import same_error
 
     same_error(lambda M: eval(NO_VMAP_IN_MLX[name], {"M": M}))
+
+
+@pytest.mark.parametrize("name", sorted(NYI_VMAP_IN_MLX))
+def test_a_primitive_mlx_cannot_batch_yet_raises(name):
+    from conftest import mlx_ref
+
+    if mlx_ref is None:
+        pytest.skip("mlx is not installed")
+    nyi, program = NYI_VMAP_IN_MLX[name]
+    with pytest.raises(RuntimeError, match=re.escape(nyi)):
+        mlx_ref.eval(eval(program, {"M": mlx_ref}))
+    with pytest.raises(ValueError, match=f"Not implemented for {name}"):
+        mx.eval(eval(program, {"M": mx}))
 
 
 if __name__ == "__main__":  # the table of stated reasons

@@ -232,6 +232,7 @@ def _cases() -> list:
         ("Hadamard", lambda a: mx.hadamard_transform(a), [(normal, (3, 4))], 2, 0),
         ("Hadamard-first", lambda a: mx.hadamard_transform(a, scale=0.5), [(normal, (3, 4))],
          0, 0),
+        ("Quantize", lambda a: list(mx.quantize(a, 32, 3)), [(normal, (3, 64))], 1, 0),
         ("Convolution-input", lambda a, w: mx.conv1d(a, w, stride=2, padding=1),
          [(normal, (2, 7, 4)), (normal, (3, 3, 4))], (1, None), 0),
         ("Convolution-weight", lambda a, w: mx.conv_general(a, w, groups=2, flip=True),
@@ -374,10 +375,11 @@ def test_every_batching_rule_is_exercised():
         pytest.skip("run with the loop tests")
     ruled = {n for n, d in primitives.REGISTRY.items() if d.vmap is not None}
     # batched as other primitives: MaskedScatter (per-slice sources: CumSum, GatherAxis,
-    # Select), Compiled (replayed as the ops it fused), CustomTransforms (its vmap rule's ops);
+    # Select), Compiled (replayed as the ops it fused), CustomTransforms (its vmap rule's ops),
+    # Quantize (MLX's fallback composition, batched);
     # the collectives batch only in a group of several processes (tests/mpi_worker.py)
     assert ruled - set(RECORDED) == {"MaskedScatter", "Compiled", "CustomTransforms",
-                                     "AllReduce", "AllGather", "Send"}
+                                     "Quantize", "AllReduce", "AllGather", "Send"}
 
 
 # -- hypothesis: shapes, in_axes, out_axes, dtypes ------------------------------------------------

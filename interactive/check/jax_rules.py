@@ -420,6 +420,139 @@ def table() -> dict[str, Callable]:
 
     T["Convolution"] = convolution
 
+    # -- quantization (mlx/ops.cpp, mlx/backend/cpu/quantized.cpp) ----------------------------
+    fp4_values = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                           -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+
+    def to_fp8(a):
+        """e4m3fn, rounded to nearest even, saturating at +-448 (inf and nan too)."""
+        x = f32(a)
+        x = jnp.where(jnp.isnan(x), jnp.where(jnp.signbit(x), -448.0, 448.0),
+                      jnp.clip(x, -448.0, 448.0))
+        return lax.bitcast_convert_type(x.astype(jnp.float8_e4m3fn), jnp.uint8)
+
+    def from_fp8(b, *, dtype):
+        return lax.bitcast_convert_type(b, jnp.float8_e4m3fn).astype(jnp.float32)
+
+    def codes(w, bits):
+        """uint32 words -> the bits-wide codes of their little-endian bit stream."""
+        bit = (w[..., None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+        bit = bit.reshape(w.shape[:-1] + (-1, bits))
+        return (bit << jnp.arange(bits, dtype=jnp.uint32)).sum(-1).astype(jnp.uint32)
+
+    def fp_scale(s, group_size):
+        if group_size == 16:
+            return from_fp8(s, dtype=None)
+        return jnp.exp2(s.astype(jnp.float32) - 127.0)
+
+    def dequant(w, scales, biases, group_size, bits, mode):
+        q = codes(w, bits)
+        q = q.reshape(q.shape[:-1] + (-1, group_size))
+        if mode == "affine":
+            v = q.astype(jnp.float32) * f32(scales)[..., None] + f32(biases)[..., None]
+        else:
+            v = (jnp.asarray(fp4_values)[q] if bits == 4
+                 else from_fp8(q.astype(jnp.uint8), dtype=None))
+            v = v * fp_scale(scales, group_size)[..., None]
+        return v.reshape(v.shape[:-2] + (-1,))
+
+    def quantize(w, *, group_size, bits, mode):
+        """Affine: the larger-magnitude edge of each group lands exactly on a code."""
+        g = f32(w).reshape(w.shape[:-1] + (-1, group_size))
+        n_bins = float((1 << bits) - 1)
+        hi_, lo_ = g.max(-1), g.min(-1)
+        neg = jnp.abs(lo_) > jnp.abs(hi_)
+        scale = jnp.maximum((hi_ - lo_) / n_bins, 1e-7)
+        scale = jnp.where(neg, scale, -scale)
+        edge = jnp.where(neg, lo_, hi_)
+        q0 = jnp.round(edge / scale)
+        scale = jnp.where(q0 != 0, edge / jnp.where(q0 != 0, q0, 1.0), scale)
+        bias = jnp.where(q0 != 0, edge, 0.0)
+        if bits == 1:  # one bit: the group's minimum, and its range as the step
+            scale, bias = jnp.maximum(hi_ - lo_, 1e-7), lo_
+        q = jnp.clip(jnp.round((g - bias[..., None]) / scale[..., None]), 0, n_bins)
+        q = q.astype(jnp.uint32).reshape(w.shape)
+        bit = ((q[..., None] >> jnp.arange(bits, dtype=jnp.uint32)) & 1)
+        bit = bit.reshape(w.shape[:-1] + (-1, 32))
+        packed = (bit << jnp.arange(32, dtype=jnp.uint32)).sum(-1).astype(jnp.uint32)
+        return packed, scale.astype(w.dtype), bias.astype(w.dtype)
+
+    def qmm_product(x, wd, transpose):
+        return matmul(x, jnp.swapaxes(wd, -1, -2) if transpose else wd)
+
+    def quantized_matmul(x, w, scales, *biases, group_size, bits, mode, transpose):
+        wd = dequant(w, scales, biases[0] if biases else None, group_size, bits, mode)
+        if x.ndim <= 2 < wd.ndim:  # an unbatched x meets w's first matrix
+            wd = wd.reshape((-1,) + wd.shape[-2:])[0]
+        return qmm_product(x, wd, transpose).astype(x.dtype)
+
+    def gather_qmm(x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
+                   right_sorted):
+        *b, lhs, rhs = rest
+        wd = dequant(w, scales, b[0] if b else None, group_size, bits, mode)
+        xs = x.reshape((-1,) + x.shape[-2:])[lhs.reshape(-1)]
+        ws = wd.reshape((-1,) + wd.shape[-2:])[rhs.reshape(-1)]
+        out = qmm_product(xs, ws, transpose)
+        return out.reshape(lhs.shape + out.shape[-2:]).astype(x.dtype)
+
+    def fp_round(a, group_size, bits, global_scale=None):
+        """Rounded through fp quantization: the group's scale (e4m3 of amax / 6 for nvfp4,
+        else the power of two at or above amax / max), values to e2m1 / e4m3 (nearest even)."""
+        g = f32(a).reshape(a.shape[:-1] + (-1, group_size))
+        scale = jnp.abs(g).max(-1, keepdims=True) / (6.0 if bits == 4 else 448.0)
+        if group_size == 16:
+            enc = 1.0 if global_scale is None else 2688.0 / f32(global_scale).reshape(())
+            scale = from_fp8(to_fp8(scale * enc), dtype=None) / enc
+        else:
+            e = jnp.round(jnp.log2(jnp.where(scale > 0, scale, 1.0)))
+            e = jnp.where(jnp.exp2(e) < scale, e + 1, e)
+            scale = jnp.exp2(jnp.clip(jnp.where(scale > 0, e, -127.0), -127, 127))
+        v = jnp.where(scale == 0, 0.0, g / jnp.where(scale == 0, 1.0, scale))
+        v = e2m1(v) if bits == 4 else v.astype(jnp.float8_e4m3fn).astype(jnp.float32)
+        return (scale * v).reshape(a.shape)
+
+    def e2m1(v):
+        """The nearest e2m1 value (ties to the even code), saturating at +-6; nan to 6."""
+        mags = jnp.asarray(fp4_values[:8])
+        a = jnp.abs(v)
+        hi_i = jnp.clip(jnp.searchsorted(mags, a, side="left"), 1, 7)
+        lo_v, hi_v = mags[hi_i - 1], mags[hi_i]
+        d_lo, d_hi = a - lo_v, hi_v - a
+        up = (d_hi < d_lo) | ((d_hi == d_lo) & (hi_i % 2 == 0))
+        r = jnp.where(a >= 6.0, 6.0, jnp.where(up, hi_v, lo_v))
+        r = jnp.where(jnp.isnan(v), 6.0, r)
+        return jnp.where(jnp.signbit(v), -r, r)
+
+    def qq_operands(x, w, rest, group_size, bits, mode):
+        scales = rest[0] if len(rest) in (1, 3) else None
+        gx, gw = rest[-2:] if len(rest) >= 2 else (None, None)
+        xq = fp_round(x, group_size, bits, gx)
+        if w.dtype == jnp.uint32:
+            wd = dequant(w, scales, None, group_size, bits, mode)
+            wd = wd if gw is None else wd * (f32(gw).reshape(()) / 2688.0)
+        else:
+            wd = fp_round(w, group_size, bits, gw)
+        return xq, wd
+
+    def qqmm(x, w, *rest, group_size, bits, mode):
+        xq, wd = qq_operands(x, w, rest, group_size, bits, mode)
+        return matmul(xq, jnp.swapaxes(wd, -1, -2)).astype(x.dtype)
+
+    def gather_qqmm(x, w, lhs, rhs, *rest, group_size, bits, mode):
+        xq, wd = qq_operands(x, w, rest, group_size, bits, mode)
+        xs = xq.reshape((-1,) + xq.shape[-2:])[lhs.reshape(-1)]
+        ws = wd.reshape((-1,) + wd.shape[-2:])[rhs.reshape(-1)]
+        out = matmul(xs, jnp.swapaxes(ws, -1, -2))
+        return out.reshape(lhs.shape + out.shape[-2:]).astype(x.dtype)
+
+    T["ToFP8"] = to_fp8
+    T["FromFP8"] = from_fp8
+    T["Quantize"] = quantize
+    T["QuantizedMatmul"] = quantized_matmul
+    T["GatherQMM"] = gather_qmm
+    T["QQMatmul"] = qqmm
+    T["GatherQQMM"] = gather_qqmm
+
     # -- linear algebra ---------------------------------------------------------------------
     def inverse(a, *, tri=False, upper=False):
         if tri:
