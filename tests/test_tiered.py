@@ -269,3 +269,40 @@ def test_small_powers_keep_ieee_special_values():
             ref = np.power(xn, np.float32(n))
         np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
         np.testing.assert_array_equal(got, ref)
+
+
+# -- the remembered compiler probe ------------------------------------------------------
+
+@needs_compiler
+def test_the_compiler_probe_is_remembered_privately_and_reprobed_when_stale(cache):
+    """A new process reads the probe's answer instead of probing (~100-200 ms); a record
+    whose flags no longer build is dropped, the compiler probed again and the kernel built;
+    a record others may write is ignored."""
+    tapescope.set_tiered(False)
+    f = mx.compile(lambda x: mx.sin(x) * 2)
+    x = mx.array(np.linspace(-1, 1, 16, dtype=np.float32))
+    mx.eval(f(x))  # makes the cache root
+    compiler.clear()  # as a new process: nothing probed, nothing loaded
+    probed = compiler.toolchain()
+    assert probed is not None and not probed.remembered
+    records = list((cache / "kcache").glob("toolchain-*.json"))
+    assert len(records) == 1 and stat.S_IMODE(os.stat(records[0]).st_mode) & 0o077 == 0
+    compiler.clear()
+    again = compiler.toolchain()
+    assert again.remembered and again.ident == probed.ident
+
+    info = __import__("json").loads(records[0].read_text())
+    info["flags"] = info["flags"] + ["-fno-such-flag-anywhere"]
+    records[0].write_text(__import__("json").dumps(info))
+    compiler.clear()
+    assert "-fno-such-flag-anywhere" in compiler.toolchain().flags
+    g = mx.compile(lambda x: mx.cos(x) * 3)
+    np.testing.assert_allclose(np.array(g(x)), np.cos(np.array(x)) * 3, rtol=1e-6)
+    entry = next(e for e in tapescope.kernel_cache() if e["name"].startswith(
+        g(x)._d.node.primitive.kw["tape"].lib_name))
+    assert entry["runtime"] == "cpu" and entry["origin"] == "built"
+    assert "-fno-such-flag-anywhere" not in compiler.toolchain().flags
+
+    os.chmod(records[0], 0o664)  # others may write it: not trusted
+    compiler.clear()
+    assert not compiler.toolchain().remembered

@@ -12,12 +12,17 @@ matches, so a truncated, unreadable or foreign file is rebuilt, never loaded. A 
 built in a private temporary folder and copied into the cache; when the cache cannot take it
 (read-only, full, not private) it is loaded from the temporary folder, and when even that
 fails the tape runs interpreted. The reason is on the timeline either way.
+
+The compiler probe's answer (flags, libraries) is remembered in the cache's root, keyed by
+the compiler binary, PATH and the machine, so a new process does not probe again; a build
+that fails with a remembered answer probes afresh and builds once more.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import platform
 import shlex
@@ -109,6 +114,7 @@ class Toolchain:
     flags: list
     libs: list
     vector_math: tuple
+    remembered: bool = False  # read from the probe's record on disk, not probed in this process
 
     @property
     def ident(self) -> str:
@@ -180,8 +186,76 @@ def toolchain() -> Optional[Toolchain]:
         return _toolchains[key]
     with _toolchain_lock:
         if key not in _toolchains:
-            _toolchains[key] = _probe(cc, user_flags)
+            tc = _remembered(cc, user_flags)
+            if tc is None:
+                tc = _probe(cc, user_flags)
+                if tc is not None:
+                    _remember(tc, user_flags)
+            _toolchains[key] = tc
         return _toolchains[key]
+
+
+def _probe_record(cc: str, user_flags: tuple) -> Optional[Path]:
+    """Where the probe's answer for this compiler is remembered: a file in the kernel
+    cache's private root (once there is one), named by what the answer depends on (the compiler binary's path,
+    size and time, PATH, the extra flags, the machine and glibc), or None without a cache."""
+    root = disk_cache.cache_root()  # used only once it exists (a build makes it)
+    if not os.path.isdir(root) or disk_cache.unusable(root):
+        return None
+    try:
+        st = os.stat(os.path.realpath(cc))
+    except OSError:
+        return None
+    text = "|".join([cc, os.path.realpath(cc), str(st.st_size), str(st.st_mtime_ns),
+                     os.environ.get("PATH", ""), " ".join(user_flags), platform.machine(),
+                     _cpu_id(), " ".join(_glibc_vector_math())])
+    return root / f"toolchain-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+
+
+def _remembered(cc: Optional[str], user_flags: tuple) -> Optional[Toolchain]:
+    """The probe's earlier answer for this compiler (saves its ~100-200 ms in every new
+    process), when its record is ours, private and well formed."""
+    if not cc:
+        return None
+    path = _probe_record(cc, user_flags)
+    if path is None or not disk_cache.trusted(path):
+        return None
+    try:
+        info = json.loads(path.read_text())
+        tc = Toolchain(str(info["path"]), str(info["version"]), [str(f) for f in info["flags"]],
+                       [str(f) for f in info["libs"]], tuple(str(v) for v in info["vector_math"]),
+                       remembered=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return tc if tc.path == cc else None
+
+
+def _remember(tc: Toolchain, user_flags: tuple) -> None:
+    """Write the probe's answer next to the kernels (atomically; skipped when it cannot be)."""
+    path = _probe_record(tc.path, user_flags)
+    if path is None or disk_cache.read_only(path.parent):
+        return
+    try:
+        disk_cache.write_atomic(path, json.dumps(
+            {"path": tc.path, "version": tc.version, "flags": tc.flags, "libs": tc.libs,
+             "vector_math": list(tc.vector_math)}).encode())
+    except OSError:
+        pass
+
+
+def forget_probe() -> None:
+    """Drop the remembered probe of the compiler on PATH now (its flags failed a build) so
+    that the next ``toolchain()`` probes again."""
+    cc = find_compiler()
+    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    with _toolchain_lock:
+        _toolchains.pop((cc, os.environ.get("PATH", ""), user_flags), None)
+        path = _probe_record(cc, user_flags) if cc else None
+        if path is not None:
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 def probed() -> bool:
@@ -365,7 +439,22 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
             if not build:
                 return None
             try:
-                loaded = _build_and_load(tc, name, source, cache, paths)
+                try:
+                    loaded = _build_and_load(tc, name, source, cache, paths)
+                except BuildError:
+                    if not tc.remembered:
+                        raise
+                    # the remembered probe may be stale (a changed linker, libmvec gone):
+                    # probe again, and build once more with what the compiler takes now
+                    forget_probe()
+                    tc = toolchain()
+                    if tc is None:
+                        raise
+                    source = source_fn(tc)
+                    cache = disk_cache.open_cache(tc.ident)
+                    paths = (disk_cache.entry_paths(cache.folder, name, _source_hash(tc, source))
+                             if cache.folder else None)
+                    loaded = _build_and_load(tc, name, source, cache, paths)
             except BuildError as err:
                 with _lock:
                     _failed[key] = str(err)

@@ -151,6 +151,26 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def trusted(path: Path) -> bool:
+    """The file is this user's and nobody else may write it."""
+    return _trusted(path)
+
+
+def unusable(path: Path) -> str:
+    """Why the folder ``path`` cannot hold our files ("" when it can: a private folder of ours)."""
+    return _unusable(path, "the folder")
+
+
+def read_only(path: Path) -> bool:
+    """Whether the folder ``path`` may not be written (see ``_read_only``)."""
+    return _read_only(path)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file and a rename (readers never see half of it)."""
+    _atomic_write(path, data)
+
+
 def _trusted(path: Path) -> bool:
     try:
         st = path.stat()
@@ -243,6 +263,11 @@ def clear() -> None:
     if root is None or _read_only(root):
         return
     for folder in root.iterdir():
-        if folder.is_dir() and not folder.is_symlink():
+        if folder.name.startswith("toolchain-") and folder.suffix == ".json":
+            try:  # a remembered compiler probe (compiler.py): probed again next time
+                folder.unlink()
+            except OSError:
+                pass
+        elif folder.is_dir() and not folder.is_symlink():
             if not _unusable(folder, "") and not _read_only(folder):
                 shutil.rmtree(folder, ignore_errors=True)
