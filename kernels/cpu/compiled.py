@@ -254,7 +254,10 @@ def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
 
         if tiered.tiered() and compiler.loaded(key) is None and compiler.failed(key) is None:
             # tiered: load it if it is on disk (once the toolchain is known), else build it
-            # in the background and run this call interpreted
+            # in the background and run this call interpreted (while it builds, at once:
+            # the build holds the kernel's lock)
+            if tiered.building(key):
+                return _BUILDING, name, variant, key
             entry = compiler.get_kernel(name, variant, source, key=key, tape=tape,
                                         build=False) if compiler.probed() else None
             if entry is None:
