@@ -182,6 +182,25 @@ def test_gather_mm_records_one_primitive_and_its_sorted_flags():
     assert "GatherMM" not in primitive_names(mx.gather_mm(a[:2], b))  # no indices: a matmul
 
 
+@needs_mlx
+def test_gather_mm_compiles_shapeless_as_mlx():
+    """GatherMM has MLX's output_shapes: a shapeless compile replays on indices of new
+    shapes (broadcast again) and new operand shapes."""
+    rng = np.random.default_rng(2)
+    calls = [((4, 2, 3), (2, 3, 5), [0, 1, 1, 0], [0, 1, 1, 0]),
+             ((3, 4, 3), (2, 3, 6), [[1], [2]], [1, 0, 1])]
+    outs = {}
+    for M in (mlx_ref, mx):
+        f = M.compile(lambda a, b, i, j: M.gather_mm(a, b, i, j), shapeless=True)
+        outs[M] = [f(M.array(rng.standard_normal(sa).astype(np.float32)),
+                     M.array(rng.standard_normal(sb).astype(np.float32)), M.array(i), M.array(j))
+                   for sa, sb, i, j in calls]
+        rng = np.random.default_rng(2)
+    for w, g in zip(outs[mlx_ref], outs[mx]):
+        assert g.shape == tuple(w.shape)
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-5, atol=1e-5)
+
+
 # -- block_masked_mm ---------------------------------------------------------------------------
 @st.composite
 def block_cases(draw):
@@ -372,12 +391,27 @@ def test_gated_delta_update_records_mlx_s_graph():
     mask = np.array([[1.0, 0.5]], np.float32)
     want = _mlx_primitives(*mlx_ref.fast.gated_delta_update(*map(mlx_ref.array, args), None,
                                                             mlx_ref.array(mask)))
-    got = Counter(n for n in primitive_names(
+    got = Counter(primitive_names(
         *mx.fast.gated_delta_update(*map(mx.array, args), None, mx.array(mask))))
-    # MLX's export_to_dot lists a node once per output it is drawn for; broadcasts are
-    # where each library puts them
-    drop = lambda c: Counter({k: v for k, v in c.items() if k != "Broadcast"})  # noqa: E731
-    assert set(drop(got)) == set(drop(want))
+    assert got == want
+
+
+@needs_mlx
+@pytest.mark.parametrize("case", [
+    lambda M: M.gather_mm(M.ones((3, 2, 4)), M.ones((4,)), M.array([0, 2]), None,
+                          sorted_indices=True),
+    lambda M: M.gather_mm(M.ones((3, 2, 4), M.float16), M.ones((2, 4, 5)), None,
+                          M.array([[1], [0]], M.uint8)),
+    lambda M: M.block_masked_mm(M.ones((2, 40, 70)), M.ones((70, 33), M.float16), 32,
+                                M.ones((2, 2), M.bool_), M.ones((2, 3)), None),
+    lambda M: M.block_masked_mm(M.ones((40,)), M.ones((40, 33)), 64, M.ones((1,)),
+                                M.ones((1,), M.bool_), M.ones((1, 1), M.bool_)),
+    lambda M: M.segmented_mm(M.ones((3, 4), M.float16), M.ones((4, 2)), M.array([[0, 3]])),
+    lambda M: M.addmm(M.ones((2,)), M.ones((3, 4), M.complex64), M.ones((4, 2)), 2.0, 0.5),
+])
+def test_recorded_graph_is_mlx_s(case):
+    """The same primitives, as many times, as MLX records (export_to_dot's nodes)."""
+    assert Counter(primitive_names(case(mx))) == _mlx_primitives(case(mlx_ref))
 
 
 @needs_mlx
@@ -449,6 +483,10 @@ A3, B3 = (lambda M: M.ones((4, 3, 5))), (lambda M: M.ones((2, 5, 6)))
                     [A3(M)], [A3(M)])[1],
     lambda M: M.jvp(lambda x: M.block_masked_mm(x, M.ones((5, 6)), 32, M.ones((1, 1))),
                     [M.ones((3, 5))], [M.ones((3, 5))])[1],
+    lambda M: M.compile(lambda a, b: M.block_masked_mm(a, b, 32, M.ones((1, 1))),
+                        shapeless=True)(M.ones((3, 4)), M.ones((4, 5))),
+    lambda M: M.compile(lambda a, b: M.segmented_mm(a, b, M.array([[0, 2]])),
+                        shapeless=True)(M.ones((3, 4)), M.ones((4, 5))),
     lambda M: M.grad(lambda x: M.segmented_mm(x, M.ones((5, 6)), M.array([[0, 2]])).sum())(
         M.ones((3, 5))),
     lambda M: M.grad(lambda m: M.block_masked_mm(M.ones((3, 5)), M.ones((5, 6)), 32, None, m,

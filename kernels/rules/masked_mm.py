@@ -6,7 +6,7 @@ backend runs GatherMM / BlockMaskedMM in float32 only (its GPU backend takes eve
 
 from __future__ import annotations
 
-from ..primitives import MATMUL, define
+from ..primitives import MATMUL, broadcast_shapes, define
 from .products import _wide
 
 
@@ -22,10 +22,18 @@ def _gathered(xp, stack, indices):
     return stack[xp.clip(flat, 0, stack.shape[0] - 1)]
 
 
-@define("GatherMM", family=MATMUL)
+def _gather_mm_shape(shapes: list, **_) -> list:
+    """MLX's ``GatherMM::output_shapes``: the indices' shape, then (M, N) (the indices are
+    broadcast again, for compile(shapeless=True) on indices of new shapes)."""
+    a, b, lhs, rhs = shapes
+    return [broadcast_shapes(tuple(lhs), tuple(rhs)) + (a[-2], b[-1])]
+
+
+@define("GatherMM", family=MATMUL, shape=_gather_mm_shape)
 def gather_mm(xp, a, b, lhs_indices, rhs_indices, *, left_sorted, right_sorted):
     """``out[i] = A[lhs[i]] @ B[rhs[i]]``, A / B the batch-flattened stacks of ``a`` / ``b``;
-    the indices are uint32 and already broadcast to one shape (the output's batch shape)."""
+    the indices are uint32, broadcast to one shape (the output's batch shape)."""
+    lhs_indices, rhs_indices = xp.broadcast_arrays(lhs_indices, rhs_indices)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     out_shape = tuple(lhs_indices.shape) + (m, n)
     stack_a, stack_b = _matrices(xp, a, m, k), _matrices(xp, b, k, n)
