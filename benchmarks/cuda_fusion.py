@@ -61,18 +61,24 @@ def timed_batches(contenders: dict, reps: int, batch: int) -> dict:
     """name -> median ms per call; one batch of each contender per round, interleaved."""
     import cupy
 
+    import tapescope.core as mx
+
+    def sync():  # tapescope's stream workers, then the device
+        mx.synchronize()
+        cupy.cuda.Device().synchronize()
+
     times = {k: [] for k in contenders}
     for fn in contenders.values():  # warm up (builds, autotuning, caches)
         for _ in range(3):
             fn()
-    cupy.cuda.Device().synchronize()
+    sync()
     for _ in range(reps):
         for k, fn in contenders.items():
-            cupy.cuda.Device().synchronize()
+            sync()
             t0 = time.perf_counter()
             for _ in range(batch):
                 fn()
-            cupy.cuda.Device().synchronize()
+            sync()
             times[k].append((time.perf_counter() - t0) * 1e3 / batch)
             getattr(fn, "reset", lambda: None)()  # drop the batch's outputs
     return {k: statistics.median(v) for k, v in times.items()}
