@@ -278,3 +278,16 @@ def test_the_picture_draws_fused_reductions_in_their_own_colour():
     fusion.set_fusion("mlx")
     dot = tapescope.trace(lambda x: mx.softmax(x * 2, axis=-1) + mx.exp(x), x).to_dot()
     assert S.REDUCTION_CLUSTER.border not in dot and "fused reduction" not in dot
+
+
+def test_one_thread_policy_passive_waiting_unless_the_user_chose():
+    code = ("import os, tapescope.core as mx; from tapescope.kernels.cpu.threads import policy; "
+            "mx.eval(mx.compile(lambda a: a * 2 + 1)(mx.ones((1 << 17,)))); p = policy(); "
+            "print(os.environ['OMP_WAIT_POLICY'], p['chosen_by'], p['gomp_loaded_before'])")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["PASSIVE", "tapescope", "False"]
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_WAIT_POLICY="ACTIVE"),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["ACTIVE", "user", "False"]
