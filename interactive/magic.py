@@ -1,7 +1,7 @@
 """``%load_ext tapescope``: the ``%%mlx`` cell magic and the ``%mlx`` line magics.
 
 ``%%mlx [--device cpu|gpu|cuda|metal|cpu,gpu] [--compile] [--check] [--fusion mlx|extended]
-[--show graph,tapes,kernels,check,memory,cache,events] [--quiet]`` runs the cell in the user
+[--tiered] [--show graph,tapes,kernels,check,memory,cache,events] [--quiet]`` runs the cell in the user
 namespace while recording the timeline, then shows what it did (``cell_report.CellReport``):
 the arrays it assigned or evaluated, their graph (arrays the cell left lazy, and the programs
 of the compiled functions it traced), the fused tapes and kernel sources, JAX's verdict
@@ -14,7 +14,9 @@ namespace (so its elementwise chains fuse); a cell that cannot be traced (it pri
 evaluates an array) runs uncompiled, and the report says why. ``--fusion extended`` runs the
 cell (and draws its report) under tapescope's extended fusion (reductions fused with their
 elementwise neighbours, ``tapescope.set_fusion``); the mode in place before comes back after
-the cell. ``--device cpu,gpu`` runs the
+the cell. ``--tiered`` runs it with tiered first calls (``tapescope.set_tiered``: a new
+kernel's calls run interpreted while its C builds in the background), the setting in place
+before coming back after. ``--device cpu,gpu`` runs the
 cell on both devices (the second in a copy of the namespace) and shows results, differences
 and timings side by side; an unavailable device is reported, never an error.
 
@@ -76,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--show", default=None)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--fusion", default=None)
+    p.add_argument("--tiered", action="store_true")
     return p
 
 
@@ -394,16 +397,21 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
     """Run ``cell`` under ``%%mlx`` options ``line``; display and return the report."""
     __tracebackhide__ = True
     opts = parse_options(line)
-    if opts.fusion is None:
+    if opts.fusion is None and not opts.tiered:
         return _mlx_cell(shell, opts, cell)
     from tapescope.core import fusion
+    from tapescope.kernels.cpu import tiered
 
-    before = fusion.fusion_mode()
-    fusion.set_fusion(opts.fusion)
+    before, was_tiered = fusion.fusion_mode(), tiered.tiered()
+    if opts.fusion is not None:
+        fusion.set_fusion(opts.fusion)
+    if opts.tiered:
+        tiered.set_tiered(True)
     try:
         return _mlx_cell(shell, opts, cell)
     finally:
         fusion.set_fusion(before)
+        tiered.set_tiered(was_tiered)
 
 
 def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:

@@ -200,6 +200,26 @@ def test_fusion_option_runs_the_cell_under_extended_fusion_and_restores_the_mode
         ip.run_cell_magic("mlx", "--fusion fast", "zz = 1")
 
 
+def test_tiered_option_runs_new_kernels_interpreted_first_and_restores_the_setting(ip, tmp_path,
+                                                                                  monkeypatch):
+    from tapescope.kernels.cpu import tiered
+
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "kcache"))
+    tiered.wait()
+    tapescope.clear_kernel_cache()
+    tiered.set_tiered(False)
+    xn = np.linspace(-2, 2, 40, dtype=np.float32)
+    ip.user_ns["tx"] = mx.array(xn)
+    _, _, rep = _cell(ip, "--compile --tiered --show tapes", "ty = mx.sin(tx) * 3 + tx")
+    ran = [r.detail.get("tier") for r in rep.run.records
+           if r.kind in ("kernel_fallback", "kernel_launch")]
+    assert ran == ["interpreted"]
+    np.testing.assert_allclose(np.array(ip.user_ns["ty"]), np.sin(xn) * 3 + xn, rtol=1e-6)
+    assert tiered.tiered() is False  # restored after the cell
+    assert tiered.wait(timeout=120)
+    tapescope.clear_kernel_cache()
+
+
 # -- exceptions and interrupts --------------------------------------------------------------
 
 
