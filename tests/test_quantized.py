@@ -477,3 +477,24 @@ def test_quantize_gradient_jvp_and_vmap_go_through_mlx_s_fallback():
     want, got = _both(transforms)
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["affine", "mxfp4", "mxfp8", "nvfp4"])
+def test_check_and_compile_of_a_quantized_graph(mode):
+    """tapescope.check against the JAX rules (forward and a VJP), and compile's result."""
+    import tapescope
+
+    rng = np.random.default_rng(2)
+    w = mx.array(rng.standard_normal((32, 64)).astype(np.float32))
+    x = mx.array(rng.standard_normal((3, 64)).astype(np.float32))
+
+    def f(x, w):
+        q = mx.quantize(w, mode=mode)
+        b = q[2] if mode == "affine" else None
+        out = mx.quantized_matmul(x, q[0], q[1], b, mode=mode)
+        return out + mx.dequantize(q[0], q[1], b, mode=mode, dtype=mx.float32).sum()
+
+    assert tapescope.check(f, x, w).passed
+    vjp = lambda x, w: mx.vjp(lambda x_: f(x_, w), [x], [mx.ones((3, 32))])[1][0]
+    assert tapescope.check(vjp, x, w).passed
+    np.testing.assert_array_equal(np.array(mx.compile(f)(x, w)), np.array(f(x, w)))
