@@ -141,6 +141,16 @@ class Backend:
             return launch_for
         return None
 
+    @functools.cached_property
+    def compiled_prebuild(self) -> Optional[Callable]:
+        """``cpu.compiled.prebuild`` where fused tapes run as generated C on the host (an
+        eval's new kernels build in parallel), else None."""
+        if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.compiled import prebuild
+
+            return prebuild
+        return None
+
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
 

@@ -310,3 +310,45 @@ def test_the_compiler_probe_is_remembered_privately_and_reprobed_when_stale(cach
     os.chmod(records[0], 0o664)  # others may write it: not trusted
     compiler.clear()
     assert not compiler.toolchain().remembered
+
+
+@needs_compiler
+def test_an_evals_new_kernels_build_in_parallel_without_tiering(cache, monkeypatch):
+    """Without tiering, an eval that needs several new kernels starts all their builds at
+    once (predicting a lazy input's layout as row-contiguous) and each call waits only for
+    its own; every kernel is built exactly once and runs as C."""
+    import threading
+
+    tapescope.set_tiered(False)
+    inside, most, names = [0], [0], []
+    lock = threading.Lock()
+    real = compiler.build
+
+    def counting(tc, name, source, workdir):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            names.append(name)
+        try:
+            return real(tc, name, source, workdir)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(compiler, "build", counting)
+    xn = np.linspace(-1, 1, 96, dtype=np.float32).reshape(8, 12)
+    x = mx.array(xn)
+    f1 = mx.compile(lambda x: mx.sin(x) * 2 + x)
+    f2 = mx.compile(lambda x: mx.exp(x) - 1)
+    f3 = mx.compile(lambda x: mx.tanh(x) * x)
+    a = f1(x)
+    b = f2(mx.sum(a, axis=1))  # its input is computed by this eval: a predicted layout
+    c = f3(x)
+    with _recorded() as recs:
+        mx.eval(a, b, c)
+    assert most[0] >= 2 and len(names) == len(set(names)) == 3
+    assert _tiers(recs) == ["kernel"] * 3
+    ra = np.sin(xn) * 2 + xn
+    np.testing.assert_allclose(np.array(a), ra, rtol=1e-6)
+    np.testing.assert_allclose(np.array(b), np.exp(ra.sum(1)) - 1, rtol=1e-5)
+    np.testing.assert_allclose(np.array(c), np.tanh(xn) * xn, rtol=1e-6)

@@ -7,12 +7,14 @@ result becomes the device's array, and the compiled-kernel runtime of fused tape
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle, owner_of
 from tapescope.kernels.backends import stream_backend
+from tapescope.kernels.codegen.layout import Layout
 
 from . import dtypes as _dt
 from . import tracer
@@ -247,3 +249,36 @@ def _donatable_inputs(node: Node, at: type) -> list:
 def _record(prim, node: Node, t0: int, nbytes: int) -> None:
     timeline.add("primitive", t0, timeline.now(), name=prim.name, node=node.id,
                  stream=prim.stream.index, device=prim.stream.device.type.name, nbytes=nbytes)
+
+
+def prebuild_kernels(order: list) -> None:
+    """Before an eval runs ``order``: start building, in parallel, the kernels its fused
+    calls will need (``Backend.compiled_prebuild``; tapes that already ran are skipped
+    before any work), each predicted from its inputs' data or, for inputs this eval
+    computes, a row-contiguous layout (a view's input is not predicted: that call builds
+    its own kernel when it runs)."""
+    fused = [node for node in order if node.primitive.name == "Compiled"]
+    if len(fused) < 2:
+        return
+    by_backend: dict = {}
+    for node in fused:
+        prim = node.primitive
+        by_backend.setdefault(stream_backend(prim.stream), []).append(
+            (prim.kw["tape"], functools.partial(_predicted_layouts, node), prim.kw["shape"]))
+    for be, items in by_backend.items():
+        start = be.compiled_prebuild
+        if start is not None and len(items) > 1:
+            start(items)
+
+
+def _predicted_layouts(node: Node) -> Optional[list]:
+    """The layouts a node's inputs will have when it runs (None: a view's, not predicted)."""
+    layouts = []
+    for d in node.inputs:
+        if d.node is None:
+            layouts.append(d.data)
+        elif d.node.primitive.defn.view:
+            return None
+        else:
+            layouts.append(Layout(d.shape, d.dtype.np))
+    return layouts

@@ -28,7 +28,7 @@ from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
 from .device import check_thread
-from .evaluate import run_node
+from .evaluate import prebuild_kernels, run_node
 from .primitive import Node
 from .tracer import before_eval
 from .walk import topological
@@ -230,6 +230,8 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
                     state, events = EvalState(1), {inline: ev}
                 else:
                     state, events = _schedule(order, asynchronous)
+        if order:
+            prebuild_kernels(order)  # an eval's new kernels build in parallel
         if inline is not None:
             _run_inline(order, state, events[inline])
         if order and not asynchronous:

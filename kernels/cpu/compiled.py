@@ -11,6 +11,7 @@ does a first call with tiering on (``tiered.py``) while its kernel builds in the
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Optional, Sequence
 
@@ -231,27 +232,35 @@ def _output_order(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, contig
     return "C"
 
 
-def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
-    """A Launch for these layouts, or the BuildError explaining why the tape runs in numpy."""
-    contiguous, cshape, strides, large = plan(tape, inputs, shape)
+def _spec(tape: Tape, inputs: Sequence, shape: tuple) -> tuple:
+    """``(plan, name, variant, key, source function, reason)`` of the kernel a call with
+    these input layouts (arrays or ``codegen.layout.Layout``) runs; ``reason``: why the C
+    dialect cannot express the tape (None when it can)."""
+    contiguous, cshape, strides, large = p = plan(tape, inputs, shape)
     ndim = len(cshape)
     name = variant_name(tape.lib_name, contiguous, ndim, large)
     variant = name[len(tape.lib_name) + 1:]
+    if tape.lib_name not in _unsupported:
+        try:
+            CDialect().render(tape, name, contiguous, ndim, large)
+            _unsupported[tape.lib_name] = None
+        except Unsupported as e:
+            _unsupported[tape.lib_name] = f"the C dialect cannot express it: {e}"
+    key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
+
+    def source(tc):
+        return _source(tape, name, contiguous, ndim, large, tc.vector_math)
+
+    return p, name, variant, key, source, _unsupported[tape.lib_name]
+
+
+def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
+    """A Launch for these layouts, or the BuildError explaining why the tape runs in numpy."""
+    (contiguous, cshape, strides, _), name, variant, key, source, reason = _spec(
+        tape, inputs, shape)
     try:
-        if tape.lib_name not in _unsupported:
-            try:
-                CDialect().render(tape, name, contiguous, ndim, large)
-                _unsupported[tape.lib_name] = None
-            except Unsupported as e:
-                _unsupported[tape.lib_name] = f"the C dialect cannot express it: {e}"
-        reason = _unsupported[tape.lib_name]
         if reason:
             raise compiler.BuildError(reason)
-        key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
-
-        def source(tc):
-            return _source(tape, name, contiguous, ndim, large, tc.vector_math)
-
         if tiered.tiered() and compiler.loaded(key) is None and compiler.failed(key) is None:
             # tiered: load it if it is on disk (once the toolchain is known), else build it
             # in the background and run this call interpreted (while it builds, at once:
@@ -269,6 +278,34 @@ def _prepare(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> object:
     except compiler.BuildError as e:
         return e, name, variant, None
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, name, variant)
+
+
+def prebuild(batch: Sequence[tuple]) -> int:
+    """Start building, in parallel on background threads, the kernels of a batch of fused
+    calls about to run (``(tape, input layouts, shape)`` each; the layouts: arrays or
+    predicted ``Layout``s, or a function giving them, or None) that are neither loaded,
+    failed nor building; the calls then wait only for their own kernel. A tape that has run
+    before is skipped at once (its variants build when met). Nothing starts for fewer than
+    two. Returns how many started."""
+    todo = []
+    for tape, layouts, shape in batch:
+        if (len(tape.launches) > 1 or tape.lib_name in _unsupported and _unsupported[tape.lib_name]
+                or getattr(tape, "reduction", None) is not None or 0 in tuple(shape)):
+            continue
+        if callable(layouts):
+            layouts = layouts()
+        if layouts is None:
+            continue
+        _, name, variant, key, source, reason = _spec(tape, layouts, tuple(int(s) for s in shape))
+        if (not reason and compiler.loaded(key) is None and compiler.failed(key) is None
+                and not tiered.building(key) and all(key != t[2] for t in todo)):
+            todo.append((name, variant, key, source, tape))
+    if len(todo) < 2:
+        return 0
+    for name, variant, key, source, tape in todo:
+        tiered.start(key, functools.partial(compiler.get_kernel, name, variant, source,
+                                            key=key, tape=tape))
+    return len(todo)
 
 
 _BUILDING = object()  # _prepare's answer while the kernel builds in the background
