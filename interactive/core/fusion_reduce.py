@@ -61,6 +61,7 @@ class _Region:
         self.stream = g.prim.stream
         self.parents, self.taken, self.renderable = parents, taken, renderable
         self.ops = {id(g): g}
+        self.pos = {id(op): i for i, op in enumerate(prog.tape)}
 
     def is_row_input(self, v: Val) -> bool:
         """An input constant along the reduced axes (it broadcasts to the row shape)."""
@@ -81,13 +82,15 @@ class _Region:
         return spec is not None and spec == (self.full, self.axes, self.mode)
 
     def depends(self, v: Val) -> bool:
-        """Does ``v`` depend on a region op through ops outside the region?"""
+        """Does ``v`` depend on a region op through ops outside the region? (Ops before the
+        region's first in program order cannot: the walk stops there.)"""
+        first = min(self.pos[k] for k in self.ops)
         seen: set = set()
         stack = [v]
         while stack:
             x = stack.pop()
             op = x.op
-            if op is None or id(op) in seen:
+            if op is None or id(op) in seen or self.pos.get(id(op), -1) < first:
                 continue
             seen.add(id(op))
             if id(op) in self.ops:
