@@ -352,3 +352,29 @@ def test_an_evals_new_kernels_build_in_parallel_without_tiering(cache, monkeypat
     np.testing.assert_allclose(np.array(a), ra, rtol=1e-6)
     np.testing.assert_allclose(np.array(b), np.exp(ra.sum(1)) - 1, rtol=1e-5)
     np.testing.assert_allclose(np.array(c), np.tanh(xn) * xn, rtol=1e-6)
+
+
+@needs_compiler
+def test_a_compiler_killed_by_a_signal_is_not_remembered_as_a_failure(cache, monkeypatch):
+    """A build whose compiler dies of SIGINT (an interrupt) leaves nothing in the cache and
+    is tried again by the next call, which then runs the kernel."""
+    import dataclasses
+
+    tapescope.set_tiered(False)
+    script = cache / "cc-interrupted"
+    script.write_text("#!/bin/sh\nkill -INT $$\n")
+    script.chmod(0o755)
+    real_tc = compiler.toolchain()
+    monkeypatch.setattr(compiler, "toolchain", lambda: dataclasses.replace(real_tc, path=str(script)))
+    f = mx.compile(lambda x: mx.cos(x) * 5)
+    xn = np.linspace(-2, 2, 24, dtype=np.float32)
+    with _recorded() as recs:
+        np.testing.assert_allclose(np.array(f(mx.array(xn))), np.cos(xn) * 5, rtol=1e-6)
+    reason = [r.detail["reason"] for r in recs if r.kind == "kernel_fallback"]
+    assert len(reason) == 1 and "return code -2" in reason[0]
+    assert not [p for p in (cache / "kcache").rglob("*") if p.is_file() and "toolchain" not in p.name]
+    assert not list((cache / "tmp").glob(disk_cache.BUILD_PREFIX + "*"))
+    monkeypatch.setattr(compiler, "toolchain", lambda: real_tc)
+    with _recorded() as recs:
+        np.testing.assert_allclose(np.array(f(mx.array(xn))), np.cos(xn) * 5, rtol=1e-6)
+    assert _tiers(recs) == ["kernel"]

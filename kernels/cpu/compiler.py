@@ -83,6 +83,11 @@ class BuildError(Exception):
     """The compiler failed or is missing; the message says why."""
 
 
+class BuildInterrupted(BuildError):
+    """The compiler was stopped by a signal (an interrupt): not remembered as a failure, so
+    the next call builds again."""
+
+
 _lock = threading.Lock()
 _kernels: dict[str, KernelEntry] = {}
 _generation = [0]  # bumped by clear(): call plans holding an older kernel are rebuilt
@@ -321,9 +326,10 @@ def build(tc: Toolchain, name: str, source: str, workdir: Path) -> tuple:
     os.unlink(src)
     if r.returncode != 0:
         os.unlink(out)
-        raise BuildError(f"[Compile::eval_cpu] Failed to compile function {name}: Failed to "
-                         f"execute command with return code {r.returncode}: \"{' '.join(cmd)}\", "
-                         f"the output is: {r.stdout}{r.stderr}")
+        raise (BuildInterrupted if r.returncode < 0 else BuildError)(
+            f"[Compile::eval_cpu] Failed to compile function {name}: Failed to execute "
+            f"command with return code {r.returncode}: \"{' '.join(cmd)}\", the output is: "
+            f"{r.stdout}{r.stderr}")
     return Path(out), (time.perf_counter() - t0) * 1000
 
 
@@ -349,7 +355,7 @@ def _build_and_load(tc: Toolchain, name: str, source: str, cache: disk_cache.Dis
         try:
             out, ms = build(tc, name, source, workdir)
         except BuildError as e:
-            raise BuildError(_with_note(str(e), note)) from None
+            raise type(e)(_with_note(str(e), note)) from None
         if cache.writable:
             try:
                 disk_cache.store(paths, out, source, {
@@ -441,8 +447,8 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
             try:
                 try:
                     loaded = _build_and_load(tc, name, source, cache, paths)
-                except BuildError:
-                    if not tc.remembered:
+                except BuildError as first:
+                    if not tc.remembered or isinstance(first, BuildInterrupted):
                         raise
                     # the remembered probe may be stale (a changed linker, libmvec gone):
                     # probe again, and build once more with what the compiler takes now
@@ -456,8 +462,9 @@ def get_kernel(name: str, variant: str, source_fn: Callable[[Toolchain], str],
                              if cache.folder else None)
                     loaded = _build_and_load(tc, name, source, cache, paths)
             except BuildError as err:
-                with _lock:
-                    _failed[key] = str(err)
+                if not isinstance(err, BuildInterrupted):
+                    with _lock:
+                        _failed[key] = str(err)
                 raise
         lib, fn, path, ms, origin, note = loaded
         fn.argtypes = [ctypes.c_void_p]
