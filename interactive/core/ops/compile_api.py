@@ -133,13 +133,19 @@ class CompiledFunction:
         stream = resolve_stream(None)
         if self._direct and not kwargs:
             # the fast path: positional arrays only, a signature traced before
+            # keyed by the stream's index and dtype names: equal to keying by the objects
+            # (they compare by those), without calling their Python ``__hash__``
             descs = []
+            sig = [stream.index, _FUSION[0]]
             for a in args:
                 if a.__class__ is not array:
                     break
-                descs.append(a._d)
+                d = a._d
+                descs.append(d)
+                sig.append(d.shape)
+                sig.append(d.dtype.name)
             else:
-                entry = self._fast.get((stream, _FUSION[0], tuple([(d.shape, d.dtype) for d in descs])))
+                entry = self._fast.get(tuple(sig))
                 if entry is not None:
                     outs = entry.plan.run(descs)
                     if entry.lone:
@@ -169,7 +175,11 @@ class CompiledFunction:
                     self._cache[ck] = entry
         if self._direct and not kwargs and n_args == len(args) and all(
                 a.__class__ is array for a in args):
-            self._fast[(stream, _FUSION[0], sig)] = entry
+            fast_key = [stream.index, _FUSION[0]]
+            for x in arrays:
+                fast_key.append(x.shape)
+                fast_key.append(x.dtype.name)
+            self._fast[tuple(fast_key)] = entry
         if self._shapeless:
             outs = replay(entry.program, [x._d for x in arrays], True)
         else:
