@@ -92,8 +92,9 @@ def nvrtc_compile(name: str, source: str) -> tuple:
     """``(cubin bytes, milliseconds)`` of ``source``; BuildError with NVRTC's log."""
     nvrtc = _nvrtc()
     t0 = time.perf_counter()
-    opts = [f"--gpu-architecture={_arch()}", "--std=c++17", "-default-device",
-            "--fmad=false"] + [f"-I{d}" for d in _include_dirs()]
+    # IEEE as the C kernels: no contraction into FMA, subnormals kept, exact / and sqrt
+    opts = [f"--gpu-architecture={_arch()}", "--std=c++17", "-default-device", "--fmad=false",
+            "--ftz=false", "--prec-div=true", "--prec-sqrt=true"] + [f"-I{d}" for d in _include_dirs()]
     prog = nvrtc.createProgram(source, f"{name[:64]}.cu", [], [])
     try:
         try:
