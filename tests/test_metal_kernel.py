@@ -1,7 +1,9 @@
-"""``mx.fast.metal_kernel``: MLX 0.32's signature, call, errors and generated source, and the
-kernels run through the Metal shim (tapescope's opt-in Linux path) against numpy: MLX's
-documented examples (myexp, its strided form, grid_sample forward and its VJP with
-``simd_sum``, atomic outputs and ``init_value``), templates of every kind, scalar inputs.
+"""``mx.fast.metal_kernel``: MLX 0.32's signature, call, errors and generated source, and our
+own kernels run through the Metal shim (tapescope's opt-in Linux path) against numpy: exp
+(contiguous and strided through ``elem_to_loc``), templates of every kind, scalar inputs,
+atomic outputs with ``init_value``, ``simd_sum``, and a ``custom_function`` whose forward and
+VJP are kernels. MLX's own documented examples are run by tests/test_mlx_metal_sources.py
+(from an MLX checkout; they are not copied here).
 
 Without the shim, tapescope answers as MLX 0.32.4 does without Metal: "No Metal back-end".
 """
@@ -23,15 +25,12 @@ from mlx_compare import same_error  # noqa: E402
 needs_cxx = pytest.mark.skipif(shim.compiler() is None, reason="no C++ compiler on PATH")
 
 EXP = """
-    uint elem = thread_position_in_grid.x;
-    T tmp = inp[elem];
-    out[elem] = metal::exp(tmp);
+    uint i = thread_position_in_grid.x;
+    out[i] = metal::exp(T(inp[i]));
 """
 EXP_STRIDED = """
-    uint elem = thread_position_in_grid.x;
-    uint loc = elem_to_loc(elem, inp_shape, inp_strides, inp_ndim);
-    T tmp = inp[loc];
-    out[elem] = metal::exp(tmp);
+    uint i = thread_position_in_grid.x;
+    out[i] = metal::exp(T(inp[elem_to_loc(i, inp_shape, inp_strides, inp_ndim)]));
 """
 
 
@@ -128,7 +127,7 @@ def test_verbose_prints_the_generated_source(on_shim, capsys):
 
 # -- run through the shim -------------------------------------------------------------------
 @needs_cxx
-def test_docs_myexp_and_its_strided_form(on_shim):
+def test_exp_and_its_strided_form(on_shim):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 16)).astype(np.float16)
     a = mx.array(x)
@@ -184,184 +183,87 @@ def test_atomic_outputs_histogram(on_shim):
     np.testing.assert_allclose(np.array(t), [w.sum()], rtol=1e-5)
 
 
-GRID_SAMPLE = """
+ROW_SUM = """
     uint elem = thread_position_in_grid.x;
-    int H = x_shape[1];
-    int W = x_shape[2];
-    int C = x_shape[3];
-    int gH = grid_shape[1];
-    int gW = grid_shape[2];
-    int w_stride = C;
-    int h_stride = W * w_stride;
-    int b_stride = H * h_stride;
-    uint grid_idx = elem / C * 2;
-    float ix = ((grid[grid_idx] + 1) * W - 1) / 2;
-    float iy = ((grid[grid_idx + 1] + 1) * H - 1) / 2;
-    int ix_nw = floor(ix);
-    int iy_nw = floor(iy);
-    int ix_ne = ix_nw + 1;
-    int iy_ne = iy_nw;
-    int ix_sw = ix_nw;
-    int iy_sw = iy_nw + 1;
-    int ix_se = ix_nw + 1;
-    int iy_se = iy_nw + 1;
-    T nw = (ix_se - ix)    * (iy_se - iy);
-    T ne = (ix    - ix_sw) * (iy_sw - iy);
-    T sw = (ix_ne - ix)    * (iy    - iy_ne);
-    T se = (ix    - ix_nw) * (iy    - iy_nw);
-    int batch_idx = elem / C / gH / gW * b_stride;
-    int channel_idx = elem % C;
-    int base_idx = batch_idx + channel_idx;
-    T I_nw = x[base_idx + iy_nw * h_stride + ix_nw * w_stride];
-    T I_ne = x[base_idx + iy_ne * h_stride + ix_ne * w_stride];
-    T I_sw = x[base_idx + iy_sw * h_stride + ix_sw * w_stride];
-    T I_se = x[base_idx + iy_se * h_stride + ix_se * w_stride];
-    I_nw = iy_nw >= 0 && iy_nw <= H - 1 && ix_nw >= 0 && ix_nw <= W - 1 ? I_nw : 0;
-    I_ne = iy_ne >= 0 && iy_ne <= H - 1 && ix_ne >= 0 && ix_ne <= W - 1 ? I_ne : 0;
-    I_sw = iy_sw >= 0 && iy_sw <= H - 1 && ix_sw >= 0 && ix_sw <= W - 1 ? I_sw : 0;
-    I_se = iy_se >= 0 && iy_se <= H - 1 && ix_se >= 0 && ix_se <= W - 1 ? I_se : 0;
-    out[elem] = nw * I_nw + ne * I_ne + sw * I_sw + se * I_se;
-"""
-
-GRID_SAMPLE_GRAD = """
-    uint elem = thread_position_in_grid.x;
-    int H = x_shape[1];
-    int W = x_shape[2];
-    int C = x_shape[3];
-    // Pad C to the nearest larger simdgroup size multiple
-    int C_padded = ceildiv(C, threads_per_simdgroup) * threads_per_simdgroup;
-    int gH = grid_shape[1];
-    int gW = grid_shape[2];
-    int w_stride = C;
-    int h_stride = W * w_stride;
-    int b_stride = H * h_stride;
-    uint grid_idx = elem / C_padded * 2;
-    float ix = ((grid[grid_idx] + 1) * W - 1) / 2;
-    float iy = ((grid[grid_idx + 1] + 1) * H - 1) / 2;
-    int ix_nw = floor(ix);
-    int iy_nw = floor(iy);
-    int ix_ne = ix_nw + 1;
-    int iy_ne = iy_nw;
-    int ix_sw = ix_nw;
-    int iy_sw = iy_nw + 1;
-    int ix_se = ix_nw + 1;
-    int iy_se = iy_nw + 1;
-    T nw = (ix_se - ix)    * (iy_se - iy);
-    T ne = (ix    - ix_sw) * (iy_sw - iy);
-    T sw = (ix_ne - ix)    * (iy    - iy_ne);
-    T se = (ix    - ix_nw) * (iy    - iy_nw);
-    int batch_idx = elem / C_padded / gH / gW * b_stride;
-    int channel_idx = elem % C_padded;
-    int base_idx = batch_idx + channel_idx;
-    T gix = T(0);
-    T giy = T(0);
-    if (channel_idx < C) {
-        int cot_index = elem / C_padded * C + channel_idx;
-        T cot = cotangent[cot_index];
-        if (iy_nw >= 0 && iy_nw <= H - 1 && ix_nw >= 0 && ix_nw <= W - 1) {
-            int offset = base_idx + iy_nw * h_stride + ix_nw * w_stride;
-            atomic_fetch_add_explicit(&x_grad[offset], nw * cot, memory_order_relaxed);
-            T I_nw = x[offset];
-            gix -= I_nw * (iy_se - iy) * cot;
-            giy -= I_nw * (ix_se - ix) * cot;
-        }
-        if (iy_ne >= 0 && iy_ne <= H - 1 && ix_ne >= 0 && ix_ne <= W - 1) {
-            int offset = base_idx + iy_ne * h_stride + ix_ne * w_stride;
-            atomic_fetch_add_explicit(&x_grad[offset], ne * cot, memory_order_relaxed);
-            T I_ne = x[offset];
-            gix += I_ne * (iy_sw - iy) * cot;
-            giy -= I_ne * (ix - ix_sw) * cot;
-        }
-        if (iy_sw >= 0 && iy_sw <= H - 1 && ix_sw >= 0 && ix_sw <= W - 1) {
-            int offset = base_idx + iy_sw * h_stride + ix_sw * w_stride;
-            atomic_fetch_add_explicit(&x_grad[offset], sw * cot, memory_order_relaxed);
-            T I_sw = x[offset];
-            gix -= I_sw * (iy - iy_ne) * cot;
-            giy += I_sw * (ix_ne - ix) * cot;
-        }
-        if (iy_se >= 0 && iy_se <= H - 1 && ix_se >= 0 && ix_se <= W - 1) {
-            int offset = base_idx + iy_se * h_stride + ix_se * w_stride;
-            atomic_fetch_add_explicit(&x_grad[offset], se * cot, memory_order_relaxed);
-            T I_se = x[offset];
-            gix += I_se * (iy - iy_nw) * cot;
-            giy += I_se * (ix - ix_nw) * cot;
-        }
-    }
-    T gix_mult = W / 2;
-    T giy_mult = H / 2;
-    // Reduce across each simdgroup first.
-    // This is much faster than relying purely on atomics.
-    gix = simd_sum(gix);
-    giy = simd_sum(giy);
+    int C = x_shape[1];
+    int row = elem / 32, col = elem % 32;
+    T v = col < C ? x[row * C + col] : T(0);
+    T total = simd_sum(v);
     if (thread_index_in_simdgroup == 0) {
-        atomic_fetch_add_explicit(&grid_grad[grid_idx], gix * gix_mult, memory_order_relaxed);
-        atomic_fetch_add_explicit(&grid_grad[grid_idx + 1], giy * giy_mult, memory_order_relaxed);
+        out[row] = total;
     }
 """
 
+INTERP = """
+    uint i = thread_position_in_grid.x;
+    int n = table_shape[0];
+    float p = clamp(float(pos[i]), 0.0f, float(n - 1));
+    int k = min(int(floor(p)), n - 2);
+    float f = p - k;
+    out[i] = T((1 - f) * table[k] + f * table[k + 1]);
+"""
 
-def _grid_sample_ref(x, grid):
-    """The docs' reference implementation with standard ops."""
-    N, H_in, W_in, _ = x.shape
-    ix = ((grid[..., 0] + 1) * W_in - 1) / 2
-    iy = ((grid[..., 1] + 1) * H_in - 1) / 2
-    ix_nw = mx.floor(ix).astype(mx.int32)
-    iy_nw = mx.floor(iy).astype(mx.int32)
-    ix_ne, iy_ne, ix_sw, iy_sw = ix_nw + 1, iy_nw, ix_nw, iy_nw + 1
-    ix_se, iy_se = ix_nw + 1, iy_nw + 1
-    nw = (ix_se - ix) * (iy_se - iy)
-    ne = (ix - ix_sw) * (iy_sw - iy)
-    sw = (ix_ne - ix) * (iy - iy_ne)
-    se = (ix - ix_nw) * (iy - iy_nw)
-    b = mx.arange(N)[:, None, None]
-
-    def pick(iy_, ix_):
-        mask = (iy_ >= 0) & (iy_ <= H_in - 1) & (ix_ >= 0) & (ix_ <= W_in - 1)
-        v = x[b, mx.clip(iy_, 0, H_in - 1), mx.clip(ix_, 0, W_in - 1), :]
-        return v * mask[..., None]
-
-    return (nw[..., None] * pick(iy_nw, ix_nw) + ne[..., None] * pick(iy_ne, ix_ne)
-            + sw[..., None] * pick(iy_sw, ix_sw) + se[..., None] * pick(iy_se, ix_se))
+INTERP_GRAD = """
+    uint i = thread_position_in_grid.x;
+    int n = table_shape[0];
+    float p = clamp(float(pos[i]), 0.0f, float(n - 1));
+    int k = min(int(floor(p)), n - 2);
+    float f = p - k;
+    float c = cot[i];
+    atomic_fetch_add_explicit(&table_grad[k], T((1 - f) * c), memory_order_relaxed);
+    atomic_fetch_add_explicit(&table_grad[k + 1], T(f * c), memory_order_relaxed);
+    bool inside = pos[i] > 0 && pos[i] < n - 1;
+    atomic_store_explicit(&pos_grad[i], inside ? T((table[k + 1] - table[k]) * c) : T(0),
+                          memory_order_relaxed);
+"""
 
 
 @needs_cxx
-def test_docs_grid_sample_forward_and_vjp(on_shim):
-    fwd = mx.fast.metal_kernel(name="grid_sample", input_names=["x", "grid"],
-                               output_names=["out"], source=GRID_SAMPLE)
-    bwd = mx.fast.metal_kernel(name="grid_sample_grad", input_names=["x", "grid", "cotangent"],
-                               output_names=["x_grad", "grid_grad"], source=GRID_SAMPLE_GRAD,
+def test_simd_sum_reduces_each_simdgroup(on_shim):
+    k = mx.fast.metal_kernel(name="row_sum", input_names=["x"], output_names=["out"],
+                             source=ROW_SUM)
+    rng = np.random.default_rng(4)
+    for C in (1, 17, 32):
+        x = rng.standard_normal((9, C)).astype(np.float32)
+        (out,) = k(inputs=[mx.array(x)], template=[("T", mx.float32)], grid=(9 * 32, 1, 1),
+                   threadgroup=(64, 1, 1), output_shapes=[(9,)], output_dtypes=[mx.float32])
+        np.testing.assert_allclose(np.array(out), x.sum(axis=1), rtol=1e-5, atol=1e-6)
+
+
+@needs_cxx
+def test_custom_function_with_kernel_forward_and_atomic_vjp(on_shim):
+    fwd = mx.fast.metal_kernel(name="interp", input_names=["table", "pos"], output_names=["out"],
+                               source=INTERP)
+    bwd = mx.fast.metal_kernel(name="interp_grad", input_names=["table", "pos", "cot"],
+                               output_names=["table_grad", "pos_grad"], source=INTERP_GRAD,
                                atomic_outputs=True)
 
     @mx.custom_function
-    def grid_sample(x, grid):
-        B, _, _, C = x.shape
-        _, gN, gM, D = grid.shape
-        out_shape = (B, gN, gM, C)
-        return fwd(inputs=[x, grid], template=[("T", x.dtype)], output_shapes=[out_shape],
-                   output_dtypes=[x.dtype], grid=(np.prod(out_shape), 1, 1),
-                   threadgroup=(256, 1, 1))[0]
+    def interp(table, pos):
+        return fwd(inputs=[table, pos], template=[("T", table.dtype)], grid=(pos.size, 1, 1),
+                   threadgroup=(32, 1, 1), output_shapes=[pos.shape],
+                   output_dtypes=[table.dtype])[0]
 
-    @grid_sample.vjp
-    def grid_sample_vjp(primals, cotangent, _):
-        x, grid = primals
-        B, _, _, C = x.shape
-        _, gN, gM, D = grid.shape
-        C_padded = (C + 31) // 32 * 32
-        outs = bwd(inputs=[x, grid, cotangent], template=[("T", x.dtype)],
-                   output_shapes=[x.shape, grid.shape], output_dtypes=[x.dtype, x.dtype],
-                   grid=(B * gN * gM * C_padded, 1, 1), threadgroup=(256, 1, 1), init_value=0)
-        return outs[0], outs[1]
+    @interp.vjp
+    def interp_vjp(primals, cotangent, _):
+        table, pos = primals
+        return tuple(bwd(inputs=[table, pos, cotangent], template=[("T", table.dtype)],
+                         grid=(pos.size, 1, 1), threadgroup=(32, 1, 1),
+                         output_shapes=[table.shape, pos.shape],
+                         output_dtypes=[table.dtype, pos.dtype], init_value=0))
 
-    rng = np.random.default_rng(2)
-    x = mx.array(rng.standard_normal((2, 6, 7, 5)).astype(np.float32))
-    g = mx.array(rng.uniform(-1.1, 1.1, (2, 4, 3, 2)).astype(np.float32))
-    np.testing.assert_allclose(np.array(grid_sample(x, g)), np.array(_grid_sample_ref(x, g)),
-                               rtol=1e-5, atol=1e-5)
-    cot = mx.array(rng.standard_normal((2, 4, 3, 5)).astype(np.float32))
-    _, (gx, gg) = mx.vjp(grid_sample, [x, g], [cot])
-    _, (rx, rg) = mx.vjp(_grid_sample_ref, [x, g], [cot])
-    np.testing.assert_allclose(np.array(gx), np.array(rx), rtol=1e-4, atol=1e-4)
-    # the docs' kernel scales the grid gradient by the integer W / 2, H / 2 (int division)
-    W, H = 7, 6
-    scale = np.array([(W // 2) / (W / 2), (H // 2) / (H / 2)], np.float32)
-    np.testing.assert_allclose(np.array(gg), np.array(rg) * scale, rtol=1e-4, atol=1e-4)
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal(11).astype(np.float32)
+    pos = rng.uniform(0.05, 9.95, 70).astype(np.float32)
+    out = interp(mx.array(table), mx.array(pos))
+    np.testing.assert_allclose(np.array(out), np.interp(pos, np.arange(11), table), rtol=1e-5,
+                               atol=1e-6)
+    cot = rng.standard_normal(70).astype(np.float32)
+    _, (gt, gp) = mx.vjp(interp, [mx.array(table), mx.array(pos)], [mx.array(cot)])
+    k = np.minimum(np.floor(pos).astype(int), 9)
+    f = pos - k
+    want_t = np.zeros(11, np.float64)
+    np.add.at(want_t, k, (1 - f) * cot)
+    np.add.at(want_t, k + 1, f * cot)
+    np.testing.assert_allclose(np.array(gt), want_t, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(gp), (table[k + 1] - table[k]) * cot, rtol=1e-5, atol=1e-6)

@@ -222,13 +222,14 @@ def test_eager_elementwise_kernels_for_every_metal_dtype():
     prims = {t.ops[0].primitive for t in tape_list}
     want = {p for p in spellings("c") if REGISTRY[p].family in ("unary", "binary", "ternary", "astype")}
     assert want - prims <= {"Real", "Imag", "Conjugate"}, want - prims  # complex-only or identity
-    variants = VARIANTS if SWEEP else [(True, 1, False), (False, 2, False)]
+    # the contiguous kernel (the fused-tape tests run every variant); the sweep: all five
+    variants = VARIANTS if SWEEP else [(True, 1, False)]
     libs = _libraries(tape_list, variants)
     rng = np.random.default_rng(2)
     for t in tape_list:
         lib, k = libs[id(t)]
         layouts = list(_layouts(rng, t))
-        _check_tape(lib, k, t, rng, layouts if SWEEP else [layouts[0], layouts[2]])
+        _check_tape(lib, k, t, rng, layouts if SWEEP else layouts[:1])
     assert len(tape_list) > 300
 
 

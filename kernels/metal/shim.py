@@ -30,10 +30,11 @@ import numpy as np
 HERE = Path(__file__).parent / "shim"
 HEADER = HERE / "metal_shim.h"
 FLAGS = ["-std=gnu++17", "-O0", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv",
+         "-fsingle-precision-constant",  # Metal has no double: 1.0 is a float
          "-Wno-attributes", "-w"]
 
 METAL_HEADERS = ("metal_stdlib", "metal_math", "metal_integer", "metal_atomic",
-                 "metal_simdgroup", "metal_compute", "metal_common")
+                 "metal_simdgroup", "metal_compute", "metal_common", "metal_logging")
 # the attributes the launcher can give (Table 5.8 of the MSL specification; a subset)
 ATTRIBUTES = {
     "thread_position_in_grid": "ts_t.pos_grid", "threads_per_grid": "ts_t.grid_size",
@@ -125,17 +126,18 @@ def signature(source: str, name: str) -> list:
         elif src[j] == ")":
             depth -= 1
         j += 1
-    params = []
+    params, implicit = [], 0
     for text in _split_top(src[i:j - 1]):
         text = " ".join(text.split())
         attr = re.search(r"\[\[\s*(\w+)\s*(?:\((\d+)\))?\s*\]\]\s*$", text)
-        if attr is None:
-            raise ShimError(f"kernel parameter without an attribute: {text!r}")
-        decl = text[:attr.start()].strip()
+        decl = text[:attr.start()].strip() if attr else text
         pm = re.search(r"(\w+)\s*$", decl)
         ptype, pname = decl[:pm.start()].strip(), pm.group(1)
-        if attr.group(1) == "buffer":
-            params.append(Param(ptype, pname, buffer=int(attr.group(2))))
+        if attr is None or attr.group(1) == "buffer":
+            # a buffer without an index takes the next one, as Metal assigns them
+            k = int(attr.group(2)) if attr else implicit
+            implicit = k + 1
+            params.append(Param(ptype, pname, buffer=k))
         elif attr.group(1) in ATTRIBUTES:
             params.append(Param(ptype, pname, attribute=attr.group(1)))
         else:
@@ -153,6 +155,7 @@ class Entry:
     name: str
     call: str = ""
     defs: str = ""
+    decl: str = ""  # the text defining the kernel, when an included header holds it
     params: list = field(default_factory=list)
     cooperative: bool = False
 
@@ -184,7 +187,9 @@ class Library:
             if _THREADGROUP_MEMORY.search(_strip_comments(src)):
                 raise ShimError("the shim has no threadgroup memory (a threadgroup variable "
                                 "is not shared between the shim's threads)")
-            parts.append(f"namespace ts_piece{k} {{\n{src}\n}}\n")
+            # several sources: one namespace each (one source may include headers that
+            # reopen namespace metal, so it stays at file scope)
+            parts.append(f"namespace ts_piece{k} {{\n{src}\n}}\n" if len(pieces) > 1 else src + "\n")
         self.entries = list(entries)
         for i, e in enumerate(self.entries):
             src = pieces[e.piece]
@@ -192,9 +197,9 @@ class Library:
                 m = re.search(r'template\s*\[\[\s*host_name\(\s*"' + re.escape(e.name)
                               + r'"\s*\)\s*\]\]\s*\[\[kernel\]\]\s*decltype\(([^;]*)\)\s', src)
                 e.call = m.group(1).strip() if m else e.name
-            e.params = signature(src, e.call.split("<")[0].strip())
+            e.params = signature(e.decl or src, e.call.split("<")[0].strip())
             e.cooperative = bool(_COOPERATIVE.search(_strip_comments(src)))
-            parts.append(self._launcher(i, e))
+            parts.append(self._launcher(i, e, len(pieces) > 1))
         text = "".join(parts)
         key = hashlib.sha256((text + HEADER.read_text() + " ".join(FLAGS) + cxx).encode()).hexdigest()[:32]
         with _LOCK:
@@ -205,16 +210,17 @@ class Library:
         self.source = text
 
     @staticmethod
-    def _launcher(i: int, e: Entry) -> str:
+    def _launcher(i: int, e: Entry, spaced: bool) -> str:
         args = []
         for p in e.params:
             if p.buffer is not None:
-                args.append(f"ts_arg<{p.type}>(bufs[{p.buffer}])")
+                args.append(f"ts_buffer{{bufs[{p.buffer}]}}")
             else:
-                args.append(f"ts_attr<{p.type}>({ATTRIBUTES[p.attribute]})")
-        call = f"ts_piece{e.piece}::{e.call or e.name}"
+                args.append(f"ts_attribute{{uint3({ATTRIBUTES[p.attribute]})}}")
+        space = f"ts_piece{e.piece}" if spaced else ""
+        call = f"{space}::{e.call or e.name}"
         return (f"static void ts_body{i}(void** bufs) {{\n"
-                f"  using namespace ts_piece{e.piece};\n  {e.defs}\n"
+                + (f"  using namespace {space};\n" if spaced else "") + f"  {e.defs}\n"
                 f"  {call}({', '.join(args)});\n}}\n"
                 f'extern "C" void ts_entry{i}(void** bufs, const unsigned* g) {{\n'
                 f"  ts_launch(uint3(g[0], g[1], g[2]), uint3(g[3], g[4], g[5]), "

@@ -10,7 +10,9 @@
    - half = _Float16, bfloat (bfloat16_t) = a 16-bit struct rounding to nearest even,
      Metal's vector types (uint3, float4, ...: x/y/z/w members, elementwise operators);
    - metal:: / metal::precise:: / metal::fast:: math in float (half and bfloat computed in
-     float and rounded back), numeric_limits, select / clamp / min / max / fma;
+     float and rounded back), numeric_limits, type traits, select / clamp / min / max / fma;
+     only the functions Metal has (no erf, expm1, log1p or cbrt: MSL lacks them too);
+   - floating literals are float (-fsingle-precision-constant), as Metal has no double;
    - atomic<T> and the atomic_*_explicit functions (one OS thread runs the grid: plain
      loads and stores), simd_* reductions / shuffles and threadgroup_barrier, which run the
      threads of a threadgroup as cooperative fibers (ucontext) when the kernel uses them.
@@ -34,6 +36,7 @@
 #define METAL_FUNC inline
 #define METAL_CONST_PROGRAM
 #define TS_SHIM 1
+#define __METAL_VERSION__ 320  /* what MSL 3.2 headers test for (<metal_logging>) */
 
 using uint = unsigned int;
 using ushort = unsigned short;
@@ -45,34 +48,38 @@ using size_t = std::size_t;
 /* ---- bfloat: the top 16 bits of a float, rounded to nearest even ------------------- */
 struct bfloat {
   uint16_t bits;
-  static uint16_t from_float(float f) {
-    uint32_t u; std::memcpy(&u, &f, 4);
+  static constexpr uint16_t from_float(float f) {
+    uint32_t u = __builtin_bit_cast(uint32_t, f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   }
   bfloat() = default;
-  template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value>>
+  template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value ||
+                                              std::is_same<T, _Float16>::value>>
   constexpr bfloat(T v) : bits(from_float((float)v)) {}
-  operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
-  bfloat operator-() const { bfloat r; r.bits = bits ^ 0x8000u; return r; }
+  constexpr operator float() const { return __builtin_bit_cast(float, (uint32_t)bits << 16); }
+  constexpr bfloat operator-() const { bfloat r{}; r.bits = bits ^ 0x8000u; return r; }
 };
 using bfloat16_t = bfloat;
+#pragma GCC diagnostic ignored "-Wliteral-suffix"
+constexpr half operator""h(long double v) { return (half)v; }
+constexpr half operator""H(long double v) { return (half)v; }
 
 template <class T> struct ts_is_bf : std::false_type {};
 template <> struct ts_is_bf<bfloat> : std::true_type {};
 #define TS_BF_BINOP(op)                                                                 \
-  inline bfloat operator op(bfloat a, bfloat b) { return bfloat((float)a op (float)b); } \
+  constexpr bfloat operator op(bfloat a, bfloat b) { return bfloat((float)a op (float)b); } \
   template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value>>             \
-  inline auto operator op(bfloat a, T b) { return (float)a op b; }                       \
+  constexpr auto operator op(bfloat a, T b) { return (float)a op b; }                    \
   template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value>>             \
-  inline auto operator op(T a, bfloat b) { return a op (float)b; }
+  constexpr auto operator op(T a, bfloat b) { return a op (float)b; }
 TS_BF_BINOP(+) TS_BF_BINOP(-) TS_BF_BINOP(*) TS_BF_BINOP(/)
 #define TS_BF_CMP(op)                                                                   \
-  inline bool operator op(bfloat a, bfloat b) { return (float)a op (float)b; }           \
+  constexpr bool operator op(bfloat a, bfloat b) { return (float)a op (float)b; }        \
   template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value>>             \
-  inline bool operator op(bfloat a, T b) { return (float)a op b; }                       \
+  constexpr bool operator op(bfloat a, T b) { return (float)a op b; }                    \
   template <class T, class = std::enable_if_t<std::is_arithmetic<T>::value>>             \
-  inline bool operator op(T a, bfloat b) { return a op (float)b; }
+  constexpr bool operator op(T a, bfloat b) { return a op (float)b; }
 TS_BF_CMP(<) TS_BF_CMP(>) TS_BF_CMP(<=) TS_BF_CMP(>=) TS_BF_CMP(==) TS_BF_CMP(!=)
 #define TS_BF_ASSIGN(op)                                                                \
   template <class T> inline bfloat& operator op##=(bfloat& a, T b) { a = bfloat(a op b); return a; }
@@ -121,6 +128,15 @@ TS_VEC_TYPES(float, float) TS_VEC_TYPES(half, half) TS_VEC_TYPES(int, int)
 TS_VEC_TYPES(uint, uint) TS_VEC_TYPES(short, short) TS_VEC_TYPES(ushort, ushort)
 TS_VEC_TYPES(bool, bool) TS_VEC_TYPES(int64_t, long) TS_VEC_TYPES(uint64_t, ulong)
 TS_VEC_TYPES(bfloat, bfloat)
+namespace metal {
+template <class T, int N> using vec = ts_vec<T, N>;
+template <class T, size_t N> struct array {  /* <metal_array> */
+  T v[N];
+  T& operator[](size_t i) { return v[i]; }
+  const T& operator[](size_t i) const { return v[i]; }
+  static constexpr size_t size() { return N; }
+};
+}  // namespace metal
 using packed_float2 = float2; using packed_float3 = float3; using packed_float4 = float4;
 
 /* ---- atomics: one OS thread runs the grid, so plain memory operations -------------- */
@@ -154,29 +170,57 @@ inline bool atomic_compare_exchange_weak_explicit(metal::atomic<T>* p, T* expect
   *expected = p->value; return false;
 }
 
+#define M_E_F 2.71828182845904523536f
+#define M_LOG2E_F 1.44269504088896340736f
+#define M_LOG10E_F 0.434294481903251827651f
+#define M_LN2_F 0.693147180559945309417f
+#define M_LN10_F 2.30258509299404568402f
+#define M_PI_F 3.14159265358979323846f
+#define M_PI_2_F 1.57079632679489661923f
+#define M_PI_4_F 0.785398163397448309616f
+#define M_1_PI_F 0.318309886183790671538f
+#define M_2_PI_F 0.636619772367581343076f
+#define M_2_SQRTPI_F 1.12837916709551257390f
+#define M_SQRT2_F 1.41421356237309504880f
+#define M_SQRT1_2_F 0.707106781186547524401f
+
 /* ---- metal:: math: float, with half / bfloat computed in float and rounded back ------ */
 namespace metal {
+/* Metal's <metal_type_traits>: the standard ones, with half and bfloat floating point */
+using std::enable_if; using std::enable_if_t; using std::is_same; using std::is_same_v;
+using std::is_convertible; using std::is_convertible_v; using std::conditional;
+using std::conditional_t; using std::integral_constant; using std::true_type;
+using std::false_type; using std::is_integral; using std::is_integral_v; using std::is_signed;
+using std::is_signed_v; using std::is_unsigned; using std::is_unsigned_v;
+using std::remove_cv_t; using std::remove_reference_t; using std::decay_t;
+using std::make_unsigned_t; using std::make_signed_t; using std::is_pointer_v;
+template <class T> struct is_floating_point : std::is_floating_point<T> {};
+template <> struct is_floating_point<half> : std::true_type {};
+template <> struct is_floating_point<bfloat> : std::true_type {};
+template <class T> constexpr bool is_floating_point_v = is_floating_point<T>::value;
+template <class T> struct is_arithmetic
+    : std::integral_constant<bool, std::is_arithmetic<T>::value || is_floating_point<T>::value> {};
+template <class T> constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
 template <class T> struct numeric_limits : std::numeric_limits<T> {};
 template <> struct numeric_limits<bfloat> {
   static constexpr bool is_specialized = true;
-  static bfloat infinity() { bfloat r; r.bits = 0x7f80; return r; }
-  static bfloat quiet_NaN() { bfloat r; r.bits = 0x7fc0; return r; }
-  static bfloat max() { bfloat r; r.bits = 0x7f7f; return r; }
-  static bfloat lowest() { bfloat r; r.bits = 0xff7f; return r; }
-  static bfloat min() { bfloat r; r.bits = 0x0080; return r; }
-  static bfloat epsilon() { bfloat r; r.bits = 0x3c00; return r; }
+  static constexpr bfloat bits_(uint16_t b) { bfloat r{}; r.bits = b; return r; }
+  static constexpr bfloat infinity() { return bits_(0x7f80); }
+  static constexpr bfloat quiet_NaN() { return bits_(0x7fc0); }
+  static constexpr bfloat max() { return bits_(0x7f7f); }
+  static constexpr bfloat lowest() { return bits_(0xff7f); }
+  static constexpr bfloat min() { return bits_(0x0080); }
+  static constexpr bfloat epsilon() { return bits_(0x3c00); }
 };
 template <class T> using ts_f = std::conditional_t<std::is_integral<T>::value, float, T>;
 #define TS_MATH1(name, fn)                                                              \
   inline float name(float x) { return fn(x); }                                           \
   inline half name(half x) { return (half)fn((float)x); }                                \
-  inline bfloat name(bfloat x) { return bfloat(fn((float)x)); }                          \
   template <class T, class = std::enable_if_t<std::is_integral<T>::value>>               \
   inline float name(T x) { return fn((float)x); }
 #define TS_MATH2(name, fn)                                                              \
   inline float name(float x, float y) { return fn(x, y); }                               \
-  inline half name(half x, half y) { return (half)fn((float)x, (float)y); }              \
-  inline bfloat name(bfloat x, bfloat y) { return bfloat(fn((float)x, (float)y)); }
+  inline half name(half x, half y) { return (half)fn((float)x, (float)y); }
 #define TS_ALL_MATH                                                                     \
   TS_MATH1(exp, __builtin_expf) TS_MATH1(exp2, __builtin_exp2f) TS_MATH1(exp10, ts_exp10f) \
   TS_MATH1(log, __builtin_logf) TS_MATH1(log2, __builtin_log2f) TS_MATH1(log10, __builtin_log10f) \
@@ -184,14 +228,19 @@ template <class T> using ts_f = std::conditional_t<std::is_integral<T>::value, f
   TS_MATH1(asin, __builtin_asinf) TS_MATH1(acos, __builtin_acosf) TS_MATH1(atan, __builtin_atanf) \
   TS_MATH1(sinh, __builtin_sinhf) TS_MATH1(cosh, __builtin_coshf) TS_MATH1(tanh, __builtin_tanhf) \
   TS_MATH1(asinh, __builtin_asinhf) TS_MATH1(acosh, __builtin_acoshf) TS_MATH1(atanh, __builtin_atanhf) \
-  TS_MATH1(sqrt, __builtin_sqrtf) TS_MATH1(rsqrt, ts_rsqrtf) TS_MATH1(cbrt, __builtin_cbrtf) \
+  TS_MATH1(sqrt, __builtin_sqrtf) TS_MATH1(rsqrt, ts_rsqrtf) \
   TS_MATH1(floor, __builtin_floorf) TS_MATH1(ceil, __builtin_ceilf) TS_MATH1(trunc, __builtin_truncf) \
   TS_MATH1(round, __builtin_roundf) TS_MATH1(rint, __builtin_rintf) TS_MATH1(fabs, __builtin_fabsf) \
-  TS_MATH1(log1p, __builtin_log1pf) TS_MATH1(expm1, __builtin_expm1f) TS_MATH1(erf, __builtin_erff) \
   TS_MATH2(pow, __builtin_powf) TS_MATH2(powr, __builtin_powf) TS_MATH2(atan2, __builtin_atan2f) \
   TS_MATH2(fmod, __builtin_fmodf) TS_MATH2(copysign, __builtin_copysignf) TS_MATH2(fmin, __builtin_fminf) \
-  TS_MATH2(fmax, __builtin_fmaxf) TS_MATH2(nextafter, __builtin_nextafterf)
+  TS_MATH2(fmax, __builtin_fmaxf) TS_MATH2(nextafter, __builtin_nextafterf)                \
+  TS_MATH1(sinpi, ts_sinpif) TS_MATH1(cospi, ts_cospif) TS_MATH1(tanpi, ts_tanpif)          \
+  TS_MATH1(fract, ts_fractf)
 inline float ts_exp10f(float x) { return __builtin_powf(10.0f, x); }
+inline float ts_sinpif(float x) { return __builtin_sinf(M_PI_F * x); }
+inline float ts_cospif(float x) { return __builtin_cosf(M_PI_F * x); }
+inline float ts_tanpif(float x) { return __builtin_tanf(M_PI_F * x); }
+inline float ts_fractf(float x) { float f = x - __builtin_floorf(x); return f < 0x1.fffffep-1f ? f : 0x1.fffffep-1f; }
 inline float ts_rsqrtf(float x) { return 1.0f / __builtin_sqrtf(x); }
 TS_ALL_MATH
 namespace precise { TS_ALL_MATH }
@@ -218,6 +267,12 @@ template <class T> inline T mulhi(T a, T b) {
   using W = std::conditional_t<std::is_signed<T>::value, __int128, unsigned __int128>;
   return T(((W)a * (W)b) >> (8 * sizeof(T)));
 }
+struct os_log {  /* <metal_logging>: nothing is logged */
+  constexpr os_log(const char*, const char*) {}
+  template <class... A> void log_debug(const char*, A...) const {}
+  template <class... A> void log_info(const char*, A...) const {}
+  template <class... A> void log_error(const char*, A...) const {}
+};
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
 }  // namespace metal
 
@@ -261,6 +316,14 @@ template <class T> static inline T ts_get(int i) { T v; std::memcpy(&v, ts_c->sl
 static inline int ts_simd_end() {
   int e = ts_simd_base() + (int)ts_simd_width; return e < ts_c->n ? e : ts_c->n; }
 
+/* xor / or / and (op 0 / 1 / 2) of two values' bits; op 3: all bits set */
+template <class T> static inline T ts_bits(T a, T b, int op) {
+  using U = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2,
+            uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+  U x, y; std::memcpy(&x, &a, sizeof(T)); std::memcpy(&y, &b, sizeof(T));
+  U r = op == 0 ? U(x ^ y) : op == 1 ? U(x | y) : op == 2 ? U(x & y) : U(~U(0));
+  T out; std::memcpy(&out, &r, sizeof(T)); return out;
+}
 #define TS_SIMD_REDUCE(name, init, comb)                                                \
   template <class T> inline T name(T x) {                                               \
     if (!ts_c) return x;                                                                \
@@ -275,8 +338,10 @@ TS_SIMD_REDUCE(simd_sum, T(0), T(acc + v))
 TS_SIMD_REDUCE(simd_prod, T(1), T(acc * v))
 TS_SIMD_REDUCE(simd_max, numeric_limits<T>::lowest(), (v > acc ? v : acc))
 TS_SIMD_REDUCE(simd_min, numeric_limits<T>::max(), (v < acc ? v : acc))
-TS_SIMD_REDUCE(simd_or, T(0), T(acc | v))
-TS_SIMD_REDUCE(simd_and, T(~T(0)), T(acc & v))
+TS_SIMD_REDUCE(simd_product, T(1), T(acc * v))
+TS_SIMD_REDUCE(simd_xor, T(0), ts_bits(acc, v, 0))
+TS_SIMD_REDUCE(simd_or, T(0), ts_bits(acc, v, 1))
+TS_SIMD_REDUCE(simd_and, ts_bits(T(0), T(0), 3), ts_bits(acc, v, 2))
 inline bool simd_any(bool x) { return simd_or((int)x) != 0; }
 inline bool simd_all(bool x) { return simd_and((int)x) != 0; }
 template <class T> inline T ts_simd_read(T x, int lane) {
@@ -295,6 +360,30 @@ template <class T> inline T simd_shuffle_down(T x, ushort d) {
 template <class T> inline T simd_shuffle_up(T x, ushort d) {
   int lane = (int)ts_t.simd_lane - d; return ts_simd_read(x, lane); }
 template <class T> inline T simd_shuffle_xor(T x, ushort m) { return ts_simd_read(x, (int)(ts_t.simd_lane ^ m)); }
+template <class T> inline T simd_shuffle_and_fill_up(T data, T filling, ushort d) {
+  int lane = (int)ts_t.simd_lane;
+  T a = ts_simd_read(data, lane - (int)d);
+  T b = ts_simd_read(filling, lane - (int)d + (int)ts_simd_width);
+  return lane >= (int)d ? a : b;
+}
+template <class T> inline T simd_shuffle_and_fill_down(T data, T filling, ushort d) {
+  int lane = (int)ts_t.simd_lane;
+  T a = ts_simd_read(data, lane + (int)d);
+  T b = ts_simd_read(filling, lane + (int)d - (int)ts_simd_width);
+  return lane + (int)d < (int)ts_simd_width ? a : b;
+}
+template <class T> inline T simd_shuffle_and_fill_up(T data, T filling, ushort d, ushort m) {
+  int lane = (int)ts_t.simd_lane, base = lane - lane % (int)m, in = lane % (int)m;
+  T a = ts_simd_read(data, lane - (int)d);
+  T b = ts_simd_read(filling, base + in - (int)d + (int)m);
+  return in >= (int)d ? a : b;
+}
+template <class T> inline T simd_shuffle_and_fill_down(T data, T filling, ushort d, ushort m) {
+  int lane = (int)ts_t.simd_lane, base = lane - lane % (int)m, in = lane % (int)m;
+  T a = ts_simd_read(data, lane + (int)d);
+  T b = ts_simd_read(filling, base + in + (int)d - (int)m);
+  return in + (int)d < (int)m ? a : b;
+}
 template <class T> inline T simd_prefix_exclusive_sum(T x) {
   if (!ts_c) return T(0);
   ts_put(x); ts_yield(2);
@@ -304,7 +393,51 @@ template <class T> inline T simd_prefix_exclusive_sum(T x) {
   return acc;
 }
 template <class T> inline T simd_prefix_inclusive_sum(T x) { return T(simd_prefix_exclusive_sum(x) + x); }
+template <class T> inline T simd_prefix_exclusive_product(T x) {
+  if (!ts_c) return T(1);
+  ts_put(x); ts_yield(2);
+  T acc = T(1);
+  for (int i = ts_simd_base(); i < ts_c->cur; ++i) acc = T(acc * ts_get<T>(i));
+  ts_yield(2);
+  return acc;
+}
+template <class T> inline T simd_prefix_inclusive_product(T x) { return T(simd_prefix_exclusive_product(x) * x); }
+template <class T> inline T simd_shuffle_rotate_down(T x, ushort d) {
+  return ts_simd_read(x, (int)((ts_t.simd_lane + d) % ts_simd_width)); }
+template <class T> inline T simd_shuffle_rotate_up(T x, ushort d) {
+  return ts_simd_read(x, (int)((ts_t.simd_lane + ts_simd_width - d % ts_simd_width) % ts_simd_width)); }
 }  // namespace metal
+/* the compiler builtins Metal's own headers (and MLX's bf16_math.h) call */
+#define TS_BUILTIN(name) \
+  template <class... A> inline auto __metal_##name(A... a) { return metal::name(a...); }
+TS_BUILTIN(simd_sum) TS_BUILTIN(simd_product) TS_BUILTIN(simd_max) TS_BUILTIN(simd_min)
+TS_BUILTIN(simd_and) TS_BUILTIN(simd_or) TS_BUILTIN(simd_xor) TS_BUILTIN(simd_broadcast)
+TS_BUILTIN(simd_prefix_exclusive_sum) TS_BUILTIN(simd_prefix_inclusive_sum)
+TS_BUILTIN(simd_prefix_exclusive_product) TS_BUILTIN(simd_prefix_inclusive_product)
+TS_BUILTIN(simd_shuffle) TS_BUILTIN(simd_shuffle_down) TS_BUILTIN(simd_shuffle_up)
+TS_BUILTIN(simd_shuffle_xor) TS_BUILTIN(simd_shuffle_rotate_down) TS_BUILTIN(simd_shuffle_rotate_up)
+TS_BUILTIN(simd_shuffle_and_fill_up) TS_BUILTIN(simd_shuffle_and_fill_down)
+template <class T> inline T __metal_get_simdgroup_size(T) { return T(32); }
+#define __METAL_MAYBE_FAST_MATH__ 0
+#define __METAL_FAST_MATH__ 1
+#define __METAL_PRECISE_MATH__ 2
+#define TS_MB1(name) inline float __metal_##name(float x, int = 0) { return metal::name(x); }
+#define TS_MB2(name) inline float __metal_##name(float x, float y, int = 0) { return metal::name(x, y); }
+TS_MB1(acos) TS_MB1(acosh) TS_MB1(asin) TS_MB1(asinh) TS_MB1(atan) TS_MB1(atanh) TS_MB1(ceil)
+TS_MB1(cos) TS_MB1(cosh) TS_MB1(cospi) TS_MB1(exp) TS_MB1(exp10) TS_MB1(exp2) TS_MB1(fabs)
+TS_MB1(floor) TS_MB1(fract) TS_MB1(log) TS_MB1(log10) TS_MB1(log2) TS_MB1(rint) TS_MB1(round)
+TS_MB1(rsqrt) TS_MB1(sin) TS_MB1(sinh) TS_MB1(sinpi) TS_MB1(sqrt) TS_MB1(tan) TS_MB1(tanh)
+TS_MB1(tanpi) TS_MB1(trunc)
+TS_MB2(atan2) TS_MB2(fmax) TS_MB2(fmin) TS_MB2(fmod) TS_MB2(nextafter) TS_MB2(pow) TS_MB2(powr)
+inline float __metal_divide(float x, float y, int = 0) { return x / y; }
+inline float __metal_fma(float a, float b, float c, int = 0) { return __builtin_fmaf(a, b, c); }
+inline float __metal_fmax3(float a, float b, float c, int = 0) { return __builtin_fmaxf(a, __builtin_fmaxf(b, c)); }
+inline float __metal_fmin3(float a, float b, float c, int = 0) { return __builtin_fminf(a, __builtin_fminf(b, c)); }
+inline float __metal_fmedian3(float a, float b, float c, int = 0) {
+  return __builtin_fmaxf(__builtin_fminf(a, b), __builtin_fminf(__builtin_fmaxf(a, b), c)); }
+inline float __metal_frexp(float x, int* e) { return __builtin_frexpf(x, e); }
+inline float __metal_frexp(float x, thread int& e) { return __builtin_frexpf(x, &e); }
+inline float __metal_ldexp(float x, int k, int = 0) { return __builtin_ldexpf(x, k); }
 
 /* Attribute values of the current thread, converted to the parameter's declared type. */
 template <class T> struct ts_attr_cast {
@@ -316,8 +449,6 @@ template <class U> struct ts_attr_cast<ts_vec<U, 2>> {
 template <class U> struct ts_attr_cast<ts_vec<U, 3>> {
   static ts_vec<U, 3> get(uint3 v) { return ts_vec<U, 3>(U(v.x), U(v.y), U(v.z)); }
 };
-template <class T> static inline T ts_attr(uint3 v) { return ts_attr_cast<T>::get(v); }
-template <class T> static inline T ts_attr(uint v) { return ts_attr_cast<T>::get(uint3(v, 0, 0)); }
 
 /* Run ``body(bufs)`` for every thread of the grid (dispatchThreads: threadgroups of ``tg``,
    the last ones partial). Cooperative: each threadgroup's threads as fibers. */
@@ -406,8 +537,16 @@ static void ts_launch(uint3 grid, uint3 tg, bool cooperative, ts_body_fn body, v
   }
 }
 
-/* A kernel argument bound by buffer index: a pointer, or a reference to the buffer's
-   first element (``constant uint& size``). */
-template <class T> struct ts_arg_s { static T get(void* p) { return (T)p; } };
-template <class T> struct ts_arg_s<T&> { static T& get(void* p) { return *(T*)p; } };
-template <class T> static inline decltype(auto) ts_arg(void* p) { return ts_arg_s<T>::get(p); }
+/* A kernel argument bound by buffer index, converting to the parameter's type whatever it
+   is (template parameters included): a pointer, or a reference to the buffer's first
+   element (``constant uint& size``). */
+struct ts_buffer {
+  void* p;
+  template <class T> operator T*() const { return (T*)p; }
+  template <class T> operator T&() const { return *(T*)p; }
+};
+/* A thread attribute, converting to the parameter's declared type (uint, uint2, uint3). */
+struct ts_attribute {
+  uint3 v;
+  template <class T> operator T() const { return ts_attr_cast<T>::get(v); }
+};
