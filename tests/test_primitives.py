@@ -160,6 +160,7 @@ NO_VMAP_IN_MLX = {
     "QQMatmul": "M.vmap(lambda a: M.qqmm(a, M.ones((32, 32))))(M.ones((2, 1, 32)))",
     "GatherQQMM": "M.vmap(lambda a: M.gather_qqmm(a, M.ones((2, 32, 32)), "
                   "rhs_indices=M.array([1])))(M.ones((2, 1, 32)))",
+    "Depends": "M.vmap(lambda a: M.depends(a * 2, a * 3))(M.ones((2, 3)))",
 }
 # Primitives whose MLX vmap rule raises its own NYI error (ours: the generic one), with it.
 NYI_VMAP_IN_MLX = {

@@ -13,6 +13,10 @@ a primitive whose parameters are anything else (a fused ``Compiled`` tape, a cus
 function's callables, a communicator) cannot be exported: MLX's "Unable to serialize
 primitive" error. Nothing is unpickled: a file can only name registered primitives.
 
+Differences from MLX besides the format: an imported function's constants are read with the
+file (MLX records a lazy ``Load`` per constant), and the callback form's ``arguments`` are
+tapescope's parameters of each primitive (MLX gives its own primitives' state).
+
 A trace is ``tracing.trace`` (placeholders, the graph copied out by the one graph walker,
 ``walk.topological``) and ``tracing.simplify`` (MLX's ``compile_simplify``: equal scalar
 constants merged, common subexpressions removed), never fused; a call of the imported
