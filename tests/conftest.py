@@ -9,6 +9,9 @@ import pytest
 # JAX takes 75% of a GPU's memory when it starts; several test processes (pytest-xdist
 # workers on the GPU machine) would each try to. Allocate on demand instead.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# JAX references in full float32: on a GPU, JAX's default matmul precision is TF32 (a 1e-4
+# relative error), which a test comparing against it at 1e-5 would take for ours
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 try:  # MLX itself, as the reference for exact semantics; tests using it skip when absent
     import mlx.core as mlx_ref  # type: ignore

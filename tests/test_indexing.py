@@ -498,6 +498,8 @@ def _agree(case, x, in_range, mlx=None):
         ref_mlx = _outcome(lambda: case(mlx, mlx.array(x), mlx.array))
         if ref_mlx[0] != "value":
             want = ref_mlx
+    if in_range and mlx is None and want[0] != "value":
+        return  # MLX's own error decides here (mx.take out of range); without MLX, no reference
     got = _outcome(lambda: case(mx, mx.array(x), mx.array))
     lazy = _outcome(lambda: case(mx, mx.array(x), lambda v: mx.array(v) + 0))
     for out in (got, lazy):
