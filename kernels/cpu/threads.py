@@ -4,7 +4,7 @@ The kernels' OpenMP threads and OpenBLAS's threads share the cores. With OpenMP'
 (active) waiting, a kernel's threads spin after each parallel loop for the cores the next
 matmul's BLAS threads need (and a loaded machine's other processes too): measured on the
 2-core machine of record, loaded by other processes, the MLP ``gelu(x @ W1) @ W2`` took
-96-188 ms with active waiting and 48-89 with passive, softmax of (1024, 1024) 6-24 ms
+96-188 ms with active waiting and 48-89 with passive, softmax of (1024, 1024) 5.8-20 ms
 against 1.2-3.7 (BENCHMARKS.md, "thread policy"). So the
 kernels' threads wait passively (they sleep on a futex after a loop; waking costs ~10 µs on
 a small threaded kernel) and never add a thread beyond the cores: OpenMP's pool and
