@@ -16,8 +16,9 @@ array module or a device itself:
 
 Backends are registered per device type (``"cpu"``, ``"gpu"``): the CPU one always; a GPU
 one only when a GPU runtime really evaluates arrays (the CUDA runtime of ``kernels/cuda``,
-opt-in with ``TAPESCOPE_CUDA=1`` for now; Metal is issue 20), or when a test registers its
-own (``register``). ``mx.gpu`` is available, and the default device, only while a GPU
+opt-in with ``TAPESCOPE_CUDA=1`` for now; the Metal runtime of ``kernels/metal`` on macOS,
+opt-in with ``TAPESCOPE_METAL=1``), or when a test registers its own (``register``).
+``mx.gpu`` is available, and the default device, only while a GPU
 backend is registered. CuPy is imported only here and in ``kernels/cuda``, only when asked.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 from typing import Any, Callable, Optional
 
@@ -92,6 +94,11 @@ class Backend:
     def info(self) -> dict:
         """``mx.device_info`` of this backend's device (the CPU's is in core)."""
         return {}
+
+    def rule_for(self, prim: Any) -> Optional[Callable]:
+        """The device's own rule for ``prim`` in place of the array-module rule (a GPU
+        backend's, asked inside its device context), or None."""
+        return None
 
     # -- results --------------------------------------------------------------------------
     def to_device(self, data: Any) -> Any:
@@ -245,6 +252,8 @@ def gpu_available() -> bool:
     backend."""
     if _cuda_state is None:
         _register_cuda()
+    if _metal_state is None:
+        _register_metal()
     return "gpu" in _backends and not os.environ.get("TAPESCOPE_DISABLE_GPU")
 
 
@@ -269,6 +278,40 @@ def _register_cuda() -> None:
 
     register(CudaBackend())
     _cuda_state = "registered"
+
+
+_metal_state: Optional[str] = None  # None: not tried; else what happened
+
+
+def _register_metal() -> None:
+    """Register the Metal runtime (``kernels/metal``) on macOS with PyObjC's Metal.
+
+    Opt-in (``TAPESCOPE_METAL=1``) until its suite (tests/test_metal_runtime.py) has passed
+    on Apple hardware, which it has not yet: without it a Mac keeps the CPU as the default
+    device."""
+    global _metal_state
+    with _lock:
+        if _metal_state is not None:
+            return
+        _metal_state = "off"
+    if (sys.platform != "darwin" or os.environ.get("TAPESCOPE_METAL") != "1"
+            or os.environ.get("TAPESCOPE_DISABLE_GPU") or "gpu" in _backends):
+        return
+    try:
+        from .metal.backend import MetalBackend
+
+        register(MetalBackend())
+        _metal_state = "registered"
+    except Exception as e:  # no PyObjC, no device: the CPU stays the default
+        _metal_state = f"unavailable: {e}"
+
+
+def metal_runtime_available() -> bool:
+    """Whether tapescope's Metal runtime evaluates arrays here (``mx.metal.is_available``)."""
+    if not gpu_available():
+        return False
+    b = _backends.get("gpu")
+    return b is not None and b.name == "metal"
 
 
 def gpu_count() -> int:

@@ -117,14 +117,14 @@ def run_node(node: Node) -> None:
     be = stream_backend(prim.stream)
     if be.device_context is None:
         _run(node, prim, be)
-    else:
+    else:  # a GPU: in its stream's context, with its own rule where it has one (Metal)
         with be.device_context(prim.stream, node):
-            _run(node, prim, be)
+            _run(node, prim, be, be.rule_for(prim))
 
 
-def _run(node: Node, prim, be) -> None:
+def _run(node: Node, prim, be, fn=None) -> None:
     defn = prim.defn  # the definition: rule, out= / donatable= flags, view, family
-    fn = defn.rule
+    fn = fn or defn.rule
     inputs = node.inputs
     ins = [d.data for d in inputs]
     # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does. (No loop

@@ -16,15 +16,11 @@ _warned: set[str] = set()
 
 
 def is_available() -> bool:
-    """Whether the Metal backend is available (it needs macOS and PyObjC's Metal bindings)."""
-    if sys.platform != "darwin":
-        return False
-    try:
-        import Metal  # type: ignore
+    """Whether the Metal backend is available: tapescope's Metal runtime is registered
+    (macOS, PyObjC's Metal, ``TAPESCOPE_METAL=1`` while it is opt-in)."""
+    from tapescope.kernels.backends import metal_runtime_available
 
-        return Metal.MTLCreateSystemDefaultDevice() is not None
-    except Exception:
-        return False
+    return metal_runtime_available()
 
 
 def _deprecated(name: str):

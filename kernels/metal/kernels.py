@@ -64,10 +64,11 @@ class Call:
 
 def fused_call(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
                force_strided: bool = False, force_large: Optional[bool] = None,
-               grid_x: int = LARGE_GRID_X) -> Call:
+               grid_x: int = LARGE_GRID_X, empty=np.empty) -> Call:
     """The launch of ``tape`` on ``inputs`` (constants included by position): the variant
     MLX's rules choose (``force_strided`` / ``force_large`` pick another one: every variant
-    computes the same values, which is what the shim tests check)."""
+    computes the same values, which is what the shim tests check). ``empty(shape, dtype,
+    order)`` makes each output (a runtime passes its own memory)."""
     d = renderer("metal")
     sched = d.schedule
     shape = tuple(int(s) for s in shape)
@@ -86,7 +87,7 @@ def fused_call(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
         rep = next((a for x, a in zip(tape.inputs, arrays) if not x.is_constant and a.size == size), None)
         if rep is not None and rep.ndim > 1 and is_col_contiguous(rep) and not is_row_contiguous(rep):
             order = "F"
-    outs = [np.empty(shape, dtype=tape.dtype_of(n), order=order) for n in tape.outputs]
+    outs = [empty(shape, np.dtype(tape.dtype_of(n)), order) for n in tape.outputs]
     buffers, k, si = {}, 0, 0
     for x, a in zip(tape.inputs, arrays):
         if x.is_constant:
