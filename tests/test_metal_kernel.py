@@ -165,6 +165,14 @@ def test_templates_scalars_and_init_value(on_shim):
         np.testing.assert_array_equal(np.array(first), [2, -1, -1])  # init_value elsewhere
 
 
+def test_float64_is_refused_as_on_the_gpu(on_shim):
+    k = mx.fast.metal_kernel(name="f64", input_names=["a"], output_names=["b"], source="b[0] = a[0];")
+    for ins, out in (([mx.ones(3, dtype=mx.float64)], mx.float32), ([mx.ones(3)], mx.float64)):
+        with pytest.raises(ValueError, match="^float64 is not supported on the GPU$"):
+            k(inputs=ins, output_shapes=[(1,)], output_dtypes=[out], grid=(1, 1, 1),
+              threadgroup=(1, 1, 1))
+
+
 @needs_cxx
 def test_atomic_outputs_histogram(on_shim):
     src = """

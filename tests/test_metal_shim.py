@@ -45,7 +45,7 @@ pytestmark = pytest.mark.skipif(shim.compiler() is None, reason="no C++ compiler
 BF16 = np.dtype(ml_dtypes.bfloat16)
 SWEEP = bool(os.environ.get("TAPESCOPE_METAL_SWEEP"))
 # (contiguous, ndim, large): the variants the layouts below reach
-VARIANTS = [(True, 1, False), (True, 1, True), (False, 2, False), (False, 3, True), (False, 8, False)]
+VARIANTS = [(True, 1, False), (True, 1, True), (False, 2, False), (False, 4, True), (False, 8, False)]
 
 
 def _values(rng, dt, shape):
@@ -61,8 +61,9 @@ def _values(rng, dt, shape):
 
 def _layouts(rng, tape):
     """(inputs, shape, options, expected variant) per layout: contiguous, the same as a 2-D
-    grid, a transposed, sliced input (strided 2-D), 3-D inputs with their first two axes swapped, 64-bit indexing, and an
-    8-D input sliced on every axis (strided_dynamic)."""
+    grid, a transposed, sliced input (strided 2-D), 4-D inputs with two pairs of axes
+    swapped and 64-bit indexing (4 elements per thread), and 8-D inputs sliced on every axis
+    (strided_dynamic, 2 per thread)."""
     def make(shape, view):
         ins = []
         for x in tape.inputs:
@@ -79,8 +80,8 @@ def _layouts(rng, tape):
     def _base(shape, view):
         if view.__name__ == "t":
             return (shape[1], 2 * shape[0])
-        if view.__name__ == "s3":
-            return (shape[1], shape[0], shape[2])
+        if view.__name__ == "s4":
+            return (shape[1], shape[0], shape[3], shape[2])
         if view.__name__ == "s8":
             return tuple(2 * s for s in shape)
         return shape
@@ -91,8 +92,8 @@ def _layouts(rng, tape):
     def t(a):
         return a.T[::2]
 
-    def s3(a):
-        return a.transpose(1, 0, 2)
+    def s4(a):
+        return a.transpose(1, 0, 3, 2)
 
     def s8(a):
         return a[(slice(None, None, 2),) * 8]
@@ -103,7 +104,7 @@ def _layouts(rng, tape):
     yield make((5, 7), plain), (5, 7), {}, "contiguous"
     yield make((5, 7), plain), (5, 7), {"force_large": True, "grid_x": 3}, "contiguous_large"
     yield make((5, 7), t), (5, 7), {}, "strided_2"
-    yield make((3, 4, 5), s3), (3, 4, 5), {"force_large": True, "grid_x": 7}, "strided_3_large"
+    yield make((3, 4, 5, 3), s4), (3, 4, 5, 3), {"force_large": True, "grid_x": 7}, "strided_4_large"
     yield make((2,) * 8, s8), (2,) * 8, {}, "strided_dynamic"
 
 

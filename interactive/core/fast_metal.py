@@ -118,6 +118,9 @@ class _MetalKernel:
                                  f"but got size {actual}.\n")
         if not shim.enabled():  # tapescope runs no Metal here (the runtime is macOS-only)
             raise RuntimeError("[metal_kernel] No Metal back-end.")
+        if any(a.dtype == _dt.float64 for a in arrays) or _dt.float64 in output_dtypes:
+            # the shim stands in for the GPU: MLX's check when a GPU primitive is made
+            raise ValueError("float64 is not supported on the GPU")
         s = resolve_stream(stream)
         out_dts = [d.np for d in output_dtypes]
         shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
