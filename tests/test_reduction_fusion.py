@@ -291,3 +291,31 @@ def test_one_thread_policy_passive_waiting_unless_the_user_chose():
     out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_WAIT_POLICY="ACTIVE"),
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["ACTIVE", "user", "False"]
+
+
+def test_a_reduction_read_elsewhere_too_is_an_extra_output_and_no_cycle_is_made():
+    xn = np.random.default_rng(7).standard_normal((24, 40)).astype(np.float32)
+    x = mx.array(xn)
+
+    def lse(x):  # the max is used inside (x - m) and outside (the Squeeze): one kernel reads x
+        m = mx.max(x, axis=-1, keepdims=True)
+        return mx.log(mx.sum(mx.exp(x - m), axis=-1)) + mx.squeeze(m, -1)
+
+    others, tapes = _kernels(lse, x)
+    assert len(tapes) == 1 and [op.primitive for op in tapes[0].ops][0] == "Max"
+    assert len(tapes[0].outputs) == 2
+    from scipy.special import logsumexp as ref_lse
+
+    np.testing.assert_allclose(np.array(_extended(lse, x)), ref_lse(xn.astype(np.float64), -1),
+                               rtol=1e-6, atol=1e-6)
+
+    def around(x):  # sort(m) leaves the region and comes back: joining it would be a cycle
+        m = mx.max(x, axis=-1, keepdims=True)
+        z = mx.sort(m * 2, axis=0)
+        return mx.sum(mx.exp(x - m) + z, axis=-1)
+
+    fusion.set_fusion("mlx")
+    ref = np.array(around(x))
+    np.testing.assert_allclose(np.array(_extended(around, x)), ref, rtol=1e-5, atol=1e-5)
+    others, tapes = _kernels(around, x)
+    assert "Sort" in others and tapes

@@ -3,7 +3,8 @@ reduction over the last or the first axes joins the elementwise work before and 
 in one ``Compiled`` kernel whose tape carries a ``Reduction`` (kernels/codegen/reduction.py).
 
 From each reduction not yet taken (last op first), a region grows over the program: up to
-producers whose every user is inside, down to consumers, both while the op is elementwise
+producers (one with users outside becomes an extra output), down to consumers, both while
+the op is elementwise
 and renderable (or another reduction over the same axes of the same shape), runs on the
 same stream, makes a value of the full shape or of the reduced ("row") shape, and joining
 makes no cycle (no input of the op depends on the region through an op outside it). A
@@ -54,14 +55,15 @@ def _spec(g: GOp) -> Optional[tuple]:
 
 class _Region:
     def __init__(self, prog: Program, g: GOp, spec: tuple, parents: dict, taken: set,
-                 renderable):
+                 renderable, pos: dict):
         self.full, self.axes, self.mode = spec
         self.rowshape = Reduction(self.mode, len(self.axes), frozenset(["x"])).shape_of(
             "x", self.full)
         self.stream = g.prim.stream
         self.parents, self.taken, self.renderable = parents, taken, renderable
         self.ops = {id(g): g}
-        self.pos = {id(op): i for i, op in enumerate(prog.tape)}
+        self.pos = pos  # id(op) -> its place in program order (a fused region's: its last op's)
+        self.first = self.last = pos[id(g)]  # the region's span in program order
 
     def is_row_input(self, v: Val) -> bool:
         """An input constant along the reduced axes (it broadcasts to the row shape)."""
@@ -84,7 +86,7 @@ class _Region:
     def depends(self, v: Val) -> bool:
         """Does ``v`` depend on a region op through ops outside the region? (Ops before the
         region's first in program order cannot: the walk stops there.)"""
-        first = min(self.pos[k] for k in self.ops)
+        first = self.first
         seen: set = set()
         stack = [v]
         while stack:
@@ -98,29 +100,57 @@ class _Region:
             stack.extend(op.inputs)
         return False
 
-    def can_join(self, op: GOp) -> bool:
-        if not self.member_ok(op):
+    def reaches(self, op: GOp) -> bool:
+        """Does a value ``op`` makes reach a region op through ops outside the region? (The
+        walk stops past the region's last op in program order.)"""
+        last = self.last
+        seen: set = set()
+        stack = [u for o in op.outputs for u in self.parents.get(id(o), ())
+                 if id(u) not in self.ops]
+        while stack:
+            u = stack.pop()
+            if id(u) in seen or self.pos.get(id(u), last + 1) > last:
+                continue
+            seen.add(id(u))
+            for o in u.outputs:
+                for w in self.parents.get(id(o), ()):
+                    if id(w) in self.ops:
+                        return True
+                    stack.append(w)
+        return False
+
+    def join(self, op: GOp) -> bool:
+        """Take ``op`` in when it may join and the region stays free of cycles: a new cycle
+        passes through ``op``, so it is one of its inputs depending on the region, or one of
+        its values reaching the region, through ops outside."""
+        if id(op) in self.ops or not self.member_ok(op):
             return False
-        return not any(x.op is not None and id(x.op) not in self.ops and self.depends(x)
-                       for x in op.inputs)
+        self.ops[id(op)] = op
+        span = self.first, self.last
+        p = self.pos[id(op)]
+        self.first, self.last = min(self.first, p), max(self.last, p)
+        if not self.reaches(op) and not any(
+                x.op is not None and id(x.op) not in self.ops and self.depends(x)
+                for x in op.inputs):
+            return True
+        del self.ops[id(op)]
+        self.first, self.last = span
+        return False
 
     def grow(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for m in list(self.ops.values()):
-                for x in m.inputs:  # up: producers whose every user is inside
-                    p = x.op
-                    if p is None or id(p) in self.ops:
-                        continue
-                    if all(id(u) in self.ops for u in self.parents.get(id(x), ())) and \
-                            self.can_join(p):
-                        self.ops[id(p)] = p
-                        changed = True
-                for u in self.parents.get(id(m.outputs[0]), ()):  # down: consumers
-                    if id(u) not in self.ops and self.can_join(u):
-                        self.ops[id(u)] = u
-                        changed = True
+        """Up to producers (a producer with users outside becomes an extra output of the
+        kernel: a reduction's input read once, not once more by a separate op), down to
+        consumers, until nothing more joins (a rejected op is tried again when a later
+        member makes it a neighbour again)."""
+        work = list(self.ops.values())
+        while work:
+            m = work.pop()
+            for x in m.inputs:
+                if x.op is not None and self.join(x.op):
+                    work.append(x.op)
+            for u in self.parents.get(id(m.outputs[0]), ()):
+                if self.join(u):
+                    work.append(u)
 
 
 def _toposort(tape: list) -> list:
@@ -162,6 +192,7 @@ def fuse_reductions(prog: Program, build_tape, renderable, reason_of) -> list:
     repl: dict = {}
     boundaries: list = []
     tape = list(prog.tape)
+    pos = {id(op): i for i, op in enumerate(prog.tape)}
     changed = False
     for g in reversed(list(prog.tape)):
         if id(g) in taken:
@@ -169,7 +200,7 @@ def fuse_reductions(prog: Program, build_tape, renderable, reason_of) -> list:
         spec = _spec(g)
         if spec is None:
             continue
-        region = _Region(prog, g, spec, parents, taken, renderable)
+        region = _Region(prog, g, spec, parents, taken, renderable, pos)
         region.grow()
         if len(region.ops) < 2 and g.prim.name not in ("Softmax", "LogSumExp"):
             continue  # a lone Sum / Max / ... stays MLX's; a lone softmax gets a C kernel
@@ -198,6 +229,7 @@ def fuse_reductions(prog: Program, build_tape, renderable, reason_of) -> list:
             taken.add(id(op))
         prim = Primitive("Compiled", g.prim.stream, tape=t, shape=region.full)
         cg = GOp(prim, list(inputs))
+        pos[id(cg)] = max(pos[id(op)] for op in fused)
         cg.outputs = [Val(o.shape, o.dtype, op=cg, index=i) for i, o in enumerate(outputs)]
         for v in inputs:
             producer = v.op.prim.name if v.op is not None else (
