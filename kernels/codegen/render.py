@@ -18,7 +18,7 @@ names its schedule; ``render(tape, name, contiguous, ndim, large)`` asks it.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -183,10 +183,40 @@ class CFamily:
         for op in tape.ops:
             in_dt = tape.dtype_of(op.inputs[0]) if op.inputs else op.dtype
             args = [f"tmp_{n}" for n in op.inputs]
-            expr = self.op_expr(op.primitive, args, op.dtype, in_dt)
+            n = self.small_power(tape, op, in_dt)
+            if n:  # x ** n by multiplying in double, rounded once (as powf rounds)
+                expr = f"({self.compute_type(in_dt)})(" + " * ".join(
+                    [f"(double){args[0]}"] * n) + ")"
+            else:
+                expr = self.op_expr(op.primitive, args, op.dtype, in_dt)
             lines.append(f"{indent}{self.compute_type(op.dtype)} tmp_{op.name} = "
                          f"{self.round_to(op.dtype, expr)};")
         return lines
+
+    exact_small_powers = False  # dialects with a double type set it (not MSL)
+
+    def small_power(self, tape: Tape, op: Any, in_dt: np.dtype) -> int:
+        """n when ``op`` is ``Power`` of a float32 / half value to a constant n in 2..4 (read
+        through Broadcast) and the dialect can multiply in double: a float's cube is exact
+        in 72 bits and within an ulp once rounded, as ``powf`` is, while ``powf`` is a
+        scalar call per element (60x the whole GELU kernel's other work). Else 0."""
+        if not self.exact_small_powers or op.primitive != "Power" or len(op.inputs) != 2:
+            return 0
+        dt = np.dtype(in_dt)
+        if not (dt.kind == "f" and dt.itemsize <= 4 or dt == _BF16):
+            return 0
+        name = op.inputs[1]
+        producers = {o.name: o for o in tape.ops}
+        while name in producers and producers[name].primitive == "Broadcast":
+            name = producers[name].inputs[0]
+        x = next((x for x in tape.inputs if x.name == name and x.is_constant), None)
+        if x is None:
+            return 0
+        try:
+            v = float(np.asarray(x.constant))
+        except (TypeError, ValueError):
+            return 0
+        return int(v) if v in (2.0, 3.0, 4.0) else 0
 
     def stores(self, tape: Tape, ref: Callable, indent: str) -> list:
         """One store per output: ``ref(argument name)`` is the element it writes."""
@@ -586,6 +616,7 @@ class CDialect(CFamily):
     # (the double-precision ``exp`` would cost 2.3x).
     own_math = {"exp": "ts_expf"}
     own_source = _C_OWN_MATH
+    exact_small_powers = True
 
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
