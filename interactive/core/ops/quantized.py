@@ -211,9 +211,9 @@ def quantize(w: array, /, group_size: Optional[int] = None, bits: Optional[int] 
                          f"by the quantization group size {group_size}. However the provided  "
                          f"matrix has shape {_fmt_shape(w.shape)}")
     _global_scale("quantize", mode, global_scale)
-    if mode == "affine":
-        return tuple(_affine_quantize(w, group_size, bits, s))
-    return tuple(_fp_quantize(w, group_size, bits, mode, global_scale, s))
+    if mode == "affine":  # a list, as MLX's binding returns it
+        return _affine_quantize(w, group_size, bits, s)
+    return _fp_quantize(w, group_size, bits, mode, global_scale, s)
 
 
 def _affine_quantize(w: array, group_size: int, bits: int, s) -> list:
