@@ -289,7 +289,15 @@ def _implementations(f, ins):
             mx.eval(g(*arrs))
 
         impls[f"tapescope {mode}"] = run
-    impls["numpy"] = lambda: f(np, *ins)
+    def numpy_own(f=f, ins=ins):  # numpy as it comes: OpenBLAS on every core
+        from tapescope.kernels.cpu import threads
+
+        for set_n, _ in threads._openblas_libs_cached():
+            set_n(ctypes.c_int(os.cpu_count() or 1))
+        threads._blas["n"] = None  # tapescope's next matmul sets its own count again
+        f(np, *ins)
+
+    impls["numpy"] = numpy_own
     try:
         import jax
         import jax.numpy as jnp

@@ -4,6 +4,7 @@ what the summation order allows), the kernels run as C, MLX's fusion stays the d
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -319,3 +320,30 @@ def test_a_reduction_read_elsewhere_too_is_an_extra_output_and_no_cycle_is_made(
     np.testing.assert_allclose(np.array(_extended(around, x)), ref, rtol=1e-5, atol=1e-5)
     others, tapes = _kernels(around, x)
     assert "Sort" in others and tapes
+
+
+def test_blas_threads_follow_the_free_cores(monkeypatch):
+    from tapescope.kernels.cpu import threads
+
+    a = np.random.default_rng(8).standard_normal((96, 80)).astype(np.float32)
+    ref = a.astype(np.float64) @ a.T.astype(np.float64)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert 1 <= threads.free_cores() <= (os.cpu_count() or 1)
+    if not threads.blas_threads():
+        pytest.skip("no OpenBLAS loaded in this process")
+    before = threads.blas_threads()
+    try:
+        for free in (1, os.cpu_count() or 1):
+            monkeypatch.setattr(threads, "free_cores", lambda free=free: free)
+            threads.fit_blas_threads(force=True)
+            assert set(threads.blas_threads()) == {free}
+            got = np.array(mx.array(a) @ mx.array(a.T))  # the Matmul rule calls it too
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # the user's choice is kept
+        monkeypatch.setattr(threads, "free_cores", lambda: 2)
+        threads.fit_blas_threads(force=True)
+        assert set(threads.blas_threads()) == {os.cpu_count() or 1}
+    finally:
+        for (set_n, _), n in zip(threads._blas["libs"], before):
+            set_n(ctypes.c_int(n))
+        threads._blas["n"] = None

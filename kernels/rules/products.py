@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..cpu.threads import fit_blas_threads
 from ..primitives import MATMUL, define
 
 
@@ -15,12 +18,16 @@ def _wide(xp, a):
 @define("Matmul", family=MATMUL)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
+    if xp is np:
+        fit_blas_threads()  # BLAS takes the free cores (cpu/threads.py)
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
 @define("AddMM", family=MATMUL)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
+    if xp is np:
+        fit_blas_threads()
     out = xp.matmul(_wide(xp, a), _wide(xp, b))
     if alpha != 1.0:
         out = out * out.dtype.type(alpha)
