@@ -137,7 +137,8 @@ def get_kernel(name: str, variant: str, source_fn, key: str, tape: Optional[Tape
         try:
             ident = toolchain_ident()
         except Exception as err:  # noqa: BLE001 - no NVRTC library: the tape runs as CuPy ops
-            raise compiler.BuildError(f"NVRTC is not available ({err})") from None
+            _failed[ckey] = f"NVRTC is not available ({err})"  # not probed again per call
+            raise compiler.BuildError(_failed[ckey]) from None
         source = source_fn()
         shash = disk_cache.sha256((ident + "\n" + source).encode())
         cache = disk_cache.open_cache(ident)

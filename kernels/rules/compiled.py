@@ -15,9 +15,10 @@ def compiled(xp, *inputs, tape, shape, out=None, donatable=None, runtime=None):
     (single-output tapes) is written when its layout suits the kernel; ``donatable``
     (multi-output tapes) marks the inputs whose buffers the outputs may take, by MLX's
     Compiled rules. A reduction tape (extended fusion) runs on the CPU runtime
-    (``cpu/reduction.py``), or interpreted."""
+    (``cpu/reduction.py``), or interpreted with ``xp`` (a GPU's array module: no fused
+    reduction kernels there yet)."""
     if tape.reduction is not None:
-        if runtime is not None:
+        if runtime is not None and xp.__name__ == "numpy":  # the C reduction kernels: the CPU's
             from ..cpu.reduction import run_reduction
 
             outs = run_reduction(tape, inputs, shape, out=out)
