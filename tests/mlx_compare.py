@@ -51,9 +51,24 @@ def check(out, expected) -> None:
 
 
 def data(x):
-    """The evaluated numpy data behind ``x`` (to see which buffer it shares)."""
+    """The evaluated data behind ``x`` (a numpy array, or a device's, e.g. CuPy's, on a GPU
+    stream): to see which buffer it shares (``shares_memory``) or read it (``host``)."""
     mx.eval(x)
     return x._d.data
+
+
+def shares_memory(a, b) -> bool:
+    """``np.shares_memory`` for host arrays, the array module's own for device arrays."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.shares_memory(a, b))
+    import cupy
+
+    return bool(cupy.shares_memory(a, b))
+
+
+def host(a) -> np.ndarray:
+    """A data array's values on the host (a copy of a device array)."""
+    return a if isinstance(a, np.ndarray) else a.get()
 
 
 def outcome(module, source: str, **names):

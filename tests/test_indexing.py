@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
-from mlx_compare import check, data, primitive_names, same_error
+from mlx_compare import check, data, host, shares_memory, primitive_names, same_error
 
 SETTINGS = settings(max_examples=50, deadline=None)
 shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
@@ -128,9 +128,9 @@ def test_slices_are_views_and_gathers_are_copies():
     base = mx.array(ref((4, 5)))
     b = data(base)
     for v in (base[1:], base[:, ::-2], base[1:3, None, ::2], base[..., 2], base[1, 2:]):
-        assert np.shares_memory(data(v), b)
+        assert shares_memory(data(v), b)
     for c in (base[mx.array([0, 1])], base[[3, 1], 1:]):
-        assert not np.shares_memory(data(c), b)
+        assert not shares_memory(data(c), b)
 
 
 @pytest.mark.parametrize("idx", [
@@ -221,7 +221,7 @@ def test_setitem_does_not_touch_the_old_data():
     a[1] = 0
     a[mx.array([0, 2]), 0] = 5
     mx.eval(a)
-    np.testing.assert_array_equal(old, ref((3, 3)))
+    np.testing.assert_array_equal(host(old), ref((3, 3)))
     want = ref((3, 3))
     want[1] = 0
     want[[0, 2], 0] = 5
@@ -379,7 +379,7 @@ def test_dynamic_slice_and_slice_update_match_numpy(shape, d):
     want[tuple(window)] = upd
     base = mx.array(x)
     check(mx.slice_update(base, mx.array(upd), mx.array(start), axes), want)
-    np.testing.assert_array_equal(data(base), x)  # the input is not written
+    np.testing.assert_array_equal(host(data(base)), x)  # the input is not written
 
 
 @pytest.mark.parametrize("case", [
