@@ -118,7 +118,14 @@ class OutOfMemoryError(MemoryError):
     pass
 
 
+class CUDARuntimeError(RuntimeError):
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(f"cudaError {status}")
+
+
 runtime = types.SimpleNamespace(
+    CUDARuntimeError=CUDARuntimeError,
     getDeviceCount=lambda: 1,
     deviceSynchronize=lambda: None,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),

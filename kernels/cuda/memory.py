@@ -62,7 +62,11 @@ class CudaAllocator(Allocator):
         try:
             with cupy.cuda.Device(self.device_id):
                 return cupy.empty(size, dtype=np.uint8)
-        except cupy.cuda.memory.OutOfMemoryError as e:
+        except (cupy.cuda.memory.OutOfMemoryError, cupy.cuda.runtime.CUDARuntimeError) as e:
+            # without CuPy's pool a failed cudaMalloc is a CUDARuntimeError (status 2,
+            # cudaErrorMemoryAllocation), not CuPy's OutOfMemoryError
+            if not isinstance(e, cupy.cuda.memory.OutOfMemoryError) and getattr(e, "status", 2) != 2:
+                raise
             # buffers freed while kernels still read them are not in the cache yet: let the
             # device finish, so the caller's evict-and-retry can reach them too
             cupy.cuda.runtime.deviceSynchronize()
