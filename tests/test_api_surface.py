@@ -24,8 +24,6 @@ MISSING: dict = {}
 MISSING_SUBMODULES: dict = {}
 # Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
 MISSING_IN_SUBMODULE = {
-    ("fast", "cuda_kernel"): (15, "custom CUDA kernels"),
-    ("fast", "precompiled_cuda_kernel"): (15, "custom CUDA kernels"),
 }
 MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 

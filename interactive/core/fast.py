@@ -4,7 +4,7 @@ MLX defines each of these in ``mlx/fast.cpp`` with a ``fallback`` lambda made of
 ops, which every backend without the fused kernel runs (and which gives its VJP); tapescope
 builds that same composition, so grad / vmap / compile see ordinary primitives.
 ``metal_kernel`` is ``fast_metal.py``; ``cuda_kernel`` and ``precompiled_cuda_kernel`` are
-issue 15.
+``fast_cuda.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Optional, Union
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, StreamContext, StreamOrDevice, binding, resolve_stream
+from .fast_cuda import cuda_kernel, precompiled_cuda_kernel  # noqa: F401 - mx.fast.cuda_kernel
 from .fast_metal import metal_kernel  # noqa: F401 - mx.fast.metal_kernel
 
 

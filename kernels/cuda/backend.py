@@ -119,6 +119,17 @@ class CudaBackend(Backend):
         return run_compiled(tape, [self.to_device(x) for x in inputs], shape, out=out,
                             donatable=donatable)
 
+    def rule_for(self, prim: Any):
+        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
+        if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
+            from .custom import run
+
+            def rule(xp, *inputs, **params):
+                return run(inputs, **params)
+
+            return rule
+        return None
+
     def synchronize(self, stream: Any) -> None:
         device.cuda_stream(stream.index).synchronize()
         self.allocator.synchronize()

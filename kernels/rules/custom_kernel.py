@@ -1,4 +1,5 @@
-"""MLX's ``CustomKernel`` (mlx/fast_primitives.h): a user's Metal kernel, ``mx.fast.metal_kernel``.
+"""MLX's ``CustomKernel`` (mlx/fast_primitives.h): a user's Metal kernel, ``mx.fast.metal_kernel``
+(or CUDA kernel, ``mx.fast.cuda_kernel``: ``language="cuda"``, run by ``kernels/cuda/custom.py``).
 
 Its parameters are the kernel's name, its whole MSL source (``metal/custom.py`` wrote the
 signature), the launch (``grid`` threads in ``threadgroup``-sized groups, as
@@ -26,8 +27,8 @@ def _dtypes(dtypes: list, *, output_dtypes, **_) -> list:
     return list(output_dtypes)
 
 
-_WHY = {"c": "user Metal code: runs as its own kernel, never inside a fused tape",
-        "jax": "user Metal code: no JAX equivalent to compare it with",
+_WHY = {"c": "user Metal / CUDA code: runs as its own kernel, never inside a fused tape",
+        "jax": "user Metal / CUDA code: no JAX equivalent to compare it with",
         "vjp": "MLX's CustomKernel has no VJP: wrap the call in mx.custom_function and give it "
                "one, as MLX's docs do for grid_sample",
         "jvp": "MLX's CustomKernel has no JVP: wrap the call in mx.custom_function",
@@ -36,7 +37,11 @@ _WHY = {"c": "user Metal code: runs as its own kernel, never inside a fused tape
 
 @define("CustomKernel", family=CUSTOM, shape=_shapes, dtype=_dtypes, why=_WHY)
 def custom_kernel(xp, *inputs, **params):
-    """Host buffers only (the shim; the Metal runtime shares memory with the host)."""
+    """Host buffers only (the shim; the Metal runtime shares memory with the host). A CUDA
+    kernel (``mx.fast.cuda_kernel``) runs only on the CUDA runtime (its ``rule_for``)."""
+    if params.get("language") == "cuda":
+        raise RuntimeError("[cuda_kernel] A CUDA kernel runs only on the CUDA runtime's GPU "
+                           "streams.")
     from ..metal import custom
 
     return custom.run(inputs, **params)

@@ -1,0 +1,180 @@
+"""``mx.fast.cuda_kernel`` and ``mx.fast.precompiled_cuda_kernel``: MLX 0.32's signatures and
+calls (python/src/fast.cpp, mlx/backend/cuda/custom_kernel.cpp).
+
+Without a CUDA runtime, MLX's builds raise ``RuntimeError("[cuda_kernel] No CUDA back-end.")``
+when the kernel is made, and so does tapescope (its CUDA runtime is on with
+``TAPESCOPE_CUDA=1`` where CuPy reaches a GPU). With it, calling a kernel checks the sizes
+and the stream as MLX does, writes the source (MLX's signature rules:
+``kernels/cuda/custom.py``) and records one ``CustomKernel`` node, run by the CUDA runtime
+(NVRTC, the call's CUDA stream); the generated source is listed by ``tapescope.kernel_cache()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+from . import dtypes as _dt
+from .array import array
+from .device import BadArgs, DeviceType, binding, incompatible, resolve_stream
+from .fast_metal import _REQUIRED, _KEYWORDS, _scalar, _strs, _triple
+from .primitive import Primitive
+
+_SIG = ("cuda_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
+        "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
+        "bool = True, shared_memory: int = 0) -> object")
+_CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
+             "list[Sequence[int]], output_dtypes: list[Dtype], grid: tuple[int, int, int], "
+             "threadgroup: tuple[int, int, int], template: list[tuple[str, bool | int | Dtype]] "
+             "| None = None, init_value: float | None = None, verbose: bool = false, "
+             "stream: StreamOrDevice = None)")
+_PRE_SIG = ("precompiled_cuda_kernel(*, name: str, compiled_source: bytes, inputs: "
+            "collections.abc.Sequence[bool | int | float | mlx.core.array | "
+            "ndarray[writable=False] | complex | mlx.core.ArrayLike], output_shapes: "
+            "collections.abc.Sequence[tuple[int, ...]], output_dtypes: "
+            "collections.abc.Sequence[mlx.core.Dtype], scalars: collections.abc.Sequence[object], "
+            "grid: tuple[int, int, int], threadgroup: tuple[int, int, int], shared_memory: int = 0, "
+            "init_value: float | None = None, ensure_row_contiguous: bool = False, stream: "
+            "mlx.core.Stream | mlx.core.ThreadLocalStream | mlx.core.Device | "
+            "mlx.core.DeviceType | None = None) -> list[mlx.core.array]")
+
+
+def _cuda_runtime() -> bool:
+    from tapescope.kernels import backends
+
+    return backends.cuda_runtime_available()
+
+
+@binding(_SIG)
+def cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
+                header: str = "", ensure_row_contiguous: bool = True,
+                shared_memory: int = 0) -> object:
+    """A jit-compiled custom CUDA kernel defined from a source string (``source`` is the
+    kernel's body; its signature is generated). Returns the callable kernel."""
+    if not (isinstance(name, str) and _strs(input_names) and _strs(output_names)
+            and isinstance(source, str) and isinstance(header, str)
+            and isinstance(ensure_row_contiguous, bool)
+            and isinstance(shared_memory, int) and not isinstance(shared_memory, bool)):
+        raise BadArgs()
+    if not _cuda_runtime():
+        raise RuntimeError("[cuda_kernel] No CUDA back-end.")
+    if not output_names:
+        raise ValueError("[custom_kernel] Must specify at least one output.")
+    return _CudaKernel(name, list(input_names), list(output_names), source, header,
+                       ensure_row_contiguous, int(shared_memory))
+
+
+def _gpu_stream(stream):
+    s = resolve_stream(stream)
+    if s.device.type != DeviceType.gpu:
+        raise ValueError("[custom_kernel] Only supports the GPU.")
+    return s
+
+
+def _sizes(tag: str, pairs) -> None:
+    for actual, expected, what in pairs:
+        if actual != expected:
+            raise ValueError(f"{tag} Expected `{what}` to have size {expected} "
+                             f"but got size {actual}.\n")
+
+
+class _CudaKernel:
+    """The callable ``cuda_kernel`` returns."""
+
+    def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous,
+                 shared_memory):
+        self.name, self.input_names, self.output_names = name, input_names, output_names
+        self.source, self.header = source, header
+        self.ensure_row_contiguous, self.shared_memory = ensure_row_contiguous, shared_memory
+
+    def __call__(self, *args, **kwargs) -> list:
+        try:
+            if args or not _REQUIRED <= set(kwargs) or not set(kwargs) <= _KEYWORDS:
+                raise BadArgs()
+            return self._call(**kwargs)
+        except BadArgs:
+            raise incompatible("__call__", _CALL_SIG, *args, **kwargs) from None
+
+    def _call(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+              init_value=None, verbose=False, stream=None) -> list:
+        from tapescope.kernels.cuda import custom
+
+        if not (isinstance(inputs, list) and isinstance(output_shapes, list)
+                and isinstance(output_dtypes, list)
+                and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
+                and _triple(grid) and _triple(threadgroup) and isinstance(verbose, bool)
+                and (template is None or isinstance(template, list))
+                and (init_value is None or isinstance(init_value, (int, float)))):
+            raise BadArgs()
+        arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
+        targs = []
+        for item in template or []:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+                raise BadArgs()
+            tname, v = item
+            if isinstance(v, (bool, int)):
+                targs.append((tname, v))
+            elif isinstance(v, _dt.Dtype):
+                targs.append((tname, v.np))
+            else:
+                raise ValueError("[cuda_kernel] Invalid template argument. Must be "
+                                 "`mlx.core.Dtype`, `int` or `bool`.")
+        n = len(self.output_names)
+        _sizes("[custom_kernel]", ((len(arrays), len(self.input_names), "inputs"),
+                                   (len(output_shapes), n, "output_shapes"),
+                                   (len(output_dtypes), n, "output_dtypes")))
+        s = _gpu_stream(stream)
+        shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
+        out_dts = [d.np for d in output_dtypes]
+        kname, src = custom.write_source(
+            self.name, self.input_names, self.output_names, self.source, self.header,
+            [(a.dtype.np, a.ndim) for a in arrays], out_dts, targs)
+        if verbose:
+            print(f"Generated source code for `{kname}`:\n```\n{src}\n```", file=sys.stdout)
+        prim = Primitive("CustomKernel", s, kernel_name=kname, source=src,
+                         grid=tuple(int(g) for g in grid),
+                         threadgroup=tuple(int(t) for t in threadgroup),
+                         shape_infos=tuple(custom.shape_infos(self.source, self.input_names)),
+                         ensure_row_contiguous=self.ensure_row_contiguous,
+                         init_value=None if init_value is None else float(init_value),
+                         output_shapes=tuple(shapes), output_dtypes=tuple(out_dts),
+                         shared_memory=self.shared_memory, language="cuda")
+        return array._make(shapes, list(output_dtypes), prim, arrays)
+
+
+@binding(_PRE_SIG)
+def precompiled_cuda_kernel(*, name: str, compiled_source: bytes, inputs: Sequence[Any],
+                            output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence,
+                            scalars: Sequence[object], grid: tuple, threadgroup: tuple,
+                            shared_memory: int = 0, init_value: Optional[float] = None,
+                            ensure_row_contiguous: bool = False, stream=None) -> list:
+    """Run a precompiled CUDA kernel (PTX or cubin bytes) named ``name``, with ``scalars``
+    (bool, int, float) passed after the outputs."""
+    if not (isinstance(name, str) and isinstance(compiled_source, bytes)
+            and isinstance(inputs, (list, tuple)) and isinstance(output_shapes, (list, tuple))
+            and isinstance(output_dtypes, (list, tuple))
+            and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
+            and isinstance(scalars, (list, tuple)) and _triple(tuple(grid))
+            and _triple(tuple(threadgroup)) and isinstance(shared_memory, int)
+            and (init_value is None or isinstance(init_value, (int, float)))
+            and isinstance(ensure_row_contiguous, bool)):
+        raise BadArgs()
+    arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
+    for v in scalars:
+        if not isinstance(v, (bool, int, float)):
+            raise ValueError("[precompiled_cuda_kernel] Invalid scalar argument type. Received "
+                             f"{type(v).__name__} but must be one of bool, int or float")
+    if not _cuda_runtime():  # MLX's builds without CUDA say so under this name too
+        raise RuntimeError("[cuda_kernel] No CUDA back-end.")
+    s = _gpu_stream(stream)
+    shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
+    prim = Primitive("CustomKernel", s, kernel_name=name, source=compiled_source,
+                     grid=tuple(int(g) for g in grid),
+                     threadgroup=tuple(int(t) for t in threadgroup),
+                     shape_infos=tuple((False, False, False) for _ in arrays),
+                     ensure_row_contiguous=ensure_row_contiguous,
+                     init_value=None if init_value is None else float(init_value),
+                     output_shapes=tuple(shapes), output_dtypes=tuple(d.np for d in output_dtypes),
+                     shared_memory=int(shared_memory), scalars=tuple(scalars), precompiled=True,
+                     language="cuda")
+    return array._make(shapes, list(output_dtypes), prim, arrays)
