@@ -6,7 +6,13 @@ x;``) and point-to-point calls raise MLX's errors. Under ``mpirun -np N`` (N > 1
 installed) ``init()`` gives the MPI world; each collective is then recorded as MLX's
 primitive (``AllReduce``, ``AllGather``, ``ReduceScatter``, ``Send``, ``Recv``; definitions
 and rules in ``kernels/rules/distributed.py``) carrying the group's communicator, so it is
-lazy, drawn in graphs, never fused, and on the timeline. NCCL is not built here.
+lazy, drawn in graphs, never fused, and on the timeline.
+
+NCCL (``backend="nccl"``, or "any" when the CUDA runtime is registered and CuPy's NCCL
+loads, as MLX tries NCCL first on CUDA): one GPU per rank, the communicator from
+``kernels/cuda/nccl.py`` (ranks and the unique id from mpirun through mpi4py, or MLX's
+``MLX_RANK`` / ``MLX_WORLD_SIZE`` / ``NCCL_HOST_IP`` / ``NCCL_PORT``); its collectives run
+on a GPU stream (MLX's ``communication_stream``: the default GPU stream unless given).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
 class Group:
-    """A group of processes that communicate: the singleton group, or an MPI communicator."""
+    """A group of processes that communicate: the singleton group, an MPI communicator, or
+    an NCCL one (``kernels/cuda/nccl.NcclComm``, which answers mpi4py's calls)."""
 
     def __init__(self) -> None:
         raise TypeError("No constructor defined!")
@@ -46,7 +53,8 @@ class Group:
 
     def split(self, color: int, key: int = -1) -> "Group":
         """The subgroup of the processes that pass the same ``color``, ranked by ``key``
-        (this rank when ``key`` is negative), as ``MPI_Comm_split`` in MLX's MPI backend."""
+        (this rank when ``key`` is negative), as ``MPI_Comm_split`` in MLX's MPI backend
+        (``ncclCommSplit`` in its NCCL one)."""
         if self._comm is None:
             raise RuntimeError("Cannot split the distributed group further.")
         return Group._make(self._comm.Split(int(color), self.rank() if key < 0 else int(key)))
@@ -54,6 +62,7 @@ class Group:
 
 _WORLD: Optional[Group] = None
 _MPI_WORLD: Optional[Group] = None
+_NCCL_WORLD: Optional[Group] = None
 _SINGLETON: Optional[Group] = None
 
 
@@ -83,6 +92,30 @@ def _mpi_world() -> Optional[Group]:
     return _MPI_WORLD
 
 
+def _mpi_comm_world():
+    """mpi4py's COMM_WORLD when mpirun launched more than one process, else None."""
+    if _launched_size() > 1 and is_available("mpi"):
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD
+    return None
+
+
+def _nccl_world(strict: bool) -> Optional[Group]:
+    """The NCCL world group (``kernels/cuda/nccl.world``), or None / MLX's error."""
+    global _NCCL_WORLD
+    if _NCCL_WORLD is None:
+        if not is_available("nccl"):
+            if strict:  # as MLX built without NCCL (mlx/distributed/nccl/no_nccl.cpp)
+                raise RuntimeError("Cannot initialize nccl distributed backend.")
+            return None
+        from tapescope.kernels.cuda import nccl
+
+        comm = nccl.world(strict, _mpi_comm_world())
+        _NCCL_WORLD = None if comm is None else Group._make(comm)
+    return _NCCL_WORLD
+
+
 def _check_backend(backend: str) -> None:
     if backend not in _BACKENDS:
         raise ValueError(
@@ -95,17 +128,30 @@ def is_available(backend: str = "any") -> bool:
     ring backend is compiled in), MPI when mpi4py is installed."""
     if backend == "mpi":
         return importlib.util.find_spec("mpi4py") is not None
+    if backend == "nccl":  # the CUDA runtime, and CuPy's NCCL bindings loading
+        from tapescope.kernels import backends
+
+        if not backends.cuda_runtime_available():
+            return False
+        from tapescope.kernels.cuda import nccl
+
+        return nccl.available()
     return backend in ("any", "ring")  # MLX answers False for an unknown name
 
 
 def init(strict: bool = False, backend: str = "any", *,
          all_gather_factory: Optional[Callable[[int, int], Callable[[bytes, int], bytes]]] = None,
          ) -> Group:
-    """The world group: MPI's when mpirun launched this process (backend "any" or "mpi"),
-    else the singleton group (or MLX's error when ``strict``)."""
+    """The world group: NCCL's (backend "nccl", or "any" on the CUDA runtime with NCCL) or
+    MPI's when mpirun launched this process (backend "any" or "mpi"), else the singleton
+    group (or MLX's error when ``strict``)."""
     global _WORLD
     _check_backend(backend)
-    world = _mpi_world() if backend in ("any", "mpi") else None
+    world = None
+    if backend == "nccl" or (backend == "any" and is_available("nccl")):
+        world = _nccl_world(strict and backend == "nccl")
+    if world is None and backend in ("any", "mpi"):
+        world = _mpi_world()
     if world is None and strict:
         if backend == "mpi" and is_available("mpi"):
             raise RuntimeError("[mpi] The world has a single process. Launch with mpirun to "
@@ -129,10 +175,19 @@ def _collective(name: str, x: Any, group: Optional[Group], stream: StreamOrDevic
     if g.size() == 1:
         return x._handle() if isinstance(x, array) else x
     x = x if isinstance(x, array) else array(x)
-    s = resolve_stream(stream)
+    s = _comm_stream(g, stream)
     prim = Primitive(name, s, comm=g._comm, **params)
     shape = prim.defn.shape([x.shape], comm=g._comm, **params)[0]
     return array._make1(shape, x.dtype, prim, [x])
+
+
+def _comm_stream(g: Group, stream: StreamOrDevice):
+    """MLX's ``communication_stream``: NCCL's collectives default to the GPU's stream."""
+    if stream is None and getattr(g._comm, "nccl", False):
+        from .device import default_stream, gpu
+
+        return default_stream(gpu)
+    return resolve_stream(stream)
 
 
 def all_sum(x: Any, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> Any:
@@ -191,7 +246,7 @@ def recv(shape: Sequence[int], dtype: Any, src: int, *, group: Optional[Group] =
         raise ValueError("Cannot recv from a singleton group")
     _peer(g, src, "source")
     shape = tuple(int(d) for d in shape)
-    prim = Primitive("Recv", resolve_stream(stream), shape=shape, dtype=dtype.np,
+    prim = Primitive("Recv", _comm_stream(g, stream), shape=shape, dtype=dtype.np,
                      src=int(src), comm=g._comm)
     return array._make1(shape, dtype, prim, [])
 

@@ -11,7 +11,7 @@ event wait that made it ready. Fused tapes run as fused CUDA kernels
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Optional
 
 import cupy
 import numpy as np
@@ -28,12 +28,14 @@ class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev")
 
-    def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int):
-        self.stream, self.node, self.index, self.ev0 = stream, node, index, None
+    def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0):
+        self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
 
     def __enter__(self):
+        if self.dev:  # this process's GPU is not 0 (a rank of mpirun): current on this thread
+            cupy.cuda.runtime.setDevice(self.dev)
         self.prev = cupy.cuda.get_current_stream()
         self.stream.use()
         if timeline.enabled and self.node is not None:
@@ -55,8 +57,10 @@ class CudaBackend(Backend):
     array_type = cupy.ndarray
     quiet = staticmethod(contextlib.nullcontext)  # CuPy raises no floating-point warnings
 
-    def __init__(self, device_id: int = 0):
-        # one GPU for now: every mx GPU stream runs on ``device_id`` (multi-GPU is issue 22's)
+    def __init__(self, device_id: Optional[int] = None):
+        # one GPU per process: every mx GPU stream runs on ``device_id``, by default this
+        # process's (``device.selected()``: local rank % device count, as MLX's NCCL backend)
+        device_id = device.selected() if device_id is None else device_id
         super().__init__(cupy, CudaAllocator(device_id), count=1)
         self.device_id = device_id
 
@@ -64,7 +68,7 @@ class CudaBackend(Backend):
         device.cuda_stream(stream.index)
 
     def device_context(self, stream: Any, node: Any = None) -> _OnStream:
-        return _OnStream(device.cuda_stream(stream.index), node, stream.index)
+        return _OnStream(device.cuda_stream(stream.index), node, stream.index, self.device_id)
 
     # -- data between host and device -------------------------------------------------------
     def to_device(self, data: Any) -> Any:

@@ -3,12 +3,15 @@
 MLX has one ``cu::Device`` per GPU index, and per ``mx`` stream one ``DeviceStream`` over a
 ``cudaStreamNonBlocking`` stream. Here: ``cuda_stream(index)`` is the CuPy
 ``Stream(non_blocking=True)`` of the ``mx`` stream with that index (made on first use);
-``is_gpu_stream(index)`` says whether an index has one.
+``is_gpu_stream(index)`` says whether an index has one. ``selected()`` is the GPU this
+process uses: its local rank (from the launcher) modulo the device count, so each rank of
+``mpirun`` gets its own GPU (MLX's NCCL backend: ``cudaSetDevice(rank % ndev)``), else 0.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import cupy
@@ -54,6 +57,24 @@ def memory_info(device: int = 0) -> tuple:
         return cupy.cuda.runtime.memGetInfo()
 
 
+# what launchers set for a process's rank on its node (Open MPI, MPICH / hydra, Slurm,
+# torchrun); MLX's own MLX_RANK last (its NCCL backend uses the global rank)
+_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                    "SLURM_LOCALID", "LOCAL_RANK", "MLX_RANK")
+
+
+@functools.lru_cache(maxsize=None)
+def selected() -> int:
+    """The GPU of this process: local rank % device count (0 without a launcher); made
+    current on the calling thread."""
+    rank = next((int(os.environ[v]) for v in _LOCAL_RANK_VARS
+                 if os.environ.get(v, "").isdigit()), 0)
+    dev = rank % max(1, cupy.cuda.runtime.getDeviceCount())
+    if dev:  # a thread's current device is 0 until set
+        cupy.cuda.runtime.setDevice(dev)
+    return dev
+
+
 def cuda_stream(index: int) -> "cupy.cuda.Stream":
     """The non-blocking CUDA stream of the ``mx`` stream ``index``."""
     s = _streams.get(index)
@@ -61,7 +82,8 @@ def cuda_stream(index: int) -> "cupy.cuda.Stream":
         with _lock:
             s = _streams.get(index)
             if s is None:
-                s = _streams[index] = cupy.cuda.Stream(non_blocking=True)
+                with cupy.cuda.Device(selected()):
+                    s = _streams[index] = cupy.cuda.Stream(non_blocking=True)
     return s
 
 

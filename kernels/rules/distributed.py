@@ -7,6 +7,10 @@ a type for run as ``MPI_Allreduce`` / ``MPI_Reduce_scatter_block``; float16, bfl
 bool are gathered as bytes and reduced in rank order in their own type (MLX's MPI backend
 has its own float16 / bfloat16 ops; for bool its MPI_SUM aborts, here it is a logical or).
 Each run adds a ``"collective"`` record to the timeline with the bytes it sent.
+
+On the "nccl" backend ``comm`` is a ``kernels/cuda/nccl.NcclComm`` (its ``nccl`` is true):
+the rule runs inside the CUDA backend's device context and enqueues NCCL on the ``mx``
+stream's CUDA stream (``kernels/cuda/nccl.py``; CuPy imported only then).
 """
 
 from __future__ import annotations
@@ -61,6 +65,15 @@ def _reduce_parts(xp, parts, reduce: str):
     return out
 
 
+def _nccl(comm):
+    """``kernels/cuda/nccl`` when ``comm`` is an NCCL communicator, else None."""
+    if getattr(comm, "nccl", False):
+        from ..cuda import nccl
+
+        return nccl
+    return None
+
+
 def _same(shapes: list, **_) -> list:
     return [tuple(shapes[0])]
 
@@ -94,7 +107,9 @@ _WHY = {"c": _NEVER_FUSED, "jax": _NO_JAX}
 def all_reduce(xp, a, *, reduce, comm):
     """``reduce`` ("sum", "max" or "min") of ``a`` over every rank of ``comm``."""
     t0 = timeline.now()
-    if _native(a, reduce):
+    if _nccl(comm):
+        out = _nccl(comm).all_reduce(a, reduce, comm)
+    elif _native(a, reduce):
         MPI = _mpi()
         a = xp.ascontiguousarray(a)
         out = xp.empty_like(a)
@@ -110,7 +125,7 @@ def all_gather(xp, a, *, comm):
     """Every rank's ``a`` concatenated on axis 0 (a scalar counts as shape (1,))."""
     t0 = timeline.now()
     a = a.reshape(1) if a.ndim == 0 else a
-    parts = _gathered(xp, a, comm)
+    parts = _nccl(comm).all_gather(a, comm) if _nccl(comm) else _gathered(xp, a, comm)
     _log("AllGather", t0, comm, a.nbytes)
     return parts.reshape((parts.shape[0] * a.shape[0],) + a.shape[1:])
 
@@ -120,9 +135,11 @@ def reduce_scatter(xp, a, *, comm):
     """The sum over ranks of ``a``, of which rank r keeps block r of axis 0."""
     t0 = timeline.now()
     n, r = comm.Get_size(), comm.Get_rank()
-    a = xp.ascontiguousarray(a)
+    a = a if _nccl(comm) else xp.ascontiguousarray(a)  # NCCL's own copy (bfloat16 stays host)
     m = a.shape[0] // n
-    if _native(a, "sum"):
+    if _nccl(comm):
+        out = _nccl(comm).reduce_scatter(a, comm)
+    elif _native(a, "sum"):
         out = xp.empty((m,) + a.shape[1:], dtype=a.dtype)
         comm.Reduce_scatter_block(a, out, op=_mpi().SUM)
     else:
@@ -135,7 +152,10 @@ def reduce_scatter(xp, a, *, comm):
 def send(xp, a, *, dst, comm):
     """Send ``a`` to rank ``dst`` (blocking, as MLX's MPI backend); the output is ``a``."""
     t0 = timeline.now()
-    comm.Send(_flat_bytes(xp, a), dest=dst, tag=0)
+    if _nccl(comm):
+        _nccl(comm).send(a, dst, comm)
+    else:
+        comm.Send(_flat_bytes(xp, a), dest=dst, tag=0)
     _log("Send", t0, comm, a.nbytes, dst=dst)
     return a
 
@@ -144,7 +164,10 @@ def send(xp, a, *, dst, comm):
 def recv(xp, *, shape, dtype, src, comm):
     """An array of ``shape`` and ``dtype`` received from rank ``src``."""
     t0 = timeline.now()
-    out = xp.empty(shape, dtype=dtype)
-    comm.Recv(out.reshape(-1).view(xp.uint8), source=src, tag=0)
+    if _nccl(comm):
+        out = _nccl(comm).recv(tuple(shape), dtype, src, comm)
+    else:
+        out = xp.empty(shape, dtype=dtype)
+        comm.Recv(out.reshape(-1).view(xp.uint8), source=src, tag=0)
     _log("Recv", t0, comm, out.nbytes, src=src)
     return out
