@@ -3,7 +3,9 @@
 # installed system-wide, nothing to download. Three parts, each reported even if one fails:
 #   1. the whole suite with the CPU as the default device (no CUDA runtime registered);
 #   2. the CUDA runtime's own suites (TAPESCOPE_CUDA=1: the GPU is the default device);
-#   3. the op, memory, scheduler and compile suites again with the GPU as the default device.
+#   3. the op, memory, scheduler and compile suites again with the GPU as the default device;
+#   4. nccl: mx.distributed over NCCL, one process per GPU under mpirun (>= 2 GPUs).
+# PARTS="nccl" (say) runs only the parts named.
 # The browser test needs chromium, which the GPU machine lacks. JAX must not take 75% of the
 # GPU in each of the test processes: XLA_PYTHON_CLIENT_PREALLOCATE=false.
 set -u
@@ -14,8 +16,10 @@ mkdir -p "$OUT"
 # wheels carried to the machine (it cannot download), e.g. the graphviz package the viz needs
 if compgen -G "wheels/*.whl" > /dev/null; then "$PY" -m pip install -q --no-deps wheels/*.whl; fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
+PARTS=${PARTS:-cpu_default cuda_runtime gpu_default nccl}
 run() {  # name, time limit (s), per-test limit (s), pytest arguments...
   local name=$1 limit=$2 each=$3; shift 3
+  case " $PARTS " in *" $name "*) ;; *) return 0 ;; esac
   # thread-method timeouts: a test stuck in C (a CUDA wait) is killed with its stack printed,
   # and xdist names it, instead of the whole part running into ``timeout``
   timeout "$limit" "$PY" -m pytest -p no:cacheprovider -o addopts= -o timeout="$each" \
@@ -32,3 +36,9 @@ run gpu_default 150 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementw
   tests/test_elementwise_unary.py tests/test_reduction.py tests/test_shape.py tests/test_indexing.py \
   tests/test_scan.py tests/test_sort.py tests/test_creation.py tests/test_memory.py \
   tests/test_scheduler.py tests/test_stream_threads.py tests/test_compile_api.py tests/test_laziness.py
+NGPU=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
+if [ "${NGPU:-0}" -ge 2 ]; then
+  run nccl 300 280 tests/test_distributed_nccl.py
+else
+  echo "== nccl: not run (CuPy sees ${NGPU:-0} GPU(s); it needs 2)"
+fi

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from test_distributed_mpi import HERE, mpirun, need_mpi  # noqa: F401  (a fixture)
+from test_distributed_mpi import HERE, MISSING, mpirun, need_mpi  # noqa: F401  (a fixture)
 
 
 def _gpu_reason() -> str:
@@ -54,12 +54,19 @@ def need_gpus():
         pytest.skip(why)
 
 
+@pytest.fixture
+def gpu_mpirun(need_gpus):
+    """The GPU machine is not CI: without mpirun / mpi4py there the test skips, saying so."""
+    if MISSING:
+        pytest.skip(f"NCCL under mpirun needs {', '.join(MISSING)}")
+
+
 def _oks(out: str, n: int) -> None:
     ranks = sorted(re.findall(r"^OK (\d+)", out, re.M), key=int)  # lines may interleave
     assert ranks == [str(r) for r in range(n)], out[-6000:]
 
 
-def test_nccl_collectives_send_recv_split_and_errors_on_two_gpus(need_mpi, need_gpus):
+def test_nccl_collectives_send_recv_split_and_errors_on_two_gpus(gpu_mpirun):
     _oks(mpirun(2, "nccl_worker.py", timeout=300), 2)
 
 
