@@ -57,6 +57,8 @@ mpi:
 	  echo "    sudo apt-get install -y openmpi-bin libopenmpi-dev      # Debian/Ubuntu"; \
 	fi
 
+# The tour (notebooks/00_tour.ipynb) executed headlessly: build/tour.html (and tour-dark.html)
+# with its pictures and widget snapshots, and a summary printed.
 demo: $(VENV)/.dev graphviz
 	$(PY) -m tapescope.demo
 

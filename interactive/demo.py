@@ -1,102 +1,111 @@
-"""``make demo`` (``python -m tapescope.demo``): lazy evaluation, step by step, in plain text.
+"""``make demo`` (``python -m tapescope.demo``): the tour notebook, executed, as a page.
 
-Builds a small expression, shows that building it ran nothing, prints the graph it
-recorded, evaluates it, prints what ran, and shows that the result has let go of its graph.
+Executes ``notebooks/00_tour.ipynb`` headlessly (nbclient, a fresh Python kernel), writes it
+with its pictures and widget snapshots as ``build/tour.html`` (nbconvert's lab template;
+``build/tour-dark.html`` in the dark theme), and prints the tour's own summary (kernels
+built, fused tapes, peak memory, the JAX check's verdict: the output of the cell tagged
+``tour-summary``, computed in the kernel) and the page's path. Each widget carries a static
+HTML snapshot of itself, so the page shows its figures without a running kernel.
 """
 
 from __future__ import annotations
 
-import gc
-import weakref
-from typing import Any
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Optional
 
-import tapescope
-import tapescope.core as mx
-
-
-def _shape(shape: tuple) -> str:
-    return str(tuple(shape))
-
-
-def graph_lines(*outputs: mx.array) -> list[str]:
-    """The lazy graph under ``outputs`` as text, one line per array, inputs first."""
-    names: dict[int, str] = {}
-    lines: list[str] = []
-
-    def visit(desc: Any) -> str:
-        if id(desc) in names:
-            return names[id(desc)]
-        node = desc.node
-        args = [visit(d) for d in node.inputs] if node is not None else []
-        name = names[id(desc)] = f"a{len(names)}"
-        what = (f"{node.primitive.name}({', '.join(args)})" if node is not None
-                else "input (data, nothing to compute)")
-        lines.append(f"  {name} = {what:<34} shape={_shape(desc.shape):<8} dtype={desc.dtype.name}")
-        return name
-
-    for out in outputs:
-        visit(out._d)
-    return lines
+ROOT = Path(__file__).resolve().parent.parent
+TOUR = ROOT / "notebooks" / "00_tour.ipynb"
+SUMMARY_TAG = "tour-summary"
 
 
-def primitive_records(records: list) -> list:
-    """The records of primitive runs among ``records``."""
-    return [r for r in records if r.kind == "primitive"]
+def execute(path: Path, cwd: Optional[Path] = None, timeout: int = 240) -> Any:
+    """``path`` executed top to bottom in a new kernel (errors raise); the notebook node."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                     resources={"metadata": {"path": str(cwd or path.parent)}})
+    # the kernel imports this tapescope, wherever it was imported from here
+    client.execute(env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    return nb
 
 
-def main() -> None:
-    """Run the demo, printing each step."""
-    print("tapescope: an MLX-style lazy array runtime (import tapescope.core as mx)\n")
+def stream_text(cell: Any) -> str:
+    """What a code cell printed."""
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
-    print("1. Build an expression. Nothing is computed yet: each op only records a node.")
-    print("     x = mx.array([[1., 2., 3.], [4., 5., 6.]])")
-    print("     b = mx.array([10., 20., 30.])")
-    print("     y = mx.exp(x * 0.5) + b\n")
-    with tapescope.record() as building:
-        x = mx.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-        b = mx.array([10.0, 20.0, 30.0])
-        h = mx.exp(x * 0.5)
-        y = h + b
-    ran = primitive_records(building.records)
-    print(f"   Primitives run while building: {len(ran)}")
-    print(f"   Is y evaluated? {y._d.node is None}\n")
 
-    print("2. The graph y stands for (one line per array: the MLX primitive that makes it,")
-    print("   its inputs, shape and dtype). The scalar 0.5 became an array broadcast to x's shape.")
-    for line in graph_lines(y):
-        print(line)
+def summary(nb: Any) -> str:
+    """The text the cell tagged ``tour-summary`` printed."""
+    for cell in nb.cells:
+        if SUMMARY_TAG in cell.get("metadata", {}).get("tags", []):
+            return stream_text(cell).rstrip()
+    raise ValueError(f"the notebook has no cell tagged {SUMMARY_TAG!r}")
+
+
+def write_page(nb: Any, out: Path, theme: str = "light") -> Path:
+    """``nb`` as one HTML page (lab template, pictures inline). The widgets appear as their
+    static snapshots: the live widgets' state is left out (plotly's FigureWidget alone carries
+    5 MB of JavaScript per figure, and rendering it needs a widget manager from a CDN)."""
+    import copy
+
+    from nbconvert import HTMLExporter
+
+    page = copy.deepcopy(nb)
+    page.metadata.pop("widgets", None)
+    exporter = HTMLExporter(template_name="lab", theme=theme)
+    body, _ = exporter.from_notebook_node(page)
+    body = inline_plotly(body)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body, encoding="utf-8")
+    return out
+
+
+def inline_plotly(body: str) -> str:
+    """The widget snapshots' plots load plotly.js from its CDN; a page made on a fresh machine
+    may be read offline, so the first such script is replaced by plotly.js itself (from the
+    installed plotly package) and the others are dropped. require.js (the lab template loads it)
+    would take plotly's UMD module as an AMD module, so ``define`` is hidden while it loads."""
+    tags = re.findall(r'<script[^>]*src="https://cdn\.plot\.ly/plotly-[^"]*"[^>]*></script>', body)
+    if not tags:
+        return body
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        return body
+    inline = ("<script>window.__ts_define = window.define; window.define = undefined;</script>"
+              f"<script>{get_plotlyjs()}</script>"
+              "<script>window.define = window.__ts_define;</script>")
+    first = body.index(tags[0])
+    head, tail = body[:first], body[first + len(tags[0]):]
+    for tag in set(tags):
+        tail = tail.replace(tag, "")
+    return head + inline + tail
+
+
+def main(argv: Optional[list] = None) -> int:
+    """Execute the tour, write the pages, print the summary and the path."""
+    p = argparse.ArgumentParser(prog="python -m tapescope.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--notebook", type=Path, default=TOUR, help="the notebook to run (default: the tour)")
+    p.add_argument("--out", type=Path, default=Path("build") / "tour.html",
+                   help="the page to write (default: build/tour.html; the dark theme beside it)")
+    args = p.parse_args(argv)
+    print(f"tapescope demo: executing {args.notebook.name} (a fresh kernel, CPU) ...", flush=True)
+    nb = execute(args.notebook)
+    page = write_page(nb, args.out)
+    dark = write_page(nb, args.out.with_name(args.out.stem + "-dark" + args.out.suffix), theme="dark")
     print()
-
-    watch = weakref.ref(h._d)  # the intermediate exp(x * 0.5), held by y's graph
-    del h
-    gc.collect()
-    print(f"   The intermediate exp(x * 0.5) is kept alive by the graph: {watch() is not None}\n")
-
-    print("3. Evaluate: mx.eval(y) runs every node in order.")
-    with tapescope.record() as evaluating:
-        mx.eval(y)
-    ran = primitive_records(evaluating.records)
-    print(f"   Primitives run: {len(ran)}")
-    for r in ran:
-        us = (r.end_ns - r.start_ns) / 1000
-        print(f"     node #{r.node:<4} {r.name:<10} on {r.device} stream {r.stream}: "
-              f"{r.nbytes:>4} bytes out, {us:8.1f} us")
+    print(summary(nb))
     print()
-
-    print("4. The result:")
-    print("   " + repr(y).replace("\n", "\n   "))
-    print()
-
-    gc.collect()
-    print("5. Evaluating detached y from its graph:")
-    print(f"   Is y evaluated? {y._d.node is None}")
-    print(f"   Is the intermediate exp(x * 0.5) still alive? {watch() is not None}")
-    with tapescope.record() as again:
-        mx.eval(y)
-        print("   " + str(y.tolist()))
-    print(f"   Primitives run by evaluating y again and reading it: "
-          f"{len(primitive_records(again.records))}")
+    print(f"page: {page.resolve()}")
+    print(f"      (dark theme: {dark.resolve()})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -53,15 +53,16 @@ def test_kernels_import_nothing_from_core():
                 assert not n.startswith(("tapescope.core", "tapescope.viz", "interactive")), (path, n)
 
 
-def test_demo_runs_and_shows_lazy_evaluation(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tapescope.demo"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+def test_demo_command_is_there():
+    """`make demo` runs `python -m tapescope.demo` (tests/test_notebooks.py executes the tour and
+    writes its page with the same functions; running it again here would cost ~20 s)."""
+    out = subprocess.run([sys.executable, "-m", "tapescope.demo", "--help"], capture_output=True,
+                         text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    text = out.stdout
-    assert "Primitives run while building: 0" in text
-    assert "Exp(" in text and "Add(" in text
-    assert "Is y evaluated? True" in text
-    assert "still alive? False" in text
+    assert "build/tour.html" in out.stdout
+    from tapescope import demo
+
+    assert demo.TOUR.is_file() and demo.TOUR.name == "00_tour.ipynb"
 
 
 def test_ci_script_runs_make_test():
