@@ -238,6 +238,31 @@ def test_simd_sum_reduces_each_simdgroup(on_shim):
         np.testing.assert_allclose(np.array(out), x.sum(axis=1), rtol=1e-5, atol=1e-6)
 
 
+TREE_SUM = """
+    threadgroup float partial[64];
+    uint t = thread_position_in_threadgroup.x;
+    uint i = thread_position_in_grid.x;
+    partial[t] = i < n ? float(x[i]) : 0.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = 32; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (t == 0) out[threadgroup_position_in_grid.x] = partial[0];
+"""
+
+
+@needs_cxx
+def test_threadgroup_memory_and_barriers(on_shim):
+    k = mx.fast.metal_kernel(name="tree_sum", input_names=["x", "n"], output_names=["out"],
+                             source=TREE_SUM)
+    x = np.random.default_rng(6).standard_normal(300).astype(np.float32)
+    (out,) = k(inputs=[mx.array(x), mx.array(300, dtype=mx.uint32)], grid=(320, 1, 1),
+               threadgroup=(64, 1, 1), output_shapes=[(5,)], output_dtypes=[mx.float32])
+    want = np.pad(x, (0, 20)).reshape(5, 64).sum(axis=1)
+    np.testing.assert_allclose(np.array(out), want, rtol=1e-5, atol=1e-5)
+
+
 @needs_cxx
 def test_custom_function_with_kernel_forward_and_atomic_vjp(on_shim):
     fwd = mx.fast.metal_kernel(name="interp", input_names=["table", "pos"], output_names=["out"],

@@ -312,7 +312,7 @@ using namespace metal;
 def test_the_shim_refuses_what_it_cannot_run():
     with pytest.raises(shim.ShimError, match="threadgroup memory"):
         shim.Library(["[[kernel]] void k(device float* o [[buffer(0)]]) "
-                      "{ threadgroup float t[32]; o[0] = t[0]; }"], [shim.Entry(0, "k")])
+                      "{ threadgroup float t; o[0] = t; }"], [shim.Entry(0, "k")])
     with pytest.raises(shim.ShimError, match="could not compile"):
         shim.Library(["[[kernel]] void k(device float* o [[buffer(0)]]) { o[0] = nope; }"],
                      [shim.Entry(0, "k")])

@@ -48,8 +48,17 @@ ATTRIBUTES = {
     "threads_per_simdgroup": "ts_simd_width", "thread_execution_width": "ts_simd_width",
     "grid_origin": "uint3(0, 0, 0)",
 }
-_COOPERATIVE = re.compile(r"\b(simd_\w+|threadgroup_barrier|simdgroup_barrier)\s*\(")
-_THREADGROUP_MEMORY = re.compile(r"\bthreadgroup\b")
+_COOPERATIVE = re.compile(r"\b(simd_\w+|threadgroup_barrier|simdgroup_barrier)\s*\(|"
+                          r"\bTS_THREADGROUP_ARRAY\b")
+# a threadgroup variable that is not an array declared in a kernel's body
+_THREADGROUP_MEMORY = re.compile(r"\bthreadgroup\s+[\w:<>, ]+\s+\w+\s*(;|=)")
+_THREADGROUP_ARRAY = re.compile(r"(?m)^([ \t]*)threadgroup\s+([\w:<>, ]+?)\s+(\w+)\s*(\[[^;]*\])\s*;")
+
+
+def _threadgroup_arrays(src: str) -> str:
+    """A kernel's ``threadgroup T name[N];`` as a static array: one threadgroup runs at a
+    time on the shim's one OS thread, so its threads (fibers) share it, as on a GPU."""
+    return _THREADGROUP_ARRAY.sub(r"\1TS_THREADGROUP_ARRAY \2 \3\4;", src)
 
 
 _ENABLED = [os.environ.get("TAPESCOPE_METAL_SHIM", "") == "1"]
@@ -183,10 +192,11 @@ class Library:
         if cxx is None:
             raise ShimError("no C++ compiler on PATH: the Metal shim needs g++ or clang++")
         parts = ['#include "metal_shim.h"\n']
+        pieces = [_threadgroup_arrays(src) for src in pieces]
         for k, src in enumerate(pieces):
             if _THREADGROUP_MEMORY.search(_strip_comments(src)):
-                raise ShimError("the shim has no threadgroup memory (a threadgroup variable "
-                                "is not shared between the shim's threads)")
+                raise ShimError("the shim shares only threadgroup arrays declared in a kernel "
+                                "(threadgroup T name[N];), not this use of threadgroup memory")
             # several sources: one namespace each (one source may include headers that
             # reopen namespace metal, so it stays at file scope)
             parts.append(f"namespace ts_piece{k} {{\n{src}\n}}\n" if len(pieces) > 1 else src + "\n")

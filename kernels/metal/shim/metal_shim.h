@@ -17,9 +17,11 @@
      loads and stores), simd_* reductions / shuffles and threadgroup_barrier, which run the
      threads of a threadgroup as cooperative fibers (ucontext) when the kernel uses them.
 
-   What it does not: threadgroup memory is not shared between threads (the runner refuses
-   sources that declare it), no textures, no simdgroup matrices, no double. Timing on the
-   shim says nothing about a GPU. */
+   Threadgroup arrays declared in a kernel (threadgroup T name[N];) become static arrays
+   (shim.py rewrites them): the threadgroups run one at a time on one OS thread, so the
+   threads of a group share them. What it does not do: other threadgroup variables (the
+   runner refuses them), textures, simdgroup matrices, double. Timing on the shim says
+   nothing about a GPU. */
 #pragma once
 #include <cstdint>
 #include <cstddef>
@@ -33,6 +35,7 @@
 #define constant
 #define thread
 #define threadgroup
+#define TS_THREADGROUP_ARRAY static  /* shim.py: a kernel's threadgroup arrays, one per group */
 #define METAL_FUNC inline
 #define METAL_CONST_PROGRAM
 #define TS_SHIM 1
