@@ -5,6 +5,7 @@
   copy.h with utils.h and the op structs): every op x real dtype that unary.metal /
   binary.metal / ternary.metal / copy.metal instantiate, its ``_v`` kernel with MLX's work
   per thread, run on the shim and compared with the primitive's numpy rule;
+- MLX's softmax kernel (softmax.h: threadgroup arrays, simd_max / simd_sum, barriers);
 - the documented ``mx.fast.metal_kernel`` examples (docs/src/dev/custom_metal_kernels.rst):
   their Python blocks run as written with ``mx = tapescope.core`` through the shim, and
   grid_sample (forward and the simd_sum / atomic VJP) compared with the docs' reference.
@@ -83,6 +84,8 @@ def headers(tmp_path_factory):
     for name in ("binary_ops.h", "unary_ops.h", "ternary_ops.h"):
         p = root / KDIR / name
         p.write_text(re.sub(r"(?m)^([ \t]+)template <>\s*\n", r"\1", p.read_text()))
+    sm = root / KDIR / "softmax.h"  # the shim's own rewrite of kernel threadgroup arrays
+    sm.write_text(shim.threadgroup_arrays(sm.read_text()))
     old = os.environ.get("TAPESCOPE_SHIM_INCLUDE")
     os.environ["TAPESCOPE_SHIM_INCLUDE"] = f"-I{root}"
     yield root
@@ -214,6 +217,22 @@ def test_mlx_elementwise_kernels_on_the_shim(headers):
     print(f"MLX elementwise kernels compiled and run on the shim: {len(cases)}; compared with "
           f"numpy: {compared}; disagreeing: {len(failed)} {failed}")
     assert not failed, failed
+
+
+def test_mlx_softmax_kernel_with_threadgroup_memory_and_simd_reductions(headers):
+    """softmax.h's softmax_single_row, dispatched as mlx/backend/metal/softmax.cpp does:
+    one threadgroup per row of ceil(ceil(axis / 4) / 32) simdgroups."""
+    src, decl = _kernel_source(headers, "softmax.h")
+    lib = shim.Library([src], [shim.Entry(0, "sm", call="softmax_single_row<float, float, 4>",
+                                          decl=decl)])
+    rng = np.random.default_rng(3)
+    for rows, axis in ((3, 100), (2, 7), (1, 512)):
+        x = (rng.standard_normal((rows, axis)) * 3).astype(np.float32)
+        out = np.zeros_like(x)
+        tg = 32 * -(-(-(-axis // 4)) // 32)
+        lib.run(0, {0: x, 1: out, 2: np.asarray(axis, np.int32)}, (rows * tg, 1, 1), (tg, 1, 1))
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 def _doc_blocks() -> list:

@@ -55,7 +55,7 @@ _THREADGROUP_MEMORY = re.compile(r"\bthreadgroup\s+[\w:<>, ]+\s+\w+\s*(;|=)")
 _THREADGROUP_ARRAY = re.compile(r"(?m)^([ \t]*)threadgroup\s+([\w:<>, ]+?)\s+(\w+)\s*(\[[^;]*\])\s*;")
 
 
-def _threadgroup_arrays(src: str) -> str:
+def threadgroup_arrays(src: str) -> str:
     """A kernel's ``threadgroup T name[N];`` as a static array: one threadgroup runs at a
     time on the shim's one OS thread, so its threads (fibers) share it, as on a GPU."""
     return _THREADGROUP_ARRAY.sub(r"\1TS_THREADGROUP_ARRAY \2 \3\4;", src)
@@ -192,7 +192,7 @@ class Library:
         if cxx is None:
             raise ShimError("no C++ compiler on PATH: the Metal shim needs g++ or clang++")
         parts = ['#include "metal_shim.h"\n']
-        pieces = [_threadgroup_arrays(src) for src in pieces]
+        pieces = [threadgroup_arrays(src) for src in pieces]
         for k, src in enumerate(pieces):
             if _THREADGROUP_MEMORY.search(_strip_comments(src)):
                 raise ShimError("the shim shares only threadgroup arrays declared in a kernel "
@@ -208,7 +208,7 @@ class Library:
                               + r'"\s*\)\s*\]\]\s*\[\[kernel\]\]\s*decltype\(([^;]*)\)\s', src)
                 e.call = m.group(1).strip() if m else e.name
             e.params = signature(e.decl or src, e.call.split("<")[0].strip())
-            e.cooperative = bool(_COOPERATIVE.search(_strip_comments(src)))
+            e.cooperative = bool(_COOPERATIVE.search(_strip_comments(src + e.decl)))
             parts.append(self._launcher(i, e, len(pieces) > 1))
         text = "".join(parts)
         key = hashlib.sha256((text + HEADER.read_text() + " ".join(FLAGS) + cxx).encode()).hexdigest()[:32]
