@@ -310,6 +310,7 @@ from IPython.display import HTML
 def swish_scaled(x, y):
     return x * mx.sigmoid(x) * 1.5 + y
 
+mx.set_default_device(mx.cpu)  # the C kernel on the CPU; a GPU, if any, in its own cell below
 x = mx.array(np.linspace(-4, 4, 4096, dtype=np.float32))
 y = mx.array(np.full(4096, 0.25, np.float32))
 g = tapescope.trace(swish_scaled, x, y)
@@ -334,7 +335,7 @@ expected = np.array(swish_scaled(x, y))
 compiled = mx.compile(swish_scaled)
 c_out = np.array(compiled(x, y))
 ran = {"C": f"CPU, {kernel.tier or 'not run'}: " + ", ".join(e['variant'] for e in kernel.cached()),
-       "CUDA": "not run: " + ("a GPU is present" if mx.cuda.is_available() else "no CUDA GPU here")}
+       "CUDA": "on the GPU: the next cell" if mx.cuda.is_available() else "not run: no CUDA GPU here"}
 print(f"C    max |error| vs the eager ops: {np.abs(c_out - expected).max():.3g}")
 if shim.compiler():
     lib = shim.TapeLibrary([kernel.tape], [(True, 1, False)])
@@ -350,8 +351,11 @@ for dialect, where in ran.items():
     md("""The CUDA runtime (`TAPESCOPE_CUDA=1`, CuPy on an NVIDIA GPU) builds the CUDA column with
 NVRTC; the cell below runs the same tape there when a GPU is present."""),
     code("""if mx.cuda.is_available():
-    out = compiled(mx.array(np.array(x), stream=mx.gpu), mx.array(np.array(y), stream=mx.gpu))
-    print("CUDA max |error|:", np.abs(np.array(out) - expected).max())
+    with mx.stream(mx.gpu):
+        out = compiled(x, y)
+        mx.eval(out)
+    print("CUDA max |error| vs the eager ops:", np.abs(np.array(out) - expected).max())
+    print("built for the GPU:", [(e["runtime"], e["variant"]) for e in kernel.cached() if e["runtime"] != "cpu"])
 else:
     print(NOTE)""".replace("NOTE", repr(GPU_NOTE))),
     *exercise("""Trace `lambda a: (a * 2.0).astype(mx.float16)` and find, in the three sources, how each
@@ -754,6 +758,7 @@ when there is one."""),
     code(IMPORTS + """
 import time
 
+mx.set_default_device(mx.cpu)  # the CPU first; the GPU has its own section below
 x = mx.array(np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32))
 mx.eval(x)
 
