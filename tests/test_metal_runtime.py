@@ -121,9 +121,15 @@ def test_wired_limit_follows_mlx(metal):
     assert metal.allocator.set_wired_limit(old) == 1 << 20
 
 
-def test_float64_on_the_gpu_runs_the_cpu_rule(metal):
+def test_float64_on_the_gpu_runs_the_cpu_rule_visibly(metal):
     x = np.linspace(-1, 1, 17)
-    with mx.stream(mx.gpu):
-        y = mx.exp(mx.array(x, dtype=mx.float64))
-        mx.eval(y)
+    timeline.set_recording(True)
+    try:
+        with mx.stream(mx.gpu):
+            y = mx.exp(mx.array(x, dtype=mx.float64))
+            mx.eval(y)
+        recs = [r for r in timeline.records() if r.kind == "fallback"]
+    finally:
+        timeline.set_recording(False)
     np.testing.assert_allclose(np.array(y), np.exp(x))
+    assert any(r.detail["primitive"] == "Exp" for r in recs)

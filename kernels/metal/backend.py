@@ -182,9 +182,10 @@ class MetalBackend(Backend):
                 tape = False
             self._elementwise[key] = tape
         shape = np.broadcast_shapes(*[x.shape for x in ins])
-        if tape is False:
-            _tls.queue.synchronize()
-            return REGISTRY[name].rule(np, *ins, **({"out": out} if out is not None else {}), **kw)
+        if tape is False:  # the CPU rule, after the GPU work before it, recorded
+            with _OnQueue(_tls.queue, name, True):
+                return REGISTRY[name].rule(np, *ins, **({"out": out} if out is not None else {}),
+                                           **kw)
         return self.run_compiled(tape, list(ins), shape, out=out)[0]
 
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
