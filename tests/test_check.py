@@ -4,6 +4,7 @@ reporting, the report's numbers (against numpy) and its HTML."""
 from __future__ import annotations
 
 import html.parser
+import re
 import subprocess
 import sys
 
@@ -317,3 +318,16 @@ def test_import_tapescope_does_not_import_jax_or_tqdm():
     code = "import sys, tapescope, tapescope.core; print('jax' in sys.modules, 'tqdm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_status_cells_carry_dark_text_on_their_pale_colours(fault):
+    """A dark theme's light text on the pale pass / fail colours was unreadable (the tour page
+    in nbconvert's dark theme): each coloured status cell sets its own text colour."""
+    a = mx.array(np.linspace(-1, 1, 6, dtype=np.float32))
+    page = tapescope.check(lambda a: mx.exp(a) + 1.0, a, every_node=True)._repr_html_()
+    cells = re.findall(r'<td style="([^"]*)">(pass|fail|no reference)</td>', page)
+    assert cells and all("background:" in st and "color:#1a1a1a" in st for st, _ in cells)
+    fault("Exp", lambda xp, x, out=None: xp.exp(x) + np.float32(0.25))
+    page = tapescope.check(lambda a: mx.exp(a) + 1.0, a, every_node=True)._repr_html_()
+    failing = [st for st, status in re.findall(r'<td style="([^"]*)">(pass|fail)</td>', page) if status == "fail"]
+    assert failing and all("color:#1a1a1a" in st for st in failing)

@@ -238,7 +238,10 @@ class CheckReport:
         for c in comps:
             cells = []
             for i, v in enumerate(self._row(c)):
-                style = f' style="background:{colors.get(c.status, "")}"' if i == 8 else ""
+                # the pale status colours carry their own dark text (a dark theme's light
+                # text on them was unreadable: nbconvert's dark page, JupyterLab's dark theme)
+                style = (f' style="background:{colors[c.status]};color:#1a1a1a"'
+                         if i == 8 and c.status in colors else "")
                 cells.append(f"<td{style}>{html.escape(v)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         return (f"<table class='tapescope-check'><caption>{html.escape(title)}</caption>"
