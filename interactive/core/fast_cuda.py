@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, DeviceType, binding, incompatible, resolve_stream
-from .fast_metal import _REQUIRED, _KEYWORDS, _scalar, _strs, _triple
+from .fast_custom import KEYWORDS, REQUIRED, call_arguments, check_sizes, scalar, strs, triple
 from .primitive import Primitive
 
 _SIG = ("cuda_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
@@ -51,7 +51,7 @@ def cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[st
                 shared_memory: int = 0) -> object:
     """A jit-compiled custom CUDA kernel defined from a source string (``source`` is the
     kernel's body; its signature is generated). Returns the callable kernel."""
-    if not (isinstance(name, str) and _strs(input_names) and _strs(output_names)
+    if not (isinstance(name, str) and strs(input_names) and strs(output_names)
             and isinstance(source, str) and isinstance(header, str)
             and isinstance(ensure_row_contiguous, bool)
             and isinstance(shared_memory, int) and not isinstance(shared_memory, bool)):
@@ -71,13 +71,6 @@ def _gpu_stream(stream):
     return s
 
 
-def _sizes(tag: str, pairs) -> None:
-    for actual, expected, what in pairs:
-        if actual != expected:
-            raise ValueError(f"{tag} Expected `{what}` to have size {expected} "
-                             f"but got size {actual}.\n")
-
-
 class _CudaKernel:
     """The callable ``cuda_kernel`` returns."""
 
@@ -89,7 +82,7 @@ class _CudaKernel:
 
     def __call__(self, *args, **kwargs) -> list:
         try:
-            if args or not _REQUIRED <= set(kwargs) or not set(kwargs) <= _KEYWORDS:
+            if args or not REQUIRED <= set(kwargs) or not set(kwargs) <= KEYWORDS:
                 raise BadArgs()
             return self._call(**kwargs)
         except BadArgs:
@@ -99,30 +92,10 @@ class _CudaKernel:
               init_value=None, verbose=False, stream=None) -> list:
         from tapescope.kernels.cuda import custom
 
-        if not (isinstance(inputs, list) and isinstance(output_shapes, list)
-                and isinstance(output_dtypes, list)
-                and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
-                and _triple(grid) and _triple(threadgroup) and isinstance(verbose, bool)
-                and (template is None or isinstance(template, list))
-                and (init_value is None or isinstance(init_value, (int, float)))):
-            raise BadArgs()
-        arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
-        targs = []
-        for item in template or []:
-            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-                raise BadArgs()
-            tname, v = item
-            if isinstance(v, (bool, int)):
-                targs.append((tname, v))
-            elif isinstance(v, _dt.Dtype):
-                targs.append((tname, v.np))
-            else:
-                raise ValueError("[cuda_kernel] Invalid template argument. Must be "
-                                 "`mlx.core.Dtype`, `int` or `bool`.")
-        n = len(self.output_names)
-        _sizes("[custom_kernel]", ((len(arrays), len(self.input_names), "inputs"),
-                                   (len(output_shapes), n, "output_shapes"),
-                                   (len(output_dtypes), n, "output_dtypes")))
+        arrays, targs = call_arguments("[cuda_kernel]", inputs, output_shapes,
+                                       output_dtypes, grid, threadgroup, template, init_value,
+                                       verbose)
+        check_sizes("[custom_kernel]", self, arrays, output_shapes, output_dtypes)
         s = _gpu_stream(stream)
         shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
         out_dts = [d.np for d in output_dtypes]
@@ -154,12 +127,12 @@ def precompiled_cuda_kernel(*, name: str, compiled_source: bytes, inputs: Sequen
             and isinstance(inputs, (list, tuple)) and isinstance(output_shapes, (list, tuple))
             and isinstance(output_dtypes, (list, tuple))
             and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
-            and isinstance(scalars, (list, tuple)) and _triple(tuple(grid))
-            and _triple(tuple(threadgroup)) and isinstance(shared_memory, int)
+            and isinstance(scalars, (list, tuple)) and triple(tuple(grid))
+            and triple(tuple(threadgroup)) and isinstance(shared_memory, int)
             and (init_value is None or isinstance(init_value, (int, float)))
             and isinstance(ensure_row_contiguous, bool)):
         raise BadArgs()
-    arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
+    arrays = [x if isinstance(x, array) else scalar(x) for x in inputs]
     for v in scalars:
         if not isinstance(v, (bool, int, float)):
             raise ValueError("[precompiled_cuda_kernel] Invalid scalar argument type. Received "

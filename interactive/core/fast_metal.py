@@ -14,13 +14,12 @@ same launch grid, run by the system C++ compiler), on the call's stream.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Sequence
-
-import numpy as np
+from typing import Optional, Sequence
 
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, binding, resolve_stream
+from .fast_custom import KEYWORDS, REQUIRED, call_arguments, check_sizes, strs
 from .primitive import Primitive
 
 _SIG = ("metal_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
@@ -33,12 +32,6 @@ _CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
              "| None = None, init_value: float | None = None, verbose: bool = false, "
              "stream: StreamOrDevice = None)")
 _MATH_MODES = ("safe", "relaxed", "fast")
-_REQUIRED = {"inputs", "output_shapes", "output_dtypes", "grid", "threadgroup"}
-_KEYWORDS = _REQUIRED | {"template", "init_value", "verbose", "stream"}
-
-
-def _strs(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v)
 
 
 @binding(_SIG)
@@ -47,7 +40,7 @@ def metal_kernel(name: str, input_names: Sequence[str], output_names: Sequence[s
                  atomic_outputs: bool = False, compile_options: Optional[object] = None) -> object:
     """A jit-compiled custom Metal kernel defined from a source string (``source`` is the
     kernel's body; its signature is generated). Returns the callable kernel."""
-    if not (isinstance(name, str) and _strs(input_names) and _strs(output_names)
+    if not (isinstance(name, str) and strs(input_names) and strs(output_names)
             and isinstance(source, str) and isinstance(header, str)
             and isinstance(ensure_row_contiguous, bool) and isinstance(atomic_outputs, bool)):
         raise BadArgs()
@@ -78,7 +71,7 @@ class _MetalKernel:
 
     def __call__(self, *args, **kwargs) -> list:
         try:
-            if args or not _REQUIRED <= set(kwargs) or not set(kwargs) <= _KEYWORDS:
+            if args or not REQUIRED <= set(kwargs) or not set(kwargs) <= KEYWORDS:
                 raise BadArgs()  # nanobind: keyword-only, these names
             return self._call(**kwargs)
         except BadArgs:
@@ -90,32 +83,10 @@ class _MetalKernel:
               template=None, init_value=None, verbose=False, stream=None) -> list:
         from tapescope.kernels.metal import custom, shim
 
-        if not (isinstance(inputs, list) and isinstance(output_shapes, list)
-                and isinstance(output_dtypes, list)
-                and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
-                and _triple(grid) and _triple(threadgroup) and isinstance(verbose, bool)
-                and (template is None or isinstance(template, list))
-                and (init_value is None or isinstance(init_value, (int, float)))):
-            raise BadArgs()
-        arrays = [x if isinstance(x, array) else _scalar(x) for x in inputs]
-        targs = []
-        for item in template or []:
-            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-                raise BadArgs()
-            tname, v = item
-            if isinstance(v, bool) or isinstance(v, int):
-                targs.append((tname, v))
-            elif isinstance(v, _dt.Dtype):
-                targs.append((tname, v.np))
-            else:
-                raise ValueError("[metal_kernel] Invalid template argument. Must be "
-                                 "`mlx.core.Dtype`, `int` or `bool`.")
-        for actual, expected, what in ((len(arrays), len(self.input_names), "inputs"),
-                                       (len(output_shapes), len(self.output_names), "output_shapes"),
-                                       (len(output_dtypes), len(self.output_names), "output_dtypes")):
-            if actual != expected:
-                raise ValueError(f"[metal_kernel] Expected `{what}` to have size {expected} "
-                                 f"but got size {actual}.\n")
+        arrays, targs = call_arguments("[metal_kernel]", inputs, output_shapes,
+                                       output_dtypes, grid, threadgroup, template, init_value,
+                                       verbose)
+        check_sizes("[metal_kernel]", self, arrays, output_shapes, output_dtypes)
         if not shim.enabled():  # tapescope runs no Metal here (the runtime is macOS-only)
             raise RuntimeError("[metal_kernel] No Metal back-end.")
         if any(a.dtype == _dt.float64 for a in arrays) or _dt.float64 in output_dtypes:
@@ -138,14 +109,3 @@ class _MetalKernel:
                          init_value=None if init_value is None else float(init_value),
                          output_shapes=tuple(shapes), output_dtypes=tuple(out_dts))
         return array._make(shapes, list(output_dtypes), prim, arrays)
-
-
-def _triple(v) -> bool:
-    return (isinstance(v, tuple) and len(v) == 3
-            and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v))
-
-
-def _scalar(x) -> array:
-    if isinstance(x, (bool, int, float, complex)):
-        return array(x)
-    raise BadArgs()

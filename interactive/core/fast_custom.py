@@ -1,0 +1,70 @@
+"""What ``mx.fast.metal_kernel`` and ``mx.fast.cuda_kernel`` share: the kernel call's keyword
+arguments, their type checks and template arguments, and MLX's size checks
+(``PyCustomKernelFunction`` in python/src/fast.cpp; the size errors of
+mlx/backend/*/custom_kernel.cpp and mlx/backend/common/metal_kernel.cpp)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import array
+from .device import BadArgs
+
+REQUIRED = {"inputs", "output_shapes", "output_dtypes", "grid", "threadgroup"}
+KEYWORDS = REQUIRED | {"template", "init_value", "verbose", "stream"}
+
+
+def strs(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v)
+
+
+def triple(v) -> bool:
+    return (isinstance(v, tuple) and len(v) == 3
+            and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v))
+
+
+def scalar(x) -> array:
+    if isinstance(x, (bool, int, float, complex)):
+        return array(x)
+    raise BadArgs()
+
+
+def call_arguments(tag: str, inputs, output_shapes, output_dtypes, grid, threadgroup,
+                   template, init_value, verbose) -> tuple:
+    """``(input arrays, template arguments)`` of a kernel call, after the binding's type
+    checks (``BadArgs``) and the template arguments' (``tag``'s ValueError)."""
+    if not (isinstance(inputs, list) and isinstance(output_shapes, list)
+            and isinstance(output_dtypes, list)
+            and all(isinstance(d, _dt.Dtype) for d in output_dtypes)
+            and triple(grid) and triple(threadgroup) and isinstance(verbose, bool)
+            and (template is None or isinstance(template, list))
+            and (init_value is None or isinstance(init_value, (int, float)))):
+        raise BadArgs()
+    arrays = [x if isinstance(x, array) else scalar(x) for x in inputs]
+    targs = []
+    for item in template or []:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise BadArgs()
+        tname, v = item
+        if isinstance(v, (bool, int)):
+            targs.append((tname, v))
+        elif isinstance(v, _dt.Dtype):
+            targs.append((tname, v.np))
+        else:
+            raise ValueError(f"{tag} Invalid template argument. Must be "
+                             "`mlx.core.Dtype`, `int` or `bool`.")
+    return arrays, targs
+
+
+def check_sizes(tag: str, kernel, arrays, output_shapes, output_dtypes) -> None:
+    """MLX's size errors (``tag``: ``[metal_kernel]`` or ``[custom_kernel]``)."""
+    n = len(kernel.output_names)
+    for actual, expected, what in ((len(arrays), len(kernel.input_names), "inputs"),
+                                   (len(output_shapes), n, "output_shapes"),
+                                   (len(output_dtypes), n, "output_dtypes")):
+        if actual != expected:
+            raise ValueError(f"{tag} Expected `{what}` to have size {expected} "
+                             f"but got size {actual}.\n")
