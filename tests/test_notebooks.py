@@ -75,10 +75,12 @@ def test_every_exercise_has_a_collapsed_answer():
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """Each runnable notebook's execution, started two at a time: name -> future of the node."""
+def executed(request, tmp_path_factory):
+    """The selected notebooks' executions, started two at a time: name -> future of the node."""
     cwd = tmp_path_factory.mktemp("notebooks")
-    runnable = [p for p in NOTEBOOKS if HAS_MLX or p.stem not in NEEDS_MLX]
+    selected = " ".join(item.nodeid for item in request.session.items)
+    runnable = [p for p in NOTEBOOKS if (HAS_MLX or p.stem not in NEEDS_MLX)
+                and (f"[{p.name}]" in selected or (p.stem == "00_tour" and "test_tour_page" in selected))]
     pool = ThreadPoolExecutor(2)
     futures = {p.stem: pool.submit(demo.execute, p, cwd) for p in runnable}
     yield futures
