@@ -52,7 +52,8 @@ ULPS = {"float16": 2, "bfloat16": 2, "float32": 64, "float64": 4096, "complex64"
         "complex128": 4096}
 ACCUMULATING = {"Sum", "Prod", "LogSumExp", "Softmax", "CumSum", "CumProd", "CumLogAddExp",
                 "Matmul", "AddMM", "FFT", "Hadamard", "Inverse", "Cholesky", "LUF",
-                "Scatter", "ScatterAxis", "Compiled"}
+                "Scatter", "ScatterAxis", "Compiled", "BlockMaskedMM", "GatherMM",
+                "SegmentedMM", "QuantizedMatmul", "GatherQMM", "QQMatmul", "GatherQQMM"}
 DECOMPOSITIONS = {"QRF", "SVD", "Eigh", "Eig"}
 
 
