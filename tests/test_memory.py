@@ -645,3 +645,16 @@ def test_multi_output_compiled_tape_takes_an_unheld_input_buffer(clean_memory):
     mx.eval(e2)
     assert e2._d.buffer is not held._d.buffer  # held elsewhere: never donated
     np.testing.assert_array_equal(np.array(held), vals)
+
+
+def test_full_reuses_freed_buffers_instead_of_growing_the_cache(cpu_default, clean_memory):
+    """``Full`` (ones / zeros / full) writes into an allocator buffer, so a loop that makes
+    and drops such arrays reuses the cache: it once adopted a new numpy buffer per call and
+    the cache grew by one buffer per iteration."""
+    nbytes = 256 * 256 * 4
+    for _ in range(20):
+        y = mx.ones((256, 256)) * 3.0
+        mx.eval(y)
+        assert y[0, 0].item() == 3.0
+        del y
+    assert mx.get_cache_memory() < 3 * nbytes

@@ -5,9 +5,13 @@ from __future__ import annotations
 from ..primitives import CREATION, define
 
 
-@define("Full", family=CREATION)
-def full(xp, a):
-    # The input is the (broadcast) fill value; Full gives it its own contiguous buffer.
+@define("Full", family=CREATION, out=True)
+def full(xp, a, out=None):
+    # The input is the (broadcast) fill value; Full gives it its own contiguous buffer: the
+    # allocator's (``out``, so freed arrays' buffers are reused), else a new one.
+    if out is not None and out.shape == a.shape and out.flags.c_contiguous:
+        out[...] = a
+        return out
     return xp.array(a, copy=True, order="C")
 
 
