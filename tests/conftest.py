@@ -37,3 +37,18 @@ from hypothesis import settings as _settings  # noqa: E402
 _settings.register_profile("tapescope", derandomize=not _os.environ.get("TAPESCOPE_HYPOTHESIS_RANDOM"),
                            deadline=None)
 _settings.load_profile("tapescope")
+
+
+@pytest.fixture
+def gpu_default_device():
+    """The GPU as the default device for a test (the CUDA runtime's tests), restored after;
+    the test's GPU work is finished before the device goes back."""
+    import tapescope.core as mx
+
+    old = mx.default_device()
+    mx.set_default_device(mx.gpu)
+    try:
+        yield
+        mx.synchronize()
+    finally:
+        mx.set_default_device(old)

@@ -32,14 +32,8 @@ TRANSCENDENTAL = {"exp", "log", "sin", "cos", "tanh", "sigmoid", "erf", "erfinv"
 
 
 @pytest.fixture(autouse=True)
-def _gpu_default():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    try:
-        yield
-        mx.synchronize()
-    finally:
-        mx.set_default_device(old)
+def _gpu_default(gpu_default_device):
+    yield
 
 
 def _cuda_entries() -> list:

@@ -91,14 +91,8 @@ def test_generated_signature_follows_mlxs_build_kernel():
 
 # -- on the GPU ------------------------------------------------------------------------------
 @pytest.fixture
-def gpu():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    try:
-        yield
-        mx.synchronize()
-    finally:
-        mx.set_default_device(old)
+def gpu(gpu_default_device):
+    yield
 
 
 @on_gpu

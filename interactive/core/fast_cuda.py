@@ -16,18 +16,13 @@ from typing import Any, Optional, Sequence
 
 from . import dtypes as _dt
 from .array import array
-from .device import BadArgs, DeviceType, binding, incompatible, resolve_stream
-from .fast_custom import KEYWORDS, REQUIRED, call_arguments, check_sizes, scalar, strs, triple
+from .device import BadArgs, DeviceType, binding, resolve_stream
+from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, scalar, strs, triple
 from .primitive import Primitive
 
 _SIG = ("cuda_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
         "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
         "bool = True, shared_memory: int = 0) -> object")
-_CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
-             "list[Sequence[int]], output_dtypes: list[Dtype], grid: tuple[int, int, int], "
-             "threadgroup: tuple[int, int, int], template: list[tuple[str, bool | int | Dtype]] "
-             "| None = None, init_value: float | None = None, verbose: bool = false, "
-             "stream: StreamOrDevice = None)")
 _PRE_SIG = ("precompiled_cuda_kernel(*, name: str, compiled_source: bytes, inputs: "
             "collections.abc.Sequence[bool | int | float | mlx.core.array | "
             "ndarray[writable=False] | complex | mlx.core.ArrayLike], output_shapes: "
@@ -71,22 +66,13 @@ def _gpu_stream(stream):
     return s
 
 
-class _CudaKernel:
+class _CudaKernel(CustomKernelFunction):
     """The callable ``cuda_kernel`` returns."""
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous,
                  shared_memory):
-        self.name, self.input_names, self.output_names = name, input_names, output_names
-        self.source, self.header = source, header
-        self.ensure_row_contiguous, self.shared_memory = ensure_row_contiguous, shared_memory
-
-    def __call__(self, *args, **kwargs) -> list:
-        try:
-            if args or not REQUIRED <= set(kwargs) or not set(kwargs) <= KEYWORDS:
-                raise BadArgs()
-            return self._call(**kwargs)
-        except BadArgs:
-            raise incompatible("__call__", _CALL_SIG, *args, **kwargs) from None
+        super().__init__(name, input_names, output_names, source, header, ensure_row_contiguous)
+        self.shared_memory = shared_memory
 
     def _call(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
               init_value=None, verbose=False, stream=None) -> list:

@@ -11,8 +11,14 @@ import numpy as np
 
 from . import dtypes as _dt
 from .array import array
-from .device import BadArgs
+from .device import BadArgs, incompatible
 
+# the kernel object's call, as nanobind shows it (python/src/fast.cpp: one for both kinds)
+CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
+            "list[Sequence[int]], output_dtypes: list[Dtype], grid: tuple[int, int, int], "
+            "threadgroup: tuple[int, int, int], template: list[tuple[str, bool | int | Dtype]] "
+            "| None = None, init_value: float | None = None, verbose: bool = false, "
+            "stream: StreamOrDevice = None)")
 REQUIRED = {"inputs", "output_shapes", "output_dtypes", "grid", "threadgroup"}
 KEYWORDS = REQUIRED | {"template", "init_value", "verbose", "stream"}
 
@@ -68,3 +74,21 @@ def check_sizes(tag: str, kernel, arrays, output_shapes, output_dtypes) -> None:
         if actual != expected:
             raise ValueError(f"{tag} Expected `{what}` to have size {expected} "
                              f"but got size {actual}.\n")
+
+
+class CustomKernelFunction:
+    """The callable a kernel maker returns (MLX's ``CustomKernelFunction``): its source parts,
+    and the keyword-only call checked as nanobind checks it; ``_call`` is the kind's own."""
+
+    def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous):
+        self.name, self.input_names, self.output_names = name, input_names, output_names
+        self.source, self.header = source, header
+        self.ensure_row_contiguous = ensure_row_contiguous
+
+    def __call__(self, *args, **kwargs) -> list:
+        try:
+            if args or not REQUIRED <= set(kwargs) or not set(kwargs) <= KEYWORDS:
+                raise BadArgs()  # nanobind: keyword-only, these names
+            return self._call(**kwargs)
+        except BadArgs:
+            raise incompatible("__call__", CALL_SIG, *args, **kwargs) from None

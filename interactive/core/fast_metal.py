@@ -19,18 +19,13 @@ from typing import Optional, Sequence
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, binding, resolve_stream
-from .fast_custom import KEYWORDS, REQUIRED, call_arguments, check_sizes, strs
+from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, strs
 from .primitive import Primitive
 
 _SIG = ("metal_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
         "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
         "bool = True, atomic_outputs: bool = False, compile_options: object | None = None) "
         "-> object")
-_CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
-             "list[Sequence[int]], output_dtypes: list[Dtype], grid: tuple[int, int, int], "
-             "threadgroup: tuple[int, int, int], template: list[tuple[str, bool | int | Dtype]] "
-             "| None = None, init_value: float | None = None, verbose: bool = false, "
-             "stream: StreamOrDevice = None)")
 _MATH_MODES = ("safe", "relaxed", "fast")
 
 
@@ -60,24 +55,13 @@ def metal_kernel(name: str, input_names: Sequence[str], output_names: Sequence[s
                         ensure_row_contiguous, atomic_outputs)
 
 
-class _MetalKernel:
+class _MetalKernel(CustomKernelFunction):
     """The callable ``metal_kernel`` returns."""
 
     def __init__(self, name, input_names, output_names, source, header, ensure_row_contiguous,
                  atomic_outputs):
-        self.name, self.input_names, self.output_names = name, input_names, output_names
-        self.source, self.header = source, header
-        self.ensure_row_contiguous, self.atomic_outputs = ensure_row_contiguous, atomic_outputs
-
-    def __call__(self, *args, **kwargs) -> list:
-        try:
-            if args or not REQUIRED <= set(kwargs) or not set(kwargs) <= KEYWORDS:
-                raise BadArgs()  # nanobind: keyword-only, these names
-            return self._call(**kwargs)
-        except BadArgs:
-            from .device import incompatible
-
-            raise incompatible("__call__", _CALL_SIG, *args, **kwargs) from None
+        super().__init__(name, input_names, output_names, source, header, ensure_row_contiguous)
+        self.atomic_outputs = atomic_outputs
 
     def _call(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup,
               template=None, init_value=None, verbose=False, stream=None) -> list:

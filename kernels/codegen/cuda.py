@@ -16,9 +16,9 @@ from .render import C_MATH, C_OPS, INTEGER_TYPES, CFamily
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F16 = np.dtype(np.float16)
 
-_PRELUDE = r"""#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#if defined(__CUDACC_RTC__)
+# NVRTC has no <cstdint>: the fixed-width integer types, spelled out (also in the CUDA
+# kernels of mx.fast.cuda_kernel, kernels/cuda/custom.py)
+RTC_INT_TYPES = r"""#if defined(__CUDACC_RTC__)
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
@@ -30,7 +30,11 @@ typedef unsigned long long uint64_t;
 #else
 #include <cstdint>
 #endif
-// a run of N elements loaded or stored in one access (the contiguous kernels' vector path)
+"""
+
+_PRELUDE = r"""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+""" + RTC_INT_TYPES + r"""// a run of N elements loaded or stored in one access (the contiguous kernels' vector path)
 template <typename T, int N> struct alignas(sizeof(T) * N) ts_vec { T v[N]; };
 static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long long n) {
   return ((unsigned long long)p & (n - 1)) == 0;

@@ -24,24 +24,14 @@ import ml_dtypes
 import numpy as np
 
 from .. import timeline
+from ..codegen.cuda import RTC_INT_TYPES
 from ..cpu import compiler
+from ..metal.custom import shape_infos, type_string  # MLX's get_type_string, the shared rule
 
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
-#if defined(__CUDACC_RTC__)
-typedef signed char int8_t;
-typedef short int16_t;
-typedef int int32_t;
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <cstdint>
-#endif
-namespace mlx::core::cu {
+""" + RTC_INT_TYPES + r"""namespace mlx::core::cu {
 // MLX's device utils.cuh: shape and strides pass by value, MAX_NDIM entries (config.h)
 #define MAX_NDIM 10
 template <typename T, int N> struct DeviceArray {
@@ -62,24 +52,10 @@ _TYPE = {np.dtype(np.bool_): "bool", np.dtype(np.int8): "int8_t", np.dtype(np.in
          np.dtype(np.float16): "__half", np.dtype(ml_dtypes.bfloat16): "__nv_bfloat16",
          np.dtype(np.float32): "float", np.dtype(np.float64): "double",
          np.dtype(np.complex64): "cuComplex"}
-# MLX's get_type_string (the template hash's dtype spelling)
-_TYPE_STRING = {np.dtype(np.bool_): "bool", np.dtype(np.int8): "int8_t",
-                np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
-                np.dtype(np.int64): "int64_t", np.dtype(np.uint8): "uint8_t",
-                np.dtype(np.uint16): "uint16_t", np.dtype(np.uint32): "uint32_t",
-                np.dtype(np.uint64): "uint64_t", np.dtype(np.float16): "float16_t",
-                np.dtype(ml_dtypes.bfloat16): "bfloat16_t", np.dtype(np.float32): "float",
-                np.dtype(np.float64): "double", np.dtype(np.complex64): "complex64_t"}
 
 
 def cuda_type(dt) -> str:
     return _TYPE[np.dtype(dt)]
-
-
-def shape_infos(source: str, input_names: Sequence[str]) -> list:
-    """Per input: whether the source uses ``<name>_shape``, ``_strides``, ``_ndim``."""
-    return [(f"{n}_shape" in source, f"{n}_strides" in source, f"{n}_ndim" in source)
-            for n in input_names]
 
 
 def template_hash(template_args: Sequence) -> str:
@@ -90,7 +66,7 @@ def template_hash(template_args: Sequence) -> str:
         elif isinstance(v, int):
             out += f"_{v}"
         else:
-            out += "_" + _TYPE_STRING[np.dtype(v)]
+            out += "_" + type_string(v)
     return out
 
 
