@@ -17,8 +17,8 @@ from typing import Any, Optional, Sequence
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, DeviceType, binding, resolve_stream
-from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, scalar, strs, triple
-from .primitive import Primitive
+from .fast_custom import (CustomKernelFunction, call_arguments, check_sizes, record, scalar,
+                          strs, triple)
 
 _SIG = ("cuda_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
         "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
@@ -83,22 +83,15 @@ class _CudaKernel(CustomKernelFunction):
                                        verbose)
         check_sizes("[custom_kernel]", self, arrays, output_shapes, output_dtypes)
         s = _gpu_stream(stream)
-        shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
-        out_dts = [d.np for d in output_dtypes]
         kname, src = custom.write_source(
             self.name, self.input_names, self.output_names, self.source, self.header,
-            [(a.dtype.np, a.ndim) for a in arrays], out_dts, targs)
+            [(a.dtype.np, a.ndim) for a in arrays], [d.np for d in output_dtypes], targs)
         if verbose:
             print(f"Generated source code for `{kname}`:\n```\n{src}\n```", file=sys.stdout)
-        prim = Primitive("CustomKernel", s, kernel_name=kname, source=src,
-                         grid=tuple(int(g) for g in grid),
-                         threadgroup=tuple(int(t) for t in threadgroup),
-                         shape_infos=tuple(custom.shape_infos(self.source, self.input_names)),
-                         ensure_row_contiguous=self.ensure_row_contiguous,
-                         init_value=None if init_value is None else float(init_value),
-                         output_shapes=tuple(shapes), output_dtypes=tuple(out_dts),
-                         shared_memory=self.shared_memory, language="cuda")
-        return array._make(shapes, list(output_dtypes), prim, arrays)
+        return record(s, kname, src, grid, threadgroup,
+                      custom.shape_infos(self.source, self.input_names),
+                      self.ensure_row_contiguous, init_value, output_shapes, output_dtypes,
+                      arrays, shared_memory=self.shared_memory, language="cuda")
 
 
 @binding(_PRE_SIG)
@@ -125,15 +118,7 @@ def precompiled_cuda_kernel(*, name: str, compiled_source: bytes, inputs: Sequen
                              f"{type(v).__name__} but must be one of bool, int or float")
     if not _cuda_runtime():  # MLX's builds without CUDA say so under this name too
         raise RuntimeError("[cuda_kernel] No CUDA back-end.")
-    s = _gpu_stream(stream)
-    shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
-    prim = Primitive("CustomKernel", s, kernel_name=name, source=compiled_source,
-                     grid=tuple(int(g) for g in grid),
-                     threadgroup=tuple(int(t) for t in threadgroup),
-                     shape_infos=tuple((False, False, False) for _ in arrays),
-                     ensure_row_contiguous=ensure_row_contiguous,
-                     init_value=None if init_value is None else float(init_value),
-                     output_shapes=tuple(shapes), output_dtypes=tuple(d.np for d in output_dtypes),
-                     shared_memory=int(shared_memory), scalars=tuple(scalars), precompiled=True,
-                     language="cuda")
-    return array._make(shapes, list(output_dtypes), prim, arrays)
+    return record(_gpu_stream(stream), name, compiled_source, grid, threadgroup,
+                  [(False, False, False)] * len(arrays), ensure_row_contiguous, init_value,
+                  output_shapes, output_dtypes, arrays, shared_memory=int(shared_memory),
+                  scalars=tuple(scalars), precompiled=True, language="cuda")

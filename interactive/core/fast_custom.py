@@ -12,6 +12,7 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, incompatible
+from .primitive import Primitive
 
 # the kernel object's call, as nanobind shows it (python/src/fast.cpp: one for both kinds)
 CALL_SIG = ("__call__(self, *, inputs: list[scalar | array], output_shapes: "
@@ -92,3 +93,19 @@ class CustomKernelFunction:
             return self._call(**kwargs)
         except BadArgs:
             raise incompatible("__call__", CALL_SIG, *args, **kwargs) from None
+
+
+def record(stream, kernel_name: str, source, grid, threadgroup, shape_infos,
+           ensure_row_contiguous: bool, init_value, output_shapes, output_dtypes, arrays,
+           **extra) -> list:
+    """The kernel call's ``CustomKernel`` node (one output per output shape) over ``arrays``;
+    ``extra``: the kind's own parameters (CUDA's ``shared_memory``, ``language``, ...)."""
+    shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
+    prim = Primitive("CustomKernel", stream, kernel_name=kernel_name, source=source,
+                     grid=tuple(int(g) for g in grid),
+                     threadgroup=tuple(int(t) for t in threadgroup),
+                     shape_infos=tuple(shape_infos), ensure_row_contiguous=ensure_row_contiguous,
+                     init_value=None if init_value is None else float(init_value),
+                     output_shapes=tuple(shapes),
+                     output_dtypes=tuple(d.np for d in output_dtypes), **extra)
+    return array._make(shapes, list(output_dtypes), prim, arrays)

@@ -17,10 +17,8 @@ import sys
 from typing import Optional, Sequence
 
 from . import dtypes as _dt
-from .array import array
 from .device import BadArgs, binding, resolve_stream
-from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, strs
-from .primitive import Primitive
+from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, record, strs
 
 _SIG = ("metal_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
         "collections.abc.Sequence[str], source: str, header: str = '', ensure_row_contiguous: "
@@ -76,20 +74,13 @@ class _MetalKernel(CustomKernelFunction):
         if any(a.dtype == _dt.float64 for a in arrays) or _dt.float64 in output_dtypes:
             # the shim stands in for the GPU: MLX's check when a GPU primitive is made
             raise ValueError("float64 is not supported on the GPU")
-        s = resolve_stream(stream)
-        out_dts = [d.np for d in output_dtypes]
-        shapes = [tuple(int(v) for v in shp) for shp in output_shapes]
         kname, src = custom.write_source(
             self.name, self.input_names, self.output_names, self.source, self.header,
-            self.atomic_outputs,
-            [custom.Input(a.dtype.np, a.ndim, a.size) for a in arrays], out_dts, targs)
+            self.atomic_outputs, [custom.Input(a.dtype.np, a.ndim, a.size) for a in arrays],
+            [d.np for d in output_dtypes], targs)
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{src}\n```", file=sys.stdout)
-        prim = Primitive("CustomKernel", s, kernel_name=kname, source=src,
-                         grid=tuple(int(g) for g in grid),
-                         threadgroup=tuple(int(t) for t in threadgroup),
-                         shape_infos=tuple(custom.shape_infos(self.source, self.input_names)),
-                         ensure_row_contiguous=self.ensure_row_contiguous,
-                         init_value=None if init_value is None else float(init_value),
-                         output_shapes=tuple(shapes), output_dtypes=tuple(out_dts))
-        return array._make(shapes, list(output_dtypes), prim, arrays)
+        return record(resolve_stream(stream), kname, src, grid, threadgroup,
+                      custom.shape_infos(self.source, self.input_names),
+                      self.ensure_row_contiguous, init_value, output_shapes, output_dtypes,
+                      arrays)
