@@ -18,6 +18,7 @@ if FAKE:
 
     fake_nccl.install()
 
+import mpi_worker  # noqa: E402
 from mpi_worker import data, raises, same  # noqa: E402
 
 import tapescope.core as mx  # noqa: E402
@@ -142,25 +143,12 @@ def check_send_recv(g, n: int, r: int) -> None:
 
 
 def check_split(g, n: int, r: int) -> None:
-    sub = g.split(r % 2)
-    members = [k for k in range(n) if k % 2 == r % 2]
-    assert (sub.size(), sub.rank()) == (len(members), members.index(r))
-    want = sum(data(k, (4,), "int32") for k in members).astype(np.int32)
-    same(D.all_sum(mx.array(data(r, (4,), "int32")), group=sub), want, "all_sum on a split")
-    rev = g.split(0, n - 1 - r)
-    assert getattr(rev._comm, "nccl", False) and (rev.size(), rev.rank()) == (n, n - 1 - r)
-    got = D.all_gather(mx.array([r]), group=rev)
-    same(got, np.arange(n - 1, -1, -1, dtype=np.int32), "all_gather ordered by key")
+    mpi_worker.check_split(g, n, r)
+    assert getattr(g.split(0, n - 1 - r)._comm, "nccl", False)  # splits stay on NCCL
 
 
 def check_errors(g, n: int, r: int) -> None:
-    raises(ValueError, f"Invalid destination={n} for a group of size {n}",
-           lambda: D.send(mx.ones(2), n))
-    raises(ValueError, f"Invalid source=-1 for a group of size {n}",
-           lambda: D.recv((2,), mx.float32, -1))
-    raises(ValueError, f"[sum_scatter] Invalid shape=({n + 1},2) for a group of size {n}. The "
-           "first dimension (axis 0) must be divisible by the group size and input mst have at "
-           "least one.", lambda: D.sum_scatter(mx.ones((n + 1, 2))))
+    mpi_worker.check_argument_errors(n)
     assert D.init(strict=True, backend="nccl") is g
 
 
