@@ -245,4 +245,4 @@ def test_trace_on_the_gpu_shows_the_cuda_kernel_source():
     assert built and k.sources["cuda"] == built[0]["source"]
     assert k.gpu_symbol in k.sources_html()
     dot = g.to_dot()  # the picture's source (the GPU machine has no graphviz binary)
-    assert k.name[:20] in dot or "fused" in dot.lower()
+    assert k.name[:12] in dot  # the fused kernel drawn, under its (clipped) MLX name
