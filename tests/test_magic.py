@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import sys
 import threading
@@ -395,7 +396,13 @@ def test_interrupt_button_in_a_real_kernel_shows_how_far_the_cell_got():
                         and "RUNNING" in msg["content"]["text"]):
                     break
             km.interrupt_kernel()
-            msgs = _collect(kc, msg_id)
+            try:
+                msgs = _collect(kc, msg_id, reply_timeout=30)
+            except queue.Empty:
+                # the cell went idle but its reply never came: the interrupt landed in the
+                # kernel's own messaging after the eval had ended (seen on a loaded machine),
+                # not in the eval; like an interrupt that came too late, try again
+                continue
             enames = [m["content"]["ename"] for m in msgs if m["msg_type"] == "error"]
             if not enames:  # the eval finished before the interrupt arrived: try again
                 continue
@@ -424,7 +431,9 @@ mx.eval(x)
 """
 
 
-def _collect(kc, msg_id: str, timeout: float = 120) -> list:
+def _collect(kc, msg_id: str, timeout: float = 120, reply_timeout: float = None) -> list:
+    """The cell's iopub messages up to its idle status, then its shell reply (raises Empty
+    when none comes within ``reply_timeout``, default ``timeout``)."""
     out = []
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -434,7 +443,7 @@ def _collect(kc, msg_id: str, timeout: float = 120) -> list:
         out.append(msg)
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
-    kc.get_shell_msg(timeout=timeout)
+    kc.get_shell_msg(timeout=timeout if reply_timeout is None else reply_timeout)
     return out
 
 

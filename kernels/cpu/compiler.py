@@ -526,15 +526,18 @@ def entries() -> list:
 
 def clear(disk: bool = False) -> None:
     """Forget every in-process kernel; with ``disk=True`` also delete the on-disk cache
-    (except folders their owner made read-only)."""
+    (except folders their owner made read-only). Background builds still running (tiered
+    calls, an eval's parallel prebuild) are waited for first: one finishing after the clear
+    would put its kernel back."""
+    from . import tiered
+
+    tiered.wait(timeout=120)
     with _lock:
         _kernels.clear()
         _toolchains.clear()
         _failed.clear()
         _key_locks.clear()
         _generation[0] += 1
-    from . import tiered
-
     tiered.forget()
     if disk:
         disk_cache.clear()
