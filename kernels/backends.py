@@ -208,11 +208,19 @@ def stream_backend(stream: Any) -> Backend:
 
 
 def host_array(data: Any) -> np.ndarray:
-    """``data`` in host memory: itself for a numpy array, a copy of a device array."""
+    """``data`` in host memory: itself for a numpy array, a copy of a device array. A device
+    array broadcast along some axes (stride 0) copies one element along them and is the
+    same read-only broadcast on the host, as MLX's CPU reads a broadcast in place: it is
+    not materialised, which could take more memory than the device has."""
     if isinstance(data, np.ndarray):
         return data
     get = getattr(data, "get", None)  # CuPy: device to host
-    return get() if get is not None else np.asarray(data)
+    if get is None:
+        return np.asarray(data)
+    if data.size > 1 and 0 in data.strides:
+        one = tuple(slice(0, 1) if s == 0 else slice(None) for s in data.strides)
+        return np.broadcast_to(data[one].get(), data.shape)
+    return get()
 
 
 def registered() -> dict:

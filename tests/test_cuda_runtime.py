@@ -158,6 +158,22 @@ def test_cpu_gpu_cpu_pipeline_across_streams_is_exact_with_device_side_waits():
     assert {"Multiply", "Subtract"} <= work, work
 
 
+def test_a_cpu_stream_reads_a_gpu_broadcast_in_place():
+    """A broadcast GPU view read by a CPU stream is not materialised on its way to the host:
+    (1 << 24) x (1 << 24) float32 would be a PiB; the CPU sees the one element as MLX's
+    CPU does, and its own malloc for the full result fails with MLX's error."""
+    cpu = mx.new_stream(mx.cpu)
+    col = mx.array(np.arange(3, dtype=np.float32).reshape(3, 1))
+    wide = mx.broadcast_to(col, (3, 1 << 20))  # a GPU view: stride 0 along axis 1
+    got = mx.sum(wide, axis=1, stream=cpu)
+    np.testing.assert_array_equal(np.array(got), np.arange(3, dtype=np.float32) * (1 << 20))
+    host = backends.host_array(wide._d.data)
+    assert host.strides[1] == 0 and not host.flags.writeable
+    huge = mx.add(mx.broadcast_to(mx.array(1.0), (1 << 24, 1 << 24)), 1.0, stream=cpu)
+    with pytest.raises(RuntimeError, match=r"\[malloc\] Unable to allocate"):
+        mx.eval(huge)
+
+
 def test_an_array_made_from_host_data_lives_in_gpu_memory():
     import cupy
 
