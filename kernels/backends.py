@@ -10,8 +10,9 @@ array module or a device itself:
   ``wait(value, stream=...)`` and *waited on by the host* by ``wait(value)``;
 - ``run_compiled(tape, inputs, shape, out=, donatable=)``: the compiled-kernel runtime for
   fused tapes (generated C on the CPU); ``dialect``: the renderer dialect its kernels use;
-- ``as_array`` / ``owns_memory`` / ``copy`` / ``quiet``: how a rule's result is made into
-  the device's array type, whether an array owns its memory (adoptable), a private copy,
+- ``as_array`` / ``memory_of`` / ``owner`` / ``copy`` / ``quiet``: how a rule's result is made
+  into the device's array type, which allocation it lives in, the array owning that memory
+  (adoptable), a private copy,
   and the context that silences floating-point warnings while a rule runs.
 
 Backends are registered per device type (``"cpu"``, ``"gpu"``): the CPU one always; a GPU
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .allocator import Allocator, allocator as _allocator_of
+from .allocator import Allocator, allocator as _allocator_of, owner_of
 from .scheduler import Event, Fence
 
 
@@ -108,8 +109,16 @@ class Backend:
     def as_array(self, value: Any) -> Any:
         return value if isinstance(value, np.ndarray) else np.asarray(value)
 
-    def owns_memory(self, owner: Any) -> bool:
-        return isinstance(owner, np.ndarray) and owner.flags.owndata
+    def memory_of(self, data: Any) -> Any:
+        """What identifies the allocation ``data`` lives in (two arrays share memory when
+        these are the same object): numpy's owner at the end of the ``base`` chain."""
+        return owner_of(data)
+
+    def owner(self, data: Any) -> Optional[Any]:
+        """The array that owns all of the memory of a rule's result nobody tracks yet, for
+        the allocator to adopt; None when it is not ours to adopt (it must be copied)."""
+        o = owner_of(data)
+        return o if isinstance(o, np.ndarray) and o.flags.owndata else None
 
     def copy(self, data: Any) -> Any:
         return np.array(data)

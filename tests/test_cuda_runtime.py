@@ -174,6 +174,26 @@ def test_a_cpu_stream_reads_a_gpu_broadcast_in_place():
         mx.eval(huge)
 
 
+def test_a_view_made_from_a_memory_pointer_keeps_its_inputs_buffer():
+    """CuPy's as_strided result has no ``base``: it must still hold its input's buffer, not
+    adopt the same memory a second time, which cached it while the input used it and gave
+    a later array the same memory (wrong values on the H200 under xdist)."""
+    alloc = _gpu().allocator
+    x = np.arange(12, dtype=np.float32)
+    base = mx.array(x)
+    mx.eval(base)
+    before = alloc.active
+    v = mx.as_strided(base, (3, 3), (1, 2), 1)
+    mx.eval(v)
+    assert alloc.active == before
+    assert v._d.buffer is base._d.buffer
+    del base
+    gc.collect()
+    others = [mx.array(np.full(12, -1.0, np.float32)) for _ in range(4)]  # reuse candidates
+    mx.eval(others)
+    np.testing.assert_array_equal(np.array(v), np.lib.stride_tricks.as_strided(x[1:], (3, 3), (4, 8)))
+
+
 def test_an_array_made_from_host_data_lives_in_gpu_memory():
     import cupy
 

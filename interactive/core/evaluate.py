@@ -12,7 +12,7 @@ import sys
 from typing import Optional
 
 from tapescope.kernels import timeline
-from tapescope.kernels.allocator import BufferHandle, owner_of
+from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import stream_backend
 from tapescope.kernels.codegen.layout import Layout
 
@@ -92,21 +92,22 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> N
         data = data.astype(desc.dtype.np)
     if data.shape != desc.shape:
         data = data.reshape(desc.shape)
-    owner = owner_of(data)
+    memory = be.memory_of(data)
     handle = None
-    if out_handle is not None and owner is owner_of(out_handle.buffer.raw):
+    if out_handle is not None and memory is be.memory_of(out_handle.buffer.raw):
         handle = out_handle
     else:
         for d in inputs:
-            if d.buffer is not None and owner is owner_of(d.buffer.buffer.raw):
+            if d.buffer is not None and memory is be.memory_of(d.buffer.buffer.raw):
                 handle = d.buffer
                 break
     if handle is None:
-        if not be.owns_memory(owner):
-            # a view of memory we do not track: copy it in
-            data = owner = be.copy(data)
+        owner = be.owner(data)
+        if owner is None:  # a view of memory we do not track: copy it in
+            data = be.copy(data)
+            owner = be.owner(data)
         alloc = be.allocator
-        handle = BufferHandle(alloc.adopt(owner_of(owner)), alloc)
+        handle = BufferHandle(alloc.adopt(owner), alloc)
     desc.set_data(data, handle)
 
 

@@ -107,8 +107,24 @@ class CudaBackend(Backend):
     def as_array(self, value: Any) -> Any:
         return value if isinstance(value, cupy.ndarray) else cupy.asarray(value)
 
-    def owns_memory(self, owner: Any) -> bool:
-        return isinstance(owner, cupy.ndarray) and owner.base is None
+    def memory_of(self, data: Any) -> Any:
+        """The CUDA allocation (CuPy's ``Memory``) a device array lives in. CuPy's ``base``
+        does not say it: ``as_strided`` and other arrays made from a memory pointer have
+        none, so a view of an input looked like memory of its own and was adopted a second
+        time, its buffer cached and handed out while the input still used it."""
+        mem = _memory(data)
+        return mem if mem is not None else owner_of(data)
+
+    def owner(self, data: Any) -> Optional[Any]:
+        """All of the allocation of a result CuPy made (as a uint8 array, the form of the
+        allocator's raw buffers); None for memory CuPy does not own (``UnownedMemory``)."""
+        mem = _memory(data)
+        if mem is None:  # not a CuPy array (the tests' stand-in CuPy is numpy underneath)
+            o = owner_of(data)
+            return o if isinstance(o, cupy.ndarray) and o.base is None else None
+        if type(mem) is not cupy.cuda.memory.Memory:
+            return None
+        return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
 
     def copy(self, data: Any) -> Any:
         return cupy.array(data, copy=True)
@@ -141,6 +157,11 @@ class CudaBackend(Backend):
 
     def info(self) -> dict:
         return device.info(self.device_id)
+
+
+def _memory(data: Any) -> Any:
+    """CuPy's ``Memory`` object behind a device array (None for other arrays)."""
+    return getattr(getattr(data, "data", None), "mem", None)
 
 
 def to_host(data: Any) -> np.ndarray:
