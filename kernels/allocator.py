@@ -53,6 +53,12 @@ class Buffer:
             raw = self.raw = raw.reshape(-1, order="A").view(np.uint8)
         if type(raw) is np.ndarray:  # one constructor instead of slice + view + reshape
             return np.ndarray(shape, dtype, raw)
+        return self._device_view(raw, nbytes, dtype, shape)
+
+    @staticmethod
+    def _device_view(raw, nbytes: int, dtype, shape) -> Any:
+        """``view`` of a device array's buffer (an allocator's ``buffer_type`` may do it
+        faster for its device)."""
         return raw[:nbytes].view(dtype).reshape(shape)
 
     def __repr__(self) -> str:
@@ -202,6 +208,8 @@ def policy_for(device: str) -> AllocatorPolicy:
 class Allocator:
     """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``)."""
 
+    buffer_type = Buffer  # a device's allocator may use its own (a faster ``view``)
+
     def __init__(self, device: str = "cpu", page_size: Optional[int] = None,
                  total_memory: Optional[int] = None, policy: Optional[AllocatorPolicy] = None,
                  working_set: Optional[int] = None):
@@ -237,7 +245,7 @@ class Allocator:
     def malloc(self, size: int) -> Buffer:
         """A buffer of at least ``size`` bytes, from the cache when one fits."""
         if size == 0:
-            return Buffer(self._raw_alloc(0), 0)
+            return self.buffer_type(self._raw_alloc(0), 0)
         size = self.round_size(size)
         with self._lock:
             buf = self.cache.reuse_from_cache(size)
@@ -279,11 +287,11 @@ class Allocator:
                 f"[malloc] Unable to allocate {size} bytes. (active memory: {self.active} bytes, "
                 f"cache memory: {self.cache.cache_size()} bytes, memory limit: "
                 f"{self.memory_limit} bytes, device memory: {self.total_memory} bytes)")
-        return Buffer(raw, size)
+        return self.buffer_type(raw, size)
 
     def adopt(self, owner: Any) -> Buffer:
         """Account for memory numpy allocated by itself (``owner`` owns its data)."""
-        buf = Buffer(owner, owner.nbytes)
+        buf = self.buffer_type(owner, owner.nbytes)
         if buf.size:
             with self._lock:
                 self.active += buf.size

@@ -194,6 +194,22 @@ def test_a_view_made_from_a_memory_pointer_keeps_its_inputs_buffer():
     np.testing.assert_array_equal(np.array(v), np.lib.stride_tricks.as_strided(x[1:], (3, 3), (4, 8)))
 
 
+def test_async_eval_on_a_gpu_stream_enqueues_on_the_calling_thread():
+    """MLX's eval_impl encodes GPU work on the calling thread: after async_eval the kernels
+    are enqueued (the arrays hold their device buffers) with no hand-over to the stream's
+    worker thread; eval then waits for the device."""
+    from tapescope.kernels.scheduler import existing_worker
+
+    s = mx.new_stream(mx.gpu)
+    x_np = np.linspace(-3, 3, 1 << 20, dtype=np.float32)
+    y = mx.exp(mx.multiply(mx.sin(mx.array(x_np), stream=s), 2, stream=s), stream=s)
+    mx.async_eval(y)
+    assert y._d.node is None  # enqueued: the data is set, its event says when it is ready
+    assert existing_worker(s.index) is None
+    mx.eval(y)
+    np.testing.assert_allclose(np.array(y), np.exp(np.sin(x_np) * 2), rtol=2e-6)
+
+
 def test_an_array_made_from_host_data_lives_in_gpu_memory():
     import cupy
 

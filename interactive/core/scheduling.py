@@ -6,7 +6,10 @@ worker thread (``tapescope.kernels.scheduler``). An input produced on another st
 *within* this eval is waited on through that stream's fence; an input scheduled by an
 *earlier* eval is waited on through its event — unless the event has already signalled, in
 which case it is detached (seed 000's eval change). A synchronous eval whose nodes are all on
-one idle stream runs inline on the calling thread (same order, same records, lower latency).
+one idle stream runs inline on the calling thread (same order, same records, lower latency);
+so does an asynchronous one on one GPU stream, where running a node only enqueues device work
+(MLX's ``eval_impl`` encodes GPU work on the calling thread; the kernels start at once instead
+of after a hand-over to the stream's worker).
 
 Between nodes the loop polls the interrupt flag; on an interrupt (or an error) the rest of
 the eval's nodes are left lazy and unscheduled, every event and fence is still signalled, and
@@ -221,7 +224,7 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
             order, pending = topo_order(descs)
             _check_threads(order)
             if order:
-                if not asynchronous and not pending:
+                if not pending and (not asynchronous or _enqueues_only(order)):
                     inline = _inline_stream(order)
                 if inline is not None:
                     ev = backend(order[0].primitive.stream).event(inline)
@@ -233,7 +236,16 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
         if order:
             prebuild_kernels(order)  # an eval's new kernels build in parallel
         if inline is not None:
-            _run_inline(order, state, events[inline])
+            if asynchronous:  # a GPU stream's nodes: enqueued here, computed by the device
+                Interrupt.begin()
+                try:
+                    _run_inline(order, state, events[inline], asynchronous)
+                finally:
+                    Interrupt.end()
+                if state.error is not None:
+                    raise state.error
+                return
+            _run_inline(order, state, events[inline], asynchronous)
         if order and not asynchronous:
             for ev in events.values():
                 ev.wait(1)
@@ -275,13 +287,21 @@ def _inline_stream(order: list[Node]) -> Optional[int]:
     return s.index
 
 
-def _run_inline(order: list[Node], state: EvalState, ev: Event) -> None:
+def _enqueues_only(order: list[Node]) -> bool:
+    """Whether running these nodes only enqueues work on a device (a GPU stream: MLX's
+    ``eval_impl`` encodes GPU work on the calling thread, and ``async_eval`` returns once
+    it is enqueued); a CPU stream's nodes compute, so an async eval gives them to the
+    stream's worker."""
+    return backend(order[0].primitive.stream).device_context is not None
+
+
+def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bool = False) -> None:
     """Run a single-stream eval on the calling thread (the stream's order is kept by its
     worker's execution lock). The caller (``evaluate``) holds the eval's running mark."""
     t0 = timeline.now() if timeline.enabled else 0
     if t0:
         timeline.add("eval_begin", t0, stream=ev.stream,
-                     detail={"nodes": len(order), "streams": [ev.stream], "async": False})
+                     detail={"nodes": len(order), "streams": [ev.stream], "async": asynchronous})
         state.kernels = _kernel_batch_begin(order, t0)
     w = existing_worker(ev.stream)
     lock = w.exec_lock if w is not None else None

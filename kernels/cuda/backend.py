@@ -11,6 +11,7 @@ event wait that made it ready. Fused tapes run as fused CUDA kernels
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Optional
 
 import cupy
@@ -28,16 +29,18 @@ class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work")
 
     def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0):
         self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
+        self.work = device.work(index)
 
     def __enter__(self):
         if self.dev:  # this process's GPU is not 0 (a rank of mpirun): current on this thread
             cupy.cuda.runtime.setDevice(self.dev)
         self.prev = cupy.cuda.get_current_stream()
         self.stream.use()
+        device.enter_work(self.work)  # the allocator's frees record fresh events meanwhile
         if timeline.enabled and self.node is not None:
             self.ev0 = timing.start(self.stream)
 
@@ -45,6 +48,7 @@ class _OnStream:
         if self.ev0 is not None:
             timing.end(self.stream, self.ev0, name=self.node.primitive.name, node=self.node.id,
                        stream=self.index)
+        device.leave_work(self.work)
         self.prev.use()
         return False
 
@@ -139,6 +143,14 @@ class CudaBackend(Backend):
         return run_compiled(tape, [self.to_device(x) for x in inputs], shape, out=out,
                             donatable=donatable)
 
+    @functools.cached_property
+    def compiled_launch(self):
+        """The eval loop's fast lane for a fused call whose kernel is loaded
+        (``compiled.launch_for``: the call plan, launched into the output buffer)."""
+        from .compiled import launch_for
+
+        return launch_for
+
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
         if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
@@ -160,8 +172,11 @@ class CudaBackend(Backend):
 
 
 def _memory(data: Any) -> Any:
-    """CuPy's ``Memory`` object behind a device array (None for other arrays)."""
-    return getattr(getattr(data, "data", None), "mem", None)
+    """CuPy's ``Memory`` object behind a device array (None for other arrays: a host
+    array's ``data`` is a memoryview, which numpy cannot even make for bfloat16)."""
+    if not isinstance(data, cupy.ndarray):
+        return None
+    return getattr(data.data, "mem", None)
 
 
 def to_host(data: Any) -> np.ndarray:

@@ -18,6 +18,10 @@ import cupy
 
 _lock = threading.Lock()
 _streams: dict[int, "cupy.cuda.Stream"] = {}
+# per mx stream index: [work generation, nodes running on it now]. A generation ends each
+# time a node leaves the stream's device context; an event recorded on the stream while
+# no node runs there and the generation has not moved since covers all of its work
+_work: dict[int, list] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,10 +91,34 @@ def cuda_stream(index: int) -> "cupy.cuda.Stream":
     return s
 
 
+_work_lock = threading.Lock()
+
+
+def work(index: int) -> list:
+    """The ``[generation, running]`` record of an mx GPU stream (see ``_work``)."""
+    w = _work.get(index)
+    if w is None:
+        w = _work.setdefault(index, [0, 0])
+    return w
+
+
+def enter_work(w: list) -> None:
+    """A node starts enqueueing on the stream of ``w`` (its ``work`` record)."""
+    with _work_lock:
+        w[1] += 1
+
+
+def leave_work(w: list) -> None:
+    """That node has enqueued all its work: a generation ends."""
+    with _work_lock:
+        w[0] += 1
+        w[1] -= 1
+
+
 def is_gpu_stream(index) -> bool:
     return index in _streams
 
 
-def gpu_streams() -> list:
-    """Every CUDA stream made so far."""
-    return list(_streams.values())
+def gpu_stream_items() -> list:
+    """``(mx stream index, CUDA stream)`` of every CUDA stream made so far."""
+    return list(_streams.items())

@@ -10,7 +10,9 @@
   kernels already enqueued on a GPU stream may still read it. MLX keeps such buffers alive in
   a completion handler until the stream's work has finished; here ``free`` records a CUDA
   event on every GPU stream and the buffer stays *active* until those events complete; only
-  then does it go to the cache (``malloc`` collects the finished ones first).
+  then does it go to the cache (``malloc`` collects the finished ones first). The event of
+  a stream is reused by the frees that follow while the stream has had no new work
+  (``device.work``: nodes leaving the stream's device context end a generation).
 - ``cudaFree`` synchronises the device, so raw frees happen on one registered thread (MLX's
   ``cuda_free`` re-posts frees from other threads to its worker), never on a stream's thread.
 """
@@ -47,14 +49,28 @@ class _Freer:
         self.q.put(raw)
 
 
+class CudaBuffer(Buffer):
+    """A buffer whose typed views are made in one CuPy constructor over its memory pointer
+    (~1.6 us on the H200's host, against ~4.3 us for slice + view + reshape)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _device_view(raw, nbytes: int, dtype, shape) -> Any:
+        return cupy.ndarray(shape, dtype, raw.data)
+
+
 class CudaAllocator(Allocator):
     def __init__(self, device_id: int = 0):
         self.device_id = device_id
         cupy.cuda.set_allocator(None)  # no CuPy pool under ours: plain cudaMalloc / cudaFree
+        if hasattr(cupy.cuda, "MemoryPointer"):  # (the tests' stand-in CuPy has none)
+            self.buffer_type = CudaBuffer
         _, total = device.memory_info(device_id)
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
         # (events, buffer) in order of freeing: freed, maybe still read by enqueued kernels
         self._pending: collections.deque = collections.deque()
+        self._marks: dict = {}  # mx stream index -> (work generation, event recorded then)
         self._freer = _Freer()
 
     # -- raw memory -----------------------------------------------------------------------
@@ -84,10 +100,17 @@ class CudaAllocator(Allocator):
         if buf.size == 0 or buf.raw is None:
             return
         events = []
-        for s in device.gpu_streams():
-            ev = cupy.cuda.Event(block=False, disable_timing=True)
-            ev.record(s)
-            events.append(ev)
+        marks = self._marks
+        for index, s in device.gpu_stream_items():
+            gen, running = device.work(index)
+            mark = marks.get(index)
+            # the stream's last mark still covers all its work when no node has left its
+            # device context since and none runs there now; else a new event (~2.4 us)
+            if mark is None or mark[0] != gen or running:
+                ev = cupy.cuda.Event(block=False, disable_timing=True)
+                ev.record(s)
+                mark = marks[index] = (gen, ev)
+            events.append(mark[1])
         with self._lock:
             self._pending.append((events, buf))
         self._collect()
