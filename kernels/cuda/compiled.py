@@ -261,7 +261,7 @@ class Launch:
         self.packed = [0 if a is None else a.data.ptr if isinstance(a, cupy.ndarray) else int(a)
                        for a in args]
         self.packs: dict = {}  # thread id -> (slots, pointers to them)
-        self.fn_ptr = entry.fn.ptr
+        self.fn_ptr = _function_ptr(entry.fn)
         self.block = _block_size(entry.fn, d.schedule.block_size)
         threads = -(-size // wpt)
         self.grid = max(1, -(-threads // self.block))
@@ -311,14 +311,22 @@ def _launch(*args) -> None:
     cupy.cuda.driver.launchKernel(*args)
 
 
+def _function_ptr(fn) -> int:
+    """The ``CUfunction`` of a loaded kernel: a ``RawModule``'s ``get_function`` gives a
+    ``RawKernel``, whose driver function is its ``kernel``; a raw ``Module``'s is itself."""
+    inner = getattr(fn, "kernel", fn)
+    return int(inner.ptr)
+
+
 def _block_size(fn, limit: int) -> int:
     """Threads per block: the occupancy calculator's choice for this kernel, at most the
-    kernel's launch bounds (``cudaOccupancyMaxPotentialBlockSize``)."""
+    kernel's launch bounds (``cuOccupancyMaxPotentialBlockSize``)."""
+    block = 0
     try:
-        _, block = cupy.cuda.driver.occupancyMaxPotentialBlockSize(fn.ptr, 0, limit)
-        return int(block) if block > 0 else limit
-    except Exception:  # noqa: BLE001 - an older CuPy without the driver call
-        return limit
+        _, block = cupy.cuda.driver.occupancyMaxPotentialBlockSize(_function_ptr(fn), 0, limit)
+    except AttributeError:  # an older CuPy without the driver call
+        pass
+    return int(block) if block > 0 else limit
 
 
 def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
