@@ -32,7 +32,10 @@ class Record:
     seq: int = 0
 
 
-_lock = threading.Lock()
+# re-entrant: a list made while it is held (records_since) can start a garbage collection
+# whose finalizers free buffers, and a free adds a record on the same thread (with a plain
+# lock that thread waited on itself forever: a hang seen under xdist on the GPU machine)
+_lock = threading.RLock()
 _ring: collections.deque = collections.deque(maxlen=CAPACITY)
 _next_seq = 0
 _listeners = 0

@@ -22,3 +22,27 @@ def test_records_the_ring_dropped_still_count_as_nodes_done():
     # every primitive counted (other records the ring dropped, e.g. frees of earlier tests'
     # buffers, count too: the bar may run ahead of the nodes, never past its total)
     assert n <= task.done <= task.total
+
+
+def test_a_finalizer_adding_a_record_while_the_ring_is_held_does_not_hang():
+    """A garbage collection can start while a reader holds the ring's lock (between
+    bytecodes on Python 3.12, at an allocation before); its finalizers free buffers and a
+    free adds a record on the same thread. With a plain lock that thread waited on itself
+    (this module's test hung on the GPU machine under xdist until pytest-timeout killed it)."""
+    import gc
+    import subprocess
+    import sys
+
+    code = (
+        "import gc; from tapescope.kernels import timeline\n"
+        "class Cyc:\n"
+        "    def __del__(self): timeline.add('free', timeline.now())\n"
+        "gc.disable()\n"
+        "for _ in range(5):\n"
+        "    a = Cyc(); a.self = a; del a\n"
+        "with timeline._lock:\n"
+        "    gc.collect()\n"
+        "print(sum(r.kind == 'free' for r in timeline.records()))\n")
+    assert gc.isenabled()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "5", out.stdout + out.stderr
