@@ -2,7 +2,8 @@
 # The GPU machine's run (`make test-gpu`): an NVIDIA GPU with CuPy, JAX and pytest-xdist
 # installed system-wide, nothing to download. Three parts, each reported even if one fails:
 #   1. the whole suite with the CPU as the default device (no CUDA runtime registered);
-#   2. the CUDA runtime's own suites (TAPESCOPE_CUDA=1: the GPU is the default device);
+#   2. the CUDA runtime's own suites (TAPESCOPE_CUDA=1: the GPU is the default device), with
+#      NCCL in a world of one on one GPU;
 #   3. the op, memory, scheduler and compile suites again with the GPU as the default device;
 #   4. nccl: mx.distributed over NCCL, one process per GPU under mpirun (>= 2 GPUs).
 # PARTS="nccl" (say) runs only the parts named.
@@ -31,7 +32,7 @@ run() {  # name, time limit (s), per-test limit (s), pytest arguments...
 run cpu_default 300 90 -n "$N" tests --ignore tests/test_browser.py
 export TAPESCOPE_CUDA=1
 run cuda_runtime 150 120 -n 8 tests/test_cuda_runtime.py tests/test_cuda_fusion.py tests/test_cuda_kernel.py \
-  tests/test_cuda_rules.py
+  tests/test_cuda_rules.py tests/test_distributed_nccl.py
 run gpu_default 150 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementwise_binary.py \
   tests/test_elementwise_unary.py tests/test_reduction.py tests/test_shape.py tests/test_indexing.py \
   tests/test_scan.py tests/test_sort.py tests/test_creation.py tests/test_memory.py \

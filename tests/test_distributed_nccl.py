@@ -23,11 +23,11 @@ import pytest
 from test_distributed_mpi import HERE, MISSING, mpirun, need_mpi  # noqa: F401  (a fixture)
 
 
-def _gpu_reason() -> str:
-    """Why the real NCCL tests cannot run here ("" when they can). CuPy is imported only
-    when the CUDA runtime is asked for (``TAPESCOPE_CUDA=1``)."""
+def _gpu_reason(gpus: int = 2) -> str:
+    """Why the real NCCL tests on ``gpus`` GPUs cannot run here ("" when they can). CuPy is
+    imported only when the CUDA runtime is asked for (``TAPESCOPE_CUDA=1``)."""
     if os.environ.get("TAPESCOPE_CUDA") != "1":
-        return "NCCL tests need TAPESCOPE_CUDA=1 (the CUDA runtime), >= 2 GPUs and CuPy's NCCL"
+        return f"NCCL tests need TAPESCOPE_CUDA=1 (the CUDA runtime), >= {gpus} GPUs and CuPy's NCCL"
     if importlib.util.find_spec("cupy") is None:
         return "NCCL tests need CuPy"
     try:
@@ -35,9 +35,9 @@ def _gpu_reason() -> str:
 
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver, no device
-        return f"NCCL tests need >= 2 GPUs; CuPy reaches none ({type(e).__name__}: {e})"
-    if count < 2:
-        return f"NCCL tests need >= 2 GPUs; CuPy sees {count}"
+        return f"NCCL tests need >= {gpus} GPUs; CuPy reaches none ({type(e).__name__}: {e})"
+    if count < gpus:
+        return f"NCCL tests need >= {gpus} GPUs; CuPy sees {count}"
     try:
         from cupy.cuda import nccl
 
@@ -106,6 +106,52 @@ def test_nccl_init_from_mlx_variables_over_tcp_on_two_gpus(need_gpus):
     """MLX's launch: MLX_RANK / MLX_WORLD_SIZE / NCCL_HOST_IP / NCCL_PORT, no mpirun."""
     out = _spawn([str(HERE / "nccl_worker.py"), "tcp"], 2, {"TAPESCOPE_CUDA": "1"}, 240)
     _oks(out, 2)
+
+
+_WORLD_OF_ONE = r"""
+import ml_dtypes, numpy as np, cupy
+import tapescope.core as mx
+from tapescope.kernels.cuda import nccl
+g = mx.distributed.init(strict=True, backend="nccl")
+assert (g.rank(), g.size()) == (0, 1), (g.rank(), g.size())
+x = mx.array(np.arange(6, dtype=np.float32))
+np.testing.assert_array_equal(np.array(mx.distributed.all_sum(x, group=g)), np.arange(6))
+c = nccl.world(True)  # the rules' NCCL calls, on a real communicator of one rank
+s = cupy.cuda.Stream(non_blocking=True)
+host = lambda r: cupy.asnumpy(r) if isinstance(r, cupy.ndarray) else np.asarray(r)
+with s:
+    for name in ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+                 "bfloat16", "float32", "float64"]:
+        a = (np.arange(12) - 5).astype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+        d = a if name == "bfloat16" else cupy.asarray(a)  # bfloat16 lives on the host
+        for red in ("sum", "max", "min"):
+            r = host(nccl.all_reduce(d, red, c))
+            s.synchronize()
+            assert r.dtype == a.dtype and (r == a).all(), (name, red, r)
+        r = host(nccl.all_gather(d, c))
+        s.synchronize()
+        assert r.shape == (1, 12) and (r[0] == a).all(), (name, r)
+        r = host(nccl.reduce_scatter(d, c))
+        s.synchronize()
+        assert (r == a).all(), (name, r)
+    try:
+        nccl.nccl_dtype(np.complex64)
+        raise AssertionError("complex64 reached NCCL")
+    except ValueError as e:
+        assert str(e) == "[nccl] Unknown or unsupported dtype"
+print("OK 0")
+"""
+
+
+def test_nccl_world_of_one_on_one_gpu():
+    """Real NCCL where only one GPU is lent: MLX's variables for a world of one, the unique
+    id over TCP, ncclCommInitRank; the group is (0, 1) and all_sum answers as MLX's does
+    for one process; the rules' all_reduce (sum, max, min), all_gather and reduce_scatter
+    on that communicator for every NCCL dtype (a world of one returns its input)."""
+    why = _gpu_reason(gpus=1)
+    if why:
+        pytest.skip(why)
+    _oks(_spawn(["-c", _WORLD_OF_ONE], 1, {"TAPESCOPE_CUDA": "1"}, 240), 1)
 
 
 def test_the_nccl_path_over_stand_ins_under_mpirun(need_mpi, monkeypatch):

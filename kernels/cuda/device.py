@@ -22,6 +22,7 @@ _streams: dict[int, "cupy.cuda.Stream"] = {}
 # time a node leaves the stream's device context; an event recorded on the stream while
 # no node runs there and the generation has not moved since covers all of its work
 _work: dict[int, list] = {}
+_marks: dict[int, tuple] = {}  # mx stream index -> (generation, the event recorded then)
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,10 +116,24 @@ def leave_work(w: list) -> None:
         w[1] -= 1
 
 
+def covering_event(index: int) -> "cupy.cuda.Event":
+    """A CUDA event recorded on the mx stream's CUDA stream after all the work enqueued there
+    so far: the last one made here while no node has left the stream's device context since
+    and none runs there now, else a new one (~2.4 us). An eval's signal and the allocator's
+    frees that follow it share one."""
+    gen, running = work(index)
+    mark = _marks.get(index)
+    if mark is None or mark[0] != gen or running:
+        ev = cupy.cuda.Event(block=False, disable_timing=True)
+        ev.record(cuda_stream(index))
+        mark = _marks[index] = (gen, ev)
+    return mark[1]
+
+
 def is_gpu_stream(index) -> bool:
     return index in _streams
 
 
-def gpu_stream_items() -> list:
-    """``(mx stream index, CUDA stream)`` of every CUDA stream made so far."""
-    return list(_streams.items())
+def gpu_stream_indices() -> list:
+    """The mx stream index of every CUDA stream made so far."""
+    return list(_streams)

@@ -34,9 +34,7 @@ class CudaEvent(Event):
 
     def signal(self, value: int = 1) -> None:
         if self.stream is not None and device.is_gpu_stream(self.stream):
-            ev = cupy.cuda.Event(block=False, disable_timing=True)
-            ev.record(device.cuda_stream(self.stream))
-            self.recorded = ev
+            self.recorded = device.covering_event(self.stream)
         super().signal(value)
 
     def is_signaled(self, value: int = 1) -> bool:

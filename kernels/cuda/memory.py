@@ -11,8 +11,8 @@
   a completion handler until the stream's work has finished; here ``free`` records a CUDA
   event on every GPU stream and the buffer stays *active* until those events complete; only
   then does it go to the cache (``malloc`` collects the finished ones first). The event of
-  a stream is reused by the frees that follow while the stream has had no new work
-  (``device.work``: nodes leaving the stream's device context end a generation).
+  a stream is reused by the frees (and the eval signal) that follow while the stream has
+  had no new work (``device.covering_event``).
 - ``cudaFree`` synchronises the device, so raw frees happen on one registered thread (MLX's
   ``cuda_free`` re-posts frees from other threads to its worker), never on a stream's thread.
 """
@@ -70,7 +70,6 @@ class CudaAllocator(Allocator):
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
         # (events, buffer) in order of freeing: freed, maybe still read by enqueued kernels
         self._pending: collections.deque = collections.deque()
-        self._marks: dict = {}  # mx stream index -> (work generation, event recorded then)
         self._freer = _Freer()
 
     # -- raw memory -----------------------------------------------------------------------
@@ -99,18 +98,7 @@ class CudaAllocator(Allocator):
     def free(self, buf: Buffer) -> None:
         if buf.size == 0 or buf.raw is None:
             return
-        events = []
-        marks = self._marks
-        for index, s in device.gpu_stream_items():
-            gen, running = device.work(index)
-            mark = marks.get(index)
-            # the stream's last mark still covers all its work when no node has left its
-            # device context since and none runs there now; else a new event (~2.4 us)
-            if mark is None or mark[0] != gen or running:
-                ev = cupy.cuda.Event(block=False, disable_timing=True)
-                ev.record(s)
-                mark = marks[index] = (gen, ev)
-            events.append(mark[1])
+        events = [device.covering_event(index) for index in device.gpu_stream_indices()]
         with self._lock:
             self._pending.append((events, buf))
         self._collect()
