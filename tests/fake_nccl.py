@@ -34,8 +34,8 @@ def get_version() -> int:
     return 22800
 
 
-def get_unique_id() -> tuple:
-    return tuple(int(b) for b in np.frombuffer(os.urandom(128), np.int8))
+def get_unique_id() -> bytes:  # CuPy 14's form (on the H200 machine): the id's 128 bytes
+    return os.urandom(128)
 
 
 def _view(ptr: int, count: int, t: int) -> np.ndarray:
@@ -52,10 +52,12 @@ def _reduce(parts: np.ndarray, op: int) -> np.ndarray:
 
 
 class NcclCommunicator:
-    def __init__(self, ndev: int, commId: tuple, rank: int):
+    def __init__(self, ndev: int, commId: bytes, rank: int):
         from mpi4py import MPI
 
-        color = zlib.crc32(bytes(np.array(commId, np.int8).view(np.uint8))) & 0x7FFFFFFF
+        if not isinstance(commId, bytes):
+            raise TypeError("Argument 'commId' has incorrect type (expected bytes)")
+        color = zlib.crc32(commId) & 0x7FFFFFFF
         self.mpi = MPI.COMM_WORLD.Split(color, rank)
         assert self.mpi.Get_size() == ndev and self.mpi.Get_rank() == rank, (ndev, rank)
 

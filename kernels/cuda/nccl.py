@@ -98,10 +98,10 @@ class NcclComm:
             new_rank = [r for _, r in members].index(self.rank)
             uid = np.zeros(_ID_BYTES, np.int8)
             if new_rank == 0:
-                uid[:] = np.array(_nccl().get_unique_id(), np.int64).astype(np.int8)
+                uid[:] = _as_id(_nccl().get_unique_id())
             ids = _gather_now(self, cupy.asarray(uid), s).reshape(self.size, _ID_BYTES)
             leader = members[0][1]
-            comm = _nccl().NcclCommunicator(len(members), _as_id(ids[leader]), new_rank)
+            comm = _communicator(len(members), _as_id(ids[leader]), new_rank)
         return NcclComm(comm, new_rank, len(members), self.device_id)
 
 
@@ -113,7 +113,21 @@ def _gather_now(c: NcclComm, a: "cupy.ndarray", s: "cupy.cuda.Stream") -> np.nda
 
 
 def _as_id(raw: Any) -> tuple:
+    """A unique id as its 128 signed byte values, from any form CuPy gives it: ``bytes``
+    (CuPy 14's ``get_unique_id``, seen on the H200 machine), or a sequence of ints."""
+    if isinstance(raw, (bytes, bytearray)):
+        return tuple(int(v) for v in np.frombuffer(bytes(raw), np.int8))
     return tuple(int(v) for v in np.asarray(raw).astype(np.int8))
+
+
+def _communicator(size: int, uid: tuple, rank: int) -> Any:
+    """CuPy's ``NcclCommunicator`` over a unique id (``_as_id``'s values) in the form this
+    CuPy takes: ``bytes`` (CuPy 14), else the tuple of ints older CuPy documents."""
+    n = _nccl()
+    try:
+        return n.NcclCommunicator(size, np.array(uid, np.int8).tobytes(), rank)
+    except TypeError:
+        return n.NcclCommunicator(size, tuple(uid), rank)
 
 
 # -- the world communicator -------------------------------------------------------------------
@@ -179,7 +193,7 @@ def world(strict: bool, mpi_comm: Any = None) -> Optional[NcclComm]:
         uid = _tcp_unique_id(rank, size, os.environ["NCCL_HOST_IP"],
                              int(os.environ["NCCL_PORT"]))
     with cupy.cuda.Device(dev):
-        comm = _nccl().NcclCommunicator(size, tuple(uid), rank)
+        comm = _communicator(size, uid, rank)
     return NcclComm(comm, rank, size, dev)
 
 
