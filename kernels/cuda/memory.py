@@ -99,6 +99,12 @@ class CudaAllocator(Allocator):
         if buf.size == 0 or buf.raw is None:
             return
         events = [device.covering_event(index) for index in device.gpu_stream_indices()]
+        for ev in events:
+            if not ev.done:
+                break
+        else:  # no enqueued kernel can still read it (the usual case after an eval's wait)
+            Allocator.free(self, buf)
+            return
         with self._lock:
             self._pending.append((events, buf))
         self._collect()
