@@ -14,6 +14,8 @@ from typing import Optional
 import ml_dtypes
 import numpy as np
 
+from tapescope.kernels.backends import host_array
+
 PASS = "pass"
 FAIL = "fail"
 NO_REFERENCE = "no reference"
@@ -96,13 +98,14 @@ def preview(x: Optional[np.ndarray]) -> str:
     if x is None:
         return "—"
     with np.printoptions(threshold=8, edgeitems=2, precision=6, linewidth=100):
-        return np.array2string(np.asarray(x), separator=", ")
+        return np.array2string(host_array(x), separator=", ")
 
 
 def compare(label: str, primitive: str, actual: np.ndarray, expected: Optional[np.ndarray],
             rtol: Optional[float], atol: Optional[float], reason: str = "") -> Comparison:
-    """Compare tapescope's ``actual`` against JAX's ``expected`` (None: no reference)."""
-    actual = np.asarray(actual)
+    """Compare tapescope's ``actual`` (host or device data) against JAX's ``expected``
+    (None: no reference)."""
+    actual = host_array(actual)
     c = Comparison(label, primitive, tuple(actual.shape), actual.dtype.name)
     drt, dat = default_tolerance(actual.dtype)
     c.rtol = drt if rtol is None else float(rtol)
