@@ -96,6 +96,11 @@ class Backend:
         """``mx.device_info`` of this backend's device (the CPU's is in core)."""
         return {}
 
+    def host_reason(self, node: Any) -> Optional[str]:
+        """Why this device runs ``node`` with the CPU's rule on the host (after its stream's
+        device work; the timeline records it as a fallback), or None: it runs here."""
+        return None
+
     def rule_for(self, prim: Any) -> Optional[Callable]:
         """The device's own rule for ``prim`` in place of the array-module rule (a GPU
         backend's, asked inside its device context), or None."""
@@ -221,11 +226,11 @@ def host_array(data: Any) -> np.ndarray:
     array broadcast along some axes (stride 0) copies one element along them and is the
     same read-only broadcast on the host, as MLX's CPU reads a broadcast in place: it is
     not materialised, which could take more memory than the device has."""
-    if isinstance(data, np.ndarray):
+    if type(data) is np.ndarray:
         return data
     get = getattr(data, "get", None)  # CuPy: device to host
     if get is None:
-        return np.asarray(data)
+        return data if isinstance(data, np.ndarray) else np.asarray(data)
     if data.size > 1 and 0 in data.strides:
         one = tuple(slice(0, 1) if s == 0 else slice(None) for s in data.strides)
         return np.broadcast_to(data[one].get(), data.shape)

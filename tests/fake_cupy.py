@@ -21,8 +21,18 @@ __fake__ = True
 TOTAL = 8 << 30
 
 
+def _refuse(dtype) -> None:
+    """CuPy has no bfloat16 (nor other ml_dtypes) dtype: refuse it as CuPy does."""
+    if dtype is not None and np.dtype(dtype).kind == "V":
+        raise TypeError(f"Unsupported type {np.dtype(dtype)}")
+
+
 class ndarray(np.ndarray):
     """A 'device' array: numpy memory, a distinct type."""
+
+    def astype(self, dtype, *args, **kw):
+        _refuse(dtype)
+        return np.ndarray.astype(self, dtype, *args, **kw)
 
     def set(self, arr, stream=None):  # host to device; CuPy's checks, no broadcasting
         if self.shape != arr.shape:
@@ -43,12 +53,14 @@ class ndarray(np.ndarray):
 
 def asarray(a, dtype=None, **kw):
     a = np.asarray(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, **kw)
+    _refuse(a.dtype)
     return a.view(ndarray)
 
 
 def array(a, dtype=None, copy=True, **kw):
-    return np.array(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, copy=copy,
-                    **kw).view(ndarray)
+    a = np.array(a.view(np.ndarray) if isinstance(a, ndarray) else a, dtype=dtype, copy=copy, **kw)
+    _refuse(a.dtype)
+    return a.view(ndarray)
 
 
 def asnumpy(a):
@@ -56,6 +68,7 @@ def asnumpy(a):
 
 
 def empty(shape, dtype=np.float32):
+    _refuse(dtype)
     return np.empty(shape, dtype).view(ndarray)
 
 

@@ -210,6 +210,38 @@ def test_async_eval_on_a_gpu_stream_enqueues_on_the_calling_thread():
     np.testing.assert_allclose(np.array(y), np.exp(np.sin(x_np) * 2), rtol=2e-6)
 
 
+def test_bfloat16_on_a_gpu_stream_runs_on_the_host_as_a_recorded_fallback():
+    """CuPy has no bfloat16: such arrays stay on the host and every node reading or making
+    one runs the CPU's rule there, after the stream's GPU work, recorded with the reason;
+    the values are the CPU stream's, bit for bit."""
+    rng = np.random.default_rng(3)
+    x_np = rng.standard_normal((4, 8)).astype(np.float32)
+    w_np = rng.standard_normal((8, 3)).astype(np.float32)
+    f = mx.compile(lambda a: mx.exp(-a) * 2 + a)
+
+    def program(stream):
+        x = mx.array(x_np)  # float32: on the GPU for the GPU stream
+        xb = mx.astype(mx.multiply(x, 3, stream=stream), mx.bfloat16, stream=stream)
+        with mx.stream(stream):
+            y = mx.sum(xb * xb + 1, axis=1)
+            z = f(xb)
+            m = mx.matmul(xb, mx.array(w_np).astype(mx.bfloat16))
+            back = mx.astype(m, mx.float32) + 1  # float32 again: a GPU consumer of a host result
+        return [y, z, m, back]
+
+    with timeline.record() as rec:
+        got = program(mx.default_stream(mx.gpu))
+        mx.eval(got)
+    want = program(mx.default_stream(mx.cpu))
+    mx.eval(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(np.array(g.astype(mx.float32)), np.array(w.astype(mx.float32)))
+    falls = [r for r in rec.records if r.kind == "fallback" and "bfloat16" in r.detail.get("why", "")]
+    assert {"AsType", "Multiply", "Add", "Sum", "Compiled", "Matmul"} <= {r.name for r in falls}
+    assert all(r.device == "gpu" for r in falls)
+
+
 def test_an_array_made_from_host_data_lives_in_gpu_memory():
     import cupy
 

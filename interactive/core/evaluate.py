@@ -13,7 +13,7 @@ from typing import Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle
-from tapescope.kernels.backends import stream_backend
+from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
 
 from . import dtypes as _dt
@@ -118,9 +118,27 @@ def run_node(node: Node) -> None:
     be = stream_backend(prim.stream)
     if be.device_context is None:
         _run(node, prim, be)
-    else:  # a GPU: in its stream's context, with its own rule where it has one (Metal)
-        with be.device_context(prim.stream, node):
-            _run(node, prim, be, be.rule_for(prim))
+        return
+    why = be.host_reason(node)
+    if why is not None:
+        _run_on_host(node, prim, be, why)
+        return
+    # a GPU: in its stream's context, with its own rule where it has one (Metal)
+    with be.device_context(prim.stream, node):
+        _run(node, prim, be, be.rule_for(prim))
+
+
+def _run_on_host(node: Node, prim, be, why: str) -> None:
+    """A GPU stream's node that its device does not run (``Backend.host_reason``): the
+    CPU's rule on the host once the stream's device work is done (its inputs are then
+    readable), recorded on the timeline as a fallback with the reason, never silently."""
+    be.synchronize(prim.stream)
+    t0 = timeline.now() if timeline.enabled else 0
+    _run(node, prim, backend("cpu"))
+    if t0:
+        timeline.add("fallback", t0, timeline.now(), name=prim.name, node=node.id,
+                     stream=prim.stream.index, device=prim.stream.device.type.name,
+                     detail={"primitive": prim.name, "why": why, "runtime": "cpu"})
 
 
 def _run(node: Node, prim, be, fn=None) -> None:

@@ -25,6 +25,10 @@ from .events import CudaEvent
 from .memory import CudaAllocator
 
 
+_BF16_ON_HOST = ("bfloat16: this runtime keeps bfloat16 arrays on the host (CuPy has no such "
+                 "dtype), so the CPU's rule computes it there")
+
+
 class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
@@ -150,6 +154,18 @@ class CudaBackend(Backend):
         from .compiled import launch_for
 
         return launch_for
+
+    def host_reason(self, node: Any) -> Optional[str]:
+        """bfloat16 arrays live on the host here (``import_host``): a node reading or making
+        one runs the CPU's rule there, after the stream's GPU work."""
+        for d in node.inputs:
+            if d.dtype.name == "bfloat16":
+                return _BF16_ON_HOST
+        for ref in node.outputs:
+            d = ref()
+            if d is not None and d.dtype.name == "bfloat16":
+                return _BF16_ON_HOST
+        return None
 
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
