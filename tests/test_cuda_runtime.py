@@ -242,6 +242,32 @@ def test_bfloat16_on_a_gpu_stream_runs_on_the_host_as_a_recorded_fallback():
     assert all(r.device == "gpu" for r in falls)
 
 
+def test_an_interrupted_async_eval_on_a_gpu_stream_raises_and_leaves_the_rest_lazy(monkeypatch):
+    """Enqueued on the calling thread, an async eval is interruptible as a synchronous one:
+    the nodes after the interrupt stay lazy, the caller gets MLX's KeyboardInterrupt, and
+    a later eval resumes."""
+    import tapescope
+    from tapescope.core import scheduling
+
+    real = scheduling.run_node
+
+    def run_then_interrupt(node):
+        real(node)
+        if node.primitive.name == "Add":
+            tapescope.interrupt_eval()
+
+    s = mx.new_stream(mx.gpu)
+    x = mx.array(np.arange(8, dtype=np.float32))
+    a = mx.add(x, 1, stream=s)
+    c = mx.subtract(mx.multiply(a, 2, stream=s), 3, stream=s)
+    monkeypatch.setattr(scheduling, "run_node", run_then_interrupt)
+    with pytest.raises(KeyboardInterrupt, match=r"\[eval\] Evaluation interrupted"):
+        mx.async_eval(c)
+    monkeypatch.setattr(scheduling, "run_node", real)
+    assert a._d.node is None and c._d.node is not None and c._d.node.event is None
+    np.testing.assert_array_equal(np.array(c), (np.arange(8, dtype=np.float32) + 1) * 2 - 3)
+
+
 def test_an_array_made_from_host_data_lives_in_gpu_memory():
     import cupy
 

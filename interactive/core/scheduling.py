@@ -37,6 +37,8 @@ from .tracer import before_eval
 from .walk import topological
 
 _schedule_lock = threading.RLock()
+_INTERRUPTED = ("[eval] Evaluation interrupted; evaluated arrays keep their data and the rest "
+                "stay lazy.")
 
 
 class EvalState:
@@ -200,8 +202,7 @@ def _eval_one(desc: ArrayDesc) -> bool:
     try:
         if Interrupt.interrupted():
             node.event = None
-            raise KeyboardInterrupt("[eval] Evaluation interrupted; evaluated arrays keep "
-                                    "their data and the rest stay lazy.")
+            raise KeyboardInterrupt(_INTERRUPTED)
         if w is None:
             run_node(node)
         else:
@@ -237,23 +238,19 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
             prebuild_kernels(order)  # an eval's new kernels build in parallel
         if inline is not None:
             if asynchronous:  # a GPU stream's nodes: enqueued here, computed by the device
+                _install_sigint()
                 Interrupt.begin()
                 try:
                     _run_inline(order, state, events[inline], asynchronous)
                 finally:
                     Interrupt.end()
-                if state.error is not None:
-                    raise state.error
+                _raise_for(state)
                 return
             _run_inline(order, state, events[inline], asynchronous)
         if order and not asynchronous:
             for ev in events.values():
                 ev.wait(1)
-            if state.error is not None:
-                raise state.error
-            if state.interrupted:
-                raise KeyboardInterrupt("[eval] Evaluation interrupted; evaluated arrays keep "
-                                        "their data and the rest stay lazy.")
+            _raise_for(state)
         if asynchronous:
             return
         for n in pending:  # scheduled by another eval: wait for it
@@ -263,6 +260,14 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
         if not pending or all(d.node is None for d in descs):
             return
     raise RuntimeError("[eval] The graph could not be evaluated (interrupted repeatedly).")
+
+
+def _raise_for(state: EvalState) -> None:
+    """The eval's error, or MLX's interrupt message when it was interrupted."""
+    if state.error is not None:
+        raise state.error
+    if state.interrupted:
+        raise KeyboardInterrupt(_INTERRUPTED)
 
 
 def _check_threads(order: list[Node]) -> None:
