@@ -96,7 +96,7 @@ def _as_type(t: Any) -> Optional[DeviceType]:
 class Device:
     """A device to run operations on."""
 
-    __slots__ = ("type", "index")
+    __slots__ = ("_type", "index", "_hash")
 
     def __init__(self, type: DeviceType, index: int = 0):
         t = _as_type(type)
@@ -105,8 +105,16 @@ class Device:
             shown = (type, index) if passed_index else (type,)  # nanobind lists what was passed
             raise incompatible("__init__", "__init__(self, type: mlx.core.DeviceType, index: int = 0) "
                                "-> None", self, *shown)
-        self.type = t
+        self._type = t
         self.index = int(index)  # not an attribute in MLX's Python API; kept for the runtime
+        # made once: every op looks its thread's default stream up by device, and hashing
+        # an enum member in Python costs ~1 us
+        self._hash = hash((t, self.index))
+
+    @property
+    def type(self) -> DeviceType:
+        """The device's type (read-only, as MLX's)."""
+        return self._type
 
     def __repr__(self) -> str:
         return f"Device({self.type.name}, {self.index})"
@@ -120,7 +128,7 @@ class Device:
         return not self.__eq__(other)
 
     def __hash__(self) -> int:  # MLX hashes by identity; value hashing keeps hash/eq consistent
-        return hash((self.type, self.index))
+        return self._hash
 
 
 class Stream:
