@@ -255,7 +255,7 @@ class Launch:
             args.append(cupy.asarray(np.asarray(cshape, dtype=np.int32)))
             if ndim > d.schedule.max_static_ndim:
                 args.append(np.int32(ndim))
-        self.args, self.slots = args, tuple(slots)
+        self.args, self.slots = args, tuple(slots)  # args keeps the device arrays slots point at
         # a slot per argument: a device pointer, or a scalar's value (little-endian, so the
         # kernel's 4-byte parameter reads the slot's first 4 bytes)
         self.packed = [0 if a is None else a.data.ptr if isinstance(a, cupy.ndarray) else int(a)
