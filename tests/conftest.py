@@ -52,3 +52,20 @@ def gpu_default_device():
         mx.synchronize()
     finally:
         mx.set_default_device(old)
+
+
+def registered_as_gpu(be):
+    """A generator for a fixture: ``be`` is the GPU backend while the test runs, and the
+    one before it (or none) comes back after the test's GPU work has finished."""
+    import tapescope.core as mx
+    from tapescope.kernels import backends
+
+    old = backends.register(be)
+    try:
+        yield be
+    finally:
+        mx.synchronize()
+        if old is None:
+            backends.unregister("gpu")
+        else:
+            backends.register(old)

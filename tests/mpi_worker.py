@@ -185,15 +185,23 @@ def main() -> None:
     print(f"OK {r}", flush=True)
 
 
-if __name__ == "__main__":
+def run(entry) -> None:
+    """Run a worker's ``entry``; on any error print it and end every rank (under mpirun the
+    others would wait for this one forever), else exit with status 1."""
     try:
-        main()
+        entry()
     except BaseException:
         import traceback
 
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
-        from mpi4py import MPI
+        if "OMPI_COMM_WORLD_SIZE" in os.environ:
+            from mpi4py import MPI
 
-        MPI.COMM_WORLD.Abort(1)
+            MPI.COMM_WORLD.Abort(1)
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -173,16 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if "OMPI_COMM_WORLD_SIZE" in os.environ:
-            from mpi4py import MPI
-
-            MPI.COMM_WORLD.Abort(1)
-        os._exit(1)
+    mpi_worker.run(main)

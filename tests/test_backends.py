@@ -19,6 +19,7 @@ from tapescope.kernels import backends
 from tapescope.kernels.allocator import POLICIES, Allocator, allocator
 from tapescope.kernels.codegen.interpret import interpret
 from tapescope.kernels.scheduler import Event
+from conftest import registered_as_gpu
 
 
 class CountingNumpy:
@@ -68,17 +69,8 @@ class NumpyGpu(backends.Backend):
 
 @pytest.fixture
 def testgpu():
-    be = NumpyGpu()
-    old = backends.register(be)
     ProbeEvent.log.clear()
-    try:
-        yield be
-    finally:
-        mx.synchronize()
-        if old is None:
-            backends.unregister("gpu")
-        else:
-            backends.register(old)
+    yield from registered_as_gpu(NumpyGpu())
 
 
 @pytest.mark.skipif(backends.gpu_available(), reason="a GPU runtime is registered here")

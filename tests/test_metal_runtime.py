@@ -12,6 +12,7 @@ import pytest
 
 import tapescope.core as mx
 from tapescope.kernels import backends, timeline
+from conftest import registered_as_gpu
 
 try:
     import Metal  # noqa: F401
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.skipif(
 def metal():
     from tapescope.kernels.metal.backend import MetalBackend
 
-    be = MetalBackend()
-    old = backends.register(be)
-    try:
-        yield be
-    finally:
-        mx.synchronize()
-        if old is None:
-            backends.unregister("gpu")
-        else:
-            backends.register(old)
+    yield from registered_as_gpu(MetalBackend())
 
 
 def test_the_metal_backend_is_the_gpu(metal):

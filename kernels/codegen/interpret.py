@@ -32,6 +32,13 @@ def _small_power(op, env: dict, xp):
     return val.astype(op.dtype)
 
 
+def bind_inputs(tape: Tape, inputs: Sequence, xp=np) -> dict:
+    """Input name -> array: the caller's arrays, and the tape's constants made in their dtype
+    with ``xp`` (the interpreters' starting environment)."""
+    return {x.name: xp.asarray(np.asarray(x.constant).astype(x.dtype)) if x.is_constant else a
+            for x, a in zip(tape.inputs, inputs)}
+
+
 def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np,
               fast_power: bool = False) -> list:
     """The tape's outputs computed with ``rules`` (numpy broadcasting stands in for Broadcast).
@@ -40,9 +47,7 @@ def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np,
     elementwise math runs in float32 as the CPU backend does. ``fast_power``: small integer
     powers of floats multiply (``_small_power``) instead of calling numpy's power.
     """
-    env = {}
-    for x, a in zip(tape.inputs, inputs):
-        env[x.name] = xp.asarray(np.asarray(x.constant).astype(x.dtype)) if x.is_constant else a
+    env = bind_inputs(tape, inputs, xp)
     with np.errstate(all="ignore"):
         for op in tape.ops:
             args = [env[n] for n in op.inputs]

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..primitives import REGISTRY
 from .c_ops import Unsupported, _is_float
+from .interpret import bind_inputs
 from .tape import Tape, TapeOp
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -561,9 +562,7 @@ def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np) -> list
     real shapes (Broadcast broadcasts, reductions keep their axes); ``shape``: the full shape."""
     red = tape.reduction
     shape = tuple(int(s) for s in shape)
-    env = {}
-    for x, a in zip(tape.inputs, inputs):
-        env[x.name] = xp.asarray(np.asarray(x.constant).astype(x.dtype)) if x.is_constant else a
+    env = bind_inputs(tape, inputs, xp)
     with np.errstate(all="ignore"):
         for op in tape.ops:
             args = [env[n] for n in op.inputs]
