@@ -115,7 +115,14 @@ def check_send_recv(g, n: int, r: int) -> None:
         mx.eval(got)
         mx.eval(send_b(xb))
     same(got, data(prv, (3, 2), "float32"), "ring of vmapped send / recv")
-    v = mx.array(data(r, (2, 3), "int16"))  # a token passed around the ring, summed
+    check_token_ring(n, r, "int16")
+
+
+def check_token_ring(n: int, r: int, dt: str) -> None:
+    """A token sent around the ring from rank 0, each rank adding its own data: rank 0 gets
+    back the sum over ranks."""
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    v = mx.array(data(r, (2, 3), dt))
     if r == 0:
         mx.eval(D.send(v, nxt))
         tok = D.recv_like(v, prv)
@@ -123,7 +130,7 @@ def check_send_recv(g, n: int, r: int) -> None:
         tok = D.recv_like(v, prv) + v
         mx.eval(D.send(tok, nxt))
     if r == 0:
-        want = sum(data(k, (2, 3), "int16") for k in range(n)).astype(np.int16)
+        want = sum(data(k, (2, 3), dt) for k in range(n)).astype(dt)
         same(tok, want, "token around the ring")
 
 

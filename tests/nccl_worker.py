@@ -128,16 +128,7 @@ def check_send_recv(g, n: int, r: int) -> None:
             mx.eval(got)
             mx.eval(D.send(x, nxt))
         same(got, data(prv, (5,), dt), f"ring of send / recv {dt}")
-    v = mx.array(data(r, (2, 3), "int32"))  # a token passed around the ring, summed
-    if r == 0:
-        mx.eval(D.send(v, nxt))
-        tok = D.recv_like(v, prv)
-    else:
-        tok = D.recv_like(v, prv) + v
-        mx.eval(D.send(tok, nxt))
-    if r == 0:
-        want = sum(data(k, (2, 3), "int32") for k in range(n)).astype(np.int32)
-        same(tok, want, "token around the ring")
+    mpi_worker.check_token_ring(n, r, "int32")
     raises(ValueError, "[nccl] Unknown or unsupported dtype",
            lambda: D.send(mx.array([True]), nxt))
 
