@@ -17,10 +17,11 @@ $(PY):
 	$(PIP) install --upgrade pip
 
 # Stamps: reinstall when pyproject.toml or setup.py change.
-$(VENV)/.dev: $(PY) pyproject.toml setup.py
+$(VENV)/.dev: $(PY) pyproject.toml setup.py kernels/cuda/_lane.c interactive/core/_buffer.c
 	$(PIP) install -e ".[dev]"
-	@# the buffer protocol's C base type (Python < 3.12) next to its source, for the editable install
-	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12."
+	@# the C extensions next to their sources, for the editable install: the CUDA eager lane,
+	@# the buffer protocol's C base type (Python < 3.12)
+	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12; the CUDA runtime's eager lane runs in Python."
 	@# MLX is the reference the tests compare against; they skip those checks without it.
 	$(PIP) install "mlx[cpu]" || echo "mlx[cpu] is not available here: tests against MLX will skip."
 	touch $@

@@ -1,9 +1,9 @@
 """Package list for setuptools: every package under the three source folders, by mapping.
 
-The metadata lives in pyproject.toml; the one C extension (the buffer protocol's base type,
-for Python < 3.12) is listed here. ``interactive/`` installs as ``tapescope``,
-``kernels/`` as ``tapescope.kernels`` and ``viz/`` as ``tapescope.viz``; their subpackages
-are found here so that a new folder is installed without editing a list.
+The metadata lives in pyproject.toml; the optional C extensions are listed here.
+``interactive/`` installs as ``tapescope``, ``kernels/`` as ``tapescope.kernels`` and
+``viz/`` as ``tapescope.viz``; their subpackages are found here so that a new folder is
+installed without editing a list.
 """
 
 import sys
@@ -24,11 +24,14 @@ def _packages() -> list[str]:
 
 
 def _extensions() -> list:
-    """The buffer protocol's C base type, needed before Python 3.12 only (PEP 688); optional:
-    without a C compiler the package installs and ``memoryview(x)`` raises TypeError."""
-    if sys.version_info >= (3, 12):
-        return []
-    return [Extension("tapescope.core._buffer", ["interactive/core/_buffer.c"], optional=True)]
+    """Optional C extensions (without a C compiler the package installs without them):
+    the CUDA runtime's eager lane (``kernels/cuda/_lane.c``; the Python path runs instead),
+    and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
+    it ``memoryview(x)`` raises TypeError)."""
+    exts = [Extension("tapescope.kernels.cuda._lane", ["kernels/cuda/_lane.c"], optional=True)]
+    if sys.version_info < (3, 12):
+        exts.append(Extension("tapescope.core._buffer", ["interactive/core/_buffer.c"], optional=True))
+    return exts
 
 
 setup(package_dir=ROOTS, packages=_packages(), ext_modules=_extensions())

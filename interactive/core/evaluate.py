@@ -119,6 +119,8 @@ def run_node(node: Node) -> None:
     if be.device_context is None:
         _run(node, prim, be)
         return
+    if prim.defn.takes_runtime and not timeline.enabled and _gpu_fused_lane(node, prim, be):
+        return
     why = be.host_reason(node)
     if why is not None:
         _run_on_host(node, prim, be, why)
@@ -208,26 +210,8 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     xp = be.xp
     kw = prim.kw
     if defn.takes_runtime:
-        launch = be.compiled_launch
-        if launch is not None and len(outputs) == 1:
-            # the fast lane: a fused call whose kernel is loaded for these layouts writes
-            # straight into the output buffer (no rule, no warning filter: it is C)
-            ln = launch(kw["tape"], ins, kw["shape"])
-            if ln is not None:
-                target = outputs[0]()
-                if target is None:  # nobody wants the result
-                    _detach(node)
-                    return _DONE
-                out, out_handle = _output_buffer(node, target, be)
-                if ln.takes(out):
-                    ln.call(ins, (out,))
-                    target.set_data(out, out_handle)
-                    _detach(node)
-                    if t0:
-                        _record(prim, node, t0, out.nbytes)
-                    return _DONE
-                del out, out_handle, target
-                out_handle = out = None
+        if _fused_lane(node, prim, be, ins, t0):
+            return _DONE
         kw = {**kw, "runtime": be.compiled}
     with be.quiet():
         if defn.takes_out and not upcast and len(outputs) == 1:
@@ -252,6 +236,46 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
         else:
             res = fn(xp, *ins, **kw)
     return out_handle, res
+
+
+def _fused_lane(node: Node, prim, be, ins: list, t0: int) -> bool:
+    """The fast lane of a fused call whose kernel is loaded for these layouts: it writes
+    straight into the output buffer (no rule, no warning filter: it is generated code),
+    launched by ``Backend.launch_fused``. False when the call needs ``run_compiled``."""
+    launch = be.compiled_launch
+    outputs = node.outputs
+    if launch is None or len(outputs) != 1:
+        return False
+    kw = prim.kw
+    ln = launch(kw["tape"], ins, kw["shape"])
+    if ln is None:
+        return False
+    target = outputs[0]()
+    if target is None:  # nobody wants the result
+        _detach(node)
+        return True
+    out, out_handle = _output_buffer(node, target, be)
+    if not ln.takes(out):
+        return False
+    be.launch_fused(prim.stream, ln, ins, out)
+    target.set_data(out, out_handle)
+    _detach(node)
+    if t0:
+        _record(prim, node, t0, out.nbytes)
+    return True
+
+
+def _gpu_fused_lane(node: Node, prim, be) -> bool:
+    """A GPU's fused call on device inputs, launched without entering the stream's device
+    context (``launch_fused`` names the stream): the small-call path of
+    ``benchmarks/cuda_fusion.py``. Only while the timeline is off: a recorded node gets
+    the device context's timing events."""
+    at = be.array_type
+    ins = [d.data for d in node.inputs]
+    for x in ins:
+        if type(x) is not at:
+            return False
+    return _fused_lane(node, prim, be, ins, 0)
 
 
 def _donatable_inputs(node: Node, at: type) -> list:

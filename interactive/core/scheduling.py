@@ -163,6 +163,9 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     arriving while the graph is still being ordered is honoured at the first node boundary
     instead of raising in the middle of the bookkeeping.
     """
+    one = _eager_one[0]
+    if one is not None and not asynchronous and len(descs) == 1 and one(descs[0]):
+        return  # a loaded fused call evaluated alone, by the backend's lane in C
     before_eval(descs, asynchronous)  # inside a transformation: keep tracers' graphs
     if asynchronous:
         _evaluate(descs, True)
@@ -181,6 +184,22 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
         Interrupt.end()
 
 
+# a backend's ``eval_one(desc) -> bool`` (``Backend.eager_eval``: the CUDA lane in C), set
+# the first time ``_eval_one`` meets a backend with an eager lane
+_eager_one: list = [None]
+
+
+def _enable_eager(be) -> None:
+    from tapescope.kernels import backends as _backends
+    from tapescope.kernels import scheduler as _scheduler
+
+    from . import tracer
+
+    _eager_one[0] = be.eager_eval({
+        "schedule_lock": _schedule_lock, "tracer": tracer, "timeline": timeline,
+        "workers": _scheduler._workers, "by_stream": _backends._by_stream})
+
+
 def _eval_one(desc: ArrayDesc) -> bool:
     """The eager fast path: one unscheduled node over available inputs, on a stream with no
     queued work, run right here. False when the general path is needed."""
@@ -194,26 +213,38 @@ def _eval_one(desc: ArrayDesc) -> bool:
     w = existing_worker(si)
     if w is not None and not w.idle():
         return False
-    ev = backend(node.primitive.stream).event(si)
+    be = backend(node.primitive.stream)
+    ev = be.event(si)
     with _schedule_lock:
         if node.event is not None:  # another thread scheduled it in the meantime
             return False
         node.event = ev
+    ran = False  # by the backend's eager lane, which also signals and waits
     try:
         if Interrupt.interrupted():
             node.event = None
             raise KeyboardInterrupt(_INTERRUPTED)
+        lane = be.eager_lane
+        if lane is not None and _eager_one[0] is None:
+            _enable_eager(be)
+        if lane is not None and not node.primitive.defn.takes_runtime:
+            lane = None
         if w is None:
-            run_node(node)
+            ran = lane is not None and lane(node, ev)
+            if not ran:
+                run_node(node)
         else:
             with w.exec_lock:
-                run_node(node)
+                ran = lane is not None and lane(node, ev)
+                if not ran:
+                    run_node(node)
     except BaseException:
         node.event = None
         raise
     finally:
-        ev.signal(1)
-    if type(ev) is not Event:  # a GPU's event: eval returns once the device has finished
+        if not ran:
+            ev.signal(1)
+    if not ran and type(ev) is not Event:  # a GPU's event: eval returns once the device has finished
         ev.wait(1)
     return True
 

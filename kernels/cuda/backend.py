@@ -155,6 +155,56 @@ class CudaBackend(Backend):
 
         return launch_for
 
+    @functools.cached_property
+    def eager_lane(self):
+        """``_lane.eval_fused`` (``kernels/cuda/_lane.c``): a fused call evaluated alone,
+        from its launch plan to the host's wait, in C; None where the extension was not
+        built (no C compiler at install) or ``TAPESCOPE_CUDA_LANE=0``: the Python path."""
+        import os
+
+        if os.environ.get("TAPESCOPE_CUDA_LANE", "1") == "0":
+            return None
+        launch = getattr(getattr(cupy.cuda, "driver", None), "launchKernel", None)
+        try:
+            from . import _lane
+        except ImportError:
+            return None
+        if launch is None:  # no CUDA driver binding (the tests' stand-in CuPy)
+            return None
+        from ..cpu import compiler
+        from . import events
+
+        _lane.configure({
+            "array_type": cupy.ndarray, "launch": launch,
+            "generation": compiler._generation, "work": device._work,
+            "work_lock": device._work_lock, "unfinished": device._unfinished,
+            "streams": device._streams, "handle_type": BufferHandle, "allocator": self.allocator,
+            "host_wait": events.host_wait, "timing_pending": timing._pending,
+            "timing_flush": timing.flush})
+        return _lane.eval_fused
+
+    def eager_eval(self, core: dict):
+        """``_lane.eval_one`` over core's scheduling objects (``Backend.eager_eval``)."""
+        if self.eager_lane is None:
+            return None
+        from . import _lane
+
+        _lane.configure_eval({**core, "backend": self, "event_type": self.event_type})
+        return _lane.eval_one
+
+    def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
+        """The fused kernel on the mx stream's CUDA stream, without making it CuPy's
+        current stream (the eval loop's fast lane, ``evaluate._gpu_fused_lane``)."""
+        index = stream.index
+        w = device.work(index)
+        if self.device_id:  # this process's GPU is not 0 (a rank of mpirun)
+            cupy.cuda.runtime.setDevice(self.device_id)
+        device.enter_work(w)
+        try:
+            launch.call(inputs, (out,), stream=device.cuda_stream(index))
+        finally:
+            device.leave_work(w)
+
     def host_reason(self, node: Any) -> Optional[str]:
         """bfloat16 arrays live on the host here (``import_host``): a node reading or making
         one runs the CPU's rule there, after the stream's GPU work."""

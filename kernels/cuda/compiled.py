@@ -273,9 +273,10 @@ class Launch:
         return (len(self.dtypes) == 1 and out.shape == self.shape and out.dtype == self.dtypes[0]
                 and (out.flags.c_contiguous if self.order == "C" else out.flags.f_contiguous))
 
-    def call(self, inputs: Sequence, outs: Sequence, hit: bool = True) -> None:
+    def call(self, inputs: Sequence, outs: Sequence, hit: bool = True, stream=None) -> None:
         """Launch the kernel on these device arrays (of the layouts this plan was made for)
-        on the current CUDA stream; ``hit``: count it as a hit of the kernel cache."""
+        on ``stream`` (default: the current CUDA stream); ``hit``: count it as a hit of the
+        kernel cache."""
         if hit:
             self.entry.hits += 1
         pack = self.packs.get(threading.get_ident()) or self._pack()
@@ -287,8 +288,9 @@ class Launch:
             vals[j] = o.data.ptr
             j += 1
         t0 = timeline.now() if timeline.enabled else 0
-        _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0,
-                cupy.cuda.get_current_stream().ptr, pack[2], 0)
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0, stream.ptr, pack[2], 0)
         if t0:
             timeline.add("kernel_launch", t0, timeline.now(), name=self.name, device="gpu",
                          detail={"runtime": "cuda", "variant": self.variant, "grid": self.grid,

@@ -23,6 +23,9 @@ _streams: dict[int, "cupy.cuda.Stream"] = {}
 # no node runs there and the generation has not moved since covers all of its work
 _work: dict[int, list] = {}
 _marks: dict[int, tuple] = {}  # mx stream index -> (generation, the event recorded then)
+# mx GPU streams that have had work enqueued since their work was last seen finished: a
+# buffer freed while this is empty can go straight back to the cache, with no event
+_unfinished: set = set()
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,10 +99,10 @@ _work_lock = threading.Lock()
 
 
 def work(index: int) -> list:
-    """The ``[generation, running]`` record of an mx GPU stream (see ``_work``)."""
+    """The ``[generation, running, index]`` record of an mx GPU stream (see ``_work``)."""
     w = _work.get(index)
     if w is None:
-        w = _work.setdefault(index, [0, 0])
+        w = _work.setdefault(index, [0, 0, index])
     return w
 
 
@@ -107,6 +110,22 @@ def enter_work(w: list) -> None:
     """A node starts enqueueing on the stream of ``w`` (its ``work`` record)."""
     with _work_lock:
         w[1] += 1
+        _unfinished.add(w[2])
+
+
+def unfinished() -> set:
+    """The mx GPU streams whose enqueued work may still be running (``note_finished``)."""
+    return _unfinished
+
+
+def note_finished(index: int, ev: "cupy.cuda.Event") -> None:
+    """The host saw ``ev`` complete: when it is the stream's covering event and nothing was
+    enqueued there since, all of the stream's work has finished."""
+    with _work_lock:
+        gen, running, _ = work(index)
+        mark = _marks.get(index)
+        if not running and mark is not None and mark[1] is ev and mark[0] == gen:
+            _unfinished.discard(index)
 
 
 def leave_work(w: list) -> None:
@@ -121,7 +140,7 @@ def covering_event(index: int) -> "cupy.cuda.Event":
     so far: the last one made here while no node has left the stream's device context since
     and none runs there now, else a new one (~2.4 us). An eval's signal and the allocator's
     frees that follow it share one."""
-    gen, running = work(index)
+    gen, running, _ = work(index)
     mark = _marks.get(index)
     if mark is None or mark[0] != gen or running:
         ev = cupy.cuda.Event(block=False, disable_timing=True)

@@ -54,6 +54,7 @@ class CudaEvent(Event):
             device.cuda_stream(stream).wait_event(ev)  # cudaStreamWaitEvent: no host block
         else:
             host_wait(ev)
+            device.note_finished(self.stream, ev)
             timing.flush()
         if t0:
             timeline.add("event_wait", t0, timeline.now(), stream=stream,
@@ -66,7 +67,8 @@ POLL_S = 20e-6
 
 
 def host_wait(ev: "cupy.cuda.Event") -> None:
-    """Wait on the host for a CUDA event: polled (``cudaEventQuery``) for up to ``SPIN_S``,
+    """Wait on the host for a CUDA event (or a whole stream: its ``done`` is
+    ``cudaStreamQuery``): polled (``cudaEventQuery``) for up to ``SPIN_S``,
     then between short sleeps. A blocking-sync event (``cudaEventBlockingSync``) sleeps in
     the driver instead and wakes ~17 us late (measured on the H200 machine: tiny kernel +
     event + wait 28.5 us against 11.2 us polled), which is most of a small eval; the sleeps
