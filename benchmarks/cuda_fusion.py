@@ -8,7 +8,8 @@ result: 12 bytes per float32 element; the copy reads and writes 8). Every conten
 ``reps`` rounds interleaved (one call of each per round), each call timed with CUDA events
 around a batch of ``--batch`` back-to-back calls (so host dispatch overlaps the GPU, as in
 a training loop), median over the rounds. Per call: 16 float32 elements, each call
-synchronised before the next (host overhead included). First call: a new compiled GELU on
+synchronised before the next (host overhead included). CuPy's contenders run with CuPy's
+own memory pool (``pooled``: tapescope's runtime switches it off for the process). First call: a new compiled GELU on
 (1024, 1024) with empty kernel caches (tapescope's and CuPy's in fresh temporary folders,
 JAX's persistent cache off), in a fresh process each.
 """
@@ -16,6 +17,7 @@ JAX's persistent cache off), in a fresh process each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -57,6 +59,35 @@ def gpu_name() -> str:
     return f"{name} (sm_{p['major']}{p['minor']}, {p['totalGlobalMem'] / 2**30:.0f} GiB), CuPy {cupy.__version__}"
 
 
+def pooled(fn):
+    """Mark a CuPy contender to run with CuPy's own memory pool as CuPy's allocator. Importing
+    tapescope's CUDA runtime switches CuPy's pool off for the whole process (its allocator
+    is the only cache: ``kernels/cuda/memory.py``), so without this every CuPy call pays a
+    ``cudaMalloc`` and a synchronising ``cudaFree`` (runs before 2026-12-01's third session
+    measured CuPy that way: cupy.fuse at ~0.35x the copy bandwidth)."""
+    import cupy
+
+    fn.cupy_pool = cupy.cuda.MemoryPool()
+    return fn
+
+
+@contextlib.contextmanager
+def allocator_of(fn):
+    """CuPy's allocator while ``fn`` runs: its pool when ``pooled``, else none (tapescope's
+    setting, restored after)."""
+    import cupy
+
+    pool = getattr(fn, "cupy_pool", None)
+    if pool is None:
+        yield
+        return
+    cupy.cuda.set_allocator(pool.malloc)
+    try:
+        yield
+    finally:
+        cupy.cuda.set_allocator(None)
+
+
 def timed_batches(contenders: dict, reps: int, batch: int) -> dict:
     """name -> median ms per call; one batch of each contender per round, interleaved."""
     import cupy
@@ -69,17 +100,19 @@ def timed_batches(contenders: dict, reps: int, batch: int) -> dict:
 
     times = {k: [] for k in contenders}
     for fn in contenders.values():  # warm up (builds, autotuning, caches)
-        for _ in range(3):
-            fn()
-    sync()
+        with allocator_of(fn):
+            for _ in range(3):
+                fn()
+            sync()
     for _ in range(reps):
         for k, fn in contenders.items():
             sync()
-            t0 = time.perf_counter()
-            for _ in range(batch):
-                fn()
-            sync()
-            times[k].append((time.perf_counter() - t0) * 1e3 / batch)
+            with allocator_of(fn):
+                t0 = time.perf_counter()
+                for _ in range(batch):
+                    fn()
+                sync()
+                times[k].append((time.perf_counter() - t0) * 1e3 / batch)
             getattr(fn, "reset", lambda: None)()  # drop the batch's outputs
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -120,8 +153,8 @@ def throughput(log2n: int, reps: int, batch: int) -> list:
         contenders = {
             "copy": lambda: cupy.copyto(dst, cx),
             "tapescope": ts,
-            "cupy.fuse": lambda: fused(cx, cy),
-            "cupy": lambda: chain(cupy, cx, cy),
+            "cupy.fuse": pooled(lambda: fused(cx, cy)),
+            "cupy": pooled(lambda: chain(cupy, cx, cy)),
             "jax.jit": lambda: jf(jx, jy),
         }
         # correctness first: the same numbers as CuPy
@@ -168,17 +201,19 @@ def per_call(reps: int) -> dict:
     def f_jax():
         jf(jx, jx).block_until_ready()
 
-    fns = {"tapescope": f_ts, "cupy.fuse": f_fuse, "jax.jit": f_jax}
+    fns = {"tapescope": f_ts, "cupy.fuse": pooled(f_fuse), "jax.jit": f_jax}
     for f in fns.values():
-        for _ in range(50):
-            f()
+        with allocator_of(f):
+            for _ in range(50):
+                f()
     times = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(200):
-                f()
-            times[k].append((time.perf_counter() - t0) / 200 * 1e6)
+            with allocator_of(f):
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    f()
+                times[k].append((time.perf_counter() - t0) / 200 * 1e6)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -22,3 +22,19 @@ def test_cuda_backend_runs_the_gpu_tests_over_a_stand_in_cupy():
                        timeout=300, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+
+
+def test_a_buffer_freed_by_a_finalizer_while_the_stream_record_is_locked_does_not_deadlock():
+    """A garbage collection may run at a function entry inside ``device.enter_work`` (Python
+    3.12): its finalizers free buffers, and a free notes finished streams under the same
+    lock. Before the lock was re-entrant this hung (seen on the H200 as an xdist worker
+    killed in the middle of ``test_indexing``)."""
+    code = (
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
+        "from tapescope.kernels.cuda import device;"
+        "w = device.work(0); ev = object(); device._marks[0] = (w[0], ev);"
+        "device._work_lock.acquire(); device.note_finished(0, ev); device._work_lock.release();"
+        "print('no deadlock')" % str(HERE))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=HERE.parent)
+    assert r.returncode == 0 and "no deadlock" in r.stdout, r.stdout + r.stderr

@@ -43,7 +43,7 @@ static cu_error_name_t cu_error_name;
 
 static PyObject *cfg_array_type, *cfg_launch, *cfg_generation, *cfg_work, *cfg_work_lock,
     *cfg_unfinished, *cfg_streams, *cfg_handle_type, *cfg_alloc,
-    *cfg_host_wait, *cfg_timing_pending, *cfg_timing_flush;
+    *cfg_host_wait, *cfg_timing_pending, *cfg_timing_flush, *cfg_python_free, *cfg_timeline;
 static int configured = 0;
 
 static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *s_data,
@@ -53,7 +53,8 @@ static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *
     *s_keep, *s_recorded, *s_value, *s_cond, *s_done, *s_acquire, *s_release,
     *s_notify_all, *s__pending, *s__lock, *s_cache, *s__by_size, *s__take, *s_active,
     *s_peak, *s_policy, *s_trim_after_malloc, *s_pool_size, *s_cache_limit, *s__evict,
-    *s_raw, *s_free, *s_event, *s__active, *s_enabled, *s_defn, *s_takes_runtime, *s__owner;
+    *s_raw, *s_free, *s_event, *s__active, *s_enabled, *s_defn, *s_takes_runtime, *s__owner,
+    *s_recycle_if_fits, *s_recycle_to_cache, *s__release;
 
 static double now_s(void) {
     struct timespec ts;
@@ -79,7 +80,8 @@ static int intern_all(void) {
     I(s_pool_size, "pool_size") I(s_cache_limit, "cache_limit") I(s__evict, "_evict")
     I(s_raw, "raw") I(s_free, "free") I(s_event, "event") I(s__active, "_active")
     I(s_enabled, "enabled") I(s_defn, "defn") I(s_takes_runtime, "takes_runtime")
-    I(s__owner, "_owner")
+    I(s__owner, "_owner") I(s_recycle_if_fits, "recycle_if_fits")
+    I(s_recycle_to_cache, "recycle_to_cache") I(s__release, "_release")
 #undef I
     return 0;
 }
@@ -87,10 +89,12 @@ static int intern_all(void) {
 static PyObject *configure(PyObject *self, PyObject *kw) {
     static const char *names[] = {"array_type", "launch", "generation", "work", "work_lock",
                                   "unfinished", "streams", "handle_type",
-                                  "allocator", "host_wait", "timing_pending", "timing_flush"};
+                                  "allocator", "host_wait", "timing_pending", "timing_flush",
+                                  "python_free", "timeline"};
     PyObject **slots[] = {&cfg_array_type, &cfg_launch, &cfg_generation, &cfg_work,
                           &cfg_work_lock, &cfg_unfinished, &cfg_streams, &cfg_handle_type, &cfg_alloc, &cfg_host_wait,
-                          &cfg_timing_pending, &cfg_timing_flush};
+                          &cfg_timing_pending, &cfg_timing_flush, &cfg_python_free,
+                          &cfg_timeline};
     if (!PyDict_Check(kw)) {
         PyErr_SetString(PyExc_TypeError, "configure takes a dict");
         return NULL;
@@ -359,6 +363,78 @@ static PyObject *lane_malloc(long long nbytes) {
     if (buf != NULL || PyErr_Occurred()) return buf;
 python:
     return PyObject_CallMethod(alloc, "malloc", "L", nbytes);
+}
+
+/* CudaAllocator.free(buf), installed as the allocator's ``free`` (what a BufferHandle calls
+ * when its last array goes): with every GPU stream seen finished (no event to record) and
+ * the timeline off, Allocator.free's steps here (active down; into the cache by the
+ * policy's rule, with the cache's own recycle_to_cache, else released); anything else is
+ * the Python method. */
+static PyObject *lane_free(PyObject *self, PyObject *buf) {
+    PyObject *alloc = cfg_alloc, *size = NULL, *raw = NULL, *lk = NULL, *v = NULL;
+    int taken = 0, done = 0;
+    if (!configured) goto python;
+    if (PySet_GET_SIZE(cfg_unfinished) != 0) goto python;
+    v = get(cfg_timeline, s_enabled);
+    if (v == NULL || v != Py_False) goto python;
+    size = get(buf, s_size);
+    raw = get(buf, s_raw);
+    if (size == NULL || raw == NULL || raw == Py_None || !PyLong_Check(size) ||
+        PyLong_AsLongLong(size) <= 0)
+        goto python;
+    lk = get(alloc, s__lock);
+    if (lk == NULL || (taken = try_lock(lk)) <= 0) { PyErr_Clear(); taken = 0; goto python; }
+    PyObject *active = PyObject_GetAttr(alloc, s_active);
+    PyObject *na = active ? PyNumber_Subtract(active, size) : NULL;
+    Py_XDECREF(active);
+    if (na == NULL || PyObject_SetAttr(alloc, s_active, na) < 0) { Py_XDECREF(na); goto fail; }
+    Py_DECREF(na);
+    done = 1; /* counted: from here errors raise, never a second free */
+    PyObject *cache = PyObject_GetAttr(alloc, s_cache);
+    PyObject *pool = cache ? PyObject_GetAttr(cache, s_pool_size) : NULL;
+    PyObject *limit = pool ? PyObject_GetAttr(alloc, s_cache_limit) : NULL;
+    PyObject *policy = limit ? PyObject_GetAttr(alloc, s_policy) : NULL;
+    PyObject *fits = policy ? PyObject_GetAttr(policy, s_recycle_if_fits) : NULL;
+    int keep = -1;
+    if (fits != NULL) {
+        if (PyObject_IsTrue(fits)) { /* cached + size <= limit */
+            PyObject *sum = PyNumber_Add(pool, size);
+            keep = sum ? PyObject_RichCompareBool(sum, limit, Py_LE) : -1;
+            Py_XDECREF(sum);
+        } else { /* cached < limit */
+            keep = PyObject_RichCompareBool(pool, limit, Py_LT);
+        }
+    }
+    PyObject *rr = NULL;
+    if (keep == 1) rr = PyObject_CallMethodOneArg(cache, s_recycle_to_cache, buf);
+    Py_XDECREF(cache); Py_XDECREF(pool); Py_XDECREF(limit); Py_XDECREF(policy); Py_XDECREF(fits);
+    unlock(lk);
+    taken = 0;
+    if (keep < 0 || (keep == 1 && rr == NULL)) goto fail;
+    Py_XDECREF(rr);
+    if (keep == 0) {
+        rr = PyObject_CallMethodOneArg(alloc, s__release, buf);
+        if (rr == NULL) goto fail;
+        Py_DECREF(rr);
+    }
+    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
+    Py_RETURN_NONE;
+fail:
+    if (taken) unlock(lk);
+    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
+    if (!done) {
+        PyErr_Clear();
+        return PyObject_CallFunctionObjArgs(cfg_python_free, alloc, buf, NULL);
+    }
+    return NULL;
+python:
+    PyErr_Clear();
+    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
+    if (cfg_python_free == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_lane.free: not configured");
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(cfg_python_free, alloc, buf, NULL);
 }
 
 /* The CudaEvent of ``ev`` signalled with its work done (no CUDA event left to wait for),
@@ -706,6 +782,8 @@ static PyMethodDef methods[] = {
      "Hand over core's scheduling objects (a dict) for eval_one."},
     {"eval_fused", (PyCFunction)(void (*)(void))eval_fused, METH_FASTCALL,
      "eval_fused(node, ev) -> bool: run a loaded fused call of a GPU stream and wait for it."},
+    {"free", (PyCFunction)lane_free, METH_O,
+     "free(buf): CudaAllocator.free of the configured allocator, its usual case in C."},
     {"eval_one", (PyCFunction)eval_one, METH_O,
      "eval_one(desc) -> bool: mx.eval of one array whose node is such a call."},
     {NULL, NULL, 0, NULL},

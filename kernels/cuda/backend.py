@@ -29,6 +29,9 @@ _BF16_ON_HOST = ("bfloat16: this runtime keeps bfloat16 arrays on the host (CuPy
                  "dtype), so the CPU's rule computes it there")
 
 
+_LANE_OWNER: list = [None]  # the backend whose objects the C lane was given (one per process)
+
+
 class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
@@ -171,6 +174,9 @@ class CudaBackend(Backend):
             return None
         if launch is None:  # no CUDA driver binding (the tests' stand-in CuPy)
             return None
+        if _LANE_OWNER[0] not in (None, self):  # the lane holds one backend's objects
+            return None
+        _LANE_OWNER[0] = self
         from ..cpu import compiler
         from . import events
 
@@ -180,7 +186,10 @@ class CudaBackend(Backend):
             "work_lock": device._work_lock, "unfinished": device._unfinished,
             "streams": device._streams, "handle_type": BufferHandle, "allocator": self.allocator,
             "host_wait": events.host_wait, "timing_pending": timing._pending,
-            "timing_flush": timing.flush})
+            "timing_flush": timing.flush, "python_free": CudaAllocator.free,
+            "timeline": timeline})
+        # a BufferHandle's free goes straight to C (the Python method where it must)
+        self.allocator.free = _lane.free
         return _lane.eval_fused
 
     def eager_eval(self, core: dict):

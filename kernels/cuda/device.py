@@ -95,7 +95,9 @@ def cuda_stream(index: int) -> "cupy.cuda.Stream":
     return s
 
 
-_work_lock = threading.Lock()
+# re-entrant: a garbage collection may run a finalizer that frees a buffer (note_finished)
+# at any bytecode while this thread holds it (Python 3.12 collects at function entries)
+_work_lock = threading.RLock()
 
 
 def work(index: int) -> list:
