@@ -196,7 +196,7 @@ def _enable_eager(be) -> None:
     from . import tracer
 
     _eager_one[0] = be.eager_eval({
-        "schedule_lock": _schedule_lock, "tracer": tracer, "timeline": timeline,
+        "schedule_lock": _schedule_lock, "tracer": tracer,
         "workers": _scheduler._workers, "by_stream": _backends._by_stream})
 
 
@@ -224,11 +224,9 @@ def _eval_one(desc: ArrayDesc) -> bool:
         if Interrupt.interrupted():
             node.event = None
             raise KeyboardInterrupt(_INTERRUPTED)
-        lane = be.eager_lane
+        lane = be.eager_lane if node.primitive.defn.takes_runtime else None
         if lane is not None and _eager_one[0] is None:
             _enable_eager(be)
-        if lane is not None and not node.primitive.defn.takes_runtime:
-            lane = None
         if w is None:
             ran = lane is not None and lane(node, ev)
             if not ran:

@@ -9,7 +9,7 @@ from tapescope.kernels.backends import stream_backend
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .scheduling import _eager_one, evaluate
+from .scheduling import evaluate
 from .tree import tree_arrays
 
 
@@ -19,9 +19,7 @@ def eval(*args: Any) -> None:
     Leaves that are not arrays are ignored. Blocks until the outputs are available.
     """
     if len(args) == 1 and args[0].__class__ is array:  # the common ``mx.eval(x)``
-        one = _eager_one[0]  # a fused call evaluated alone by a backend's lane in C
-        if one is None or not one(args[0]._d):
-            evaluate([args[0]._d])
+        evaluate([args[0]._d])
     else:
         evaluate([a._d for a in tree_arrays(args)])
 

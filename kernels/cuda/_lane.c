@@ -20,7 +20,8 @@
  * several outputs, a tracer's node, a non-C output order, a transformation or the timeline
  * running, ...): the Python path then runs it. A cache hit of the exact size is taken with
  * the cache's own _take (Allocator.malloc's counters kept here); anything else goes through
- * the allocator's malloc. configure() and configure_eval() hand over the objects once.
+ * the allocator's malloc. configure() and configure_eval() hand over the objects once;
+ * without the CUDA driver's entry points configure() says False and nothing runs here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,8 +31,8 @@
 
 /* The CUDA driver's own entry points, from the libcuda CuPy loaded: launching and polling
  * through CuPy's bindings converts every argument in Python (~1 us a launch, ~1.4 us a
- * poll on the H200's host). NULL without a driver (the tests' stand-in CuPy): the lane
- * then calls CuPy's callables. */
+ * poll on the H200's host). Without them (no libcuda loaded: the tests' stand-in CuPy)
+ * configure() leaves the lane off and the Python path runs everything. */
 typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, void *, void **, void **);
 typedef int (*cu_query_t)(void *);
@@ -41,7 +42,7 @@ static cu_query_t cu_stream_query;
 static cu_error_name_t cu_error_name;
 #define CUDA_ERROR_NOT_READY 600
 
-static PyObject *cfg_array_type, *cfg_launch, *cfg_generation, *cfg_work, *cfg_work_lock,
+static PyObject *cfg_array_type, *cfg_generation, *cfg_work, *cfg_work_lock,
     *cfg_unfinished, *cfg_streams, *cfg_handle_type, *cfg_alloc,
     *cfg_host_wait, *cfg_timing_pending, *cfg_timing_flush, *cfg_python_free, *cfg_timeline;
 static int configured = 0;
@@ -86,28 +87,38 @@ static int intern_all(void) {
     return 0;
 }
 
-static PyObject *configure(PyObject *self, PyObject *kw) {
-    static const char *names[] = {"array_type", "launch", "generation", "work", "work_lock",
-                                  "unfinished", "streams", "handle_type",
-                                  "allocator", "host_wait", "timing_pending", "timing_flush",
-                                  "python_free", "timeline"};
-    PyObject **slots[] = {&cfg_array_type, &cfg_launch, &cfg_generation, &cfg_work,
-                          &cfg_work_lock, &cfg_unfinished, &cfg_streams, &cfg_handle_type, &cfg_alloc, &cfg_host_wait,
-                          &cfg_timing_pending, &cfg_timing_flush, &cfg_python_free,
-                          &cfg_timeline};
+/* Each of ``names`` from the dict ``kw`` into its slot (a new reference); KeyError naming
+ * the first missing one. */
+static int take_config(PyObject *kw, const char *who, const char *const *names,
+                       PyObject **const *slots, size_t n) {
     if (!PyDict_Check(kw)) {
-        PyErr_SetString(PyExc_TypeError, "configure takes a dict");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s takes a dict", who);
+        return -1;
     }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    for (size_t i = 0; i < n; i++) {
         PyObject *v = PyDict_GetItemString(kw, names[i]);
         if (v == NULL) {
-            PyErr_Format(PyExc_KeyError, "configure: missing %s", names[i]);
-            return NULL;
+            PyErr_Format(PyExc_KeyError, "%s: missing %s", who, names[i]);
+            return -1;
         }
         Py_INCREF(v);
         Py_XSETREF(*slots[i], v);
     }
+    return 0;
+}
+
+static PyObject *configure(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"array_type", "generation", "work", "work_lock",
+                                        "unfinished", "streams", "handle_type", "allocator",
+                                        "host_wait", "timing_pending", "timing_flush",
+                                        "python_free", "timeline"};
+    static PyObject **const slots[] = {&cfg_array_type, &cfg_generation, &cfg_work,
+                                       &cfg_work_lock, &cfg_unfinished, &cfg_streams,
+                                       &cfg_handle_type, &cfg_alloc, &cfg_host_wait,
+                                       &cfg_timing_pending, &cfg_timing_flush,
+                                       &cfg_python_free, &cfg_timeline};
+    if (take_config(kw, "configure", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
     cu_launch = NULL;
     cu_stream_query = NULL;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if CuPy loaded it */
@@ -115,10 +126,9 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         cu_launch = (cu_launch_t)dlsym(lib, "cuLaunchKernel");
         cu_stream_query = (cu_query_t)dlsym(lib, "cuStreamQuery");
         cu_error_name = (cu_error_name_t)dlsym(lib, "cuGetErrorName");
-        if (cu_launch == NULL || cu_stream_query == NULL) cu_launch = NULL, cu_stream_query = NULL;
     }
-    configured = 1;
-    return PyBool_FromLong(cu_launch != NULL);
+    configured = cu_launch != NULL && cu_stream_query != NULL; /* no driver: no lane */
+    return PyBool_FromLong(configured);
 }
 
 /* the attribute or NULL with the error cleared: "not the plain case" */
@@ -153,14 +163,6 @@ static int bump(PyObject *w, Py_ssize_t k, long delta) {
     return 0;
 }
 
-static int is_done(PyObject *ev) {
-    PyObject *d = PyObject_GetAttr(ev, s_done);
-    if (d == NULL) return -1;
-    int t = PyObject_IsTrue(d);
-    Py_DECREF(d);
-    return t;
-}
-
 static int cuda_error(const char *call, int rc) {
     const char *name = "unknown";
     if (cu_error_name != NULL) cu_error_name(rc, &name);
@@ -168,31 +170,23 @@ static int cuda_error(const char *call, int rc) {
     return -1;
 }
 
-/* events.host_wait for a stream or an event (``done``): polled for up to 200 us (with the
- * driver's cuStreamQuery, the GIL released, where there is a driver), then the Python wait
- * (sleeps between polls) */
-static int host_wait(PyObject *ev) {
+/* events.host_wait for a CUDA stream: the driver's cuStreamQuery polled for up to 200 us
+ * with the GIL released, then the Python wait (sleeps between polls) */
+static int host_wait(PyObject *cs) {
     double end = now_s() + 200e-6;
-    if (cu_stream_query != NULL) {
-        PyObject *p = PyObject_GetAttr(ev, s_ptr);
-        void *stream = p ? PyLong_AsVoidPtr(p) : NULL;
-        Py_XDECREF(p);
-        if (PyErr_Occurred()) return -1;
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        do {
-            rc = cu_stream_query(stream);
-        } while (rc == CUDA_ERROR_NOT_READY && now_s() < end);
-        Py_END_ALLOW_THREADS
-        if (rc == 0) return 0;
-        if (rc != CUDA_ERROR_NOT_READY) return cuda_error("cuStreamQuery", rc);
-    }
-    for (;;) {
-        int t = is_done(ev);
-        if (t != 0) return t < 0 ? -1 : 0;
-        if (now_s() > end) break;
-    }
-    PyObject *r = PyObject_CallOneArg(cfg_host_wait, ev);
+    PyObject *p = PyObject_GetAttr(cs, s_ptr);
+    void *stream = p ? PyLong_AsVoidPtr(p) : NULL;
+    Py_XDECREF(p);
+    if (PyErr_Occurred()) return -1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    do {
+        rc = cu_stream_query(stream);
+    } while (rc == CUDA_ERROR_NOT_READY && now_s() < end);
+    Py_END_ALLOW_THREADS
+    if (rc == 0) return 0;
+    if (rc != CUDA_ERROR_NOT_READY) return cuda_error("cuStreamQuery", rc);
+    PyObject *r = PyObject_CallOneArg(cfg_host_wait, cs);
     if (r == NULL) return -1;
     Py_DECREF(r);
     return 0;
@@ -253,28 +247,17 @@ static int set_attr_hits(PyObject *entry) {
 }
 
 /* -- eval_one's configuration (core's objects, handed over by core/scheduling.py) -------- */
-static PyObject *ec_schedule_lock, *ec_tracer, *ec_timeline, *ec_workers, *ec_by_stream,
+static PyObject *ec_schedule_lock, *ec_tracer, *ec_workers, *ec_by_stream,
     *ec_backend, *ec_event_type;
 static int eval_configured = 0;
 
 static PyObject *configure_eval(PyObject *self, PyObject *kw) {
-    static const char *names[] = {"schedule_lock", "tracer", "timeline", "workers",
-                                  "by_stream", "backend", "event_type"};
-    PyObject **slots[] = {&ec_schedule_lock, &ec_tracer, &ec_timeline, &ec_workers,
-                          &ec_by_stream, &ec_backend, &ec_event_type};
-    if (!PyDict_Check(kw)) {
-        PyErr_SetString(PyExc_TypeError, "configure_eval takes a dict");
+    static const char *const names[] = {"schedule_lock", "tracer", "workers", "by_stream",
+                                        "backend", "event_type"};
+    static PyObject **const slots[] = {&ec_schedule_lock, &ec_tracer, &ec_workers,
+                                       &ec_by_stream, &ec_backend, &ec_event_type};
+    if (take_config(kw, "configure_eval", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *v = PyDict_GetItemString(kw, names[i]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_KeyError, "configure_eval: missing %s", names[i]);
-            return NULL;
-        }
-        Py_INCREF(v);
-        Py_XSETREF(*slots[i], v);
-    }
     eval_configured = 1;
     Py_RETURN_NONE;
 }
@@ -637,17 +620,12 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     int ok = bump(w, 1, +1) == 0 && PySet_Add(cfg_unfinished, index) == 0;
     unlock(cfg_work_lock);
     if (ok) {
-        if (cu_launch != NULL) {
-            void *f = PyLong_AsVoidPtr(fn), *st = PyLong_AsVoidPtr(sp);
-            unsigned gx = (unsigned)PyLong_AsUnsignedLong(grid), bx = (unsigned)PyLong_AsUnsignedLong(block);
-            if (!PyErr_Occurred()) {
-                int rc = cu_launch(f, gx, 1, 1, bx, 1, 1, 0, st, (void **)ptrs, NULL);
-                if (rc == 0) r = Py_NewRef(Py_None);
-                else cuda_error("cuLaunchKernel", rc);
-            }
-        } else {
-            r = PyObject_CallFunction(cfg_launch, "OOiiOiiiOOi", fn, grid, 1, 1, block, 1, 1, 0, sp,
-                                      PyTuple_GET_ITEM(pack, 2), 0);
+        void *f = PyLong_AsVoidPtr(fn), *st = PyLong_AsVoidPtr(sp);
+        unsigned gx = (unsigned)PyLong_AsUnsignedLong(grid), bx = (unsigned)PyLong_AsUnsignedLong(block);
+        if (!PyErr_Occurred()) {
+            int rc = cu_launch(f, gx, 1, 1, bx, 1, 1, 0, st, (void **)ptrs, NULL);
+            if (rc == 0) r = Py_NewRef(Py_None);
+            else cuda_error("cuLaunchKernel", rc);
         }
         if (lock(cfg_work_lock) == 0) {
             bump(w, 0, +1);
@@ -743,7 +721,7 @@ static PyObject *eval_one(PyObject *self, PyObject *desc) {
     v = get(ec_tracer, s__active); /* a transformation runs: before_eval's walk */
     if (v == NULL || (t = PyObject_IsTrue(v)) != 0) goto out;
     Py_CLEAR(v);
-    v = get(ec_timeline, s_enabled);
+    v = get(cfg_timeline, s_enabled);
     if (v == NULL || (t = PyObject_IsTrue(v)) != 0) goto out;
     Py_CLEAR(v);
     v = get(node, s_event);

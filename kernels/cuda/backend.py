@@ -167,27 +167,25 @@ class CudaBackend(Backend):
 
         if os.environ.get("TAPESCOPE_CUDA_LANE", "1") == "0":
             return None
-        launch = getattr(getattr(cupy.cuda, "driver", None), "launchKernel", None)
         try:
             from . import _lane
         except ImportError:
             return None
-        if launch is None:  # no CUDA driver binding (the tests' stand-in CuPy)
-            return None
         if _LANE_OWNER[0] not in (None, self):  # the lane holds one backend's objects
             return None
-        _LANE_OWNER[0] = self
         from ..cpu import compiler
         from . import events
 
-        _lane.configure({
-            "array_type": cupy.ndarray, "launch": launch,
+        if not _lane.configure({  # False: no CUDA driver loaded (the tests' stand-in CuPy)
+            "array_type": cupy.ndarray,
             "generation": compiler._generation, "work": device._work,
             "work_lock": device._work_lock, "unfinished": device._unfinished,
             "streams": device._streams, "handle_type": BufferHandle, "allocator": self.allocator,
             "host_wait": events.host_wait, "timing_pending": timing._pending,
             "timing_flush": timing.flush, "python_free": CudaAllocator.free,
-            "timeline": timeline})
+            "timeline": timeline}):
+            return None
+        _LANE_OWNER[0] = self
         # a BufferHandle's free goes straight to C (the Python method where it must)
         self.allocator.free = _lane.free
         return _lane.eval_fused
