@@ -17,9 +17,10 @@ $(PY):
 	$(PIP) install --upgrade pip
 
 # Stamps: reinstall when pyproject.toml or setup.py change.
-$(VENV)/.dev: $(PY) pyproject.toml setup.py kernels/cuda/_lane.c interactive/core/_buffer.c
+$(VENV)/.dev: $(PY) pyproject.toml setup.py kernels/cuda/_lane.c kernels/_handle.c interactive/core/_call.c interactive/core/_buffer.c
 	$(PIP) install -e ".[dev]"
 	@# the C extensions next to their sources, for the editable install: the CUDA eager lane,
+	@# a compiled function's call and mx.eval's first step, BufferHandle,
 	@# the buffer protocol's C base type (Python < 3.12)
 	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12; the CUDA runtime's eager lane runs in Python."
 	@# MLX is the reference the tests compare against; they skip those checks without it.

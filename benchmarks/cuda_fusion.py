@@ -8,8 +8,9 @@ result: 12 bytes per float32 element; the copy reads and writes 8). Every conten
 ``reps`` rounds interleaved (one call of each per round), each call timed with CUDA events
 around a batch of ``--batch`` back-to-back calls (so host dispatch overlaps the GPU, as in
 a training loop), median over the rounds. Per call: 16 float32 elements, each call
-synchronised before the next (host overhead included). CuPy's contenders run with CuPy's
-own memory pool (``pooled``: tapescope's runtime switches it off for the process). First call: a new compiled GELU on
+synchronised before the next (host overhead included), ``reps`` interleaved rounds of
+1000 calls each, median. CuPy's contenders run with CuPy's own memory pool (``pooled``:
+tapescope's runtime switches it off for the process). First call: a new compiled GELU on
 (1024, 1024) with empty kernel caches (tapescope's and CuPy's in fresh temporary folders,
 JAX's persistent cache off), in a fresh process each.
 """
@@ -174,6 +175,9 @@ def throughput(log2n: int, reps: int, batch: int) -> list:
     return rows
 
 
+PER_CALL_BATCH = 1000  # synchronised calls per round and contender
+
+
 def per_call(reps: int) -> dict:
     import cupy
     import jax
@@ -211,9 +215,9 @@ def per_call(reps: int) -> dict:
         for k, f in fns.items():
             with allocator_of(f):
                 t0 = time.perf_counter()
-                for _ in range(200):
+                for _ in range(PER_CALL_BATCH):
                     f()
-                times[k].append((time.perf_counter() - t0) / 200 * 1e6)
+                times[k].append((time.perf_counter() - t0) / PER_CALL_BATCH * 1e6)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -264,7 +268,7 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---:|")
     for label, k, ms, gbs, xcopy in rows:
         print(f"| {label} | {k} | {ms:.4f} | {gbs:.0f} | {xcopy:.3f} | {gbs / jax_gbs[label]:.3f} |")
-    pc = per_call(max(5, args.reps // 3))
+    pc = per_call(args.reps)
     print("\n| per call, 16 float32, synchronised | µs | x cupy.fuse | x jax.jit |")
     print("|---|---:|---:|---:|")
     for k, us in pc.items():

@@ -96,6 +96,12 @@ class BufferHandle:
             pass
 
 
+try:  # the same class in C (kernels/_handle.c): a free without a Python frame
+    from ._handle import BufferHandle  # noqa: F811
+except ImportError:  # built without a C compiler
+    pass
+
+
 def _physical_memory() -> int:
     """RAM in bytes (MLX: sysinfo's totalram on Linux, hw.memsize on macOS); 0 if unknown."""
     try:

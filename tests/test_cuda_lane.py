@@ -216,3 +216,51 @@ def test_an_error_in_the_lane_leaves_the_node_unevaluated_and_nothing_allocated(
     assert lane[-1] is True
     np.testing.assert_array_equal(np.array(r), _expected(np.arange(64, dtype=np.float32),
                                                          np.arange(64, dtype=np.float32)))
+
+
+@pytest.mark.parametrize("n", [16, 1024, 1025, 1 << 16])
+def test_the_completion_word_and_the_stream_poll_give_the_same_values(lane, n):
+    """A one-block launch (up to 1024 float32 elements: 256 threads x 4) writes the host's
+    completion word itself, a larger one has the stream write it; the lane's host wait ends
+    on the word either way, and polling the stream instead gives the same values."""
+    from tapescope.kernels.cuda import _lane
+
+    f = mx.compile(_chain)
+    a = np.linspace(-2, 2, n, dtype=np.float32)
+    x = mx.array(a)
+    mx.eval(f(x, x))  # builds the kernel (the Python path)
+    want = _expected(a, a)
+    before = _lane.stats()
+    for _ in range(3):
+        r = f(x, x)
+        mx.eval(r)
+        np.testing.assert_array_equal(np.array(r), want)
+    after = _lane.stats()
+    assert after["completion_word"] == "on"
+    assert after["waits_by_word"] - before["waits_by_word"] == 3
+    _lane.use_completion_word(False)
+    try:
+        r = f(x, x)
+        mx.eval(r)
+        np.testing.assert_array_equal(np.array(r), want)
+        assert _lane.stats()["waits_by_query"] == after["waits_by_query"] + 1
+    finally:
+        _lane.use_completion_word(True)
+    assert lane.count(True) == 4
+
+
+def test_a_late_result_is_waited_for_on_the_word_before_it_is_read(lane):
+    """A small call queued behind a long kernel on the same stream is read with its values
+    (after both: a word, or a poll, never ends the wait early)."""
+    f = mx.compile(_chain)
+    big = mx.array(np.ones(1 << 24, np.float32))
+    small_h = np.arange(16, dtype=np.float32)
+    small = mx.array(small_h)
+    mx.eval(big, small, f(small, small), f(big, big))
+    for _ in range(3):
+        slow = f(big, big)
+        mx.async_eval(slow)  # a long kernel queued on the stream first
+        r = f(small, small)
+        mx.eval(r)
+        np.testing.assert_array_equal(np.array(r), _expected(small_h, small_h))
+        np.testing.assert_array_equal(np.array(slow[:4]), np.full(4, 4, np.float32))

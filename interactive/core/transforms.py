@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tapescope.kernels import scheduler
@@ -9,19 +10,37 @@ from tapescope.kernels.backends import stream_backend
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .scheduling import evaluate
+from .scheduling import _eager_one, evaluate
 from .tree import tree_arrays
 
 
-def eval(*args: Any) -> None:
+def _eval(*args: Any) -> None:
     """Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.
 
     Leaves that are not arrays are ignored. Blocks until the outputs are available.
     """
     if len(args) == 1 and args[0].__class__ is array:  # the common ``mx.eval(x)``
-        evaluate([args[0]._d])
+        one = _eager_one[0]  # (evaluate's first step, without its frame)
+        if one is None or not one(args[0]._d):
+            evaluate([args[0]._d])
     else:
         evaluate([a._d for a in tree_arrays(args)])
+
+
+def _c_eval():
+    """``mx.eval``: core/_call.c's eval (the eager lane's call without a Python frame, then
+    ``_eval``) where that extension is built and on, else ``_eval``."""
+    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+        return _eval
+    try:
+        from . import _call
+    except ImportError:
+        return _eval
+    _call.configure_eval({"eager_one": _eager_one, "python": _eval})
+    return _call.eval
+
+
+eval = _c_eval()
 
 
 def async_eval(*args: Any) -> None:

@@ -72,6 +72,21 @@ class CUDADialect(CFamily):
     vector_type = "ts_vec<{}, {}>"  # the contiguous path's whole-run loads and stores
     # 16-byte loads and stores per thread on the contiguous path (issue 15's vector width)
     schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
+    # The host's completion word: a one-block launch by the runtime's eager lane passes a
+    # word of pinned host memory and a value, which the block writes once all its threads
+    # are done (after a system-wide fence: its outputs first); the host spins on the word
+    # instead of asking the driver (kernels/cuda/_lane.c). Every other launch passes null.
+    completion_word = ("unsigned int* __restrict__ done_word", "const unsigned int done_value")
+    completion_word_store = [
+        "done:",
+        "  if (done_word != nullptr) {  // one block: once all its threads are here, one writes",
+        "    __syncthreads();",
+        "    if (threadIdx.x == 0) {",
+        "      __threadfence_system();",
+        "      *(volatile unsigned int*)done_word = done_value;",
+        "    }",
+        "  }",
+    ]
 
     def __init__(self, **kw):
         pass

@@ -11,7 +11,9 @@ linear index. The launch (grid, block) is the runtime's: ``block_size`` is the s
 threads per block, written into the kernel where the dialect has launch bounds.
 
 The dialect supplies: ``index_types`` (32-bit / large), ``param(kind, name, type, k)``, the
-thread-position parameters and ``thread_index``, ``kernel_prefix`` and ``unroll``.
+thread-position parameters and ``thread_index``, ``kernel_prefix`` and ``unroll``; and
+optionally a ``completion_word``: two last parameters and the lines that end the kernel
+with them (the early exits then jump to those lines instead of returning).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ class GpuSchedule:
         args = d.arguments(tape, contiguous)
         if dynamic:
             args.append(("ndim", "ndim", None))
+        word = getattr(d, "completion_word", None)  # (done, seq) parameters, or None
         params = [d.param(kind, name, d.storage_type(dt) if dt is not None else idx, k)
-                  for k, (kind, name, dt) in enumerate(args)] + list(d.thread_params)
+                  for k, (kind, name, dt) in enumerate(args)] + list(word or ()) + list(d.thread_params)
         prefix = d.kernel_prefix.format(block=self.block_size)
         lines = [d.preamble(tape) if preamble else "", f"{prefix} {kernel_name}(", ",\n".join(f"    {p}" for p in params)
                  + ") {"]
@@ -59,13 +62,15 @@ class GpuSchedule:
             lines.append(f"  {idx} size = 1;")
             lines.append(f"  for (int d = 0; d < {nd}; ++d) size *= ({idx})shape[d];")
         lines.append(f"  const {idx} index0 = ({idx})({d.thread_index[large]}) * {wpt};")
+        # with a completion word every thread reaches the end: the early exits jump there
+        leave = "goto done;" if word else "return;"
         if contiguous and wpt > 1 and getattr(d, "vector_type", None):
-            lines += self._vector_path(d, tape, arrays, wpt, idx)
+            lines += self._vector_path(d, tape, arrays, wpt, idx, leave)
         if d.unroll:
             lines.append(f"  {d.unroll}")
         lines.append(f"  for (int w = 0; w < {wpt}; ++w) {{")
         lines.append(f"    const {idx} index = index0 + w;")
-        lines.append("    if (index >= size) return;")
+        lines.append(f"    if (index >= size) {leave}")
         if contiguous:
             loads = {x.name: f"{x.name}[0]" if x.scalar else f"{x.name}[index]"
                      for x in tape.non_constant_inputs}
@@ -87,11 +92,13 @@ class GpuSchedule:
         lines += d.body(tape, loads, "    ")
         lines += d.stores(tape, lambda o: f"{o}[index]", "    ")
         lines.append("  }")
+        if word:
+            lines += d.completion_word_store
         lines.append("}")
         return "\n".join(lines) + "\n"
 
     @staticmethod
-    def _vector_path(d, tape: Tape, arrays: list, wpt: int, idx: str) -> list:
+    def _vector_path(d, tape: Tape, arrays: list, wpt: int, idx: str, leave: str) -> list:
         """The contiguous kernel's whole-vector case: a thread whose ``wpt`` elements are all
         in range, and every array's run of them aligned to its size (one test per array,
         the same for every thread: ``index0`` is a multiple of ``wpt``), loads and stores
@@ -120,7 +127,7 @@ class GpuSchedule:
         for o, _, dt in outs:
             t = vec.format(d.storage_type(dt), wpt)
             lines.append(f"    *reinterpret_cast<{t}*>({o} + index0) = {o}_v;")
-        lines.append("    return;")
+        lines.append(f"    {leave}")
         lines.append("  }")
         return lines
 

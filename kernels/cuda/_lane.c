@@ -27,6 +27,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 /* The CUDA driver's own entry points, from the libcuda CuPy loaded: launching and polling
@@ -42,10 +43,78 @@ static cu_query_t cu_stream_query;
 static cu_error_name_t cu_error_name;
 #define CUDA_ERROR_NOT_READY 600
 
+/* The host-visible completion word (what MLX's SharedEvent is on CUDA, mlx/backend/cuda/
+ * event.cu: a word in host-visible memory written from the GPU, which the host reads by
+ * spinning instead of asking the driver). A page of pinned host memory mapped for the
+ * device holds one word per stream index below FLAG_WORDS. A one-block fused kernel writes
+ * its word itself once all its threads are done (codegen/cuda.py: after a system-wide
+ * fence, so its outputs first); after a larger launch the stream writes it with the
+ * driver's stream memory operation (cuStreamWriteValue32, fenced likewise). Measured on the
+ * H200 host in C, a 16-element kernel from launch to seen finished: 9.1-10.0 us polling
+ * cuStreamQuery (whose last, successful query alone costs ~1.4 us), 8.5 by the stream's
+ * write (its enqueue costs ~0.7), 8.0-8.2 by the kernel's. Each launch writes the next
+ * value of one counter: a stream's word only grows, so a later value also says an earlier
+ * launch is done. Without the entry points, or when the page cannot be made, the lane
+ * polls cuStreamQuery. */
+typedef int (*cu_write_value_t)(void *, unsigned long long, unsigned, unsigned);
+typedef int (*cu_host_alloc_t)(void **, size_t, unsigned);
+typedef int (*cu_host_device_ptr_t)(unsigned long long *, void *, unsigned);
+static cu_write_value_t cu_write_value;
+static cu_host_alloc_t cu_host_alloc;
+static cu_host_device_ptr_t cu_host_device_ptr;
+#define FLAG_WORDS 1024
+static volatile uint32_t *flag_host;       /* the page, as the host reads it */
+static unsigned long long flag_dev;         /* the page, as the device writes it */
+static int flag_state = 0;                  /* 0 not made yet, 1 in use, -1 off */
+static uint32_t flag_seq = 0;               /* the last value written */
+static long long waits_by_flag = 0, waits_by_query = 0;
+static int flag_wanted = 1;                 /* use_completion_word(False): poll instead */
+
+/* the page, made on the first use (this thread's CUDA context is current: making its
+ * launch pack made it so, Launch._pack) */
+static int flag_page(void) {
+    if (flag_state == 0) {
+        void *h = NULL;
+        unsigned long long d = 0;
+        flag_state = -1;
+        if (cu_host_alloc && cu_host_device_ptr &&
+            cu_host_alloc(&h, FLAG_WORDS * sizeof(uint32_t), 0x01 | 0x02) == 0 && /* PORTABLE | DEVICEMAP */
+            cu_host_device_ptr(&d, h, 0) == 0) {
+            memset(h, 0, FLAG_WORDS * sizeof(uint32_t));
+            flag_host = (volatile uint32_t *)h, flag_dev = d, flag_state = 1;
+        }
+    }
+    return flag_state == 1;
+}
+
+/* The next value for word ``slot`` (the GIL held from here to the launch: the values
+ * follow the launches' order), or 0: no word (poll the stream) */
+static uint32_t next_word_value(Py_ssize_t slot) {
+    if (!flag_wanted || slot < 0 || slot >= FLAG_WORDS || !flag_page()) return 0;
+    uint32_t seq = ++flag_seq;
+    if (seq == 0) seq = ++flag_seq; /* (0 is "none") */
+    return seq;
+}
+
+/* After a launch on ``stream``: the value the stream will write into word ``slot`` when it
+ * gets past the kernel (cuStreamWriteValue32), or 0 (no word: poll the stream) */
+static uint32_t flag_after_launch(void *stream, Py_ssize_t slot) {
+    if (cu_write_value == NULL) return 0;
+    uint32_t seq = next_word_value(slot);
+    if (seq == 0) return 0;
+    if (cu_write_value(stream, flag_dev + sizeof(uint32_t) * (unsigned long long)slot, seq, 0) != 0) {
+        cu_write_value = NULL; /* not supported here: multi-block launches poll from now on */
+        return 0;
+    }
+    return seq;
+}
+
 static PyObject *cfg_array_type, *cfg_generation, *cfg_work, *cfg_work_lock,
     *cfg_unfinished, *cfg_streams, *cfg_handle_type, *cfg_alloc,
     *cfg_host_wait, *cfg_timing_pending, *cfg_timing_flush, *cfg_python_free, *cfg_timeline;
 static int configured = 0;
+/* the allocator's policy (a frozen AllocatorPolicy, set when the allocator is made) */
+static int policy_recycle_if_fits, policy_trim_after_malloc;
 
 static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *s_data,
     *s_launches, *s_cuda, *s_strides, *s_gen, *s_dtypes, *s_order, *s_C, *s_dtype, *s_np,
@@ -55,12 +124,45 @@ static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *
     *s_notify_all, *s__pending, *s__lock, *s_cache, *s__by_size, *s__take, *s_active,
     *s_peak, *s_policy, *s_trim_after_malloc, *s_pool_size, *s_cache_limit, *s__evict,
     *s_raw, *s_free, *s_event, *s__active, *s_enabled, *s_defn, *s_takes_runtime, *s__owner,
-    *s_recycle_if_fits, *s_recycle_to_cache, *s__release;
+    *s_recycle_if_fits, *s_recycle_to_cache, *s__release, *s_lane, *s_popleft, *s_append,
+    *s__sizes, *s__lru, *s__seq;
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Where a call's time goes: profile(True) starts summing the time from each mark to the
+ * next, per phase (a clock read per mark while on, nothing while off); profile(False)
+ * stops and returns {phase: (seconds, count)}, zeroed for the next. The step table in
+ * BENCHMARKS.md ("GPU fusion") was made with it. */
+enum { PH_START, PH_CHECKS, PH_PLAN, PH_CLAIM, PH_MALLOC, PH_POINTERS, PH_LAUNCH, PH_HANDLE,
+       PH_VIEW, PH_HITS, PH_WAIT, PH_FINISHED, PH_DETACH, PH_SIGNAL, PH_TIMING, PH_FREE, NPH };
+static const char *const phase_names[NPH] = {
+    "start", "eval_one's checks", "the plan (checks, launch key, record)", "the claim",
+    "malloc", "the argument pointers", "the launch (and the stream's work record)",
+    "BufferHandle", "the buffer's view", "cache hit, next event", "the host wait",
+    "the stream noted finished", "set_data, detach", "the signal", "the timing flush",
+    "free (_lane.free)"};
+static int prof_on = 0;
+static double prof_acc[NPH], prof_last;
+static long prof_cnt[NPH];
+#define PH(k) do { if (prof_on) { double t_ = now_s(); prof_acc[k] += t_ - prof_last; prof_cnt[k]++; prof_last = t_; } } while (0)
+#define PH0() do { if (prof_on) prof_last = now_s(); } while (0)
+
+static PyObject *profile(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    PyObject *d = PyDict_New();
+    for (int k = 1; d != NULL && k < NPH; k++) {
+        PyObject *t = Py_BuildValue("(dl)", prof_acc[k], prof_cnt[k]);
+        if (t == NULL || PyDict_SetItemString(d, phase_names[k], t) < 0) Py_CLEAR(d);
+        Py_XDECREF(t);
+        prof_acc[k] = 0, prof_cnt[k] = 0;
+    }
+    prof_on = v;
+    return d;
 }
 
 static int intern_all(void) {
@@ -81,10 +183,157 @@ static int intern_all(void) {
     I(s_pool_size, "pool_size") I(s_cache_limit, "cache_limit") I(s__evict, "_evict")
     I(s_raw, "raw") I(s_free, "free") I(s_event, "event") I(s__active, "_active")
     I(s_enabled, "enabled") I(s_defn, "defn") I(s_takes_runtime, "takes_runtime")
-    I(s__owner, "_owner") I(s_recycle_if_fits, "recycle_if_fits")
+    I(s__owner, "_owner") I(s_recycle_if_fits, "recycle_if_fits") I(s_lane, "lane")
+    I(s_popleft, "popleft") I(s_append, "append") I(s__sizes, "_sizes") I(s__lru, "_lru")
+    I(s__seq, "_seq")
     I(s_recycle_to_cache, "recycle_to_cache") I(s__release, "_release")
 #undef I
     return 0;
+}
+
+/* -- the buffer cache's two hot steps (kernels/buffer_cache.py BufferCache), in C ---------
+ * cache_take(cache, size) is BufferCache._take (the oldest cached buffer of exactly
+ * ``size`` bytes, which must be there) and cache_recycle(cache, buf, size) is
+ * recycle_to_cache (``size`` is the buffer's: the allocator's get_size). They change the
+ * cache's own structures as those methods do (tests/test_lane_cache.py runs both on random
+ * sequences and compares every field); the allocator's lock is held by the caller. */
+static PyObject *deque_type = NULL;
+
+/* i such that sizes[:i] < size <= sizes[i:] (bisect.bisect_left over a list of ints) */
+static Py_ssize_t bisect_left(PyObject *sizes, PyObject *size) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(sizes, mid), size, Py_LT);
+        if (lt < 0) return -1;
+        if (lt) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* cache.pool_size += delta (a Python int) */
+static int add_pool_size(PyObject *cache, PyObject *size, int sign) {
+    PyObject *pool = PyObject_GetAttr(cache, s_pool_size);
+    if (pool == NULL) return -1;
+    PyObject *np = sign > 0 ? PyNumber_Add(pool, size) : PyNumber_Subtract(pool, size);
+    Py_DECREF(pool);
+    if (np == NULL) return -1;
+    int rc = PyObject_SetAttr(cache, s_pool_size, np);
+    Py_DECREF(np);
+    return rc;
+}
+
+/* A cache and its structures (made once, in BufferCache.__init__) */
+typedef struct {
+    PyObject *cache, *by_size, *sizes, *lru, *seq;
+} CacheParts;
+
+/* the configured allocator's lock, pending frees and cache (all made in its __init__) */
+static PyObject *alloc_lock = NULL, *alloc_pending = NULL;
+static CacheParts alloc_cache = {0};
+
+static void parts_clear(CacheParts *c) {
+    Py_CLEAR(c->cache); Py_CLEAR(c->by_size); Py_CLEAR(c->sizes); Py_CLEAR(c->lru);
+    Py_CLEAR(c->seq);
+}
+
+static int parts_of(PyObject *cache, CacheParts *c) {
+    parts_clear(c);
+    c->cache = Py_NewRef(cache);
+    if ((c->by_size = PyObject_GetAttr(cache, s__by_size)) == NULL ||
+        (c->sizes = PyObject_GetAttr(cache, s__sizes)) == NULL ||
+        (c->lru = PyObject_GetAttr(cache, s__lru)) == NULL ||
+        (c->seq = PyObject_GetAttr(cache, s__seq)) == NULL) {
+        parts_clear(c);
+        return -1;
+    }
+    if (!PyDict_Check(c->by_size) || !PyList_Check(c->sizes)) {
+        parts_clear(c);
+        PyErr_SetString(PyExc_TypeError, "a BufferCache's _by_size is a dict, _sizes a list");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *cache_take(CacheParts *c, PyObject *size) {
+    PyObject *cache = c->cache, *by_size = c->by_size, *buf = NULL;
+    PyObject *q = PyDict_GetItemWithError(by_size, size); /* borrowed */
+    if (q == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, size);
+        goto done;
+    }
+    Py_INCREF(q);
+    PyObject *item = PyObject_CallMethodNoArgs(q, s_popleft);
+    if (item == NULL) { Py_DECREF(q); goto done; }
+    Py_ssize_t left = PyObject_Length(q);
+    Py_DECREF(q);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a cache entry is (seq, buffer)");
+        Py_DECREF(item);
+        goto done;
+    }
+    int ok = left >= 0;
+    if (ok && left == 0) { /* the size's last one: the size leaves the index */
+        Py_ssize_t i = bisect_left(c->sizes, size);
+        ok = i >= 0 && PyDict_DelItem(by_size, size) == 0 && PySequence_DelItem(c->sizes, i) == 0;
+    }
+    ok = ok && PyObject_DelItem(c->lru, PyTuple_GET_ITEM(item, 0)) == 0 &&
+         add_pool_size(cache, size, -1) == 0;
+    if (ok) buf = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+    Py_DECREF(item);
+done:
+    return buf;
+}
+
+static int cache_recycle(CacheParts *c, PyObject *buf, PyObject *size) {
+    int rc = -1;
+    PyObject *seq = PyIter_Next(c->seq);
+    PyObject *q = NULL, *item = NULL;
+    if (seq == NULL) goto done;
+    q = Py_XNewRef(PyDict_GetItemWithError(c->by_size, size));
+    if (q == NULL) { /* a new size: its FIFO, and the size into the sorted index */
+        if (PyErr_Occurred()) goto done;
+        Py_ssize_t i = bisect_left(c->sizes, size);
+        q = i >= 0 ? PyObject_CallNoArgs(deque_type) : NULL;
+        if (q == NULL || PyDict_SetItem(c->by_size, size, q) < 0 || PyList_Insert(c->sizes, i, size) < 0)
+            goto done;
+    }
+    item = PyTuple_Pack(2, seq, buf);
+    PyObject *r = item ? PyObject_CallMethodOneArg(q, s_append, item) : NULL;
+    if (r == NULL) goto done;
+    Py_DECREF(r);
+    if (PyObject_SetItem(c->lru, seq, size) < 0 || add_pool_size(c->cache, size, +1) < 0) goto done;
+    rc = 0;
+done:
+    Py_XDECREF(seq); Py_XDECREF(q); Py_XDECREF(item);
+    return rc;
+}
+
+/* the two steps as functions, for the test that compares them with the Python methods */
+static PyObject *py_cache_take(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 2 || deque_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cache_take(cache, size)");
+        return NULL;
+    }
+    CacheParts c = {0};
+    if (parts_of(args[0], &c) < 0) return NULL;
+    PyObject *buf = cache_take(&c, args[1]);
+    parts_clear(&c);
+    return buf;
+}
+
+static PyObject *py_cache_recycle(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 3 || deque_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cache_recycle(cache, buf, size)");
+        return NULL;
+    }
+    CacheParts c = {0};
+    if (parts_of(args[0], &c) < 0) return NULL;
+    int rc = cache_recycle(&c, args[1], args[2]);
+    parts_clear(&c);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 /* Each of ``names`` from the dict ``kw`` into its slot (a new reference); KeyError naming
@@ -119,6 +368,24 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
                                        &cfg_python_free, &cfg_timeline};
     if (take_config(kw, "configure", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
+    PyObject *cache = PyObject_GetAttr(cfg_alloc, s_cache);
+    int got = cache != NULL && parts_of(cache, &alloc_cache) == 0;
+    Py_XDECREF(cache);
+    if (!got) return NULL;
+    Py_XSETREF(alloc_lock, PyObject_GetAttr(cfg_alloc, s__lock));
+    Py_XSETREF(alloc_pending, PyObject_GetAttr(cfg_alloc, s__pending));
+    if (alloc_lock == NULL || alloc_pending == NULL) return NULL;
+    PyObject *policy = PyObject_GetAttr(cfg_alloc, s_policy);
+    PyObject *fits = policy ? PyObject_GetAttr(policy, s_recycle_if_fits) : NULL;
+    PyObject *trim = fits ? PyObject_GetAttr(policy, s_trim_after_malloc) : NULL;
+    Py_XDECREF(policy);
+    if (trim != NULL) {
+        policy_recycle_if_fits = PyObject_IsTrue(fits);
+        policy_trim_after_malloc = PyObject_IsTrue(trim);
+    }
+    Py_XDECREF(fits);
+    if (trim == NULL) return NULL;
+    Py_DECREF(trim);
     cu_launch = NULL;
     cu_stream_query = NULL;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if CuPy loaded it */
@@ -126,7 +393,12 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         cu_launch = (cu_launch_t)dlsym(lib, "cuLaunchKernel");
         cu_stream_query = (cu_query_t)dlsym(lib, "cuStreamQuery");
         cu_error_name = (cu_error_name_t)dlsym(lib, "cuGetErrorName");
+        cu_write_value = (cu_write_value_t)dlsym(lib, "cuStreamWriteValue32_v2");
+        if (cu_write_value == NULL) cu_write_value = (cu_write_value_t)dlsym(lib, "cuStreamWriteValue32");
+        cu_host_alloc = (cu_host_alloc_t)dlsym(lib, "cuMemHostAlloc");
+        cu_host_device_ptr = (cu_host_device_ptr_t)dlsym(lib, "cuMemHostGetDevicePointer_v2");
     }
+
     configured = cu_launch != NULL && cu_stream_query != NULL; /* no driver: no lane */
     return PyBool_FromLong(configured);
 }
@@ -170,20 +442,26 @@ static int cuda_error(const char *call, int rc) {
     return -1;
 }
 
-/* events.host_wait for a CUDA stream: the driver's cuStreamQuery polled for up to 200 us
- * with the GIL released, then the Python wait (sleeps between polls) */
-static int host_wait(PyObject *cs) {
+/* events.host_wait for a CUDA stream, with the GIL released: the completion word read
+ * until it reaches ``seq`` (when there is one), else the driver's cuStreamQuery polled; for
+ * up to 200 us, then the Python wait (sleeps between polls) */
+static int host_wait(PyObject *cs, void *stream, Py_ssize_t slot, uint32_t seq) {
     double end = now_s() + 200e-6;
-    PyObject *p = PyObject_GetAttr(cs, s_ptr);
-    void *stream = p ? PyLong_AsVoidPtr(p) : NULL;
-    Py_XDECREF(p);
-    if (PyErr_Occurred()) return -1;
-    int rc;
+    int rc = CUDA_ERROR_NOT_READY;
     Py_BEGIN_ALLOW_THREADS
-    do {
-        rc = cu_stream_query(stream);
-    } while (rc == CUDA_ERROR_NOT_READY && now_s() < end);
+    if (seq != 0) {
+        do {
+            if ((int32_t)(flag_host[slot] - seq) >= 0) rc = 0;
+        } while (rc != 0 && now_s() < end);
+    }
+    if (rc != 0) {
+        do {
+            rc = cu_stream_query(stream);
+        } while (rc == CUDA_ERROR_NOT_READY && now_s() < end);
+    }
     Py_END_ALLOW_THREADS
+    if (seq != 0 && rc == 0) waits_by_flag++;
+    else waits_by_query++;
     if (rc == 0) return 0;
     if (rc != CUDA_ERROR_NOT_READY) return cuda_error("cuStreamQuery", rc);
     PyObject *r = PyObject_CallOneArg(cfg_host_wait, cs);
@@ -279,10 +557,8 @@ static long long last_request = -1, last_rounded = -1;
 
 static PyObject *lane_malloc(long long nbytes) {
     PyObject *alloc = cfg_alloc, *buf = NULL;
-    PyObject *pending = PyObject_GetAttr(alloc, s__pending);
-    if (pending == NULL) return NULL;
-    Py_ssize_t npend = PyObject_Length(pending);
-    Py_DECREF(pending);
+    Py_ssize_t npend = PyObject_Length(alloc_pending);
+    if (npend < 0) return NULL;
     if (npend != 0) goto python;
     if (nbytes != last_request) { /* the policy's rounding (Allocator.round_size) */
         PyObject *r = PyObject_CallMethod(alloc, "round_size", "L", nbytes);
@@ -292,21 +568,17 @@ static PyObject *lane_malloc(long long nbytes) {
         if (rounded < 0) return NULL;
         last_request = nbytes, last_rounded = rounded;
     }
-    PyObject *size = PyLong_FromLongLong(last_rounded);
-    PyObject *lk = size ? PyObject_GetAttr(alloc, s__lock) : NULL;
-    if (lk == NULL) { Py_XDECREF(size); return NULL; }
+    PyObject *size = PyLong_FromLongLong(last_rounded), *lk = alloc_lock;
+    if (size == NULL) return NULL;
     int taken = try_lock(lk);
     if (taken <= 0) {
         Py_DECREF(size);
-        Py_DECREF(lk);
         if (taken < 0) return NULL;
         goto python;
     }
-    PyObject *cache = PyObject_GetAttr(alloc, s_cache);
-    PyObject *by_size = cache ? PyObject_GetAttr(cache, s__by_size) : NULL;
-    int hit = by_size ? PyDict_Contains(by_size, size) : -1;
-    Py_XDECREF(by_size);
-    if (hit == 1) buf = PyObject_CallMethodOneArg(cache, s__take, size);
+    PyObject *cache = alloc_cache.cache;
+    int hit = PyDict_Contains(alloc_cache.by_size, size);
+    if (hit == 1) buf = cache_take(&alloc_cache, size);
     if (buf != NULL) { /* active += real size; peak; the trim after a malloc */
         PyObject *bsize = PyObject_GetAttr(buf, s_size);
         PyObject *active = bsize ? PyObject_GetAttr(alloc, s_active) : NULL;
@@ -318,11 +590,7 @@ static PyObject *lane_malloc(long long nbytes) {
             ok = more >= 0 && (!more || PyObject_SetAttr(alloc, s_peak, na) == 0);
         }
         Py_XDECREF(bsize); Py_XDECREF(active); Py_XDECREF(na); Py_XDECREF(peak);
-        PyObject *policy = ok ? PyObject_GetAttr(alloc, s_policy) : NULL;
-        PyObject *trim = policy ? PyObject_GetAttr(policy, s_trim_after_malloc) : NULL;
-        Py_XDECREF(policy);
-        if (trim == NULL) ok = 0;
-        else if (PyObject_IsTrue(trim)) {
+        if (ok && policy_trim_after_malloc) {
             PyObject *pool = PyObject_GetAttr(cache, s_pool_size);
             PyObject *limit = pool ? PyObject_GetAttr(alloc, s_cache_limit) : NULL;
             int over = limit ? PyObject_RichCompareBool(pool, limit, Py_GT) : -1;
@@ -336,12 +604,9 @@ static PyObject *lane_malloc(long long nbytes) {
             }
             Py_XDECREF(pool); Py_XDECREF(limit);
         }
-        Py_XDECREF(trim);
         if (!ok) Py_CLEAR(buf); /* (an error in the bookkeeping: raised below) */
     }
     unlock(lk);
-    Py_DECREF(lk);
-    Py_XDECREF(cache);
     Py_DECREF(size);
     if (buf != NULL || PyErr_Occurred()) return buf;
 python:
@@ -356,6 +621,7 @@ python:
 static PyObject *lane_free(PyObject *self, PyObject *buf) {
     PyObject *alloc = cfg_alloc, *size = NULL, *raw = NULL, *lk = NULL, *v = NULL;
     int taken = 0, done = 0;
+    PH0();
     if (!configured) goto python;
     if (PySet_GET_SIZE(cfg_unfinished) != 0) goto python;
     v = get(cfg_timeline, s_enabled);
@@ -365,22 +631,19 @@ static PyObject *lane_free(PyObject *self, PyObject *buf) {
     if (size == NULL || raw == NULL || raw == Py_None || !PyLong_Check(size) ||
         PyLong_AsLongLong(size) <= 0)
         goto python;
-    lk = get(alloc, s__lock);
-    if (lk == NULL || (taken = try_lock(lk)) <= 0) { PyErr_Clear(); taken = 0; goto python; }
+    lk = Py_NewRef(alloc_lock);
+    if ((taken = try_lock(lk)) <= 0) { PyErr_Clear(); taken = 0; goto python; }
     PyObject *active = PyObject_GetAttr(alloc, s_active);
     PyObject *na = active ? PyNumber_Subtract(active, size) : NULL;
     Py_XDECREF(active);
     if (na == NULL || PyObject_SetAttr(alloc, s_active, na) < 0) { Py_XDECREF(na); goto fail; }
     Py_DECREF(na);
     done = 1; /* counted: from here errors raise, never a second free */
-    PyObject *cache = PyObject_GetAttr(alloc, s_cache);
-    PyObject *pool = cache ? PyObject_GetAttr(cache, s_pool_size) : NULL;
+    PyObject *pool = PyObject_GetAttr(alloc_cache.cache, s_pool_size);
     PyObject *limit = pool ? PyObject_GetAttr(alloc, s_cache_limit) : NULL;
-    PyObject *policy = limit ? PyObject_GetAttr(alloc, s_policy) : NULL;
-    PyObject *fits = policy ? PyObject_GetAttr(policy, s_recycle_if_fits) : NULL;
     int keep = -1;
-    if (fits != NULL) {
-        if (PyObject_IsTrue(fits)) { /* cached + size <= limit */
+    if (limit != NULL) {
+        if (policy_recycle_if_fits) { /* cached + size <= limit */
             PyObject *sum = PyNumber_Add(pool, size);
             keep = sum ? PyObject_RichCompareBool(sum, limit, Py_LE) : -1;
             Py_XDECREF(sum);
@@ -389,8 +652,8 @@ static PyObject *lane_free(PyObject *self, PyObject *buf) {
         }
     }
     PyObject *rr = NULL;
-    if (keep == 1) rr = PyObject_CallMethodOneArg(cache, s_recycle_to_cache, buf);
-    Py_XDECREF(cache); Py_XDECREF(pool); Py_XDECREF(limit); Py_XDECREF(policy); Py_XDECREF(fits);
+    if (keep == 1) rr = cache_recycle(&alloc_cache, buf, size) < 0 ? NULL : Py_NewRef(Py_None);
+    Py_XDECREF(pool); Py_XDECREF(limit);
     unlock(lk);
     taken = 0;
     if (keep < 0 || (keep == 1 && rr == NULL)) goto fail;
@@ -401,6 +664,7 @@ static PyObject *lane_free(PyObject *self, PyObject *buf) {
         Py_DECREF(rr);
     }
     Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
+    PH(PH_FREE);
     Py_RETURN_NONE;
 fail:
     if (taken) unlock(lk);
@@ -443,8 +707,32 @@ static int signal_done(PyObject *ev) {
 
 /* the node scheduled by this eval (``_eval_one``: node.event set under the schedule lock):
  * 1, or 0 when another eval has it or the lock is busy (the Python path then decides) */
+/* a new event of the backend for the stream ``index`` (CudaEvent(index)): the spare one
+ * made while the last call's kernel ran when it is this stream's, else made now */
+static PyObject *spare_event = NULL, *spare_index = NULL;
+
+static PyObject *new_event(PyObject *index) {
+    PyObject *ev = spare_event, *si = spare_index;
+    spare_event = spare_index = NULL;
+    if (ev != NULL) {
+        int same = si == index || PyObject_RichCompareBool(si, index, Py_EQ) == 1;
+        PyErr_Clear();
+        Py_DECREF(si);
+        if (same) return ev;
+        Py_DECREF(ev);
+    }
+    return PyObject_CallOneArg(ec_event_type, index);
+}
+
+static void make_spare_event(PyObject *index) {
+    if (spare_event != NULL || ec_event_type == NULL) return;
+    spare_event = PyObject_CallOneArg(ec_event_type, index);
+    if (spare_event == NULL) PyErr_Clear(); /* (made at the claim instead) */
+    else spare_index = Py_NewRef(index);
+}
+
 static int claim(PyObject *node, PyObject *index, PyObject **ev) {
-    *ev = PyObject_CallOneArg(ec_event_type, index);
+    *ev = new_event(index);
     if (*ev == NULL) return -1;
     int taken = try_lock(ec_schedule_lock);
     if (taken <= 0) { Py_CLEAR(*ev); return taken; }
@@ -458,6 +746,175 @@ static int claim(PyObject *node, PyObject *index, PyObject **ev) {
 
 #define MAX_INPUTS 64
 
+/* What run_fused reads of a Launch (compiled.Launch), read once and kept in its ``lane``
+ * slot (a capsule): the kernel, grid and block, the argument slots, the output's dtype,
+ * shape and size, the cache entry, and this thread's argument pack. Only a plan with one
+ * C-order output gets one (Launch.takes); the Python path runs the others. */
+typedef struct {
+    void *fn;
+    unsigned grid, block;
+    Py_ssize_t n_out_at, word_at, nslots, si[MAX_INPUTS], sj[MAX_INPUTS];
+    long long nbytes;
+    PyObject *gen, *npdt, *shape, *entry, *packs; /* strong references */
+    unsigned long tid; /* the thread whose pack ``ptrs`` is (ln.packs keeps it) */
+    uint64_t **ptrs;
+} LaunchRecord;
+
+#define RECORD_NAME "tapescope.kernels.cuda._lane.LaunchRecord"
+
+static void record_release(LaunchRecord *r) {
+    Py_XDECREF(r->gen); Py_XDECREF(r->npdt); Py_XDECREF(r->shape); Py_XDECREF(r->entry);
+    Py_XDECREF(r->packs);
+    PyMem_Free(r);
+}
+
+static void record_free(PyObject *capsule) {
+    LaunchRecord *r = PyCapsule_GetPointer(capsule, RECORD_NAME);
+    if (r == NULL) { PyErr_Clear(); return; }
+    record_release(r);
+}
+
+static int as_long(PyObject *o, const char *attr, long long *out) {
+    PyObject *v = PyObject_GetAttrString(o, attr);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The record of ``ln``: made on its first use; NULL with no error set when the plan is not
+ * the plain case (several outputs, not C order), NULL with an error on failure. */
+static LaunchRecord *launch_record(PyObject *ln) {
+    PyObject *cap = PyObject_GetAttr(ln, s_lane);
+    if (cap == NULL) return NULL;
+    if (cap != Py_None) {
+        LaunchRecord *r = cap == Py_False ? NULL : PyCapsule_GetPointer(cap, RECORD_NAME);
+        Py_DECREF(cap); /* ln keeps it */
+        return r;
+    }
+    Py_DECREF(cap);
+    LaunchRecord *r = PyMem_Calloc(1, sizeof(LaunchRecord));
+    if (r == NULL) { PyErr_NoMemory(); return NULL; }
+    PyObject *dtypes = PyObject_GetAttr(ln, s_dtypes);
+    PyObject *order = dtypes ? PyObject_GetAttr(ln, s_order) : NULL;
+    PyObject *slots = order ? PyObject_GetAttr(ln, s_slots) : NULL;
+    int plain = slots != NULL && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) == 1 &&
+                PyUnicode_Check(order) && PyUnicode_Compare(order, s_C) == 0 &&
+                PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_INPUTS;
+    long long v;
+    int err = slots == NULL;
+    if (plain) {
+        r->npdt = Py_NewRef(PyList_GET_ITEM(dtypes, 0));
+        r->nslots = PyTuple_GET_SIZE(slots);
+        for (Py_ssize_t k = 0; k < r->nslots && !err; k++) {
+            PyObject *ij = PyTuple_GET_ITEM(slots, k);
+            r->si[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 0));
+            r->sj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 1));
+            err = PyErr_Occurred() != NULL || r->si[k] < 0;
+        }
+        if (!err) err = (r->gen = PyObject_GetAttr(ln, s_gen)) == NULL ||
+                        (r->shape = PyObject_GetAttr(ln, s_shape)) == NULL ||
+                        (r->entry = PyObject_GetAttr(ln, s_entry)) == NULL ||
+                        (r->packs = PyObject_GetAttr(ln, s_packs)) == NULL ||
+                        !PyTuple_Check(r->shape) || !PyDict_Check(r->packs);
+        if (!err) err = as_long(ln, "fn_ptr", &v) < 0 || (r->fn = (void *)(intptr_t)v, 0) ||
+                        as_long(ln, "grid", &v) < 0 || (r->grid = (unsigned)v, 0) ||
+                        as_long(ln, "block", &v) < 0 || (r->block = (unsigned)v, 0) ||
+                        as_long(ln, "n_out_at", &v) < 0 || (r->n_out_at = (Py_ssize_t)v, 0) ||
+                        as_long(ln, "word_at", &v) < 0 || (r->word_at = (Py_ssize_t)v, 0);
+        if (!err) { /* the output's bytes: its shape times the dtype's itemsize */
+            err = as_long(r->npdt, "itemsize", &r->nbytes) < 0;
+            for (Py_ssize_t i = 0; !err && i < PyTuple_GET_SIZE(r->shape); i++) {
+                r->nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(r->shape, i));
+                err = PyErr_Occurred() != NULL;
+            }
+            if (!err && r->nbytes <= 0) plain = 0; /* (an empty output: the Python path) */
+        }
+    }
+    Py_XDECREF(dtypes); Py_XDECREF(order); Py_XDECREF(slots);
+    PyObject *kept;
+    if (err || !plain) {
+        record_release(r);
+        if (err) return NULL;
+        r = NULL;
+        kept = Py_NewRef(Py_False); /* not the plain case: remembered too */
+    } else {
+        kept = PyCapsule_New(r, RECORD_NAME, record_free);
+        if (kept == NULL) {
+            record_release(r);
+            return NULL;
+        }
+    }
+    int rc = PyObject_SetAttr(ln, s_lane, kept);
+    Py_DECREF(kept); /* ln keeps it (and with it the record) */
+    if (rc < 0) return NULL;
+    return r;
+}
+
+/* This thread's argument pack of ``ln`` (Launch.packs, else Launch._pack): its array of
+ * pointers to the slots; the record remembers the last thread's */
+static uint64_t **thread_pack(PyObject *ln, LaunchRecord *r) {
+    unsigned long tid = PyThread_get_thread_ident();
+    if (r->ptrs != NULL && r->tid == tid) return r->ptrs;
+    PyObject *key = PyLong_FromUnsignedLong(tid);
+    if (key == NULL) return NULL;
+    PyObject *pack = PyDict_GetItemWithError(r->packs, key);
+    Py_DECREF(key);
+    if (pack != NULL) Py_INCREF(pack);
+    else if (PyErr_Occurred() || (pack = PyObject_CallMethodNoArgs(ln, s_pack)) == NULL) return NULL;
+    uint64_t **ptrs = NULL;
+    if (!PyTuple_Check(pack) || PyTuple_GET_SIZE(pack) != 3)
+        PyErr_SetString(PyExc_TypeError, "a launch pack is (slots, pointers, address)");
+    else
+        ptrs = (uint64_t **)PyLong_AsVoidPtr(PyTuple_GET_ITEM(pack, 2));
+    Py_DECREF(pack); /* ln.packs keeps it */
+    if (ptrs == NULL) return NULL;
+    r->tid = tid;
+    r->ptrs = ptrs;
+    return ptrs;
+}
+
+/* What the lane reads of a primitive, fixed for its life (its stream, that stream's
+ * index and owner, its definition's takes_runtime, the tape and shape of a Compiled's kw,
+ * the tape's launch table): read once for the last primitive seen (the common case is one
+ * compiled function called again and again), else read again. */
+static struct {
+    PyObject *prim, *stream, *index, *owner, *tape, *shape, *launches;
+    int takes_runtime;
+} pf;
+
+static void facts_clear(void) {
+    Py_CLEAR(pf.prim); Py_CLEAR(pf.stream); Py_CLEAR(pf.index); Py_CLEAR(pf.owner);
+    Py_CLEAR(pf.tape); Py_CLEAR(pf.shape); Py_CLEAR(pf.launches);
+}
+
+/* 1: pf holds ``prim``'s facts; 0: not a primitive the lane runs (no error set) */
+static int prim_facts(PyObject *prim) {
+    if (prim == pf.prim) return 1;
+    facts_clear();
+    PyObject *defn = get(prim, s_defn);
+    PyObject *tr = defn ? get(defn, s_takes_runtime) : NULL;
+    PyObject *kw = tr ? get(prim, s_kw) : NULL;
+    PyObject *tape = kw && PyDict_Check(kw) ? PyDict_GetItemWithError(kw, s_tape) : NULL;
+    PyObject *shape = tape ? PyDict_GetItemWithError(kw, s_shape) : NULL;
+    PyObject *stream = shape ? get(prim, s_stream) : NULL;
+    PyObject *index = stream ? get(stream, s_index) : NULL;
+    PyObject *owner = index ? get(stream, s__owner) : NULL;
+    PyObject *launches = owner ? get(tape, s_launches) : NULL;
+    int ok = launches != NULL && PyDict_Check(launches) && PyLong_Check(index) &&
+             (owner == Py_None || PyLong_Check(owner));
+    if (ok) {
+        pf.prim = Py_NewRef(prim);
+        pf.takes_runtime = tr == Py_True;
+        pf.tape = Py_NewRef(tape), pf.shape = Py_NewRef(shape), pf.stream = Py_NewRef(stream);
+        pf.index = Py_NewRef(index), pf.owner = Py_NewRef(owner), pf.launches = Py_NewRef(launches);
+    }
+    PyErr_Clear();
+    Py_XDECREF(defn); Py_XDECREF(tr); Py_XDECREF(kw); Py_XDECREF(stream); Py_XDECREF(index);
+    Py_XDECREF(owner); Py_XDECREF(launches);
+    return ok;
+}
+
 /* A loaded fused call on a GPU stream, run and waited for: 1 done, 0 not the plain case
  * (nothing touched), -1 error (the node left unevaluated, its event signalled). ``ev_in``:
  * the eval's event with node.event already set (``_eval_one``), or NULL: claim the node. */
@@ -466,26 +923,21 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     PyObject *ev = ev_in;
     int claimed = 0;
     /* every reference below is released at "out" */
-    PyObject *prim = NULL, *kw, *tape, *shape, *outputs = NULL, *inputs = NULL, *stream = NULL,
-             *index = NULL, *launches = NULL, *key = NULL, *ln = NULL, *lgen = NULL,
-             *dtypes = NULL, *order = NULL, *target = NULL, *tdtype = NULL, *npdt = NULL,
-             *tshape = NULL, *lshape = NULL, *itemsize = NULL, *buf = NULL, *outv = NULL,
-             *handle = NULL, *packs = NULL, *pack = NULL, *slots = NULL, *nout = NULL,
-             *entry = NULL, *keep = NULL, *w = NULL, *cs = NULL, *raw = NULL;
+    PyObject *prim = NULL, *shape, *outputs = NULL, *inputs = NULL, *stream = NULL,
+             *index = NULL, *launches = NULL, *key = NULL, *ln = NULL, *target = NULL,
+             *tdtype = NULL, *npdt = NULL, *tshape = NULL, *buf = NULL, *outv = NULL,
+             *handle = NULL, *keep = NULL, *w = NULL, *cs = NULL, *raw = NULL;
+    LaunchRecord *rec = NULL; /* borrowed: the capsule in ln.lane */
     PyObject *data[MAX_INPUTS];
     Py_ssize_t n = 0;
     long gen_after = -1;
 
+    PH(PH_CHECKS);
     keep = get(node, s_keep);
     if (keep == NULL || keep != Py_False) goto out; /* a tracer's node keeps its inputs */
     prim = get(node, s_primitive);
-    if (prim == NULL) goto out;
-    kw = PyObject_GetAttr(prim, s_kw);
-    if (kw == NULL) { PyErr_Clear(); goto out; }
-    Py_DECREF(kw); /* the primitive keeps kw, kw keeps tape and shape */
-    tape = PyDict_GetItemWithError(kw, s_tape);
-    shape = tape ? PyDict_GetItemWithError(kw, s_shape) : NULL;
-    if (shape == NULL) { PyErr_Clear(); goto out; }
+    if (prim == NULL || !prim_facts(prim)) goto out;
+    shape = pf.shape; /* (the primitive keeps it) */
     outputs = get(node, s_outputs);
     inputs = get(node, s_inputs);
     if (outputs == NULL || inputs == NULL || !PyList_CheckExact(outputs) ||
@@ -504,9 +956,7 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
         if (data[i] == NULL) { PyErr_Clear(); n = i; goto out; }
         if ((PyObject *)Py_TYPE(data[i]) != cfg_array_type) { n = i + 1; goto out; }
     }
-    stream = get(prim, s_stream);
-    index = stream ? get(stream, s_index) : NULL;
-    if (index == NULL) goto out;
+    index = Py_NewRef(pf.index);
     w = PyDict_GetItemWithError(cfg_work, index);
     cs = w ? PyDict_GetItemWithError(cfg_streams, index) : NULL;
     if (cs == NULL || !PyList_CheckExact(w) || PyList_GET_SIZE(w) != 3) {
@@ -517,8 +967,7 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     Py_INCREF(w);
     Py_INCREF(cs);
     /* compiled.launch_for */
-    launches = get(tape, s_launches);
-    if (launches == NULL || !PyDict_Check(launches)) goto out;
+    launches = Py_NewRef(pf.launches);
     PyObject *arrays = PyDict_GetItemWithError(launches, s_cuda);
     if (arrays == NULL || !PyTuple_Check(arrays)) { PyErr_Clear(); goto out; }
     key = launch_key(arrays, shape, data, n);
@@ -526,36 +975,29 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     ln = PyDict_GetItemWithError(launches, key);
     if (ln == NULL) { PyErr_Clear(); goto out; }
     Py_INCREF(ln);
-    lgen = get(ln, s_gen);
-    if (lgen == NULL || PyObject_RichCompareBool(lgen, PyList_GET_ITEM(cfg_generation, 0), Py_EQ) != 1) {
+    rec = launch_record(ln);
+    if (rec == NULL) { PyErr_Clear(); goto out; }
+    if (rec->gen != PyList_GET_ITEM(cfg_generation, 0) &&
+        PyObject_RichCompareBool(rec->gen, PyList_GET_ITEM(cfg_generation, 0), Py_EQ) != 1) {
         PyErr_Clear();
         goto out;
     }
-    /* the output: one, of the plan's dtype and shape, C order (Launch.takes) */
+    /* the output: of the plan's dtype and shape (Launch.takes; the record is of a plan
+     * with one C-order output) */
     target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
     if (target == NULL || target == Py_None) { PyErr_Clear(); target = NULL; goto out; }
     Py_INCREF(target);
-    dtypes = get(ln, s_dtypes);
-    order = get(ln, s_order);
     tdtype = get(target, s_dtype);
     tshape = get(target, s_shape);
-    lshape = get(ln, s_shape);
-    if (!dtypes || !order || !tdtype || !tshape || !lshape || !PyList_Check(dtypes) ||
-        PyList_GET_SIZE(dtypes) != 1 || PyUnicode_Compare(order, s_C) != 0 ||
-        !PyTuple_Check(tshape))
-        goto out;
-    npdt = get(tdtype, s_np);
-    itemsize = get(tdtype, s_size);
-    if (!npdt || !itemsize) goto out;
-    if (PyObject_RichCompareBool(npdt, PyList_GET_ITEM(dtypes, 0), Py_EQ) != 1 ||
-        PyObject_RichCompareBool(tshape, lshape, Py_EQ) != 1) {
+    npdt = tdtype ? get(tdtype, s_np) : NULL;
+    if (!npdt || !tshape) goto out;
+    if ((npdt != rec->npdt && PyObject_RichCompareBool(npdt, rec->npdt, Py_EQ) != 1) ||
+        (tshape != rec->shape && PyObject_RichCompareBool(tshape, rec->shape, Py_EQ) != 1)) {
         PyErr_Clear();
         goto out;
     }
-    long long nbytes = PyLong_AsLongLong(itemsize);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tshape); i++)
-        nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(tshape, i));
-    if (nbytes <= 0 || PyErr_Occurred()) { PyErr_Clear(); goto out; }
+    long long nbytes = rec->nbytes;
+    PH(PH_PLAN);
     if (ev == NULL) {
         int c = claim(node, index, &ev);
         if (c <= 0) { result = c; goto out; }
@@ -563,91 +1005,80 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     }
     /* from here on the call is ours: errors propagate */
     result = -1;
+    PH(PH_CLAIM);
     buf = lane_malloc(nbytes);
     if (buf == NULL) goto out;
+    PH(PH_MALLOC);
     /* Launch.call: this thread's argument slots, the pointers written in */
-    packs = PyObject_GetAttr(ln, s_packs);
-    if (packs == NULL) goto out;
-    PyObject *tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-    if (tid == NULL) goto out;
-    pack = PyDict_GetItemWithError(packs, tid);
-    Py_DECREF(tid);
-    if (pack != NULL) Py_INCREF(pack);
-    else if (PyErr_Occurred() || (pack = PyObject_CallMethodNoArgs(ln, s_pack)) == NULL) goto out;
-    if (!PyTuple_Check(pack) || PyTuple_GET_SIZE(pack) != 3) {
-        PyErr_SetString(PyExc_TypeError, "a launch pack is (slots, pointers, address)");
-        goto out;
-    }
-    uint64_t **ptrs = (uint64_t **)PyLong_AsVoidPtr(PyTuple_GET_ITEM(pack, 2));
+    uint64_t **ptrs = thread_pack(ln, rec);
     if (ptrs == NULL) goto out;
     uint64_t *vals = ptrs[0]; /* pointer i points at slot i: slot 0 is the array's start */
-    slots = PyObject_GetAttr(ln, s_slots);
-    if (slots == NULL || !PyTuple_Check(slots)) goto out;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(slots); k++) {
-        PyObject *ij = PyTuple_GET_ITEM(slots, k);
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 0));
-        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 1));
-        if (i < 0 || i >= n) { PyErr_SetString(PyExc_IndexError, "launch slot"); goto out; }
+    for (Py_ssize_t k = 0; k < rec->nslots; k++) {
+        Py_ssize_t i = rec->si[k];
+        if (i >= n) { PyErr_SetString(PyExc_IndexError, "launch slot"); goto out; }
         PyObject *mp = PyObject_GetAttr(data[i], s_data);
         PyObject *p = mp ? PyObject_GetAttr(mp, s_ptr) : NULL;
         Py_XDECREF(mp);
         if (p == NULL) goto out;
-        vals[j] = (uint64_t)PyLong_AsUnsignedLongLong(p);
+        vals[rec->sj[k]] = (uint64_t)PyLong_AsUnsignedLongLong(p);
         Py_DECREF(p);
     }
     /* the output's pointer: the buffer's start (its typed view, made after the launch,
      * starts there: Buffer.view) */
-    nout = PyObject_GetAttr(ln, s_n_out_at);
-    raw = nout ? PyObject_GetAttr(buf, s_raw) : NULL;
+    raw = PyObject_GetAttr(buf, s_raw);
     PyObject *omp = raw ? PyObject_GetAttr(raw, s_data) : NULL;
     PyObject *outptr = omp ? PyObject_GetAttr(omp, s_ptr) : NULL;
     Py_XDECREF(omp);
     if (outptr == NULL) goto out;
-    vals[PyLong_AsSsize_t(nout)] = (uint64_t)PyLong_AsUnsignedLongLong(outptr);
+    vals[rec->n_out_at] = (uint64_t)PyLong_AsUnsignedLongLong(outptr);
     Py_DECREF(outptr);
     if (PyErr_Occurred()) goto out;
     PyObject *sp = PyObject_GetAttr(cs, s_ptr);
-    PyObject *fn = sp ? PyObject_GetAttr(ln, s_fn_ptr) : NULL;
-    PyObject *grid = fn ? PyObject_GetAttr(ln, s_grid) : NULL;
-    PyObject *block = grid ? PyObject_GetAttr(ln, s_block) : NULL;
-    if (block == NULL) {
-        Py_XDECREF(sp); Py_XDECREF(fn); Py_XDECREF(grid);
-        goto out;
-    }
+    if (sp == NULL) goto out;
+    void *st = PyLong_AsVoidPtr(sp);
+    Py_DECREF(sp);
+    if (PyErr_Occurred()) goto out;
     /* CudaBackend.launch_fused: the launch inside the stream's work record */
-    PyObject *r = NULL;
-    if (lock(cfg_work_lock) < 0) { Py_DECREF(sp); Py_DECREF(fn); Py_DECREF(grid); Py_DECREF(block); goto out; }
-    int ok = bump(w, 1, +1) == 0 && PySet_Add(cfg_unfinished, index) == 0;
-    unlock(cfg_work_lock);
+    PH(PH_POINTERS);
+    Py_ssize_t slot = PyLong_AsSsize_t(index);
+    if (slot < 0) PyErr_Clear();
+    uint32_t seq = 0; /* the completion word's value after our kernel (0: none) */
+    /* device.enter_work and leave_work at once: the launch is made holding the lock and the
+     * GIL (no Python code runs in between), so nobody sees it running: the stream's
+     * generation moves on and the stream is unfinished */
+    if (lock(cfg_work_lock) < 0) goto out;
+    /* one block: the kernel writes the completion word itself; else the stream does */
+    int by_kernel = rec->grid == 1 && (seq = next_word_value(slot)) != 0;
+    vals[rec->word_at] = by_kernel ? flag_dev + sizeof(uint32_t) * (unsigned long long)slot : 0;
+    vals[rec->word_at + 1] = seq;
+    int lrc = cu_launch(rec->fn, rec->grid, 1, 1, rec->block, 1, 1, 0, st, (void **)ptrs, NULL);
+    int ok = lrc == 0;
     if (ok) {
-        void *f = PyLong_AsVoidPtr(fn), *st = PyLong_AsVoidPtr(sp);
-        unsigned gx = (unsigned)PyLong_AsUnsignedLong(grid), bx = (unsigned)PyLong_AsUnsignedLong(block);
-        if (!PyErr_Occurred()) {
-            int rc = cu_launch(f, gx, 1, 1, bx, 1, 1, 0, st, (void **)ptrs, NULL);
-            if (rc == 0) r = Py_NewRef(Py_None);
-            else cuda_error("cuLaunchKernel", rc);
-        }
-        if (lock(cfg_work_lock) == 0) {
-            bump(w, 0, +1);
-            bump(w, 1, -1);
-            gen_after = PyLong_AsLong(PyList_GET_ITEM(w, 0));
-            unlock(cfg_work_lock);
-        }
+        if (!by_kernel) seq = flag_after_launch(st, slot);
+        ok = PySet_Add(cfg_unfinished, index) == 0 && bump(w, 0, +1) == 0;
+        gen_after = PyLong_AsLong(PyList_GET_ITEM(w, 0));
     }
-    Py_DECREF(sp); Py_DECREF(fn); Py_DECREF(grid); Py_DECREF(block);
-    Py_XDECREF(r);
-    if (!ok || r == NULL || PyErr_Occurred()) goto out;
+    else cuda_error("cuLaunchKernel", lrc);
+    unlock(cfg_work_lock);
+    if (!ok || PyErr_Occurred()) goto out;
+    PH(PH_LAUNCH);
     /* while the kernel runs: the buffer's handle (from here it frees the buffer), its typed
-     * view (CudaBuffer.view), the kernel cache's hit */
+     * view (CudaBuffer.view), the kernel cache's hit, the next claim's event */
     handle = PyObject_CallFunctionObjArgs(cfg_handle_type, buf, cfg_alloc, NULL);
     if (handle == NULL) goto out;
+    PH(PH_HANDLE);
     outv = PyObject_CallMethod(buf, "view", "LOO", nbytes, npdt, tshape);
     if (outv == NULL) goto out;
-    entry = PyObject_GetAttr(ln, s_entry);
-    if (entry == NULL || set_attr_hits(entry) < 0) goto out;
+    PH(PH_VIEW);
+    if (set_attr_hits(rec->entry) < 0) goto out;
+    if (claimed) make_spare_event(index);
+    PH(PH_HITS);
     /* CudaEvent.wait on the host, for the whole stream (its work done: no event to record);
      * the stream has finished unless somebody enqueued more since our launch */
-    if (host_wait(cs) < 0 || stream_finished(index, w, gen_after) < 0) goto out;
+    if (host_wait(cs, st, slot, seq) < 0) goto out;
+    PH(PH_WAIT);
+    if (stream_finished(index, w, gen_after) < 0) goto out;
+    PH(PH_FINISHED);
     /* then set_data and detach (not before: a thread that sees the output without a node
      * reads it at once; until then it waits for the event), and the signal */
     if (PyObject_SetAttr(target, s_data, outv) < 0 || PyObject_SetAttr(target, s_buffer, handle) < 0 ||
@@ -657,13 +1088,16 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     if (empty == NULL) goto out;
     int rc = PyObject_SetAttr(node, s_inputs, empty);
     Py_DECREF(empty);
+    PH(PH_DETACH);
     if (rc < 0 || signal_done(ev) < 0) goto out;
+    PH(PH_SIGNAL);
     if (PyList_Check(cfg_timing_pending) && PyList_GET_SIZE(cfg_timing_pending)) {
         PyObject *fr = PyObject_CallNoArgs(cfg_timing_flush);
         if (fr == NULL) goto out;
         Py_DECREF(fr);
     }
     result = 1;
+    PH(PH_TIMING);
 out:
     if (result < 0) {
         PyObject *type, *value, *tb;
@@ -685,11 +1119,10 @@ out:
     if (claimed) Py_XDECREF(ev);
     Py_XDECREF(keep); Py_XDECREF(prim); Py_XDECREF(outputs); Py_XDECREF(inputs);
     Py_XDECREF(stream); Py_XDECREF(index); Py_XDECREF(launches); Py_XDECREF(key);
-    Py_XDECREF(ln); Py_XDECREF(lgen); Py_XDECREF(dtypes); Py_XDECREF(order);
     Py_XDECREF(target); Py_XDECREF(tdtype); Py_XDECREF(npdt); Py_XDECREF(tshape);
-    Py_XDECREF(lshape); Py_XDECREF(itemsize); Py_XDECREF(buf); Py_XDECREF(outv);
-    Py_XDECREF(handle); Py_XDECREF(packs); Py_XDECREF(pack); Py_XDECREF(slots);
-    Py_XDECREF(nout); Py_XDECREF(entry); Py_XDECREF(w); Py_XDECREF(cs); Py_XDECREF(raw);
+    Py_XDECREF(buf); Py_XDECREF(outv); Py_XDECREF(handle); Py_XDECREF(w); Py_XDECREF(cs);
+    Py_XDECREF(raw);
+    Py_XDECREF(ln); /* (after rec's last use: ln keeps the record) */
     return result;
 }
 
@@ -705,6 +1138,7 @@ static PyObject *eval_fused(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     if (!configured) Py_RETURN_FALSE;
+    PH0();
     return as_bool(run_fused(args[0], args[1]));
 }
 
@@ -714,7 +1148,8 @@ static PyObject *eval_fused(PyObject *self, PyObject *const *args, Py_ssize_t na
  * backend), then the node claimed and run. False: the Python path evaluates it. */
 static PyObject *eval_one(PyObject *self, PyObject *desc) {
     if (!configured || !eval_configured) Py_RETURN_FALSE;
-    PyObject *node = NULL, *prim = NULL, *defn = NULL, *stream = NULL, *index = NULL, *v = NULL;
+    PH0();
+    PyObject *node = NULL, *prim = NULL, *index = NULL, *v = NULL;
     int r = 0, t;
     node = get(desc, s_node);
     if (node == NULL || node == Py_None) goto out;
@@ -728,19 +1163,10 @@ static PyObject *eval_one(PyObject *self, PyObject *desc) {
     if (v != Py_None) goto out;
     Py_CLEAR(v);
     prim = get(node, s_primitive);
-    defn = prim ? get(prim, s_defn) : NULL;
-    v = defn ? get(defn, s_takes_runtime) : NULL;
-    if (v != Py_True) goto out;
-    Py_CLEAR(v);
-    stream = get(prim, s_stream);
-    v = stream ? get(stream, s__owner) : NULL; /* any thread's, or this one's: check_thread */
-    if (v == NULL) goto out;
-    if (v != Py_None) {
-        if (!PyLong_Check(v) || PyLong_AsUnsignedLong(v) != PyThread_get_thread_ident()) goto out;
-    }
-    Py_CLEAR(v);
-    index = get(stream, s_index);
-    if (index == NULL) goto out;
+    if (prim == NULL || !prim_facts(prim) || !pf.takes_runtime) goto out;
+    /* the stream any thread's, or this one's: check_thread */
+    if (pf.owner != Py_None && PyLong_AsUnsignedLong(pf.owner) != PyThread_get_thread_ident()) goto out;
+    index = Py_NewRef(pf.index);
     if (PyDict_GetItemWithError(ec_by_stream, index) != ec_backend) { PyErr_Clear(); goto out; }
     if (PyDict_GetItemWithError(ec_workers, index) != NULL || PyErr_Occurred()) {
         PyErr_Clear();
@@ -749,12 +1175,35 @@ static PyObject *eval_one(PyObject *self, PyObject *desc) {
     r = run_fused(node, NULL);
 out:
     if (r == 0) PyErr_Clear(); /* a check that could not be read: the Python path */
-    Py_XDECREF(node); Py_XDECREF(prim); Py_XDECREF(defn); Py_XDECREF(stream);
-    Py_XDECREF(index); Py_XDECREF(v);
+    Py_XDECREF(node); Py_XDECREF(prim); Py_XDECREF(index); Py_XDECREF(v);
     return as_bool(r);
 }
 
+/* stats() -> how the lane's host waits ended: by the completion word or by polling */
+static PyObject *stats(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("{s:s,s:L,s:L}", "completion_word",
+                         flag_state == 1 ? "on" : flag_state == 0 ? "not made" : "off",
+                         "waits_by_word", waits_by_flag, "waits_by_query", waits_by_query);
+}
+
+/* use_completion_word(on): whether host waits read the completion word (True, the
+ * default) or poll the stream (for comparing the two; the word stays made) */
+static PyObject *use_completion_word(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    flag_wanted = v;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"cache_take", (PyCFunction)(void (*)(void))py_cache_take, METH_FASTCALL,
+     "cache_take(cache, size) -> buffer: BufferCache._take in C"},
+    {"cache_recycle", (PyCFunction)(void (*)(void))py_cache_recycle, METH_FASTCALL,
+     "cache_recycle(cache, buf, size): BufferCache.recycle_to_cache in C"},
+    {"use_completion_word", (PyCFunction)use_completion_word, METH_O,
+     "use_completion_word(on): host waits read the completion word (default) or poll"},
+    {"stats", (PyCFunction)stats, METH_NOARGS,
+     "stats() -> {completion_word, waits_by_word, waits_by_query}"},
     {"configure", (PyCFunction)configure, METH_O, "Hand over the runtime's objects (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
      "Hand over core's scheduling objects (a dict) for eval_one."},
@@ -762,6 +1211,8 @@ static PyMethodDef methods[] = {
      "eval_fused(node, ev) -> bool: run a loaded fused call of a GPU stream and wait for it."},
     {"free", (PyCFunction)lane_free, METH_O,
      "free(buf): CudaAllocator.free of the configured allocator, its usual case in C."},
+    {"profile", (PyCFunction)profile, METH_O,
+     "profile(on) -> {phase: (seconds, count)} since the last call; on: keep summing"},
     {"eval_one", (PyCFunction)eval_one, METH_O,
      "eval_one(desc) -> bool: mx.eval of one array whose node is such a call."},
     {NULL, NULL, 0, NULL},
@@ -773,5 +1224,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane",
 
 PyMODINIT_FUNC PyInit__lane(void) {
     if (intern_all() < 0) return NULL;
+    PyObject *collections = PyImport_ImportModule("collections");
+    if (collections == NULL) return NULL;
+    deque_type = PyObject_GetAttrString(collections, "deque");
+    Py_DECREF(collections);
+    if (deque_type == NULL) return NULL;
     return PyModule_Create(&module);
 }

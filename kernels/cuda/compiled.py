@@ -227,7 +227,8 @@ class Launch:
     driver: CuPy's ``RawKernel`` call spends ~13 us per launch converting its arguments."""
 
     __slots__ = ("entry", "gen", "name", "variant", "contiguous", "shape", "grid", "block",
-                 "args", "slots", "n_out_at", "dtypes", "order", "packed", "packs", "fn_ptr")
+                 "args", "slots", "n_out_at", "word_at", "dtypes", "order", "packed", "packs",
+                 "fn_ptr", "lane")
 
     def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
                  cshape: list, strides: list, large: bool, name: str, variant: str):
@@ -255,6 +256,10 @@ class Launch:
             args.append(cupy.asarray(np.asarray(cshape, dtype=np.int32)))
             if ndim > d.schedule.max_static_ndim:
                 args.append(np.int32(ndim))
+        # the completion word and its value (codegen/cuda.py): null here, the eager lane
+        # writes both into its slots for a one-block launch (kernels/cuda/_lane.c)
+        self.word_at = len(args)
+        args += [0, 0]
         self.args, self.slots = args, tuple(slots)  # args keeps the device arrays slots point at
         # a slot per argument: a device pointer, or a scalar's value (little-endian, so the
         # kernel's 4-byte parameter reads the slot's first 4 bytes)
@@ -267,6 +272,7 @@ class Launch:
         self.grid = max(1, -(-threads // self.block))
         self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
         self.order = _output_order(tape, inputs, shape, contiguous)
+        self.lane = None  # the C lane's copy of these fields, made on its first call (_lane.c)
 
     def takes(self, out) -> bool:
         """Whether the kernel writes its single output straight into ``out``."""

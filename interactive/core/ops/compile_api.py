@@ -28,6 +28,29 @@ _LIST, _DICT, _ARRAY, _NONE = ("list",), ("dict",), ("array",), ("none",)
 _state = {"enabled": "MLX_DISABLE_COMPILE" not in os.environ}
 
 
+def _call_base() -> type:
+    """CompiledFunction's base: ``core/_call.c``'s CompiledBase, whose call runs the fast
+    path's hit in C and otherwise ``_call``; ``object`` without the extension (no C
+    compiler) or with ``TAPESCOPE_C_CALL=0``, and ``_call`` is then ``__call__``."""
+    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+        return object
+    try:
+        from .. import _call
+    except ImportError:
+        return object
+    from .. import device, tracer
+    from ..array import ArrayDesc
+    from ..primitive import Node, _node_ids
+
+    _call.configure({"node_type": Node, "desc_type": ArrayDesc, "array_type": array,
+                     "node_ids": _node_ids, "tracer": tracer, "fusion": _FUSION,
+                     "state": _state, "resolve_stream": resolve_stream, "device": device})
+    return _call.CompiledBase
+
+
+_CallBase = _call_base()
+
+
 def enable_compile() -> None:
     """Globally enable compilation (overrides ``MLX_DISABLE_COMPILE``)."""
     _state["enabled"] = True
@@ -99,7 +122,7 @@ class _Entry:
         self.lone = isinstance(template, array) and n_outputs == 1
 
 
-class CompiledFunction:
+class CompiledFunction(_CallBase):
     """What ``mx.compile`` returns: call it like the function it wraps."""
 
     def __init__(self, fun: Callable, inputs: Any, outputs: Any, shapeless: bool):
@@ -125,7 +148,8 @@ class CompiledFunction:
         """The traced, simplified, fused programs held in this function's cache."""
         return [e.program for e in self._cache.values()]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        """The call (``__call__``; with core/_call.c its base calls this on a miss)."""
         if not _state["enabled"]:
             return self._fun(*args, **kwargs)
         # a trace's primitives carry the default stream it was made under: MLX's compile cache
@@ -221,6 +245,10 @@ class CompiledFunction:
         # reductions fuse at their traced shapes only (a shapeless program is reused at others)
         fuse(simplify(program), reductions=False if self._shapeless else None)
         return _Entry(program, template, box["n"])
+
+
+if _CallBase is object:
+    CompiledFunction.__call__ = CompiledFunction._call
 
 
 def _restore(obj: Any, tr: dict) -> None:

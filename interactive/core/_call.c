@@ -1,0 +1,372 @@
+/* A compiled function's call in C: CompiledFunction's base type, whose call takes the hit
+ * of the Python fast path (CompiledFunction._call) here.
+ *
+ * MLX records a compiled call in C++ (mlx/compile.cpp compile's returned function: the
+ * cache lookup, then the tape's primitives applied to the inputs). The Python fast path
+ * (core/ops/compile_api.py) takes ~2.5 us for a one-kernel function on the H200's host,
+ * most of a small call; this does the same steps for its common shape:
+ *
+ *   positional mx.array arguments only; compile enabled; no transformation running (the
+ *   new array's tracer flag is then False: tracer.any_tracer); the signature (the default
+ *   stream's index, the fusion mode, each argument's shape and dtype name) already in the
+ *   function's ``_fast`` table; its entry returns one array; its ReplayPlan is ``single``
+ *   (one single-output node whose output is the result).
+ *
+ * Then the Node and the ArrayDesc are made as their constructors make them (primitive.Node,
+ * array.ArrayDesc with data=None, buffer=None: every slot set, nothing else run; the test
+ * tests/test_compile_call_c.py compares every slot with the Python path's), the desc
+ * weakly listed as the node's output, and a new mx.array handle returned. Anything else:
+ * None, and the Python path runs the call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#if PY_VERSION_HEX < 0x030C0000 /* the member types' public names from 3.12 */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+static PyObject *c_node_type, *c_desc_type, *c_array_type, *c_node_ids, *c_tracer,
+    *c_fusion, *c_state, *c_resolve_stream, *c_device;
+static PyObject *s__default_device, *s__tls, *s_defaults, *s__direct, *s__fast, *s__call, *s__hash;
+static int configured = 0;
+
+/* where each slot lives in an instance: the slot's member descriptor's offset */
+enum { N_PRIMITIVE, N_INPUTS, N_OUTPUTS, N_ID, N_EVENT, N_KEEP, N_COUNT };
+enum { D_SHAPE, D_DTYPE, D_STREAM, D_NODE, D_INDEX, D_DATA, D_BUFFER, D_TRACER, D_KEPT, D_COUNT };
+static Py_ssize_t node_off[N_COUNT], desc_off[D_COUNT], array_d_off;
+
+static PyObject *s_enabled, *s__active, *s__d, *s_shape, *s_dtype, *s_name, *s_index,
+    *s_lone, *s_plan, *s_single, *s_steps, *s_consts, *s_stream, *s_primitive, *s_inputs,
+    *s_outputs, *s_id, *s_event, *s_keep, *s_node, *s_data, *s_buffer, *s_tracer, *s_kept;
+
+static int intern_all(void) {
+#define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
+    I(s_enabled, "enabled") I(s__active, "_active") I(s__d, "_d") I(s_shape, "shape")
+    I(s_dtype, "dtype") I(s_name, "name") I(s_index, "index") I(s_lone, "lone")
+    I(s_plan, "plan") I(s_single, "single") I(s_steps, "steps") I(s_consts, "consts")
+    I(s_stream, "stream") I(s_primitive, "primitive") I(s_inputs, "inputs")
+    I(s_outputs, "outputs") I(s_id, "id") I(s_event, "event") I(s_keep, "keep")
+    I(s_node, "node") I(s_data, "data") I(s_buffer, "buffer") I(s_tracer, "tracer")
+    I(s_kept, "kept") I(s__default_device, "_default_device") I(s__tls, "_tls")
+    I(s_defaults, "defaults") I(s__direct, "_direct") I(s__fast, "_fast") I(s__call, "_call") I(s__hash, "_hash")
+#undef I
+    return 0;
+}
+
+/* the offset of the __slots__ entry ``name`` of ``type`` (its member descriptor's) */
+static Py_ssize_t slot_offset(PyObject *type, const char *name) {
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == Py_T_OBJECT_EX && !(m->flags & Py_READONLY)) off = m->offset;
+    }
+    Py_DECREF(d);
+    if (off < 0) PyErr_Format(PyExc_TypeError, "configure: %s is not a slot", name);
+    return off;
+}
+
+static PyObject *configure(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"node_type", "desc_type", "array_type", "node_ids",
+                                        "tracer", "fusion", "state", "resolve_stream", "device"};
+    PyObject **const slots[] = {&c_node_type, &c_desc_type, &c_array_type, &c_node_ids,
+                                &c_tracer, &c_fusion, &c_state, &c_resolve_stream, &c_device};
+    if (!PyDict_Check(kw)) {
+        PyErr_SetString(PyExc_TypeError, "configure takes a dict");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "configure: missing %s", names[i]);
+            return NULL;
+        }
+        Py_INCREF(v);
+        Py_XSETREF(*slots[i], v);
+    }
+    if (!PyType_Check(c_node_type) || !PyType_Check(c_desc_type) || !PyType_Check(c_array_type) ||
+        !PyList_Check(c_fusion) || !PyDict_Check(c_state)) {
+        PyErr_SetString(PyExc_TypeError, "configure: types, a list and a dict expected");
+        return NULL;
+    }
+    static const char *const node_slots[N_COUNT] = {"primitive", "inputs", "outputs", "id",
+                                                    "event", "keep"};
+    static const char *const desc_slots[D_COUNT] = {"shape", "dtype", "stream", "node", "index",
+                                                    "data", "buffer", "tracer", "kept"};
+    configured = 0;
+    for (int i = 0; i < N_COUNT; i++)
+        if ((node_off[i] = slot_offset(c_node_type, node_slots[i])) < 0) return NULL;
+    for (int i = 0; i < D_COUNT; i++)
+        if ((desc_off[i] = slot_offset(c_desc_type, desc_slots[i])) < 0) return NULL;
+    if ((array_d_off = slot_offset(c_array_type, "_d")) < 0) return NULL;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* an instance of the (Python, slotted) class ``type`` without running its __init__ */
+static PyObject *bare(PyObject *type) {
+    PyTypeObject *t = (PyTypeObject *)type;
+    return t->tp_alloc(t, 0);
+}
+
+/* the slot at ``off`` of a new instance (empty) set to ``v`` */
+static void put(PyObject *obj, Py_ssize_t off, PyObject *v) {
+    PyObject **p = (PyObject **)((char *)obj + off);
+    Py_XSETREF(*p, Py_NewRef(v));
+}
+
+/* resolve_stream(None): its hot path (this thread's default stream of the default device,
+ * already made: device._tls.defaults[device._default_device]), else the function */
+static PyObject *default_stream(void) {
+    PyObject *d = PyObject_GetAttr(c_device, s__default_device);
+    PyObject *tls = d ? PyObject_GetAttr(c_device, s__tls) : NULL;
+    PyObject *defaults = tls ? PyObject_GetAttr(tls, s_defaults) : NULL;
+    PyObject *st = NULL;
+    if (defaults != NULL && d != Py_None && PyDict_Check(defaults)) {
+#if PY_VERSION_HEX < 0x030D0000
+        /* the key's hash is its _hash slot (Device.__hash__, a Python method, returns it) */
+        PyObject *h = PyObject_GetAttr(d, s__hash);
+        Py_hash_t hash = h ? PyLong_AsSsize_t(h) : -1;
+        Py_XDECREF(h);
+        if (hash != -1) st = Py_XNewRef(_PyDict_GetItem_KnownHash(defaults, d, hash));
+#else
+        st = Py_XNewRef(PyDict_GetItemWithError(defaults, d));
+#endif
+    }
+    Py_XDECREF(d); Py_XDECREF(tls); Py_XDECREF(defaults);
+    if (st != NULL) return st;
+    PyErr_Clear();
+    return PyObject_CallOneArg(c_resolve_stream, Py_None);
+}
+
+#define MAX_ARGS 32
+
+/* The fast path over the function's ``_fast`` table: the result's mx.array, or None (the
+ * Python path runs the call), or NULL with an error */
+static PyObject *fast_call(PyObject *fast, PyObject *args) {
+    if (!configured || !PyDict_Check(fast)) Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n > MAX_ARGS) Py_RETURN_NONE;
+    PyObject *enabled = PyDict_GetItemWithError(c_state, s_enabled);
+    if (enabled != Py_True) { PyErr_Clear(); Py_RETURN_NONE; }
+    PyObject *result = NULL, *stream = NULL, *sig = NULL, *entry = NULL, *v = NULL,
+             *plan = NULL, *steps = NULL, *consts = NULL, *inputs = NULL, *node = NULL,
+             *desc = NULL, *outputs = NULL, *ref = NULL, *id = NULL, *pstream = NULL;
+    PyObject *descs[MAX_ARGS];
+    Py_ssize_t got = 0;
+    v = PyObject_GetAttr(c_tracer, s__active); /* a transformation runs: any_tracer's walk */
+    if (v == NULL || !PyLong_Check(v) || PyLong_AsLong(v) != 0) goto fallback;
+    Py_CLEAR(v);
+    for (; got < n; got++) {
+        PyObject *a = PyTuple_GET_ITEM(args, got);
+        if ((PyObject *)Py_TYPE(a) != c_array_type) goto fallback;
+        descs[got] = PyObject_GetAttr(a, s__d);
+        if (descs[got] == NULL) goto fallback;
+    }
+    stream = default_stream();
+    if (stream == NULL) goto fallback; /* (the Python path raises it again) */
+    /* the fast table's key: [stream.index, fusion mode, (shape, dtype name) per argument] */
+    sig = PyTuple_New(2 + 2 * n);
+    if (sig == NULL) goto error;
+    PyObject *si = PyObject_GetAttr(stream, s_index);
+    if (si == NULL) goto fallback;
+    PyTuple_SET_ITEM(sig, 0, si);
+    PyObject *mode = PyList_GET_SIZE(c_fusion) ? PyList_GET_ITEM(c_fusion, 0) : Py_None;
+    PyTuple_SET_ITEM(sig, 1, Py_NewRef(mode));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sh = PyObject_GetAttr(descs[i], s_shape);
+        if (sh == NULL) goto fallback;
+        PyTuple_SET_ITEM(sig, 2 + 2 * i, sh);
+        PyObject *dt = PyObject_GetAttr(descs[i], s_dtype);
+        PyObject *nm = dt ? PyObject_GetAttr(dt, s_name) : NULL;
+        Py_XDECREF(dt);
+        if (nm == NULL) goto fallback;
+        PyTuple_SET_ITEM(sig, 3 + 2 * i, nm);
+    }
+    entry = PyDict_GetItemWithError(fast, sig);
+    if (entry == NULL) goto fallback;
+    Py_INCREF(entry);
+    v = PyObject_GetAttr(entry, s_lone);
+    if (v != Py_True) goto fallback;
+    Py_CLEAR(v);
+    plan = PyObject_GetAttr(entry, s_plan);
+    v = plan ? PyObject_GetAttr(plan, s_single) : NULL;
+    if (v != Py_True) goto fallback;
+    Py_CLEAR(v);
+    steps = PyObject_GetAttr(plan, s_steps);
+    consts = steps ? PyObject_GetAttr(plan, s_consts) : NULL;
+    if (consts == NULL || !PyTuple_Check(steps) || PyTuple_GET_SIZE(steps) != 1 ||
+        !PyList_Check(consts))
+        goto fallback;
+    /* the step: (primitive, input slots, ((shape, dtype),)) */
+    PyObject *step = PyTuple_GET_ITEM(steps, 0);
+    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) goto fallback;
+    PyObject *prim = PyTuple_GET_ITEM(step, 0), *ins = PyTuple_GET_ITEM(step, 1),
+             *outs = PyTuple_GET_ITEM(step, 2);
+    if (!PyTuple_Check(ins) || !PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) != 1) goto fallback;
+    PyObject *sd = PyTuple_GET_ITEM(outs, 0);
+    if (!PyTuple_Check(sd) || PyTuple_GET_SIZE(sd) != 2) goto fallback;
+    Py_ssize_t nc = PyList_GET_SIZE(consts), k = PyTuple_GET_SIZE(ins);
+    inputs = PyList_New(k);
+    if (inputs == NULL) goto error;
+    for (Py_ssize_t j = 0; j < k; j++) { /* env = arguments + constants */
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(ins, j));
+        PyObject *d;
+        if (i >= 0 && i < n) d = descs[i];
+        else if (i >= n && i < n + nc) d = PyList_GET_ITEM(consts, i - n);
+        else { PyErr_Clear(); goto fallback; }
+        PyList_SET_ITEM(inputs, j, Py_NewRef(d));
+    }
+    pstream = PyObject_GetAttr(prim, s_stream);
+    if (pstream == NULL) goto fallback;
+    /* Node(prim, inputs) */
+    id = PyIter_Next(c_node_ids);
+    outputs = id ? PyList_New(0) : NULL;
+    node = outputs ? bare(c_node_type) : NULL;
+    if (node == NULL) goto error;
+    put(node, node_off[N_PRIMITIVE], prim);
+    put(node, node_off[N_INPUTS], inputs);
+    put(node, node_off[N_OUTPUTS], outputs);
+    put(node, node_off[N_ID], id);
+    put(node, node_off[N_EVENT], Py_None);
+    put(node, node_off[N_KEEP], Py_False);
+    /* ArrayDesc(shape, dtype, prim.stream, node=node) */
+    desc = bare(c_desc_type);
+    if (desc == NULL) goto error;
+    {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) goto error;
+        put(desc, desc_off[D_SHAPE], PyTuple_GET_ITEM(sd, 0));
+        put(desc, desc_off[D_DTYPE], PyTuple_GET_ITEM(sd, 1));
+        put(desc, desc_off[D_STREAM], pstream);
+        put(desc, desc_off[D_NODE], node);
+        put(desc, desc_off[D_INDEX], zero);
+        put(desc, desc_off[D_DATA], Py_None);
+        put(desc, desc_off[D_BUFFER], Py_None);
+        put(desc, desc_off[D_TRACER], Py_False);
+        put(desc, desc_off[D_KEPT], Py_None);
+        Py_DECREF(zero);
+    }
+    ref = PyWeakref_NewRef(desc, NULL);
+    if (ref == NULL || PyList_Append(outputs, ref) < 0) goto error;
+    result = bare(c_array_type);
+    if (result == NULL) goto error;
+    put(result, array_d_off, desc);
+    goto done;
+fallback:
+    PyErr_Clear();
+    result = Py_NewRef(Py_None);
+    goto done;
+error:
+    Py_CLEAR(result);
+done:
+    for (Py_ssize_t i = 0; i < got; i++) Py_DECREF(descs[i]);
+    Py_XDECREF(stream); Py_XDECREF(sig); Py_XDECREF(entry); Py_XDECREF(v);
+    Py_XDECREF(plan); Py_XDECREF(steps); Py_XDECREF(consts); Py_XDECREF(inputs);
+    Py_XDECREF(node); Py_XDECREF(desc); Py_XDECREF(outputs); Py_XDECREF(ref);
+    Py_XDECREF(id); Py_XDECREF(pstream);
+    return result;
+}
+
+/* CompiledBase: what CompiledFunction derives from, its call in C. A call with positional
+ * arguments only, of a function whose ``_direct`` is True, tries the fast path; anything
+ * else (and every miss) is the subclass's ``_call(*args, **kwargs)``. */
+static PyObject *base_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
+        PyObject *direct = PyObject_GetAttr(self, s__direct);
+        if (direct == NULL) return NULL;
+        int is_direct = direct == Py_True;
+        Py_DECREF(direct);
+        if (is_direct) {
+            PyObject *fast = PyObject_GetAttr(self, s__fast);
+            if (fast == NULL) return NULL;
+            PyObject *h = fast_call(fast, args);
+            Py_DECREF(fast);
+            if (h != Py_None) return h; /* the result, or NULL with the error */
+            Py_DECREF(h);
+        }
+    }
+    PyObject *slow = PyObject_GetAttr(self, s__call);
+    if (slow == NULL) return NULL;
+    PyObject *r = PyObject_Call(slow, args, kwargs);
+    Py_DECREF(slow);
+    return r;
+}
+
+static PyTypeObject CompiledBase = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapescope.core._call.CompiledBase",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_call = base_call,
+    .tp_new = PyType_GenericNew,
+    .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
+};
+
+/* mx.eval's first step in C: one mx.array whose node the backend's eager lane runs
+ * (scheduling._eager_one[0], the CUDA lane's eval_one) returns at once; everything else is
+ * the Python eval (transforms._eval), given with configure_eval. */
+static PyObject *e_eager_one = NULL, *e_python = NULL;
+
+static PyObject *configure_eval(PyObject *self, PyObject *kw) {
+    PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
+    PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
+    if (py == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 || !PyCallable_Check(py)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eval({'eager_one': [f], 'python': eval})");
+        return NULL;
+    }
+    Py_XSETREF(e_eager_one, Py_NewRef(one));
+    Py_XSETREF(e_python, Py_NewRef(py));
+    Py_RETURN_NONE;
+}
+
+static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (e_python == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.eval: not configured");
+        return NULL;
+    }
+    if (nargs == 1 && configured && (PyObject *)Py_TYPE(args[0]) == c_array_type) {
+        PyObject *one = PyList_GET_ITEM(e_eager_one, 0);
+        if (one != Py_None) {
+            PyObject *desc = PyObject_GetAttr(args[0], s__d);
+            if (desc == NULL) return NULL;
+            Py_INCREF(one);
+            PyObject *ran = PyObject_CallOneArg(one, desc);
+            Py_DECREF(one);
+            Py_DECREF(desc);
+            if (ran == NULL) return NULL;
+            int done = ran == Py_True;
+            Py_DECREF(ran);
+            if (done) Py_RETURN_NONE;
+        }
+    }
+    return PyObject_Vectorcall(e_python, args, nargs, NULL);
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
+    {"configure_eval", (PyCFunction)configure_eval, METH_O,
+     "Hand over scheduling._eager_one and the Python eval (a dict)."},
+    {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
+     "eval($module, /, *args)\n--\n\n"
+     "Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.\n\n"
+     "Leaves that are not arrays are ignored. Blocks until the outputs are available."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_call",
+                                    "A compiled function's call in C (see _call.c).", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__call(void) {
+    if (intern_all() < 0 || PyType_Ready(&CompiledBase) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "CompiledBase", (PyObject *)&CompiledBase) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
