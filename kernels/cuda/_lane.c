@@ -9,19 +9,22 @@
  *                              output buffer from the allocator (its CudaBuffer view), the
  *                              launch on the mx stream's CUDA stream (CudaBackend.launch_fused,
  *                              Launch.call), set_data and detach;
- *   CudaEvent.wait / signal    the polled host wait (events.host_wait) for the stream (its
- *                              own work and any before it: what the covering event would
- *                              cover), then the signal, with no CUDA event to record, and
- *                              the stream noted finished (device.note_finished).
+ *   CudaEvent.wait / signal    the host wait for the stream (its own work and any before it:
+ *                              what the covering event would cover; on the completion word
+ *                              below, else polled as events.host_wait polls), then the
+ *                              signal, with no CUDA event to record, and the stream noted
+ *                              finished (device.note_finished).
  *
  * eval_one(desc) is mx.eval's first step for one array (scheduling.evaluate): _eval_one's
  * checks, the node claimed under the schedule lock, then the same. Both return False before
  * touching anything when the call is not the plain case (no plan yet, a donatable input,
  * several outputs, a tracer's node, a non-C output order, a transformation or the timeline
- * running, ...): the Python path then runs it. A cache hit of the exact size is taken with
- * the cache's own _take (Allocator.malloc's counters kept here); anything else goes through
- * the allocator's malloc. configure() and configure_eval() hand over the objects once;
- * without the CUDA driver's entry points configure() says False and nothing runs here.
+ * running, ...): the Python path then runs it. A cache hit of the exact size is taken as
+ * the cache's _take takes it (Allocator.malloc's counters kept here); anything else goes
+ * through the allocator's malloc. configure() and configure_eval() hand over the objects
+ * once; without the CUDA driver's entry points configure() says False and nothing runs
+ * here. The eval's Python frames are gone too: mx.eval's first step and a compiled
+ * function's call are C (core/_call.c), a buffer's handle is (kernels/_handle.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -118,14 +121,12 @@ static int policy_recycle_if_fits, policy_trim_after_malloc;
 
 static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *s_data,
     *s_launches, *s_cuda, *s_strides, *s_gen, *s_dtypes, *s_order, *s_C, *s_dtype, *s_np,
-    *s_size, *s_malloc, *s_view, *s_packs, *s_pack, *s_slots, *s_ptr, *s_n_out_at, *s_entry,
-    *s_hits, *s_fn_ptr, *s_grid, *s_block, *s_stream, *s_index, *s_buffer, *s_node,
-    *s_keep, *s_recorded, *s_value, *s_cond, *s_done, *s_acquire, *s_release,
-    *s_notify_all, *s__pending, *s__lock, *s_cache, *s__by_size, *s__take, *s_active,
-    *s_peak, *s_policy, *s_trim_after_malloc, *s_pool_size, *s_cache_limit, *s__evict,
-    *s_raw, *s_free, *s_event, *s__active, *s_enabled, *s_defn, *s_takes_runtime, *s__owner,
-    *s_recycle_if_fits, *s_recycle_to_cache, *s__release, *s_lane, *s_popleft, *s_append,
-    *s__sizes, *s__lru, *s__seq;
+    *s_size, *s_packs, *s_pack, *s_slots, *s_ptr, *s_entry, *s_hits, *s_stream, *s_index,
+    *s_buffer, *s_node, *s_keep, *s_recorded, *s_value, *s_cond, *s_acquire, *s_release,
+    *s_notify_all, *s__pending, *s__lock, *s_cache, *s__by_size, *s_active, *s_peak, *s_policy,
+    *s_trim_after_malloc, *s_pool_size, *s_cache_limit, *s__evict, *s_raw, *s_free, *s_event,
+    *s__active, *s_enabled, *s_defn, *s_takes_runtime, *s__owner, *s_recycle_if_fits,
+    *s__release, *s_lane, *s_popleft, *s_append, *s__sizes, *s__lru, *s__seq;
 
 static double now_s(void) {
     struct timespec ts;
@@ -171,22 +172,19 @@ static int intern_all(void) {
     I(s_outputs, "outputs") I(s_inputs, "inputs") I(s_data, "data") I(s_launches, "launches")
     I(s_cuda, "cuda") I(s_strides, "strides") I(s_gen, "gen") I(s_dtypes, "dtypes")
     I(s_order, "order") I(s_C, "C") I(s_dtype, "dtype") I(s_np, "np") I(s_size, "size")
-    I(s_malloc, "malloc") I(s_view, "view") I(s_packs, "packs") I(s_pack, "_pack")
-    I(s_slots, "slots") I(s_ptr, "ptr") I(s_n_out_at, "n_out_at") I(s_entry, "entry")
-    I(s_hits, "hits") I(s_fn_ptr, "fn_ptr") I(s_grid, "grid") I(s_block, "block")
-    I(s_stream, "stream") I(s_index, "index") I(s_buffer, "buffer") I(s_node, "node")
-    I(s_keep, "keep") I(s_recorded, "recorded") I(s_value, "value") I(s_cond, "_cond")
-    I(s_done, "done") I(s_acquire, "acquire") I(s_release, "release")
+    I(s_packs, "packs") I(s_pack, "_pack") I(s_slots, "slots") I(s_ptr, "ptr")
+    I(s_entry, "entry") I(s_hits, "hits") I(s_stream, "stream") I(s_index, "index")
+    I(s_buffer, "buffer") I(s_node, "node") I(s_keep, "keep") I(s_recorded, "recorded")
+    I(s_value, "value") I(s_cond, "_cond") I(s_acquire, "acquire") I(s_release, "release")
     I(s_notify_all, "notify_all") I(s__pending, "_pending") I(s__lock, "_lock")
-    I(s_cache, "cache") I(s__by_size, "_by_size") I(s__take, "_take") I(s_active, "active")
-    I(s_peak, "peak") I(s_policy, "policy") I(s_trim_after_malloc, "trim_after_malloc")
+    I(s_cache, "cache") I(s__by_size, "_by_size") I(s_active, "active") I(s_peak, "peak")
+    I(s_policy, "policy") I(s_trim_after_malloc, "trim_after_malloc")
     I(s_pool_size, "pool_size") I(s_cache_limit, "cache_limit") I(s__evict, "_evict")
     I(s_raw, "raw") I(s_free, "free") I(s_event, "event") I(s__active, "_active")
     I(s_enabled, "enabled") I(s_defn, "defn") I(s_takes_runtime, "takes_runtime")
     I(s__owner, "_owner") I(s_recycle_if_fits, "recycle_if_fits") I(s_lane, "lane")
     I(s_popleft, "popleft") I(s_append, "append") I(s__sizes, "_sizes") I(s__lru, "_lru")
-    I(s__seq, "_seq")
-    I(s_recycle_to_cache, "recycle_to_cache") I(s__release, "_release")
+    I(s__seq, "_seq") I(s__release, "_release")
 #undef I
     return 0;
 }
@@ -398,7 +396,6 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         cu_host_alloc = (cu_host_alloc_t)dlsym(lib, "cuMemHostAlloc");
         cu_host_device_ptr = (cu_host_device_ptr_t)dlsym(lib, "cuMemHostGetDevicePointer_v2");
     }
-
     configured = cu_launch != NULL && cu_stream_query != NULL; /* no driver: no lane */
     return PyBool_FromLong(configured);
 }
@@ -1052,6 +1049,9 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     vals[rec->word_at] = by_kernel ? flag_dev + sizeof(uint32_t) * (unsigned long long)slot : 0;
     vals[rec->word_at + 1] = seq;
     int lrc = cu_launch(rec->fn, rec->grid, 1, 1, rec->block, 1, 1, 0, st, (void **)ptrs, NULL);
+    /* the launch copied the arguments: the pack's word goes back to null for this thread's
+     * next launch through Launch.call (which writes only the pointers) */
+    vals[rec->word_at] = vals[rec->word_at + 1] = 0;
     int ok = lrc == 0;
     if (ok) {
         if (!by_kernel) seq = flag_after_launch(st, slot);
