@@ -118,3 +118,22 @@ def test_finfo_iinfo_errors():
         mx.finfo(mx.floating)
     with pytest.raises(TypeError, match="incompatible function arguments"):
         mx.iinfo(mx.integer)
+
+
+@pytest.mark.parametrize("name", ["uint8", "uint16", "uint32", "int8", "int16", "int32"])
+def test_bfloat16_to_an_integer_converts_through_float_as_mlx_does(name):
+    """MLX's cast converts the bfloat16's float value (wrapping out of range as float32's
+    cast does: -1 -> 255 for uint8); ml_dtypes' own cast saturates since 0.7, so the
+    reference here is numpy's float32 cast, whatever ml_dtypes is installed."""
+    # -1 is the one negative whose wrapped and saturated-to-all-ones results agree on every
+    # x86-64 (with or without AVX-512's unsigned conversions)
+    h = np.array([-1.0, 3.7, -0.5, 100.0, 0.0], np.float32)
+    x = mx.array(h).astype(mx.bfloat16)
+    want = np.asarray(x.astype(mx.float32)).astype(name)
+    np.testing.assert_array_equal(np.asarray(x.astype(getattr(mx, name))), want)
+    try:
+        import mlx.core as mlx
+    except ImportError:
+        return
+    ref = mlx.array(h).astype(mlx.bfloat16).astype(getattr(mlx, name))
+    np.testing.assert_array_equal(np.asarray(x.astype(getattr(mx, name))), np.array(ref))
