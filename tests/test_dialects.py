@@ -148,6 +148,25 @@ def _check_msl_structure(src: str, name: str) -> None:
         assert word not in src, word
 
 
+def test_every_cuda_kernel_ends_at_its_completion_word(corpus):
+    """A CUDA kernel takes the host's completion word last (kernels/cuda/_lane.c) and every
+    thread reaches its end, where one writes the word after a barrier and a system-wide
+    fence: no early ``return``, every exit a jump to ``done``."""
+    d = renderer("cuda")
+    for t in corpus[:20]:
+        for contiguous, ndim, large in d.schedule.variants():
+            src = d.render(t, "k", contiguous, ndim, large)
+            sig = "unsigned int* __restrict__ done_word,\n    const unsigned int done_value) {"
+            assert sig in src
+            body = src[src.index(sig):]
+            assert "return;" not in body
+            assert body.count("done:") == 1 and "goto done;" in body
+            end = body[body.index("done:"):]
+            assert end.index("__syncthreads();") < end.index("__threadfence_system();") \
+                < end.index("*(volatile unsigned int*)done_word = done_value;")
+            assert "if (done_word != nullptr)" in end
+
+
 def test_msl_structure_of_every_variant(corpus):
     d = renderer("metal")
     n = 0
