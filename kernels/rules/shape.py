@@ -5,8 +5,6 @@ Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..codegen import c_ops as C
 from ..primitives import ASTYPE, BROADCAST, SHAPE, define
 
@@ -29,8 +27,8 @@ def broadcast(xp, a, *, shape):
 def astype(xp, a, *, dtype):
     # bfloat16 to an integer goes through float32, as MLX's cast (and the generated kernels)
     # do: ml_dtypes' own cast saturates since 0.7 (-1 -> 0 for uint8) where MLX gives 255
-    if a.dtype.name == "bfloat16" and np.dtype(dtype).kind in "iu":
-        a = a.astype(np.float32)
+    if a.dtype.name == "bfloat16" and xp.dtype(dtype).kind in "iu":
+        a = a.astype(xp.float32)
     return a.astype(dtype)
 
 
