@@ -131,3 +131,31 @@ def test_the_c_call_matches_numpy_over_shapes_and_dtypes(shape, dtype):
     want = ah * bh + ah
     np.testing.assert_array_equal(np.array(first), want)
     np.testing.assert_array_equal(np.array(second), want)
+
+
+def test_mx_eval_asks_the_eager_lane_once_then_evaluates():
+    """mx.eval of one array offers it to the backend's eager lane (scheduling._eager_one[0])
+    once; declined, the array is evaluated without asking again; taken, nothing else runs."""
+    from tapescope.core import scheduling
+
+    asked, taken = [], []
+
+    def decline(desc):
+        asked.append(desc)
+        return False
+
+    saved = scheduling._eager_one[0]
+    try:
+        scheduling._eager_one[0] = decline
+        x = mx.array(np.arange(4, dtype=np.float32)) * 2
+        mx.eval(x)
+        assert asked == [x._d] and x._d.node is None
+        scheduling._eager_one[0] = lambda d: taken.append(d) or True
+        y = mx.array(np.ones(3, np.float32)) + 1
+        mx.eval(y)
+        assert taken == [y._d] and y._d.node is not None  # the lane said it ran: left to it
+    finally:
+        scheduling._eager_one[0] = saved
+    mx.eval(y)
+    np.testing.assert_array_equal(np.array(x), np.arange(4, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(np.array(y), np.full(3, 2, np.float32))

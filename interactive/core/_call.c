@@ -305,20 +305,25 @@ static PyTypeObject CompiledBase = {
     .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
 };
 
-/* mx.eval's first step in C: one mx.array whose node the backend's eager lane runs
- * (scheduling._eager_one[0], the CUDA lane's eval_one) returns at once; everything else is
- * the Python eval (transforms._eval), given with configure_eval. */
-static PyObject *e_eager_one = NULL, *e_python = NULL;
+/* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
+ * (scheduling._eager_one[0], the CUDA lane's eval_one) and, declined, goes to after_lane
+ * (transforms._after_lane: evaluate without asking the lane again); anything else is the
+ * Python eval (transforms._eval), given with configure_eval. */
+static PyObject *e_eager_one = NULL, *e_python = NULL, *e_after_lane = NULL;
 
 static PyObject *configure_eval(PyObject *self, PyObject *kw) {
     PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
     PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
-    if (py == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 || !PyCallable_Check(py)) {
-        PyErr_SetString(PyExc_TypeError, "configure_eval({'eager_one': [f], 'python': eval})");
+    PyObject *after = py ? PyDict_GetItemString(kw, "after_lane") : NULL;
+    if (after == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 ||
+        !PyCallable_Check(py) || !PyCallable_Check(after)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_eval({'eager_one': [f], 'python': eval, 'after_lane': g})");
         return NULL;
     }
     Py_XSETREF(e_eager_one, Py_NewRef(one));
     Py_XSETREF(e_python, Py_NewRef(py));
+    Py_XSETREF(e_after_lane, Py_NewRef(after));
     Py_RETURN_NONE;
 }
 
@@ -335,11 +340,12 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_INCREF(one);
             PyObject *ran = PyObject_CallOneArg(one, desc);
             Py_DECREF(one);
-            Py_DECREF(desc);
-            if (ran == NULL) return NULL;
             int done = ran == Py_True;
-            Py_DECREF(ran);
-            if (done) Py_RETURN_NONE;
+            Py_XDECREF(ran);
+            PyObject *r = ran == NULL ? NULL
+                          : done ? Py_NewRef(Py_None) : PyObject_CallOneArg(e_after_lane, desc);
+            Py_DECREF(desc);
+            return r;
         }
     }
     return PyObject_Vectorcall(e_python, args, nargs, NULL);

@@ -156,14 +156,15 @@ def _plan(order: list[Node]):
     return plan, streams, fences, updates
 
 
-def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
+def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = True) -> None:
     """Evaluate the arrays (and what they need); return at once when ``asynchronous``.
+    ``lane=False``: the backend's eager lane has already declined the one desc.
 
     From its first line a synchronous eval counts as running, so an interrupt (SIGINT)
     arriving while the graph is still being ordered is honoured at the first node boundary
     instead of raising in the middle of the bookkeeping.
     """
-    one = _eager_one[0]
+    one = _eager_one[0] if lane else None
     if one is not None and not asynchronous and len(descs) == 1 and one(descs[0]):
         return  # a loaded fused call evaluated alone, by the backend's lane in C
     before_eval(descs, asynchronous)  # inside a transformation: keep tracers' graphs

@@ -20,23 +20,26 @@ def _eval(*args: Any) -> None:
     Leaves that are not arrays are ignored. Blocks until the outputs are available.
     """
     if len(args) == 1 and args[0].__class__ is array:  # the common ``mx.eval(x)``
-        one = _eager_one[0]  # (evaluate's first step, without its frame)
-        if one is None or not one(args[0]._d):
-            evaluate([args[0]._d])
+        evaluate([args[0]._d])
     else:
         evaluate([a._d for a in tree_arrays(args)])
 
 
+def _after_lane(desc) -> None:
+    """The one array's eval once the eager lane declined it (core/_call.c's eval)."""
+    evaluate([desc], lane=False)
+
+
 def _c_eval():
-    """``mx.eval``: core/_call.c's eval (the eager lane's call without a Python frame, then
-    ``_eval``) where that extension is built and on, else ``_eval``."""
+    """``mx.eval``: core/_call.c's eval (evaluate's eager-lane step without a Python frame,
+    then ``_after_lane`` or ``_eval``) where that extension is built and on, else ``_eval``."""
     if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
         return _eval
     try:
         from . import _call
     except ImportError:
         return _eval
-    _call.configure_eval({"eager_one": _eager_one, "python": _eval})
+    _call.configure_eval({"eager_one": _eager_one, "python": _eval, "after_lane": _after_lane})
     return _call.eval
 
 

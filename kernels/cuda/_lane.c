@@ -49,7 +49,7 @@ static cu_error_name_t cu_error_name;
 /* The host-visible completion word (what MLX's SharedEvent is on CUDA, mlx/backend/cuda/
  * event.cu: a word in host-visible memory written from the GPU, which the host reads by
  * spinning instead of asking the driver). A page of pinned host memory mapped for the
- * device holds one word per stream index below FLAG_WORDS. A one-block fused kernel writes
+ * device holds one word per stream index below WORDS. A one-block fused kernel writes
  * its word itself once all its threads are done (codegen/cuda.py: after a system-wide
  * fence, so its outputs first); after a larger launch the stream writes it with the
  * driver's stream memory operation (cuStreamWriteValue32, fenced likewise). Measured on the
@@ -65,47 +65,47 @@ typedef int (*cu_host_device_ptr_t)(unsigned long long *, void *, unsigned);
 static cu_write_value_t cu_write_value;
 static cu_host_alloc_t cu_host_alloc;
 static cu_host_device_ptr_t cu_host_device_ptr;
-#define FLAG_WORDS 1024
-static volatile uint32_t *flag_host;       /* the page, as the host reads it */
-static unsigned long long flag_dev;         /* the page, as the device writes it */
-static int flag_state = 0;                  /* 0 not made yet, 1 in use, -1 off */
-static uint32_t flag_seq = 0;               /* the last value written */
-static long long waits_by_flag = 0, waits_by_query = 0;
-static int flag_wanted = 1;                 /* use_completion_word(False): poll instead */
+#define WORDS 1024
+static volatile uint32_t *word_host;       /* the page, as the host reads it */
+static unsigned long long word_dev;         /* the page, as the device writes it */
+static int word_state = 0;                  /* 0 not made yet, 1 in use, -1 off */
+static uint32_t word_seq = 0;               /* the last value written */
+static long long waits_by_word = 0, waits_by_query = 0;
+static int word_wanted = 1;                 /* use_completion_word(False): poll instead */
 
 /* the page, made on the first use (this thread's CUDA context is current: making its
  * launch pack made it so, Launch._pack) */
-static int flag_page(void) {
-    if (flag_state == 0) {
+static int word_page(void) {
+    if (word_state == 0) {
         void *h = NULL;
         unsigned long long d = 0;
-        flag_state = -1;
+        word_state = -1;
         if (cu_host_alloc && cu_host_device_ptr &&
-            cu_host_alloc(&h, FLAG_WORDS * sizeof(uint32_t), 0x01 | 0x02) == 0 && /* PORTABLE | DEVICEMAP */
+            cu_host_alloc(&h, WORDS * sizeof(uint32_t), 0x01 | 0x02) == 0 && /* PORTABLE | DEVICEMAP */
             cu_host_device_ptr(&d, h, 0) == 0) {
-            memset(h, 0, FLAG_WORDS * sizeof(uint32_t));
-            flag_host = (volatile uint32_t *)h, flag_dev = d, flag_state = 1;
+            memset(h, 0, WORDS * sizeof(uint32_t));
+            word_host = (volatile uint32_t *)h, word_dev = d, word_state = 1;
         }
     }
-    return flag_state == 1;
+    return word_state == 1;
 }
 
 /* The next value for word ``slot`` (the GIL held from here to the launch: the values
  * follow the launches' order), or 0: no word (poll the stream) */
 static uint32_t next_word_value(Py_ssize_t slot) {
-    if (!flag_wanted || slot < 0 || slot >= FLAG_WORDS || !flag_page()) return 0;
-    uint32_t seq = ++flag_seq;
-    if (seq == 0) seq = ++flag_seq; /* (0 is "none") */
+    if (!word_wanted || slot < 0 || slot >= WORDS || !word_page()) return 0;
+    uint32_t seq = ++word_seq;
+    if (seq == 0) seq = ++word_seq; /* (0 is "none") */
     return seq;
 }
 
 /* After a launch on ``stream``: the value the stream will write into word ``slot`` when it
  * gets past the kernel (cuStreamWriteValue32), or 0 (no word: poll the stream) */
-static uint32_t flag_after_launch(void *stream, Py_ssize_t slot) {
+static uint32_t word_after_launch(void *stream, Py_ssize_t slot) {
     if (cu_write_value == NULL) return 0;
     uint32_t seq = next_word_value(slot);
     if (seq == 0) return 0;
-    if (cu_write_value(stream, flag_dev + sizeof(uint32_t) * (unsigned long long)slot, seq, 0) != 0) {
+    if (cu_write_value(stream, word_dev + sizeof(uint32_t) * (unsigned long long)slot, seq, 0) != 0) {
         cu_write_value = NULL; /* not supported here: multi-block launches poll from now on */
         return 0;
     }
@@ -448,7 +448,7 @@ static int host_wait(PyObject *cs, void *stream, Py_ssize_t slot, uint32_t seq) 
     Py_BEGIN_ALLOW_THREADS
     if (seq != 0) {
         do {
-            if ((int32_t)(flag_host[slot] - seq) >= 0) rc = 0;
+            if ((int32_t)(word_host[slot] - seq) >= 0) rc = 0;
         } while (rc != 0 && now_s() < end);
     }
     if (rc != 0) {
@@ -457,7 +457,7 @@ static int host_wait(PyObject *cs, void *stream, Py_ssize_t slot, uint32_t seq) 
         } while (rc == CUDA_ERROR_NOT_READY && now_s() < end);
     }
     Py_END_ALLOW_THREADS
-    if (seq != 0 && rc == 0) waits_by_flag++;
+    if (seq != 0 && rc == 0) waits_by_word++;
     else waits_by_query++;
     if (rc == 0) return 0;
     if (rc != CUDA_ERROR_NOT_READY) return cuda_error("cuStreamQuery", rc);
@@ -871,18 +871,18 @@ static uint64_t **thread_pack(PyObject *ln, LaunchRecord *r) {
     return ptrs;
 }
 
-/* What the lane reads of a primitive, fixed for its life (its stream, that stream's
- * index and owner, its definition's takes_runtime, the tape and shape of a Compiled's kw,
- * the tape's launch table): read once for the last primitive seen (the common case is one
- * compiled function called again and again), else read again. */
+/* What the lane reads of a primitive, fixed for its life (its stream's index and owner,
+ * its definition's takes_runtime, the output shape of a Compiled's kw, its tape's launch
+ * table): read once for the last primitive seen (the common case is one compiled function
+ * called again and again), else read again. */
 static struct {
-    PyObject *prim, *stream, *index, *owner, *tape, *shape, *launches;
+    PyObject *prim, *index, *owner, *shape, *launches;
     int takes_runtime;
 } pf;
 
 static void facts_clear(void) {
-    Py_CLEAR(pf.prim); Py_CLEAR(pf.stream); Py_CLEAR(pf.index); Py_CLEAR(pf.owner);
-    Py_CLEAR(pf.tape); Py_CLEAR(pf.shape); Py_CLEAR(pf.launches);
+    Py_CLEAR(pf.prim); Py_CLEAR(pf.index); Py_CLEAR(pf.owner); Py_CLEAR(pf.shape);
+    Py_CLEAR(pf.launches);
 }
 
 /* 1: pf holds ``prim``'s facts; 0: not a primitive the lane runs (no error set) */
@@ -903,8 +903,8 @@ static int prim_facts(PyObject *prim) {
     if (ok) {
         pf.prim = Py_NewRef(prim);
         pf.takes_runtime = tr == Py_True;
-        pf.tape = Py_NewRef(tape), pf.shape = Py_NewRef(shape), pf.stream = Py_NewRef(stream);
-        pf.index = Py_NewRef(index), pf.owner = Py_NewRef(owner), pf.launches = Py_NewRef(launches);
+        pf.shape = Py_NewRef(shape), pf.index = Py_NewRef(index), pf.owner = Py_NewRef(owner);
+        pf.launches = Py_NewRef(launches);
     }
     PyErr_Clear();
     Py_XDECREF(defn); Py_XDECREF(tr); Py_XDECREF(kw); Py_XDECREF(stream); Py_XDECREF(index);
@@ -920,7 +920,7 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     PyObject *ev = ev_in;
     int claimed = 0;
     /* every reference below is released at "out" */
-    PyObject *prim = NULL, *shape, *outputs = NULL, *inputs = NULL, *stream = NULL,
+    PyObject *prim = NULL, *shape, *outputs = NULL, *inputs = NULL,
              *index = NULL, *launches = NULL, *key = NULL, *ln = NULL, *target = NULL,
              *tdtype = NULL, *npdt = NULL, *tshape = NULL, *buf = NULL, *outv = NULL,
              *handle = NULL, *keep = NULL, *w = NULL, *cs = NULL, *raw = NULL;
@@ -1046,7 +1046,7 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     if (lock(cfg_work_lock) < 0) goto out;
     /* one block: the kernel writes the completion word itself; else the stream does */
     int by_kernel = rec->grid == 1 && (seq = next_word_value(slot)) != 0;
-    vals[rec->word_at] = by_kernel ? flag_dev + sizeof(uint32_t) * (unsigned long long)slot : 0;
+    vals[rec->word_at] = by_kernel ? word_dev + sizeof(uint32_t) * (unsigned long long)slot : 0;
     vals[rec->word_at + 1] = seq;
     int lrc = cu_launch(rec->fn, rec->grid, 1, 1, rec->block, 1, 1, 0, st, (void **)ptrs, NULL);
     /* the launch copied the arguments: the pack's word goes back to null for this thread's
@@ -1054,7 +1054,7 @@ static int run_fused(PyObject *node, PyObject *ev_in) {
     vals[rec->word_at] = vals[rec->word_at + 1] = 0;
     int ok = lrc == 0;
     if (ok) {
-        if (!by_kernel) seq = flag_after_launch(st, slot);
+        if (!by_kernel) seq = word_after_launch(st, slot);
         ok = PySet_Add(cfg_unfinished, index) == 0 && bump(w, 0, +1) == 0;
         gen_after = PyLong_AsLong(PyList_GET_ITEM(w, 0));
     }
@@ -1118,7 +1118,7 @@ out:
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(data[i]);
     if (claimed) Py_XDECREF(ev);
     Py_XDECREF(keep); Py_XDECREF(prim); Py_XDECREF(outputs); Py_XDECREF(inputs);
-    Py_XDECREF(stream); Py_XDECREF(index); Py_XDECREF(launches); Py_XDECREF(key);
+    Py_XDECREF(index); Py_XDECREF(launches); Py_XDECREF(key);
     Py_XDECREF(target); Py_XDECREF(tdtype); Py_XDECREF(npdt); Py_XDECREF(tshape);
     Py_XDECREF(buf); Py_XDECREF(outv); Py_XDECREF(handle); Py_XDECREF(w); Py_XDECREF(cs);
     Py_XDECREF(raw);
@@ -1182,8 +1182,8 @@ out:
 /* stats() -> how the lane's host waits ended: by the completion word or by polling */
 static PyObject *stats(PyObject *self, PyObject *unused) {
     return Py_BuildValue("{s:s,s:L,s:L}", "completion_word",
-                         flag_state == 1 ? "on" : flag_state == 0 ? "not made" : "off",
-                         "waits_by_word", waits_by_flag, "waits_by_query", waits_by_query);
+                         word_state == 1 ? "on" : word_state == 0 ? "not made" : "off",
+                         "waits_by_word", waits_by_word, "waits_by_query", waits_by_query);
 }
 
 /* use_completion_word(on): whether host waits read the completion word (True, the
@@ -1191,7 +1191,7 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
 static PyObject *use_completion_word(PyObject *self, PyObject *on) {
     int v = PyObject_IsTrue(on);
     if (v < 0) return NULL;
-    flag_wanted = v;
+    word_wanted = v;
     Py_RETURN_NONE;
 }
 
