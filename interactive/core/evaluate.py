@@ -27,6 +27,33 @@ _F32 = _dt.float32.np
 
 DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output bytes + 16 KiB
 
+# The dispatch paths a node can take, counted by the loop whether or not the timeline
+# records (so a test can show that recording changes nothing but the records):
+# the rule's result stored (adopted or a view of an input); the rule into an output buffer
+# (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
+# (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
+# through ``run_compiled``; a GPU stream's node run on the host; the backend's eager lane.
+PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
+         "host_fallback", "eager_lane")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST, LANE = range(len(PATHS))
+_counts = [0] * len(PATHS)
+
+
+def count(path: int) -> None:
+    """One more node on ``path`` (one of ``PATHS``' indices)."""
+    _counts[path] += 1
+
+
+def dispatch_counts() -> dict:
+    """How many nodes took each dispatch path since the process started (or the last
+    ``reset_dispatch_counts``)."""
+    return dict(zip(PATHS, _counts))
+
+
+def reset_dispatch_counts() -> None:
+    for i in range(len(_counts)):
+        _counts[i] = 0
+
 
 class _Probe:
     __slots__ = ("buffer",)
@@ -119,7 +146,7 @@ def run_node(node: Node) -> None:
     if be.device_context is None:
         _run(node, prim, be)
         return
-    if prim.defn.takes_runtime and not timeline.enabled and _gpu_fused_lane(node, prim, be):
+    if prim.defn.takes_runtime and _gpu_fused_lane(node, prim, be):
         return
     why = be.host_reason(node)
     if why is not None:
@@ -136,6 +163,7 @@ def _run_on_host(node: Node, prim, be, why: str) -> None:
     readable), recorded on the timeline as a fallback with the reason, never silently."""
     be.synchronize(prim.stream)
     t0 = timeline.now() if timeline.enabled else 0
+    _counts[HOST] += 1
     _run(node, prim, backend("cpu"))
     if t0:
         timeline.add("fallback", t0, timeline.now(), name=prim.name, node=node.id,
@@ -162,6 +190,7 @@ def _run(node: Node, prim, be, fn=None) -> None:
     out_handle = None
     outputs = node.outputs
     if defn.view:  # only views: no floating-point warnings to silence
+        _counts[VIEW] += 1
         res = fn(be.xp, *ins, **prim.kw)
     else:
         res = _compute(node, prim, fn, be, upcast, ins, outputs, t0)
@@ -210,8 +239,9 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     xp = be.xp
     kw = prim.kw
     if defn.takes_runtime:
-        if _fused_lane(node, prim, be, ins, t0):
+        if _fused_lane(node, prim, be, ins, t0, FUSED):
             return _DONE
+        _counts[COMPILED] += 1
         kw = {**kw, "runtime": be.compiled}
     with be.quiet():
         if defn.takes_out and not upcast and len(outputs) == 1:
@@ -226,6 +256,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
                 out_handle = out = None
                 res = fn(xp, *ins, **kw)
             if res is out:  # the common case: the result is exactly the prepared buffer
+                _counts[RULE_OUT] += 1
                 target.set_data(out, out_handle)
                 _detach(node)
                 if t0:
@@ -235,10 +266,11 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
             res = fn(xp, *ins, donatable=_donatable_inputs(node, be.array_type), **kw)
         else:
             res = fn(xp, *ins, **kw)
+    _counts[RULE] += 1
     return out_handle, res
 
 
-def _fused_lane(node: Node, prim, be, ins: list, t0: int) -> bool:
+def _fused_lane(node: Node, prim, be, ins: list, t0: int, path: int) -> bool:
     """The fast lane of a fused call whose kernel is loaded for these layouts: it writes
     straight into the output buffer (no rule, no warning filter: it is generated code),
     launched by ``Backend.launch_fused``. False when the call needs ``run_compiled``."""
@@ -258,6 +290,7 @@ def _fused_lane(node: Node, prim, be, ins: list, t0: int) -> bool:
     if not ln.takes(out):
         return False
     be.launch_fused(prim.stream, ln, ins, out)
+    _counts[path] += 1
     target.set_data(out, out_handle)
     _detach(node)
     if t0:
@@ -268,14 +301,15 @@ def _fused_lane(node: Node, prim, be, ins: list, t0: int) -> bool:
 def _gpu_fused_lane(node: Node, prim, be) -> bool:
     """A GPU's fused call on device inputs, launched without entering the stream's device
     context (``launch_fused`` names the stream): the small-call path of
-    ``benchmarks/cuda_fusion.py``. Only while the timeline is off: a recorded node gets
-    the device context's timing events."""
+    ``benchmarks/cuda_fusion.py``. Recorded like any node (its host-side span: the
+    launch is asynchronous)."""
     at = be.array_type
     ins = [d.data for d in node.inputs]
     for x in ins:
         if type(x) is not at:
             return False
-    return _fused_lane(node, prim, be, ins, 0)
+    return _fused_lane(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
+                       FUSED_DEVICE)
 
 
 def _donatable_inputs(node: Node, at: type) -> list:

@@ -31,7 +31,7 @@ from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
 from .device import check_thread
-from .evaluate import prebuild_kernels, run_node
+from .evaluate import LANE, count, prebuild_kernels, run_node
 from .primitive import Node
 from .tracer import before_eval
 from .walk import topological
@@ -160,6 +160,8 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = Tr
     """Evaluate the arrays (and what they need); return at once when ``asynchronous``.
     ``lane=False``: the backend's eager lane has already declined the one desc.
 
+    Every eval goes through here and ``_evaluate``: one order, one schedule, and each node
+    run by ``evaluate.run_node`` (inline on this thread, or by its stream's worker).
     From its first line a synchronous eval counts as running, so an interrupt (SIGINT)
     arriving while the graph is still being ordered is honoured at the first node boundary
     instead of raising in the middle of the bookkeeping.
@@ -179,14 +181,13 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = Tr
     _install_sigint()
     Interrupt.begin()
     try:
-        if len(descs) != 1 or not _eval_one(descs[0]):
-            _evaluate(descs, False)
+        _evaluate(descs, False)
     finally:
         Interrupt.end()
 
 
 # a backend's ``eval_one(desc) -> bool`` (``Backend.eager_eval``: the CUDA lane in C), set
-# the first time ``_eval_one`` meets a backend with an eager lane
+# the first time ``_run_inline`` meets a backend with an eager lane
 _eager_one: list = [None]
 
 
@@ -201,58 +202,21 @@ def _enable_eager(be) -> None:
         "workers": _scheduler._workers, "by_stream": _backends._by_stream})
 
 
-def _eval_one(desc: ArrayDesc) -> bool:
-    """The eager fast path: one unscheduled node over available inputs, on a stream with no
-    queued work, run right here. False when the general path is needed."""
-    node = desc.node
-    if node is None:
-        return True
-    check_thread(node.primitive.stream)
-    if node.event is not None or timeline.enabled or not _inputs_available(node):
-        return False
-    si = node.primitive.stream.index
-    w = existing_worker(si)
-    if w is not None and not w.idle():
-        return False
-    be = backend(node.primitive.stream)
-    ev = be.event(si)
-    with _schedule_lock:
-        if node.event is not None:  # another thread scheduled it in the meantime
-            return False
-        node.event = ev
-    ran = False  # by the backend's eager lane, which also signals and waits
-    try:
-        if Interrupt.interrupted():
-            node.event = None
-            raise KeyboardInterrupt(_INTERRUPTED)
-        lane = be.eager_lane if node.primitive.defn.takes_runtime else None
-        if lane is not None and _eager_one[0] is None:
-            _enable_eager(be)
-        if w is None:
-            ran = lane is not None and lane(node, ev)
-            if not ran:
-                run_node(node)
-        else:
-            with w.exec_lock:
-                ran = lane is not None and lane(node, ev)
-                if not ran:
-                    run_node(node)
-    except BaseException:
-        node.event = None
-        raise
-    finally:
-        if not ran:
-            ev.signal(1)
-    if not ran and type(ev) is not Event:  # a GPU's event: eval returns once the device has finished
-        ev.wait(1)
-    return True
+def _order(descs: list[ArrayDesc]) -> tuple[list[Node], list[Node]]:
+    """``topo_order``, with its answer for the eager case (one array whose node's inputs
+    are all available and that no eval has scheduled: that node alone) found directly."""
+    if len(descs) == 1:
+        node = descs[0].node
+        if node is not None and node.event is None and _inputs_available(node):
+            return [node], []
+    return topo_order(descs)
 
 
 def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
     for _ in range(100):
         inline = None
         with _schedule_lock:
-            order, pending = topo_order(descs)
+            order, pending = _order(descs)
             _check_threads(order)
             if order:
                 if not pending and (not asynchronous or _enqueues_only(order)):
@@ -264,7 +228,7 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
                     state, events = EvalState(1), {inline: ev}
                 else:
                     state, events = _schedule(order, asynchronous)
-        if order:
+        if len(order) > 1:
             prebuild_kernels(order)  # an eval's new kernels build in parallel
         if inline is not None:
             if asynchronous:  # a GPU stream's nodes: enqueued here, computed by the device
@@ -332,7 +296,9 @@ def _enqueues_only(order: list[Node]) -> bool:
 
 def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bool = False) -> None:
     """Run a single-stream eval on the calling thread (the stream's order is kept by its
-    worker's execution lock). The caller (``evaluate``) holds the eval's running mark."""
+    worker's execution lock). The caller (``evaluate``) holds the eval's running mark.
+    A fused call alone on a backend with an eager lane (the CUDA lane in C) is offered to
+    it first; it signals ``ev`` itself when it runs the node."""
     t0 = timeline.now() if timeline.enabled else 0
     if t0:
         timeline.add("eval_begin", t0, stream=ev.stream,
@@ -342,22 +308,44 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bo
     lock = w.exec_lock if w is not None else None
     if lock is not None:
         lock.acquire()
+    ran = False  # by the backend's eager lane, which also signals
     try:
-        for node in order:
-            if state.stopped or Interrupt.interrupted():
-                _run_task(node, state, ())
-            else:
-                try:
-                    run_node(node)
-                except BaseException as e:  # noqa: BLE001 - delivered to the caller
-                    state.stop(error=e)
-                    node.event = None
+        if len(order) == 1 and order[0].primitive.defn.takes_runtime and not asynchronous:
+            ran = _eager_lane(order[0], ev)
+        if not ran:
+            for node in order:
+                if state.stopped or Interrupt.interrupted():
+                    _run_task(node, state, ())
+                else:
+                    try:
+                        run_node(node)
+                    except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                        state.stop(error=e)
+                        node.event = None
     finally:
         if lock is not None:
             lock.release()
-        ev.signal(1)
+        if not ran:
+            ev.signal(1)
         if t0 and timeline.enabled:
             _record_end(state, ev, t0, last=True)
+
+
+def _eager_lane(node: Node, ev: Event) -> bool:
+    """The backend's eager lane (``Backend.eager_lane``, the CUDA lane's ``eval_fused``) for
+    a fused call evaluated alone: True when it ran the node (and signalled ``ev``)."""
+    if Interrupt.interrupted():
+        return False
+    be = backend(node.primitive.stream)
+    lane = be.eager_lane
+    if lane is None:
+        return False
+    if _eager_one[0] is None:
+        _enable_eager(be)
+    if lane(node, ev):
+        count(LANE)
+        return True
+    return False
 
 
 def _schedule(order: list[Node], asynchronous: bool):
