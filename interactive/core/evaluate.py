@@ -241,7 +241,6 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     if defn.takes_runtime:
         if _fused_lane(node, prim, be, ins, t0, FUSED):
             return _DONE
-        _counts[COMPILED] += 1
         kw = {**kw, "runtime": be.compiled}
     with be.quiet():
         if defn.takes_out and not upcast and len(outputs) == 1:
@@ -256,7 +255,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
                 out_handle = out = None
                 res = fn(xp, *ins, **kw)
             if res is out:  # the common case: the result is exactly the prepared buffer
-                _counts[RULE_OUT] += 1
+                _counts[COMPILED if defn.takes_runtime else RULE_OUT] += 1
                 target.set_data(out, out_handle)
                 _detach(node)
                 if t0:
@@ -266,7 +265,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
             res = fn(xp, *ins, donatable=_donatable_inputs(node, be.array_type), **kw)
         else:
             res = fn(xp, *ins, **kw)
-    _counts[RULE] += 1
+    _counts[COMPILED if defn.takes_runtime else RULE] += 1
     return out_handle, res
 
 

@@ -1,0 +1,260 @@
+"""The one eval loop: every kind of eval (an eager op's, a compiled call's, several arrays',
+async_eval's, on the CPU and on a stand-in GPU backend) runs its nodes through
+``evaluate.run_node``, which counts the dispatch path each node took; recording the
+timeline changes nothing but the records; and random sequences of evals, frees and
+interrupts keep MLX's semantics (numpy in float64 is the reference)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapescope.core as mx
+from tapescope.core import evaluate, scheduling
+from tapescope.kernels import timeline
+from tapescope.kernels.scheduler import Interrupt
+from conftest import registered_as_gpu
+from test_backends import NumpyGpu
+
+
+def _nodes_run(fn) -> int:
+    """How many nodes ``fn`` ran, by the loop's dispatch counts."""
+    before = sum(evaluate.dispatch_counts().values())
+    fn()
+    return sum(evaluate.dispatch_counts().values()) - before
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every node ``scheduling`` hands to ``run_node``, inline or on a worker."""
+    seen = []
+    real = scheduling.run_node
+
+    def spied(node):
+        seen.append(node.primitive.name)
+        real(node)
+
+    monkeypatch.setattr(scheduling, "run_node", spied)
+    return seen
+
+
+def _kinds_of_eval() -> dict:
+    """Each kind of eval on the default device: name -> (function, primitives it runs)."""
+    a = mx.array(np.arange(8, dtype=np.float32))
+    b = mx.array(np.ones(8, dtype=np.float32))
+    mx.eval(a, b)
+    f = mx.compile(lambda x, y: x * y + x)
+
+    def async_eval():
+        c = mx.exp(a)
+        mx.async_eval(c)
+        mx.eval(c)
+
+    return {
+        "eager op": (lambda: mx.eval(mx.add(a, b)), ["Add"]),
+        "two arrays": (lambda: mx.eval(mx.add(a, b), mx.negative(a)),
+                       ["Add", "Negative"]),
+        "a chain": (lambda: mx.eval(mx.exp(mx.add(a, b))), ["Add", "Exp"]),
+        "compiled call": (lambda: mx.eval(f(a, b)), ["Compiled"]),
+        "async_eval": (async_eval, ["Exp"]),
+    }
+
+
+@pytest.mark.parametrize("device", ["cpu", "testgpu"])
+def test_every_kind_of_eval_runs_each_node_once_through_run_node(device, spy):
+    gen = registered_as_gpu(NumpyGpu()) if device == "testgpu" else None
+    dev = mx.gpu if gen is not None else mx.cpu
+    if gen is not None:
+        next(gen)
+    try:
+        with mx.stream(dev):
+            for name, (fn, prims) in _kinds_of_eval().items():
+                fn()  # first calls may build kernels
+                spy.clear()
+                n = _nodes_run(fn)
+                assert sorted(spy) == sorted(prims), name
+                assert n == len(prims), name  # one dispatch path counted per node run
+    finally:
+        if gen is not None:
+            gen.close()
+
+
+def _workload() -> list:
+    """Eager ops, a compiled call, a multi-output op, async_eval and a view: the values."""
+    a = mx.array(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))
+    b = mx.array(np.linspace(1, 3, 64, dtype=np.float32).reshape(8, 8))
+    f = mx.compile(lambda x, y: mx.exp(x) * y - x)
+    outs = [a + b, mx.sum(a * b, axis=1), f(a, b), f(b, a)[2:, :3], mx.split(a, 2, axis=0)[1]]
+    mx.eval(outs[0])
+    mx.async_eval(outs[1])
+    mx.eval(*outs)
+    c = mx.matmul(a, b).T
+    mx.eval(c)
+    return [np.array(o) for o in outs + [c]]
+
+
+class _Plan:
+    """A stand-in GPU's loaded fused kernel: the tape interpreted into the output."""
+
+    def __init__(self, tape, shape):
+        self.tape, self.shape = tape, shape
+
+    def takes(self, out) -> bool:
+        return True
+
+
+class LaunchingGpu(NumpyGpu):
+    """The stand-in GPU with a device context and a loaded fused kernel for every call: the
+    eval loop launches its fused calls outside the context (a GPU's small-call path)."""
+
+    name = "launchgpu"
+
+    @staticmethod
+    def device_context(stream, node=None):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @property
+    def compiled_launch(self):
+        return lambda tape, ins, shape: _Plan(tape, shape)
+
+    def launch_fused(self, stream, launch, inputs, out):
+        from tapescope.kernels.codegen.interpret import interpret
+
+        out[...] = interpret(launch.tape, inputs, launch.shape, np)[0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "launchgpu"])
+def test_recording_the_timeline_changes_nothing_but_the_records(device):
+    gen = registered_as_gpu(LaunchingGpu()) if device == "launchgpu" else None
+    if gen is not None:
+        next(gen)
+    try:
+        with mx.stream(mx.gpu if gen is not None else mx.cpu):
+            _compare_recorded(device)
+    finally:
+        if gen is not None:
+            gen.close()
+
+
+def _compare_recorded(device) -> None:
+    _workload()  # kernels built, caches warm
+    runs = {}
+    for recording in (False, True, False):
+        evaluate.reset_dispatch_counts()
+        if recording:
+            with timeline.record() as rec:
+                values = _workload()
+        else:
+            values = _workload()
+        runs.setdefault(recording, []).append((evaluate.dispatch_counts(), values))
+    (off, values_off), (off2, _) = runs[False]
+    on, values_on = runs[True][0]
+    assert off == off2  # the workload is deterministic
+    assert on == off, (on, off)
+    for x, y in zip(values_on, values_off):
+        np.testing.assert_array_equal(x, y)
+    prims = [r for r in rec.records if r.kind == "primitive"]
+    assert len(prims) == sum(on.values()) - on["host_fallback"]  # each node run, recorded
+    fused = "fused_kernel" if device == "cpu" else "fused_kernel_device"
+    assert on[fused] >= 1, on  # the fast launch is taken, recording or not
+
+
+# -- random sequences of evals, frees and interrupts ------------------------------------
+
+UNARY = {"negative": np.negative, "exp": np.exp, "abs": np.abs}
+BINARY = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract,
+          "maximum": np.maximum}
+
+step = st.one_of(
+    st.tuples(st.just("unary"), st.sampled_from(sorted(UNARY)), st.integers(0, 1 << 20)),
+    st.tuples(st.just("binary"), st.sampled_from(sorted(BINARY)), st.integers(0, 1 << 20),
+              st.integers(0, 1 << 20)),
+    st.tuples(st.just("eval"), st.lists(st.integers(0, 1 << 20), min_size=1, max_size=3),
+              st.booleans()),
+    st.tuples(st.just("free"), st.integers(0, 1 << 20)),
+    st.tuples(st.just("interrupt"), st.integers(0, 1 << 20), st.integers(0, 4)),
+)
+
+
+def _interrupting_after(k: int):
+    """``run_node`` that requests an interrupt once ``k`` nodes have run in this eval."""
+    real = scheduling.run_node
+    ran = [0]
+
+    def run(node):
+        real(node)
+        ran[0] += 1
+        if ran[0] == k:
+            Interrupt.request()
+
+    return run
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(step, min_size=1, max_size=25))
+def test_sequences_of_evals_frees_and_interrupts_keep_mlxs_semantics(steps):
+    gc.collect()
+    active0 = mx.get_active_memory()
+    _run_steps(steps)
+    gc.collect()
+    assert mx.get_active_memory() <= active0  # every freed array's memory is back
+
+
+def _run_steps(steps: list) -> None:
+    rng = np.random.default_rng(0)
+    pool = [mx.array(x) for x in rng.uniform(-1, 1, (3, 6)).astype(np.float32)]
+    ref = [np.array(p, dtype=np.float64) for p in pool]
+    for s in steps:
+        kind = s[0]
+        if kind == "unary":
+            i = s[2] % len(pool)
+            pool.append(getattr(mx, s[1])(pool[i]))
+            ref.append(UNARY[s[1]](ref[i]))
+        elif kind == "binary":
+            i, j = s[2] % len(pool), s[3] % len(pool)
+            pool.append(getattr(mx, s[1])(pool[i], pool[j]))
+            ref.append(BINARY[s[1]](ref[i], ref[j]))
+        elif kind == "eval":
+            xs = [pool[i % len(pool)] for i in s[1]]
+            (mx.async_eval if s[2] else mx.eval)(*xs)
+            if s[2]:
+                mx.eval(*xs)
+            for x in xs:
+                assert x._d.node is None  # evaluated: detached from the graph
+        elif kind == "free" and len(pool) > 1:
+            i = s[1] % len(pool)
+            del pool[i], ref[i]
+        elif kind == "interrupt":
+            x = pool[s[1] % len(pool)]
+            lazy = _lazy_descs(x)
+            real = scheduling.run_node
+            scheduling.run_node = _interrupting_after(s[2] + 1)
+            try:
+                mx.eval(x)
+                interrupted = False
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                scheduling.run_node = real
+            ran = sum(1 for d in lazy if d.node is None)
+            assert interrupted == (len(lazy) > s[2] + 1)  # stopped at the next boundary
+            assert ran == min(len(lazy), s[2] + 1)
+            for d in lazy:  # evaluated nodes keep their data, the rest stay lazy, unscheduled
+                assert (d.data is not None) == (d.node is None)
+                assert d.node is None or d.node.event is None
+    mx.eval(*pool)
+    for x, r in zip(pool, ref):
+        np.testing.assert_allclose(np.array(x), r, rtol=1e-5, atol=1e-6)
+
+
+def _lazy_descs(x) -> list:
+    """The lazy descs ``x`` needs, one per node, in the eval's order."""
+    from tapescope.core.walk import topological
+
+    return [next(r() for r in n.outputs if r() is not None) for n in topological([x._d])]
