@@ -68,6 +68,19 @@ static Py_ssize_t slot_offset(PyObject *type, const char *name) {
     return off;
 }
 
+/* node_off / desc_off: where a Node's and an ArrayDesc's slots live */
+static int core_offsets(PyObject *node_type, PyObject *desc_type) {
+    static const char *const node_slots[N_COUNT] = {"primitive", "inputs", "outputs", "id",
+                                                    "event", "keep"};
+    static const char *const desc_slots[D_COUNT] = {"shape", "dtype", "stream", "node", "index",
+                                                    "data", "buffer", "tracer", "kept"};
+    for (int i = 0; i < N_COUNT; i++)
+        if ((node_off[i] = slot_offset(node_type, node_slots[i])) < 0) return -1;
+    for (int i = 0; i < D_COUNT; i++)
+        if ((desc_off[i] = slot_offset(desc_type, desc_slots[i])) < 0) return -1;
+    return 0;
+}
+
 static PyObject *configure(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"node_type", "desc_type", "array_type", "node_ids",
                                         "tracer", "fusion", "state", "resolve_stream", "device"};
@@ -91,15 +104,8 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "configure: types, a list and a dict expected");
         return NULL;
     }
-    static const char *const node_slots[N_COUNT] = {"primitive", "inputs", "outputs", "id",
-                                                    "event", "keep"};
-    static const char *const desc_slots[D_COUNT] = {"shape", "dtype", "stream", "node", "index",
-                                                    "data", "buffer", "tracer", "kept"};
     configured = 0;
-    for (int i = 0; i < N_COUNT; i++)
-        if ((node_off[i] = slot_offset(c_node_type, node_slots[i])) < 0) return NULL;
-    for (int i = 0; i < D_COUNT; i++)
-        if ((desc_off[i] = slot_offset(c_desc_type, desc_slots[i])) < 0) return NULL;
+    if (core_offsets(c_node_type, c_desc_type) < 0) return NULL;
     if ((array_d_off = slot_offset(c_array_type, "_d")) < 0) return NULL;
     configured = 1;
     Py_RETURN_NONE;
@@ -351,10 +357,313 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyObject_Vectorcall(e_python, args, nargs, NULL);
 }
 
+/* -- The eval loop's hot part: one host node run in C ------------------------------------
+ *
+ * ``run_node(node)`` is evaluate.run_node for the common host node: on the CPU backend,
+ * not a tracer's, not a fused tape, not a rule taking ``donatable=``, no bfloat16 input of
+ * an elementwise op, every input a numpy array. Its steps are evaluate.py's, in the same
+ * order: a single-output ``out=`` rule writes into a donated input's buffer (the same
+ * checks as _donor: nobody else holds the input or its handle, same itemsize and shape,
+ * C- or F-contiguous and writeable, the buffer within the 16 KiB slack) or a fresh buffer
+ * of the allocator (its malloc, the buffer's view, a BufferHandle), under the backend's
+ * quiet floating-point state (its context variable set and reset); the result stored, the
+ * node detached. A view or another rule is called here and finished by evaluate._finish.
+ * The path is counted in evaluate's counters as the Python path counts it, and the
+ * timeline records as it does there (the same records, the same code either way).
+ * Anything else (and a rule that refuses ``out=`` with a TypeError) is the Python
+ * run_node, given with configure_loop. */
+static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
+    *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
+    *l_quiet_value, *l_kwnames_out;
+static PyObject *s_view, *s_malloc, *s_size;
+static int loop_configured = 0;
+enum { P_KW, P_STREAM, P_DEFN, P_COUNT };
+enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
+enum { T_SIZE, T_NP, T_COUNT };
+static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
+enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2 }; /* evaluate.PATHS' indices */
+#define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
+
+static PyObject *configure_loop(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"python_run", "backend", "by_stream", "xp", "allocator",
+                                        "handle_type", "bfloat16", "ndarray", "timeline", "now",
+                                        "record", "finish", "counts", "quiet_var", "quiet_value"};
+    PyObject **const slots[] = {&l_python_run, &l_backend, &l_by_stream, &l_xp, &l_alloc,
+                                &l_handle_type, &l_bf16, &l_ndarray, &l_timeline, &l_now,
+                                &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value};
+    loop_configured = 0;
+    if (!PyDict_Check(kw)) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop takes a dict");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "configure_loop: missing %s", names[i]);
+            return NULL;
+        }
+        Py_XSETREF(*slots[i], Py_NewRef(v));
+    }
+    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyContextVar_CheckExact(l_quiet_var)) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop: by_stream a dict, counts a list, "
+                                         "quiet_var a ContextVar");
+        return NULL;
+    }
+    PyObject *node_type = PyDict_GetItemString(kw, "node_type");
+    PyObject *desc_type = PyDict_GetItemString(kw, "desc_type");
+    if (!node_type || !desc_type || !PyType_Check(node_type) || !PyType_Check(desc_type)) {
+        PyErr_SetString(PyExc_KeyError, "configure_loop: the node and desc types");
+        return NULL;
+    }
+    if (core_offsets(node_type, desc_type) < 0) return NULL;
+    Py_XSETREF(c_node_type, Py_NewRef(node_type));
+    Py_XSETREF(c_desc_type, Py_NewRef(desc_type));
+    PyObject *prim_type = PyDict_GetItemString(kw, "primitive_type");
+    PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
+    PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
+    PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
+        PyErr_SetString(PyExc_KeyError, "configure_loop: the primitive, definition, dtype and "
+                                        "buffer types");
+        return NULL;
+    }
+    static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn"};
+    static const char *const f_slots[F_COUNT] = {"rule", "takes_out", "takes_donatable",
+                                                 "takes_runtime", "view", "elementwise"};
+    static const char *const t_slots[T_COUNT] = {"size", "np"};
+    for (int i = 0; i < P_COUNT; i++)
+        if ((prim_off[i] = slot_offset(prim_type, p_slots[i])) < 0) return NULL;
+    for (int i = 0; i < F_COUNT; i++)
+        if ((defn_off[i] = slot_offset(defn_type, f_slots[i])) < 0) return NULL;
+    for (int i = 0; i < T_COUNT; i++)
+        if ((dtype_off[i] = slot_offset(dtype_type, t_slots[i])) < 0) return NULL;
+    if ((buf_size_off = slot_offset(buffer_type, "size")) < 0) return NULL;
+    if (l_kwnames_out == NULL && (l_kwnames_out = Py_BuildValue("(s)", "out")) == NULL) return NULL;
+    if (s_view == NULL && (!(s_view = PyUnicode_InternFromString("view")) ||
+                           !(s_malloc = PyUnicode_InternFromString("malloc")) ||
+                           !(s_size = PyUnicode_InternFromString("size"))))
+        return NULL;
+    loop_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* the slot at ``off`` (borrowed; NULL when unset) */
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int count_path(int path) {
+    PyObject *old = PyList_GET_ITEM(l_counts, path);
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *n = one ? PyNumber_Add(old, one) : NULL;
+    Py_XDECREF(one);
+    if (n == NULL) return -1;
+    PyList_SetItem(l_counts, path, n); /* steals n */
+    return 0;
+}
+
+/* the rule called as rule(xp, *ins, [out=out,] **kw); ``args`` has room for kw's values */
+static PyObject *call_rule(PyObject *rule, PyObject **args, Py_ssize_t nargs, PyObject *out,
+                           PyObject *kw) {
+    Py_ssize_t nkw = PyDict_GET_SIZE(kw);
+    if (nkw == 0 && out != NULL) {
+        args[nargs] = out;
+        return PyObject_Vectorcall(rule, args, nargs, l_kwnames_out);
+    }
+    PyObject *names = PyTuple_New(nkw + (out != NULL));
+    if (names == NULL) return NULL;
+    Py_ssize_t k = 0, pos = 0;
+    if (out != NULL) {
+        PyTuple_SET_ITEM(names, k++, Py_NewRef(PyTuple_GET_ITEM(l_kwnames_out, 0)));
+        args[nargs] = out;
+    }
+    PyObject *key, *value;
+    while (PyDict_Next(kw, &pos, &key, &value)) {
+        PyTuple_SET_ITEM(names, k, Py_NewRef(key));
+        args[nargs + k++] = value;
+    }
+    PyObject *r = PyObject_Vectorcall(rule, args, nargs, names);
+    Py_DECREF(names);
+    return r;
+}
+
+/* whether ``d`` (an input desc) may give its buffer to an output of ``shape``, ``itemsize``
+ * and ``nbytes`` (evaluate._donor's checks, in its order) */
+static int donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes) {
+    if (Py_REFCNT(d) != 1) return 0; /* held elsewhere than node.inputs */
+    PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
+    if (h == NULL || h == Py_None || data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray)
+        return 0;
+    PyObject *dt = SLOT(d, desc_off[D_DTYPE]);
+    PyObject *sz = dt ? SLOT(dt, dtype_off[T_SIZE]) : NULL;
+    if (sz == NULL || PyLong_AsLongLong(sz) != itemsize) { PyErr_Clear(); return 0; }
+    int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    Py_buffer v;
+    if (PyObject_GetBuffer(data, &v, PyBUF_WRITABLE | PyBUF_STRIDES) < 0) { /* read-only */
+        PyErr_Clear();
+        return 0;
+    }
+    int contiguous = PyBuffer_IsContiguous(&v, 'C') || PyBuffer_IsContiguous(&v, 'F');
+    PyBuffer_Release(&v);
+    if (!contiguous || Py_REFCNT(h) != 1) return 0;
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    if (buf == NULL) { PyErr_Clear(); return 0; }
+    PyObject *bs = SLOT(buf, buf_size_off);
+    long long size = bs ? PyLong_AsLongLong(bs) : -1;
+    Py_DECREF(buf);
+    if (size < 0) { PyErr_Clear(); return 0; }
+    return size <= nbytes + DONATION_SLACK;
+}
+
+#define MAX_RULE_ARGS 48
+
+/* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
+static int run_host(PyObject *node) {
+    if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
+    if (SLOT(node, node_off[N_KEEP]) != Py_False) return 0; /* a tracer's: tracer.keep */
+    PyObject *prim = SLOT(node, node_off[N_PRIMITIVE]);
+    PyObject *stream = SLOT(prim, prim_off[P_STREAM]), *defn = SLOT(prim, prim_off[P_DEFN]);
+    PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    PyObject *inputs = SLOT(node, node_off[N_INPUTS]), *outputs = SLOT(node, node_off[N_OUTPUTS]);
+    if (stream == NULL || defn == NULL || kw == NULL || !PyDict_Check(kw) || inputs == NULL ||
+        !PyList_CheckExact(inputs) || outputs == NULL || !PyList_CheckExact(outputs))
+        return 0;
+    if (SLOT(defn, defn_off[F_RUNTIME]) != Py_False || SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
+        return 0;
+    PyObject *index = PyObject_GetAttr(stream, s_index);
+    if (index == NULL) { PyErr_Clear(); return 0; }
+    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
+    Py_DECREF(index);
+    if (be != l_backend) { PyErr_Clear(); return 0; }
+    Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
+    if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
+    int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
+    PyObject *args[MAX_RULE_ARGS];
+    args[0] = l_xp;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyList_GET_ITEM(inputs, i);
+        if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+        if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
+        PyObject *data = SLOT(d, desc_off[D_DATA]);
+        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray) return 0;
+        args[1 + i] = data;
+    }
+    int view = SLOT(defn, defn_off[F_VIEW]) == Py_True;
+    int takes_out = !view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
+                    PyList_GET_SIZE(outputs) == 1;
+    PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL;
+    long long nbytes = 0;
+    if (takes_out) {
+        target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+        if (target == NULL) { PyErr_Clear(); return 0; }
+        if (target == Py_None) return 0; /* nobody wants the result: the Python path */
+    }
+    /* from here the node runs: hold what the rule gets */
+    for (Py_ssize_t i = 0; i <= n; i++) Py_INCREF(args[i]);
+    Py_XINCREF(target);
+    PyObject *rule = Py_NewRef(SLOT(defn, defn_off[F_RULE]));
+    int rc = -1;
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    if (enabled == NULL) goto done;
+    if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
+    if (t0 == NULL) t0 = PyLong_FromLong(0);
+    if (t0 == NULL) goto done;
+    if (takes_out) {
+        PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);
+        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+        if (itemsize < 0 || !PyTuple_Check(shape)) goto done;
+        nbytes = itemsize;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (PyErr_Occurred()) goto done;
+        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        PyObject *donor = NULL;
+        for (Py_ssize_t i = 0; i < n && donor == NULL; i++) {
+            PyObject *d = PyList_GET_ITEM(inputs, i);
+            if (donates(d, shape, itemsize, nbytes)) donor = d;
+        }
+        if (donor != NULL) {
+            out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
+            handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
+        } else {
+            PyObject *size = PyLong_FromLongLong(nbytes);
+            PyObject *buf = size ? PyObject_CallMethodOneArg(l_alloc, s_malloc, size) : NULL;
+            if (buf != NULL) {
+                PyObject *vargs[4] = {buf, size, npdt, shape};
+                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+            }
+            Py_XDECREF(buf);
+            Py_XDECREF(size);
+        }
+        if (out == NULL || handle == NULL) goto done;
+    }
+    if (view) {
+        res = call_rule(rule, args, n + 1, NULL, kw);
+    } else {
+        PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
+        if (token == NULL) goto done;
+        res = call_rule(rule, args, n + 1, out, kw);
+        if (PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
+        Py_DECREF(token);
+    }
+    if (res == NULL) {
+        if (out != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) { /* refuses out=: Python */
+            PyErr_Clear();
+            rc = 0;
+        }
+        goto done;
+    }
+    if (out != NULL && res == out) { /* the common case: the result is the prepared buffer */
+        put(target, desc_off[D_DATA], out);
+        put(target, desc_off[D_BUFFER], handle);
+        put(target, desc_off[D_NODE], Py_None);
+        PyObject *empty = PyList_New(0);
+        if (empty == NULL) goto done;
+        put(node, node_off[N_INPUTS], empty); /* detach */
+        Py_DECREF(empty);
+        if (count_path(PATH_RULE_OUT) < 0) goto done;
+        if (enabled == Py_True) {
+            PyObject *nb = PyLong_FromLongLong(nbytes);
+            PyObject *r = nb ? PyObject_CallFunctionObjArgs(l_record, prim, node, t0, nb, NULL) : NULL;
+            Py_XDECREF(nb);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        }
+        rc = 1;
+        goto done;
+    }
+    if (count_path(view ? PATH_VIEW : PATH_RULE) < 0) goto done;
+    PyObject *fargs[6] = {node, prim, be, res, handle ? handle : Py_None, t0};
+    PyObject *r = PyObject_Vectorcall(l_finish, fargs, 6, NULL);
+    if (r == NULL) goto done;
+    Py_DECREF(r);
+    rc = 1;
+done:
+    for (Py_ssize_t i = 0; i <= n; i++) Py_DECREF(args[i]);
+    Py_XDECREF(target); Py_DECREF(rule); Py_XDECREF(enabled); Py_XDECREF(t0);
+    Py_XDECREF(out); Py_XDECREF(handle); Py_XDECREF(res);
+    return rc;
+}
+
+static PyObject *run_node(PyObject *self, PyObject *node) {
+    int r = run_host(node);
+    if (r < 0) return NULL;
+    if (r == 1) Py_RETURN_NONE;
+    if (l_python_run == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.run_node: not configured");
+        return NULL;
+    }
+    return PyObject_CallOneArg(l_python_run, node);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
      "Hand over scheduling._eager_one and the Python eval (a dict)."},
+    {"configure_loop", (PyCFunction)configure_loop, METH_O,
+     "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
+    {"run_node", (PyCFunction)run_node, METH_O,
+     "Run one graph node (evaluate.run_node; the common host node in C)."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
      "eval($module, /, *args)\n--\n\n"
      "Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.\n\n"

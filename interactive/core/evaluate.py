@@ -8,6 +8,7 @@ result becomes the device's array, and the compiled-kernel runtime of fused tape
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Optional
 
@@ -138,7 +139,7 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> N
     desc.set_data(data, handle)
 
 
-def run_node(node: Node) -> None:
+def _run_node(node: Node) -> None:
     """Compute a node's outputs with its primitive's rule on the backend of the primitive's
     stream's device (in its device context: a GPU's stream), and detach it."""
     prim = node.primitive
@@ -197,10 +198,17 @@ def _run(node: Node, prim, be, fn=None) -> None:
         if res is _DONE:
             return
         out_handle, res = res
+    _finish(node, prim, be, res, out_handle, t0)
+
+
+def _finish(node: Node, prim, be, res, out_handle, t0: int) -> None:
+    """Store a rule's result (one array, or one per output) on the node's outputs, detach
+    the node and record it (``t0``: when it started, 0 while the timeline is off)."""
     if not isinstance(res, (tuple, list)):
         res = (res,)
+    inputs = node.inputs
     nbytes = 0
-    for ref, value in zip(outputs, res):
+    for ref, value in zip(node.outputs, res):
         d = ref()
         if d is not None:
             _store(value, d, inputs, out_handle, be)
@@ -327,6 +335,37 @@ def _record(prim, node: Node, t0: int, nbytes: int) -> None:
                  stream=prim.stream.index, device=prim.stream.device.type.name, nbytes=nbytes)
 
 
+def _c_run_node():
+    """``run_node``: core/_call.c's (the common host node in C, the same steps, else
+    ``_run_node``) where that extension is built and on, else ``_run_node``."""
+    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+        return _run_node
+    try:
+        from . import _call
+        from tapescope.kernels import backends as _backends
+        from tapescope.kernels.allocator import Buffer
+        from tapescope.kernels.primitives import PrimitiveDef
+        from numpy._core._ufunc_config import _extobj_contextvar as quiet_var
+    except ImportError:
+        return _run_node
+    import numpy as np
+
+    from .primitive import Primitive
+
+    cpu = backend("cpu")
+    with cpu.quiet():  # the backend's quiet state, set and reset in C
+        quiet_value = quiet_var.get()
+    _call.configure_loop({
+        "python_run": _run_node, "backend": cpu, "by_stream": _backends._by_stream,
+        "xp": cpu.xp, "allocator": cpu.allocator, "handle_type": BufferHandle,
+        "bfloat16": _BF16, "ndarray": np.ndarray, "timeline": timeline, "now": timeline.now,
+        "record": _record, "finish": _finish, "counts": _counts, "quiet_var": quiet_var,
+        "quiet_value": quiet_value, "node_type": Node, "desc_type": ArrayDesc,
+        "primitive_type": Primitive, "definition_type": PrimitiveDef,
+        "dtype_type": type(_BF16), "buffer_type": Buffer})
+    return _call.run_node
+
+
 def prebuild_kernels(order: list) -> None:
     """Before an eval runs ``order``: start building, in parallel, the kernels its fused
     calls will need (``Backend.compiled_prebuild``; tapes that already ran are skipped
@@ -358,3 +397,6 @@ def _predicted_layouts(node: Node) -> Optional[list]:
         else:
             layouts.append(Layout(d.shape, d.dtype.np))
     return layouts
+
+
+run_node = _c_run_node()
