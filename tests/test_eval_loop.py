@@ -258,3 +258,29 @@ def _lazy_descs(x) -> list:
     from tapescope.core.walk import topological
 
     return [next(r() for r in n.outputs if r() is not None) for n in topological([x._d])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.booleans()),
+                min_size=1, max_size=30),
+       st.lists(st.integers(0, 1 << 20), min_size=1, max_size=4),
+       st.lists(st.integers(0, 1 << 20), max_size=3))
+def test_the_schedules_order_in_c_is_the_walkers(ops, outs, scheduled):
+    """core/_call.c's topo_order against walk.topological with the schedule's cut: the same
+    nodes in the same order, and the same nodes another eval has scheduled."""
+    if scheduling.c_loop is None:
+        pytest.skip("core/_call.c is not built")
+    pool = [mx.array(np.ones(3, np.float32)) for _ in range(3)]
+    for i, j, unary in ops:
+        a, b = pool[i % len(pool)], pool[j % len(pool)]
+        pool.append(mx.exp(a) if unary else a + b)
+    lazy = [p for p in pool if p._d.node is not None]
+    marked = [lazy[k % len(lazy)]._d.node for k in scheduled] if lazy else []
+    for n in marked:
+        n.event = object()  # scheduled by another eval
+    try:
+        descs = [pool[k % len(pool)]._d for k in outs]
+        assert scheduling.topo_order(descs) == scheduling._topo_order(descs)
+    finally:
+        for n in marked:
+            n.event = None

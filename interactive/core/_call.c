@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #if PY_VERSION_HEX < 0x030C0000 /* the member types' public names from 3.12 */
 #include <structmember.h>
 #define Py_T_OBJECT_EX T_OBJECT_EX
@@ -375,7 +376,8 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
-static PyObject *s_view, *s_malloc, *s_size;
+static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
+    *s_nbytes;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
@@ -441,7 +443,13 @@ static PyObject *configure_loop(PyObject *self, PyObject *kw) {
     if (l_kwnames_out == NULL && (l_kwnames_out = Py_BuildValue("(s)", "out")) == NULL) return NULL;
     if (s_view == NULL && (!(s_view = PyUnicode_InternFromString("view")) ||
                            !(s_malloc = PyUnicode_InternFromString("malloc")) ||
-                           !(s_size = PyUnicode_InternFromString("size"))))
+                           !(s_size = PyUnicode_InternFromString("size")) ||
+                           !(s_base = PyUnicode_InternFromString("base")) ||
+                           !(s_raw = PyUnicode_InternFromString("raw")) ||
+                           !(s_flags = PyUnicode_InternFromString("flags")) ||
+                           !(s_owndata = PyUnicode_InternFromString("owndata")) ||
+                           !(s_adopt = PyUnicode_InternFromString("adopt")) ||
+                           !(s_nbytes = PyUnicode_InternFromString("nbytes"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -512,6 +520,113 @@ static int donates(PyObject *d, PyObject *shape, long long itemsize, long long n
     Py_DECREF(buf);
     if (size < 0) { PyErr_Clear(); return 0; }
     return size <= nbytes + DONATION_SLACK;
+}
+
+/* the object at the end of ``a``'s ``base`` chain (allocator._owner): a new reference */
+static PyObject *owner_of(PyObject *a) {
+    PyObject *o = Py_NewRef(a);
+    for (;;) {
+        PyObject *b = PyObject_GetAttr(o, s_base);
+        if (b == NULL) { PyErr_Clear(); return o; }
+        if (b == Py_None) { Py_DECREF(b); return o; }
+        Py_DECREF(o);
+        o = b;
+    }
+}
+
+/* the owner of the memory of a handle's buffer (memory_of(handle.buffer.raw)), new ref */
+static PyObject *handle_memory(PyObject *h) {
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    PyObject *raw = buf ? PyObject_GetAttr(buf, s_raw) : NULL;
+    Py_XDECREF(buf);
+    if (raw == NULL) return NULL;
+    PyObject *m = owner_of(raw);
+    Py_DECREF(raw);
+    return m;
+}
+
+/* evaluate._finish for one output whose result is a numpy array of its dtype and shape:
+ * its handle is the out buffer's or an input's (the memory it lives in), or the memory is
+ * adopted when it owns it; stored, the node detached. 1 done, 0 declined (nothing done:
+ * evaluate._finish runs), -1 error. */
+static int finish_one(PyObject *node, PyObject *res, PyObject *out_handle, PyObject *inputs,
+                      PyObject *outputs, long long *nbytes) {
+    if (PyList_GET_SIZE(outputs) != 1 || Py_TYPE(res) != (PyTypeObject *)l_ndarray) return 0;
+    PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+    if (target == NULL) { PyErr_Clear(); return 0; }
+    if (target == Py_None || (PyObject *)Py_TYPE(target) != c_desc_type) return 0;
+    PyObject *want = SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]);
+    PyObject *dt = PyObject_GetAttr(res, s_dtype);
+    int same = dt == NULL ? -1 : dt == want ? 1 : PyObject_RichCompareBool(dt, want, Py_EQ);
+    Py_XDECREF(dt);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *shape = PyObject_GetAttr(res, s_shape);
+    same = shape ? PyObject_RichCompareBool(shape, SLOT(target, desc_off[D_SHAPE]), Py_EQ) : -1;
+    Py_XDECREF(shape);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *memory = owner_of(res), *handle = NULL;
+    if (out_handle != Py_None) {
+        PyObject *m = handle_memory(out_handle);
+        if (m == NULL) { Py_DECREF(memory); PyErr_Clear(); return 0; }
+        if (m == memory) handle = Py_NewRef(out_handle);
+        Py_DECREF(m);
+    }
+    for (Py_ssize_t i = 0; handle == NULL && i < PyList_GET_SIZE(inputs); i++) {
+        PyObject *h = SLOT(PyList_GET_ITEM(inputs, i), desc_off[D_BUFFER]);
+        if (h == NULL || h == Py_None) continue;
+        PyObject *m = handle_memory(h);
+        if (m == NULL) { Py_DECREF(memory); PyErr_Clear(); return 0; }
+        if (m == memory) handle = Py_NewRef(h);
+        Py_DECREF(m);
+    }
+    if (handle == NULL) { /* adopted: memory numpy made for the result (Backend.owner) */
+        int owns = 0;
+        if (Py_TYPE(memory) == (PyTypeObject *)l_ndarray) {
+            PyObject *flags = PyObject_GetAttr(memory, s_flags);
+            PyObject *od = flags ? PyObject_GetAttr(flags, s_owndata) : NULL;
+            owns = od == Py_True;
+            Py_XDECREF(flags); Py_XDECREF(od);
+            PyErr_Clear();
+        }
+        if (!owns) { Py_DECREF(memory); return 0; } /* a copy first: evaluate._store */
+        PyObject *buf = PyObject_CallMethodOneArg(l_alloc, s_adopt, memory);
+        handle = buf ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+        Py_XDECREF(buf);
+        if (handle == NULL) { Py_DECREF(memory); return -1; }
+    }
+    Py_DECREF(memory);
+    Py_INCREF(target);
+    put(target, desc_off[D_DATA], res);
+    put(target, desc_off[D_BUFFER], handle);
+    put(target, desc_off[D_NODE], Py_None);
+    Py_DECREF(handle);
+    Py_DECREF(target);
+    if (nbytes != NULL) {
+        PyObject *nb = PyObject_GetAttr(res, s_nbytes);
+        *nbytes = nb ? PyLong_AsLongLong(nb) : -1;
+        Py_XDECREF(nb);
+        if (*nbytes < 0) return -1;
+    }
+    return 1;
+}
+
+/* node.inputs = [] (evaluate._detach of a node that is not a tracer's) */
+static int detach(PyObject *node) {
+    PyObject *empty = PyList_New(0);
+    if (empty == NULL) return -1;
+    put(node, node_off[N_INPUTS], empty);
+    Py_DECREF(empty);
+    return 0;
+}
+
+/* evaluate._record(prim, node, t0, nbytes) */
+static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes) {
+    PyObject *nb = PyLong_FromLongLong(nbytes);
+    PyObject *r = nb ? PyObject_CallFunctionObjArgs(l_record, prim, node, t0, nb, NULL) : NULL;
+    Py_XDECREF(nb);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 #define MAX_RULE_ARGS 48
@@ -617,22 +732,21 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        PyObject *empty = PyList_New(0);
-        if (empty == NULL) goto done;
-        put(node, node_off[N_INPUTS], empty); /* detach */
-        Py_DECREF(empty);
-        if (count_path(PATH_RULE_OUT) < 0) goto done;
-        if (enabled == Py_True) {
-            PyObject *nb = PyLong_FromLongLong(nbytes);
-            PyObject *r = nb ? PyObject_CallFunctionObjArgs(l_record, prim, node, t0, nb, NULL) : NULL;
-            Py_XDECREF(nb);
-            if (r == NULL) goto done;
-            Py_DECREF(r);
-        }
+        if (detach(node) < 0 || count_path(PATH_RULE_OUT) < 0) goto done;
+        if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
         rc = 1;
         goto done;
     }
     if (count_path(view ? PATH_VIEW : PATH_RULE) < 0) goto done;
+    int one = finish_one(node, res, handle ? handle : Py_None, inputs, outputs,
+                         enabled == Py_True ? &nbytes : NULL);
+    if (one < 0) goto done;
+    if (one == 1) {
+        if (detach(node) < 0) goto done;
+        if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
+        rc = 1;
+        goto done;
+    }
     PyObject *fargs[6] = {node, prim, be, res, handle ? handle : Py_None, t0};
     PyObject *r = PyObject_Vectorcall(l_finish, fargs, 6, NULL);
     if (r == NULL) goto done;
@@ -656,12 +770,133 @@ static PyObject *run_node(PyObject *self, PyObject *node) {
     return PyObject_CallOneArg(l_python_run, node);
 }
 
+/* -- The schedule's order in C ------------------------------------------------------------
+ *
+ * ``topo_order(descs)`` is scheduling.topo_order: walk.topological's depth-first order
+ * (from the arrays in order, each node's inputs left to right, a node once, inputs before
+ * their consumers) with its cut for a node another eval has scheduled (its event set: into
+ * ``pending``, its inputs unvisited). Returns (order, pending). */
+typedef struct { PyObject **items; Py_ssize_t n, cap; } Stack;
+typedef struct { void **slots; size_t cap, n; } PtrSet;
+
+static int stack_push(Stack *s, PyObject *o) {
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 64;
+        PyObject **items = PyMem_Realloc(s->items, cap * sizeof(PyObject *));
+        if (items == NULL) { PyErr_NoMemory(); return -1; }
+        s->items = items, s->cap = cap;
+    }
+    s->items[s->n++] = Py_NewRef(o);
+    return 0;
+}
+
+/* 1 added, 0 already there, -1 no memory (open addressing over pointers, load <= 1/2) */
+static int set_add(PtrSet *s, void *p) {
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        void **slots = PyMem_Calloc(cap, sizeof(void *));
+        if (slots == NULL) { PyErr_NoMemory(); return -1; }
+        for (size_t i = 0; i < s->cap; i++) {
+            void *q = s->slots[i];
+            if (q == NULL) continue;
+            size_t j = ((uintptr_t)q >> 4) & (cap - 1);
+            while (slots[j] != NULL) j = (j + 1) & (cap - 1);
+            slots[j] = q;
+        }
+        PyMem_Free(s->slots);
+        s->slots = slots, s->cap = cap;
+    }
+    size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
+    while (s->slots[j] != NULL) {
+        if (s->slots[j] == p) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->slots[j] = p;
+    s->n++;
+    return 1;
+}
+
+static int set_has(PtrSet *s, void *p) {
+    if (s->cap == 0) return 0;
+    size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
+    while (s->slots[j] != NULL) {
+        if (s->slots[j] == p) return 1;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return 0;
+}
+
+static PyObject *topo_order(PyObject *self, PyObject *descs) {
+    if (!loop_configured || !PyList_Check(descs)) {
+        PyErr_SetString(PyExc_TypeError, "topo_order(list of ArrayDesc), once configured");
+        return NULL;
+    }
+    PyObject *order = PyList_New(0), *pending = PyList_New(0), *result = NULL;
+    Stack st = {0};
+    PtrSet seen = {0};
+    if (order == NULL || pending == NULL) goto done;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(descs); k++) {
+        if (stack_push(&st, PyList_GET_ITEM(descs, k)) < 0) goto done;
+        while (st.n) {
+            PyObject *item = st.items[--st.n]; /* owned */
+            if ((PyObject *)Py_TYPE(item) == c_node_type) { /* its inputs are done */
+                int rc = PyList_Append(order, item);
+                Py_DECREF(item);
+                if (rc < 0) goto done;
+                continue;
+            }
+            if ((PyObject *)Py_TYPE(item) != c_desc_type) {
+                Py_DECREF(item);
+                PyErr_SetString(PyExc_TypeError, "topo_order: an ArrayDesc expected");
+                goto done;
+            }
+            PyObject *node = SLOT(item, desc_off[D_NODE]);
+            if (node == NULL || node == Py_None) { Py_DECREF(item); continue; }
+            Py_INCREF(node);
+            Py_DECREF(item);
+            int added = set_add(&seen, node);
+            if (added <= 0) { Py_DECREF(node); if (added < 0) goto done; continue; }
+            PyObject *ev = SLOT(node, node_off[N_EVENT]);
+            if (ev != NULL && ev != Py_None) { /* another eval runs it: wait, do not enter */
+                int rc = PyList_Append(pending, node);
+                Py_DECREF(node);
+                if (rc < 0) goto done;
+                continue;
+            }
+            int rc = stack_push(&st, node);
+            PyObject *inputs = SLOT(node, node_off[N_INPUTS]);
+            Py_DECREF(node);
+            if (rc < 0) goto done;
+            if (inputs == NULL || !PyList_Check(inputs)) {
+                PyErr_SetString(PyExc_TypeError, "topo_order: a node's inputs are a list");
+                goto done;
+            }
+            for (Py_ssize_t i = PyList_GET_SIZE(inputs) - 1; i >= 0; i--) {
+                PyObject *x = PyList_GET_ITEM(inputs, i);
+                PyObject *n = SLOT(x, desc_off[D_NODE]);
+                if (n != NULL && n != Py_None && !set_has(&seen, n) && stack_push(&st, x) < 0)
+                    goto done;
+            }
+        }
+    }
+    result = PyTuple_Pack(2, order, pending);
+done:
+    while (st.n) Py_DECREF(st.items[--st.n]);
+    PyMem_Free(st.items);
+    PyMem_Free(seen.slots);
+    Py_XDECREF(order);
+    Py_XDECREF(pending);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
      "Hand over scheduling._eager_one and the Python eval (a dict)."},
     {"configure_loop", (PyCFunction)configure_loop, METH_O,
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
+    {"topo_order", (PyCFunction)topo_order, METH_O,
+     "(the unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)"},
     {"run_node", (PyCFunction)run_node, METH_O,
      "Run one graph node (evaluate.run_node; the common host node in C)."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

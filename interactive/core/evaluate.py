@@ -335,11 +335,12 @@ def _record(prim, node: Node, t0: int, nbytes: int) -> None:
                  stream=prim.stream.index, device=prim.stream.device.type.name, nbytes=nbytes)
 
 
-def _c_run_node():
-    """``run_node``: core/_call.c's (the common host node in C, the same steps, else
-    ``_run_node``) where that extension is built and on, else ``_run_node``."""
+def _c_loop():
+    """core/_call.c configured with the eval loop's objects (its ``run_node``: the common
+    host node in C, the same steps, else ``_run_node``; its ``topo_order``), or None where
+    that extension is not built or is off."""
     if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
-        return _run_node
+        return None
     try:
         from . import _call
         from tapescope.kernels import backends as _backends
@@ -347,7 +348,7 @@ def _c_run_node():
         from tapescope.kernels.primitives import PrimitiveDef
         from numpy._core._ufunc_config import _extobj_contextvar as quiet_var
     except ImportError:
-        return _run_node
+        return None
     import numpy as np
 
     from .primitive import Primitive
@@ -363,7 +364,7 @@ def _c_run_node():
         "quiet_value": quiet_value, "node_type": Node, "desc_type": ArrayDesc,
         "primitive_type": Primitive, "definition_type": PrimitiveDef,
         "dtype_type": type(_BF16), "buffer_type": Buffer})
-    return _call.run_node
+    return _call
 
 
 def prebuild_kernels(order: list) -> None:
@@ -399,4 +400,5 @@ def _predicted_layouts(node: Node) -> Optional[list]:
     return layouts
 
 
-run_node = _c_run_node()
+c_loop = _c_loop()
+run_node = _run_node if c_loop is None else c_loop.run_node

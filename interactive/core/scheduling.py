@@ -31,7 +31,7 @@ from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
 from .device import check_thread
-from .evaluate import LANE, count, prebuild_kernels, run_node
+from .evaluate import LANE, c_loop, count, prebuild_kernels, run_node
 from .primitive import Node
 from .tracer import before_eval
 from .walk import topological
@@ -76,8 +76,9 @@ class EvalState:
         return last
 
 
-def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
-    """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)."""
+def _topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
+    """(unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on);
+    core/_call.c's ``topo_order`` is the same walk in C."""
     pending: list[Node] = []
 
     def scheduled(d: ArrayDesc) -> bool:  # another eval runs it: wait on it, do not enter it
@@ -88,6 +89,9 @@ def topo_order(descs: Iterable[ArrayDesc]) -> tuple[list[Node], list[Node]]:
         return False
 
     return topological(descs, scheduled), pending
+
+
+topo_order = _topo_order if c_loop is None else c_loop.topo_order
 
 
 def _inputs_available(node: Node) -> bool:
