@@ -26,7 +26,6 @@ backend is registered. CuPy is imported only here and in ``kernels/cuda``, only 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 from typing import Any, Callable, Optional
@@ -35,6 +34,7 @@ import numpy as np
 
 from .allocator import Allocator, allocator as _allocator_of, owner_of
 from .scheduler import Event, Fence
+from .settings import settings
 
 
 def _quiet_numpy():
@@ -263,7 +263,7 @@ register(Backend())
 @functools.lru_cache(maxsize=None)
 def cuda_device_count() -> int:
     """The number of CUDA devices CuPy can reach (0 when CuPy or a GPU is missing)."""
-    if os.environ.get("TAPESCOPE_DISABLE_GPU"):
+    if settings.disable_gpu:
         return 0
     try:
         import cupy  # noqa: F401
@@ -291,7 +291,7 @@ def gpu_available() -> bool:
         _register_cuda()
     if _metal_state is None:
         _register_metal()
-    return "gpu" in _backends and not os.environ.get("TAPESCOPE_DISABLE_GPU")
+    return "gpu" in _backends and not settings.disable_gpu
 
 
 _cuda_state: Optional[str] = None  # None: not tried; else what happened
@@ -307,7 +307,7 @@ def _register_cuda() -> None:
         if _cuda_state is not None:
             return
         _cuda_state = "off"
-    if os.environ.get("TAPESCOPE_CUDA") != "1" or os.environ.get("TAPESCOPE_DISABLE_GPU"):
+    if not settings.cuda or settings.disable_gpu:
         return
     if "gpu" in _backends or cuda_device_count() == 0:
         return
@@ -331,8 +331,8 @@ def _register_metal() -> None:
         if _metal_state is not None:
             return
         _metal_state = "off"
-    if (sys.platform != "darwin" or os.environ.get("TAPESCOPE_METAL") != "1"
-            or os.environ.get("TAPESCOPE_DISABLE_GPU") or "gpu" in _backends):
+    if (sys.platform != "darwin" or not settings.metal or settings.disable_gpu
+            or "gpu" in _backends):
         return
     try:
         from .metal.backend import MetalBackend

@@ -8,7 +8,6 @@ result becomes the device's array, and the compiled-kernel runtime of fused tape
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from typing import Optional
 
@@ -16,6 +15,7 @@ from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
+from tapescope.kernels.settings import settings
 
 from . import dtypes as _dt
 from . import tracer
@@ -339,7 +339,7 @@ def _c_loop():
     """core/_call.c configured with the eval loop's objects (its ``run_node``: the common
     host node in C, the same steps, else ``_run_node``; its ``topo_order``), or None where
     that extension is not built or is off."""
-    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+    if not settings.c_call:
         return None
     try:
         from . import _call

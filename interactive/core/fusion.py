@@ -13,7 +13,6 @@ stopped there (``Boundary``).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -21,6 +20,8 @@ from tapescope.kernels.codegen.render import cannot_render
 from tapescope.kernels.codegen.tape import (
     MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, Reduction, TapeInput, TapeOp, make_tape, node_name,
 )
+
+from tapescope.kernels.settings import setting, settings
 
 from .primitive import Primitive
 from .tracing import GOp, Program, Val
@@ -43,10 +44,11 @@ ALREADY_FUSED = "output of another fused kernel"
 _NOT_FUSED = {"reduce": REDUCTION, "distributed": COLLECTIVE}  # family -> the reason shown
 
 # The fusion mode: "mlx" (MLX's rules, the default) or "extended" (reductions fuse with their
-# elementwise neighbours too: fusion_reduce.py). TAPESCOPE_FUSION sets it at import.
-MODES = ("mlx", "extended")
-_MODE = ["extended" if os.environ.get("TAPESCOPE_FUSION", "").strip().lower() == "extended"
-         else "mlx"]
+# elementwise neighbours too: fusion_reduce.py): ``settings.fusion`` (TAPESCOPE_FUSION gives
+# its initial value). _MODE is the copy the compile cache's key reads (also in core/_call.c).
+MODES = setting("fusion").choices
+_MODE = ["mlx"]
+settings.watch("fusion", lambda mode: _MODE.__setitem__(0, mode))
 
 
 def set_fusion(mode: str) -> None:
@@ -57,12 +59,12 @@ def set_fusion(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"[set_fusion] Unknown fusion mode {mode!r}: expected one of "
                          f"{', '.join(map(repr, MODES))}.")
-    _MODE[0] = mode
+    settings.fusion = mode
 
 
 def fusion_mode() -> str:
-    """The current fusion mode: ``"mlx"`` or ``"extended"``."""
-    return _MODE[0]
+    """The current fusion mode (``settings.fusion``): ``"mlx"`` or ``"extended"``."""
+    return settings.fusion
 
 
 @dataclass(frozen=True)

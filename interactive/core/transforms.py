@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from tapescope.kernels import scheduler
 from tapescope.kernels.backends import stream_backend
+from tapescope.kernels.settings import settings
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
@@ -33,7 +33,7 @@ def _after_lane(desc) -> None:
 def _c_eval():
     """``mx.eval``: core/_call.c's eval (evaluate's eager-lane step without a Python frame,
     then ``_after_lane`` or ``_eval``) where that extension is built and on, else ``_eval``."""
-    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+    if not settings.c_call:
         return _eval
     try:
         from . import _call

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import timeline
+from ..settings import settings
 from . import disk_cache
 
 # -fno-trapping-math: no code here enables floating-point traps, and without it gcc will not
@@ -185,7 +186,7 @@ def toolchain() -> Optional[Toolchain]:
     sanitizers); they are part of the toolchain's identity, so such builds get their own
     on-disk cache folder."""
     cc = find_compiler()
-    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    user_flags = tuple(shlex.split(settings.kernel_cflags))
     key = (cc, os.environ.get("PATH", ""), user_flags)
     if key in _toolchains:
         return _toolchains[key]
@@ -252,7 +253,7 @@ def forget_probe() -> None:
     """Drop the remembered probe of the compiler on PATH now (its flags failed a build) so
     that the next ``toolchain()`` probes again."""
     cc = find_compiler()
-    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    user_flags = tuple(shlex.split(settings.kernel_cflags))
     with _toolchain_lock:
         _toolchains.pop((cc, os.environ.get("PATH", ""), user_flags), None)
         path = _probe_record(cc, user_flags) if cc else None
@@ -265,7 +266,7 @@ def forget_probe() -> None:
 
 def probed() -> bool:
     """Whether the compiler on PATH now has been probed already (``toolchain()`` is cheap)."""
-    user_flags = tuple(shlex.split(os.environ.get("TAPESCOPE_KERNEL_CFLAGS", "")))
+    user_flags = tuple(shlex.split(settings.kernel_cflags))
     return (find_compiler(), os.environ.get("PATH", ""), user_flags) in _toolchains
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..settings import settings
+
 MAX_NAME = 230  # MLX clips names over 245 chars (+ a hash); ours also carry ".<source hash>.json"
 BUILD_PREFIX = "tapescope-build-"
 
@@ -46,7 +48,7 @@ def cache_root() -> Path:
     ``$TAPESCOPE_CACHE_DIR`` overrides; else platformdirs' user cache dir when installed,
     else ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``tapescope/kernels``.
     """
-    base = os.environ.get("TAPESCOPE_CACHE_DIR")
+    base = settings.cache_dir
     if base:
         return Path(base)
     try:

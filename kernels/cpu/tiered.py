@@ -16,9 +16,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
+from ..settings import settings
 from . import compiler
 
-_on = [os.environ.get("TAPESCOPE_TIERED", "") not in ("", "0")]
 _pool: list = []  # the background builders (made on first use)
 _building: dict[str, Future] = {}  # kernel key -> its background build
 _lock = threading.Lock()
@@ -27,15 +27,15 @@ BUILDING = "interpreted while the C kernel builds in the background (tiered firs
 
 
 def set_tiered(on: bool) -> bool:
-    """Turn tiered first calls on or off; returns the previous setting."""
-    prev = _on[0]
-    _on[0] = bool(on)
+    """Turn tiered first calls on or off (``settings.tiered``); returns the previous setting."""
+    prev = settings.tiered
+    settings.tiered = bool(on)
     return prev
 
 
 def tiered() -> bool:
-    """Whether tiered first calls are on."""
-    return _on[0]
+    """Whether tiered first calls are on (``settings.tiered``)."""
+    return settings.tiered
 
 
 def _executor() -> ThreadPoolExecutor:

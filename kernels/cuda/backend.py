@@ -20,6 +20,7 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
+from ..settings import settings
 from . import device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
@@ -163,9 +164,7 @@ class CudaBackend(Backend):
         """``_lane.eval_fused`` (``kernels/cuda/_lane.c``): a fused call evaluated alone,
         from its launch plan to the host's wait, in C; None where the extension was not
         built (no C compiler at install) or ``TAPESCOPE_CUDA_LANE=0``: the Python path."""
-        import os
-
-        if os.environ.get("TAPESCOPE_CUDA_LANE", "1") == "0":
+        if not settings.cuda_lane:
             return None
         try:
             from . import _lane

@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..settings import settings
+
 HERE = Path(__file__).parent / "shim"
 HEADER = HERE / "metal_shim.h"
 FLAGS = ["-std=gnu++17", "-O0", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv",
@@ -61,19 +63,18 @@ def threadgroup_arrays(src: str) -> str:
     return _THREADGROUP_ARRAY.sub(r"\1TS_THREADGROUP_ARRAY \2 \3\4;", src)
 
 
-_ENABLED = [os.environ.get("TAPESCOPE_METAL_SHIM", "") == "1"]
-
-
 def enabled() -> bool:
     """Whether ``mx.fast.metal_kernel`` runs through the shim where there is no Metal
-    (tapescope's extension; off by default, as MLX raises "No Metal back-end")."""
-    return _ENABLED[0]
+    (``settings.metal_shim``; tapescope's extension, off by default, as MLX raises "No
+    Metal back-end")."""
+    return settings.metal_shim
 
 
 def enable(on: bool = True) -> bool:
-    """Turn the shim path of ``mx.fast.metal_kernel`` on or off; returns the previous setting
-    (``TAPESCOPE_METAL_SHIM=1`` turns it on at import)."""
-    old, _ENABLED[0] = _ENABLED[0], bool(on)
+    """Turn the shim path of ``mx.fast.metal_kernel`` on or off (``settings.metal_shim``,
+    whose initial value ``TAPESCOPE_METAL_SHIM`` gives); returns the previous setting."""
+    old = settings.metal_shim
+    settings.metal_shim = bool(on)
     return old
 
 
