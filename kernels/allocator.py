@@ -231,7 +231,9 @@ class Allocator:
         self.active = 0
         self.peak = 0
         self._lock = threading.RLock()
-        self.cache: BufferCache[Buffer] = BufferCache(self.page_size, lambda b: b.size, self._release)
+        self.cache: BufferCache[Buffer] = BufferCache(self.page_size, None, self._release)
+        # the policy's rounding, None where it keeps the request (the CPU's): one call less
+        self._round = None if p.round_size is _exact else p.round_size
 
     # -- raw memory -----------------------------------------------------------------------
     def _raw_alloc(self, size: int) -> Any:
@@ -252,19 +254,22 @@ class Allocator:
         """A buffer of at least ``size`` bytes, from the cache when one fits."""
         if size == 0:
             return self.buffer_type(self._raw_alloc(0), 0)
-        size = self.round_size(size)
+        if self._round is not None:
+            size = self._round(size, self.page_size)
+        cache = self.cache
         with self._lock:
-            buf = self.cache.reuse_from_cache(size)
+            buf = cache.reuse_from_cache(size)
             reused = buf is not None
             if buf is None:
-                required = self.active + self.cache.cache_size() + size
+                required = self.active + cache.pool_size + size
                 if self.gc_limit is not None and required >= self.gc_limit:
                     self._evict(required - self.gc_limit)
                 buf = self._allocate_or_raise(size)
-            self.active += buf.size
-            self.peak = max(self.peak, self.active)
-            if self.policy.trim_after_malloc and self.cache.cache_size() > self.cache_limit:
-                self._evict(self.cache.cache_size() - self.cache_limit)
+            active = self.active = self.active + buf.size
+            if active > self.peak:
+                self.peak = active
+            if self.policy.trim_after_malloc and cache.pool_size > self.cache_limit:
+                self._evict(cache.pool_size - self.cache_limit)
         if timeline.enabled:
             timeline.add("cache_reuse" if reused else "alloc", timeline.now(), device=self.device,
                          nbytes=buf.size, detail={"buffer": buf.id, "requested": size})
@@ -309,17 +314,19 @@ class Allocator:
 
     def free(self, buf: Buffer) -> None:
         """Return a buffer: to the cache when the policy's limit allows, else to the system."""
-        if buf.size == 0 or buf.raw is None:
+        size = buf.size
+        if size == 0 or buf.raw is None:
             return
+        cache = self.cache
         with self._lock:
-            self.active -= buf.size
-            cached = self.cache.cache_size()
+            self.active -= size
+            cached = cache.pool_size
             if self.policy.recycle_if_fits:
-                keep = cached + buf.size <= self.cache_limit
+                keep = cached + size <= self.cache_limit
             else:
                 keep = cached < self.cache_limit
             if keep:
-                self.cache.recycle_to_cache(buf)
+                cache.recycle_to_cache(buf)
         if timeline.enabled:
             timeline.add("free_to_cache" if keep else "free", timeline.now(), device=self.device,
                          nbytes=buf.size, detail={"buffer": buf.id})

@@ -17,7 +17,8 @@ T = TypeVar("T")
 
 
 class BufferCache(Generic[T]):
-    """Cache of free buffers; ``get_size(buf)`` gives a buffer's real size, ``free(buf)`` releases it.
+    """Cache of free buffers; ``get_size(buf)`` gives a buffer's real size (None: its
+    ``size`` attribute), ``free(buf)`` releases it.
 
     The multimap is a dict of size -> FIFO of (seq, buffer) plus the sorted list of sizes
     present, so reuse and recycling cost O(log sizes) however many buffers are cached. Within
@@ -25,7 +26,8 @@ class BufferCache(Generic[T]):
     the one MLX's multimap reuses first, and the one LRU eviction reaches first.
     """
 
-    def __init__(self, page_size: int, get_size: Callable[[T], int], free: Callable[[T], None]):
+    def __init__(self, page_size: int, get_size: Optional[Callable[[T], int]],
+                 free: Callable[[T], None]):
         self.page_size = page_size
         self._get_size = get_size
         self._free = free
@@ -67,7 +69,8 @@ class BufferCache(Generic[T]):
 
     def recycle_to_cache(self, buf: T) -> None:
         """Keep ``buf`` for reuse (it becomes the most recently used)."""
-        size = self._get_size(buf)
+        get_size = self._get_size
+        size = buf.size if get_size is None else get_size(buf)
         seq = next(self._seq)
         q = self._by_size.get(size)
         if q is None:
