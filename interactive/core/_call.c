@@ -312,52 +312,6 @@ static PyTypeObject CompiledBase = {
     .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
 };
 
-/* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
- * (scheduling._eager_one[0], the CUDA lane's eval_one) and, declined, goes to after_lane
- * (transforms._after_lane: evaluate without asking the lane again); anything else is the
- * Python eval (transforms._eval), given with configure_eval. */
-static PyObject *e_eager_one = NULL, *e_python = NULL, *e_after_lane = NULL;
-
-static PyObject *configure_eval(PyObject *self, PyObject *kw) {
-    PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
-    PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
-    PyObject *after = py ? PyDict_GetItemString(kw, "after_lane") : NULL;
-    if (after == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 ||
-        !PyCallable_Check(py) || !PyCallable_Check(after)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_eval({'eager_one': [f], 'python': eval, 'after_lane': g})");
-        return NULL;
-    }
-    Py_XSETREF(e_eager_one, Py_NewRef(one));
-    Py_XSETREF(e_python, Py_NewRef(py));
-    Py_XSETREF(e_after_lane, Py_NewRef(after));
-    Py_RETURN_NONE;
-}
-
-static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (e_python == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_call.eval: not configured");
-        return NULL;
-    }
-    if (nargs == 1 && configured && (PyObject *)Py_TYPE(args[0]) == c_array_type) {
-        PyObject *one = PyList_GET_ITEM(e_eager_one, 0);
-        if (one != Py_None) {
-            PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            if (desc == NULL) return NULL;
-            Py_INCREF(one);
-            PyObject *ran = PyObject_CallOneArg(one, desc);
-            Py_DECREF(one);
-            int done = ran == Py_True;
-            Py_XDECREF(ran);
-            PyObject *r = ran == NULL ? NULL
-                          : done ? Py_NewRef(Py_None) : PyObject_CallOneArg(e_after_lane, desc);
-            Py_DECREF(desc);
-            return r;
-        }
-    }
-    return PyObject_Vectorcall(e_python, args, nargs, NULL);
-}
-
 /* -- The eval loop's hot part: one host node run in C ------------------------------------
  *
  * ``run_node(node)`` is evaluate.run_node for the common host node: on the CPU backend,
@@ -889,6 +843,255 @@ done:
     return result;
 }
 
+/* -- mx.eval of one array whose node is ready, in C ------------------------------------
+ *
+ * scheduling.evaluate's steps for its most common case (an eager op's eval): one array
+ * whose node no eval has scheduled, over available inputs, on the CPU's stream with no
+ * worker thread, on the thread that owns the stream, with no transformation running. The
+ * SIGINT handler and the interrupt bracket (Interrupt.begin / end), the claim under the
+ * schedule lock (its stream's new event set on the node), the node run by run_node (above),
+ * the event signalled, and the timeline's eval records where it records (scheduling's own
+ * helpers). Anything else is declined before anything is done, and the Python eval runs. */
+static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
+    *g_state_type, *g_thread_ident, *g_interrupted;
+static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
+    *s_error, *s_interrupted, *s_one;
+static int eager_configured = 0;
+
+static PyObject *configure_eager(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"tracer", "interrupt", "install_sigint", "schedule_lock",
+                                        "workers", "eval_begin", "eval_end", "state_type",
+                                        "thread_ident", "interrupted_message"};
+    PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
+                                &g_begin, &g_end, &g_state_type, &g_thread_ident,
+                                &g_interrupted};
+    eager_configured = 0;
+    if (!loop_configured || !PyDict_Check(kw)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eager(dict), after configure_loop");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "configure_eager: missing %s", names[i]);
+            return NULL;
+        }
+        Py_XSETREF(*slots[i], Py_NewRef(v));
+    }
+    if (!PyDict_Check(g_workers)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eager: workers is a dict");
+        return NULL;
+    }
+#define I(var, text) if (var == NULL && !(var = PyUnicode_InternFromString(text))) return NULL;
+    I(s__flag, "_flag") I(s_begin, "begin") I(s_end, "end") I(s_acquire, "acquire")
+    I(s_release, "release") I(s_signal, "signal") I(s__owner, "_owner") I(s_error, "error")
+    I(s_interrupted, "interrupted")
+#undef I
+    if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) return NULL;
+    eager_configured = 1;
+    Py_RETURN_NONE;
+}
+
+static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* whether every node of ``order`` is on ``stream`` (the same object, as _inline_stream
+ * asks) and at most one is a fused tape (prebuild_kernels has nothing to start then) */
+static int one_stream(PyObject *order, PyObject *stream) {
+    int fused = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
+        PyObject *prim = SLOT(PyList_GET_ITEM(order, i), node_off[N_PRIMITIVE]);
+        if (SLOT(prim, prim_off[P_STREAM]) != stream) return 0;
+        if (SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True && ++fused > 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* the error being raised, kept as the eval's (the first one wins) */
+static void keep_error(PyObject **type, PyObject **value, PyObject **tb) {
+    if (*type == NULL) {
+        PyErr_Fetch(type, value, tb);
+        PyErr_NormalizeException(type, value, tb);
+    } else {
+        PyErr_Clear();
+    }
+}
+
+/* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
+static int eager_eval(PyObject *desc) {
+    if (!eager_configured || (PyObject *)Py_TYPE(desc) != c_desc_type) return 0;
+    PyObject *active = PyObject_GetAttr(g_tracer, s__active);
+    int quiet = active != NULL && PyLong_Check(active) && PyLong_AsLong(active) == 0;
+    Py_XDECREF(active);
+    if (!quiet) { PyErr_Clear(); return 0; } /* a transformation may run: before_eval */
+    PyObject *node = SLOT(desc, desc_off[D_NODE]);
+    if (node == NULL) return 0;
+    if (node == Py_None) return 1; /* available already */
+    if ((PyObject *)Py_TYPE(node) != c_node_type) return 0;
+    PyObject *stream = SLOT(SLOT(node, node_off[N_PRIMITIVE]), prim_off[P_STREAM]);
+    PyObject *owner = PyObject_GetAttr(stream, s__owner);
+    if (owner == NULL) { PyErr_Clear(); return 0; }
+    int mine = owner == Py_None;
+    if (!mine) { /* check_thread: a stream another thread owns is the Python path's error */
+        PyObject *me = PyObject_CallNoArgs(g_thread_ident);
+        mine = me != NULL && PyObject_RichCompareBool(owner, me, Py_EQ) == 1;
+        Py_XDECREF(me);
+        PyErr_Clear();
+    }
+    Py_DECREF(owner);
+    if (!mine) return 0;
+    PyObject *index = PyObject_GetAttr(stream, s_index);
+    if (index == NULL) { PyErr_Clear(); return 0; }
+    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
+    PyObject *w = be == l_backend ? PyDict_GetItemWithError(g_workers, index) : NULL;
+    if (be != l_backend || w != NULL || PyErr_Occurred()) { /* another device, or a worker */
+        Py_DECREF(index);
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(stream);
+    PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL, *descs = NULL;
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    int rc = -1, begun = 0, claimed = 0, interrupted = 0;
+    if (call_none(PyObject_CallNoArgs(g_sigint)) < 0) goto done;
+    if (call_none(PyObject_CallMethodNoArgs(g_interrupt, s_begin)) < 0) goto done;
+    begun = 1;
+    ev = PyObject_CallMethodOneArg(be, s_event, index);
+    descs = ev ? PyList_New(1) : NULL;
+    if (descs == NULL) goto done;
+    PyList_SET_ITEM(descs, 0, Py_NewRef(desc));
+    /* the schedule, under its lock: the order, every node on this stream, none scheduled
+     * by another eval; then each node marked with this eval's event */
+    if (call_none(PyObject_CallMethodNoArgs(g_lock, s_acquire)) < 0) goto done;
+    PyObject *both = topo_order(NULL, descs);
+    if (both != NULL) {
+        order = Py_NewRef(PyTuple_GET_ITEM(both, 0));
+        claimed = PyList_GET_SIZE(PyTuple_GET_ITEM(both, 1)) == 0 && PyList_GET_SIZE(order) > 0
+                  && one_stream(order, stream);
+        Py_DECREF(both);
+        for (Py_ssize_t i = 0; claimed && i < PyList_GET_SIZE(order); i++)
+            put(PyList_GET_ITEM(order, i), node_off[N_EVENT], ev);
+    }
+    if (call_none(PyObject_CallMethodNoArgs(g_lock, s_release)) < 0) claimed = 0;
+    if (order == NULL || PyErr_Occurred()) goto done;
+    if (!claimed) { rc = 0; goto done; }
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    int recording = enabled == Py_True;
+    Py_XDECREF(enabled);
+    Py_ssize_t n = PyList_GET_SIZE(order);
+    if (recording) { /* scheduling._eval_begin / _record_end, as _run_inline records */
+        PyObject *si = PyObject_GetAttr(ev, s_stream);
+        state = si ? PyObject_CallOneArg(g_state_type, s_one) : NULL;
+        if (state != NULL) {
+            PyObject *bargs[4] = {order, si, state, Py_False};
+            t0 = PyObject_Vectorcall(g_begin, bargs, 4, NULL);
+        }
+        Py_XDECREF(si);
+        if (t0 == NULL) keep_error(&type, &value, &tb);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
+        PyObject *nd = PyList_GET_ITEM(order, i);
+        if (!interrupted && type == NULL) {
+            PyObject *flag = PyObject_GetAttr(g_interrupt, s__flag);
+            interrupted = flag != Py_False;
+            Py_XDECREF(flag);
+            PyErr_Clear();
+        }
+        if (interrupted || type != NULL) { /* stopped: the rest stay lazy, unscheduled */
+            put(nd, node_off[N_EVENT], Py_None);
+            continue;
+        }
+        int ran = run_host(nd);
+        if (ran == 0) ran = call_none(PyObject_CallOneArg(l_python_run, nd)) < 0 ? -1 : 1;
+        if (ran < 0) {
+            keep_error(&type, &value, &tb);
+            put(nd, node_off[N_EVENT], Py_None);
+        }
+    }
+    if (state != NULL) { /* what the end record says */
+        if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
+        if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();
+    }
+    if (call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one)) < 0) keep_error(&type, &value, &tb);
+    if (t0 != NULL) {
+        PyObject *eargs[4] = {state, ev, t0, Py_True};
+        if (call_none(PyObject_Vectorcall(g_end, eargs, 4, NULL)) < 0) keep_error(&type, &value, &tb);
+    }
+    rc = 1;
+done:
+    if (begun && call_none(PyObject_CallMethodNoArgs(g_interrupt, s_end)) < 0)
+        keep_error(&type, &value, &tb);
+    if (type == NULL && PyErr_Occurred()) keep_error(&type, &value, &tb);
+    if (type != NULL) {
+        PyErr_Restore(type, value, tb);
+        rc = -1;
+    } else if (rc == 1 && interrupted) { /* MLX's message (scheduling._INTERRUPTED) */
+        PyErr_SetObject(PyExc_KeyboardInterrupt, g_interrupted);
+        rc = -1;
+    }
+    Py_DECREF(stream); Py_DECREF(index); Py_XDECREF(ev); Py_XDECREF(state); Py_XDECREF(t0);
+    Py_XDECREF(order); Py_XDECREF(descs);
+    return rc;
+}
+
+/* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
+ * (scheduling._eager_one[0], the CUDA lane's eval_one) and, declined, goes to after_lane
+ * (transforms._after_lane: evaluate without asking the lane again); anything else is the
+ * Python eval (transforms._eval), given with configure_eval. */
+static PyObject *e_eager_one = NULL, *e_python = NULL, *e_after_lane = NULL;
+
+static PyObject *configure_eval(PyObject *self, PyObject *kw) {
+    PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
+    PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
+    PyObject *after = py ? PyDict_GetItemString(kw, "after_lane") : NULL;
+    if (after == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 ||
+        !PyCallable_Check(py) || !PyCallable_Check(after)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_eval({'eager_one': [f], 'python': eval, 'after_lane': g})");
+        return NULL;
+    }
+    Py_XSETREF(e_eager_one, Py_NewRef(one));
+    Py_XSETREF(e_python, Py_NewRef(py));
+    Py_XSETREF(e_after_lane, Py_NewRef(after));
+    Py_RETURN_NONE;
+}
+
+static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (e_python == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.eval: not configured");
+        return NULL;
+    }
+    if (nargs == 1 && configured && (PyObject *)Py_TYPE(args[0]) == c_array_type) {
+        PyObject *one = PyList_GET_ITEM(e_eager_one, 0);
+        if (one != Py_None) {
+            PyObject *desc = PyObject_GetAttr(args[0], s__d);
+            if (desc == NULL) return NULL;
+            Py_INCREF(one);
+            PyObject *ran = PyObject_CallOneArg(one, desc);
+            Py_DECREF(one);
+            int done = ran == Py_True;
+            Py_XDECREF(ran);
+            PyObject *r = ran == NULL ? NULL
+                          : done ? Py_NewRef(Py_None) : PyObject_CallOneArg(e_after_lane, desc);
+            Py_DECREF(desc);
+            return r;
+        }
+        if (eager_configured) { /* an eager op's eval: in C when it is the plain case */
+            PyObject *desc = PyObject_GetAttr(args[0], s__d);
+            if (desc == NULL) return NULL;
+            int r = eager_eval(desc);
+            Py_DECREF(desc);
+            if (r < 0) return NULL;
+            if (r == 1) Py_RETURN_NONE;
+        }
+    }
+    return PyObject_Vectorcall(e_python, args, nargs, NULL);
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
@@ -897,6 +1100,8 @@ static PyMethodDef methods[] = {
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
     {"topo_order", (PyCFunction)topo_order, METH_O,
      "(the unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)"},
+    {"configure_eager", (PyCFunction)configure_eager, METH_O,
+     "Hand over scheduling's objects for an eager op's eval in C (a dict)."},
     {"run_node", (PyCFunction)run_node, METH_O,
      "Run one graph node (evaluate.run_node; the common host node in C)."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

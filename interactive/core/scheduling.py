@@ -303,11 +303,7 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bo
     worker's execution lock). The caller (``evaluate``) holds the eval's running mark.
     A fused call alone on a backend with an eager lane (the CUDA lane in C) is offered to
     it first; it signals ``ev`` itself when it runs the node."""
-    t0 = timeline.now() if timeline.enabled else 0
-    if t0:
-        timeline.add("eval_begin", t0, stream=ev.stream,
-                     detail={"nodes": len(order), "streams": [ev.stream], "async": asynchronous})
-        state.kernels = _kernel_batch_begin(order, t0)
+    t0 = _eval_begin(order, ev.stream, state, asynchronous) if timeline.enabled else 0
     w = existing_worker(ev.stream)
     lock = w.exec_lock if w is not None else None
     if lock is not None:
@@ -333,6 +329,16 @@ def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bo
             ev.signal(1)
         if t0 and timeline.enabled:
             _record_end(state, ev, t0, last=True)
+
+
+def _eval_begin(order: list[Node], stream: int, state: EvalState, asynchronous: bool) -> int:
+    """A single-stream eval's first records (core/_call.c's eager eval makes the same):
+    ``eval_begin`` and the kernels it may build; returns its start time."""
+    t0 = timeline.now()
+    timeline.add("eval_begin", t0, stream=stream,
+                 detail={"nodes": len(order), "streams": [stream], "async": asynchronous})
+    state.kernels = _kernel_batch_begin(order, t0)
+    return t0
 
 
 def _eager_lane(node: Node, ev: Event) -> bool:
@@ -448,3 +454,15 @@ def _install_sigint() -> None:
         _sigint_installed = handler
     except (ValueError, OSError):  # not the main interpreter thread
         pass
+
+
+if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), the same steps
+    from tapescope.kernels import scheduler as _scheduler
+
+    from . import tracer as _tracer
+
+    c_loop.configure_eager({
+        "tracer": _tracer, "interrupt": Interrupt, "install_sigint": _install_sigint,
+        "schedule_lock": _schedule_lock, "workers": _scheduler._workers,
+        "eval_begin": _eval_begin, "eval_end": _record_end, "state_type": EvalState,
+        "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED})
