@@ -330,6 +330,7 @@ static PyTypeObject CompiledBase = {
 static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
+static PyObject *l_launch_for, *s_takes, *s_launch_fused, *s_tape;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes;
 static int loop_configured = 0;
@@ -337,16 +338,18 @@ enum { P_KW, P_STREAM, P_DEFN, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
-enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2 }; /* evaluate.PATHS' indices */
+enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3 }; /* evaluate.PATHS' */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
 static PyObject *configure_loop(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"python_run", "backend", "by_stream", "xp", "allocator",
                                         "handle_type", "bfloat16", "ndarray", "timeline", "now",
-                                        "record", "finish", "counts", "quiet_var", "quiet_value"};
+                                        "record", "finish", "counts", "quiet_var", "quiet_value",
+                                        "launch_for"};
     PyObject **const slots[] = {&l_python_run, &l_backend, &l_by_stream, &l_xp, &l_alloc,
                                 &l_handle_type, &l_bf16, &l_ndarray, &l_timeline, &l_now,
-                                &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value};
+                                &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value,
+                                &l_launch_for};
     loop_configured = 0;
     if (!PyDict_Check(kw)) {
         PyErr_SetString(PyExc_TypeError, "configure_loop takes a dict");
@@ -403,7 +406,10 @@ static PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_flags = PyUnicode_InternFromString("flags")) ||
                            !(s_owndata = PyUnicode_InternFromString("owndata")) ||
                            !(s_adopt = PyUnicode_InternFromString("adopt")) ||
-                           !(s_nbytes = PyUnicode_InternFromString("nbytes"))))
+                           !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
+                           !(s_takes = PyUnicode_InternFromString("takes")) ||
+                           !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
+                           !(s_tape = PyUnicode_InternFromString("tape"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -411,6 +417,12 @@ static PyObject *configure_loop(PyObject *self, PyObject *kw) {
 
 /* the slot at ``off`` (borrowed; NULL when unset) */
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
 
 static int count_path(int path) {
     PyObject *old = PyList_GET_ITEM(l_counts, path);
@@ -596,7 +608,9 @@ static int run_host(PyObject *node) {
     if (stream == NULL || defn == NULL || kw == NULL || !PyDict_Check(kw) || inputs == NULL ||
         !PyList_CheckExact(inputs) || outputs == NULL || !PyList_CheckExact(outputs))
         return 0;
-    if (SLOT(defn, defn_off[F_RUNTIME]) != Py_False || SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
+    int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
+    if (SLOT(defn, defn_off[F_DONATABLE]) != Py_False ||
+        (fused && (l_launch_for == Py_None || PyList_GET_SIZE(outputs) != 1)))
         return 0;
     PyObject *index = PyObject_GetAttr(stream, s_index);
     if (index == NULL) { PyErr_Clear(); return 0; }
@@ -616,10 +630,11 @@ static int run_host(PyObject *node) {
         if (data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray) return 0;
         args[1 + i] = data;
     }
-    int view = SLOT(defn, defn_off[F_VIEW]) == Py_True;
-    int takes_out = !view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
-                    PyList_GET_SIZE(outputs) == 1;
-    PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL;
+    int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
+    int takes_out = fused || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
+                              PyList_GET_SIZE(outputs) == 1);
+    PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
+             *ins = NULL, *ln = NULL;
     long long nbytes = 0;
     if (takes_out) {
         target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
@@ -636,6 +651,16 @@ static int run_host(PyObject *node) {
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
     if (t0 == NULL) t0 = PyLong_FromLong(0);
     if (t0 == NULL) goto done;
+    if (fused) { /* the launch plan made for these layouts, its kernel loaded (launch_for) */
+        PyObject *tape = PyDict_GetItemWithError(kw, s_tape);
+        PyObject *shape = tape ? PyDict_GetItemWithError(kw, s_shape) : NULL;
+        ins = shape ? PyList_New(n) : NULL;
+        if (ins == NULL) { if (!PyErr_Occurred()) rc = 0; goto done; }
+        for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
+        ln = PyObject_CallFunctionObjArgs(l_launch_for, tape, ins, shape, NULL);
+        if (ln == NULL) goto done;
+        if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
+    }
     if (takes_out) {
         PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);
         long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
@@ -666,7 +691,18 @@ static int run_host(PyObject *node) {
         }
         if (out == NULL || handle == NULL) goto done;
     }
-    if (view) {
+    if (fused) { /* generated code: no rule, no warning state; Backend.launch_fused */
+        PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
+        if (takes == NULL) goto done;
+        int ok = takes == Py_True;
+        Py_DECREF(takes);
+        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled */
+        PyObject *largs[5] = {be, stream, ln, ins, out};
+        if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
+                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
+            goto done;
+        res = Py_NewRef(out);
+    } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
     } else {
         PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
@@ -686,7 +722,7 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        if (detach(node) < 0 || count_path(PATH_RULE_OUT) < 0) goto done;
+        if (detach(node) < 0 || count_path(fused ? PATH_FUSED : PATH_RULE_OUT) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
         rc = 1;
         goto done;
@@ -709,7 +745,7 @@ static int run_host(PyObject *node) {
 done:
     for (Py_ssize_t i = 0; i <= n; i++) Py_DECREF(args[i]);
     Py_XDECREF(target); Py_DECREF(rule); Py_XDECREF(enabled); Py_XDECREF(t0);
-    Py_XDECREF(out); Py_XDECREF(handle); Py_XDECREF(res);
+    Py_XDECREF(out); Py_XDECREF(handle); Py_XDECREF(res); Py_XDECREF(ins); Py_XDECREF(ln);
     return rc;
 }
 
@@ -890,12 +926,6 @@ static PyObject *configure_eager(PyObject *self, PyObject *kw) {
     if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) return NULL;
     eager_configured = 1;
     Py_RETURN_NONE;
-}
-
-static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
-    if (r == NULL) return -1;
-    Py_DECREF(r);
-    return 0;
 }
 
 /* whether every node of ``order`` is on ``stream`` (the same object, as _inline_stream

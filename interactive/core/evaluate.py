@@ -363,7 +363,7 @@ def _c_loop():
         "record": _record, "finish": _finish, "counts": _counts, "quiet_var": quiet_var,
         "quiet_value": quiet_value, "node_type": Node, "desc_type": ArrayDesc,
         "primitive_type": Primitive, "definition_type": PrimitiveDef,
-        "dtype_type": type(_BF16), "buffer_type": Buffer})
+        "dtype_type": type(_BF16), "buffer_type": Buffer, "launch_for": cpu.compiled_launch})
     return _call
 
 
