@@ -1,12 +1,14 @@
 """The timeline: a bounded ring of records of what happened (evals, primitive runs, ...).
 
-Recording costs one flag check when nobody listens: callers test ``timeline.enabled``
-before building a record. Listeners (``record()`` regions, counters) turn it on.
+The ring is preallocated (``CAPACITY`` slots; record ``seq`` lives in slot ``seq %
+CAPACITY``, so the oldest is overwritten once it is full). Recording costs one flag check
+when nobody listens: the eval loop and every other recorder test ``timeline.enabled``
+before building a record, and run the same code either way. Listeners (``record()``
+regions, counters) turn it on.
 """
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,8 +38,9 @@ class Record:
 # whose finalizers free buffers, and a free adds a record on the same thread (with a plain
 # lock that thread waited on itself forever: a hang seen under xdist on the GPU machine)
 _lock = threading.RLock()
-_ring: collections.deque = collections.deque(maxlen=CAPACITY)
+_ring: list = [None] * CAPACITY
 _next_seq = 0
+_first = 0  # the first sequence number still in the ring (``clear`` moves it on)
 _listeners = 0
 _always = False
 enabled = False
@@ -62,9 +65,9 @@ def add(kind: str, start_ns: int, end_ns: Optional[int] = None, **kw: Any) -> No
                  thread=threading.get_ident(), **kw)
     global _next_seq
     with _lock:
-        rec.seq = _next_seq
-        _next_seq += 1
-        _ring.append(rec)
+        rec.seq = seq = _next_seq
+        _ring[seq % CAPACITY] = rec
+        _next_seq = seq + 1
 
 
 def now() -> int:
@@ -73,22 +76,21 @@ def now() -> int:
 
 def records() -> list[Record]:
     """A copy of every record in the ring, oldest first."""
-    with _lock:
-        return list(_ring)
+    return records_since(0)
 
 
 def records_since(seq: int) -> list[Record]:
-    """The records with ``seq`` >= ``seq``, oldest first (for pollers such as progress bars)."""
+    """The records with ``seq`` >= ``seq`` still in the ring, oldest first (for pollers such
+    as progress bars)."""
     with _lock:
-        if not _ring or _ring[-1].seq < seq:
+        end = _next_seq
+        start = max(seq, _first, end - CAPACITY)
+        if start >= end:
             return []
-        out = []
-        for r in reversed(_ring):
-            if r.seq < seq:
-                break
-            out.append(r)
-    out.reverse()
-    return out
+        a, b = start % CAPACITY, end % CAPACITY
+        if a < b:
+            return _ring[a:b]
+        return _ring[a:] + _ring[:b]
 
 
 def next_seq() -> int:
@@ -97,8 +99,11 @@ def next_seq() -> int:
 
 
 def clear() -> None:
+    """Drop every record (the slots are reused; sequence numbers keep counting)."""
+    global _first
     with _lock:
-        _ring.clear()
+        _first = _next_seq
+        _ring[:] = [None] * CAPACITY
 
 
 class record:
@@ -116,7 +121,7 @@ class record:
     def __exit__(self, *exc) -> bool:
         global _listeners
         with _lock:
-            self.records = [r for r in _ring if r.seq >= self._mark]
+            self.records = records_since(self._mark)
             _listeners -= 1
             _update_enabled()
         return False
