@@ -37,15 +37,19 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def machine() -> str:
-    """cpu_fusion.py's machine line (one definition), with the load average now."""
+def _sibling(name: str):
+    """Another script of benchmarks/ as a module (one definition of what they share)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("cpu_fusion_machine",
-                                                  os.path.join(HERE, "cpu_fusion.py"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(HERE, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return f"{mod.machine()}, load {os.getloadavg()[0]:.2f}"
+    return mod
+
+
+def machine() -> str:
+    """cpu_fusion.py's machine line, with the load average now."""
+    return f"{_sibling('cpu_fusion').machine()}, load {os.getloadavg()[0]:.2f}"
 
 
 def interleaved(fns: dict, reps: int, calls: int) -> dict:
@@ -63,15 +67,6 @@ def interleaved(fns: dict, reps: int, calls: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def chain20(mod, a, b):
-    """Ten multiplies and ten adds, each a separate op."""
-    x = a
-    for _ in range(10):
-        x = mod.multiply(x, b)
-        x = mod.add(x, a)
-    return x
-
-
 def fused(mod, x, y):
     return 2 * x + 3 * y - x * y
 
@@ -86,6 +81,7 @@ def micro_rows(reps: int, calls: int) -> list:
 
     jax.config.update("jax_platforms", "cpu")
     rng = np.random.default_rng(0)
+    chain20 = _sibling("dispatch").chain20  # ten multiplies and ten adds, each its own op
     rows = []
     a16, b16 = rng.random(16, dtype=np.float32), rng.random(16, dtype=np.float32)
     big_a = rng.random(1 << 20, dtype=np.float32)

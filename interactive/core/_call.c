@@ -69,6 +69,25 @@ static Py_ssize_t slot_offset(PyObject *type, const char *name) {
     return off;
 }
 
+/* Each of ``names`` from the dict ``kw`` into its slot (a new reference); KeyError naming
+ * the first missing one (``who`` is the configuring function) */
+static int take_all(PyObject *kw, const char *who, const char *const *names,
+                    PyObject **const *slots, size_t n) {
+    if (!PyDict_Check(kw)) {
+        PyErr_Format(PyExc_TypeError, "%s takes a dict", who);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "%s: missing %s", who, names[i]);
+            return -1;
+        }
+        Py_XSETREF(*slots[i], Py_NewRef(v));
+    }
+    return 0;
+}
+
 /* node_off / desc_off: where a Node's and an ArrayDesc's slots live */
 static int core_offsets(PyObject *node_type, PyObject *desc_type) {
     static const char *const node_slots[N_COUNT] = {"primitive", "inputs", "outputs", "id",
@@ -87,19 +106,8 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
                                         "tracer", "fusion", "state", "resolve_stream", "device"};
     PyObject **const slots[] = {&c_node_type, &c_desc_type, &c_array_type, &c_node_ids,
                                 &c_tracer, &c_fusion, &c_state, &c_resolve_stream, &c_device};
-    if (!PyDict_Check(kw)) {
-        PyErr_SetString(PyExc_TypeError, "configure takes a dict");
+    if (take_all(kw, "configure", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *v = PyDict_GetItemString(kw, names[i]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_KeyError, "configure: missing %s", names[i]);
-            return NULL;
-        }
-        Py_INCREF(v);
-        Py_XSETREF(*slots[i], v);
-    }
     if (!PyType_Check(c_node_type) || !PyType_Check(c_desc_type) || !PyType_Check(c_array_type) ||
         !PyList_Check(c_fusion) || !PyDict_Check(c_state)) {
         PyErr_SetString(PyExc_TypeError, "configure: types, a list and a dict expected");
@@ -351,18 +359,8 @@ static PyObject *configure_loop(PyObject *self, PyObject *kw) {
                                 &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value,
                                 &l_launch_for};
     loop_configured = 0;
-    if (!PyDict_Check(kw)) {
-        PyErr_SetString(PyExc_TypeError, "configure_loop takes a dict");
+    if (take_all(kw, "configure_loop", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *v = PyDict_GetItemString(kw, names[i]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_KeyError, "configure_loop: missing %s", names[i]);
-            return NULL;
-        }
-        Py_XSETREF(*slots[i], Py_NewRef(v));
-    }
     if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyContextVar_CheckExact(l_quiet_var)) {
         PyErr_SetString(PyExc_TypeError, "configure_loop: by_stream a dict, counts a list, "
                                          "quiet_var a ContextVar");
@@ -902,18 +900,12 @@ static PyObject *configure_eager(PyObject *self, PyObject *kw) {
                                 &g_begin, &g_end, &g_state_type, &g_thread_ident,
                                 &g_interrupted};
     eager_configured = 0;
-    if (!loop_configured || !PyDict_Check(kw)) {
-        PyErr_SetString(PyExc_TypeError, "configure_eager(dict), after configure_loop");
+    if (!loop_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
         return NULL;
     }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        PyObject *v = PyDict_GetItemString(kw, names[i]);
-        if (v == NULL) {
-            PyErr_Format(PyExc_KeyError, "configure_eager: missing %s", names[i]);
-            return NULL;
-        }
-        Py_XSETREF(*slots[i], Py_NewRef(v));
-    }
+    if (take_all(kw, "configure_eager", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
     if (!PyDict_Check(g_workers)) {
         PyErr_SetString(PyExc_TypeError, "configure_eager: workers is a dict");
         return NULL;
