@@ -7,6 +7,7 @@ interrupts keep MLX's semantics (numpy in float64 is the reference)."""
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -288,3 +289,74 @@ def test_the_schedules_order_in_c_is_the_walkers(ops, outs, scheduled):
     finally:
         for n in marked:
             n.event = None
+
+
+def test_a_rule_that_raises_leaves_the_node_lazy_and_a_later_eval_runs_it():
+    from tapescope.kernels.primitives import REGISTRY
+
+    defn = REGISTRY["Exp"]
+    rule = defn.rule
+
+    def broken(*args, **kw):
+        raise ValueError("the rule failed")
+
+    a_np = np.linspace(0, 1, 8, dtype=np.float32)
+    a = mx.array(a_np)
+    for make, want in ((lambda: mx.exp(a), np.exp(a_np)),  # one node, and a chain
+                       (lambda: mx.exp(a) + 1, np.exp(a_np) + 1)):
+        x = make()
+        defn.rule = broken
+        try:
+            with pytest.raises(ValueError, match="the rule failed"):
+                mx.eval(x)
+        finally:
+            defn.rule = rule
+        assert x._d.node is not None and x._d.node.event is None  # lazy, unscheduled
+        mx.eval(x)
+        np.testing.assert_allclose(np.array(x), want, rtol=1e-6)
+
+
+_WORKLOAD = """
+import json, numpy as np, tapescope, tapescope.core as mx
+from tapescope.core import evaluate
+from tapescope.kernels import timeline
+a = mx.array(np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8))
+b = mx.array(np.linspace(1, 3, 64, dtype=np.float32).reshape(8, 8))
+f = mx.compile(lambda x, y: mx.exp(x) * y - x)
+def work():
+    outs = [a + b, mx.sum(a * b, axis=1), f(a, b), f(b, a)[2:, :3], mx.split(a, 2, axis=0)[1],
+            (a * 2.0).T, mx.matmul(a, b)]
+    for o in outs[:3]:
+        mx.eval(o)
+    mx.eval(*outs)
+    return [np.array(o).tolist() for o in outs]
+work()
+evaluate.reset_dispatch_counts()
+with timeline.record() as rec:
+    values = work()
+print(json.dumps({"counts": evaluate.dispatch_counts(), "values": values,
+                  "records": [[r.kind, r.name] for r in rec.records
+                              if r.kind not in ("alloc", "free", "free_to_cache", "cache_reuse")]}))
+"""
+
+
+def test_the_c_loop_and_the_python_loop_make_the_same_records_counts_and_values():
+    """core/_call.c's parts of the loop against the Python path they stand for
+    (``TAPESCOPE_C_CALL=0``): the same dispatch paths, records and values."""
+    import json
+    import subprocess
+    import sys
+
+    if scheduling.c_loop is None:
+        pytest.skip("core/_call.c is not built")
+    runs = []
+    for c_call in ("1", "0"):
+        env = dict(os.environ, TAPESCOPE_C_CALL=c_call)
+        out = subprocess.run([sys.executable, "-c", _WORKLOAD], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    c, py = runs
+    assert c["counts"] == py["counts"]
+    assert c["records"] == py["records"]
+    assert c["values"] == py["values"]
