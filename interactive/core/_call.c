@@ -887,7 +887,7 @@ done:
  * the event signalled, and the timeline's eval records where it records (scheduling's own
  * helpers). Anything else is declined before anything is done, and the Python eval runs. */
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
-    *g_state_type, *g_thread_ident, *g_interrupted;
+    *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild;
 static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
     *s_error, *s_interrupted, *s_one;
 static int eager_configured = 0;
@@ -895,10 +895,10 @@ static int eager_configured = 0;
 static PyObject *configure_eager(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"tracer", "interrupt", "install_sigint", "schedule_lock",
                                         "workers", "eval_begin", "eval_end", "state_type",
-                                        "thread_ident", "interrupted_message"};
+                                        "thread_ident", "interrupted_message", "prebuild"};
     PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
                                 &g_begin, &g_end, &g_state_type, &g_thread_ident,
-                                &g_interrupted};
+                                &g_interrupted, &g_prebuild};
     eager_configured = 0;
     if (!loop_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
@@ -920,17 +920,16 @@ static PyObject *configure_eager(PyObject *self, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
-/* whether every node of ``order`` is on ``stream`` (the same object, as _inline_stream
- * asks) and at most one is a fused tape (prebuild_kernels has nothing to start then) */
-static int one_stream(PyObject *order, PyObject *stream) {
-    int fused = 0;
+/* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
+ * or -1 when a node is not on ``stream`` (the same object, as _inline_stream asks) */
+static Py_ssize_t one_stream(PyObject *order, PyObject *stream) {
+    Py_ssize_t fused = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
         PyObject *prim = SLOT(PyList_GET_ITEM(order, i), node_off[N_PRIMITIVE]);
-        if (SLOT(prim, prim_off[P_STREAM]) != stream) return 0;
-        if (SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True && ++fused > 1)
-            return 0;
+        if (SLOT(prim, prim_off[P_STREAM]) != stream) return -1;
+        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True;
     }
-    return 1;
+    return fused;
 }
 
 /* the error being raised, kept as the eval's (the first one wins) */
@@ -990,10 +989,12 @@ static int eager_eval(PyObject *desc) {
      * by another eval; then each node marked with this eval's event */
     if (call_none(PyObject_CallMethodNoArgs(g_lock, s_acquire)) < 0) goto done;
     PyObject *both = topo_order(NULL, descs);
+    Py_ssize_t fused = -1;
     if (both != NULL) {
         order = Py_NewRef(PyTuple_GET_ITEM(both, 0));
+        fused = one_stream(order, stream);
         claimed = PyList_GET_SIZE(PyTuple_GET_ITEM(both, 1)) == 0 && PyList_GET_SIZE(order) > 0
-                  && one_stream(order, stream);
+                  && fused >= 0;
         Py_DECREF(both);
         for (Py_ssize_t i = 0; claimed && i < PyList_GET_SIZE(order); i++)
             put(PyList_GET_ITEM(order, i), node_off[N_EVENT], ev);
@@ -1001,6 +1002,8 @@ static int eager_eval(PyObject *desc) {
     if (call_none(PyObject_CallMethodNoArgs(g_lock, s_release)) < 0) claimed = 0;
     if (order == NULL || PyErr_Occurred()) goto done;
     if (!claimed) { rc = 0; goto done; }
+    if (fused > 1 && call_none(PyObject_CallOneArg(g_prebuild, order)) < 0) /* in parallel */
+        keep_error(&type, &value, &tb);
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);

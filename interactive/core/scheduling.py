@@ -465,4 +465,5 @@ if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), th
         "tracer": _tracer, "interrupt": Interrupt, "install_sigint": _install_sigint,
         "schedule_lock": _schedule_lock, "workers": _scheduler._workers,
         "eval_begin": _eval_begin, "eval_end": _record_end, "state_type": EvalState,
-        "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED})
+        "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED,
+        "prebuild": prebuild_kernels})
