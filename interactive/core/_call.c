@@ -943,15 +943,21 @@ static void keep_error(PyObject **type, PyObject **value, PyObject **tb) {
 }
 
 /* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
-static int eager_eval(PyObject *desc) {
-    if (!eager_configured || (PyObject *)Py_TYPE(desc) != c_desc_type) return 0;
+static int eager_eval(PyObject *descs) {
+    if (!eager_configured || !PyList_CheckExact(descs)) return 0;
     PyObject *active = PyObject_GetAttr(g_tracer, s__active);
     int quiet = active != NULL && PyLong_Check(active) && PyLong_AsLong(active) == 0;
     Py_XDECREF(active);
     if (!quiet) { PyErr_Clear(); return 0; } /* a transformation may run: before_eval */
-    PyObject *node = SLOT(desc, desc_off[D_NODE]);
-    if (node == NULL) return 0;
-    if (node == Py_None) return 1; /* available already */
+    PyObject *node = NULL; /* the first lazy array's node gives the stream */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(descs); i++) {
+        PyObject *d = PyList_GET_ITEM(descs, i);
+        if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+        PyObject *n = SLOT(d, desc_off[D_NODE]);
+        if (n == NULL) return 0;
+        if (n != Py_None && node == NULL) node = n;
+    }
+    if (node == NULL) return 1; /* every array is available already */
     if ((PyObject *)Py_TYPE(node) != c_node_type) return 0;
     PyObject *stream = SLOT(SLOT(node, node_off[N_PRIMITIVE]), prim_off[P_STREAM]);
     PyObject *owner = PyObject_GetAttr(stream, s__owner);
@@ -975,16 +981,14 @@ static int eager_eval(PyObject *desc) {
         return 0;
     }
     Py_INCREF(stream);
-    PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL, *descs = NULL;
+    PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL;
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     int rc = -1, begun = 0, claimed = 0, interrupted = 0;
     if (call_none(PyObject_CallNoArgs(g_sigint)) < 0) goto done;
     if (call_none(PyObject_CallMethodNoArgs(g_interrupt, s_begin)) < 0) goto done;
     begun = 1;
     ev = PyObject_CallMethodOneArg(be, s_event, index);
-    descs = ev ? PyList_New(1) : NULL;
-    if (descs == NULL) goto done;
-    PyList_SET_ITEM(descs, 0, Py_NewRef(desc));
+    if (ev == NULL) goto done;
     /* the schedule, under its lock: the order, every node on this stream, none scheduled
      * by another eval; then each node marked with this eval's event */
     if (call_none(PyObject_CallMethodNoArgs(g_lock, s_acquire)) < 0) goto done;
@@ -1059,8 +1063,14 @@ done:
         rc = -1;
     }
     Py_DECREF(stream); Py_DECREF(index); Py_XDECREF(ev); Py_XDECREF(state); Py_XDECREF(t0);
-    Py_XDECREF(order); Py_XDECREF(descs);
+    Py_XDECREF(order);
     return rc;
+}
+
+static PyObject *py_eager_eval(PyObject *self, PyObject *descs) {
+    int r = eager_eval(descs);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
 }
 
 /* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
@@ -1107,9 +1117,11 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         if (eager_configured) { /* an eager op's eval: in C when it is the plain case */
             PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            if (desc == NULL) return NULL;
-            int r = eager_eval(desc);
-            Py_DECREF(desc);
+            PyObject *descs = desc ? PyList_New(1) : NULL;
+            if (descs == NULL) { Py_XDECREF(desc); return NULL; }
+            PyList_SET_ITEM(descs, 0, desc);
+            int r = eager_eval(descs);
+            Py_DECREF(descs);
             if (r < 0) return NULL;
             if (r == 1) Py_RETURN_NONE;
         }
@@ -1125,6 +1137,8 @@ static PyMethodDef methods[] = {
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
     {"topo_order", (PyCFunction)topo_order, METH_O,
      "(the unscheduled nodes the arrays need, inputs first; scheduled nodes they wait on)"},
+    {"eager_eval", (PyCFunction)py_eager_eval, METH_O,
+     "Evaluate a list of ArrayDescs on one CPU stream here (True), or decline (False)."},
     {"configure_eager", (PyCFunction)configure_eager, METH_O,
      "Hand over scheduling's objects for an eager op's eval in C (a dict)."},
     {"run_node", (PyCFunction)run_node, METH_O,

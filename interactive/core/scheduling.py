@@ -173,6 +173,8 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = Tr
     one = _eager_one[0] if lane else None
     if one is not None and not asynchronous and len(descs) == 1 and one(descs[0]):
         return  # a loaded fused call evaluated alone, by the backend's lane in C
+    if not asynchronous and _c_eager is not None and _c_eager(descs):
+        return  # one CPU stream, nothing scheduled elsewhere: these steps in C (_call.c)
     before_eval(descs, asynchronous)  # inside a transformation: keep tracers' graphs
     if asynchronous:
         _evaluate(descs, True)
@@ -456,6 +458,7 @@ def _install_sigint() -> None:
         pass
 
 
+_c_eager = None if c_loop is None else c_loop.eager_eval
 if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), the same steps
     from tapescope.kernels import scheduler as _scheduler
 
