@@ -1,0 +1,41 @@
+/* What core/_call.c and core/_loop.c share (one extension, tapescope.core._call): where a
+ * Node's and an ArrayDesc's slots live, core's types, the interned names, and the helpers
+ * that read and write slots. */
+#ifndef TAPESCOPE_CORE_H
+#define TAPESCOPE_CORE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#if PY_VERSION_HEX < 0x030C0000 /* the member types' public names from 3.12 */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+/* where each slot lives in an instance: the slot's member descriptor's offset */
+enum { N_PRIMITIVE, N_INPUTS, N_OUTPUTS, N_ID, N_EVENT, N_KEEP, N_COUNT };
+enum { D_SHAPE, D_DTYPE, D_STREAM, D_NODE, D_INDEX, D_DATA, D_BUFFER, D_TRACER, D_KEPT, D_COUNT };
+extern Py_ssize_t node_off[N_COUNT], desc_off[D_COUNT];
+extern PyObject *c_node_type, *c_desc_type; /* primitive.Node, array.ArrayDesc */
+
+extern PyObject *s_enabled, *s__active, *s__d, *s_shape, *s_dtype, *s_name, *s_index, *s_lone,
+    *s_plan, *s_single, *s_steps, *s_consts, *s_stream, *s_primitive, *s_inputs, *s_outputs,
+    *s_id, *s_event, *s_keep, *s_node, *s_data, *s_buffer, *s_tracer, *s_kept;
+
+/* _call.c */
+Py_ssize_t slot_offset(PyObject *type, const char *name);
+int take_all(PyObject *kw, const char *who, const char *const *names, PyObject **const *slots,
+             size_t n);
+int core_offsets(PyObject *node_type, PyObject *desc_type);
+void put(PyObject *obj, Py_ssize_t off, PyObject *v);
+
+/* _loop.c */
+PyObject *configure_loop(PyObject *self, PyObject *kw);
+PyObject *configure_eager(PyObject *self, PyObject *kw);
+PyObject *run_node(PyObject *self, PyObject *node);
+PyObject *topo_order(PyObject *self, PyObject *descs);
+PyObject *py_eager_eval(PyObject *self, PyObject *descs);
+int eager_eval(PyObject *descs);
+extern int eager_configured;
+
+#endif

@@ -1,0 +1,764 @@
+/* The eval loop's hot part in C (scheduling.py's and evaluate.py's steps for the common
+ * case; the Python functions named below are the reference and run everything else):
+ *
+ * - run_node: one host node (evaluate._run_node);
+ * - topo_order: the schedule's order (scheduling._topo_order);
+ * - eager_eval: a synchronous eval on one CPU stream (scheduling.evaluate / _run_inline).
+ *
+ * Built into the same extension as _call.c (which it shares core's slot offsets with, see
+ * _core.h); configured by evaluate.py and scheduling.py at import. */
+#include "_core.h"
+
+/* -- The eval loop's hot part: one host node run in C ------------------------------------
+ *
+ * ``run_node(node)`` is evaluate.run_node for the common host node: on the CPU backend,
+ * not a tracer's, not a fused tape, not a rule taking ``donatable=``, no bfloat16 input of
+ * an elementwise op, every input a numpy array. Its steps are evaluate.py's, in the same
+ * order: a single-output ``out=`` rule writes into a donated input's buffer (the same
+ * checks as _donor: nobody else holds the input or its handle, same itemsize and shape,
+ * C- or F-contiguous and writeable, the buffer within the 16 KiB slack) or a fresh buffer
+ * of the allocator (its malloc, the buffer's view, a BufferHandle), under the backend's
+ * quiet floating-point state (its context variable set and reset); the result stored, the
+ * node detached. A view or another rule is called here and finished by evaluate._finish.
+ * The path is counted in evaluate's counters as the Python path counts it, and the
+ * timeline records as it does there (the same records, the same code either way).
+ * Anything else (and a rule that refuses ``out=`` with a TypeError) is the Python
+ * run_node, given with configure_loop. */
+static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
+    *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
+    *l_quiet_value, *l_kwnames_out;
+static PyObject *l_launch_for, *s_takes, *s_launch_fused, *s_tape;
+static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
+    *s_nbytes;
+static int loop_configured = 0;
+enum { P_KW, P_STREAM, P_DEFN, P_COUNT };
+enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
+enum { T_SIZE, T_NP, T_COUNT };
+static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
+enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3 }; /* evaluate.PATHS' */
+#define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
+
+PyObject *configure_loop(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"python_run", "backend", "by_stream", "xp", "allocator",
+                                        "handle_type", "bfloat16", "ndarray", "timeline", "now",
+                                        "record", "finish", "counts", "quiet_var", "quiet_value",
+                                        "launch_for"};
+    PyObject **const slots[] = {&l_python_run, &l_backend, &l_by_stream, &l_xp, &l_alloc,
+                                &l_handle_type, &l_bf16, &l_ndarray, &l_timeline, &l_now,
+                                &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value,
+                                &l_launch_for};
+    loop_configured = 0;
+    if (take_all(kw, "configure_loop", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
+    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyContextVar_CheckExact(l_quiet_var)) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop: by_stream a dict, counts a list, "
+                                         "quiet_var a ContextVar");
+        return NULL;
+    }
+    PyObject *node_type = PyDict_GetItemString(kw, "node_type");
+    PyObject *desc_type = PyDict_GetItemString(kw, "desc_type");
+    if (!node_type || !desc_type || !PyType_Check(node_type) || !PyType_Check(desc_type)) {
+        PyErr_SetString(PyExc_KeyError, "configure_loop: the node and desc types");
+        return NULL;
+    }
+    if (core_offsets(node_type, desc_type) < 0) return NULL;
+    Py_XSETREF(c_node_type, Py_NewRef(node_type));
+    Py_XSETREF(c_desc_type, Py_NewRef(desc_type));
+    PyObject *prim_type = PyDict_GetItemString(kw, "primitive_type");
+    PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
+    PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
+    PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
+        PyErr_SetString(PyExc_KeyError, "configure_loop: the primitive, definition, dtype and "
+                                        "buffer types");
+        return NULL;
+    }
+    static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn"};
+    static const char *const f_slots[F_COUNT] = {"rule", "takes_out", "takes_donatable",
+                                                 "takes_runtime", "view", "elementwise"};
+    static const char *const t_slots[T_COUNT] = {"size", "np"};
+    for (int i = 0; i < P_COUNT; i++)
+        if ((prim_off[i] = slot_offset(prim_type, p_slots[i])) < 0) return NULL;
+    for (int i = 0; i < F_COUNT; i++)
+        if ((defn_off[i] = slot_offset(defn_type, f_slots[i])) < 0) return NULL;
+    for (int i = 0; i < T_COUNT; i++)
+        if ((dtype_off[i] = slot_offset(dtype_type, t_slots[i])) < 0) return NULL;
+    if ((buf_size_off = slot_offset(buffer_type, "size")) < 0) return NULL;
+    if (l_kwnames_out == NULL && (l_kwnames_out = Py_BuildValue("(s)", "out")) == NULL) return NULL;
+    if (s_view == NULL && (!(s_view = PyUnicode_InternFromString("view")) ||
+                           !(s_malloc = PyUnicode_InternFromString("malloc")) ||
+                           !(s_size = PyUnicode_InternFromString("size")) ||
+                           !(s_base = PyUnicode_InternFromString("base")) ||
+                           !(s_raw = PyUnicode_InternFromString("raw")) ||
+                           !(s_flags = PyUnicode_InternFromString("flags")) ||
+                           !(s_owndata = PyUnicode_InternFromString("owndata")) ||
+                           !(s_adopt = PyUnicode_InternFromString("adopt")) ||
+                           !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
+                           !(s_takes = PyUnicode_InternFromString("takes")) ||
+                           !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
+                           !(s_tape = PyUnicode_InternFromString("tape"))))
+        return NULL;
+    loop_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* the slot at ``off`` (borrowed; NULL when unset) */
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int count_path(int path) {
+    PyObject *old = PyList_GET_ITEM(l_counts, path);
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *n = one ? PyNumber_Add(old, one) : NULL;
+    Py_XDECREF(one);
+    if (n == NULL) return -1;
+    PyList_SetItem(l_counts, path, n); /* steals n */
+    return 0;
+}
+
+/* the rule called as rule(xp, *ins, [out=out,] **kw); ``args`` has room for kw's values */
+static PyObject *call_rule(PyObject *rule, PyObject **args, Py_ssize_t nargs, PyObject *out,
+                           PyObject *kw) {
+    Py_ssize_t nkw = PyDict_GET_SIZE(kw);
+    if (nkw == 0 && out != NULL) {
+        args[nargs] = out;
+        return PyObject_Vectorcall(rule, args, nargs, l_kwnames_out);
+    }
+    PyObject *names = PyTuple_New(nkw + (out != NULL));
+    if (names == NULL) return NULL;
+    Py_ssize_t k = 0, pos = 0;
+    if (out != NULL) {
+        PyTuple_SET_ITEM(names, k++, Py_NewRef(PyTuple_GET_ITEM(l_kwnames_out, 0)));
+        args[nargs] = out;
+    }
+    PyObject *key, *value;
+    while (PyDict_Next(kw, &pos, &key, &value)) {
+        PyTuple_SET_ITEM(names, k, Py_NewRef(key));
+        args[nargs + k++] = value;
+    }
+    PyObject *r = PyObject_Vectorcall(rule, args, nargs, names);
+    Py_DECREF(names);
+    return r;
+}
+
+/* whether ``d`` (an input desc) may give its buffer to an output of ``shape``, ``itemsize``
+ * and ``nbytes`` (evaluate._donor's checks, in its order) */
+static int donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes) {
+    if (Py_REFCNT(d) != 1) return 0; /* held elsewhere than node.inputs */
+    PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
+    if (h == NULL || h == Py_None || data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray)
+        return 0;
+    PyObject *dt = SLOT(d, desc_off[D_DTYPE]);
+    PyObject *sz = dt ? SLOT(dt, dtype_off[T_SIZE]) : NULL;
+    if (sz == NULL || PyLong_AsLongLong(sz) != itemsize) { PyErr_Clear(); return 0; }
+    int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    Py_buffer v;
+    if (PyObject_GetBuffer(data, &v, PyBUF_WRITABLE | PyBUF_STRIDES) < 0) { /* read-only */
+        PyErr_Clear();
+        return 0;
+    }
+    int contiguous = PyBuffer_IsContiguous(&v, 'C') || PyBuffer_IsContiguous(&v, 'F');
+    PyBuffer_Release(&v);
+    if (!contiguous || Py_REFCNT(h) != 1) return 0;
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    if (buf == NULL) { PyErr_Clear(); return 0; }
+    PyObject *bs = SLOT(buf, buf_size_off);
+    long long size = bs ? PyLong_AsLongLong(bs) : -1;
+    Py_DECREF(buf);
+    if (size < 0) { PyErr_Clear(); return 0; }
+    return size <= nbytes + DONATION_SLACK;
+}
+
+/* the object at the end of ``a``'s ``base`` chain (allocator._owner): a new reference */
+static PyObject *owner_of(PyObject *a) {
+    PyObject *o = Py_NewRef(a);
+    for (;;) {
+        PyObject *b = PyObject_GetAttr(o, s_base);
+        if (b == NULL) { PyErr_Clear(); return o; }
+        if (b == Py_None) { Py_DECREF(b); return o; }
+        Py_DECREF(o);
+        o = b;
+    }
+}
+
+/* the owner of the memory of a handle's buffer (memory_of(handle.buffer.raw)), new ref */
+static PyObject *handle_memory(PyObject *h) {
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    PyObject *raw = buf ? PyObject_GetAttr(buf, s_raw) : NULL;
+    Py_XDECREF(buf);
+    if (raw == NULL) return NULL;
+    PyObject *m = owner_of(raw);
+    Py_DECREF(raw);
+    return m;
+}
+
+/* evaluate._finish for one output whose result is a numpy array of its dtype and shape:
+ * its handle is the out buffer's or an input's (the memory it lives in), or the memory is
+ * adopted when it owns it; stored, the node detached. 1 done, 0 declined (nothing done:
+ * evaluate._finish runs), -1 error. */
+static int finish_one(PyObject *node, PyObject *res, PyObject *out_handle, PyObject *inputs,
+                      PyObject *outputs, long long *nbytes) {
+    if (PyList_GET_SIZE(outputs) != 1 || Py_TYPE(res) != (PyTypeObject *)l_ndarray) return 0;
+    PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+    if (target == NULL) { PyErr_Clear(); return 0; }
+    if (target == Py_None || (PyObject *)Py_TYPE(target) != c_desc_type) return 0;
+    PyObject *want = SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]);
+    PyObject *dt = PyObject_GetAttr(res, s_dtype);
+    int same = dt == NULL ? -1 : dt == want ? 1 : PyObject_RichCompareBool(dt, want, Py_EQ);
+    Py_XDECREF(dt);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *shape = PyObject_GetAttr(res, s_shape);
+    same = shape ? PyObject_RichCompareBool(shape, SLOT(target, desc_off[D_SHAPE]), Py_EQ) : -1;
+    Py_XDECREF(shape);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *memory = owner_of(res), *handle = NULL;
+    if (out_handle != Py_None) {
+        PyObject *m = handle_memory(out_handle);
+        if (m == NULL) { Py_DECREF(memory); PyErr_Clear(); return 0; }
+        if (m == memory) handle = Py_NewRef(out_handle);
+        Py_DECREF(m);
+    }
+    for (Py_ssize_t i = 0; handle == NULL && i < PyList_GET_SIZE(inputs); i++) {
+        PyObject *h = SLOT(PyList_GET_ITEM(inputs, i), desc_off[D_BUFFER]);
+        if (h == NULL || h == Py_None) continue;
+        PyObject *m = handle_memory(h);
+        if (m == NULL) { Py_DECREF(memory); PyErr_Clear(); return 0; }
+        if (m == memory) handle = Py_NewRef(h);
+        Py_DECREF(m);
+    }
+    if (handle == NULL) { /* adopted: memory numpy made for the result (Backend.owner) */
+        int owns = 0;
+        if (Py_TYPE(memory) == (PyTypeObject *)l_ndarray) {
+            PyObject *flags = PyObject_GetAttr(memory, s_flags);
+            PyObject *od = flags ? PyObject_GetAttr(flags, s_owndata) : NULL;
+            owns = od == Py_True;
+            Py_XDECREF(flags); Py_XDECREF(od);
+            PyErr_Clear();
+        }
+        if (!owns) { Py_DECREF(memory); return 0; } /* a copy first: evaluate._store */
+        PyObject *buf = PyObject_CallMethodOneArg(l_alloc, s_adopt, memory);
+        handle = buf ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+        Py_XDECREF(buf);
+        if (handle == NULL) { Py_DECREF(memory); return -1; }
+    }
+    Py_DECREF(memory);
+    Py_INCREF(target);
+    put(target, desc_off[D_DATA], res);
+    put(target, desc_off[D_BUFFER], handle);
+    put(target, desc_off[D_NODE], Py_None);
+    Py_DECREF(handle);
+    Py_DECREF(target);
+    if (nbytes != NULL) {
+        PyObject *nb = PyObject_GetAttr(res, s_nbytes);
+        *nbytes = nb ? PyLong_AsLongLong(nb) : -1;
+        Py_XDECREF(nb);
+        if (*nbytes < 0) return -1;
+    }
+    return 1;
+}
+
+/* node.inputs = [] (evaluate._detach of a node that is not a tracer's) */
+static int detach(PyObject *node) {
+    PyObject *empty = PyList_New(0);
+    if (empty == NULL) return -1;
+    put(node, node_off[N_INPUTS], empty);
+    Py_DECREF(empty);
+    return 0;
+}
+
+/* evaluate._record(prim, node, t0, nbytes) */
+static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes) {
+    PyObject *nb = PyLong_FromLongLong(nbytes);
+    PyObject *r = nb ? PyObject_CallFunctionObjArgs(l_record, prim, node, t0, nb, NULL) : NULL;
+    Py_XDECREF(nb);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+#define MAX_RULE_ARGS 48
+
+/* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
+static int run_host(PyObject *node) {
+    if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
+    if (SLOT(node, node_off[N_KEEP]) != Py_False) return 0; /* a tracer's: tracer.keep */
+    PyObject *prim = SLOT(node, node_off[N_PRIMITIVE]);
+    PyObject *stream = SLOT(prim, prim_off[P_STREAM]), *defn = SLOT(prim, prim_off[P_DEFN]);
+    PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    PyObject *inputs = SLOT(node, node_off[N_INPUTS]), *outputs = SLOT(node, node_off[N_OUTPUTS]);
+    if (stream == NULL || defn == NULL || kw == NULL || !PyDict_Check(kw) || inputs == NULL ||
+        !PyList_CheckExact(inputs) || outputs == NULL || !PyList_CheckExact(outputs))
+        return 0;
+    int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
+    if (SLOT(defn, defn_off[F_DONATABLE]) != Py_False ||
+        (fused && (l_launch_for == Py_None || PyList_GET_SIZE(outputs) != 1)))
+        return 0;
+    PyObject *index = PyObject_GetAttr(stream, s_index);
+    if (index == NULL) { PyErr_Clear(); return 0; }
+    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
+    Py_DECREF(index);
+    if (be != l_backend) { PyErr_Clear(); return 0; }
+    Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
+    if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
+    int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
+    PyObject *args[MAX_RULE_ARGS];
+    args[0] = l_xp;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyList_GET_ITEM(inputs, i);
+        if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+        if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
+        PyObject *data = SLOT(d, desc_off[D_DATA]);
+        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray) return 0;
+        args[1 + i] = data;
+    }
+    int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
+    int takes_out = fused || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
+                              PyList_GET_SIZE(outputs) == 1);
+    PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
+             *ins = NULL, *ln = NULL;
+    long long nbytes = 0;
+    if (takes_out) {
+        target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+        if (target == NULL) { PyErr_Clear(); return 0; }
+        if (target == Py_None) return 0; /* nobody wants the result: the Python path */
+    }
+    /* from here the node runs: hold what the rule gets */
+    for (Py_ssize_t i = 0; i <= n; i++) Py_INCREF(args[i]);
+    Py_XINCREF(target);
+    PyObject *rule = Py_NewRef(SLOT(defn, defn_off[F_RULE]));
+    int rc = -1;
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    if (enabled == NULL) goto done;
+    if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
+    if (t0 == NULL) t0 = PyLong_FromLong(0);
+    if (t0 == NULL) goto done;
+    if (fused) { /* the launch plan made for these layouts, its kernel loaded (launch_for) */
+        PyObject *tape = PyDict_GetItemWithError(kw, s_tape);
+        PyObject *shape = tape ? PyDict_GetItemWithError(kw, s_shape) : NULL;
+        ins = shape ? PyList_New(n) : NULL;
+        if (ins == NULL) { if (!PyErr_Occurred()) rc = 0; goto done; }
+        for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
+        ln = PyObject_CallFunctionObjArgs(l_launch_for, tape, ins, shape, NULL);
+        if (ln == NULL) goto done;
+        if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
+    }
+    if (takes_out) {
+        PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);
+        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+        if (itemsize < 0 || !PyTuple_Check(shape)) goto done;
+        nbytes = itemsize;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (PyErr_Occurred()) goto done;
+        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        PyObject *donor = NULL;
+        for (Py_ssize_t i = 0; i < n && donor == NULL; i++) {
+            PyObject *d = PyList_GET_ITEM(inputs, i);
+            if (donates(d, shape, itemsize, nbytes)) donor = d;
+        }
+        if (donor != NULL) {
+            out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
+            handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
+        } else {
+            PyObject *size = PyLong_FromLongLong(nbytes);
+            PyObject *buf = size ? PyObject_CallMethodOneArg(l_alloc, s_malloc, size) : NULL;
+            if (buf != NULL) {
+                PyObject *vargs[4] = {buf, size, npdt, shape};
+                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+            }
+            Py_XDECREF(buf);
+            Py_XDECREF(size);
+        }
+        if (out == NULL || handle == NULL) goto done;
+    }
+    if (fused) { /* generated code: no rule, no warning state; Backend.launch_fused */
+        PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
+        if (takes == NULL) goto done;
+        int ok = takes == Py_True;
+        Py_DECREF(takes);
+        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled */
+        PyObject *largs[5] = {be, stream, ln, ins, out};
+        if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
+                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
+            goto done;
+        res = Py_NewRef(out);
+    } else if (view) {
+        res = call_rule(rule, args, n + 1, NULL, kw);
+    } else {
+        PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
+        if (token == NULL) goto done;
+        res = call_rule(rule, args, n + 1, out, kw);
+        if (PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
+        Py_DECREF(token);
+    }
+    if (res == NULL) {
+        if (out != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) { /* refuses out=: Python */
+            PyErr_Clear();
+            rc = 0;
+        }
+        goto done;
+    }
+    if (out != NULL && res == out) { /* the common case: the result is the prepared buffer */
+        put(target, desc_off[D_DATA], out);
+        put(target, desc_off[D_BUFFER], handle);
+        put(target, desc_off[D_NODE], Py_None);
+        if (detach(node) < 0 || count_path(fused ? PATH_FUSED : PATH_RULE_OUT) < 0) goto done;
+        if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
+        rc = 1;
+        goto done;
+    }
+    if (count_path(view ? PATH_VIEW : PATH_RULE) < 0) goto done;
+    int one = finish_one(node, res, handle ? handle : Py_None, inputs, outputs,
+                         enabled == Py_True ? &nbytes : NULL);
+    if (one < 0) goto done;
+    if (one == 1) {
+        if (detach(node) < 0) goto done;
+        if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
+        rc = 1;
+        goto done;
+    }
+    PyObject *fargs[6] = {node, prim, be, res, handle ? handle : Py_None, t0};
+    PyObject *r = PyObject_Vectorcall(l_finish, fargs, 6, NULL);
+    if (r == NULL) goto done;
+    Py_DECREF(r);
+    rc = 1;
+done:
+    for (Py_ssize_t i = 0; i <= n; i++) Py_DECREF(args[i]);
+    Py_XDECREF(target); Py_DECREF(rule); Py_XDECREF(enabled); Py_XDECREF(t0);
+    Py_XDECREF(out); Py_XDECREF(handle); Py_XDECREF(res); Py_XDECREF(ins); Py_XDECREF(ln);
+    return rc;
+}
+
+PyObject *run_node(PyObject *self, PyObject *node) {
+    int r = run_host(node);
+    if (r < 0) return NULL;
+    if (r == 1) Py_RETURN_NONE;
+    if (l_python_run == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.run_node: not configured");
+        return NULL;
+    }
+    return PyObject_CallOneArg(l_python_run, node);
+}
+
+/* -- The schedule's order in C ------------------------------------------------------------
+ *
+ * ``topo_order(descs)`` is scheduling.topo_order: walk.topological's depth-first order
+ * (from the arrays in order, each node's inputs left to right, a node once, inputs before
+ * their consumers) with its cut for a node another eval has scheduled (its event set: into
+ * ``pending``, its inputs unvisited). Returns (order, pending). */
+typedef struct { PyObject **items; Py_ssize_t n, cap; } Stack;
+typedef struct { void **slots; size_t cap, n; } PtrSet;
+
+static int stack_push(Stack *s, PyObject *o) {
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 64;
+        PyObject **items = PyMem_Realloc(s->items, cap * sizeof(PyObject *));
+        if (items == NULL) { PyErr_NoMemory(); return -1; }
+        s->items = items, s->cap = cap;
+    }
+    s->items[s->n++] = Py_NewRef(o);
+    return 0;
+}
+
+/* 1 added, 0 already there, -1 no memory (open addressing over pointers, load <= 1/2) */
+static int set_add(PtrSet *s, void *p) {
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        void **slots = PyMem_Calloc(cap, sizeof(void *));
+        if (slots == NULL) { PyErr_NoMemory(); return -1; }
+        for (size_t i = 0; i < s->cap; i++) {
+            void *q = s->slots[i];
+            if (q == NULL) continue;
+            size_t j = ((uintptr_t)q >> 4) & (cap - 1);
+            while (slots[j] != NULL) j = (j + 1) & (cap - 1);
+            slots[j] = q;
+        }
+        PyMem_Free(s->slots);
+        s->slots = slots, s->cap = cap;
+    }
+    size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
+    while (s->slots[j] != NULL) {
+        if (s->slots[j] == p) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->slots[j] = p;
+    s->n++;
+    return 1;
+}
+
+static int set_has(PtrSet *s, void *p) {
+    if (s->cap == 0) return 0;
+    size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
+    while (s->slots[j] != NULL) {
+        if (s->slots[j] == p) return 1;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return 0;
+}
+
+PyObject *topo_order(PyObject *self, PyObject *descs) {
+    if (!loop_configured || !PyList_Check(descs)) {
+        PyErr_SetString(PyExc_TypeError, "topo_order(list of ArrayDesc), once configured");
+        return NULL;
+    }
+    PyObject *order = PyList_New(0), *pending = PyList_New(0), *result = NULL;
+    Stack st = {0};
+    PtrSet seen = {0};
+    if (order == NULL || pending == NULL) goto done;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(descs); k++) {
+        if (stack_push(&st, PyList_GET_ITEM(descs, k)) < 0) goto done;
+        while (st.n) {
+            PyObject *item = st.items[--st.n]; /* owned */
+            if ((PyObject *)Py_TYPE(item) == c_node_type) { /* its inputs are done */
+                int rc = PyList_Append(order, item);
+                Py_DECREF(item);
+                if (rc < 0) goto done;
+                continue;
+            }
+            if ((PyObject *)Py_TYPE(item) != c_desc_type) {
+                Py_DECREF(item);
+                PyErr_SetString(PyExc_TypeError, "topo_order: an ArrayDesc expected");
+                goto done;
+            }
+            PyObject *node = SLOT(item, desc_off[D_NODE]);
+            if (node == NULL || node == Py_None) { Py_DECREF(item); continue; }
+            Py_INCREF(node);
+            Py_DECREF(item);
+            int added = set_add(&seen, node);
+            if (added <= 0) { Py_DECREF(node); if (added < 0) goto done; continue; }
+            PyObject *ev = SLOT(node, node_off[N_EVENT]);
+            if (ev != NULL && ev != Py_None) { /* another eval runs it: wait, do not enter */
+                int rc = PyList_Append(pending, node);
+                Py_DECREF(node);
+                if (rc < 0) goto done;
+                continue;
+            }
+            int rc = stack_push(&st, node);
+            PyObject *inputs = SLOT(node, node_off[N_INPUTS]);
+            Py_DECREF(node);
+            if (rc < 0) goto done;
+            if (inputs == NULL || !PyList_Check(inputs)) {
+                PyErr_SetString(PyExc_TypeError, "topo_order: a node's inputs are a list");
+                goto done;
+            }
+            for (Py_ssize_t i = PyList_GET_SIZE(inputs) - 1; i >= 0; i--) {
+                PyObject *x = PyList_GET_ITEM(inputs, i);
+                PyObject *n = SLOT(x, desc_off[D_NODE]);
+                if (n != NULL && n != Py_None && !set_has(&seen, n) && stack_push(&st, x) < 0)
+                    goto done;
+            }
+        }
+    }
+    result = PyTuple_Pack(2, order, pending);
+done:
+    while (st.n) Py_DECREF(st.items[--st.n]);
+    PyMem_Free(st.items);
+    PyMem_Free(seen.slots);
+    Py_XDECREF(order);
+    Py_XDECREF(pending);
+    return result;
+}
+
+/* -- mx.eval of one array whose node is ready, in C ------------------------------------
+ *
+ * scheduling.evaluate's steps for its most common case (an eager op's eval): one array
+ * whose node no eval has scheduled, over available inputs, on the CPU's stream with no
+ * worker thread, on the thread that owns the stream, with no transformation running. The
+ * SIGINT handler and the interrupt bracket (Interrupt.begin / end), the claim under the
+ * schedule lock (its stream's new event set on the node), the node run by run_node (above),
+ * the event signalled, and the timeline's eval records where it records (scheduling's own
+ * helpers). Anything else is declined before anything is done, and the Python eval runs. */
+static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
+    *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild;
+static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
+    *s_error, *s_interrupted, *s_one;
+int eager_configured = 0;
+
+PyObject *configure_eager(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"tracer", "interrupt", "install_sigint", "schedule_lock",
+                                        "workers", "eval_begin", "eval_end", "state_type",
+                                        "thread_ident", "interrupted_message", "prebuild"};
+    PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
+                                &g_begin, &g_end, &g_state_type, &g_thread_ident,
+                                &g_interrupted, &g_prebuild};
+    eager_configured = 0;
+    if (!loop_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
+        return NULL;
+    }
+    if (take_all(kw, "configure_eager", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
+    if (!PyDict_Check(g_workers)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eager: workers is a dict");
+        return NULL;
+    }
+#define I(var, text) if (var == NULL && !(var = PyUnicode_InternFromString(text))) return NULL;
+    I(s__flag, "_flag") I(s_begin, "begin") I(s_end, "end") I(s_acquire, "acquire")
+    I(s_release, "release") I(s_signal, "signal") I(s__owner, "_owner") I(s_error, "error")
+    I(s_interrupted, "interrupted")
+#undef I
+    if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) return NULL;
+    eager_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
+ * or -1 when a node is not on ``stream`` (the same object, as _inline_stream asks) */
+static Py_ssize_t one_stream(PyObject *order, PyObject *stream) {
+    Py_ssize_t fused = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
+        PyObject *prim = SLOT(PyList_GET_ITEM(order, i), node_off[N_PRIMITIVE]);
+        if (SLOT(prim, prim_off[P_STREAM]) != stream) return -1;
+        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True;
+    }
+    return fused;
+}
+
+/* the error being raised, kept as the eval's (the first one wins) */
+static void keep_error(PyObject **type, PyObject **value, PyObject **tb) {
+    if (*type == NULL) {
+        PyErr_Fetch(type, value, tb);
+        PyErr_NormalizeException(type, value, tb);
+    } else {
+        PyErr_Clear();
+    }
+}
+
+/* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
+int eager_eval(PyObject *descs) {
+    if (!eager_configured || !PyList_CheckExact(descs)) return 0;
+    PyObject *active = PyObject_GetAttr(g_tracer, s__active);
+    int quiet = active != NULL && PyLong_Check(active) && PyLong_AsLong(active) == 0;
+    Py_XDECREF(active);
+    if (!quiet) { PyErr_Clear(); return 0; } /* a transformation may run: before_eval */
+    PyObject *node = NULL; /* the first lazy array's node gives the stream */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(descs); i++) {
+        PyObject *d = PyList_GET_ITEM(descs, i);
+        if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+        PyObject *n = SLOT(d, desc_off[D_NODE]);
+        if (n == NULL) return 0;
+        if (n != Py_None && node == NULL) node = n;
+    }
+    if (node == NULL) return 1; /* every array is available already */
+    if ((PyObject *)Py_TYPE(node) != c_node_type) return 0;
+    PyObject *stream = SLOT(SLOT(node, node_off[N_PRIMITIVE]), prim_off[P_STREAM]);
+    PyObject *owner = PyObject_GetAttr(stream, s__owner);
+    if (owner == NULL) { PyErr_Clear(); return 0; }
+    int mine = owner == Py_None;
+    if (!mine) { /* check_thread: a stream another thread owns is the Python path's error */
+        PyObject *me = PyObject_CallNoArgs(g_thread_ident);
+        mine = me != NULL && PyObject_RichCompareBool(owner, me, Py_EQ) == 1;
+        Py_XDECREF(me);
+        PyErr_Clear();
+    }
+    Py_DECREF(owner);
+    if (!mine) return 0;
+    PyObject *index = PyObject_GetAttr(stream, s_index);
+    if (index == NULL) { PyErr_Clear(); return 0; }
+    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
+    PyObject *w = be == l_backend ? PyDict_GetItemWithError(g_workers, index) : NULL;
+    if (be != l_backend || w != NULL || PyErr_Occurred()) { /* another device, or a worker */
+        Py_DECREF(index);
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(stream);
+    PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL;
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    int rc = -1, begun = 0, claimed = 0, interrupted = 0;
+    if (call_none(PyObject_CallNoArgs(g_sigint)) < 0) goto done;
+    if (call_none(PyObject_CallMethodNoArgs(g_interrupt, s_begin)) < 0) goto done;
+    begun = 1;
+    ev = PyObject_CallMethodOneArg(be, s_event, index);
+    if (ev == NULL) goto done;
+    /* the schedule, under its lock: the order, every node on this stream, none scheduled
+     * by another eval; then each node marked with this eval's event */
+    if (call_none(PyObject_CallMethodNoArgs(g_lock, s_acquire)) < 0) goto done;
+    PyObject *both = topo_order(NULL, descs);
+    Py_ssize_t fused = -1;
+    if (both != NULL) {
+        order = Py_NewRef(PyTuple_GET_ITEM(both, 0));
+        fused = one_stream(order, stream);
+        claimed = PyList_GET_SIZE(PyTuple_GET_ITEM(both, 1)) == 0 && PyList_GET_SIZE(order) > 0
+                  && fused >= 0;
+        Py_DECREF(both);
+        for (Py_ssize_t i = 0; claimed && i < PyList_GET_SIZE(order); i++)
+            put(PyList_GET_ITEM(order, i), node_off[N_EVENT], ev);
+    }
+    if (call_none(PyObject_CallMethodNoArgs(g_lock, s_release)) < 0) claimed = 0;
+    if (order == NULL || PyErr_Occurred()) goto done;
+    if (!claimed) { rc = 0; goto done; }
+    if (fused > 1 && call_none(PyObject_CallOneArg(g_prebuild, order)) < 0) /* in parallel */
+        keep_error(&type, &value, &tb);
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    int recording = enabled == Py_True;
+    Py_XDECREF(enabled);
+    Py_ssize_t n = PyList_GET_SIZE(order);
+    if (recording) { /* scheduling._eval_begin / _record_end, as _run_inline records */
+        PyObject *si = PyObject_GetAttr(ev, s_stream);
+        state = si ? PyObject_CallOneArg(g_state_type, s_one) : NULL;
+        if (state != NULL) {
+            PyObject *bargs[4] = {order, si, state, Py_False};
+            t0 = PyObject_Vectorcall(g_begin, bargs, 4, NULL);
+        }
+        Py_XDECREF(si);
+        if (t0 == NULL) keep_error(&type, &value, &tb);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
+        PyObject *nd = PyList_GET_ITEM(order, i);
+        if (!interrupted && type == NULL) {
+            PyObject *flag = PyObject_GetAttr(g_interrupt, s__flag);
+            interrupted = flag != Py_False;
+            Py_XDECREF(flag);
+            PyErr_Clear();
+        }
+        if (interrupted || type != NULL) { /* stopped: the rest stay lazy, unscheduled */
+            put(nd, node_off[N_EVENT], Py_None);
+            continue;
+        }
+        int ran = run_host(nd);
+        if (ran == 0) ran = call_none(PyObject_CallOneArg(l_python_run, nd)) < 0 ? -1 : 1;
+        if (ran < 0) {
+            keep_error(&type, &value, &tb);
+            put(nd, node_off[N_EVENT], Py_None);
+        }
+    }
+    if (state != NULL) { /* what the end record says */
+        if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
+        if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();
+    }
+    if (call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one)) < 0) keep_error(&type, &value, &tb);
+    if (t0 != NULL) {
+        PyObject *eargs[4] = {state, ev, t0, Py_True};
+        if (call_none(PyObject_Vectorcall(g_end, eargs, 4, NULL)) < 0) keep_error(&type, &value, &tb);
+    }
+    rc = 1;
+done:
+    if (begun && call_none(PyObject_CallMethodNoArgs(g_interrupt, s_end)) < 0)
+        keep_error(&type, &value, &tb);
+    if (type == NULL && PyErr_Occurred()) keep_error(&type, &value, &tb);
+    if (type != NULL) {
+        PyErr_Restore(type, value, tb);
+        rc = -1;
+    } else if (rc == 1 && interrupted) { /* MLX's message (scheduling._INTERRUPTED) */
+        PyErr_SetObject(PyExc_KeyboardInterrupt, g_interrupted);
+        rc = -1;
+    }
+    Py_DECREF(stream); Py_DECREF(index); Py_XDECREF(ev); Py_XDECREF(state); Py_XDECREF(t0);
+    Py_XDECREF(order);
+    return rc;
+}
+
+PyObject *py_eager_eval(PyObject *self, PyObject *descs) {
+    int r = eager_eval(descs);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
