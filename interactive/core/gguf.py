@@ -172,10 +172,12 @@ def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
         t = r.take("I", "Metadata value")
         meta[key] = r.value(t)
         if key == "general.alignment":
-            if t != _U32 or int(np.asarray(meta[key]._numpy())) == 0:
-                raise RuntimeError(f"[load_gguf] general.alignment must be a nonzero uint32 in "
-                                   f"{where}")
-            alignment = int(np.asarray(meta[key]._numpy()))
+            # a uint32 power of two, as ggml's gguf.cpp and gguf-py require (gguflib reads any
+            # uint32, and divides by zero on 0)
+            alignment = int(np.asarray(meta[key]._numpy())) if t == _U32 else 0
+            if alignment <= 0 or alignment & (alignment - 1):
+                raise RuntimeError("[load_gguf] general.alignment must be a uint32 power of two "
+                                   f"in {where}")
     infos = []
     for _ in range(n_tensors):
         name = r.string("Tensor name")

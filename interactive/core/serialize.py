@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pathlib
+import struct
 import zipfile
 import zlib
 from typing import Any, Optional, Union
@@ -216,7 +217,7 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
     if head[:6] != _NPY_MAGIC:
         raise RuntimeError(f"[load] Invalid header in {where}")
     version = head[6]
-    if version not in (1, 2):
+    if version not in (1, 2) or head[7] != 0:  # MLX reads any minor version; numpy none but 0
         raise RuntimeError(f"[load] Unsupported npy format version in {where}")
     width = 2 if version == 1 else 4
     raw = _read(f, width, None if left is None else left - 8)
@@ -232,8 +233,8 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
         hdr = np.lib.format.read_array_header_1_0 if version == 1 else \
             np.lib.format.read_array_header_2_0
         shape, fortran, dtype = hdr(io.BytesIO(raw + text), max_header_size=n + 1)
-    except (ValueError, TypeError, SyntaxError, KeyError, IndexError, AttributeError,
-            RecursionError, MemoryError, OverflowError):
+    except Exception:  # noqa: BLE001  numpy's parse of untrusted text raises many kinds
+        # (ValueError, SyntaxError, tokenize.TokenError, RecursionError, ...)
         raise RuntimeError(f"[load] Invalid header in {where}") from None
     if (dtype.kind, dtype.itemsize) not in _NPY_KINDS or dtype.fields is not None or \
             dtype.subdtype is not None:
@@ -241,6 +242,8 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
         descr = np.lib.format.dtype_to_descr(dtype)
         raise ValueError("[from_str] Unsupported array protocol type-string: "
                          f"{(str(descr) + chr(39))[:3]}")
+    if any(isinstance(d, bool) for d in shape):  # numpy's parser takes True as 1; MLX's stoi fails
+        raise RuntimeError(f"[load] Invalid header in {where}")
     if any(d < 0 for d in shape):
         raise RuntimeError(f"[load] Negative dimension in shape in {where}")
     if any(d >= 2**31 for d in shape):  # MLX: std::stoi's out_of_range escapes as IndexError
@@ -257,26 +260,35 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
     return _from_host(host)
 
 
+# what zipfile raises on a damaged archive or member (a lying size, a bad CRC, a broken
+# deflate stream, an odd header field)
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error,
+               OverflowError, NotImplementedError, UnicodeDecodeError, IndexError, KeyError)
+
+
 def _load_npz(f: Any, file: FileLike) -> dict:
     """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``)."""
     try:
         z = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        infos = z.infolist()
+    except _ZIP_ERRORS:
         raise ValueError("[load_npz] Input must be a zip file or a file-like object that can be "
                          "opened with zipfile.ZipFile") from None
     out = {}
     with z:
-        for info in z.infolist():
+        for info in infos:
             name = info.filename
             try:
                 with z.open(info) as member:
                     # a member's sizes come from the archive (which may lie): read in chunks
-                    out[name[:-4] if name.endswith(".npy") else name] = \
-                        _load_npy(member, member, None)
-            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError,
-                    UnicodeDecodeError) as e:
+                    arr = _load_npy(member, member, None)
+                    member.read()  # to the member's end: zipfile checks its CRC there
+            except _ZIP_ERRORS as e:
+                if type(e) in (RuntimeError, ValueError) and str(e).startswith("["):
+                    raise  # the member's own npy error
                 raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {label(file)}: {e}") \
                     from None
+            out[name[:-4] if name.endswith(".npy") else name] = arr
     return out
 
 
