@@ -150,6 +150,11 @@ def _metadata_dtype(t: int) -> Any:
     return _dt.float32 if t == _F64 else _VALUE_DTYPES[t]
 
 
+def _tensor_error(name: str, what: str) -> RuntimeError:
+    return RuntimeError(f"[load_gguf] Tensor '{name}' {what}. Perhaps an incomplete download or "
+                        "corrupt file?")
+
+
 def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
     """(arrays, metadata) of an open GGUF file; MLX's messages where MLX checks, bracketed
     ones naming the file and the field where it reads past the file or crashes."""
@@ -199,13 +204,12 @@ def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
                              "read here).")
         start, nbytes = base + off, dt.np.itemsize * int(np.prod(shape, dtype=object))
         # mlx/io/gguf.cpp check_tensor_in_file
-        fail = f"[load_gguf] Tensor '{name}' {{}}. Perhaps an incomplete download or corrupt file?"
         if start >= 2**64:
-            raise RuntimeError(fail.format("has a data offset that overflows the data section"))
+            raise _tensor_error(name, "has a data offset that overflows the data section")
         if start > len(r.data):
-            raise RuntimeError(fail.format("has a data offset past the end of the file"))
+            raise _tensor_error(name, "has a data offset past the end of the file")
         if nbytes > len(r.data) - start:
-            raise RuntimeError(fail.format("extends past the end of the file"))
+            raise _tensor_error(name, "extends past the end of the file")
         if any(d >= 2**31 for d in shape):  # MLX's Shape is int32
             raise RuntimeError(f"[load_gguf] Tensor '{name}' dimensions {list(reversed(shape))} "
                                f"are outside the int32 range in {where}")
