@@ -387,7 +387,8 @@ GGUF_CLEAR = {  # MLX segfaults, aborts, divides by zero, or reads garbage: (fil
     "bad utf-8 key": (_gguf([_kv(b"\xff", 8, _gs(b"x"))]), "Metadata key is not valid UTF-8"),
     "bad utf-8 value": (_gguf([_kv(b"k", 8, _gs(b"\xff"))]),
                         "String metadata value is not valid UTF-8"),
-    "bad utf-8 name": (_gguf([], [_tinfo(b"\xfe", [4])], _G_DATA), "Tensor name is not valid UTF-8"),
+    "bad utf-8 name": (_gguf([], [_tinfo(b"\xfe", [4])], _G_DATA),
+                       "Tensor name is not valid UTF-8"),
     "duplicate names": (_gguf([], [_tinfo(b"a", [4]), _tinfo(b"a", [4])], _G_DATA),
                         "Duplicate parameter name a this can happend"),
     "unknown tensor type": (_gguf([], [_tinfo(b"a", [4], 4161536)], _G_DATA),
@@ -439,7 +440,8 @@ MLX_CHECKED = [(f"x.{ext}", case, table[case]) for ext, table in (
 
 
 @requires_mlx
-@pytest.mark.parametrize("name, case, data", MLX_CHECKED, ids=[f"{n}-{c}" for n, c, _ in MLX_CHECKED])
+@pytest.mark.parametrize("name, case, data", MLX_CHECKED,
+                         ids=[f"{n}-{c}" for n, c, _ in MLX_CHECKED])
 def test_malformed_files_raise_mlx_errors(tmp_path, name, case, data):
     """Files MLX refuses with a bracketed error: the same type and message here."""
     path = _write(tmp_path, name, data)

@@ -254,7 +254,8 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
     data = _read(f, nbytes, None if left is None else left - used)
     if len(data) < nbytes:
         raise _short(file)
-    host = np.frombuffer(data, dtype, math.prod(shape)).reshape(shape, order="F" if fortran else "C")
+    host = np.frombuffer(data, dtype, math.prod(shape))
+    host = host.reshape(shape, order="F" if fortran else "C")
     if dtype.byteorder == ">":  # MLX swaps big-endian data on load
         host = host.astype(dtype.newbyteorder("="))
     return _from_host(host)
@@ -353,10 +354,12 @@ def _load_safetensors(f: Any, file: FileLike) -> tuple[dict, dict]:
             meta = dict(info)
             continue
         if not isinstance(info, dict):
-            raise RuntimeError(f"[load_safetensors] Tensor '{name}' is not a json object in {where}")
+            raise RuntimeError(f"[load_safetensors] Tensor '{name}' is not a json object in "
+                               f"{where}")
         for field in ("dtype", "shape", "data_offsets"):
             if field not in info:
-                raise RuntimeError(f"[load_safetensors] Tensor '{name}' has no '{field}' in {where}")
+                raise RuntimeError(f"[load_safetensors] Tensor '{name}' has no '{field}' in "
+                                   f"{where}")
         if not isinstance(info["dtype"], str):
             raise RuntimeError(f"[load_safetensors] Tensor '{name}' dtype must be a string in "
                                f"{where}")
