@@ -78,6 +78,8 @@ test-ub: $(VENV)/.dev
 
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
+	@# the file readers' mutation fuzzer: thousands of malformed files per format
+	TAPESCOPE_READER_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q -p no:cacheprovider tests/test_reader_fuzz.py
 
 # On the GPU machine (CuPy, JAX, pytest-xdist there; no .venv): the suite with the CPU as
 # default device, then the CUDA runtime's suites with the GPU as default (tests/run_gpu_suites.sh).

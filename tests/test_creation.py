@@ -207,3 +207,23 @@ def test_integer_like_arguments_are_accepted_as_mlx_accepts_them(mlx, case):
     got, want = case(mx), case(mlx)
     assert repr(got.dtype) == str(want.dtype)
     np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+@pytest.mark.parametrize("shape", [
+    (2.5,), 2.5, 2.0, (np.float64(2.0),), ("a",), np.int64(2), [2, 2.0], (np.array(2.0),),
+])
+@pytest.mark.parametrize("op", ["zeros", "ones", "full"])
+def test_shapes_that_are_not_integers_raise_as_mlx(op, shape):
+    # nanobind converts std::variant<int, Shape> by __index__: a float is std::bad_cast
+    args = (shape, 1.0) if op == "full" else (shape,)
+    same_error(lambda m: getattr(m, op)(*args))
+
+
+@pytest.mark.parametrize("shape", [(np.int32(2), True), np.array([2, 3]), (np.array(2),), True])
+def test_index_like_dimensions_are_taken_as_mlx(shape):
+    want = np.zeros(np.asarray(shape, dtype=np.int64).tolist() if not isinstance(shape, bool)
+                    else (1,))
+    got = mx.zeros(shape)
+    assert got.shape == want.shape
+    if mlx_ref is not None:
+        assert mlx_ref.zeros(shape).shape == got.shape

@@ -91,7 +91,7 @@ def _check_key(k: Any) -> array:
 def _bits(shape: Sequence[int], width: int, k: array, s) -> array:
     """Record a RandomBits node: ``shape`` values of ``width`` bytes from key ``k``."""
     dtype = {1: _dt.uint8, 2: _dt.uint16, 4: _dt.uint32}[width]
-    shape = _shape(shape)
+    shape = _nonnegative(_shape(shape))
     return array._make([shape], [dtype], Primitive("RandomBits", s, shape=shape, width=width), [k])[0]
 
 
@@ -103,8 +103,17 @@ def _split2(k: array, s) -> tuple[array, array]:
     return ops.reshape(a, (2,), stream=s), ops.reshape(b, (2,), stream=s)
 
 
-def _next_key(k: Optional[array], s) -> array:
-    """The key to draw with: ``k`` itself (checked), or the global key's next split."""
+def _nonnegative(shape: tuple) -> tuple:
+    """MLX's ``bits`` check, made before it draws the global key (which then stays as it was)."""
+    if any(d < 0 for d in shape):
+        raise ValueError("[bits] Negative dimensions not allowed.")
+    return shape
+
+
+def _next_key(k: Optional[array], s, shape: tuple) -> array:
+    """The key to draw ``shape`` bits with: ``k`` itself (checked), or the global key's next
+    split."""
+    _nonnegative(shape)
     if k is not None:
         return _check_key(k)
     state[0], out = _split2(state[0], s)
@@ -140,7 +149,7 @@ def _uniform(lo: array, hi: array, shape: tuple, dtype: _dt.Dtype, k: Optional[a
         raise ValueError(f"[uniform] Cannot generate random values of shape {_fmt_shape(shape)} "
                          f"from broadcasted shape {_fmt_shape(out_shape)}.")
     upper = _below_one(dtype)
-    k = _next_key(k, s)
+    k = _next_key(k, s, shape)
     lo = cast(lo, dtype, s)
     hi = cast(hi, dtype, s)
     rng = ops.subtract(hi, lo, stream=s)
@@ -246,7 +255,7 @@ def bernoulli(p: Union[float, array] = 0.5, shape: Optional[Sequence[int]] = Non
         _check_key(key)
     if broadcast_shapes(shape, p.shape) != shape:
         raise ValueError("[bernoulli] shape of `p` is incompatible with argument `shape`.")
-    k = _next_key(key, s)
+    k = _next_key(key, s, shape)
     # p on the scale [0, nextafter(UINT32_MAX)] so that p >= 1 is always true, p <= 0 never.
     upper = array(float(np.nextafter(np.float32(_U32_MAX), np.float32(np.inf))), _dt.float32)
     return ops.less(_bits(shape, 4, k, s), ops.multiply(p, upper, stream=s), stream=s)
@@ -378,13 +387,13 @@ def permutation(x: Union[int, array], axis: int = 0, key: Optional[array] = None
     if key is not None:
         _check_key(key)
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        k = _next_key(key, s)
+        k = _next_key(key, s, (int(x),))
         return ops.argsort(_bits((int(x),), 4, k, s), stream=s)
     x = to_array(x)
     ax = axis + x.ndim if axis < 0 else axis
     if not 0 <= ax < x.ndim:
         raise IndexError("SmallVector out of range.")
-    k = _next_key(key, s)
+    k = _next_key(key, s, (x.shape[ax],))
     perm = ops.argsort(_bits((x.shape[ax],), 4, k, s), stream=s)
     return ops.take(x, perm, ax, stream=s)
 
@@ -413,7 +422,7 @@ def multivariate_normal(mean: array, cov: array, shape: Sequence[int] = [],
     if key is not None:
         _check_key(key)
     out_shape = broadcast_shapes(cov.shape[:-2], mean.shape[:-1])
-    out_shape = broadcast_shapes(out_shape, _shape(shape)) + (n,)
+    out_shape = _nonnegative(broadcast_shapes(out_shape, _shape(shape)) + (n,))
     # The square root of the covariance through its SVD: U * sqrt(S) @ Vt.
     u, sv, vt = linalg.svd(cast(cov, _dt.float32, s), True, stream=s)
     std = ops.matmul(ops.multiply(u, ops.expand_dims(ops.sqrt(sv, stream=s), -2, stream=s),

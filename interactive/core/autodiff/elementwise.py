@@ -89,7 +89,7 @@ U = {
     "ArcTanh": lambda p, o: mx.reciprocal(mx.subtract(1, mx.square(p[0]))),
     "Sqrt": lambda p, o: mx.divide(0.5, o),
     "Rsqrt": lambda p, o: mx.multiply(mx.divide(o, p[0]), -0.5),
-    "Square": lambda p, o: mx.multiply(p[0], 2),
+    "Square": lambda p, o: mx.multiply(p[0], array(2, p[0].dtype)),  # MLX: 2 in its dtype
     "Sigmoid": lambda p, o: mx.multiply(o, mx.subtract(1, o)),
     "Erf": lambda p, o: mx.multiply(mx.exp(mx.negative(mx.square(p[0]))), 2.0 / math.sqrt(math.pi)),
     "ErfInv": lambda p, o: mx.multiply(mx.exp(mx.square(o)), math.sqrt(math.pi) / 2.0),

@@ -23,6 +23,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
+from .. import dtypes as _dt
 from .. import tracer
 from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive
@@ -161,7 +162,9 @@ def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
     out = []
     for i, g in zip(argnums, vjps):
         x = node.inputs[i]
-        if g.dtype != x.dtype:
+        # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
+        # of bools is int32)
+        if g.dtype != x.dtype and x.dtype != _dt.bool_:
             g = astype(g, x.dtype)
         out.append(g)
     return out

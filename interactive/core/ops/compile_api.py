@@ -135,7 +135,9 @@ class CompiledFunction(_CallBase):
         # arrays positionally to a function without captured state or shapeless mode
         self._fast: dict = {}
         self._direct = inputs is None and outputs is None and not shapeless
-        self._lock = threading.Lock()
+        # re-entrant: the function may call itself while it is traced (MLX allows it; the
+        # inner call is a miss at its own signature, or recurses until RecursionError)
+        self._lock = threading.RLock()
         self.traces = 0  # how many times the function was traced (cache misses)
         # updated=(): copying ``fun.__dict__`` would copy a wrapped CompiledFunction's
         # state (its program cache) onto this one, which then ran the inner function

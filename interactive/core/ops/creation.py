@@ -27,10 +27,20 @@ def _shape(shape: Union[int, Sequence[int]]) -> tuple:
     if isinstance(shape, int) and not -(2**31) <= shape < 2**31:
         raise OverflowError(f"Shape dimension {shape} is outside the supported range [-2147483648, "
                             "2147483647]. MLX currently uses 32-bit integers for shape dimensions.")
-    shape = (int(shape),) if isinstance(shape, int) else tuple(int32(d) for d in shape)
+    shape = (int(shape),) if isinstance(shape, int) else _dims(shape)
     if any(d < 0 for d in shape):
         raise ValueError("[full] Negative dimensions not allowed.")
     return shape
+
+
+def _dims(shape: Any) -> tuple:
+    """A sequence's dimensions as nanobind converts ``std::variant<int, Shape>``: each
+    element by ``__index__`` (ints, numpy integers); a float, a string, a numpy scalar in
+    place of the sequence: MLX's ``std::bad_cast``."""
+    try:
+        return tuple(int32(operator.index(d)) for d in shape)
+    except TypeError:
+        raise RuntimeError("std::bad_cast") from None
 
 
 def _check_dtype(dtype: Any) -> None:
