@@ -98,6 +98,14 @@ class Monoid:
     merge: Callable[[dict, dict], dict]
     # a dialect's one-call group reduction of this monoid (Metal ``simd_sum``): its key
     simd: Optional[str] = None
+    # OpenMP's own reduction operator per field (``+``, ``*``, ``max``, ``|``, ``&&``), when
+    # every field merges with one: the CPU folds under ``omp simd reduction(op:field)``
+    omp: Optional[tuple] = None
+    # the state's value (default: its first field), e.g. max's NaN flag applied
+    final: Optional[Callable[[dict], Any]] = None
+
+    def value(self, state: dict):
+        return self.final(state) if self.final else state[self.fields[0][0]]
 
 
 # -- statements -----------------------------------------------------------------------------

@@ -191,7 +191,8 @@ class Lowering:
                 f"{ind}}}"]
         head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{"
         cond = f" if({s.parallel_if})" if s.parallel_if else ""
-        pragma = {"blocks": f"#pragma omp parallel for schedule(static){cond}",
+        # guided: a thread that starts late (a busy core) takes fewer rows; static waited for it
+        pragma = {"blocks": f"#pragma omp parallel for schedule(guided){cond}",
                   "threads": "#pragma omp simd",
                   "global": f"#pragma omp parallel for simd schedule(static){cond}",
                   "serial": None}[s.kind]
@@ -199,10 +200,28 @@ class Lowering:
 
     # -- Reduce on the CPU: lanes under omp simd -----------------------------------------
     def lanes(self, acc) -> int:
+        """One 64-byte vector of the widest field (more lanes measured slower: the exp of
+        softmax spilled with two AVX-512 vectors per lane block)."""
         widest = max(np.dtype(dt).itemsize if dt != INDEX else 8 for _, dt in acc.fields)
-        return max(4, 128 // widest)
+        return max(4, 64 // widest)
+
+    def reduce_omp(self, s: Reduce, ind: str) -> list:
+        """A monoid whose fields OpenMP can merge: ``omp simd reduction(op:field)``."""
+        acc = s.acc
+        names = state_vars(s.acc_name, acc)
+        out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
+               for (f, dt), ident in zip(acc.fields, acc.identity)]
+        clauses = " ".join(f"reduction({op}:{names[f]})" for (f, _), op in zip(acc.fields, acc.omp))
+        out += [f"{ind}#pragma omp simd {clauses}",
+                f"{ind}for (int64_t {s.var} = {self.expr(s.start)}; {s.var} < {self.expr(s.stop)}; "
+                f"++{s.var}) {{"]
+        out += self.block(s.body, ind + "  ")
+        out += self.fold(acc, names, s.elem, ind + "  ")
+        return out + [f"{ind}}}"]
 
     def reduce_lanes(self, s: Reduce, ind: str) -> list:
+        if s.acc.omp:
+            return self.reduce_omp(s, ind)
         acc, W = s.acc, self.lanes(s.acc)
         names = state_vars(s.acc_name, acc)
         lane = {f: f"{n}_l[l]" for f, n in names.items()}
@@ -228,11 +247,17 @@ class Lowering:
         out += self.block(s.body, i2 + "  ")
         out += self.fold(acc, first, s.elem, i2 + "  ")
         out.append(f"{i2}}}")
+        # the lanes merge as a tree, each level one vector step (a serial merge of 32
+        # lanes cost more than a 128-element row's own work)
+        upper = {f: f"{n}_l[l + h]" for f, n in names.items()}
+        out.append(f"{i2}for (int h = {W // 2}; h > 0; h >>= 1) {{")
+        out.append(f"{i2}  #pragma omp simd")
+        out.append(f"{i2}  for (int l = 0; l < h; ++l) {{")
+        out += self.merge_into(acc, lane, upper, i2 + "    ")
+        out.append(f"{i2}  }}")
+        out.append(f"{i2}}}")
         for f, _ in acc.fields:
             out.append(f"{i2}{names[f]} = {names[f]}_l[0];")
-        out.append(f"{i2}for (int l = 1; l < {W}; ++l) {{")
-        out += self.merge_into(acc, names, lane, i2 + "  ")
-        out.append(f"{i2}}}")
         out.append(f"{ind}}}")
         return out
 

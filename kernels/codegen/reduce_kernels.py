@@ -58,8 +58,10 @@ def _limit(dt: np.dtype, high: bool):
     return float("inf") if high else float("-inf")
 
 
-def monoid(op: str, dt) -> Monoid:
-    """The accumulator of reduction ``op`` over values of dtype ``dt`` (its state type)."""
+def monoid(op: str, dt, nan_flag: bool = True) -> Monoid:
+    """The accumulator of reduction ``op`` over values of dtype ``dt`` (its state type).
+    Float max / min keep a NaN flag beside the extreme (two fields OpenMP merges itself);
+    ``nan_flag=False``: one field that propagates NaN (a scan's running value)."""
     dt = np.dtype(dt)
     if dt.kind == "c":
         raise Unsupported("complex reductions")
@@ -68,20 +70,31 @@ def monoid(op: str, dt) -> Monoid:
         sym, ident = ("+", 0) if op == "sum" else ("*", 1)
         return Monoid(op, (("s", dt),), (Lit(ident, dt),), lambda e: {"s": e["v"]},
                       lambda a, b: {"s": f"({a['s']} {sym} {b['s']})"},
-                      simd="sum" if op == "sum" else None)
+                      simd="sum" if op == "sum" else None, omp=(sym,))
     if op in ("max", "min"):
         cmp = ">" if op == "max" else "<"
-        nan = (lambda b: f" || {b} != {b}") if flt else (lambda b: "")
-        return Monoid(op, (("m", dt),), (Lit(_limit(dt, op == "min"), dt),),
-                      lambda e: {"m": e["v"]},
-                      lambda a, b: {"m": f"(({b['m']} {cmp} {a['m']}{nan(b['m'])}) ? "
-                                         f"{b['m']} : {a['m']})"})
+        pick = (lambda a, b: {"m": f"({b['m']} {cmp} {a['m']} ? {b['m']} : {a['m']})"})
+        if not flt:
+            return Monoid(op, (("m", dt),), (Lit(_limit(dt, op == "min"), dt),),
+                          lambda e: {"m": e["v"]}, pick, omp=(op,))
+        if not nan_flag:
+            return Monoid(op, (("m", dt),), (Lit(_limit(dt, op == "min"), dt),),
+                          lambda e: {"m": e["v"]},
+                          lambda a, b: {"m": f"(({b['m']} {cmp} {a['m']} || {b['m']} != {b['m']}) ? "
+                                             f"{b['m']} : {a['m']})"})
+        # floats: the extreme of the numbers and a flag of NaN seen (the result is NaN then),
+        # two fields OpenMP merges itself (max / min, |)
+        i32 = np.dtype(np.int32)
+        return Monoid(op, (("m", dt), ("n", i32)), (Lit(_limit(dt, op == "min"), dt), Lit(0, i32)),
+                      lambda e: {"m": e["v"], "n": f"({e['v']} != {e['v']})"},
+                      lambda a, b: {**pick(a, b), "n": f"({a['n']} | {b['n']})"}, omp=(op, "|"),
+                      final=lambda st: Fmt(f"({st['n']} ? {{0}} : {st['m']})", (Lit(float("nan"), dt),)))
     if op in ("and", "or"):
         b_ = np.dtype(np.bool_)
         sym = "&&" if op == "and" else "||"
         return Monoid(op, (("b", b_),), (Lit(op == "and", b_),),
                       lambda e: {"b": f"({e['v']} != 0)"},
-                      lambda a, b: {"b": f"({a['b']} {sym} {b['b']})"})
+                      lambda a, b: {"b": f"({a['b']} {sym} {b['b']})"}, omp=(sym,))
     if op in ("argmax", "argmin"):
         cmp = ">" if op == "argmax" else "<"
 
@@ -119,8 +132,8 @@ def _load(in_dt, acc_dt, index) -> object:
     return v if np.dtype(in_dt) == acc_dt or acc_dtype(in_dt) == acc_dt else Cast(acc_dt, v)
 
 
-def _final(op: str, st: dict) -> str:
-    return st["i"] if op in ("argmax", "argmin") else next(iter(st.values()))
+def _final(acc: Monoid, st: dict):
+    return st["i"] if acc.name in ("argmax", "argmin") else acc.value(st)
 
 
 def _params(layout: str, in_dt, out_dt, extra=()) -> list:
@@ -157,34 +170,37 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
         body = [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
         body.append(Range("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, "r * sr + c * sc")),
                                            Fold(acc, st, {"v": "v", "i": "c"})]))
-        body.append(Store("out", "r", _final(op, st), out_dt))
-        return Kernel(name, _params(layout, in_dt, out_dt), [Range("r", 0, "rows", body, "global")],
+        body.append(Store("out", "r", _final(acc, st), out_dt))
+        return Kernel(name, _params(layout, in_dt, out_dt, (Param("int", "cb"),)),
+                      [Range("r", 0, "rows", body, "global")],
                       groups=lambda v: -(-v["rows"] // 256))
     if layout == "all":
         return _all(name, op, acc, in_dt, out_dt, adt, gpu)
     base, off = _offsets(layout)
     row = [Reduce("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, f"{base} + {off}"))], acc, "a",
                   {"v": "v", "i": "c"}),
-           First([Store("out", "r", _final(op, state_vars("a", acc)), out_dt)])]
+           First([Store("out", "r", _final(acc, state_vars("a", acc)), out_dt)])]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
                   groups=lambda v: min(v["rows"], 1 << 30))
 
 
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
+    """Blocks of ``cb`` (<= ``COL_BLOCK``) kept elements, one per thread where the kept
+    elements are few: each reduced index adds a contiguous run of the block."""
     B = COL_BLOCK
     st = {f: f"acc_{f}[k]" for f, _ in acc.fields}
-    body = [Let("k0", INDEX, f"kb * {B}"), Let("nb", INDEX, f"rows - k0 < {B} ? rows - k0 : {B}")]
+    body = [Let("k0", INDEX, "kb * cb"), Let("nb", INDEX, "rows - k0 < cb ? rows - k0 : cb")]
     body += [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
     body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
                                       zip(acc.fields, acc.identity)], "threads"))
     body.append(Range("c", 0, "cols", [Range("k", 0, "nb", [
         Let("v", adt, _load(in_dt, adt, "(k0 + k) * sr + c * sc")),
         Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
-    body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(op, st), out_dt)], "threads"))
-    return Kernel(name, _params("col", in_dt, out_dt),
-                  [Range("kb", 0, f"(rows + {B - 1}) / {B}", body, "blocks",
-                         f"rows > {B} && rows * cols >= {PAR_MIN}")])
+    body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
+                  [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
+                         f"rows > cb && rows * cols >= {PAR_MIN}")])
 
 
 def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
@@ -195,13 +211,13 @@ def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
             Let("c1", INDEX, "c0 + (cols + parts - 1) / parts < cols ? "
                              "c0 + (cols + parts - 1) / parts : cols"),
             Reduce("c", "c0", "c1", [Let("v", adt, _load(in_dt, adt, "c"))], acc, "a", {"v": "v"}),
-            First([Store("part", "p", st[acc.fields[0][0]], acc.fields[0][1])])]
+            First([Store("part", "p", acc.value(st), acc.fields[0][1])])]
     body = [Range("p", 0, "parts", part, "blocks", f"parts > 1 && cols >= {PAR_MIN}")]
     if not gpu:
         body.append(Reduce("q", 0, "parts", [Let("w", acc.fields[0][1],
                                                  Load("part", "q", acc.fields[0][1]))],
                            acc, "t", {"v": "w"}))
-        body.append(Store("out", 0, state_vars("t", acc)[acc.fields[0][0]], out_dt))
+        body.append(Store("out", 0, acc.value(state_vars("t", acc)), out_dt))
     return Kernel(name, _params("all", in_dt, out_dt, (acc.fields[0][1],)), body,
                   groups=lambda v: v["parts"])
 
@@ -213,22 +229,23 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool) -> list:
     float32, recomputed otherwise), then the scaling pass; LogSumExp: max, then sum."""
     x = Load("x", "r * sr + c", in_dt)
     mx, sm = monoid("max", F32), monoid("sum", F32)
-    body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"})]
+    body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"}),
+            Let("mx", F32, mx.value(state_vars("m", mx)))]
     if log:
-        body.append(Let("z", F32, "(isinf(m_m) ? 0.0f : m_m)"))
+        body.append(Let("z", F32, "(isinf(mx) ? 0.0f : mx)"))
         body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),)))],
                            sm, "s", {"v": "e"}))
-        body.append(First([Store("out", "r", Fmt("(isinf(m_m) ? m_m : z + {0})",
+        body.append(First([Store("out", "r", Fmt("(isinf(mx) ? mx : z + {0})",
                                                  (Math("log", F32, ("s_s",)),)), out_dt)]))
         return body
     keep = np.dtype(out_dt) == F32
-    e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - m_m", (Cast(F32, x),)),)))]
+    e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),)))]
     if keep:
         e.append(Store("out", "r * cols + c", "e", out_dt))
     body.append(Reduce("c", 0, "cols", e, sm, "s", {"v": "e"}))
     body.append(Let("inv", F32, "1.0f / s_s"))
     again = Load("out", "r * cols + c", out_dt) if keep else \
-        Math("exp", F32, (Fmt("{0} - m_m", (Cast(F32, x),)),))
+        Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),))
     body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt("{0} * inv", (again,)), out_dt)],
                       "threads"))
     return body
@@ -265,7 +282,7 @@ def scan_kernel(name: str, op: str, in_dt, out_dt, inclusive: bool, reverse: boo
     independent scans (stride ``so`` / unit), output contiguous."""
     in_dt, out_dt = np.dtype(in_dt), np.dtype(out_dt)
     adt = acc_dtype(out_dt)
-    acc = monoid(op, adt)
+    acc = monoid(op, adt, nan_flag=False)
     (f, _), = acc.fields
     j = "(n - 1 - c)" if reverse else "c"
     params = [Param("in", "x", in_dt), Param("out", "out", out_dt)] + [

@@ -9,15 +9,18 @@ int64 arrays (``general``), the output's shape and dtype, and, for ``all``, the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from ..codegen.reduce_kernels import KernelSpec, acc_dtype
+from ..codegen.reduce_kernels import COL_BLOCK, KernelSpec, acc_dtype
 
 ALL_PART = 1 << 14  # elements per part of an ``all`` reduction (parts run in parallel)
 MAX_PARTS = 64
+THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)  # the CPU kernels' OpenMP threads (one per core)
 
 
 @dataclass
@@ -95,6 +98,9 @@ def reduce_call(op: str, in_dtype, shape, strides, axes) -> Call:
         layout = "row" if sc == 1 or cols == 1 else "col" if sr == 1 and rows > 1 else "strided"
         if layout == "row":
             ints["sc"] = 1
+        if layout == "col":  # kept elements per block: a share per thread, 64 at least
+            share = -(-rows // THREADS)
+            ints["cb"] = min(COL_BLOCK, max(64, -(-share // 64) * 64))
         return Call(spec(layout), ints, out_shape=out_shape, out_dtype=out_dtype)
     kept = kept or [(1, 0)]
     red = red or [(1, 0)]

@@ -102,13 +102,27 @@ def _strides(a: np.ndarray) -> Optional[tuple]:
     return tuple(s // isz for s in a.strides)
 
 
+_calls: dict = {}  # (primitive, parameters, dtype, shape, strides) -> its planned Call
+
+
+def _planned(key, make):
+    call = _calls.get(key)
+    if call is None:
+        if len(_calls) > 4096:
+            _calls.clear()
+        call = _calls[key] = make()
+    return call
+
+
 def _reduce_rule(prim_name: str, op: str) -> Callable:
     def rule(xp, a, *, axes):
         st = _strides(a)
         if a.dtype.kind == "c" or st is None or a.size == 0:
             return REGISTRY[prim_name].rule(xp, a, axes=axes)
-        return _launch(plan.reduce_call(op, a.dtype, a.shape, st, tuple(axes)), a, prim_name,
-                       xp, (a,), {"axes": axes})
+        axes = tuple(axes)
+        call = _planned((op, axes, a.dtype, a.shape, st),
+                        lambda: plan.reduce_call(op, a.dtype, a.shape, st, axes))
+        return _launch(call, a, prim_name, xp, (a,), {"axes": axes})
     return rule
 
 
@@ -117,8 +131,9 @@ def _arg_rule(xp, a, *, reduce_type, axis):
     if a.dtype.kind == "c" or st is None or a.size == 0:
         return REGISTRY["ArgReduce"].rule(xp, a, reduce_type=reduce_type, axis=axis)
     axis = int(axis) % a.ndim
-    return _launch(plan.reduce_call(reduce_type, a.dtype, a.shape, st, (axis,)), a, "ArgReduce",
-                   xp, (a,), {"reduce_type": reduce_type, "axis": axis})
+    call = _planned((reduce_type, axis, a.dtype, a.shape, st),
+                    lambda: plan.reduce_call(reduce_type, a.dtype, a.shape, st, (axis,)))
+    return _launch(call, a, "ArgReduce", xp, (a,), {"reduce_type": reduce_type, "axis": axis})
 
 
 def _softmax_rule(family: str, prim_name: str) -> Callable:
@@ -126,8 +141,9 @@ def _softmax_rule(family: str, prim_name: str) -> Callable:
         if a.dtype.kind not in "f" and a.dtype.name != "bfloat16" or a.size == 0 or a.ndim == 0:
             return REGISTRY[prim_name].rule(xp, a, **kw)
         st = _strides(a)
-        call = plan.softmax_call(family, a.dtype, a.shape, st, bool(kw.get("precise"))) \
-            if st is not None else None
+        precise = bool(kw.get("precise"))
+        call = _planned((family, precise, a.dtype, a.shape, st), lambda: plan.softmax_call(
+            family, a.dtype, a.shape, st, precise)) if st is not None else None
         if call is None:  # MLX's backends copy such an input first
             a = np.ascontiguousarray(a)
             call = plan.softmax_call(family, a.dtype, a.shape, _strides(a), bool(kw.get("precise")))
