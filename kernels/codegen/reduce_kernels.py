@@ -224,7 +224,7 @@ def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
 
 # -- Softmax and LogSumExp ------------------------------------------------------------------
 
-def _row_softmax_cpu(in_dt, out_dt, log: bool) -> list:
+def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
     """The CPU's rows: a max pass, an exp-sum pass (softmax: exp stored when the output is
     float32, recomputed otherwise), then the scaling pass; LogSumExp: max, then sum."""
     x = Load("x", "r * sr + c", in_dt)
@@ -232,18 +232,18 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool) -> list:
     body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"}),
             Let("mx", F32, mx.value(state_vars("m", mx)))]
     if log:
-        body.append(Let("z", F32, "(isinf(mx) ? 0.0f : mx)"))
+        body.append(Let("z", F32, Fmt("(isinf(mx) ? {0} : mx)", (Lit(0, F32),))))
         body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),)))],
                            sm, "s", {"v": "e"}))
         body.append(First([Store("out", "r", Fmt("(isinf(mx) ? mx : z + {0})",
                                                  (Math("log", F32, ("s_s",)),)), out_dt)]))
         return body
-    keep = np.dtype(out_dt) == F32
+    keep = np.dtype(out_dt) == F32  # the exp is stored where the output holds it exactly
     e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),)))]
     if keep:
         e.append(Store("out", "r * cols + c", "e", out_dt))
     body.append(Reduce("c", 0, "cols", e, sm, "s", {"v": "e"}))
-    body.append(Let("inv", F32, "1.0f / s_s"))
+    body.append(Let("inv", F32, Fmt("{0} / s_s", (Lit(1, F32),))))
     again = Load("out", "r * cols + c", out_dt) if keep else \
         Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),))
     body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt("{0} * inv", (again,)), out_dt)],
@@ -251,7 +251,7 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool) -> list:
     return body
 
 
-def _row_softmax_gpu(in_dt, out_dt, log: bool) -> list:
+def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
     """A GPU's rows: one online pass (running max and rescaled sum, merged across the block),
     then softmax's output pass."""
     x = Cast(F32, Load("x", "r * sr + c", in_dt))
@@ -268,7 +268,8 @@ def _row_softmax_gpu(in_dt, out_dt, log: bool) -> list:
 def softmax_kernel(name: str, in_dt, out_dt, log: bool, gpu: bool) -> Kernel:
     if not _is_float(np.dtype(in_dt)):
         raise Unsupported(f"{'LogSumExp' if log else 'Softmax'} on {np.dtype(in_dt)}")
-    rows = (_row_softmax_gpu if gpu else _row_softmax_cpu)(in_dt, out_dt, log)
+    wide = np.dtype(np.float64) if np.dtype(in_dt) == np.float64 else F32  # MLX: float math, double for double
+    rows = (_row_softmax_gpu if gpu else _row_softmax_cpu)(in_dt, out_dt, log, wide)
     return Kernel(name, _params("row", in_dt, out_dt)[:-1],  # rows, cols, sr (the last axis is unit)
                   [Range("r", 0, "rows", rows, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN_EXP}")],
                   groups=lambda v: min(v["rows"], 1 << 30))

@@ -676,6 +676,8 @@ def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] =
     from .gpu import variant_suffix
 
     built = {**({"cpu": cpu} if cpu else {}), **(built or {})}
+    if hasattr(tape, "sources"):  # a loop-IR kernel (reduce_kernels.KernelSpec): its three renders
+        return tape.sources(built)
     if tape.reduction is not None:  # extended fusion: the reduction schedule is the CPU's
         from .reduction import render as render_reduction
 

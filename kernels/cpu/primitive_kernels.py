@@ -65,6 +65,18 @@ def _fallback(prim_name: str, name: str, variant: str, why: str, xp, ins, kw):
     return out
 
 
+def _declined(prim_name: str, a, xp, kw):
+    """A call no kernel takes: the rule, on the timeline with the reason (an empty array
+    needs no kernel and is not recorded)."""
+    if a.size == 0:
+        return REGISTRY[prim_name].rule(xp, a, **kw)
+    why = ("complex values" if a.dtype.kind == "c" else
+           f"{kw.get('reduce_type')} scans" if "reduce_type" in kw and prim_name.startswith("Cum")
+           else "a 0-d input" if a.ndim == 0 else f"{a.dtype} values" if prim_name in
+           ("Softmax", "LogSumExp") else "strides that are not whole elements")
+    return _fallback(prim_name, prim_name, "", f"no generated kernel for {why}", xp, (a,), kw)
+
+
 def _launch(call, a: np.ndarray, prim_name: str, xp, ins, kw):
     """Run ``call``'s kernel on ``a`` (its strides as planned) into a new output."""
     spec = call.spec
@@ -118,7 +130,7 @@ def _reduce_rule(prim_name: str, op: str) -> Callable:
     def rule(xp, a, *, axes):
         st = _strides(a)
         if a.dtype.kind == "c" or st is None or a.size == 0:
-            return REGISTRY[prim_name].rule(xp, a, axes=axes)
+            return _declined(prim_name, a, xp, {"axes": axes})
         axes = tuple(axes)
         call = _planned((op, axes, a.dtype, a.shape, st),
                         lambda: plan.reduce_call(op, a.dtype, a.shape, st, axes))
@@ -129,7 +141,7 @@ def _reduce_rule(prim_name: str, op: str) -> Callable:
 def _arg_rule(xp, a, *, reduce_type, axis):
     st = _strides(a)
     if a.dtype.kind == "c" or st is None or a.size == 0:
-        return REGISTRY["ArgReduce"].rule(xp, a, reduce_type=reduce_type, axis=axis)
+        return _declined("ArgReduce", a, xp, {"reduce_type": reduce_type, "axis": axis})
     axis = int(axis) % a.ndim
     call = _planned((reduce_type, axis, a.dtype, a.shape, st),
                     lambda: plan.reduce_call(reduce_type, a.dtype, a.shape, st, (axis,)))
@@ -139,7 +151,7 @@ def _arg_rule(xp, a, *, reduce_type, axis):
 def _softmax_rule(family: str, prim_name: str) -> Callable:
     def rule(xp, a, **kw):
         if a.dtype.kind not in "f" and a.dtype.name != "bfloat16" or a.size == 0 or a.ndim == 0:
-            return REGISTRY[prim_name].rule(xp, a, **kw)
+            return _declined(prim_name, a, xp, kw)
         st = _strides(a)
         precise = bool(kw.get("precise"))
         call = _planned((family, precise, a.dtype, a.shape, st), lambda: plan.softmax_call(
@@ -155,7 +167,7 @@ def _scan_rule(prim_name: str) -> Callable:
     def rule(xp, a, *, reduce_type, axis, reverse, inclusive):
         kw = {"reduce_type": reduce_type, "axis": axis, "reverse": reverse, "inclusive": inclusive}
         if reduce_type not in _SCAN or a.dtype.kind == "c" or a.size == 0 or a.ndim == 0:
-            return REGISTRY[prim_name].rule(xp, a, **kw)
+            return _declined(prim_name, a, xp, kw)
         axis = int(axis) % a.ndim
         st = _strides(a)
         call = plan.scan_call(reduce_type, a.dtype, a.shape, st, axis, bool(inclusive),
