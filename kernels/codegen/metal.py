@@ -57,12 +57,12 @@ _MATH = {"expm1": "ts_expm1", "log1p": "ts_log1p", "erf": "ts_erf", "floor": "me
 # a lane exchange of any state type: bool through int, 64-bit integers as two 32-bit halves
 _IR_PRELUDE = r"""template <typename T> static inline T ts_shfl_xor(T v, ushort o) { return simd_shuffle_xor(v, o); }
 static inline bool ts_shfl_xor(bool v, ushort o) { return simd_shuffle_xor((int)v, o) != 0; }
-static inline long ts_shfl_xor(long v, ushort o) {
-  const uint lo = simd_shuffle_xor((uint)(v & 0xffffffff), o);
-  const uint hi = simd_shuffle_xor((uint)(((ulong)v) >> 32), o);
-  return (long)(((ulong)hi << 32) | (ulong)lo);
+static inline uint64_t ts_shfl_xor(uint64_t v, ushort o) {
+  const uint lo = simd_shuffle_xor((uint)(v & 0xffffffffu), o);
+  const uint hi = simd_shuffle_xor((uint)(v >> 32), o);
+  return ((uint64_t)hi << 32) | (uint64_t)lo;
 }
-static inline ulong ts_shfl_xor(ulong v, ushort o) { return (ulong)ts_shfl_xor((long)v, o); }
+static inline int64_t ts_shfl_xor(int64_t v, ushort o) { return (int64_t)ts_shfl_xor((uint64_t)v, o); }
 """
 
 

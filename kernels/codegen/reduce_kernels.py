@@ -388,3 +388,32 @@ class KernelSpec:
             except Unsupported as e:
                 out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
         return out
+
+
+REDUCE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def all_specs() -> list:
+    """Every kernel the reduction primitives can ask for (the dialect tests render them all)."""
+    from ..common.reductions import sum_dtype
+
+    out = []
+    for dt in REDUCE_DTYPES:
+        for op in ("sum", "prod", "max", "min", "and", "or", "argmax", "argmin"):
+            o = ("uint32" if op.startswith("arg") else "bool" if op in ("and", "or")
+                 else sum_dtype(dt).name if op in ("sum", "prod") else dt)
+            for layout in ("row", "col", "strided", "general") + (() if op.startswith("arg") else ("all",)):
+                out.append(KernelSpec("reduce", op, dt, o, layout))
+        for op in ("sum", "prod", "max", "min"):
+            o = "int32" if op == "sum" and dt == "bool" else dt
+            for layout in ("contig", "strided"):
+                for inclusive in (True, False):
+                    for reverse in (False, True):
+                        out.append(KernelSpec("scan", op, dt, o, layout, inclusive, reverse))
+    for dt in FLOAT_DTYPES:
+        out += [KernelSpec("softmax", "softmax", dt, dt, "row"),
+                KernelSpec("softmax", "softmax", dt, dt, "row", precise=True),
+                KernelSpec("logsumexp", "logsumexp", dt, dt, "row")]
+    return out

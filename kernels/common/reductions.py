@@ -144,3 +144,16 @@ def scan_call(op: str, in_dtype, shape, strides, axis: int, inclusive: bool,
     spec = KernelSpec("scan", op, in_dtype.name, out_dtype.name, layout, inclusive=inclusive,
                       reverse=reverse)
     return Call(spec, ints, out_shape=tuple(shape), out_dtype=out_dtype)
+
+
+def gpu_launches(call: Call) -> list:
+    """The kernel launches of ``call`` on a GPU, in order, as (spec, ints, source buffer,
+    destination buffer) with buffers named ``x`` (the input), ``part``, ``out``: ``all`` is
+    its parts kernel, then the row kernel over the parts (a GPU's groups cannot wait for
+    each other inside one launch); the rest one launch."""
+    if not call.parts:
+        return [(call.spec, call.ints, "x", "out")]
+    s = call.spec
+    row = KernelSpec("reduce", s.op, call.part_dtype.name, s.out_dtype, "row")
+    return [(s, call.ints, "x", "part"),
+            (row, {"rows": 1, "cols": call.parts, "sr": 0, "sc": 1}, "part", "out")]
