@@ -328,6 +328,9 @@ def dtype_name(dt) -> str:
     return np.dtype(dt).name
 
 
+_PARAMS: dict = {}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One generated kernel of a reduction primitive: ``family`` (reduce, softmax,
@@ -365,6 +368,13 @@ class KernelSpec:
             return softmax_kernel(n, self.in_dtype, self.out_dtype, self.family == "logsumexp", gpu)
         return scan_kernel(n, self.op, self.in_dtype, self.out_dtype, self.inclusive, self.reverse,
                            self.layout == "contig", gpu)
+
+    def kernel_params(self) -> list:
+        """The kernel's parameters (the same for the CPU and GPU schedules), computed once."""
+        got = _PARAMS.get(self)
+        if got is None:
+            got = _PARAMS[self] = self.kernel().params
+        return got
 
     def source(self, dialect) -> str:
         """The kernel in dialect ``dialect`` (a ``render.CFamily``), preamble included."""

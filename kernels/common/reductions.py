@@ -31,6 +31,7 @@ class Call:
     out_shape: tuple = ()
     out_dtype: Optional[np.dtype] = None
     parts: int = 0  # ``all``: the partial results' count (their buffer: acc dtype)
+    copy: bool = False  # the input must be made row-contiguous first (as MLX's backends do)
 
     @property
     def part_dtype(self) -> np.dtype:
@@ -157,3 +158,69 @@ def gpu_launches(call: Call) -> list:
     row = KernelSpec("reduce", s.op, call.part_dtype.name, s.out_dtype, "row")
     return [(s, call.ints, "x", "part"),
             (row, {"rows": 1, "cols": call.parts, "sr": 0, "sc": 1}, "part", "out")]
+
+
+REDUCE = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min", "And": "and", "Or": "or"}
+SCANS = {"CumSum": "sum", "CumProd": "prod", "CumMax": "max", "CumMin": "min"}
+PRIMITIVES = (*REDUCE, "ArgReduce", "Softmax", "LogSumExp", *SCANS)
+
+
+def _row_strides(shape) -> tuple:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= int(n)
+    return tuple(reversed(out))
+
+
+def plan_for(name: str, dtype, shape, strides: Optional[tuple], kw: dict):
+    """The ``Call`` that runs primitive ``name`` (with its parameters ``kw``) on an input of
+    this dtype, shape and element strides (None: not whole elements), or a string saying
+    why no kernel takes it (the runtime then runs the array-module rule)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(n) for n in shape)
+    if dtype.kind == "c":
+        return "no generated kernel for complex values"
+    if not shape and name not in REDUCE:
+        return "no generated kernel for a 0-d input"
+    if strides is None:
+        return "no generated kernel for strides that are not whole elements"
+    if name in REDUCE:
+        return reduce_call(REDUCE[name], dtype, shape, strides, tuple(int(a) for a in kw["axes"]))
+    if name == "ArgReduce":
+        return reduce_call(kw["reduce_type"], dtype, shape, strides, (int(kw["axis"]) % len(shape),))
+    if name in ("Softmax", "LogSumExp"):
+        if dtype.kind != "f" and dtype.name != "bfloat16":
+            return f"no generated kernel for {dtype} values"
+        family = name.lower()
+        precise = bool(kw.get("precise"))
+        call = softmax_call(family, dtype, shape, strides, precise)
+        if call is None:
+            call = softmax_call(family, dtype, shape, _row_strides(shape), precise)
+            call.copy = True
+        return call
+    if name in SCANS:
+        if kw["reduce_type"] not in ("sum", "prod", "max", "min"):
+            return f"no generated kernel for {kw['reduce_type']} scans"
+        axis = int(kw["axis"]) % len(shape)
+        args = (SCANS[name], dtype, shape, strides, axis, bool(kw["inclusive"]), bool(kw["reverse"]))
+        call = scan_call(*args)
+        if call is None:
+            call = scan_call(*args[:3], _row_strides(shape), *args[4:])
+            call.copy = True
+        return call
+    return f"{name} has no generated kernel"
+
+
+def arguments(params, buffers: dict, ints: dict, arrays: dict) -> list:
+    """A kernel's arguments in its signature's order (``loop_ir.Param``s): buffers and int64
+    arrays by name (the runtime's pointers or arrays), integers by value."""
+    out = []
+    for p in params:
+        if p.kind in ("in", "out"):
+            out.append(buffers[p.name])
+        elif p.kind == "int":
+            out.append(int(ints[p.name]))
+        else:
+            out.append(arrays[p.name])
+    return out

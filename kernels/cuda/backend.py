@@ -225,7 +225,14 @@ class CudaBackend(Backend):
         return None
 
     def rule_for(self, prim: Any):
-        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
+        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
+        reductions as generated CUDA (``kernels/cuda/reductions.py``)."""
+        from ..common.reductions import PRIMITIVES
+
+        if prim.name in PRIMITIVES:
+            from .reductions import rule_for
+
+            return rule_for(prim.name)
         if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
             from .custom import run
 
