@@ -84,7 +84,8 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw):
     fn(argv)
     if t0:
         timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="cpu",
-                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name})
+                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
+                             "tier": "kernel"})
     entry.hits += 1
     del part
     return out
