@@ -302,3 +302,19 @@ def test_complex_falls_back_to_the_rule_visibly():
     assert np.asarray(got)[0] == 4 + 1j
     assert "Sum" not in rec.primitives
     assert any(f.get("primitive") == "Sum" and "complex" in f["reason"] for f in rec.fallbacks)
+
+
+def test_the_kernels_tab_shows_a_reduction_kernels_three_sources():
+    from tapescope.cell_report import _kernels_section
+
+    a = mx.array(np.ones((3, 5), np.float32))
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
+    try:
+        mx.eval(mx.logsumexp(a, axis=-1))
+    finally:
+        recs = timeline.records_since(seq)
+        timeline.set_recording(False)
+    html = _kernels_section([], recs, tapes=False, sources=True)
+    assert "block_logsumexp_float32" in html
+    assert "__global__" in html and "threadgroup" in html  # the CUDA and MSL columns
