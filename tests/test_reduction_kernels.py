@@ -318,3 +318,24 @@ def test_the_kernels_tab_shows_a_reduction_kernels_three_sources():
     html = _kernels_section([], recs, tapes=False, sources=True)
     assert "block_logsumexp_float32" in html
     assert "__global__" in html and "threadgroup" in html  # the CUDA and MSL columns
+
+
+def test_trace_names_each_reductions_kernel_and_its_sources():
+    def f(x):
+        return mx.softmax(x, axis=-1) + mx.sum(x, axis=0) + mx.cumsum(x, axis=1)
+
+    g = tapescope.trace(f, mx.array(np.ones((4, 8), np.float32)))
+    got = {op.primitive: spec for op, spec in g.generated_kernels}
+    assert got["Softmax"].name == "block_softmax_float32"
+    assert got["Sum"].name == "col_reduce_sum_float32_float32"
+    assert got["CumSum"].name == "contig_scan_inclusive_sum_float32_float32"
+    assert "kernel block_softmax_float32 [generated]" in g.summary()
+    src = got["Sum"].sources()
+    assert "col_reduce_sum_float32_float32(void** args)" in src["cpu"]
+    # a GPU's column kernel: a thread per kept element, no lane exchanges
+    assert "ts_shfl_xor(" not in src["cuda"].split("col_reduce_sum_float32_float32(")[1]
+    assert "ts_shfl_xor(" in got["Softmax"].sources()["cuda"].split("block_softmax_float32(")[1]
+    from tapescope.cell_report import _kernels_section
+
+    html = _kernels_section([("f", g)], [], tapes=False, sources=True)
+    assert "contig_scan_inclusive_sum_float32_float32" in html
