@@ -53,9 +53,9 @@ def _entry(spec):
     return entry
 
 
-def _fallback(prim_name: str, name: str, variant: str, why: str, xp, a, kw):
+def _fallback(prim_name: str, name: str, variant: str, why: str, xp, a, kw, out=None):
     t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, a, **kw)
+    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
     if t0:
         timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
                      detail={"reason": why, "runtime": "numpy", "variant": variant,
@@ -63,14 +63,28 @@ def _fallback(prim_name: str, name: str, variant: str, why: str, xp, a, kw):
     return out
 
 
-def _launch(call, a: np.ndarray, prim_name: str, xp, kw):
-    """Run ``call``'s kernel on ``a`` (its strides as planned) into a new output."""
+def _into(out, call, a) -> Optional[np.ndarray]:
+    """``out`` (the evaluator's buffer) when the kernel can write its result there: its
+    shape and dtype, row-contiguous, writeable, and, when it is the input's own memory (a
+    donation), a row-contiguous input (each element is then read before it is written)."""
+    if (out is None or out.shape != call.out_shape or out.dtype != call.out_dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        return None
+    if not a.flags.c_contiguous and np.may_share_memory(out, a):
+        return None
+    return out
+
+
+def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
+    """Run ``call``'s kernel on ``a`` (its strides as planned) into ``out`` or a new array."""
     spec = call.spec
     entry = _entry(spec)
     if isinstance(entry, compiler.BuildError):
         compiler.note_fallback(spec.name, spec.layout, "", str(entry), tape=spec)
-        return _fallback(prim_name, spec.name, spec.layout, str(entry), xp, a, kw)
-    out = np.empty(call.out_shape, dtype=call.out_dtype)
+        return _fallback(prim_name, spec.name, spec.layout, str(entry), xp, a, kw, out)
+    out = _into(out, call, a)
+    if out is None:
+        out = np.empty(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": a.ctypes.data, "out": out.ctypes.data}
     part = None
     if call.parts:
@@ -99,9 +113,9 @@ def _strides(a: np.ndarray) -> Optional[tuple]:
 
 
 def _rule(prim_name: str) -> Callable:
-    def rule(xp, a, **kw):
+    def rule(xp, a, out=None, **kw):
         if a.size == 0:  # nothing to compute: the rule's empty result
-            return REGISTRY[prim_name].rule(xp, a, **kw)
+            return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
         st = _strides(a)
         key = (prim_name, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
                                        for k, v in kw.items())), a.dtype, a.shape, st)
@@ -111,10 +125,10 @@ def _rule(prim_name: str) -> Callable:
                 _calls.clear()
             call = _calls[key] = plan.plan_for(prim_name, a.dtype, a.shape, st, kw)
         if isinstance(call, str):
-            return _fallback(prim_name, prim_name, "", call, xp, a, kw)
+            return _fallback(prim_name, prim_name, "", call, xp, a, kw, out)
         if call.copy:
             a = np.ascontiguousarray(a)
-        return _launch(call, a, prim_name, xp, kw)
+        return _launch(call, a, prim_name, xp, kw, out)
     return rule
 
 

@@ -38,17 +38,22 @@ def _entry(spec):
                                key=spec.name, tape=spec)
 
 
-def _fallback(prim_name: str, why: str, xp, a, kw):
+def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
     t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, a, **kw)
+    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
     if t0:
         timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
                      detail={"reason": why, "runtime": "cupy", "primitive": prim_name})
     return out
 
 
-def _launch(call, a, prim_name: str, xp, kw):
-    out = cupy.empty(call.out_shape, dtype=call.out_dtype)
+def _launch(call, a, prim_name: str, xp, kw, given=None):
+    """The launches of ``call`` into ``given`` (the evaluator's buffer) when it fits and the
+    input is row-contiguous (a donated input is then read element by element before it is
+    written), else into a new array."""
+    fits = (given is not None and given.shape == call.out_shape and given.dtype == call.out_dtype
+            and given.flags.c_contiguous and a.flags.c_contiguous)
+    out = given if fits else cupy.empty(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": a, "out": out}
     if call.parts:
         bufs["part"] = cupy.empty(call.parts, dtype=call.part_dtype)
@@ -61,7 +66,7 @@ def _launch(call, a, prim_name: str, xp, kw):
             steps.append((spec, ints, src, dst, _entry(spec)))
         except compiler.BuildError as e:
             compiler.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
-            return _fallback(prim_name, str(e), xp, a, kw)
+            return _fallback(prim_name, str(e), xp, a, kw, given)
     for spec, ints, src, dst, entry in steps:
         k = spec.kernel(gpu=True)
         b = {**bufs, "x": bufs[src], "out": bufs[dst]}
@@ -79,9 +84,9 @@ def _launch(call, a, prim_name: str, xp, kw):
 
 
 def _rule(prim_name: str) -> Callable:
-    def rule(xp, a, **kw):
+    def rule(xp, a, out=None, **kw):
         if a.size == 0:
-            return REGISTRY[prim_name].rule(xp, a, **kw)
+            return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
         isz = a.itemsize
         st = None if any(s % isz for s in a.strides) else tuple(s // isz for s in a.strides)
         key = (prim_name, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
@@ -93,10 +98,10 @@ def _rule(prim_name: str) -> Callable:
                 _arrays.clear()
             call = _calls[key] = plan.plan_for(prim_name, a.dtype, a.shape, st, kw)
         if isinstance(call, str):
-            return _fallback(prim_name, call, xp, a, kw)
+            return _fallback(prim_name, call, xp, a, kw, out)
         if call.copy:
             a = cupy.ascontiguousarray(a)
-        return _launch(call, a, prim_name, xp, kw)
+        return _launch(call, a, prim_name, xp, kw, out)
     return rule
 
 
