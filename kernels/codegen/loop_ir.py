@@ -61,6 +61,9 @@ class Math:
     stem: str
     dtype: Any
     args: tuple
+    # what the argument is known to be, for a dialect's faster function over that domain
+    # (``"nonpositive"``: softmax's x - max; the C dialect's ``ts_expf_neg``)
+    domain: str = ""
 
 
 @dataclass(frozen=True)

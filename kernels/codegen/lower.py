@@ -71,6 +71,8 @@ class Lowering:
             return d.literal(SimpleNamespace(dtype=d.compute_dtype(dt), constant=e.value))
         if isinstance(e, Math):
             fn = d._fn_name(e.stem, np.dtype(e.dtype))
+            if e.domain and d.compute_dtype(np.dtype(e.dtype)) == np.float32:
+                fn = getattr(d, "own_math_domain", {}).get((e.stem, e.domain), fn)
             self.used.add(fn)
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Cast):

@@ -233,19 +233,19 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
             Let("mx", F32, mx.value(state_vars("m", mx)))]
     if log:
         body.append(Let("z", F32, Fmt("(isinf(mx) ? {0} : mx)", (Lit(0, F32),))))
-        body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),)))],
+        body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),), "nonpositive"))],
                            sm, "s", {"v": "e"}))
         body.append(First([Store("out", "r", Fmt("(isinf(mx) ? mx : z + {0})",
                                                  (Math("log", F32, ("s_s",)),)), out_dt)]))
         return body
     keep = np.dtype(out_dt) == F32  # the exp is stored where the output holds it exactly
-    e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),)))]
+    e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),), "nonpositive"))]
     if keep:
         e.append(Store("out", "r * cols + c", "e", out_dt))
     body.append(Reduce("c", 0, "cols", e, sm, "s", {"v": "e"}))
     body.append(Let("inv", F32, Fmt("{0} / s_s", (Lit(1, F32),))))
     again = Load("out", "r * cols + c", out_dt) if keep else \
-        Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),))
+        Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),), "nonpositive")
     body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt("{0} * inv", (again,)), out_dt)],
                       "threads"))
     return body
