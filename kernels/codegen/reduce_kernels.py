@@ -168,7 +168,7 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     if layout == "col":  # a GPU: one thread per kept element, the reduced index walked in turn
         st = state_vars("a", acc)
         body = [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
-        body.append(Range("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, "r * sr + c * sc")),
+        body.append(Range("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, "r + c * sc")),
                                            Fold(acc, st, {"v": "v", "i": "c"})]))
         body.append(Store("out", "r", _final(acc, st), out_dt))
         return Kernel(name, _params(layout, in_dt, out_dt, (Param("int", "cb"),)),
@@ -195,7 +195,7 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
                                       zip(acc.fields, acc.identity)], "threads"))
     body.append(Range("c", 0, "cols", [Range("k", 0, "nb", [
-        Let("v", adt, _load(in_dt, adt, "(k0 + k) * sr + c * sc")),
+        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),  # col: sr == 1
         Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
     body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
