@@ -15,8 +15,6 @@ backend where importable.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
@@ -28,21 +26,14 @@ OPS = ("softmax", "logsumexp", "sum_last", "max_last", "sum_first", "argmax_last
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+    """cpu_fusion.py's machine line and the load average (the cores are shared)."""
+    from cpu_fusion import machine as base
+
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        load = " ".join(open("/proc/loadavg").read().split()[:3])
     except OSError:
-        pass
-    load = ""
-    try:
-        load = " load average " + " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}{load}")
+        load = "unknown"
+    return f"{base()}, load average {load}"
 
 
 def tapescope_fns(x, device):

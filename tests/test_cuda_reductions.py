@@ -14,28 +14,15 @@ import numpy as np
 import pytest
 
 import tapescope.core as mx
-from tapescope.kernels import backends, timeline
+from tapescope.kernels import backends
+
+from conftest import kernel_launches
 
 pytestmark = pytest.mark.skipif(
     not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
     reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
 
 SIZES = [1, 31, 32, 33, 255, 256, 257, 1000, (1 << 16) + 3]
-
-
-class cuda_launches:
-    def __enter__(self):
-        timeline.set_recording(True)
-        self.seq = timeline.next_seq()
-        return self
-
-    def __exit__(self, *exc):
-        recs = timeline.records_since(self.seq)
-        timeline.set_recording(False)
-        self.primitives = {r.detail.get("primitive") for r in recs
-                           if r.kind == "kernel_launch" and r.detail.get("runtime") == "cuda"}
-        self.fallbacks = [r.detail for r in recs if r.kind == "kernel_fallback"]
-        return False
 
 
 def on_gpu(x: np.ndarray):
@@ -55,7 +42,7 @@ def test_row_and_column_reductions_match_numpy(rows, cols):
     x = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(np.float32)
     x64 = x.astype(np.float64)
     a = on_gpu(x)
-    with cuda_launches() as rec:
+    with kernel_launches("cuda") as rec:
         outs = [mx.sum(a, axis=-1), mx.max(a, axis=-1), mx.sum(a, axis=0), mx.min(a, axis=0),
                 mx.argmax(a, axis=-1), mx.argmin(a, axis=0), mx.sum(a), mx.prod(a[:, :8], axis=-1)]
         mx.eval(*outs)
@@ -78,7 +65,7 @@ def test_reduce_dtypes_match_numpy(dtype):
         else rng.standard_normal((33, 300)).astype(dtype))
     a = on_gpu(x)
     x64 = x.astype(np.float64)
-    with cuda_launches() as rec:
+    with kernel_launches("cuda") as rec:
         s, m, al, an = mx.sum(a, axis=-1), mx.max(a, axis=0), mx.all(a, axis=-1), mx.any(a, axis=0)
         mx.eval(s, m, al, an)
     close(s, x64.sum(-1), tol=2e-3 if dtype == "float16" else 1e-6)
@@ -93,7 +80,7 @@ def test_general_and_strided_layouts_match_numpy():
     a = on_gpu(x)
     x64 = x.astype(np.float64)
     t = mx.transpose(a, (2, 0, 3, 1))
-    with cuda_launches() as rec:
+    with kernel_launches("cuda") as rec:
         outs = [mx.sum(a, axis=(0, 2)), mx.max(t, axis=(1, 3)), mx.sum(a[:, ::2], axis=-1),
                 mx.argmax(t, axis=1)]
         mx.eval(*outs)
@@ -112,7 +99,7 @@ def test_softmax_and_logsumexp_match_float64(cols):
     m = x64.max(-1, keepdims=True)
     e = np.exp(x64 - m)
     a = on_gpu(x)
-    with cuda_launches() as rec:
+    with kernel_launches("cuda") as rec:
         sm, lse = mx.softmax(a, axis=-1), mx.logsumexp(a, axis=-1)
         pr = mx.softmax(a.astype(mx.float16), axis=-1, precise=True)
         mx.eval(sm, lse, pr)
@@ -130,7 +117,7 @@ def test_scans_match_numpy(axis, reverse, inclusive):
     x = np.random.default_rng(4).standard_normal((33, 257)).astype(np.float32)
     a = on_gpu(x)
     x64 = np.flip(x.astype(np.float64), axis) if reverse else x.astype(np.float64)
-    with cuda_launches() as rec:
+    with kernel_launches("cuda") as rec:
         s = mx.cumsum(a, axis=axis, reverse=reverse, inclusive=inclusive)
         m = mx.cummax(a, axis=axis, reverse=reverse, inclusive=True)
         mx.eval(s, m)

@@ -21,6 +21,8 @@ import tapescope.core as mx
 from tapescope.kernels import timeline
 from tapescope.kernels.cpu import compiler
 
+from conftest import kernel_launches as launched
+
 SWEEP = os.environ.get("TAPESCOPE_REDUCTION_SWEEP") == "1"
 EXAMPLES = 300 if SWEEP else 25
 pytestmark = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
@@ -66,22 +68,6 @@ def array(x: np.ndarray):
     """A tapescope array of ``x``'s values and dtype (float64 stays float64)."""
     name = "bool" if x.dtype == np.bool_ else x.dtype.name
     return mx.array(x, dtype=MXD[name])
-
-
-class launched:
-    """Records the timeline while the block runs; ``primitives``: the ones a kernel ran."""
-
-    def __enter__(self):
-        timeline.set_recording(True)
-        self.seq = timeline.next_seq()
-        return self
-
-    def __exit__(self, *exc):
-        recs = timeline.records_since(self.seq)
-        timeline.set_recording(False)
-        self.primitives = {r.detail.get("primitive") for r in recs if r.kind == "kernel_launch"}
-        self.fallbacks = [r.detail for r in recs if r.kind == "kernel_fallback"]
-        return False
 
 
 def check(got, want, dtype: str, rel: float = 1.0):

@@ -329,6 +329,23 @@ static inline void ts_sfence(void) { __builtin_ia32_sfence(); }
 
 
 # Our own float32 math (see ``CDialect.own_math``): branch-free so ``omp simd`` vectorises it.
+# k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact high product), the degree-7 Taylor
+# polynomial p = exp(r): the body both float32 exps share (``ti`` holds k + 0x4b400000)
+_EXPF_POLY = r"""  const float shift = 12582912.0f;
+  const float t = x * 1.44269502f + shift;
+  const float k = t - shift;
+  int32_t ti; memcpy(&ti, &t, 4);
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float q = 1.98412698e-4f;
+  q = q * r + 1.38888889e-3f;
+  q = q * r + 8.33333333e-3f;
+  q = q * r + 4.16666667e-2f;
+  q = q * r + 1.66666667e-1f;
+  q = q * r + 0.5f;
+  const float p = 1.0f + (r + (r * r) * q);
+"""
+
 _C_OWN_MATH = {"ts_expf": r"""#include <string.h>
 /* exp for float32, within 1.01 ulp: k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact
    high product), degree-7 Taylor polynomial, scaling by 2^k in two steps so that subnormal
@@ -339,20 +356,7 @@ static inline float ts_expf(float xf) {
   const uint32_t over = -(uint32_t)(ab > 0x42d00000u);
   const uint32_t cb = (xb & ~over) | (((xb & 0x80000000u) | 0x42d00000u) & over);
   float x; memcpy(&x, &cb, 4);
-  const float shift = 12582912.0f;
-  const float t = x * 1.44269502f + shift;
-  const float k = t - shift;
-  int32_t ti; memcpy(&ti, &t, 4);
-  const int32_t ki = ti - 0x4b400000;
-  float r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float q = 1.98412698e-4f;
-  q = q * r + 1.38888889e-3f;
-  q = q * r + 8.33333333e-3f;
-  q = q * r + 4.16666667e-2f;
-  q = q * r + 1.66666667e-1f;
-  q = q * r + 0.5f;
-  const float p = 1.0f + (r + (r * r) * q);
+""" + _EXPF_POLY + r"""  const int32_t ki = ti - 0x4b400000;
   const int32_t k1 = ki / 2, k2 = ki - k1;
   const int32_t s1b = (k1 + 127) << 23, s2b = (k2 + 127) << 23;
   float s1, s2; memcpy(&s1, &s1b, 4); memcpy(&s2, &s2b, 4);
@@ -369,20 +373,7 @@ static inline float ts_expf(float xf) {
    below FLT_MIN) gives 0, NaN passes. */
 static inline float ts_expf_neg(float xf) {
   const float x = xf < -88.0f ? -88.0f : xf;
-  const float shift = 12582912.0f;
-  const float t = x * 1.44269502f + shift;
-  const float k = t - shift;
-  int32_t ti; memcpy(&ti, &t, 4);
-  float r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float q = 1.98412698e-4f;
-  q = q * r + 1.38888889e-3f;
-  q = q * r + 8.33333333e-3f;
-  q = q * r + 4.16666667e-2f;
-  q = q * r + 1.66666667e-1f;
-  q = q * r + 0.5f;
-  const float p = 1.0f + (r + (r * r) * q);
-  int32_t pb; memcpy(&pb, &p, 4);
+""" + _EXPF_POLY + r"""  int32_t pb; memcpy(&pb, &p, 4);
   pb += (ti - 0x4b400000) * (1 << 23);
   float y; memcpy(&y, &pb, 4);
   y = xf < -87.3365479f ? 0.0f : y;

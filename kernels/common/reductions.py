@@ -224,3 +224,20 @@ def arguments(params, buffers: dict, ints: dict, arrays: dict) -> list:
         else:
             out.append(arrays[p.name])
     return out
+
+
+_calls: dict = {}  # (primitive, parameters, dtype, shape, strides) -> its Call, or why none
+
+
+def call_for(name: str, dtype, shape, itemsize: int, byte_strides, kw: dict):
+    """``plan_for`` remembered per layout (a runtime asks it on every call): the input's
+    strides given in bytes, as numpy and CuPy report them."""
+    st = None if any(s % itemsize for s in byte_strides) else tuple(s // itemsize for s in byte_strides)
+    key = (name, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
+                              for k, v in kw.items())), dtype, shape, st)
+    call = _calls.get(key)
+    if call is None:
+        if len(_calls) > 4096:
+            _calls.clear()
+        call = _calls[key] = plan_for(name, dtype, shape, st, kw)
+    return call

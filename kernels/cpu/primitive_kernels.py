@@ -25,7 +25,6 @@ from . import compiler
 
 _SMALL = 1 << 15  # elements below which the kernel runs holding the GIL (no release cost)
 _entries: dict = {}  # kernel name -> (compiler generation, KernelEntry or the BuildError)
-_calls: dict = {}  # (primitive, parameters, dtype, shape, strides) -> its Call (or why none)
 
 
 def _dialect(tc):
@@ -105,25 +104,11 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
     return out
 
 
-def _strides(a: np.ndarray) -> Optional[tuple]:
-    isz = a.itemsize
-    if any(s % isz for s in a.strides):
-        return None
-    return tuple(s // isz for s in a.strides)
-
-
 def _rule(prim_name: str) -> Callable:
     def rule(xp, a, out=None, **kw):
         if a.size == 0:  # nothing to compute: the rule's empty result
             return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
-        st = _strides(a)
-        key = (prim_name, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
-                                       for k, v in kw.items())), a.dtype, a.shape, st)
-        call = _calls.get(key)
-        if call is None:
-            if len(_calls) > 4096:
-                _calls.clear()
-            call = _calls[key] = plan.plan_for(prim_name, a.dtype, a.shape, st, kw)
+        call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
         if isinstance(call, str):
             return _fallback(prim_name, prim_name, "", call, xp, a, kw, out)
         if call.copy:

@@ -24,8 +24,7 @@ from ..cpu import compiler
 from ..primitives import REGISTRY
 from . import compiled
 
-_calls: dict = {}  # (primitive, parameters, dtype, shape, strides) -> its Call (or why none)
-_arrays: dict = {}  # id of a Call -> its int64 arrays on the device
+_arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
 
 
 def _entry(spec):
@@ -58,8 +57,8 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
     if call.parts:
         bufs["part"] = cupy.empty(call.parts, dtype=call.part_dtype)
     arrays = _arrays.get(id(call))
-    if arrays is None and call.arrays:
-        arrays = _arrays[id(call)] = {k: cupy.asarray(v) for k, v in call.arrays.items()}
+    if (arrays is None or arrays[0] is not call) and call.arrays:
+        arrays = _arrays[id(call)] = (call, {k: cupy.asarray(v) for k, v in call.arrays.items()})
     steps = []
     for spec, ints, src, dst in plan.gpu_launches(call):
         try:
@@ -71,7 +70,7 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
         k = spec.kernel(gpu=True)
         b = {**bufs, "x": bufs[src], "out": bufs[dst]}
         args = [np.int64(v) if isinstance(v, int) else v
-                for v in plan.arguments(spec.kernel_params(), b, ints, arrays or {})]
+                for v in plan.arguments(spec.kernel_params(), b, ints, arrays[1] if arrays else {})]
         grid = max(1, min(int(k.groups(ints)), (1 << 31) - 1))
         t0 = timeline.now() if timeline.enabled else 0
         entry.fn((grid,), (k.block,), tuple(args))
@@ -87,16 +86,7 @@ def _rule(prim_name: str) -> Callable:
     def rule(xp, a, out=None, **kw):
         if a.size == 0:
             return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
-        isz = a.itemsize
-        st = None if any(s % isz for s in a.strides) else tuple(s // isz for s in a.strides)
-        key = (prim_name, tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v)
-                                       for k, v in kw.items())), a.dtype, a.shape, st)
-        call = _calls.get(key)
-        if call is None:
-            if len(_calls) > 4096:
-                _calls.clear()
-                _arrays.clear()
-            call = _calls[key] = plan.plan_for(prim_name, a.dtype, a.shape, st, kw)
+        call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
         if isinstance(call, str):
             return _fallback(prim_name, call, xp, a, kw, out)
         if call.copy:
