@@ -161,3 +161,113 @@ def test_msl_scans_on_the_shim_match_numpy(axis, reverse, inclusive):
                                np.take(want, np.arange(x.shape[axis] - 1), axis)], axis)
     want = np.flip(want, axis) if reverse else want
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- extended fusion: a reduction tape as one GPU kernel -------------------------------------
+
+def _fused_tapes(shape=(6, 40)):
+    """Reduction tapes of extended fusion: softmax, logsumexp and layernorm written out
+    (last axis), a variance and an argmax over the first axis."""
+    import tapescope
+    import tapescope.core as mx
+
+    def softmax(x):
+        e = mx.exp(x - mx.max(x, axis=-1, keepdims=True))
+        return e / mx.sum(e, axis=-1, keepdims=True)
+
+    def logsumexp(x):
+        m = mx.max(x, axis=-1, keepdims=True)
+        return mx.log(mx.sum(mx.exp(x - m), axis=-1, keepdims=True)) + m
+
+    def layernorm(x):
+        mu = mx.mean(x, axis=-1, keepdims=True)
+        v = mx.mean(mx.square(x - mu), axis=-1, keepdims=True)
+        return (x - mu) * mx.rsqrt(v + 1e-5) * 2.0 + 0.5
+
+    def var_first(x):
+        mu = mx.mean(x, axis=0, keepdims=True)
+        return mx.mean(mx.square(x - mu), axis=0, keepdims=True)
+
+    def argmax_first(x):
+        return mx.argmax(x * 2.0, axis=0, keepdims=True)
+
+    old = tapescope.fusion_mode()
+    tapescope.set_fusion("extended")
+    try:
+        x = mx.array(np.ones(shape, np.float32))
+        out = []
+        for f in (softmax, logsumexp, layernorm, var_first, argmax_first):
+            g = tapescope.trace(f, x)
+            out += [(f.__name__, k.tape) for k in g.kernels if k.tape.reduction is not None]
+        return out
+    finally:
+        tapescope.set_fusion(old)
+
+
+@pytestmark_shim
+def test_fused_reduction_tapes_run_as_one_msl_kernel_on_the_shim():
+    from tapescope.kernels.codegen.fused_reduce import fused_reduction_kernel, fused_reduction_source
+    from tapescope.kernels.codegen.reduction import interpret
+    from tapescope.kernels.common.fused_reduction import kernel_arguments
+
+    d = renderer("metal")
+    rng = np.random.default_rng(5)
+    for full in ((6, 40), (3, 300), (2, 1), (257, 3)):
+        tapes = _fused_tapes(full)
+        if full == (6, 40):
+            assert {n for n, _ in tapes} >= {"softmax", "logsumexp", "layernorm", "var_first"}
+        for fname, tape in tapes:
+            inputs = [None if x.is_constant else rng.standard_normal(
+                tape.reduction.shape_of(x.name, full) if not x.scalar else ()).astype(x.dtype)
+                for x in tape.inputs]
+            inputs = [np.asarray(x.constant, x.dtype) if x.is_constant else a
+                      for x, a in zip(tape.inputs, inputs)]
+            want = interpret(tape, inputs, full)
+            name = f"{tape.lib_name}_reduce_{tape.reduction.mode}"
+            k = fused_reduction_kernel(tape, name, d)
+            lib = shim.Library([fused_reduction_source(tape, name, d)], [shim.Entry(0, name)])
+            arrays, ints = kernel_arguments(tape, inputs, full)
+            bufs = {x.name: np.ascontiguousarray(a) if a.flags.c_contiguous else None
+                    for x, a in zip(tape.non_constant_inputs, arrays)}
+            # the shim binds C-contiguous buffers: strided views are passed as their base
+            for x, a in zip(tape.non_constant_inputs, arrays):
+                if bufs[x.name] is None or a.strides != bufs[x.name].strides:
+                    base = np.ascontiguousarray(a)
+                    bufs[x.name] = base.reshape(-1)
+                    if not x.scalar:
+                        ints[f"{x.name}_sr"], ints[f"{x.name}_sc"] = _strides_2d(
+                            base, tape.reduction, full, x.name)
+                else:
+                    bufs[x.name] = bufs[x.name].reshape(-1)
+            outs = [np.zeros(tape.reduction.shape_of(n, full), tape.dtype_of(n)) for n in tape.outputs]
+            for j, o in enumerate(outs):
+                bufs[f"out{j}"] = o.reshape(-1)
+            bound = {}
+            for i, p in enumerate(k.params):
+                bound[i] = bufs[p.name] if p.kind in ("in", "out") else np.array([ints[p.name]], np.int64)
+            lib.run(0, bound, (max(1, k.groups(ints)) * k.block, 1, 1), (k.block, 1, 1))
+            for o, w in zip(outs, want):
+                np.testing.assert_allclose(o.astype(np.float64), np.asarray(w, np.float64),
+                                           rtol=2e-5, atol=2e-5, err_msg=f"{fname} {full}")
+
+
+def _strides_2d(a, red, full, name):
+    from tapescope.kernels.common.fused_reduction import view_strides
+
+    _, sr, sc = view_strides(a, red.shape_of(name, full), red.mode, red.naxes)
+    return sr, sc
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_fused_reduction_tapes_compile_as_cuda(tmp_path):
+    from tapescope.kernels.codegen.fused_reduce import fused_reduction_source
+
+    d = renderer("cuda")
+    for i, (fname, tape) in enumerate(_fused_tapes()):
+        name = f"{tape.lib_name}_reduce_{tape.reduction.mode}"
+        cu = tmp_path / f"t{i}.cu"
+        cu.write_text(fused_reduction_source(tape, name, d))
+        r = subprocess.run([NVCC, "--ptx", str(cu), "-o", str(tmp_path / f"t{i}.ptx")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (fname, r.stderr[-3000:])
+        assert f".entry {name}(" in (tmp_path / f"t{i}.ptx").read_text()

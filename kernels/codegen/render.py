@@ -710,8 +710,14 @@ def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] =
                 except Unsupported as e:
                     out[runtime] = f"// no C kernel ({e}); the tape runs with numpy"
             else:
-                out[runtime] = (f"// no {renderer(dialect).name} kernel: fused reductions "
-                                "(extended fusion) have a CPU schedule only")
+                from .fused_reduce import fused_reduction_source
+
+                d = renderer(dialect)
+                try:
+                    out[runtime] = fused_reduction_source(tape, f"{lib_name}_{variant}", d)
+                except Unsupported as e:
+                    out[runtime] = (f"// no {d.name} kernel: the {d.name} dialect cannot "
+                                    f"express it ({e})")
         return out
     contiguous, ndim, large = parse_variant(variant)
     out = {}
