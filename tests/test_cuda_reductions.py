@@ -131,3 +131,40 @@ def test_scans_match_numpy(axis, reverse, inclusive):
     close(s, want, tol=1e-4, n=x.shape[axis])
     close(m, want_m)
     assert {"CumSum", "CumMax"} <= rec.primitives, rec.fallbacks
+
+
+def test_extended_fusion_runs_a_reduction_tape_as_one_cuda_kernel():
+    import tapescope
+
+    def softmax(x):
+        e = mx.exp(x - mx.max(x, axis=-1, keepdims=True))
+        return e / mx.sum(e, axis=-1, keepdims=True)
+
+    def var_first(x):
+        mu = mx.mean(x, axis=0, keepdims=True)
+        return mx.mean(mx.square(x - mu), axis=0)
+
+    x = np.random.default_rng(6).standard_normal((300, 1000)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    old = tapescope.fusion_mode()
+    tapescope.set_fusion("extended")
+    try:
+        a = on_gpu(x)
+        from tapescope.kernels import timeline
+
+        timeline.set_recording(True)
+        seq = timeline.next_seq()
+        try:
+            s, v = mx.compile(softmax)(a), mx.compile(var_first)(a)
+            mx.eval(s, v)
+        finally:
+            recs = timeline.records_since(seq)
+            timeline.set_recording(False)
+    finally:
+        tapescope.set_fusion(old)
+    close(s, e / e.sum(-1, keepdims=True))
+    close(v, x64.var(0), tol=1e-4)
+    fused = [r for r in recs if r.kind == "kernel_launch" and r.detail.get("runtime") == "cuda"
+             and str(r.detail.get("variant", "")).startswith("reduce_")]
+    assert len(fused) == 2, [(r.kind, r.name, r.detail) for r in recs][-10:]
