@@ -39,8 +39,9 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 COL_BLOCK = 1024  # kept elements per block of the CPU's column kernel (its accumulators)
 SCAN_BLOCK = 256  # inner elements per block of the CPU's strided scan
-PAR_MIN = 1 << 15  # elements below which a CPU kernel runs on one thread
-PAR_MIN_EXP = 1 << 13  # the same for kernels that call exp per element
+PAR_MIN = 1 << 18  # elements below which a CPU kernel runs on one thread (a wake-up of the
+# other threads costs more than the work below this on a shared machine)
+PAR_MIN_EXP = 1 << 15  # the same for kernels that call exp per element
 
 
 def acc_dtype(dt) -> np.dtype:
