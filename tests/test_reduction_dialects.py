@@ -78,8 +78,8 @@ def _run_msl(spec, ints: dict, buffers: dict) -> None:
             bound[i] = np.array([ints[p.name]], np.int64)
         else:
             bound[i] = buffers[p.name]
-    groups = max(1, k.groups(ints))
-    lib.run(0, bound, (groups * k.block, 1, 1), (k.block, 1, 1))
+    groups, threads = k.launch(ints)
+    lib.run(0, bound, (groups * threads, 1, 1), (threads, 1, 1))
 
 
 def run_on_shim(call, x: np.ndarray) -> np.ndarray:
@@ -245,7 +245,8 @@ def test_fused_reduction_tapes_run_as_one_msl_kernel_on_the_shim():
             bound = {}
             for i, p in enumerate(k.params):
                 bound[i] = bufs[p.name] if p.kind in ("in", "out") else np.array([ints[p.name]], np.int64)
-            lib.run(0, bound, (max(1, k.groups(ints)) * k.block, 1, 1), (k.block, 1, 1))
+            groups, threads = k.launch(ints)
+            lib.run(0, bound, (groups * threads, 1, 1), (threads, 1, 1))
             for o, w in zip(outs, want):
                 np.testing.assert_allclose(o.astype(np.float64), np.asarray(w, np.float64),
                                            rtol=2e-5, atol=2e-5, err_msg=f"{fname} {full}")

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .c_ops import Unsupported, _is_float
-from .loop_ir import (INDEX, First, Fmt, Fold, Kernel, Let, Lit, Monoid, Param, Range, Reduce,
-                      Store, state_vars)
+from .loop_ir import (First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce, Store,
+                      row_threads, state_vars)
 from .reduce_kernels import monoid
 from .reduction import SCHEDULE, lower
 from .tape import Tape
@@ -160,8 +160,8 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
     if first:
         return Kernel(name, params, [Range("r", 0, "rows", body, "global")],
                       groups=lambda v: -(-v["rows"] // 256))
-    return Kernel(name, params, [Range("r", 0, "rows", body, "blocks")],
-                  groups=lambda v: min(v["rows"], 1 << 30))
+    return Kernel(name, params, [Range("r", 0, "rows", body, "blocks")], block=1024,
+                  groups=lambda v: min(v["rows"], 1 << 30), threads=lambda v: row_threads(v["cols"]))
 
 
 def fused_reduction_source(tape: Tape, name: str, d) -> str:

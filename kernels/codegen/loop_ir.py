@@ -205,17 +205,30 @@ class Param:
 
 @dataclass
 class Kernel:
-    """One kernel: MLX-style name, parameters, body; on a GPU, ``block`` threads per group
-    and ``groups(ints) -> number of groups`` from the integer parameters' values."""
+    """One kernel: MLX-style name, parameters, body; on a GPU, at most ``block`` threads per
+    group (its launch bound), ``groups(ints)`` groups and ``threads(ints)`` threads per
+    group (default ``block``) from the integer parameters' values."""
 
     name: str
     params: list
     body: list
     block: int = 256
     groups: Optional[Callable[[dict], int]] = None
+    threads: Optional[Callable[[dict], int]] = None
 
-    def ints(self) -> list:
-        return [p.name for p in self.params if p.kind == "int"]
+    def launch(self, ints: dict) -> tuple:
+        """(groups, threads per group) of a launch with these integer arguments."""
+        t = self.threads(ints) if self.threads else self.block
+        return max(1, min(int(self.groups(ints)), (1 << 31) - 1)), int(t)
+
+
+def row_threads(n: int, per_thread: int = 4, most: int = 1024) -> int:
+    """Threads for a group that walks ``n`` elements: about ``per_thread`` each, a whole
+    number of warps (32) up to ``most`` (MLX's row reductions size their blocks so)."""
+    t = 32
+    while t < most and t * per_thread < n:
+        t *= 2
+    return t
 
 
 def state_vars(acc_name: str, acc: Monoid) -> dict:

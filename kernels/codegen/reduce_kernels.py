@@ -33,7 +33,7 @@ import numpy as np
 
 from .c_ops import Unsupported, _is_float, _is_half
 from .loop_ir import (INDEX, Assign, Cast, First, Fmt, Fold, Kernel, Let, Lit, Load, Local,
-                      Math, Monoid, Param, Range, Reduce, Store, state_vars)
+                      Math, Monoid, Param, Range, Reduce, Store, row_threads, state_vars)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
@@ -183,7 +183,8 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
            First([Store("out", "r", _final(acc, state_vars("a", acc)), out_dt)])]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
-                  groups=lambda v: min(v["rows"], 1 << 30))
+                  block=1024, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"]))
 
 
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
@@ -220,7 +221,8 @@ def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
                            acc, "t", {"v": "w"}))
         body.append(Store("out", 0, acc.value(state_vars("t", acc)), out_dt))
     return Kernel(name, _params("all", in_dt, out_dt, (acc.fields[0][1],)), body,
-                  groups=lambda v: v["parts"])
+                  block=1024, groups=lambda v: v["parts"],
+                  threads=lambda v: row_threads(-(-v["cols"] // v["parts"])))
 
 
 # -- Softmax and LogSumExp ------------------------------------------------------------------
@@ -273,7 +275,8 @@ def softmax_kernel(name: str, in_dt, out_dt, log: bool, gpu: bool) -> Kernel:
     rows = (_row_softmax_gpu if gpu else _row_softmax_cpu)(in_dt, out_dt, log, wide)
     return Kernel(name, _params("row", in_dt, out_dt)[:-1],  # rows, cols, sr (the last axis is unit)
                   [Range("r", 0, "rows", rows, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN_EXP}")],
-                  groups=lambda v: min(v["rows"], 1 << 30))
+                  block=1024, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"]))
 
 
 # -- Scan -----------------------------------------------------------------------------------
@@ -302,7 +305,7 @@ def scan_kernel(name: str, op: str, in_dt, out_dt, inclusive: bool, reverse: boo
                Range("c", 0, "n", step(st, f"o * so + {j} * sa", f"o * n + {j}"))]
         return Kernel(name, params, [Range("o", 0, "outer", [First(row)], "blocks",
                                            f"outer > 1 && outer * n >= {PAR_MIN}")],
-                      groups=lambda v: min(v["outer"], 1 << 30))
+                      groups=lambda v: min(v["outer"], 1 << 30), threads=lambda v: 32)
     if gpu:  # one thread per (outer, inner) scan
         st = {f: "acc"}
         body = [Let("o", INDEX, "e / inner"), Let("i", INDEX, "e % inner"),

@@ -72,12 +72,12 @@ def run_reduction(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None) 
         outs.append(o)
         bufs[f"out{j}"] = o
     args = [np.int64(v) if isinstance(v, int) else v for v in arguments(k.params, bufs, ints, {})]
-    grid = max(1, min(int(k.groups(ints)), (1 << 31) - 1))
+    grid, block = k.launch(ints)
     t0 = timeline.now() if timeline.enabled else 0
-    entry.fn((grid,), (k.block,), tuple(args))
+    entry.fn((grid,), (block,), tuple(args))
     entry.hits += 1
     if t0:
         timeline.add("kernel_launch", t0, timeline.now(), name=entry.name, device="gpu",
                      detail={"runtime": "cuda", "variant": f"reduce_{red.mode}", "grid": grid,
-                             "block": k.block, "tier": "kernel"})
+                             "block": block, "tier": "kernel"})
     return outs

@@ -71,14 +71,14 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
         b = {**bufs, "x": bufs[src], "out": bufs[dst]}
         args = [np.int64(v) if isinstance(v, int) else v
                 for v in plan.arguments(spec.kernel_params(), b, ints, arrays[1] if arrays else {})]
-        grid = max(1, min(int(k.groups(ints)), (1 << 31) - 1))
+        grid, block = k.launch(ints)
         t0 = timeline.now() if timeline.enabled else 0
-        entry.fn((grid,), (k.block,), tuple(args))
+        entry.fn((grid,), (block,), tuple(args))
         entry.hits += 1
         if t0:
             timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="gpu",
                          detail={"runtime": "cuda", "variant": spec.layout, "grid": grid,
-                                 "block": k.block, "primitive": prim_name})
+                                 "block": block, "primitive": prim_name})
     return out
 
 
