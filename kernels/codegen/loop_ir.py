@@ -75,6 +75,14 @@ class Cast:
 
 
 @dataclass(frozen=True)
+class ThreadId:
+    """The running thread's place on a GPU: ``"thread"`` (in its group), ``"group"``,
+    ``"lane"`` (in its warp / simdgroup), ``"warp"`` (in its group), ``"group_size"``."""
+
+    which: str
+
+
+@dataclass(frozen=True)
 class Fmt:
     """``text.format(*args)`` with each argument rendered first."""
 
@@ -82,7 +90,7 @@ class Fmt:
     args: tuple = ()
 
 
-Expr = Union[str, int, Load, Lit, Math, Cast, Fmt]
+Expr = Union[str, int, Load, Lit, Math, Cast, Fmt, ThreadId]
 
 
 # -- accumulators ---------------------------------------------------------------------------
@@ -144,11 +152,13 @@ class If:
 
 @dataclass
 class Local:
-    """A per-thread array of ``size`` elements."""
+    """A per-thread array of ``size`` elements (``shared``: one per group, in group memory:
+    CUDA ``__shared__``, Metal ``threadgroup``)."""
 
     name: str
     dtype: Any
     size: int
+    shared: bool = False
 
 
 @dataclass
@@ -161,6 +171,15 @@ class Fold:
 
 
 @dataclass
+class Merge:
+    """``state = merge(state, other)``: two states of ``acc`` (field -> lvalue / expression)."""
+
+    acc: Monoid
+    state: dict
+    other: dict
+
+
+@dataclass
 class Range:
     var: str
     start: Expr
@@ -168,6 +187,7 @@ class Range:
     body: list
     kind: str = "serial"  # "blocks", "threads", "global", "serial"
     parallel_if: Optional[str] = None  # C: the condition under which OpenMP threads run it
+    step: Any = 1  # a serial range's step
 
 
 @dataclass

@@ -21,7 +21,7 @@ import numpy as np
 
 from .c_ops import Unsupported
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit,
-                      Load, Local, Math, Range, Reduce, Store, state_vars)
+                      Load, Local, Math, Merge, Range, Reduce, Store, ThreadId, state_vars)
 
 WARP = 32  # lanes per warp / simdgroup (CUDA and Apple GPUs)
 
@@ -79,6 +79,10 @@ class Lowering:
             return f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
         if isinstance(e, Fmt):
             return e.text.format(*[self.expr(a) for a in e.args])
+        if isinstance(e, ThreadId):
+            if not self.gpu:
+                raise Unsupported(f"{d.name} has no thread {e.which}")
+            return f"((int64_t){d.ir_threads[e.which]})"
         raise TypeError(f"not an IR expression: {e!r}")
 
     # -- the kernel ----------------------------------------------------------------------
@@ -146,9 +150,14 @@ class Lowering:
                 out += [f"{ind}}} else {{"] + self.block(s.orelse, ind + "  ")
             return out + [f"{ind}}}"]
         if isinstance(s, Local):
+            if s.shared and self.gpu:
+                self.shared.append(self.d.ir_shared.format(t=self.ctype(s.dtype), n=s.name, size=s.size))
+                return []
             return [f"{ind}{self.ctype(s.dtype)} {s.name}[{s.size}];"]
         if isinstance(s, Fold):
             return self.fold(s.acc, s.state, s.elem, ind)
+        if isinstance(s, Merge):
+            return self.merge_into(s.acc, s.state, s.other, ind)
         if isinstance(s, First):
             if not self.gpu:
                 return self.block(s.body, ind)
@@ -187,11 +196,12 @@ class Lowering:
                            "threads": (t["thread"], t["group_size"]),
                            "global": (f"{t['group']} * {t['group_size']} + {t['thread']}",
                                       f"{t['groups']} * {t['group_size']}"),
-                           "serial": ("0", "1")}[s.kind]
+                           "serial": ("0", self.expr(s.step))}[s.kind]
             start = first if a == "0" else f"{a} + {first}"
             return [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
                 f"{ind}}}"]
-        head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; ++{v}) {{"
+        step = self.expr(s.step)
+        head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
         cond = f" if({s.parallel_if})" if s.parallel_if else ""
         # guided: a thread that starts late (a busy core) takes fewer rows; static waited for it
         pragma = {"blocks": f"#pragma omp parallel for schedule(guided){cond}",

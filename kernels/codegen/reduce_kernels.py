@@ -32,8 +32,9 @@ import ml_dtypes
 import numpy as np
 
 from .c_ops import Unsupported, _is_float, _is_half
-from .loop_ir import (INDEX, Assign, Cast, First, Fmt, Fold, Kernel, Let, Lit, Load, Local,
-                      Math, Monoid, Param, Range, Reduce, Store, row_threads, state_vars)
+from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit, Load,
+                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId,
+                      row_threads, state_vars)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
@@ -166,15 +167,8 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     acc = monoid(op, adt)
     if layout == "col" and not gpu:
         return _col_cpu(name, op, acc, in_dt, out_dt, adt)
-    if layout == "col":  # a GPU: one thread per kept element, the reduced index walked in turn
-        st = state_vars("a", acc)
-        body = [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
-        body.append(Range("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, "r + c * sc")),
-                                           Fold(acc, st, {"v": "v", "i": "c"})]))
-        body.append(Store("out", "r", _final(acc, st), out_dt))
-        return Kernel(name, _params(layout, in_dt, out_dt, (Param("int", "cb"),)),
-                      [Range("r", 0, "rows", body, "global")],
-                      groups=lambda v: -(-v["rows"] // 256))
+    if layout == "col":
+        return _col_gpu(name, op, acc, in_dt, out_dt, adt)
     if layout == "all":
         return _all(name, op, acc, in_dt, out_dt, adt, gpu)
     base, off = _offsets(layout)
@@ -203,6 +197,34 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
                   [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
                          f"rows > cb && rows * cols >= {PAR_MIN}")])
+
+
+COL_LANES, COL_WARPS = 32, 8  # a GPU column group: 32 kept elements x 8 slices of the reduced run
+
+
+def _col_gpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
+    """A group per 32 kept elements (a warp's lanes, coalesced loads), its 8 warps each
+    folding every 8th reduced element, then warp 0 merging the 8 partial states from group
+    memory (MLX's column reductions split the reduced run across a block likewise)."""
+    L, W = COL_LANES, COL_WARPS
+    st = state_vars("a", acc)
+    sh = {f: f"sh_{f}" for f, _ in acc.fields}
+    body = [Let("k", INDEX, Fmt(f"kb * {L} + {{0}}", (ThreadId("lane"),))),
+            Let("w", INDEX, ThreadId("warp"))]
+    body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
+    body.append(If("k < rows", [Range("c", "w", "cols", [
+        Let("v", adt, _load(in_dt, adt, "k + c * sc")), Fold(acc, st, {"v": "v", "i": "c"})],
+        step=W)]))
+    body += [Local(sh[f], dt, L * W, shared=True) for f, dt in acc.fields]
+    body += [Assign(f"{sh[f]}[w * {L} + (k - kb * {L})]", st[f]) for f, _ in acc.fields]
+    body.append(Barrier())
+    body.append(If("w == 0 && k < rows", [
+        Range("j", 1, W, [Merge(acc, st, {f: f"{sh[f]}[j * {L} + (k - kb * {L})]" for f in sh})]),
+        Store("out", "k", _final(acc, st), out_dt)]))
+    body.append(Barrier())
+    return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
+                  [Range("kb", 0, f"(rows + {L - 1}) / {L}", body, "blocks")],
+                  block=L * W, groups=lambda v: min(-(-v["rows"] // L), 1 << 30))
 
 
 def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
