@@ -69,7 +69,9 @@ test: mpi $(VENV)/.dev graphviz chromium
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
 # sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the
-# op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free).
+# op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free);
+# the reduction kernels' full sweep (CPU against float64 numpy, every CUDA kernel through nvcc,
+# the MSL ones on the Metal shim).
 test-ub: $(VENV)/.dev
 	$(PY) tests/run_sanitized.py $(PY) -m pytest -p no:cacheprovider -q tests/test_compile_api.py \
 	  tests/test_compile_dags.py tests/test_compile_fastpath.py tests/test_compile_kernels.py \
@@ -80,6 +82,8 @@ test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
 	@# the file readers' mutation fuzzer: thousands of malformed files per format
 	TAPESCOPE_READER_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q -p no:cacheprovider tests/test_reader_fuzz.py
+	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_reduction_kernels.py \
+	  tests/test_reduction_dialects.py
 
 # On the GPU machine (CuPy, JAX, pytest-xdist there; no .venv): the suite with the CPU as
 # default device, then the CUDA runtime's suites with the GPU as default (tests/run_gpu_suites.sh).

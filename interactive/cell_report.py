@@ -321,6 +321,11 @@ def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool) ->
                 out.append(tape_html(title, g, k))
             if sources:
                 out.append(kernel_html(k))
+        for op, spec in g.generated_kernels:  # reductions' own kernels (codegen/reduce_kernels.py)
+            if sources and spec.name not in seen:
+                seen.add(spec.name)
+                out.append(f"<p>{_kname(spec.name)} ({_e(op.primitive)}, generated)</p>"
+                           + sources_html(spec.sources(), title=spec.name, focus=spec.name))
     if sources:
         used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
         for e in kernel_cache():

@@ -106,6 +106,17 @@ class Backend:
         backend's, asked inside its device context), or None."""
         return None
 
+    @functools.cached_property
+    def kernel_rules(self) -> dict:
+        """Primitive name -> the rule that runs it as a generated kernel where the backend
+        has one (the host's C: ``cpu.primitive_kernels``, MLX's reductions), else empty;
+        the eval loop asks it for every node of a device without a device context."""
+        if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.primitive_kernels import RULES
+
+            return RULES
+        return {}
+
     # -- results --------------------------------------------------------------------------
     def to_device(self, data: Any) -> Any:
         """An input that lives elsewhere (another device's array) as this device's array."""

@@ -116,8 +116,8 @@ def run_node(node: Node) -> None:
     stream's device (in its device context: a GPU's stream), and detach it."""
     prim = node.primitive
     be = stream_backend(prim.stream)
-    if be.device_context is None:
-        _run(node, prim, be)
+    if be.device_context is None:  # the host: a generated kernel where the backend has one
+        _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
     if prim.defn.takes_runtime and not timeline.enabled and _gpu_fused_lane(node, prim, be):
         return

@@ -145,6 +145,10 @@ class CudaBackend(Backend):
         """The tape's fused CUDA kernel (``kernels/cuda/compiled.py``: NVRTC, cached in
         memory and on disk), its results where MLX's Compiled rules put them: into ``out``,
         or into the buffers of donatable inputs, else fresh device memory."""
+        if tape.reduction is not None:  # extended fusion: one kernel from the loop IR
+            from .fused_reduction import run_reduction
+
+            return run_reduction(tape, [self.to_device(x) for x in inputs], shape, out=out)
         from .compiled import run_compiled
 
         return run_compiled(tape, [self.to_device(x) for x in inputs], shape, out=out,
@@ -225,7 +229,14 @@ class CudaBackend(Backend):
         return None
 
     def rule_for(self, prim: Any):
-        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
+        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
+        reductions as generated CUDA (``kernels/cuda/reductions.py``)."""
+        from ..common.reductions import PRIMITIVES
+
+        if prim.name in PRIMITIVES:
+            from .reductions import rule_for
+
+            return rule_for(prim.name)
         if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
             from .custom import run
 
