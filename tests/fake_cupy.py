@@ -19,6 +19,7 @@ import numpy as np
 
 __fake__ = True
 TOTAL = 8 << 30
+ELAPSED_MS = [0.0]  # what every pair of events measures (a test sets it: no device clock here)
 
 
 def _refuse(dtype) -> None:
@@ -87,6 +88,14 @@ class Stream:
         _current.stream = self
         return self
 
+    def __enter__(self):  # ``with stream:`` makes it current, as CuPy's
+        self._prev = get_current_stream()
+        return self.use()
+
+    def __exit__(self, *exc):
+        self._prev.use()
+        return False
+
     def synchronize(self):
         pass
 
@@ -143,12 +152,13 @@ runtime = types.SimpleNamespace(
     deviceSynchronize=lambda: None,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),
     getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,
-                                     "minor": 0, "uuid": bytes(range(16))},
+                                     "minor": 0, "uuid": bytes(range(16)),
+                                     "multiProcessorCount": 132, "clockRate": 1980000},
 )
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, runtime=runtime,
     get_current_stream=get_current_stream, set_allocator=lambda f=None: None,
-    get_elapsed_time=lambda a, b: 0.0,
+    get_elapsed_time=lambda a, b: ELAPSED_MS[0],
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
 

@@ -51,7 +51,7 @@ class CellPanel:
         if "Graph" in sections:
             add("Graph", self._graph_tab(sections["Graph"]))
         if "Kernels" in sections:
-            add("Kernels", _html(f"{style_tag()}<div class='tapescope-cell'>{sections['Kernels']}</div>"))
+            add("Kernels", self._kernels_tab(sections["Kernels"]))
         if "Check" in sections:
             add("Check", _html(f"{style_tag()}<div class='tapescope-cell'>{sections['Check']}</div>"))
         failed = r.error is not None and not r.records
@@ -82,6 +82,21 @@ class CellPanel:
             tab.set_title(i, t)
         tab.add_class("tapescope-panel")
         self.widget = tab
+
+    def _kernels_tab(self, body: str) -> Any:
+        """The roofline as a live plotly figure above the Kernels section (its table, the
+        tapes and the sources)."""
+        import ipywidgets as W
+
+        from tapescope.kernels import roofline
+
+        from .roofline import roofline_figure
+
+        html = _html(f"{style_tag()}<div class='tapescope-cell'>{body}</div>")
+        self.roofline = roofline_figure(roofline.place(self.report.run.records), widget=True)
+        if self.roofline is None:
+            return html
+        return W.VBox([self.roofline, html], layout=W.Layout(max_width="100%"))
 
     def _graph_tab(self, body: str) -> Any:
         import ipywidgets as W

@@ -3,7 +3,7 @@ Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do
 
 from __future__ import annotations
 
-from ..primitives import REDUCE, define
+from ..primitives import REDUCE, define, elements
 
 
 def _wide(xp, a):
@@ -56,7 +56,13 @@ def arg_reduce(xp, a, *, reduce_type, axis):
     return fn(a, axis=axis, keepdims=True).astype(xp.uint32)
 
 
-@define("LogSumExp", family=REDUCE)
+def _per_input(k: int):
+    """``k`` operations per input element (LogSumExp: max, subtract, exp, add; Softmax
+    also divides)."""
+    return lambda in_shapes, out_shapes: k * elements(in_shapes[0])
+
+
+@define("LogSumExp", family=REDUCE, flops=_per_input(4))
 def logsumexp(xp, a):
     """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
     a = _wide(xp, a)
@@ -67,7 +73,7 @@ def logsumexp(xp, a):
     return xp.where(inf, m, out)
 
 
-@define("Softmax", family=REDUCE)
+@define("Softmax", family=REDUCE, flops=_per_input(5))
 def softmax(xp, a, *, precise):
     """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""
     dtype = a.dtype

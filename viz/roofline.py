@@ -1,0 +1,101 @@
+"""The roofline picture: every kernel that ran placed against its device's limits.
+
+x: arithmetic intensity (FLOPs per byte moved), y: FLOP/s achieved, both logarithmic; per
+device, the roof is min(copy bandwidth x intensity, peak FLOP/s) (the facts:
+``kernels/roofline.py``). A kernel on the slanted roof moves bytes as fast as a copy; one
+far below it says why in its hover and in the table beside the figure. Kernels that count
+no FLOPs (pure data movement) are in the table only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .theme import esc, fmt_bytes, fmt_ns, plot_html, short_name, table
+
+__all__ = ["roofline_figure", "roofline_table", "roofline_html"]
+
+_COLOURS = {"cpu": "#2563eb", "gpu": "#16a34a"}
+
+
+def _pct(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def roofline_figure(placed: Sequence[Any], widget: bool = False) -> Any:
+    """The plotly figure (a FigureWidget when ``widget``), or None without plotly or without
+    a kernel that counts FLOPs."""
+    pts = [p for p in placed if p.launch.intensity and p.launch.flops_per_s]
+    if not pts:
+        return None
+    try:
+        import plotly.graph_objects as go
+
+        fig = go.FigureWidget() if widget else go.Figure()
+    except Exception:  # noqa: BLE001 - plotly or anywidget missing: the table only
+        return None
+    xs = [p.launch.intensity for p in pts]
+    lo, hi = min(xs) / 4, max(max(xs) * 4, 1.0)
+    for dev in dict.fromkeys(p.launch.device for p in pts):
+        m = next(p.machine for p in pts if p.launch.device == dev)
+        if m is None or not m.copy_bytes_per_s:
+            continue
+        peak = m.peak("float32")
+        bw = m.copy_bytes_per_s
+        knee = peak / bw if peak else hi
+        roof_x = [lo, min(max(knee, lo), hi * 16), hi * 16]
+        roof_y = [bw * x if not peak else min(bw * x, peak) for x in roof_x]
+        fig.add_scatter(x=roof_x, y=roof_y, mode="lines", name=f"{dev} roof ({m.name})",
+                        line=dict(color=_COLOURS.get(dev, "#6b7280"), width=2),
+                        hovertemplate=(f"copy {bw / 1e9:.1f} GB/s"
+                                       + (f", float32 peak {peak / 1e9:.0f} GFLOP/s" if peak else "")
+                                       + "<extra>" + esc(m.how) + "</extra>"))
+    for dev in dict.fromkeys(p.launch.device for p in pts):
+        mine = [p for p in pts if p.launch.device == dev]
+        fig.add_scatter(
+            x=[p.launch.intensity for p in mine], y=[p.launch.flops_per_s for p in mine],
+            mode="markers", name=f"{dev} kernels ({len(mine)})",
+            marker=dict(size=11, color=_COLOURS.get(dev, "#6b7280"), line=dict(width=1, color="#111827"),
+                        symbol=["circle" if not p.why else "diamond" for p in mine]),
+            text=[_hover(p) for p in mine], hovertemplate="%{text}<extra></extra>")
+    fig.update_layout(height=320, margin=dict(l=60, r=10, t=10, b=45), autosize=True,
+                      xaxis=dict(type="log", title="FLOPs per byte"),
+                      yaxis=dict(type="log", title="FLOP/s"), template="plotly_white",
+                      legend=dict(orientation="h", y=1.14, x=0))
+    return fig
+
+
+def _hover(p: Any) -> str:
+    x = p.launch
+    return (f"{esc(short_name(x.name, 40))}<br>{fmt_ns(x.time_s * 1e9)}, {fmt_bytes(x.nbytes)} moved: "
+            f"{x.bytes_per_s / 1e9:.1f} GB/s = {_pct(p.bandwidth_fraction)} of copy bandwidth"
+            f"<br>{(x.flops_per_s or 0) / 1e9:.2f} GFLOP/s = {_pct(p.peak_fraction)} of peak"
+            + (f"<br>{esc(p.why)}" if p.why else ""))
+
+
+def roofline_table(placed: Sequence[Any]) -> str:
+    """One row per kernel: time, bytes read / written, GB/s and its fraction of the copy
+    bandwidth, GFLOP/s and its fraction of peak, and why it is far from the roof."""
+    rows = []
+    for p in placed:
+        x = p.launch
+        rows.append((f"<code title='{esc(x.name)}'>{esc(short_name(x.name, 40))}</code>", x.device,
+                     p.launches, fmt_ns(x.time_s * 1e9), fmt_bytes(x.bytes_read),
+                     fmt_bytes(x.bytes_written), f"{x.bytes_per_s / 1e9:.1f}", _pct(p.bandwidth_fraction),
+                     "—" if x.flops_per_s is None else f"{x.flops_per_s / 1e9:.2f}", _pct(p.peak_fraction),
+                     p.why or "at the roof"))
+    return table(["kernel", "device", "runs", "time", "read", "written", "GB/s", "of copy bw",
+                  "GFLOP/s", "of peak", "why"], rows, "ts-roofline", raw=(0,))
+
+
+def roofline_html(placed: Sequence[Any], figure: bool = True) -> str:
+    """The figure (plotly's static HTML, when ``figure``), the machines' limits and the
+    table; "" without kernels."""
+    if not placed:
+        return ""
+    machines = {p.launch.device: p.machine for p in placed if p.machine is not None}
+    limits = "; ".join(f"{esc(d)} ({esc(m.name)}): copy {m.copy_bytes_per_s / 1e9:.1f} GB/s, float32 peak "
+                       f"{(m.peak('float32') or 0) / 1e9:.0f} GFLOP/s" for d, m in machines.items())
+    fig = plot_html(roofline_figure(placed)) if figure else ""
+    return (f"<div class='ts-roofline-view'><p><b>Roofline</b>: {len(placed)} kernel(s) against "
+            f"{limits}</p>{fig}{roofline_table(placed)}</div>")
