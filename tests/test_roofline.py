@@ -140,10 +140,15 @@ def _numpy_copy(nbytes: int):
 
 
 def test_cpu_copy_bandwidth_and_a_copy_kernel_match_a_numpy_copy(monkeypatch, tmp_path):
-    """Medians of interleaved runs (the machine is shared): the measured ceiling, and a
-    streaming kernel's roofline bandwidth, each within 10% of a numpy copy timed here. The
-    kernel is built without streaming stores (a numpy copy reads each destination line
-    before writing it; streaming stores skip that and beat it by ~25% here)."""
+    """Interleaved runs (the machine is shared), medians: the ceiling's measurement
+    (``cpu/machine.copy_bandwidth``) within 10% of a numpy copy timed next to it, and a streaming kernel's roofline bandwidth (its bytes from
+    the model, its time from its record) against the same copy. The kernel is built without
+    streaming stores, which skip the read of each destination line and beat a numpy copy
+    by ~25% on this machine; even without them its vector loop runs 1.03-1.19x numpy's
+    ``copyto`` (a ``memmove``) here (medians of 15 pairs, a 2-core AMD EPYC VM), and under a
+    load of 5 its two OpenMP threads wait on each other (0.88 seen), so the kernel's band is
+    [0.8, 1.3]: a byte count off by a factor (a missed output, an input counted twice) or a
+    time that is not the kernel's falls outside it."""
     from tapescope.kernels.codegen import render
 
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "kcache"))
@@ -151,16 +156,18 @@ def test_cpu_copy_bandwidth_and_a_copy_kernel_match_a_numpy_copy(monkeypatch, tm
     old = mx.set_cache_limit(1 << 30)  # the output buffer reused, as numpy's ``dst`` is
     try:
         src, copy, pool = _numpy_copy(cpu_machine.COPY_BYTES)
-        ceiling = roofline.machine("cpu").copy_bytes_per_s
+        assert roofline.machine("cpu").copy_bytes_per_s > 0  # (measured once, cached)
         f = mx.compile(lambda a: a * 3 + 0.5)
         x = mx.array(src)
         with mx.stream(CPU):
             mx.eval(f(x))
-        for attempt in range(3):  # a busy neighbour can spoil a round; a wrong count fails all
-            ratios, base = [], []
-            for _ in range(15):
+        for attempt in range(4):  # a busy neighbour can spoil a round; a wrong count fails all
+            ratios, ceilings = [], []
+            for i in range(25):
                 t = copy()
-                base.append(2 * src.nbytes / t)
+                if i % 5 == 0:  # the ceiling's own measurement, next to the reference
+                    ceilings.append(cpu_machine.copy_bandwidth(repeats=3) * t / (2 * src.nbytes))
+                    t = copy()
                 with tapescope.record() as rec, mx.stream(CPU):
                     y = f(x)
                     mx.eval(y)
@@ -168,12 +175,12 @@ def test_cpu_copy_bandwidth_and_a_copy_kernel_match_a_numpy_copy(monkeypatch, tm
                 (ln,) = roofline.launches(rec.records)
                 assert ln.nbytes == 2 * src.nbytes
                 ratios.append(ln.bytes_per_s * t / (2 * src.nbytes))
-            kernel_ok = abs(statistics.median(ratios) - 1) <= 0.10
-            ceiling_ok = abs(ceiling / statistics.median(base) - 1) <= 0.10
+            kernel_ok = 0.8 <= statistics.median(ratios) <= 1.3
+            ceiling_ok = abs(statistics.median(ceilings) - 1) <= 0.10
             if kernel_ok and ceiling_ok:
                 break
         assert kernel_ok, f"kernel / numpy copy bandwidth: median {statistics.median(ratios):.2f}"
-        assert ceiling_ok, f"ceiling {ceiling / 1e9:.1f} GB/s vs numpy {statistics.median(base) / 1e9:.1f}"
+        assert ceiling_ok, f"ceiling / numpy copy bandwidth: median {statistics.median(ceilings):.2f}"
         pool.shutdown()
     finally:
         mx.set_cache_limit(old)
