@@ -549,8 +549,10 @@ class CellReport:
         if r.check is not None:
             if hasattr(r.check, "passed"):
                 ok = r.check.passed
+                verdict = r.check.verdict() if hasattr(r.check, "verdict") else ""
                 rows.append(("check", f"<span class='{'ts-ok' if ok else 'ts-bad'}'>"
-                             f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"))
+                             f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"
+                             + (f" <span class='ts-muted'>({_e(verdict)})</span>" if verdict else "")))
             else:
                 rows.append(("check", _e(r.check)))
         if kernels:
