@@ -28,6 +28,7 @@ from .primitives import elements, lookup
 
 AT_LIMIT = 0.8  # a kernel at >= 80% of the copy bandwidth is "at the limit"
 SHORT_S = 50e-6  # kernels shorter than this are dominated by their launch, not by memory
+SMALL_BYTES = 1 << 20  # kernels moving less than this cannot stream (caches, thread start)
 
 # A layout: (shape, strides in bytes, itemsize, dtype name)
 Layout = tuple
@@ -103,6 +104,11 @@ class Launch:
     writes: tuple = ()  # access() of each output
     matmul: bool = False
     seq: int = 0
+    label: str = ""  # what a reader recognises: the tape's ops and the variant
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
 
     @property
     def nbytes(self) -> int:
@@ -144,18 +150,19 @@ def launch_of(record: Any) -> Optional[Launch]:
         flops = tape_flops(tape, shape)
         name = d.get("kernel") or record.name
         matmul = False
+        ops = [op.primitive for op in tape.ops if op.primitive not in ("Broadcast", "AsType")]
+        label = " ".join(ops) + (f" [{d['variant']}]" if d.get("variant") else "")
     else:
         defn = lookup(d.get("primitive") or record.name)
         if defn.view:  # a view computes and moves nothing
             return None
         flops = defn.count_flops([x[0] for x in ins], [x[0] for x in outs])
-        name = record.name
+        name = label = record.name
         matmul = defn.family == "matmul"
     return Launch(name, record.device or "cpu", t, sum(touched_bytes(x) for x in ins),
                   sum(touched_bytes(x) for x in outs), flops, outs[0][3] if outs else "",
                   tuple(access(x, outs[0] if outs else None) for x in ins),
-                  tuple(access(x) for x in outs), matmul,
-                  record.seq)
+                  tuple(access(x) for x in outs), matmul, record.seq, label)
 
 
 def launches(records: Iterable[Any]) -> list:
@@ -174,6 +181,7 @@ class Machine:
     copy_bytes_per_s: float
     peaks: dict = field(default_factory=dict)  # dtype name -> (vector FLOP/s, tensor FLOP/s | None)
     how: str = ""
+    note: str = ""  # what a reader should know about the ceiling
 
     def peak(self, dtype: str, tensor: bool = False) -> Optional[float]:
         """Peak FLOP/s of ``dtype`` (float32's for a dtype the table lacks)."""
@@ -229,14 +237,14 @@ class Placed:
         x = self.launch
         if self.peak_fraction is not None and self.peak_fraction >= 0.5:
             return "compute-bound"
+        if x.time_s < SHORT_S or x.nbytes < SMALL_BYTES:
+            return "too small to stream (its launch dominates)"
         if "strided" in x.reads:
             return "a strided read"
         if "strided" in x.writes:
             return "a strided write"
         if "broadcast" in x.reads:
             return "a broadcast read"
-        if x.time_s < SHORT_S:
-            return "too short to stream (its launch dominates)"
         return "below the copy bandwidth"
 
 

@@ -50,14 +50,19 @@ def roofline_figure(placed: Sequence[Any], widget: bool = False) -> Any:
                         hovertemplate=(f"copy {bw / 1e9:.1f} GB/s"
                                        + (f", float32 peak {peak / 1e9:.0f} GFLOP/s" if peak else "")
                                        + "<extra>" + esc(m.how) + "</extra>"))
+    number = {id(p): i + 1 for i, p in enumerate(placed)}  # the table's row numbers
     for dev in dict.fromkeys(p.launch.device for p in pts):
-        mine = [p for p in pts if p.launch.device == dev]
-        fig.add_scatter(
-            x=[p.launch.intensity for p in mine], y=[p.launch.flops_per_s for p in mine],
-            mode="markers", name=f"{dev} kernels ({len(mine)})",
-            marker=dict(size=11, color=_COLOURS.get(dev, "#6b7280"), line=dict(width=1, color="#111827"),
-                        symbol=["circle" if not p.why else "diamond" for p in mine]),
-            text=[_hover(p) for p in mine], hovertemplate="%{text}<extra></extra>")
+        for at, what, symbol in ((True, "at the roof", "circle"), (False, "below it", "diamond")):
+            mine = [p for p in pts if p.launch.device == dev and (not p.why) == at]
+            if not mine:
+                continue
+            fig.add_scatter(
+                x=[p.launch.intensity for p in mine], y=[p.launch.flops_per_s for p in mine],
+                mode="markers+text", name=f"{dev} kernels {what} ({len(mine)})",
+                text=[str(number[id(p)]) for p in mine], textposition="middle right",
+                marker=dict(size=11, symbol=symbol, color=_COLOURS.get(dev, "#6b7280") if at else "#f59e0b",
+                            line=dict(width=1, color="#111827")),
+                customdata=[_hover(p) for p in mine], hovertemplate="%{customdata}<extra></extra>")
     fig.update_layout(height=320, margin=dict(l=60, r=10, t=10, b=45), autosize=True,
                       xaxis=dict(type="log", title="FLOPs per byte"),
                       yaxis=dict(type="log", title="FLOP/s"), template="plotly_white",
@@ -67,7 +72,7 @@ def roofline_figure(placed: Sequence[Any], widget: bool = False) -> Any:
 
 def _hover(p: Any) -> str:
     x = p.launch
-    return (f"{esc(short_name(x.name, 40))}<br>{fmt_ns(x.time_s * 1e9)}, {fmt_bytes(x.nbytes)} moved: "
+    return (f"{esc(short_name(x.title, 48))}<br>{fmt_ns(x.time_s * 1e9)}, {fmt_bytes(x.nbytes)} moved: "
             f"{x.bytes_per_s / 1e9:.1f} GB/s = {_pct(p.bandwidth_fraction)} of copy bandwidth"
             f"<br>{(x.flops_per_s or 0) / 1e9:.2f} GFLOP/s = {_pct(p.peak_fraction)} of peak"
             + (f"<br>{esc(p.why)}" if p.why else ""))
@@ -75,17 +80,19 @@ def _hover(p: Any) -> str:
 
 def roofline_table(placed: Sequence[Any]) -> str:
     """One row per kernel: time, bytes read / written, GB/s and its fraction of the copy
-    bandwidth, GFLOP/s and its fraction of peak, and why it is far from the roof."""
+    bandwidth, its fraction of peak FLOP/s (the GFLOP/s are in the figure's hover), and why
+    it is far from the roof; a device column when kernels of several devices ran."""
+    devices = len({p.launch.device for p in placed}) > 1
     rows = []
-    for p in placed:
+    for i, p in enumerate(placed):
         x = p.launch
-        rows.append((f"<code title='{esc(x.name)}'>{esc(short_name(x.name, 40))}</code>", x.device,
-                     p.launches, fmt_ns(x.time_s * 1e9), fmt_bytes(x.bytes_read),
-                     fmt_bytes(x.bytes_written), f"{x.bytes_per_s / 1e9:.1f}", _pct(p.bandwidth_fraction),
-                     "—" if x.flops_per_s is None else f"{x.flops_per_s / 1e9:.2f}", _pct(p.peak_fraction),
-                     p.why or "at the roof"))
-    return table(["kernel", "device", "runs", "time", "read", "written", "GB/s", "of copy bw",
-                  "GFLOP/s", "of peak", "why"], rows, "ts-roofline", raw=(0,))
+        rows.append((i + 1, f"<span title='{esc(x.name)}'>{esc(short_name(x.title, 36))}</span>",
+                     *((x.device,) if devices else ()), p.launches, fmt_ns(x.time_s * 1e9),
+                     fmt_bytes(x.bytes_read), fmt_bytes(x.bytes_written), f"{x.bytes_per_s / 1e9:.1f}",
+                     _pct(p.bandwidth_fraction), _pct(p.peak_fraction), p.why or "at the roof"))
+    head = ["#", "kernel", *(("device",) if devices else ()), "runs", "time", "read", "written",
+            "GB/s", "% copy bw", "% peak", "why"]
+    return table(head, rows, "ts-roofline", raw=(1,))
 
 
 def roofline_html(placed: Sequence[Any], figure: bool = True) -> str:
@@ -96,6 +103,8 @@ def roofline_html(placed: Sequence[Any], figure: bool = True) -> str:
     machines = {p.launch.device: p.machine for p in placed if p.machine is not None}
     limits = "; ".join(f"{esc(d)} ({esc(m.name)}): copy {m.copy_bytes_per_s / 1e9:.1f} GB/s, float32 peak "
                        f"{(m.peak('float32') or 0) / 1e9:.0f} GFLOP/s" for d, m in machines.items())
+    notes = "".join(f"<p class='ts-muted' title='{esc(m.how)}'>{esc(d)}: {esc(m.note)}.</p>"
+                    for d, m in machines.items() if m.note)
     fig = plot_html(roofline_figure(placed)) if figure else ""
     return (f"<div class='ts-roofline-view'><p><b>Roofline</b>: {len(placed)} kernel(s) against "
-            f"{limits}</p>{fig}{roofline_table(placed)}</div>")
+            f"{limits} (hover a kernel; # is its row)</p>{fig}{roofline_table(placed)}{notes}</div>")

@@ -72,7 +72,9 @@ def ulp_worst(actual: np.ndarray, expected: np.ndarray) -> Optional[tuple]:
     d = np.abs(_ordered(a).astype(np.float64) - _ordered(e).astype(np.float64))
     d = np.where(keep, d, -1.0)
     i = int(np.argmax(d))
-    return int(d.reshape(-1)[i]), tuple(int(j) for j in np.unravel_index(i, a.shape))
+    # (ascontiguousarray makes a 0-d array 1-d: the index is the input's own)
+    at = tuple(int(j) for j in np.unravel_index(i, actual.shape)) if actual.ndim else ()
+    return int(d.reshape(-1)[i]), at
 
 
 @dataclass
@@ -220,7 +222,7 @@ class CheckReport:
             return head
         a, e = c.ulp_values
         err = abs(complex(a) - complex(e))
-        where = f"{c.label}[{', '.join(map(str, c.ulp_at))}]"
+        where = f"{c.label}[{', '.join(map(str, c.ulp_at))}]" if c.ulp_at else c.label
         text = (f"{head}; largest distance {c.ulp} ulp at {where} "
                 f"(tapescope {a:.6g}, JAX {e:.6g}: off by {err:.3g})")
         if c.ulp > 16 and err <= c.atol:
