@@ -97,7 +97,7 @@ class Stream:
         return False
 
     def synchronize(self):
-        pass
+        _synchronized()
 
     def wait_event(self, ev):
         self.waited.append(ev)
@@ -111,6 +111,11 @@ def get_current_stream():
 
 
 LAG = [0]  # polls of ``done`` that an event answers False after its record (0: done at once)
+_SYNCS = [0]  # device / stream synchronisations so far: events recorded before one are done
+
+
+def _synchronized() -> None:
+    _SYNCS[0] += 1
 
 
 class Event:
@@ -121,10 +126,11 @@ class Event:
     def record(self, stream=None):
         self.recorded_on = stream
         self._polls = LAG[0]
+        self._syncs = _SYNCS[0]
 
     @property
     def done(self):  # work is synchronous; with LAG set, completion is seen late, as on a GPU
-        if self._polls > 0:
+        if self._polls > 0 and self._syncs == _SYNCS[0]:
             self._polls -= 1
             return False
         return True
@@ -157,7 +163,7 @@ class CUDARuntimeError(RuntimeError):
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError,
     getDeviceCount=lambda: 1,
-    deviceSynchronize=lambda: None,
+    deviceSynchronize=_synchronized,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),
     getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,
                                      "minor": 0, "uuid": bytes(range(16)),

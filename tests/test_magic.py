@@ -121,6 +121,7 @@ def test_cell_report_counts_the_primitives_mlx_records(ip):
 
 def test_cell_memory_section_sees_the_cells_allocation(ip):
     n = 4096
+    mx.synchronize()  # a GPU's frees land once their kernels finish: not during the cell
     before = mx.get_active_memory()
     _, out, rep = _cell(ip, "--show memory", f"big = mx.zeros(({n},), dtype=mx.float32) + 1\nmx.eval(big)")
     nbytes = np.zeros(n, np.float32).nbytes
