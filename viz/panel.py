@@ -144,8 +144,14 @@ class CellPanel:
             self.kernel_view.value = ""
             return
         title, g, k = v
-        self.kernel_view.value = (f"{style_tag()}<div class='tapescope-cell ts-kernel-view'>"
-                                  f"{tape_html(title, g, k)}{kernel_html(k)}</div>")
+        try:
+            body = f"{tape_html(title, g, k)}{kernel_html(k)}"
+        except Exception as e:  # noqa: BLE001 - said in the view (a widget callback's error is lost)
+            import traceback
+
+            body = (f"<p class='ts-error'>The kernel view of {_esc(k.symbol)} failed: "
+                    f"{_esc(type(e).__name__)}: {_esc(e)}</p><pre>{_esc(traceback.format_exc())}</pre>")
+        self.kernel_view.value = f"{style_tag()}<div class='tapescope-cell ts-kernel-view'>{body}</div>"
 
 
 def _esc(x: Any) -> str:
