@@ -162,7 +162,7 @@ def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect()
     panel.graph_html.picked = "1:ts_kernel_0"  # what a click on g's kernel sends
     (k,) = g2.kernels
     view = panel.kernel_view.value
-    assert "ts-error" not in view, view  # the view says why it failed (the traceback)
+    assert "The kernel view of" not in view, view[-3000:]  # the view says why it failed
     assert k.symbol in view and "Sin" in view and "Exp" not in view.split("</table>")[0]
     src = k.sources
     for runtime, head in (("cpu", "C"), ("cuda", "CUDA"), ("metal", "Metal")):
