@@ -179,9 +179,9 @@ def test_cpu_copy_bandwidth_and_a_copy_kernel_match_a_numpy_copy(monkeypatch, tm
             ratios, ceilings = [], []
             for i in range(25):
                 t = copy()
-                if i % 5 == 0:  # the ceiling's own measurement, between reference copies
+                if i % 5 == 0:  # the ceiling's own measurement (fastest of 3), next to 3 copies
                     bw = cpu_machine.copy_bandwidth(repeats=3)
-                    ref = statistics.median([t, copy(), copy()])
+                    ref = min([t, copy(), copy()])
                     ceilings.append(bw * ref / (2 * src.nbytes))
                     t = copy()
                 with tapescope.record() as rec, mx.stream(CPU):

@@ -64,9 +64,10 @@ def roofline_figure(placed: Sequence[Any], widget: bool = False) -> Any:
                             line=dict(width=1, color="#111827")),
                 customdata=[_hover(p) for p in mine], hovertemplate="%{customdata}<extra></extra>")
     fig.update_layout(height=320, margin=dict(l=60, r=10, t=10, b=45), autosize=True,
+                      modebar=dict(orientation="v"),
                       xaxis=dict(type="log", title="FLOPs per byte"),
                       yaxis=dict(type="log", title="FLOP/s"), template="plotly_white",
-                      legend=dict(orientation="h", y=1.14, x=0))
+                      legend=dict(orientation="v", x=1.02, y=1, font=dict(size=11)))
     return fig
 
 
