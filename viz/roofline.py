@@ -63,11 +63,13 @@ def roofline_figure(placed: Sequence[Any], widget: bool = False) -> Any:
                 marker=dict(size=11, symbol=symbol, color=_COLOURS.get(dev, "#6b7280") if at else "#f59e0b",
                             line=dict(width=1, color="#111827")),
                 customdata=[_hover(p) for p in mine], hovertemplate="%{customdata}<extra></extra>")
-    fig.update_layout(height=320, margin=dict(l=60, r=10, t=10, b=45), autosize=True,
-                      modebar=dict(orientation="v"),
+    fig.update_layout(height=320, margin=dict(l=60, r=10, t=30, b=45), autosize=True,
                       xaxis=dict(type="log", title="FLOPs per byte"),
                       yaxis=dict(type="log", title="FLOP/s"), template="plotly_white",
-                      legend=dict(orientation="v", x=1.02, y=1, font=dict(size=11)))
+                      # inside, bottom right: the kernels sit at the left, the modebar at the top
+                      legend=dict(orientation="v", x=0.99, xanchor="right", y=0.02, yanchor="bottom",
+                                  font=dict(size=11), bgcolor="rgba(255,255,255,0.85)",
+                                  bordercolor="#d1d5db", borderwidth=1))
     return fig
 
 
