@@ -105,6 +105,7 @@ class Launch:
     matmul: bool = False
     seq: int = 0
     label: str = ""  # what a reader recognises: the tape's ops and the variant
+    fresh_output: bool = False  # its output was new host memory (first touch: page faults)
 
     @property
     def title(self) -> str:
@@ -166,8 +167,22 @@ def launch_of(record: Any) -> Optional[Launch]:
 
 
 def launches(records: Iterable[Any]) -> list:
-    """Every kernel run among ``records`` (oldest first)."""
-    return [x for x in map(launch_of, records) if x is not None]
+    """Every kernel run among ``records`` (oldest first). A CPU kernel whose output buffer
+    was newly allocated just before it (an ``alloc`` record, not a ``cache_reuse``, on its
+    thread) is marked ``fresh_output``: its first touch of that memory page-faults."""
+    out, fresh = [], {}
+    for r in records:
+        if r.kind == "alloc" and r.device == "cpu":
+            fresh.setdefault(r.thread, []).append(r.nbytes)
+            continue
+        x = launch_of(r)
+        if x is None:
+            continue
+        new = fresh.pop(r.thread, ())
+        x.fresh_output = x.device == "cpu" and x.bytes_written >= SMALL_BYTES and any(
+            n >= x.bytes_written for n in new)
+        out.append(x)
+    return out
 
 
 @dataclass(frozen=True)
@@ -239,6 +254,9 @@ class Placed:
             return "compute-bound"
         if x.time_s < SHORT_S or x.nbytes < SMALL_BYTES:
             return "too small to stream (its launch dominates)"
+        if x.fresh_output:
+            return ("its output was new memory (page faults on first touch): a cache limit "
+                    "above its size keeps the buffer (mx.set_cache_limit)")
         if "strided" in x.reads:
             return "a strided read"
         if "strided" in x.writes:

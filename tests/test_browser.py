@@ -75,10 +75,13 @@ CELLS = [
     "    if len(keep) > 40: keep.clear()\n    time.sleep(0.01)\nprint('LOOP DONE')",
     "%%mlx\nbad = mx.array([1.0, 2.0]) * 2\nbad2 = mx.reshape(bad, (3,))",
     # kernels worth a roofline: contiguous, a strided read, a broadcast row, a small one
-    "%%mlx --device cpu\nbig = mx.array(np.ones((1024, 4096), np.float32))\n"
+    # (64 MiB operands: past the last-level cache, so the kernels stream from memory)
+    # and a cache limit that keeps their outputs (new memory page-faults: the roofline says so)
+    "%%mlx --device cpu\nmx.set_cache_limit(1 << 30)\nbig = mx.array(np.ones((4096, 4096), np.float32))\n"
+    "big2 = big + 1\n"
     "g = mx.compile(lambda a, b: a * 2 + b)\nfor _ in range(5):\n"
-    "    mx.eval(g(big, big), g(big[:, ::2], big[:, :2048]), g(mx.broadcast_to(big[:1], big.shape), big),"
-    " g(big[:8, :64], big[:8, :64]))",
+    "    mx.eval(g(big, big2), g(big[:, ::2], big2[:, :2048]), g(mx.broadcast_to(big[:1], big.shape), big2),"
+    " g(big[:8, :64], big2[:8, :64]))",
 ]
 
 

@@ -348,3 +348,20 @@ def test_a_cuda_copy_kernel_reaches_the_measured_device_copy_bandwidth():
             assert ln.nbytes == 2 * n * 4
             fr.append(ln.bytes_per_s / ceiling)
     assert abs(statistics.median(fr) - 1) <= 0.10, fr
+
+
+def test_a_kernel_writing_fresh_memory_is_told_so():
+    """An output past the buffer cache's limit is new memory each call (its first touch
+    page-faults); one the cache keeps is reused: the roofline says which."""
+    f = mx.compile(lambda a: a * 2 + 1)
+    x = mx.array(np.ones((1024, 1024), np.float32))  # 4 MiB in, 4 MiB out
+    old = mx.set_cache_limit(0)  # nothing kept: every output is a fresh allocation
+    try:
+        (fresh,) = _launches(f, x)
+        mx.set_cache_limit(1 << 30)
+        (kept,) = _launches(f, x)  # (the first call's output went back to the cache)
+    finally:
+        mx.set_cache_limit(old)
+    assert fresh.fresh_output and not kept.fresh_output
+    p = roofline.Placed(fresh, 1, roofline.Machine("cpu", "t", fresh.bytes_per_s * 10, {}))
+    assert p.why.startswith("its output was new memory")

@@ -120,7 +120,8 @@ def host_machine() -> Machine:
     how = (f"copy: numpy over {n} thread(s), {COPY_BYTES >> 20} MiB, fastest of {COPY_REPEATS}; "
            f"peak: {n} CPU(s) x {hz / 1e9 if hz else 0:.2f} GHz x {bits}-bit SIMD"
            f"{' x 2 (FMA)' if fma else ''}")
-    note = ("a numpy copy reads each destination line before writing it; the generated C's "
-            "streaming stores (outputs of 8 MiB and more) skip that read, so a large kernel can "
-            "pass 100% of this copy bandwidth")
+    note = ("this is a copy from memory (2 x 64 MiB, past the caches) that reads each "
+            "destination line before writing it: a kernel whose data fits the caches, or one "
+            "with the generated C's streaming stores (outputs of 8 MiB and more, which skip that "
+            "read), can pass 100% of it")
     return Machine("cpu", name, bw, peaks(n, hz, bits, fma) if hz else {}, how, note)
