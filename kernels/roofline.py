@@ -263,7 +263,7 @@ class Placed:
             return "a strided write"
         if "broadcast" in x.reads:
             return "a broadcast read"
-        return "below the copy bandwidth"
+        return "below the copy bandwidth (no layout reason: other work may share the memory)"
 
 
 def place(records: Iterable[Any]) -> list:
