@@ -323,14 +323,17 @@ def roofline_html(records: list, figure: bool = True) -> str:
 def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool,
                      figure: bool = True) -> str:
     """The Kernels tab: the roofline of the kernels that ran (``figure``: with its static
-    figure), each fused kernel once, its tape (``tapes``) and its sources in every dialect
+    figure; first when one of them streams, else last), each fused kernel once, its tape (``tapes``) and its sources in every dialect
     side by side (``sources``); then kernels the cell built or launched that no graph drew
     (e.g. inside a compiled function), from the kernel cache."""
     from tapescope.kernel_cache import kernel_cache
     from tapescope.kernel_sources import entry_sources, sources_html
     from tapescope.viz.cache import base_name
 
-    out, seen = [roofline_html(records, figure)] if (tapes or sources) else [], set()
+    roof = roofline_html(records, figure) if (tapes or sources) else ""
+    # the roofline first when a kernel streams; after the tapes when all are launch-bound
+    first = any(p.streams for p in roofline_of(records)) if roof else False
+    out, seen = [roof] if first else [], set()
     for title, g in graphs:  # a compiled function's program and the lazy graph share kernels
         for k in g.kernels:
             if k.symbol in seen:
@@ -347,6 +350,8 @@ def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool,
                 seen.add(e["name"])
                 out.append(f"<p>{_kname(e['name'])} ({_e(e['runtime'])}, {_e(e['variant'])})</p>"
                            + sources_html(entry_sources(e), title=e["name"], focus=base_name(e)))
+    if roof and not first:
+        out.append(roof)
     return "".join(out)
 
 

@@ -243,6 +243,11 @@ class Placed:
         return f / p if f is not None and p else None
 
     @property
+    def streams(self) -> bool:
+        """Whether the kernel is large enough to stream (else its launch dominates)."""
+        return self.launch.time_s >= SHORT_S and self.launch.nbytes >= SMALL_BYTES
+
+    @property
     def why(self) -> str:
         """Why a kernel is far from the copy bandwidth, read from its layouts and time
         ("" when it is at the limit)."""
@@ -252,7 +257,7 @@ class Placed:
         x = self.launch
         if self.peak_fraction is not None and self.peak_fraction >= 0.5:
             return "compute-bound"
-        if x.time_s < SHORT_S or x.nbytes < SMALL_BYTES:
+        if not self.streams:
             return "too small to stream (its launch dominates)"
         if x.fresh_output:
             return ("its output was new memory (page faults on first touch): a cache limit "

@@ -84,8 +84,8 @@ class CellPanel:
         self.widget = tab
 
     def _kernels_tab(self, body: str) -> Any:
-        """The roofline as a live plotly figure above the Kernels section (its table, the
-        tapes and the sources)."""
+        """The roofline as a live plotly figure beside the Kernels section (its table, the
+        tapes and the sources): above it when a kernel streams, else below."""
         import ipywidgets as W
 
         from tapescope.kernels import roofline
@@ -93,10 +93,13 @@ class CellPanel:
         from .roofline import roofline_figure
 
         html = _html(f"{style_tag()}<div class='tapescope-cell'>{body}</div>")
-        self.roofline = roofline_figure(roofline.place(self.report.run.records), widget=True)
+        placed = roofline.place(self.report.run.records)
+        self.roofline = roofline_figure(placed, widget=True)
         if self.roofline is None:
             return html
-        return W.VBox([self.roofline, html], layout=W.Layout(max_width="100%"))
+        # first when a kernel streams (its table follows it), else below the tapes and sources
+        kids = [self.roofline, html] if any(p.streams for p in placed) else [html, self.roofline]
+        return W.VBox(kids, layout=W.Layout(max_width="100%"))
 
     def _graph_tab(self, body: str) -> Any:
         import ipywidgets as W
