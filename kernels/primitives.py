@@ -4,7 +4,8 @@ A ``PrimitiveDef`` holds a primitive's name (as MLX prints it), its family, its 
 rule (``fn(xp, *inputs, **params)``, numpy and cupy alike), whether that rule writes into
 ``out=`` / takes ``donatable=`` flags / returns views, its output shape and dtype rules (a
 function where the family makes one generic, otherwise where the op computes them), its
-spelling per kernel dialect (``"c"`` today) and its transformation rules (vjp, jvp, vmap).
+spelling per kernel dialect (``"c"`` today), its transformation rules (vjp, jvp, vmap) and
+its FLOP count (``flops``: per output element, or a function of the shapes; the roofline's).
 A facet that a primitive lacks carries the reason in ``why`` ("no C spelling: a fusion
 boundary"); ``tests/test_primitives.py`` lists every definition and fails on a facet that
 is neither present nor explained.
@@ -116,7 +117,7 @@ _GENERIC_DTYPE = {
 
 def _reduced_flops(in_shapes: list, out_shapes: list) -> int:
     """A reduction: one operation per input element (the sum's adds, the max's compares)."""
-    return sum(elements(s) for s in in_shapes[:1])
+    return elements(in_shapes[0])
 
 
 def elements(shape) -> int:
