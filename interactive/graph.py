@@ -218,6 +218,23 @@ class Graph:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         return Drawing(self, {})._repr_mimebundle_(include, exclude)
 
+    def roofline(self, records: Optional[list] = None) -> list:
+        """This graph's fused kernels as they ran, on their devices' rooflines
+        (``tapescope.kernels.roofline.Placed``, one per kernel and size), from ``records``
+        (default: the timeline's ring; record the calls with ``tapescope.record()``)."""
+        from tapescope.kernels import roofline, timeline
+
+        names = {k.name for k in self.kernels}
+        recs = timeline.records() if records is None else records
+        return [p for p in roofline.place(recs)
+                if p.launch.name in names or any(p.launch.name.startswith(n + "_") for n in names)]
+
+    def roofline_figure(self, records: Optional[list] = None) -> Any:
+        """The plotly roofline of ``roofline(records)`` (None without plotly or launches)."""
+        from tapescope.viz.roofline import roofline_figure
+
+        return roofline_figure(self.roofline(records))
+
     def summary(self) -> str:
         """One line per op (and per kernel's tape), for the terminal."""
         lines = [self._headline()]

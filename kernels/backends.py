@@ -198,6 +198,13 @@ class Backend:
             return prebuild
         return None
 
+    def machine(self) -> Optional[Any]:
+        """The device's limits for the roofline (``roofline.Machine``: copy bandwidth, peak
+        FLOP/s), measured on the first call: the host's (``cpu/machine.py``)."""
+        from .cpu.machine import host_machine
+
+        return host_machine()
+
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
 

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
+from ..roofline import layouts
 from ..codegen import reduction as codegen
 from ..codegen.c_ops import Unsupported
 from ..codegen.tape import Tape
@@ -99,7 +100,8 @@ def run_reduction(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int]
     fn(argv)
     if t0:
         timeline.add("kernel_launch", t0, timeline.now(), name=name, device="cpu",
-                     detail={"runtime": "cpu", "variant": variant})
+                     detail={"runtime": "cpu", "variant": variant, "tape": tape, "shape": full,
+                             "io": (layouts(np.asarray(a) for a in inputs), layouts(outs))})
     entry.hits += 1
     del keep
     return outs

@@ -224,6 +224,12 @@ class MetalBackend(Backend):
     def synchronize(self, stream: Any) -> None:
         queue(stream.index).synchronize()
 
+    def machine(self):
+        """None: the roofline has no Metal limits yet (no copy timed with Metal's command
+        buffers, no per-GPU FLOP table; the runtime has not run on Apple hardware), and its
+        launches record no device time or layouts, so no Metal kernel is placed."""
+        return None
+
     def info(self) -> dict:
         return device().info()
 

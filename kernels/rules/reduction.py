@@ -4,7 +4,7 @@ Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do
 
 from __future__ import annotations
 
-from ..primitives import REDUCE, define
+from ..primitives import REDUCE, define, elements
 from .elementwise import finish
 
 
@@ -58,7 +58,13 @@ def arg_reduce(xp, a, *, reduce_type, axis, out=None):
     return finish(fn(a, axis=axis, keepdims=True).astype(xp.uint32), out)
 
 
-@define("LogSumExp", family=REDUCE, out=True)
+def _per_input(k: int):
+    """``k`` operations per input element (LogSumExp: max, subtract, exp, add; Softmax
+    also divides)."""
+    return lambda in_shapes, out_shapes: k * elements(in_shapes[0])
+
+
+@define("LogSumExp", family=REDUCE, out=True, flops=_per_input(4))
 def logsumexp(xp, a, out=None):
     """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
     a = _wide(xp, a)
@@ -69,7 +75,7 @@ def logsumexp(xp, a, out=None):
     return finish(xp.where(inf, m, res), out)
 
 
-@define("Softmax", family=REDUCE, out=True)
+@define("Softmax", family=REDUCE, out=True, flops=_per_input(5))
 def softmax(xp, a, *, precise, out=None):
     """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""
     dtype = a.dtype
