@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             status, detail = results.get(i, ("not run", ""))
             details[i] = {"status": status, "detail": detail}
             if args.verbose:
-                print(f"    {i}: {status}: {detail.splitlines()[-1][:160] if detail else ''}")
+                print(f"    {i}: {status}: {detail.splitlines()[0][:160] if detail else ''}")
     print(f"{'total':24s} {total_pass:4d} / {total_ref:4d}")
     if args.details:
         args.details.write_text(json.dumps(details, indent=1, sort_keys=True))

@@ -11,6 +11,7 @@ from tapescope.kernels.backends import stream_backend
 from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .scheduling import _eager_one, evaluate
+from .random_state import reset_thread_key
 from .tree import tree_arrays
 
 
@@ -66,5 +67,7 @@ def synchronize(stream: StreamOrDevice = None) -> None:
 
 
 def clear_streams() -> None:
-    """Finish the queued work and stop every stream's worker thread (they restart on use)."""
+    """Finish the queued work and stop every stream's worker thread (they restart on use);
+    the calling thread's random key starts afresh, as in MLX (python/src/stream.cpp)."""
+    reset_thread_key()
     scheduler.stop_workers()

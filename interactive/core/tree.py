@@ -4,7 +4,9 @@ python/src/trees.cpp).
 Subclasses count as their base: a ``NamedTuple`` or other tuple subclass is rebuilt as its
 own type (``type(*items)`` where it has ``_fields``, else ``type(items)``), a dict subclass
 (``mlx.nn.Module``) is walked as a dict and rebuilt as a plain dict, as MLX's ``tree_map``
-does; ``tree_fill`` updates lists and dicts in place, as MLX's ``tree_visit_update``.
+does; ``tree_update`` updates lists and dicts in place, as MLX's ``tree_visit_update``.
+``mx.random.state`` (one object for every thread) stands for the calling thread's key: the
+flattening walks read it and ``tree_update`` writes it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from .array import array
+from .random_state import set_thread_key, state as _RANDOM_STATE, thread_key
 
 
 def tree_arrays(tree: Any, out: list | None = None) -> list:
@@ -20,6 +23,8 @@ def tree_arrays(tree: Any, out: list | None = None) -> list:
         out = []
     if isinstance(tree, array):
         out.append(tree)
+    elif tree is _RANDOM_STATE:
+        out.append(thread_key())
     elif isinstance(tree, (list, tuple)):
         for t in tree:
             tree_arrays(t, out)
@@ -35,6 +40,8 @@ def tree_arrays_strict(tree: Any, out: list | None = None) -> list:
         out = []
     if isinstance(tree, array):
         out.append(tree)
+    elif tree is _RANDOM_STATE:
+        out.append(thread_key())
     elif isinstance(tree, (list, tuple)):
         for t in tree:
             tree_arrays_strict(t, out)
@@ -75,6 +82,9 @@ def tree_update(tree: Any, visit: Callable[[array], Any]) -> Any:
     (tuples rebuilt); MLX's ``tree_visit_update``. Returns the updated tree."""
     if isinstance(tree, array):
         return visit(tree)
+    if tree is _RANDOM_STATE:
+        set_thread_key(visit(thread_key()))
+        return tree
     if isinstance(tree, list):
         for i, x in enumerate(tree):
             tree[i] = tree_update(x, visit)
