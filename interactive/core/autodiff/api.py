@@ -15,6 +15,13 @@ from . import engine
 __all__ = ["grad", "value_and_grad", "vjp", "jvp"]
 
 
+def _handles(primals: list) -> list:
+    """New handles of the primals for the function: an in-place operator on an argument
+    (``x[idx] = 2.0``, ``x += 1``) rebinds the function's handle, not the primal the walk
+    differentiates with respect to (MLX's C++ primals are values the binding copies)."""
+    return [array._wrap(p._d) for p in primals]
+
+
 def _type_name(obj: Any) -> str:
     return type(obj).__name__
 
@@ -82,11 +89,12 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
         for key in argnames:
             tree_arrays_strict(kwargs[key], arrays)
         primals = engine.make_primals(arrays)
+        given = _handles(primals)
         # MLX's tree_fill: the primals go into the arguments' lists and dicts in place (an
         # nn.Module stays itself), and after the call the originals go back into the slots
         # the function left alone (one it assigned keeps the new value)
         args_cpy, kwargs_cpy = list(args), dict(kwargs)
-        it = iter(primals)
+        it = iter(given)
         fill = lambda a: next(it)  # noqa: E731
         for i in argnums:
             args_cpy[i] = tree_update(args[i], fill)
@@ -95,7 +103,7 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
         try:
             out = fun(*args_cpy, **kwargs_cpy)
         finally:
-            back = iter(zip(primals, arrays))
+            back = iter(zip(given, arrays))
 
             def restore(a: array) -> array:
                 primal, original = next(back, (None, None))
@@ -219,7 +227,7 @@ def vjp(fun: Callable, primals: list, cotangents: list) -> tuple[list, list]:
                 "tuple[list[array], list[array]]", fun, primals, cotangents)
     with tracing():
         ps = engine.make_primals(list(primals))
-        outs = _as_list(fun(*ps))
+        outs = _as_list(fun(*_handles(ps)))
         grads = _vjp_outputs(outs, ps, list(cotangents), list(range(len(ps))))
     return outs, grads
 
@@ -235,5 +243,5 @@ def jvp(fun: Callable, primals: list, tangents: list) -> tuple[list, list]:
             raise ValueError("[jvp] Input shape does not match shape of tangent.")
     with tracing():
         ps = engine.make_primals(list(primals))
-        outs = _as_list(fun(*ps))
+        outs = _as_list(fun(*_handles(ps)))
         return outs, engine.forward(outs, ps, list(tangents))
