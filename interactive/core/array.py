@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copyreg
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -171,12 +171,23 @@ def _to_numpy_list(val: Any) -> Any:
     return val
 
 
+def check_dimensions(shape: Sequence[int], op: str = "") -> None:
+    """MLX's shape dimensions are 32-bit: a computed dimension outside raises its
+    OverflowError (``[op] Shape dimension N is outside ...``, without the op for data)."""
+    for d in shape:
+        if not -(2**31) <= d < 2**31:
+            raise OverflowError(f"{f'[{op}] ' if op else ''}Shape dimension {d} is outside the "
+                                "supported range [-2147483648, 2147483647]. MLX currently uses "
+                                "32-bit integers for shape dimensions.")
+
+
 def _numpy_source(val: np.ndarray) -> tuple[np.ndarray, _dt.Dtype]:
     """A numpy array's data and MLX dtype (float64 -> float32, complex128 -> complex64)."""
     if val.dtype.kind in "OSUVMm" and val.dtype not in (_dt.bfloat16.np,):
         raise RuntimeError("std::bad_cast")
     if any(s < 0 for s in val.strides):
         raise ValueError("Cannot convert DLPack arrays with negative strides to mlx array.")
+    check_dimensions(val.shape)
     inferred = _dt.float32 if val.dtype == np.float64 else _dt.from_numpy(val.dtype)
     return val, inferred
 

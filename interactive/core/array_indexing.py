@@ -27,13 +27,25 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _int32_index(i: int) -> int:
+    """MLX's int and slice indices are 32-bit (its ValueError for larger ones)."""
+    if not -(2**31) <= i < 2**31:
+        raise ValueError("Slice indices must be 32-bit integers.")
+    return i
+
+
 def _entry(x: Any) -> Any:
     """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
     if isinstance(x, (bool, np.bool_)):
         raise ValueError(_INVALID)
     if _is_int(x):
-        return int(x)
-    if x is None or x is Ellipsis or isinstance(x, slice):
+        return _int32_index(int(x))
+    if isinstance(x, slice):
+        for v in (x.start, x.stop, x.step):
+            if _is_int(v):
+                _int32_index(int(v))
+        return x
+    if x is None or x is Ellipsis:
         return x
     if isinstance(x, (list, np.ndarray)):
         x = array(x)
@@ -147,6 +159,7 @@ def _getitem(a: array, idx: Any) -> array:
     if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
         return a
     if _is_int(idx) and not isinstance(idx, (bool, np.bool_)):
+        _int32_index(int(idx))
         if a.ndim == 0:
             raise ValueError("too many indices for array: array is 0-dimensional")
         _check_index(int(idx), a.shape[0], 0)
