@@ -291,3 +291,14 @@ def test_astype_to_the_same_dtype_is_a_new_handle(op):
         b = a.astype(M.float32) if op == "method" else M.astype(a, M.float32)
         b *= 3
         assert a.tolist() == [1.0, 2.0] and b.tolist() == [3.0, 6.0]
+
+
+@pytest.mark.parametrize("src", ["M.array([M.array([1.0]), 1.0])", "M.array([1.0, M.array([1.0])])",
+                                 "M.array([[1.0, 2.0], M.array([1.0])])",
+                                 "M.array([M.array(1.0), [1.0]])", "M.array([2.0, [1.0]])"])
+def test_lists_mixing_arrays_raise_mlx_errors(src):
+    """A nested array of the wrong shape is a length mismatch to MLX ("non-uniform length"),
+    wherever it sits; a list one level too deep is an "extra dimension"."""
+    from mlx_compare import same_error
+
+    same_error(lambda M: eval(src, {"M": M}))

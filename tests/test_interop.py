@@ -72,6 +72,16 @@ def test_from_dlpack_copies_so_the_source_can_change():
     assert y.tolist() == [0, 1, 2, 3]
 
 
+def test_from_dlpack_without_a_copy_raises_as_mlx_does_where_it_cannot_adopt():
+    """``copy=False`` must never copy; tapescope never adopts outside memory, so it raises
+    MLX's error for a buffer it cannot adopt (MLX adopts a plain numpy array)."""
+    src = np.arange(3, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"^\[convert\] Cannot import a CPU array without a "
+                                         r"copy\.$"):
+        mx.from_dlpack(src, copy=False)
+    assert mx.from_dlpack(src, copy=None).tolist() == [0, 1, 2]
+
+
 def test_array_namespace_is_the_module():
     x = mx.array([1, 2])
     assert x.__array_namespace__() is mx

@@ -113,9 +113,8 @@ def _scalar_dtype(val: Any) -> _dt.Dtype:
 def _check_list(val: Any, shape: tuple, depth: int, found: list) -> None:
     """Walk the list in order as MLX does, checking it against ``shape``; collect leaf dtypes."""
     if isinstance(val, array):
-        if val.shape != shape[depth:]:
-            raise ValueError("Initialization encountered "
-                             + ("extra dimension." if depth == len(shape) else "non-uniform length."))
+        if val.shape != shape[depth:]:  # MLX: a mismatched array is a length mismatch
+            raise ValueError("Initialization encountered non-uniform length.")
         found.append(val.dtype)
     elif depth == len(shape):
         if isinstance(val, (list, tuple)):

@@ -220,10 +220,10 @@ def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
         base = broadcast(value, (), stream=s)
         return _scatter(a, [], base, (), reduce, s)
     entries = _expand(a, idx)
+    x, stripped = _strip_none(a, entries, s)
+    indices, target = _scatter_indices(x, stripped, s)
+    upd = _fit(value, target, s)  # MLX: the update's shape is checked first
     _check_entries(a, entries)
-    x, entries = _strip_none(a, entries, s)
-    indices, target = _scatter_indices(x, entries, s)
-    upd = _fit(value, target, s)
     upd = reshape(upd, target + (1,) * x.ndim, stream=s)
     out = _scatter(x, indices, upd, tuple(range(x.ndim)), reduce, s)
     return reshape(out, a.shape, stream=s) if x.ndim != a.ndim else out
@@ -273,10 +273,10 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     entries = _expand(a, idx) if not _is_int(idx) or a.ndim else None
     if entries is None:
         raise ValueError("too many indices for array: array is 0-dimensional")
-    _check_entries(a, entries)
     if any(isinstance(e, array) for e in entries):
         a._d = _scatter_update(a, idx, v, "none")._d
         return
+    _check_entries(a, entries)
     # Basic index: a SliceUpdate of the sliced window (the whole array: just a Broadcast).
     start, stop, step, ints = [], [], [], []
     ax = 0

@@ -22,14 +22,17 @@ _FROM_DLPACK_SIG = "from_dlpack(x: DLPackCompatible, /, *, copy: bool | None = N
 def from_dlpack(x: Any, /, *, copy: Optional[bool] = None) -> array:
     """Create an array from an object that supports DLPack.
 
-    The data is always copied into tapescope's allocator (``copy=False`` copies too: the
-    runtime recycles its buffers, so it cannot hold memory it does not own)."""
+    The data is always copied into tapescope's allocator (the runtime recycles its buffers,
+    so it cannot hold memory it does not own): ``copy=False``, which must never copy, raises
+    MLX's error for a buffer it cannot adopt (python/src/convert.cpp)."""
     if isinstance(x, np.generic):  # numpy scalars: MLX's binding takes them too
         x = np.asarray(x)
     if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")) or not (
             copy is None or isinstance(copy, bool)):
         raise incompatible("from_dlpack", _FROM_DLPACK_SIG, x,
                            **({} if copy is None else {"copy": copy}))
+    if copy is False:
+        raise ValueError("[convert] Cannot import a CPU array without a copy.")
     if isinstance(x, array):
         return array(x._numpy().copy(), x.dtype)
     return array(np.array(np.from_dlpack(x), copy=True))  # float64 -> float32, as MLX
