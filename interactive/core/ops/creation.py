@@ -196,12 +196,13 @@ def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = Tr
     s = resolve_stream(stream)
     if num == 1:
         return cast(array([start], _dt.float32), dtype, s)
-    seq = arange(0, num, dtype=_dt.float32, stream=s)
+    inner = _dt.float64 if dtype == _dt.float64 else _dt.float32  # MLX's inner type
+    seq = arange(0, num, dtype=inner, stream=s)
     denom = num - 1 if endpoint else num
-    t = divide(seq, array(denom, _dt.float32), stream=s)
-    t_bar = subtract(array(1.0, _dt.float32), t, stream=s)
-    out = add(multiply(t_bar, array(start, _dt.float32), stream=s),
-              multiply(t, array(stop, _dt.float32), stream=s), stream=s)
+    t = divide(seq, array(denom, inner), stream=s)
+    t_bar = subtract(array(1.0, inner), t, stream=s)
+    out = add(multiply(t_bar, array(start, inner), stream=s),
+              multiply(t, array(stop, inner), stream=s), stream=s)
     return cast(out, dtype, s)
 
 
