@@ -110,7 +110,7 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *,
         raise ValueError(f"[Unflatten] Cannot unflatten axis {axis} with size {a.shape[ax]} "
                          f"into shape {_fmt_shape(shape)}.")
     out = a.shape[:ax] + tuple(sub) + a.shape[ax + 1:]
-    return _one("Unflatten", a, out, stream, shape=out, axis=ax)
+    return _one("Unflatten", a, out, stream, shape=out, axis=ax, spec=shape)
 
 
 def squeeze(a: array, /, axis: Union[None, int, Sequence[int]] = None, *,
