@@ -10,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-ub test-fuzz test-gpu lab graphviz chromium mpi clean
+.PHONY: demo test test-ub test-fuzz test-gpu test-mlx lab graphviz chromium mpi clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,16 @@ test-ub: $(VENV)/.dev
 
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
+
+# MLX's own Python tests (python/tests of ml-explore/mlx at 846d17622, fetched by hand: CI
+# cannot) against tapescope.core, one file at a time: per file, how many of the tests MLX
+# 0.32.4 passes pass here (PARITY.md). DEVICE=gpu runs them on the GPU; MLX_SKIP=test_quantized
+# leaves files out; MLX_TIMEOUT is seconds per file.
+MLX_SKIP ?=
+MLX_TIMEOUT ?= 900
+test-mlx: $(VENV)/.dev
+	@test -n "$(MLX_TESTS)" || { echo "make test-mlx MLX_TESTS=path/to/mlx/python/tests"; exit 2; }
+	$(PY) tests/mlx_suite.py $(MLX_TESTS) --timeout $(MLX_TIMEOUT) $(foreach f,$(MLX_SKIP),--skip $(f)) -v
 
 # On the GPU machine (CuPy, JAX, pytest-xdist there; no .venv): the suite with the CPU as
 # default device, then the CUDA runtime's suites with the GPU as default (tests/run_gpu_suites.sh).
