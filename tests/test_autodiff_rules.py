@@ -162,3 +162,31 @@ def test_second_derivatives_through_permutations(fn):
     num = (np.array(mx.grad(f)(mx.array(x0 + eps * v0), )) -
            np.array(mx.grad(f)(mx.array(x0 - eps * v0)))) / (2 * eps)
     np.testing.assert_allclose(got[0], num, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum"])
+def test_at_a_slice_is_a_reducing_slice_update_with_mlx_derivatives(op):
+    """``x.at[1:3].multiply(u)`` is MLX's SliceUpdate Prod (a Scatter Prod, which has no
+    VJP, for index arrays): values, VJPs and JVPs (MLX raises for prod / max / min) as MLX."""
+    src, upd, cot = [1.0, 2.0, 3.0, 4.0], [[2.0, 2.0]], [4.0, 5.0, 6.0, 7.0]
+    ref = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+           "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum}[op]
+    want = np.array(src)
+    want[1:3] = ref(want[1:3], np.array(upd)[0])
+    _both(lambda M: [getattr(M.array(src).at[1:3], op)(M.array(upd))], [want], rtol=1e-6)
+    f = lambda M: (lambda s, u: getattr(s.at[1:3], op)(u))  # noqa: E731
+    _both(lambda M: M.vjp(f(M), [M.array(src), M.array(upd)], [M.array(cot)])[1], rtol=1e-6)
+    if op in ("add", "subtract"):
+        _both(lambda M: M.jvp(f(M), [M.array(src), M.array(upd)], [M.ones(4), M.ones((1, 2))])[1])
+    else:
+        same_error(lambda M: M.jvp(f(M), [M.array(src), M.array(upd)],
+                                   [M.ones(4), M.ones((1, 2))])[1][0])
+    names = {"add": "SliceUpdate Sum", "multiply": "SliceUpdate Prod",
+             "maximum": "SliceUpdate Max"}
+    if op in names:
+        import os
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "g.dot")
+            mx.export_to_dot(path, getattr(mx.ones(4).at[1:3], op)(mx.array(upd)))
+            assert f'label ="{names[op]}"' in open(path).read()

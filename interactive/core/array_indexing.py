@@ -276,8 +276,14 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     if any(isinstance(e, array) for e in entries):
         a._d = _scatter_update(a, idx, v, "none")._d
         return
+    a._d = _basic_update(a, entries, v, "none", s)._d
+
+
+def _basic_update(a: array, entries: tuple, v: array, reduce: str, s) -> array:
+    """``a[entries]`` (ints, slices, None: no arrays) updated with ``v`` by ``reduce`` (none,
+    sum, prod, max, min): a SliceUpdate of the window, MLX's ``slice_update[_add|...]``
+    (replacing the whole array: just ``v`` broadcast)."""
     _check_entries(a, entries)
-    # Basic index: a SliceUpdate of the sliced window (the whole array: just a Broadcast).
     start, stop, step, ints = [], [], [], []
     ax = 0
     for e in entries:
@@ -297,10 +303,19 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     for i in nones:
         target = target[:i] + (1,) + target[i:]
     upd = reshape(_fit(v, target, s), window, stream=s)
-    if window == a.shape and all(st == 1 for st in step):
-        a._d = upd._d
-        return
-    a._d = _slice_update(a, upd, start, stop, step, s)._d
+    if reduce == "none" and window == a.shape and all(st == 1 for st in step):
+        return upd
+    return _slice_update(a, upd, start, stop, step, s, reduce)
+
+
+def _update(a: array, idx: Any, v: array, reduce: str) -> array:
+    """``x.at[idx]``'s update: a SliceUpdate for a basic index, as MLX's ``mlx_add_item``
+    and its siblings (python/src/indexing.cpp), else a Scatter."""
+    if not (isinstance(idx, tuple) and not idx) and idx is not Ellipsis and a.ndim:
+        entries = _expand(a, idx)
+        if not any(isinstance(e, array) for e in entries):
+            return _basic_update(a, entries, v, reduce, resolve_stream(None))
+    return _scatter_update(a, idx, v, reduce)
 
 
 _NO_INDEX = object()  # ``x.at`` before it is indexed
@@ -334,32 +349,32 @@ class ArrayAt:
 
     def add(self, value: Any) -> array:
         """``x[idx] += value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "sum")
+        return _update(self._a, self._indices(), self._upd(value), "sum")
 
     def subtract(self, value: Any) -> array:
         """``x[idx] -= value``, accumulating repeated indices."""
         from .ops import negative
 
-        return _scatter_update(self._a, self._indices(), negative(self._upd(value)), "sum")
+        return _update(self._a, self._indices(), negative(self._upd(value)), "sum")
 
     def multiply(self, value: Any) -> array:
         """``x[idx] *= value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "prod")
+        return _update(self._a, self._indices(), self._upd(value), "prod")
 
     def divide(self, value: Any) -> array:
         """``x[idx] /= value`` (a product with the reciprocal, cast to x's dtype)."""
         from .ops import divide
 
         recip = divide(array(1, self._a.dtype), self._upd(value))
-        return _scatter_update(self._a, self._indices(), recip, "prod")
+        return _update(self._a, self._indices(), recip, "prod")
 
     def maximum(self, value: Any) -> array:
         """``x[idx] = maximum(x[idx], value)``."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "max")
+        return _update(self._a, self._indices(), self._upd(value), "max")
 
     def minimum(self, value: Any) -> array:
         """``x[idx] = minimum(x[idx], value)``."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "min")
+        return _update(self._a, self._indices(), self._upd(value), "min")
 
 
 def _install() -> None:

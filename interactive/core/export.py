@@ -55,6 +55,8 @@ def _label(node: Node) -> str:
     if prim.name == "Compiled":
         tape = prim.kw.get("tape")
         return "Compiled" + "".join(op.primitive for op in getattr(tape, "ops", ()))
+    if prim.name == "SliceUpdate" and "reduce" in prim.kw:  # MLX's "SliceUpdate Sum", ...
+        return f"SliceUpdate {prim.kw['reduce'].capitalize()}"
     return prim.name
 
 

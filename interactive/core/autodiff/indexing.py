@@ -39,19 +39,45 @@ defvjp("Slice", _slice_vjp)
 defjvp("Slice", linear_jvp("Slice"))
 
 
-def _slice_update_vjp(p, c, argnums, o, **params):
+def _slice_update_vjp(p, c, argnums, o, *, reduce="none", **params):
+    """MLX's SliceUpdate::vjp for each reduce: the source's cotangent is the cotangent with
+    the window zeroed (none), kept (sum), where the source won (max / min) or times the
+    update (prod); the update's is the window's cotangent, where it won, or times the
+    source."""
+    values, upd, cot = p[0], p[1], c[0]
+    window = lambda x: record1("Slice", [x], upd.shape, x.dtype, **params)  # noqa: E731
+    zero = mx.zeros_like(cot)
     out = []
     for i in argnums:
         if i == 0:
-            out.append(record1("SliceUpdate", [c[0], mx.zeros_like(p[1])], p[0].shape,
-                               p[0].dtype, **params))
+            if reduce == "none":
+                out.append(record1("SliceUpdate", [cot, mx.zeros_like(upd)], values.shape,
+                                   values.dtype, **params))
+            elif reduce == "sum":
+                out.append(cot)
+            elif reduce == "prod":
+                out.append(record1("SliceUpdate", [cot, upd], values.shape, values.dtype,
+                                   reduce="prod", **params))
+            else:
+                out.append(mx.where(mx.equal(o[0], values), cot, zero))
+        elif reduce in ("none", "sum"):
+            out.append(window(cot))
+        elif reduce == "prod":
+            out.append(mx.multiply(window(cot), window(values)))
         else:
-            out.append(record1("Slice", [c[0]], p[1].shape, p[1].dtype, **params))
+            out.append(mx.where(mx.equal(window(o[0]), upd), window(cot), mx.zeros_like(upd)))
     return out
 
 
+def _slice_update_jvp(p, t, argnums, o, *, reduce="none", **params):
+    if reduce not in ("none", "sum"):
+        raise RuntimeError("[SliceUpdate] JVP for product, minimum and maximum not implemented.")
+    return linear_jvp("SliceUpdate")(p, t, argnums, o, **params,
+                                     **({} if reduce == "none" else {"reduce": reduce}))
+
+
 defvjp("SliceUpdate", _slice_update_vjp)
-defjvp("SliceUpdate", linear_jvp("SliceUpdate"))
+defjvp("SliceUpdate", _slice_update_jvp)
 
 
 def _dynamic_slice_vjp(p, c, argnums, o, *, axes, slice_size):

@@ -40,12 +40,16 @@ def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequenc
 
 
 def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[int],
-                  strides: Sequence[int], s) -> array:
-    """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``."""
+                  strides: Sequence[int], s, reduce: str = "none") -> array:
+    """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``, or
+    with ``reduce`` (sum, prod, max, min) combining it with the slice (MLX's SliceUpdate
+    Sum / Prod / Max / Min; the parameter is recorded only then)."""
     start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
     shape = _slice_shape(start, stop, strides)
     update = broadcast(cast(update, a.dtype, s), shape, stream=s)
-    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides)
+    extra = {} if reduce == "none" else {"reduce": reduce}
+    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides,
+                     **extra)
     return array._make([a.shape], [a.dtype], prim, [a, update])[0]
 
 
