@@ -179,3 +179,15 @@ def test_shapeless_unflatten_infers_its_minus_one_again():
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         out = f(mx.array(x))
         np.testing.assert_array_equal(np.array(out), x.reshape(shape[0], 2, -1))
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "min", "max", "all", "any", "argmin",
+                                  "argmax"])
+def test_a_reduction_over_an_axis_of_size_one_at_trace_time_is_kept(name):
+    """Traced where the reduced axis has size 1, the reduction is still recorded (MLX's
+    compute_reduce_shape under dynamic tracing), so a replay with a longer axis reduces it."""
+    buf = np.array([10.0, 20.0, 30.0, 40.0, 50.0], np.float32)
+    f = mx.compile(lambda b, i: getattr(mx, name)(mx.take(b, i, axis=0)), shapeless=True)
+    for n in [1, 2, 4, 1]:
+        np.testing.assert_allclose(np.array(f(mx.array(buf), mx.arange(n))),
+                                   getattr(np, name)(buf[:n]), rtol=1e-6)
