@@ -17,7 +17,7 @@ from typing import Any
 
 from .array import ArrayDesc, array
 from .primitive import Node
-from .tree import tree_arrays_strict
+from .tree import tree_arrays
 from .walk import topological
 
 __all__ = ["export_to_dot"]
@@ -121,9 +121,9 @@ def dot_text(outputs: list, names: dict) -> str:
 def export_to_dot(file: object, *args: Any, **kwargs: Any) -> None:
     """Export the graph above the given arrays to DOT (a file path or an object with ``write``)."""
     outs: list = []
-    tree_arrays_strict(args, outs)
+    tree_arrays(args, outs, strict=True)
     named: list = []
-    tree_arrays_strict(kwargs, named)
+    tree_arrays(kwargs, named, strict=True)
     names: dict = {}
     for k, v in kwargs.items():
         if not isinstance(v, array):

@@ -17,8 +17,9 @@ from .array import array
 from .random_state import set_thread_key, state as _RANDOM_STATE, thread_key
 
 
-def tree_arrays(tree: Any, out: list | None = None) -> list:
-    """The arrays of a pytree, in order (lists, tuples, dict values; other leaves skipped)."""
+def tree_arrays(tree: Any, out: list | None = None, strict: bool = False) -> list:
+    """The arrays of a pytree, in order (lists, tuples, dict values); other leaves are
+    skipped, or with ``strict`` an error (MLX's ``tree_flatten(tree, strict=True)``)."""
     if out is None:
         out = []
     if isinstance(tree, array):
@@ -27,28 +28,11 @@ def tree_arrays(tree: Any, out: list | None = None) -> list:
         out.append(thread_key())
     elif isinstance(tree, (list, tuple)):
         for t in tree:
-            tree_arrays(t, out)
+            tree_arrays(t, out, strict)
     elif isinstance(tree, dict):
         for t in tree.values():
-            tree_arrays(t, out)
-    return out
-
-
-def tree_arrays_strict(tree: Any, out: list | None = None) -> list:
-    """MLX's ``tree_flatten(tree, strict=True)``: the arrays, any other leaf an error."""
-    if out is None:
-        out = []
-    if isinstance(tree, array):
-        out.append(tree)
-    elif tree is _RANDOM_STATE:
-        out.append(thread_key())
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            tree_arrays_strict(t, out)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            tree_arrays_strict(t, out)
-    else:
+            tree_arrays(t, out, strict)
+    elif strict:
         raise ValueError("[tree_flatten] The argument should contain only arrays")
     return out
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence, Union
 from ..array import array
 from ..device import incompatible
 from ..tracer import tracing
-from ..tree import tree_arrays, tree_arrays_strict, tree_unflatten, tree_update
+from ..tree import tree_arrays, tree_unflatten, tree_update
 from . import engine
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp"]
@@ -85,9 +85,9 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
     def _differentiate(args: tuple, kwargs: dict) -> tuple:
         arrays: list = []
         for i in argnums:
-            tree_arrays_strict(args[i], arrays)
+            tree_arrays(args[i], arrays, strict=True)
         for key in argnames:
-            tree_arrays_strict(kwargs[key], arrays)
+            tree_arrays(kwargs[key], arrays, strict=True)
         primals = engine.make_primals(arrays)
         given = _handles(primals)
         # MLX's tree_fill: the primals go into the arguments' lists and dicts in place (an

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..array import array
 from ..device import BadArgs, binding
-from ..tree import tree_arrays_strict, tree_unflatten
+from ..tree import tree_arrays, tree_unflatten
 from . import engine
 
 __all__ = ["vmap"]
@@ -116,13 +116,13 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
     def vfun(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise TypeError("[vmap] Keyword arguments are not supported.")
-        inputs = tree_arrays_strict(args)
+        inputs = tree_arrays(args, strict=True)
         axes_in = flat_axes(args[0] if len(args) == 1 else args, in_axes, False)
         engine.check_sizes(inputs, axes_in)
         tracers = engine.make_tracers(inputs, axes_in)
         descs = [t._d for t in tracers]
         out = fun(*tree_unflatten(args, iter(tracers)))
-        outs = tree_arrays_strict(out)
+        outs = tree_arrays(out, strict=True)
         axes_out = flat_axes(out, out_axes, True)
         return tree_unflatten(out, iter(engine.replace(inputs, descs, outs, axes_in, axes_out)))
 
