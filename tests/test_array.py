@@ -302,3 +302,18 @@ def test_lists_mixing_arrays_raise_mlx_errors(src):
     from mlx_compare import same_error
 
     same_error(lambda M: eval(src, {"M": M}))
+
+
+def test_a_list_holding_arrays_stacks_them_and_keeps_the_graph():
+    """MLX builds ``array([x, y])`` by stacking the elements made arrays, so a gradient flows
+    through an array in a list; the dtypes promote as in a list of scalars."""
+    x = mx.array([1.0])
+    g = mx.grad(lambda x: (2 * mx.array([x, mx.array([2.0])])).sum())(x)
+    assert g.tolist() == [2.0]
+    z = mx.array([mx.array([1], mx.int32), [2.5]])
+    assert z.dtype == mx.float32 and z.tolist() == [[1.0], [2.5]]
+    w = mx.array([[mx.array(True), 1]], mx.float16)
+    assert w.dtype == mx.float16 and w.tolist() == [[1.0, 1.0]]
+    from mlx_compare import same_error
+
+    same_error(lambda M: M.array([M.array([1.0]), [1.0, 2.0]]))

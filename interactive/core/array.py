@@ -162,6 +162,14 @@ def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
     return shape, d
 
 
+def _holds_array(val: Any) -> bool:
+    """Whether a nested list has an ``mx.array`` anywhere in it."""
+    for v in val:
+        if isinstance(v, array) or (isinstance(v, (list, tuple)) and _holds_array(v)):
+            return True
+    return False
+
+
 def _to_numpy_list(val: Any) -> Any:
     if isinstance(val, array):
         return val.tolist()
@@ -277,6 +285,14 @@ class array(_BufferBase):
             raise incompatible("__init__", _INIT_SIG, self, val)
         if hasattr(type(val), "__mlx_array__"):  # an ArrayLike
             self.__init__(val.__mlx_array__(), dtype)
+            return
+        if isinstance(val, (list, tuple)) and _holds_array(val):
+            # MLX's array_from_list with arrays inside: the checks, then each element made an
+            # array and the lot stacked, so the arrays stay in the graph (python/src/convert.cpp)
+            _infer_list(val)
+            from .ops import stack
+
+            self._d = stack([array(v, dtype) for v in val])._d
             return
         data, dt = _from_value(val, dtype)
         self._d = ArrayDesc(data.shape, dt, resolve_stream(None), data=data)
