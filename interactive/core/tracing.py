@@ -256,9 +256,12 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple],
     one of ``originals`` (the arrays the placeholders stand for) other than through its
     placeholder raises."""
     tracers = make_tracers(avals)
-    placeholders = [array._wrap(t._d) for t in tracers]  # ``t *= 2`` in fun rebinds t's desc
-    outs, extra = fun(tracers)
-    prog = capture(placeholders, [o._d for o in outs], originals)
+    inputs = [array._wrap(t._d) for t in tracers]  # ``t *= 2`` in fun rebinds t's desc
+    from .tracer import placeholders
+
+    with placeholders():
+        outs, extra = fun(tracers)
+    prog = capture(inputs, [o._d for o in outs], originals)
     return prog, extra
 
 

@@ -12,6 +12,7 @@ from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .scheduling import _eager_one, evaluate
 from .random_state import reset_thread_key
+from .tracer import on_placeholders
 from .tree import tree_arrays
 
 
@@ -53,7 +54,13 @@ def async_eval(*args: Any) -> None:
     Work goes onto each stream's worker thread; reading a result (``item()``, printing,
     ``mx.eval``) waits for it.
     """
-    evaluate([a._d for a in tree_arrays(args)], asynchronous=True)
+    arrays = tree_arrays(args)
+    if on_placeholders():  # MLX: a tracer of vmap / compile may not be evaluated asynchronously
+        from .tracing import made_from_tracers  # (grad's tracers: tracer.before_eval)
+
+        if made_from_tracers(arrays):
+            raise ValueError("[async_eval] Not allowed inside a graph transformation.")
+    evaluate([a._d for a in arrays], asynchronous=True)
 
 
 def synchronize(stream: StreamOrDevice = None) -> None:

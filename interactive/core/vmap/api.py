@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ..array import array
 from ..device import BadArgs, binding
+from ..tracer import placeholders
 from ..tree import tree_arrays, tree_unflatten
 from . import engine
 
@@ -121,7 +122,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
         engine.check_sizes(inputs, axes_in)
         tracers = engine.make_tracers(inputs, axes_in)
         descs = [t._d for t in tracers]
-        out = fun(*tree_unflatten(args, iter(tracers)))
+        with placeholders():
+            out = fun(*tree_unflatten(args, iter(tracers)))
         outs = tree_arrays(out, strict=True)
         axes_out = flat_axes(out, out_axes, True)
         return tree_unflatten(out, iter(engine.replace(inputs, descs, outs, axes_in, axes_out)))
