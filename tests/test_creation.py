@@ -113,6 +113,20 @@ def test_linspace_matches_numpy(start, stop, num, endpoint):
 
 
 @SETTINGS
+@given(st.floats(-10, 10), st.floats(-10, 10), st.integers(2, 20), st.booleans())
+def test_float64_linspace_computes_in_float64_as_mlx(start, stop, num, endpoint):
+    """MLX's inner type is float64 for a float64 linspace: numpy's float64 values to a few
+    ulps (its formula differs), and the end point exactly."""
+    want = np.linspace(start, stop, num, endpoint=endpoint)
+    with mx.stream(mx.cpu):
+        got = mx.linspace(start, stop, num, endpoint, dtype=mx.float64)
+        assert got.dtype == mx.float64
+        np.testing.assert_allclose(np.array(got), want, rtol=1e-14, atol=1e-14)
+        if endpoint:
+            assert got.tolist()[-1] == float(stop)
+
+
+@SETTINGS
 @given(st.integers(0, 5), st.integers(0, 5), st.integers(-6, 6))
 def test_eye_and_tri_match_numpy(n, m, k):
     check(mx.eye(n, m, k), np.eye(n, m, k, dtype=np.float32), mx.float32)

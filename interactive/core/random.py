@@ -4,14 +4,14 @@ A key is a uint32 array of shape ``(2,)``. Every sampler draws its bits from one
 ``RandomBits`` node (a threefry2x32 hash of the key and a counter, see
 ``tapescope.kernels.rules.random``) and shapes them with ordinary elementwise ops, exactly as
 MLX builds them, so the same key always gives the same numbers and the graph shows MLX's
-primitives. Without a ``key=`` the global key in ``state[0]`` is split: one half becomes the
-new global key, the other is used, so the global key advances once per call.
+primitives. Without a ``key=`` the global key (``state[0]``, the calling thread's: see
+``random_state.py``) is split: one half becomes the new global key, the other is used, so
+the global key advances once per call.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -21,6 +21,7 @@ from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .ops.convert import broadcast_shapes, cast, to_array
 from .primitive import Primitive
+from .random_state import key_array, set_thread_key, state, thread_key
 
 __all__ = ["key", "seed", "split", "uniform", "normal", "randint", "bernoulli",
            "truncated_normal", "categorical", "gumbel", "permutation", "laplace",
@@ -64,18 +65,12 @@ def _check_dtype(dtype: Any, op: str) -> _dt.Dtype:
 
 def key(seed: int) -> array:
     """A PRNG key from a seed: ``[seed >> 32, seed & 0xffffffff]`` as uint32."""
-    s = _check_seed(seed, "key")
-    return array._from_data(np.array([s >> 32, s & _U32_MAX], dtype=np.uint32), _dt.uint32)
-
-
-# The global key, as MLX exposes it: a list holding one key array. ``compile`` treats it as
-# captured state.
-state: list = [key(int(time.time() * 1000))]
+    return key_array(_check_seed(seed, "key"))
 
 
 def seed(seed: int) -> None:
-    """Seed the global PRNG."""
-    state[0] = key(_check_seed(seed, "seed"))
+    """Seed the global PRNG (the calling thread's key)."""
+    set_thread_key(key_array(_check_seed(seed, "seed")))
 
 
 def _check_key(k: Any) -> array:
@@ -116,7 +111,8 @@ def _next_key(k: Optional[array], s, shape: tuple) -> array:
     _nonnegative(shape)
     if k is not None:
         return _check_key(k)
-    state[0], out = _split2(state[0], s)
+    new, out = _split2(thread_key(), s)
+    set_thread_key(new)
     return out
 
 

@@ -234,8 +234,6 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
             argnums: Optional[Sequence[int]] = None, api: str = "jvp") -> list[array]:
     """Tangents of ``outputs`` given the tangents of ``primals[argnums]`` (all by default;
     the other primals only end the walk); ``api`` names the caller for ``recording``."""
-    from ..ops import astype
-
     pdescs = [p._d for p in primals]
     if argnums is None:
         argnums = range(len(pdescs))
@@ -256,8 +254,8 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
         tans = rule([_wrap(x) for x in node.inputs], [tmap[id(node.inputs[i])] for i in args],
                     args, [_wrap(o) if o is not None else None for o in outs], **prim.kw)
         for o, t in zip(outs, tans):
-            if o is not None and t is not None:
-                tmap[id(o)] = astype(t, o.dtype) if t.dtype != o.dtype else t
+            if o is not None and t is not None:  # a tangent keeps its rule's dtype, as in MLX
+                tmap[id(o)] = t
     res = []
     for d in out_descs:
         t = tmap.get(id(d))
