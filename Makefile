@@ -10,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-ub test-fuzz test-gpu lab graphviz chromium mpi clean
+.PHONY: demo test test-ub test-fuzz test-gpu test-mlx lab graphviz chromium mpi clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,9 @@ test: mpi $(VENV)/.dev graphviz chromium
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
 # sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the
-# op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free).
+# op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free);
+# the reduction kernels' full sweep (CPU against float64 numpy, every CUDA kernel through nvcc,
+# the MSL ones on the Metal shim).
 test-ub: $(VENV)/.dev
 	$(PY) tests/run_sanitized.py $(PY) -m pytest -p no:cacheprovider -q tests/test_compile_api.py \
 	  tests/test_compile_dags.py tests/test_compile_fastpath.py tests/test_compile_kernels.py \
@@ -78,6 +80,20 @@ test-ub: $(VENV)/.dev
 
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
+	@# the file readers' mutation fuzzer: thousands of malformed files per format
+	TAPESCOPE_READER_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q -p no:cacheprovider tests/test_reader_fuzz.py
+	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_reduction_kernels.py \
+	  tests/test_reduction_dialects.py
+
+# MLX's own Python tests (python/tests of ml-explore/mlx at 846d17622, fetched by hand: CI
+# cannot) against tapescope.core, one file at a time: per file, how many of the tests MLX
+# 0.32.4 passes pass here (PARITY.md). DEVICE=gpu runs them on the GPU; MLX_SKIP=test_quantized
+# leaves files out; MLX_TIMEOUT is seconds per file.
+MLX_SKIP ?=
+MLX_TIMEOUT ?= 900
+test-mlx: $(VENV)/.dev
+	@test -n "$(MLX_TESTS)" || { echo "make test-mlx MLX_TESTS=path/to/mlx/python/tests"; exit 2; }
+	$(PY) tests/mlx_suite.py $(MLX_TESTS) --timeout $(MLX_TIMEOUT) $(foreach f,$(MLX_SKIP),--skip $(f)) -v
 
 # On the GPU machine (CuPy, JAX, pytest-xdist there; no .venv): the suite with the CPU as
 # default device, then the CUDA runtime's suites with the GPU as default (tests/run_gpu_suites.sh).

@@ -45,10 +45,11 @@ def memory_now() -> Memory:
 
 
 def cache_counts() -> dict:
-    """Kernel-cache entries now: name -> (hits, misses), from ``tapescope.kernel_cache()``."""
-    from tapescope.kernel_cache import kernel_cache
+    """Kernel-cache entries now: name -> (hits, misses), the counts ``tapescope.kernel_cache()``
+    lists (read without its roofline column)."""
+    from tapescope.kernels.cpu import compiler
 
-    return {e["name"]: (e["hits"], e["misses"]) for e in kernel_cache()}
+    return {e.name: (e.hits, e.misses) for e in compiler.entries()}
 
 
 @dataclass
@@ -303,15 +304,36 @@ def kernel_html(k: Any, title: str = "") -> str:
     return sources_html(k.sources, title=title or k.symbol, focus=k.name)
 
 
-def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool) -> str:
-    """The Kernels tab: each fused kernel once, its tape (``tapes``) and its sources in every
-    dialect side by side (``sources``); then kernels the cell built or launched that no graph
-    drew (e.g. inside a compiled function), from the kernel cache."""
+def roofline_of(records: list) -> list:
+    """The kernels that ran during ``records``, each placed on its device's roofline
+    (``tapescope.kernels.roofline``: the first call measures the machine)."""
+    from tapescope.kernels import roofline
+
+    return roofline.place(records)
+
+
+def roofline_html(records: list, figure: bool = True) -> str:
+    """The roofline of the kernels that ran (``figure``: with plotly's static figure)."""
+    from tapescope.viz.roofline import roofline_html as html_of
+
+    placed = roofline_of(records)
+    return html_of(placed, figure=figure) if placed else ""
+
+
+def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool,
+                     figure: bool = True) -> str:
+    """The Kernels tab: the roofline of the kernels that ran (``figure``: with its static
+    figure; first when one of them streams, else last), each fused kernel once, its tape (``tapes``) and its sources in every dialect
+    side by side (``sources``); then kernels the cell built or launched that no graph drew
+    (e.g. inside a compiled function), from the kernel cache."""
     from tapescope.kernel_cache import kernel_cache
     from tapescope.kernel_sources import entry_sources, sources_html
     from tapescope.viz.cache import base_name
 
-    out, seen = [], set()
+    roof = roofline_html(records, figure) if (tapes or sources) else ""
+    # the roofline first when a kernel streams; after the tapes when all are launch-bound
+    first = any(p.streams for p in roofline_of(records)) if roof else False
+    out, seen = [roof] if first else [], set()
     for title, g in graphs:  # a compiled function's program and the lazy graph share kernels
         for k in g.kernels:
             if k.symbol in seen:
@@ -321,6 +343,11 @@ def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool) ->
                 out.append(tape_html(title, g, k))
             if sources:
                 out.append(kernel_html(k))
+        for op, spec in g.generated_kernels:  # reductions' own kernels (codegen/reduce_kernels.py)
+            if sources and spec.name not in seen:
+                seen.add(spec.name)
+                out.append(f"<p>{_kname(spec.name)} ({_e(op.primitive)}, generated)</p>"
+                           + sources_html(spec.sources(), title=spec.name, focus=spec.name))
     if sources:
         used = {r.name for r in records if r.kind in ("kernel_build", "kernel_launch")}
         for e in kernel_cache():
@@ -328,6 +355,8 @@ def _kernels_section(graphs: list, records: list, tapes: bool, sources: bool) ->
                 seen.add(e["name"])
                 out.append(f"<p>{_kname(e['name'])} ({_e(e['runtime'])}, {_e(e['variant'])})</p>"
                            + sources_html(entry_sources(e), title=e["name"], focus=base_name(e)))
+    if roof and not first:
+        out.append(roof)
     return "".join(out)
 
 
@@ -530,8 +559,10 @@ class CellReport:
         if r.check is not None:
             if hasattr(r.check, "passed"):
                 ok = r.check.passed
+                verdict = r.check.verdict() if hasattr(r.check, "verdict") else ""
                 rows.append(("check", f"<span class='{'ts-ok' if ok else 'ts-bad'}'>"
-                             f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"))
+                             f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"
+                             + (f" <span class='ts-muted'>({_e(verdict)})</span>" if verdict else "")))
             else:
                 rows.append(("check", _e(r.check)))
         if kernels:
@@ -541,6 +572,11 @@ class CellReport:
         cs = cache_summary(r.records)
         if cs["hits"] or cs["misses"]:
             rows.append(("kernel cache", f"{cs['hits']} hit(s), {cs['misses']} miss(es)"))
+        from tapescope.kernels.roofline import summary
+
+        roof = summary(roofline_of(r.records))
+        if roof:
+            rows.append(("roofline", _e(roof) + " (Kernels tab)"))
         parts.append(_table(["", ""], rows, "tapescope-summary", raw=(1,)).replace(
             "<thead><tr><th></th><th></th></tr></thead>", ""))
         for n in r.notes:
@@ -562,7 +598,8 @@ class CellReport:
 
     def sections(self, r: DeviceRun, pickable: bool = False) -> list:
         """(tab title, HTML) of every section that has something to show for ``r``
-        (``pickable``: fused kernels in the graph pictures are clickable, for the panel)."""
+        (``pickable``: for the panel, fused kernels in the graph pictures are clickable and
+        the roofline's figure is left to the panel's live one)."""
         from tapescope.viz.theme import fmt_ns
 
         out = []
@@ -580,7 +617,8 @@ class CellReport:
                     open_=not r.graphs)
             if body:
                 out.append(("Graph", body))
-        kern = _kernels_section(r.graphs, r.records, "tapes" in self.show, "kernels" in self.show)
+        kern = _kernels_section(r.graphs, r.records, "tapes" in self.show, "kernels" in self.show,
+                                figure=not pickable)
         if kern:
             out.append(("Kernels", kern))
         if "check" in self.show and r.check is not None:

@@ -15,6 +15,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import ml_dtypes
 import numpy as np
 
 from tapescope.core.array import ArrayDesc, array
@@ -56,6 +57,9 @@ class Op:
     outputs: list
     kernel: Optional[int] = None
     backward: bool = False  # recorded by reverse mode (a VJP rule's op, a cotangent sum)
+    # a reduction primitive's generated kernel (``codegen.reduce_kernels.KernelSpec``) for a
+    # row-contiguous input: ``generated.name``, ``generated.sources()`` (C, CUDA, MSL)
+    generated: Any = field(default=None, repr=False)
 
 
 @dataclass
@@ -151,6 +155,13 @@ class Graph:
         self.program = program
 
     @property
+    def generated_kernels(self) -> list:
+        """(op, KernelSpec) of every reduction primitive that runs as a generated kernel
+        (MLX's Reduce, ArgReduce, Softmax, LogSumExp, scans), predicted for row-contiguous
+        inputs; each spec's ``sources()`` are its C, CUDA and MSL."""
+        return [(op, op.generated) for op in self.ops if op.generated is not None]
+
+    @property
     def constants(self) -> list:
         """Ids of the constant values (scalars and closed-over arrays)."""
         return [v.id for v in self.values if v.role == "constant"]
@@ -207,6 +218,23 @@ class Graph:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         return Drawing(self, {})._repr_mimebundle_(include, exclude)
 
+    def roofline(self, records: Optional[list] = None) -> list:
+        """This graph's fused kernels as they ran, on their devices' rooflines
+        (``tapescope.kernels.roofline.Placed``, one per kernel and size), from ``records``
+        (default: the timeline's ring; record the calls with ``tapescope.record()``)."""
+        from tapescope.kernels import roofline, timeline
+
+        names = {k.name for k in self.kernels}
+        recs = timeline.records() if records is None else records
+        return [p for p in roofline.place(recs)
+                if p.launch.name in names or any(p.launch.name.startswith(n + "_") for n in names)]
+
+    def roofline_figure(self, records: Optional[list] = None) -> Any:
+        """The plotly roofline of ``roofline(records)`` (None without plotly or launches)."""
+        from tapescope.viz.roofline import roofline_figure
+
+        return roofline_figure(self.roofline(records))
+
     def summary(self) -> str:
         """One line per op (and per kernel's tape), for the terminal."""
         lines = [self._headline()]
@@ -214,6 +242,8 @@ class Graph:
             ins = ", ".join(self._vname(v) for v in op.inputs)
             outs = ", ".join(f"{self._vname(v)} {_shape_text(self.values[v])}" for v in op.outputs)
             lines.append(f"  {op.primitive}({ins}) -> {outs}")
+            if op.generated is not None:
+                lines.append(f"    kernel {op.generated.name} [generated]")
             if op.kernel is not None:
                 k = self.kernels[op.kernel]
                 lines.append(f"    kernel {k.name} [{k.variant}]")
@@ -317,8 +347,25 @@ class _Builder:
     def op(self, prim: Any, inputs: list, backward: bool = False) -> Op:
         op = Op(len(self.ops), prim.name, prim.kind, prim.kwargs(),
                 list(inputs), [], backward=backward)
+        op.generated = self._generated(prim, inputs)
         self.ops.append(op)
         return op
+
+    def _generated(self, prim: Any, inputs: list) -> Any:
+        """The generated kernel a reduction primitive runs on a row-contiguous input."""
+        from tapescope.kernels.common.reductions import PRIMITIVES, plan_for
+
+        if prim.name not in PRIMITIVES or len(inputs) != 1:
+            return None
+        v = self.values[inputs[0]]
+        try:
+            dt = np.dtype(ml_dtypes.bfloat16) if v.dtype == "bfloat16" else np.dtype(
+                "bool" if v.dtype == "bool" else v.dtype)
+            strides = tuple(int(np.prod(v.shape[i + 1:], dtype=np.int64)) for i in range(len(v.shape)))
+            call = plan_for(prim.name, dt, v.shape, strides, prim.kwargs())
+        except (TypeError, KeyError, ValueError):
+            return None
+        return None if isinstance(call, str) else call.spec
 
     def kernel(self, op: Op, tape: Any, shape: tuple, layouts: list, inputs: list) -> None:
         try:

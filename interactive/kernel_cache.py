@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tapescope.kernels import roofline, timeline
 from tapescope.kernels.cpu import compiler
 
 
@@ -11,14 +12,40 @@ def kernel_cache() -> list:
     disk cache could not be used, or a numpy fallback with its reason), ``cache_note``,
     why the disk cache was not used ("" when it was), ``interpreted``, the calls that ran
     interpreted while the kernel built (``tapescope.set_tiered``), and ``tape``, the fused tape it was
-    generated from (``tapescope.kernel_sources.entry_sources`` renders its other dialects)."""
+    generated from (``tapescope.kernel_sources.entry_sources`` renders its other dialects),
+    and ``roofline``: where its launches still on the timeline sit on the device's roofline
+    (``roofline_columns``), None when none is recorded."""
+    entries = compiler.entries()
+    placed = roofline.kernel_rows(timeline.records()) if entries else {}
     return [
         {"name": e.name, "runtime": e.runtime, "variant": e.variant, "source": e.source,
          "build_ms": e.build_ms, "hits": e.hits, "misses": e.misses, "disk_path": e.disk_path,
          "origin": e.origin, "cache_note": e.cache_note, "tape": e.tape,
-         "interpreted": e.interpreted}
-        for e in compiler.entries()
+         "interpreted": e.interpreted, "roofline": roofline_columns(_placed_of(e, placed))}
+        for e in entries
     ]
+
+
+def _placed_of(e, placed: dict):
+    """The roofline row of entry ``e``: its name on the CPU, its tape's name on the GPU
+    (the GPU's device-time records name the tape, not the variant)."""
+    p = placed.get(e.name)
+    if p is None and e.tape is not None and e.runtime != "cpu":
+        p = placed.get(e.tape.lib_name)
+    return p
+
+
+def roofline_columns(p) -> dict | None:
+    """A kernel's roofline figures (a ``roofline.Placed``) as plain numbers: launches, median
+    time (s), bytes read and written, bytes/s and its fraction of the copy bandwidth, FLOP/s
+    and its fraction of peak, and why it is far from the roof ("" at the roof)."""
+    if p is None:
+        return None
+    x = p.launch
+    return {"launches": p.launches, "time_s": x.time_s, "bytes_read": x.bytes_read,
+            "bytes_written": x.bytes_written, "bytes_per_s": x.bytes_per_s,
+            "bandwidth_fraction": p.bandwidth_fraction, "flops_per_s": x.flops_per_s,
+            "peak_fraction": p.peak_fraction, "why": p.why}
 
 
 def clear_kernel_cache(disk: bool = False) -> None:

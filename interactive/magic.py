@@ -446,6 +446,8 @@ def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
         runs.append(_run_on("cpu", mx.cpu, code, ns, opts))
         primary = runs[-1]
         primary.notes.append(f"Ran on the CPU instead of {', '.join(opts.devices)}.")
+    for r in runs:
+        _option_notes(r, opts)
     report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile, filename=fname)
     _last["report"] = report
     if status is not None:
@@ -455,6 +457,32 @@ def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
     if primary.error is not None:
         raise _user_traceback(primary.error)
     return report
+
+
+TIERED_CPU_ONLY = ("--tiered: tiered first calls are the CPU's (a new kernel's C builds in the "
+                   "background while its calls run interpreted); on this device each kernel was "
+                   "built before its first launch.")
+EXTENDED_UNFUSED = ("--fusion extended: {n} reduction(s) ran unfused on this device: its runtime "
+                    "has no fused reduction kernels (only the CPU's C does), so MLX's fusion applied.")
+
+
+def _option_notes(run: cr.DeviceRun, opts: Any) -> None:
+    """Say when an option did nothing on the device the cell ran on: ``--tiered`` where
+    fused tapes do not run as the CPU's C (no background builds there), ``--fusion
+    extended`` where reductions stayed outside every fused kernel."""
+    if run.unavailable:
+        return
+    if opts.tiered:
+        import tapescope.core as mx
+        from tapescope.kernels.backends import backend
+
+        dev = device_status(run.device)[0] if run.device in DEVICES else mx.default_device()
+        if dev is not None and backend(dev).compiled_prebuild is None:
+            run.notes.append(TIERED_CPU_ONLY)
+    if opts.fusion == "extended":
+        n = sum(1 for _, g in run.graphs for op in g.ops if op.family == "reduce" and op.kernel is None)
+        if n:
+            run.notes.append(EXTENDED_UNFUSED.format(n=n))
 
 
 def _display(report: cr.CellReport, handle: Any) -> None:

@@ -106,6 +106,17 @@ class Backend:
         backend's, asked inside its device context), or None."""
         return None
 
+    @functools.cached_property
+    def kernel_rules(self) -> dict:
+        """Primitive name -> the rule that runs it as a generated kernel where the backend
+        has one (the host's C: ``cpu.primitive_kernels``, MLX's reductions), else empty;
+        the eval loop asks it for every node of a device without a device context."""
+        if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.primitive_kernels import RULES
+
+            return RULES
+        return {}
+
     # -- results --------------------------------------------------------------------------
     def to_device(self, data: Any) -> Any:
         """An input that lives elsewhere (another device's array) as this device's array."""
@@ -186,6 +197,13 @@ class Backend:
 
             return prebuild
         return None
+
+    def machine(self) -> Optional[Any]:
+        """The device's limits for the roofline (``roofline.Machine``: copy bandwidth, peak
+        FLOP/s), measured on the first call: the host's (``cpu/machine.py``)."""
+        from .cpu.machine import host_machine
+
+        return host_machine()
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"

@@ -4,7 +4,8 @@ A ``PrimitiveDef`` holds a primitive's name (as MLX prints it), its family, its 
 rule (``fn(xp, *inputs, **params)``, numpy and cupy alike), whether that rule writes into
 ``out=`` / takes ``donatable=`` flags / returns views, its output shape and dtype rules (a
 function where the family makes one generic, otherwise where the op computes them), its
-spelling per kernel dialect (``"c"`` today) and its transformation rules (vjp, jvp, vmap).
+spelling per kernel dialect (``"c"`` today), its transformation rules (vjp, jvp, vmap) and
+its FLOP count (``flops``: per output element, or a function of the shapes; the roofline's).
 A facet that a primitive lacks carries the reason in ``why`` ("no C spelling: a fusion
 boundary"); ``tests/test_primitives.py`` lists every definition and fails on a facet that
 is neither present nor explained.
@@ -71,6 +72,8 @@ VMAP_LATER = "not written yet: the vmap issue (17) registers it here"
 DIALECTS = ("c",)
 
 ShapeRule = Callable[..., list]  # (input shapes, **params) -> one shape per output
+# (input shapes, output shapes) -> the FLOPs of one run
+FlopsRule = Callable[[list, list], int]
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:
@@ -112,19 +115,41 @@ _GENERIC_DTYPE = {
 }
 
 
+def _reduced_flops(in_shapes: list, out_shapes: list) -> int:
+    """A reduction: one operation per input element (the sum's adds, the max's compares)."""
+    return elements(in_shapes[0])
+
+
+def elements(shape) -> int:
+    """The number of elements of ``shape``."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# FLOPs per output element by family (``PrimitiveDef.flops``): an elementwise op is one
+# operation per element whatever it computes (tinygrad's count: one ALU op each; a
+# transcendental's polynomial is not expanded, a complex op is not split into its real
+# ones); a broadcast or a cast moves data and computes nothing; a reduction is one
+# operation per input element. Families absent here are not counted (None).
+_GENERIC_FLOPS = {UNARY: 1, BINARY: 1, TERNARY: 1, BROADCAST: 0, ASTYPE: 0, SHAPE: 0,
+                  CREATION: 0, REDUCE: _reduced_flops}
+
+
 class PrimitiveDef:
     """Everything about one primitive (see the module docstring); one per name, never copied."""
 
     __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "takes_runtime", "view",
                  "fusable",
-                 "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap", "why")
+                 "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap", "why", "flops")
 
     def __init__(self, name: str, family: str, rule: Optional[Callable], *, out: bool = False,
                  donatable: bool = False, view: bool = False,
                  shape: Union[ShapeRule, str, None] = None, dtype: Union[Callable, str, None] = None,
                  spellings: Optional[dict] = None, vjp: Optional[Callable] = None,
                  jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
-                 why: Optional[dict] = None):
+                 why: Optional[dict] = None, flops: Union[int, FlopsRule, None] = None):
         self.name = name
         self.family = family
         self.rule = rule
@@ -147,6 +172,16 @@ class PrimitiveDef:
         why.setdefault("jvp", JVP_LATER)
         why.setdefault("vmap", VMAP_LATER)
         self.why = why  # facet -> why it is absent
+        # FLOPs: a number per output element, or ``fn(input shapes, output shapes)`` for a
+        # whole run; None: not counted (the roofline places the op by its bytes only)
+        self.flops = flops if flops is not None else _GENERIC_FLOPS.get(family)
+
+    def count_flops(self, in_shapes: list, out_shapes: list) -> Optional[int]:
+        """The FLOPs of one run with these input and output shapes (None: not counted)."""
+        f = self.flops
+        if f is None or callable(f):
+            return None if f is None else int(f(list(in_shapes), list(out_shapes)))
+        return f * sum(elements(s) for s in out_shapes)
 
     def facets(self) -> dict:
         """Facet name -> the facet (None when absent), for the registry test and the docs."""
@@ -167,13 +202,15 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
            view: bool = False, shape: Union[ShapeRule, str, None] = None,
            dtype: Union[Callable, str, None] = None, c: Union[str, Callable, None] = None,
            why: Optional[dict] = None, vjp: Optional[Callable] = None,
-           jvp: Optional[Callable] = None, vmap: Optional[Callable] = None) -> Callable:
+           jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
+           flops: Union[int, FlopsRule, None] = None) -> Callable:
     """Decorator: define each primitive in ``names`` with the decorated function as its rule.
 
     ``c`` is the C spelling: a libm stem (``"exp"``: the dialect's float / double function)
     or ``fn(dialect, args, out_dtype, in_dtype) -> expression`` raising
     ``codegen.c_ops.Unsupported`` for dtypes it cannot express. ``why`` maps an absent facet
-    (``"c"``, ``"vjp"``, ...) to the reason it is absent.
+    (``"c"``, ``"vjp"``, ...) to the reason it is absent. ``flops``: FLOPs per output element,
+    or ``fn(input shapes, output shapes)``; the family's count by default (``_GENERIC_FLOPS``).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -183,7 +220,7 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
             REGISTRY[n] = PrimitiveDef(n, family, fn, out=out, donatable=donatable, view=view,
                                        shape=shape, dtype=dtype,
                                        spellings={"c": c} if c is not None else None,
-                                       vjp=vjp, jvp=jvp, vmap=vmap, why=why)
+                                       vjp=vjp, jvp=jvp, vmap=vmap, why=why, flops=flops)
         return fn
 
     return deco

@@ -69,3 +69,29 @@ def registered_as_gpu(be):
             backends.unregister("gpu")
         else:
             backends.register(old)
+
+
+class kernel_launches:
+    """Records the timeline while the block runs: ``primitives``, those a generated kernel
+    ran (of ``runtime``, any when None), and ``fallbacks``, the details of the ones that
+    ran their array-module rule instead."""
+
+    def __init__(self, runtime=None):
+        self.runtime = runtime
+
+    def __enter__(self):
+        from tapescope.kernels import timeline
+
+        timeline.set_recording(True)
+        self.seq = timeline.next_seq()
+        return self
+
+    def __exit__(self, *exc):
+        from tapescope.kernels import timeline
+
+        recs = timeline.records_since(self.seq)
+        timeline.set_recording(False)
+        self.primitives = {r.detail.get("primitive") for r in recs if r.kind == "kernel_launch"
+                           and self.runtime in (None, r.detail.get("runtime"))}
+        self.fallbacks = [r.detail for r in recs if r.kind == "kernel_fallback"]
+        return False

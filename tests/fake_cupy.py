@@ -19,6 +19,7 @@ import numpy as np
 
 __fake__ = True
 TOTAL = 8 << 30
+ELAPSED_MS = [0.0]  # what every pair of events measures (a test sets it: no device clock here)
 
 
 def _refuse(dtype) -> None:
@@ -87,8 +88,16 @@ class Stream:
         _current.stream = self
         return self
 
+    def __enter__(self):  # ``with stream:`` makes it current, as CuPy's
+        self._prev = get_current_stream()
+        return self.use()
+
+    def __exit__(self, *exc):
+        self._prev.use()
+        return False
+
     def synchronize(self):
-        pass
+        _synchronized()
 
     def wait_event(self, ev):
         self.waited.append(ev)
@@ -101,19 +110,33 @@ def get_current_stream():
     return getattr(_current, "stream", Stream.null)
 
 
+LAG = [0]  # polls of ``done`` that an event answers False after its record (0: done at once)
+_SYNCS = [0]  # device / stream synchronisations so far: events recorded before one are done
+
+
+def _synchronized() -> None:
+    _SYNCS[0] += 1
+
+
 class Event:
     def __init__(self, block=False, disable_timing=False):
         self.recorded_on = None
+        self._polls = 0
 
     def record(self, stream=None):
         self.recorded_on = stream
+        self._polls = LAG[0]
+        self._syncs = _SYNCS[0]
 
     @property
-    def done(self):
+    def done(self):  # work is synchronous; with LAG set, completion is seen late, as on a GPU
+        if self._polls > 0 and self._syncs == _SYNCS[0]:
+            self._polls -= 1
+            return False
         return True
 
     def synchronize(self):
-        pass
+        self._polls = 0
 
 
 class Device:
@@ -140,15 +163,16 @@ class CUDARuntimeError(RuntimeError):
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError,
     getDeviceCount=lambda: 1,
-    deviceSynchronize=lambda: None,
+    deviceSynchronize=_synchronized,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),
     getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,
-                                     "minor": 0, "uuid": bytes(range(16))},
+                                     "minor": 0, "uuid": bytes(range(16)),
+                                     "multiProcessorCount": 132, "clockRate": 1980000},
 )
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, runtime=runtime,
     get_current_stream=get_current_stream, set_allocator=lambda f=None: None,
-    get_elapsed_time=lambda a, b: 0.0,
+    get_elapsed_time=lambda a, b: ELAPSED_MS[0],
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
 

@@ -349,7 +349,13 @@ def _intercepted(dev: Device, report: Report, label: list):
             return rule(xp, *ins, **kw)
         return run
 
+    # the CPU's generated kernels (cpu/primitive_kernels.py) stand aside: the array-module
+    # rules are what is replayed
+    from tapescope.kernels.cpu import primitive_kernels
+
+    kernels = dict(primitive_kernels.RULES)
     try:
+        primitive_kernels.RULES.clear()
         for n, d in REGISTRY.items():
             if d.rule is not None:
                 d.rule = wrap(n, d, d.rule)
@@ -357,6 +363,7 @@ def _intercepted(dev: Device, report: Report, label: list):
     finally:
         for n, d in REGISTRY.items():
             d.rule = saved[n]
+        primitive_kernels.RULES.update(kernels)
 
 
 def _check(dev, report, label, name, defn, rule, xp, ins, kw):

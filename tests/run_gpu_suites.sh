@@ -4,8 +4,8 @@
 #   1. the whole suite with the CPU as the default device (no CUDA runtime registered);
 #   2. the CUDA runtime's own suites (TAPESCOPE_CUDA=1: the GPU is the default device), with
 #      NCCL in a world of one on one GPU;
-#   3. the op, memory, scheduler, compile and notebook-layer (magic, viz, progress, check)
-#      suites again with the GPU as the default device;
+#   3. the op, memory, scheduler, compile and notebook-layer (magic, viz, widgets, snapshots,
+#      progress, check, roofline) suites again with the GPU as the default device;
 #   4. nccl: mx.distributed over NCCL, one process per GPU under mpirun (>= 2 GPUs).
 # PARTS="nccl" (say) runs only the parts named.
 # The browser test needs chromium, which the GPU machine lacks. JAX must not take 75% of the
@@ -33,13 +33,16 @@ run() {  # name, time limit (s), per-test limit (s), pytest arguments...
 run cpu_default 300 90 -n "$N" tests --ignore tests/test_browser.py
 export TAPESCOPE_CUDA=1
 run cuda_runtime 150 120 -n 8 tests/test_cuda_runtime.py tests/test_cuda_fusion.py tests/test_cuda_lane.py tests/test_cuda_kernel.py \
-  tests/test_cuda_rules.py tests/test_distributed_nccl.py tests/test_lane_cache.py tests/test_compile_call_c.py
+  tests/test_cuda_rules.py tests/test_distributed_nccl.py tests/test_lane_cache.py tests/test_compile_call_c.py \
+  tests/test_cuda_reductions.py tests/test_reduction_dialects.py \
+  tests/test_roofline.py::test_a_cuda_copy_kernel_reaches_the_measured_device_copy_bandwidth
 run gpu_default 200 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementwise_binary.py \
   tests/test_elementwise_unary.py tests/test_reduction.py tests/test_shape.py tests/test_indexing.py \
   tests/test_scan.py tests/test_sort.py tests/test_creation.py tests/test_memory.py \
   tests/test_scheduler.py tests/test_stream_threads.py tests/test_compile_api.py tests/test_laziness.py \
   tests/test_magic.py tests/test_viz_graph.py tests/test_viz_widgets.py tests/test_viz_dot.py \
-  tests/test_viz_render.py tests/test_progress.py tests/test_check.py tests/test_check_grad.py
+  tests/test_viz_render.py tests/test_progress.py tests/test_check.py tests/test_check_grad.py \
+  tests/test_roofline.py tests/test_viz_snapshots.py
 NGPU=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
 if [ "${NGPU:-0}" -ge 2 ]; then
   run nccl 300 280 tests/test_distributed_nccl.py

@@ -31,6 +31,7 @@ MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
 # binding, and test_declared_signature_differs_from_binding shows the binding's behaviour.
 BINDING_NOT_DECLARATION = {
     "roll": "declared roll(a, shift, axis=None, /, ...), but the binding takes axis= by keyword",
+    "save_gguf": "declared without a default for metadata, but the binding's is None",
 }
 
 
@@ -169,6 +170,8 @@ def test_declared_signature_differs_from_binding():
         assert m.roll(m.array(a), 1, axis=1).tolist() == [[3, 1, 2], [6, 4, 5]]
         with pytest.raises(TypeError):
             m.roll(a=m.array(a), shift=1)
+    # save_gguf's text has no default for metadata; the binding's is None
+    assert inspect.signature(mx.save_gguf).parameters["metadata"].default is None
     assert set(BINDING_NOT_DECLARATION) <= _public(mlx_ref)
 
 

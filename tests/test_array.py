@@ -291,3 +291,29 @@ def test_astype_to_the_same_dtype_is_a_new_handle(op):
         b = a.astype(M.float32) if op == "method" else M.astype(a, M.float32)
         b *= 3
         assert a.tolist() == [1.0, 2.0] and b.tolist() == [3.0, 6.0]
+
+
+@pytest.mark.parametrize("src", ["M.array([M.array([1.0]), 1.0])", "M.array([1.0, M.array([1.0])])",
+                                 "M.array([[1.0, 2.0], M.array([1.0])])",
+                                 "M.array([M.array(1.0), [1.0]])", "M.array([2.0, [1.0]])"])
+def test_lists_mixing_arrays_raise_mlx_errors(src):
+    """A nested array of the wrong shape is a length mismatch to MLX ("non-uniform length"),
+    wherever it sits; a list one level too deep is an "extra dimension"."""
+    from mlx_compare import same_error
+
+    same_error(lambda M: eval(src, {"M": M}))
+
+
+def test_a_list_holding_arrays_stacks_them_and_keeps_the_graph():
+    """MLX builds ``array([x, y])`` by stacking the elements made arrays, so a gradient flows
+    through an array in a list; the dtypes promote as in a list of scalars."""
+    x = mx.array([1.0])
+    g = mx.grad(lambda x: (2 * mx.array([x, mx.array([2.0])])).sum())(x)
+    assert g.tolist() == [2.0]
+    z = mx.array([mx.array([1], mx.int32), [2.5]])
+    assert z.dtype == mx.float32 and z.tolist() == [[1.0], [2.5]]
+    w = mx.array([[mx.array(True), 1]], mx.float16)
+    assert w.dtype == mx.float16 and w.tolist() == [[1.0, 1.0]]
+    from mlx_compare import same_error
+
+    same_error(lambda M: M.array([M.array([1.0]), [1.0, 2.0]]))

@@ -2,7 +2,8 @@
 ``chromium`` and ``chromium-driver``, through selenium).
 
 One notebook runs a ``%%mlx --check`` cell (two streams, a compiled function), a live
-``MemoryWidget`` beside a loop that allocates, and a cell that fails. The test checks that
+``MemoryWidget`` beside a loop that allocates, a cell that fails, and a cell whose kernels
+draw a roofline (its Kernels tab saved as ``<theme>_roofline.png``). The test checks that
 every tab of the ``%%mlx`` panel renders something, that clicking a fused kernel in the graph
 shows its tape and its C / CUDA / Metal and clicking a cache row marks it, that the memory
 plot's sample count grows while the loop runs, and that no output area is wider than the
@@ -73,6 +74,14 @@ CELLS = [
     "    keep.append(mx.zeros((1 << 15,)) + len(keep)); mx.eval(keep[-1])\n"
     "    if len(keep) > 40: keep.clear()\n    time.sleep(0.01)\nprint('LOOP DONE')",
     "%%mlx\nbad = mx.array([1.0, 2.0]) * 2\nbad2 = mx.reshape(bad, (3,))",
+    # kernels worth a roofline: contiguous, a strided read, a broadcast row, a small one
+    # (64 MiB operands: past the last-level cache, so the kernels stream from memory)
+    # and a cache limit that keeps their outputs (new memory page-faults: the roofline says so)
+    "%%mlx --device cpu\nmx.set_cache_limit(1 << 30)\nbig = mx.array(np.ones((4096, 4096), np.float32))\n"
+    "big2 = big + 1\n"
+    "g = mx.compile(lambda a, b: a * 2 + b)\nfor _ in range(5):\n"
+    "    mx.eval(g(big, big2), g(big[:, ::2], big2[:, :2048]), g(mx.broadcast_to(big[:1], big.shape), big2),"
+    " g(big[:8, :64], big2[:8, :64]))",
 ]
 
 
@@ -228,6 +237,22 @@ def _screens(drv, theme: str) -> None:
         drv.save_screenshot(str(SHOTS / f"{theme}_{name}.png"))
 
 
+def _roofline_shot(drv, theme: str) -> None:
+    """The last cell's Kernels tab: its roofline figure drawn by plotly, saved as a picture
+    of the panel alone (docs/ keeps copies)."""
+    panel = drv.find_elements(By.CSS_SELECTOR, ".tapescope-panel")[-1]
+    tab = [t for t in panel.find_elements(By.CSS_SELECTOR, ".lm-TabBar-tab") if t.text.strip() == "Kernels"]
+    assert tab, "the roofline cell's panel has no Kernels tab"
+    tab[0].click()
+    _until(lambda: _js(drv, "return [...arguments[0].querySelectorAll('.js-plotly-plot .scatterlayer .trace')]"
+                            ".filter(e => e.getBoundingClientRect().width > 0).length >= 2", panel), 30,
+           "the roofline figure")
+    _js(drv, "arguments[0].scrollIntoView({block: 'start'})", panel)
+    time.sleep(0.3)  # plotly's transitions (not an assertion)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    panel.screenshot(str(SHOTS / f"{theme}_roofline.png"))
+
+
 def _set_theme(drv, theme: str) -> None:
     drv.find_element(By.XPATH, "//li[contains(@class,'lm-MenuBar-item')][.//div[text()='Settings']]").click()
     item = _until(lambda: drv.find_element(By.XPATH, "//li[contains(@class,'lm-Menu-item')]"
@@ -337,12 +362,20 @@ def _scenario(lab, browser) -> None:
     assert "tapescope/" not in text and "magic.py" not in text, text
     assert not _outputs_overflowing(drv), _outputs_overflowing(drv)
     lap("failing cell")
+    _run_cell(drv, 5)
+    _until(lambda: _done(drv, 5), 90, "the roofline cell")
+    text = drv.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")[5].find_element(
+        By.CSS_SELECTOR, ".jp-OutputArea").text
+    assert "of copy bandwidth" in text, text[:600]  # the summary's roofline line
+    _roofline_shot(drv, "light")
+    lap("roofline cell")
     _screens(drv, "light")
     lap("light screenshots")
     _set_theme(drv, "JupyterLab Dark")
     assert not _outputs_overflowing(drv), _outputs_overflowing(drv)
     lap("dark theme")
     _screens(drv, "dark")
+    _roofline_shot(drv, "dark")
     lap("dark screenshots")
     # while live, every snapshot output is hidden behind its live widget
     assert _js(drv, "return [...document.querySelectorAll('.tapescope-snapshot')]"

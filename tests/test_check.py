@@ -331,3 +331,23 @@ def test_status_cells_carry_dark_text_on_their_pale_colours(fault):
     page = tapescope.check(lambda a: mx.exp(a) + 1.0, a, every_node=True)._repr_html_()
     failing = [st for st, status in re.findall(r'<td style="([^"]*)">(pass|fail)</td>', page) if status == "fail"]
     assert failing and all("color:#1a1a1a" in st for st in failing)
+
+
+def test_the_verdict_says_the_tolerance_and_where_the_largest_ulp_distance_is():
+    from tapescope.check.report import CheckReport
+
+    e = np.array([[1.0, 2.0, 3.0], [4.0, 1e-7, 6.0]], np.float32)
+    a = e.copy()
+    a[0, 2] = np.nextafter(a[0, 2], np.float32(9))  # 1 ulp
+    a[1, 1] = np.float32(1.2e-7)  # many ulps of a value near zero, far inside atol
+    ulps = np.abs(a.view(np.int32).astype(np.int64) - e.view(np.int32).astype(np.int64))
+    c = compare("out", "Exp", a, e, None, None)
+    v = CheckReport([c], device="cpu").verdict()
+    want = int(ulps.max())
+    assert c.ulp == want and c.ulp_at == tuple(int(i) for i in np.unravel_index(ulps.argmax(), a.shape))
+    assert v.startswith("PASS within rtol 1e-05, atol 1e-06 for float32")
+    assert f"largest distance {want} ulp at out[1, 1]" in v and "near zero" in v and "inside atol" in v
+    a[0, 0] = 1.5  # now an element outside the tolerance
+    bad = CheckReport([compare("out", "Exp", a, e, None, None)], device="cpu").verdict()
+    assert bad == "FAIL: out: 1 of 6 elements outside tolerance (rtol 1e-05, atol 1e-06 for float32)"
+    assert "PASS within" in repr(CheckReport([c], device="cpu")).splitlines()[1]

@@ -6,6 +6,7 @@ import inspect
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -214,3 +215,63 @@ def test_a_trace_is_reused_only_on_the_stream_it_was_made_under():
     assert first._d.stream == third._d.stream == mx.default_stream(mx.default_device())
     assert second._d.stream == s
     assert np.allclose(np.array(second), np.exp([1.0, 2.0]) + 1)
+
+
+def _self_calling(module, shapeless=False):
+    """MLX's recursive compiled function: each call traces the next smaller shape inside the
+    outer trace (the compile lock is re-entered)."""
+    box = {}
+
+    def f(x):
+        return x if x.shape[0] == 1 else box["cf"](x[1:]) * 2 + x[:1]
+
+    box["cf"] = module.compile(f, shapeless=shapeless)
+    return box["cf"]
+
+
+def test_compiled_function_may_call_itself_as_mlx():
+    x = [1.0, 2.0, 3.0, 4.0]
+    want = 0.0
+    for v in reversed(x):  # f(x) = 2 f(x[1:]) + x[0], f([v]) = v
+        want = v if want == 0.0 else want * 2 + v
+    cf = _self_calling(mx)
+    got = cf(mx.array(x))
+    assert got.tolist() == [want] and cf.traces == len(x)
+    assert cf(mx.array(x[1:])).tolist() == [(want - 1.0) / 2]  # the inner trace, reused
+    assert cf.traces == len(x)
+    try:
+        import mlx.core as mlx_ref
+    except ImportError:
+        return
+    assert _self_calling(mlx_ref)(mlx_ref.array(x[:3])).tolist() == [17.0]
+    assert _self_calling(mlx_ref)(mlx_ref.array(x)).tolist() == got.tolist()
+
+
+def test_shapeless_self_call_raises_as_mlx():
+    from mlx_compare import same_error
+
+    # the slice of a shapeless trace has no output shape, in MLX as here
+    same_error(lambda m: _self_calling(m, shapeless=True)(m.array([1.0, 2.0, 3.0])))
+
+
+def test_unbounded_self_call_raises_recursion_error_and_leaves_no_trace_state():
+    from tapescope.core import tracer, tracing
+
+    box = {}
+    box["g"] = mx.compile(lambda x: box["g"](x) + 1)
+    result = {}
+
+    def call():
+        try:
+            box["g"](mx.array([1.0]))
+        except RecursionError as e:
+            result["error"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(60)  # a hang guard, not a timing: the non-reentrant lock blocked here forever
+    assert not t.is_alive() and "error" in result
+    assert tracer._active == 0 and not tracing.in_dynamic_tracing()
+    assert box["g"].traces == 0 and not box["g"]._cache
+    # the next compiled call traces and runs as usual
+    assert mx.compile(lambda x: x * 2)(mx.array([1.5])).tolist() == [3.0]

@@ -51,6 +51,9 @@ SHAPELESS = {
     "where": ("lambda x: M.where(x > 1, x, 0)", ["M.arange({a}.0)"]),
     "slice_errors": ("lambda x: x[1:]", ["M.arange({a}.0)"]),
     "pad_errors": ("lambda x: M.pad(x, 1)", ["M.ones(({a},))"]),
+    "gather_qmm": ("lambda x: M.gather_qmm(x, *M.quantize(M.ones((2, 8, 64))), "
+                   "lhs_indices=M.array([0, 1]), rhs_indices=M.array([1, 0]), transpose=True)",
+                   ["M.ones((2, {a}, 64))"]),
 }
 
 
@@ -166,3 +169,25 @@ def test_grad_jvp_vmap_of_a_shapeless_tape_reused_at_new_shapes(rows):
         for a, b in zip(o, r):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_shapeless_unflatten_infers_its_minus_one_again():
+    """MLX 0.32.4 keeps the traced size for the -1 (a (2, 6) input comes back (2, 2, 2), a
+    silently wrong shape: PARITY.md); tapescope infers it again, as Reshape's -1 is."""
+    f = mx.compile(lambda x: mx.unflatten(x, -1, (2, -1)), shapeless=True)
+    for shape in [(2, 4), (2, 6), (3, 8)]:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        out = f(mx.array(x))
+        np.testing.assert_array_equal(np.array(out), x.reshape(shape[0], 2, -1))
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "min", "max", "all", "any", "argmin",
+                                  "argmax"])
+def test_a_reduction_over_an_axis_of_size_one_at_trace_time_is_kept(name):
+    """Traced where the reduced axis has size 1, the reduction is still recorded (MLX's
+    compute_reduce_shape under dynamic tracing), so a replay with a longer axis reduces it."""
+    buf = np.array([10.0, 20.0, 30.0, 40.0, 50.0], np.float32)
+    f = mx.compile(lambda b, i: getattr(mx, name)(mx.take(b, i, axis=0)), shapeless=True)
+    for n in [1, 2, 4, 1]:
+        np.testing.assert_allclose(np.array(f(mx.array(buf), mx.arange(n))),
+                                   getattr(np, name)(buf[:n]), rtol=1e-6)

@@ -113,6 +113,20 @@ def test_linspace_matches_numpy(start, stop, num, endpoint):
 
 
 @SETTINGS
+@given(st.floats(-10, 10), st.floats(-10, 10), st.integers(2, 20), st.booleans())
+def test_float64_linspace_computes_in_float64_as_mlx(start, stop, num, endpoint):
+    """MLX's inner type is float64 for a float64 linspace: numpy's float64 values to a few
+    ulps (its formula differs), and the end point exactly."""
+    want = np.linspace(start, stop, num, endpoint=endpoint)
+    with mx.stream(mx.cpu):
+        got = mx.linspace(start, stop, num, endpoint, dtype=mx.float64)
+        assert got.dtype == mx.float64
+        np.testing.assert_allclose(np.array(got), want, rtol=1e-14, atol=1e-14)
+        if endpoint:
+            assert got.tolist()[-1] == float(stop)
+
+
+@SETTINGS
 @given(st.integers(0, 5), st.integers(0, 5), st.integers(-6, 6))
 def test_eye_and_tri_match_numpy(n, m, k):
     check(mx.eye(n, m, k), np.eye(n, m, k, dtype=np.float32), mx.float32)
@@ -207,3 +221,23 @@ def test_integer_like_arguments_are_accepted_as_mlx_accepts_them(mlx, case):
     got, want = case(mx), case(mlx)
     assert repr(got.dtype) == str(want.dtype)
     np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+@pytest.mark.parametrize("shape", [
+    (2.5,), 2.5, 2.0, (np.float64(2.0),), ("a",), np.int64(2), [2, 2.0], (np.array(2.0),),
+])
+@pytest.mark.parametrize("op", ["zeros", "ones", "full"])
+def test_shapes_that_are_not_integers_raise_as_mlx(op, shape):
+    # nanobind converts std::variant<int, Shape> by __index__: a float is std::bad_cast
+    args = (shape, 1.0) if op == "full" else (shape,)
+    same_error(lambda m: getattr(m, op)(*args))
+
+
+@pytest.mark.parametrize("shape", [(np.int32(2), True), np.array([2, 3]), (np.array(2),), True])
+def test_index_like_dimensions_are_taken_as_mlx(shape):
+    want = np.zeros(np.asarray(shape, dtype=np.int64).tolist() if not isinstance(shape, bool)
+                    else (1,))
+    got = mx.zeros(shape)
+    assert got.shape == want.shape
+    if mlx_ref is not None:
+        assert mlx_ref.zeros(shape).shape == got.shape

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -98,3 +99,27 @@ def test_without_a_launcher_the_group_is_the_singleton_with_mlx_errors():
         D.init(strict=True, backend="mpi")
     assert str(e.value) == msg
     assert np.array_equal(np.asarray(D.all_sum(x)), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("name", ["all_sum", "all_max", "all_min", "all_gather", "sum_scatter"])
+@pytest.mark.parametrize("value", [0.5, 3, True, 1 + 2j, np.arange(3.0)])
+def test_a_singleton_collective_of_a_scalar_is_an_array_as_in_mlx(name, value):
+    """MLX's collectives take ``scalar | array``: a Python or numpy value comes back an array
+    of MLX's dtype for it (``all_sum(0.5).item()``, as mlx-examples' cifar calls it)."""
+    import tapescope.core as mx
+
+    out = getattr(mx.distributed, name)(value)
+    assert isinstance(out, mx.array)
+    expected = np.asarray(value, np.float32 if isinstance(value, (float, np.ndarray)) else None)
+    np.testing.assert_array_equal(np.array(out), expected)
+    from mlx_compare import mlx_ref
+
+    if mlx_ref is not None:
+        ref = getattr(mlx_ref.distributed, name)(value)
+        assert (out.shape, str(out.dtype)) == (ref.shape, str(ref.dtype))
+
+
+def test_a_collective_of_a_list_raises_mlx_error():
+    from mlx_compare import same_error
+
+    same_error(lambda m: m.distributed.all_sum([1, 2]))

@@ -139,3 +139,45 @@ def test_singleton_group():
             assert y.shape == (2, 3) and y.tolist() == x.tolist()
         with pytest.raises(TypeError):
             M.distributed.Group()
+
+
+_X = "M.ones((2, 3, 4, 8))"
+ROPE_ERRORS = [
+    f"M.fast.rope({_X}.astype(M.int32), 8, traditional=False, base=1e4, scale=1.0, offset=0)",
+    f"M.fast.rope({_X}, 0, traditional=False, base=1e4, scale=1.0, offset=0)",
+    f"M.fast.rope({_X}, -2, traditional=False, base=1e4, scale=1.0, offset=0)",
+    f"M.fast.rope({_X}, 7, traditional=False, base=1e4, scale=1.0, offset=0)",
+    f"M.fast.rope({_X}, 16, traditional=False, base=1e4, scale=1.0, offset=0)",
+    f"M.fast.rope({_X}, 8, traditional=False, base=1e4, scale=1.0, offset=M.array([1, 2, 3]))",
+    f"M.fast.rope({_X}, 8, traditional=False, base=1e4, scale=1.0, offset=M.array([[1, 2]]))",
+    f"M.fast.rope({_X}, 8, traditional=False, base=1e4, scale=1.0, offset=M.array(1.5))",
+    f"M.fast.rope({_X}, 8, traditional=False, base=None, scale=1.0, offset=0, freqs=M.ones(3))",
+    f"M.fast.rope({_X}, 8, traditional=False, base=None, scale=1.0, offset=0)",
+    "M.fast.scaled_dot_product_attention(M.ones((1, 4, 8, 16), M.float16), M.ones((1, 2, 8, 16), "
+    "M.float16), M.ones((1, 2, 8, 16), M.float16), scale=0.25, sinks=M.ones((4,)))",
+    "M.fast.scaled_dot_product_attention(M.ones((1, 4, 8, 16)), M.ones((1, 2, 8, 16)), "
+    "M.ones((1, 2, 8, 16)), scale=0.25, sinks=M.ones((5,)))",
+    "M.fast.scaled_dot_product_attention(M.ones((1, 4, 8, 16)), M.ones((1, 2, 8, 16)), "
+    "M.ones((1, 2, 8, 16)), scale=0.25, sinks=M.ones(()))",
+]
+
+
+@pytest.mark.parametrize("src", ROPE_ERRORS)
+def test_rope_and_attention_argument_errors_match_mlx(src):
+    from mlx_compare import same_error
+
+    same_error(lambda M: eval(src, {"M": M}))
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 8), (2, 4, 8)])
+def test_rope_with_an_offset_per_batch_element(traditional, shape):
+    """A vector offset gives batch element b the positions offset[b] + 0 .. L-1: each is the
+    rope of that element alone with its scalar offset."""
+    x = mx.array(np.random.default_rng(1).normal(size=shape).astype(np.float32))
+    offsets = [1, 5]
+    got = np.array(mx.fast.rope(x, 6, traditional=traditional, base=1e4, scale=0.5,
+                                offset=mx.array(offsets)))
+    for b, o in enumerate(offsets):
+        one = mx.fast.rope(x[b:b + 1], 6, traditional=traditional, base=1e4, scale=0.5, offset=o)
+        np.testing.assert_allclose(got[b:b + 1], np.array(one), rtol=1e-6, atol=1e-6)

@@ -315,3 +315,27 @@ def test_trees_and_values_match_mlx(src):
             np.testing.assert_allclose(np.array(a, np.float64), np.array(b, np.float64), rtol=1e-5)
         else:
             assert a == b
+
+
+BOOL_INPUT = {  # functions of a bool array; MLX casts no cotangent to its input's type
+    "sum": lambda m: lambda x: m.sum(x).astype(m.float32),
+    "prod": lambda m: lambda x: m.prod(x).astype(m.float32),
+    "max": lambda m: lambda x: m.max(x).astype(m.float32),
+    "cumsum": lambda m: lambda x: m.cumsum(x).astype(m.float32).sum(),
+    "cumprod": lambda m: lambda x: m.cumprod(x).astype(m.float32).sum(),
+    "mean": lambda m: lambda x: m.mean(x),
+    "astype": lambda m: lambda x: x.astype(m.float32).sum(),
+    "multiply": lambda m: lambda x: (x * 2.0).sum(),
+    "square": lambda m: lambda x: m.square(x).astype(m.float32).sum(),
+    "where": lambda m: lambda x: m.where(x, 1.0, 2.0).sum(),
+    "broadcast": lambda m: lambda x: m.broadcast_to(x, (3, 2)).astype(m.float32).sum(),
+}
+
+
+@requires_mlx
+@pytest.mark.parametrize("name", sorted(BOOL_INPUT))
+def test_gradient_of_a_bool_input_has_mlx_dtype_and_values(name):
+    want = mlx_ref.grad(BOOL_INPUT[name](mlx_ref))(mlx_ref.array([True, False]))
+    got = mx.grad(BOOL_INPUT[name](mx))(mx.array([True, False]))
+    assert str(got.dtype) == str(want.dtype)
+    assert got.tolist() == want.tolist()

@@ -624,3 +624,27 @@ def test_take_of_an_int_out_of_range_raises_mlxs_error(case):
     """An int index is a one-wide slice in MLX: out of range, the slice is empty and MLX's
     Squeeze raises (a defined error, unlike an out-of-range index array)."""
     same_error(case)
+
+
+@pytest.mark.parametrize("shape, n", [((4, 3, 4), 2), ((4, 3, 4), 3), ((4, 4, 4), 2),
+                                      ((4, 4, 4), 3)])
+def test_setitem_checks_the_update_shape_before_the_index_bounds_as_mlx(shape, n):
+    """``a[i, None, j] = v``: None adds an axis without using one, so j indexes axis 1; MLX
+    checks that ``v`` fits the indexed shape (2, 1, 4) before anything else."""
+    def case(M):
+        a = M.zeros(shape)
+        a[M.array([2, 3]), None, M.array([2, 3])] = M.arange(n)
+        return a
+
+    same_error(case)
+
+
+def test_setitem_with_none_between_index_arrays():
+    a = mx.zeros((4, 4, 4))
+    a[mx.array([2, 3]), None, mx.array([2, 3])] = mx.arange(4)
+    want = np.zeros((4, 4, 4))
+    want[[2, 3], None, [2, 3]] = np.arange(4)
+    check(a, want)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 1 with size 3"):
+        b = mx.zeros((4, 3, 4))  # a fitting update, an index past the axis: numpy's error
+        b[mx.array([2, 3]), None, mx.array([2, 3])] = mx.arange(4)

@@ -72,6 +72,16 @@ def test_from_dlpack_copies_so_the_source_can_change():
     assert y.tolist() == [0, 1, 2, 3]
 
 
+def test_from_dlpack_without_a_copy_raises_as_mlx_does_where_it_cannot_adopt():
+    """``copy=False`` must never copy; tapescope never adopts outside memory, so it raises
+    MLX's error for a buffer it cannot adopt (MLX adopts a plain numpy array)."""
+    src = np.arange(3, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"^\[convert\] Cannot import a CPU array without a "
+                                         r"copy\.$"):
+        mx.from_dlpack(src, copy=False)
+    assert mx.from_dlpack(src, copy=None).tolist() == [0, 1, 2]
+
+
 def test_array_namespace_is_the_module():
     x = mx.array([1, 2])
     assert x.__array_namespace__() is mx
@@ -107,3 +117,23 @@ def test_bytes_is_row_major_data(name):
     x = mx.transpose(mx.reshape(mx.arange(6), (2, 3))).astype(getattr(mx, name))
     host = np.asarray(x._numpy())
     assert bytes(x) == np.ascontiguousarray(host).tobytes()
+
+
+@pytest.mark.parametrize("src", ["np.arange(12, dtype=np.float32).reshape(3, 4).T",
+                                 "np.arange(20, dtype=np.int32)[2:10:2]",
+                                 "np.broadcast_to(np.array([7], dtype=np.int32), (3,))",
+                                 "np.arange(24, dtype=np.int16).reshape(2, 3, 4)[:, ::2, 1:]"])
+def test_from_dlpack_of_a_strided_source_keeps_its_strides_as_mlx(src):
+    """MLX adopts a strided host buffer, so ``memoryview(y)`` has the source's strides;
+    tapescope copies the bytes the view spans and keeps that layout (read-only, as a
+    broadcast view is), and ops read it as any strided array."""
+    x = eval(src, {"np": np})
+    y = mx.from_dlpack(x)
+    assert y.tolist() == x.tolist()
+    assert memoryview(y).strides == x.strides and not memoryview(y).c_contiguous
+    np.testing.assert_array_equal(np.array(y * 2 + 1), x * 2 + 1)
+    np.testing.assert_array_equal(np.array(mx.compile(lambda a: a * 3)(y)), x * 3)
+    if mlx_ref is not None:
+        assert memoryview(mlx_ref.from_dlpack(x)).strides == x.strides
+    with pytest.raises(ValueError, match="negative strides"):
+        mx.from_dlpack(np.arange(5, dtype=np.float32)[::-1])

@@ -158,3 +158,26 @@ def test_output_dtypes_match_mlx(mlx, fn, dtype):
         outs = out if isinstance(out, tuple) else (out,)
         return [(tuple(o.shape), str(o.dtype).split(".")[-1]) for o in outs]
     assert run(mx) == run(mlx)
+
+
+def test_cholesky_of_a_stack_fails_only_for_the_matrices_that_are_not_positive_definite():
+    """numpy raises for the whole stack; each factorable matrix keeps its factor and the
+    others are NaN (MLX leaves LAPACK's partial factor there: see PARITY.md)."""
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(3, 3))
+    good = (m @ m.T + 3 * np.eye(3)).astype(np.float32)
+    bad = np.diag([1.0, -1.0, 2.0]).astype(np.float32)
+    out = np.array(mx.linalg.cholesky(mx.array(np.stack([good, bad, good])), stream=mx.cpu))
+    np.testing.assert_allclose(out[0], np.linalg.cholesky(good), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[2], out[0])
+    assert np.isnan(out[1]).all()
+
+
+@pytest.mark.parametrize("ord", [1, -1, float("inf"), -float("inf")])
+@pytest.mark.parametrize("axis", [[-1, -2], [-2, -1], [0, -1], [1, -2]])
+def test_matrix_norm_takes_negative_axes(ord, axis):
+    x = np.arange(1, 19, dtype=np.float32).reshape(2, 3, 3)
+    if axis in ([0, -1], [1, -2]):
+        x = x[0]
+    got = np.array(mx.linalg.norm(mx.array(x), ord=ord, axis=axis))
+    np.testing.assert_allclose(got, np.linalg.norm(x, ord=ord, axis=tuple(axis)), rtol=1e-6)

@@ -658,3 +658,23 @@ def test_full_reuses_freed_buffers_instead_of_growing_the_cache(cpu_default, cle
         assert y[0, 0].item() == 3.0
         del y
     assert mx.get_cache_memory() < 3 * nbytes
+
+
+@pytest.mark.parametrize("fn", ["set_memory_limit", "set_cache_limit", "set_wired_limit"])
+@pytest.mark.parametrize("limit", [2**64, 2**70, -1])
+def test_limits_outside_size_t_raise_as_mlx(fn, limit):
+    if mlx_ref is None:
+        pytest.skip("mlx is not installed")
+    from mlx_compare import outcome
+
+    src = f"M.{fn}({limit})"
+    got = outcome(mx, src)
+    assert got == outcome(mlx_ref, src) and got[0] is TypeError
+
+
+def test_the_largest_size_t_limit_is_taken():
+    old = mx.set_memory_limit(2**64 - 1)
+    try:
+        assert mx.get_memory_limit() == 2**64 - 1
+    finally:
+        mx.set_memory_limit(old)

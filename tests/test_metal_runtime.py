@@ -125,3 +125,31 @@ def test_float64_on_the_gpu_runs_the_cpu_rule_visibly(metal):
         timeline.set_recording(False)
     np.testing.assert_allclose(np.array(y), np.exp(x))
     assert any(r.detail["primitive"] == "Exp" for r in recs)
+
+
+def test_reductions_run_as_metal_kernels(metal):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((33, 300)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
+    try:
+        with mx.stream(mx.gpu):
+            a = mx.array(x)
+            outs = [mx.sum(a, axis=-1), mx.max(a, axis=0), mx.argmax(a, axis=-1),
+                    mx.softmax(a, axis=-1), mx.logsumexp(a.T, axis=-1), mx.cumsum(a, axis=0),
+                    mx.sum(a)]
+            mx.eval(*outs)
+        recs = timeline.records_since(seq)
+    finally:
+        timeline.set_recording(False)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    t = x64.T
+    want = [x64.sum(-1), x64.max(0), x.argmax(-1), e / e.sum(-1, keepdims=True),
+            t.max(-1) + np.log(np.exp(t - t.max(-1, keepdims=True)).sum(-1)), np.cumsum(x64, 0),
+            x64.sum()]
+    for o, w in zip(outs, want):
+        np.testing.assert_allclose(np.array(o).astype(np.float64), w, rtol=2e-5, atol=2e-4)
+    ran = {r.detail.get("primitive") for r in recs
+           if r.kind == "kernel_launch" and r.detail.get("runtime") == "metal"}
+    assert {"Sum", "Max", "ArgReduce", "Softmax", "LogSumExp", "CumSum"} <= ran

@@ -292,3 +292,28 @@ def test_check_compares_the_gradient_graph_with_jax():
     for fun in (mx.grad(f), mx.grad(mx.compile(f)), mx.compile(mx.grad(f))):
         report = tapescope.check(fun, mx.array(X))
         assert report.passed, report
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap", "compile", "export"])
+def test_async_eval_inside_a_transformation_raises_mlx_error(transform, tmp_path):
+    """MLX's async_eval refuses a tracer of any transformation: grad's primals, vmap's
+    tracers, compile's and export's placeholders, and what is made from them."""
+    def fun(x):
+        y = x + 1.0
+        mx.async_eval(y)
+        return mx.exp(y).sum()
+
+    call = {"grad": lambda: mx.grad(fun)(mx.array(1.0)),
+            "vmap": lambda: mx.vmap(fun)(mx.ones((2, 2))),
+            "compile": lambda: mx.compile(fun)(mx.ones(2)),
+            "export": lambda: mx.export_function(str(tmp_path / "f.mlxfn"), fun, mx.ones(2))}
+    with pytest.raises(ValueError, match=r"^\[async_eval\] Not allowed inside a graph "
+                                         r"transformation\.$"):
+        call[transform]()
+    x = mx.ones(2) + 1  # outside one it runs, and inside one on an array made of no tracer
+    mx.async_eval(x)
+    assert x.tolist() == [2.0, 2.0]
+    out = mx.vmap(lambda v: (mx.async_eval(z := mx.ones(2) * 3), v * z)[1])(mx.ones((2, 2)))
+    assert out.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+    out = mx.compile(lambda v: (mx.async_eval(z := mx.ones(2) * 3), v * z)[1])(mx.ones(2))
+    assert out.tolist() == [3.0, 3.0]

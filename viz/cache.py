@@ -14,7 +14,8 @@ __all__ = ["CacheWidget", "cache_rows", "snapshot_html", "SORT_KEYS"]
 
 SORT_KEYS = ("name", "runtime", "variant", "build_ms", "hits", "misses", "origin")
 PAGE = 12
-COLUMNS = ["kernel", "runtime", "variant", "build ms", "hits", "misses", "from", "disk path"]
+COLUMNS = ["kernel", "runtime", "variant", "build ms", "hits", "misses", "of copy bw", "from",
+           "disk path"]
 
 
 def _entries() -> list:
@@ -45,7 +46,14 @@ def _row(e: dict) -> tuple:
     disk = e.get("disk_path") or ""
     path = f"<span title='{esc(disk)}'>{esc(short_name(os.path.basename(disk), 24))}</span>" if disk else "—"
     return (name, e["runtime"], e["variant"], f"{e['build_ms']:.1f}", e["hits"], e["misses"],
-            e.get("origin", ""), path)
+            _roof(e.get("roofline")), e.get("origin", ""), path)
+
+
+def _roof(r) -> str:
+    """The roofline column: the recorded launches' fraction of the copy bandwidth."""
+    if not r or r.get("bandwidth_fraction") is None:
+        return "—"
+    return f"{r['bandwidth_fraction']:.0%}" + (f" ({r['why']})" if r.get("why") else "")
 
 
 def rows_html(rows: list, start: int = 0, page: int = PAGE) -> str:
@@ -53,7 +61,7 @@ def rows_html(rows: list, start: int = 0, page: int = PAGE) -> str:
     shown = rows[start:start + page]
     if not rows:
         return "<p class='ts-muted'>No kernels are cached (nothing compiled has run yet).</p>"
-    return table(COLUMNS, [_row(e) for e in shown], "tapescope-cache", limit=page, raw=(0, 7),
+    return table(COLUMNS, [_row(e) for e in shown], "tapescope-cache", limit=page, raw=(0, 8),
                  picks=[e["name"] for e in shown]) + (
         f"<p class='ts-muted'>rows {start + 1}–{start + len(shown)} of {len(rows)}</p>")
 

@@ -27,25 +27,36 @@ _DELTA = {"alloc": (1, 0), "cache_reuse": (1, -1), "free_to_cache": (-1, 1), "fr
 
 
 def memory_figures() -> dict:
-    """The allocator's figures now (the default device's, as ``mx.get_*_memory``)."""
+    """The allocator's figures now: the default device's, as ``mx.get_*_memory`` (and
+    ``mx.set_*_limit``) read and set them; ``device`` names it."""
     import tapescope.core as mx
 
     return {"active": mx.get_active_memory(), "peak": mx.get_peak_memory(),
             "cache": mx.get_cache_memory(), "memory_limit": mx.get_memory_limit(),
-            "cache_limit": _cache_limit()}
+            "cache_limit": _cache_limit(), "device": mx.default_device().type.name}
 
 
 def _cache_limit() -> int:
-    """The CPU allocator's cache limit (MLX has no getter; the allocator's statistics do)."""
-    from tapescope.kernels.allocator import allocator
+    """The default device's cache limit (MLX has no getter; the allocator's statistics do):
+    the allocator ``mx.set_cache_limit`` sets."""
+    import tapescope.core as mx
+    from tapescope.kernels.backends import backend
 
-    return allocator("cpu").cache_limit
+    return backend(mx.default_device()).allocator.cache_limit
 
 
 class MemoryTracker:
-    """Active / cache / peak memory over time, and the live buffers, from timeline records."""
+    """Active / cache / peak memory over time, and the live buffers, from the timeline
+    records of one device's allocator (``device``; default: the default device's, whose
+    counters ``mx.get_*_memory`` read and the series is anchored on)."""
 
-    def __init__(self, records: Optional[list] = None, anchor: Optional[dict] = None):
+    def __init__(self, records: Optional[list] = None, anchor: Optional[dict] = None,
+                 device: Optional[str] = None):
+        if device is None:
+            import tapescope.core as mx
+
+            device = mx.default_device().type.name
+        self.device = device
         now = memory_figures() if anchor is None else anchor
         self.active, self.cache, self.peak = now["active"], now["cache"], now["peak"]
         self.t0 = None
@@ -55,7 +66,7 @@ class MemoryTracker:
         self._pending: dict = {}  # thread -> buffer ids not yet matched with a primitive
         self.last_seq = -1
         if records:
-            first = [r for r in records if r.kind in _DELTA]
+            first = [r for r in records if r.kind in _DELTA and r.device == device]
             if first:  # walk back from the anchor to where the records start
                 for r in first:
                     da, dc = _DELTA[r.kind]
@@ -82,7 +93,7 @@ class MemoryTracker:
         for r in records:
             self.last_seq = max(self.last_seq, r.seq)
             d = _DELTA.get(r.kind)
-            if d is not None:
+            if d is not None and r.device == self.device:
                 self.active += d[0] * r.nbytes
                 self.cache += d[1] * r.nbytes
                 self.peak = max(self.peak, self.active)
@@ -155,9 +166,10 @@ def _fill(fig: Any, times: list, series: dict) -> None:
             fig.data[i].y = [v * mib for v in series[k]]
 
 
-def snapshot_html(tracker: MemoryTracker, figures: dict, title: str = "memory (cpu)") -> str:
+def snapshot_html(tracker: MemoryTracker, figures: dict, title: Optional[str] = None) -> str:
     """A static view: the figures now, the plot over time (plotly's HTML), the series' extremes,
     the largest buffers."""
+    title = title or f"memory ({figures.get('device', tracker.device)})"
     span = tracker.times[-1] - tracker.times[0] if len(tracker.times) > 1 else 0.0
     trend = (f"<p>{len(tracker.times)} samples over {fmt_ns(span * 1e9)}: active "
              f"{fmt_bytes(min(tracker.series['active']))} … {fmt_bytes(max(tracker.series['active']))}, "

@@ -51,7 +51,7 @@ class CellPanel:
         if "Graph" in sections:
             add("Graph", self._graph_tab(sections["Graph"]))
         if "Kernels" in sections:
-            add("Kernels", _html(f"{style_tag()}<div class='tapescope-cell'>{sections['Kernels']}</div>"))
+            add("Kernels", self._kernels_tab(sections["Kernels"]))
         if "Check" in sections:
             add("Check", _html(f"{style_tag()}<div class='tapescope-cell'>{sections['Check']}</div>"))
         failed = r.error is not None and not r.records
@@ -82,6 +82,24 @@ class CellPanel:
             tab.set_title(i, t)
         tab.add_class("tapescope-panel")
         self.widget = tab
+
+    def _kernels_tab(self, body: str) -> Any:
+        """The roofline as a live plotly figure beside the Kernels section (its table, the
+        tapes and the sources): above it when a kernel streams, else below."""
+        import ipywidgets as W
+
+        from tapescope.kernels import roofline
+
+        from .roofline import roofline_figure
+
+        html = _html(f"{style_tag()}<div class='tapescope-cell'>{body}</div>")
+        placed = roofline.place(self.report.run.records)
+        self.roofline = roofline_figure(placed, widget=True)
+        if self.roofline is None:
+            return html
+        # first when a kernel streams (its table follows it), else below the tapes and sources
+        kids = [self.roofline, html] if any(p.streams for p in placed) else [html, self.roofline]
+        return W.VBox(kids, layout=W.Layout(max_width="100%"))
 
     def _graph_tab(self, body: str) -> Any:
         import ipywidgets as W
@@ -129,8 +147,14 @@ class CellPanel:
             self.kernel_view.value = ""
             return
         title, g, k = v
-        self.kernel_view.value = (f"{style_tag()}<div class='tapescope-cell ts-kernel-view'>"
-                                  f"{tape_html(title, g, k)}{kernel_html(k)}</div>")
+        try:
+            body = f"{tape_html(title, g, k)}{kernel_html(k)}"
+        except Exception as e:  # noqa: BLE001 - said in the view (a widget callback's error is lost)
+            import traceback
+
+            body = (f"<p class='ts-error'>The kernel view of {_esc(k.symbol)} failed: "
+                    f"{_esc(type(e).__name__)}: {_esc(e)}</p><pre>{_esc(traceback.format_exc())}</pre>")
+        self.kernel_view.value = f"{style_tag()}<div class='tapescope-cell ts-kernel-view'>{body}</div>"
 
 
 def _esc(x: Any) -> str:

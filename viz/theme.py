@@ -113,6 +113,10 @@ CSS = """
   text-align: left !important; vertical-align: top !important;
   color: var(--jp-content-font-color1, #1f2937); }
 .tapescope th, .tapescope-cell th { background: var(--jp-layout-color2, #f3f4f6); }
+.tapescope .ts-roofline td, .tapescope-cell .ts-roofline td, .tapescope .ts-roofline th,
+.tapescope-cell .ts-roofline th { white-space: nowrap; overflow-wrap: normal; }
+.tapescope .ts-roofline td:last-child, .tapescope-cell .ts-roofline td:last-child {
+  white-space: normal; min-width: 9em; }
 .tapescope td.num, .tapescope-cell td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .tapescope .ts-more, .tapescope-cell .ts-more { color: var(--jp-content-font-color2, #6b7280);
   font-style: italic; }

@@ -224,11 +224,13 @@ def table() -> dict[str, Callable]:
             a = jnp.take(a, jnp.asarray(r, dtype=jnp.int64), axis=ax)
         return a
 
-    def slice_update(a, update, *, start_indices, end_indices, strides):
+    def slice_update(a, update, *, start_indices, end_indices, strides, reduce="none"):
         rs = ranges(start_indices, end_indices, strides)
         if any(len(r) == 0 for r in rs):
             return a
-        return a.at[jnp.ix_(*[jnp.asarray(r) for r in rs])].set(update)
+        at = a.at[jnp.ix_(*[jnp.asarray(r) for r in rs])]
+        return {"none": at.set, "sum": at.add, "prod": at.multiply, "max": at.max,
+                "min": at.min}[reduce](update)
 
     T["Slice"] = slice_
     T["SliceUpdate"] = slice_update

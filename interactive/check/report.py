@@ -52,18 +52,29 @@ def _ordered(x: np.ndarray) -> np.ndarray:
 def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> Optional[int]:
     """Largest distance in ulps of the array's float dtype (NaN pairs skipped; None if no
     finite comparison is possible)."""
+    w = ulp_worst(actual, expected)
+    return None if w is None else w[0]
+
+
+def ulp_worst(actual: np.ndarray, expected: np.ndarray) -> Optional[tuple]:
+    """(largest ulp distance, the index where it is) over the non-NaN pairs; a complex
+    array's worse part (real or imaginary). None if no finite comparison is possible."""
     if actual.dtype.kind == "c":
-        parts = [ulp_distance(actual.real.copy(), expected.real.copy()),
-                 ulp_distance(actual.imag.copy(), expected.imag.copy())]
+        parts = [ulp_worst(actual.real.copy(), expected.real.copy()),
+                 ulp_worst(actual.imag.copy(), expected.imag.copy())]
         parts = [p for p in parts if p is not None]
-        return max(parts) if parts else None
+        return max(parts, key=lambda p: p[0]) if parts else None
     a, e = np.ascontiguousarray(actual), np.ascontiguousarray(expected.astype(actual.dtype))
     with np.errstate(invalid="ignore"):
         keep = ~(np.isnan(a.astype(np.float64)) | np.isnan(e.astype(np.float64)))
     if not keep.any():
         return None
-    d = np.abs(_ordered(a)[keep].astype(np.float64) - _ordered(e)[keep].astype(np.float64))
-    return int(d.max())
+    d = np.abs(_ordered(a).astype(np.float64) - _ordered(e).astype(np.float64))
+    d = np.where(keep, d, -1.0)
+    i = int(np.argmax(d))
+    # (ascontiguousarray makes a 0-d array 1-d: the index is the input's own)
+    at = tuple(int(j) for j in np.unravel_index(i, actual.shape)) if actual.ndim else ()
+    return int(d.reshape(-1)[i]), at
 
 
 @dataclass
@@ -78,6 +89,8 @@ class Comparison:
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
     ulp: Optional[int] = None
+    ulp_at: Optional[tuple] = None  # the index of the largest ulp distance
+    ulp_values: Optional[tuple] = None  # (tapescope's, JAX's) value there
     mismatches: int = 0
     rtol: float = 0.0
     atol: float = 0.0
@@ -143,7 +156,10 @@ def compare(label: str, primitive: str, actual: np.ndarray, expected: Optional[n
     c.max_abs = float(err.max())
     c.max_rel = float(rel.max())
     if _is_float(actual.dtype):
-        c.ulp = ulp_distance(actual, expected)
+        w = ulp_worst(actual, expected)
+        if w is not None:
+            c.ulp, c.ulp_at = w
+            c.ulp_values = (actual[c.ulp_at].item(), expected[c.ulp_at].item())
     c.mismatches = int((~close).sum())
     c.status = PASS if c.mismatches == 0 else FAIL
     if c.mismatches:
@@ -188,6 +204,31 @@ class CheckReport:
             return "FAIL"
         return "NO REFERENCE"
 
+    def verdict(self) -> str:
+        """The status with what it means: the tolerance it was judged by and, for a float
+        result, where the largest ulp distance is and why it passed there (a large ulp
+        count near zero, where an ulp is tiny, is inside the absolute tolerance)."""
+        if not self.outputs:
+            return self.status
+        worst = [c for c in self.outputs if c.status == FAIL] or self.outputs
+        c = max(worst, key=lambda c: (c.ulp or 0, c.max_abs or 0))
+        tol = f"rtol {c.rtol:g}, atol {c.atol:g} for {c.dtype}"
+        if c.status == FAIL:
+            return f"FAIL: {c.label}: {c.reason} ({tol})"
+        if c.status != PASS:
+            return f"{self.status}: {c.label}: {c.reason}"
+        head = f"PASS within {tol}" if len(self.outputs) == 1 else f"PASS: every output within {tol}"
+        if c.ulp is None or c.ulp_at is None or c.ulp_values is None:
+            return head
+        a, e = c.ulp_values
+        err = abs(complex(a) - complex(e))
+        where = f"{c.label}[{', '.join(map(str, c.ulp_at))}]" if c.ulp_at else c.label
+        text = (f"{head}; largest distance {c.ulp} ulp at {where} "
+                f"(tapescope {a:.6g}, JAX {e:.6g}: off by {err:.3g})")
+        if c.ulp > 16 and err <= c.atol:
+            text += f", a value near zero, where an ulp is {err / c.ulp:.2g}: inside atol"
+        return text
+
     _COLS = ("array", "primitive", "shape", "dtype", "max abs", "max rel", "ulp",
              "rtol / atol", "status", "note")
 
@@ -221,7 +262,7 @@ class CheckReport:
     def __repr__(self) -> str:
         rows = [self._COLS] + [self._row(c) for c in self.outputs]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._COLS))]
-        out = [self._headline()]
+        out = [self._headline(), self.verdict()]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         if self.every_node:
             failing = [c for c in self.nodes if c.status != PASS]
@@ -252,7 +293,7 @@ class CheckReport:
 
     def _repr_html_(self) -> str:
         parts = [f"<div class='tapescope-check-report'><b>{html.escape(self._headline())}</b>",
-                 self._table_html(self.outputs, "outputs")]
+                 f"<p>{html.escape(self.verdict())}</p>", self._table_html(self.outputs, "outputs")]
         parts += [f"<p>{html.escape(line)}</p>" for line in self._reference_text()]
         if self.every_node:
             parts.append(self._table_html(self.nodes, "every node (JAX on tapescope's inputs)"))

@@ -27,11 +27,11 @@
 static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
-static PyObject *l_launch_for, *s_takes, *s_launch_fused, *s_tape;
+static PyObject *l_kernel_rules, *l_launch_for, *s_takes, *s_launch_fused, *s_tape;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes;
 static int loop_configured = 0;
-enum { P_KW, P_STREAM, P_DEFN, P_COUNT };
+enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
@@ -42,15 +42,16 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"python_run", "backend", "by_stream", "xp", "allocator",
                                         "handle_type", "bfloat16", "ndarray", "timeline", "now",
                                         "record", "finish", "counts", "quiet_var", "quiet_value",
-                                        "launch_for"};
+                                        "launch_for", "kernel_rules"};
     PyObject **const slots[] = {&l_python_run, &l_backend, &l_by_stream, &l_xp, &l_alloc,
                                 &l_handle_type, &l_bf16, &l_ndarray, &l_timeline, &l_now,
                                 &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value,
-                                &l_launch_for};
+                                &l_launch_for, &l_kernel_rules};
     loop_configured = 0;
     if (take_all(kw, "configure_loop", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyContextVar_CheckExact(l_quiet_var)) {
+    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyDict_Check(l_kernel_rules) ||
+        !PyContextVar_CheckExact(l_quiet_var)) {
         PyErr_SetString(PyExc_TypeError, "configure_loop: by_stream a dict, counts a list, "
                                          "quiet_var a ContextVar");
         return NULL;
@@ -73,7 +74,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                                         "buffer types");
         return NULL;
     }
-    static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn"};
+    static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn", "name"};
     static const char *const f_slots[F_COUNT] = {"rule", "takes_out", "takes_donatable",
                                                  "takes_runtime", "view", "elementwise"};
     static const char *const t_slots[T_COUNT] = {"size", "np"};
@@ -331,7 +332,11 @@ static int run_host(PyObject *node) {
     /* from here the node runs: hold what the rule gets */
     for (Py_ssize_t i = 0; i <= n; i++) Py_INCREF(args[i]);
     Py_XINCREF(target);
-    PyObject *rule = Py_NewRef(SLOT(defn, defn_off[F_RULE]));
+    /* the backend's generated kernel for the primitive where it has one (Backend.kernel_rules),
+     * else the definition's rule; the definition's flags either way, as evaluate._run */
+    PyObject *rule = PyDict_GetItemWithError(l_kernel_rules, SLOT(prim, prim_off[P_NAME]));
+    if (rule == NULL && PyErr_Occurred()) PyErr_Clear();
+    rule = Py_NewRef(rule != NULL ? rule : SLOT(defn, defn_off[F_RULE]));
     int rc = -1;
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
     if (enabled == NULL) goto done;

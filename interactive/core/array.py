@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copyreg
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -113,9 +113,8 @@ def _scalar_dtype(val: Any) -> _dt.Dtype:
 def _check_list(val: Any, shape: tuple, depth: int, found: list) -> None:
     """Walk the list in order as MLX does, checking it against ``shape``; collect leaf dtypes."""
     if isinstance(val, array):
-        if val.shape != shape[depth:]:
-            raise ValueError("Initialization encountered "
-                             + ("extra dimension." if depth == len(shape) else "non-uniform length."))
+        if val.shape != shape[depth:]:  # MLX: a mismatched array is a length mismatch
+            raise ValueError("Initialization encountered non-uniform length.")
         found.append(val.dtype)
     elif depth == len(shape):
         if isinstance(val, (list, tuple)):
@@ -163,6 +162,14 @@ def _infer_list(val: Any) -> tuple[tuple, _dt.Dtype]:
     return shape, d
 
 
+def _holds_array(val: Any) -> bool:
+    """Whether a nested list has an ``mx.array`` anywhere in it."""
+    for v in val:
+        if isinstance(v, array) or (isinstance(v, (list, tuple)) and _holds_array(v)):
+            return True
+    return False
+
+
 def _to_numpy_list(val: Any) -> Any:
     if isinstance(val, array):
         return val.tolist()
@@ -171,12 +178,23 @@ def _to_numpy_list(val: Any) -> Any:
     return val
 
 
+def check_dimensions(shape: Sequence[int], op: str = "") -> None:
+    """MLX's shape dimensions are 32-bit: a computed dimension outside raises its
+    OverflowError (``[op] Shape dimension N is outside ...``, without the op for data)."""
+    for d in shape:
+        if not -(2**31) <= d < 2**31:
+            raise OverflowError(f"{f'[{op}] ' if op else ''}Shape dimension {d} is outside the "
+                                "supported range [-2147483648, 2147483647]. MLX currently uses "
+                                "32-bit integers for shape dimensions.")
+
+
 def _numpy_source(val: np.ndarray) -> tuple[np.ndarray, _dt.Dtype]:
     """A numpy array's data and MLX dtype (float64 -> float32, complex128 -> complex64)."""
     if val.dtype.kind in "OSUVMm" and val.dtype not in (_dt.bfloat16.np,):
         raise RuntimeError("std::bad_cast")
     if any(s < 0 for s in val.strides):
         raise ValueError("Cannot convert DLPack arrays with negative strides to mlx array.")
+    check_dimensions(val.shape)
     inferred = _dt.float32 if val.dtype == np.float64 else _dt.from_numpy(val.dtype)
     return val, inferred
 
@@ -267,6 +285,14 @@ class array(_BufferBase):
             raise incompatible("__init__", _INIT_SIG, self, val)
         if hasattr(type(val), "__mlx_array__"):  # an ArrayLike
             self.__init__(val.__mlx_array__(), dtype)
+            return
+        if isinstance(val, (list, tuple)) and _holds_array(val):
+            # MLX's array_from_list with arrays inside: the checks, then each element made an
+            # array and the lot stacked, so the arrays stay in the graph (python/src/convert.cpp)
+            _infer_list(val)
+            from .ops import stack
+
+            self._d = stack([array(v, dtype) for v in val])._d
             return
         data, dt = _from_value(val, dtype)
         self._d = ArrayDesc(data.shape, dt, resolve_stream(None), data=data)

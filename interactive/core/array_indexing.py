@@ -27,13 +27,25 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _int32_index(i: int) -> int:
+    """MLX's int and slice indices are 32-bit (its ValueError for larger ones)."""
+    if not -(2**31) <= i < 2**31:
+        raise ValueError("Slice indices must be 32-bit integers.")
+    return i
+
+
 def _entry(x: Any) -> Any:
     """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
     if isinstance(x, (bool, np.bool_)):
         raise ValueError(_INVALID)
     if _is_int(x):
-        return int(x)
-    if x is None or x is Ellipsis or isinstance(x, slice):
+        return _int32_index(int(x))
+    if isinstance(x, slice):
+        for v in (x.start, x.stop, x.step):
+            if _is_int(v):
+                _int32_index(int(v))
+        return x
+    if x is None or x is Ellipsis:
         return x
     if isinstance(x, (list, np.ndarray)):
         x = array(x)
@@ -147,6 +159,7 @@ def _getitem(a: array, idx: Any) -> array:
     if idx is Ellipsis or (isinstance(idx, tuple) and len(idx) == 0):
         return a
     if _is_int(idx) and not isinstance(idx, (bool, np.bool_)):
+        _int32_index(int(idx))
         if a.ndim == 0:
             raise ValueError("too many indices for array: array is 0-dimensional")
         _check_index(int(idx), a.shape[0], 0)
@@ -207,10 +220,10 @@ def _scatter_update(a: array, idx: Any, value: array, reduce: str) -> array:
         base = broadcast(value, (), stream=s)
         return _scatter(a, [], base, (), reduce, s)
     entries = _expand(a, idx)
+    x, stripped = _strip_none(a, entries, s)
+    indices, target = _scatter_indices(x, stripped, s)
+    upd = _fit(value, target, s)  # MLX: the update's shape is checked first
     _check_entries(a, entries)
-    x, entries = _strip_none(a, entries, s)
-    indices, target = _scatter_indices(x, entries, s)
-    upd = _fit(value, target, s)
     upd = reshape(upd, target + (1,) * x.ndim, stream=s)
     out = _scatter(x, indices, upd, tuple(range(x.ndim)), reduce, s)
     return reshape(out, a.shape, stream=s) if x.ndim != a.ndim else out
@@ -260,11 +273,17 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     entries = _expand(a, idx) if not _is_int(idx) or a.ndim else None
     if entries is None:
         raise ValueError("too many indices for array: array is 0-dimensional")
-    _check_entries(a, entries)
     if any(isinstance(e, array) for e in entries):
         a._d = _scatter_update(a, idx, v, "none")._d
         return
-    # Basic index: a SliceUpdate of the sliced window (the whole array: just a Broadcast).
+    a._d = _basic_update(a, entries, v, "none", s)._d
+
+
+def _basic_update(a: array, entries: tuple, v: array, reduce: str, s) -> array:
+    """``a[entries]`` (ints, slices, None: no arrays) updated with ``v`` by ``reduce`` (none,
+    sum, prod, max, min): a SliceUpdate of the window, MLX's ``slice_update[_add|...]``
+    (replacing the whole array: just ``v`` broadcast)."""
+    _check_entries(a, entries)
     start, stop, step, ints = [], [], [], []
     ax = 0
     for e in entries:
@@ -284,10 +303,19 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     for i in nones:
         target = target[:i] + (1,) + target[i:]
     upd = reshape(_fit(v, target, s), window, stream=s)
-    if window == a.shape and all(st == 1 for st in step):
-        a._d = upd._d
-        return
-    a._d = _slice_update(a, upd, start, stop, step, s)._d
+    if reduce == "none" and window == a.shape and all(st == 1 for st in step):
+        return upd
+    return _slice_update(a, upd, start, stop, step, s, reduce)
+
+
+def _update(a: array, idx: Any, v: array, reduce: str) -> array:
+    """``x.at[idx]``'s update: a SliceUpdate for a basic index, as MLX's ``mlx_add_item``
+    and its siblings (python/src/indexing.cpp), else a Scatter."""
+    if not (isinstance(idx, tuple) and not idx) and idx is not Ellipsis and a.ndim:
+        entries = _expand(a, idx)
+        if not any(isinstance(e, array) for e in entries):
+            return _basic_update(a, entries, v, reduce, resolve_stream(None))
+    return _scatter_update(a, idx, v, reduce)
 
 
 _NO_INDEX = object()  # ``x.at`` before it is indexed
@@ -321,32 +349,32 @@ class ArrayAt:
 
     def add(self, value: Any) -> array:
         """``x[idx] += value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "sum")
+        return _update(self._a, self._indices(), self._upd(value), "sum")
 
     def subtract(self, value: Any) -> array:
         """``x[idx] -= value``, accumulating repeated indices."""
         from .ops import negative
 
-        return _scatter_update(self._a, self._indices(), negative(self._upd(value)), "sum")
+        return _update(self._a, self._indices(), negative(self._upd(value)), "sum")
 
     def multiply(self, value: Any) -> array:
         """``x[idx] *= value``, accumulating repeated indices."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "prod")
+        return _update(self._a, self._indices(), self._upd(value), "prod")
 
     def divide(self, value: Any) -> array:
         """``x[idx] /= value`` (a product with the reciprocal, cast to x's dtype)."""
         from .ops import divide
 
         recip = divide(array(1, self._a.dtype), self._upd(value))
-        return _scatter_update(self._a, self._indices(), recip, "prod")
+        return _update(self._a, self._indices(), recip, "prod")
 
     def maximum(self, value: Any) -> array:
         """``x[idx] = maximum(x[idx], value)``."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "max")
+        return _update(self._a, self._indices(), self._upd(value), "max")
 
     def minimum(self, value: Any) -> array:
         """``x[idx] = minimum(x[idx], value)``."""
-        return _scatter_update(self._a, self._indices(), self._upd(value), "min")
+        return _update(self._a, self._indices(), self._upd(value), "min")
 
 
 def _install() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
+from .ops.convert import to_array
 from .primitive import Primitive
 
 _BACKENDS = ("any", "mpi", "nccl", "jaccl", "ring")
@@ -170,11 +171,12 @@ def _group(group: Optional[Group]) -> Group:
 
 def _collective(name: str, x: Any, group: Optional[Group], stream: StreamOrDevice,
                 **params) -> Any:
-    """``x`` itself (a new handle) in a singleton group, else the recorded primitive."""
+    """``x`` itself (a new handle) in a singleton group, else the recorded primitive; a
+    scalar or numpy ``x`` becomes an array first, as MLX's ``scalar | array`` binding does."""
     g = _group(group)
+    x = to_array(x)
     if g.size() == 1:
-        return x._handle() if isinstance(x, array) else x
-    x = x if isinstance(x, array) else array(x)
+        return x._handle()
     s = _comm_stream(g, stream)
     prim = Primitive(name, s, comm=g._comm, **params)
     shape = prim.defn.shape([x.shape], comm=g._comm, **params)[0]

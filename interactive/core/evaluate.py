@@ -144,8 +144,8 @@ def _run_node(node: Node) -> None:
     stream's device (in its device context: a GPU's stream), and detach it."""
     prim = node.primitive
     be = stream_backend(prim.stream)
-    if be.device_context is None:
-        _run(node, prim, be)
+    if be.device_context is None:  # the host: a generated kernel where the backend has one
+        _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
     if prim.defn.takes_runtime and _gpu_fused_lane(node, prim, be):
         return
@@ -363,7 +363,8 @@ def _c_loop():
         "record": _record, "finish": _finish, "counts": _counts, "quiet_var": quiet_var,
         "quiet_value": quiet_value, "node_type": Node, "desc_type": ArrayDesc,
         "primitive_type": Primitive, "definition_type": PrimitiveDef,
-        "dtype_type": type(_BF16), "buffer_type": Buffer, "launch_for": cpu.compiled_launch})
+        "dtype_type": type(_BF16), "buffer_type": Buffer, "launch_for": cpu.compiled_launch,
+        "kernel_rules": cpu.kernel_rules})
     return _call
 
 

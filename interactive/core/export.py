@@ -17,11 +17,11 @@ from typing import Any
 
 from .array import ArrayDesc, array
 from .primitive import Node
+from .tree import tree_arrays
 from .walk import topological
 
 __all__ = ["export_to_dot"]
 
-_FLATTEN_ERR = "[tree_flatten] The argument should contain only arrays"
 
 
 def _letters(n: int) -> str:
@@ -31,20 +31,6 @@ def _letters(n: int) -> str:
         out.append(chr(ord("A") + (n - 1) % 26))
         n = (n - 1) // 26
     return "".join(reversed(out))
-
-
-def _flatten(tree: Any, out: list) -> None:
-    """MLX's strict ``tree_flatten``: arrays from lists, tuples and dicts; anything else raises."""
-    if isinstance(tree, array):
-        out.append(tree)
-    elif isinstance(tree, (list, tuple)):
-        for x in tree:
-            _flatten(x, out)
-    elif isinstance(tree, dict):
-        for x in tree.values():
-            _flatten(x, out)
-    else:
-        raise ValueError(_FLATTEN_ERR)
 
 
 class _Namer:
@@ -69,6 +55,8 @@ def _label(node: Node) -> str:
     if prim.name == "Compiled":
         tape = prim.kw.get("tape")
         return "Compiled" + "".join(op.primitive for op in getattr(tape, "ops", ()))
+    if prim.name == "SliceUpdate" and "reduce" in prim.kw:  # MLX's "SliceUpdate Sum", ...
+        return f"SliceUpdate {prim.kw['reduce'].capitalize()}"
     return prim.name
 
 
@@ -133,9 +121,9 @@ def dot_text(outputs: list, names: dict) -> str:
 def export_to_dot(file: object, *args: Any, **kwargs: Any) -> None:
     """Export the graph above the given arrays to DOT (a file path or an object with ``write``)."""
     outs: list = []
-    _flatten(args, outs)
+    tree_arrays(args, outs, strict=True)
     named: list = []
-    _flatten(kwargs, named)
+    tree_arrays(kwargs, named, strict=True)
     names: dict = {}
     for k, v in kwargs.items():
         if not isinstance(v, array):

@@ -85,15 +85,12 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     """Rotary positional encoding of the first ``dims`` features of the last axis, positions
     along the second-to-last axis starting at ``offset``."""
     mx = _mx()
-    if a.ndim < 3:
-        raise ValueError(f"[rope] Input must have at least 3 dimensions but got input with "
-                         f"{a.ndim} dimensions.")
-    if dims % 2 != 0:
-        raise ValueError(f"[rope] dims must be even but got {dims}.")
-    if base is None and freqs is None:
-        raise ValueError("[rope] Neither base nor freqs has a value.")
-    if base is not None and freqs is not None:
+    if freqs is not None and base is not None:  # MLX's checks, in its order (mlx/fast.cpp)
         raise ValueError("[rope] Only one of base or freqs can have a value.")
+    if freqs is None and base is None:
+        raise ValueError("[rope] Neither base nor freqs has a value.")
+    off = offset if isinstance(offset, array) else array(offset, _dt.int32)
+    _check_rope(a, dims, off, freqs)
     t = a.dtype
     half = dims // 2
     if freqs is None:
@@ -101,8 +98,10 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     else:
         inv = mx.reciprocal(mx.astype(freqs, _dt.float32))
     L = a.shape[-2]
-    off = offset if isinstance(offset, array) else array(offset, _dt.float32)
-    pos = (mx.arange(L, dtype=_dt.float32) + mx.astype(off, _dt.float32)) * scale
+    off = mx.astype(off, _dt.float32)
+    if off.size > 1:  # one offset per batch element: positions (B, 1, ..., L)
+        off = mx.reshape(off, (off.size,) + (1,) * (a.ndim - 2))
+    pos = (mx.arange(L, dtype=_dt.float32) + off) * scale
     theta = mx.expand_dims(pos, -1) * inv
     cos, sin = mx.astype(mx.cos(theta), t), mx.astype(mx.sin(theta), t)
     if traditional:
@@ -115,6 +114,37 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     if dims < a.shape[-1]:
         rot = mx.concatenate([rot, a[..., dims:]], -1)
     return mx.astype(rot, t, stream=stream)
+
+
+def _check_rope(a: array, dims: int, offset: array, freqs: Optional[array]) -> None:
+    """MLX's rope checks (mlx/fast.cpp), in its order and with its messages."""
+    if a.ndim < 3:
+        raise ValueError(f"[rope] Input must have at least 3 dimensions but got input with "
+                         f"{a.ndim} dimensions.")
+    if not _dt.issubdtype(a.dtype, _dt.floating):
+        raise ValueError(f"[rope] Input must be a floating type but got {a.dtype.name}.")
+    if offset.ndim > 1:
+        raise ValueError("[rope] offset must have at most one dimension but has shape "
+                         f"{_fmt(offset.shape)}.")
+    if offset.size != 1 and offset.size != a.shape[0]:
+        raise ValueError(f"[rope] offset must be a scalar or vector with {a.shape[0]} elements "
+                         f"but has shape {_fmt(offset.shape)}.")
+    if not _dt.issubdtype(offset.dtype, _dt.integer):
+        raise ValueError(f"[rope] offset must be an integer but got type {offset.dtype.name}.")
+    if dims <= 0:
+        raise ValueError(f"[rope] dims must be positive but got {dims}.")
+    if dims % 2 != 0:
+        raise ValueError(f"[rope] dims must be even but got {dims}.")
+    if dims > a.shape[-1]:
+        raise ValueError(f"[rope] dims must not exceed the input's last dimension "
+                         f"({a.shape[-1]}) but got {dims}.")
+    if freqs is not None and (freqs.ndim != 1 or freqs.shape[0] != dims // 2):
+        raise ValueError(f"[rope] freqs must be one dimensional with size {dims // 2} but got "
+                         f"shape {_fmt(freqs.shape)}.")
+
+
+def _fmt(shape: tuple) -> str:
+    return "(" + ",".join(str(d) for d in shape) + ")"
 
 
 def scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,
@@ -135,6 +165,14 @@ def scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,
         raise ValueError(f"[scaled_dot_product_attention] n_heads must be a multiple of "
                          f"n_kv_heads, found n_heads {n_q} for n_kv_heads {n_kv}.")
     reps = n_q // n_kv
+    if sinks is not None:
+        final = _dt.promote_types(_dt.promote_types(q.dtype, k.dtype), v.dtype)
+        if _dt.promote_types(sinks.dtype, final) != final:
+            raise ValueError("[scaled_dot_product_attention] Type of sinks must promote to "
+                             f"output type {final.name}.")
+        if sinks.ndim != 1 or sinks.shape[0] != n_q:
+            raise ValueError("[scaled_dot_product_attention] Received invalid shape for sinks "
+                             f"{_fmt(sinks.shape)}.")
     qs = q * array(scale, q.dtype)
     if reps > 1:
         qs = mx.reshape(qs, (B, n_kv, reps, L, D))

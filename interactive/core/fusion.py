@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tapescope.kernels.backends import stream_backend
 from tapescope.kernels.codegen.render import cannot_render
 from tapescope.kernels.codegen.tape import (
     MAX_COMPILE_ARRAYS, MAX_COMPILE_DEPTH, Reduction, TapeInput, TapeOp, make_tape, node_name,
@@ -94,9 +95,14 @@ def _fusable(g: GOp) -> bool:
 
 
 def _unrenderable(g: GOp):
-    """Why the kernel runtime of ``g``'s stream cannot compute ``g`` (None when it can). Every
-    stream's fused kernels are C today (the CPU runtime runs them)."""
-    return cannot_render(g.prim.name, [v.dtype.np for v in g.inputs], g.outputs[0].dtype.np, "c")
+    """Why the kernel runtime of ``g``'s stream cannot compute ``g`` (None when it can): the
+    stream's backend names its dialect (C on the CPU, CUDA, MSL)."""
+    try:
+        dialect = stream_backend(g.prim.stream).dialect
+    except (AttributeError, RuntimeError):  # no stream, or no backend for its device
+        dialect = "c"
+    return cannot_render(g.prim.name, [v.dtype.np for v in g.inputs], g.outputs[0].dtype.np,
+                         dialect)
 
 
 def _constant_value(v: Val):

@@ -7,7 +7,7 @@ Quantized tensor types are not read (MLX dequantizes some of them)."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -52,9 +52,12 @@ def _metadata_value(key: str, v: Any) -> bytes:
     return struct.pack("<IIQ", _ARR, t, v.size) + data
 
 
-def save_gguf(file: Any, arrays: dict, metadata: dict) -> None:
-    """Save array(s) to a binary file in ``.gguf`` format."""
+def save_gguf(file: Any, arrays: dict, metadata: Optional[dict] = None) -> None:
+    """Save array(s) to a binary file in ``.gguf`` format (``metadata`` may be left out, as
+    in MLX)."""
     from .serialize import _open, _path
+
+    metadata = {} if metadata is None else metadata
 
     for a in arrays.values():
         if a.dtype not in _TENSOR_TYPES:
@@ -77,65 +80,142 @@ def save_gguf(file: Any, arrays: dict, metadata: dict) -> None:
             f.write(b)
 
 
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
+_FIXED = {_U8: 1, _I8: 1, _U16: 2, _I16: 2, _U32: 4, _I32: 4, _F32: 4, _BOOL: 1, _U64: 8,
+          _I64: 8, _F64: 8}
+_MAX_DIMS = 8  # gguflib's GGUF_TENSOR_MAX_DIM (an assert there: MLX aborts past it)
+_PAST = " extends past the end of the file. Perhaps an incomplete download or corrupt file?"
 
-    def take(self, fmt: str) -> Any:
+
+class _Reader:
+    """Reads a GGUF file's fields, each checked to lie in the file first (gguflib reads
+    through pointers unchecked: MLX segfaults on a truncated key, a huge count or string)."""
+
+    def __init__(self, data: bytes, where: str):
+        self.data, self.pos, self.where = data, 0, where
+
+    def need(self, n: int, what: str) -> None:
+        if n > len(self.data) - self.pos:
+            raise RuntimeError(f"[load_gguf] {what}{_PAST}")
+
+    def take(self, fmt: str, what: str) -> Any:
+        n = struct.calcsize("<" + fmt)
+        self.need(n, what)
         vals = struct.unpack_from("<" + fmt, self.data, self.pos)
-        self.pos += struct.calcsize("<" + fmt)
+        self.pos += n
         return vals[0] if len(vals) == 1 else vals
 
-    def string(self) -> str:
-        n = self.take("Q")
-        s = self.data[self.pos:self.pos + n].decode()
+    def string(self, what: str) -> str:
+        n = self.take("Q", what)
+        self.need(n, what)
+        raw = self.data[self.pos:self.pos + n]
         self.pos += n
-        return s
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:  # MLX: a raw UnicodeDecodeError from nanobind
+            raise RuntimeError(f"[load_gguf] {what} is not valid UTF-8 in {self.where}") from None
 
-    def values(self, t: int, n: int) -> Any:
-        if t == _STR:
-            return [self.string() for _ in range(n)]
-        dt = _VALUE_DTYPES.get(t)
-        if dt is None:
-            raise ValueError(f"[load_gguf] Unsupported metadata type {t}.")
-        host = np.frombuffer(self.data, dt.np, n, self.pos).copy()
-        self.pos += host.nbytes
+    def scalars(self, t: int, n: int, what: str) -> np.ndarray:
+        """``n`` values of fixed-size type ``t`` as MLX keeps them: float64 as float32, a
+        bool as whether its byte is nonzero."""
+        size = _FIXED[t]
+        if n > (len(self.data) - self.pos) // size:
+            raise RuntimeError(f"[load_gguf] {what}{_PAST}")
+        if t == _BOOL:
+            host = np.frombuffer(self.data, np.uint8, n, self.pos) != 0
+        else:
+            host = np.frombuffer(self.data, _VALUE_DTYPES[t].np, n, self.pos)
+            host = host.astype(np.float32) if t == _F64 else host.copy()
+        self.pos += n * size
         return host
+
+    def value(self, t: int) -> Any:
+        """One metadata value of type ``t`` (mlx/io/gguf.cpp set_mx_value_from_gguf)."""
+        if t in _FIXED:
+            return array(self.scalars(t, 1, "Metadata value").reshape(()), _metadata_dtype(t))
+        if t == _STR:
+            return self.string("String metadata value")
+        if t != _ARR:
+            raise RuntimeError("[load_gguf] Received unexpected type.")
+        et, n = self.take("IQ", "Metadata value")
+        if et == _ARR:
+            raise ValueError("[load_gguf] Only supports loading 1-layer of nested arrays.")
+        if et == _STR:
+            return [self.string("Array metadata value") for _ in range(n)]
+        if et not in _FIXED:
+            raise RuntimeError("[load_gguf] Multiple levels of nested arrays are not supported.")
+        return array(self.scalars(et, n, "Array metadata value"), _metadata_dtype(et))
+
+
+def _metadata_dtype(t: int) -> Any:
+    return _dt.float32 if t == _F64 else _VALUE_DTYPES[t]
+
+
+def _tensor_error(name: str, what: str) -> RuntimeError:
+    return RuntimeError(f"[load_gguf] Tensor '{name}' {what}. Perhaps an incomplete download or "
+                        "corrupt file?")
 
 
 def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
-    """(arrays, metadata) of an open GGUF file."""
-    r = _Reader(f.read())
-    if r.data[:4] != b"GGUF":
-        raise ValueError(f"[load_gguf] Failed to read gguf file {file}")
+    """(arrays, metadata) of an open GGUF file; MLX's messages where MLX checks, bracketed
+    ones naming the file and the field where it reads past the file or crashes."""
+    from .serialize import label
+
+    where = label(file)
+    r = _Reader(f.read(), where)
+    if len(r.data) < 24 or r.data[:4] != b"GGUF":  # gguflib's gguf_init
+        raise RuntimeError("[load_gguf] gguf_init failed")
     r.pos = 4
-    version, n_tensors, n_kv = r.take("IQQ")
+    version, n_tensors, n_kv = r.take("IQQ", "The header")
+    if version not in (2, 3):  # gguflib reads any version as 3; version 1's fields are 32-bit
+        raise RuntimeError(f"[load_gguf] Unsupported GGUF version {version} in {where}")
+    # a huge count is not checked up front: every entry takes at least 13 bytes, so the
+    # loops end at the file's end with the field's error
     meta: dict = {}
     alignment = _ALIGN
     for _ in range(n_kv):
-        key, t = r.string(), r.take("I")
-        if t == _ARR:
-            et, n = r.take("IQ")
-            vals = r.values(et, n)
-            meta[key] = vals if et == _STR else array(vals, _VALUE_DTYPES[et])
-        else:
-            v = r.values(t, 1)
-            meta[key] = v[0] if t == _STR else array(v.reshape(()), _VALUE_DTYPES[t])
+        key = r.string("Metadata key")
+        t = r.take("I", "Metadata value")
+        meta[key] = r.value(t)
         if key == "general.alignment":
-            alignment = int(np.asarray(meta[key]._numpy()))
+            # a uint32 power of two, as ggml's gguf.cpp and gguf-py require (gguflib reads any
+            # uint32, and divides by zero on 0)
+            alignment = int(np.asarray(meta[key]._numpy())) if t == _U32 else 0
+            if alignment <= 0 or alignment & (alignment - 1):
+                raise RuntimeError("[load_gguf] general.alignment must be a uint32 power of two "
+                                   f"in {where}")
     infos = []
     for _ in range(n_tensors):
-        name, nd = r.string(), r.take("I")
-        dims = [r.take("Q") for _ in range(nd)]
-        t, off = r.take("IQ")
-        if t not in _TENSOR_DTYPES:
-            raise ValueError(f"[load_gguf] Unsupported tensor type {t} (quantized GGUF is not "
-                             "read here).")
-        infos.append((name, tuple(reversed(dims)), _TENSOR_DTYPES[t], off))
+        name = r.string("Tensor name")
+        what = f"Tensor '{name}' info"
+        nd = r.take("I", what)
+        if nd > _MAX_DIMS:
+            raise RuntimeError(f"[load_gguf] Tensor '{name}' has {nd} dimensions, more than "
+                               f"{_MAX_DIMS}, in {where}")
+        dims = r.take(f"{nd}Q", what) if nd else ()
+        dims = (dims,) if nd == 1 else tuple(dims)
+        t, off = r.take("IQ", what)
+        infos.append((name, tuple(reversed(dims)), t, off))
     base = r.pos + (-r.pos % alignment)
     arrays = {}
-    for name, shape, dt, off in infos:
-        n = int(np.prod(shape))
-        host = np.frombuffer(r.data, dt.np, n, base + off).reshape(shape).copy()
-        arrays[name] = array(host, dt)
+    for name, shape, t, off in infos:
+        dt = _TENSOR_DTYPES.get(t)
+        if dt is None:
+            raise ValueError(f"[load_gguf] Unsupported tensor type {t} (quantized GGUF is not "
+                             "read here).")
+        start, nbytes = base + off, dt.np.itemsize * int(np.prod(shape, dtype=object))
+        # mlx/io/gguf.cpp check_tensor_in_file
+        if start >= 2**64:
+            raise _tensor_error(name, "has a data offset that overflows the data section")
+        if start > len(r.data):
+            raise _tensor_error(name, "has a data offset past the end of the file")
+        if nbytes > len(r.data) - start:
+            raise _tensor_error(name, "extends past the end of the file")
+        if any(d >= 2**31 for d in shape):  # MLX's Shape is int32
+            raise RuntimeError(f"[load_gguf] Tensor '{name}' dimensions {list(reversed(shape))} "
+                               f"are outside the int32 range in {where}")
+        if name in arrays:  # MLX prints the first array where the name belongs
+            raise RuntimeError(f"[load_gguf] Duplicate parameter name {name} this can happend when "
+                               "loading quantized tensors.")
+        host = np.frombuffer(r.data, dt.np, nbytes // dt.np.itemsize, start)
+        arrays[name] = array(host.reshape(shape).copy(), dt)
     return arrays, meta

@@ -22,17 +22,44 @@ _FROM_DLPACK_SIG = "from_dlpack(x: DLPackCompatible, /, *, copy: bool | None = N
 def from_dlpack(x: Any, /, *, copy: Optional[bool] = None) -> array:
     """Create an array from an object that supports DLPack.
 
-    The data is always copied into tapescope's allocator (``copy=False`` copies too: the
-    runtime recycles its buffers, so it cannot hold memory it does not own)."""
+    The data is always copied into tapescope's allocator (the runtime recycles its buffers,
+    so it cannot hold memory it does not own): ``copy=False``, which must never copy, raises
+    MLX's error for a buffer it cannot adopt (python/src/convert.cpp)."""
     if isinstance(x, np.generic):  # numpy scalars: MLX's binding takes them too
         x = np.asarray(x)
     if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")) or not (
             copy is None or isinstance(copy, bool)):
         raise incompatible("from_dlpack", _FROM_DLPACK_SIG, x,
                            **({} if copy is None else {"copy": copy}))
+    if copy is False:
+        raise ValueError("[convert] Cannot import a CPU array without a copy.")
     if isinstance(x, array):
         return array(x._numpy().copy(), x.dtype)
-    return array(np.array(np.from_dlpack(x), copy=True))  # float64 -> float32, as MLX
+    src = np.from_dlpack(x)
+    if any(st < 0 for st in src.strides):
+        return array(src)  # MLX's error for negative strides
+    if src.dtype in (np.float64, np.complex128) or src.flags.c_contiguous or src.size == 0:
+        return array(np.array(src, copy=True))  # float64 -> float32, as MLX
+    return _strided_copy(src)
+
+
+def _strided_copy(src: np.ndarray) -> array:
+    """A copy of a strided source laid out as MLX's adopted array is (the source's strides:
+    ``memoryview(y).strides`` match): the bytes its view spans, copied into a new buffer."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from .array import ArrayDesc, adopt, check_dimensions
+    from .device import resolve_stream
+
+    check_dimensions(src.shape)
+    span = sum((n - 1) * st for n, st in zip(src.shape, src.strides)) + src.itemsize
+    raw = np.empty(-(-span // src.itemsize), dtype=src.dtype)
+    view = as_strided(raw, src.shape, src.strides)
+    view[...] = src
+    view.flags.writeable = False  # as a broadcast view: never donated, never written into
+    dt = _dt.from_numpy(src.dtype)
+    return array._wrap(ArrayDesc(src.shape, dt, resolve_stream(None), data=view,
+                                 buffer=adopt(raw)))
 
 
 def get_array_buffer_size(*args: Any) -> int:

@@ -340,7 +340,7 @@ def _fmt_ord(ord: float) -> str:
 def _matrix_norm(a: array, ord, axes: list, keepdims: bool, s) -> array:
     ops = _ops()
     dt = _at_least_float(a.dtype)
-    row, col = axes
+    row, col = (ax + a.ndim if ax < 0 else ax for ax in axes)  # MLX normalises them first
     if isinstance(ord, str):
         if ord in ("f", "fro"):
             return _l2(a, axes, keepdims, s)

@@ -119,8 +119,9 @@ def _synchronize_cpu_streams() -> None:
 
 
 def _check_limit(limit: int, op: str) -> int:
-    """MLX takes a size_t: non-integers and negative numbers are rejected with a TypeError."""
-    if not isinstance(limit, int) or limit < 0:
+    """MLX takes a size_t: non-integers and numbers outside [0, 2**64) are rejected with a
+    TypeError (nanobind finds no overload)."""
+    if not isinstance(limit, int) or not 0 <= limit < 2**64:
         raise TypeError(
             f"{op}(): incompatible function arguments. The following argument types are "
             f"supported:\n    1. {op}(limit: int) -> int\n\nInvoked with types: {type(limit).__name__}")

@@ -4,14 +4,14 @@ A key is a uint32 array of shape ``(2,)``. Every sampler draws its bits from one
 ``RandomBits`` node (a threefry2x32 hash of the key and a counter, see
 ``tapescope.kernels.rules.random``) and shapes them with ordinary elementwise ops, exactly as
 MLX builds them, so the same key always gives the same numbers and the graph shows MLX's
-primitives. Without a ``key=`` the global key in ``state[0]`` is split: one half becomes the
-new global key, the other is used, so the global key advances once per call.
+primitives. Without a ``key=`` the global key (``state[0]``, the calling thread's: see
+``random_state.py``) is split: one half becomes the new global key, the other is used, so
+the global key advances once per call.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -21,6 +21,7 @@ from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .ops.convert import broadcast_shapes, cast, to_array
 from .primitive import Primitive
+from .random_state import key_array, set_thread_key, state, thread_key
 
 __all__ = ["key", "seed", "split", "uniform", "normal", "randint", "bernoulli",
            "truncated_normal", "categorical", "gumbel", "permutation", "laplace",
@@ -64,18 +65,12 @@ def _check_dtype(dtype: Any, op: str) -> _dt.Dtype:
 
 def key(seed: int) -> array:
     """A PRNG key from a seed: ``[seed >> 32, seed & 0xffffffff]`` as uint32."""
-    s = _check_seed(seed, "key")
-    return array._from_data(np.array([s >> 32, s & _U32_MAX], dtype=np.uint32), _dt.uint32)
-
-
-# The global key, as MLX exposes it: a list holding one key array. ``compile`` treats it as
-# captured state.
-state: list = [key(int(time.time() * 1000))]
+    return key_array(_check_seed(seed, "key"))
 
 
 def seed(seed: int) -> None:
-    """Seed the global PRNG."""
-    state[0] = key(_check_seed(seed, "seed"))
+    """Seed the global PRNG (the calling thread's key)."""
+    set_thread_key(key_array(_check_seed(seed, "seed")))
 
 
 def _check_key(k: Any) -> array:
@@ -91,7 +86,7 @@ def _check_key(k: Any) -> array:
 def _bits(shape: Sequence[int], width: int, k: array, s) -> array:
     """Record a RandomBits node: ``shape`` values of ``width`` bytes from key ``k``."""
     dtype = {1: _dt.uint8, 2: _dt.uint16, 4: _dt.uint32}[width]
-    shape = _shape(shape)
+    shape = _nonnegative(_shape(shape))
     return array._make([shape], [dtype], Primitive("RandomBits", s, shape=shape, width=width), [k])[0]
 
 
@@ -103,11 +98,21 @@ def _split2(k: array, s) -> tuple[array, array]:
     return ops.reshape(a, (2,), stream=s), ops.reshape(b, (2,), stream=s)
 
 
-def _next_key(k: Optional[array], s) -> array:
-    """The key to draw with: ``k`` itself (checked), or the global key's next split."""
+def _nonnegative(shape: tuple) -> tuple:
+    """MLX's ``bits`` check, made before it draws the global key (which then stays as it was)."""
+    if any(d < 0 for d in shape):
+        raise ValueError("[bits] Negative dimensions not allowed.")
+    return shape
+
+
+def _next_key(k: Optional[array], s, shape: tuple) -> array:
+    """The key to draw ``shape`` bits with: ``k`` itself (checked), or the global key's next
+    split."""
+    _nonnegative(shape)
     if k is not None:
         return _check_key(k)
-    state[0], out = _split2(state[0], s)
+    new, out = _split2(thread_key(), s)
+    set_thread_key(new)
     return out
 
 
@@ -140,7 +145,7 @@ def _uniform(lo: array, hi: array, shape: tuple, dtype: _dt.Dtype, k: Optional[a
         raise ValueError(f"[uniform] Cannot generate random values of shape {_fmt_shape(shape)} "
                          f"from broadcasted shape {_fmt_shape(out_shape)}.")
     upper = _below_one(dtype)
-    k = _next_key(k, s)
+    k = _next_key(k, s, shape)
     lo = cast(lo, dtype, s)
     hi = cast(hi, dtype, s)
     rng = ops.subtract(hi, lo, stream=s)
@@ -246,7 +251,7 @@ def bernoulli(p: Union[float, array] = 0.5, shape: Optional[Sequence[int]] = Non
         _check_key(key)
     if broadcast_shapes(shape, p.shape) != shape:
         raise ValueError("[bernoulli] shape of `p` is incompatible with argument `shape`.")
-    k = _next_key(key, s)
+    k = _next_key(key, s, shape)
     # p on the scale [0, nextafter(UINT32_MAX)] so that p >= 1 is always true, p <= 0 never.
     upper = array(float(np.nextafter(np.float32(_U32_MAX), np.float32(np.inf))), _dt.float32)
     return ops.less(_bits(shape, 4, k, s), ops.multiply(p, upper, stream=s), stream=s)
@@ -378,13 +383,13 @@ def permutation(x: Union[int, array], axis: int = 0, key: Optional[array] = None
     if key is not None:
         _check_key(key)
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        k = _next_key(key, s)
+        k = _next_key(key, s, (int(x),))
         return ops.argsort(_bits((int(x),), 4, k, s), stream=s)
     x = to_array(x)
     ax = axis + x.ndim if axis < 0 else axis
     if not 0 <= ax < x.ndim:
         raise IndexError("SmallVector out of range.")
-    k = _next_key(key, s)
+    k = _next_key(key, s, (x.shape[ax],))
     perm = ops.argsort(_bits((x.shape[ax],), 4, k, s), stream=s)
     return ops.take(x, perm, ax, stream=s)
 
@@ -413,7 +418,7 @@ def multivariate_normal(mean: array, cov: array, shape: Sequence[int] = [],
     if key is not None:
         _check_key(key)
     out_shape = broadcast_shapes(cov.shape[:-2], mean.shape[:-1])
-    out_shape = broadcast_shapes(out_shape, _shape(shape)) + (n,)
+    out_shape = _nonnegative(broadcast_shapes(out_shape, _shape(shape)) + (n,))
     # The square root of the covariance through its SVD: U * sqrt(S) @ Vt.
     u, sv, vt = linalg.svd(cast(cov, _dt.float32, s), True, stream=s)
     std = ops.matmul(ops.multiply(u, ops.expand_dims(ops.sqrt(sv, stream=s), -2, stream=s),

@@ -6,10 +6,14 @@ GGUF is core/gguf.py).
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import pathlib
+import struct
 import zipfile
+import zlib
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -33,6 +37,8 @@ _ST_NAMES = {_dt.bool_: "BOOL", _dt.uint8: "U8", _dt.uint16: "U16", _dt.uint32: 
              _dt.int64: "I64", _dt.float16: "F16", _dt.bfloat16: "BF16", _dt.float32: "F32",
              _dt.complex64: "C64"}
 _ST_DTYPES = {v: k for k, v in _ST_NAMES.items()}
+# read, never written: MLX loads the fp8 types as their raw bytes
+_ST_LOAD_ONLY = {"F8_E4M3": _dt.uint8, "F8_E8M0": _dt.uint8}
 
 
 def _path(file: FileLike, ext: str) -> Any:
@@ -119,7 +125,9 @@ def save_safetensors(file: FileLike, arrays: dict, metadata: Optional[dict] = No
 
 def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool = False, *,
          stream: StreamOrDevice = None) -> Any:
-    """Load array(s) from a binary file (``.npy``, ``.npz`` or ``.safetensors``)."""
+    """Load array(s) from a binary file (``.npy``, ``.npz``, ``.safetensors`` or ``.gguf``).
+    Every reader checks the file's lengths, counts, shapes and offsets before it allocates or
+    slices: a malformed file raises a bracketed error, never loads."""
     if format is None:
         name = str(file) if isinstance(file, (str, pathlib.Path)) else file.name
         base = os.path.basename(name)
@@ -134,11 +142,9 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
         raise RuntimeError(f"[load] Failed to open file {file}")
     with _open(file, "rb") as f:
         if format == "npy":
-            return _load_npy(f, file)
+            return _load_npy(f, file, _size(f))
         if format == "npz":
-            with zipfile.ZipFile(f) as z:
-                return {n[:-4] if n.endswith(".npy") else n: _load_npy(z.open(n), file)
-                        for n in z.namelist()}
+            return _load_npz(f, file)
         if format == "gguf":
             from .gguf import load_gguf
 
@@ -148,35 +154,261 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
     return (arrays, meta) if return_metadata else arrays
 
 
-def _load_npy(f: Any, file: FileLike) -> array:
+# -- reading: sizes, short reads, labels -----------------------------------------------------
+def label(file: FileLike) -> str:
+    """How MLX's readers name the source in errors (``io::Reader::label``)."""
+    return f"file {file}" if isinstance(file, (str, pathlib.Path)) else "python file object"
+
+
+def _size(f: Any) -> Optional[int]:
+    """Bytes left from the current position, or None for a stream that cannot seek."""
     try:
-        data = np.lib.format.read_array(f, allow_pickle=False)
-    except ValueError:
-        raise RuntimeError(f"[load] Invalid header in file {file}") from None
-    return _from_host(data)
+        if not f.seekable():
+            return None
+        pos = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(pos)
+        return end - pos
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _short(file: FileLike, missing: Optional[int] = None) -> RuntimeError:
+    """MLX's error for a read past the end (``ParallelFileReader`` / ``PyFileReader``)."""
+    if not isinstance(file, (str, pathlib.Path)):
+        return RuntimeError("[load] Failed to read from python stream")
+    if missing is None:
+        return RuntimeError("[read] Unable to read from file.")
+    return RuntimeError(f"[read] Unable to read {missing} bytes from file.")
+
+
+_CHUNK = 1 << 24
+
+
+def _read(f: Any, n: int, left: Optional[int]) -> bytes:
+    """Up to ``n`` bytes; with ``left`` unknown (a stream, a zip member whose sizes may lie)
+    in chunks, so a claimed length never allocates more than the data there is."""
+    if left is not None:
+        return f.read(min(n, left))
+    parts, got = [], 0
+    while got < n:
+        part = f.read(min(_CHUNK, n - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+# -- .npy / .npz --------------------------------------------------------------------------
+_NPY_MAGIC = b"\x93NUMPY"
+# numpy kinds and item sizes MLX reads (mlx/io/load.cpp dtype_from_array_protocol); V2 is
+# its bfloat16
+_NPY_KINDS = {("b", 1), ("i", 1), ("i", 2), ("i", 4), ("i", 8), ("u", 1), ("u", 2), ("u", 4),
+              ("u", 8), ("f", 2), ("f", 4), ("f", 8), ("c", 8), ("V", 2)}
+
+
+def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
+    """One ``.npy`` array, its header parsed by numpy and checked against the data there is."""
+    where = label(file)
+    head = _read(f, 8, left)
+    if len(head) < 8:
+        raise _short(file, 8 - len(head))
+    if head[:6] != _NPY_MAGIC:
+        raise RuntimeError(f"[load] Invalid header in {where}")
+    version = head[6]
+    if version not in (1, 2) or head[7] != 0:  # MLX reads any minor version; numpy none but 0
+        raise RuntimeError(f"[load] Unsupported npy format version in {where}")
+    width = 2 if version == 1 else 4
+    raw = _read(f, width, None if left is None else left - 8)
+    if len(raw) < width:
+        raise _short(file, width - len(raw))
+    n = int.from_bytes(raw, "little")
+    used = 8 + width
+    text = _read(f, n, None if left is None else left - used)
+    if len(text) < n:
+        raise _short(file, n - len(text))
+    used += n
+    try:  # numpy's own parser: a literal dict with descr, fortran_order and shape
+        hdr = np.lib.format.read_array_header_1_0 if version == 1 else \
+            np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = hdr(io.BytesIO(raw + text), max_header_size=n + 1)
+    except Exception:  # noqa: BLE001  numpy's parse of untrusted text raises many kinds
+        # (ValueError, SyntaxError, tokenize.TokenError, RecursionError, ...)
+        raise RuntimeError(f"[load] Invalid header in {where}") from None
+    if (dtype.kind, dtype.itemsize) not in _NPY_KINDS or dtype.fields is not None or \
+            dtype.subdtype is not None:
+        # MLX reads three characters of the descr (``header.substr(11, 3)``): '<c16' -> '<c1'
+        descr = np.lib.format.dtype_to_descr(dtype)
+        raise ValueError("[from_str] Unsupported array protocol type-string: "
+                         f"{(str(descr) + chr(39))[:3]}")
+    if any(isinstance(d, bool) for d in shape):  # numpy's parser takes True as 1; MLX's stoi fails
+        raise RuntimeError(f"[load] Invalid header in {where}")
+    if any(d < 0 for d in shape):
+        raise RuntimeError(f"[load] Negative dimension in shape in {where}")
+    if any(d >= 2**31 for d in shape):  # MLX: std::stoi's out_of_range escapes as IndexError
+        raise RuntimeError(f"[load] Dimension outside the int32 range in shape {shape} in {where}")
+    nbytes = dtype.itemsize * math.prod(shape)
+    if left is not None and nbytes > left - used:
+        raise _short(file)
+    data = _read(f, nbytes, None if left is None else left - used)
+    if len(data) < nbytes:
+        raise _short(file)
+    host = np.frombuffer(data, dtype, math.prod(shape))
+    host = host.reshape(shape, order="F" if fortran else "C")
+    if dtype.byteorder == ">":  # MLX swaps big-endian data on load
+        host = host.astype(dtype.newbyteorder("="))
+    return _from_host(host)
+
+
+# what zipfile raises on a damaged archive or member (a lying size, a bad CRC, a broken
+# deflate stream, an odd header field)
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error,
+               OverflowError, NotImplementedError, UnicodeDecodeError, IndexError, KeyError)
+
+
+def _load_npz(f: Any, file: FileLike) -> dict:
+    """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``)."""
+    try:
+        z = zipfile.ZipFile(f)
+        infos = z.infolist()
+    except _ZIP_ERRORS:
+        raise ValueError("[load_npz] Input must be a zip file or a file-like object that can be "
+                         "opened with zipfile.ZipFile") from None
+    out = {}
+    with z:
+        for info in infos:
+            name = info.filename
+            try:
+                with z.open(info) as member:
+                    # a member's sizes come from the archive (which may lie): read in chunks
+                    arr = _load_npy(member, member, None)
+                    member.read()  # to the member's end: zipfile checks its CRC there
+            except _ZIP_ERRORS as e:
+                if type(e) in (RuntimeError, ValueError) and str(e).startswith("["):
+                    raise  # the member's own npy error
+                raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {label(file)}: {e}") \
+                    from None
+            out[name[:-4] if name.endswith(".npy") else name] = arr
+    return out
+
+
+# -- .safetensors -------------------------------------------------------------------------
+_ST_MAX_HEADER = 100_000_000  # the Rust safetensors limit (mlx/io/safetensors.cpp)
+_U64 = 2**64
+
+
+def _int32(d: int) -> int:
+    """``d`` as MLX's ``Shape`` (int32) holds it after nlohmann's conversion."""
+    return (d + 2**31) % 2**32 - 2**31
+
+
+def _st_ints(value: Any, name: str, field: str, where: str) -> list:
+    """A header list of integers (integral floats pass, as nlohmann converts them)."""
+    if isinstance(value, list) and all(
+            (isinstance(v, int) and not isinstance(v, bool)) or
+            (isinstance(v, float) and v.is_integer()) for v in value):
+        return [int(v) for v in value]
+    # MLX: nlohmann's ``type must be array`` / ``number`` (a raw json exception)
+    raise RuntimeError(f"[load_safetensors] Tensor '{name}' {field} must be a list of integers "
+                       f"in {where}, got {json.dumps(value)[:80]}")
 
 
 def _load_safetensors(f: Any, file: FileLike) -> tuple[dict, dict]:
+    where = label(file)
+    left = _size(f)
     raw = f.read(8)
-    n = int.from_bytes(raw, "little") if len(raw) == 8 else -1
-    body = f.read(n) if 0 < n < 2**40 else b""
+    if len(raw) < 8:
+        raise _short(file, 8 - len(raw))
+    n = int.from_bytes(raw, "little")
+    if n == 0 or n >= _ST_MAX_HEADER:
+        raise RuntimeError(f"[load_safetensors] Invalid json header length {where}")
+    body = f.read(n) if left is not None and left >= n + 8 else b""
+    if len(body) < n:
+        size = left if left is not None else 8 + len(body) + len(f.read())
+        raise RuntimeError(f"[load_safetensors] The JSON header is {n} bytes long but the file "
+                           f"is only {size} bytes. Perhaps an incomplete download or corrupt file?")
     try:
-        header = json.loads(body) if len(body) == n else None
-    except (UnicodeDecodeError, ValueError):
-        header = None
+        header = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        # MLX: nlohmann's parse_error, or a UnicodeDecodeError from the keys
+        raise RuntimeError(f"[load_safetensors] Invalid json header in {where}: {e}") from None
     if not isinstance(header, dict):
-        raise RuntimeError(f"[load_safetensors] Invalid json header length file {file}")
-    data = f.read()
-    meta = header.pop("__metadata__", None) or {}
-    arrays = {}
-    for name, info in header.items():
-        dt = _ST_DTYPES.get(info["dtype"])
+        raise RuntimeError(f"[load_safetensors] Invalid json metadata {where}")
+    data = None
+    if left is None:  # a stream that cannot seek: its data is read to know its size
+        data = f.read()
+        left = 8 + n + len(data)
+    meta: dict = {}
+    tensors = []
+    # nlohmann's object is a std::map: MLX checks the entries in key order
+    for name in sorted(header):
+        info = header[name]
+        if name == "__metadata__":
+            if info is None:
+                continue
+            # MLX: a list comes back keyed "0", "1", ...; a number, a raw json exception
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise RuntimeError("[load_safetensors] __metadata__ must map strings to strings "
+                                   f"in {where}")
+            meta = dict(info)
+            continue
+        if not isinstance(info, dict):
+            raise RuntimeError(f"[load_safetensors] Tensor '{name}' is not a json object in "
+                               f"{where}")
+        for field in ("dtype", "shape", "data_offsets"):
+            if field not in info:
+                raise RuntimeError(f"[load_safetensors] Tensor '{name}' has no '{field}' in "
+                                   f"{where}")
+        if not isinstance(info["dtype"], str):
+            raise RuntimeError(f"[load_safetensors] Tensor '{name}' dtype must be a string in "
+                               f"{where}")
+        shape = _st_ints(info["shape"], name, "shape", where)
+        offsets = _st_ints(info["data_offsets"], name, "data_offsets", where)
+        dt = _ST_DTYPES.get(info["dtype"]) or _ST_LOAD_ONLY.get(info["dtype"])
         if dt is None:
-            raise ValueError(f"[safetensor] Unsupported dtype {info['dtype']}")
-        lo, hi = info["data_offsets"]
-        host = np.frombuffer(data[lo:hi], dtype=dt.np).reshape(info["shape"])
+            raise RuntimeError(f"[safetensor] unsupported dtype {info['dtype']}")
+        if len(offsets) != 2:
+            raise RuntimeError(f"[load_safetensors] Tensor '{name}' data_offsets must have exactly "
+                               f"2 entries but has {len(offsets)}")
+        lo, hi = offsets
+        itemsize = dt.np.itemsize
+        # MLX's checks, in its C++ types (size_t offsets, int32 dimensions), then the same
+        # checks on the true values, which its 64-bit wrap-around can let through
+        want = itemsize
+        for d in shape:
+            want = want * (_int32(d) % _U64) % _U64
+        if hi % _U64 < lo % _U64 or hi % _U64 - lo % _U64 != want:
+            raise _st_offsets(name, lo % _U64, hi % _U64, want)
+        if (8 + n + hi % _U64) % _U64 > left:
+            raise _st_past(name, lo % _U64, hi % _U64)
+        if any(not 0 <= d < 2**31 for d in shape):
+            raise RuntimeError(f"[load_safetensors] Tensor '{name}' shape {shape} has a dimension "
+                               f"outside [0, 2147483647] in {where}")
+        if lo < 0 or hi - lo != itemsize * math.prod(shape):
+            raise _st_offsets(name, lo, hi, itemsize * math.prod(shape))
+        if 8 + n + hi > left:
+            raise _st_past(name, lo, hi)
+        tensors.append((name, dt, shape, lo))
+    if data is None:  # the data up to the last tensor's end, checked to be in the file above
+        data = f.read(max((lo + dt.np.itemsize * math.prod(shape)
+                           for _, dt, shape, lo in tensors), default=0))
+    arrays = {}
+    for name, dt, shape, lo in tensors:
+        host = np.frombuffer(data, dt.np, math.prod(shape), lo).reshape(shape)
         arrays[name] = array(host.copy(), dt)
     return arrays, meta
+
+
+def _st_offsets(name: str, lo: int, hi: int, want: int) -> RuntimeError:
+    return RuntimeError(f"[load_safetensors] Tensor '{name}' invalid data offsets ({lo}, {hi}). "
+                        f"Expecting {want} bytes.")
+
+
+def _st_past(name: str, lo: int, hi: int) -> RuntimeError:
+    return RuntimeError(f"[load_safetensors] Tensor '{name}' invalid data offsets ({lo}, {hi}) "
+                        "exceeding the size of the file. Perhaps an incomplete download or "
+                        "corrupt file?")
 
 
 class _open:

@@ -57,6 +57,29 @@ def _flatten(prim: Primitive, ins: list):
     return [out], _with(prim, shape=out)
 
 
+def _unflatten(prim: Primitive, ins: list):
+    """MLX's Unflatten::output_shape: axis ``axis`` split into the requested ``spec`` (its
+    -1 inferred again)."""
+    shape, ax, spec = ins[0], prim.kw["axis"], prim.kw["spec"]
+    sub = list(spec)
+    if -1 in spec:
+        rest = _prod(d for d in spec if d != -1)
+        sub[spec.index(-1)] = shape[ax] // rest if rest else 0
+    if _prod(sub) != shape[ax]:
+        raise ValueError(f"[Unflatten] Cannot unflatten axis {ax} with size {shape[ax]} into "
+                         f"shape {_fmt(spec)}.")
+    out = shape[:ax] + tuple(sub) + shape[ax + 1:]
+    return [out], _with(prim, shape=out)
+
+
+def _gather_qmm(prim: Primitive, ins: list):
+    """MLX's GatherQMM::output_shapes: the indices' shape, x's rows, w's outer size."""
+    x, w = ins[0], ins[1]
+    lhs = ins[4] if prim.kw["mode"] == "affine" else ins[3]
+    outer = w[-2] if prim.kw["transpose"] else w[-1] * 32 // prim.kw["bits"]
+    return [tuple(lhs) + (x[-2], outer)], prim
+
+
 def _expand_dims(prim: Primitive, ins: list):
     out = list(ins[0])
     for ax in sorted(prim.kw["axes"]):
@@ -111,6 +134,7 @@ def _matmul(prim: Primitive, ins: list):
 
 RULES: dict[str, Callable] = {
     "Reshape": _reshape, "Flatten": _flatten, "ExpandDims": _expand_dims, "Squeeze": _squeeze,
+    "Unflatten": _unflatten, "GatherQMM": _gather_qmm,
     "Transpose": _transpose, "Concatenate": _concatenate, "Gather": _gather,
     "GatherAxis": _second, "Matmul": _matmul, "AddMM": _matmul, "ArgReduce": _arg_reduce,
     "LogSumExp": _last_to_one, "NumberOfElements": lambda prim, ins: ([()], prim),

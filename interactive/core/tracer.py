@@ -31,6 +31,7 @@ def _state():
     s = _local.__dict__
     if "depth" not in s:
         _local.depth, _local.retain, _local.hold, _local.kept = 0, 0, 0, []
+        _local.placeholders = 0
     return _local
 
 
@@ -95,6 +96,23 @@ def tracing() -> Iterator[None]:
         yield
     finally:
         _exit("depth")
+
+
+@contextlib.contextmanager
+def placeholders() -> Iterator[None]:
+    """A function runs on placeholders (vmap's tracers, compile's or export's trace): MLX's
+    ``in_tracing`` holds there too; nothing else changes (a placeholder cannot be evaluated)."""
+    s = _state()
+    s.placeholders += 1
+    try:
+        yield
+    finally:
+        s.placeholders -= 1
+
+
+def on_placeholders() -> bool:
+    """Whether a function runs on placeholders on this thread (``placeholders()``)."""
+    return _state().placeholders > 0
 
 
 @contextlib.contextmanager

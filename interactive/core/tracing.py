@@ -82,9 +82,41 @@ def make_tracers(avals: Sequence[tuple]) -> list:
     return out
 
 
-def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc]) -> Program:
-    """Copy the graph from ``outputs`` down to the tracers and constants into a Program."""
+class UncapturedInputs(ValueError):
+    """A compiled function's graph uses an argument other than through its placeholder."""
+
+    def __init__(self) -> None:
+        super().__init__("[compile] Attempting to compile a function with uncaptured inputs "
+                         "is not allowed.")
+
+
+def made_from_tracers(arrays: Sequence[array]) -> bool:
+    """Whether one of ``arrays`` is a transformation's tracer in MLX's sense: grad's flag, or
+    made from a placeholder (vmap's or an enclosing compile's), where MLX's compile calls
+    the function itself instead of compiling it (mlx/compile.cpp)."""
+    from .tracer import is_tracer
+
+    found = []
+
+    def cut(d: ArrayDesc) -> bool:
+        if d.node.primitive.name == "Placeholder":
+            found.append(d)
+        return bool(found)
+
+    descs = [a._d for a in arrays]
+    if any(is_tracer(d) for d in descs):
+        return True
+    topological(descs, cut)
+    return bool(found)
+
+
+def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc],
+            originals: Sequence[array] = ()) -> Program:
+    """Copy the graph from ``outputs`` down to the tracers and constants into a Program;
+    the graph reaching one of ``originals`` (the arrays the tracers stand for) raises, as
+    MLX's ``compile_dfs`` does."""
     arg_of = {id(t._d.node): i for i, t in enumerate(tracers)}
+    original = {id(a._d) for a in originals}
     inputs = [Val(t.shape, t.dtype, arg=i) for i, t in enumerate(tracers)]
     vals: dict = {}  # id(desc) -> Val
     ops: dict = {}  # id(node) -> GOp
@@ -95,6 +127,8 @@ def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc]) -> Program:
         v = vals.get(id(d))
         if v is not None:
             return v
+        if id(d) in original:
+            raise UncapturedInputs()
         if d.node is None:
             v = Val(d.shape, d.dtype, desc=d)
         elif id(d.node) in arg_of:
@@ -215,12 +249,19 @@ class dynamic_tracing:
         _dynamic.on = self.saved
 
 
-def trace(fun: Callable[[list], list], avals: Sequence[tuple]) -> tuple:
+def trace(fun: Callable[[list], list], avals: Sequence[tuple],
+          originals: Sequence[array] = ()) -> tuple:
     """Run ``fun`` (flat arrays in, flat arrays out) on placeholders; returns (program, extra)
-    where ``extra`` is whatever ``fun`` returned besides its array list."""
+    where ``extra`` is whatever ``fun`` returned besides its array list. A graph that uses
+    one of ``originals`` (the arrays the placeholders stand for) other than through its
+    placeholder raises."""
     tracers = make_tracers(avals)
-    outs, extra = fun(tracers)
-    prog = capture(tracers, [o._d for o in outs])
+    inputs = [array._wrap(t._d) for t in tracers]  # ``t *= 2`` in fun rebinds t's desc
+    from .tracer import placeholders
+
+    with placeholders():
+        outs, extra = fun(tracers)
+    prog = capture(inputs, [o._d for o in outs], originals)
     return prog, extra
 
 

@@ -11,6 +11,8 @@ from tapescope.kernels.settings import settings
 from .array import array
 from .device import StreamOrDevice, resolve_stream
 from .scheduling import _eager_one, evaluate
+from .random_state import reset_thread_key
+from .tracer import on_placeholders
 from .tree import tree_arrays
 
 
@@ -52,7 +54,13 @@ def async_eval(*args: Any) -> None:
     Work goes onto each stream's worker thread; reading a result (``item()``, printing,
     ``mx.eval``) waits for it.
     """
-    evaluate([a._d for a in tree_arrays(args)], asynchronous=True)
+    arrays = tree_arrays(args)
+    if on_placeholders():  # MLX: a tracer of vmap / compile may not be evaluated asynchronously
+        from .tracing import made_from_tracers  # (grad's tracers: tracer.before_eval)
+
+        if made_from_tracers(arrays):
+            raise ValueError("[async_eval] Not allowed inside a graph transformation.")
+    evaluate([a._d for a in arrays], asynchronous=True)
 
 
 def synchronize(stream: StreamOrDevice = None) -> None:
@@ -66,5 +74,7 @@ def synchronize(stream: StreamOrDevice = None) -> None:
 
 
 def clear_streams() -> None:
-    """Finish the queued work and stop every stream's worker thread (they restart on use)."""
+    """Finish the queued work and stop every stream's worker thread (they restart on use);
+    the calling thread's random key starts afresh, as in MLX (python/src/stream.cpp)."""
+    reset_thread_key()
     scheduler.stop_workers()

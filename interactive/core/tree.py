@@ -1,35 +1,82 @@
-"""Pytrees of arrays: nested lists, tuples and dicts whose leaves may be arrays (MLX's trees)."""
+"""Pytrees of arrays: nested lists, tuples and dicts whose leaves may be arrays (MLX's trees,
+python/src/trees.cpp).
+
+Subclasses count as their base: a ``NamedTuple`` or other tuple subclass is rebuilt as its
+own type (``type(*items)`` where it has ``_fields``, else ``type(items)``), a dict subclass
+(``mlx.nn.Module``) is walked as a dict and rebuilt as a plain dict, as MLX's ``tree_map``
+does; ``tree_update`` updates lists and dicts in place, as MLX's ``tree_visit_update``.
+``mx.random.state`` (one object for every thread) stands for the calling thread's key: the
+flattening walks read it and ``tree_update`` writes it.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .array import array
+from .random_state import set_thread_key, state as _RANDOM_STATE, thread_key
 
 
-def tree_arrays(tree: Any, out: list | None = None) -> list:
-    """The arrays of a pytree, in order (lists, tuples, dict values; other leaves skipped)."""
+def tree_arrays(tree: Any, out: list | None = None, strict: bool = False) -> list:
+    """The arrays of a pytree, in order (lists, tuples, dict values); other leaves are
+    skipped, or with ``strict`` an error (MLX's ``tree_flatten(tree, strict=True)``)."""
     if out is None:
         out = []
     if isinstance(tree, array):
         out.append(tree)
+    elif tree is _RANDOM_STATE:
+        out.append(thread_key())
     elif isinstance(tree, (list, tuple)):
         for t in tree:
-            tree_arrays(t, out)
+            tree_arrays(t, out, strict)
     elif isinstance(tree, dict):
         for t in tree.values():
-            tree_arrays(t, out)
+            tree_arrays(t, out, strict)
+    elif strict:
+        raise ValueError("[tree_flatten] The argument should contain only arrays")
     return out
+
+
+def _tuple_like(tree: tuple, items: list) -> tuple:
+    """``items`` as a tuple of ``tree``'s type (a NamedTuple takes them as fields)."""
+    cls = type(tree)
+    if cls is tuple:
+        return tuple(items)
+    return cls(*items) if hasattr(cls, "_fields") else cls(items)
+
+
+def tree_map(tree: Any, leaf: Callable[[Any], Any]) -> Any:
+    """A new tree of ``tree``'s structure with ``leaf(x)`` at each leaf (MLX's ``tree_map``)."""
+    if isinstance(tree, list):
+        return [tree_map(x, leaf) for x in tree]
+    if isinstance(tree, tuple):
+        return _tuple_like(tree, [tree_map(x, leaf) for x in tree])
+    if isinstance(tree, dict):
+        return {k: tree_map(v, leaf) for k, v in tree.items()}
+    return leaf(tree)
 
 
 def tree_unflatten(tree: Any, it: Iterator) -> Any:
     """``tree`` with its arrays replaced, in order, by the next items of ``it``."""
+    return tree_map(tree, lambda x: next(it) if isinstance(x, array) else x)
+
+
+def tree_update(tree: Any, visit: Callable[[array], Any]) -> Any:
+    """``tree`` with each array ``a`` replaced by ``visit(a)``, lists and dicts in place
+    (tuples rebuilt); MLX's ``tree_visit_update``. Returns the updated tree."""
     if isinstance(tree, array):
-        return next(it)
+        return visit(tree)
+    if tree is _RANDOM_STATE:
+        set_thread_key(visit(thread_key()))
+        return tree
     if isinstance(tree, list):
-        return [tree_unflatten(x, it) for x in tree]
+        for i, x in enumerate(tree):
+            tree[i] = tree_update(x, visit)
+        return tree
     if isinstance(tree, tuple):
-        return tuple(tree_unflatten(x, it) for x in tree)
+        return _tuple_like(tree, [tree_update(x, visit) for x in tree])
     if isinstance(tree, dict):
-        return {k: tree_unflatten(v, it) for k, v in tree.items()}
+        for k, v in tree.items():
+            tree[k] = tree_update(v, visit)
+        return tree
     return tree

@@ -48,6 +48,35 @@ static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long lo
 """
 
 
+# a lane exchange of any state type (warp merges): 32- and 64-bit values directly, narrower
+# ones through int
+_IR_PRELUDE = r"""template <typename T> static __device__ __forceinline__ T ts_shfl_xor(T v, int o) {
+  return (T)__shfl_xor_sync(0xffffffffu, (int)v, o);
+}
+template <> __device__ __forceinline__ float ts_shfl_xor(float v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+template <> __device__ __forceinline__ double ts_shfl_xor(double v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+template <> __device__ __forceinline__ unsigned int ts_shfl_xor(unsigned int v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+template <> __device__ __forceinline__ long long ts_shfl_xor(long long v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+template <> __device__ __forceinline__ unsigned long long ts_shfl_xor(unsigned long long v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+template <> __device__ __forceinline__ long ts_shfl_xor(long v, int o) {
+  return (long)__shfl_xor_sync(0xffffffffu, (long long)v, o);
+}
+template <> __device__ __forceinline__ unsigned long ts_shfl_xor(unsigned long v, int o) {
+  return (unsigned long)__shfl_xor_sync(0xffffffffu, (unsigned long long)v, o);
+}
+"""
+
+
 class CUDADialect(CFamily):
     """CUDA C++: the C spellings hold (CUDA has C's libm names and operators); types,
     half conversions, qualifiers, the thread index and the kernel prefix differ."""
@@ -87,6 +116,21 @@ class CUDADialect(CFamily):
         "    }",
         "  }",
     ]
+
+    # the loop IR's tables (codegen/lower.py)
+    ir_param = {"in": "const {t}* __restrict__ {n}", "out": "{t}* __restrict__ {n}",
+                "int": "const int64_t {n}", "ints": "const int64_t* __restrict__ {n}"}
+    ir_thread_params: tuple = ()
+    ir_thread_setup: tuple = ()
+    ir_threads = {"group": "(int64_t)blockIdx.x", "groups": "(int64_t)gridDim.x",
+                  "thread": "(int64_t)threadIdx.x", "group_size": "(int64_t)blockDim.x",
+                  "lane": "(threadIdx.x & 31)", "warp": "(threadIdx.x >> 5)"}
+    ir_shared = "__shared__ {t} {n}[{size}];"
+    ir_barrier = "__syncthreads();"
+    ir_shuffle = "ts_shfl_xor({}, {})"
+    ir_simd: dict = {}
+    ir_simd_types: tuple = ()
+    ir_prelude = _IR_PRELUDE
 
     def __init__(self, **kw):
         pass

@@ -54,6 +54,18 @@ _MATH = {"expm1": "ts_expm1", "log1p": "ts_log1p", "erf": "ts_erf", "floor": "me
          "ceil": "metal::ceil", "rint": "metal::rint", "fabs": "metal::fabs"}
 
 
+# a lane exchange of any state type: bool through int, 64-bit integers as two 32-bit halves
+_IR_PRELUDE = r"""template <typename T> static inline T ts_shfl_xor(T v, ushort o) { return simd_shuffle_xor(v, o); }
+static inline bool ts_shfl_xor(bool v, ushort o) { return simd_shuffle_xor((int)v, o) != 0; }
+static inline uint64_t ts_shfl_xor(uint64_t v, ushort o) {
+  const uint lo = simd_shuffle_xor((uint)(v & 0xffffffffu), o);
+  const uint hi = simd_shuffle_xor((uint)(v >> 32), o);
+  return ((uint64_t)hi << 32) | (uint64_t)lo;
+}
+static inline int64_t ts_shfl_xor(int64_t v, ushort o) { return (int64_t)ts_shfl_xor((uint64_t)v, o); }
+"""
+
+
 class MetalDialect(CFamily):
     """MSL: the C spellings hold (MSL is C++14 with C's operators); types, half conversions,
     math names, address-space qualifiers, buffer bindings and the thread index differ."""
@@ -76,6 +88,28 @@ class MetalDialect(CFamily):
                     True: "thread_pos.x + (int64_t)grid_size.x * thread_pos.y"}
     unroll = ""
     schedule = GpuSchedule(bytes_per_thread=8, block_size=1024, max_static_ndim=7)
+
+    # the loop IR's tables (codegen/lower.py)
+    ir_param = {"in": "device const {t}* {n} [[buffer({k})]]", "out": "device {t}* {n} [[buffer({k})]]",
+                "int": "constant const int64_t& {n} [[buffer({k})]]",
+                "ints": "constant const int64_t* {n} [[buffer({k})]]"}
+    ir_thread_params = ("uint3 ts_tg [[threadgroup_position_in_grid]]",
+                        "uint3 ts_ntg [[threadgroups_per_grid]]",
+                        "uint3 ts_tid [[thread_position_in_threadgroup]]",
+                        "uint3 ts_tgs [[threads_per_threadgroup]]",
+                        "uint ts_lane [[thread_index_in_simdgroup]]",
+                        "uint ts_warp [[simdgroup_index_in_threadgroup]]")
+    ir_thread_setup: tuple = ()
+    ir_threads = {"group": "(int64_t)ts_tg.x", "groups": "(int64_t)ts_ntg.x",
+                  "thread": "(int64_t)ts_tid.x", "group_size": "(int64_t)ts_tgs.x",
+                  "lane": "ts_lane", "warp": "ts_warp"}
+    ir_shared = "threadgroup {t} {n}[{size}];"
+    ir_barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    ir_shuffle = "ts_shfl_xor({}, (ushort){})"
+    ir_simd = {"sum": "simd_sum({})"}  # one call per simdgroup (MLX's Metal reductions)
+    ir_simd_types = (_F32, np.dtype(np.int32), np.dtype(np.uint32))
+    ir_const_space = "constant const"
+    ir_prelude = _IR_PRELUDE
 
     def __init__(self, **kw):
         pass

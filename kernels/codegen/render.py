@@ -329,6 +329,23 @@ static inline void ts_sfence(void) { __builtin_ia32_sfence(); }
 
 
 # Our own float32 math (see ``CDialect.own_math``): branch-free so ``omp simd`` vectorises it.
+# k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact high product), the degree-7 Taylor
+# polynomial p = exp(r): the body both float32 exps share (``ti`` holds k + 0x4b400000)
+_EXPF_POLY = r"""  const float shift = 12582912.0f;
+  const float t = x * 1.44269502f + shift;
+  const float k = t - shift;
+  int32_t ti; memcpy(&ti, &t, 4);
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float q = 1.98412698e-4f;
+  q = q * r + 1.38888889e-3f;
+  q = q * r + 8.33333333e-3f;
+  q = q * r + 4.16666667e-2f;
+  q = q * r + 1.66666667e-1f;
+  q = q * r + 0.5f;
+  const float p = 1.0f + (r + (r * r) * q);
+"""
+
 _C_OWN_MATH = {"ts_expf": r"""#include <string.h>
 /* exp for float32, within 1.01 ulp: k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact
    high product), degree-7 Taylor polynomial, scaling by 2^k in two steps so that subnormal
@@ -339,20 +356,7 @@ static inline float ts_expf(float xf) {
   const uint32_t over = -(uint32_t)(ab > 0x42d00000u);
   const uint32_t cb = (xb & ~over) | (((xb & 0x80000000u) | 0x42d00000u) & over);
   float x; memcpy(&x, &cb, 4);
-  const float shift = 12582912.0f;
-  const float t = x * 1.44269502f + shift;
-  const float k = t - shift;
-  int32_t ti; memcpy(&ti, &t, 4);
-  const int32_t ki = ti - 0x4b400000;
-  float r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float q = 1.98412698e-4f;
-  q = q * r + 1.38888889e-3f;
-  q = q * r + 8.33333333e-3f;
-  q = q * r + 4.16666667e-2f;
-  q = q * r + 1.66666667e-1f;
-  q = q * r + 0.5f;
-  const float p = 1.0f + (r + (r * r) * q);
+""" + _EXPF_POLY + r"""  const int32_t ki = ti - 0x4b400000;
   const int32_t k1 = ki / 2, k2 = ki - k1;
   const int32_t s1b = (k1 + 127) << 23, s2b = (k2 + 127) << 23;
   float s1, s2; memcpy(&s1, &s1b, 4); memcpy(&s2, &s2b, 4);
@@ -362,6 +366,18 @@ static inline float ts_expf(float xf) {
   yb = (yb & ~nan) | (xb & nan);
   memcpy(&y, &yb, 4);
   return y;
+}
+""", "ts_expf_neg": r"""#include <string.h>
+/* exp for x <= 0 (or NaN), within 1.01 ulp where the result is a normal float (ts_expf's
+   reduction and polynomial, 2^k put in the exponent bits at once); x < -87.3365 (a result
+   below FLT_MIN) gives 0, NaN passes. */
+static inline float ts_expf_neg(float xf) {
+  const float x = xf < -88.0f ? -88.0f : xf;
+""" + _EXPF_POLY + r"""  int32_t pb; memcpy(&pb, &p, 4);
+  pb += (ti - 0x4b400000) * (1 << 23);
+  float y; memcpy(&y, &pb, 4);
+  y = xf < -87.3365479f ? 0.0f : y;
+  return xf != xf ? xf : y;
 }
 """}
 
@@ -615,6 +631,9 @@ class CDialect(CFamily):
     # 1.01 ulp, keeps inf/NaN/overflow/subnormal results, and costs 1.5x the libmvec call
     # (the double-precision ``exp`` would cost 2.3x).
     own_math = {"exp": "ts_expf"}
+    # exp of x <= 0 (softmax's and logsumexp's x - max): one scaling step, no overflow
+    # clamp; results below FLT_MIN flush to 0 (1.5x ts_expf's speed)
+    own_math_domain = {("exp", "nonpositive"): "ts_expf_neg"}
     own_source = _C_OWN_MATH
     exact_small_powers = True
 
@@ -676,6 +695,8 @@ def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] =
     from .gpu import variant_suffix
 
     built = {**({"cpu": cpu} if cpu else {}), **(built or {})}
+    if hasattr(tape, "sources"):  # a loop-IR kernel (reduce_kernels.KernelSpec): its three renders
+        return tape.sources(built)
     if tape.reduction is not None:  # extended fusion: the reduction schedule is the CPU's
         from .reduction import render as render_reduction
 
@@ -689,8 +710,14 @@ def kernel_sources(tape: Tape, lib_name: str, variant: str, cpu: Optional[str] =
                 except Unsupported as e:
                     out[runtime] = f"// no C kernel ({e}); the tape runs with numpy"
             else:
-                out[runtime] = (f"// no {renderer(dialect).name} kernel: fused reductions "
-                                "(extended fusion) have a CPU schedule only")
+                from .fused_reduce import fused_reduction_source
+
+                d = renderer(dialect)
+                try:
+                    out[runtime] = fused_reduction_source(tape, f"{lib_name}_{variant}", d)
+                except Unsupported as e:
+                    out[runtime] = (f"// no {d.name} kernel: the {d.name} dialect cannot "
+                                    f"express it ({e})")
         return out
     contiguous, ndim, large = parse_variant(variant)
     out = {}

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
+from ..roofline import layouts
 from ..codegen.interpret import interpret, interpret_blocked
 from ..codegen.layout import (
     broadcast_strides, check_contiguity, collapse_contiguous_dims, elem_strides,
@@ -208,7 +209,9 @@ class Launch:
             t0 = timeline.now()
             self.fn(argv)
             timeline.add("kernel_launch", t0, timeline.now(), name=self.name, device="cpu",
-                         detail={"runtime": "cpu", "variant": self.variant, "tier": "kernel"})
+                         detail={"runtime": "cpu", "variant": self.variant, "tier": "kernel",
+                                 "tape": self.entry.tape, "shape": self.shape,
+                                 "io": (layouts(inputs), layouts(outs))})
         else:
             self.fn(argv)
 

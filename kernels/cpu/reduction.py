@@ -11,38 +11,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
+from ..roofline import layouts
 from ..codegen import reduction as codegen
 from ..codegen.c_ops import Unsupported
 from ..codegen.tape import Tape
+from ..common.fused_reduction import view_strides
 from . import compiler
-
-
-def _collapse(shape: tuple, strides: tuple) -> Optional[int]:
-    """The one element stride that walks ``shape`` (row-major order) with ``strides``, or
-    None when no single stride does."""
-    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    if not dims:
-        return 0
-    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
-        if s0 != s1 * n1:
-            return None
-    return dims[-1][1]
-
-
-def view_strides(a: np.ndarray, target: tuple, mode: str, k: int) -> tuple:
-    """(array, row stride, column stride) in elements of ``a`` broadcast to ``target``; ``a``
-    is replaced by a contiguous copy when its strides do not collapse."""
-    b = np.broadcast_to(a, target)
-    for _ in range(2):
-        st = tuple(s // b.itemsize for s in b.strides)
-        n = len(target)
-        red = slice(0, k) if mode == "first" else slice(n - k, n)
-        kept = slice(k, n) if mode == "first" else slice(0, n - k)
-        sr, sc = _collapse(target[kept], st[kept]), _collapse(target[red], st[red])
-        if sr is not None and sc is not None and all(s % b.itemsize == 0 for s in b.strides):
-            return b, sr, sc
-        b = np.ascontiguousarray(b)
-    raise AssertionError("a contiguous array always collapses")
 
 
 def _kernel(tape: Tape):
@@ -126,7 +100,8 @@ def run_reduction(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int]
     fn(argv)
     if t0:
         timeline.add("kernel_launch", t0, timeline.now(), name=name, device="cpu",
-                     detail={"runtime": "cpu", "variant": variant})
+                     detail={"runtime": "cpu", "variant": variant, "tape": tape, "shape": full,
+                             "io": (layouts(np.asarray(a) for a in inputs), layouts(outs))})
     entry.hits += 1
     del keep
     return outs

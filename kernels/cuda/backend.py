@@ -20,6 +20,7 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
+from ..roofline import layouts
 from ..settings import settings
 from . import device, timing
 from .events import CudaEvent
@@ -37,10 +38,11 @@ class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins")
 
     def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0):
         self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
+        self.ins = ()
         self.work = device.work(index)
 
     def __enter__(self):
@@ -50,15 +52,32 @@ class _OnStream:
         self.stream.use()
         device.enter_work(self.work)  # the allocator's frees record fresh events meanwhile
         if timeline.enabled and self.node is not None:
+            # the inputs' layouts now: the node drops its inputs when it has run
+            self.ins = layouts(d.data for d in self.node.inputs if d.data is not None)
             self.ev0 = timing.start(self.stream)
 
     def __exit__(self, *exc):
         if self.ev0 is not None:
-            timing.end(self.stream, self.ev0, name=self.node.primitive.name, node=self.node.id,
-                       stream=self.index)
+            node = self.node
+            timing.end(self.stream, self.ev0, name=node.primitive.name, node=node.id,
+                       stream=self.index, detail=_roofline_detail(node, self.ins))
+            self.ins = ()
         device.leave_work(self.work)
         self.prev.use()
         return False
+
+
+def _roofline_detail(node: Any, ins: tuple) -> dict:
+    """What the roofline reads off a node's ``gpu_work`` record (``kernels/roofline.py``):
+    the layouts of the arrays it read (``ins``) and wrote, and its fused tape or primitive."""
+    outs = [d.data for d in (r() for r in node.outputs) if d is not None and d.data is not None]
+    prim = node.primitive
+    detail = {"io": (ins, layouts(outs)),
+              "primitive": prim.name}
+    tape = prim.kw.get("tape") if prim.name == "Compiled" else None
+    if tape is not None:
+        detail.update(tape=tape, kernel=tape.lib_name, shape=tuple(prim.kw.get("shape", ())))
+    return detail
 
 
 class CudaBackend(Backend):
@@ -146,10 +165,20 @@ class CudaBackend(Backend):
         """The tape's fused CUDA kernel (``kernels/cuda/compiled.py``: NVRTC, cached in
         memory and on disk), its results where MLX's Compiled rules put them: into ``out``,
         or into the buffers of donatable inputs, else fresh device memory."""
+        if tape.reduction is not None:  # extended fusion: one kernel from the loop IR
+            from .fused_reduction import run_reduction
+
+            return run_reduction(tape, [self.to_device(x) for x in inputs], shape, out=out)
         from .compiled import run_compiled
 
         return run_compiled(tape, [self.to_device(x) for x in inputs], shape, out=out,
                             donatable=donatable)
+
+    def machine(self):
+        """The GPU's limits for the roofline (``cuda/machine.py``), measured on the first call."""
+        from .machine import gpu_machine
+
+        return gpu_machine(self.device_id)
 
     @functools.cached_property
     def compiled_launch(self):
@@ -224,7 +253,14 @@ class CudaBackend(Backend):
         return None
 
     def rule_for(self, prim: Any):
-        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``)."""
+        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
+        reductions as generated CUDA (``kernels/cuda/reductions.py``)."""
+        from ..common.reductions import PRIMITIVES
+
+        if prim.name in PRIMITIVES:
+            from .reductions import rule_for
+
+            return rule_for(prim.name)
         if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
             from .custom import run
 

@@ -151,14 +151,21 @@ class MetalBackend(Backend):
         return _OnQueue(queue(stream.index), prim.name if prim else "", not on_gpu)
 
     def rule_for(self, prim: Any):
-        """The Metal rule of an eager elementwise primitive MSL spells (the evaluator runs
-        it instead of the CPU rule), else None."""
+        """The Metal rule of an eager elementwise primitive MSL spells, or of a reduction
+        primitive (``metal/reductions.py``): the evaluator runs it instead of the CPU rule;
+        else None."""
         rule = self._rules.get(prim.name, False)
         if rule is False:
+            from ..common.reductions import PRIMITIVES
+
             d, msl = prim.defn, renderer("metal")
             spelled = prim.name in msl.code_for_op or prim.name in msl.math_functions
             rule = None
-            if (d.elementwise or prim.name == "AsType") and spelled:
+            if prim.name in PRIMITIVES:
+                from .reductions import rule as reduction_rule
+
+                rule = reduction_rule(self, prim.name)
+            elif (d.elementwise or prim.name == "AsType") and spelled:
                 name = prim.name
 
                 def rule(xp, *ins, out=None, **kw):
@@ -216,6 +223,12 @@ class MetalBackend(Backend):
 
     def synchronize(self, stream: Any) -> None:
         queue(stream.index).synchronize()
+
+    def machine(self):
+        """None: the roofline has no Metal limits yet (no copy timed with Metal's command
+        buffers, no per-GPU FLOP table; the runtime has not run on Apple hardware), and its
+        launches record no device time or layouts, so no Metal kernel is placed."""
+        return None
 
     def info(self) -> dict:
         return device().info()

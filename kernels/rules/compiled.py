@@ -15,13 +15,15 @@ def compiled(xp, *inputs, tape, shape, out=None, donatable=None, runtime=None):
     (single-output tapes) is written when its layout suits the kernel; ``donatable``
     (multi-output tapes) marks the inputs whose buffers the outputs may take, by MLX's
     Compiled rules. A reduction tape (extended fusion) runs on the CPU runtime
-    (``cpu/reduction.py``), or interpreted with ``xp`` (a GPU's array module: no fused
-    reduction kernels there yet)."""
+    (``cpu/reduction.py``), on a GPU's runtime (CUDA: ``cuda/fused_reduction.py``), or
+    interpreted with ``xp``."""
     if tape.reduction is not None:
         if runtime is not None and xp.__name__ == "numpy":  # the C reduction kernels: the CPU's
             from ..cpu.reduction import run_reduction
 
             outs = run_reduction(tape, inputs, shape, out=out)
+        elif runtime is not None:  # a GPU runtime's one kernel per tape
+            outs = runtime(tape, inputs, shape, out=out, donatable=donatable)
         else:
             from ..codegen.reduction import interpret as interpret_reduction
 

@@ -32,10 +32,19 @@ def slice_(xp, a, *, start_indices, end_indices, strides):
     return a[_slices(start_indices, end_indices, strides)]
 
 
+_SLICE_REDUCE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
 @define("SliceUpdate", family=INDEXING)
-def slice_update(xp, a, update, *, start_indices, end_indices, strides):
+def slice_update(xp, a, update, *, start_indices, end_indices, strides, reduce="none"):
+    """The slice of ``a`` replaced by ``update``, or (``reduce``: MLX's SliceUpdate Sum / Prod
+    / Max / Min) combined with it elementwise."""
     out = a.copy()
-    out[_slices(start_indices, end_indices, strides)] = update
+    window = _slices(start_indices, end_indices, strides)
+    if reduce == "none":
+        out[window] = update
+    else:
+        out[window] = getattr(xp, _SLICE_REDUCE[reduce])(out[window], update)
     return out
 
 

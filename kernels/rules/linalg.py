@@ -81,29 +81,41 @@ def cholesky(xp, a, *, upper=False):
     sym = xp.tril(a) + xp.swapaxes(xp.tril(a, -1), -1, -2)
     try:
         low = xp.linalg.cholesky(sym)
-    except Exception:  # numpy raises for non positive-definite input
-        low = xp.full(a.shape, xp.nan, dtype=a.dtype)
+    except Exception:  # numpy raises for a stack where one matrix is not positive definite
+        low = _each_or_nan(xp, sym)
     else:
-        if not is_numpy(xp) and not _factored(xp, sym, low):
+        if not is_numpy(xp):
             # CuPy does not raise (cupyx.errstate(linalg="ignore") by default): potrf's
-            # partial factor comes back; NaN as numpy's path gives
-            low = xp.full(a.shape, xp.nan, dtype=a.dtype)
+            # partial factor comes back; NaN for those matrices, as numpy's path gives
+            low = xp.where(_factored(xp, sym, low)[..., None, None], low,
+                           xp.asarray(xp.nan, dtype=low.dtype))
     return xp.swapaxes(low, -1, -2) if upper else low
 
 
-def _factored(xp, sym, low) -> bool:
-    """Whether ``low`` is the Cholesky factor of every matrix of ``sym``: finite, with a
-    positive diagonal, and ``low @ low^H`` within Cholesky's backward error (a few n eps
-    of the largest entry) of ``sym``. A failed factorization leaves part of the input
-    unfactored, far outside that."""
+def _each_or_nan(xp, sym):
+    """Cholesky of each matrix of ``sym`` alone: NaN only for those that fail."""
+    flat = sym.reshape((-1,) + sym.shape[-2:])
+    out = xp.empty_like(flat)
+    for i in range(flat.shape[0]):
+        try:
+            out[i] = xp.linalg.cholesky(flat[i])
+        except Exception:
+            out[i] = xp.nan
+    return out.reshape(sym.shape)
+
+
+def _factored(xp, sym, low):
+    """Per matrix of ``sym`` (a boolean array of the batch shape): whether ``low`` is its
+    Cholesky factor: finite, with a positive diagonal, and ``low @ low^H`` within
+    Cholesky's backward error (a few n eps of the largest entry). A failed factorization
+    leaves part of the input unfactored, far outside that."""
     n = sym.shape[-1]
-    if low.size == 0:
-        return True
     diag = xp.diagonal(low, axis1=-2, axis2=-1).real
     rec = xp.matmul(low, xp.conj(xp.swapaxes(low, -1, -2)))
     eps = xp.finfo(low.dtype).eps
-    tol = 32 * n * eps * xp.max(xp.abs(sym))
-    return bool(xp.isfinite(low).all() & (diag > 0).all() & (xp.max(xp.abs(rec - sym)) <= tol))
+    tol = 32 * n * eps * xp.max(xp.abs(sym), axis=(-2, -1))
+    return (xp.isfinite(low).all(axis=(-2, -1)) & (diag > 0).all(axis=-1)
+            & (xp.max(xp.abs(rec - sym), axis=(-2, -1)) <= tol))
 
 
 @define("QRF", family=LINALG)

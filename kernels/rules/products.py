@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..cpu.threads import fit_blas_threads
-from ..primitives import MATMUL, define
+from ..primitives import MATMUL, define, elements
 
 
 def _wide(xp, a):
@@ -13,7 +13,17 @@ def _wide(xp, a):
     return a
 
 
-@define("Matmul", family=MATMUL)
+def _matmul_flops(in_shapes: list, out_shapes: list) -> int:
+    """A multiply and an add per (output element, k): 2 * M * N * K per batch."""
+    return 2 * elements(out_shapes[0]) * int(in_shapes[0][-1])
+
+
+def _addmm_flops(in_shapes: list, out_shapes: list) -> int:
+    """The product's 2 * M * N * K and the scaled add of ``c``: 2 per output element."""
+    return _matmul_flops(in_shapes, out_shapes) + 2 * elements(out_shapes[0])
+
+
+@define("Matmul", family=MATMUL, flops=_matmul_flops)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
     if getattr(xp, "__name__", "") == "numpy":
@@ -21,7 +31,7 @@ def matmul(xp, a, b):
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
-@define("AddMM", family=MATMUL)
+@define("AddMM", family=MATMUL, flops=_addmm_flops)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
     if getattr(xp, "__name__", "") == "numpy":

@@ -1,9 +1,11 @@
 """Rules for reductions: Sum/Prod/Max/Min/And/Or (MLX's ``Reduce``), ArgReduce, LogSumExp,
-Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do."""
+Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do. Each takes
+``out=`` (the evaluator's buffer, which the generated kernels write into directly)."""
 
 from __future__ import annotations
 
-from ..primitives import REDUCE, define
+from ..primitives import REDUCE, define, elements
+from .elementwise import finish
 
 
 def _wide(xp, a):
@@ -18,60 +20,66 @@ def keep_axes(shapes: list, *, axes, **_) -> list:
     return [tuple(1 if i in axes else n for i, n in enumerate(shapes[0]))]
 
 
-@define("Sum", family=REDUCE, shape=keep_axes)
-def reduce_sum(xp, a, *, axes):
-    return xp.sum(_wide(xp, a), axis=axes, keepdims=True)
+@define("Sum", family=REDUCE, shape=keep_axes, out=True)
+def reduce_sum(xp, a, *, axes, out=None):
+    return finish(xp.sum(_wide(xp, a), axis=axes, keepdims=True), out)
 
 
-@define("Prod", family=REDUCE, shape=keep_axes)
-def reduce_prod(xp, a, *, axes):
-    return xp.prod(_wide(xp, a), axis=axes, keepdims=True)
+@define("Prod", family=REDUCE, shape=keep_axes, out=True)
+def reduce_prod(xp, a, *, axes, out=None):
+    return finish(xp.prod(_wide(xp, a), axis=axes, keepdims=True), out)
 
 
-@define("Max", family=REDUCE, shape=keep_axes)
-def reduce_max(xp, a, *, axes):
-    return xp.max(_wide(xp, a), axis=axes, keepdims=True)
+@define("Max", family=REDUCE, shape=keep_axes, out=True)
+def reduce_max(xp, a, *, axes, out=None):
+    return finish(xp.max(_wide(xp, a), axis=axes, keepdims=True), out)
 
 
-@define("Min", family=REDUCE, shape=keep_axes)
-def reduce_min(xp, a, *, axes):
-    return xp.min(_wide(xp, a), axis=axes, keepdims=True)
+@define("Min", family=REDUCE, shape=keep_axes, out=True)
+def reduce_min(xp, a, *, axes, out=None):
+    return finish(xp.min(_wide(xp, a), axis=axes, keepdims=True), out)
 
 
-@define("And", family=REDUCE, shape=keep_axes)
-def reduce_and(xp, a, *, axes):
-    return xp.all(a, axis=axes, keepdims=True)
+@define("And", family=REDUCE, shape=keep_axes, out=True)
+def reduce_and(xp, a, *, axes, out=None):
+    return finish(xp.all(a, axis=axes, keepdims=True), out)
 
 
-@define("Or", family=REDUCE, shape=keep_axes)
-def reduce_or(xp, a, *, axes):
-    return xp.any(a, axis=axes, keepdims=True)
+@define("Or", family=REDUCE, shape=keep_axes, out=True)
+def reduce_or(xp, a, *, axes, out=None):
+    return finish(xp.any(a, axis=axes, keepdims=True), out)
 
 
-@define("ArgReduce", family=REDUCE)
-def arg_reduce(xp, a, *, reduce_type, axis):
+@define("ArgReduce", family=REDUCE, out=True)
+def arg_reduce(xp, a, *, reduce_type, axis, out=None):
     """Index of the first max / min along ``axis`` (NaN counts as the extreme, as in MLX)."""
     a = _wide(xp, a)
     fn = xp.argmax if reduce_type == "argmax" else xp.argmin
-    return fn(a, axis=axis, keepdims=True).astype(xp.uint32)
+    return finish(fn(a, axis=axis, keepdims=True).astype(xp.uint32), out)
 
 
-@define("LogSumExp", family=REDUCE)
-def logsumexp(xp, a):
+def _per_input(k: int):
+    """``k`` operations per input element (LogSumExp: max, subtract, exp, add; Softmax
+    also divides)."""
+    return lambda in_shapes, out_shapes: k * elements(in_shapes[0])
+
+
+@define("LogSumExp", family=REDUCE, out=True, flops=_per_input(4))
+def logsumexp(xp, a, out=None):
     """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
     a = _wide(xp, a)
     m = xp.max(a, axis=-1, keepdims=True)
     inf = xp.isinf(m)
     safe = xp.where(inf, xp.zeros_like(m), m)
-    out = safe + xp.log(xp.sum(xp.exp(a - safe), axis=-1, keepdims=True))
-    return xp.where(inf, m, out)
+    res = safe + xp.log(xp.sum(xp.exp(a - safe), axis=-1, keepdims=True))
+    return finish(xp.where(inf, m, res), out)
 
 
-@define("Softmax", family=REDUCE)
-def softmax(xp, a, *, precise):
+@define("Softmax", family=REDUCE, out=True, flops=_per_input(5))
+def softmax(xp, a, *, precise, out=None):
     """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""
     dtype = a.dtype
     if precise or dtype.name == "bfloat16":
         a = a.astype(xp.float32)
     e = xp.exp(a - xp.max(a, axis=-1, keepdims=True))
-    return (e / xp.sum(e, axis=-1, keepdims=True)).astype(dtype)
+    return finish((e / xp.sum(e, axis=-1, keepdims=True)).astype(dtype), out)

@@ -7,6 +7,7 @@ one by one place and starts from the reduction's identity.
 from __future__ import annotations
 
 from ..primitives import SCAN, define
+from .elementwise import finish
 from .forms import accumulate, is_numpy, log_step_scan
 
 
@@ -61,9 +62,14 @@ def _complex_logaddexp_scan(xp, a, axis):
     return xp.moveaxis(out, 0, axis)
 
 
-@define("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp", family=SCAN)
-def scan(xp, a, *, reduce_type, axis, reverse, inclusive):
+@define("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp", family=SCAN, out=True)
+def scan(xp, a, *, reduce_type, axis, reverse, inclusive, out=None):
     """Inclusive or exclusive, forward or reverse cumulative ``reduce_type`` along ``axis``."""
+    res = _scan(xp, a, reduce_type, axis, reverse, inclusive)
+    return finish(res, out)
+
+
+def _scan(xp, a, reduce_type, axis, reverse, inclusive):
     out_dtype = a.dtype
     if reduce_type == "sum" and a.dtype.kind == "b":
         a = a.astype(xp.int32)

@@ -9,47 +9,17 @@ from typing import Any, Callable, Sequence, Union
 from ..array import array
 from ..device import incompatible
 from ..tracer import tracing
+from ..tree import tree_arrays, tree_unflatten, tree_update
 from . import engine
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp"]
 
 
-def _flatten_strict(tree: Any, out: list) -> None:
-    """MLX's ``tree_flatten`` of an argument whose gradient is taken: arrays only."""
-    if isinstance(tree, array):
-        out.append(tree)
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            _flatten_strict(t, out)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            _flatten_strict(t, out)
-    else:
-        raise ValueError("[tree_flatten] The argument should contain only arrays")
-
-
-def _flatten_loose(tree: Any, out: list) -> None:
-    """``tree_flatten(tree, strict=False)``: the arrays, other leaves skipped."""
-    if isinstance(tree, array):
-        out.append(tree)
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            _flatten_loose(t, out)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            _flatten_loose(t, out)
-
-
-def _unflatten(tree: Any, it) -> Any:
-    if isinstance(tree, array):
-        return next(it)
-    if isinstance(tree, list):
-        return [_unflatten(t, it) for t in tree]
-    if isinstance(tree, tuple):
-        return tuple(_unflatten(t, it) for t in tree)
-    if isinstance(tree, dict):
-        return {k: _unflatten(v, it) for k, v in tree.items()}
-    return tree
+def _handles(primals: list) -> list:
+    """New handles of the primals for the function: an in-place operator on an argument
+    (``x[idx] = 2.0``, ``x += 1``) rebinds the function's handle, not the primal the walk
+    differentiates with respect to (MLX's C++ primals are values the binding copies)."""
+    return [array._wrap(p._d) for p in primals]
 
 
 def _type_name(obj: Any) -> str:
@@ -114,22 +84,35 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
 
     def _differentiate(args: tuple, kwargs: dict) -> tuple:
         arrays: list = []
-        counts = [0]
         for i in argnums:
-            _flatten_strict(args[i], arrays)
-            counts.append(len(arrays))
+            tree_arrays(args[i], arrays, strict=True)
         for key in argnames:
-            _flatten_strict(kwargs[key], arrays)
-            counts.append(len(arrays))
+            tree_arrays(kwargs[key], arrays, strict=True)
         primals = engine.make_primals(arrays)
-        it = iter(primals)
-        args_cpy = list(args)
+        given = _handles(primals)
+        # MLX's tree_fill: the primals go into the arguments' lists and dicts in place (an
+        # nn.Module stays itself), and after the call the originals go back into the slots
+        # the function left alone (one it assigned keeps the new value)
+        args_cpy, kwargs_cpy = list(args), dict(kwargs)
+        it = iter(given)
+        fill = lambda a: next(it)  # noqa: E731
         for i in argnums:
-            args_cpy[i] = _unflatten(args[i], it)
-        kwargs_cpy = dict(kwargs)
+            args_cpy[i] = tree_update(args[i], fill)
         for key in argnames:
-            kwargs_cpy[key] = _unflatten(kwargs[key], it)
-        out = fun(*args_cpy, **kwargs_cpy)
+            kwargs_cpy[key] = tree_update(kwargs[key], fill)
+        try:
+            out = fun(*args_cpy, **kwargs_cpy)
+        finally:
+            back = iter(zip(given, arrays))
+
+            def restore(a: array) -> array:
+                primal, original = next(back, (None, None))
+                return original if a is primal else a
+
+            for i in argnums:
+                tree_update(args_cpy[i], restore)
+            for key in argnames:
+                tree_update(kwargs_cpy[key], restore)
         if not isinstance(out, array):
             if scalar_only:
                 raise ValueError(f"{tag} The return value of the function whose gradient we want "
@@ -151,17 +134,16 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
                                  "the first value being a scalar array (Union[array, "
                                  "tuple[array, Any, ...]]); but it was a tuple with the first "
                                  f"value being of type {_type_name(out[0])} .")
-        flat: list = []
-        _flatten_loose(out, flat)
+        flat = tree_arrays(out)
         from ..ops import stop_gradient
 
         # value_and_grad: only the first output is differentiated (MLX stops the rest)
         flat = flat[:1] + [stop_gradient(o) for o in flat[1:]]
         grads = _vjp_outputs(flat, primals, [array(1.0)], list(range(len(primals))),
                              tag.strip("[]"))
-        value = _unflatten(out, iter(flat))
+        value = tree_unflatten(out, iter(flat))
         git = iter(grads)
-        pos = [_unflatten(args[i], git) for i in argnums]
+        pos = [tree_unflatten(args[i], git) for i in argnums]
         if len(argnums) == 1:
             positional = pos[0]
         elif len(argnums) > 1:
@@ -170,7 +152,7 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
             positional = None
         if not argnames:
             return value, positional
-        return value, (positional, {k: _unflatten(kwargs[k], git) for k in argnames})
+        return value, (positional, {k: tree_unflatten(kwargs[k], git) for k in argnames})
 
     return inner
 
@@ -245,7 +227,7 @@ def vjp(fun: Callable, primals: list, cotangents: list) -> tuple[list, list]:
                 "tuple[list[array], list[array]]", fun, primals, cotangents)
     with tracing():
         ps = engine.make_primals(list(primals))
-        outs = _as_list(fun(*ps))
+        outs = _as_list(fun(*_handles(ps)))
         grads = _vjp_outputs(outs, ps, list(cotangents), list(range(len(ps))))
     return outs, grads
 
@@ -261,5 +243,5 @@ def jvp(fun: Callable, primals: list, tangents: list) -> tuple[list, list]:
             raise ValueError("[jvp] Input shape does not match shape of tangent.")
     with tracing():
         ps = engine.make_primals(list(primals))
-        outs = _as_list(fun(*ps))
+        outs = _as_list(fun(*_handles(ps)))
         return outs, engine.forward(outs, ps, list(tangents))

@@ -15,9 +15,8 @@ from typing import Any, Callable, Optional
 
 from tapescope.kernels import primitives
 
-from ..tree import tree_unflatten
+from ..tree import tree_arrays, tree_unflatten
 from . import engine
-from .api import _flatten_loose
 from .registry import defjvp, defvjp, record
 
 __all__ = ["custom_function", "checkpoint"]
@@ -132,17 +131,14 @@ class custom_function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._vjp is None and self._jvp is None and self._vmap is None:
             return self._fun(*args, **kwargs)
-        inputs: list = []
-        _flatten_loose((args, kwargs), inputs)
+        inputs = tree_arrays((args, kwargs))
         box: dict = {}
 
         def fun_flat(arrs: list) -> list:
             a, k = tree_unflatten((args, kwargs), iter(arrs))
             out = self._fun(*a, **k)
             box["out"] = out
-            flat: list = []
-            _flatten_loose(out, flat)
-            return flat
+            return tree_arrays(out)
 
         def vjp_flat(prims: list, cots: list, outs: list) -> list:
             a, k = tree_unflatten((args, kwargs), iter(prims))
@@ -152,17 +148,13 @@ class custom_function:
             res = self._vjp(a[0] if len(a) == 1 else a, c, o, **k)
             if len(a) == 1:
                 res = (res,)
-            flat: list = []
-            _flatten_loose(res, flat)
-            return flat
+            return tree_arrays(res)
 
         def jvp_flat(prims: list, tans: list, argnums: list) -> list:
             a, k = tree_unflatten((args, kwargs), iter(prims))
             t, _ = tree_unflatten((args, kwargs), iter(tans))
             res = self._jvp(a[0] if len(a) == 1 else a, t[0] if len(t) == 1 else t, **k)
-            flat: list = []
-            _flatten_loose(res, flat)
-            return flat
+            return tree_arrays(res)
 
         vmap_flat = None
         if self._vmap is not None:
@@ -179,17 +171,14 @@ def checkpoint(fun: Callable) -> Callable:
 
     @functools.wraps(fun, updated=())
     def inner(*args: Any, **kwargs: Any) -> Any:
-        inputs: list = []
-        _flatten_loose((args, kwargs), inputs)
+        inputs = tree_arrays((args, kwargs))
         box: dict = {}
 
         def fun_flat(arrs: list) -> list:
             a, k = tree_unflatten((args, kwargs), iter(arrs))
             out = fun(*a, **k)
             box.setdefault("out", out)
-            flat: list = []
-            _flatten_loose(out, flat)
-            return flat
+            return tree_arrays(out)
 
         outs = custom_transforms(fun_flat, inputs, None, None)
         return tree_unflatten(box["out"], iter(outs))

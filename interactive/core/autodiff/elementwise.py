@@ -16,10 +16,13 @@ from ..array import array
 from .registry import defjvp, defvjp, same_op
 
 
-def _derivative(name: str, *partials, holomorphic: bool = True) -> None:
+def _derivative(name: str, *partials, holomorphic: bool = True,
+                derivative_first: bool = False) -> None:
     """Rules from ``partials[i](primals, out) -> d out / d primals[i]`` (elementwise). For
     complex inputs MLX's cotangent is dL/dRe + i dL/dIm (the conjugate of JAX's), so a
-    holomorphic op's VJP multiplies by the conjugate derivative."""
+    holomorphic op's VJP multiplies by the conjugate derivative; ``derivative_first``: the
+    VJP's product is (derivative, cotangent), MLX's order for the op (a complex product's
+    rounding depends on it)."""
 
     def vjp(primals, cotangents, argnums, outputs, **_):
         out = []
@@ -27,7 +30,8 @@ def _derivative(name: str, *partials, holomorphic: bool = True) -> None:
             d = partials[i](primals, outputs[0])
             if holomorphic and d.dtype == _dt.complex64:
                 d = mx.conjugate(d)
-            out.append(mx.multiply(cotangents[0], d))
+            out.append(mx.multiply(d, cotangents[0]) if derivative_first
+                       else mx.multiply(cotangents[0], d))
         return out
 
     def jvp(primals, tangents, argnums, outputs, **_):
@@ -89,7 +93,7 @@ U = {
     "ArcTanh": lambda p, o: mx.reciprocal(mx.subtract(1, mx.square(p[0]))),
     "Sqrt": lambda p, o: mx.divide(0.5, o),
     "Rsqrt": lambda p, o: mx.multiply(mx.divide(o, p[0]), -0.5),
-    "Square": lambda p, o: mx.multiply(p[0], 2),
+    "Square": lambda p, o: mx.multiply(p[0], array(2, p[0].dtype)),  # MLX: 2 in its dtype
     "Sigmoid": lambda p, o: mx.multiply(o, mx.subtract(1, o)),
     "Erf": lambda p, o: mx.multiply(mx.exp(mx.negative(mx.square(p[0]))), 2.0 / math.sqrt(math.pi)),
     "ErfInv": lambda p, o: mx.multiply(mx.exp(mx.square(o)), math.sqrt(math.pi) / 2.0),
@@ -140,11 +144,12 @@ def _atan2(i):
     return d
 
 
-_derivative("Multiply", lambda p, o: p[1], lambda p, o: p[0])
+_derivative("Multiply", lambda p, o: p[1], lambda p, o: p[0], derivative_first=True)
 _derivative("Divide", lambda p, o: mx.reciprocal(p[1]),
             lambda p, o: mx.negative(mx.divide(o, p[1])))
+# MLX's Power::vjp: d/dy x^y = log(x) x^y, and 0 where x^y is 0 (0 * log 0 -> 0)
 _derivative("Power", lambda p, o: mx.multiply(p[1], mx.power(p[0], mx.subtract(p[1], 1))),
-            lambda p, o: mx.multiply(mx.log(p[0]), o))
+            lambda p, o: mx.where(o, mx.multiply(mx.log(p[0]), o), mx.zeros_like(o)))
 _derivative("LogAddExp", _lae(0), _lae(1))
 _derivative("ArcTan2", _atan2(0), _atan2(1))
 _derivative("Remainder", lambda p, o: mx.ones_like(p[0]),
@@ -168,10 +173,25 @@ def _sub_vjp(p, c, argnums, o, **_):
 _linear("Add", _add_vjp)
 _linear("Subtract", _sub_vjp)
 
-for _n in ("Equal", "NotEqual", "NaNEqual", "Greater", "GreaterEqual", "Less", "LessEqual",
-           "LogicalAnd", "LogicalOr", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift",
-           "RightShift", "FloorDivide", "DivMod"):
+for _n in ("LogicalAnd", "LogicalOr", "FloorDivide", "DivMod"):
     _zero(_n)
+
+
+def _zero_in_tangent_dtype(name: str) -> None:
+    """Comparisons and bitwise ops (MLX's ``Greater::jvp``, ``BitwiseBinary::jvp``, ...): the
+    VJP is zeros like each input, the JVP zeros of the output's shape in the first
+    tangent's dtype (a float tangent stays float, not the bool output's dtype)."""
+
+    def jvp(primals, tangents, argnums, outputs, **_):
+        return [mx.zeros(outputs[0].shape, tangents[0].dtype)]
+
+    defvjp(name, lambda primals, c, argnums, o, **_: [mx.zeros_like(primals[i]) for i in argnums])
+    defjvp(name, jvp)
+
+
+for _n in ("Equal", "NotEqual", "NaNEqual", "Greater", "GreaterEqual", "Less", "LessEqual",
+           "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift"):
+    _zero_in_tangent_dtype(_n)
 
 
 # -- ternary ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
+from .. import dtypes as _dt
 from .. import tracer
 from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive
@@ -161,7 +162,9 @@ def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
     out = []
     for i, g in zip(argnums, vjps):
         x = node.inputs[i]
-        if g.dtype != x.dtype:
+        # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
+        # of bools is int32)
+        if g.dtype != x.dtype and x.dtype != _dt.bool_:
             g = astype(g, x.dtype)
         out.append(g)
     return out
@@ -231,8 +234,6 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
             argnums: Optional[Sequence[int]] = None, api: str = "jvp") -> list[array]:
     """Tangents of ``outputs`` given the tangents of ``primals[argnums]`` (all by default;
     the other primals only end the walk); ``api`` names the caller for ``recording``."""
-    from ..ops import astype
-
     pdescs = [p._d for p in primals]
     if argnums is None:
         argnums = range(len(pdescs))
@@ -253,8 +254,8 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
         tans = rule([_wrap(x) for x in node.inputs], [tmap[id(node.inputs[i])] for i in args],
                     args, [_wrap(o) if o is not None else None for o in outs], **prim.kw)
         for o, t in zip(outs, tans):
-            if o is not None and t is not None:
-                tmap[id(o)] = astype(t, o.dtype) if t.dtype != o.dtype else t
+            if o is not None and t is not None:  # a tangent keeps its rule's dtype, as in MLX
+                tmap[id(o)] = t
     res = []
     for d in out_descs:
         t = tmap.get(id(d))

@@ -4,6 +4,7 @@ so a cotangent broadcasts straight back to the input's shape."""
 
 from __future__ import annotations
 
+from .. import dtypes as _dt
 from .. import ops as mx
 from .registry import defjvp, defvjp, same_op
 
@@ -46,7 +47,10 @@ def _prod_grad(x, axes):
 
 
 def _prod_vjp(p, c, argnums, o, *, axes):
-    return [mx.multiply(_bcast(c[0], p[0]), _prod_grad(p[0], axes))]
+    g = _prod_grad(p[0], axes)
+    if g.dtype == _dt.complex64:  # MLX's cotangent convention: times the conjugate
+        g = mx.conjugate(g)
+    return [mx.multiply(g, _bcast(c[0], p[0]))]
 
 
 def _prod_jvp(p, t, argnums, o, *, axes):

@@ -93,8 +93,11 @@ def _extreme_source(x, out, axis, reverse):
     pos = mx.broadcast_to(mx.reshape(mx.arange(n, dtype=_dt.int32), tuple(shape)), x.shape)
     hit = mx.equal(x, out)
     if not reverse:
-        return mx.cummax(mx.where(hit, pos, mx.full(x.shape, -1, _dt.int32)), axis=axis)
-    return mx.cummin(mx.where(hit, pos, mx.full(x.shape, n, _dt.int32)), axis=axis, reverse=True)
+        src = mx.cummax(mx.where(hit, pos, mx.full(x.shape, -1, _dt.int32)), axis=axis)
+    else:
+        src = mx.cummin(mx.where(hit, pos, mx.full(x.shape, n, _dt.int32)), axis=axis,
+                        reverse=True)
+    return mx.stop_gradient(src)  # locally constant in x: no gradient through the indices
 
 
 def _cumext_grad(x, c, out, axis, reverse):

@@ -18,9 +18,10 @@ from typing import Any, Callable, Optional
 
 from ..array import array
 from ..device import resolve_stream
-from ..tree import tree_arrays, tree_unflatten
+from ..tree import tree_arrays, tree_unflatten, tree_update
 from ..fusion import _MODE as _FUSION, fuse
-from ..tracing import Program, ReplayPlan, dynamic_tracing, replay, simplify, trace
+from ..tracing import (Program, ReplayPlan, UncapturedInputs, dynamic_tracing, made_from_tracers,
+                       replay, simplify, trace)
 
 __all__ = ["compile", "enable_compile", "disable_compile"]
 
@@ -88,25 +89,6 @@ def _flatten(obj: Any, arrays: list, key: list) -> None:
         raise _type_error(obj)
 
 
-def _tree_fill(obj: Any, it) -> None:
-    """Put the next arrays of ``it`` into the array slots of mutable containers, in place."""
-    if isinstance(obj, list):
-        for i, x in enumerate(obj):
-            if isinstance(x, array):
-                obj[i] = next(it)
-            else:
-                _tree_fill(x, it)
-    elif isinstance(obj, dict):
-        for k, x in obj.items():
-            if isinstance(x, array):
-                obj[k] = next(it)
-            else:
-                _tree_fill(x, it)
-    elif isinstance(obj, tuple):
-        for x in obj:
-            _tree_fill(x, it)
-
-
 def _structure(out: Any) -> tuple:
     """(flat arrays, a template to rebuild the output tree from new arrays)."""
     return tree_arrays(out), out
@@ -135,7 +117,9 @@ class CompiledFunction(_CallBase):
         # arrays positionally to a function without captured state or shapeless mode
         self._fast: dict = {}
         self._direct = inputs is None and outputs is None and not shapeless
-        self._lock = threading.Lock()
+        # re-entrant: the function may call itself while it is traced (MLX allows it; the
+        # inner call is a miss at its own signature, or recurses until RecursionError)
+        self._lock = threading.RLock()
         self.traces = 0  # how many times the function was traced (cache misses)
         # updated=(): copying ``fun.__dict__`` would copy a wrapped CompiledFunction's
         # state (its program cache) onto this one, which then ran the inner function
@@ -195,7 +179,12 @@ class CompiledFunction(_CallBase):
             with self._lock:
                 entry = self._cache.get(ck)
                 if entry is None:
-                    entry = self._trace(args, kwargs, arrays, n_args, n_kw)
+                    try:
+                        entry = self._trace(args, kwargs, arrays, n_args, n_kw)
+                    except UncapturedInputs:
+                        if made_from_tracers(arrays):  # MLX runs the function uncompiled
+                            return self._fun(*args, **kwargs)
+                        raise
                     self._cache[ck] = entry
         if self._direct and not kwargs and n_args == len(args) and all(
                 a.__class__ is array for a in args):
@@ -211,7 +200,8 @@ class CompiledFunction(_CallBase):
         handles = [array._wrap(d) for d in outs]
         main = handles[:entry.n_outputs]
         if self._outputs is not None:
-            _tree_fill(self._outputs, iter(handles[entry.n_outputs:]))
+            it = iter(handles[entry.n_outputs:])
+            tree_update(self._outputs, lambda a: next(it))
         return tree_unflatten(entry.template, iter(main))
 
     def _trace(self, args, kwargs, arrays, n_args, n_kw) -> _Entry:
@@ -225,22 +215,23 @@ class CompiledFunction(_CallBase):
             originals = []
             if self._inputs is not None:
                 originals = tree_arrays(self._inputs)
-                _tree_fill(self._inputs, iter(tracers[n_kw:]))
+                fill = iter(tracers[n_kw:])
+                tree_update(self._inputs, lambda a: next(fill))
             try:
                 out = self._fun(*a, **k)
+                flat, template = _structure(out)
+                box["n"] = len(flat)
+                if self._outputs is not None:  # read before the inputs' originals go back
+                    flat = flat + tree_arrays(self._outputs)
             finally:
                 if self._inputs is not None:
                     # put the originals back wherever a tracer is still sitting
                     tr = {id(t): o for t, o in zip(tracers[n_kw:], originals)}
-                    _restore(self._inputs, tr)
-            flat, template = _structure(out)
-            box["n"] = len(flat)
-            if self._outputs is not None:
-                flat = flat + tree_arrays(self._outputs)
+                    tree_update(self._inputs, lambda a: tr.get(id(a), a))
             return flat, template
 
         with dynamic_tracing(self._shapeless):
-            program, template = trace(run, avals)
+            program, template = trace(run, avals, arrays)
         self.traces += 1
         # reductions fuse at their traced shapes only (a shapeless program is reused at others)
         fuse(simplify(program), reductions=False if self._shapeless else None)
@@ -249,21 +240,6 @@ class CompiledFunction(_CallBase):
 
 if _CallBase is object:
     CompiledFunction.__call__ = CompiledFunction._call
-
-
-def _restore(obj: Any, tr: dict) -> None:
-    if isinstance(obj, list):
-        for i, x in enumerate(obj):
-            if isinstance(x, array) and id(x) in tr:
-                obj[i] = tr[id(x)]
-            else:
-                _restore(x, tr)
-    elif isinstance(obj, dict):
-        for k, x in obj.items():
-            if isinstance(x, array) and id(x) in tr:
-                obj[k] = tr[id(x)]
-            else:
-                _restore(x, tr)
 
 
 def compile(fun: Callable, inputs: Optional[Any] = None, outputs: Optional[Any] = None,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from .. import dtypes as _dt
 from ..array import array
-from ..device import StreamOrDevice, nb_type_name, resolve_stream
+from ..device import BadArgs, StreamOrDevice, binding, nb_type_name, resolve_stream
 from ..primitive import Primitive
 
 __all__ = ["astype", "broadcast_to", "broadcast_arrays", "broadcast_shapes", "isdtype"]
@@ -142,8 +143,12 @@ def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
 
 def int32(v: Any) -> int:
     """``v`` as MLX's bindings take a C++ ``int`` (shape dimensions, axes): nanobind's
-    OverflowError outside the 32-bit range."""
-    v = int(v)
+    OverflowError outside the 32-bit range; anything without ``__index__`` (a float, a string,
+    numpy's float32) is refused as nanobind's int caster refuses it (``BadArgs``)."""
+    try:
+        v = operator.index(v)
+    except TypeError:
+        raise BadArgs(f"expected an int, got {type(v).__name__}") from None
     if not -(2**31) <= v < 2**31:
         raise OverflowError(f"Integer value {v} is outside the supported range "
                             "[-2147483648, 2147483647].")
@@ -181,6 +186,8 @@ def broadcast_shape_of(shapes: Sequence[Sequence[int]], op: str = "broadcast_sha
     return out
 
 
+@binding("broadcast_to(a: scalar | array, /, shape: Sequence[int], *, stream: StreamOrDevice = "
+         "None) -> array")
 def broadcast_to(a: Any, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Broadcast an array to the given shape."""
     return broadcast(a, shape, stream)

@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
 from typing import Any, Optional, Sequence, Union
 
 from .. import dtypes as _dt
-from ..array import array
+from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
 from .convert import broadcast, cast, int32, to_array
@@ -24,13 +25,22 @@ __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspa
 def _shape(shape: Union[int, Sequence[int]]) -> tuple:
     if shape is None:
         raise BadArgs("shape")
-    if isinstance(shape, int) and not -(2**31) <= shape < 2**31:
-        raise OverflowError(f"Shape dimension {shape} is outside the supported range [-2147483648, "
-                            "2147483647]. MLX currently uses 32-bit integers for shape dimensions.")
-    shape = (int(shape),) if isinstance(shape, int) else tuple(int32(d) for d in shape)
+    if isinstance(shape, int):
+        check_dimensions((shape,))
+    shape = (int(shape),) if isinstance(shape, int) else _dims(shape)
     if any(d < 0 for d in shape):
         raise ValueError("[full] Negative dimensions not allowed.")
     return shape
+
+
+def _dims(shape: Any) -> tuple:
+    """A sequence's dimensions as nanobind converts ``std::variant<int, Shape>``: each
+    element by ``__index__`` (ints, numpy integers); a float, a string, a numpy scalar in
+    place of the sequence: MLX's ``std::bad_cast``."""
+    try:
+        return tuple(int32(operator.index(d)) for d in shape)
+    except TypeError:
+        raise RuntimeError("std::bad_cast") from None
 
 
 def _check_dtype(dtype: Any) -> None:
@@ -113,7 +123,21 @@ def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
     return ones(a.shape, dtype or a.dtype, stream=stream)
 
 
+def _stop_given(fn):
+    """MLX's two ``arange`` overloads: a ``start=`` keyword needs ``stop`` (``arange(start=1,
+    step=2)`` matches neither)."""
+
+    @functools.wraps(fn)
+    def op(*args: Any, **kwargs: Any) -> array:
+        if "start" in kwargs and "stop" not in kwargs and len(args) < 2:
+            raise BadArgs("start")
+        return fn(*args, **kwargs)
+
+    return op
+
+
 @binding(*_ARANGE)
+@_stop_given
 def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] = None,
            step: Union[None, int, float] = None, dtype: Optional[_dt.Dtype] = None, *,
            stream: StreamOrDevice = None) -> array:
@@ -141,11 +165,15 @@ def arange(start: Union[None, int, float] = None, stop: Union[None, int, float] 
             dtype = _dt.int64
     if dtype == _dt.bool_:
         raise ValueError("bool not supported for arange.")
+    # MLX's order of checks (mlx/ops.cpp arange)
+    if any(math.isnan(v) for v in vals) or math.isinf(start) or math.isinf(stop):
+        raise ValueError("[arange] Cannot compute length.")
     if step == 0:
         raise ValueError("[arange] step must be nonzero.")
+    if math.isinf(step):  # one element when the range goes the step's way, else none
+        size = 1 if (step > 0 and start < stop) or (step < 0 and start > stop) else 0
+        return array([start] * size, dtype)
     real = (float(stop) - float(start)) / float(step)
-    if math.isnan(real) or math.isinf(real):
-        raise ValueError("[arange] Cannot compute length.")
     size = math.ceil(real)
     if size > 2**31 - 1:
         raise ValueError("[arange] Maximum size exceeded.")
@@ -178,12 +206,13 @@ def linspace(start: Any, stop: Any, num: Optional[int] = 50, endpoint: bool = Tr
     s = resolve_stream(stream)
     if num == 1:
         return cast(array([start], _dt.float32), dtype, s)
-    seq = arange(0, num, dtype=_dt.float32, stream=s)
+    inner = _dt.float64 if dtype == _dt.float64 else _dt.float32  # MLX's inner type
+    seq = arange(0, num, dtype=inner, stream=s)
     denom = num - 1 if endpoint else num
-    t = divide(seq, array(denom, _dt.float32), stream=s)
-    t_bar = subtract(array(1.0, _dt.float32), t, stream=s)
-    out = add(multiply(t_bar, array(start, _dt.float32), stream=s),
-              multiply(t, array(stop, _dt.float32), stream=s), stream=s)
+    t = divide(seq, array(denom, inner), stream=s)
+    t_bar = subtract(array(1.0, inner), t, stream=s)
+    out = add(multiply(t_bar, array(start, inner), stream=s),
+              multiply(t, array(stop, inner), stream=s), stream=s)
     return cast(out, dtype, s)
 
 

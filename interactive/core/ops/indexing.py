@@ -40,12 +40,16 @@ def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequenc
 
 
 def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[int],
-                  strides: Sequence[int], s) -> array:
-    """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``."""
+                  strides: Sequence[int], s, reduce: str = "none") -> array:
+    """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``, or
+    with ``reduce`` (sum, prod, max, min) combining it with the slice (MLX's SliceUpdate
+    Sum / Prod / Max / Min; the parameter is recorded only then)."""
     start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
     shape = _slice_shape(start, stop, strides)
     update = broadcast(cast(update, a.dtype, s), shape, stream=s)
-    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides)
+    extra = {} if reduce == "none" else {"reduce": reduce}
+    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides,
+                     **extra)
     return array._make([a.shape], [a.dtype], prim, [a, update])[0]
 
 
@@ -136,15 +140,18 @@ def take_along_axis(a: array, /, indices: array, axis: Optional[int] = -1, *,
     return array._make([idx.shape], [a.dtype], prim, [a, idx])[0]
 
 
-def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int) -> int:
-    """The normalised ``axis`` of take/put_along_axis, after MLX's checks (and errors)."""
+def _along_axis(op: str, kernel_error: str, a: array, indices: array, axis: int,
+                runs: bool = True) -> int:
+    """The normalised ``axis`` of take/put_along_axis, after MLX's checks (and errors; its
+    kernel's index-type error only where a kernel ``runs``: MLX never evaluates an empty
+    scatter)."""
     ax = _axis(axis, a.ndim)
     if ax is None:
         raise IndexError(f"[{op}] Axis {axis} is out of bounds for array with {a.ndim} dimensions.")
     if indices.ndim != a.ndim:
         raise ValueError(f"[{op}] Indices of dimension {indices.ndim} does not match "
                          f"array of dimension {a.ndim}.")
-    if not _dt.is_integer(indices.dtype):
+    if runs and not _dt.is_integer(indices.dtype):
         raise RuntimeError(f"[{kernel_error} with indices type.")
     return ax
 
@@ -164,7 +171,8 @@ def put_along_axis(a: array, /, indices: array, values: Any, axis: Optional[int]
     if axis is None:
         out = put_along_axis(flatten(a, stream=s), indices, values, 0, stream=s)
         return reshape(out, a.shape, stream=s)
-    ax = _along_axis("put_along_axis", "ScatterAxis::eval_cpu] Cannot scatter", a, indices, axis)
+    ax = _along_axis("put_along_axis", "ScatterAxis::eval_cpu] Cannot scatter", a, indices, axis,
+                     runs=a.size > 0)
     if a.size == 0:
         return a
     # As MLX's scatter_axis: values lose leading size-1 axes beyond the indices' rank, are

@@ -81,7 +81,14 @@ def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
     if len(seen) != len(axes):
         raise ValueError("Duplicate axes detected in reduction.")
     kept = tuple(1 if i in seen else d for i, d in enumerate(a.shape))
-    return tuple(sorted(seen)), kept, kept == a.shape
+    noop = kept == a.shape
+    if noop and seen:
+        # a size-1 axis at trace time may be larger on replay: a shapeless compile's trace
+        # keeps the reduction (MLX's compute_reduce_shape under in_dynamic_tracing)
+        from ..tracing import in_dynamic_tracing
+
+        noop = not in_dynamic_tracing()
+    return tuple(sorted(seen)), kept, noop
 
 
 def squeeze_axes(x: array, axes: tuple, keepdims: bool, s) -> array:

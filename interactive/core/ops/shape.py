@@ -10,7 +10,7 @@ import operator
 from typing import Any, Optional, Sequence, Union
 
 from .. import dtypes as _dt
-from ..array import array
+from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
 from .convert import broadcast, cast, _fmt_shape, int32, to_array
@@ -40,6 +40,7 @@ def _int_tuple(v: Union[int, Sequence[int]]) -> tuple:
     return (int32(v),) if isinstance(v, int) else tuple(int32(x) for x in v)
 
 
+@binding("reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array")
 def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Reshape ``a`` to ``shape`` (one dimension may be -1); a view when MLX makes one."""
     a = to_array(a)
@@ -109,7 +110,7 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *,
         raise ValueError(f"[Unflatten] Cannot unflatten axis {axis} with size {a.shape[ax]} "
                          f"into shape {_fmt_shape(shape)}.")
     out = a.shape[:ax] + tuple(sub) + a.shape[ax + 1:]
-    return _one("Unflatten", a, out, stream, shape=out, axis=ax)
+    return _one("Unflatten", a, out, stream, shape=out, axis=ax, spec=shape)
 
 
 def squeeze(a: array, /, axis: Union[None, int, Sequence[int]] = None, *,
@@ -270,6 +271,7 @@ def concatenate(arrays: list, axis: Optional[int] = 0, *, stream: StreamOrDevice
                              f"for the concatenation axis. However, the provided shapes are {shapes}, "
                              f"and the concatenation axis is {axis}.")
         shape[ax] += x.shape[ax]
+    check_dimensions(shape, "concatenate")
     if len(arrs) == 1:
         return arrs[0]
     s = resolve_stream(stream)
@@ -342,6 +344,7 @@ def repeat(array: array, repeats: int, axis: Optional[int] = None, *,  # noqa: F
     x = broadcast(x, shape, stream=stream)
     out = list(a.shape)
     out[ax] *= repeats
+    check_dimensions(out, "repeat")
     return reshape(x, out, stream=stream)
 
 
@@ -603,6 +606,7 @@ def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
         ib += [1, y]
         shape += [x, y]
         out.append(x * y)
+    check_dimensions(out, "kron")
     xa = broadcast(reshape(a, ia, stream=stream), shape, stream=stream)
     xb = broadcast(reshape(b, ib, stream=stream), shape, stream=stream)
     return reshape(multiply(xa, xb, stream=stream), out, stream=stream)

@@ -8,25 +8,11 @@ from typing import Any, Callable
 
 from ..array import array
 from ..device import BadArgs, binding
-from ..tree import tree_unflatten
+from ..tracer import placeholders
+from ..tree import tree_arrays, tree_unflatten
 from . import engine
 
 __all__ = ["vmap"]
-
-
-def flatten_strict(tree: Any, out: list) -> list:
-    """MLX's ``tree_flatten(tree, strict=True)``: the arrays, any other leaf an error."""
-    if isinstance(tree, array):
-        out.append(tree)
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            flatten_strict(t, out)
-    elif isinstance(tree, dict):
-        for t in tree.values():
-            flatten_strict(t, out)
-    else:
-        raise ValueError("[tree_flatten] The argument should contain only arrays")
-    return out
 
 
 _PREFIX = "[tree_map] Additional input tree is not a valid prefix of the first tree."
@@ -131,13 +117,14 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
     def vfun(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise TypeError("[vmap] Keyword arguments are not supported.")
-        inputs = flatten_strict(args, [])
+        inputs = tree_arrays(args, strict=True)
         axes_in = flat_axes(args[0] if len(args) == 1 else args, in_axes, False)
         engine.check_sizes(inputs, axes_in)
         tracers = engine.make_tracers(inputs, axes_in)
         descs = [t._d for t in tracers]
-        out = fun(*tree_unflatten(args, iter(tracers)))
-        outs = flatten_strict(out, [])
+        with placeholders():
+            out = fun(*tree_unflatten(args, iter(tracers)))
+        outs = tree_arrays(out, strict=True)
         axes_out = flat_axes(out, out_axes, True)
         return tree_unflatten(out, iter(engine.replace(inputs, descs, outs, axes_in, axes_out)))
 

@@ -49,16 +49,17 @@ def _common(src, upd, src_ax, upd_ax):
     return src, move_to(upd, upd_ax, src_ax), src_ax
 
 
-def _slice_update(inputs, vaxes, primals, outputs, *, start_indices, end_indices, strides):
+def _slice_update(inputs, vaxes, primals, outputs, *, start_indices, end_indices, strides,
+                  **reduce):
     if vaxes[0] < 0 and vaxes[1] < 0:
         return [record1("SliceUpdate", list(inputs), inputs[0].shape, inputs[0].dtype,
                         start_indices=start_indices, end_indices=end_indices,
-                        strides=strides)], [-1]
+                        strides=strides, **reduce)], [-1]
     src, upd, ax = _common(inputs[0], inputs[1], vaxes[0], vaxes[1])
     return [record1("SliceUpdate", [src, upd], src.shape, src.dtype,
                     start_indices=_ins(start_indices, ax, 0),
                     end_indices=_ins(end_indices, ax, src.shape[ax]),
-                    strides=_ins(strides, ax, 1))], [ax]
+                    strides=_ins(strides, ax, 1), **reduce)], [ax]
 
 
 def _dynamic_slice(inputs, vaxes, primals, outputs, *, axes, slice_size):

@@ -60,7 +60,7 @@ def _flatten(inputs, vaxes, primals, outputs, *, start_axis, end_axis, **_):
     return [mx.flatten(x, start, end)], [ax]
 
 
-def _unflatten(inputs, vaxes, primals, outputs, *, axis, shape):
+def _unflatten(inputs, vaxes, primals, outputs, *, axis, shape, **_):
     ax = vaxes[0]
     k = len(shape) - primals[0].ndim + 1  # how many axes ``axis`` becomes
     sizes = tuple(shape[axis:axis + k])

@@ -28,6 +28,13 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+/* MSL's INFINITY and NAN (metal_math defines both as float constants) */
+#ifndef INFINITY
+#define INFINITY __builtin_inff()
+#endif
+#ifndef NAN
+#define NAN __builtin_nanf("")
+#endif
 #include <utility>
 #include <ucontext.h>
 

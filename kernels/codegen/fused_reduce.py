@@ -1,0 +1,174 @@
+"""Extended fusion's reduction tapes (``codegen/reduction.py``: a reduction and the
+elementwise work around it) as loop-IR kernels for the GPU dialects: one kernel per tape.
+
+The tape is lowered as on the CPU (``reduction.lower``: row / full values, softmax and
+logsumexp expanded, each value's pass), then each pass becomes IR:
+
+- reductions over the last axes (``mode="last"``): a group per row (``blocks``); each pass
+  is one ``Reduce`` over the row whose accumulator is every reduction of the pass at once
+  (a product of their monoids), its body the full values the pass needs and the full
+  outputs it stores; the row values between passes are ``Let``s every thread computes;
+- over the first axes (``"first"``): a thread per kept element (``global``), each pass a
+  serial loop over the reduced elements.
+
+Arguments follow the CPU kernel's: the non-constant inputs, the outputs, then the integers
+``rows``, ``cols``, ``o_sr``, ``o_sc`` and ``<input>_sr`` / ``<input>_sc`` per array input
+(element strides of each input seen as rows x cols).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .c_ops import Unsupported, _is_float
+from .loop_ir import (First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce, Store,
+                      row_threads, state_vars)
+from .reduce_kernels import monoid
+from .reduction import SCHEDULE, lower
+from .tape import Tape
+
+_MONOID = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
+
+
+def product(parts: list) -> Monoid:
+    """One accumulator holding several (prefix, Monoid): fields ``<prefix>_<field>``; an
+    element gives each part its own value (``<prefix>`` -> value, ``i`` -> the index)."""
+    fields, identity = [], []
+    for pre, m in parts:
+        fields += [(f"{pre}_{f}", dt) for f, dt in m.fields]
+        identity += list(m.identity)
+
+    def sub(st: dict, pre: str, m: Monoid) -> dict:
+        return {f: st[f"{pre}_{f}"] for f, _ in m.fields}
+
+    def lift(e: dict) -> dict:
+        out = {}
+        for pre, m in parts:
+            out.update({f"{pre}_{f}": v for f, v in m.lift({"v": e[pre], "i": e.get("i")}).items()})
+        return out
+
+    def merge(a: dict, b: dict) -> dict:
+        out = {}
+        for pre, m in parts:
+            out.update({f"{pre}_{f}": v for f, v in m.merge(sub(a, pre, m), sub(b, pre, m)).items()})
+        return out
+
+    one = parts[0][1] if len(parts) == 1 else None
+    return Monoid("+".join(m.name for _, m in parts), tuple(fields), tuple(identity), lift, merge,
+                  simd=one.simd if one else None)
+
+
+def _acc_monoid(it, by, d) -> Monoid:
+    src_dt = d.compute_dtype(by[it.args[0]].dtype)
+    if it.prim == "ArgReduce":
+        return monoid(it.params.get("reduce_type", "argmax"), src_dt)
+    if it.prim not in _MONOID:
+        raise Unsupported(f"{it.prim} in a fused reduction")
+    if np.dtype(it.dtype).kind == "c":
+        raise Unsupported("complex reductions")
+    return monoid(_MONOID[it.prim], d.compute_dtype(it.dtype))
+
+
+def _final(it, m: Monoid, st: dict, d) -> str:
+    ct = d.compute_type(it.dtype)
+    val = st["i"] if it.prim == "ArgReduce" else m.value(st)
+    return Fmt(f"(({ct})({{0}}))", (val,)) if it.prim == "ArgReduce" else val
+
+
+def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
+    """The GPU kernel of reduction tape ``tape`` in dialect ``d`` (its expressions are the
+    dialect's spellings)."""
+    red = tape.reduction
+    items = lower(tape, d)
+    by = {it.name: it for it in items}
+    ins = tape.non_constant_inputs
+    outs = d.outputs(tape)
+    arrays = [x for x in ins if not x.scalar]
+    params = [Param("in", x.name, x.dtype) for x in ins] + [Param("out", o, dt) for o, _, dt in outs]
+    params += [Param("int", n) for n in ("rows", "cols", "o_sr", "o_sc")]
+    for x in arrays:
+        params += [Param("int", f"{x.name}_sr"), Param("int", f"{x.name}_sc")]
+    n_pass = 1 + max([it.level for it in items if not it.row] +
+                     [it.level - 1 for it in items if it.kind == "red"] + [0])
+    plans = SCHEDULE._plan(d, items, by, outs, n_pass, cache=False)
+    first = red.mode == "first"
+
+    def load(x, full: bool):
+        at = f"r * {x.name}_sr + c * {x.name}_sc" if full else f"r * {x.name}_sr"
+        return Fmt(d.load(x.dtype, f"{x.name}[{at}]"))
+
+    body: list = []
+    done: set = set()
+    for x in tape.inputs:
+        it = by[x.name]
+        if not it.row:
+            continue
+        ct = d.compute_dtype(x.dtype)
+        val = (Fmt(d.literal(x)) if x.is_constant else Fmt(d.load(x.dtype, f"{x.name}[0]"))
+               if x.scalar else load(x, False))
+        body.append(Let(f"tmp_{x.name}", ct, val))
+        done.add(x.name)
+
+    def row_ops(p):
+        out = []
+        for it in items:
+            if it.row and it.kind == "op" and it.name not in done and it.level <= p and all(
+                    a in done for a in it.args):
+                out.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype), SCHEDULE._expr(d, it, by)))
+                done.add(it.name)
+        return out
+
+    for p in range(n_pass + 1):
+        body += row_ops(p)
+        if p == n_pass:
+            break
+        reds, stores, need, _, _ = plans[p]
+        if not reds and not stores:
+            continue
+        elems = []
+        for it in items:
+            if it.name not in need:
+                continue
+            ct = d.compute_dtype(it.dtype)
+            if it.kind == "in":
+                x = next(x for x in tape.inputs if x.name == it.name)
+                elems.append(Let(f"tmp_{it.name}", ct, load(x, True)))
+            else:
+                elems.append(Let(f"tmp_{it.name}", ct, SCHEDULE._expr(d, it, by)))
+        elems += [Store(o, "r * o_sr + c * o_sc", f"tmp_{n}", dt) for o, n, dt in stores]
+        if not reds:
+            body.append(Range("c", 0, "cols", elems, "serial" if first else "threads"))
+            continue
+        parts = [(f"p{j}", _acc_monoid(it, by, d)) for j, it in enumerate(reds)]
+        acc = product(parts)
+        elem = {pre: f"tmp_{it.args[0]}" for (pre, _), it in zip(parts, reds)}
+        elem["i"] = "c"
+        name_p = f"r{p}"
+        st = state_vars(name_p, acc)
+        if first:  # one thread's serial loop
+            body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
+            body.append(Range("c", 0, "cols", elems + [Fold(acc, st, elem)]))
+        else:
+            body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem))
+        for (pre, m), it in zip(parts, reds):
+            sub = {f: st[f"{pre}_{f}"] for f, _ in m.fields}
+            body.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype),
+                            Fmt(d.round_to(it.dtype, "{0}"), (_final(it, m, sub, d),))))
+            done.add(it.name)
+    row_stores = [Store(o, "r", f"tmp_{n}", dt) for o, n, dt in outs if by[n].row]
+    body += row_stores if first else [First(row_stores)] if row_stores else []
+    if first:
+        return Kernel(name, params, [Range("r", 0, "rows", body, "global")],
+                      groups=lambda v: -(-v["rows"] // 256))
+    return Kernel(name, params, [Range("r", 0, "rows", body, "blocks")], block=1024,
+                  groups=lambda v: min(v["rows"], 1 << 30), threads=lambda v: row_threads(v["cols"]))
+
+
+def fused_reduction_source(tape: Tape, name: str, d) -> str:
+    from .lower import Lowering
+
+    lw = Lowering(d)
+    text = lw.kernel(fused_reduction_kernel(tape, name, d))
+    # the ops' helper functions and math (the C-family preamble of the tape's own ops)
+    probe_helpers = d.preamble(tape)[len(d.prelude):] if hasattr(d, "preamble") else ""
+    return lw.preamble() + probe_helpers + text

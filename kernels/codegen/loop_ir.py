@@ -1,0 +1,270 @@
+"""The loop IR: a kernel described once as ranges, loads, stores, accumulators and
+cross-thread reductions, which ``lower.py`` renders for C, CUDA and MSL.
+
+A ``Kernel`` has parameters (input / output buffers, 64-bit integers, integer arrays) and a
+body of statements:
+
+- ``Range(var, start, stop, body, kind)``: a loop. ``kind`` says how its iterations are
+  spread: ``"blocks"`` (independent iterations, each run by one group of threads: a CUDA
+  block or a Metal threadgroup; OpenMP threads on the CPU), ``"threads"`` (the iterations of
+  one group's work: its threads on a GPU, SIMD lanes on the CPU), ``"global"`` (every thread
+  of the grid: both at once) or ``"serial"``.
+- ``Reduce(var, start, stop, body, acc, elem)``: a ``threads`` range that folds one value per
+  iteration into the accumulator ``acc`` (a ``Monoid``'s state). On the CPU it runs as
+  ``lanes`` independent accumulators under ``omp simd`` that are merged at the end; on a GPU
+  each thread folds its strided share, then the threads merge across the group (CUDA warp
+  shuffles and shared memory, Metal ``simd_*`` and threadgroup memory), and every thread
+  sees the result.
+- ``Let`` (a declaration), ``Assign``, ``Store`` (converted to the buffer's type), ``If``,
+  ``Local`` (a per-thread array), ``Fold`` (one accumulator update, e.g. into an array
+  element), ``Barrier`` (the group's threads meet).
+
+Expressions are text in the C syntax the three dialects share (index arithmetic, operators,
+``?:``) with the dialect-dependent parts as nodes: ``Load`` (a buffer element in its compute
+type), ``Lit`` (a typed literal), ``Math`` (a libm function by stem), ``Cast`` and ``Fmt``
+(a template over sub-expressions). Types are numpy dtypes, or ``INDEX`` (the index type).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+
+INDEX = "index"  # the dtype of index variables (64-bit signed in every dialect)
+
+
+# -- expressions ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Load:
+    """``buf[index]`` converted to its compute type (float for float16 / bfloat16)."""
+
+    buf: str
+    index: "Expr"
+    dtype: Any
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal of ``dtype`` (``inf`` / ``nan`` spelled by the dialect)."""
+
+    value: Any
+    dtype: Any
+
+
+@dataclass(frozen=True)
+class Math:
+    """A libm function by stem (``exp``, ``log``) on values of ``dtype``."""
+
+    stem: str
+    dtype: Any
+    args: tuple
+    # what the argument is known to be, for a dialect's faster function over that domain
+    # (``"nonpositive"``: softmax's x - max; the C dialect's ``ts_expf_neg``)
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class Cast:
+    """``arg`` converted to ``dtype``'s compute type."""
+
+    dtype: Any
+    arg: "Expr"
+
+
+@dataclass(frozen=True)
+class ThreadId:
+    """The running thread's place on a GPU: ``"thread"`` (in its group), ``"group"``,
+    ``"lane"`` (in its warp / simdgroup), ``"warp"`` (in its group), ``"group_size"``."""
+
+    which: str
+
+
+@dataclass(frozen=True)
+class Fmt:
+    """``text.format(*args)`` with each argument rendered first."""
+
+    text: str
+    args: tuple = ()
+
+
+Expr = Union[str, int, Load, Lit, Math, Cast, Fmt, ThreadId]
+
+
+# -- accumulators ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Monoid:
+    """An accumulator's state (one variable per field), its identity, how one element is
+    lifted into a state and how two states merge. ``lift(elem) -> {field: expr}`` and
+    ``merge(a, b) -> {field: expr}`` take dicts of field -> expression text; the fields of a
+    merge are assigned together (temporaries first)."""
+
+    name: str
+    fields: tuple  # ((field, dtype), ...)
+    identity: tuple  # Expr per field
+    lift: Callable[[dict], dict]
+    merge: Callable[[dict, dict], dict]
+    # a dialect's one-call group reduction of this monoid (Metal ``simd_sum``): its key
+    simd: Optional[str] = None
+    # OpenMP's own reduction operator per field (``+``, ``*``, ``max``, ``|``, ``&&``), when
+    # every field merges with one: the CPU folds under ``omp simd reduction(op:field)``
+    omp: Optional[tuple] = None
+    # the state's value (default: its first field), e.g. max's NaN flag applied
+    final: Optional[Callable[[dict], Any]] = None
+
+    def value(self, state: dict):
+        return self.final(state) if self.final else state[self.fields[0][0]]
+
+
+# -- statements -----------------------------------------------------------------------------
+
+@dataclass
+class Let:
+    name: str
+    dtype: Any
+    value: Expr
+    mutable: bool = False
+
+
+@dataclass
+class Assign:
+    name: str
+    value: Expr
+
+
+@dataclass
+class Store:
+    buf: str
+    index: Expr
+    value: Expr
+    dtype: Any  # the buffer's element type
+
+
+@dataclass
+class If:
+    cond: Expr
+    then: list
+    orelse: list = field(default_factory=list)
+
+
+@dataclass
+class Local:
+    """A per-thread array of ``size`` elements (``shared``: one per group, in group memory:
+    CUDA ``__shared__``, Metal ``threadgroup``)."""
+
+    name: str
+    dtype: Any
+    size: int
+    shared: bool = False
+
+
+@dataclass
+class Fold:
+    """``state = merge(state, lift(elem))``: ``state`` maps each field to an lvalue."""
+
+    acc: Monoid
+    state: dict
+    elem: dict
+
+
+@dataclass
+class Merge:
+    """``state = merge(state, other)``: two states of ``acc`` (field -> lvalue / expression)."""
+
+    acc: Monoid
+    state: dict
+    other: dict
+
+
+@dataclass
+class Range:
+    var: str
+    start: Expr
+    stop: Expr
+    body: list
+    kind: str = "serial"  # "blocks", "threads", "global", "serial"
+    parallel_if: Optional[str] = None  # C: the condition under which OpenMP threads run it
+    step: Any = 1  # a serial range's step
+
+
+@dataclass
+class Reduce:
+    """A ``threads`` range folding ``elem`` (field -> expression, evaluated after ``body``
+    each iteration) into the state named ``acc_name`` (variables ``<acc_name>_<field>``)."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    body: list
+    acc: Monoid
+    acc_name: str
+    elem: dict
+
+
+@dataclass
+class First:
+    """Statements one thread of the group runs (a GPU's thread 0; the CPU's only thread)."""
+
+    body: list
+
+
+@dataclass
+class Barrier:
+    pass
+
+
+@dataclass(frozen=True)
+class Param:
+    kind: str  # "in", "out", "int" (an int64 by value), "ints" (an int64 array)
+    name: str
+    dtype: Any = None
+
+
+@dataclass
+class Kernel:
+    """One kernel: MLX-style name, parameters, body; on a GPU, at most ``block`` threads per
+    group (its launch bound), ``groups(ints)`` groups and ``threads(ints)`` threads per
+    group (default ``block``) from the integer parameters' values."""
+
+    name: str
+    params: list
+    body: list
+    block: int = 256
+    groups: Optional[Callable[[dict], int]] = None
+    threads: Optional[Callable[[dict], int]] = None
+
+    def launch(self, ints: dict) -> tuple:
+        """(groups, threads per group) of a launch with these integer arguments."""
+        t = self.threads(ints) if self.threads else self.block
+        return max(1, min(int(self.groups(ints)), (1 << 31) - 1)), int(t)
+
+
+def row_threads(n: int, per_thread: int = 4, most: int = 1024) -> int:
+    """Threads for a group that walks ``n`` elements: about ``per_thread`` each, a whole
+    number of warps (32) up to ``most`` (MLX's row reductions size their blocks so)."""
+    t = 32
+    while t < most and t * per_thread < n:
+        t *= 2
+    return t
+
+
+def state_vars(acc_name: str, acc: Monoid) -> dict:
+    """The variables holding a named accumulator's fields."""
+    return {f: f"{acc_name}_{f}" for f, _ in acc.fields}
+
+
+def dtype_of(dt: Any) -> Any:
+    return dt if dt == INDEX else np.dtype(dt)
+
+
+def walk(stmts: Sequence) -> list:
+    """Every statement, nested ones included (pre-order)."""
+    out = []
+    for s in stmts:
+        out.append(s)
+        for attr in ("body", "then", "orelse"):  # First has a body too
+            out += walk(getattr(s, attr, ()) or ())
+    return out

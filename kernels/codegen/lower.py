@@ -1,0 +1,341 @@
+"""Lowering the loop IR (``loop_ir``) to source, one renderer for C, CUDA and MSL.
+
+The structure is written here once: parameters, declarations, loops, loads and stores in
+each buffer's type, accumulator folds, cross-thread merges, barriers. What differs between
+dialects is read from their tables (``render.CFamily`` and its subclasses): types, loads /
+stores / literals / math names, and the parallel ones, ``ir_param`` (how a parameter is
+declared), ``ir_threads`` (the group / thread / lane ids), ``ir_shared`` (group memory),
+``ir_barrier``, ``ir_shuffle`` (a lane exchange) and ``ir_simd`` (one-call group reductions,
+Metal's ``simd_sum``). A dialect without threads (``ir_threads`` None: C) runs ``blocks``
+ranges on OpenMP threads and folds a ``Reduce`` into ``lanes`` accumulators under ``omp
+simd`` (the independent accumulators a vector unit needs; MLX's CPU ``simd::Simd``).
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Optional
+
+import numpy as np
+
+from .c_ops import Unsupported
+from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit,
+                      Load, Local, Math, Merge, Range, Reduce, Store, ThreadId, state_vars)
+
+WARP = 32  # lanes per warp / simdgroup (CUDA and Apple GPUs)
+
+# An element's offset from its row-major index over a shape and strides (MLX's elem_to_loc)
+LOC = """{fn}int64_t ts_loc(int64_t i, {cs} int64_t* shape, {cs} int64_t* strides, int64_t nd) {{
+  int64_t loc = 0;
+  for (int64_t d = nd - 1; d >= 0; --d) {{
+    loc += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }}
+  return loc;
+}}
+"""
+
+
+class Lowering:
+    """Renders one kernel in one dialect (a ``render.CFamily``)."""
+
+    def __init__(self, d):
+        self.d = d
+        self.gpu = getattr(d, "ir_threads", None) is not None
+        self.used: set = set()  # math functions called (the C preamble declares them)
+        self.n_tmp = 0
+        self.shared: list = []  # group-memory declarations, hoisted to the kernel's top
+        self.uses_loc = False
+
+    # -- types and expressions -----------------------------------------------------------
+    def ctype(self, dt) -> str:
+        if dt == INDEX:
+            return "int64_t"
+        return self.d.compute_type(np.dtype(dt))
+
+    def expr(self, e) -> str:
+        d = self.d
+        if isinstance(e, str):
+            return e
+        if isinstance(e, (int, np.integer)):
+            return str(int(e))
+        if isinstance(e, Load):
+            return d.load(e.dtype, f"{e.buf}[{self.expr(e.index)}]")
+        if isinstance(e, Lit):
+            if e.dtype == INDEX:
+                return str(int(e.value))
+            dt = np.dtype(e.dtype)
+            if dt.kind == "b":
+                return "true" if bool(e.value) else "false"
+            return d.literal(SimpleNamespace(dtype=d.compute_dtype(dt), constant=e.value))
+        if isinstance(e, Math):
+            fn = d._fn_name(e.stem, np.dtype(e.dtype))
+            if e.domain and d.compute_dtype(np.dtype(e.dtype)) == np.float32:
+                fn = getattr(d, "own_math_domain", {}).get((e.stem, e.domain), fn)
+            self.used.add(fn)
+            return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
+        if isinstance(e, Cast):
+            return f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
+        if isinstance(e, Fmt):
+            return e.text.format(*[self.expr(a) for a in e.args])
+        if isinstance(e, ThreadId):
+            if not self.gpu:
+                raise Unsupported(f"{d.name} has no thread {e.which}")
+            return f"((int64_t){d.ir_threads[e.which]})"
+        raise TypeError(f"not an IR expression: {e!r}")
+
+    # -- the kernel ----------------------------------------------------------------------
+    def kernel(self, k: Kernel) -> str:
+        d = self.d
+        self.shared = []
+        body = self.block(k.body, "  ")
+        self.uses_loc = self.uses_loc or any("ts_loc(" in line for line in body)
+        body = [f"  {line}" for line in self.shared] + body
+        for word in getattr(d, "lacks", ()):
+            if re.search(rf"\b{word}\b", "\n".join(body)):
+                raise Unsupported(f"{d.name} has no {word}")
+        if self.gpu:
+            params = [d.ir_param[p.kind].format(t=self.storage(p), n=p.name, k=i)
+                      for i, p in enumerate(k.params)] + list(d.ir_thread_params)
+            head = [f"{d.kernel_prefix.format(block=k.block)} {k.name}(",
+                    ",\n".join(f"    {p}" for p in params) + ") {"]
+            head += [f"  {line}" for line in d.ir_thread_setup]
+        else:
+            head = [f"{d.kernel_prefix} {k.name}(void** args) {{"]
+            for i, p in enumerate(k.params):
+                if p.kind == "in":
+                    t = self.storage(p)
+                    head.append(f"  const {t}* {p.name} = (const {t}*)args[{i}];")
+                elif p.kind == "out":
+                    t = self.storage(p)
+                    head.append(f"  {t}* {p.name} = ({t}*)args[{i}];")
+                elif p.kind == "int":
+                    head.append(f"  const int64_t {p.name} = (int64_t)(intptr_t)args[{i}];")
+                else:
+                    head.append(f"  const int64_t* {p.name} = (const int64_t*)args[{i}];")
+        return "\n".join(head + body + ["}"]) + "\n"
+
+    def storage(self, p) -> str:
+        return self.d.storage_type(np.dtype(p.dtype)) if p.dtype is not None else "int64_t"
+
+    def preamble(self) -> str:
+        """What the rendered kernels call (after ``kernel()``: the math it used)."""
+        d = self.d
+        own = "".join(d.own_source[f] for f in sorted(self.used) if f in d.own_source)
+        loc = LOC.format(fn=d.function_prefix, cs=getattr(d, "ir_const_space", "const")) \
+            if self.uses_loc else ""
+        return d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc
+
+    # -- statements ----------------------------------------------------------------------
+    def block(self, stmts, ind: str) -> list:
+        out = []
+        for s in stmts:
+            out += self.stmt(s, ind)
+        return out
+
+    def stmt(self, s, ind: str) -> list:
+        if isinstance(s, Let):
+            const = "" if s.mutable else "const "
+            return [f"{ind}{const}{self.ctype(s.dtype)} {s.name} = {self.expr(s.value)};"]
+        if isinstance(s, Assign):
+            return [f"{ind}{s.name} = {self.expr(s.value)};"]
+        if isinstance(s, Store):
+            dt = np.dtype(s.dtype)
+            return [f"{ind}{s.buf}[{self.expr(s.index)}] = "
+                    f"{self.d.store(dt, self.expr(s.value))};"]
+        if isinstance(s, If):
+            out = [f"{ind}if ({self.expr(s.cond)}) {{"] + self.block(s.then, ind + "  ")
+            if s.orelse:
+                out += [f"{ind}}} else {{"] + self.block(s.orelse, ind + "  ")
+            return out + [f"{ind}}}"]
+        if isinstance(s, Local):
+            if s.shared and self.gpu:
+                self.shared.append(self.d.ir_shared.format(t=self.ctype(s.dtype), n=s.name, size=s.size))
+                return []
+            return [f"{ind}{self.ctype(s.dtype)} {s.name}[{s.size}];"]
+        if isinstance(s, Fold):
+            return self.fold(s.acc, s.state, s.elem, ind)
+        if isinstance(s, Merge):
+            return self.merge_into(s.acc, s.state, s.other, ind)
+        if isinstance(s, First):
+            if not self.gpu:
+                return self.block(s.body, ind)
+            return ([f"{ind}if ({self.d.ir_threads['thread']} == 0) {{"]
+                    + self.block(s.body, ind + "  ") + [f"{ind}}}"])
+        if isinstance(s, Barrier):
+            return [f"{ind}{self.d.ir_barrier}"] if self.gpu else []
+        if isinstance(s, Range):
+            return self.range(s, ind)
+        if isinstance(s, Reduce):
+            return self.reduce_gpu(s, ind) if self.gpu else self.reduce_lanes(s, ind)
+        raise TypeError(f"not an IR statement: {s!r}")
+
+    def fold(self, acc, state: dict, elem: dict, ind: str) -> list:
+        return self.merge_into(acc, state, acc.lift(elem), ind)
+
+    def merge_into(self, acc, state: dict, other: dict, ind: str) -> list:
+        """``state = merge(state, other)``, every field computed before any is assigned."""
+        new = acc.merge(state, other)
+        if len(acc.fields) == 1:
+            (f, _), = acc.fields
+            return [f"{ind}{state[f]} = {self.expr(new[f])};"]
+        out, tmps = [], {}
+        for f, dt in acc.fields:
+            self.n_tmp += 1
+            tmps[f] = f"t{self.n_tmp}_{f}"
+            out.append(f"{ind}const {self.ctype(dt)} {tmps[f]} = {self.expr(new[f])};")
+        return out + [f"{ind}{state[f]} = {tmps[f]};" for f, _ in acc.fields]
+
+    def range(self, s: Range, ind: str) -> list:
+        v, a, b = s.var, self.expr(s.start), self.expr(s.stop)
+        body = self.block(s.body, ind + "  ")
+        if self.gpu:
+            t = self.d.ir_threads
+            first, step = {"blocks": (t["group"], t["groups"]),
+                           "threads": (t["thread"], t["group_size"]),
+                           "global": (f"{t['group']} * {t['group_size']} + {t['thread']}",
+                                      f"{t['groups']} * {t['group_size']}"),
+                           "serial": ("0", self.expr(s.step))}[s.kind]
+            start = first if a == "0" else f"{a} + {first}"
+            return [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
+                f"{ind}}}"]
+        step = self.expr(s.step)
+        head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
+        cond = f" if({s.parallel_if})" if s.parallel_if else ""
+        # guided: a thread that starts late (a busy core) takes fewer rows; static waited for it
+        pragma = {"blocks": f"#pragma omp parallel for schedule(guided){cond}",
+                  "threads": "#pragma omp simd",
+                  "global": f"#pragma omp parallel for simd schedule(static){cond}",
+                  "serial": None}[s.kind]
+        return ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
+
+    # -- Reduce on the CPU: lanes under omp simd -----------------------------------------
+    def lanes(self, acc) -> int:
+        """One 64-byte vector of the widest field (more lanes measured slower: the exp of
+        softmax spilled with two AVX-512 vectors per lane block)."""
+        widest = max(np.dtype(dt).itemsize if dt != INDEX else 8 for _, dt in acc.fields)
+        return max(4, 64 // widest)
+
+    def reduce_omp(self, s: Reduce, ind: str) -> list:
+        """A monoid whose fields OpenMP can merge: ``omp simd reduction(op:field)``."""
+        acc = s.acc
+        names = state_vars(s.acc_name, acc)
+        out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
+               for (f, dt), ident in zip(acc.fields, acc.identity)]
+        clauses = " ".join(f"reduction({op}:{names[f]})" for (f, _), op in zip(acc.fields, acc.omp))
+        out += [f"{ind}#pragma omp simd {clauses}",
+                f"{ind}for (int64_t {s.var} = {self.expr(s.start)}; {s.var} < {self.expr(s.stop)}; "
+                f"++{s.var}) {{"]
+        out += self.block(s.body, ind + "  ")
+        out += self.fold(acc, names, s.elem, ind + "  ")
+        return out + [f"{ind}}}"]
+
+    def reduce_lanes(self, s: Reduce, ind: str) -> list:
+        if s.acc.omp:
+            return self.reduce_omp(s, ind)
+        acc, W = s.acc, self.lanes(s.acc)
+        names = state_vars(s.acc_name, acc)
+        lane = {f: f"{n}_l[l]" for f, n in names.items()}
+        first = {f: f"{n}_l[0]" for f, n in names.items()}
+        i2 = ind + "  "
+        out = [f"{ind}{self.ctype(dt)} {names[f]};" for f, dt in acc.fields]
+        out.append(f"{ind}{{")
+        for (f, dt), ident in zip(acc.fields, acc.identity):
+            out.append(f"{i2}{self.ctype(dt)} {names[f]}_l[{W}];")
+            out.append(f"{i2}for (int l = 0; l < {W}; ++l) {names[f]}_l[l] = {self.expr(ident)};")
+        vb = f"{s.var}_b"
+        out.append(f"{i2}int64_t {vb} = {self.expr(s.start)};")
+        stop = self.expr(s.stop)
+        out.append(f"{i2}for (; {vb} + {W} <= {stop}; {vb} += {W}) {{")
+        out.append(f"{i2}  #pragma omp simd")
+        out.append(f"{i2}  for (int l = 0; l < {W}; ++l) {{")
+        out.append(f"{i2}    const int64_t {s.var} = {vb} + l;")
+        out += self.block(s.body, i2 + "    ")
+        out += self.fold(acc, lane, s.elem, i2 + "    ")
+        out += [f"{i2}  }}", f"{i2}}}"]
+        out.append(f"{i2}for (; {vb} < {stop}; ++{vb}) {{")
+        out.append(f"{i2}  const int64_t {s.var} = {vb};")
+        out += self.block(s.body, i2 + "  ")
+        out += self.fold(acc, first, s.elem, i2 + "  ")
+        out.append(f"{i2}}}")
+        # the lanes merge as a tree, each level one vector step (a serial merge of 32
+        # lanes cost more than a 128-element row's own work)
+        upper = {f: f"{n}_l[l + h]" for f, n in names.items()}
+        out.append(f"{i2}for (int h = {W // 2}; h > 0; h >>= 1) {{")
+        out.append(f"{i2}  #pragma omp simd")
+        out.append(f"{i2}  for (int l = 0; l < h; ++l) {{")
+        out += self.merge_into(acc, lane, upper, i2 + "    ")
+        out.append(f"{i2}  }}")
+        out.append(f"{i2}}}")
+        for f, _ in acc.fields:
+            out.append(f"{i2}{names[f]} = {names[f]}_l[0];")
+        out.append(f"{ind}}}")
+        return out
+
+    # -- Reduce on a GPU: strided threads, then lanes and groups merge -------------------
+    def reduce_gpu(self, s: Reduce, ind: str) -> list:
+        d, acc = self.d, s.acc
+        t = d.ir_threads
+        names = state_vars(s.acc_name, acc)
+        out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
+               for (f, dt), ident in zip(acc.fields, acc.identity)]
+        out += self.range(Range(s.var, s.start, s.stop, list(s.body) + [
+            Fold(acc, names, s.elem)], "threads"), ind)
+        out += self.group_merge(acc, names, ind, t)
+        return out
+
+    def group_merge(self, acc, names: dict, ind: str, t: dict) -> list:
+        """Every thread of the group ends with the whole group's state: the lanes of each
+        warp merge by butterfly exchanges (or the dialect's one-call simd reduction), lane 0
+        of each warp leaves its state in group memory, and every warp merges those."""
+        d = self.d
+        simd = getattr(d, "ir_simd", {}).get(acc.simd) if acc.simd else None
+        fdt = acc.fields[0][1]
+        one = len(acc.fields) == 1 and simd and np.dtype(fdt) in d.ir_simd_types
+
+        def warp(state: dict) -> list:
+            if one:
+                (f, _), = acc.fields
+                return [f"{ind}{state[f]} = {simd.format(state[f])};"]
+            self.n_tmp += 1
+            o = f"o{self.n_tmp}"
+            body = [f"{ind}for (int {o} = {WARP // 2}; {o} > 0; {o} >>= 1) {{"]
+            other = {}
+            for f, dt in acc.fields:
+                other[f] = f"{state[f]}_x"
+                body.append(f"{ind}  const {self.ctype(dt)} {other[f]} = "
+                            f"{d.ir_shuffle.format(state[f], o)};")
+            body += self.merge_into(acc, state, other, ind + "  ")
+            return body + [f"{ind}}}"]
+
+        out = warp(names)
+        shared = {f: f"{names[f]}_g" for f in names}
+        for f, dt in acc.fields:
+            self.shared.append(d.ir_shared.format(t=self.ctype(dt), n=shared[f], size=WARP))
+        out.append(f"{ind}if ({t['lane']} == 0) {{")
+        out += [f"{ind}  {shared[f]}[{t['warp']}] = {names[f]};" for f in names]
+        out.append(f"{ind}}}")
+        out.append(f"{ind}{d.ir_barrier}")
+        n_warps = f"(({t['group_size']} + {WARP - 1}) / {WARP})"
+        for (f, dt), ident in zip(acc.fields, acc.identity):
+            out.append(f"{ind}{names[f]} = {t['lane']} < {n_warps} ? {shared[f]}[{t['lane']}] : "
+                       f"{self.expr(ident)};")
+        out += warp(names)
+        out.append(f"{ind}{d.ir_barrier}  // the group memory is free for the next merge")
+        return out
+
+
+def render_kernel(k: Kernel, d) -> str:
+    """The full source of kernel ``k`` in dialect ``d`` (preamble included)."""
+    lw = Lowering(d)
+    body = lw.kernel(k)
+    return lw.preamble() + body
+
+
+def render_module(kernels, d) -> str:
+    """Several kernels in one source, the preamble once (a GPU runtime's module)."""
+    lw = Lowering(d)
+    bodies = [lw.kernel(k) for k in kernels]
+    return lw.preamble() + "".join(bodies)
+

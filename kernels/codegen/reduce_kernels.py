@@ -1,0 +1,455 @@
+"""MLX's reduction primitives as loop-IR kernels: ``Reduce`` (sum, prod, max, min, and, or),
+``ArgReduce``, ``Softmax``, ``LogSumExp`` and the ``Scan`` family, one builder each.
+
+A ``KernelSpec`` names one kernel (MLX's names where MLX has them: ``row_reduce_sum_float32``,
+``block_softmax_float32``, ``contig_scan_inclusive_sum_float32``) and builds its IR for a
+CPU or a GPU schedule; ``source(dialect)`` renders it. The layouts follow MLX's dispatch
+(``mlx/backend/common/reduce.h``'s plans, ``kernels/common/reductions.py`` picks one):
+
+- ``row``: the reduced elements of an output are contiguous (``x[r * sr + c]``): each row is
+  one group's ``Reduce`` (CPU: a row per OpenMP thread, lanes under ``omp simd``; GPU: a block
+  per row, warp shuffles and shared memory);
+- ``col``: the kept index is contiguous and the reduced one strided (``x[r + c * sc]``):
+  the CPU walks blocks of ``COL_BLOCK`` kept elements, the reduced index outside and the
+  block inside under ``omp simd``; a GPU gives each thread one kept element;
+- ``strided``: both strides arbitrary (a row kernel with strided loads);
+- ``all``: one output: parallel parts, then their merge (CPU: one kernel; a GPU: the part
+  kernel, then the row kernel over the parts);
+- ``general``: neither side collapses to one stride: each element's offset from its index
+  over shapes and strides (MLX's ``elem_to_loc``).
+
+Accumulation follows MLX: float16 / bfloat16 in float32, integers in the output type (MLX
+sums small integers into int32, the output type the op gives), Max / Min propagate NaN,
+ArgReduce takes the first extreme (NaN counts as one), And / Or test ``!= 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import ml_dtypes
+import numpy as np
+
+from .c_ops import Unsupported, _is_float, _is_half
+from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit, Load,
+                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId,
+                      row_threads, state_vars)
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+COL_BLOCK = 1024  # kept elements per block of the CPU's column kernel (its accumulators)
+SCAN_BLOCK = 256  # inner elements per block of the CPU's strided scan
+PAR_MIN = 1 << 18  # elements below which a CPU kernel runs on one thread (a wake-up of the
+# other threads costs more than the work below this on a shared machine)
+PAR_MIN_EXP = 1 << 15  # the same for kernels that call exp per element
+
+
+def acc_dtype(dt) -> np.dtype:
+    """The type an accumulator of values of ``dt`` holds: float32 for the half types."""
+    dt = np.dtype(dt)
+    return F32 if _is_half(dt) else dt
+
+
+def _limit(dt: np.dtype, high: bool):
+    if dt.kind == "b":
+        return bool(high)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return int(info.max if high else info.min)
+    return float("inf") if high else float("-inf")
+
+
+def monoid(op: str, dt, nan_flag: bool = True) -> Monoid:
+    """The accumulator of reduction ``op`` over values of dtype ``dt`` (its state type).
+    Float max / min keep a NaN flag beside the extreme (two fields OpenMP merges itself);
+    ``nan_flag=False``: one field that propagates NaN (a scan's running value)."""
+    dt = np.dtype(dt)
+    if dt.kind == "c":
+        raise Unsupported("complex reductions")
+    flt = _is_float(dt)
+    if op in ("sum", "prod"):
+        sym, ident = ("+", 0) if op == "sum" else ("*", 1)
+        return Monoid(op, (("s", dt),), (Lit(ident, dt),), lambda e: {"s": e["v"]},
+                      lambda a, b: {"s": f"({a['s']} {sym} {b['s']})"},
+                      simd="sum" if op == "sum" else None, omp=(sym,))
+    if op in ("max", "min"):
+        cmp = ">" if op == "max" else "<"
+        pick = (lambda a, b: {"m": f"({b['m']} {cmp} {a['m']} ? {b['m']} : {a['m']})"})
+        if not flt:
+            return Monoid(op, (("m", dt),), (Lit(_limit(dt, op == "min"), dt),),
+                          lambda e: {"m": e["v"]}, pick, omp=(op,))
+        if not nan_flag:
+            return Monoid(op, (("m", dt),), (Lit(_limit(dt, op == "min"), dt),),
+                          lambda e: {"m": e["v"]},
+                          lambda a, b: {"m": f"(({b['m']} {cmp} {a['m']} || {b['m']} != {b['m']}) ? "
+                                             f"{b['m']} : {a['m']})"})
+        # floats: the extreme of the numbers and a flag of NaN seen (the result is NaN then),
+        # two fields OpenMP merges itself (max / min, |)
+        i32 = np.dtype(np.int32)
+        return Monoid(op, (("m", dt), ("n", i32)), (Lit(_limit(dt, op == "min"), dt), Lit(0, i32)),
+                      lambda e: {"m": e["v"], "n": f"({e['v']} != {e['v']})"},
+                      lambda a, b: {**pick(a, b), "n": f"({a['n']} | {b['n']})"}, omp=(op, "|"),
+                      final=lambda st: Fmt(f"({st['n']} ? {{0}} : {st['m']})", (Lit(float("nan"), dt),)))
+    if op in ("and", "or"):
+        b_ = np.dtype(np.bool_)
+        sym = "&&" if op == "and" else "||"
+        return Monoid(op, (("b", b_),), (Lit(op == "and", b_),),
+                      lambda e: {"b": f"({e['v']} != 0)"},
+                      lambda a, b: {"b": f"({a['b']} {sym} {b['b']})"}, omp=(sym,))
+    if op in ("argmax", "argmin"):
+        cmp = ">" if op == "argmax" else "<"
+
+        def merge(a, b):
+            av, ai, bv, bi = a["v"], a["i"], b["v"], b["i"]
+            better = f"({bv} {cmp} {av} || ({bv} == {av} && {bi} < {ai})"
+            better += f" || ({bv} != {bv} && ({av} == {av} || {bi} < {ai})))" if flt else ")"
+            return {"v": f"({better} ? {bv} : {av})", "i": f"({better} ? {bi} : {ai})"}
+
+        return Monoid(op, (("v", dt), ("i", INDEX)),
+                      (Lit(_limit(dt, op == "argmin"), dt), Lit(2**63 - 1, INDEX)),
+                      lambda e: {"v": e["v"], "i": e["i"]}, merge)
+    raise Unsupported(f"no {op} reduction")
+
+
+def online_softmax(dt) -> Monoid:
+    """(running max, sum of exp(x - max)): two states merge by rescaling each sum to the
+    larger max (MLX's softmax kernels on CUDA and Metal)."""
+    def rescaled(s, m, mm):
+        return Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",)),))
+
+    def merge(a, b):
+        mm = f"(({b['m']} > {a['m']} || {b['m']} != {b['m']}) ? {b['m']} : {a['m']})"
+        return {"m": mm, "s": Fmt("({0} + {1})", (rescaled(a["s"], a["m"], mm),
+                                                  rescaled(b["s"], b["m"], mm)))}
+
+    return Monoid("softmax", (("m", dt), ("s", dt)), (Lit(float("-inf"), dt), Lit(0, dt)),
+                  lambda e: {"m": e["v"], "s": "1.0f" if dt == F32 else "1.0"}, merge)
+
+
+# -- Reduce ---------------------------------------------------------------------------------
+
+def _load(in_dt, acc_dt, index) -> object:
+    v = Load("x", index, in_dt)
+    return v if np.dtype(in_dt) == acc_dt or acc_dtype(in_dt) == acc_dt else Cast(acc_dt, v)
+
+
+def _final(acc: Monoid, st: dict):
+    return st["i"] if acc.name in ("argmax", "argmin") else acc.value(st)
+
+
+def _params(layout: str, in_dt, out_dt, extra=()) -> list:
+    p = [Param("in", "x", in_dt), Param("out", "out", out_dt)]
+    if layout == "general":
+        return p + [Param("int", n) for n in ("rows", "cols", "knd", "rnd")] + [
+            Param("ints", n) for n in ("kshape", "kstrides", "rshape", "rstrides")] + list(extra)
+    if layout == "all":
+        return p + [Param("out", "part", extra[0]), Param("int", "cols"), Param("int", "parts")]
+    return p + [Param("int", n) for n in ("rows", "cols", "sr", "sc")] + list(extra)
+
+
+def _offsets(layout: str) -> tuple:
+    """(row base, element offset) index expressions of each layout."""
+    if layout == "general":
+        return "ts_loc(r, kshape, kstrides, knd)", "ts_loc(c, rshape, rstrides, rnd)"
+    if layout == "row":
+        return "r * sr", "c"
+    return "r * sr", "c * sc"
+
+
+def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> Kernel:
+    """Reduce (and ArgReduce: ``op`` argmax / argmin) of ``x`` into ``out`` in ``layout``."""
+    in_dt, out_dt = np.dtype(in_dt), np.dtype(out_dt)
+    arg = op in ("argmax", "argmin")
+    adt = acc_dtype(in_dt) if arg or op in ("max", "min", "and", "or") else acc_dtype(out_dt)
+    if op in ("and", "or"):
+        adt = acc_dtype(in_dt)  # the values tested; the state is bool
+    acc = monoid(op, adt)
+    if layout == "col" and not gpu:
+        return _col_cpu(name, op, acc, in_dt, out_dt, adt)
+    if layout == "col":
+        return _col_gpu(name, op, acc, in_dt, out_dt, adt)
+    if layout == "all":
+        return _all(name, op, acc, in_dt, out_dt, adt, gpu)
+    base, off = _offsets(layout)
+    row = [Reduce("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, f"{base} + {off}"))], acc, "a",
+                  {"v": "v", "i": "c"}),
+           First([Store("out", "r", _final(acc, state_vars("a", acc)), out_dt)])]
+    return Kernel(name, _params(layout, in_dt, out_dt),
+                  [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
+                  block=1024, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"]))
+
+
+def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
+    """Blocks of ``cb`` (<= ``COL_BLOCK``) kept elements, one per thread where the kept
+    elements are few: each reduced index adds a contiguous run of the block."""
+    B = COL_BLOCK
+    st = {f: f"acc_{f}[k]" for f, _ in acc.fields}
+    body = [Let("k0", INDEX, "kb * cb"), Let("nb", INDEX, "rows - k0 < cb ? rows - k0 : cb")]
+    body += [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
+    body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
+                                      zip(acc.fields, acc.identity)], "threads"))
+    body.append(Range("c", 0, "cols", [Range("k", 0, "nb", [
+        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),  # col: sr == 1
+        Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
+    body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
+                  [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
+                         f"rows > cb && rows * cols >= {PAR_MIN}")])
+
+
+COL_LANES, COL_WARPS = 32, 8  # a GPU column group: 32 kept elements x 8 slices of the reduced run
+
+
+def _col_gpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
+    """A group per 32 kept elements (a warp's lanes, coalesced loads), its 8 warps each
+    folding every 8th reduced element, then warp 0 merging the 8 partial states from group
+    memory (MLX's column reductions split the reduced run across a block likewise)."""
+    L, W = COL_LANES, COL_WARPS
+    st = state_vars("a", acc)
+    sh = {f: f"sh_{f}" for f, _ in acc.fields}
+    body = [Let("k", INDEX, Fmt(f"kb * {L} + {{0}}", (ThreadId("lane"),))),
+            Let("w", INDEX, ThreadId("warp"))]
+    body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
+    body.append(If("k < rows", [Range("c", "w", "cols", [
+        Let("v", adt, _load(in_dt, adt, "k + c * sc")), Fold(acc, st, {"v": "v", "i": "c"})],
+        step=W)]))
+    body += [Local(sh[f], dt, L * W, shared=True) for f, dt in acc.fields]
+    body += [Assign(f"{sh[f]}[w * {L} + (k - kb * {L})]", st[f]) for f, _ in acc.fields]
+    body.append(Barrier())
+    body.append(If("w == 0 && k < rows", [
+        Range("j", 1, W, [Merge(acc, st, {f: f"{sh[f]}[j * {L} + (k - kb * {L})]" for f in sh})]),
+        Store("out", "k", _final(acc, st), out_dt)]))
+    body.append(Barrier())
+    return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
+                  [Range("kb", 0, f"(rows + {L - 1}) / {L}", body, "blocks")],
+                  block=L * W, groups=lambda v: min(-(-v["rows"] // L), 1 << 30))
+
+
+def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
+    """Parts of one contiguous run reduced in parallel into ``part``; on the CPU the same
+    kernel then merges the parts (a GPU launches the row kernel over them)."""
+    st = state_vars("a", acc)
+    part = [Let("c0", INDEX, "p * ((cols + parts - 1) / parts)"),
+            Let("c1", INDEX, "c0 + (cols + parts - 1) / parts < cols ? "
+                             "c0 + (cols + parts - 1) / parts : cols"),
+            Reduce("c", "c0", "c1", [Let("v", adt, _load(in_dt, adt, "c"))], acc, "a", {"v": "v"}),
+            First([Store("part", "p", acc.value(st), acc.fields[0][1])])]
+    body = [Range("p", 0, "parts", part, "blocks", f"parts > 1 && cols >= {PAR_MIN}")]
+    if not gpu:
+        body.append(Reduce("q", 0, "parts", [Let("w", acc.fields[0][1],
+                                                 Load("part", "q", acc.fields[0][1]))],
+                           acc, "t", {"v": "w"}))
+        body.append(Store("out", 0, acc.value(state_vars("t", acc)), out_dt))
+    return Kernel(name, _params("all", in_dt, out_dt, (acc.fields[0][1],)), body,
+                  block=1024, groups=lambda v: v["parts"],
+                  threads=lambda v: row_threads(-(-v["cols"] // v["parts"])))
+
+
+# -- Softmax and LogSumExp ------------------------------------------------------------------
+
+def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
+    """The CPU's rows: a max pass, an exp-sum pass (softmax: exp stored when the output is
+    float32, recomputed otherwise), then the scaling pass; LogSumExp: max, then sum."""
+    x = Load("x", "r * sr + c", in_dt)
+    mx, sm = monoid("max", F32), monoid("sum", F32)
+    body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"}),
+            Let("mx", F32, mx.value(state_vars("m", mx)))]
+    if log:
+        body.append(Let("z", F32, Fmt("(isinf(mx) ? {0} : mx)", (Lit(0, F32),))))
+        body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),), "nonpositive"))],
+                           sm, "s", {"v": "e"}))
+        body.append(First([Store("out", "r", Fmt("(isinf(mx) ? mx : z + {0})",
+                                                 (Math("log", F32, ("s_s",)),)), out_dt)]))
+        return body
+    keep = np.dtype(out_dt) == F32  # the exp is stored where the output holds it exactly
+    e = [Let("e", F32, Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),), "nonpositive"))]
+    if keep:
+        e.append(Store("out", "r * cols + c", "e", out_dt))
+    body.append(Reduce("c", 0, "cols", e, sm, "s", {"v": "e"}))
+    body.append(Let("inv", F32, Fmt("{0} / s_s", (Lit(1, F32),))))
+    again = Load("out", "r * cols + c", out_dt) if keep else \
+        Math("exp", F32, (Fmt("{0} - mx", (Cast(F32, x),)),), "nonpositive")
+    body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt("{0} * inv", (again,)), out_dt)],
+                      "threads"))
+    return body
+
+
+def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
+    """A GPU's rows: one online pass (running max and rescaled sum, merged across the block),
+    then softmax's output pass."""
+    x = Cast(F32, Load("x", "r * sr + c", in_dt))
+    body = [Reduce("c", 0, "cols", [Let("v", F32, x)], online_softmax(F32), "a", {"v": "v"})]
+    if log:
+        body.append(First([Store("out", "r", Fmt("(isinf(a_m) ? a_m : a_m + {0})",
+                                                 (Math("log", F32, ("a_s",)),)), out_dt)]))
+        return body
+    body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt(
+        "{0} / a_s", (Math("exp", F32, (Fmt("{0} - a_m", (x,)),)),)), out_dt)], "threads"))
+    return body
+
+
+def softmax_kernel(name: str, in_dt, out_dt, log: bool, gpu: bool) -> Kernel:
+    if not _is_float(np.dtype(in_dt)):
+        raise Unsupported(f"{'LogSumExp' if log else 'Softmax'} on {np.dtype(in_dt)}")
+    wide = np.dtype(np.float64) if np.dtype(in_dt) == np.float64 else F32  # MLX: float math, double for double
+    rows = (_row_softmax_gpu if gpu else _row_softmax_cpu)(in_dt, out_dt, log, wide)
+    return Kernel(name, _params("row", in_dt, out_dt)[:-1],  # rows, cols, sr (the last axis is unit)
+                  [Range("r", 0, "rows", rows, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN_EXP}")],
+                  block=1024, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"]))
+
+
+# -- Scan -----------------------------------------------------------------------------------
+
+def scan_kernel(name: str, op: str, in_dt, out_dt, inclusive: bool, reverse: bool,
+                contiguous: bool, gpu: bool) -> Kernel:
+    """Cumulative ``op`` along an axis of ``n`` elements (stride ``sa``), ``outer`` x ``inner``
+    independent scans (stride ``so`` / unit), output contiguous."""
+    in_dt, out_dt = np.dtype(in_dt), np.dtype(out_dt)
+    adt = acc_dtype(out_dt)
+    acc = monoid(op, adt, nan_flag=False)
+    (f, _), = acc.fields
+    j = "(n - 1 - c)" if reverse else "c"
+    params = [Param("in", "x", in_dt), Param("out", "out", out_dt)] + [
+        Param("int", n) for n in ("outer", "n", "inner", "so", "sa", "si")]
+
+    def step(st, src, dst):
+        load = [Let("v", adt, _load(in_dt, adt, src))]
+        fold = [Fold(acc, st, {"v": "v"})]
+        store = [Store("out", dst, st[f], out_dt)]
+        return load + (fold + store if inclusive else store + fold)
+
+    if contiguous:  # one scan per row, in turn along it (a GPU: one thread of the block)
+        st = {f: "acc"}
+        row = [Let("acc", adt, acc.identity[0], mutable=True),
+               Range("c", 0, "n", step(st, f"o * so + {j} * sa", f"o * n + {j}"))]
+        return Kernel(name, params, [Range("o", 0, "outer", [First(row)], "blocks",
+                                           f"outer > 1 && outer * n >= {PAR_MIN}")],
+                      groups=lambda v: min(v["outer"], 1 << 30), threads=lambda v: 32)
+    if gpu:  # one thread per (outer, inner) scan
+        st = {f: "acc"}
+        body = [Let("o", INDEX, "e / inner"), Let("i", INDEX, "e % inner"),
+                Let("acc", adt, acc.identity[0], mutable=True),
+                Range("c", 0, "n", step(st, f"o * so + {j} * sa + i * si", f"(o * n + {j}) * inner + i"))]
+        return Kernel(name, params, [Range("e", 0, "outer * inner", body, "global")],
+                      groups=lambda v: -(-(v["outer"] * v["inner"]) // 256))
+    B = SCAN_BLOCK
+    st = {f: "acc[k]"}
+    body = [Let("nib", INDEX, f"(inner + {B - 1}) / {B}"), Let("o", INDEX, "ob / nib"),
+            Let("i0", INDEX, f"(ob % nib) * {B}"),
+            Let("nb", INDEX, f"inner - i0 < {B} ? inner - i0 : {B}"), Local("acc", adt, B),
+            Range("k", 0, "nb", [Assign("acc[k]", acc.identity[0])], "threads"),
+            Range("c", 0, "n", [Range("k", 0, "nb", step(
+                st, f"o * so + {j} * sa + (i0 + k) * si", f"(o * n + {j}) * inner + i0 + k"),
+                "threads")])]
+    return Kernel(name, params, [Range("ob", 0, f"outer * ((inner + {B - 1}) / {B})", body, "blocks",
+                                       f"outer * n * inner >= {PAR_MIN}")])
+
+
+# -- the specs ------------------------------------------------------------------------------
+
+def dtype_name(dt) -> str:
+    return np.dtype(dt).name
+
+
+_PARAMS: dict = {}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One generated kernel of a reduction primitive: ``family`` (reduce, softmax,
+    logsumexp, scan) and what its builder takes; ``name`` is its kernel name."""
+
+    family: str
+    op: str
+    in_dtype: str
+    out_dtype: str
+    layout: str  # reduce: row / col / strided / all / general; scan: contig / strided
+    inclusive: bool = True
+    reverse: bool = False
+    precise: bool = False
+
+    @property
+    def name(self) -> str:
+        i, o = self.in_dtype, self.out_dtype
+        if self.family == "reduce":
+            if self.op in ("argmax", "argmin"):
+                return f"{self.layout}_{self.op}_{i}"
+            return f"{self.layout}_reduce_{self.op}_{i}_{o}"
+        if self.family in ("softmax", "logsumexp"):
+            return f"block_{self.family}_{'precise_' if self.precise else ''}{i}"
+        kind = "inclusive" if self.inclusive else "exclusive"
+        rev = "reverse_" if self.reverse else ""
+        return f"{self.layout}_scan_{rev}{kind}_{self.op}_{i}_{o}"
+
+    lib_name = name  # what the kernel cache and the Kernels tab call it
+
+    def kernel(self, gpu: bool = False) -> Kernel:
+        n = self.name
+        if self.family == "reduce":
+            return reduce_kernel(n, self.op, self.in_dtype, self.out_dtype, self.layout, gpu)
+        if self.family in ("softmax", "logsumexp"):
+            return softmax_kernel(n, self.in_dtype, self.out_dtype, self.family == "logsumexp", gpu)
+        return scan_kernel(n, self.op, self.in_dtype, self.out_dtype, self.inclusive, self.reverse,
+                           self.layout == "contig", gpu)
+
+    def kernel_params(self) -> list:
+        """The kernel's parameters (the same for the CPU and GPU schedules), computed once."""
+        got = _PARAMS.get(self)
+        if got is None:
+            got = _PARAMS[self] = self.kernel().params
+        return got
+
+    def source(self, dialect) -> str:
+        """The kernel in dialect ``dialect`` (a ``render.CFamily``), preamble included."""
+        from .lower import render_kernel
+
+        return render_kernel(self.kernel(getattr(dialect, "ir_threads", None) is not None), dialect)
+
+    def sources(self, built: Optional[dict] = None) -> dict:
+        """runtime -> source (cpu: C, cuda, metal: MSL), or a comment saying why a dialect
+        cannot express it; ``built`` gives the ones a runtime's cache holds."""
+        from .render import RUNTIME_DIALECT, renderer
+
+        out = {}
+        for runtime, dialect in RUNTIME_DIALECT.items():
+            if built and built.get(runtime):
+                out[runtime] = built[runtime]
+                continue
+            d = renderer(dialect)
+            try:
+                out[runtime] = self.source(d)
+            except Unsupported as e:
+                out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
+        return out
+
+
+REDUCE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def all_specs() -> list:
+    """Every kernel the reduction primitives can ask for (the dialect tests render them all)."""
+    from ..common.reductions import sum_dtype
+
+    out = []
+    for dt in REDUCE_DTYPES:
+        for op in ("sum", "prod", "max", "min", "and", "or", "argmax", "argmin"):
+            o = ("uint32" if op.startswith("arg") else "bool" if op in ("and", "or")
+                 else sum_dtype(dt).name if op in ("sum", "prod") else dt)
+            for layout in ("row", "col", "strided", "general") + (() if op.startswith("arg") else ("all",)):
+                out.append(KernelSpec("reduce", op, dt, o, layout))
+        for op in ("sum", "prod", "max", "min"):
+            o = "int32" if op == "sum" and dt == "bool" else dt
+            for layout in ("contig", "strided"):
+                for inclusive in (True, False):
+                    for reverse in (False, True):
+                        out.append(KernelSpec("scan", op, dt, o, layout, inclusive, reverse))
+    for dt in FLOAT_DTYPES:
+        out += [KernelSpec("softmax", "softmax", dt, dt, "row"),
+                KernelSpec("softmax", "softmax", dt, dt, "row", precise=True),
+                KernelSpec("logsumexp", "logsumexp", dt, dt, "row")]
+    return out

@@ -1,0 +1,103 @@
+"""MLX's reduction primitives as generated CUDA: the loop-IR kernels of
+``codegen/reduce_kernels.py`` rendered by the CUDA dialect (a block per row with warp
+shuffles and shared memory, a thread per kept element for columns, online softmax),
+compiled by NVRTC through the fused kernels' cache (``compiled.get_kernel``: memory, disk,
+``kernel_cache()``), launched on the current CUDA stream (the node's, inside its device
+context). The layout picks the kernel as on the CPU (``kernels/common/reductions.py``);
+``all`` is two launches (parts, then the row kernel over them), as MLX's ``all_reduce``.
+
+A call no kernel takes, or one whose kernel NVRTC cannot build, runs the primitive's CuPy
+rule, recorded on the timeline as a ``kernel_fallback`` with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import cupy
+import numpy as np
+
+from .. import timeline
+from ..codegen.c_ops import Unsupported
+from ..common import reductions as plan
+from ..cpu import compiler
+from ..primitives import REGISTRY
+from . import compiled
+
+_arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
+
+
+def _entry(spec):
+    """The loaded CUDA kernel of ``spec``; raises BuildError."""
+    try:
+        spec.kernel(gpu=True)
+    except Unsupported as e:
+        raise compiler.BuildError(f"the CUDA dialect cannot express it: {e}") from None
+    return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
+                               key=spec.name, tape=spec)
+
+
+def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
+    t0 = timeline.now() if timeline.enabled else 0
+    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
+    if t0:
+        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
+                     detail={"reason": why, "runtime": "cupy", "primitive": prim_name})
+    return out
+
+
+def _launch(call, a, prim_name: str, xp, kw, given=None):
+    """The launches of ``call`` into ``given`` (the evaluator's buffer) when it fits and the
+    input is row-contiguous (a donated input is then read element by element before it is
+    written), else into a new array."""
+    fits = (given is not None and given.shape == call.out_shape and given.dtype == call.out_dtype
+            and given.flags.c_contiguous and a.flags.c_contiguous)
+    out = given if fits else cupy.empty(call.out_shape, dtype=call.out_dtype)
+    bufs = {"x": a, "out": out}
+    if call.parts:
+        bufs["part"] = cupy.empty(call.parts, dtype=call.part_dtype)
+    arrays = _arrays.get(id(call))
+    if (arrays is None or arrays[0] is not call) and call.arrays:
+        arrays = _arrays[id(call)] = (call, {k: cupy.asarray(v) for k, v in call.arrays.items()})
+    steps = []
+    for spec, ints, src, dst in plan.gpu_launches(call):
+        try:
+            steps.append((spec, ints, src, dst, _entry(spec)))
+        except compiler.BuildError as e:
+            compiler.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+            return _fallback(prim_name, str(e), xp, a, kw, given)
+    for spec, ints, src, dst, entry in steps:
+        k = spec.kernel(gpu=True)
+        b = {**bufs, "x": bufs[src], "out": bufs[dst]}
+        args = [np.int64(v) if isinstance(v, int) else v
+                for v in plan.arguments(spec.kernel_params(), b, ints, arrays[1] if arrays else {})]
+        grid, block = k.launch(ints)
+        t0 = timeline.now() if timeline.enabled else 0
+        entry.fn((grid,), (block,), tuple(args))
+        entry.hits += 1
+        if t0:
+            timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="gpu",
+                         detail={"runtime": "cuda", "variant": spec.layout, "grid": grid,
+                                 "block": block, "primitive": prim_name})
+    return out
+
+
+def _rule(prim_name: str) -> Callable:
+    def rule(xp, a, out=None, **kw):
+        if a.size == 0:
+            return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
+        call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
+        if isinstance(call, str):
+            return _fallback(prim_name, call, xp, a, kw, out)
+        if call.copy:
+            a = cupy.ascontiguousarray(a)
+        return _launch(call, a, prim_name, xp, kw, out)
+    return rule
+
+
+RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
+
+
+def rule_for(name: str) -> Optional[Callable]:
+    """The CUDA kernel rule of primitive ``name`` (None: its CuPy rule runs)."""
+    return RULES.get(name)

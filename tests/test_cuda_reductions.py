@@ -1,0 +1,170 @@
+"""The reduction primitives as generated CUDA on an NVIDIA GPU (kernels/cuda/reductions.py):
+Reduce, ArgReduce, Softmax, LogSumExp and the scans on ``mx.gpu`` against float64 numpy on
+the host, over shapes around the kernels' thresholds (warps of 32, blocks of 256, 2^16 + 3,
+rows of 1 and of 2^20), dtypes and layouts; each case checks that a CUDA kernel ran. Skips
+unless ``TAPESCOPE_CUDA=1`` with CuPy and a GPU (``tests/run_gpu_suites.sh`` part
+``cuda_runtime``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import tapescope.core as mx
+from tapescope.kernels import backends
+
+from conftest import kernel_launches
+
+pytestmark = pytest.mark.skipif(
+    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
+    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+
+SIZES = [1, 31, 32, 33, 255, 256, 257, 1000, (1 << 16) + 3]
+
+
+def on_gpu(x: np.ndarray):
+    return mx.add(mx.array(x), 0, stream=mx.gpu)
+
+
+def close(got, want, tol=2e-5, n=1):
+    g = np.asarray(got.astype(mx.float32) if got.dtype == mx.float16 else got).astype(np.float64)
+    t = tol * max(1.0, n / 64)
+    np.testing.assert_allclose(g, want, rtol=t, atol=t * max(1.0, np.abs(want).max(initial=0)),
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("cols", SIZES)
+@pytest.mark.parametrize("rows", [1, 3, 257])
+def test_row_and_column_reductions_match_numpy(rows, cols):
+    x = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    a = on_gpu(x)
+    with kernel_launches("cuda") as rec:
+        outs = [mx.sum(a, axis=-1), mx.max(a, axis=-1), mx.sum(a, axis=0), mx.min(a, axis=0),
+                mx.argmax(a, axis=-1), mx.argmin(a, axis=0), mx.sum(a), mx.prod(a[:, :8], axis=-1)]
+        mx.eval(*outs)
+    close(outs[0], x64.sum(-1), n=cols)
+    close(outs[1], x64.max(-1))
+    close(outs[2], x64.sum(0), n=rows)
+    close(outs[3], x64.min(0))
+    np.testing.assert_array_equal(np.asarray(outs[4]), x.argmax(-1))
+    np.testing.assert_array_equal(np.asarray(outs[5]), x.argmin(0))
+    close(outs[6], x64.sum(), n=rows * cols)
+    close(outs[7], x64[:, :8].prod(-1))
+    assert {"Sum", "Max", "Min", "ArgReduce"} <= rec.primitives or rows * cols == 1, rec.fallbacks
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int32", "int8", "uint8", "bool", "int64", "float64"])
+def test_reduce_dtypes_match_numpy(dtype):
+    rng = np.random.default_rng(0)
+    x = (rng.random((33, 300)) < 0.5) if dtype == "bool" else (
+        rng.integers(-3, 4, (33, 300)).astype(dtype) if "int" in dtype
+        else rng.standard_normal((33, 300)).astype(dtype))
+    a = on_gpu(x)
+    x64 = x.astype(np.float64)
+    with kernel_launches("cuda") as rec:
+        s, m, al, an = mx.sum(a, axis=-1), mx.max(a, axis=0), mx.all(a, axis=-1), mx.any(a, axis=0)
+        mx.eval(s, m, al, an)
+    close(s, x64.sum(-1), tol=2e-3 if dtype == "float16" else 1e-6)
+    close(m, x64.max(0))
+    np.testing.assert_array_equal(np.asarray(al), x64.all(-1))
+    np.testing.assert_array_equal(np.asarray(an), x64.any(0))
+    assert {"Sum", "Max", "And", "Or"} <= rec.primitives, rec.fallbacks
+
+
+def test_general_and_strided_layouts_match_numpy():
+    x = np.random.default_rng(3).standard_normal((4, 5, 6, 7)).astype(np.float32)
+    a = on_gpu(x)
+    x64 = x.astype(np.float64)
+    t = mx.transpose(a, (2, 0, 3, 1))
+    with kernel_launches("cuda") as rec:
+        outs = [mx.sum(a, axis=(0, 2)), mx.max(t, axis=(1, 3)), mx.sum(a[:, ::2], axis=-1),
+                mx.argmax(t, axis=1)]
+        mx.eval(*outs)
+    close(outs[0], x64.sum((0, 2)))
+    close(outs[1], np.transpose(x64, (2, 0, 3, 1)).max((1, 3)))
+    close(outs[2], x64[:, ::2].sum(-1))
+    np.testing.assert_array_equal(np.asarray(outs[3]), np.transpose(x, (2, 0, 3, 1)).argmax(1))
+    assert {"Sum", "Max", "ArgReduce"} <= rec.primitives, rec.fallbacks
+
+
+@pytest.mark.parametrize("cols", SIZES + [1 << 20])
+def test_softmax_and_logsumexp_match_float64(cols):
+    rows = 1 if cols >= 1 << 16 else 5
+    x = np.random.default_rng(cols).standard_normal((rows, cols)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    m = x64.max(-1, keepdims=True)
+    e = np.exp(x64 - m)
+    a = on_gpu(x)
+    with kernel_launches("cuda") as rec:
+        sm, lse = mx.softmax(a, axis=-1), mx.logsumexp(a, axis=-1)
+        pr = mx.softmax(a.astype(mx.float16), axis=-1, precise=True)
+        mx.eval(sm, lse, pr)
+    close(sm, e / e.sum(-1, keepdims=True), n=cols / 16)
+    close(lse, (m + np.log(e.sum(-1, keepdims=True)))[:, 0], n=cols / 16)
+    xh = x.astype(np.float16).astype(np.float64)
+    eh = np.exp(xh - xh.max(-1, keepdims=True))
+    close(pr, eh / eh.sum(-1, keepdims=True), tol=2e-3)
+    assert {"Softmax", "LogSumExp"} <= rec.primitives, rec.fallbacks
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reverse,inclusive", [(False, True), (True, False)])
+def test_scans_match_numpy(axis, reverse, inclusive):
+    x = np.random.default_rng(4).standard_normal((33, 257)).astype(np.float32)
+    a = on_gpu(x)
+    x64 = np.flip(x.astype(np.float64), axis) if reverse else x.astype(np.float64)
+    with kernel_launches("cuda") as rec:
+        s = mx.cumsum(a, axis=axis, reverse=reverse, inclusive=inclusive)
+        m = mx.cummax(a, axis=axis, reverse=reverse, inclusive=True)
+        mx.eval(s, m)
+    want = np.cumsum(x64, axis)
+    if not inclusive:
+        want = np.concatenate([np.zeros_like(np.take(want, [0], axis)),
+                               np.take(want, np.arange(x.shape[axis] - 1), axis)], axis)
+    want_m = np.maximum.accumulate(x64, axis)
+    if reverse:
+        want, want_m = np.flip(want, axis), np.flip(want_m, axis)
+    close(s, want, tol=1e-4, n=x.shape[axis])
+    close(m, want_m)
+    assert {"CumSum", "CumMax"} <= rec.primitives, rec.fallbacks
+
+
+def test_extended_fusion_runs_a_reduction_tape_as_one_cuda_kernel():
+    import tapescope
+
+    def softmax(x):
+        e = mx.exp(x - mx.max(x, axis=-1, keepdims=True))
+        return e / mx.sum(e, axis=-1, keepdims=True)
+
+    def var_first(x):
+        mu = mx.mean(x, axis=0, keepdims=True)
+        return mx.mean(mx.square(x - mu), axis=0)
+
+    x = np.random.default_rng(6).standard_normal((300, 1000)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    old = tapescope.fusion_mode()
+    tapescope.set_fusion("extended")
+    try:
+        a = on_gpu(x)
+        from tapescope.kernels import timeline
+
+        timeline.set_recording(True)
+        seq = timeline.next_seq()
+        try:
+            s, v = mx.compile(softmax)(a), mx.compile(var_first)(a)
+            mx.eval(s, v)
+        finally:
+            recs = timeline.records_since(seq)
+            timeline.set_recording(False)
+    finally:
+        tapescope.set_fusion(old)
+    close(s, e / e.sum(-1, keepdims=True))
+    close(v, x64.var(0), tol=1e-4)
+    fused = [r for r in recs if r.kind == "kernel_launch" and r.detail.get("runtime") == "cuda"
+             and str(r.detail.get("variant", "")).startswith("reduce_")]
+    assert len(fused) == 2, [(r.kind, r.name, r.detail) for r in recs][-10:]

@@ -1,0 +1,327 @@
+"""The CPU's generated reduction kernels (codegen/reduce_kernels.py through cpu/primitive_kernels.py)
+against float64 numpy: Reduce (sum, prod, max, min, all, any), ArgReduce, Softmax (and precise),
+LogSumExp, the scans; hypothesis shapes, axes, keepdims, dtypes and layouts (transposed,
+sliced, broadcast), and sizes around each kernel's thresholds. Every case checks that a
+generated kernel ran (a ``kernel_launch`` on the timeline), not the numpy rule.
+
+``make test`` runs a sample; ``TAPESCOPE_REDUCTION_SWEEP=1`` (``make test-fuzz``) the full sweep.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tapescope
+import tapescope.core as mx
+from tapescope.kernels import timeline
+from tapescope.kernels.cpu import compiler
+
+from conftest import kernel_launches as launched
+
+SWEEP = os.environ.get("TAPESCOPE_REDUCTION_SWEEP") == "1"
+EXAMPLES = 300 if SWEEP else 25
+pytestmark = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "int64", "uint16", "bool",
+          "float64"]
+MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16, "int32": mx.int32,
+       "int8": mx.int8, "uint8": mx.uint8, "int64": mx.int64, "uint16": mx.uint16,
+       "bool": mx.bool_, "float64": mx.float64}
+TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}
+
+
+def host(a) -> np.ndarray:
+    """A tapescope array's values in float64 (bfloat16 through float32)."""
+    if a.dtype == mx.bfloat16:
+        a = a.astype(mx.float32)
+    return np.asarray(a).astype(np.float64)
+
+
+def values(rng, shape, dtype: str, small: bool = False) -> np.ndarray:
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in ("int8", "uint8", "uint16", "int32", "int64"):
+        lo = 0 if dtype.startswith("u") else -3
+        return rng.integers(lo, 4, shape).astype(dtype)
+    x = rng.standard_normal(shape) * (0.5 if small else 2.0)
+    return x.astype(BF16 if dtype == "bfloat16" else dtype)
+
+
+def layout(x: np.ndarray, kind: str):
+    """``x`` as a tapescope view of another layout with the same values: the transpose of
+    its transposed copy, or the first half of a larger array's last axis."""
+    if kind == "transposed" and x.ndim >= 2:
+        perm = list(range(x.ndim))[::-1]
+        return mx.transpose(array(np.ascontiguousarray(np.transpose(x, perm))), perm)
+    if kind == "sliced":
+        return array(np.concatenate([x, x], axis=-1))[..., : x.shape[-1]]
+    return array(x)
+
+
+def array(x: np.ndarray):
+    """A tapescope array of ``x``'s values and dtype (float64 stays float64)."""
+    name = "bool" if x.dtype == np.bool_ else x.dtype.name
+    return mx.array(x, dtype=MXD[name])
+
+
+def check(got, want, dtype: str, rel: float = 1.0):
+    g = host(got)
+    assert g.shape == want.shape, (g.shape, want.shape)
+    if dtype in TOL:
+        tol = TOL[dtype] * rel
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max(initial=0)),
+                                   equal_nan=True)
+    else:
+        np.testing.assert_array_equal(g, want)
+
+
+@st.composite
+def reduce_case(draw):
+    nd = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 7, 16, 31, 33]), min_size=nd,
+                                max_size=nd)))
+    axes = draw(st.lists(st.integers(0, nd - 1), unique=True, min_size=1, max_size=nd))
+    return shape, sorted(axes)
+
+
+OPS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "all": np.all, "any": np.any}
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(reduce_case(), st.sampled_from(DTYPES), st.sampled_from(sorted(OPS)), st.booleans(),
+       st.sampled_from(["contiguous", "transposed", "sliced", "broadcast"]), st.integers(0, 2**31))
+def test_reduce_matches_float64_numpy(case, dtype, op, keepdims, kind, seed):
+    shape, axes = case
+    rng = np.random.default_rng(seed)
+    if op == "prod" and dtype in ("int8", "uint8", "int32", "uint16", "int64"):
+        x = rng.integers(0, 2, shape).astype(dtype)  # products that do not wrap
+    else:
+        x = values(rng, shape, dtype, small=op == "prod")
+    if kind == "broadcast":
+        base = x[(slice(None),) * (len(shape) - 1) + (slice(0, 1),)]
+        x = np.broadcast_to(base, shape)
+        a = mx.broadcast_to(array(np.ascontiguousarray(base)), shape)
+    else:
+        a = layout(x, kind)
+    with launched() as rec:
+        got = getattr(mx, op)(a, axes, keepdims)
+        mx.eval(got)
+    ref = x.astype(np.float64) if dtype != "bool" or op in ("all", "any") else x
+    want = OPS[op](ref, axis=tuple(axes), keepdims=keepdims)
+    if op in ("sum", "prod") and dtype in ("int8", "uint8", "uint16", "int32", "int64", "bool"):
+        want = OPS[op](x.astype(np.int64), axis=tuple(axes), keepdims=keepdims)
+    if dtype == "bool" and op in ("max", "min"):
+        want = OPS[op](x, axis=tuple(axes), keepdims=keepdims)
+    n = int(np.prod([shape[i] for i in axes]))
+    check(got, np.asarray(want, dtype=np.float64), dtype, rel=max(1.0, n / 8))
+    if x.size:
+        prim = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "all": "And",
+                "any": "Or"}[op]
+        assert prim in rec.primitives or n == 1, rec.fallbacks
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(reduce_case(), st.sampled_from(DTYPES), st.sampled_from(["argmax", "argmin"]),
+       st.sampled_from(["contiguous", "transposed"]), st.integers(0, 2**31))
+def test_arg_reduce_matches_numpy(case, dtype, op, kind, seed):
+    shape, axes = case
+    rng = np.random.default_rng(seed)
+    x = values(rng, shape, dtype)
+    axis = axes[0]
+    a = layout(x, kind)
+    with launched() as rec:
+        got = getattr(mx, op)(a, axis=axis)
+        mx.eval(got)
+    ref = x.astype(np.float32) if dtype == "bfloat16" else x
+    want = getattr(np, op)(ref, axis=axis)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert got.dtype == mx.uint32 and ("ArgReduce" in rec.primitives or shape[axis] == 1)
+
+
+def test_nan_is_the_extreme_and_propagates():
+    x = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, 1.0, 5.0, 0.0]] * 20, np.float32)
+    a = mx.array(x)
+    np.testing.assert_array_equal(np.asarray(mx.argmax(a, axis=-1)), np.argmax(x, axis=-1))
+    np.testing.assert_array_equal(np.asarray(mx.argmin(a, axis=0)), np.argmin(x, axis=0))
+    np.testing.assert_array_equal(np.asarray(mx.max(a, axis=-1)), np.max(x, axis=-1))
+    np.testing.assert_array_equal(np.asarray(mx.min(a, axis=0)), np.min(x, axis=0))
+    assert np.isnan(float(mx.sum(a)))
+
+
+@st.composite
+def row_case(draw):
+    rows = draw(st.sampled_from([1, 2, 3, 17, 64]))
+    cols = draw(st.sampled_from([1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 1000]))
+    return rows, cols
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(row_case(), st.sampled_from(["float32", "float16", "bfloat16", "float64"]),
+       st.sampled_from(["softmax", "precise", "logsumexp"]), st.booleans(), st.integers(0, 2**31))
+def test_softmax_and_logsumexp_match_float64(case, dtype, op, transposed, seed):
+    rows, cols = case
+    x = values(np.random.default_rng(seed), (rows, cols), dtype)
+    a = array(x)
+    if transposed:  # a strided input: MLX's backends copy it first
+        a = mx.transpose(array(np.ascontiguousarray(x.T)))
+    x64 = x.astype(np.float64)
+    m = x64.max(-1, keepdims=True)
+    with launched() as rec:
+        if op == "logsumexp":
+            got = mx.logsumexp(a, axis=-1, keepdims=True)
+            want = m + np.log(np.exp(x64 - m).sum(-1, keepdims=True))
+        else:
+            got = mx.softmax(a, axis=-1, precise=op == "precise")
+            e = np.exp(x64 - m)
+            want = e / e.sum(-1, keepdims=True)
+        mx.eval(got)
+    check(got, want, dtype, rel=4)
+    assert {"LogSumExp" if op == "logsumexp" else "Softmax"} <= rec.primitives
+
+
+def test_softmax_rows_of_infinities_follow_the_rule():
+    x = np.array([[-np.inf] * 5, [np.inf, 0, 0, 0, 0], [1, 2, 3, 4, np.nan]], np.float32)
+    a = mx.array(x)
+    lse = np.asarray(mx.logsumexp(a, axis=-1))
+    assert lse[0] == -np.inf and lse[1] == np.inf and np.isnan(lse[2])
+    sm = np.asarray(mx.softmax(a, axis=-1))
+    assert np.isnan(sm[0]).all() and np.isnan(sm[2]).all()
+
+
+SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
+         "cummin": np.minimum.accumulate}
+
+
+def np_scan(name, x, axis, reverse, inclusive):
+    if reverse:
+        x = np.flip(x, axis)
+    out = SCANS[name](x, axis=axis)
+    if not inclusive:
+        ident = {"cumsum": 0, "cumprod": 1, "cummax": -np.inf, "cummin": np.inf}[name]
+        out = np.concatenate([np.full_like(np.take(out, [0], axis), ident),
+                              np.take(out, np.arange(x.shape[axis] - 1), axis)], axis)
+    return np.flip(out, axis) if reverse else out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(reduce_case(), st.sampled_from(["float32", "float16", "int32", "int8", "bfloat16"]),
+       st.sampled_from(sorted(SCANS)), st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 2**31))
+def test_scan_matches_numpy(case, dtype, name, reverse, inclusive, transposed, seed):
+    shape, axes = case
+    axis = axes[0]
+    x = values(np.random.default_rng(seed), shape, dtype, small=name == "cumprod")
+    if name == "cumprod" and dtype in ("int32", "int8"):
+        x = np.random.default_rng(seed).integers(-1, 2, shape).astype(dtype)
+    a = layout(x, "transposed" if transposed else "contiguous")
+    with launched() as rec:
+        got = getattr(mx, name)(a, axis=axis, reverse=reverse, inclusive=inclusive)
+        mx.eval(got)
+    x64 = x.astype(np.float64)
+    want = np_scan(name, x64, axis, reverse, inclusive)
+    if dtype in ("int8",) and name in ("cumsum", "cumprod"):  # wraps in int8, as MLX's does
+        want = np_scan(name, x.astype(np.int64), axis, reverse, inclusive).astype(np.int8)
+    if dtype in ("int32", "int8") and name in ("cummax", "cummin") and not inclusive:
+        info = np.iinfo(dtype)
+        want = np.where(np.isinf(want), np.where(want > 0, info.max, info.min), want)
+    check(got, np.asarray(want, np.float64), dtype, rel=max(4.0, shape[axis] / 4))
+    assert {"CumSum": "cumsum", "CumProd": "cumprod", "CumMax": "cummax",
+            "CumMin": "cummin"}.keys() & rec.primitives
+
+
+THRESHOLDS = [1, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 2**15 - 1, 2**15 + 1, 2**16 + 3]
+
+
+@pytest.mark.parametrize("n", THRESHOLDS if SWEEP else [1, 33, 257, 2**16 + 3])
+def test_sizes_around_every_threshold(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    a = mx.array(x)
+    x64 = x.astype(np.float64)
+    check(mx.sum(a), np.asarray(x64.sum()), "float32", rel=max(1, n / 64))  # all / row
+    check(mx.max(a), np.asarray(x64.max()), "float32")
+    m = mx.array(x.reshape(1, n))
+    check(mx.logsumexp(m, axis=-1), np.log(np.exp(x64).sum()).reshape(1), "float32", rel=8)
+    check(mx.argmax(a, axis=0), np.asarray(np.argmax(x)), "int")
+    check(mx.cumsum(a), np.cumsum(x64), "float32", rel=max(4, n / 64))
+    col = mx.array(x.reshape(-1, 1) * np.ones((1, 3), np.float32))  # rows of 3, n of them
+    check(mx.sum(col, axis=0), (x64.reshape(-1, 1) * np.ones((1, 3))).sum(0), "float32",
+          rel=max(1, n / 64))
+
+
+@pytest.mark.skipif(not SWEEP, reason="TAPESCOPE_REDUCTION_SWEEP=1 (make test-fuzz)")
+def test_rows_of_two_to_the_twenty():
+    x = np.random.default_rng(1).standard_normal((3, 1 << 20)).astype(np.float32)
+    a = mx.array(x)
+    x64 = x.astype(np.float64)
+    check(mx.sum(a, axis=-1), x64.sum(-1), "float32", rel=1 << 12)
+    check(mx.softmax(a, axis=-1), np.exp(x64 - x64.max(-1, keepdims=True)) / np.exp(
+        x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True), "float32", rel=64)
+    check(mx.sum(a.T, axis=0), x64.sum(-1), "float32", rel=1 << 12)
+
+
+def test_kernels_are_in_the_cache_with_three_sources():
+    a = mx.array(np.ones((4, 8), np.float32))
+    mx.eval(mx.softmax(a, axis=-1), mx.sum(a, axis=0))
+    from tapescope.kernel_sources import entry_sources
+
+    got = {e["name"]: e for e in tapescope.kernel_cache()}
+    for name in ("block_softmax_float32", "col_reduce_sum_float32_float32"):
+        e = got[name]
+        assert e["runtime"] == "cpu" and name in e["source"]
+        src = entry_sources(e)
+        assert set(src) == {"cpu", "cuda", "metal"}
+        assert "__global__" in src["cuda"] and "[[kernel]]" in src["metal"]
+
+
+def test_complex_falls_back_to_the_rule_visibly():
+    a = mx.array(np.array([[1 + 2j, 3 - 1j]], np.complex64))
+    with launched() as rec:
+        got = mx.sum(a, axis=-1)
+        mx.eval(got)
+    assert np.asarray(got)[0] == 4 + 1j
+    assert "Sum" not in rec.primitives
+    assert any(f.get("primitive") == "Sum" and "complex" in f["reason"] for f in rec.fallbacks)
+
+
+def test_the_kernels_tab_shows_a_reduction_kernels_three_sources():
+    from tapescope.cell_report import _kernels_section
+
+    a = mx.array(np.ones((3, 5), np.float32))
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
+    try:
+        mx.eval(mx.logsumexp(a, axis=-1))
+    finally:
+        recs = timeline.records_since(seq)
+        timeline.set_recording(False)
+    html = _kernels_section([], recs, tapes=False, sources=True)
+    assert "block_logsumexp_float32" in html
+    assert "__global__" in html and "threadgroup" in html  # the CUDA and MSL columns
+
+
+def test_trace_names_each_reductions_kernel_and_its_sources():
+    def f(x):
+        return mx.softmax(x, axis=-1) + mx.sum(x, axis=0) + mx.cumsum(x, axis=1)
+
+    g = tapescope.trace(f, mx.array(np.ones((4, 8), np.float32)))
+    got = {op.primitive: spec for op, spec in g.generated_kernels}
+    assert got["Softmax"].name == "block_softmax_float32"
+    assert got["Sum"].name == "col_reduce_sum_float32_float32"
+    assert got["CumSum"].name == "contig_scan_inclusive_sum_float32_float32"
+    assert "kernel block_softmax_float32 [generated]" in g.summary()
+    src = got["Sum"].sources()
+    assert "col_reduce_sum_float32_float32(void** args)" in src["cpu"]
+    # a GPU's column kernel: a thread per kept element, no lane exchanges
+    assert "ts_shfl_xor(" not in src["cuda"].split("col_reduce_sum_float32_float32(")[1]
+    assert "ts_shfl_xor(" in got["Softmax"].sources()["cuda"].split("block_softmax_float32(")[1]
+    from tapescope.cell_report import _kernels_section
+
+    html = _kernels_section([("f", g)], [], tapes=False, sources=True)
+    assert "contig_scan_inclusive_sum_float32_float32" in html
