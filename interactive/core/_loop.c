@@ -297,8 +297,8 @@ static int run_host(PyObject *node) {
         !PyList_CheckExact(inputs) || outputs == NULL || !PyList_CheckExact(outputs))
         return 0;
     int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
-    if (SLOT(defn, defn_off[F_DONATABLE]) != Py_False ||
-        (fused && (l_launch_for == Py_None || PyList_GET_SIZE(outputs) != 1)))
+    if (fused ? l_launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
+              : SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
     PyObject *index = PyObject_GetAttr(stream, s_index);
     if (index == NULL) { PyErr_Clear(); return 0; }
