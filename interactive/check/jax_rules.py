@@ -24,6 +24,8 @@ class NoReference(Exception):
 # other for every primitive tapescope defines).
 WITHOUT_RULE: dict[str, str] = {
     "Placeholder": "no value to compare: a trace placeholder is never evaluated",
+    "Load": "no computation to compare: its value is a file's bytes, which a JAX reference "
+            "could only read through the same reader",
     "Partition": "no unique answer: the order inside each side of the kth element is "
                  "unspecified",
     "ArgPartition": "no unique answer: the order inside each side of the kth element is "
