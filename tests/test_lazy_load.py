@@ -149,3 +149,33 @@ def test_a_file_objects_arrays_are_read_before_load_returns(tmp_path):
     buf = io.BytesIO(buf.getvalue()[:-8])  # short: the read error comes from load itself
     with pytest.raises(RuntimeError, match=r"^\[load\] Failed to read from python stream$"):
         mx.load(buf, format="npy")
+
+
+@pytest.mark.parametrize("save", ["savez", "savez_compressed"])
+def test_an_npz_paths_members_are_read_at_eval(tmp_path, save):
+    path = str(tmp_path / "x.npz")
+    getattr(mx, save)(path, a=mx.arange(6).reshape(2, 3), b=mx.ones((4,), mx.float16))
+    got = mx.load(path)
+    assert all(_unevaluated(v) for v in got.values())
+    want = np.load(path)
+    for k in ("a", "b"):
+        np.testing.assert_array_equal(np.array(got[k]), want[k])
+    if mlx_ref is not None:
+        ref = mlx_ref.load(path)
+        for k in ("a", "b"):
+            np.testing.assert_array_equal(np.array(got[k]), np.array(ref[k]))
+
+
+def test_an_npz_member_whose_crc_is_wrong_raises_at_eval(tmp_path):
+    path = str(tmp_path / "x.npz")
+    # larger than zipfile's 4 KiB read-ahead: the header's read does not reach the CRC check
+    mx.savez(path, a=mx.arange(4096, dtype=mx.int32))
+    raw = bytearray(open(path, "rb").read())
+    at = raw.index(np.arange(4096, dtype=np.int32).tobytes())
+    raw[at + 10000] ^= 0xFF  # a data byte: the header still parses, the CRC no longer matches
+    with open(path, "wb") as f:
+        f.write(raw)
+    got = mx.load(path)
+    assert _unevaluated(got["a"])
+    with pytest.raises(RuntimeError, match=r"^\[load_npz\] Corrupt member 'a.npy' in file "):
+        mx.eval(got["a"])

@@ -72,3 +72,24 @@ class PyFileReader:
 
     def label(self) -> str:
         return "python file object"
+
+
+class ZipMemberReader(PyFileReader):
+    """An ``.npz`` member (a zipfile member object): read as a file object, then to its end,
+    where zipfile checks the member's CRC; zipfile's errors (``errors``) raise as a
+    RuntimeError naming the member, at eval as at load."""
+
+    def __init__(self, member: Any, name: str, where: str, errors: tuple):
+        super().__init__(member)
+        self.name, self.where, self.errors = name, where, errors
+
+    def read_into(self, buf: memoryview, offset: int) -> None:
+        try:
+            super().read_into(buf, offset)
+            with self.lock:
+                self.f.read()  # the rest (nothing, for a well-formed member): the CRC check
+        except self.errors as e:
+            if type(e) in (RuntimeError, ValueError) and str(e).startswith("["):
+                raise
+            raise RuntimeError(f"[load_npz] Corrupt member '{self.name}' in {self.where}: "
+                               f"{e}") from None

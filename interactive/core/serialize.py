@@ -21,7 +21,7 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import Stream, StreamOrDevice, cpu, incompatible, resolve_stream
-from .file_reader import FileReader, PyFileReader
+from .file_reader import FileReader, PyFileReader, ZipMemberReader
 from .primitive import Primitive
 
 FileLike = Union[str, pathlib.Path, Any]
@@ -124,10 +124,10 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
     """Load array(s) from a binary file (``.npy``, ``.npz``, ``.safetensors`` or ``.gguf``).
     Every reader checks the file's lengths, counts, shapes and offsets before it allocates or
     slices: a malformed file raises a bracketed error, never loads. As in MLX
-    (mlx/io/load.cpp, python/src/load.cpp), a ``.npy`` or ``.safetensors`` path gives arrays
-    not yet read: each is a ``Load`` of its bytes, run at eval on ``stream`` (the CPU's
-    unless CUDA is available), where a short read raises; a file object's arrays, and an
-    ``.npz``'s, are read before this returns. GGUF is read whole (core/gguf.py)."""
+    (mlx/io/load.cpp, python/src/load.cpp), a ``.npy``, ``.npz`` or ``.safetensors`` path
+    gives arrays not yet read: each is a ``Load`` of its bytes, run at eval on ``stream``
+    (the CPU's unless CUDA is available), where a short read raises; a file object's arrays
+    are read before this returns. GGUF is read whole, as MLX reads it (core/gguf.py)."""
     if format is None:
         name = str(file) if isinstance(file, (str, pathlib.Path)) else file.name
         base = os.path.basename(name)
@@ -310,31 +310,35 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, st
 
 
 def _load_npz(f: Any, file: FileLike, stream: Stream) -> dict:
-    """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``),
-    each read through its member before this returns (zipfile checks a member's CRC once it
-    is read to its end)."""
+    """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``):
+    its header read now, its data a ``Load`` through the open member (python/src/load.cpp
+    mlx_load_npz_helper); a file object's arrays are read before this returns. zipfile
+    checks a member's CRC once it is read to its end: a damaged member raises at eval."""
     from .transforms import eval as _eval
 
-    try:
-        z = zipfile.ZipFile(f)
+    own = isinstance(file, (str, pathlib.Path))
+    try:  # a path: the archive's own descriptor, kept open by the members until they are read
+        z = zipfile.ZipFile(str(file) if own else f)
         infos = z.infolist()
     except _ZIP_ERRORS:
         raise ValueError("[load_npz] Input must be a zip file or a file-like object that can be "
                          "opened with zipfile.ZipFile") from None
     out = {}
+    where = label(file)
     with z:
         for info in infos:
             name = info.filename
             try:
-                with z.open(info) as member:
-                    # a member's sizes come from the archive (which may lie): read in chunks
-                    arr = _load_npy(member, member, None, PyFileReader(member), stream)
+                member = z.open(info)
+                reader = ZipMemberReader(member, name, where, _ZIP_ERRORS)
+                # a member's sizes come from the archive (which may lie): read in chunks
+                arr = _load_npy(member, member, None, reader, stream)
+                if not own:
                     _eval(arr)
-                    member.read()  # to the member's end: zipfile checks its CRC there
             except _ZIP_ERRORS as e:
                 if type(e) in (RuntimeError, ValueError) and str(e).startswith("["):
                     raise  # the member's own npy error
-                raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {label(file)}: {e}") \
+                raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {where}: {e}") \
                     from None
             out[name[:-4] if name.endswith(".npy") else name] = arr
     return out
