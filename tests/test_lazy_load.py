@@ -179,3 +179,14 @@ def test_an_npz_member_whose_crc_is_wrong_raises_at_eval(tmp_path):
     assert _unevaluated(got["a"])
     with pytest.raises(RuntimeError, match=r"^\[load_npz\] Corrupt member 'a.npy' in file "):
         mx.eval(got["a"])
+
+
+@pytest.mark.parametrize("descr", ["<f4", ">f4", ">i2"])
+def test_check_reads_the_file_on_its_own_as_the_reference(tmp_path, descr):
+    pytest.importorskip("jax")
+    import tapescope
+
+    path = str(tmp_path / "x.npy")
+    np.save(path, (np.arange(6) - 2).astype(descr))
+    report = tapescope.check(lambda: mx.load(path) * 3)
+    assert report.passed, report

@@ -24,8 +24,6 @@ class NoReference(Exception):
 # other for every primitive tapescope defines).
 WITHOUT_RULE: dict[str, str] = {
     "Placeholder": "no value to compare: a trace placeholder is never evaluated",
-    "Load": "no computation to compare: its value is a file's bytes, which a JAX reference "
-            "could only read through the same reader",
     "Partition": "no unique answer: the order inside each side of the kth element is "
                  "unspecified",
     "ArgPartition": "no unique answer: the order inside each side of the kth element is "
@@ -215,6 +213,23 @@ def table() -> dict[str, Callable]:
         return (start + i * step).astype(dt)
 
     T["Arange"] = arange
+
+    def load(*, reader, offset, shape, dtype, swap):
+        # the file's bytes read by numpy on its own (np.fromfile at the offset, in the file's
+        # byte order), not through tapescope's reader; a file object's or zip member's
+        # bytes have no second way in
+        path = getattr(reader, "path", None)
+        if path is None:
+            raise NoReference("the bytes come from a file object: no independent read")
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        stored = dt.newbyteorder(">") if swap else dt
+        host = np.fromfile(path, dtype=stored, count=count, offset=offset)
+        if host.size != count:
+            raise NoReference(f"the file holds {host.size} of the {count} elements")
+        return jnp.asarray(host.astype(dt).reshape(shape))
+
+    T["Load"] = load
 
     # -- slicing, gathers, scatters ---------------------------------------------------------
     def ranges(start, stop, strides):
