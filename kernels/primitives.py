@@ -40,6 +40,7 @@ COMPILED = "compiled"
 PLACEHOLDER = "placeholder"
 DISTRIBUTED = "distributed"
 QUANTIZED = "quantized"
+IO = "io"
 
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})
 # What compile may fuse into a Compiled tape (shared/DESIGN.md).
@@ -61,6 +62,7 @@ _WHERE = {
     PLACEHOLDER: "interactive/core/tracing.py (the traced argument's shape and dtype)",
     DISTRIBUTED: "interactive/core/distributed.py (each collective computes its output)",
     QUANTIZED: "interactive/core/ops/quantized.py (each op computes its outputs, as mlx/ops.cpp)",
+    IO: "interactive/core/serialize.py (the file's header gives the shape and dtype)",
 }
 
 # The stated reasons a facet may be absent.
@@ -134,7 +136,7 @@ def elements(shape) -> int:
 # ones); a broadcast or a cast moves data and computes nothing; a reduction is one
 # operation per input element. Families absent here are not counted (None).
 _GENERIC_FLOPS = {UNARY: 1, BINARY: 1, TERNARY: 1, BROADCAST: 0, ASTYPE: 0, SHAPE: 0,
-                  CREATION: 0, REDUCE: _reduced_flops}
+                  CREATION: 0, IO: 0, REDUCE: _reduced_flops}
 
 
 class PrimitiveDef:

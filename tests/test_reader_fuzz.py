@@ -60,13 +60,16 @@ def _ours(a) -> tuple:
 
 
 def _load(data: bytes, fmt: str):
-    """mx.load of ``data`` (as a file): (result, None), or (None, the clear error); a raw
-    Python error fails the test."""
+    """mx.load of ``data`` (as a file), evaluated (a path's arrays are read at eval, where a
+    short data section raises, as in MLX): (result, None), or (None, the clear error); a
+    raw Python error fails the test."""
     path = os.path.join(DIR, "case." + fmt)
     with open(path, "wb") as f:
         f.write(data)
     try:
-        return mx.load(path, format=fmt, return_metadata=fmt in ("safetensors", "gguf")), path
+        got = mx.load(path, format=fmt, return_metadata=fmt in ("safetensors", "gguf"))
+        mx.eval(got)
+        return got, path
     except Exception as e:  # noqa: BLE001
         assert _clear(e), f"raw error {type(e).__name__}: {e}"
         return None, path

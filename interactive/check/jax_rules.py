@@ -214,6 +214,23 @@ def table() -> dict[str, Callable]:
 
     T["Arange"] = arange
 
+    def load(*, reader, offset, shape, dtype, swap):
+        # the file's bytes read by numpy on its own (np.fromfile at the offset, in the file's
+        # byte order), not through tapescope's reader; a file object's or zip member's
+        # bytes have no second way in
+        path = getattr(reader, "path", None)
+        if path is None:
+            raise NoReference("the bytes come from a file object: no independent read")
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        stored = dt.newbyteorder(">") if swap else dt
+        host = np.fromfile(path, dtype=stored, count=count, offset=offset)
+        if host.size != count:
+            raise NoReference(f"the file holds {host.size} of the {count} elements")
+        return jnp.asarray(host.astype(dt).reshape(shape))
+
+    T["Load"] = load
+
     # -- slicing, gathers, scatters ---------------------------------------------------------
     def ranges(start, stop, strides):
         # bounds come normalised by slice.indices: with a negative step, stop -1 is "below 0"

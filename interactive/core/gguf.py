@@ -2,7 +2,8 @@
 types (F32, F16, I8, I16, I32) and metadata (strings, lists of strings, scalar or 1-D arrays),
 written by hand after the GGUF specification (ggml/docs/gguf.md) as MLX's mlx/io/gguf.cpp
 does through gguflib: version 3, tensors aligned to 32 bytes, dimensions innermost first.
-Quantized tensor types are not read (MLX dequantizes some of them)."""
+Quantized tensors are read as MLX reads them (core/gguf_quants.py). The file is read
+whole, as MLX reads it (not lazily: mlx/io/gguf.cpp copies each tensor at load)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import dtypes as _dt
+from . import gguf_quants as quants
 from .array import array
 
 _ALIGN = 32
@@ -196,13 +198,19 @@ def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
         t, off = r.take("IQ", what)
         infos.append((name, tuple(reversed(dims)), t, off))
     base = r.pos + (-r.pos % alignment)
-    arrays = {}
+    arrays: dict = {}
+
+    def insert(key: str, value: Any) -> None:
+        if key in arrays:  # MLX prints the first array where the name belongs
+            raise RuntimeError(f"[load_gguf] Duplicate parameter name {key} this can happend "
+                               "when loading quantized tensors.")
+        arrays[key] = value
+
     for name, shape, t, off in infos:
-        dt = _TENSOR_DTYPES.get(t)
-        if dt is None:
-            raise ValueError(f"[load_gguf] Unsupported tensor type {t} (quantized GGUF is not "
-                             "read here).")
-        start, nbytes = base + off, dt.np.itemsize * int(np.prod(shape, dtype=object))
+        if t not in quants.BLOCKS:
+            raise ValueError(f"[load_gguf] Unsupported tensor type {t}.")
+        n = int(np.prod(shape, dtype=object))
+        start, nbytes = base + off, quants.nbytes(t, n)
         # mlx/io/gguf.cpp check_tensor_in_file
         if start >= 2**64:
             raise _tensor_error(name, "has a data offset that overflows the data section")
@@ -213,9 +221,20 @@ def load_gguf(f: Any, file: Any) -> tuple[dict, dict]:
         if any(d >= 2**31 for d in shape):  # MLX's Shape is int32
             raise RuntimeError(f"[load_gguf] Tensor '{name}' dimensions {list(reversed(shape))} "
                                f"are outside the int32 range in {where}")
-        if name in arrays:  # MLX prints the first array where the name belongs
-            raise RuntimeError(f"[load_gguf] Duplicate parameter name {name} this can happend when "
-                               "loading quantized tensors.")
-        host = np.frombuffer(r.data, dt.np, nbytes // dt.np.itemsize, start)
-        arrays[name] = array(host.reshape(shape).copy(), dt)
+        dt = _TENSOR_DTYPES.get(t)
+        if dt is not None:
+            host = np.frombuffer(r.data, dt.np, n, start)
+            insert(name, array(host.reshape(shape).copy(), dt))
+        elif t in quants.AFFINE:  # mlx/io/gguf_quants.cpp gguf_load_quantized
+            if not shape or shape[-1] % 32:
+                raise RuntimeError(f"[load_gguf] tensor {name}has incompatible last dim shape: "
+                                   f"{shape[-1] if shape else 1}")
+            weight, scales, biases = quants.affine(r.data, start, t, shape)
+            # the prefix drops ".weight" (MLX drops any 7 characters; a shorter name is kept)
+            prefix = name[:-7] if len(name) >= 7 else name
+            insert(name, array(weight, _dt.uint32))
+            insert(prefix + ".scales", array(scales, _dt.float16))
+            insert(prefix + ".biases", array(biases, _dt.float16))
+        else:
+            insert(name, array(quants.to_f16(r.data, start, t, n).reshape(shape), _dt.float16))
     return arrays, meta

@@ -20,7 +20,9 @@ import numpy as np
 
 from . import dtypes as _dt
 from .array import array
-from .device import StreamOrDevice, incompatible
+from .device import Stream, StreamOrDevice, cpu, incompatible, resolve_stream
+from .file_reader import FileReader, PyFileReader, ZipMemberReader
+from .primitive import Primitive
 
 FileLike = Union[str, pathlib.Path, Any]
 
@@ -56,12 +58,6 @@ def _host(a: array) -> np.ndarray:
     if a.dtype == _dt.bfloat16:
         data = data.view(np.dtype("V2"))
     return data
-
-
-def _from_host(data: np.ndarray) -> array:
-    if data.dtype == np.dtype("V2"):  # MLX saves bfloat16 as two raw bytes
-        return array(np.array(data, order="C").view(_dt.bfloat16.np), _dt.bfloat16)
-    return array(np.array(data, order="C"), _dt.from_numpy(data.dtype))
 
 
 def save(file: FileLike, arr: array) -> None:
@@ -127,7 +123,11 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
          stream: StreamOrDevice = None) -> Any:
     """Load array(s) from a binary file (``.npy``, ``.npz``, ``.safetensors`` or ``.gguf``).
     Every reader checks the file's lengths, counts, shapes and offsets before it allocates or
-    slices: a malformed file raises a bracketed error, never loads."""
+    slices: a malformed file raises a bracketed error, never loads. As in MLX
+    (mlx/io/load.cpp, python/src/load.cpp), a ``.npy``, ``.npz`` or ``.safetensors`` path
+    gives arrays not yet read: each is a ``Load`` of its bytes, run at eval on ``stream``
+    (the CPU's unless CUDA is available), where a short read raises; a file object's arrays
+    are read before this returns. GGUF is read whole, as MLX reads it (core/gguf.py)."""
     if format is None:
         name = str(file) if isinstance(file, (str, pathlib.Path)) else file.name
         base = os.path.basename(name)
@@ -140,18 +140,56 @@ def load(file: FileLike, /, format: Optional[str] = None, return_metadata: bool 
         raise ValueError(f"[load] metadata not supported for format {format}")
     if isinstance(file, (str, pathlib.Path)) and not os.path.isfile(file):
         raise RuntimeError(f"[load] Failed to open file {file}")
+    s = _load_stream(stream)
     with _open(file, "rb") as f:
         if format == "npy":
-            return _load_npy(f, file, _size(f))
+            return _owned(_load_npy(f, file, _size(f), _reader(file, f), s), file)
         if format == "npz":
-            return _load_npz(f, file)
+            return _load_npz(f, file, s)
         if format == "gguf":
             from .gguf import load_gguf
 
             arrays, meta = load_gguf(f, file)
         else:
-            arrays, meta = _load_safetensors(f, file)
+            arrays, meta = _load_safetensors(f, file, s)
+            arrays = _owned(arrays, file)
     return (arrays, meta) if return_metadata else arrays
+
+
+def _load_stream(stream: StreamOrDevice) -> Stream:
+    """Where a Load runs: ``stream``, else the CPU's unless CUDA is available (MLX's
+    ``cu::is_available() ? to_stream(s) : to_stream(s, Device::cpu)``)."""
+    from .cuda import is_available
+
+    return resolve_stream(stream if stream is not None or is_available() else cpu)
+
+
+def _reader(file: FileLike, f: Any) -> Any:
+    """The reader a load's arrays read through: the path's own descriptor (kept open by
+    the arrays until they are read), or the file object."""
+    if isinstance(file, (str, pathlib.Path)):
+        return FileReader(str(file))
+    return PyFileReader(f)
+
+
+def _owned(arrays: Any, file: FileLike) -> Any:
+    """A file object is not ours to keep: its arrays are read now (MLX: "If we don't own
+    the stream and it was passed to us, eval immediately")."""
+    if not isinstance(file, (str, pathlib.Path)):
+        from .transforms import eval as _eval
+
+        _eval(arrays)
+    return arrays
+
+
+def _lazy(reader: Any, offset: int, shape: tuple, dt: _dt.Dtype, swap: bool,
+          stream: Stream) -> array:
+    """An array whose ``shape`` x ``dt`` bytes ``reader`` gives at ``offset``, when evaluated
+    (MLX's ``Load``; its rule in kernels/rules/load.py)."""
+    shape = tuple(int(d) for d in shape)
+    prim = Primitive("Load", stream, reader=reader, offset=offset, shape=shape, dtype=dt.np,
+                     swap=swap)
+    return array._make1(shape, dt, prim, [])
 
 
 # -- reading: sizes, short reads, labels -----------------------------------------------------
@@ -208,8 +246,12 @@ _NPY_KINDS = {("b", 1), ("i", 1), ("i", 2), ("i", 4), ("i", 8), ("u", 1), ("u", 
               ("u", 8), ("f", 2), ("f", 4), ("f", 8), ("c", 8), ("V", 2)}
 
 
-def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
-    """One ``.npy`` array, its header parsed by numpy and checked against the data there is."""
+def _load_npy(f: Any, file: FileLike, left: Optional[int], reader: Any,
+              stream: Stream) -> array:
+    """One ``.npy`` array: its header parsed by numpy and checked; its data a ``Load`` at
+    the header's end through ``reader`` (a data section shorter than the shape says raises
+    when the array is evaluated, as in MLX)."""
+    start = 0 if isinstance(reader, FileReader) else f.tell()
     where = label(file)
     head = _read(f, 8, left)
     if len(head) < 8:
@@ -248,17 +290,17 @@ def _load_npy(f: Any, file: FileLike, left: Optional[int]) -> array:
         raise RuntimeError(f"[load] Negative dimension in shape in {where}")
     if any(d >= 2**31 for d in shape):  # MLX: std::stoi's out_of_range escapes as IndexError
         raise RuntimeError(f"[load] Dimension outside the int32 range in shape {shape} in {where}")
-    nbytes = dtype.itemsize * math.prod(shape)
-    if left is not None and nbytes > left - used:
-        raise _short(file)
-    data = _read(f, nbytes, None if left is None else left - used)
-    if len(data) < nbytes:
-        raise _short(file)
-    host = np.frombuffer(data, dtype, math.prod(shape))
-    host = host.reshape(shape, order="F" if fortran else "C")
-    if dtype.byteorder == ">":  # MLX swaps big-endian data on load
-        host = host.astype(dtype.newbyteorder("="))
-    return _from_host(host)
+    if dtype.kind == "V":  # MLX saves bfloat16 as two raw bytes
+        dt = _dt.bfloat16
+    else:
+        dt = _dt.from_numpy(dtype.newbyteorder("="))
+    swap = dtype.byteorder == ">"  # MLX swaps big-endian data at eval
+    if fortran:  # MLX reads the reversed shape and transposes it
+        a = _lazy(reader, start + used, tuple(reversed(shape)), dt, swap, stream)
+        from .ops.shape import transpose
+
+        return transpose(a, stream=stream)
+    return _lazy(reader, start + used, shape, dt, swap, stream)
 
 
 # what zipfile raises on a damaged archive or member (a lying size, a bad CRC, a broken
@@ -267,27 +309,36 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, st
                OverflowError, NotImplementedError, UnicodeDecodeError, IndexError, KeyError)
 
 
-def _load_npz(f: Any, file: FileLike) -> dict:
-    """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``)."""
-    try:
-        z = zipfile.ZipFile(f)
+def _load_npz(f: Any, file: FileLike, stream: Stream) -> dict:
+    """Every member of an ``.npz`` archive as an ``.npy`` array (named without ``.npy``):
+    its header read now, its data a ``Load`` through the open member (python/src/load.cpp
+    mlx_load_npz_helper); a file object's arrays are read before this returns. zipfile
+    checks a member's CRC once it is read to its end: a damaged member raises at eval."""
+    from .transforms import eval as _eval
+
+    own = isinstance(file, (str, pathlib.Path))
+    try:  # a path: the archive's own descriptor, kept open by the members until they are read
+        z = zipfile.ZipFile(str(file) if own else f)
         infos = z.infolist()
     except _ZIP_ERRORS:
         raise ValueError("[load_npz] Input must be a zip file or a file-like object that can be "
                          "opened with zipfile.ZipFile") from None
     out = {}
+    where = label(file)
     with z:
         for info in infos:
             name = info.filename
             try:
-                with z.open(info) as member:
-                    # a member's sizes come from the archive (which may lie): read in chunks
-                    arr = _load_npy(member, member, None)
-                    member.read()  # to the member's end: zipfile checks its CRC there
+                member = z.open(info)
+                reader = ZipMemberReader(member, name, where, _ZIP_ERRORS)
+                # a member's sizes come from the archive (which may lie): read in chunks
+                arr = _load_npy(member, member, None, reader, stream)
+                if not own:
+                    _eval(arr)
             except _ZIP_ERRORS as e:
                 if type(e) in (RuntimeError, ValueError) and str(e).startswith("["):
                     raise  # the member's own npy error
-                raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {label(file)}: {e}") \
+                raise RuntimeError(f"[load_npz] Corrupt member '{name}' in {where}: {e}") \
                     from None
             out[name[:-4] if name.endswith(".npy") else name] = arr
     return out
@@ -314,8 +365,11 @@ def _st_ints(value: Any, name: str, field: str, where: str) -> list:
                        f"in {where}, got {json.dumps(value)[:80]}")
 
 
-def _load_safetensors(f: Any, file: FileLike) -> tuple[dict, dict]:
+def _load_safetensors(f: Any, file: FileLike, stream: Stream) -> tuple[dict, dict]:
+    """(arrays, metadata): the header parsed and every tensor's offsets checked against the
+    file; each tensor a ``Load`` of its bytes."""
     where = label(file)
+    start = 0 if isinstance(file, (str, pathlib.Path)) else f.tell()
     left = _size(f)
     raw = f.read(8)
     if len(raw) < 8:
@@ -390,13 +444,12 @@ def _load_safetensors(f: Any, file: FileLike) -> tuple[dict, dict]:
         if 8 + n + hi > left:
             raise _st_past(name, lo, hi)
         tensors.append((name, dt, shape, lo))
-    if data is None:  # the data up to the last tensor's end, checked to be in the file above
-        data = f.read(max((lo + dt.np.itemsize * math.prod(shape)
-                           for _, dt, shape, lo in tensors), default=0))
-    arrays = {}
-    for name, dt, shape, lo in tensors:
-        host = np.frombuffer(data, dt.np, math.prod(shape), lo).reshape(shape)
-        arrays[name] = array(host.copy(), dt)
+    if data is not None:  # a stream that cannot seek: its data, read above
+        reader, base = PyFileReader(io.BytesIO(data)), 0
+    else:
+        reader, base = _reader(file, f), start + 8 + n
+    arrays = {name: _lazy(reader, base + lo, shape, dt, False, stream)
+              for name, dt, shape, lo in tensors}
     return arrays, meta
 
 
