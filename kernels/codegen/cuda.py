@@ -128,6 +128,7 @@ class CUDADialect(CFamily):
     ir_shared = "__shared__ {t} {n}[{size}];"
     ir_barrier = "__syncthreads();"
     ir_shuffle = "ts_shfl_xor({}, {})"
+    ir_unroll = "#pragma unroll {}"
     ir_simd: dict = {}
     ir_simd_types: tuple = ()
     ir_prelude = _IR_PRELUDE

@@ -15,6 +15,7 @@ body of statements:
   each thread folds its strided share, then the threads merge across the group (CUDA warp
   shuffles and shared memory, Metal ``simd_*`` and threadgroup memory), and every thread
   sees the result.
+- A ``Range`` or ``Reduce`` may ask a GPU to ``unroll`` it (independent loads in flight).
 - ``Let`` (a declaration), ``Assign``, ``Store`` (converted to the buffer's type), ``If``,
   ``Local`` (a per-thread array), ``Fold`` (one accumulator update, e.g. into an array
   element), ``Barrier`` (the group's threads meet).
@@ -114,6 +115,9 @@ class Monoid:
     omp: Optional[tuple] = None
     # the state's value (default: its first field), e.g. max's NaN flag applied
     final: Optional[Callable[[dict], Any]] = None
+    # ``step(state, elem) -> {field: expr}``: one element folded in directly, where that is
+    # cheaper than ``merge(state, lift(elem))`` (online softmax: one exp, not two)
+    step: Optional[Callable[[dict, dict], dict]] = None
 
     def value(self, state: dict):
         return self.final(state) if self.final else state[self.fields[0][0]]
@@ -188,6 +192,9 @@ class Range:
     kind: str = "serial"  # "blocks", "threads", "global", "serial"
     parallel_if: Optional[str] = None  # C: the condition under which OpenMP threads run it
     step: Any = 1  # a serial range's step
+    # a GPU unrolls the loop this many times: that many independent loads in flight per
+    # thread (the bytes in flight a GPU needs to reach its memory bandwidth)
+    unroll: int = 1
 
 
 @dataclass
@@ -202,6 +209,7 @@ class Reduce:
     acc: Monoid
     acc_name: str
     elem: dict
+    unroll: int = 1  # as Range's
 
 
 @dataclass

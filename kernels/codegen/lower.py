@@ -172,11 +172,15 @@ class Lowering:
         raise TypeError(f"not an IR statement: {s!r}")
 
     def fold(self, acc, state: dict, elem: dict, ind: str) -> list:
+        if acc.step is not None:
+            return self.assign_state(acc, state, acc.step(state, elem), ind)
         return self.merge_into(acc, state, acc.lift(elem), ind)
 
     def merge_into(self, acc, state: dict, other: dict, ind: str) -> list:
         """``state = merge(state, other)``, every field computed before any is assigned."""
-        new = acc.merge(state, other)
+        return self.assign_state(acc, state, acc.merge(state, other), ind)
+
+    def assign_state(self, acc, state: dict, new: dict, ind: str) -> list:
         if len(acc.fields) == 1:
             (f, _), = acc.fields
             return [f"{ind}{state[f]} = {self.expr(new[f])};"]
@@ -198,7 +202,9 @@ class Lowering:
                                       f"{t['groups']} * {t['group_size']}"),
                            "serial": ("0", self.expr(s.step))}[s.kind]
             start = first if a == "0" else f"{a} + {first}"
-            return [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
+            unroll = getattr(self.d, "ir_unroll", None)
+            pragma = [f"{ind}{unroll.format(s.unroll)}"] if unroll and s.unroll > 1 else []
+            return pragma + [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
                 f"{ind}}}"]
         step = self.expr(s.step)
         head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
@@ -281,7 +287,7 @@ class Lowering:
         out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
                for (f, dt), ident in zip(acc.fields, acc.identity)]
         out += self.range(Range(s.var, s.start, s.stop, list(s.body) + [
-            Fold(acc, names, s.elem)], "threads"), ind)
+            Fold(acc, names, s.elem)], "threads", unroll=s.unroll), ind)
         out += self.group_merge(acc, names, ind, t)
         return out
 
