@@ -125,6 +125,22 @@ class Monoid:
 
 # -- statements -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Vec:
+    """The elements a ``Reduce`` or ``threads`` ``Range`` walks are ``buf[base + var]`` (unit
+    stride, ``var`` from 0): ``make(value, index) -> (statements, elem)`` builds the body of
+    one element from its value and index expressions. A GPU dialect with vector loads
+    (``ir_vector``) reads 16 bytes at a time: a scalar head up to the first 16-byte boundary,
+    the aligned body as vectors, a scalar tail (MLX's vectorised reads, ``N_READS``); other
+    dialects run the plain body."""
+
+    buf: str
+    base: "Expr"
+    dtype: Any
+    make: Callable
+
+
+
 @dataclass
 class Let:
     name: str
@@ -195,6 +211,7 @@ class Range:
     # a GPU unrolls the loop this many times: that many independent loads in flight per
     # thread (the bytes in flight a GPU needs to reach its memory bandwidth)
     unroll: int = 1
+    vec: Optional[Vec] = None  # a ``threads`` range over unit-stride elements (see Vec)
 
 
 @dataclass
@@ -210,6 +227,7 @@ class Reduce:
     acc_name: str
     elem: dict
     unroll: int = 1  # as Range's
+    vec: Optional[Vec] = None  # the elements are buf[base + var]: vector loads on a GPU
 
 
 @dataclass
@@ -250,9 +268,10 @@ class Kernel:
         return max(1, min(int(self.groups(ints)), (1 << 31) - 1)), int(t)
 
 
-def row_threads(n: int, per_thread: int = 4, most: int = 1024) -> int:
-    """Threads for a group that walks ``n`` elements: about ``per_thread`` each, a whole
-    number of warps (32) up to ``most`` (MLX's row reductions size their blocks so)."""
+def row_threads(n: int, per_thread: int = 16, most: int = 1024) -> int:
+    """Threads for a group that walks ``n`` elements: about ``per_thread`` each (four 16-byte
+    loads of float32), a whole number of warps (32) up to ``most`` (MLX's row reductions
+    size their blocks so); more, smaller groups per multiprocessor hide each one's merge."""
     t = 32
     while t < most and t * per_thread < n:
         t *= 2

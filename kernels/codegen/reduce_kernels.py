@@ -33,7 +33,7 @@ import numpy as np
 
 from .c_ops import Unsupported, _is_float, _is_half
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit, Load,
-                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId,
+                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId, Vec,
                       row_threads, state_vars)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -142,7 +142,11 @@ def online_softmax(dt) -> Monoid:
 # -- Reduce ---------------------------------------------------------------------------------
 
 def _load(in_dt, acc_dt, index) -> object:
-    v = Load("x", index, in_dt)
+    return _as(in_dt, acc_dt, Load("x", index, in_dt))
+
+
+def _as(in_dt, acc_dt, v) -> object:
+    """A value of ``in_dt`` in the accumulator's type."""
     return v if np.dtype(in_dt) == acc_dt or acc_dtype(in_dt) == acc_dt else Cast(acc_dt, v)
 
 
@@ -184,8 +188,10 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     if layout == "all":
         return _all(name, op, acc, in_dt, out_dt, adt, gpu)
     base, off = _offsets(layout)
+    vec = Vec("x", base, in_dt, lambda v, i: ([Let("v", adt, _as(in_dt, adt, v))], {"v": "v", "i": i})) \
+        if layout == "row" else None
     row = [Reduce("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, f"{base} + {off}"))], acc, "a",
-                  {"v": "v", "i": "c"}, unroll=UNROLL),
+                  {"v": "v", "i": "c"}, unroll=UNROLL, vec=vec),
            First([Store("out", "r", _final(acc, state_vars("a", acc)), out_dt)])]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
@@ -299,15 +305,19 @@ def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
     then softmax's output pass."""
     x = Cast(F32, Load("x", "r * sr + c", in_dt))
     body = [Reduce("c", 0, "cols", [Let("v", F32, x)], online_softmax(F32), "a", {"v": "v"},
-                   unroll=UNROLL)]
+                   unroll=UNROLL, vec=Vec("x", "r * sr", in_dt,
+                                          lambda v, i: ([Let("v", F32, Cast(F32, v))], {"v": "v"})))]
     if log:
         body.append(First([Store("out", "r", Fmt("(isinf(a_m) ? a_m : a_m + {0})",
                                                  (Math("log", F32, ("a_s",)),)), out_dt)]))
         return body
     body.append(Let("inv", F32, Fmt("{0} / a_s", (Lit(1, F32),))))
-    body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt(
-        "{0} * inv", (Math("exp", F32, (Fmt("{0} - a_m", (x,)),)),)), out_dt)], "threads",
-        unroll=UNROLL))
+    def scaled(v, i):
+        return [Store("out", f"r * cols + {i}", Fmt("{0} * inv", (Math("exp", F32, (Fmt(
+            "{0} - a_m", (Cast(F32, v),)),)),)), out_dt)]
+
+    body.append(Range("c", 0, "cols", scaled(Load("x", "r * sr + c", in_dt), "c"), "threads",
+                      unroll=UNROLL, vec=Vec("x", "r * sr", in_dt, scaled)))
     return body
 
 
