@@ -128,7 +128,65 @@ def interleaved(impls: dict, reps: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def run(device: str, grid: list, reps: int, dtype) -> list:
+FUSED = ("softmax_written", "xent_written")  # hand-written, compiled with extended fusion
+
+
+def written(lib):
+    """Softmax and a soft-label cross-entropy written out in ``lib``'s ops (mx / jnp)."""
+    def softmax(v):
+        e = lib.exp(v - lib.max(v, axis=-1, keepdims=True))
+        return e / lib.sum(e, axis=-1, keepdims=True)
+
+    def xent(v, t):
+        m = lib.max(v, axis=-1, keepdims=True)
+        lse = lib.log(lib.sum(lib.exp(v - m), axis=-1, keepdims=True)) + m
+        return lib.sum(t * (lse - v), axis=-1)
+
+    return softmax, xent
+
+
+def fused_rows(x, reps: int) -> None:
+    """Extended fusion's one-kernel softmax and cross-entropy on the GPU against jax.jit."""
+    import tapescope
+
+    t = np.full_like(x, 1.0 / x.shape[-1])
+    old = tapescope.fusion_mode()
+    tapescope.set_fusion("extended")
+    try:
+        a, b = (mx.add(mx.array(v), 0, stream=mx.gpu) for v in (x, t))
+        mx.eval(a, b)
+        sm, xe = (mx.compile(f) for f in written(mx))
+        sets = {"tapescope": {"softmax_written": lambda: mx.eval(sm(a)),
+                              "xent_written": lambda: mx.eval(xe(a, b))}}
+        try:
+            import jax
+            import jax.numpy as jnp
+
+            dev = jax.devices("gpu")[0]
+            ja, jb = jax.device_put(x, dev), jax.device_put(t, dev)
+            js, jx = (jax.jit(f) for f in written(jnp))
+            sets["jax.jit"] = {"softmax_written": lambda: js(ja).block_until_ready(),
+                               "xent_written": lambda: jx(ja, jb).block_until_ready()}
+        except ImportError:
+            pass
+        rows, cols = x.shape
+        for op in FUSED:
+            tm = interleaved({k: v[op] for k, v in sets.items()}, reps)
+            cells = "  ".join(f"{k} {v:8.3f}" for k, v in tm.items())
+            jx_ = tm.get("jax.jit")
+            ratio = f"x jax {tm['tapescope'] / jx_:5.2f}" if jx_ else ""
+            print(f"gpu {rows:>6} x {cols:<6} {op:<15} {cells}   {ratio}", flush=True)
+    finally:
+        tapescope.set_fusion(old)
+
+
+def copy_fraction(op: str, rows: int, cols: int, ms: float, itemsize: int) -> float:
+    """The bandwidth a call reached (bytes read + written / time) in TB/s."""
+    out = rows * cols if op == "softmax" else cols if op == "sum_first" else rows
+    return (rows * cols + out) * itemsize / (ms * 1e-3) / 1e12
+
+
+def run(device: str, grid: list, reps: int, dtype, fused: bool = False) -> list:
     rows_out = []
     peers_seen: set = set()
     for rows, cols in grid:
@@ -147,7 +205,10 @@ def run(device: str, grid: list, reps: int, dtype) -> list:
             cells = "  ".join(f"{k} {v:8.3f}" for k, v in t.items())
             ratio = f"x jax {t['tapescope'] / jx:5.2f}" if jx else ""
             rb = f"x best {t['tapescope'] / best:5.2f}" if best else ""
-            print(f"{device} {rows:>6} x {cols:<6} {op:<12} {cells}   {ratio}  {rb}", flush=True)
+            bw = f"  {copy_fraction(op, rows, cols, t['tapescope'], x.itemsize):5.2f} TB/s"
+            print(f"{device} {rows:>6} x {cols:<6} {op:<12} {cells}   {ratio}  {rb}{bw}", flush=True)
+        if device == "gpu" and fused:
+            fused_rows(x, reps)
     return rows_out
 
 
@@ -175,7 +236,7 @@ def main():
             grid = [(r, c) for r in (4096, 8192, 32768) for c in (128, 1000, 4096, 8193, 32768)
                     if r * c <= 1 << 30]
             grid.append((int(rng.integers(1, 40000)), int(rng.integers(1, 40000))))
-            run("gpu", grid, args.reps, dtype)
+            run("gpu", grid, args.reps, dtype, fused=True)
     if worst:
         w = max(worst)
         print(f"cpu: worst tapescope / jax.jit {w[0]:.2f} ({w[2]} at {w[1][0]} x {w[1][1]})")

@@ -69,6 +69,7 @@ class Backend:
     name = "cpu"  # the runtime's name (``kernel.sources`` keys, timeline ``runtime``)
     device_type = "cpu"  # the DeviceType name it serves
     dialect = "c"  # the renderer dialect of its compiled kernels
+    reduction_tapes = True  # run_compiled runs extended fusion's reduction tapes as one kernel
     quiet = staticmethod(_quiet_numpy())
     event_type = Event
     array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)

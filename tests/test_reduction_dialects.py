@@ -86,8 +86,8 @@ def run_on_shim(call, x: np.ndarray) -> np.ndarray:
     out = np.zeros(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": np.ascontiguousarray(x).reshape(-1) if x.ndim else x.reshape(1),
             "out": out.reshape(-1), **call.arrays}
-    if call.parts:
-        bufs["part"] = np.zeros(call.parts, call.part_dtype)
+    if plan.gpu_part_size(call):
+        bufs["part"] = np.zeros(plan.gpu_part_size(call), call.part_dtype)
     for spec, ints, src, dst in plan.gpu_launches(call):
         b = dict(bufs)
         b["x"], b["out"] = bufs[src], bufs[dst]

@@ -9,7 +9,9 @@ and renderable (or another reduction over the same axes of the same shape), runs
 same stream, makes a value of the full shape or of the reduced ("row") shape, and joining
 makes no cycle (no input of the op depends on the region through an op outside it). A
 region of one op stays as it is; so do regions with too few rows to share among the CPU's
-threads (a whole-array sum keeps MLX's split, whose elementwise kernel runs threaded).
+threads (a whole-array sum keeps MLX's split, whose elementwise kernel runs threaded), and
+those on a stream whose runtime runs no reduction tapes (``Backend.reduction_tapes``: the
+CPU's C and CUDA do, Metal not yet).
 MLX's fusion then runs on what is left (``fusion.fuse``).
 """
 
@@ -19,6 +21,7 @@ import heapq
 import os
 from typing import Optional
 
+from tapescope.kernels.backends import stream_backend
 from tapescope.kernels.codegen import reduction as kred
 from tapescope.kernels.codegen.c_ops import Unsupported
 from tapescope.kernels.codegen.tape import MAX_COMPILE_ARRAYS, Reduction
@@ -46,9 +49,14 @@ def _spec(g: GOp) -> Optional[tuple]:
     rows, cols = red.split(full)
     if cols < 2 or rows * cols == 0:
         return None
-    if rows * cols >= SMALL and rows < MIN_ROWS_PER_THREAD * (os.cpu_count() or 1):
+    try:
+        be = stream_backend(g.prim.stream)
+    except (AttributeError, RuntimeError):  # no stream, or no backend for its device
         return None
-    if g.prim.stream.device.type.name != "cpu":
+    if not be.reduction_tapes:  # its runtime cannot run a reduction tape as one kernel
+        return None
+    cpu = be.device_type == "cpu"
+    if cpu and rows * cols >= SMALL and rows < MIN_ROWS_PER_THREAD * (os.cpu_count() or 1):
         return None
     return full, axes, mode
 

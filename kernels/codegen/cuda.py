@@ -128,6 +128,13 @@ class CUDADialect(CFamily):
     ir_shared = "__shared__ {t} {n}[{size}];"
     ir_barrier = "__syncthreads();"
     ir_shuffle = "ts_shfl_xor({}, {})"
+    ir_unroll = "#pragma unroll {}"
+    # 16-byte loads (loop_ir.Vec): the row's pointer, its elements before a 16-byte boundary
+    # (buffers are element-aligned), one vector load
+    ir_vector = {"types": {"float32": "float4", "int32": "int4", "uint32": "uint4"},
+                 "ptr": "const {t}* __restrict__ {n} = {buf} + ({base});",
+                 "head": "(int64_t)(((16 - ((unsigned long long){0} & 15)) & 15) >> 2)",
+                 "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});"}
     ir_simd: dict = {}
     ir_simd_types: tuple = ()
     ir_prelude = _IR_PRELUDE

@@ -23,7 +23,7 @@ import numpy as np
 from .c_ops import Unsupported, _is_float
 from .loop_ir import (First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce, Store,
                       row_threads, state_vars)
-from .reduce_kernels import monoid
+from .reduce_kernels import UNROLL, monoid
 from .reduction import SCHEDULE, lower
 from .tape import Tape
 
@@ -137,7 +137,7 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
                 elems.append(Let(f"tmp_{it.name}", ct, SCHEDULE._expr(d, it, by)))
         elems += [Store(o, "r * o_sr + c * o_sc", f"tmp_{n}", dt) for o, n, dt in stores]
         if not reds:
-            body.append(Range("c", 0, "cols", elems, "serial" if first else "threads"))
+            body.append(Range("c", 0, "cols", elems, "serial" if first else "threads", unroll=UNROLL))
             continue
         parts = [(f"p{j}", _acc_monoid(it, by, d)) for j, it in enumerate(reds)]
         acc = product(parts)
@@ -147,9 +147,9 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
         st = state_vars(name_p, acc)
         if first:  # one thread's serial loop
             body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
-            body.append(Range("c", 0, "cols", elems + [Fold(acc, st, elem)]))
+            body.append(Range("c", 0, "cols", elems + [Fold(acc, st, elem)], unroll=UNROLL))
         else:
-            body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem))
+            body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem, unroll=UNROLL))
         for (pre, m), it in zip(parts, reds):
             sub = {f: st[f"{pre}_{f}"] for f, _ in m.fields}
             body.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype),

@@ -15,6 +15,7 @@ body of statements:
   each thread folds its strided share, then the threads merge across the group (CUDA warp
   shuffles and shared memory, Metal ``simd_*`` and threadgroup memory), and every thread
   sees the result.
+- A ``Range`` or ``Reduce`` may ask a GPU to ``unroll`` it (independent loads in flight).
 - ``Let`` (a declaration), ``Assign``, ``Store`` (converted to the buffer's type), ``If``,
   ``Local`` (a per-thread array), ``Fold`` (one accumulator update, e.g. into an array
   element), ``Barrier`` (the group's threads meet).
@@ -114,12 +115,31 @@ class Monoid:
     omp: Optional[tuple] = None
     # the state's value (default: its first field), e.g. max's NaN flag applied
     final: Optional[Callable[[dict], Any]] = None
+    # ``step(state, elem) -> {field: expr}``: one element folded in directly, where that is
+    # cheaper than ``merge(state, lift(elem))`` (online softmax: one exp, not two)
+    step: Optional[Callable[[dict, dict], dict]] = None
 
     def value(self, state: dict):
         return self.final(state) if self.final else state[self.fields[0][0]]
 
 
 # -- statements -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Vec:
+    """The elements a ``Reduce`` or ``threads`` ``Range`` walks are ``buf[base + var]`` (unit
+    stride, ``var`` from 0): ``make(value, index) -> (statements, elem)`` builds the body of
+    one element from its value and index expressions. A GPU dialect with vector loads
+    (``ir_vector``) reads 16 bytes at a time: a scalar head up to the first 16-byte boundary,
+    the aligned body as vectors, a scalar tail (MLX's vectorised reads, ``N_READS``); other
+    dialects run the plain body."""
+
+    buf: str
+    base: "Expr"
+    dtype: Any
+    make: Callable
+
+
 
 @dataclass
 class Let:
@@ -188,6 +208,10 @@ class Range:
     kind: str = "serial"  # "blocks", "threads", "global", "serial"
     parallel_if: Optional[str] = None  # C: the condition under which OpenMP threads run it
     step: Any = 1  # a serial range's step
+    # a GPU unrolls the loop this many times: that many independent loads in flight per
+    # thread (the bytes in flight a GPU needs to reach its memory bandwidth)
+    unroll: int = 1
+    vec: Optional[Vec] = None  # a ``threads`` range over unit-stride elements (see Vec)
 
 
 @dataclass
@@ -202,6 +226,8 @@ class Reduce:
     acc: Monoid
     acc_name: str
     elem: dict
+    unroll: int = 1  # as Range's
+    vec: Optional[Vec] = None  # the elements are buf[base + var]: vector loads on a GPU
 
 
 @dataclass
@@ -242,9 +268,10 @@ class Kernel:
         return max(1, min(int(self.groups(ints)), (1 << 31) - 1)), int(t)
 
 
-def row_threads(n: int, per_thread: int = 4, most: int = 1024) -> int:
-    """Threads for a group that walks ``n`` elements: about ``per_thread`` each, a whole
-    number of warps (32) up to ``most`` (MLX's row reductions size their blocks so)."""
+def row_threads(n: int, per_thread: int = 16, most: int = 1024) -> int:
+    """Threads for a group that walks ``n`` elements: about ``per_thread`` each (four 16-byte
+    loads of float32), a whole number of warps (32) up to ``most`` (MLX's row reductions
+    size their blocks so); more, smaller groups per multiprocessor hide each one's merge."""
     t = 32
     while t < most and t * per_thread < n:
         t *= 2

@@ -21,7 +21,7 @@ import numpy as np
 
 from .c_ops import Unsupported
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit,
-                      Load, Local, Math, Merge, Range, Reduce, Store, ThreadId, state_vars)
+                      Load, Local, Math, Merge, Range, Reduce, Store, ThreadId, Vec, state_vars)
 
 WARP = 32  # lanes per warp / simdgroup (CUDA and Apple GPUs)
 
@@ -172,11 +172,15 @@ class Lowering:
         raise TypeError(f"not an IR statement: {s!r}")
 
     def fold(self, acc, state: dict, elem: dict, ind: str) -> list:
+        if acc.step is not None:
+            return self.assign_state(acc, state, acc.step(state, elem), ind)
         return self.merge_into(acc, state, acc.lift(elem), ind)
 
     def merge_into(self, acc, state: dict, other: dict, ind: str) -> list:
         """``state = merge(state, other)``, every field computed before any is assigned."""
-        new = acc.merge(state, other)
+        return self.assign_state(acc, state, acc.merge(state, other), ind)
+
+    def assign_state(self, acc, state: dict, new: dict, ind: str) -> list:
         if len(acc.fields) == 1:
             (f, _), = acc.fields
             return [f"{ind}{state[f]} = {self.expr(new[f])};"]
@@ -190,6 +194,8 @@ class Lowering:
     def range(self, s: Range, ind: str) -> list:
         v, a, b = s.var, self.expr(s.start), self.expr(s.stop)
         body = self.block(s.body, ind + "  ")
+        if self.gpu and s.vec is not None and s.kind == "threads" and a == "0" and self.vector_type(s.vec):
+            return self.vector_loop(s.var, b, s.vec, lambda st: st, s.unroll, ind)
         if self.gpu:
             t = self.d.ir_threads
             first, step = {"blocks": (t["group"], t["groups"]),
@@ -198,7 +204,9 @@ class Lowering:
                                       f"{t['groups']} * {t['group_size']}"),
                            "serial": ("0", self.expr(s.step))}[s.kind]
             start = first if a == "0" else f"{a} + {first}"
-            return [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
+            unroll = getattr(self.d, "ir_unroll", None)
+            pragma = [f"{ind}{unroll.format(s.unroll)}"] if unroll and s.unroll > 1 else []
+            return pragma + [f"{ind}for (int64_t {v} = {start}; {v} < {b}; {v} += {step}) {{"] + body + [
                 f"{ind}}}"]
         step = self.expr(s.step)
         head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
@@ -280,10 +288,53 @@ class Lowering:
         names = state_vars(s.acc_name, acc)
         out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
                for (f, dt), ident in zip(acc.fields, acc.identity)]
-        out += self.range(Range(s.var, s.start, s.stop, list(s.body) + [
-            Fold(acc, names, s.elem)], "threads"), ind)
+        if s.vec is not None and self.expr(s.start) == "0" and self.vector_type(s.vec):
+            out += self.vector_loop(s.var, self.expr(s.stop), s.vec,
+                                    lambda got: got[0] + [Fold(acc, names, got[1])], s.unroll, ind)
+        else:
+            out += self.range(Range(s.var, s.start, s.stop, list(s.body) + [
+                Fold(acc, names, s.elem)], "threads", unroll=s.unroll), ind)
         out += self.group_merge(acc, names, ind, t)
         return out
+
+    def vector_type(self, v: Vec) -> Optional[str]:
+        """The dialect's 4-wide vector type of the elements (16 bytes), None without one."""
+        table = getattr(self.d, "ir_vector", None)
+        return table["types"].get(np.dtype(v.dtype).name) if table else None
+
+    def vector_loop(self, var: str, stop: str, v: Vec, body, unroll: int, ind: str) -> list:
+        """The group's threads over ``buf[base + var]``, ``var`` in [0, stop): a scalar head
+        up to the row's first 16-byte boundary, 16-byte vector loads (4 elements each) over
+        the aligned body, a scalar tail; ``body(v.make(value, index))`` is one element's
+        statements."""
+        t, vt, tab = self.d.ir_threads, self.vector_type(v), self.d.ir_vector
+        self.n_tmp += 1
+        n = self.n_tmp
+        p, h, nv, q, vv = f"vp{n}", f"vh{n}", f"vn{n}", f"vq{n}", f"vv{n}"
+        ct = self.ctype(v.dtype)
+        i2 = ind + "  "
+
+        def elem(value, index, at) -> list:
+            return [f"{at}{{"] + self.block(body(v.make(value, index)), at + "  ") + [f"{at}}}"]
+
+        out = [f"{ind}{{",
+               f"{i2}{tab['ptr'].format(t=ct, n=p, buf=v.buf, base=self.expr(v.base))}",
+               f"{i2}int64_t {h} = {tab['head'].format(p)};",
+               f"{i2}if ({h} > {stop}) {h} = {stop};",
+               f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
+        out += elem(Load(v.buf, Fmt(f"{self.expr(v.base)} + {var}"), v.dtype), var, i2 + "  ")
+        out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / 4;"]
+        if unroll > 1:
+            out.append(f"{i2}{self.d.ir_unroll.format(unroll)}")
+        out.append(f"{i2}for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
+        out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + 4 * {q}')}")
+        for j, lane in enumerate("xyzw"):
+            out += elem(f"{vv}.{lane}", f"({h} + 4 * {q} + {j})", i2 + "  ")
+        out += [f"{i2}}}",
+                f"{i2}for (int64_t {var} = {h} + 4 * {nv} + {t['thread']}; {var} < {stop}; "
+                f"{var} += {t['group_size']}) {{"]
+        out += elem(Load(v.buf, Fmt(f"{self.expr(v.base)} + {var}"), v.dtype), var, i2 + "  ")
+        return out + [f"{i2}}}", f"{ind}}}"]
 
     def group_merge(self, acc, names: dict, ind: str, t: dict) -> list:
         """Every thread of the group ends with the whole group's state: the lanes of each

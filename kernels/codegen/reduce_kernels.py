@@ -33,7 +33,7 @@ import numpy as np
 
 from .c_ops import Unsupported, _is_float, _is_half
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit, Load,
-                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId,
+                      Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId, Vec,
                       row_threads, state_vars)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -43,6 +43,7 @@ SCAN_BLOCK = 256  # inner elements per block of the CPU's strided scan
 PAR_MIN = 1 << 18  # elements below which a CPU kernel runs on one thread (a wake-up of the
 # other threads costs more than the work below this on a shared machine)
 PAR_MIN_EXP = 1 << 15  # the same for kernels that call exp per element
+UNROLL = 4  # a GPU thread's loads in flight along a row (a GPU's unrolled loop)
 
 
 def acc_dtype(dt) -> np.dtype:
@@ -123,14 +124,29 @@ def online_softmax(dt) -> Monoid:
         return {"m": mm, "s": Fmt("({0} + {1})", (rescaled(a["s"], a["m"], mm),
                                                   rescaled(b["s"], b["m"], mm)))}
 
+    one = "1.0f" if dt == F32 else "1.0"
+
+    def step(st, e):
+        """One element into (m, s) with one exp: the smaller of v and m is rescaled to the
+        larger (equal ones, -inf with -inf included, add 1 as the merge does)."""
+        v, m, s = e["v"], st["m"], st["s"]
+        big = f"({v} > {m})"
+        ex = Fmt(f"({v} == {m} ? {one} : {{0}})", (Math("exp", dt, (f"({big} ? {m} - {v} : {v} - {m})",)),))
+        return {"m": f"(({big} || {v} != {v}) ? {v} : {m})",
+                "s": Fmt(f"({big} ? {s} * {{0}} + {one} : {s} + {{0}})", (ex,))}
+
     return Monoid("softmax", (("m", dt), ("s", dt)), (Lit(float("-inf"), dt), Lit(0, dt)),
-                  lambda e: {"m": e["v"], "s": "1.0f" if dt == F32 else "1.0"}, merge)
+                  lambda e: {"m": e["v"], "s": one}, merge, step=step)
 
 
 # -- Reduce ---------------------------------------------------------------------------------
 
 def _load(in_dt, acc_dt, index) -> object:
-    v = Load("x", index, in_dt)
+    return _as(in_dt, acc_dt, Load("x", index, in_dt))
+
+
+def _as(in_dt, acc_dt, v) -> object:
+    """A value of ``in_dt`` in the accumulator's type."""
     return v if np.dtype(in_dt) == acc_dt or acc_dtype(in_dt) == acc_dt else Cast(acc_dt, v)
 
 
@@ -172,8 +188,10 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     if layout == "all":
         return _all(name, op, acc, in_dt, out_dt, adt, gpu)
     base, off = _offsets(layout)
+    vec = Vec("x", base, in_dt, lambda v, i: ([Let("v", adt, _as(in_dt, adt, v))], {"v": "v", "i": i})) \
+        if layout == "row" else None
     row = [Reduce("c", 0, "cols", [Let("v", adt, _load(in_dt, adt, f"{base} + {off}"))], acc, "a",
-                  {"v": "v", "i": "c"}),
+                  {"v": "v", "i": "c"}, unroll=UNROLL, vec=vec),
            First([Store("out", "r", _final(acc, state_vars("a", acc)), out_dt)])]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
@@ -203,28 +221,34 @@ COL_LANES, COL_WARPS = 32, 8  # a GPU column group: 32 kept elements x 8 slices 
 
 
 def _col_gpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
-    """A group per 32 kept elements (a warp's lanes, coalesced loads), its 8 warps each
-    folding every 8th reduced element, then warp 0 merging the 8 partial states from group
-    memory (MLX's column reductions split the reduced run across a block likewise)."""
+    """A group per 32 kept elements (a warp's lanes, coalesced loads) and per ``cb`` reduced
+    elements (a split of the reduced run: ``ceil(cols / cb)`` of them side by side in the
+    grid, their results at ``out[split * rows + k]`` for a second pass to merge, as MLX's
+    column reductions split a long reduced run over the grid); its 8 warps each fold every
+    8th element of the split, then warp 0 merges the 8 partial states from group memory."""
     L, W = COL_LANES, COL_WARPS
     st = state_vars("a", acc)
     sh = {f: f"sh_{f}" for f, _ in acc.fields}
-    body = [Let("k", INDEX, Fmt(f"kb * {L} + {{0}}", (ThreadId("lane"),))),
-            Let("w", INDEX, ThreadId("warp"))]
+    body = [Let("kb", INDEX, "g % nkb"), Let("sp", INDEX, "g / nkb"),
+            Let("k", INDEX, Fmt(f"kb * {L} + {{0}}", (ThreadId("lane"),))),
+            Let("w", INDEX, ThreadId("warp")),
+            Let("c1", INDEX, "(sp + 1) * cb < cols ? (sp + 1) * cb : cols")]
     body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
-    body.append(If("k < rows", [Range("c", "w", "cols", [
+    body.append(If("k < rows", [Range("c", "sp * cb + w", "c1", [
         Let("v", adt, _load(in_dt, adt, "k + c * sc")), Fold(acc, st, {"v": "v", "i": "c"})],
-        step=W)]))
+        step=W, unroll=UNROLL)]))
     body += [Local(sh[f], dt, L * W, shared=True) for f, dt in acc.fields]
     body += [Assign(f"{sh[f]}[w * {L} + (k - kb * {L})]", st[f]) for f, _ in acc.fields]
     body.append(Barrier())
     body.append(If("w == 0 && k < rows", [
         Range("j", 1, W, [Merge(acc, st, {f: f"{sh[f]}[j * {L} + (k - kb * {L})]" for f in sh})]),
-        Store("out", "k", _final(acc, st), out_dt)]))
+        Store("out", "sp * rows + k", _final(acc, st), out_dt)]))
     body.append(Barrier())
+    groups = f"nkb * ((cols + cb - 1) / cb)"
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
-                  [Range("kb", 0, f"(rows + {L - 1}) / {L}", body, "blocks")],
-                  block=L * W, groups=lambda v: min(-(-v["rows"] // L), 1 << 30))
+                  [Let("nkb", INDEX, f"(rows + {L - 1}) / {L}"), Range("g", 0, groups, body, "blocks")],
+                  block=L * W,
+                  groups=lambda v: min(-(-v["rows"] // L) * -(-v["cols"] // v["cb"]), 1 << 30))
 
 
 def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
@@ -280,13 +304,20 @@ def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
     """A GPU's rows: one online pass (running max and rescaled sum, merged across the block),
     then softmax's output pass."""
     x = Cast(F32, Load("x", "r * sr + c", in_dt))
-    body = [Reduce("c", 0, "cols", [Let("v", F32, x)], online_softmax(F32), "a", {"v": "v"})]
+    body = [Reduce("c", 0, "cols", [Let("v", F32, x)], online_softmax(F32), "a", {"v": "v"},
+                   unroll=UNROLL, vec=Vec("x", "r * sr", in_dt,
+                                          lambda v, i: ([Let("v", F32, Cast(F32, v))], {"v": "v"})))]
     if log:
         body.append(First([Store("out", "r", Fmt("(isinf(a_m) ? a_m : a_m + {0})",
                                                  (Math("log", F32, ("a_s",)),)), out_dt)]))
         return body
-    body.append(Range("c", 0, "cols", [Store("out", "r * cols + c", Fmt(
-        "{0} / a_s", (Math("exp", F32, (Fmt("{0} - a_m", (x,)),)),)), out_dt)], "threads"))
+    body.append(Let("inv", F32, Fmt("{0} / a_s", (Lit(1, F32),))))
+    def scaled(v, i):
+        return [Store("out", f"r * cols + {i}", Fmt("{0} * inv", (Math("exp", F32, (Fmt(
+            "{0} - a_m", (Cast(F32, v),)),)),)), out_dt)]
+
+    body.append(Range("c", 0, "cols", scaled(Load("x", "r * sr + c", in_dt), "c"), "threads",
+                      unroll=UNROLL, vec=Vec("x", "r * sr", in_dt, scaled)))
     return body
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..codegen.reduce_kernels import COL_BLOCK, KernelSpec, acc_dtype
+from ..codegen.reduce_kernels import COL_BLOCK, COL_LANES, KernelSpec, acc_dtype
 
 ALL_PART = 1 << 14  # elements per part of an ``all`` reduction (parts run in parallel)
 MAX_PARTS = 64
@@ -31,6 +31,9 @@ class Call:
     out_shape: tuple = ()
     out_dtype: Optional[np.dtype] = None
     parts: int = 0  # ``all``: the partial results' count (their buffer: acc dtype)
+    # ``col`` on a GPU: the splits of the reduced run side by side in the grid (> 1: a
+    # second launch merges their rows x splits partial results)
+    gpu_splits: int = 1
     copy: bool = False  # the input must be made row-contiguous first (as MLX's backends do)
 
     @property
@@ -99,10 +102,12 @@ def reduce_call(op: str, in_dtype, shape, strides, axes) -> Call:
         layout = "row" if sc == 1 or cols == 1 else "col" if sr == 1 and rows > 1 else "strided"
         if layout == "row":
             ints["sc"] = 1
+        splits = 1
         if layout == "col":  # kept elements per block: a share per thread, 64 at least
             share = -(-rows // THREADS)
             ints["cb"] = min(COL_BLOCK, max(64, -(-share // 64) * 64))
-        return Call(spec(layout), ints, out_shape=out_shape, out_dtype=out_dtype)
+            splits = 1 if arg else col_splits(rows, cols)
+        return Call(spec(layout), ints, out_shape=out_shape, out_dtype=out_dtype, gpu_splits=splits)
     kept = kept or [(1, 0)]
     red = red or [(1, 0)]
     arrays = {"kshape": [n for n, _ in kept], "kstrides": [s for _, s in kept],
@@ -147,14 +152,41 @@ def scan_call(op: str, in_dtype, shape, strides, axis: int, inclusive: bool,
     return Call(spec, ints, out_shape=tuple(shape), out_dtype=out_dtype)
 
 
+GPU_GROUPS = 1024  # groups a GPU column reduction aims for (H200: 132 SMs x 8 groups of 256)
+COL_SPLIT_MIN = 512  # reduced elements a split takes at least (64 per warp)
+
+
+def col_splits(rows: int, cols: int) -> int:
+    """Splits of a column reduction's reduced run on a GPU: enough groups to fill the
+    device (MLX's ``col_reduce`` grows its grid along the reduced axis likewise)."""
+    groups = -(-rows // COL_LANES)
+    return max(1, min(-(-GPU_GROUPS // groups), cols // COL_SPLIT_MIN))
+
+
+def gpu_part_size(call: Call) -> int:
+    """Elements of the partial results buffer (``part``) a GPU's launches of ``call`` use."""
+    if call.parts:
+        return call.parts
+    return call.ints["rows"] * call.gpu_splits if call.gpu_splits > 1 else 0
+
+
 def gpu_launches(call: Call) -> list:
     """The kernel launches of ``call`` on a GPU, in order, as (spec, ints, source buffer,
     destination buffer) with buffers named ``x`` (the input), ``part``, ``out``: ``all`` is
     its parts kernel, then the row kernel over the parts (a GPU's groups cannot wait for
     each other inside one launch); the rest one launch."""
+    s = call.spec
+    if s.layout == "col":  # the GPU kernel's cb: the reduced elements of one split
+        rows, cols, n = call.ints["rows"], call.ints["cols"], call.gpu_splits
+        if n == 1:
+            return [(s, {**call.ints, "cb": cols}, "x", "out")]
+        pd = call.part_dtype.name
+        return [(KernelSpec("reduce", s.op, s.in_dtype, pd, "col"), {**call.ints, "cb": -(-cols // n)},
+                 "x", "part"),
+                (KernelSpec("reduce", s.op, pd, s.out_dtype, "col"),
+                 {"rows": rows, "cols": n, "sr": 1, "sc": rows, "cb": n}, "part", "out")]
     if not call.parts:
         return [(call.spec, call.ints, "x", "out")]
-    s = call.spec
     row = KernelSpec("reduce", s.op, call.part_dtype.name, s.out_dtype, "row")
     return [(s, call.ints, "x", "part"),
             (row, {"rows": 1, "cols": call.parts, "sr": 0, "sc": 1}, "part", "out")]

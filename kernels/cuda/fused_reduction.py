@@ -20,6 +20,7 @@ from ..common.fused_reduction import kernel_arguments
 from ..common.reductions import arguments
 from ..cpu import compiler
 from . import compiled
+from .reductions import _overlaps
 
 
 def _kernel(tape: Tape):
@@ -65,7 +66,8 @@ def run_reduction(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None) 
     for j, n in enumerate(tape.outputs):
         oshape, dt = red.shape_of(n, full), np.dtype(tape.dtype_of(n))
         if (out is not None and len(tape.outputs) == 1 and tuple(out.shape) == oshape
-                and out.dtype == dt and out.flags.c_contiguous):
+                and out.dtype == dt and out.flags.c_contiguous
+                and not any(_overlaps(out, a) for a in arrays)):  # __restrict__ buffers
             o = out
         else:
             o = cupy.empty(oshape, dtype=dt)

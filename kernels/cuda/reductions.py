@@ -46,16 +46,24 @@ def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
     return out
 
 
+def _overlaps(a, b) -> bool:
+    """Whether two device arrays' bytes overlap (a donated input given as the output)."""
+    a0, b0 = a.data.ptr, b.data.ptr
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
 def _launch(call, a, prim_name: str, xp, kw, given=None):
-    """The launches of ``call`` into ``given`` (the evaluator's buffer) when it fits and the
-    input is row-contiguous (a donated input is then read element by element before it is
-    written), else into a new array."""
+    """The launches of ``call`` into ``given`` (the evaluator's buffer) when it fits and is
+    not the input's memory, else into a new array: the kernels declare their buffers
+    ``__restrict__``, so NVRTC may read an element after storing to the same place (an
+    exclusive scan stores ``out[c]`` before folding ``x[c]``: a donated input gave
+    [-inf, -inf] for cummax([0, 0]))."""
     fits = (given is not None and given.shape == call.out_shape and given.dtype == call.out_dtype
-            and given.flags.c_contiguous and a.flags.c_contiguous)
+            and given.flags.c_contiguous and not _overlaps(given, a))
     out = given if fits else cupy.empty(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": a, "out": out}
-    if call.parts:
-        bufs["part"] = cupy.empty(call.parts, dtype=call.part_dtype)
+    if plan.gpu_part_size(call):
+        bufs["part"] = cupy.empty(plan.gpu_part_size(call), dtype=call.part_dtype)
     arrays = _arrays.get(id(call))
     if (arrays is None or arrays[0] is not call) and call.arrays:
         arrays = _arrays[id(call)] = (call, {k: cupy.asarray(v) for k, v in call.arrays.items()})

@@ -135,6 +135,7 @@ class MetalBackend(Backend):
     name = "metal"
     device_type = "gpu"
     dialect = "metal"
+    reduction_tapes = False  # extended fusion's reduction tapes have no Metal runner yet
     event_type = MetalEvent
 
     def __init__(self):

@@ -66,8 +66,8 @@ def run(be: Any, queue: Any, prim_name: str, a: np.ndarray, out, kw: dict):
              and out.flags.c_contiguous and device().find(out) is not None)
     res = out if given else metal_array(call.out_shape, call.out_dtype)
     bufs = {"x": a, "out": res}
-    if call.parts:
-        bufs["part"] = metal_array((call.parts,), call.part_dtype)
+    if plan.gpu_part_size(call):
+        bufs["part"] = metal_array((plan.gpu_part_size(call),), call.part_dtype)
     for spec, ints, src, dst in steps:
         k = spec.kernel(gpu=True)
         b = {**bufs, "x": bufs[src], "out": bufs[dst]}
