@@ -302,6 +302,20 @@ def cases(rng) -> list:
         return custom_transforms(lambda xs: [mx.sin(xs[0]) * 2, xs[0] + 1],
                                  [_f(rng, (4,), special=False)], None, None)
 
+    @case("load")
+    def load():
+        # a .npy's bytes read at eval (Load), little- and big-endian
+        import os
+        import tempfile
+
+        d = tempfile.mkdtemp()
+        outs = []
+        for i, dt in enumerate(("<f4", ">i2")):
+            path = os.path.join(d, f"a{i}.npy")
+            np.save(path, (rng.standard_normal((3, 4)) * 100).astype(dt))
+            outs.append(mx.load(path))
+        return outs
+
     @case("compiled/shapeless mean")
     def shapeless():
         f = mx.compile(lambda x: mx.mean(x, axis=1) + mx.var(x), shapeless=True)

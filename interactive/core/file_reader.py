@@ -9,8 +9,30 @@ import os
 import threading
 from typing import Any
 
+import numpy as np
 
-class FileReader:
+
+class Reader:
+    """What every reader shares: an array's bytes read into host memory (the ``Load`` rule's
+    numpy side, so the rule itself computes only with the array module it is given)."""
+
+    def read_into(self, buf: memoryview, offset: int) -> None:
+        raise NotImplementedError
+
+    def read_array(self, out: Any, offset: int, shape: tuple, dtype: Any,
+                   swap: bool) -> np.ndarray:
+        """``shape`` x ``dtype`` bytes at ``offset``: into ``out`` itself when it is a
+        row-contiguous host array, else into a new host array; ``swap``: byte-swapped after
+        the read (the file's order is not the host's; a complex number's parts one by one)."""
+        host = out if isinstance(out, np.ndarray) and out.flags.c_contiguous else \
+            np.empty(shape, dtype)
+        self.read_into(memoryview(host.reshape(-1).view(np.uint8)), offset)
+        if swap:
+            host.byteswap(inplace=True)
+        return host
+
+
+class FileReader(Reader):
     """A file opened by path, read at an offset with ``pread`` (thread-safe, no shared
     position: the arrays of one load may be read on different streams at once)."""
 
@@ -50,7 +72,7 @@ class FileReader:
             os.close(fd)
 
 
-class PyFileReader:
+class PyFileReader(Reader):
     """A Python file object (seek and read under a lock, as MLX's ``PyFileReader`` holds the
     GIL); ``mx.load`` evaluates its arrays before it returns, as MLX does for a stream it
     does not own."""

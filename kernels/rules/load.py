@@ -4,8 +4,6 @@ mlx/backend/common/load.cpp): the reader (core/file_reader.py) is shared by the 
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..primitives import IO, define
 
 _NO_INPUTS = "no inputs: a file's bytes, never on a path from a transformed argument"
@@ -17,11 +15,7 @@ def load(xp, out=None, *, reader, offset, shape, dtype, swap):
     """``shape`` x ``dtype`` bytes from ``reader`` at ``offset`` into ``out`` (the allocator's
     buffer; on a device, through a host buffer); ``swap``: the file's byte order is not the
     host's (a complex number's parts are swapped one by one)."""
-    host = out if isinstance(out, np.ndarray) and out.flags.c_contiguous else \
-        np.empty(shape, dtype)
-    reader.read_into(memoryview(host.reshape(-1).view(np.uint8)), offset)
-    if swap:
-        host.byteswap(inplace=True)
+    host = reader.read_array(out, offset, shape, dtype, swap)
     if out is None:
         return xp.asarray(host)
     if host is not out:
