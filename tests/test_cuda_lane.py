@@ -156,12 +156,16 @@ def test_a_donatable_input_and_the_timeline_take_the_python_path(lane):
     mx.eval(r)
     assert lane[-1] is False
     np.testing.assert_allclose(np.array(r), np.exp(h) * 2 + 1, rtol=1e-6)
-    # while the timeline records, the node gets the device context's timing events
+    # while the timeline records, the C lane (which has no timeline hook) declines and the
+    # loop's fused launch runs the kernel, bracketed by timing events: its device time
     n = len(lane)
     with timeline.record() as rec:
         mx.eval(f(x))
-    assert len(lane) == n
+        mx.synchronize()
+    assert lane[n:] == [False]
     assert any(r.kind == "primitive" and r.name == "Compiled" for r in rec.records)
+    work = [r for r in rec.records if r.kind == "gpu_work" and r.name == "Compiled"]
+    assert work and work[-1].detail["device_time_ms"] > 0 and "tape" in work[-1].detail
 
 
 def test_the_lane_under_a_stream_worker_and_from_another_thread(lane):

@@ -80,6 +80,16 @@ def _roofline_detail(node: Any, ins: tuple) -> dict:
     return detail
 
 
+def _launch_detail(launch: Any, inputs: list, out: Any) -> dict:
+    """``_roofline_detail`` of a fused call launched by ``launch_fused`` (no device context,
+    no node at hand): its layouts and its kernel entry's tape."""
+    detail = {"io": (layouts(inputs), layouts([out])), "primitive": "Compiled"}
+    tape = getattr(launch.entry, "tape", None)
+    if tape is not None:
+        detail.update(tape=tape, kernel=tape.lib_name, shape=tuple(out.shape))
+    return detail
+
+
 class CudaBackend(Backend):
     name = "cuda"
     device_type = "gpu"
@@ -234,11 +244,16 @@ class CudaBackend(Backend):
         w = device.work(index)
         if self.device_id:  # this process's GPU is not 0 (a rank of mpirun)
             cupy.cuda.runtime.setDevice(self.device_id)
+        cs = device.cuda_stream(index)
+        ev0 = timing.start(cs) if timeline.enabled else None
         device.enter_work(w)
         try:
-            launch.call(inputs, (out,), stream=device.cuda_stream(index))
+            launch.call(inputs, (out,), stream=cs)
         finally:
             device.leave_work(w)
+        if ev0 is not None:  # recorded as _OnStream records a node: device time, roofline
+            timing.end(cs, ev0, name="Compiled", node=None, stream=index,
+                       detail=_launch_detail(launch, inputs, out))
 
     def host_reason(self, node: Any) -> Optional[str]:
         """bfloat16 arrays live on the host here (``import_host``): a node reading or making
