@@ -185,9 +185,11 @@ def test_large_index_past_uint32_max_contiguous_and_strided():
     free, _ = __import__("cupy").cuda.runtime.memGetInfo()
     if free < 24 << 30:
         pytest.skip("needs about 20 GiB of GPU memory")
-    n = 2**32 + 7
+    # MLX's shape dimensions are 32-bit: more than 2^32 elements take two dimensions
+    rows, m = 3, 1431655769  # 4294967307 elements
+    n = rows * m
     period = (np.arange(251) - 125).astype(np.int8)
-    x = mx.array(np.resize(period, n))
+    x = mx.array(np.resize(period, n).reshape(rows, m))
     f = mx.compile(lambda a: a * 3 + 1)
     out = f(x)
     mx.eval(out)
@@ -195,12 +197,12 @@ def test_large_index_past_uint32_max_contiguous_and_strided():
     assert any(nm.endswith("contiguous_large") for nm in names), names
     with np.errstate(over="ignore"):
         want = (period * np.int8(3) + np.int8(1)).astype(np.int8)
-    for start in (0, 2**31 - 251 * 3, 2**32 - 251 * 8):
-        start -= start % 251
-        got = np.array(out[start:start + 251 * 8])
-        np.testing.assert_array_equal(got, np.resize(want, got.size))
-    tail = np.array(out[n - 7:])
-    np.testing.assert_array_equal(tail, np.resize(want, n)[n - 7:])
+    for start in (0, 2**31 - 251 * 3, 2**32 - 251 * 8, n - 7):
+        r, c = divmod(start, m)
+        stop = min(c + 251 * 8, m)
+        got = np.array(out[r, c:stop])
+        flat = r * m + np.arange(c, stop)
+        np.testing.assert_array_equal(got, want[flat % 251])
     del x, out
     # strided and large: an outer sum of a column and a row, 2^32 + 2^16 + ... elements
     rows, cols = 2**16 + 1, 2**16 + 3
@@ -221,15 +223,18 @@ def test_sizes_around_two_to_the_31():
     free, _ = __import__("cupy").cuda.runtime.memGetInfo()
     if free < 12 << 30:
         pytest.skip("needs about 8 GiB of GPU memory")
-    for n in (2**31 - 3, 2**31 + 5):
+    # a dimension is 32-bit (MLX's shapes): past 2^31 elements with two dimensions
+    for shape in ((2**31 - 3,), (2, 2**30 + 3)):
+        n = int(np.prod(shape))
         period = (np.arange(251) - 125).astype(np.int8)
-        x = mx.array(np.resize(period, n))
+        x = mx.array(np.resize(period, n).reshape(shape))
         out = mx.compile(lambda a: a * 3 + 1)(x)
         with np.errstate(over="ignore"):
             want = (period * np.int8(3) + np.int8(1)).astype(np.int8)
-        start = (n - 251 * 4) - (n - 251 * 4) % 251
-        got = np.array(out[start:])
-        np.testing.assert_array_equal(got, np.resize(want, got.size))
+        last = shape[-1]
+        got = np.array(out[(-1,) * (len(shape) - 1) + (slice(last - 251 * 4, None),)])
+        flat = n - last + np.arange(last - 251 * 4, last)
+        np.testing.assert_array_equal(got, want[flat % 251])
         del x, out
 
 
