@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
+
+# graphviz's dot program (the GPU machine has none: pictures fall back to their DOT text)
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz dot is not installed")
 
 # JAX takes 75% of a GPU's memory when it starts; several test processes (pytest-xdist
 # workers on the GPU machine) would each try to. Allocate on demand instead.

@@ -21,7 +21,7 @@ import tapescope.core as mx
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TAPESCOPE_UPDATE_GOLDEN") == "1"
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz dot is not installed")
+from conftest import needs_dot
 
 
 def f32(*shape, start=1.0):

@@ -16,7 +16,8 @@ import tapescope
 import tapescope.core as mx
 from tapescope.viz import render
 
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz dot is not installed")
+from conftest import needs_dot
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 

@@ -16,6 +16,7 @@ pytest.importorskip("ipywidgets")
 import tapescope  # noqa: E402
 import tapescope.core as mx  # noqa: E402
 from tapescope.viz import CacheWidget, EventsWidget, MemoryWidget  # noqa: E402
+from conftest import needs_dot
 
 
 def _until(fn, timeout=30.0):
@@ -145,6 +146,7 @@ def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
     assert any(e["ph"] == "s" for e in ev) and any(e["ph"] == "f" for e in ev)
 
 
+@needs_dot  # the pick keys are in the rendered SVG
 def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect():
     from tapescope import cell_report as cr
     from tapescope.viz.panel import CellPanel
