@@ -1,7 +1,7 @@
-"""The CUDA dialect: tables over the shared C-family renderer (compiled and run by the CUDA
-runtime, issues 14/15; here it renders). MLX's CUDA conventions: ``__half`` /
-``__nv_bfloat16`` storage computed in float, ``extern "C" __global__`` kernels, the thread's
-rank ``blockIdx.x * blockDim.x + threadIdx.x``, 32-bit index unless ``_large``."""
+"""The CUDA dialect: tables over the shared C-family renderer (kernels/cuda/ runs it). MLX's
+CUDA conventions: ``__half`` / ``__nv_bfloat16`` storage computed in float, ``extern "C"
+__global__`` kernels, a thread's rank ``blockIdx.x * blockDim.x + threadIdx.x``, a 32-bit
+index unless ``_large``."""
 
 from __future__ import annotations
 
@@ -120,8 +120,6 @@ class CUDADialect(CFamily):
     # the loop IR's tables (codegen/lower.py)
     ir_param = {"in": "const {t}* __restrict__ {n}", "out": "{t}* __restrict__ {n}",
                 "int": "const int64_t {n}", "ints": "const int64_t* __restrict__ {n}"}
-    ir_thread_params: tuple = ()
-    ir_thread_setup: tuple = ()
     ir_threads = {"group": "(int64_t)blockIdx.x", "groups": "(int64_t)gridDim.x",
                   "thread": "(int64_t)threadIdx.x", "group_size": "(int64_t)blockDim.x",
                   "lane": "(threadIdx.x & 31)", "warp": "(threadIdx.x >> 5)"}
@@ -130,13 +128,10 @@ class CUDADialect(CFamily):
     ir_shuffle = "ts_shfl_xor({}, {})"
     ir_unroll = "#pragma unroll {}"
     # 16-byte loads (loop_ir.Vec): the row's pointer, its elements before a 16-byte boundary
-    # (buffers are element-aligned), one vector load
     ir_vector = {"types": {"float32": "float4", "int32": "int4", "uint32": "uint4"},
                  "ptr": "const {t}* __restrict__ {n} = {buf} + ({base});",
                  "head": "(int64_t)(((16 - ((unsigned long long){0} & 15)) & 15) >> 2)",
                  "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});"}
-    ir_simd: dict = {}
-    ir_simd_types: tuple = ()
     ir_prelude = _IR_PRELUDE
 
     def __init__(self, **kw):

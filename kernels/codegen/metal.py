@@ -99,7 +99,6 @@ class MetalDialect(CFamily):
                         "uint3 ts_tgs [[threads_per_threadgroup]]",
                         "uint ts_lane [[thread_index_in_simdgroup]]",
                         "uint ts_warp [[simdgroup_index_in_threadgroup]]")
-    ir_thread_setup: tuple = ()
     ir_threads = {"group": "(int64_t)ts_tg.x", "groups": "(int64_t)ts_ntg.x",
                   "thread": "(int64_t)ts_tid.x", "group_size": "(int64_t)ts_tgs.x",
                   "lane": "ts_lane", "warp": "ts_warp"}

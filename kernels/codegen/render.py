@@ -58,6 +58,11 @@ class CFamily:
     half_round: dict = {}  # half dtype -> format of a float rounded to that dtype
     math_names: dict = {}  # libm stem -> the dialect's function (float32 / any) when renamed
     own_math: dict = {}  # libm stem -> our own float32 function (bodies in ``own_source``)
+    # the loop IR's thread tables (codegen/lower.py) that a GPU dialect may leave empty
+    ir_thread_params: tuple = ()  # kernel parameters that give a thread its place
+    ir_thread_setup: tuple = ()  # lines that name it at the kernel's top
+    ir_simd: dict = {}  # accumulator -> a one-call group reduction (Metal's simd_sum)
+    ir_simd_types: tuple = ()  # the dtypes that call takes
     own_source: dict = {}  # function name -> its source
     prelude = ""  # includes and the half-type helpers
     lacks: tuple = ()  # C words the dialect has no such thing for (Metal: ``double``)
