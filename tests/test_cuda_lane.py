@@ -156,13 +156,13 @@ def test_a_donatable_input_and_the_timeline_take_the_python_path(lane):
     mx.eval(r)
     assert lane[-1] is False
     np.testing.assert_allclose(np.array(r), np.exp(h) * 2 + 1, rtol=1e-6)
-    # while the timeline records, the C lane (which has no timeline hook) declines and the
-    # loop's fused launch runs the kernel, bracketed by timing events: its device time
+    # while the timeline records, the C lane (which has no timeline hook) is not asked: the
+    # loop's fused launch runs the kernel, bracketed by timing events (its device time)
     n = len(lane)
     with timeline.record() as rec:
         mx.eval(f(x))
         mx.synchronize()
-    assert lane[n:] == [False]
+    assert len(lane) == n
     assert any(r.kind == "primitive" and r.name == "Compiled" for r in rec.records)
     work = [r for r in rec.records if r.kind == "gpu_work" and r.name == "Compiled"]
     assert work and work[-1].detail["device_time_ms"] > 0 and "tape" in work[-1].detail

@@ -345,8 +345,10 @@ def _eval_begin(order: list[Node], stream: int, state: EvalState, asynchronous: 
 
 def _eager_lane(node: Node, ev: Event) -> bool:
     """The backend's eager lane (``Backend.eager_lane``, the CUDA lane's ``eval_fused``) for
-    a fused call evaluated alone: True when it ran the node (and signalled ``ev``)."""
-    if Interrupt.interrupted():
+    a fused call evaluated alone: True when it ran the node (and signalled ``ev``). Not
+    while the timeline records: the C lane has no hook for its records yet (device time,
+    the roofline's layouts), so the loop's own fused launch runs and records the call."""
+    if Interrupt.interrupted() or timeline.enabled:
         return False
     be = backend(node.primitive.stream)
     lane = be.eager_lane
