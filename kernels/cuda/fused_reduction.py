@@ -20,7 +20,7 @@ from ..common.fused_reduction import kernel_arguments
 from ..common.reductions import arguments
 from ..cpu import compiler
 from . import compiled
-from .reductions import _overlaps
+from .reductions import _overlaps, launch_recorded
 
 
 def _kernel(tape: Tape):
@@ -74,12 +74,6 @@ def run_reduction(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None) 
         outs.append(o)
         bufs[f"out{j}"] = o
     args = [np.int64(v) if isinstance(v, int) else v for v in arguments(k.params, bufs, ints, {})]
-    grid, block = k.launch(ints)
-    t0 = timeline.now() if timeline.enabled else 0
-    entry.fn((grid,), (block,), tuple(args))
-    entry.hits += 1
-    if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=entry.name, device="gpu",
-                     detail={"runtime": "cuda", "variant": f"reduce_{red.mode}", "grid": grid,
-                             "block": block, "tier": "kernel"})
+    launch_recorded(entry, k, ints, args, entry.name,
+                    {"variant": f"reduce_{red.mode}", "tier": "kernel"})
     return outs

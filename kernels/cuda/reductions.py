@@ -78,15 +78,21 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
         b = {**bufs, "x": bufs[src], "out": bufs[dst]}
         args = [np.int64(v) if isinstance(v, int) else v
                 for v in plan.arguments(spec.kernel_params(), b, ints, arrays[1] if arrays else {})]
-        grid, block = k.launch(ints)
-        t0 = timeline.now() if timeline.enabled else 0
-        entry.fn((grid,), (block,), tuple(args))
-        entry.hits += 1
-        if t0:
-            timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="gpu",
-                         detail={"runtime": "cuda", "variant": spec.layout, "grid": grid,
-                                 "block": block, "primitive": prim_name})
+        launch_recorded(entry, k, ints, args, spec.name,
+                        {"variant": spec.layout, "primitive": prim_name})
     return out
+
+
+def launch_recorded(entry, kernel, ints: dict, args: list, name: str, detail: dict) -> None:
+    """One launch of a loop-IR kernel's compiled ``entry`` (its grid and block from the
+    kernel's sizes), recorded as a ``kernel_launch`` while the timeline records."""
+    grid, block = kernel.launch(ints)
+    t0 = timeline.now() if timeline.enabled else 0
+    entry.fn((grid,), (block,), tuple(args))
+    entry.hits += 1
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=name, device="gpu",
+                     detail={"runtime": "cuda", "grid": grid, "block": block, **detail})
 
 
 def _rule(prim_name: str) -> Callable:
