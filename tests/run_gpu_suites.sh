@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU machine's run (`make test-gpu`): an NVIDIA GPU with CuPy, JAX and pytest-xdist
-# installed system-wide, nothing to download. Three parts, each reported even if one fails:
+# installed system-wide, nothing to download. Five parts, each reported even if one fails:
 #   1. the whole suite with the CPU as the default device (no CUDA runtime registered);
 #   2. the CUDA runtime's own suites (TAPESCOPE_CUDA=1: the GPU is the default device), with
 #      NCCL in a world of one on one GPU;
 #   3. the op, memory, scheduler, compile and notebook-layer (magic, viz, widgets, snapshots,
 #      progress, check, roofline) suites again with the GPU as the default device;
-#   4. nccl: mx.distributed over NCCL, one process per GPU under mpirun (>= 2 GPUs).
+#   4. notebooks: the course executed in real kernels (nbclient) with the CUDA runtime opted in,
+#      so the GPU cells of notebooks 03 and 09 run (nbclient, ipykernel, jupyter_client, pyzmq
+#      carried as wheels);
+#   5. nccl: mx.distributed over NCCL, one process per GPU under mpirun (>= 2 GPUs).
 # PARTS="nccl" (say) runs only the parts named.
 # The browser test needs chromium, which the GPU machine lacks. JAX must not take 75% of the
 # GPU in each of the test processes: XLA_PYTHON_CLIENT_PREALLOCATE=false.
@@ -18,7 +21,7 @@ mkdir -p "$OUT"
 # wheels carried to the machine (it cannot download), e.g. the graphviz package the viz needs
 if compgen -G "wheels/*.whl" > /dev/null; then "$PY" -m pip install -q --no-deps wheels/*.whl; fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-PARTS=${PARTS:-cpu_default cuda_runtime gpu_default nccl}
+PARTS=${PARTS:-cpu_default cuda_runtime gpu_default notebooks nccl}
 run() {  # name, time limit (s), per-test limit (s), pytest arguments...
   local name=$1 limit=$2 each=$3; shift 3
   case " $PARTS " in *" $name "*) ;; *) return 0 ;; esac
@@ -43,6 +46,7 @@ run gpu_default 200 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementw
   tests/test_magic.py tests/test_viz_graph.py tests/test_viz_widgets.py tests/test_viz_dot.py \
   tests/test_viz_render.py tests/test_progress.py tests/test_check.py tests/test_check_grad.py \
   tests/test_roofline.py tests/test_viz_snapshots.py
+run notebooks 300 280 tests/test_notebooks.py
 NGPU=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
 if [ "${NGPU:-0}" -ge 2 ]; then
   run nccl 300 280 tests/test_distributed_nccl.py
