@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -125,7 +126,10 @@ def _check_tour(text, html, plain):
     assert _number(r"peak memory: ([\d.]+) MiB", text) > 0
     assert "1 fused kernel with 5 tape steps" in text  # the exercise's answer ran
     assert all(f"<th>{d}</th>" in html for d in ("C", "CUDA", "Metal"))  # one tape, three dialects
-    assert "<svg" in html or "image/svg+xml" in plain or "Graph gelu" in plain
+    if shutil.which("dot"):
+        assert "<svg" in html or "image/svg+xml" in plain or "Graph gelu" in plain
+    else:  # the GPU machine has no graphviz: the graph cell says so and how to install it
+        assert "the graphviz 'dot' program was not found" in plain + text
     assert "tapescope.check: PASS" in plain
 
 
@@ -206,6 +210,12 @@ def _check_mlx_nn(text, html, plain):
     assert re.search(r"compiled step: [\d.]+ ms", text), text
 
 
+def _gpu_cells_text(nb) -> str:
+    """What the cells that run on the GPU (``with mx.stream(mx.gpu)``) printed."""
+    return "".join(demo.stream_text(c) for c in nb.cells
+                   if c.cell_type == "code" and "mx.stream(mx.gpu)" in c.source)
+
+
 def _check_dialects_gpu(text):
     """Notebook 03's CUDA cell: the tape ran on the GPU, equal to the eager ops, built by NVRTC."""
     assert _number(r"CUDA max \|error\| vs the eager ops: (\S+)", text) < 1e-5, text
@@ -213,9 +223,9 @@ def _check_dialects_gpu(text):
 
 
 def _check_speed_gpu(text):
-    """Notebook 09's GPU section: each of eager, fused and split summarised twice (CPU, GPU)."""
+    """Notebook 09's GPU section: eager, fused and split summarised on the GPU."""
     for label, n in (("eager", 11), ("fused", 1), ("split", 3)):
-        assert len(re.findall(rf"{label}\s+[\d.]+ ms\s+{n} primitives", text)) == 2, (label, text)
+        assert re.search(rf"{label}\s+[\d.]+ ms\s+{n} primitives", text), (label, text)
 
 
 _GPU_CHECKS = {"03": _check_dialects_gpu, "09": _check_speed_gpu}
@@ -235,7 +245,7 @@ def test_notebook_runs_and_teaches(path, executed):
     if path.stem[:2] in ("03", "09"):
         if _gpu_expected():
             assert "No GPU here" not in printed, printed  # the GPU cells ran
-            _GPU_CHECKS[path.stem[:2]](printed)
+            _GPU_CHECKS[path.stem[:2]](_gpu_cells_text(nb))
         elif "No GPU here" in printed:
             assert NO_GPU in printed  # the GPU cells said why they did not run
 
