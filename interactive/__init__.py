@@ -3,7 +3,7 @@
 from tapescope.core.scheduling import interrupt_eval  # noqa: F401
 from tapescope.kernels.timeline import record  # noqa: F401
 from tapescope.kernels.settings import settings  # noqa: F401  (every mode and switch)
-from tapescope.kernel_cache import clear_kernel_cache, kernel_cache  # noqa: F401
+from tapescope.kernels.cache_entries import clear_kernel_cache, kernel_cache  # noqa: F401
 from tapescope.kernels.cpu.tiered import set_tiered, tiered  # noqa: F401  (tiered first calls)
 from tapescope.core.fusion import fusion_mode, set_fusion  # noqa: F401  (extended fusion)
 from tapescope.check import check  # noqa: F401  (imports JAX only when called)

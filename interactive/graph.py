@@ -98,7 +98,7 @@ class Kernel:
 
     def cached(self) -> list:
         """This kernel's entries in ``tapescope.kernel_cache()`` (variants built or loaded so far)."""
-        from tapescope.kernel_cache import kernel_cache
+        from tapescope.kernels.cache_entries import kernel_cache
 
         return [e for e in kernel_cache() if e["name"].startswith(self.name + "_")]
 
@@ -136,7 +136,7 @@ class Kernel:
 
     def sources_html(self) -> str:
         """The sources side by side (one column per runtime), for the viz and notebooks."""
-        from tapescope.kernel_sources import sources_html
+        from tapescope.viz.sources import sources_html
         from tapescope.viz.theme import style_tag
 
         return f"{style_tag()}<div class='tapescope'>{sources_html(self.sources, title=self.symbol, focus=self.name)}</div>"

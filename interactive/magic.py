@@ -27,6 +27,7 @@ IPython is imported only when the extension is loaded.
 from __future__ import annotations
 
 import argparse
+import html
 import shlex
 import time
 from contextlib import nullcontext
@@ -44,6 +45,13 @@ _last: dict = {"report": None}
 def last_report() -> Optional[cr.CellReport]:
     """The report of the last ``%%mlx`` cell run in this process (None before the first)."""
     return _last["report"]
+
+
+def _last_records() -> Optional[list]:
+    """The last ``%%mlx`` cell's records (what ``viz.EventsWidget()`` shows by default)."""
+    rep = _last["report"]
+    return rep.run.records if rep is not None else None
+
 
 
 class _HTML:
@@ -257,7 +265,7 @@ class _Status:
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                self.widget.value = f"<span class='tapescope-status'>{cr._e(self.text())}</span>"
+                self.widget.value = f"<span class='tapescope-status'>{html.escape(self.text())}</span>"
             except Exception:  # noqa: BLE001 - a status line must never break the cell
                 pass
 
@@ -450,6 +458,9 @@ def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
         _option_notes(r, opts)
     report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile, filename=fname)
     _last["report"] = report
+    from tapescope.viz import events
+
+    events.set_default_records(_last_records)  # viz.EventsWidget() shows this cell's records
     if status is not None:
         status.stop()
     if not opts.quiet:
@@ -539,6 +550,8 @@ LINE_USAGE = "%mlx graph <expr> | %mlx memory | %mlx cache | %mlx events | %mlx 
 def _graph_of_expr(shell: Any, expr: str) -> Any:
     from tapescope.core.array import array
     from tapescope.graph import Graph, graph_of
+    from tapescope.viz import report as vr
+    from tapescope.viz.theme import esc
 
     if not expr.strip():
         raise _usage_error("%mlx graph: give an expression, e.g. %mlx graph f(x)")
@@ -555,7 +568,7 @@ def _graph_of_expr(shell: Any, expr: str) -> Any:
             return _HTML("<p>Not traced yet: call the compiled function once.</p>",
                          "Not traced yet: call the compiled function once.")
         return graphs[0][1] if len(graphs) == 1 else _HTML(
-            "".join(f"<p>{cr._e(t)}</p>{cr._graph_html(g)}" for t, g in graphs),
+            "".join(f"<p>{esc(t)}</p>{vr.graph_html(g)}" for t, g in graphs),
             "\n".join(g.summary() for _, g in graphs))
     raise _usage_error(f"%mlx graph: {expr.strip()} is a {type(obj).__name__}, not an array, "
                        "a list of arrays or a compiled function.")
@@ -563,6 +576,8 @@ def _graph_of_expr(shell: Any, expr: str) -> Any:
 
 def _memory_view() -> _HTML:
     import tapescope.core as mx
+    from tapescope.viz import report as vr
+    from tapescope.viz.theme import esc
 
     now = cr.memory_now()
     rep = last_report()
@@ -570,14 +585,15 @@ def _memory_view() -> _HTML:
     before = rep.run.memory_before if rep is not None else None
     text = (f"active {now.active} B, peak {now.peak} B, cache {now.cache} B, "
             f"limit {mx.get_memory_limit()} B")
-    body = (f"<p>{cr._e(text)}</p>" + (
-        "<p>Last %%mlx cell (before → now):</p>" + cr.memory_html(before, now, recs)
+    body = (f"<p>{esc(text)}</p>" + (
+        "<p>Last %%mlx cell (before → now):</p>" + vr.memory_html(before, now, recs)
         if rep is not None else ""))
     return _HTML(body, text)
 
 
 def _cache_view() -> _HTML:
-    from tapescope.kernel_cache import kernel_cache
+    from tapescope.kernels.cache_entries import kernel_cache
+    from tapescope.viz import report as vr
 
     entries = kernel_cache()
     rows = [(e["name"], e["runtime"], e["variant"], e["origin"], f"{e['build_ms']:.1f}", e["hits"],
@@ -585,23 +601,26 @@ def _cache_view() -> _HTML:
     head = ["kernel", "runtime", "variant", "from", "build ms", "hits", "misses"]
     text = f"{len(entries)} cached kernel(s)" + "".join(f"\n  {r[0]} hits={r[5]} misses={r[6]}"
                                                          for r in rows)
-    body = f"<p>{len(entries)} cached kernel(s)</p>" + cr._table(head, rows, "tapescope-cache")
+    body = f"<p>{len(entries)} cached kernel(s)</p>" + vr.record_table(head, rows, "tapescope-cache")
     rep = last_report()
     if rep is not None:
-        body += "<p>Last %%mlx cell:</p>" + cr.cache_html(rep.run.records, rep.run.cache_before,
+        body += "<p>Last %%mlx cell:</p>" + vr.cache_html(rep.run.records, rep.run.cache_before,
                                                           rep.run.cache_after)
     return _HTML(body, text)
 
 
 def _events_view() -> _HTML:
+    from tapescope.viz import report as vr
+    from tapescope.viz.records import EVENT_KINDS
+
     rep = last_report()
     if rep is None:
         msg = "No %%mlx cell has run yet: the events of the last %%mlx cell are shown here."
         return _HTML(f"<p>{msg}</p>", msg)
-    recs = [r for r in rep.run.records if r.kind in cr.EVENT_KINDS or r.kind == "interrupt"]
+    recs = [r for r in rep.run.records if r.kind in EVENT_KINDS or r.kind == "interrupt"]
     text = f"{len(recs)} event record(s) in the last %%mlx cell" + "".join(
         f"\n  {r.kind} stream={r.stream} {r.detail}" for r in recs[:50])
-    return _HTML(cr.events_html(rep.run.records), text)
+    return _HTML(vr.events_html(rep.run.records), text)
 
 
 def _as_mlx(arg: str) -> _HTML:

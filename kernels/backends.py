@@ -148,7 +148,7 @@ class Backend:
     def variant(self, tape, shape, layouts) -> str:
         """The name of the kernel variant a call of ``tape`` with inputs of these layouts
         (arrays or ``codegen.layout.Layout``) runs: MLX's choice, for pictures and reports."""
-        from .cpu.compiled import plan
+        from .codegen.layout import plan
 
         contiguous, cshape, _, large = plan(tape, layouts, shape)
         name = "contiguous" if contiguous else f"strided_{len(cshape)}"

@@ -144,7 +144,7 @@ def test_strided_variants_up_to_the_dynamic_kernel(ndim):
 
 def test_compiled_kernels_are_listed_beside_the_c_kernel_of_the_same_tape():
     import tapescope
-    from tapescope.kernel_sources import entry_sources
+    from tapescope.kernels.cache_entries import entry_sources
 
     f = mx.compile(lambda a: mx.sin(a) * 2 + 1)
     mx.eval(f(mx.arange(1000, dtype=mx.float32)))

@@ -27,8 +27,9 @@ from IPython.utils.capture import capture_output  # noqa: E402
 
 import tapescope  # noqa: E402
 import tapescope.core as mx  # noqa: E402
-from tapescope import cell_report, magic  # noqa: E402
-from tapescope.cell_report import memory_summary, primitive_counts  # noqa: E402
+from tapescope import magic  # noqa: E402
+from tapescope.viz import report as report_html  # noqa: E402
+from tapescope.viz.records import memory_summary, primitive_counts  # noqa: E402
 
 from conftest import requires_mlx  # noqa: E402
 
@@ -361,7 +362,7 @@ def test_line_memory_cache_and_events(ip):
     assert kinds & {"fence_wait", "fence_update", "event_wait", "event_signal"}
     assert ev.layout.counts["fence_update"] + ev.layout.counts["event_signal"] > 0
     assert ev.layout.arrows  # the fence: from stream s2's update to the other stream's wait
-    static = cell_report.events_html(magic.last_report().run.records)  # the static report's
+    static = report_html.events_html(magic.last_report().run.records)  # the static report's
     for s in streams:
         assert f"stream {s}" in static
     assert "plotly-graph-div" in static and "fence update" in static

@@ -269,7 +269,7 @@ def test_rows_of_two_to_the_twenty():
 def test_kernels_are_in_the_cache_with_three_sources():
     a = mx.array(np.ones((4, 8), np.float32))
     mx.eval(mx.softmax(a, axis=-1), mx.sum(a, axis=0))
-    from tapescope.kernel_sources import entry_sources
+    from tapescope.kernels.cache_entries import entry_sources
 
     got = {e["name"]: e for e in tapescope.kernel_cache()}
     for name in ("block_softmax_float32", "col_reduce_sum_float32_float32"):
@@ -291,7 +291,7 @@ def test_complex_falls_back_to_the_rule_visibly():
 
 
 def test_the_kernels_tab_shows_a_reduction_kernels_three_sources():
-    from tapescope.cell_report import _kernels_section
+    from tapescope.viz.report import kernels_section
 
     a = mx.array(np.ones((3, 5), np.float32))
     timeline.set_recording(True)
@@ -301,7 +301,7 @@ def test_the_kernels_tab_shows_a_reduction_kernels_three_sources():
     finally:
         recs = timeline.records_since(seq)
         timeline.set_recording(False)
-    html = _kernels_section([], recs, tapes=False, sources=True)
+    html = kernels_section([], recs, tapes=False, sources=True)
     assert "block_logsumexp_float32" in html
     assert "__global__" in html and "threadgroup" in html  # the CUDA and MSL columns
 
@@ -321,7 +321,7 @@ def test_trace_names_each_reductions_kernel_and_its_sources():
     # a GPU's column kernel: a thread per kept element, no lane exchanges
     assert "ts_shfl_xor(" not in src["cuda"].split("col_reduce_sum_float32_float32(")[1]
     assert "ts_shfl_xor(" in got["Softmax"].sources()["cuda"].split("block_softmax_float32(")[1]
-    from tapescope.cell_report import _kernels_section
+    from tapescope.viz.report import kernels_section
 
-    html = _kernels_section([("f", g)], [], tapes=False, sources=True)
+    html = kernels_section([("f", g)], [], tapes=False, sources=True)
     assert "contig_scan_inclusive_sum_float32_float32" in html

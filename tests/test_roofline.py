@@ -301,13 +301,15 @@ def test_the_kernels_tab_draws_the_roofline():
     with capture_output():
         ip.run_cell("%%mlx --device cpu\nrf = mx.compile(lambda a, b: a * b + 1)\n"
                     "for _ in range(3):\n    mx.eval(rf(ra, ra), rf(ra[:, ::2], ra[:, :512]))")
+    from tapescope.viz import report
+
     rep = magic.last_report()
-    kernels = dict(rep.sections(rep.run))["Kernels"]
+    kernels = dict(report.sections(rep, rep.run))["Kernels"]
     assert "ts-roofline" in kernels and "plotly-graph-div" in kernels
     rows = [p for p in roofline.place(rep.run.records)]
     assert len(rows) == 2 and all((p.why or "at the roof") in kernels for p in rows)
     assert [p.launch.reads for p in rows] == [("contiguous", "contiguous"), ("strided", "strided")]
-    summary = rep.summary_html(rep.run)
+    summary = report.summary_html(rep, rep.run)
     assert "of copy bandwidth" in summary and "kernel" in summary
     pytest.importorskip("ipywidgets")
     from tapescope.viz.panel import CellPanel

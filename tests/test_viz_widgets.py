@@ -151,6 +151,7 @@ def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
 def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect():
     from tapescope import cell_report as cr
     from tapescope.viz.panel import CellPanel
+    from tapescope.viz.report import sections as report_sections
 
     x = mx.array(np.linspace(-1, 1, 32, dtype=np.float32))
     g1 = tapescope.trace(lambda a: mx.exp(a) * 2 + a, x)
@@ -175,7 +176,7 @@ def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect()
     panel.graph_html.picked = "7:ts_kernel_0"  # no such graph: nothing shown
     assert panel.kernel_view.value == ""
     # the Kernels tab: each kernel's tape and its three sources side by side
-    kernels = dict(report.sections(report.run))["Kernels"]
+    kernels = dict(report_sections(report, report.run))["Kernels"]
     assert kernels.count("<th>CUDA</th>") == 2 and kernels.count("tapescope-tape'") == 2
 
 

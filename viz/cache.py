@@ -19,7 +19,7 @@ COLUMNS = ["kernel", "runtime", "variant", "build ms", "hits", "misses", "of cop
 
 
 def _entries() -> list:
-    from tapescope.kernel_cache import kernel_cache
+    from tapescope.kernels.cache_entries import kernel_cache
 
     return kernel_cache()
 
@@ -68,8 +68,10 @@ def rows_html(rows: list, start: int = 0, page: int = PAGE) -> str:
 
 def source_html(entry: dict, entries: list) -> str:
     """The selected kernel: its figures, its tape's source in every dialect side by side
-    (``tapescope.kernel_sources``), then the C of the tape's other cached variants."""
-    from tapescope.kernel_sources import entry_sources, sources_html
+    (``viz.sources``), then the C of the tape's other cached variants."""
+    from tapescope.kernels.cache_entries import entry_sources
+
+    from .sources import sources_html
 
     base = base_name(entry)
     head = (f"<p><code title='{esc(entry['name'])}'>{esc(short_name(entry['name'], 60))}</code>: "

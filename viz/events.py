@@ -86,6 +86,16 @@ def events_figure(records: list, widget: bool = True, max_marks: int = 4000) -> 
     return fig
 
 
+_default_source: list = [None]  # () -> records or None: set by the ``%%mlx`` magic
+
+
+def set_default_records(source: Optional[Any]) -> None:
+    """``source() -> list | None`` gives the records an ``EventsWidget()`` made without any
+    shows (the ``%%mlx`` magic registers its last cell's); when it gives None, or none is set,
+    the widget shows the whole timeline ring."""
+    _default_source[0] = source
+
+
 class EventsWidget:
     """The streams' events as a zoomable timeline. ``records``: timeline records (default: the
     last ``%%mlx`` cell's, else the whole timeline ring)."""
@@ -112,14 +122,10 @@ class EventsWidget:
 
     @staticmethod
     def _default_records() -> list:
-        try:
-            from tapescope.magic import last_report
-
-            rep = last_report()
-            if rep is not None:
-                return rep.run.records
-        except ImportError:
-            pass
+        source = _default_source[0]
+        records = source() if source is not None else None
+        if records is not None:
+            return records
         from tapescope.kernels import timeline
 
         return timeline.records()

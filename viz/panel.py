@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .report import kernel_html, results_html, summary_html, tape_html
+from .report import sections as report_sections
 from .theme import style_tag
 
 __all__ = ["CellPanel", "zoomed_svg"]
@@ -41,13 +43,13 @@ class CellPanel:
             kids.append(child)
 
         head = (f"{style_tag()}<div class='tapescope-cell'><div class='ts-headline'>%%mlx"
-                f"{' (compiled)' if report.compiled else ''}: {_esc(report._run_lines(r)[0])}</div>")
-        summary = head + "".join(report.summary_html(x) if not x.unavailable else f"<p>{_esc(x.unavailable)}</p>"
+                f"{' (compiled)' if report.compiled else ''}: {_esc(report.run_lines(r)[0])}</div>")
+        summary = head + "".join(summary_html(report, x) if not x.unavailable else f"<p>{_esc(x.unavailable)}</p>"
                                  for x in report.runs)
         if r.arrays or len(report.runs) > 1:
-            summary += "<p><b>results</b></p>" + report._results_html()
+            summary += "<p><b>results</b></p>" + results_html(report)
         add("Summary", _html(summary + "</div>"))
-        sections = dict(report.sections(r, pickable=True))
+        sections = dict(report_sections(report, r, pickable=True))
         if "Graph" in sections:
             add("Graph", self._graph_tab(sections["Graph"]))
         if "Kernels" in sections:
@@ -140,7 +142,6 @@ class CellPanel:
         return title, g, g.kernels[k]
 
     def _show_kernel(self) -> None:
-        from tapescope.cell_report import kernel_html, tape_html
 
         v = self.kernel_at(self.graph_html.picked)
         if v is None:

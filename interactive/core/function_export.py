@@ -301,9 +301,7 @@ class _Writer:
                            "nbytes": data.nbytes})
             blobs.append(data.tobytes())
             offset += data.nbytes
-        from tapescope import __version__
-
-        header = json.dumps({"format": _FORMAT, "tapescope": __version__,
+        header = json.dumps({"format": _FORMAT, "tapescope": _package_version(),
                              "shapeless": self.shapeless, "metadata": self.metadata,
                              "constants": consts, "functions": self.functions}).encode()
         with open(self.file, "wb") as f:
@@ -527,3 +525,14 @@ def import_function(file: str, return_metadata: bool = False) -> Any:
         table.insert(_program(spec, consts))
     fn = _Imported(table)
     return (fn, header["metadata"]) if return_metadata else fn
+
+
+def _package_version() -> str:
+    """The installed tapescope's version (the package's metadata: core reads nothing of the
+    layers above it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tapescope")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -179,3 +179,32 @@ def use_large_index(inputs: Sequence, out_sizes: Sequence[int], contiguous: bool
     if contiguous:
         return max((data_size(a) for a in inputs), default=0) > UINT32_MAX
     return max(out_sizes, default=0) > UINT32_MAX
+
+
+def plan(tape, inputs: Sequence[np.ndarray], shape: Sequence[int]) -> tuple:
+    """``(contiguous, collapsed shape, strides per non-scalar input, large)`` for a call."""
+    shape = tuple(int(s) for s in shape)
+    nc = [(x, a) for x, a in zip(tape.inputs, inputs) if not x.is_constant]
+    arrays = [a for _, a in nc]
+    contiguous = check_contiguity(arrays, shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if contiguous:
+        cshape, strides = list(shape), []
+    else:
+        out_st = row_strides(shape)
+        vecs = [list(out_st)] + [broadcast_strides(shape, out_st, a.shape, elem_strides(a))
+                                 for x, a in nc if not x.scalar]
+        cshape, cst = collapse_contiguous_dims(shape, vecs)
+        strides = cst[1:]
+    large = use_large_index(arrays, [size], contiguous)
+    return contiguous, cshape, strides, large
+
+
+def output_order(tape, inputs: Sequence[np.ndarray], shape: tuple, contiguous: bool) -> str:
+    """The memory order new outputs take: the first full-size input's (F for column-major
+    inputs on the contiguous path), else C."""
+    size = int(np.prod(shape, dtype=np.int64))
+    rep = next((a for x, a in zip(tape.inputs, inputs) if not x.is_constant and a.size == size), None)
+    if contiguous and rep is not None and rep.ndim > 1 and is_col_contiguous(rep) and not is_row_contiguous(rep):
+        return "F"
+    return "C"

@@ -21,31 +21,11 @@ from .. import timeline
 from ..roofline import layouts
 from ..codegen.interpret import interpret, interpret_blocked
 from ..codegen.layout import (
-    broadcast_strides, check_contiguity, collapse_contiguous_dims, elem_strides,
-    is_col_contiguous, is_row_contiguous, row_strides, use_large_index,
+    check_contiguity, is_col_contiguous, is_row_contiguous, output_order, plan, row_strides,
 )
 from ..codegen.render import CDialect, Unsupported
 from ..codegen.tape import Tape, variant_name
 from . import compiler, tiered
-
-
-def plan(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int]) -> tuple:
-    """``(contiguous, collapsed shape, strides per non-scalar input, large)`` for a call."""
-    shape = tuple(int(s) for s in shape)
-    nc = [(x, a) for x, a in zip(tape.inputs, inputs) if not x.is_constant]
-    arrays = [a for _, a in nc]
-    contiguous = check_contiguity(arrays, shape)
-    size = int(np.prod(shape, dtype=np.int64))
-    if contiguous:
-        cshape, strides = list(shape), []
-    else:
-        out_st = row_strides(shape)
-        vecs = [list(out_st)] + [broadcast_strides(shape, out_st, a.shape, elem_strides(a))
-                                 for x, a in nc if not x.scalar]
-        cshape, cst = collapse_contiguous_dims(shape, vecs)
-        strides = cst[1:]
-    large = use_large_index(arrays, [size], contiguous)
-    return contiguous, cshape, strides, large
 
 
 def allocate_outputs(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
@@ -179,7 +159,7 @@ class Launch:
         self.argv_type = ctypes.c_void_p * (len(ptrs) + outs + len(tail))
         self.argvs: dict = {}  # thread id -> its own argv (the kernel may run without the GIL)
         self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
-        self.order = _output_order(tape, inputs, shape, contiguous)
+        self.order = output_order(tape, inputs, shape, contiguous)
         # the one layout a caller's ``out`` must have for the kernel to write it directly
         probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
         self.out_strides = probe.strides if probe is not None else None
@@ -223,16 +203,6 @@ class Launch:
             ptrs, outs, tail = self.tail
             av = self.argvs[tid] = self.argv_type(*ptrs, *([0] * outs), *tail)
         return av
-
-
-def _output_order(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, contiguous: bool) -> str:
-    """The memory order new outputs take: the first full-size input's (F for column-major
-    inputs on the contiguous path), else C."""
-    size = int(np.prod(shape, dtype=np.int64))
-    rep = next((a for x, a in zip(tape.inputs, inputs) if not x.is_constant and a.size == size), None)
-    if contiguous and rep is not None and rep.ndim > 1 and is_col_contiguous(rep) and not is_row_contiguous(rep):
-        return "F"
-    return "C"
 
 
 def _spec(tape: Tape, inputs: Sequence, shape: tuple) -> tuple:

@@ -31,7 +31,7 @@ from ..codegen.interpret import interpret
 from ..codegen.render import Unsupported, renderer
 from ..codegen.tape import Tape
 from ..cpu import compiler, disk_cache
-from ..cpu.compiled import _output_order, plan
+from ..codegen.layout import output_order, plan
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _lock = threading.Lock()
@@ -271,7 +271,7 @@ class Launch:
         threads = -(-size // wpt)
         self.grid = max(1, -(-threads // self.block))
         self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
-        self.order = _output_order(tape, inputs, shape, contiguous)
+        self.order = output_order(tape, inputs, shape, contiguous)
         self.lane = None  # the C lane's copy of these fields, made on its first call (_lane.c)
 
     def takes(self, out) -> bool:

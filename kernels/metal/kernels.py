@@ -30,7 +30,7 @@ from ..codegen.gpu import variant_suffix
 from ..codegen.layout import is_col_contiguous, is_row_contiguous
 from ..codegen.render import renderer
 from ..codegen.tape import Tape, TapeInput, TapeOp
-from ..cpu.compiled import plan
+from ..codegen.layout import plan
 from ..primitives import REGISTRY
 
 # MLX's Metal type names in kernel names (mlx/backend/metal/utils.h type_to_name)

@@ -1,9 +1,12 @@
-"""``tapescope.kernel_cache()`` and ``tapescope.clear_kernel_cache()``: the compiled kernels."""
+"""The kernel cache as a user lists it: ``tapescope.kernel_cache()`` (one dict per kernel, with
+its roofline figures), ``tapescope.clear_kernel_cache()``, and ``entry_sources``, an entry's
+source in every dialect (what the Cache widget and the Kernels tab show side by side)."""
 
 from __future__ import annotations
 
-from tapescope.kernels import roofline, timeline
-from tapescope.kernels.cpu import compiler
+from . import roofline, timeline
+from .codegen.render import kernel_sources
+from .cpu import compiler
 
 
 def kernel_cache() -> list:
@@ -12,7 +15,7 @@ def kernel_cache() -> list:
     disk cache could not be used, or a numpy fallback with its reason), ``cache_note``,
     why the disk cache was not used ("" when it was), ``interpreted``, the calls that ran
     interpreted while the kernel built (``tapescope.set_tiered``), and ``tape``, the fused tape it was
-    generated from (``tapescope.kernel_sources.entry_sources`` renders its other dialects),
+    generated from (``entry_sources`` renders its other dialects),
     and ``roofline``: where its launches still on the timeline sit on the device's roofline
     (``roofline_columns``), None when none is recorded."""
     entries = compiler.entries()
@@ -52,3 +55,15 @@ def clear_kernel_cache(disk: bool = False) -> None:
     """Forget the in-process kernels; ``disk=True`` also deletes the on-disk cache (except
     folders their owner made read-only)."""
     compiler.clear(disk=disk)
+
+
+def entry_sources(entry: dict) -> dict:
+    """runtime -> source for a ``kernel_cache()`` entry: the source it was built from (C, or
+    CUDA for a GPU kernel) and the other dialects of the same tape and variant (only the
+    built one when the entry kept no tape)."""
+    tape = entry.get("tape")
+    if tape is None:
+        return {"cpu": entry["source"]} if entry.get("source") else {}
+    runtime = entry.get("runtime", "cpu")
+    built = {runtime: entry.get("source")} if runtime in ("cpu", "cuda") else {}
+    return kernel_sources(tape, tape.lib_name, entry["variant"], built=built)
