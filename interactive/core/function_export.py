@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -160,6 +161,15 @@ class _Table:
         return "".join(lines)
 
 
+_exporting = threading.local()  # .on while export_function traces (MLX's in_export_tracing)
+
+
+def in_export_tracing() -> bool:
+    """Whether ``export_function`` is tracing on this thread: a ``metal_kernel`` call is
+    recorded without Metal then (mlx/backend/common/metal_kernel.cpp)."""
+    return getattr(_exporting, "on", False)
+
+
 def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Function:
     """Trace ``fun`` on placeholders shaped as ``args`` then the keyword arrays by sorted name."""
     keys = sorted(kwargs)
@@ -177,8 +187,12 @@ def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Functio
                                  "tuple, or a list of arrays.")
         return outs, None
 
-    with dynamic_tracing(shapeless):
-        program, _ = trace(run, [(a.shape, a.dtype) for a in flat])
+    saved, _exporting.on = in_export_tracing(), True
+    try:
+        with dynamic_tracing(shapeless):
+            program, _ = trace(run, [(a.shape, a.dtype) for a in flat])
+    finally:
+        _exporting.on = saved
     simplify(program)
     return _Function(keys, [(a.shape, a.dtype) for a in flat], program)
 
