@@ -61,6 +61,8 @@ SHAPELESS = {
     "batched_matmul": ("lambda x, y: x @ y", ["M.ones(({a}, 1, 2, 3))", "M.ones(({b}, 3, 2))"]),
     "grad_batched_matmul": ("lambda x, y: M.grad(lambda x, y: (x @ y).sum(), argnums=1)(x, y)",
                             ["M.arange({a} * 6.0).reshape({a}, 1, 2, 3)", "M.ones(({b}, 3, 2))"]),
+    "quantized_matmul": ("lambda x: M.quantized_matmul(x, *M.quantize(M.ones((32, 64))), "
+                         "transpose=True)", ["M.ones(({a}, {b}, 64))"]),
     "gather_qmm": ("lambda x: M.gather_qmm(x, *M.quantize(M.ones((2, 8, 64))), "
                    "lhs_indices=M.array([0, 1]), rhs_indices=M.array([1, 0]), transpose=True)",
                    ["M.ones((2, {a}, 64))"]),

@@ -251,3 +251,28 @@ def _call(f, M, source):
     except Exception as e:  # noqa: BLE001
         return type(e), str(e)
     return [tuple(o.shape) for o in out]
+
+
+def _export_with_compiled_inside(M, path):
+    """A function calling a compiled one (a shapeless elementwise tape, already called once
+    so its trace is cached): its primitives as exported, and the imported result."""
+    relu = M.compile(lambda x: M.maximum(x * 3 - 1, 0), shapeless=True)
+    x = M.arange(-2.0, 4.0)
+    relu(x)
+    f = lambda x: relu(x) + M.exp(x)  # noqa: E731
+    names = []
+    M.export_function(lambda part: part["type"] == "primitive" and names.append(part["name"]),
+                      f, x)
+    M.export_function(path, f, x)
+    return names, np.array(M.import_function(path)(x)[0]), np.array(f(x))
+
+
+def test_a_compiled_function_called_inside_is_exported_as_its_primitives(tmp_path):
+    names, got, direct = _export_with_compiled_inside(mx, str(tmp_path / "f"))
+    assert "Compiled" not in names and "Maximum" in names
+    np.testing.assert_array_equal(got, direct)
+    np.testing.assert_allclose(got, np.maximum(np.arange(-2.0, 4.0) * 3 - 1, 0)
+                               + np.exp(np.arange(-2.0, 4.0)), rtol=1e-6)
+    if mlx_ref is not None:
+        want, _, _ = _export_with_compiled_inside(mlx_ref, str(tmp_path / "m"))
+        assert names == want

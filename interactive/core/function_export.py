@@ -187,12 +187,19 @@ def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Functio
                                  "tuple, or a list of arrays.")
         return outs, None
 
+    from .ops.compile_api import _state as compile_state
+
+    # MLX's compiled functions called on an export's tracers run the function itself
+    # (mlx/compile.cpp: "If the inputs are tracers, trace the original graph"), so the file
+    # holds their primitives, never a fused Compiled one: compile is off while tracing
     saved, _exporting.on = in_export_tracing(), True
+    enabled, compile_state["enabled"] = compile_state["enabled"], False
     try:
         with dynamic_tracing(shapeless):
             program, _ = trace(run, [(a.shape, a.dtype) for a in flat])
     finally:
         _exporting.on = saved
+        compile_state["enabled"] = enabled
     simplify(program)
     return _Function(keys, [(a.shape, a.dtype) for a in flat], program)
 
