@@ -52,10 +52,17 @@ def build(lib, recipe: str, xa: np.ndarray, ya: np.ndarray) -> tuple:
         return (c * 2, c + y, lib.maximum(c, y)), {}
     if recipe == "evaluated":
         return (x, y), {}
+    if recipe == "named_outputs":  # arrays given by name only are exported too
+        c = lib.exp(x) * y
+        return (), {"x": x, "d1": c + 1, "d2": lib.sum(c)}
+    if recipe == "named_and_positional":
+        c = lib.exp(x) * y
+        return (c - 1,), {"y": y, "d": lib.sum(c, axis=0)}
     raise AssertionError(recipe)
 
 
-RECIPES = ["chain", "broadcast", "reduce", "divmod", "named", "shared", "evaluated"]
+RECIPES = ["chain", "broadcast", "reduce", "divmod", "named", "shared", "evaluated",
+           "named_outputs", "named_and_positional"]
 
 
 @requires_mlx
