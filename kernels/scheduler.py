@@ -107,6 +107,9 @@ class StreamWorker:
 
     ``exec_lock`` is held while a task runs, so a caller may also run work for this stream
     inline (when the queue is empty) without breaking the stream's order.
+    ``error``: the earliest error of an asynchronous eval on this stream that nobody has
+    seen yet (MLX's ``StreamThread::error``, mlx/scheduler.cpp), raised by
+    ``check_error`` (``mx.synchronize``).
     """
 
     def __init__(self, index: int, name: str):
@@ -116,6 +119,7 @@ class StreamWorker:
         self._cond = threading.Condition(threading.Lock())
         self._pending = 0
         self._stop = False
+        self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._loop, name=f"tapescope-{name}", daemon=True)
         self._thread.start()
 
@@ -153,6 +157,19 @@ class StreamWorker:
         with self._cond:
             while self._pending:
                 self._cond.wait()
+
+    def keep_error(self, error: BaseException) -> None:
+        """Keep an asynchronous eval's error unless an earlier one is kept."""
+        with self._cond:
+            if self.error is None:
+                self.error = error
+
+    def check_error(self) -> None:
+        """Raise the kept error, once (MLX's ``scheduler::check_error``: throw and clear)."""
+        with self._cond:
+            error, self.error = self.error, None
+        if error is not None:
+            raise error
 
     def stop(self) -> None:
         """Finish the queued tasks, then end the thread."""

@@ -27,7 +27,10 @@ import unittest
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REFERENCE = HERE.parent.parent / "shared" / "reference" / "mlx_tests_passed.json"
+# the list of tests MLX passes: ../shared beside the checkout, or $MLX_REFERENCE (a machine
+# the checkout alone travels to, such as the GPU host, carries it)
+REFERENCE = Path(os.environ.get("MLX_REFERENCE") or
+                 HERE.parent.parent / "shared" / "reference" / "mlx_tests_passed.json")
 PASSED, FAILED, SKIPPED, UNFINISHED = "passed", "failed", "skipped", "unfinished"
 
 
@@ -153,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="list the tests that do not pass")
     args = p.parse_args(argv)
     backend = "cuda" if os.environ.get("DEVICE") == "gpu" else "cpu"
+    if not args.reference.is_file():
+        p.error(f"no list of the tests MLX passes at {args.reference} (--reference or MLX_REFERENCE)")
+    if not args.mlx_tests.is_dir():
+        p.error(f"{args.mlx_tests} is not a folder (MLX's python/tests)")
     ref = reference(args.reference, backend)
     stems = [s.removesuffix(".py") for s in args.files] or list(ref)
     skip = {s.removesuffix(".py") for s in args.skip}

@@ -1,6 +1,7 @@
 """compile with MLX 0.32's semantics, against MLX itself: shapeless=True recomputes each
 primitive's output shape on new input shapes (reshape, reductions, mean / var, broadcast,
-full_like, slice updates, addmm, gathers, ...), MLX's error for primitives that cannot;
+full_like / zeros_like, broadcast_arrays, batched matmul and its gradient, slice updates,
+addmm, gathers, ...), MLX's error for primitives that cannot;
 outputs of any pytree type, with siblings, without captured inputs, captured state whose
 outputs change, a broadcast shared by two outputs."""
 
@@ -51,6 +52,17 @@ SHAPELESS = {
     "where": ("lambda x: M.where(x > 1, x, 0)", ["M.arange({a}.0)"]),
     "slice_errors": ("lambda x: x[1:]", ["M.arange({a}.0)"]),
     "pad_errors": ("lambda x: M.pad(x, 1)", ["M.ones(({a},))"]),
+    # a Broadcast without an elementwise consumer follows the shapes MLX records beside it
+    # (broadcast_arrays' partners, matmul's batch axes, full_like's array, Sum's VJP's input)
+    "zeros_like": ("lambda x: M.zeros_like(x)", ["M.ones(({a}, {b}))"]),
+    "ones_like": ("lambda x: M.ones_like(x, dtype=M.int32)", ["M.ones(({a}, 2, {b}))"]),
+    "broadcast_arrays": ("lambda x, y: M.broadcast_arrays(x, y)[0]",
+                         ["M.arange({a}.0).reshape({a}, 1)", "M.ones((1, {b}))"]),
+    "batched_matmul": ("lambda x, y: x @ y", ["M.ones(({a}, 1, 2, 3))", "M.ones(({b}, 3, 2))"]),
+    "grad_batched_matmul": ("lambda x, y: M.grad(lambda x, y: (x @ y).sum(), argnums=1)(x, y)",
+                            ["M.arange({a} * 6.0).reshape({a}, 1, 2, 3)", "M.ones(({b}, 3, 2))"]),
+    "quantized_matmul": ("lambda x: M.quantized_matmul(x, *M.quantize(M.ones((32, 64))), "
+                         "transpose=True)", ["M.ones(({a}, {b}, 64))"]),
     "gather_qmm": ("lambda x: M.gather_qmm(x, *M.quantize(M.ones((2, 8, 64))), "
                    "lhs_indices=M.array([0, 1]), rhs_indices=M.array([1, 0]), transpose=True)",
                    ["M.ones((2, {a}, 64))"]),

@@ -161,24 +161,55 @@ def test_an_mlx_file_gets_a_clear_error(tmp_path):
 
 
 def test_a_primitive_with_unserializable_parameters_is_refused(tmp_path):
-    inner = mx.compile(lambda x: mx.exp(x) + 1)
-    with pytest.raises(ValueError, match=r"\[export_function\] Unable to serialize primitive Compiled"):
+    # a custom function's transforms are callables (MLX refuses it with the same message)
+    @mx.custom_function
+    def inner(x):
+        return mx.exp(x) + 1
+
+    @inner.vjp
+    def _(primals, cotangent, output):
+        return cotangent
+
+    with pytest.raises(ValueError, match=r"\[export_function\] Unable to serialize primitive "
+                                         r"CustomTransforms"):
         mx.export_function(str(tmp_path / "x.tsfn"), inner, mx.ones(3))
 
 
+def _callback_functions(M):
+    """Functions whose primitives MLX serializes under other names or with enum states."""
+    def many(x, y, i, b):
+        return [M.sum(x, axis=0), M.max(x), M.prod(x, axis=1), M.min(x), M.all(b, axis=0),
+                M.any(b), M.argmax(x, axis=1), M.argmin(x, axis=0), M.log2(x), M.log10(x),
+                M.log(x), M.cumsum(x, axis=1), M.cumprod(x, axis=0, reverse=True),
+                M.cummax(x, axis=1), M.bitwise_and(i, i), M.bitwise_or(i, i),
+                M.bitwise_xor(i, i), M.left_shift(i, i), M.right_shift(i, i),
+                M.array_equal(x, x, equal_nan=True), M.equal(x, y), M.rsqrt(x), M.sqrt(x),
+                M.flatten(x[None], 1, 2), M.moveaxis(x, 0, 1), M.pad(x, 1),
+                M.take(x, M.array([0, 1]), axis=0), M.unflatten(x, 1, (3, 1)),
+                M.conv2d(x[None, :, :, None], M.ones((1, 2, 2, 1))), x.astype(M.float16),
+                M.reshape(x, (6, 2)), x[1:3, ::2], M.softmax(x, axis=-1), M.sort(x, axis=0)]
+
+    return [(lambda a, b: (M.exp(a) + 1.5, a * b), (M.ones((2, 3)),), {"b": M.ones((2, 3))}),
+            (lambda x, y: M.log(M.abs(x - y)).astype(M.int32), (M.array(1.0),),
+             {"y": M.array(1.0)}),
+            (many, (M.ones((4, 3)), M.ones((3,)), M.array([1, 2]), M.array([[True, False]])), {})]
+
+
 @needs_mlx
-def test_callback_matches_mlxs_apart_from_arguments():
+@pytest.mark.parametrize("k", range(3))
+def test_callback_matches_mlxs(k):
+    """Every part MLX's callback gets, primitives' names and states (``arguments``) too."""
     def run(M):
         seen = []
-        M.export_function(seen.append, lambda a, b: (M.exp(a) + 1.5, a * b), M.ones((2, 3)),
-                          b=M.ones((2, 3)))
+        fn, args, kwargs = _callback_functions(M)[k]
+        M.export_function(seen.append, fn, *args, **kwargs)
         return seen
 
     def plain(v):
         if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
+            return (type(v).__name__, [plain(x) for x in v])
         if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items() if k != "arguments"}
+            return {k: plain(x) for k, x in v.items()}
         if type(v).__name__ == "Dtype":
             return str(v)
         if type(v).__name__ == "array":
@@ -251,3 +282,28 @@ def _call(f, M, source):
     except Exception as e:  # noqa: BLE001
         return type(e), str(e)
     return [tuple(o.shape) for o in out]
+
+
+def _export_with_compiled_inside(M, path):
+    """A function calling a compiled one (a shapeless elementwise tape, already called once
+    so its trace is cached): its primitives as exported, and the imported result."""
+    relu = M.compile(lambda x: M.maximum(x * 3 - 1, 0), shapeless=True)
+    x = M.arange(-2.0, 4.0)
+    relu(x)
+    f = lambda x: relu(x) + M.exp(x)  # noqa: E731
+    names = []
+    M.export_function(lambda part: part["type"] == "primitive" and names.append(part["name"]),
+                      f, x)
+    M.export_function(path, f, x)
+    return names, np.array(M.import_function(path)(x)[0]), np.array(f(x))
+
+
+def test_a_compiled_function_called_inside_is_exported_as_its_primitives(tmp_path):
+    names, got, direct = _export_with_compiled_inside(mx, str(tmp_path / "f"))
+    assert "Compiled" not in names and "Maximum" in names
+    np.testing.assert_array_equal(got, direct)
+    np.testing.assert_allclose(got, np.maximum(np.arange(-2.0, 4.0) * 3 - 1, 0)
+                               + np.exp(np.arange(-2.0, 4.0)), rtol=1e-6)
+    if mlx_ref is not None:
+        want, _, _ = _export_with_compiled_inside(mlx_ref, str(tmp_path / "m"))
+        assert names == want

@@ -10,6 +10,7 @@ Without the shim, tapescope answers as MLX 0.32.4 does without Metal: "No Metal 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import tapescope.core as mx
 from tapescope.kernels.metal import custom, shim
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import mlx_ref  # noqa: E402
 from mlx_compare import same_error  # noqa: E402
 
 needs_cxx = pytest.mark.skipif(shim.compiler() is None, reason="no C++ compiler on PATH")
@@ -56,6 +58,38 @@ def test_without_metal_the_call_raises_mlx_error():
     shim.enable(False)
     same_error(lambda M: _call(M))
     same_error(lambda M: _call(M, stream=M.cpu))
+
+
+def _export_outcomes(M, path):
+    """Per ``stream=`` of a kernel call: what exporting it does without Metal (None: written,
+    else (exception type name, message)), then the callback form's primitives."""
+    out = {}
+    for label, st in (("default", None), ("gpu", M.gpu), ("Device(gpu)", M.Device(M.gpu)),
+                      ("cpu", M.cpu), ("cpu stream", M.default_stream(M.cpu))):
+        for shapeless in (False, True):
+            try:
+                M.export_function(path, lambda a: _call(M, inputs=[a], stream=st)[0],
+                                  M.ones((4, 16)), shapeless=shapeless)
+                out[label, shapeless] = os.path.getsize(path) > 0 or "empty file"
+            except Exception as e:  # noqa: BLE001
+                out[label, shapeless] = (type(e).__name__, str(e))
+    parts = []
+    M.export_function(parts.append, lambda a: _call(M, inputs=[a], stream=M.gpu)[0], M.ones((4, 16)))
+    out["callback"] = [(p["type"], p.get("name"), [tuple(s) for _, s, _ in p.get("outputs", [])])
+                       for p in parts if p["type"] == "primitive"]
+    return out
+
+
+def test_without_metal_export_records_the_call_on_a_gpu_placeholder(tmp_path):
+    shim.enable(False)
+    ours = _export_outcomes(mx, str(tmp_path / "ours"))
+    only_gpu = ("ValueError", "[metal_kernel] Only supports the GPU.")
+    assert ours == {**{(k, s): True for k in ("default", "gpu", "Device(gpu)") for s in (0, 1)},
+                    **{(k, s): only_gpu for k in ("cpu", "cpu stream") for s in (0, 1)},
+                    "callback": [("primitive", "CustomKernel", [(4, 16)])]}
+    if mlx_ref is not None:
+        assert ours == _export_outcomes(mlx_ref, str(tmp_path / "theirs"))
+    same_error(lambda M: _call(M, stream=M.gpu))  # outside an export: still MLX's error
 
 
 @pytest.mark.parametrize("case", [

@@ -123,3 +123,52 @@ def test_each_thread_gets_its_own_thread_local_stream():
     assert mine != theirs and mine.device == theirs.device
     with pytest.raises(RuntimeError, match="in current thread"):
         mx.eval(there[0])
+
+
+_SINGULAR = [[1.0, 2.0], [2.0, 4.0]]
+_LU_ERROR = ("RuntimeError", "[Inverse::eval_cpu] LU factorization failed with error code 2")
+
+
+def _sync(m, s):
+    """``m.synchronize(s)``'s outcome: (exception type name, message) or None."""
+    try:
+        m.synchronize(s)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__, str(e)
+    return None
+
+
+def _async_error_scenario(m):
+    """Outcomes of ``synchronize`` after an asynchronous eval that fails (a singular
+    matrix's inverse), then one that succeeds."""
+    a = m.linalg.inv(m.array(_SINGULAR), stream=m.cpu)
+    m.async_eval(a)
+    out = [_sync(m, m.cpu), _sync(m, m.cpu)]  # raised once
+    ok = m.linalg.inv(m.array([[2.0, 0.0], [0.0, 4.0]]), stream=m.cpu)
+    m.async_eval(ok)
+    return out + [_sync(m, m.cpu), ok.tolist()]
+
+
+def test_synchronize_raises_an_asynchronous_evals_error_once():
+    ours = _async_error_scenario(mx)
+    assert ours == [_LU_ERROR, None, None, [[0.5, 0.0], [0.0, 0.25]]]
+    if mlx_ref is not None:
+        assert ours == _async_error_scenario(mlx_ref)
+
+
+def test_an_asynchronous_error_reaches_the_streams_that_waited_on_it():
+    # (MLX may also raise it at the consumer stream's next enqueue, depending on timing)
+    s2 = mx.new_stream(mx.cpu)
+    c = mx.add(mx.linalg.inv(mx.array(_SINGULAR), stream=mx.cpu), 1, stream=s2)
+    mx.async_eval(c)
+    assert [_sync(mx, s2), _sync(mx, mx.cpu), _sync(mx, s2)] == [_LU_ERROR, _LU_ERROR, None]
+
+
+def test_a_failed_asynchronous_eval_stays_lazy_and_raises_when_read():
+    a = mx.linalg.inv(mx.array([[1.0, 2.0], [2.0, 4.0]]), stream=mx.cpu)
+    mx.async_eval(a)
+    with pytest.raises(RuntimeError, match="LU factorization failed"):
+        mx.synchronize(mx.cpu)
+    with pytest.raises(RuntimeError, match="LU factorization failed"):
+        a.tolist()
+    mx.synchronize(mx.cpu)  # the read's error was raised by the read

@@ -52,10 +52,17 @@ def build(lib, recipe: str, xa: np.ndarray, ya: np.ndarray) -> tuple:
         return (c * 2, c + y, lib.maximum(c, y)), {}
     if recipe == "evaluated":
         return (x, y), {}
+    if recipe == "named_outputs":  # arrays given by name only are exported too
+        c = lib.exp(x) * y
+        return (), {"x": x, "d1": c + 1, "d2": lib.sum(c)}
+    if recipe == "named_and_positional":
+        c = lib.exp(x) * y
+        return (c - 1,), {"y": y, "d": lib.sum(c, axis=0)}
     raise AssertionError(recipe)
 
 
-RECIPES = ["chain", "broadcast", "reduce", "divmod", "named", "shared", "evaluated"]
+RECIPES = ["chain", "broadcast", "reduce", "divmod", "named", "shared", "evaluated",
+           "named_outputs", "named_and_positional"]
 
 
 @requires_mlx
@@ -157,6 +164,26 @@ def test_export_compiled_label_matches_mlx(mlx):
     mine = re.findall(r'label ="(\w+)"', export(mx, mx.compile(f(mx))(mx.array(xa))))
     theirs = re.findall(r'label ="(\w+)"', export(mlx, mlx.compile(f(mlx))(mlx.array(xa))))
     assert mine == theirs
+
+
+@requires_mlx
+def test_a_broadcast_needed_outside_a_kernel_is_also_fused_into_it_as_mlx(mlx):
+    """MLX splits a Broadcast another op needs too: the kernel computes its own copy."""
+    def run(lib):
+        def fun(x, y, z):
+            yy = lib.broadcast_to(y, z.shape)
+            return x + yy * z, yy.sum(), lib.exp(yy) - z
+
+        a, b, c = lib.array(np.arange(6.0).reshape(2, 3)), lib.array(0.5), lib.ones((2, 3))
+        d = lib.compile(fun)(a, b, c)
+        text = export(lib, a=a, b=b, c=c, d1=d[0], d2=d[1], d3=d[2])
+        return normalise(text), [np.array(o) for o in d]
+
+    (mine, got), (theirs, want) = run(mx), run(mlx)
+    assert "CompiledBroadcastMultiplyAdd" in mine
+    assert mine == theirs
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
 def _error(lib, *args, **kw):

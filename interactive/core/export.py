@@ -136,7 +136,8 @@ def export_to_dot(file: object, *args: Any, **kwargs: Any) -> None:
     else:
         raise ValueError("[export_to_dot] Accepts file-like objects or strings to be used as filenames.")
     keep = [v._d for v in kwargs.values()]  # named descs stay alive (their ids are keys)
-    text = dot_text([a._d for a in outs], names)
+    # the named arrays are outputs too (MLX flattens (args, kwargs): python/src/export.cpp)
+    text = dot_text([a._d for a in outs] + keep, names)
     del keep
     if writer is not None:
         writer(text)

@@ -5,7 +5,10 @@ Making a kernel checks the outputs and ``compile_options`` as MLX does; calling 
 the inputs, checks the template arguments and sizes, writes the source (MLX's signature
 rules: ``kernels/metal/custom.py``) and records one ``CustomKernel`` node with an output per
 ``output_names``. Without Metal, MLX raises ``RuntimeError("[metal_kernel] No Metal
-back-end.")`` at the call, and so does tapescope by default. tapescope's extension: with
+back-end.")`` at the call, and so does tapescope by default, except while
+``export_function`` traces: the call is recorded then on a placeholder GPU stream (MLX's
+``Stream(-1, gpu)``; a call on a CPU stream is MLX's ValueError) for the importing process to
+run. tapescope's extension: with
 ``TAPESCOPE_METAL_SHIM=1`` (or ``tapescope.kernels.metal.shim.enable()``) the kernel runs
 through the Metal shim on the CPU instead (a verification tool: same source, same buffers,
 same launch grid, run by the system C++ compiler), on the call's stream.
@@ -17,7 +20,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import dtypes as _dt
-from .device import BadArgs, binding, resolve_stream
+from .device import BadArgs, Device, DeviceType, Stream, ThreadLocalStream, binding, resolve_stream
 from .fast_custom import CustomKernelFunction, call_arguments, check_sizes, record, strs
 
 _SIG = ("metal_kernel(name: str, input_names: collections.abc.Sequence[str], output_names: "
@@ -70,7 +73,9 @@ class _MetalKernel(CustomKernelFunction):
                                        verbose)
         check_sizes("[metal_kernel]", self, arrays, output_shapes, output_dtypes)
         if not shim.enabled():  # tapescope runs no Metal here (the runtime is macOS-only)
-            raise RuntimeError("[metal_kernel] No Metal back-end.")
+            s = _export_stream(stream)
+        else:
+            s = resolve_stream(stream)
         if any(a.dtype == _dt.float64 for a in arrays) or _dt.float64 in output_dtypes:
             # the shim stands in for the GPU: MLX's check when a GPU primitive is made
             raise ValueError("float64 is not supported on the GPU")
@@ -80,7 +85,23 @@ class _MetalKernel(CustomKernelFunction):
             [d.np for d in output_dtypes], targs)
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{src}\n```", file=sys.stdout)
-        return record(resolve_stream(stream), kname, src, grid, threadgroup,
+        return record(s, kname, src, grid, threadgroup,
                       custom.shape_infos(self.source, self.input_names),
                       self.ensure_row_contiguous, init_value, output_shapes, output_dtypes,
                       arrays)
+
+
+def _export_stream(stream) -> Stream:
+    """Without Metal: the placeholder GPU stream an exported call is recorded on, or MLX's
+    errors (``resolve_metal_kernel_stream``, mlx/backend/common/metal_kernel.cpp)."""
+    from .function_export import in_export_tracing
+
+    if not in_export_tracing():
+        raise RuntimeError("[metal_kernel] No Metal back-end.")
+    if isinstance(stream, (Stream, ThreadLocalStream, Device)):
+        t = stream.device.type if not isinstance(stream, Device) else stream.type
+    else:
+        t = stream if isinstance(stream, DeviceType) else DeviceType.gpu
+    if t != DeviceType.gpu:
+        raise ValueError("[metal_kernel] Only supports the GPU.")
+    return Stream._new(Device(DeviceType.gpu), -1, None)

@@ -9,13 +9,13 @@ names, the inputs' shapes and dtypes, the tape of primitives in topological orde
 parameters, device, input references and output shapes / dtypes, the output references) and
 then the raw bytes of the constants (each stored once per file, however many traces use it).
 Parameters are stored as tagged JSON (numbers, strings, tuples, numpy dtypes and scalars);
-a primitive whose parameters are anything else (a fused ``Compiled`` tape, a custom
-function's callables, a communicator) cannot be exported: MLX's "Unable to serialize
+a primitive whose parameters are anything else (a custom function's callables, a
+communicator) cannot be exported: MLX's "Unable to serialize
 primitive" error. Nothing is unpickled: a file can only name registered primitives.
 
 Differences from MLX besides the format: an imported function's constants are read with the
-file (MLX records a lazy ``Load`` per constant), and the callback form's ``arguments`` are
-tapescope's parameters of each primitive (MLX gives its own primitives' state).
+file (MLX records a lazy ``Load`` per constant). The callback form gives each primitive
+under MLX's serialized name with MLX's state (core/export_state.py).
 
 A trace is ``tracing.trace`` (placeholders, the graph copied out by the one graph walker,
 ``walk.topological``) and ``tracing.simplify`` (MLX's ``compile_simplify``: equal scalar
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -36,6 +37,7 @@ from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, Device, DeviceType, binding, default_stream
 from .export import _letters
+from .export_state import mlx_state
 from .ops.convert import _fmt_shape
 from .primitive import Primitive
 from .tracing import GOp, Program, Val, dynamic_tracing, replay, simplify, trace
@@ -160,6 +162,15 @@ class _Table:
         return "".join(lines)
 
 
+_exporting = threading.local()  # .on while export_function traces (MLX's in_export_tracing)
+
+
+def in_export_tracing() -> bool:
+    """Whether ``export_function`` is tracing on this thread: a ``metal_kernel`` call is
+    recorded without Metal then (mlx/backend/common/metal_kernel.cpp)."""
+    return getattr(_exporting, "on", False)
+
+
 def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Function:
     """Trace ``fun`` on placeholders shaped as ``args`` then the keyword arrays by sorted name."""
     keys = sorted(kwargs)
@@ -177,8 +188,19 @@ def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Functio
                                  "tuple, or a list of arrays.")
         return outs, None
 
-    with dynamic_tracing(shapeless):
-        program, _ = trace(run, [(a.shape, a.dtype) for a in flat])
+    from .ops.compile_api import _state as compile_state
+
+    # MLX's compiled functions called on an export's tracers run the function itself
+    # (mlx/compile.cpp: "If the inputs are tracers, trace the original graph"), so the file
+    # holds their primitives, never a fused Compiled one: compile is off while tracing
+    saved, _exporting.on = in_export_tracing(), True
+    enabled, compile_state["enabled"] = compile_state["enabled"], False
+    try:
+        with dynamic_tracing(shapeless):
+            program, _ = trace(run, [(a.shape, a.dtype) for a in flat])
+    finally:
+        _exporting.on = saved
+        compile_state["enabled"] = enabled
     simplify(program)
     return _Function(keys, [(a.shape, a.dtype) for a in flat], program)
 
@@ -313,8 +335,8 @@ class _Writer:
 # -- the callback form ---------------------------------------------------------------------------
 def _to_callback(callback: Callable, fun: _Function, seen_constants: dict) -> None:
     """MLX's ``export_with_callback``: the inputs, keyword inputs, outputs, new constants, then
-    each primitive with its named inputs and outputs (NodeNamer's A, B, ...). ``arguments``
-    are tapescope's parameters of the primitive (MLX gives its own primitives' state)."""
+    each primitive with its named inputs and outputs (NodeNamer's A, B, ...), under MLX's
+    serialized name with MLX's state as ``arguments`` (core/export_state.py)."""
     names: dict = {}
 
     def name(v: Any) -> str:
@@ -340,8 +362,9 @@ def _to_callback(callback: Callable, fun: _Function, seen_constants: dict) -> No
                 new.append((name(v), array._wrap(v.desc)))
     callback({"type": "constants", "constants": new})
     for g in prog.tape:
+        prim_name, arguments = mlx_state(g.prim)
         callback({"type": "primitive", "inputs": data(g.inputs), "outputs": data(g.outputs),
-                  "name": g.prim.name, "arguments": list(g.prim.kw.values())})
+                  "name": prim_name, "arguments": arguments})
 
 
 # -- the exporter --------------------------------------------------------------------------------

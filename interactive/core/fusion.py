@@ -24,7 +24,7 @@ from tapescope.kernels.codegen.tape import (
 
 from tapescope.kernels.settings import setting, settings
 
-from .primitive import Primitive
+from .primitive import BROADCAST, Primitive
 from .tracing import GOp, Program, Val
 
 
@@ -113,6 +113,24 @@ def _constant_value(v: Val):
     return val
 
 
+def _split(v: Val, parents: dict, cache: set) -> Val:
+    """A copy of ``v``'s Broadcast for its users inside the candidate (``cache``); the other
+    users keep ``v`` (MLX's ``split_one``, mlx/compile.cpp: a broadcast needed elsewhere is
+    recomputed inside the kernel rather than stopping the fusion)."""
+    op = v.op
+    g = GOp(op.prim, list(op.inputs))
+    g.outputs = [Val(v.shape, v.dtype, op=g, index=0)]
+    nv = g.outputs[0]
+    inside = [p for p in parents.get(id(v), ()) if id(p) in cache]
+    for p in inside:
+        p.inputs = [nv if x is v else x for x in p.inputs]
+    parents[id(v)] = [p for p in parents.get(id(v), ()) if id(p) not in cache]
+    parents[id(nv)] = inside
+    for x in set(map(id, op.inputs)):
+        parents.setdefault(x, []).append(g)
+    return nv
+
+
 def build_tape(inputs: list, fused: list, outputs: list, reduction: Optional[tuple] = None):
     """The kernels-layer tape for fused ops ``fused`` (topological) with boundary ``inputs``;
     ``reduction``: (mode, number of reduced axes, the row-valued Vals) of a reduction tape."""
@@ -163,6 +181,10 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
         bound = [1]  # |rejected| + pending slots: an upper bound on the tape's inputs
         extra_outs = [0]
 
+        def _fits(op: GOp, out: int) -> bool:  # within the array limit with op's inputs
+            n_children = len({id(x) for x in op.inputs})
+            return bound[0] - 1 + n_children + 1 + extra_outs[0] + out <= MAX_COMPILE_ARRAYS
+
         def recurse(v: Val, depth: int, stream, shape) -> None:
             op = v.op
             if op is not None and id(op) in cache:
@@ -184,12 +206,12 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
             elif id(v) in output_ids and v.shape != shape:
                 reason = SHAPE_CHANGE
             elif depth > 0 and any(id(p) not in cache for p in parents.get(id(v), ())):
+                if op.prim.kind == BROADCAST and _fits(op, 0):
+                    recurse(_split(v, parents, cache), depth, stream, shape)
+                    return
                 reason = NEEDED_ELSEWHERE
-            else:
-                n_children = len({id(x) for x in op.inputs})
-                outs = extra_outs[0] + (1 if depth > 0 and id(v) in output_ids else 0)
-                if bound[0] - 1 + n_children + 1 + outs > MAX_COMPILE_ARRAYS:
-                    reason = ARRAY_LIMIT
+            elif not _fits(op, 1 if depth > 0 and id(v) in output_ids else 0):
+                reason = ARRAY_LIMIT
             if reason is not None:
                 reasons[id(v)] = reason
                 return

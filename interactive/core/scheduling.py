@@ -395,11 +395,17 @@ def _schedule(order: list[Node], asynchronous: bool):
                 def task(node=node, waits=waits):
                     _run_task(node, state, waits)
             wk.enqueue(task)
-        wk.enqueue(lambda ev=events[si]: _finish_stream(state, ev, t0))
+        wk.enqueue(lambda ev=events[si], wk=wk: _finish_stream(state, ev, t0, wk, asynchronous))
     return state, events
 
 
-def _finish_stream(state: EvalState, ev: Event, t0: int) -> None:
+def _finish_stream(state: EvalState, ev: Event, t0: int, wk=None,
+                   asynchronous: bool = False) -> None:
+    """A stream's last task of an eval. An asynchronous eval's error stays with each of its
+    streams' workers until ``mx.synchronize`` of that stream raises it (MLX: the failed
+    stream and the streams that waited on it)."""
+    if asynchronous and state.error is not None:
+        wk.keep_error(state.error)
     ev.signal(1)
     last = state.stream_done()
     if t0 and timeline.enabled:

@@ -80,6 +80,13 @@ def _gather_qmm(prim: Primitive, ins: list):
     return [tuple(lhs) + (x[-2], outer)], prim
 
 
+def _quantized_matmul(prim: Primitive, ins: list):
+    """MLX's QuantizedMatmul::output_shapes: x's shape with w's outer size last."""
+    x, w = ins[0], ins[1]
+    outer = w[-2] if prim.kw["transpose"] else w[-1] * 32 // prim.kw["bits"]
+    return [x[:-1] + (outer,)], prim
+
+
 def _expand_dims(prim: Primitive, ins: list):
     out = list(ins[0])
     for ax in sorted(prim.kw["axes"]):
@@ -134,7 +141,7 @@ def _matmul(prim: Primitive, ins: list):
 
 RULES: dict[str, Callable] = {
     "Reshape": _reshape, "Flatten": _flatten, "ExpandDims": _expand_dims, "Squeeze": _squeeze,
-    "Unflatten": _unflatten, "GatherQMM": _gather_qmm,
+    "Unflatten": _unflatten, "GatherQMM": _gather_qmm, "QuantizedMatmul": _quantized_matmul,
     "Transpose": _transpose, "Concatenate": _concatenate, "Gather": _gather,
     "GatherAxis": _second, "Matmul": _matmul, "AddMM": _matmul, "ArgReduce": _arg_reduce,
     "LogSumExp": _last_to_one, "NumberOfElements": lambda prim, ins: ([()], prim),

@@ -68,6 +68,8 @@ class Program:
         self.inputs, self.outputs, self.tape = inputs, outputs, tape
         self.boundaries: list = []  # fusion.Boundary records, filled by fusion.fuse
         self._broadcast_partners: Optional[dict] = None
+        # id(Broadcast GOp) -> (partner Vals, trailing axes kept): see ``note_partners``
+        self.partners: dict = {}
 
 
 def make_tracers(avals: Sequence[tuple]) -> list:
@@ -161,7 +163,43 @@ def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc],
         g.inputs = [val_of(x) for x in node.inputs]
         tape.append(g)
     outs = [val_of(d) for d in outputs]
-    return Program(inputs, outs, tape)
+    prog = Program(inputs, outs, tape)
+    table = getattr(_dynamic, "partners", None)
+    if table:
+        prog.partners = _capture_partners(table, ops, val_of, make_op, is_tracer)
+    return prog
+
+
+def _capture_partners(table: dict, ops: dict, val_of, make_op, is_tracer) -> dict:
+    """The partners noted for the captured Broadcasts, as Vals. A partner the outputs do not
+    need gets GOps outside the tape (their shapes are inferred on replay, nothing runs); a
+    partner that reaches an original argument is dropped."""
+    part: dict = {}
+    queue = [k for k in table if k in ops]
+    done: set = set()
+
+    def known(d: ArrayDesc) -> bool:
+        return is_tracer(d) or id(d.node) in ops
+
+    while queue:
+        key = queue.pop()
+        if key in done:
+            continue
+        done.add(key)
+        _, descs, keep = table[key]
+        try:
+            for n in topological(descs, known):
+                if id(n) not in ops:
+                    g = make_op(n)
+                    g.inputs = [val_of(x) for x in n.inputs]
+                    if id(n) in table:
+                        queue.append(id(n))
+            vals = [val_of(d) for d in descs]
+        except UncapturedInputs:
+            continue
+        if all(v is not None for v in vals):
+            part[id(ops[key])] = (vals, keep)
+    return part
 
 
 def _replace_inputs(tape: list, outputs: list, repl: dict) -> list:
@@ -236,17 +274,35 @@ def in_dynamic_tracing() -> bool:
 
 
 class dynamic_tracing:
-    """``with dynamic_tracing(shapeless):`` marks a trace as shapeless on this thread."""
+    """``with dynamic_tracing(shapeless):`` marks a trace as shapeless on this thread (and
+    keeps the trace's ``note_partners`` table)."""
 
     def __init__(self, on: bool):
-        self.on, self.saved = on, False
+        self.on, self.saved, self.saved_table = on, False, None
 
     def __enter__(self) -> None:
         self.saved = in_dynamic_tracing()
+        self.saved_table = getattr(_dynamic, "partners", None)
         _dynamic.on = self.on or self.saved
+        if _dynamic.on and self.saved_table is None:
+            _dynamic.partners = {}
 
     def __exit__(self, *exc) -> None:
         _dynamic.on = self.saved
+        _dynamic.partners = self.saved_table
+
+
+def note_partners(out: array, partners: Sequence, keep: int = 0) -> None:
+    """While a shapeless trace runs: the Broadcast that made ``out`` takes its shape on
+    replay from broadcasting its input with ``partners`` (arrays), the last ``keep`` axes
+    left as its input's. MLX records the partners as stop-gradient inputs of the Broadcast
+    (``broadcast_arrays`` under ``in_dynamic_tracing``; ``BroadcastAxes`` for matmul's batch
+    axes, mlx/ops.cpp); here they stay beside the graph, in the trace's table."""
+    table = getattr(_dynamic, "partners", None)
+    node = out._d.node
+    if table is None or node is None or node.primitive.name != "Broadcast":
+        return
+    table[id(node)] = (node, [p._d for p in partners], keep)
 
 
 def trace(fun: Callable[[list], list], avals: Sequence[tuple],
@@ -298,6 +354,52 @@ def _partners(prog: Program) -> dict:
     return prog._broadcast_partners
 
 
+class _Shape:
+    """A value's shape alone: a partner that nothing computes (``_shape_of``)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple):
+        self.shape = shape
+
+
+def _shape_of(prog: Program, v: Val, env: dict) -> tuple:
+    """``v``'s shape on this replay: from ``env``, else inferred through the ops outside the
+    tape that make it (a noted partner's graph), remembered in ``env``."""
+    stack = [v]
+    while stack:
+        x = stack[-1]
+        if id(x) in env or x.op is None:
+            stack.pop()
+            continue
+        missing = [i for i in x.op.inputs if id(i) not in env and i.op is not None]
+        if missing:
+            stack.extend(missing)
+            continue
+        ins = [env.get(id(i)) or _Shape(i.shape) for i in x.op.inputs]
+        shapes, _ = _infer_shapes(prog, x.op, ins, env)
+        for o, sh in zip(x.op.outputs, shapes):
+            env[id(o)] = _Shape(tuple(sh))
+        stack.pop()
+    return env[id(v)].shape if id(v) in env else v.shape
+
+
+def _noted_shape(prog: Program, g: GOp, ins: list, env: dict) -> Optional[tuple]:
+    """A Broadcast's shape from its noted partners (``note_partners``), or None without
+    them (or when a partner's shape cannot be inferred)."""
+    rec = prog.partners.get(id(g))
+    if rec is None:
+        return None
+    vals, keep = rec
+    try:
+        shapes = [ins[0].shape] + [_shape_of(prog, v, env) for v in vals]
+    except Exception:  # noqa: BLE001 - a partner's op without a shape rule: not noted
+        return None
+    if keep:  # the batch axes broadcast; the trailing ones stay the input's
+        return _broadcast_shapes(*[sh[:-keep] for sh in shapes]) + tuple(ins[0].shape[-keep:])
+    return _broadcast_shapes(*shapes)
+
+
 def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
     """(output shapes, primitive to record) of ``g`` on inputs of new shapes (shapeless
     compile): elementwise ops broadcast, Broadcast follows its consumer, fused tapes take the
@@ -311,11 +413,14 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
     if kind in _ELEMENTWISE or g.prim.name == "DivMod":
         return [_broadcast_shapes(*[d.shape for d in ins])] * len(g.outputs), g.prim
     if kind == BROADCAST:
-        part = _partners(prog).get(id(g))
-        if part:
-            shape = _broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape for v in part])
-        else:
-            shape = _broadcast_shapes(ins[0].shape, g.outputs[0].shape)
+        shape = _noted_shape(prog, g, ins, env) if prog.partners else None
+        if shape is None:
+            part = _partners(prog).get(id(g))
+            if part:
+                shape = _broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape
+                                            for v in part])
+            else:
+                shape = _broadcast_shapes(ins[0].shape, g.outputs[0].shape)
         if shape == tuple(g.prim.kw["shape"]):
             return [shape], g.prim
         return [shape], Primitive("Broadcast", g.prim.stream, **{**g.prim.kw, "shape": shape})

@@ -65,11 +65,14 @@ def async_eval(*args: Any) -> None:
 
 def synchronize(stream: StreamOrDevice = None) -> None:
     """Wait until all work queued on ``stream`` (default: the default device's default
-    stream) has finished."""
+    stream) has finished; raise the earliest error of an asynchronous eval on it since the last
+    ``synchronize`` (once, as MLX's does: mlx/scheduler.cpp). The failed arrays stay
+    lazy: reading one evaluates it again (and raises again)."""
     s = resolve_stream(stream)
     w = scheduler.existing_worker(s.index)
     if w is not None:
         w.synchronize()
+        w.check_error()
     stream_backend(s).synchronize(s)  # a GPU stream's enqueued device work
 
 

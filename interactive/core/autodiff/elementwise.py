@@ -236,8 +236,8 @@ def sum_to_shape(c, shape: tuple):
                                 if n == 1 and c.shape[lead + i] != 1]
     if axes:
         c = mx.sum(c, axis=axes, keepdims=True)
-    if tuple(c.shape) != tuple(shape):
-        c = mx.reshape(c, shape)
+    if lead:  # MLX's broadcast_vjp squeezes the added axes (a shapeless replay keeps it)
+        c = mx.squeeze(c, axis=list(range(lead)))
     return c
 
 

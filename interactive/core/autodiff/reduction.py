@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from .. import ops as mx
+from ..tracing import in_dynamic_tracing, note_partners
 from .registry import defjvp, defvjp, same_op
 
 
 def _bcast(c, x):
-    return mx.broadcast_to(c, x.shape)
+    """``c`` broadcast to ``x``'s shape; in a shapeless trace it follows ``x``'s shape (MLX's
+    ``broadcast_arrays({cotan, in})``, mlx/primitives.cpp Reduce::vjp)."""
+    out = mx.broadcast_to(c, x.shape)
+    if out._d is not c._d and in_dynamic_tracing():
+        note_partners(out, [x])
+    return out
 
 
 def _sum_vjp(p, c, argnums, o, *, axes):

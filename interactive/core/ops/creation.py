@@ -16,6 +16,7 @@ from .. import dtypes as _dt
 from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
+from ..tracing import in_dynamic_tracing, note_partners
 from .convert import broadcast, cast, int32, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
@@ -111,7 +112,7 @@ def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
     """Zeros with the shape (and, unless given, the dtype) of ``a``."""
     _check_dtype(dtype)
     a = to_array(a)
-    return zeros(a.shape, dtype or a.dtype, stream=stream)
+    return _like(zeros(a.shape, dtype or a.dtype, stream=stream), a)
 
 
 @binding("ones_like" + _LIKE)
@@ -120,7 +121,16 @@ def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
     """Ones with the shape (and, unless given, the dtype) of ``a``."""
     _check_dtype(dtype)
     a = to_array(a)
-    return ones(a.shape, dtype or a.dtype, stream=stream)
+    return _like(ones(a.shape, dtype or a.dtype, stream=stream), a)
+
+
+def _like(out: array, a: array) -> array:
+    """In a shapeless trace the fill's Broadcast follows ``a``'s shape (MLX's ``full_like``:
+    ``broadcast_arrays({a, vals})``, mlx/ops.cpp)."""
+    node = out._d.node
+    if in_dynamic_tracing() and node is not None and node.primitive.name == "Full":
+        note_partners(array._wrap(node.inputs[0]), [a])
+    return out
 
 
 def _stop_given(fn):

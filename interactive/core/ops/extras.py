@@ -14,6 +14,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
+from ..tracing import in_dynamic_tracing, note_partners
 from .binary import less, not_equal, subtract
 from .convert import broadcast, broadcast_shapes, cast, incompatible, to_array, to_arrays
 from .elementwise import unary
@@ -101,8 +102,10 @@ def full_like(a: array, vals: Any, dtype: Optional[_dt.Dtype] = None, *,
     s = resolve_stream(stream)
     v = cast(to_array(vals, dtype), dtype, s)
     shape = broadcast_shapes(a.shape, v.shape)  # as MLX: the values may widen the shape
-    v = broadcast(v, shape, stream=s)
-    return array._make1(shape, dtype, Primitive("Full", s), [v])
+    b = broadcast(v, shape, stream=s)
+    if b._d is not v._d and in_dynamic_tracing():  # follows ``a`` (MLX: broadcast_arrays)
+        note_partners(b, [a])
+    return array._make1(shape, dtype, Primitive("Full", s), [b])
 
 
 _FLIP_SIG = ("flip(a: array, /, axis: None | int | Sequence[int] = None, *, "

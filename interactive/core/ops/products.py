@@ -10,6 +10,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
+from ..tracing import in_dynamic_tracing, note_partners
 from .convert import broadcast, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 
@@ -59,9 +60,14 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     batch = broadcast_shapes(sa[:-2], sb[:-2])
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
-    x, y = cast(x, out_type, s), cast(y, out_type, s)
-    x = broadcast(x, batch + sa[-2:], stream=s)
-    y = broadcast(y, batch + sb[-2:], stream=s)
+    x0, y0 = cast(x, out_type, s), cast(y, out_type, s)
+    x = broadcast(x0, batch + sa[-2:], stream=s)
+    y = broadcast(y0, batch + sb[-2:], stream=s)
+    if in_dynamic_tracing():  # each batch broadcast follows the other operand's batch axes
+        if x._d is not x0._d:
+            note_partners(x, [y0], keep=2)
+        if y._d is not y0._d:
+            note_partners(y, [x0], keep=2)
     out = array._make([batch + (sa[-2], sb[-1])], [out_type], Primitive("Matmul", s), [x, y])[0]
     return _squeeze_1d(out, a.ndim, b.ndim, s)
 
