@@ -519,3 +519,18 @@ def test_spec_names_follow_mlx_stems():
         "layer_norm_strided_w_nob_bfloat16"
     assert NormSpec("rope", "float32", "strided", traditional=True, forward=False).name == \
         "rope_traditional_vjp_float32"
+
+
+def test_trace_names_each_fast_op_s_kernel():
+    x, w = mx.ones((4, 8)), mx.ones((8,))
+
+    def f(x):
+        y = mx.fast.layer_norm(x, w, None, EPS)
+        return mx.grad(lambda v: mx.fast.rms_norm(v, None, EPS).sum())(y) + mx.reshape(
+            mx.fast.rope(mx.reshape(y, (1, 2, 2, 8)), 4, traditional=True, base=1e4, scale=1.0,
+                         offset=1), (4, 8))
+
+    g = tapescope.trace(f, x)
+    names = {op.primitive: s.name for op, s in g.generated_kernels}
+    assert names == {"LayerNorm": "layer_norm_w_nob_float32", "RMSNormVJP": "vjp_rms_now_float32",
+                     "RoPE": "rope_traditional_float32"}
