@@ -31,13 +31,14 @@ from typing import Optional
 import numpy as np
 
 from .c_ops import Unsupported, _is_float
-from .loop_ir import (INDEX, Barrier, Cast, Fmt, If, Kernel, Let, Lit, Load, Local, Math, Monoid,
-                      Param, Range, Reduce, Round, Store, row_threads)
+from .loop_ir import (INDEX, Barrier, Cast, Fmt, Kernel, Let, Lit, Load, Local, Math, Monoid, Param,
+                      Range, Reduce, Round, Store, Vec, row_threads)
 
 F32 = np.dtype(np.float32)
 PAR_MIN = 1 << 16  # elements below which a row kernel runs on one thread (a wake-up costs more)
 ROPE_HALF_MAX = 1024  # frequencies a RoPE group keeps in local memory (dims <= 2048)
 VJP_GROUPS = 512  # row groups of a VJP kernel (MLX's target_groups): rows of gw partials
+UNROLL = 4  # a GPU thread's loads in flight along a row
 
 
 def sums(*fields: str) -> Monoid:
@@ -50,12 +51,6 @@ def sums(*fields: str) -> Monoid:
 
 def _f(v) -> Cast:
     return Cast(F32, v)
-
-
-def _x(dt, layout: str, buf: str = "x", col: str = "c") -> Cast:
-    """Element ``col`` of row ``r`` of ``buf`` as float32 (``strided``: a column stride)."""
-    off = f"r * sr + {col}" if layout == "row" else f"r * sr + {col} * sc"
-    return _f(Load(buf, off, dt))
 
 
 def _norm_params(dt, names: tuple, outs: tuple, ints: tuple) -> list:
@@ -72,15 +67,42 @@ def _inv_sqrt(mean_sq) -> Fmt:
     return Fmt("{0} / {1}", (Lit(1, F32), Math("sqrt", F32, (Fmt("{0} + fp[0]", (mean_sq,)),))))
 
 
+def _vec(dt, layout: str, make):
+    """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only)."""
+    return Vec("x", "r * sr", dt, make) if layout == "row" else None
+
+
+def _pass(dt, layout: str, value) -> Range:
+    """The row's write: ``out[r, c] = value(v, c)`` for each element ``v`` of the row."""
+    def make(v, i):
+        return [Let("v", F32, _f(v)), Store("out", f"r * cols + {i}", value(i), dt)]
+
+    return Range("c", 0, "cols", make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c"),
+                 "threads", unroll=UNROLL, vec=_vec(dt, layout, make))
+
+
+def _row_sum(dt, layout: str, acc: str, field: str, term, square: bool) -> Reduce:
+    """``<acc>_<field> = sum(t)`` (or ``sum(t * t)``) of ``t = term(v)`` over the row's
+    elements ``v`` in float32."""
+    def make(v, i):
+        return [Let("v", F32, term(_f(v)))], {field: "v * v" if square else "v"}
+
+    stmts, elem = make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c")
+    return Reduce("c", 0, "cols", stmts, sums(field), acc, elem, unroll=UNROLL,
+                  vec=_vec(dt, layout, make))
+
+
 def rms_kernel(name: str, dt, layout: str, has_w: bool) -> Kernel:
     """``out = w * T(x * rsqrt(mean(x^2) + eps))`` per row (``rms_single_row``)."""
-    x = _x(dt, layout)
-    body = [Reduce("c", 0, "cols", [Let("v", F32, x)], sums("s"), "a", {"s": "v * v"}),
+    body = [_row_sum(dt, layout, "a", "s", lambda v: v, True),
             Let("n", F32, _inv_sqrt(Fmt("a_s / {0}", (_f("cols"),))))]
-    y = Round(dt, "v * n")
-    val = Fmt("{0} * {1}", (y, _f(Load("w", "c * ws", dt)))) if has_w else "v * n"
-    body.append(Range("c", 0, "cols", [Let("v", F32, x), Store("out", "r * cols + c", val, dt)],
-                      "threads"))
+
+    def value(i):
+        if not has_w:
+            return "v * n"
+        return Fmt("{0} * {1}", (Round(dt, "v * n"), _f(Load("w", f"({i}) * ws", dt))))
+
+    body.append(_pass(dt, layout, value))
     return Kernel(name, _norm_params(dt, ("x", "w"), (("out", dt),), ("rows", "cols", "sr", "sc", "ws")),
                   _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
                   threads=lambda v: row_threads(v["cols"]))
@@ -89,24 +111,25 @@ def rms_kernel(name: str, dt, layout: str, has_w: bool) -> Kernel:
 def layer_kernel(name: str, dt, layout: str, has_w: bool, has_b: bool) -> Kernel:
     """``out = w * T((x - mean) * rsqrt(var + eps)) + b`` per row, the mean first and the
     variance of the centred row after it (``layer_norm_single_row``)."""
-    x = _x(dt, layout)
     cols = _f("cols")
-    body = [Reduce("c", 0, "cols", [Let("v", F32, x)], sums("s"), "a", {"s": "v"}),
-            Let("mu", F32, Fmt("a_s / {0}", (cols,))),
-            Reduce("c", 0, "cols", [Let("v", F32, Fmt("{0} - mu", (x,)))], sums("q"), "b",
-                   {"q": "v * v"}),
+    body = [_row_sum(dt, layout, "a", "m", lambda v: v, False),
+            Let("mu", F32, Fmt("a_m / {0}", (cols,))),
+            _row_sum(dt, layout, "b", "q", lambda v: Fmt("{0} - mu", (v,)), True),
             Let("n", F32, _inv_sqrt(Fmt("b_q / {0}", (cols,))))]
-    val = Round(dt, "(v - mu) * n")
-    if has_w:
-        val = Fmt("{0} * {1}", (val, _f(Load("w", "c * ws", dt))))
+
+    def value(i):
+        if not (has_w or has_b):
+            return "(v - mu) * n"
+        val = Round(dt, "(v - mu) * n")
+        if has_w:
+            val = Fmt("{0} * {1}", (val, _f(Load("w", f"({i}) * ws", dt))))
+            if has_b:
+                val = Round(dt, val)
         if has_b:
-            val = Round(dt, val)
-    if has_b:
-        val = Fmt("{0} + {1}", (val, _f(Load("b", "c * bs", dt))))
-    if not (has_w or has_b):
-        val = "(v - mu) * n"
-    body.append(Range("c", 0, "cols", [Let("v", F32, x), Store("out", "r * cols + c", val, dt)],
-                      "threads"))
+            val = Fmt("{0} + {1}", (val, _f(Load("b", f"({i}) * bs", dt))))
+        return val
+
+    body.append(_pass(dt, layout, value))
     return Kernel(name, _norm_params(dt, ("x", "w", "b"), (("out", dt),),
                                      ("rows", "cols", "sr", "sc", "ws", "bs")),
                   _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
