@@ -352,20 +352,39 @@ class _Builder:
         return op
 
     def _generated(self, prim: Any, inputs: list) -> Any:
-        """The generated kernel a reduction primitive runs on a row-contiguous input."""
+        """The generated kernel a reduction or fast primitive runs on row-contiguous inputs."""
+        from tapescope.kernels.common import norms
         from tapescope.kernels.common.reductions import PRIMITIVES, plan_for
 
-        if prim.name not in PRIMITIVES or len(inputs) != 1:
+        fast = prim.name in norms.PRIMITIVES
+        if not inputs or (not fast and (prim.name not in PRIMITIVES or len(inputs) != 1)):
             return None
         v = self.values[inputs[0]]
         try:
             dt = np.dtype(ml_dtypes.bfloat16) if v.dtype == "bfloat16" else np.dtype(
                 "bool" if v.dtype == "bool" else v.dtype)
             strides = tuple(int(np.prod(v.shape[i + 1:], dtype=np.int64)) for i in range(len(v.shape)))
-            call = plan_for(prim.name, dt, v.shape, strides, prim.kwargs())
-        except (TypeError, KeyError, ValueError):
+            if fast:
+                call = self._fast_call(prim, dt, v, strides, [self.values[i] for i in inputs[1:]])
+            else:
+                call = plan_for(prim.name, dt, v.shape, strides, prim.kwargs())
+        except (TypeError, KeyError, ValueError, IndexError):
             return None
-        return None if isinstance(call, str) else call.spec
+        return None if call is None or isinstance(call, str) else call.spec
+
+    @staticmethod
+    def _fast_call(prim: Any, dt, v, strides: tuple, rest: list):
+        from tapescope.kernels.common import norms
+
+        if not v.shape or norms.why_not(dt):
+            return None
+        vec = tuple(None if not r.shape else 1 for r in rest)
+        if prim.name in norms.NORMS:
+            return norms.norm_call(prim.name, dt, v.shape, strides, vec)
+        if prim.name in norms.VJPS:
+            return norms.vjp_call(prim.name, dt, v.shape, vec[:-1])
+        size = int(np.prod(rest[0].shape, dtype=np.int64)) if rest else 1
+        return norms.rope_call(dt, v.shape, strides, size, 1, **prim.kwargs())
 
     def kernel(self, op: Op, tape: Any, shape: tuple, layouts: list, inputs: list) -> None:
         try:

@@ -110,12 +110,14 @@ class Backend:
     @functools.cached_property
     def kernel_rules(self) -> dict:
         """Primitive name -> the rule that runs it as a generated kernel where the backend
-        has one (the host's C: ``cpu.primitive_kernels``, MLX's reductions), else empty;
+        has one (the host's C: ``cpu.primitive_kernels``, MLX's reductions;
+        ``cpu.fast_kernels``, its fast primitives), else empty;
         the eval loop asks it for every node of a device without a device context."""
         if type(self).run_compiled is Backend.run_compiled:
+            from .cpu.fast_kernels import RULES as FAST
             from .cpu.primitive_kernels import RULES
 
-            return RULES
+            return {**RULES, **FAST}
         return {}
 
     # -- results --------------------------------------------------------------------------

@@ -40,6 +40,7 @@ COMPILED = "compiled"
 PLACEHOLDER = "placeholder"
 DISTRIBUTED = "distributed"
 QUANTIZED = "quantized"
+FAST = "fast"  # MLX's fast primitives (RMSNorm, LayerNorm, RoPE and their VJPs)
 IO = "io"
 
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})

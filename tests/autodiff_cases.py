@@ -205,6 +205,27 @@ def cases():
         add("hadamard", lambda a: mx.hadamard_transform(a) * mx.arange(4).astype(a.dtype),
             lambda a: (a @ jnp.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]],
                                      a.dtype) / 2.0) * jnp.arange(4).astype(a.dtype), (_any, S))
+    def jrms(a, w):
+        return a * jax.lax.rsqrt(jnp.mean(a * a, -1, keepdims=True) + 1e-5) * w
+
+    def jln(a, w, b):
+        c = a - jnp.mean(a, -1, keepdims=True)
+        return c * jax.lax.rsqrt(jnp.mean(c * c, -1, keepdims=True) + 1e-5) * w + b
+
+    def jrope(a):
+        inv = 100.0 ** (-jnp.arange(2) / 2)
+        th = (jnp.arange(3)[:, None] + 2) * 0.5 * inv
+        c, s_ = jnp.cos(th).astype(a.dtype), jnp.sin(th).astype(a.dtype)
+        x1, x2 = a[..., 0:4:2], a[..., 1:4:2]
+        rot = jnp.stack([x1 * c - x2 * s_, x1 * s_ + x2 * c], -1).reshape(a.shape[:-1] + (4,))
+        return jnp.concatenate([rot, a[..., 4:]], -1)
+
+    add("rms_norm", lambda a, w: mx.fast.rms_norm(a, w, 1e-5), jrms, (_any, (3, 5)), (_any, (5,)))
+    add("layer_norm", lambda a, w, b: mx.fast.layer_norm(a, w, b, 1e-5), jln, (_any, (3, 5)),
+        (_any, (5,)), (_any, (5,)))
+    add("rope_traditional", lambda a: mx.fast.rope(a, 4, traditional=True, base=100.0, scale=0.5,
+                                                   offset=2), jrope, (_any, (2, 3, 6)))
+
     def conv_jax(a, w, strides, pad, kd, idil, groups, flip):
         nd = a.ndim - 2
         sp = "DHW"[3 - nd:]

@@ -260,6 +260,20 @@ def cases(rng) -> list:
                                      mx.hadamard_transform(_f(rng, (2, 24), special=False), scale=0.5),
                                      mx.hadamard_transform(_f(rng, (2, 8), "float16", False))]))
 
+    def fast():
+        x, w, b = _f(rng, (3, 4, 9), special=False), _f(rng, (9,), special=False), \
+            _f(rng, (9,), special=False)
+        h = _f(rng, (2, 3, 5, 8), "float16", special=False)
+        outs = [mx.fast.rms_norm(x, w, 1e-5), mx.fast.rms_norm(h, None, 1e-5),
+                mx.fast.layer_norm(x, w, b, 1e-5), mx.fast.layer_norm(x.T.T[:, 1:], None, b, 1e-5),
+                mx.fast.rope(h, 6, traditional=True, base=1e4, scale=0.5, offset=3),
+                mx.fast.rope(x, 8, traditional=False, base=None, scale=1.0,
+                             offset=mx.array([1, 2, 3]), freqs=_f(rng, (4,), special=False))]
+        outs += mx.vjp(lambda x, w: mx.fast.rms_norm(x, w, 1e-5), [x, w], [x])[1]
+        outs += mx.vjp(lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5), [x, w, b], [x])[1]
+        return outs
+    out.append(("fast", fast))
+
     def spd(n, batch=()):
         a = rng.standard_normal(batch + (n, n))
         return mx.array((a @ np.swapaxes(a, -1, -2) + n * np.eye(n)).astype(np.float32))
@@ -363,13 +377,15 @@ def _intercepted(dev: Device, report: Report, label: list):
             return rule(xp, *ins, **kw)
         return run
 
-    # the CPU's generated kernels (cpu/primitive_kernels.py) stand aside: the array-module
+    # the CPU's generated kernels (cpu/primitive_kernels.py, cpu/fast_kernels.py: the
+    # backend's kernel_rules, the dict the eval loop asks) stand aside: the array-module
     # rules are what is replayed
-    from tapescope.kernels.cpu import primitive_kernels
+    from tapescope.kernels.backends import backend
 
-    kernels = dict(primitive_kernels.RULES)
+    rules = backend("cpu").kernel_rules
+    kernels = dict(rules)
     try:
-        primitive_kernels.RULES.clear()
+        rules.clear()
         for n, d in REGISTRY.items():
             if d.rule is not None:
                 d.rule = wrap(n, d, d.rule)
@@ -377,7 +393,7 @@ def _intercepted(dev: Device, report: Report, label: list):
     finally:
         for n, d in REGISTRY.items():
             d.rule = saved[n]
-        primitive_kernels.RULES.update(kernels)
+        rules.update(kernels)
 
 
 def _check(dev, report, label, name, defn, rule, xp, ins, kw):

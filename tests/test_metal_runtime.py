@@ -153,3 +153,40 @@ def test_reductions_run_as_metal_kernels(metal):
     ran = {r.detail.get("primitive") for r in recs
            if r.kind == "kernel_launch" and r.detail.get("runtime") == "metal"}
     assert {"Sum", "Max", "ArgReduce", "Softmax", "LogSumExp", "CumSum"} <= ran
+
+
+def test_fast_primitives_run_as_metal_kernels(metal):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((6, 5, 40)).astype(np.float32)
+    w, b = rng.standard_normal(40).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    x64 = x.astype(np.float64)
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
+    try:
+        with mx.stream(mx.gpu):
+            a, wa, ba = mx.array(x), mx.array(w), mx.array(b)
+            outs = [mx.fast.rms_norm(a, wa, 1e-5), mx.fast.layer_norm(a, wa, ba, 1e-5),
+                    mx.fast.rope(a, 16, traditional=False, base=1e4, scale=1.0,
+                                 offset=mx.array([0, 1, 2, 3, 4, 5])),
+                    mx.grad(lambda v: mx.fast.rms_norm(v, wa, 1e-5).sum())(a)]
+            mx.eval(*outs)
+        recs = timeline.records_since(seq)
+    finally:
+        timeline.set_recording(False)
+    rms = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    xc = x64 - x64.mean(-1, keepdims=True)
+    ln = xc / np.sqrt((xc ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(np.array(outs[0]), rms, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.array(outs[1]), ln, rtol=2e-5, atol=2e-5)
+    inv = 1e4 ** (-np.arange(8) / 8)
+    th = (np.arange(5)[None, :, None] + np.arange(6)[:, None, None]) * inv
+    x1, x2 = x64[..., :8], x64[..., 8:16]
+    rope = np.concatenate([x1 * np.cos(th) - x2 * np.sin(th), x1 * np.sin(th) + x2 * np.cos(th),
+                           x64[..., 16:]], -1)
+    np.testing.assert_allclose(np.array(outs[2]), rope, rtol=2e-5, atol=2e-5)
+    n = 1 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5)  # d sum(rms_norm) / dx
+    gx = w * n - x64 * (w * x64).mean(-1, keepdims=True) * n ** 3
+    np.testing.assert_allclose(np.array(outs[3]), gx, rtol=2e-5, atol=2e-5)
+    ran = {r.detail.get("primitive") for r in recs
+           if r.kind == "kernel_launch" and r.detail.get("runtime") == "metal"}
+    assert {"RMSNorm", "LayerNorm", "RoPE", "RMSNormVJP"} <= ran

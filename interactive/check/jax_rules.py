@@ -651,6 +651,57 @@ def table() -> dict[str, Callable]:
         return (y * jnp.float32(scale)).astype(a.dtype)
 
     T["Hadamard"] = hadamard
+
+    # -- MLX's fast primitives (mlx/fast.cpp's semantics: float32 statistics, the normalised
+    # value rounded to the output type before the weight / bias) --------------------------
+    def rms_norm(x, w, *, eps):
+        y = x.astype(jnp.float32)
+        y = (y * lax.rsqrt(jnp.mean(y * y, -1, keepdims=True) + jnp.float32(eps))).astype(x.dtype)
+        return y * w if w.ndim else y
+
+    def layer_norm(x, w, b, *, eps):
+        y = x.astype(jnp.float32)
+        yc = y - jnp.mean(y, -1, keepdims=True)
+        y = (yc * lax.rsqrt(jnp.mean(yc * yc, -1, keepdims=True) + jnp.float32(eps))).astype(x.dtype)
+        y = y * w if w.ndim else y
+        return y + b if b.ndim else y
+
+    def _vjp_of(fn, n):
+        def rule(*ins, eps):
+            *prim, g = ins
+            f32 = [p.astype(jnp.float32) for p in prim]
+            _, back = jax.vjp(lambda *a: fn(*a, eps=eps), *f32)
+            grads = back(g.astype(jnp.float32))
+            return tuple(gr.astype(p.dtype) for gr, p in zip(grads, prim))[:n]
+        return rule
+
+    def rope(x, offset, *freqs, dims, traditional, base, scale, forward):
+        shape = x.shape
+        B, L, D = shape[0], shape[-2], shape[-1]
+        v = x.reshape(B, -1, L, D).astype(jnp.float32)
+        half = dims // 2
+        inv = (1 / freqs[0].astype(jnp.float32)) if freqs else \
+            jnp.float32(base) ** (-jnp.arange(half, dtype=jnp.float32) / half)
+        off = offset.reshape(-1, 1, 1, 1).astype(jnp.float32)
+        theta = (jnp.arange(L, dtype=jnp.float32)[None, None, :, None] + off) * scale * inv
+        c, s_ = jnp.cos(theta), jnp.sin(theta)
+        if traditional:
+            x1, x2 = v[..., 0:dims:2], v[..., 1:dims:2]
+        else:
+            x1, x2 = v[..., :half], v[..., half:dims]
+        if not forward:
+            s_ = -s_
+        r1, r2 = x1 * c - x2 * s_, x1 * s_ + x2 * c
+        rot = jnp.stack([r1, r2], -1).reshape(B, -1, L, dims) if traditional else \
+            jnp.concatenate([r1, r2], -1)
+        out = jnp.concatenate([rot, v[..., dims:]], -1) if dims < D else rot
+        return out.reshape(shape).astype(x.dtype)
+
+    T["RMSNorm"] = rms_norm
+    T["LayerNorm"] = layer_norm
+    T["RMSNormVJP"] = _vjp_of(rms_norm, 2)
+    T["LayerNormVJP"] = _vjp_of(layer_norm, 3)
+    T["RoPE"] = rope
     T["SearchSorted"] = lambda seq, values, *, side: jnp.searchsorted(seq, values, side=side)
 
     # -- Compiled: the fused tape, op by op, with this same table ---------------------------

@@ -1,8 +1,10 @@
-"""``mx.fast``: the fused layers, composed from core ops as MLX's own fallbacks are.
+"""``mx.fast``: the fused layers.
 
-MLX defines each of these in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary
-ops, which every backend without the fused kernel runs (and which gives its VJP); tapescope
-builds that same composition, so grad / vmap / compile see ordinary primitives.
+``rms_norm``, ``layer_norm`` and ``rope`` record MLX's primitives (``RMSNorm``, ``LayerNorm``,
+``RoPE``: generated kernels, ``kernels/codegen/norm_kernels.py``), with MLX's inputs and
+checks (``mlx/fast.cpp``); their ``*_fallback`` compositions are what MLX's jvp and vmap
+transform. The others are composed from core ops as MLX's own fallbacks are (MLX defines
+each in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary ops).
 ``metal_kernel`` is ``fast_metal.py``; ``cuda_kernel`` and ``precompiled_cuda_kernel`` are
 ``fast_cuda.py``.
 """
@@ -15,6 +17,7 @@ from typing import Optional, Union
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, StreamContext, StreamOrDevice, binding, resolve_stream
+from .primitive import Primitive
 from .fast_cuda import cuda_kernel, precompiled_cuda_kernel  # noqa: F401 - mx.fast.cuda_kernel
 from .fast_metal import metal_kernel  # noqa: F401 - mx.fast.metal_kernel
 
@@ -46,36 +49,68 @@ def _check_vector(name: str, what: str, x: array, v: Optional[array]) -> None:
                          f"but has {v.shape[0]} elements.")
 
 
+def _check_input(name: str, x: array) -> None:
+    if x.ndim == 0:
+        raise ValueError(f"[{name}] Input must have at least 1 dimension but got input with "
+                         "0 dimensions.")
+
+
+def _as(x: array, dtype: _dt.Dtype, s) -> array:
+    return x if x.dtype == dtype else _mx().astype(x, dtype, stream=s)
+
+
 def rms_norm(x: array, weight: Optional[array], eps: float, *,
              stream: StreamOrDevice = None) -> array:
-    """Root-mean-square normalization over the last axis, times ``weight`` (MLX computes it in
-    float32 and casts back)."""
-    mx = _mx()
+    """Root-mean-square normalization over the last axis, times ``weight``: MLX's ``RMSNorm``
+    primitive (the statistics in float32, the result in the promoted type), its inputs ``x``
+    and the weight cast to that type (MLX's scalar 1 without a weight)."""
+    _check_input("rms_norm", x)
     _check_vector("rms_norm", "(*weight)", x, weight)
     out_type = _float_out("rms_norm", x, weight)
-    y = mx.astype(x, _dt.float32, stream=stream)
-    y = y * mx.rsqrt(mx.mean(mx.square(y, stream=stream), -1, keepdims=True, stream=stream)
-                     + array(eps, _dt.float32), stream=stream)
-    y = mx.astype(y, out_type, stream=stream)
-    return y if weight is None else mx.multiply(y, weight, stream=stream)
+    s = resolve_stream(stream)
+    w = _as(weight, out_type, s) if weight is not None else array(1, out_type)
+    return array._make1(tuple(x.shape), out_type, Primitive("RMSNorm", s, eps=float(eps)),
+                        [_as(x, out_type, s), w])
+
+
+def rms_norm_fallback(x: array, w: array, eps: float) -> array:
+    """MLX's composition of RMSNorm (``mlx/fast.cpp``'s ``fallback``), which its jvp and vmap
+    transform: ``x`` in the output type, ``w`` MLX's weight input (0-d: none)."""
+    mx = _mx()
+    y = mx.astype(x, _dt.float32)
+    y = y * mx.rsqrt(mx.mean(mx.square(y), -1, keepdims=True) + array(eps, _dt.float32))
+    y = mx.astype(y, x.dtype)
+    return y if w.ndim == 0 else mx.multiply(y, w)
 
 
 def layer_norm(x: array, weight: Optional[array], bias: Optional[array], eps: float, *,
                stream: StreamOrDevice = None) -> array:
-    """Layer normalization over the last axis, then ``* weight + bias`` where given."""
-    mx = _mx()
+    """Layer normalization over the last axis, then ``* weight + bias`` where given: MLX's
+    ``LayerNorm`` primitive over ``x``, weight and bias in the promoted type (its scalars 1 and
+    0 for those not given)."""
+    _check_input("layer_norm", x)
     _check_vector("layer_norm", "weight", x, weight)
     _check_vector("layer_norm", "bias", x, bias)
-    out_type = _float_out("layer_norm", x, weight, bias)
-    y = mx.astype(x, _dt.float32, stream=stream)
-    centered = y - mx.mean(y, -1, keepdims=True, stream=stream)
-    var = mx.mean(mx.square(centered, stream=stream), -1, keepdims=True, stream=stream)
-    y = centered * mx.rsqrt(var + array(eps, _dt.float32), stream=stream)
-    y = mx.astype(y, out_type, stream=stream)
-    if weight is not None:
-        y = mx.multiply(y, weight, stream=stream)
-    if bias is not None:
-        y = mx.add(y, bias, stream=stream)
+    out_type = _float_out("layer_norm", x, weight, bias) if weight is not None else \
+        _float_out("layer_norm", x)
+    s = resolve_stream(stream)
+    w = _as(weight, out_type, s) if weight is not None else array(1, out_type)
+    b = _as(bias, out_type, s) if bias is not None else array(0, out_type)
+    return array._make1(tuple(x.shape), out_type, Primitive("LayerNorm", s, eps=float(eps)),
+                        [_as(x, out_type, s), w, b])
+
+
+def layer_norm_fallback(x: array, w: array, b: array, eps: float) -> array:
+    """MLX's composition of LayerNorm (``mlx/fast.cpp``): 0-d ``w`` / ``b``: none given."""
+    mx = _mx()
+    y = mx.astype(x, _dt.float32)
+    centered = y - mx.mean(y, -1, keepdims=True)
+    var = mx.mean(mx.square(centered), -1, keepdims=True)
+    y = mx.astype(centered * mx.rsqrt(var + array(eps, _dt.float32)), x.dtype)
+    if w.ndim:
+        y = mx.multiply(y, w)
+    if b.ndim:
+        y = mx.add(y, b)
     return y
 
 
@@ -83,37 +118,71 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
          offset: Union[int, array], freqs: Optional[array] = None,
          stream: StreamOrDevice = None) -> array:
     """Rotary positional encoding of the first ``dims`` features of the last axis, positions
-    along the second-to-last axis starting at ``offset``."""
-    mx = _mx()
+    along the second-to-last axis starting at ``offset`` (MLX's ``RoPE`` primitive over the
+    input, the offset as int32 and the frequencies as float32)."""
     if freqs is not None and base is not None:  # MLX's checks, in its order (mlx/fast.cpp)
         raise ValueError("[rope] Only one of base or freqs can have a value.")
     if freqs is None and base is None:
         raise ValueError("[rope] Neither base nor freqs has a value.")
+    s = resolve_stream(stream)
     off = offset if isinstance(offset, array) else array(offset, _dt.int32)
     _check_rope(a, dims, off, freqs)
-    t = a.dtype
+    if off.dtype.size != 4:
+        off = _mx().astype(off, _dt.int32, stream=s)
+    inputs = [a, off] + ([_as(freqs, _dt.float32, s)] if freqs is not None else [])
+    return record_rope(inputs, s, dims=int(dims), traditional=bool(traditional),
+                       base=float(base) if base is not None else 1.0, scale=float(scale),
+                       forward=True)
+
+
+def record_rope(inputs: list, s, **params) -> array:
+    """A ``RoPE`` node over ``[x, offset(, freqs)]`` on stream ``s`` (None: the default)."""
+    x = inputs[0]
+    return array._make1(tuple(x.shape), x.dtype,
+                        Primitive("RoPE", s if s is not None else resolve_stream(None), **params),
+                        inputs)
+
+
+def rope_fallback(x: array, offset: array, *freqs, dims: int, traditional: bool, base: float,
+                  scale: float, forward: bool) -> array:
+    """MLX's composition of RoPE (``mlx/fast.cpp``), which its vmap transforms."""
+    mx = _mx()
+    shape = x.shape
+    if x.ndim == 3:
+        x = mx.expand_dims(x, 1)
+    elif x.ndim > 4:
+        x = mx.flatten(x, 1, x.ndim - 3)
+    B, N, T, D = x.shape
+    t = x.dtype
     half = dims // 2
-    if freqs is None:
-        inv = mx.exp(mx.arange(0.0, -half, -1.0, dtype=_dt.float32) * (math.log(base) / half))
+    off = offset
+    if off.size > 1:
+        off = mx.expand_dims(off, [-1, -2])
+    pos = (mx.arange(T, dtype=_dt.float32) + off) * array(scale, _dt.float32)
+    if freqs:
+        inv = mx.reciprocal(freqs[0])
     else:
-        inv = mx.reciprocal(mx.astype(freqs, _dt.float32))
-    L = a.shape[-2]
-    off = mx.astype(off, _dt.float32)
-    if off.size > 1:  # one offset per batch element: positions (B, 1, ..., L)
-        off = mx.reshape(off, (off.size,) + (1,) * (a.ndim - 2))
-    pos = (mx.arange(L, dtype=_dt.float32) + off) * scale
+        inv = mx.exp(mx.arange(0, -half, -1, dtype=_dt.float32) * array(math.log(base) / half,
+                                                                        _dt.float32))
     theta = mx.expand_dims(pos, -1) * inv
     cos, sin = mx.astype(mx.cos(theta), t), mx.astype(mx.sin(theta), t)
+
+    def rot(x1, x2):
+        if forward:
+            return [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
+        return [x2 * sin + x1 * cos, x2 * cos - x1 * sin]
+
     if traditional:
-        x1, x2 = a[..., 0:dims:2], a[..., 1:dims:2]
-        r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
-        rot = mx.reshape(mx.stack([r1, r2], -1), (*a.shape[:-1], dims))
+        r = rot(x[..., 0:dims:2], x[..., 1:dims:2])
+        out = mx.reshape(mx.concatenate([mx.expand_dims(o, -1) for o in r], -1), (B, N, T, dims))
+        if dims < D:
+            out = mx.concatenate([out, x[..., dims:]], -1)
     else:
-        x1, x2 = a[..., :half], a[..., half:dims]
-        rot = mx.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
-    if dims < a.shape[-1]:
-        rot = mx.concatenate([rot, a[..., dims:]], -1)
-    return mx.astype(rot, t, stream=stream)
+        outs = rot(x[..., :half], x[..., half:dims])
+        if dims < D:
+            outs.append(x[..., dims:])
+        out = mx.concatenate(outs, -1)
+    return mx.reshape(out, shape)
 
 
 def _check_rope(a: array, dims: int, offset: array, freqs: Optional[array]) -> None:

@@ -22,8 +22,9 @@ body of statements:
 
 Expressions are text in the C syntax the three dialects share (index arithmetic, operators,
 ``?:``) with the dialect-dependent parts as nodes: ``Load`` (a buffer element in its compute
-type), ``Lit`` (a typed literal), ``Math`` (a libm function by stem), ``Cast`` and ``Fmt``
-(a template over sub-expressions). Types are numpy dtypes, or ``INDEX`` (the index type).
+type), ``Lit`` (a typed literal), ``Math`` (a libm function by stem), ``Cast``, ``Round``
+(to a half type's precision) and ``Fmt`` (a template over sub-expressions). Types are
+numpy dtypes, or ``INDEX`` (the index type).
 """
 
 from __future__ import annotations
@@ -76,6 +77,16 @@ class Cast:
 
 
 @dataclass(frozen=True)
+class Round:
+    """``arg`` (a compute-type value) rounded to ``dtype``'s precision and kept in the
+    compute type: a float16 / bfloat16 intermediate as MLX's kernels round it
+    (``static_cast<T>(x * normalizer)`` before the weight's multiply); identity otherwise."""
+
+    dtype: Any
+    arg: "Expr"
+
+
+@dataclass(frozen=True)
 class ThreadId:
     """The running thread's place on a GPU: ``"thread"`` (in its group), ``"group"``,
     ``"lane"`` (in its warp / simdgroup), ``"warp"`` (in its group), ``"group_size"``."""
@@ -91,7 +102,7 @@ class Fmt:
     args: tuple = ()
 
 
-Expr = Union[str, int, Load, Lit, Math, Cast, Fmt, ThreadId]
+Expr = Union[str, int, Load, Lit, Math, Cast, Round, Fmt, ThreadId]
 
 
 # -- accumulators ---------------------------------------------------------------------------

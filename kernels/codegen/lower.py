@@ -21,7 +21,8 @@ import numpy as np
 
 from .c_ops import Unsupported
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit,
-                      Load, Local, Math, Merge, Range, Reduce, Store, ThreadId, Vec, state_vars)
+                      Load, Local, Math, Merge, Range, Reduce, Round, Store, ThreadId, Vec,
+                      state_vars)
 
 WARP = 32  # lanes per warp / simdgroup (CUDA and Apple GPUs)
 
@@ -77,6 +78,8 @@ class Lowering:
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Cast):
             return f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
+        if isinstance(e, Round):
+            return self.d.round_to(np.dtype(e.dtype), self.expr(e.arg))
         if isinstance(e, Fmt):
             return e.text.format(*[self.expr(a) for a in e.args])
         if isinstance(e, ThreadId):

@@ -269,13 +269,19 @@ class CudaBackend(Backend):
 
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
-        reductions as generated CUDA (``kernels/cuda/reductions.py``)."""
+        reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
+        ``fast_kernels.py``)."""
+        from ..common.norms import PRIMITIVES as FAST_PRIMITIVES
         from ..common.reductions import PRIMITIVES
 
         if prim.name in PRIMITIVES:
             from .reductions import rule_for
 
             return rule_for(prim.name)
+        if prim.name in FAST_PRIMITIVES:  # MLX's fast primitives (cuda/fast_kernels.py)
+            from .fast_kernels import rule_for as fast_rule
+
+            return fast_rule(prim.name)
         if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
             from .custom import run
 

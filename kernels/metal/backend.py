@@ -152,11 +152,12 @@ class MetalBackend(Backend):
         return _OnQueue(queue(stream.index), prim.name if prim else "", not on_gpu)
 
     def rule_for(self, prim: Any):
-        """The Metal rule of an eager elementwise primitive MSL spells, or of a reduction
-        primitive (``metal/reductions.py``): the evaluator runs it instead of the CPU rule;
-        else None."""
+        """The Metal rule of an eager elementwise primitive MSL spells, of a reduction
+        primitive (``metal/reductions.py``) or a fast one (``metal/fast_kernels.py``): the
+        evaluator runs it instead of the CPU rule; else None."""
         rule = self._rules.get(prim.name, False)
         if rule is False:
+            from ..common.norms import PRIMITIVES as FAST_PRIMITIVES
             from ..common.reductions import PRIMITIVES
 
             d, msl = prim.defn, renderer("metal")
@@ -166,6 +167,10 @@ class MetalBackend(Backend):
                 from .reductions import rule as reduction_rule
 
                 rule = reduction_rule(self, prim.name)
+            elif prim.name in FAST_PRIMITIVES:  # MLX's fast primitives (metal/fast_kernels.py)
+                from .fast_kernels import rule as fast_rule
+
+                rule = fast_rule(self, prim.name)
             elif (d.elementwise or prim.name == "AsType") and spelled:
                 name = prim.name
 

@@ -7,7 +7,7 @@ state why it has none.
 """
 
 from . import (  # noqa: F401 - each module registers its rules
-    compiled, conv, distributed, elementwise, fft, indexing, masked_mm, products, quantized,
+    compiled, conv, distributed, elementwise, fast, fft, indexing, masked_mm, products, quantized,
     reduction, scan, shape, sort, without,
 )
 from .api import grad, jvp, value_and_grad, vjp  # noqa: F401

@@ -7,7 +7,7 @@ definition, or state why it has none (MLX raises for it too). ``custom`` batches
 """
 
 from . import (  # noqa: F401 - each module registers its rules
-    compiled, conv, custom, distributed, elementwise, fft, indexing, linalg, masked_mm, products, quantized, random, reduction,
+    compiled, conv, custom, distributed, elementwise, fast, fft, indexing, linalg, masked_mm, products, quantized, random, reduction,
     scan, shape, without,
 )
 from .api import vmap  # noqa: F401

@@ -1,0 +1,214 @@
+"""MLX's fast primitives benchmark: ``mx.fast.layer_norm``, ``rms_norm`` and ``rope``
+(tapescope's generated kernels) vs jax.jit (and MLX; on a GPU PyTorch and MLX's CUDA
+backend), side by side in one run, interleaved (one call of each implementation in turn per
+repetition), medians, ratios tapescope / jax.jit and tapescope / the best peer.
+
+CPU rows: layer_norm and rms_norm at (1024, 4096) and (4096, 4096) with weight (and bias),
+rope at (4, 16, 2048, 64) and (4, 16, 2048, 128) (dims = head size, base 10000, offset 0).
+``--device gpu`` (``TAPESCOPE_CUDA=1``, CuPy, a GPU): the norms at (16384, 4096) and the same
+ropes on ``mx.gpu`` against jax.jit on the GPU (float32 at ``highest`` precision),
+PyTorch's ``F.layer_norm`` / ``F.rms_norm`` / a written-out rope, and MLX's CUDA backend,
+where importable. The last column is the bandwidth tapescope reached (bytes read + written).
+
+    .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import tapescope.core as mx  # noqa: E402
+
+EPS = 1e-5
+
+
+def machine() -> str:
+    from reductions import machine as base
+
+    return base()
+
+
+def cases(device: str) -> list:
+    """(op, shape) rows of the run."""
+    if device == "gpu":
+        return [("layer_norm", (16384, 4096)), ("rms_norm", (16384, 4096)),
+                ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))]
+    return [("layer_norm", (1024, 4096)), ("layer_norm", (4096, 4096)),
+            ("rms_norm", (1024, 4096)), ("rms_norm", (4096, 4096)),
+            ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))]
+
+
+def inputs(op: str, shape: tuple, dtype) -> tuple:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    d = shape[-1]
+    return x, rng.standard_normal(d).astype(dtype), rng.standard_normal(d).astype(dtype)
+
+
+def tapescope_fn(op, x, w, b, device):
+    s = mx.gpu if device == "gpu" else mx.cpu
+    a, wa, ba = (mx.array(v) for v in (x, w, b))
+    if device == "gpu":
+        a, wa, ba = (mx.add(v, 0, stream=s) for v in (a, wa, ba))
+    mx.eval(a, wa, ba)
+    f = {"layer_norm": lambda: mx.fast.layer_norm(a, wa, ba, EPS, stream=s),
+         "rms_norm": lambda: mx.fast.rms_norm(a, wa, EPS, stream=s),
+         "rope": lambda: mx.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
+                                      offset=0, stream=s)}[op]
+    return lambda: mx.eval(f())
+
+
+def jax_fn(op, x, w, b, device):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    try:
+        dev = jax.devices("gpu")[0] if device == "gpu" else jax.devices("cpu")[0]
+    except RuntimeError:
+        return None
+    jax.config.update("jax_default_matmul_precision", "highest")
+    a, wa, ba = (jax.device_put(v, dev) for v in (x, w, b))
+
+    def ln(v, w, b):
+        mu = jnp.mean(v, -1, keepdims=True)
+        c = v - mu
+        return c * jax.lax.rsqrt(jnp.mean(c * c, -1, keepdims=True) + EPS) * w + b
+
+    def rms(v, w):
+        return v * jax.lax.rsqrt(jnp.mean(v * v, -1, keepdims=True) + EPS) * w
+
+    def rope(v):
+        L, D = v.shape[-2], v.shape[-1]
+        half = D // 2
+        inv = jnp.exp(-jnp.arange(half, dtype=jnp.float32) * (np.log(10000.0) / half))
+        th = jnp.arange(L, dtype=jnp.float32)[:, None] * inv
+        c, s = jnp.cos(th).astype(v.dtype), jnp.sin(th).astype(v.dtype)
+        x1, x2 = v[..., :half], v[..., half:]
+        return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+
+    if op == "layer_norm":
+        f = jax.jit(ln)
+        return lambda: f(a, wa, ba).block_until_ready()
+    if op == "rms_norm":
+        f = jax.jit(rms)
+        return lambda: f(a, wa).block_until_ready()
+    f = jax.jit(rope)
+    return lambda: f(a).block_until_ready()
+
+
+def mlx_fn(op, x, w, b, device):
+    try:
+        import mlx.core as m
+    except ImportError:
+        return None
+    if device == "gpu" and not (hasattr(m, "cuda") and m.cuda.is_available()):
+        return None
+    s = m.gpu if device == "gpu" else m.cpu
+    a, wa, ba = (m.array(v) for v in (x, w, b))
+    m.eval(a, wa, ba)
+    f = {"layer_norm": lambda: m.fast.layer_norm(a, wa, ba, EPS, stream=s),
+         "rms_norm": lambda: m.fast.rms_norm(a, wa, EPS, stream=s),
+         "rope": lambda: m.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
+                                     offset=0, stream=s)}[op]
+    return lambda: m.eval(f())
+
+
+def torch_fn(op, x, w, b, device):
+    if device != "gpu":
+        return None
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, wa, ba = (torch.from_numpy(v).cuda() for v in (x, w, b))
+    D = x.shape[-1]
+    if op == "rope":
+        half = D // 2
+        inv = torch.exp(-torch.arange(half, dtype=torch.float32, device="cuda") * (np.log(1e4) / half))
+        th = torch.arange(x.shape[-2], dtype=torch.float32, device="cuda")[:, None] * inv
+        c, s = torch.cos(th), torch.sin(th)
+
+        def f():
+            x1, x2 = a[..., :half], a[..., half:]
+            return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+    elif op == "layer_norm":
+        def f():
+            return F.layer_norm(a, (D,), wa, ba, EPS)
+    else:
+        def f():
+            return F.rms_norm(a, (D,), wa, EPS)
+    return lambda: (f(), torch.cuda.synchronize())
+
+
+def interleaved(impls: dict, reps: int) -> dict:
+    """Median ms of each implementation, one call of each in turn per repetition."""
+    for f in impls.values():
+        f()
+        f()
+    times = {k: [] for k in impls}
+    for _ in range(reps):
+        for k, f in impls.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append((time.perf_counter() - t0) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def run(device: str, reps: int, dtype) -> list:
+    out = []
+    for op, shape in cases(device):
+        x, w, b = inputs(op, shape, dtype)
+        impls = {"tapescope": tapescope_fn(op, x, w, b, device)}
+        for name, make in (("jax.jit", jax_fn), ("mlx", mlx_fn), ("torch", torch_fn)):
+            f = make(op, x, w, b, device)
+            if f is not None:
+                impls[name] = f
+        t = interleaved(impls, reps)
+        out.append((op, shape, t))
+        jx = t.get("jax.jit")
+        best = min((v for k, v in t.items() if k != "tapescope"), default=None)
+        cells = "  ".join(f"{k} {v:8.3f}" for k, v in t.items())
+        gbs = 2 * x.nbytes / (t["tapescope"] * 1e-3) / 1e9
+        ratio = f"x jax {t['tapescope'] / jx:5.2f}" if jx else ""
+        rb = f"x best {t['tapescope'] / best:5.2f}" if best else ""
+        print(f"{device} {op:<10} {str(shape):<20} {cells}   {ratio}  {rb}  {gbs:6.1f} GB/s",
+              flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    dtype = np.dtype(args.dtype)
+    if args.device in ("cpu", "both"):
+        res = run("cpu", args.reps, dtype)
+        worst = max((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
+                    if "jax.jit" in t)
+        print(f"cpu: worst tapescope / jax.jit {worst[0]:.2f} ({worst[1]} at {worst[2]})")
+    if args.device in ("gpu", "both"):
+        if not mx.cuda.is_available():
+            print("gpu: no CUDA runtime (TAPESCOPE_CUDA=1, CuPy and a GPU are needed)")
+        else:
+            run("gpu", args.reps, dtype)
+
+
+if __name__ == "__main__":
+    main()

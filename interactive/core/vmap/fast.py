@@ -1,0 +1,64 @@
+"""Batching rules of MLX's fast primitives.
+
+MLX batches them as ``Custom::vmap`` does: its fallback composition, vmapped. The common
+cases stay one node of the primitive (its kernel): a mapped ``x`` under an unmapped weight /
+bias is more rows (the mapped axis first), a mapped RoPE input with an unmapped offset is
+more heads (the mapped axis second, so a per-batch offset keeps indexing axis 0).
+Everything else is the composition (``fast.*_fallback``) batched.
+"""
+
+from __future__ import annotations
+
+from ..array import array
+from ..device import resolve_stream
+from ..primitive import Primitive
+from .registry import defvmap, move_to
+
+
+def _composed(fallback, n_out: int):
+    def rule(inputs, vaxes, primals, outputs, **params):
+        from .api import vmap
+
+        axes = tuple(a if a >= 0 else None for a in vaxes)
+        out = vmap(lambda *a: fallback(*a, **params), in_axes=axes)(*inputs)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        return out, [0] * n_out
+    return rule
+
+
+def _norm(name: str):
+    from .. import fast
+
+    fallback = {"RMSNorm": fast.rms_norm_fallback, "LayerNorm": fast.layer_norm_fallback}[name]
+    composed = _composed(fallback, 1)
+
+    def rule(inputs, vaxes, primals, outputs, *, eps):
+        x, ax = inputs[0], vaxes[0]
+        if ax >= 0 and all(a < 0 for a in vaxes[1:]):
+            x = move_to(x, ax, 0)
+            prim = Primitive(name, resolve_stream(None), eps=eps)
+            return [array._make1(tuple(x.shape), outputs[0].dtype, prim, [x] + list(inputs[1:]))], [0]
+        return composed(inputs, vaxes, primals, outputs, eps=eps)
+    return rule
+
+
+def _rope(inputs, vaxes, primals, outputs, **params):
+    from .. import fast
+
+    if vaxes[0] >= 0 and all(a < 0 for a in vaxes[1:]):
+        x = move_to(inputs[0], vaxes[0], 1)
+        return [fast.record_rope([x] + list(inputs[1:]), None, **params)], [1]
+    return _composed(fast.rope_fallback, 1)(inputs, vaxes, primals, outputs, **params)
+
+
+def _register() -> None:
+    from ..autodiff.fast import layer_vjp_fallback, rms_vjp_fallback
+
+    defvmap("RMSNorm", _norm("RMSNorm"))
+    defvmap("LayerNorm", _norm("LayerNorm"))
+    defvmap("RoPE", _rope)
+    defvmap("RMSNormVJP", _composed(lambda x, w, g, eps: rms_vjp_fallback(x, w, g, eps=eps), 2))
+    defvmap("LayerNormVJP", _composed(lambda x, w, b, g, eps: layer_vjp_fallback(x, w, b, g, eps=eps), 3))
+
+
+_register()

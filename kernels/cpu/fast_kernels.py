@@ -1,0 +1,173 @@
+"""MLX's fast primitives as generated C on the CPU: ``RMSNorm``, ``LayerNorm``,
+``RMSNormVJP``, ``LayerNormVJP``, ``RoPE`` (kernels of ``codegen/norm_kernels.py``).
+
+``RULES`` are the CPU backend's rules for them (``Backend.kernel_rules``): the inputs'
+layouts pick the kernel and its arguments (``kernels/common/norms.py``), the kernel is built
+once through the kernel cache (``compiler.get_kernel``: in ``kernel_cache()``, on the
+timeline, on disk) and called. What no kernel takes (integer or complex values, strides
+that are not whole elements, RoPE past 2048 rotated features, no compiler, a failed build)
+runs the primitive's array-module rule, recorded on the timeline as a ``kernel_fallback``
+with why. The VJPs' weight / bias gradients are the column sums of the kernel's per-group
+partial rows (float32), rounded to the weight's dtype.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+import numpy as np
+
+from .. import timeline
+from ..common import norms as plan
+from ..common.reductions import THREADS, arguments
+from ..primitives import REGISTRY
+from ..rules.fast import inv_freqs
+from . import compiler
+from .primitive_kernels import _entry
+
+_SMALL = 1 << 15  # elements below which the kernel runs holding the GIL (no release cost)
+CPU_VJP_GROUPS = 4 * THREADS  # the VJP's row groups on the CPU: a few per core, few partials
+
+
+def _fallback(prim_name: str, why: str, xp, ins, kw, out=None, variant: str = ""):
+    t0 = timeline.now() if timeline.enabled else 0
+    rule = REGISTRY[prim_name].rule
+    res = rule(xp, *ins, **kw) if out is None else rule(xp, *ins, out=out, **kw)
+    if t0:
+        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
+                     detail={"reason": why, "runtime": "numpy", "variant": variant,
+                             "primitive": prim_name})
+    return res
+
+
+def _writable_out(out, shape, dtype, ins) -> bool:
+    """Whether the evaluator's buffer can take the kernel's rows: its shape and dtype,
+    row-contiguous, writeable, and, where it is an input's memory (a donation), that input
+    row-contiguous (each element is read before its row is written)."""
+    if (out is None or out.shape != tuple(shape) or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        return False
+    return all(a.flags.c_contiguous or not np.may_share_memory(out, a) for a in ins)
+
+
+def _run(spec, prim_name: str, bufs: dict, ints: dict, size: int) -> None:
+    entry = _entry(spec)
+    ptrs = arguments(spec.kernel_params(), {k: v.ctypes.data for k, v in bufs.items()}, ints, {})
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    fn = entry.fast_fn(gil=size < _SMALL)
+    t0 = timeline.now() if timeline.enabled else 0
+    fn(argv)
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="cpu",
+                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
+                             "tier": "kernel"})
+    entry.hits += 1
+
+
+def _built(spec):
+    """The loaded kernel, or the BuildError's text (noted as the kernel's fallback)."""
+    entry = _entry(spec)
+    if isinstance(entry, compiler.BuildError):
+        compiler.note_fallback(spec.name, spec.layout, "", str(entry), tape=spec)
+        return str(entry)
+    return None
+
+
+def _fp(value: float) -> np.ndarray:
+    return np.array([value], dtype=np.float32)
+
+
+def _vec_stride(v):
+    """A weight / bias input's stride in elements (None: MLX's scalar stand-in)."""
+    return None if v.ndim == 0 else plan.elem_strides(v)[0]
+
+
+def _norm_rule(prim_name: str) -> Callable:
+    def rule(xp, x, *vecs, out=None, eps):
+        ins = (x, *vecs)
+        why = None if x.size else "an empty input"
+        why = why or (None if x.ndim else "a 0-d input") or plan.why_not(x.dtype, *ins)
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps}, out)
+        call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x),
+                              tuple(_vec_stride(v) for v in vecs))
+        if call.copy:
+            x = np.ascontiguousarray(x)
+            call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x),
+                                  tuple(_vec_stride(v) for v in vecs))
+        why = _built(call.spec)
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps}, out, call.spec.layout)
+        if not _writable_out(out, call.out_shape, call.out_dtype, (x,)):
+            out = np.empty(call.out_shape, dtype=call.out_dtype)
+        bufs = {"x": x, "w": vecs[0], "fp": _fp(eps), "out": out}
+        if len(vecs) > 1:
+            bufs["b"] = vecs[1]
+        _run(call.spec, prim_name, bufs, call.ints, x.size)
+        return out
+    return rule
+
+
+def _vjp_rule(prim_name: str) -> Callable:
+    def rule(xp, x, *rest, eps):
+        *vecs, g = rest
+        ins = (x, *vecs, g)
+        why = None if x.size and x.ndim else "an empty or 0-d input"
+        why = why or plan.why_not(x.dtype, *ins) or (
+            None if g.dtype == x.dtype else "a cotangent of another dtype")
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps})
+        x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+        call = plan.vjp_call(prim_name, x.dtype, x.shape, tuple(_vec_stride(v) for v in vecs),
+                             CPU_VJP_GROUPS)
+        why = _built(call.spec)
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps}, variant="row")
+        gx = np.empty(x.shape, dtype=x.dtype)
+        cols, groups = call.ints["cols"], call.ints["groups"]
+        bufs = {"x": x, "w": vecs[0], "g": g, "fp": _fp(eps), "gx": gx}
+        parts = {}
+        for name, v in zip(("part", "partb"), vecs):
+            if v.ndim:
+                parts[name] = bufs[name] = np.empty((groups, cols), dtype=np.float32)
+        _run(call.spec, prim_name, bufs, call.ints, x.size)
+        grads = [gx]
+        for name, v in zip(("part", "partb"), vecs):
+            grads.append(parts[name].sum(axis=0).astype(v.dtype) if v.ndim else np.zeros_like(v))
+        return tuple(grads)
+    return rule
+
+
+def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, out=None):
+    kw = dict(dims=dims, traditional=traditional, base=base, scale=scale, forward=forward)
+    ins = (x, offset, *freqs)
+    why = None if x.size else "an empty input"
+    why = why or plan.why_not(x.dtype, x)
+    call = why or plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), offset.size,
+                                 plan.elem_strides(offset)[0] if offset.ndim else 0, **kw)
+    if isinstance(call, str):
+        return _fallback("RoPE", call, xp, ins, kw, out)
+    if call.copy:
+        x = np.ascontiguousarray(x)
+        call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), offset.size,
+                              plan.elem_strides(offset)[0] if offset.ndim else 0, **kw)
+    why = _built(call.spec)
+    if why:
+        return _fallback("RoPE", why, xp, ins, kw, out, "strided")
+    if not _writable_out(out, call.out_shape, call.out_dtype, (x,)):
+        out = np.empty(call.out_shape, dtype=call.out_dtype)
+    off = offset if offset.dtype == np.int32 else offset.astype(np.int32)
+    if off.ndim and off.size > 1 and off.strides[0] % 4:
+        off = np.ascontiguousarray(off)
+    ints = dict(call.ints)
+    if off is not offset and off.ndim:
+        ints["os"] = off.strides[0] // 4 if off.size > 1 else 0
+    bufs = {"x": x, "off": off, "inv": inv_freqs(np, dims, base, freqs[0] if freqs else None),
+            "fp": _fp(scale), "out": out}
+    _run(call.spec, "RoPE", bufs, ints, x.size)
+    return out
+
+
+RULES: dict = {**{n: _norm_rule(n) for n in plan.NORMS}, **{n: _vjp_rule(n) for n in plan.VJPS},
+               "RoPE": rope_rule}

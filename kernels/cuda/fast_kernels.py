@@ -1,0 +1,161 @@
+"""MLX's fast primitives as generated CUDA: ``RMSNorm``, ``LayerNorm``, ``RMSNormVJP``,
+``LayerNormVJP``, ``RoPE``, the loop-IR kernels of ``codegen/norm_kernels.py`` rendered by
+the CUDA dialect (a block per row: warp shuffles and shared memory merge the row's sums, then
+the block writes the row; RoPE: a block per (batch, position), its cos / sin in shared
+memory), compiled by NVRTC through the fused kernels' cache and launched on the node's CUDA
+stream, with the layouts of ``kernels/common/norms.py`` (the CPU's). The VJPs' weight / bias
+gradients are CuPy's column sums of the kernel's per-group rows (MLX's ``gw_temp``, 512
+groups). What no kernel takes, or NVRTC cannot build, runs the primitive's CuPy rule,
+recorded on the timeline as a ``kernel_fallback`` with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import cupy
+import numpy as np
+
+from .. import timeline
+from ..codegen.c_ops import Unsupported
+from ..common import norms as plan
+from ..common.reductions import arguments
+from ..cpu import compiler
+from ..primitives import REGISTRY
+from ..rules.fast import inv_freqs
+from . import compiled
+from .reductions import launch_recorded
+
+_fps: dict = {}  # a float parameter's value -> its one-element device buffer
+
+
+def _entry(spec):
+    try:
+        spec.kernel(gpu=True)
+    except Unsupported as e:
+        raise compiler.BuildError(f"the CUDA dialect cannot express it: {e}") from None
+    return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
+                               key=spec.name, tape=spec)
+
+
+def _fallback(prim_name: str, why: str, xp, ins, kw, out=None):
+    t0 = timeline.now() if timeline.enabled else 0
+    rule = REGISTRY[prim_name].rule
+    res = rule(xp, *ins, **kw) if out is None else rule(xp, *ins, out=out, **kw)
+    if t0:
+        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
+                     detail={"reason": why, "runtime": "cupy", "primitive": prim_name})
+    return res
+
+
+def _fp(value: float):
+    got = _fps.get(value)
+    if got is None:
+        if len(_fps) > 256:
+            _fps.clear()
+        got = _fps[value] = cupy.asarray(np.array([value], np.float32))
+    return got
+
+
+def _launch(spec, prim_name: str, bufs: dict, ints: dict) -> Optional[str]:
+    """One launch of ``spec``'s kernel; the BuildError's text when there is none."""
+    try:
+        entry = _entry(spec)
+    except compiler.BuildError as e:
+        compiler.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+        return str(e)
+    args = [np.int64(v) if isinstance(v, int) else v
+            for v in arguments(spec.kernel_params(), bufs, ints, {})]
+    launch_recorded(entry, spec.kernel(gpu=True), ints, args, spec.name,
+                    {"variant": spec.layout, "primitive": prim_name})
+    return None
+
+
+def _fits(out, shape, dtype, x) -> bool:
+    """The evaluator's buffer takes the result when it fits and is not the input's memory
+    (the kernels' buffers are ``__restrict__``)."""
+    return (out is not None and out.shape == tuple(shape) and out.dtype == dtype
+            and out.flags.c_contiguous and not cupy.may_share_memory(out, x))
+
+
+def _vec_stride(v):
+    return None if v.ndim == 0 else plan.elem_strides(v)[0]
+
+
+def _norm_rule(prim_name: str) -> Callable:
+    def rule(xp, x, *vecs, out=None, eps):
+        ins = (x, *vecs)
+        why = None if x.size and x.ndim else "an empty or 0-d input"
+        why = why or plan.why_not(x.dtype, *ins)
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps}, out)
+        vs = tuple(_vec_stride(v) for v in vecs)
+        call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x), vs)
+        if call.copy:
+            x = cupy.ascontiguousarray(x)
+            call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x), vs)
+        res = out if _fits(out, call.out_shape, call.out_dtype, x) else \
+            cupy.empty(call.out_shape, dtype=call.out_dtype)
+        bufs = {"x": x, "w": vecs[0], "fp": _fp(float(eps)), "out": res}
+        if len(vecs) > 1:
+            bufs["b"] = vecs[1]
+        why = _launch(call.spec, prim_name, bufs, call.ints)
+        return _fallback(prim_name, why, xp, ins, {"eps": eps}, out) if why else res
+    return rule
+
+
+def _vjp_rule(prim_name: str) -> Callable:
+    def rule(xp, x, *rest, eps):
+        *vecs, g = rest
+        ins = (x, *vecs, g)
+        why = None if x.size and x.ndim else "an empty or 0-d input"
+        why = why or plan.why_not(x.dtype, *ins) or (
+            None if g.dtype == x.dtype else "a cotangent of another dtype")
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps})
+        x, g = cupy.ascontiguousarray(x), cupy.ascontiguousarray(g)
+        call = plan.vjp_call(prim_name, x.dtype, x.shape, tuple(_vec_stride(v) for v in vecs))
+        cols, groups = call.ints["cols"], call.ints["groups"]
+        gx = cupy.empty(x.shape, dtype=x.dtype)
+        bufs = {"x": x, "w": vecs[0], "g": g, "fp": _fp(float(eps)), "gx": gx}
+        for name, v in zip(("part", "partb"), vecs):
+            if v.ndim:
+                bufs[name] = cupy.empty((groups, cols), dtype=cupy.float32)
+        why = _launch(call.spec, prim_name, bufs, call.ints)
+        if why:
+            return _fallback(prim_name, why, xp, ins, {"eps": eps})
+        grads = [gx]
+        for name, v in zip(("part", "partb"), vecs):
+            grads.append(bufs[name].sum(axis=0).astype(v.dtype) if v.ndim else cupy.zeros_like(v))
+        return tuple(grads)
+    return rule
+
+
+def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, out=None):
+    kw = dict(dims=dims, traditional=traditional, base=base, scale=scale, forward=forward)
+    ins = (x, offset, *freqs)
+    why = None if x.size else "an empty input"
+    why = why or plan.why_not(x.dtype, x)
+    off = offset if offset.dtype == np.int32 else offset.astype(cupy.int32)
+    off = cupy.ascontiguousarray(off.reshape(-1))
+    call = why or plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), off.size, 1, **kw)
+    if isinstance(call, str):
+        return _fallback("RoPE", call, xp, ins, kw, out)
+    if call.copy:
+        x = cupy.ascontiguousarray(x)
+        call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), off.size, 1, **kw)
+    res = out if _fits(out, call.out_shape, call.out_dtype, x) else \
+        cupy.empty(call.out_shape, dtype=call.out_dtype)
+    bufs = {"x": x, "off": off, "inv": inv_freqs(cupy, dims, base, freqs[0] if freqs else None),
+            "fp": _fp(float(scale)), "out": res}
+    why = _launch(call.spec, "RoPE", bufs, call.ints)
+    return _fallback("RoPE", why, xp, ins, kw, out) if why else res
+
+
+RULES: dict = {**{n: _norm_rule(n) for n in plan.NORMS}, **{n: _vjp_rule(n) for n in plan.VJPS},
+               "RoPE": rope_rule}
+
+
+def rule_for(name: str) -> Optional[Callable]:
+    """The CUDA kernel rule of fast primitive ``name`` (None: not one)."""
+    return RULES.get(name)
