@@ -118,3 +118,13 @@ def _rule(prim_name: str) -> Callable:
 
 
 RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
+
+
+def _quantized_rules() -> dict:
+    """MLX's quantized products (``cpu/quantized.py``), run by the same kernel rules."""
+    from .quantized import RULES as quantized
+
+    return quantized
+
+
+RULES.update(_quantized_rules())
