@@ -70,9 +70,10 @@ _C_HEAD = """#include <stdint.h>
 #define MASK {mask}u
 #define MAX_ROWS {max_rows}
 #define QVM_BLOCK {qvm_block}
+#define QMV_BLOCK 8
 
-/* gs codes of one group (eight codes are BITS whole bytes) -> their values in v */
-static inline void dequant_group(const uint8_t* wb, int64_t gs, float s, float b,
+/* gs codes of one group (eight codes are BITS whole bytes) -> their values in v, in order */
+static inline __attribute__((always_inline)) void dequant_group(const uint8_t* wb, int64_t gs, float s, float b,
                                  const float* table, float* v) {{
   for (int64_t u = 0; u < gs / 8; u++) {{
     uint64_t p = 0;
@@ -83,11 +84,36 @@ static inline void dequant_group(const uint8_t* wb, int64_t gs, float s, float b
     }}
   }}
 }}
+
+#if 32 % BITS == 0
+#define PF (32 / BITS)
+/* the same values with whole codes per uint32 word, word-major within each code slot:
+   code j * PF + p of the group lands at v[p * W + j] (W words), so each slot's loop over the
+   words is one vector shift, mask and convert */
+static inline __attribute__((always_inline)) void dequant_group_slots(const uint8_t* wb, int64_t gs, float s, float b,
+                                       const float* table, float* v) {{
+  const uint32_t* w32 = (const uint32_t*)wb;
+  const int64_t W = gs / PF;
+  for (int p = 0; p < PF; p++) {{
+    float* vp = v + p * W;
+    #pragma omp simd
+    for (int64_t j = 0; j < W; j++) {{
+      uint32_t c = (w32[j] >> (p * BITS)) & MASK;
+      vp[j] = {value};
+    }}
+  }}
+}}
+#define SLOTS 1
+#else
+#define dequant_group_slots dequant_group
+#define SLOTS 0
+#endif
 """
 
 _C_QMV_T = """
 /* out[b, m, n] = sum_k x[b, m, k] * W[b, n, k]: each weight row read once for MAX_ROWS rows */
-void {name}(void** args) {{
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
   const float* x = (const float*)args[0];
   const uint8_t* w = (const uint8_t*)args[1];
   const float* scales = (const float*)args[2];
@@ -99,11 +125,11 @@ void {name}(void** args) {{
   const int64_t* s_off = (const int64_t*)args[8];
   const int64_t* b_off = (const int64_t*)args[9];
   const int64_t B = (int64_t)args[10], M = (int64_t)args[11], N = (int64_t)args[12];
-  const int64_t K = (int64_t)args[13], gs = (int64_t)args[14];
-  const int64_t G = K / gs, row_bytes = K * BITS / 8, NB = 8;
+  const int64_t K = (int64_t)args[13];
+  const int64_t G = K / gs, row_bytes = K * BITS / 8, NB = QMV_BLOCK;
   const int64_t nblk = (N + NB - 1) / NB;
-  #pragma omp parallel for schedule(static) if (B * N * K > 65536)
-  for (int64_t t = 0; t < B * nblk; t++) {{
+  (void)B;
+  {{
     const int64_t bb = t / nblk, n0 = (t % nblk) * NB, n1 = n0 + NB < N ? n0 + NB : N;
     const float* xb = x + x_off[bb];
     const uint8_t* wb = w + w_off[bb];
@@ -115,8 +141,8 @@ void {name}(void** args) {{
       for (int64_t n = n0; n < n1; n++) {{
         float acc[MAX_ROWS] = {{0}};
         for (int64_t g = 0; g < G; g++) {{
-          dequant_group(wb + n * row_bytes + g * gs * BITS / 8, gs, sb[n * G + g],
-                        {bias_expr}, table, v);
+          dequant_group_slots(wb + n * row_bytes + g * gs * BITS / 8, gs, sb[n * G + g],
+                              {bias_expr}, table, v);
           for (int64_t m = 0; m < mm; m++) {{
             const float* xr = xb + (m0 + m) * K + g * gs;
             float d = 0.0f;
@@ -135,7 +161,8 @@ void {name}(void** args) {{
 _C_QMV_N = """
 /* out[b, m, n] = sum_k x[b, m, k] * W[b, k, n]: each weight row scaled into a block of
    QVM_BLOCK outputs of MAX_ROWS rows */
-void {name}(void** args) {{
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
   const float* x = (const float*)args[0];
   const uint8_t* w = (const uint8_t*)args[1];
   const float* scales = (const float*)args[2];
@@ -147,11 +174,11 @@ void {name}(void** args) {{
   const int64_t* s_off = (const int64_t*)args[8];
   const int64_t* b_off = (const int64_t*)args[9];
   const int64_t B = (int64_t)args[10], M = (int64_t)args[11], N = (int64_t)args[12];
-  const int64_t K = (int64_t)args[13], gs = (int64_t)args[14];
+  const int64_t K = (int64_t)args[13];
   const int64_t G = N / gs, row_bytes = N * BITS / 8;
   const int64_t nblk = (N + QVM_BLOCK - 1) / QVM_BLOCK;
-  #pragma omp parallel for schedule(static) if (B * N * K > 65536)
-  for (int64_t t = 0; t < B * nblk; t++) {{
+  (void)B;
+  {{
     const int64_t bb = t / nblk, n0 = (t % nblk) * QVM_BLOCK;
     const int64_t nw = N - n0 < QVM_BLOCK ? N - n0 : QVM_BLOCK;
     const float* xb = x + x_off[bb];
@@ -167,8 +194,8 @@ void {name}(void** args) {{
       for (int64_t k = 0; k < K; k++) {{
         for (int64_t j = 0; j < nw; j += gs) {{
           const int64_t g = (n0 + j) / gs;
-          dequant_group(wb + k * row_bytes + (n0 + j) * BITS / 8, gs, sb[k * G + g],
-                        {bias_expr_k}, table, v + j);
+          dequant_group_slots(wb + k * row_bytes + (n0 + j) * BITS / 8, gs, sb[k * G + g],
+                              {bias_expr_k}, table, v + j);
         }}
         for (int64_t m = 0; m < mm; m++) {{
           const float xv = xb[(m0 + m) * K + k];
@@ -177,8 +204,17 @@ void {name}(void** args) {{
           for (int64_t i = 0; i < nw; i++) a[i] = fmaf(xv, v[i], a[i]);
         }}
       }}
-      for (int64_t m = 0; m < mm; m++)
-        memcpy(out + (bb * M + m0 + m) * N + n0, acc[m], nw * sizeof(float));
+      for (int64_t m = 0; m < mm; m++) {{
+        float* o = out + (bb * M + m0 + m) * N + n0;
+#if SLOTS
+        const int64_t W = gs / PF;  /* each group's values are slot-ordered: back in order */
+        for (int64_t j = 0; j < nw; j += gs)
+          for (int p = 0; p < PF; p++)
+            for (int64_t q = 0; q < W; q++) o[j + q * PF + p] = acc[m][j + p * W + q];
+#else
+        memcpy(o, acc[m], nw * sizeof(float));
+#endif
+      }}
     }}
   }}
 }}
@@ -186,16 +222,18 @@ void {name}(void** args) {{
 
 _C_DEQUANT = """
 /* out[r, c] = the value of code c of packed row r (float32): the tile of a blocked product */
-void {name}(void** args) {{
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
   const uint8_t* w = (const uint8_t*)args[0];
   const float* scales = (const float*)args[1];
   const float* biases = (const float*)args[2];
   const float* table = (const float*)args[3];
   float* out = (float*)args[4];
-  const int64_t R = (int64_t)args[5], C = (int64_t)args[6], gs = (int64_t)args[7];
+  const int64_t R = (int64_t)args[5], C = (int64_t)args[6];
   const int64_t G = C / gs, row_bytes = C * BITS / 8;
-  #pragma omp parallel for schedule(static) if (R * C > 65536)
-  for (int64_t r = 0; r < R; r++) {{
+  (void)R;
+  {{
+    const int64_t r = t;
     const float* bi = biases;
     for (int64_t g = 0; g < G; g++)
       dequant_group(w + r * row_bytes + g * gs * BITS / 8, gs, scales[r * G + g],
@@ -203,6 +241,35 @@ void {name}(void** args) {{
   }}
 }}
 """
+
+
+_C_ENTRY = """
+/* the work items over OpenMP threads, one copy of the item per group size (MLX's template
+   instances: constant loop bounds; the switch sits outside the parallel region, which the
+   compiler outlines before it inlines) */
+#define RUN(GS) \\
+  _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
+  for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
+void {name}(void** args) {{
+  const int64_t gs = (int64_t)args[{gs_arg}];
+  const int64_t tasks = {tasks}, work = {work};
+  switch (gs) {{
+    case 16: RUN(16) break;
+    case 32: RUN(32) break;
+    case 64: RUN(64) break;
+    case 128: RUN(128) break;
+    default: RUN(gs)
+  }}
+}}
+"""
+
+_TASKS = {
+    "qmv_t": ("(int64_t)args[10] * (((int64_t)args[12] + QMV_BLOCK - 1) / QMV_BLOCK)",
+              "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
+    "qmv_n": ("(int64_t)args[10] * (((int64_t)args[12] + QVM_BLOCK - 1) / QVM_BLOCK)",
+              "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
+    "dequant": ("(int64_t)args[5]", "(int64_t)args[5] * (int64_t)args[6]"),
+}
 
 
 def c_source(spec: QuantSpec) -> str:
@@ -214,7 +281,9 @@ def c_source(spec: QuantSpec) -> str:
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
     return head + body.format(name=spec.name, max_group=MAX_GROUP,
                               bias_expr=bias[spec.form] if affine else "0.0f",
-                              bias_expr_k=bias[spec.form] if affine else "0.0f")
+                              bias_expr_k=bias[spec.form] if affine else "0.0f") + \
+        _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1,
+                        tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
 
 
 # -- CUDA ---------------------------------------------------------------------------------------

@@ -142,9 +142,18 @@ def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: st
     """Every batch entry's rows through the vector kernel: out (entries, M, N) float32."""
     nb = len(x_idx)
     out = np.empty((nb, o.M, o.N), _F32)
-    keep = [np.ascontiguousarray(a, np.int64) for a in (o.x_offs[x_idx], w_offs, s_offs, b_offs)]
+    if spec.form == "qmv_t" and 32 % o.bits == 0:
+        # the kernel's slot order (codegen/quantized.py): x's columns g * gs + j * PF + p at
+        # g * gs + p * W + j, each group's words read as vectors
+        pf = 32 // o.bits
+        x = np.ascontiguousarray(o.x.reshape(-1, o.M, o.K // o.gs, o.gs // pf, pf)
+                                 .swapaxes(-1, -2))
+        x_offs = np.asarray(x_idx, np.int64) * (o.M * o.K)
+    else:
+        x, x_offs = o.x, o.x_offs[x_idx]
+    keep = [np.ascontiguousarray(a, np.int64) for a in (x_offs, w_offs, s_offs, b_offs)]
     table = _table(o.mode, o.bits)
-    ptrs = [o.x.ctypes.data, o.w.ctypes.data, o.s.ctypes.data, o.b.ctypes.data,
+    ptrs = [x.ctypes.data, o.w.ctypes.data, o.s.ctypes.data, o.b.ctypes.data,
             table.ctypes.data, out.ctypes.data, *(a.ctypes.data for a in keep),
             nb, o.M, o.N, o.K, o.gs]
     argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
