@@ -269,7 +269,8 @@ class CudaBackend(Backend):
 
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
-        reductions as generated CUDA (``kernels/cuda/reductions.py``)."""
+        reductions as generated CUDA (``kernels/cuda/reductions.py``); the quantized products
+        (``kernels/cuda/quantized.py``)."""
         from ..common.reductions import PRIMITIVES
 
         if prim.name in PRIMITIVES:
@@ -283,6 +284,10 @@ class CudaBackend(Backend):
                 return run(inputs, **params)
 
             return rule
+        if prim.name in ("QuantizedMatmul", "GatherQMM"):
+            from .quantized import RULES as quantized
+
+            return quantized[prim.name]
         return None
 
     def synchronize(self, stream: Any) -> None:
