@@ -120,11 +120,13 @@ def _rule(prim_name: str) -> Callable:
 RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
 
 
-def _quantized_rules() -> dict:
-    """MLX's quantized products (``cpu/quantized.py``), run by the same kernel rules."""
+def _more_rules() -> dict:
+    """MLX's quantized products (``cpu/quantized.py``) and the random-number rules
+    (``cpu/random_kernels.py``: RandomBits, ErfInv), run by the same kernel rules."""
     from .quantized import RULES as quantized
+    from .random_kernels import RULES as random
 
-    return quantized
+    return {**quantized, **random}
 
 
-RULES.update(_quantized_rules())
+RULES.update(_more_rules())
