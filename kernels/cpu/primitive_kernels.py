@@ -118,3 +118,15 @@ def _rule(prim_name: str) -> Callable:
 
 
 RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
+
+
+def _more_rules() -> dict:
+    """MLX's quantized products (``cpu/quantized.py``) and the random-number rules
+    (``cpu/random_kernels.py``: RandomBits, ErfInv), run by the same kernel rules."""
+    from .quantized import RULES as quantized
+    from .random_kernels import RULES as random
+
+    return {**quantized, **random}
+
+
+RULES.update(_more_rules())

@@ -270,7 +270,7 @@ class CudaBackend(Backend):
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
         reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
-        ``fast_kernels.py``)."""
+        ``fast_kernels.py``); the quantized products (``kernels/cuda/quantized.py``)."""
         from ..common.norms import PRIMITIVES as FAST_PRIMITIVES
         from ..common.reductions import PRIMITIVES
 
@@ -289,6 +289,10 @@ class CudaBackend(Backend):
                 return run(inputs, **params)
 
             return rule
+        if prim.name in ("QuantizedMatmul", "GatherQMM"):
+            from .quantized import RULES as quantized
+
+            return quantized[prim.name]
         return None
 
     def synchronize(self, stream: Any) -> None:

@@ -276,30 +276,30 @@ def logaddexp(xp, a, b, out=None):
     return xp.logaddexp(a, b, out=writable(out))
 
 
-def _shift(xp, a, b, left: bool):
+def _shift(xp, a, b, left: bool, out=None):
     """MLX's shifts on its CPU (x86): the count is taken modulo max(32, bit width); types
-    narrower than 32 bits shift as C ints and are truncated back."""
+    narrower than 32 bits shift as C ints and are truncated back. 32- and 64-bit types
+    shift straight into ``out``."""
     dtype = a.dtype
+    shift = xp.left_shift if left else xp.right_shift
     if dtype.itemsize < 4:
-        wide = xp.int32
-        a_w = a.astype(wide)
-        cnt = b.astype(xp.int64) & 31
-    else:
-        a_w = a
-        cnt = b.astype(xp.int64) & (dtype.itemsize * 8 - 1)
-    cnt = cnt.astype(a_w.dtype)
-    res = xp.left_shift(a_w, cnt) if left else xp.right_shift(a_w, cnt)
-    return res.astype(dtype)
+        cnt = (b.astype(xp.int64) & 31).astype(xp.int32)
+        return finish(shift(a.astype(xp.int32), cnt).astype(dtype), out)
+    cnt = (b.astype(xp.int64) & (dtype.itemsize * 8 - 1)).astype(dtype)
+    out = writable(out)
+    if out is not None and out.dtype == dtype:
+        return shift(a, cnt, out=out)
+    return finish(shift(a, cnt), out)
 
 
 @define("LeftShift", family=BINARY, out=True, c=C.shift(True))
 def left_shift(xp, a, b, out=None):
-    return finish(_shift(xp, a, b, True), out)
+    return _shift(xp, a, b, True, out)
 
 
 @define("RightShift", family=BINARY, out=True, c=C.shift(False))
 def right_shift(xp, a, b, out=None):
-    return finish(_shift(xp, a, b, False), out)
+    return _shift(xp, a, b, False, out)
 
 
 # -- ternary --------------------------------------------------------------------------------

@@ -1,0 +1,388 @@
+"""MLX's quantized products as generated C and CUDA: ``qmv`` (a few rows: the packed weight
+read once, each group dequantized in registers and multiplied into every row), ``qvm`` (the
+same for an untransposed weight: rows of the weight scaled into a block of outputs) and
+``dequant`` (a block of the weight dequantized to float32, the tile a blocked product then
+reads: MLX's ``qmm``).
+
+The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm`` /
+``fp_qmm_t``; ``mlx/backend/cuda/quantized/qmm/qmv.cu``: one warp per output row, lanes
+striding over K, a warp reduction). The packed weight is a little-endian bit stream of
+``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
+packs of MLX included): one unpacking rule for every width. A code's value is
+``code * scale + bias`` (affine) or ``table[code] * scale`` (mxfp4 / nvfp4: the e2m1 table;
+mxfp8: the e4m3 table); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
+once per call). Products accumulate in float32.
+
+A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
+``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
+by value, in ``spec.params()``'s order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORMS = ("qmv_t", "qmv_n", "dequant")
+MAX_ROWS = 8  # rows a qmv call multiplies at once (MLX's qmv / qvm limit on the CPU)
+MAX_GROUP = 128
+QVM_BLOCK = 256  # output columns per qvm work item (a multiple of every group size)
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """One kernel: ``form`` (``qmv_t``, ``qmv_n``, ``dequant``), ``kind`` (``affine``: codes
+    times scale plus bias; ``table``: a value table times scale) and ``bits``."""
+
+    form: str
+    kind: str
+    bits: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}_{self.form}_b{self.bits}"
+
+    @property
+    def layout(self) -> str:
+        return f"{self.form} {self.kind} {self.bits}-bit"
+
+    def params(self) -> list:
+        """(name, kind) in argument order: kind ``in`` / ``out`` pointers, ``int`` values."""
+        if self.form == "dequant":
+            return [("w", "in"), ("scales", "in"), ("biases", "in"), ("table", "in"),
+                    ("out", "out"), ("rows", "int"), ("cols", "int"), ("group_size", "int")]
+        return [("x", "in"), ("w", "in"), ("scales", "in"), ("biases", "in"), ("table", "in"),
+                ("out", "out"), ("x_off", "in"), ("w_off", "in"), ("s_off", "in"),
+                ("b_off", "in"), ("batch", "int"), ("M", "int"), ("N", "int"), ("K", "int"),
+                ("group_size", "int")]
+
+
+def _value(kind: str, code: str, scale: str, bias: str) -> str:
+    if kind == "affine":
+        return f"fmaf((float)({code}), {scale}, {bias})"
+    return f"(table[{code}] * {scale})"
+
+
+# -- C ------------------------------------------------------------------------------------------
+_C_HEAD = """#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#define BITS {bits}
+#define MASK {mask}u
+#define MAX_ROWS {max_rows}
+#define QVM_BLOCK {qvm_block}
+#define QMV_BLOCK 8
+
+/* gs codes of one group (eight codes are BITS whole bytes) -> their values in v, in order */
+static inline __attribute__((always_inline)) void dequant_group(const uint8_t* wb, int64_t gs, float s, float b,
+                                 const float* table, float* v) {{
+  for (int64_t u = 0; u < gs / 8; u++) {{
+    uint64_t p = 0;
+    memcpy(&p, wb + u * BITS, BITS);
+    for (int j = 0; j < 8; j++) {{
+      uint32_t c = (uint32_t)(p >> (j * BITS)) & MASK;
+      v[u * 8 + j] = {value};
+    }}
+  }}
+}}
+
+#if 32 % BITS == 0
+#define PF (32 / BITS)
+/* the same values with whole codes per uint32 word, word-major within each code slot:
+   code j * PF + p of the group lands at v[p * W + j] (W words), so each slot's loop over the
+   words is one vector shift, mask and convert */
+static inline __attribute__((always_inline)) void dequant_group_slots(const uint8_t* wb, int64_t gs, float s, float b,
+                                       const float* table, float* v) {{
+  const uint32_t* w32 = (const uint32_t*)wb;
+  const int64_t W = gs / PF;
+  for (int p = 0; p < PF; p++) {{
+    float* vp = v + p * W;
+    #pragma omp simd
+    for (int64_t j = 0; j < W; j++) {{
+      uint32_t c = (w32[j] >> (p * BITS)) & MASK;
+      vp[j] = {value};
+    }}
+  }}
+}}
+#define SLOTS 1
+#else
+#define dequant_group_slots dequant_group
+#define SLOTS 0
+#endif
+"""
+
+_C_QMV_T = """
+/* out[b, m, n] = sum_k x[b, m, k] * W[b, n, k]: each weight row read once for MAX_ROWS rows */
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
+  const float* x = (const float*)args[0];
+  const uint8_t* w = (const uint8_t*)args[1];
+  const float* scales = (const float*)args[2];
+  const float* biases = (const float*)args[3];
+  const float* table = (const float*)args[4];
+  float* out = (float*)args[5];
+  const int64_t* x_off = (const int64_t*)args[6];
+  const int64_t* w_off = (const int64_t*)args[7];
+  const int64_t* s_off = (const int64_t*)args[8];
+  const int64_t* b_off = (const int64_t*)args[9];
+  const int64_t B = (int64_t)args[10], M = (int64_t)args[11], N = (int64_t)args[12];
+  const int64_t K = (int64_t)args[13];
+  const int64_t G = K / gs, row_bytes = K * BITS / 8, NB = QMV_BLOCK;
+  const int64_t nblk = (N + NB - 1) / NB;
+  (void)B;
+  {{
+    const int64_t bb = t / nblk, n0 = (t % nblk) * NB, n1 = n0 + NB < N ? n0 + NB : N;
+    const float* xb = x + x_off[bb];
+    const uint8_t* wb = w + w_off[bb];
+    const float* sb = scales + s_off[bb];
+    const float* bi = biases + b_off[bb];
+    float v[{max_group}];
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {{
+      const int64_t mm = M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS;
+      for (int64_t n = n0; n < n1; n++) {{
+        float acc[MAX_ROWS] = {{0}};
+        for (int64_t g = 0; g < G; g++) {{
+          dequant_group_slots(wb + n * row_bytes + g * gs * BITS / 8, gs, sb[n * G + g],
+                              {bias_expr}, table, v);
+          for (int64_t m = 0; m < mm; m++) {{
+            const float* xr = xb + (m0 + m) * K + g * gs;
+            float d = 0.0f;
+            #pragma omp simd reduction(+:d)
+            for (int64_t i = 0; i < gs; i++) d += xr[i] * v[i];
+            acc[m] += d;
+          }}
+        }}
+        for (int64_t m = 0; m < mm; m++) out[(bb * M + m0 + m) * N + n] = acc[m];
+      }}
+    }}
+  }}
+}}
+"""
+
+_C_QMV_N = """
+/* out[b, m, n] = sum_k x[b, m, k] * W[b, k, n]: each weight row scaled into a block of
+   QVM_BLOCK outputs of MAX_ROWS rows */
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
+  const float* x = (const float*)args[0];
+  const uint8_t* w = (const uint8_t*)args[1];
+  const float* scales = (const float*)args[2];
+  const float* biases = (const float*)args[3];
+  const float* table = (const float*)args[4];
+  float* out = (float*)args[5];
+  const int64_t* x_off = (const int64_t*)args[6];
+  const int64_t* w_off = (const int64_t*)args[7];
+  const int64_t* s_off = (const int64_t*)args[8];
+  const int64_t* b_off = (const int64_t*)args[9];
+  const int64_t B = (int64_t)args[10], M = (int64_t)args[11], N = (int64_t)args[12];
+  const int64_t K = (int64_t)args[13];
+  const int64_t G = N / gs, row_bytes = N * BITS / 8;
+  const int64_t nblk = (N + QVM_BLOCK - 1) / QVM_BLOCK;
+  (void)B;
+  {{
+    const int64_t bb = t / nblk, n0 = (t % nblk) * QVM_BLOCK;
+    const int64_t nw = N - n0 < QVM_BLOCK ? N - n0 : QVM_BLOCK;
+    const float* xb = x + x_off[bb];
+    const uint8_t* wb = w + w_off[bb];
+    const float* sb = scales + s_off[bb];
+    const float* bi = biases + b_off[bb];
+    float v[QVM_BLOCK];
+    float acc[MAX_ROWS][QVM_BLOCK];
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {{
+      const int64_t mm = M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS;
+      for (int64_t m = 0; m < mm; m++)
+        for (int64_t i = 0; i < nw; i++) acc[m][i] = 0.0f;
+      for (int64_t k = 0; k < K; k++) {{
+        for (int64_t j = 0; j < nw; j += gs) {{
+          const int64_t g = (n0 + j) / gs;
+          dequant_group_slots(wb + k * row_bytes + (n0 + j) * BITS / 8, gs, sb[k * G + g],
+                              {bias_expr_k}, table, v + j);
+        }}
+        for (int64_t m = 0; m < mm; m++) {{
+          const float xv = xb[(m0 + m) * K + k];
+          float* a = acc[m];
+          #pragma omp simd
+          for (int64_t i = 0; i < nw; i++) a[i] = fmaf(xv, v[i], a[i]);
+        }}
+      }}
+      for (int64_t m = 0; m < mm; m++) {{
+        float* o = out + (bb * M + m0 + m) * N + n0;
+#if SLOTS
+        const int64_t W = gs / PF;  /* each group's values are slot-ordered: back in order */
+        for (int64_t j = 0; j < nw; j += gs)
+          for (int p = 0; p < PF; p++)
+            for (int64_t q = 0; q < W; q++) o[j + q * PF + p] = acc[m][j + p * W + q];
+#else
+        memcpy(o, acc[m], nw * sizeof(float));
+#endif
+      }}
+    }}
+  }}
+}}
+"""
+
+_C_DEQUANT = """
+/* out[r, c] = the value of code c of packed row r (float32): the tile of a blocked product */
+static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
+                                                      const int64_t gs) {{
+  const uint8_t* w = (const uint8_t*)args[0];
+  const float* scales = (const float*)args[1];
+  const float* biases = (const float*)args[2];
+  const float* table = (const float*)args[3];
+  float* out = (float*)args[4];
+  const int64_t R = (int64_t)args[5], C = (int64_t)args[6];
+  const int64_t G = C / gs, row_bytes = C * BITS / 8;
+  (void)R;
+  {{
+    const int64_t r = t;
+    const float* bi = biases;
+    for (int64_t g = 0; g < G; g++)
+      dequant_group(w + r * row_bytes + g * gs * BITS / 8, gs, scales[r * G + g],
+                    {bias_expr}, table, out + r * C + g * gs);
+  }}
+}}
+"""
+
+
+_C_ENTRY = """
+/* the work items over OpenMP threads, one copy of the item per group size (MLX's template
+   instances: constant loop bounds; the switch sits outside the parallel region, which the
+   compiler outlines before it inlines) */
+#define RUN(GS) \\
+  _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
+  for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
+void {name}(void** args) {{
+  const int64_t gs = (int64_t)args[{gs_arg}];
+  const int64_t tasks = {tasks}, work = {work};
+  switch (gs) {{
+    case 16: RUN(16) break;
+    case 32: RUN(32) break;
+    case 64: RUN(64) break;
+    case 128: RUN(128) break;
+    default: RUN(gs)
+  }}
+}}
+"""
+
+_TASKS = {
+    "qmv_t": ("(int64_t)args[10] * (((int64_t)args[12] + QMV_BLOCK - 1) / QMV_BLOCK)",
+              "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
+    "qmv_n": ("(int64_t)args[10] * (((int64_t)args[12] + QVM_BLOCK - 1) / QVM_BLOCK)",
+              "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
+    "dequant": ("(int64_t)args[5]", "(int64_t)args[5] * (int64_t)args[6]"),
+}
+
+
+def c_source(spec: QuantSpec) -> str:
+    """The C of ``spec`` (OpenMP over output blocks, ``omp simd`` inner products)."""
+    affine = spec.kind == "affine"
+    head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
+                          qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
+    body = {"qmv_t": _C_QMV_T, "qmv_n": _C_QMV_N, "dequant": _C_DEQUANT}[spec.form]
+    bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
+    return head + body.format(name=spec.name, max_group=MAX_GROUP,
+                              bias_expr=bias[spec.form] if affine else "0.0f",
+                              bias_expr_k=bias[spec.form] if affine else "0.0f") + \
+        _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1,
+                        tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
+
+
+# -- CUDA ---------------------------------------------------------------------------------------
+_CU_HEAD = """#define BITS {bits}
+#define MASK {mask}u
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+
+/* code i of a packed row: eight codes are BITS whole bytes */
+__device__ __forceinline__ float code_value(const uint8_t* row, int64_t i, float s, float b,
+                                            const float* table) {{
+  const int64_t bit = i * BITS;
+  const uint32_t lo = row[bit >> 3];
+  const uint32_t hi = ((bit & 7) + BITS > 8) ? row[(bit >> 3) + 1] : 0u;
+  const uint32_t c = ((lo | (hi << 8)) >> (bit & 7)) & MASK;
+  return {value};
+}}
+"""
+
+_CU_QMV_T = """
+/* one warp per output row (MLX's qmv_kernel): lanes stride over K, a shuffle reduction;
+   blockIdx.y: the row of x, blockIdx.z: the batch entry */
+extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float* scales,
+    const float* biases, const float* table, float* out, const int64_t* x_off,
+    const int64_t* w_off, const int64_t* s_off, const int64_t* b_off, int64_t B, int64_t M,
+    int64_t N, int64_t K, int64_t gs) {{
+  const int64_t n = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t m = blockIdx.y, bb = blockIdx.z;
+  if (n >= N) return;
+  const int64_t G = K / gs;
+  const uint8_t* row = w + w_off[bb] + n * (K * BITS / 8);
+  const float* xr = x + x_off[bb] + m * K;
+  const float* sr = scales + s_off[bb] + n * G;
+  const float* br = biases + b_off[bb] + n * G;
+  float acc = 0.0f;
+  for (int64_t k = lane; k < K; k += 32) {{
+    const int64_t g = k / gs;
+    acc = fmaf(xr[k], code_value(row, k, sr[g], {bias_load}, table), acc);
+  }}
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[(bb * M + m) * N + n] = acc;
+}}
+"""
+
+_CU_QMM = """
+/* a tiled product (MLX's qmm_naive): a TILE x TILE block of the weight dequantized into
+   shared memory per step of K, multiplied with the matching block of x */
+#define TILE 16
+extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float* scales,
+    const float* biases, const float* table, float* out, const int64_t* x_off,
+    const int64_t* w_off, const int64_t* s_off, const int64_t* b_off, int64_t B, int64_t M,
+    int64_t N, int64_t K, int64_t gs) {{
+  __shared__ float xs[TILE][TILE + 1];
+  __shared__ float ws[TILE][TILE + 1];
+  const int64_t bb = blockIdx.z;
+  const int64_t m = (int64_t)blockIdx.y * TILE + threadIdx.y;
+  const int64_t n = (int64_t)blockIdx.x * TILE + threadIdx.x;
+  const float* xb = x + x_off[bb];
+  const uint8_t* wb = w + w_off[bb];
+  const float* sb = scales + s_off[bb];
+  const float* bi = biases + b_off[bb];
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += TILE) {{
+    const int64_t kx = k0 + threadIdx.x, kw = k0 + threadIdx.y;
+    xs[threadIdx.y][threadIdx.x] = (m < M && kx < K) ? xb[m * K + kx] : 0.0f;
+    /* the weight element (k = kw, n) of the expanded matrix */
+    float v = 0.0f;
+    if (kw < K && n < N) {{
+{weight_load}
+    }}
+    ws[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    for (int j = 0; j < TILE; j++) acc = fmaf(xs[threadIdx.y][j], ws[j][threadIdx.x], acc);
+    __syncthreads();
+  }}
+  if (m < M && n < N) out[(bb * M + m) * N + n] = acc;
+}}
+"""
+
+_CU_LOAD_T = """      const int64_t G = K / gs;
+      v = code_value(wb + n * (K * BITS / 8), kw, sb[n * G + kw / gs], {bias}, table);"""
+_CU_LOAD_N = """      const int64_t G = N / gs;
+      v = code_value(wb + kw * (N * BITS / 8), n, sb[kw * G + n / gs], {bias}, table);"""
+
+
+def cuda_source(spec: QuantSpec, transpose: bool = True, tiled: bool = False) -> str:
+    """The CUDA of a quantized product: ``qmv_t`` a warp per output (``tiled=False``), or
+    the shared-memory tiled product for many rows (either weight orientation)."""
+    affine = spec.kind == "affine"
+    head = _CU_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1,
+                           value=_value(spec.kind, "c", "s", "b"))
+    if not tiled:
+        return head + _CU_QMV_T.format(name=spec.name,
+                                       bias_load="br[g]" if affine else "0.0f")
+    if transpose:
+        load = _CU_LOAD_T.format(bias="bi[n * G + kw / gs]" if affine else "0.0f")
+    else:
+        load = _CU_LOAD_N.format(bias="bi[kw * G + n / gs]" if affine else "0.0f")
+    return head + _CU_QMM.format(name=spec.name, weight_load=load)

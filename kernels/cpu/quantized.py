@@ -1,0 +1,262 @@
+"""MLX's ``QuantizedMatmul`` and ``GatherQMM`` as generated C on the CPU.
+
+``RULES`` are the CPU backend's rules for them (``Backend.kernel_rules``, beside the
+reductions of ``primitive_kernels.py``). A call is planned as MLX's CPU dispatch plans it
+(``mlx/backend/cpu/quantized.cpp``): every matrix of the (broadcast or gathered) batch is
+an offset into x, w, scales and biases; up to ``MAX_ROWS`` rows per matrix run the vector
+kernel (``qmv_t`` / ``qmv_n``: the packed weight read once), more rows dequantize each
+distinct weight matrix once into a float32 tile (``dequant``) and multiply it with BLAS (a
+gathered batch whose consecutive entries share a weight, MLX's ``sorted_indices``, shares
+the tile). The kernels compute in float32; the result is rounded to the output type once.
+A call no kernel takes (no compiler, a failed build, an index out of range) runs the
+primitive's array-module rule, recorded as a ``kernel_fallback`` with why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import numpy as np
+
+from .. import timeline
+from ..codegen.c_ops import Unsupported
+from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
+from ..primitives import REGISTRY
+from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
+from . import compiler
+from .threads import fit_blas_threads
+
+_F32 = np.dtype(np.float32)
+_SMALL = 1 << 16  # weight bytes below which a kernel runs holding the GIL
+_entries: dict = {}  # kernel name -> (compiler generation, KernelEntry or the BuildError)
+_tables: dict = {}
+
+
+def _entry(spec: QuantSpec):
+    got = _entries.get(spec.name)
+    if got is not None and got[0] == compiler.generation():
+        return got[1]
+    try:
+        entry = compiler.get_kernel(spec.name, spec.layout, lambda tc: c_source(spec))
+    except (compiler.BuildError, Unsupported) as e:
+        entry = e if isinstance(e, compiler.BuildError) else compiler.BuildError(str(e))
+    _entries[spec.name] = (compiler.generation(), entry)
+    return entry
+
+
+def _table(mode: str, bits: int) -> np.ndarray:
+    """The value of each code: e2m1 (mxfp4 / nvfp4), e4m3 (mxfp8); affine needs none."""
+    key = (mode, bits)
+    t = _tables.get(key)
+    if t is None:
+        if mode == "affine":
+            t = np.zeros(1, _F32)
+        elif bits == 4:
+            t = np.asarray(FP4_LUT, _F32)
+        else:
+            t = np.ascontiguousarray(fp8_decode(np, np.arange(256, dtype=np.uint8)), _F32)
+        _tables[key] = t
+    return t
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == _F32 else a.astype(_F32)
+
+
+def _matrix_rows(a: np.ndarray) -> np.ndarray:
+    """``a`` with its last two axes row-contiguous (MLX's ``ensure_row_contiguous_last_dims``);
+    its batch axes keep their strides (a broadcast batch is not copied)."""
+    isz = a.itemsize
+    if a.ndim >= 2 and a.shape[-1] > 1 and a.strides[-1] != isz:
+        return np.ascontiguousarray(a)
+    if a.ndim >= 2 and a.shape[-2] > 1 and a.strides[-2] != a.shape[-1] * isz:
+        return np.ascontiguousarray(a)
+    return a
+
+
+def _batch_offsets(a: np.ndarray, unit: int) -> np.ndarray:
+    """The offset (in ``unit`` bytes) of each matrix of ``a``'s batch, flattened in order."""
+    offs = np.zeros(a.shape[:-2], np.int64)
+    for d, (n, st) in enumerate(zip(a.shape[:-2], a.strides[:-2])):
+        shape = [1] * (a.ndim - 2)
+        shape[d] = n
+        offs = offs + (np.arange(n, dtype=np.int64) * (st // unit)).reshape(shape)
+    return offs.reshape(-1)
+
+
+class _Operands:
+    """x, w, scales, biases as the kernels read them: float32 x / scales / biases, the
+    matrix offsets of each batch entry, and the shapes."""
+
+    def __init__(self, x, w, scales, b, *, group_size, bits, mode, transpose):
+        self.mode, self.bits, self.gs, self.transpose = mode, bits, group_size, transpose
+        x = _matrix_rows(_f32(x) if x.ndim >= 2 else _f32(x).reshape(1, -1))
+        self.w = _matrix_rows(w)
+        self.s = _matrix_rows(_f32(scales) if mode == "affine" else fp_scale(np, scales, group_size))
+        self.b = (_matrix_rows(_f32(b)) if b is not None else np.zeros((1, 1), _F32))
+        self.x = x
+        self._x3 = None
+        self.M, self.K = x.shape[-2], x.shape[-1]
+        cols = w.shape[-1] * 32 // bits
+        self.N = w.shape[-2] if transpose else cols
+        self.x_offs = _batch_offsets(x, 4)
+        self.w_offs = _batch_offsets(self.w, 1)
+        self.s_offs = _batch_offsets(self.s, 4)
+        self.b_offs = _batch_offsets(self.b, 4) if b is not None else np.zeros(1, np.int64)
+
+    def matrix(self, i: int) -> np.ndarray:
+        """Matrix ``i`` (M, K) of x's flattened batch."""
+        if self._x3 is None:
+            self._x3 = self.x.reshape(-1, self.M, self.K)
+        return self._x3[i]
+
+
+def _why_not(o: _Operands) -> Optional[str]:
+    if o.gs > MAX_GROUP or o.gs % 8:
+        return f"group size {o.gs} (the kernels take multiples of 8 up to {MAX_GROUP})"
+    return None
+
+
+def _spec(o: _Operands, form: str) -> QuantSpec:
+    return QuantSpec(form, "affine" if o.mode == "affine" else "table", o.bits)
+
+
+def _fallback(prim_name: str, why: str, xp, args, kw):
+    t0 = timeline.now() if timeline.enabled else 0
+    out = REGISTRY[prim_name].rule(xp, *args, **kw)
+    if t0:
+        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
+                     detail={"reason": why, "runtime": "numpy", "primitive": prim_name})
+    return out
+
+
+def _record(spec: QuantSpec, prim_name: str, t0: int) -> None:
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="cpu",
+                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
+                             "tier": "kernel"})
+
+
+def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: str):
+    """Every batch entry's rows through the vector kernel: out (entries, M, N) float32."""
+    nb = len(x_idx)
+    out = np.empty((nb, o.M, o.N), _F32)
+    if spec.form == "qmv_t" and 32 % o.bits == 0:
+        # the kernel's slot order (codegen/quantized.py): x's columns g * gs + j * PF + p at
+        # g * gs + p * W + j, each group's words read as vectors
+        pf = 32 // o.bits
+        x = np.ascontiguousarray(o.x.reshape(-1, o.M, o.K // o.gs, o.gs // pf, pf)
+                                 .swapaxes(-1, -2))
+        x_offs = np.asarray(x_idx, np.int64) * (o.M * o.K)
+    else:
+        x, x_offs = o.x, o.x_offs[x_idx]
+    keep = [np.ascontiguousarray(a, np.int64) for a in (x_offs, w_offs, s_offs, b_offs)]
+    table = _table(o.mode, o.bits)
+    ptrs = [x.ctypes.data, o.w.ctypes.data, o.s.ctypes.data, o.b.ctypes.data,
+            table.ctypes.data, out.ctypes.data, *(a.ctypes.data for a in keep),
+            nb, o.M, o.N, o.K, o.gs]
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    fn = entry.fast_fn(gil=o.w.nbytes < _SMALL and nb * o.M * o.N < _SMALL)
+    t0 = timeline.now() if timeline.enabled else 0
+    fn(argv)
+    _record(spec, prim_name, t0)
+    entry.hits += 1
+    return out
+
+
+def _dequant(o: _Operands, entry, spec, w_off: int, s_off: int, b_off: int, tile, prim_name):
+    """The weight matrix at these offsets as float32 into ``tile`` (rows x cols)."""
+    rows, cols = tile.shape
+    table = _table(o.mode, o.bits)
+    ptrs = [o.w.ctypes.data + int(w_off), o.s.ctypes.data + 4 * int(s_off),
+            o.b.ctypes.data + 4 * int(b_off), table.ctypes.data, tile.ctypes.data,
+            rows, cols, o.gs]
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    t0 = timeline.now() if timeline.enabled else 0
+    entry.fast_fn(gil=tile.size < _SMALL)(argv)
+    _record(spec, prim_name, t0)
+    entry.hits += 1
+
+
+def _qmm(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: str):
+    """Many rows: each distinct weight matrix (a run of equal offsets) dequantized once into
+    a float32 tile, multiplied with each entry's rows by BLAS."""
+    nb = len(x_idx)
+    out = np.empty((nb, o.M, o.N), _F32)
+    wshape = (o.N, o.K) if o.transpose else (o.K, o.N)
+    tile = np.empty(wshape, _F32)
+    last = None
+    fit_blas_threads()
+    for i in range(nb):
+        key = (w_offs[i], s_offs[i], b_offs[i])
+        if key != last:
+            _dequant(o, entry, spec, *key, tile, prim_name)
+            last = key
+        np.matmul(o.matrix(int(x_idx[i])), tile.T if o.transpose else tile, out=out[i])
+    return out
+
+
+def _run(o: _Operands, x_idx, w_offs, s_offs, b_offs, prim_name: str, xp, args, kw):
+    why = _why_not(o)
+    if why is None:
+        form = ("qmv_t" if o.transpose else "qmv_n") if o.M <= MAX_ROWS else "dequant"
+        spec = _spec(o, form)
+        entry = _entry(spec)
+        if isinstance(entry, compiler.BuildError):
+            compiler.note_fallback(spec.name, spec.layout, "", str(entry))
+            why = str(entry)
+    if why is not None:
+        return None, why
+    run = _qmv if form != "dequant" else _qmm
+    return run(o, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name), None
+
+
+def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
+    kw = dict(group_size=group_size, bits=bits, mode=mode, transpose=transpose)
+    args = (x, w, scales, *biases)
+    if x.size == 0 or w.size == 0:
+        return REGISTRY["QuantizedMatmul"].rule(xp, *args, **kw)
+    b = biases[0] if biases else None
+    if x.ndim <= 2 < w.ndim:  # MLX's kernel reads w's first matrix for an unbatched x
+        w, scales = w.reshape(-1, *w.shape[-2:])[0], scales.reshape(-1, *scales.shape[-2:])[0]
+        b = None if b is None else b.reshape(-1, *b.shape[-2:])[0]
+    o = _Operands(x, w, scales, b, **kw)
+    nb = len(o.x_offs)
+
+    def each(offs):  # a 2-D operand serves every entry of x's batch
+        return offs if len(offs) == nb else np.zeros(nb, np.int64) + offs[0]
+
+    out, why = _run(o, np.arange(nb), each(o.w_offs), each(o.s_offs), each(o.b_offs),
+                    "QuantizedMatmul", xp, args, kw)
+    if out is None:
+        return _fallback("QuantizedMatmul", why, xp, args, kw)
+    return out.reshape(*x.shape[:-1], o.N)
+
+
+def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
+               right_sorted):
+    kw = dict(group_size=group_size, bits=bits, mode=mode, transpose=transpose)
+    allkw = dict(kw, left_sorted=left_sorted, right_sorted=right_sorted)
+    args = (x, w, scales, *rest)
+    *b, lhs, rhs = rest
+    if x.size == 0 or w.size == 0 or lhs.size == 0:
+        return REGISTRY["GatherQMM"].rule(xp, *args, **allkw)
+    o = _Operands(x, w, scales, b[0] if b else None, **kw)
+    li = lhs.reshape(-1).astype(np.int64)
+    ri = rhs.reshape(-1).astype(np.int64)
+    nw = len(o.w_offs)
+    if (li.min() < 0 or li.max() >= len(o.x_offs) or ri.min() < 0 or ri.max() >= nw):
+        return _fallback("GatherQMM", "an index outside the batch", xp, args, allkw)
+
+    def at(offs):
+        return offs[ri] if len(offs) == nw else np.zeros(len(ri), np.int64) + offs[0]
+
+    out, why = _run(o, li, at(o.w_offs), at(o.s_offs), at(o.b_offs), "GatherQMM",
+                    xp, args, kw)
+    if out is None:
+        return _fallback("GatherQMM", why, xp, args, allkw)
+    return out.reshape(*lhs.shape, o.M, o.N)
+
+
+RULES: dict = {"QuantizedMatmul": quantized_matmul, "GatherQMM": gather_qmm}

@@ -1,0 +1,195 @@
+"""``RandomBits`` and ``ErfInv`` as generated C on the CPU: the two rules ``mx.random.normal``
+spends its time in (``sqrt(2) * erfinv(uniform)``, as ``mlx/random.cpp`` composes it).
+
+``RandomBits``: MLX's threefry2x32 (20 rounds) per counter pair, the words laid out per key as
+``kernels/rules/random.py`` lays them (bit for bit MLX's). ``ErfInv``: the rule's algorithm
+(``kernels/rules/elementwise_special.py``: Giles' approximation in double, Newton steps on
+erf; glibc's double ``erf`` here), one step for float32 and narrower, three for float64,
+rounded once to the output type (half types get the double result and round in numpy).
+Both are built once through the kernel cache (``compiler.get_kernel``); without a compiler
+(or on a failed build) the primitive's array-module rule runs, recorded as a
+``kernel_fallback``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .. import timeline
+from ..primitives import REGISTRY
+from . import compiler
+
+_SMALL = 1 << 14
+_entries: dict = {}
+
+_THREEFRY = r"""
+#include <stdint.h>
+static inline void threefry(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
+                            uint32_t* o0, uint32_t* o1) {
+  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
+  static const int R[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  uint32_t x0 = c0 + ks[0], x1 = c1 + ks[1];
+  for (int i = 0; i < 5; i++) {
+    for (int r = 0; r < 4; r++) {
+      x0 += x1;
+      x1 = (x1 << R[i % 2][r]) | (x1 >> (32 - R[i % 2][r]));
+      x1 ^= x0;
+    }
+    x0 += ks[(i + 1) % 3];
+    x1 += ks[(i + 2) % 3] + (uint32_t)(i + 1);
+  }
+  *o0 = x0;
+  *o1 = x1;
+}
+
+/* out (keys, words): words j and half + odd + j from counter (j, half + odd + j); an odd
+   middle word from counter (half, 0) */
+void random_bits_threefry(void** args) {
+  const uint32_t* keys = (const uint32_t*)args[0];
+  uint32_t* out = (uint32_t*)args[1];
+  const int64_t nk = (int64_t)args[2], words = (int64_t)args[3];
+  const int64_t half = words / 2, odd = words % 2;
+  #pragma omp parallel for schedule(static) if (nk * words > 65536)
+  for (int64_t k = 0; k < nk; k++) {
+    const uint32_t k0 = keys[2 * k], k1 = keys[2 * k + 1];
+    uint32_t* o = out + k * words;
+    #pragma omp simd
+    for (int64_t j = 0; j < half; j++) {
+      uint32_t a, b;
+      threefry(k0, k1, (uint32_t)j, (uint32_t)(j + half + odd), &a, &b);
+      o[j] = a;
+      o[j + half + odd] = b;
+    }
+    if (odd) {
+      uint32_t a, b;
+      threefry(k0, k1, (uint32_t)half, 0u, &a, &b);
+      o[half] = a;
+    }
+  }
+}
+"""
+
+_ERFINV = r"""
+#include <stdint.h>
+#include <math.h>
+static inline double giles(double y) {
+  const double w = -log((1.0 - y) * (1.0 + y));
+  double p;
+  if (w < 5.0) {
+    const double w1 = w - 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w1; p = -3.5233877e-06 + p * w1; p = -4.39150654e-06 + p * w1;
+    p = 0.00021858087 + p * w1; p = -0.00125372503 + p * w1; p = -0.00417768164 + p * w1;
+    p = 0.246640727 + p * w1; p = 1.50140941 + p * w1;
+  } else {
+    const double w2 = sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w2; p = 0.00134934322 + p * w2; p = -0.00367342844 + p * w2;
+    p = 0.00573950773 + p * w2; p = -0.0076224613 + p * w2; p = 0.00943887047 + p * w2;
+    p = 1.00167406 + p * w2; p = 2.83297682 + p * w2;
+  }
+  return p * y;
+}
+
+static inline double erfinv_d(double y, int steps) {
+  if (!(fabs(y) < 1.0)) return y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN;
+  double x = giles(y);
+  for (int i = 0; i < steps; i++)
+    x = x - (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+  return x;
+}
+
+void NAME(void** args) {
+  const IN_T* a = (const IN_T*)args[0];
+  OUT_T* out = (OUT_T*)args[1];
+  const int64_t n = (int64_t)args[2];
+  #pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; i++) out[i] = (OUT_T)erfinv_d((double)a[i], STEPS);
+}
+"""
+
+
+def _entry(name: str, source: str):
+    got = _entries.get(name)
+    if got is not None and got[0] == compiler.generation():
+        return got[1]
+    try:
+        entry = compiler.get_kernel(name, "contiguous", lambda tc: source)
+    except compiler.BuildError as e:
+        entry = e
+    _entries[name] = (compiler.generation(), entry)
+    return entry
+
+
+def _call(entry, ptrs: list, small: bool, name: str, prim: str) -> None:
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    t0 = timeline.now() if timeline.enabled else 0
+    entry.fast_fn(gil=small)(argv)
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=name, device="cpu",
+                     detail={"runtime": "cpu", "variant": "contiguous", "primitive": prim,
+                             "tier": "kernel"})
+    entry.hits += 1
+
+
+def _fallback(prim: str, why: str, xp, args, kw):
+    t0 = timeline.now() if timeline.enabled else 0
+    out = REGISTRY[prim].rule(xp, *args, **kw)
+    if t0:
+        timeline.add("kernel_fallback", t0, timeline.now(), name=prim, device="cpu",
+                     detail={"reason": why, "runtime": "numpy", "primitive": prim})
+    return out
+
+
+def random_bits(xp, keys, *, shape, width):
+    kw = dict(shape=shape, width=width)
+    size = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    k = np.ascontiguousarray(keys, dtype=np.uint32).reshape(-1, 2)
+    nk = k.shape[0]
+    if size == 0 or nk == 0 or width not in (1, 2, 4):
+        return REGISTRY["RandomBits"].rule(xp, keys, **kw)
+    entry = _entry("random_bits_threefry", _THREEFRY)
+    if isinstance(entry, compiler.BuildError):
+        return _fallback("RandomBits", str(entry), xp, (keys,), kw)
+    bytes_per_key = width * (size // nk)
+    words = (bytes_per_key + 3) // 4
+    chunk = np.empty((nk, words), "<u4")
+    _call(entry, [k.ctypes.data, chunk.ctypes.data, nk, words], chunk.size < _SMALL,
+          "random_bits_threefry", "RandomBits")
+    raw = chunk.view(np.uint8)[:, :bytes_per_key]
+    out_dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32}[width]
+    return np.ascontiguousarray(raw).view(out_dtype).reshape(shape)
+
+
+_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+def erfinv(xp, a, out=None):
+    dt = a.dtype
+    if a.size == 0 or dt.kind != "f" and dt.name != "bfloat16":
+        return REGISTRY["ErfInv"].rule(xp, a, out=out)
+    src = a if dt in _C_TYPES else a.astype(np.float32)  # float16 / bfloat16 values are exact
+    res_dt = dt if dt in _C_TYPES else np.dtype(np.float64)  # rounded once, below
+    steps = 3 if dt == np.float64 else 1
+    name = f"erfinv_{_C_TYPES[src.dtype]}_{_C_TYPES[res_dt]}"
+    source = (f"#define NAME {name}\n#define IN_T {_C_TYPES[src.dtype]}\n"
+              f"#define OUT_T {_C_TYPES[res_dt]}\n#define STEPS {steps}\n" + _ERFINV)
+    entry = _entry(name, source)
+    if isinstance(entry, compiler.BuildError):
+        return _fallback("ErfInv", str(entry), xp, (a,), {"out": out})
+    src = np.ascontiguousarray(src)
+    target = out if (out is not None and res_dt == dt and out.dtype == dt and
+                     out.flags.c_contiguous and out.shape == a.shape) else None
+    res = target if target is not None else np.empty(a.shape, res_dt)
+    _call(entry, [src.ctypes.data, res.ctypes.data, a.size], a.size < _SMALL, name, "ErfInv")
+    if res_dt != dt:
+        res = res.astype(dt)
+        if out is not None and out.shape == res.shape and out.dtype == dt:
+            out[...] = res
+            return out
+    return res
+
+
+RULES: dict = {"RandomBits": random_bits, "ErfInv": erfinv}
