@@ -277,6 +277,178 @@ done:
     return result;
 }
 
+/* -- Recording a node, in C: array._make1 / array._make ---------------------------------
+ *
+ * What every op does last (MLX's array constructor with a primitive and inputs): Node(
+ * primitive, [x._d for x in inputs]) with the next node id, one ArrayDesc per output
+ * (shape, dtype, the primitive's stream, node, index; no data; the tracer flag as
+ * tracer.any_tracer gives it: False while no transformation runs, else that function),
+ * each weakly listed as the node's output, and an mx.array handle on each. The same
+ * objects and slots as array.py's Python versions (tests/test_eval_loop.py compares them).
+ * configure_record hands over the types once. */
+static PyObject *r_node_type, *r_desc_type, *r_array_type, *r_node_ids, *r_tracer, *r_any_tracer,
+    *r_zero;
+static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1;
+static int record_configured = 0;
+
+static PyObject *configure_record(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"node_type", "desc_type", "array_type", "node_ids",
+                                        "tracer", "any_tracer"};
+    PyObject **const slots[] = {&r_node_type, &r_desc_type, &r_array_type, &r_node_ids,
+                                &r_tracer, &r_any_tracer};
+    record_configured = 0;
+    if (take_all(kw, "configure_record", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
+    PyObject *prim_type = PyDict_GetItemString(kw, "primitive_type");
+    if (!prim_type || !PyType_Check(r_node_type) || !PyType_Check(r_desc_type) ||
+        !PyType_Check(r_array_type) || !PyType_Check(prim_type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_record: the node, desc, array and "
+                                         "primitive types");
+        return NULL;
+    }
+    if (core_offsets(r_node_type, r_desc_type) < 0) return NULL;
+    if ((r_array_d_off = slot_offset(r_array_type, "_d")) < 0) return NULL;
+    if ((r_prim_stream_off = slot_offset(prim_type, "stream")) < 0) return NULL;
+    if (r_zero == NULL && (r_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    Py_XSETREF(c_node_type, Py_NewRef(r_node_type));
+    Py_XSETREF(c_desc_type, Py_NewRef(r_desc_type));
+    record_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* ``shape`` as a tuple of ints (array._make's tuple(int(s) for s in shape)); new ref */
+static PyObject *int_shape(PyObject *shape) {
+    if (PyTuple_CheckExact(shape)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(shape), i = 0;
+        while (i < n && PyLong_CheckExact(PyTuple_GET_ITEM(shape, i))) i++;
+        if (i == n) return Py_NewRef(shape);
+    }
+    PyObject *seq = PySequence_Fast(shape, "a shape is a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+        PyObject *v = PyNumber_Long(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, v);
+    }
+    Py_DECREF(seq);
+    return t;
+}
+
+/* the node of ``primitive`` over ``inputs`` (a list of mx.arrays) and its tracer flag */
+static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag) {
+    PyObject *seq = PySequence_Fast(inputs, "inputs are a sequence of arrays");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *descs = PyList_New(n), *id = NULL, *outputs = NULL, *node = NULL;
+    for (Py_ssize_t i = 0; descs != NULL && i < n; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *d = (PyObject *)Py_TYPE(x) == r_array_type
+                          ? Py_XNewRef(SLOT(x, r_array_d_off)) : PyObject_GetAttr(x, s__d);
+        if (d == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_d");
+            Py_CLEAR(descs);
+        } else {
+            PyList_SET_ITEM(descs, i, d);
+        }
+    }
+    Py_DECREF(seq);
+    if (descs == NULL) return NULL;
+    PyObject *active = PyObject_GetAttr(r_tracer, s__active);
+    if (active == NULL) goto error;
+    int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
+    Py_DECREF(active);
+    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
+    if (*flag == NULL) goto error;
+    id = PyIter_Next(r_node_ids);
+    outputs = id ? PyList_New(0) : NULL;
+    node = outputs ? bare(r_node_type) : NULL;
+    if (node == NULL) { Py_CLEAR(*flag); goto error; }
+    put(node, node_off[N_PRIMITIVE], prim);
+    put(node, node_off[N_INPUTS], descs);
+    put(node, node_off[N_OUTPUTS], outputs);
+    put(node, node_off[N_ID], id);
+    put(node, node_off[N_EVENT], Py_None);
+    put(node, node_off[N_KEEP], Py_False);
+error:
+    Py_DECREF(descs); Py_XDECREF(id); Py_XDECREF(outputs);
+    return node;
+}
+
+/* output ``index`` of ``node``: its ArrayDesc listed weakly on the node, and a handle */
+static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape,
+                               PyObject *dtype, PyObject *index, PyObject *flag) {
+    PyObject *desc = bare(r_desc_type);
+    if (desc == NULL) return NULL;
+    put(desc, desc_off[D_SHAPE], shape);
+    put(desc, desc_off[D_DTYPE], dtype);
+    put(desc, desc_off[D_STREAM], stream);
+    put(desc, desc_off[D_NODE], node);
+    put(desc, desc_off[D_INDEX], index);
+    put(desc, desc_off[D_DATA], Py_None);
+    put(desc, desc_off[D_BUFFER], Py_None);
+    put(desc, desc_off[D_TRACER], flag);
+    put(desc, desc_off[D_KEPT], Py_None);
+    PyObject *ref = PyWeakref_NewRef(desc, NULL), *a = NULL;
+    if (ref != NULL && PyList_Append(SLOT(node, node_off[N_OUTPUTS]), ref) == 0 &&
+        (a = bare(r_array_type)) != NULL)
+        put(a, r_array_d_off, desc);
+    Py_XDECREF(ref);
+    Py_DECREF(desc);
+    return a;
+}
+
+static int record_args(const char *who, Py_ssize_t nargs, PyObject *const *args) {
+    if (!record_configured) {
+        PyErr_Format(PyExc_RuntimeError, "%s: not configured", who);
+        return -1;
+    }
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "%s(shape(s), dtype(s), primitive, inputs)", who);
+        return -1;
+    }
+    return 0;
+}
+
+/* make1(shape, dtype, primitive, inputs): array._make1 (``shape`` a tuple of ints) */
+static PyObject *make1(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (record_args("make1", nargs, args) < 0) return NULL;
+    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag);
+    if (node == NULL) return NULL;
+    PyObject *a = record_output(node, SLOT(args[2], r_prim_stream_off), args[0], args[1],
+                                r_zero, flag);
+    Py_DECREF(node); Py_DECREF(flag);
+    return a;
+}
+
+/* make(shapes, dtypes, primitive, inputs): array._make, a list of arrays */
+static PyObject *make(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (record_args("make", nargs, args) < 0) return NULL;
+    PyObject *shapes = PySequence_Fast(args[0], "shapes are a sequence");
+    if (shapes == NULL) return NULL;
+    PyObject *dtypes = PySequence_Fast(args[1], "dtypes are a sequence");
+    if (dtypes == NULL) { Py_DECREF(shapes); return NULL; }
+    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag), *outs = NULL;
+    if (node == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(shapes);
+    if (PySequence_Fast_GET_SIZE(dtypes) < n) n = PySequence_Fast_GET_SIZE(dtypes); /* zip */
+    outs = PyList_New(n);
+    PyObject *stream = SLOT(args[2], r_prim_stream_off);
+    for (Py_ssize_t i = 0; outs != NULL && i < n; i++) {
+        PyObject *shape = int_shape(PySequence_Fast_GET_ITEM(shapes, i));
+        PyObject *index = shape ? PyLong_FromSsize_t(i) : NULL;
+        PyObject *a = index ? record_output(node, stream, shape, PySequence_Fast_GET_ITEM(dtypes, i),
+                                            index, flag) : NULL;
+        Py_XDECREF(shape); Py_XDECREF(index);
+        if (a == NULL) Py_CLEAR(outs);
+        else PyList_SET_ITEM(outs, i, a);
+    }
+done:
+    Py_DECREF(shapes); Py_DECREF(dtypes); Py_XDECREF(node); Py_XDECREF(flag);
+    return outs;
+}
+
 /* CompiledBase: what CompiledFunction derives from, its call in C. A call with positional
  * arguments only, of a function whose ``_direct`` is True, tries the fast path; anything
  * else (and every miss) is the subclass's ``_call(*args, **kwargs)``. */
@@ -382,6 +554,12 @@ static PyMethodDef methods[] = {
      "Hand over scheduling's objects for an eager op's eval in C (a dict)."},
     {"run_node", (PyCFunction)run_node, METH_O,
      "Run one graph node (evaluate.run_node; the common host node in C)."},
+    {"configure_record", (PyCFunction)configure_record, METH_O,
+     "Hand over core's node, desc and array types for recording nodes (a dict)."},
+    {"make1", (PyCFunction)(void (*)(void))make1, METH_FASTCALL,
+     "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
+    {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
+     "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
      "eval($module, /, *args)\n--\n\n"
      "Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.\n\n"

@@ -103,8 +103,6 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     Py_RETURN_NONE;
 }
 
-/* the slot at ``off`` (borrowed; NULL when unset) */
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
     if (r == NULL) return -1;
