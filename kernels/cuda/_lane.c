@@ -19,9 +19,9 @@
  * checks, the node claimed under the schedule lock, then the same. Both return False before
  * touching anything when the call is not the plain case (no plan yet, a donatable input,
  * several outputs, a tracer's node, a non-C output order, a transformation or the timeline
- * running, ...): the Python path then runs it. A cache hit of the exact size is taken as
- * the cache's _take takes it (Allocator.malloc's counters kept here); anything else goes
- * through the allocator's malloc. configure() and configure_eval() hand over the objects
+ * running, ...): the Python path then runs it. The output buffer is the allocator's
+ * (Allocator.malloc, kernels/_handle.c: the one buffer cache in C, which every backend's
+ * allocator runs). configure() and configure_eval() hand over the objects
  * once; without the CUDA driver's entry points configure() says False and nothing runs
  * here. The eval's Python frames are gone too: mx.eval's first step and a compiled
  * function's call are C (core/_call.c), a buffer's handle is (kernels/_handle.c).
@@ -116,8 +116,6 @@ static PyObject *cfg_array_type, *cfg_generation, *cfg_work, *cfg_work_lock,
     *cfg_unfinished, *cfg_streams, *cfg_handle_type, *cfg_alloc,
     *cfg_host_wait, *cfg_timing_pending, *cfg_timing_flush, *cfg_python_free, *cfg_timeline;
 static int configured = 0;
-/* the allocator's policy (a frozen AllocatorPolicy, set when the allocator is made) */
-static int policy_recycle_if_fits, policy_trim_after_malloc;
 
 static PyObject *s_primitive, *s_kw, *s_tape, *s_shape, *s_outputs, *s_inputs, *s_data,
     *s_launches, *s_cuda, *s_strides, *s_gen, *s_dtypes, *s_order, *s_C, *s_dtype, *s_np,
@@ -189,150 +187,10 @@ static int intern_all(void) {
     return 0;
 }
 
-/* -- the buffer cache's two hot steps (kernels/buffer_cache.py BufferCache), in C ---------
- * cache_take(cache, size) is BufferCache._take (the oldest cached buffer of exactly
- * ``size`` bytes, which must be there) and cache_recycle(cache, buf, size) is
- * recycle_to_cache (``size`` is the buffer's: the allocator's get_size). They change the
- * cache's own structures as those methods do (tests/test_lane_cache.py runs both on random
- * sequences and compares every field); the allocator's lock is held by the caller. */
-static PyObject *deque_type = NULL;
-
-/* i such that sizes[:i] < size <= sizes[i:] (bisect.bisect_left over a list of ints) */
-static Py_ssize_t bisect_left(PyObject *sizes, PyObject *size) {
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(sizes, mid), size, Py_LT);
-        if (lt < 0) return -1;
-        if (lt) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-/* cache.pool_size += delta (a Python int) */
-static int add_pool_size(PyObject *cache, PyObject *size, int sign) {
-    PyObject *pool = PyObject_GetAttr(cache, s_pool_size);
-    if (pool == NULL) return -1;
-    PyObject *np = sign > 0 ? PyNumber_Add(pool, size) : PyNumber_Subtract(pool, size);
-    Py_DECREF(pool);
-    if (np == NULL) return -1;
-    int rc = PyObject_SetAttr(cache, s_pool_size, np);
-    Py_DECREF(np);
-    return rc;
-}
-
-/* A cache and its structures (made once, in BufferCache.__init__) */
-typedef struct {
-    PyObject *cache, *by_size, *sizes, *lru, *seq;
-} CacheParts;
-
-/* the configured allocator's lock, pending frees and cache (all made in its __init__) */
-static PyObject *alloc_lock = NULL, *alloc_pending = NULL;
-static CacheParts alloc_cache = {0};
-
-static void parts_clear(CacheParts *c) {
-    Py_CLEAR(c->cache); Py_CLEAR(c->by_size); Py_CLEAR(c->sizes); Py_CLEAR(c->lru);
-    Py_CLEAR(c->seq);
-}
-
-static int parts_of(PyObject *cache, CacheParts *c) {
-    parts_clear(c);
-    c->cache = Py_NewRef(cache);
-    if ((c->by_size = PyObject_GetAttr(cache, s__by_size)) == NULL ||
-        (c->sizes = PyObject_GetAttr(cache, s__sizes)) == NULL ||
-        (c->lru = PyObject_GetAttr(cache, s__lru)) == NULL ||
-        (c->seq = PyObject_GetAttr(cache, s__seq)) == NULL) {
-        parts_clear(c);
-        return -1;
-    }
-    if (!PyDict_Check(c->by_size) || !PyList_Check(c->sizes)) {
-        parts_clear(c);
-        PyErr_SetString(PyExc_TypeError, "a BufferCache's _by_size is a dict, _sizes a list");
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *cache_take(CacheParts *c, PyObject *size) {
-    PyObject *cache = c->cache, *by_size = c->by_size, *buf = NULL;
-    PyObject *q = PyDict_GetItemWithError(by_size, size); /* borrowed */
-    if (q == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, size);
-        goto done;
-    }
-    Py_INCREF(q);
-    PyObject *item = PyObject_CallMethodNoArgs(q, s_popleft);
-    if (item == NULL) { Py_DECREF(q); goto done; }
-    Py_ssize_t left = PyObject_Length(q);
-    Py_DECREF(q);
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-        PyErr_SetString(PyExc_TypeError, "a cache entry is (seq, buffer)");
-        Py_DECREF(item);
-        goto done;
-    }
-    int ok = left >= 0;
-    if (ok && left == 0) { /* the size's last one: the size leaves the index */
-        Py_ssize_t i = bisect_left(c->sizes, size);
-        ok = i >= 0 && PyDict_DelItem(by_size, size) == 0 && PySequence_DelItem(c->sizes, i) == 0;
-    }
-    ok = ok && PyObject_DelItem(c->lru, PyTuple_GET_ITEM(item, 0)) == 0 &&
-         add_pool_size(cache, size, -1) == 0;
-    if (ok) buf = Py_NewRef(PyTuple_GET_ITEM(item, 1));
-    Py_DECREF(item);
-done:
-    return buf;
-}
-
-static int cache_recycle(CacheParts *c, PyObject *buf, PyObject *size) {
-    int rc = -1;
-    PyObject *seq = PyIter_Next(c->seq);
-    PyObject *q = NULL, *item = NULL;
-    if (seq == NULL) goto done;
-    q = Py_XNewRef(PyDict_GetItemWithError(c->by_size, size));
-    if (q == NULL) { /* a new size: its FIFO, and the size into the sorted index */
-        if (PyErr_Occurred()) goto done;
-        Py_ssize_t i = bisect_left(c->sizes, size);
-        q = i >= 0 ? PyObject_CallNoArgs(deque_type) : NULL;
-        if (q == NULL || PyDict_SetItem(c->by_size, size, q) < 0 || PyList_Insert(c->sizes, i, size) < 0)
-            goto done;
-    }
-    item = PyTuple_Pack(2, seq, buf);
-    PyObject *r = item ? PyObject_CallMethodOneArg(q, s_append, item) : NULL;
-    if (r == NULL) goto done;
-    Py_DECREF(r);
-    if (PyObject_SetItem(c->lru, seq, size) < 0 || add_pool_size(c->cache, size, +1) < 0) goto done;
-    rc = 0;
-done:
-    Py_XDECREF(seq); Py_XDECREF(q); Py_XDECREF(item);
-    return rc;
-}
-
-/* the two steps as functions, for the test that compares them with the Python methods */
-static PyObject *py_cache_take(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 2 || deque_type == NULL) {
-        PyErr_SetString(PyExc_TypeError, "cache_take(cache, size)");
-        return NULL;
-    }
-    CacheParts c = {0};
-    if (parts_of(args[0], &c) < 0) return NULL;
-    PyObject *buf = cache_take(&c, args[1]);
-    parts_clear(&c);
-    return buf;
-}
-
-static PyObject *py_cache_recycle(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 3 || deque_type == NULL) {
-        PyErr_SetString(PyExc_TypeError, "cache_recycle(cache, buf, size)");
-        return NULL;
-    }
-    CacheParts c = {0};
-    if (parts_of(args[0], &c) < 0) return NULL;
-    int rc = cache_recycle(&c, args[1], args[2]);
-    parts_clear(&c);
-    if (rc < 0) return NULL;
-    Py_RETURN_NONE;
-}
+/* the configured allocator's pending frees (CudaAllocator._pending, made in its __init__)
+ * and the allocator's own malloc / free steps (kernels/_handle.c AllocatorBase: the one copy
+ * of the buffer cache's hot steps, which every backend's allocator runs) */
+static PyObject *alloc_pending = NULL, *cfg_base_malloc = NULL, *cfg_base_free = NULL;
 
 /* Each of ``names`` from the dict ``kw`` into its slot (a new reference); KeyError naming
  * the first missing one. */
@@ -358,32 +216,18 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"array_type", "generation", "work", "work_lock",
                                         "unfinished", "streams", "handle_type", "allocator",
                                         "host_wait", "timing_pending", "timing_flush",
-                                        "python_free", "timeline"};
+                                        "python_free", "timeline", "base_malloc",
+                                        "base_free"};
     static PyObject **const slots[] = {&cfg_array_type, &cfg_generation, &cfg_work,
                                        &cfg_work_lock, &cfg_unfinished, &cfg_streams,
                                        &cfg_handle_type, &cfg_alloc, &cfg_host_wait,
                                        &cfg_timing_pending, &cfg_timing_flush,
-                                       &cfg_python_free, &cfg_timeline};
+                                       &cfg_python_free, &cfg_timeline, &cfg_base_malloc,
+                                       &cfg_base_free};
     if (take_config(kw, "configure", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    PyObject *cache = PyObject_GetAttr(cfg_alloc, s_cache);
-    int got = cache != NULL && parts_of(cache, &alloc_cache) == 0;
-    Py_XDECREF(cache);
-    if (!got) return NULL;
-    Py_XSETREF(alloc_lock, PyObject_GetAttr(cfg_alloc, s__lock));
     Py_XSETREF(alloc_pending, PyObject_GetAttr(cfg_alloc, s__pending));
-    if (alloc_lock == NULL || alloc_pending == NULL) return NULL;
-    PyObject *policy = PyObject_GetAttr(cfg_alloc, s_policy);
-    PyObject *fits = policy ? PyObject_GetAttr(policy, s_recycle_if_fits) : NULL;
-    PyObject *trim = fits ? PyObject_GetAttr(policy, s_trim_after_malloc) : NULL;
-    Py_XDECREF(policy);
-    if (trim != NULL) {
-        policy_recycle_if_fits = PyObject_IsTrue(fits);
-        policy_trim_after_malloc = PyObject_IsTrue(trim);
-    }
-    Py_XDECREF(fits);
-    if (trim == NULL) return NULL;
-    Py_DECREF(trim);
+    if (alloc_pending == NULL) return NULL;
     cu_launch = NULL;
     cu_stream_query = NULL;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if CuPy loaded it */
@@ -546,139 +390,35 @@ static int try_lock(PyObject *l) {
     return t;
 }
 
-/* A buffer of the allocator for ``nbytes`` (a new reference). Allocator.malloc's cache hit
- * done here: the exact size is in the cache, nothing pending, the lock free: the cache's
- * own ``_take``, then the counters and the trim as malloc keeps them. Anything else is the
- * allocator's malloc (CudaAllocator.malloc). */
-static long long last_request = -1, last_rounded = -1;
-
+/* A buffer of the allocator for ``nbytes`` (a new reference): CudaAllocator.malloc, whose
+ * usual case (no frees pending on the device) is the allocator's own malloc
+ * (Allocator.malloc: kernels/_handle.c's, the cache's reuse in C) */
 static PyObject *lane_malloc(long long nbytes) {
-    PyObject *alloc = cfg_alloc, *buf = NULL;
     Py_ssize_t npend = PyObject_Length(alloc_pending);
     if (npend < 0) return NULL;
-    if (npend != 0) goto python;
-    if (nbytes != last_request) { /* the policy's rounding (Allocator.round_size) */
-        PyObject *r = PyObject_CallMethod(alloc, "round_size", "L", nbytes);
-        if (r == NULL) return NULL;
-        long long rounded = PyLong_AsLongLong(r);
-        Py_DECREF(r);
-        if (rounded < 0) return NULL;
-        last_request = nbytes, last_rounded = rounded;
-    }
-    PyObject *size = PyLong_FromLongLong(last_rounded), *lk = alloc_lock;
+    PyObject *size = PyLong_FromLongLong(nbytes);
     if (size == NULL) return NULL;
-    int taken = try_lock(lk);
-    if (taken <= 0) {
-        Py_DECREF(size);
-        if (taken < 0) return NULL;
-        goto python;
-    }
-    PyObject *cache = alloc_cache.cache;
-    int hit = PyDict_Contains(alloc_cache.by_size, size);
-    if (hit == 1) buf = cache_take(&alloc_cache, size);
-    if (buf != NULL) { /* active += real size; peak; the trim after a malloc */
-        PyObject *bsize = PyObject_GetAttr(buf, s_size);
-        PyObject *active = bsize ? PyObject_GetAttr(alloc, s_active) : NULL;
-        PyObject *na = active ? PyNumber_Add(active, bsize) : NULL;
-        PyObject *peak = na ? PyObject_GetAttr(alloc, s_peak) : NULL;
-        int ok = peak != NULL && PyObject_SetAttr(alloc, s_active, na) == 0;
-        if (ok) {
-            int more = PyObject_RichCompareBool(na, peak, Py_GT);
-            ok = more >= 0 && (!more || PyObject_SetAttr(alloc, s_peak, na) == 0);
-        }
-        Py_XDECREF(bsize); Py_XDECREF(active); Py_XDECREF(na); Py_XDECREF(peak);
-        if (ok && policy_trim_after_malloc) {
-            PyObject *pool = PyObject_GetAttr(cache, s_pool_size);
-            PyObject *limit = pool ? PyObject_GetAttr(alloc, s_cache_limit) : NULL;
-            int over = limit ? PyObject_RichCompareBool(pool, limit, Py_GT) : -1;
-            if (over < 0) ok = 0;
-            else if (over) {
-                PyObject *excess = PyNumber_Subtract(pool, limit);
-                PyObject *er = excess ? PyObject_CallMethodOneArg(alloc, s__evict, excess) : NULL;
-                Py_XDECREF(excess);
-                if (er == NULL) ok = 0;
-                Py_XDECREF(er);
-            }
-            Py_XDECREF(pool); Py_XDECREF(limit);
-        }
-        if (!ok) Py_CLEAR(buf); /* (an error in the bookkeeping: raised below) */
-    }
-    unlock(lk);
+    PyObject *buf = npend != 0 ? PyObject_CallMethod(cfg_alloc, "malloc", "O", size)
+                               : PyObject_CallFunctionObjArgs(cfg_base_malloc, cfg_alloc, size, NULL);
     Py_DECREF(size);
-    if (buf != NULL || PyErr_Occurred()) return buf;
-python:
-    return PyObject_CallMethod(alloc, "malloc", "L", nbytes);
+    return buf;
 }
 
 /* CudaAllocator.free(buf), installed as the allocator's ``free`` (what a BufferHandle calls
- * when its last array goes): with every GPU stream seen finished (no event to record) and
- * the timeline off, Allocator.free's steps here (active down; into the cache by the
- * policy's rule, with the cache's own recycle_to_cache, else released); anything else is
- * the Python method. */
+ * when its last array goes): with every GPU stream seen finished (no event to record), the
+ * allocator's own free (Allocator.free: kernels/_handle.c's); anything else is the Python
+ * method. */
 static PyObject *lane_free(PyObject *self, PyObject *buf) {
-    PyObject *alloc = cfg_alloc, *size = NULL, *raw = NULL, *lk = NULL, *v = NULL;
-    int taken = 0, done = 0;
     PH0();
-    if (!configured) goto python;
-    if (PySet_GET_SIZE(cfg_unfinished) != 0) goto python;
-    v = get(cfg_timeline, s_enabled);
-    if (v == NULL || v != Py_False) goto python;
-    size = get(buf, s_size);
-    raw = get(buf, s_raw);
-    if (size == NULL || raw == NULL || raw == Py_None || !PyLong_Check(size) ||
-        PyLong_AsLongLong(size) <= 0)
-        goto python;
-    lk = Py_NewRef(alloc_lock);
-    if ((taken = try_lock(lk)) <= 0) { PyErr_Clear(); taken = 0; goto python; }
-    PyObject *active = PyObject_GetAttr(alloc, s_active);
-    PyObject *na = active ? PyNumber_Subtract(active, size) : NULL;
-    Py_XDECREF(active);
-    if (na == NULL || PyObject_SetAttr(alloc, s_active, na) < 0) { Py_XDECREF(na); goto fail; }
-    Py_DECREF(na);
-    done = 1; /* counted: from here errors raise, never a second free */
-    PyObject *pool = PyObject_GetAttr(alloc_cache.cache, s_pool_size);
-    PyObject *limit = pool ? PyObject_GetAttr(alloc, s_cache_limit) : NULL;
-    int keep = -1;
-    if (limit != NULL) {
-        if (policy_recycle_if_fits) { /* cached + size <= limit */
-            PyObject *sum = PyNumber_Add(pool, size);
-            keep = sum ? PyObject_RichCompareBool(sum, limit, Py_LE) : -1;
-            Py_XDECREF(sum);
-        } else { /* cached < limit */
-            keep = PyObject_RichCompareBool(pool, limit, Py_LT);
-        }
-    }
-    PyObject *rr = NULL;
-    if (keep == 1) rr = cache_recycle(&alloc_cache, buf, size) < 0 ? NULL : Py_NewRef(Py_None);
-    Py_XDECREF(pool); Py_XDECREF(limit);
-    unlock(lk);
-    taken = 0;
-    if (keep < 0 || (keep == 1 && rr == NULL)) goto fail;
-    Py_XDECREF(rr);
-    if (keep == 0) {
-        rr = PyObject_CallMethodOneArg(alloc, s__release, buf);
-        if (rr == NULL) goto fail;
-        Py_DECREF(rr);
-    }
-    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
-    PH(PH_FREE);
-    Py_RETURN_NONE;
-fail:
-    if (taken) unlock(lk);
-    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
-    if (!done) {
-        PyErr_Clear();
-        return PyObject_CallFunctionObjArgs(cfg_python_free, alloc, buf, NULL);
-    }
-    return NULL;
-python:
-    PyErr_Clear();
-    Py_XDECREF(lk); Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(v);
     if (cfg_python_free == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_lane.free: not configured");
         return NULL;
     }
-    return PyObject_CallFunctionObjArgs(cfg_python_free, alloc, buf, NULL);
+    PyObject *r = configured && PySet_GET_SIZE(cfg_unfinished) == 0
+                      ? PyObject_CallFunctionObjArgs(cfg_base_free, cfg_alloc, buf, NULL)
+                      : PyObject_CallFunctionObjArgs(cfg_python_free, cfg_alloc, buf, NULL);
+    PH(PH_FREE);
+    return r;
 }
 
 /* The CudaEvent of ``ev`` signalled with its work done (no CUDA event left to wait for),
@@ -1196,10 +936,6 @@ static PyObject *use_completion_word(PyObject *self, PyObject *on) {
 }
 
 static PyMethodDef methods[] = {
-    {"cache_take", (PyCFunction)(void (*)(void))py_cache_take, METH_FASTCALL,
-     "cache_take(cache, size) -> buffer: BufferCache._take in C"},
-    {"cache_recycle", (PyCFunction)(void (*)(void))py_cache_recycle, METH_FASTCALL,
-     "cache_recycle(cache, buf, size): BufferCache.recycle_to_cache in C"},
     {"use_completion_word", (PyCFunction)use_completion_word, METH_O,
      "use_completion_word(on): host waits read the completion word (default) or poll"},
     {"stats", (PyCFunction)stats, METH_NOARGS,
@@ -1224,10 +960,5 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane",
 
 PyMODINIT_FUNC PyInit__lane(void) {
     if (intern_all() < 0) return NULL;
-    PyObject *collections = PyImport_ImportModule("collections");
-    if (collections == NULL) return NULL;
-    deque_type = PyObject_GetAttrString(collections, "deque");
-    Py_DECREF(collections);
-    if (deque_type == NULL) return NULL;
     return PyModule_Create(&module);
 }

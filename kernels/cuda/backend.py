@@ -18,7 +18,7 @@ import cupy
 import numpy as np
 
 from .. import timeline
-from ..allocator import BufferHandle, allocator, owner_of
+from ..allocator import Allocator, BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..roofline import layouts
 from ..settings import settings
@@ -221,7 +221,7 @@ class CudaBackend(Backend):
             "streams": device._streams, "handle_type": BufferHandle, "allocator": self.allocator,
             "host_wait": events.host_wait, "timing_pending": timing._pending,
             "timing_flush": timing.flush, "python_free": CudaAllocator.free,
-            "timeline": timeline}):
+            "timeline": timeline, "base_malloc": Allocator.malloc, "base_free": Allocator.free}):
             return None
         _LANE_OWNER[0] = self
         # a BufferHandle's free goes straight to C (the Python method where it must)
