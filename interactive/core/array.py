@@ -51,7 +51,8 @@ class ArrayDesc:
                 return
             if data.base is not None:  # never adopt memory that something else owns
                 data = self.data = np.array(data)
-            self.buffer = adopt(data)
+            alloc = allocator("cpu")  # adopt(data): ``data`` owns its memory
+            self.buffer = BufferHandle(alloc.adopt(data), alloc)
 
     @property
     def evaluated(self) -> bool:
