@@ -484,25 +484,18 @@ static PyTypeObject CompiledBase = {
     .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
 };
 
-/* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
- * (scheduling._eager_one[0], the CUDA lane's eval_one) and, declined, goes to after_lane
- * (transforms._after_lane: evaluate without asking the lane again); anything else is the
- * Python eval (transforms._eval), given with configure_eval. */
-static PyObject *e_eager_one = NULL, *e_python = NULL, *e_after_lane = NULL;
+/* mx.eval's first step in C: one mx.array whose eval is the plain case runs in the loop's
+ * C part (_loop.c eager_eval, every backend); anything else, and whatever that declines, is
+ * the Python eval (transforms._eval), given with configure_eval. */
+static PyObject *e_python = NULL;
 
 static PyObject *configure_eval(PyObject *self, PyObject *kw) {
-    PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
-    PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
-    PyObject *after = py ? PyDict_GetItemString(kw, "after_lane") : NULL;
-    if (after == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 ||
-        !PyCallable_Check(py) || !PyCallable_Check(after)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_eval({'eager_one': [f], 'python': eval, 'after_lane': g})");
+    PyObject *py = PyDict_Check(kw) ? PyDict_GetItemString(kw, "python") : NULL;
+    if (py == NULL || !PyCallable_Check(py)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eval({'python': eval})");
         return NULL;
     }
-    Py_XSETREF(e_eager_one, Py_NewRef(one));
     Py_XSETREF(e_python, Py_NewRef(py));
-    Py_XSETREF(e_after_lane, Py_NewRef(after));
     Py_RETURN_NONE;
 }
 
@@ -511,31 +504,16 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "_call.eval: not configured");
         return NULL;
     }
-    if (nargs == 1 && configured && (PyObject *)Py_TYPE(args[0]) == c_array_type) {
-        PyObject *one = PyList_GET_ITEM(e_eager_one, 0);
-        if (one != Py_None) {
-            PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            if (desc == NULL) return NULL;
-            Py_INCREF(one);
-            PyObject *ran = PyObject_CallOneArg(one, desc);
-            Py_DECREF(one);
-            int done = ran == Py_True;
-            Py_XDECREF(ran);
-            PyObject *r = ran == NULL ? NULL
-                          : done ? Py_NewRef(Py_None) : PyObject_CallOneArg(e_after_lane, desc);
-            Py_DECREF(desc);
-            return r;
-        }
-        if (eager_configured) { /* an eager op's eval: in C when it is the plain case */
-            PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            PyObject *descs = desc ? PyList_New(1) : NULL;
-            if (descs == NULL) { Py_XDECREF(desc); return NULL; }
-            PyList_SET_ITEM(descs, 0, desc);
-            int r = eager_eval(descs);
-            Py_DECREF(descs);
-            if (r < 0) return NULL;
-            if (r == 1) Py_RETURN_NONE;
-        }
+    if (nargs == 1 && eager_configured && r_array_type != NULL &&
+        (PyObject *)Py_TYPE(args[0]) == r_array_type) {
+        PyObject *desc = PyObject_GetAttr(args[0], s__d);
+        PyObject *descs = desc ? PyList_New(1) : NULL;
+        if (descs == NULL) { Py_XDECREF(desc); return NULL; }
+        PyList_SET_ITEM(descs, 0, desc);
+        int r = eager_eval(descs);
+        Py_DECREF(descs);
+        if (r < 0) return NULL;
+        if (r == 1) Py_RETURN_NONE;
     }
     return PyObject_Vectorcall(e_python, args, nargs, NULL);
 }
@@ -543,7 +521,7 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
-     "Hand over scheduling._eager_one and the Python eval (a dict)."},
+     "Hand over the Python eval (a dict: {'python': transforms._eval})."},
     {"configure_loop", (PyCFunction)configure_loop, METH_O,
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
     {"topo_order", (PyCFunction)topo_order, METH_O,
