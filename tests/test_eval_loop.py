@@ -409,3 +409,30 @@ def test_the_c_loop_and_the_python_loop_make_the_same_records_counts_and_values(
     assert c["counts"] == py["counts"]
     assert c["records"] == py["records"]
     assert c["values"] == py["values"]
+
+
+def test_a_graph_is_freed_by_reference_counting_alone():
+    """Graph objects are outside the cyclic collector (core/_call.c): an unevaluated graph,
+    a gradient's and an evaluated one go away as soon as nobody holds them, with the
+    collector off (they never form a cycle)."""
+    import weakref
+
+    x = mx.array(np.ones(4, np.float32))
+    mx.eval(x)
+    gc.disable()
+    try:
+        y = mx.exp(x * 2) + x
+        refs = [weakref.ref(y._d), weakref.ref(y._d.node.inputs[0]), weakref.ref(y._d.node)]
+        del y
+        assert [r() for r in refs] == [None, None, None]
+        g = mx.grad(lambda v: (mx.sin(v) * v).sum())(x)
+        refs = [weakref.ref(g._d)] + ([weakref.ref(g._d.node)] if g._d.node is not None else [])
+        del g
+        assert all(r() is None for r in refs)
+        z = mx.exp(x) * x
+        mx.eval(z)
+        ref = weakref.ref(z._d)
+        del z
+        assert ref() is None
+    finally:
+        gc.enable()
