@@ -17,12 +17,12 @@ $(PY):
 	$(PIP) install --upgrade pip
 
 # Stamps: reinstall when pyproject.toml or setup.py change.
-$(VENV)/.dev: $(PY) pyproject.toml setup.py kernels/cuda/_lane.c kernels/_handle.c interactive/core/_call.c interactive/core/_buffer.c
+$(VENV)/.dev: $(PY) pyproject.toml setup.py kernels/_handle.c interactive/core/_call.c interactive/core/_loop.c interactive/core/_buffer.c
 	$(PIP) install -e ".[dev]"
-	@# the C extensions next to their sources, for the editable install: the CUDA eager lane,
-	@# a compiled function's call and mx.eval's first step, BufferHandle,
+	@# the C extensions next to their sources, for the editable install: a compiled
+	@# function's call, the eval loop's hot part, BufferHandle and the allocator's steps,
 	@# the buffer protocol's C base type (Python < 3.12)
-	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12; the CUDA runtime's eager lane runs in Python."
+	$(PY) setup.py -q build_ext --inplace || echo "No C compiler: memoryview(mx.array) needs Python >= 3.12; the eval loop runs in Python."
 	@# MLX is the reference the tests compare against; they skip those checks without it.
 	$(PIP) install "mlx[cpu]" || echo "mlx[cpu] is not available here: tests against MLX will skip."
 	touch $@

@@ -25,13 +25,13 @@ def _packages() -> list[str]:
 
 def _extensions() -> list:
     """Optional C extensions (without a C compiler the package installs without them):
-    the CUDA runtime's eager lane (``kernels/cuda/_lane.c``; the Python path runs instead),
-    a compiled function's call, mx.eval's first step and the eval loop's hot part
-    (``interactive/core/_call.c``, ``_loop.c``; likewise), BufferHandle (``kernels/_handle.c``; the Python class otherwise),
+    a compiled function's call, recording a node, mx.eval's first step and the eval loop's
+    hot part (``interactive/core/_call.c``, ``_loop.c``; the Python path runs instead),
+    BufferHandle and the allocator's malloc / free / adopt (``kernels/_handle.c``; the
+    Python class and methods otherwise),
     and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
     it ``memoryview(x)`` raises TypeError)."""
-    exts = [Extension("tapescope.kernels.cuda._lane", ["kernels/cuda/_lane.c"], optional=True),
-            Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c"],
+    exts = [Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c"],
                       depends=["interactive/core/_core.h"], optional=True),
             Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True)]
     if sys.version_info < (3, 12):

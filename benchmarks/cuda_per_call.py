@@ -1,7 +1,7 @@
 """The synchronised 16-element call, tapescope against cupy.fuse, closely interleaved: the
-per-call row of ``cuda_fusion.py`` with more rounds, and tapescope's host wait both ways
-(the completion word, and polling the stream: ``_lane.use_completion_word``). Prints the
-GPU, medians with quartiles, and ratios to cupy.fuse (with CuPy's own memory pool).
+per-call row of ``cuda_fusion.py`` with more rounds (tapescope's call through the one eval
+loop: core/_loop.c, the backend's launch hook, the event's host wait). Prints the GPU,
+medians with quartiles, and ratios to cupy.fuse (with CuPy's own memory pool).
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_per_call.py [--rounds 25] [--calls 2000]
 
@@ -32,7 +32,6 @@ def main(argv=None) -> int:
     import cupy
 
     import tapescope.core as mx
-    from tapescope.kernels.cuda import _lane
 
     mx.set_default_device(mx.gpu)
     h = np.arange(16, dtype=np.float32)
@@ -51,8 +50,7 @@ def main(argv=None) -> int:
         fused(cx, cx)
         s.synchronize()
 
-    contenders = [("tapescope (word)", ts, lambda: _lane.use_completion_word(True)),
-                  ("tapescope (polling)", ts, lambda: _lane.use_completion_word(False)),
+    contenders = [("tapescope", ts, lambda: None),
                   ("cupy.fuse", fuse, lambda: cupy.cuda.set_allocator(pool.malloc))]
     times = {name: [] for name, _, _ in contenders}
     for r in range(args.rounds + 2):  # the first two rounds warm up
@@ -65,7 +63,6 @@ def main(argv=None) -> int:
             cupy.cuda.set_allocator(None)
             if r >= 2:
                 times[name].append(dt)
-    _lane.use_completion_word(True)
     print(f"# GPU: {gpu_name()}; {args.rounds} interleaved rounds of {args.calls} calls\n")
     print("| per call, 16 float32, synchronised | median µs | q1 | q3 | x cupy.fuse |")
     print("|---|---:|---:|---:|---:|")
@@ -74,7 +71,6 @@ def main(argv=None) -> int:
         q1, q3 = np.percentile(v, [25, 75])
         m = statistics.median(v)
         print(f"| {name} | {m:.2f} | {q1:.2f} | {q3:.2f} | {m / base:.3f} |")
-    print(f"\nlane waits: {_lane.stats()}")
     return 0
 
 

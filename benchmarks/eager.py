@@ -11,6 +11,9 @@ Rows (medians of per-call microseconds, the implementations taking turns per rep
   (2 layers, width 64, 4 heads, RMSNorm, RoPE, ``mx.fast.scaled_dot_product_attention``, a
   KV cache as mlx_lm's: preallocated in steps, written by slice assignment), run by MLX and
   by tapescope through ``tapescope.as_mlx()`` with the same weights (the tokens must match);
+- decode with ``mlx_lm`` itself: microseconds per token of ``mlx_lm.generate.generate_step``
+  (its greedy sampler, KV cache and async evals) over ``mlx_lm.models.llama`` (2 layers,
+  width 64, 4 heads, 2 KV heads, random weights), where mlx_lm is installed;
 - an ``mlx.nn`` MLP Adam step (batch 64, 32 -> 64 -> 10, cross entropy), eager and with the
   step compiled as MLX's examples do (``partial(mx.compile, inputs=state, outputs=state)``).
 
@@ -233,6 +236,36 @@ def decode_worker(mx, nn) -> dict:
     return {"us": statistics.median(r[0] for r in runs), "tokens": runs[0][1]}
 
 
+def mlx_lm_worker(mx) -> dict:
+    """µs per token of mlx_lm's own generate_step over its llama (prompt excluded) and the
+    greedy tokens."""
+    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx_lm.generate import generate_step
+    from mlx_lm.models import llama
+
+    args = llama.ModelArgs(model_type="llama", hidden_size=DIM, num_hidden_layers=LAYERS,
+                           intermediate_size=2 * DIM, num_attention_heads=HEADS,
+                           num_key_value_heads=HEADS // 2, rms_norm_eps=1e-5, vocab_size=VOCAB)
+    model = llama.Model(args)
+    rng = np.random.default_rng(1)
+    model.update(tree_unflatten([(k, mx.array((rng.standard_normal(v.shape) * 0.2).astype(np.float32)))
+                                 for k, v in tree_flatten(model.parameters())]))
+    mx.eval(model.parameters())
+    prompt = mx.array(np.random.default_rng(2).integers(0, VOCAB, PROMPT).astype(np.int32))
+
+    def generate():
+        out, t0 = [], 0.0
+        for i, (tok, _) in enumerate(generate_step(prompt, model, max_tokens=TOKENS)):
+            if i == 0:
+                t0 = time.perf_counter()
+            out.append(int(tok))
+        return (time.perf_counter() - t0) * 1e6 / (TOKENS - 1), out
+
+    generate()
+    runs = [generate() for _ in range(5)]
+    return {"us": statistics.median(r[0] for r in runs), "tokens": runs[0][1]}
+
+
 def adam_worker(mx, nn, compiled: bool) -> dict:
     """µs per MLP Adam step (batch 64, 32 -> 64 -> 10) and the first step's loss."""
     import mlx.optimizers as optim
@@ -280,6 +313,8 @@ def worker(task: str, impl: str) -> None:
 
     if task == "decode":
         res = decode_worker(mx, nn)
+    elif task == "mlx-lm":
+        res = mlx_lm_worker(mx)
     else:
         res = adam_worker(mx, nn, compiled=task == "adam-compiled")
     print(json.dumps(res))
@@ -287,8 +322,13 @@ def worker(task: str, impl: str) -> None:
 
 def model_rows(rounds: int) -> list:
     rows = []
-    for task, name in (("decode", "llama decode, per token"), ("adam", "MLP Adam step, eager"),
-                       ("adam-compiled", "MLP Adam step, compiled")):
+    import importlib.util
+
+    tasks = [("decode", "llama decode, per token")]
+    if importlib.util.find_spec("mlx_lm") is not None:
+        tasks.append(("mlx-lm", "mlx_lm llama decode, per token"))
+    tasks += [("adam", "MLP Adam step, eager"), ("adam-compiled", "MLP Adam step, compiled")]
+    for task, name in tasks:
         times: dict = {"tapescope": [], "mlx": []}
         check = {}
         for _ in range(rounds):
@@ -300,10 +340,11 @@ def model_rows(rounds: int) -> list:
                 res = json.loads(out.stdout.strip().splitlines()[-1])
                 times[impl].append(res["us"])
                 check[impl] = res.get("tokens", res.get("loss"))
-        same = check["tapescope"] == check["mlx"] if task == "decode" else \
+        decode = task in ("decode", "mlx-lm")
+        same = check["tapescope"] == check["mlx"] if decode else \
             abs(check["tapescope"] - check["mlx"]) <= 1e-4 * max(1.0, abs(check["mlx"]))
         rows.append((f"{name} ({'same' if same else 'DIFFERENT'} "
-                     f"{'tokens' if task == 'decode' else 'loss'})",
+                     f"{'tokens' if decode else 'loss'})",
                      {k: statistics.median(v) for k, v in times.items()}))
     return rows
 

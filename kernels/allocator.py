@@ -98,8 +98,9 @@ class BufferHandle:
 
 try:  # the same class in C (kernels/_handle.c): a free without a Python frame
     from ._handle import BufferHandle  # noqa: F811
+    from ._handle import AllocatorBase as _AllocatorBase
 except ImportError:  # built without a C compiler
-    pass
+    _AllocatorBase = object
 
 
 def _physical_memory() -> int:
@@ -211,8 +212,12 @@ def policy_for(device: str) -> AllocatorPolicy:
     return POLICIES["cpu" if device == "cpu" else "metal"]
 
 
-class Allocator:
-    """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``)."""
+class Allocator(_AllocatorBase):
+    """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``).
+
+    ``malloc`` / ``free`` / ``adopt`` are kernels/_handle.c's AllocatorBase methods where
+    that extension is built: ``_malloc`` / ``_free`` / ``_adopt``'s steps over this state
+    in C (a cache miss is ``_malloc``); these Python methods otherwise."""
 
     buffer_type = Buffer  # a device's allocator may use its own (a faster ``view``)
 
@@ -250,7 +255,17 @@ class Allocator:
         """The real size of a buffer for a request of ``size`` bytes (the policy's rounding)."""
         return self.policy.round_size(size, self.page_size)
 
-    def malloc(self, size: int) -> Buffer:
+    def _record(self, kind: str, buf: Buffer, requested) -> None:
+        """The timeline's record of a malloc / adopt / free (``requested``: the request's
+        size, True for adopted memory, None for a free)."""
+        detail: dict = {"buffer": buf.id}
+        if requested is True:
+            detail["adopted"] = True
+        elif requested is not None:
+            detail["requested"] = requested
+        timeline.add(kind, timeline.now(), device=self.device, nbytes=buf.size, detail=detail)
+
+    def _malloc(self, size: int) -> Buffer:
         """A buffer of at least ``size`` bytes, from the cache when one fits."""
         if size == 0:
             return self.buffer_type(self._raw_alloc(0), 0)
@@ -271,8 +286,7 @@ class Allocator:
             if self.policy.trim_after_malloc and cache.pool_size > self.cache_limit:
                 self._evict(cache.pool_size - self.cache_limit)
         if timeline.enabled:
-            timeline.add("cache_reuse" if reused else "alloc", timeline.now(), device=self.device,
-                         nbytes=buf.size, detail={"buffer": buf.id, "requested": size})
+            self._record("cache_reuse" if reused else "alloc", buf, size)
         return buf
 
     def _evict(self, nbytes: int) -> None:
@@ -300,7 +314,7 @@ class Allocator:
                 f"{self.memory_limit} bytes, device memory: {self.total_memory} bytes)")
         return self.buffer_type(raw, size)
 
-    def adopt(self, owner: Any) -> Buffer:
+    def _adopt(self, owner: Any) -> Buffer:
         """Account for memory numpy allocated by itself (``owner`` owns its data)."""
         buf = self.buffer_type(owner, owner.nbytes)
         if buf.size:
@@ -308,11 +322,10 @@ class Allocator:
                 self.active += buf.size
                 self.peak = max(self.peak, self.active)
             if timeline.enabled:
-                timeline.add("alloc", timeline.now(), device=self.device, nbytes=buf.size,
-                             detail={"buffer": buf.id, "adopted": True})
+                self._record("alloc", buf, True)
         return buf
 
-    def free(self, buf: Buffer) -> None:
+    def _free(self, buf: Buffer) -> None:
         """Return a buffer: to the cache when the policy's limit allows, else to the system."""
         size = buf.size
         if size == 0 or buf.raw is None:
@@ -328,10 +341,12 @@ class Allocator:
             if keep:
                 cache.recycle_to_cache(buf)
         if timeline.enabled:
-            timeline.add("free_to_cache" if keep else "free", timeline.now(), device=self.device,
-                         nbytes=buf.size, detail={"buffer": buf.id})
+            self._record("free_to_cache" if keep else "free", buf, None)
         if not keep:
             self._release(buf)
+
+    if _AllocatorBase is object:  # no C extension: the Python steps are the methods
+        malloc, adopt, free = _malloc, _adopt, _free
 
     # -- statistics and limits (MLX's memory API) -----------------------------------------
     def get_cache_memory(self) -> int:
@@ -370,6 +385,11 @@ class Allocator:
         with self._lock:
             self._evict(self.cache.cache_size())
 
+
+if _AllocatorBase is not object:
+    from ._handle import configure as _configure
+
+    _configure(timeline)
 
 _allocators: dict[str, Allocator] = {}
 _alloc_lock = threading.Lock()

@@ -176,19 +176,11 @@ class Backend:
             return launch_for
         return None
 
-    # ``eval_fused(node, event) -> bool``: runs a fused call of a single-node eval end to end
-    # (launch, signal, wait) where the backend has such a lane in C, else None
-    eager_lane = None
-
-    def eager_eval(self, core: dict) -> Optional[Callable]:
-        """``eval_one(desc) -> bool``: ``mx.eval`` of one array whose node the eager lane
-        runs, from its first line, given core's scheduling objects (``core``: the schedule
-        lock, the tracer module, ...); None where the backend has no such lane."""
-        return None
-
     def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
         """Run a loaded fused kernel (a ``compiled_launch`` plan) on ``inputs`` into ``out``
-        for a node of ``stream`` (the host's C kernel: called right here)."""
+        for a node of ``stream`` (the host's C kernel: called right here). The eval loop's
+        one hook into a backend for a fused call (core/_loop.c run_node,
+        ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
         launch.call(inputs, (out,))
 
     @functools.cached_property

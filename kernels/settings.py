@@ -93,11 +93,8 @@ SETTINGS = (
     Setting("disable_gpu", "TAPESCOPE_DISABLE_GPU", "switch", False,
             "Hide every GPU backend: the CPU is the only device."),
     Setting("c_call", "TAPESCOPE_C_CALL", "switch", True,
-            "Use core/_call.c (a compiled call, the eval loop's hot part) where it is built; "
-            "read when tapescope.core is imported."),
-    Setting("cuda_lane", "TAPESCOPE_CUDA_LANE", "switch", True,
-            "The CUDA runtime's eager lane in C (kernels/cuda/_lane.c); read when the CUDA "
-            "backend first runs a fused call."),
+            "Use core/_call.c (a compiled call, recording a node, the eval loop's hot part for "
+            "every backend) where it is built; read when tapescope.core is imported."),
     Setting("kernel_cflags", "TAPESCOPE_KERNEL_CFLAGS", "text", "",
             "Flags added to every C kernel build (make test-ub passes the sanitizers)."),
     Setting("metal_shim", "TAPESCOPE_METAL_SHIM", "switch", False,

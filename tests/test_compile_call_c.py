@@ -133,29 +133,32 @@ def test_the_c_call_matches_numpy_over_shapes_and_dtypes(shape, dtype):
     np.testing.assert_array_equal(np.array(second), want)
 
 
-def test_mx_eval_asks_the_eager_lane_once_then_evaluates():
-    """mx.eval of one array offers it to the backend's eager lane (scheduling._eager_one[0])
-    once; declined, the array is evaluated without asking again; taken, nothing else runs."""
-    from tapescope.core import scheduling
+def test_mx_eval_of_one_array_runs_each_node_once_in_the_loop():
+    """mx.eval of one array (core/_call.c's eval, then the loop's C part, _loop.c
+    eager_eval, or the Python eval where that declines, inside a transformation here): each
+    node runs once, counted by the loop, and a second eval runs nothing."""
+    from tapescope.core import evaluate
 
-    asked, taken = [], []
+    def ran() -> int:
+        return sum(evaluate.dispatch_counts().values())
 
-    def decline(desc):
-        asked.append(desc)
-        return False
-
-    saved = scheduling._eager_one[0]
-    try:
-        scheduling._eager_one[0] = decline
-        x = mx.array(np.arange(4, dtype=np.float32)) * 2
-        mx.eval(x)
-        assert asked == [x._d] and x._d.node is None
-        scheduling._eager_one[0] = lambda d: taken.append(d) or True
-        y = mx.array(np.ones(3, np.float32)) + 1
-        mx.eval(y)
-        assert taken == [y._d] and y._d.node is not None  # the lane said it ran: left to it
-    finally:
-        scheduling._eager_one[0] = saved
+    x = mx.array(np.arange(4, dtype=np.float32))
+    mx.eval(x)
+    n = ran()
+    y = x * x + x
     mx.eval(y)
-    np.testing.assert_array_equal(np.array(x), np.arange(4, dtype=np.float32) * 2)
-    np.testing.assert_array_equal(np.array(y), np.full(3, 2, np.float32))
+    assert ran() - n == 2 and y._d.node is None
+    mx.eval(y)
+    assert ran() - n == 2
+    h = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(np.array(y), h * h + h)
+    seen = []
+
+    def inside(v):  # a transformation runs: the C part declines, the Python eval runs it
+        z = v * 3
+        mx.eval(z)
+        seen.append(z._d.node is None)
+        return z.sum()
+
+    mx.grad(inside)(x)
+    assert seen == [True]

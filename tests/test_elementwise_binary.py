@@ -266,16 +266,17 @@ def test_binary_errors():
 
 
 def test_failed_op_records_no_node():
-    from tapescope.core.primitive import Node
-    import gc
+    """No node is made (the node ids a node takes move on only by the two probes'), so none
+    is left half-recorded. (Graph objects are not the garbage collector's to count: core/_call.c
+    records them outside it.)"""
+    from tapescope.core.primitive import Node, Primitive
 
     x, y = mx.array(np.zeros((2, 3), np.int8)), mx.array(np.zeros((4,), np.float32))
-    gc.collect()
-    before = sum(isinstance(o, Node) for o in gc.get_objects())
+    s = mx.default_stream(mx.default_device())
+    before = Node(Primitive("Abs", s), []).id
     with pytest.raises(ValueError):
         mx.add(x, y)  # would need an AsType before the broadcast fails
-    gc.collect()
-    assert sum(isinstance(o, Node) for o in gc.get_objects()) == before
+    assert Node(Primitive("Abs", s), []).id == before + 1
 
 
 def test_primitive_names_and_divmod_siblings():

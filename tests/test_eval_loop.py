@@ -291,6 +291,55 @@ def test_the_schedules_order_in_c_is_the_walkers(ops, outs, scheduled):
             n.event = None
 
 
+def _slots(obj, skip=()) -> dict:
+    return {k: getattr(obj, k) for k in type(obj).__slots__ if k != "__weakref__" and k not in skip}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 4), max_size=3).map(tuple), min_size=1, max_size=3),
+       st.integers(0, 3), st.booleans())
+def test_recording_a_node_in_c_makes_the_objects_the_python_recorder_makes(shapes, n_in, traced):
+    """core/_call.c's make / make1 against array.py's Python recorders: the same node slots
+    (its primitive, inputs, a fresh id, no event), the same desc slots per output (shape,
+    dtype, stream, node, index, no data, the tracer flag inside a transformation too), each
+    weakly listed on the node, and a fresh handle per output."""
+    from tapescope.core.array import array
+    from tapescope.core.primitive import Primitive
+
+    if not hasattr(array, "_make_py"):
+        pytest.skip("core/_call.c is not built (or settings.c_call is off)")
+    s = mx.default_stream(mx.default_device())
+    ins = [mx.array(np.ones(2, np.float32)) for _ in range(n_in)]
+    dtypes = [mx.float32, mx.int32, mx.float16][:len(shapes)]
+
+    def made(make, make1):
+        prim = Primitive("Abs", s)
+        if len(shapes) == 1 and make1 is not None:
+            return prim, [make1(shapes[0], dtypes[0], prim, ins)]
+        return prim, make([list(sh) for sh in shapes], dtypes, prim, ins)
+
+    def record():
+        return made(array._make, array._make1), made(array._make_py, array._make1_py)
+
+    if traced:  # a transformation's tracers: the flag comes from tracer.any_tracer
+        got = []
+        mx.grad(lambda x: (got.append(record()), x.sum())[1])(mx.array(1.0))
+        (pc, c), (pp, p) = got[0]
+    else:
+        (pc, c), (pp, p) = record()
+    assert len(c) == len(p) == len(dtypes[:len(shapes)])
+    nc, np_ = c[0]._d.node, p[0]._d.node
+    assert nc.primitive is pc and np_.primitive is pp
+    assert nc.inputs == np_.inputs == [x._d for x in ins]
+    assert nc.id != np_.id and nc.event is None and nc.keep is False
+    assert [r() for r in nc.outputs] == [a._d for a in c]
+    for a, b, i in zip(c, p, range(len(c))):
+        assert type(a) is array and a is not b
+        da, db = _slots(a._d, skip=("node",)), _slots(b._d, skip=("node",))
+        assert da == db and da["index"] == i and type(da["shape"]) is tuple
+        assert a._d.node is nc
+
+
 def test_a_rule_that_raises_leaves_the_node_lazy_and_a_later_eval_runs_it():
     from tapescope.kernels.primitives import REGISTRY
 
@@ -360,3 +409,30 @@ def test_the_c_loop_and_the_python_loop_make_the_same_records_counts_and_values(
     assert c["counts"] == py["counts"]
     assert c["records"] == py["records"]
     assert c["values"] == py["values"]
+
+
+def test_a_graph_is_freed_by_reference_counting_alone():
+    """Graph objects are outside the cyclic collector (core/_call.c): an unevaluated graph,
+    a gradient's and an evaluated one go away as soon as nobody holds them, with the
+    collector off (they never form a cycle)."""
+    import weakref
+
+    x = mx.array(np.ones(4, np.float32))
+    mx.eval(x)
+    gc.disable()
+    try:
+        y = mx.exp(x * 2) + x
+        refs = [weakref.ref(y._d), weakref.ref(y._d.node.inputs[0]), weakref.ref(y._d.node)]
+        del y
+        assert [r() for r in refs] == [None, None, None]
+        g = mx.grad(lambda v: (mx.sin(v) * v).sum())(x)
+        refs = [weakref.ref(g._d)] + ([weakref.ref(g._d.node)] if g._d.node is not None else [])
+        del g
+        assert all(r() is None for r in refs)
+        z = mx.exp(x) * x
+        mx.eval(z)
+        ref = weakref.ref(z._d)
+        del z
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -277,6 +277,195 @@ done:
     return result;
 }
 
+/* -- Recording a node, in C: array._make1 / array._make ---------------------------------
+ *
+ * What every op does last (MLX's array constructor with a primitive and inputs): Node(
+ * primitive, [x._d for x in inputs]) with the next node id, one ArrayDesc per output
+ * (shape, dtype, the primitive's stream, node, index; no data; the tracer flag as
+ * tracer.any_tracer gives it: False while no transformation runs, else that function),
+ * each weakly listed as the node's output, and an mx.array handle on each. The same
+ * objects and slots as array.py's Python versions (tests/test_eval_loop.py compares them).
+ * configure_record hands over the types once.
+ *
+ * These objects are left out of the cyclic garbage collector (as CPython leaves out a
+ * tuple of atoms), as MLX's graph is C++ objects it never sees: a graph is acyclic by
+ * construction (a node holds its inputs, older arrays; its outputs only weakly; an array
+ * holds its desc, a desc its node and data), so reference counting frees all of it, and
+ * an op adds nothing the collector's generations have to walk (~12% of a small model's
+ * decode time went to collections, most of it full ones over the whole heap). What they
+ * reference stays tracked, and is kept alive by them as by any reference the collector
+ * does not see. */
+static PyObject *r_node_type, *r_desc_type, *r_array_type, *r_node_ids, *r_tracer, *r_any_tracer,
+    *r_zero;
+static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1;
+static int record_configured = 0;
+
+static PyObject *configure_record(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"node_type", "desc_type", "array_type", "node_ids",
+                                        "tracer", "any_tracer"};
+    PyObject **const slots[] = {&r_node_type, &r_desc_type, &r_array_type, &r_node_ids,
+                                &r_tracer, &r_any_tracer};
+    record_configured = 0;
+    if (take_all(kw, "configure_record", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
+    PyObject *prim_type = PyDict_GetItemString(kw, "primitive_type");
+    if (!prim_type || !PyType_Check(r_node_type) || !PyType_Check(r_desc_type) ||
+        !PyType_Check(r_array_type) || !PyType_Check(prim_type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_record: the node, desc, array and "
+                                         "primitive types");
+        return NULL;
+    }
+    if (core_offsets(r_node_type, r_desc_type) < 0) return NULL;
+    if ((r_array_d_off = slot_offset(r_array_type, "_d")) < 0) return NULL;
+    if ((r_prim_stream_off = slot_offset(prim_type, "stream")) < 0) return NULL;
+    if (r_zero == NULL && (r_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    Py_XSETREF(c_node_type, Py_NewRef(r_node_type));
+    Py_XSETREF(c_desc_type, Py_NewRef(r_desc_type));
+    record_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* ``shape`` as a tuple of ints (array._make's tuple(int(s) for s in shape)); new ref */
+static PyObject *int_shape(PyObject *shape) {
+    if (PyTuple_CheckExact(shape)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(shape), i = 0;
+        while (i < n && PyLong_CheckExact(PyTuple_GET_ITEM(shape, i))) i++;
+        if (i == n) return Py_NewRef(shape);
+    }
+    PyObject *seq = PySequence_Fast(shape, "a shape is a sequence of ints");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+        PyObject *v = PyNumber_Long(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, v);
+    }
+    Py_DECREF(seq);
+    return t;
+}
+
+/* the node of ``primitive`` over ``inputs`` (a list of mx.arrays) and its tracer flag */
+static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag) {
+    PyObject *seq = PySequence_Fast(inputs, "inputs are a sequence of arrays");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *descs = PyList_New(n), *id = NULL, *outputs = NULL, *node = NULL;
+    for (Py_ssize_t i = 0; descs != NULL && i < n; i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *d = (PyObject *)Py_TYPE(x) == r_array_type
+                          ? Py_XNewRef(SLOT(x, r_array_d_off)) : PyObject_GetAttr(x, s__d);
+        if (d == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_d");
+            Py_CLEAR(descs);
+        } else {
+            PyList_SET_ITEM(descs, i, d);
+        }
+    }
+    Py_DECREF(seq);
+    if (descs == NULL) return NULL;
+    PyObject *active = PyObject_GetAttr(r_tracer, s__active);
+    if (active == NULL) goto error;
+    int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
+    Py_DECREF(active);
+    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
+    if (*flag == NULL) goto error;
+    id = PyIter_Next(r_node_ids);
+    outputs = id ? PyList_New(0) : NULL;
+    node = outputs ? bare(r_node_type) : NULL;
+    if (node == NULL) { Py_CLEAR(*flag); goto error; }
+    put(node, node_off[N_PRIMITIVE], prim);
+    put(node, node_off[N_INPUTS], descs);
+    put(node, node_off[N_OUTPUTS], outputs);
+    put(node, node_off[N_ID], id);
+    put(node, node_off[N_EVENT], Py_None);
+    put(node, node_off[N_KEEP], Py_False);
+    PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive too) */
+    if (PyObject_IS_GC(prim)) PyObject_GC_UnTrack(prim);
+    PyObject_GC_UnTrack(descs);
+    PyObject_GC_UnTrack(outputs);
+error:
+    Py_DECREF(descs); Py_XDECREF(id); Py_XDECREF(outputs);
+    return node;
+}
+
+/* output ``index`` of ``node``: its ArrayDesc listed weakly on the node, and a handle */
+static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape,
+                               PyObject *dtype, PyObject *index, PyObject *flag) {
+    PyObject *desc = bare(r_desc_type);
+    if (desc == NULL) return NULL;
+    put(desc, desc_off[D_SHAPE], shape);
+    put(desc, desc_off[D_DTYPE], dtype);
+    put(desc, desc_off[D_STREAM], stream);
+    put(desc, desc_off[D_NODE], node);
+    put(desc, desc_off[D_INDEX], index);
+    put(desc, desc_off[D_DATA], Py_None);
+    put(desc, desc_off[D_BUFFER], Py_None);
+    put(desc, desc_off[D_TRACER], flag);
+    put(desc, desc_off[D_KEPT], Py_None);
+    PyObject_GC_UnTrack(desc);
+    PyObject *ref = PyWeakref_NewRef(desc, NULL), *a = NULL;
+    if (ref != NULL) PyObject_GC_UnTrack(ref);
+    if (ref != NULL && PyList_Append(SLOT(node, node_off[N_OUTPUTS]), ref) == 0 &&
+        (a = bare(r_array_type)) != NULL) {
+        put(a, r_array_d_off, desc);
+        PyObject_GC_UnTrack(a);
+    }
+    Py_XDECREF(ref);
+    Py_DECREF(desc);
+    return a;
+}
+
+static int record_args(const char *who, Py_ssize_t nargs, PyObject *const *args) {
+    if (!record_configured) {
+        PyErr_Format(PyExc_RuntimeError, "%s: not configured", who);
+        return -1;
+    }
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "%s(shape(s), dtype(s), primitive, inputs)", who);
+        return -1;
+    }
+    return 0;
+}
+
+/* make1(shape, dtype, primitive, inputs): array._make1 (``shape`` a tuple of ints) */
+static PyObject *make1(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (record_args("make1", nargs, args) < 0) return NULL;
+    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag);
+    if (node == NULL) return NULL;
+    PyObject *a = record_output(node, SLOT(args[2], r_prim_stream_off), args[0], args[1],
+                                r_zero, flag);
+    Py_DECREF(node); Py_DECREF(flag);
+    return a;
+}
+
+/* make(shapes, dtypes, primitive, inputs): array._make, a list of arrays */
+static PyObject *make(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (record_args("make", nargs, args) < 0) return NULL;
+    PyObject *shapes = PySequence_Fast(args[0], "shapes are a sequence");
+    if (shapes == NULL) return NULL;
+    PyObject *dtypes = PySequence_Fast(args[1], "dtypes are a sequence");
+    if (dtypes == NULL) { Py_DECREF(shapes); return NULL; }
+    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag), *outs = NULL;
+    if (node == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(shapes);
+    if (PySequence_Fast_GET_SIZE(dtypes) < n) n = PySequence_Fast_GET_SIZE(dtypes); /* zip */
+    outs = PyList_New(n);
+    PyObject *stream = SLOT(args[2], r_prim_stream_off);
+    for (Py_ssize_t i = 0; outs != NULL && i < n; i++) {
+        PyObject *shape = int_shape(PySequence_Fast_GET_ITEM(shapes, i));
+        PyObject *index = shape ? PyLong_FromSsize_t(i) : NULL;
+        PyObject *a = index ? record_output(node, stream, shape, PySequence_Fast_GET_ITEM(dtypes, i),
+                                            index, flag) : NULL;
+        Py_XDECREF(shape); Py_XDECREF(index);
+        if (a == NULL) Py_CLEAR(outs);
+        else PyList_SET_ITEM(outs, i, a);
+    }
+done:
+    Py_DECREF(shapes); Py_DECREF(dtypes); Py_XDECREF(node); Py_XDECREF(flag);
+    return outs;
+}
+
 /* CompiledBase: what CompiledFunction derives from, its call in C. A call with positional
  * arguments only, of a function whose ``_direct`` is True, tries the fast path; anything
  * else (and every miss) is the subclass's ``_call(*args, **kwargs)``. */
@@ -312,25 +501,18 @@ static PyTypeObject CompiledBase = {
     .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
 };
 
-/* mx.eval's first step in C: one mx.array is offered to the backend's eager lane
- * (scheduling._eager_one[0], the CUDA lane's eval_one) and, declined, goes to after_lane
- * (transforms._after_lane: evaluate without asking the lane again); anything else is the
- * Python eval (transforms._eval), given with configure_eval. */
-static PyObject *e_eager_one = NULL, *e_python = NULL, *e_after_lane = NULL;
+/* mx.eval's first step in C: one mx.array whose eval is the plain case runs in the loop's
+ * C part (_loop.c eager_eval, every backend); anything else, and whatever that declines, is
+ * the Python eval (transforms._eval), given with configure_eval. */
+static PyObject *e_python = NULL;
 
 static PyObject *configure_eval(PyObject *self, PyObject *kw) {
-    PyObject *one = PyDict_Check(kw) ? PyDict_GetItemString(kw, "eager_one") : NULL;
-    PyObject *py = one ? PyDict_GetItemString(kw, "python") : NULL;
-    PyObject *after = py ? PyDict_GetItemString(kw, "after_lane") : NULL;
-    if (after == NULL || !PyList_Check(one) || PyList_GET_SIZE(one) != 1 ||
-        !PyCallable_Check(py) || !PyCallable_Check(after)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure_eval({'eager_one': [f], 'python': eval, 'after_lane': g})");
+    PyObject *py = PyDict_Check(kw) ? PyDict_GetItemString(kw, "python") : NULL;
+    if (py == NULL || !PyCallable_Check(py)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eval({'python': eval})");
         return NULL;
     }
-    Py_XSETREF(e_eager_one, Py_NewRef(one));
     Py_XSETREF(e_python, Py_NewRef(py));
-    Py_XSETREF(e_after_lane, Py_NewRef(after));
     Py_RETURN_NONE;
 }
 
@@ -339,31 +521,16 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "_call.eval: not configured");
         return NULL;
     }
-    if (nargs == 1 && configured && (PyObject *)Py_TYPE(args[0]) == c_array_type) {
-        PyObject *one = PyList_GET_ITEM(e_eager_one, 0);
-        if (one != Py_None) {
-            PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            if (desc == NULL) return NULL;
-            Py_INCREF(one);
-            PyObject *ran = PyObject_CallOneArg(one, desc);
-            Py_DECREF(one);
-            int done = ran == Py_True;
-            Py_XDECREF(ran);
-            PyObject *r = ran == NULL ? NULL
-                          : done ? Py_NewRef(Py_None) : PyObject_CallOneArg(e_after_lane, desc);
-            Py_DECREF(desc);
-            return r;
-        }
-        if (eager_configured) { /* an eager op's eval: in C when it is the plain case */
-            PyObject *desc = PyObject_GetAttr(args[0], s__d);
-            PyObject *descs = desc ? PyList_New(1) : NULL;
-            if (descs == NULL) { Py_XDECREF(desc); return NULL; }
-            PyList_SET_ITEM(descs, 0, desc);
-            int r = eager_eval(descs);
-            Py_DECREF(descs);
-            if (r < 0) return NULL;
-            if (r == 1) Py_RETURN_NONE;
-        }
+    if (nargs == 1 && eager_configured && r_array_type != NULL &&
+        (PyObject *)Py_TYPE(args[0]) == r_array_type) {
+        PyObject *desc = PyObject_GetAttr(args[0], s__d);
+        PyObject *descs = desc ? PyList_New(1) : NULL;
+        if (descs == NULL) { Py_XDECREF(desc); return NULL; }
+        PyList_SET_ITEM(descs, 0, desc);
+        int r = eager_eval(descs);
+        Py_DECREF(descs);
+        if (r < 0) return NULL;
+        if (r == 1) Py_RETURN_NONE;
     }
     return PyObject_Vectorcall(e_python, args, nargs, NULL);
 }
@@ -371,7 +538,7 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
-     "Hand over scheduling._eager_one and the Python eval (a dict)."},
+     "Hand over the Python eval (a dict: {'python': transforms._eval})."},
     {"configure_loop", (PyCFunction)configure_loop, METH_O,
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
     {"topo_order", (PyCFunction)topo_order, METH_O,
@@ -382,6 +549,12 @@ static PyMethodDef methods[] = {
      "Hand over scheduling's objects for an eager op's eval in C (a dict)."},
     {"run_node", (PyCFunction)run_node, METH_O,
      "Run one graph node (evaluate.run_node; the common host node in C)."},
+    {"configure_record", (PyCFunction)configure_record, METH_O,
+     "Hand over core's node, desc and array types for recording nodes (a dict)."},
+    {"make1", (PyCFunction)(void (*)(void))make1, METH_FASTCALL,
+     "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
+    {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
+     "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
      "eval($module, /, *args)\n--\n\n"
      "Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.\n\n"

@@ -22,6 +22,9 @@ extern PyObject *s_enabled, *s__active, *s__d, *s_shape, *s_dtype, *s_name, *s_i
     *s_plan, *s_single, *s_steps, *s_consts, *s_stream, *s_primitive, *s_inputs, *s_outputs,
     *s_id, *s_event, *s_keep, *s_node, *s_data, *s_buffer, *s_tracer, *s_kept;
 
+/* the slot at ``off`` (borrowed; NULL when unset) */
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
 /* _call.c */
 Py_ssize_t slot_offset(PyObject *type, const char *name);
 int take_all(PyObject *kw, const char *who, const char *const *names, PyObject **const *slots,

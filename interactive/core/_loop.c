@@ -1,9 +1,14 @@
 /* The eval loop's hot part in C (scheduling.py's and evaluate.py's steps for the common
  * case; the Python functions named below are the reference and run everything else):
  *
- * - run_node: one host node (evaluate._run_node);
+ * - run_node: one node (evaluate._run_node): a host node, or a device's loaded fused call;
  * - topo_order: the schedule's order (scheduling._topo_order);
- * - eager_eval: a synchronous eval on one CPU stream (scheduling.evaluate / _run_inline).
+ * - eager_eval: a synchronous eval on one stream of any backend (scheduling.evaluate /
+ *   _run_inline / _evaluate's wait).
+ *
+ * Every eval of every backend comes through these or their Python references: there is
+ * no other loop (a backend contributes its launch, ``Backend.launch_fused``, and its
+ * events; see BackendInfo below).
  *
  * Built into the same extension as _call.c (which it shares core's slot offsets with, see
  * _core.h); configured by evaluate.py and scheduling.py at import. */
@@ -11,23 +16,27 @@
 
 /* -- The eval loop's hot part: one host node run in C ------------------------------------
  *
- * ``run_node(node)`` is evaluate.run_node for the common host node: on the CPU backend,
- * not a tracer's, not a fused tape, not a rule taking ``donatable=``, no bfloat16 input of
- * an elementwise op, every input a numpy array. Its steps are evaluate.py's, in the same
+ * ``run_node(node)`` is evaluate.run_node for the common node: on a host backend (the
+ * CPU), not a tracer's, not a rule taking ``donatable=``, no bfloat16 input of an
+ * elementwise op, every input a numpy array; or a fused call whose kernel is loaded, on
+ * any backend (on a device: its inputs the device's arrays, none that could donate). Its steps are evaluate.py's, in the same
  * order: a single-output ``out=`` rule writes into a donated input's buffer (the same
  * checks as _donor: nobody else holds the input or its handle, same itemsize and shape,
  * C- or F-contiguous and writeable, the buffer within the 16 KiB slack) or a fresh buffer
  * of the allocator (its malloc, the buffer's view, a BufferHandle), under the backend's
  * quiet floating-point state (its context variable set and reset); the result stored, the
- * node detached. A view or another rule is called here and finished by evaluate._finish.
+ * node detached. A loaded fused kernel is launched into its output buffer through the
+ * backend's launch_fused (evaluate._fused_launch). A view or another rule is called here
+ * and finished by evaluate._finish.
  * The path is counted in evaluate's counters as the Python path counts it, and the
  * timeline records as it does there (the same records, the same code either way).
  * Anything else (and a rule that refuses ``out=`` with a TypeError) is the Python
  * run_node, given with configure_loop. */
-static PyObject *l_python_run, *l_backend, *l_by_stream, *l_xp, *l_alloc, *l_handle_type,
+static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
-static PyObject *l_kernel_rules, *l_launch_for, *s_takes, *s_launch_fused, *s_tape;
+static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
+    *s_compiled_launch, *s_kernel_rules, *s_device_context;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes;
 static int loop_configured = 0;
@@ -35,22 +44,21 @@ enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
-enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3 }; /* evaluate.PATHS' */
+enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4 };
+/* (evaluate.PATHS' indices) */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
 PyObject *configure_loop(PyObject *self, PyObject *kw) {
-    static const char *const names[] = {"python_run", "backend", "by_stream", "xp", "allocator",
-                                        "handle_type", "bfloat16", "ndarray", "timeline", "now",
-                                        "record", "finish", "counts", "quiet_var", "quiet_value",
-                                        "launch_for", "kernel_rules"};
-    PyObject **const slots[] = {&l_python_run, &l_backend, &l_by_stream, &l_xp, &l_alloc,
-                                &l_handle_type, &l_bf16, &l_ndarray, &l_timeline, &l_now,
-                                &l_record, &l_finish, &l_counts, &l_quiet_var, &l_quiet_value,
-                                &l_launch_for, &l_kernel_rules};
+    static const char *const names[] = {"python_run", "by_stream", "handle_type", "bfloat16",
+                                        "ndarray", "timeline", "now", "record", "finish",
+                                        "counts", "quiet_var", "quiet_value"};
+    PyObject **const slots[] = {&l_python_run, &l_by_stream, &l_handle_type, &l_bf16,
+                                &l_ndarray, &l_timeline, &l_now, &l_record, &l_finish,
+                                &l_counts, &l_quiet_var, &l_quiet_value};
     loop_configured = 0;
     if (take_all(kw, "configure_loop", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) || !PyDict_Check(l_kernel_rules) ||
+    if (!PyDict_Check(l_by_stream) || !PyList_Check(l_counts) ||
         !PyContextVar_CheckExact(l_quiet_var)) {
         PyErr_SetString(PyExc_TypeError, "configure_loop: by_stream a dict, counts a list, "
                                          "quiet_var a ContextVar");
@@ -97,14 +105,69 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
-                           !(s_tape = PyUnicode_InternFromString("tape"))))
+                           !(s_tape = PyUnicode_InternFromString("tape")) ||
+                           !(s_xp = PyUnicode_InternFromString("xp")) ||
+                           !(s_allocator = PyUnicode_InternFromString("allocator")) ||
+                           !(s_array_type = PyUnicode_InternFromString("array_type")) ||
+                           !(s_compiled_launch = PyUnicode_InternFromString("compiled_launch")) ||
+                           !(s_kernel_rules = PyUnicode_InternFromString("kernel_rules")) ||
+                           !(s_device_context = PyUnicode_InternFromString("device_context"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
 }
 
-/* the slot at ``off`` (borrowed; NULL when unset) */
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* What the loop reads off a stream's backend (kernels.backends.Backend), once per backend:
+ * its array module, allocator and array type, its loaded fused kernels' plans
+ * (``compiled_launch``: None where it has none), its generated kernels per primitive
+ * (``kernel_rules``), and whether it computes on the host (no device context, numpy
+ * arrays: the CPU). A backend's node runs here when it is the plain case: on the host,
+ * any such node; on a device, a fused call whose kernel is loaded, launched through the
+ * backend's one hook, ``launch_fused`` (evaluate._gpu_fused_launch); anything else is the
+ * Python run_node. The references are kept (a backend lives as long as the process). */
+typedef struct {
+    PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
+    int host;
+} BackendInfo;
+#define MAX_BACKENDS 16
+static BackendInfo seen[MAX_BACKENDS];
+static int n_seen = 0;
+
+/* the backend's info (NULL: not here, the Python path; no error set) */
+static BackendInfo *backend_info(PyObject *be) {
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].be == be) return &seen[i];
+    if (n_seen == MAX_BACKENDS) return NULL;
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0};
+    PyObject *ctx = NULL;
+    if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
+        !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
+        !(b.launch_for = PyObject_GetAttr(be, s_compiled_launch)) ||
+        !(b.kernel_rules = PyObject_GetAttr(be, s_kernel_rules)) ||
+        !(ctx = PyObject_GetAttr(be, s_device_context)) || !PyType_Check(b.array_type) ||
+        !PyDict_Check(b.kernel_rules)) {
+        PyErr_Clear();
+        Py_XDECREF(b.xp); Py_XDECREF(b.alloc); Py_XDECREF(b.array_type);
+        Py_XDECREF(b.launch_for); Py_XDECREF(b.kernel_rules); Py_XDECREF(ctx);
+        return NULL;
+    }
+    b.host = ctx == Py_None && b.array_type == l_ndarray;
+    Py_DECREF(ctx);
+    Py_INCREF(be);
+    seen[n_seen] = b;
+    return &seen[n_seen++];
+}
+
+/* the backend of ``stream`` (kernels.backends._by_stream; NULL: not known yet) */
+static BackendInfo *stream_info(PyObject *stream) {
+    PyObject *index = PyObject_GetAttr(stream, s_index);
+    if (index == NULL) { PyErr_Clear(); return NULL; }
+    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
+    Py_DECREF(index);
+    if (be == NULL) { PyErr_Clear(); return NULL; }
+    return backend_info(be);
+}
 
 static int call_none(PyObject *r) { /* a call's result dropped: 0, or -1 on its error */
     if (r == NULL) return -1;
@@ -204,7 +267,7 @@ static PyObject *handle_memory(PyObject *h) {
  * adopted when it owns it; stored, the node detached. 1 done, 0 declined (nothing done:
  * evaluate._finish runs), -1 error. */
 static int finish_one(PyObject *node, PyObject *res, PyObject *out_handle, PyObject *inputs,
-                      PyObject *outputs, long long *nbytes) {
+                      PyObject *outputs, PyObject *alloc, long long *nbytes) {
     if (PyList_GET_SIZE(outputs) != 1 || Py_TYPE(res) != (PyTypeObject *)l_ndarray) return 0;
     PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
     if (target == NULL) { PyErr_Clear(); return 0; }
@@ -243,8 +306,8 @@ static int finish_one(PyObject *node, PyObject *res, PyObject *out_handle, PyObj
             PyErr_Clear();
         }
         if (!owns) { Py_DECREF(memory); return 0; } /* a copy first: evaluate._store */
-        PyObject *buf = PyObject_CallMethodOneArg(l_alloc, s_adopt, memory);
-        handle = buf ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+        PyObject *buf = PyObject_CallMethodOneArg(alloc, s_adopt, memory);
+        handle = buf ? PyObject_CallFunctionObjArgs(l_handle_type, buf, alloc, NULL) : NULL;
         Py_XDECREF(buf);
         if (handle == NULL) { Py_DECREF(memory); return -1; }
     }
@@ -297,25 +360,25 @@ static int run_host(PyObject *node) {
         !PyList_CheckExact(inputs) || outputs == NULL || !PyList_CheckExact(outputs))
         return 0;
     int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
-    if (fused ? l_launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
+    BackendInfo *bi = stream_info(stream);
+    if (bi == NULL || (!bi->host && !fused)) return 0; /* a device's other nodes: Python */
+    PyObject *be = bi->be;
+    if (fused ? bi->launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
               : SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
-    PyObject *index = PyObject_GetAttr(stream, s_index);
-    if (index == NULL) { PyErr_Clear(); return 0; }
-    PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
-    Py_DECREF(index);
-    if (be != l_backend) { PyErr_Clear(); return 0; }
     Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
     if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
     int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
     PyObject *args[MAX_RULE_ARGS];
-    args[0] = l_xp;
+    args[0] = bi->xp;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
-        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray) return 0;
+        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)bi->array_type) return 0;
+        /* on a device, an input only the node holds may donate: evaluate._donor decides */
+        if (!bi->host && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None) return 0;
         args[1 + i] = data;
     }
     int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
@@ -334,7 +397,7 @@ static int run_host(PyObject *node) {
     Py_XINCREF(target);
     /* the backend's generated kernel for the primitive where it has one (Backend.kernel_rules),
      * else the definition's rule; the definition's flags either way, as evaluate._run */
-    PyObject *rule = PyDict_GetItemWithError(l_kernel_rules, SLOT(prim, prim_off[P_NAME]));
+    PyObject *rule = PyDict_GetItemWithError(bi->kernel_rules, SLOT(prim, prim_off[P_NAME]));
     if (rule == NULL && PyErr_Occurred()) PyErr_Clear();
     rule = Py_NewRef(rule != NULL ? rule : SLOT(defn, defn_off[F_RULE]));
     int rc = -1;
@@ -349,7 +412,7 @@ static int run_host(PyObject *node) {
         ins = shape ? PyList_New(n) : NULL;
         if (ins == NULL) { if (!PyErr_Occurred()) rc = 0; goto done; }
         for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
-        ln = PyObject_CallFunctionObjArgs(l_launch_for, tape, ins, shape, NULL);
+        ln = PyObject_CallFunctionObjArgs(bi->launch_for, tape, ins, shape, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
     }
@@ -363,7 +426,7 @@ static int run_host(PyObject *node) {
         if (PyErr_Occurred()) goto done;
         PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
         PyObject *donor = NULL;
-        for (Py_ssize_t i = 0; i < n && donor == NULL; i++) {
+        for (Py_ssize_t i = 0; bi->host && i < n && donor == NULL; i++) {
             PyObject *d = PyList_GET_ITEM(inputs, i);
             if (donates(d, shape, itemsize, nbytes)) donor = d;
         }
@@ -372,18 +435,18 @@ static int run_host(PyObject *node) {
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
         } else {
             PyObject *size = PyLong_FromLongLong(nbytes);
-            PyObject *buf = size ? PyObject_CallMethodOneArg(l_alloc, s_malloc, size) : NULL;
+            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
                 PyObject *vargs[4] = {buf, size, npdt, shape};
                 out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, l_alloc, NULL) : NULL;
+                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
             Py_XDECREF(buf);
             Py_XDECREF(size);
         }
         if (out == NULL || handle == NULL) goto done;
     }
-    if (fused) { /* generated code: no rule, no warning state; Backend.launch_fused */
+    if (fused) { /* generated code: no rule, no warning state; the backend's launch hook */
         PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
         if (takes == NULL) goto done;
         int ok = takes == Py_True;
@@ -414,13 +477,14 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        if (detach(node) < 0 || count_path(fused ? PATH_FUSED : PATH_RULE_OUT) < 0) goto done;
+        int path = !fused ? PATH_RULE_OUT : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
+        if (detach(node) < 0 || count_path(path) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
         rc = 1;
         goto done;
     }
     if (count_path(view ? PATH_VIEW : PATH_RULE) < 0) goto done;
-    int one = finish_one(node, res, handle ? handle : Py_None, inputs, outputs,
+    int one = finish_one(node, res, handle ? handle : Py_None, inputs, outputs, bi->alloc,
                          enabled == Py_True ? &nbytes : NULL);
     if (one < 0) goto done;
     if (one == 1) {
@@ -583,7 +647,7 @@ done:
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
     *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild;
 static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
-    *s_error, *s_interrupted, *s_one;
+    *s_error, *s_interrupted, *s_one, *s_wait;
 int eager_configured = 0;
 
 PyObject *configure_eager(PyObject *self, PyObject *kw) {
@@ -607,7 +671,7 @@ PyObject *configure_eager(PyObject *self, PyObject *kw) {
 #define I(var, text) if (var == NULL && !(var = PyUnicode_InternFromString(text))) return NULL;
     I(s__flag, "_flag") I(s_begin, "begin") I(s_end, "end") I(s_acquire, "acquire")
     I(s_release, "release") I(s_signal, "signal") I(s__owner, "_owner") I(s_error, "error")
-    I(s_interrupted, "interrupted")
+    I(s_interrupted, "interrupted") I(s_wait, "wait")
 #undef I
     if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) return NULL;
     eager_configured = 1;
@@ -668,8 +732,9 @@ int eager_eval(PyObject *descs) {
     PyObject *index = PyObject_GetAttr(stream, s_index);
     if (index == NULL) { PyErr_Clear(); return 0; }
     PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
-    PyObject *w = be == l_backend ? PyDict_GetItemWithError(g_workers, index) : NULL;
-    if (be != l_backend || w != NULL || PyErr_Occurred()) { /* another device, or a worker */
+    BackendInfo *bi = be != NULL ? backend_info(be) : NULL;
+    PyObject *w = bi != NULL ? PyDict_GetItemWithError(g_workers, index) : NULL;
+    if (bi == NULL || w != NULL || PyErr_Occurred()) { /* not known yet, or a worker */
         Py_DECREF(index);
         PyErr_Clear();
         return 0;
@@ -744,6 +809,10 @@ int eager_eval(PyObject *descs) {
         PyObject *eargs[4] = {state, ev, t0, Py_True};
         if (call_none(PyObject_Vectorcall(g_end, eargs, 4, NULL)) < 0) keep_error(&type, &value, &tb);
     }
+    /* a device's stream: the eval returns once its work is done (the host waits on the
+     * event, as scheduling._evaluate waits on every eval's events) */
+    if (!bi->host && call_none(PyObject_CallMethodOneArg(ev, s_wait, s_one)) < 0)
+        keep_error(&type, &value, &tb);
     rc = 1;
 done:
     if (begun && call_none(PyObject_CallMethodNoArgs(g_interrupt, s_end)) < 0)

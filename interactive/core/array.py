@@ -51,7 +51,8 @@ class ArrayDesc:
                 return
             if data.base is not None:  # never adopt memory that something else owns
                 data = self.data = np.array(data)
-            self.buffer = adopt(data)
+            alloc = allocator("cpu")  # adopt(data): ``data`` owns its memory
+            self.buffer = BufferHandle(alloc.adopt(data), alloc)
 
     @property
     def evaluated(self) -> bool:
@@ -527,3 +528,29 @@ class ArrayLike:
 
     def __mlx_array__(self) -> array:
         return self._obj.__mlx_array__()
+
+
+def _c_record() -> None:
+    """``array._make1`` / ``array._make`` in C (core/_call.c ``make1`` / ``make``: the same
+    Node, ArrayDesc, weak output and handle), where the extension is built and
+    ``settings.c_call`` is on; the Python versions above otherwise."""
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call:
+        return
+    try:
+        from . import _call
+    except ImportError:
+        return
+    from . import tracer
+    from .primitive import _node_ids
+
+    _call.configure_record({"node_type": Node, "desc_type": ArrayDesc, "array_type": array,
+                            "primitive_type": Primitive, "node_ids": _node_ids,
+                            "tracer": tracer, "any_tracer": any_tracer})
+    array._make1_py, array._make_py = array._make1, array._make
+    array._make1 = staticmethod(_call.make1)
+    array._make = staticmethod(_call.make)
+
+
+_c_record()

@@ -33,10 +33,10 @@ DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output byt
 # the rule's result stored (adopted or a view of an input); the rule into an output buffer
 # (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
 # (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
-# through ``run_compiled``; a GPU stream's node run on the host; the backend's eager lane.
+# through ``run_compiled``; a GPU stream's node run on the host.
 PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
-         "host_fallback", "eager_lane")
-RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST, LANE = range(len(PATHS))
+         "host_fallback")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST = range(len(PATHS))
 _counts = [0] * len(PATHS)
 
 
@@ -147,7 +147,7 @@ def _run_node(node: Node) -> None:
     if be.device_context is None:  # the host: a generated kernel where the backend has one
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
-    if prim.defn.takes_runtime and _gpu_fused_lane(node, prim, be):
+    if prim.defn.takes_runtime and _gpu_fused_launch(node, prim, be):
         return
     why = be.host_reason(node)
     if why is not None:
@@ -247,7 +247,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     xp = be.xp
     kw = prim.kw
     if defn.takes_runtime:
-        if _fused_lane(node, prim, be, ins, t0, FUSED):
+        if _fused_launch(node, prim, be, ins, t0, FUSED):
             return _DONE
         kw = {**kw, "runtime": be.compiled}
     with be.quiet():
@@ -277,10 +277,11 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     return out_handle, res
 
 
-def _fused_lane(node: Node, prim, be, ins: list, t0: int, path: int) -> bool:
-    """The fast lane of a fused call whose kernel is loaded for these layouts: it writes
-    straight into the output buffer (no rule, no warning filter: it is generated code),
-    launched by ``Backend.launch_fused``. False when the call needs ``run_compiled``."""
+def _fused_launch(node: Node, prim, be, ins: list, t0: int, path: int) -> bool:
+    """A fused call whose kernel is loaded for these layouts: it writes straight into the
+    output buffer (no rule, no warning filter: it is generated code), launched by the
+    backend's hook ``Backend.launch_fused`` (core/_loop.c run_node does the same steps).
+    False when the call needs ``run_compiled``."""
     launch = be.compiled_launch
     outputs = node.outputs
     if launch is None or len(outputs) != 1:
@@ -305,7 +306,7 @@ def _fused_lane(node: Node, prim, be, ins: list, t0: int, path: int) -> bool:
     return True
 
 
-def _gpu_fused_lane(node: Node, prim, be) -> bool:
+def _gpu_fused_launch(node: Node, prim, be) -> bool:
     """A GPU's fused call on device inputs, launched without entering the stream's device
     context (``launch_fused`` names the stream): the small-call path of
     ``benchmarks/cuda_fusion.py``. Recorded like any node (its host-side span: the
@@ -315,7 +316,7 @@ def _gpu_fused_lane(node: Node, prim, be) -> bool:
     for x in ins:
         if type(x) is not at:
             return False
-    return _fused_lane(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
+    return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
                        FUSED_DEVICE)
 
 
@@ -337,8 +338,10 @@ def _record(prim, node: Node, t0: int, nbytes: int) -> None:
 
 def _c_loop():
     """core/_call.c configured with the eval loop's objects (its ``run_node``: the common
-    host node in C, the same steps, else ``_run_node``; its ``topo_order``), or None where
-    that extension is not built or is off."""
+    node in C, the same steps, else ``_run_node``; its ``topo_order``), or None where
+    that extension is not built or is off. It reads each backend's array module,
+    allocator, array type, ``compiled_launch`` and ``kernel_rules`` off the backend the
+    first time a stream of it runs."""
     if not settings.c_call:
         return None
     try:
@@ -357,14 +360,12 @@ def _c_loop():
     with cpu.quiet():  # the backend's quiet state, set and reset in C
         quiet_value = quiet_var.get()
     _call.configure_loop({
-        "python_run": _run_node, "backend": cpu, "by_stream": _backends._by_stream,
-        "xp": cpu.xp, "allocator": cpu.allocator, "handle_type": BufferHandle,
-        "bfloat16": _BF16, "ndarray": np.ndarray, "timeline": timeline, "now": timeline.now,
-        "record": _record, "finish": _finish, "counts": _counts, "quiet_var": quiet_var,
-        "quiet_value": quiet_value, "node_type": Node, "desc_type": ArrayDesc,
-        "primitive_type": Primitive, "definition_type": PrimitiveDef,
-        "dtype_type": type(_BF16), "buffer_type": Buffer, "launch_for": cpu.compiled_launch,
-        "kernel_rules": cpu.kernel_rules})
+        "python_run": _run_node, "by_stream": _backends._by_stream,
+        "handle_type": BufferHandle, "bfloat16": _BF16, "ndarray": np.ndarray,
+        "timeline": timeline, "now": timeline.now, "record": _record, "finish": _finish,
+        "counts": _counts, "quiet_var": quiet_var, "quiet_value": quiet_value,
+        "node_type": Node, "desc_type": ArrayDesc, "primitive_type": Primitive,
+        "definition_type": PrimitiveDef, "dtype_type": type(_BF16), "buffer_type": Buffer})
     return _call
 
 

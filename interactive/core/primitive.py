@@ -20,7 +20,7 @@ class Primitive:
     same thing; ``stream`` is where it runs.
     """
 
-    __slots__ = ("name", "params", "kw", "stream", "defn")
+    __slots__ = ("name", "_params", "kw", "stream", "defn")
 
     def __init__(self, name: str, stream, **params: Any):
         try:  # looked up once: the eval reads the rule and flags off it
@@ -30,7 +30,15 @@ class Primitive:
         self.name = name
         self.stream = stream
         self.kw = params  # the parameters as keyword arguments for the rule (never mutated)
-        self.params = tuple(sorted(params.items())) if params else ()
+        self._params = None  # sorted when first asked for (few primitives ever are)
+
+    @property
+    def params(self) -> tuple:
+        """The parameters as a sorted tuple of (key, value) pairs."""
+        p = self._params
+        if p is None:
+            p = self._params = tuple(sorted(self.kw.items())) if self.kw else ()
+        return p
 
     @property
     def kind(self) -> str:

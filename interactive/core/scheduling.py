@@ -31,7 +31,7 @@ from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
 
 from .array import ArrayDesc
 from .device import check_thread
-from .evaluate import LANE, c_loop, count, prebuild_kernels, run_node
+from .evaluate import c_loop, prebuild_kernels, run_node
 from .primitive import Node
 from .tracer import before_eval
 from .walk import topological
@@ -160,21 +160,18 @@ def _plan(order: list[Node]):
     return plan, streams, fences, updates
 
 
-def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = True) -> None:
+def evaluate(descs: list[ArrayDesc], asynchronous: bool = False) -> None:
     """Evaluate the arrays (and what they need); return at once when ``asynchronous``.
-    ``lane=False``: the backend's eager lane has already declined the one desc.
 
-    Every eval goes through here and ``_evaluate``: one order, one schedule, and each node
+    Every eval goes through here and ``_evaluate`` (or core/_call.c's ``eager_eval``, the
+    same steps in C for one stream of any backend): one order, one schedule, and each node
     run by ``evaluate.run_node`` (inline on this thread, or by its stream's worker).
     From its first line a synchronous eval counts as running, so an interrupt (SIGINT)
     arriving while the graph is still being ordered is honoured at the first node boundary
     instead of raising in the middle of the bookkeeping.
     """
-    one = _eager_one[0] if lane else None
-    if one is not None and not asynchronous and len(descs) == 1 and one(descs[0]):
-        return  # a loaded fused call evaluated alone, by the backend's lane in C
     if not asynchronous and _c_eager is not None and _c_eager(descs):
-        return  # one CPU stream, nothing scheduled elsewhere: these steps in C (_call.c)
+        return  # one stream, nothing scheduled elsewhere: these steps in C (_loop.c)
     before_eval(descs, asynchronous)  # inside a transformation: keep tracers' graphs
     if asynchronous:
         _evaluate(descs, True)
@@ -190,22 +187,6 @@ def evaluate(descs: list[ArrayDesc], asynchronous: bool = False, lane: bool = Tr
         _evaluate(descs, False)
     finally:
         Interrupt.end()
-
-
-# a backend's ``eval_one(desc) -> bool`` (``Backend.eager_eval``: the CUDA lane in C), set
-# the first time ``_run_inline`` meets a backend with an eager lane
-_eager_one: list = [None]
-
-
-def _enable_eager(be) -> None:
-    from tapescope.kernels import backends as _backends
-    from tapescope.kernels import scheduler as _scheduler
-
-    from . import tracer
-
-    _eager_one[0] = be.eager_eval({
-        "schedule_lock": _schedule_lock, "tracer": tracer,
-        "workers": _scheduler._workers, "by_stream": _backends._by_stream})
 
 
 def _order(descs: list[ArrayDesc]) -> tuple[list[Node], list[Node]]:
@@ -302,33 +283,26 @@ def _enqueues_only(order: list[Node]) -> bool:
 
 def _run_inline(order: list[Node], state: EvalState, ev: Event, asynchronous: bool = False) -> None:
     """Run a single-stream eval on the calling thread (the stream's order is kept by its
-    worker's execution lock). The caller (``evaluate``) holds the eval's running mark.
-    A fused call alone on a backend with an eager lane (the CUDA lane in C) is offered to
-    it first; it signals ``ev`` itself when it runs the node."""
+    worker's execution lock). The caller (``evaluate``) holds the eval's running mark."""
     t0 = _eval_begin(order, ev.stream, state, asynchronous) if timeline.enabled else 0
     w = existing_worker(ev.stream)
     lock = w.exec_lock if w is not None else None
     if lock is not None:
         lock.acquire()
-    ran = False  # by the backend's eager lane, which also signals
     try:
-        if len(order) == 1 and order[0].primitive.defn.takes_runtime and not asynchronous:
-            ran = _eager_lane(order[0], ev)
-        if not ran:
-            for node in order:
-                if state.stopped or Interrupt.interrupted():
-                    _run_task(node, state, ())
-                else:
-                    try:
-                        run_node(node)
-                    except BaseException as e:  # noqa: BLE001 - delivered to the caller
-                        state.stop(error=e)
-                        node.event = None
+        for node in order:
+            if state.stopped or Interrupt.interrupted():
+                _run_task(node, state, ())
+            else:
+                try:
+                    run_node(node)
+                except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                    state.stop(error=e)
+                    node.event = None
     finally:
         if lock is not None:
             lock.release()
-        if not ran:
-            ev.signal(1)
+        ev.signal(1)
         if t0 and timeline.enabled:
             _record_end(state, ev, t0, last=True)
 
@@ -341,25 +315,6 @@ def _eval_begin(order: list[Node], stream: int, state: EvalState, asynchronous: 
                  detail={"nodes": len(order), "streams": [stream], "async": asynchronous})
     state.kernels = _kernel_batch_begin(order, t0)
     return t0
-
-
-def _eager_lane(node: Node, ev: Event) -> bool:
-    """The backend's eager lane (``Backend.eager_lane``, the CUDA lane's ``eval_fused``) for
-    a fused call evaluated alone: True when it ran the node (and signalled ``ev``). Not
-    while the timeline records: the C lane has no hook for its records yet (device time,
-    the roofline's layouts), so the loop's own fused launch runs and records the call."""
-    if Interrupt.interrupted() or timeline.enabled:
-        return False
-    be = backend(node.primitive.stream)
-    lane = be.eager_lane
-    if lane is None:
-        return False
-    if _eager_one[0] is None:
-        _enable_eager(be)
-    if lane(node, ev):
-        count(LANE)
-        return True
-    return False
 
 
 def _schedule(order: list[Node], asynchronous: bool):

@@ -10,7 +10,7 @@ from tapescope.kernels.settings import settings
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .scheduling import _eager_one, evaluate
+from .scheduling import evaluate
 from .random_state import reset_thread_key
 from .tracer import on_placeholders
 from .tree import tree_arrays
@@ -27,21 +27,17 @@ def _eval(*args: Any) -> None:
         evaluate([a._d for a in tree_arrays(args)])
 
 
-def _after_lane(desc) -> None:
-    """The one array's eval once the eager lane declined it (core/_call.c's eval)."""
-    evaluate([desc], lane=False)
-
-
 def _c_eval():
-    """``mx.eval``: core/_call.c's eval (evaluate's eager-lane step without a Python frame,
-    then ``_after_lane`` or ``_eval``) where that extension is built and on, else ``_eval``."""
+    """``mx.eval``: core/_call.c's eval (one array's eval in the loop's C part,
+    ``eager_eval``, without a Python frame; else ``_eval``) where that extension is built
+    and on, else ``_eval``."""
     if not settings.c_call:
         return _eval
     try:
         from . import _call
     except ImportError:
         return _eval
-    _call.configure_eval({"eager_one": _eager_one, "python": _eval, "after_lane": _after_lane})
+    _call.configure_eval({"python": _eval})
     return _call.eval
 
 

@@ -21,7 +21,6 @@ from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..roofline import layouts
-from ..settings import settings
 from . import device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
@@ -29,9 +28,6 @@ from .memory import CudaAllocator
 
 _BF16_ON_HOST = ("bfloat16: this runtime keeps bfloat16 arrays on the host (CuPy has no such "
                  "dtype), so the CPU's rule computes it there")
-
-
-_LANE_OWNER: list = [None]  # the backend whose objects the C lane was given (one per process)
 
 
 class _OnStream:
@@ -198,48 +194,11 @@ class CudaBackend(Backend):
 
         return launch_for
 
-    @functools.cached_property
-    def eager_lane(self):
-        """``_lane.eval_fused`` (``kernels/cuda/_lane.c``): a fused call evaluated alone,
-        from its launch plan to the host's wait, in C; None where the extension was not
-        built (no C compiler at install) or ``TAPESCOPE_CUDA_LANE=0``: the Python path."""
-        if not settings.cuda_lane:
-            return None
-        try:
-            from . import _lane
-        except ImportError:
-            return None
-        if _LANE_OWNER[0] not in (None, self):  # the lane holds one backend's objects
-            return None
-        from ..cpu import compiler
-        from . import events
-
-        if not _lane.configure({  # False: no CUDA driver loaded (the tests' stand-in CuPy)
-            "array_type": cupy.ndarray,
-            "generation": compiler._generation, "work": device._work,
-            "work_lock": device._work_lock, "unfinished": device._unfinished,
-            "streams": device._streams, "handle_type": BufferHandle, "allocator": self.allocator,
-            "host_wait": events.host_wait, "timing_pending": timing._pending,
-            "timing_flush": timing.flush, "python_free": CudaAllocator.free,
-            "timeline": timeline}):
-            return None
-        _LANE_OWNER[0] = self
-        # a BufferHandle's free goes straight to C (the Python method where it must)
-        self.allocator.free = _lane.free
-        return _lane.eval_fused
-
-    def eager_eval(self, core: dict):
-        """``_lane.eval_one`` over core's scheduling objects (``Backend.eager_eval``)."""
-        if self.eager_lane is None:
-            return None
-        from . import _lane
-
-        _lane.configure_eval({**core, "backend": self, "event_type": self.event_type})
-        return _lane.eval_one
-
     def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
         """The fused kernel on the mx stream's CUDA stream, without making it CuPy's
-        current stream (the eval loop's fast lane, ``evaluate._gpu_fused_lane``)."""
+        current stream: the eval loop's hook for a loaded fused call (core/_loop.c
+        run_node, ``evaluate._gpu_fused_launch``), the same code whether or not the timeline
+        records (which adds the timing events: the call's device time, the roofline)."""
         index = stream.index
         w = device.work(index)
         if self.device_id:  # this process's GPU is not 0 (a rank of mpirun)

@@ -256,8 +256,7 @@ class Launch:
             args.append(cupy.asarray(np.asarray(cshape, dtype=np.int32)))
             if ndim > d.schedule.max_static_ndim:
                 args.append(np.int32(ndim))
-        # the completion word and its value (codegen/cuda.py): null here, the eager lane
-        # writes both into its slots for a one-block launch (kernels/cuda/_lane.c)
+        # the completion word and its value (codegen/cuda.py): null in every launch here
         self.word_at = len(args)
         args += [0, 0]
         self.args, self.slots = args, tuple(slots)  # args keeps the device arrays slots point at
@@ -272,7 +271,6 @@ class Launch:
         self.grid = max(1, -(-threads // self.block))
         self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
         self.order = output_order(tape, inputs, shape, contiguous)
-        self.lane = None  # the C lane's copy of these fields, made on its first call (_lane.c)
 
     def takes(self, out) -> bool:
         """Whether the kernel writes its single output straight into ``out``."""

@@ -13,8 +13,8 @@
   then does it go to the cache (``malloc`` collects the finished ones first). The event of
   a stream is reused by the frees (and the eval signal) that follow while the stream has
   had no new work (``device.covering_event``), and a stream whose work the host has seen
-  finished needs none (``device.unfinished``). With the eager lane built, the allocator's
-  ``free`` is ``_lane.free`` (``kernels/cuda/_lane.c``): this method's usual case in C.
+  finished needs none (``device.unfinished``): then ``Allocator.free``'s steps run (in C
+  where kernels/_handle.c is built).
 - ``cudaFree`` synchronises the device, so raw frees happen on one registered thread (MLX's
   ``cuda_free`` re-posts frees from other threads to its worker), never on a stream's thread.
 """

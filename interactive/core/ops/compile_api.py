@@ -32,8 +32,11 @@ _state = {"enabled": "MLX_DISABLE_COMPILE" not in os.environ}
 def _call_base() -> type:
     """CompiledFunction's base: ``core/_call.c``'s CompiledBase, whose call runs the fast
     path's hit in C and otherwise ``_call``; ``object`` without the extension (no C
-    compiler) or with ``TAPESCOPE_C_CALL=0``, and ``_call`` is then ``__call__``."""
-    if os.environ.get("TAPESCOPE_C_CALL", "1") == "0":
+    compiler) or with ``settings.c_call`` off (``TAPESCOPE_C_CALL=0``), and ``_call`` is
+    then ``__call__``."""
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call:
         return object
     try:
         from .. import _call
