@@ -137,7 +137,10 @@ EXACT = {  # one rounding of a correctly rounded float32 result: MLX's bits
     "max_min": lambda a, b: mx.maximum(a, b) - mx.minimum(a, 1.0),
     "unary": lambda a, b: mx.abs(-a) + mx.square(b) + mx.sqrt(mx.abs(a)),
     "compare": lambda a, b: [a > b, mx.where(a < b, a, b), a == b],
-    "casts": lambda a, b: [a.astype(mx.float32), a.astype(mx.float16), a.astype(mx.int32),
+    # (to int32 finite values only: CUDA's conversion saturates inf and NaN, as MLX's
+    # CUDA backend's does, where the host's gives INT_MIN)
+    "casts": lambda a, b: [a.astype(mx.float32), a.astype(mx.float16),
+                           mx.where(mx.abs(a) < 1e6, a, 0).astype(mx.int32),
                            (a.astype(mx.float32) * 3).astype(mx.bfloat16)],
     "movement": lambda a, b: [mx.concatenate([a, b], axis=0)[::2].T, mx.reshape(a, (-1,))[3:9],
                               mx.take(b, mx.array([2, 0, 1]), axis=1), mx.pad(a, 1),
@@ -211,7 +214,10 @@ def test_a_bfloat16_mlp_forward_and_backward_on_the_gpu_is_the_cpus_within_round
 
 
 def test_an_mlx_nn_mlp_trains_in_bfloat16_on_the_gpu():
-    pytest.importorskip("mlx.nn")
+    import importlib.util
+
+    if importlib.util.find_spec("mlx.nn") is None:
+        pytest.skip("MLX's Python package (mlx.nn) is not installed")
     import tapescope
     tapescope.as_mlx()
     try:
