@@ -104,6 +104,57 @@ def test_bfloat16_arrays_live_on_the_device():
     assert not [r for r in rec.records if r.kind == "fallback" and r.detail.get("runtime") == "cpu"]
 
 
+def test_bfloat16_kernels_render_16_bit_loads_float_math_and_rounded_stores():
+    """A one-op kernel's source: bfloat16 storage in and out, float math, the store rounded
+    to nearest even (MLX's fp16_math.cuh operators); a 0-d input read once."""
+    from tapescope.kernels.codegen.render import renderer
+    from tapescope.kernels.cuda.bfloat16 import elementwise_tape
+
+    tape = elementwise_tape("Add", [BF16, BF16], BF16, [False, True])
+    src = renderer("cuda").render(tape, "k", True, 1, False)
+    assert "const __nv_bfloat16* __restrict__ A" in src and "__nv_bfloat16* __restrict__ out0" in src
+    assert "float tmp_A = __bfloat162float(A[index]);" in src and "__bfloat162float(B[0])" in src
+    assert "out0[index] = __float2bfloat16_rn(" in src
+    assert elementwise_tape("Add", [BF16, BF16], BF16, [False, True]) is tape  # one per op and types
+
+
+def test_each_bfloat16_node_takes_its_way_and_the_fallbacks_are_recorded():
+    """Data movement never falls back; reductions and matmul run through float32 on the
+    device (recorded, runtime "cuda (float32)"); elementwise ops are kernels (on the
+    stand-in CuPy, with no NVRTC, they too are recorded fallbacks); none runs on the host."""
+    import cupy
+
+    x = mx.array(np.arange(12, dtype=np.float32)).astype(mx.bfloat16)
+    mx.eval(x)
+    with timeline.record() as rec:
+        m = mx.reshape(x, (3, 4)).T[1:]
+        c = mx.concatenate([m, m], axis=1)
+        s = mx.sum(c, axis=1)
+        p = c @ mx.ones((6, 2), dtype=mx.bfloat16)
+        e = c * 2 + 1
+        mx.eval(s, p, e)
+    falls = {r.name: r.detail for r in rec.records if r.kind == "fallback"}
+    assert {"Sum", "Matmul"} <= set(falls)
+    assert all(d["runtime"] == "cuda (float32)" for d in falls.values())
+    elementwise = {"Multiply", "Add", "Full"}
+    assert set(falls) - {"Sum", "Matmul"} <= (elementwise if getattr(cupy, "__fake__", False) else set())
+    want = np.arange(12, dtype=np.float32).reshape(3, 4).T[1:]
+    np.testing.assert_array_equal(np.array(e.astype(mx.float32)),
+                                  np.concatenate([want, want], axis=1) * 2 + 1)
+
+
+def test_bfloat16_files_load_onto_the_device(tmp_path):
+    from tapescope.kernels.cuda.bfloat16 import BF16Array
+
+    x = mx.array(np.linspace(-3, 3, 10, dtype=np.float32)).astype(mx.bfloat16)
+    mx.save(str(tmp_path / "a.npy"), x)
+    mx.save_safetensors(str(tmp_path / "a.safetensors"), {"x": x})
+    for y in (mx.load(str(tmp_path / "a.npy")), mx.load(str(tmp_path / "a.safetensors"))["x"]):
+        mx.eval(y)
+        assert type(y._d.data) is BF16Array
+        np.testing.assert_array_equal(np.array(y.view(mx.uint16)), np.array(x.view(mx.uint16)))
+
+
 def test_widen_and_narrow_are_ml_dtypes_casts():
     """Every bfloat16 bit pattern widened exactly; float32 values (ties, subnormals,
     overflow, NaN) rounded to nearest even as ml_dtypes rounds."""

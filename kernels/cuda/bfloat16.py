@@ -15,8 +15,8 @@ nearest even); here a node reading or making bfloat16 takes one of three ways (`
   spell) the array-module rule runs on float32 copies and the result is rounded as
   ml_dtypes rounds (``narrow``), recorded as a fallback;
 - **data movement** (reshape, transpose, slices, gathers, concatenation, padding, copies,
-  assigning scatters, ``Full``, ``View``): the array-module rule on the uint16 storage,
-  exactly the bits MLX's copy kernels move;
+  assigning scatters, ``Full``, ``View``, a file's ``Load``): the array-module rule on the
+  uint16 storage, exactly the bits MLX's copy kernels move;
 - **everything else** (reductions, matmul, scans, sorts, linear algebra, ...): the inputs
   widened to float32 (exact), the device's rule (CuPy, or the generated reduction kernels
   of ``cuda/reductions.py``), the bfloat16 outputs rounded to nearest even: float32
@@ -300,7 +300,7 @@ def _elementwise(name: str, ins: tuple, out_dtype: Any, kw: dict, note) -> Any:
 # primitives that only move elements: their rules give exactly MLX's bits on uint16 storage
 MOVEMENT = frozenset({
     "AsStrided", "Broadcast", "Concatenate", "Contiguous", "Copy", "Depends", "DynamicSlice",
-    "DynamicSliceUpdate", "ExpandDims", "Flatten", "Full", "Gather", "GatherAxis",
+    "DynamicSliceUpdate", "ExpandDims", "Flatten", "Full", "Gather", "GatherAxis", "Load",
     "MaskedScatter", "Pad", "Reshape", "Slice", "SliceUpdate", "Split", "Squeeze",
     "StopGradient", "Transpose", "Unflatten", "View", "Scatter", "ScatterAxis"})
 
