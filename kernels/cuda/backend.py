@@ -209,6 +209,21 @@ class CudaBackend(Backend):
         if tape.reduction is not None:  # extended fusion: one kernel from the loop IR
             from .fused_reduction import run_reduction
 
+            if any(type(x) is bf16.BF16Array for x in inputs):
+                # the reduction tapes' runner has no bfloat16 storage yet: numpy on host
+                # copies (the CPU's interpretation), recorded as the kernel's fallback
+                from ..codegen.reduction import interpret
+
+                t0 = timeline.now() if timeline.enabled else 0
+                host = [x.get() if hasattr(x, "get") else np.asarray(x) for x in inputs]
+                outs = [bf16.upload(o) if o.dtype == bf16.BF16 else cupy.asarray(o)
+                        for o in interpret(tape, host, tuple(int(s) for s in shape), np)]
+                if t0:
+                    timeline.add("kernel_fallback", t0, timeline.now(), name=tape.lib_name,
+                                 device="gpu", detail={"reason": "bfloat16 reduction tape",
+                                                       "runtime": "numpy"})
+                return outs
+
             return run_reduction(tape, [self.to_device(x) for x in inputs], shape, out=out)
         from .compiled import run_compiled
 
