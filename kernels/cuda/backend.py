@@ -5,13 +5,16 @@ stream of the primitive's ``mx`` stream (``device_context``). Inputs that live o
 (arrays made from Python data, results of CPU streams) are copied to the device on that
 stream; a CPU stream reading a GPU result copies it to the host (``to_host``) after the
 event wait that made it ready. Fused tapes run as fused CUDA kernels
-(``kernels/cuda/compiled.py``).
+(``kernels/cuda/compiled.py``). Host data is copied in without blocking the host
+(``import_host``, ``device.uploaded``). bfloat16 arrays live on the device as uint16
+storage (``kernels/cuda/bfloat16.py``: their kernels, data movement, float32 fallbacks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any, Optional
 
 import cupy
@@ -21,20 +24,19 @@ from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
 from ..roofline import layouts
-from . import device, timing
+from . import bfloat16 as bf16, device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
 
 
-_BF16_ON_HOST = ("bfloat16: this runtime keeps bfloat16 arrays on the host (CuPy has no such "
-                 "dtype), so the CPU's rule computes it there")
+_running = threading.local()  # .node: the node whose device context this thread is in
 
 
 class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins", "outer")
 
     def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0):
         self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
@@ -46,6 +48,8 @@ class _OnStream:
             cupy.cuda.runtime.setDevice(self.dev)
         self.prev = cupy.cuda.get_current_stream()
         self.stream.use()
+        self.outer = getattr(_running, "node", None)
+        _running.node = self.node  # rule_for reads it (bfloat16's rules need the node)
         device.enter_work(self.work)  # the allocator's frees record fresh events meanwhile
         if timeline.enabled and self.node is not None:
             # the inputs' layouts now: the node drops its inputs when it has run
@@ -59,6 +63,7 @@ class _OnStream:
                        stream=self.index, detail=_roofline_detail(node, self.ins))
             self.ins = ()
         device.leave_work(self.work)
+        _running.node = self.outer
         self.prev.use()
         return False
 
@@ -109,52 +114,78 @@ class CudaBackend(Backend):
 
     # -- data between host and device -------------------------------------------------------
     def to_device(self, data: Any) -> Any:
+        t = type(data)
+        if t is cupy.ndarray or t is bf16.BF16Array or t is bf16.Widened:
+            return data
         if isinstance(data, cupy.ndarray):
             return data
-        return cupy.asarray(np.asarray(data))
+        data = np.asarray(data)
+        return bf16.upload(data) if data.dtype == bf16.BF16 else cupy.asarray(data)
 
     def import_host(self, data: Any, stream: Any) -> tuple:
         """Host data of a new GPU array: copied into an allocator buffer on the stream's
-        CUDA stream; returns (device array, BufferHandle). Types CuPy has no dtype for
-        (bfloat16) stay on the host, accounted by the CPU's allocator."""
+        CUDA stream; returns (device array, BufferHandle). bfloat16 is copied as its
+        uint16 bits (a ``BF16Array``); other types CuPy has no dtype for stay on the host,
+        accounted by the CPU's allocator.
+
+        The host does not wait for the copy (MLX's eager ops make no host synchronisation
+        either): ``cudaMemcpyAsync`` from pageable memory has staged the bytes when it
+        returns, so ``data`` may change at once; kernels on this stream run after the copy
+        in stream order, and ``device.uploaded`` orders every other reader (CuPy's host
+        reads on the default stream, the other mx streams) after it by event."""
         data = np.asarray(data)
-        if data.dtype.kind == "V" or data.dtype.name == "bfloat16":
+        if data.dtype.kind == "V" and data.dtype != bf16.BF16:
             if data.base is not None:
                 data = np.array(data)
             alloc = allocator("cpu")
             return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
         buf = self.allocator.malloc(data.nbytes)
         view = buf.view(data.nbytes, data.dtype, data.shape)
-        cs = device.cuda_stream(stream.index)
-        view.set(np.asarray(data, order="C"), stream=cs)
-        # from pageable memory the copy may still be in flight when set() returns, and the
-        # new array has no event: a kernel on another stream must not read it early
-        cs.synchronize()
+        index = stream.index
+        cs = device.cuda_stream(index)
+        host = np.asarray(data, order="C")
+        if type(view) is bf16.BF16Array:
+            view.raw.set(host.view(bf16.U16), stream=cs)
+        else:
+            view.set(host, stream=cs)
+        device.uploaded(index)
         return view, BufferHandle(buf, self.allocator)
 
     def export(self, data: Any, handle: Any) -> Any:
         """A CuPy view of ``data`` that keeps its buffer (``handle``) alive, for
         ``__cuda_array_interface__`` / DLPack consumers: the buffer is not recycled while
         the consumer holds it (the CPU's exports keep theirs the same way)."""
+        if type(data) is bf16.BF16Array:
+            raise TypeError("A bfloat16 GPU array cannot be exported through CuPy, which has no "
+                            "bfloat16 dtype: view it as uint16 first (x.view(mx.uint16)).")
         mem = data.data.mem
         keep = cupy.cuda.UnownedMemory(mem.ptr, mem.size, owner=(handle, data))
         ptr = cupy.cuda.MemoryPointer(keep, data.data.ptr - mem.ptr)
         return cupy.ndarray(data.shape, data.dtype, ptr, strides=data.strides)
 
     def as_array(self, value: Any) -> Any:
-        return value if isinstance(value, cupy.ndarray) else cupy.asarray(value)
+        t = type(value)
+        if t is cupy.ndarray or t is bf16.BF16Array or isinstance(value, cupy.ndarray):
+            return value
+        if t is bf16.Widened:
+            return value.value()
+        return self.to_device(value)
 
     def memory_of(self, data: Any) -> Any:
         """The CUDA allocation (CuPy's ``Memory``) a device array lives in. CuPy's ``base``
         does not say it: ``as_strided`` and other arrays made from a memory pointer have
         none, so a view of an input looked like memory of its own and was adopted a second
         time, its buffer cached and handed out while the input still used it."""
+        if type(data) is bf16.BF16Array:
+            data = data.raw
         mem = _memory(data)
         return mem if mem is not None else owner_of(data)
 
     def owner(self, data: Any) -> Optional[Any]:
         """All of the allocation of a result CuPy made (as a uint8 array, the form of the
         allocator's raw buffers); None for memory CuPy does not own (``UnownedMemory``)."""
+        if type(data) is bf16.BF16Array:
+            data = data.raw
         mem = _memory(data)
         if mem is None:  # not a CuPy array (the tests' stand-in CuPy is numpy underneath)
             o = owner_of(data)
@@ -164,6 +195,8 @@ class CudaBackend(Backend):
         return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
 
     def copy(self, data: Any) -> Any:
+        if type(data) is bf16.BF16Array:
+            return bf16.BF16Array(cupy.array(data.raw, copy=True))
         return cupy.array(data, copy=True)
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
@@ -173,6 +206,21 @@ class CudaBackend(Backend):
         or into the buffers of donatable inputs, else fresh device memory."""
         if tape.reduction is not None:  # extended fusion: one kernel from the loop IR
             from .fused_reduction import run_reduction
+
+            if any(type(x) is bf16.BF16Array for x in inputs):
+                # the reduction tapes' runner has no bfloat16 storage yet: numpy on host
+                # copies (the CPU's interpretation), recorded as the kernel's fallback
+                from ..codegen.reduction import interpret
+
+                t0 = timeline.now() if timeline.enabled else 0
+                host = [x.get() if hasattr(x, "get") else np.asarray(x) for x in inputs]
+                outs = [bf16.upload(o) if o.dtype == bf16.BF16 else cupy.asarray(o)
+                        for o in interpret(tape, host, tuple(int(s) for s in shape), np)]
+                if t0:
+                    timeline.add("kernel_fallback", t0, timeline.now(), name=tape.lib_name,
+                                 device="gpu", detail={"reason": "bfloat16 reduction tape",
+                                                       "runtime": "numpy"})
+                return outs
 
             return run_reduction(tape, [self.to_device(x) for x in inputs], shape, out=out)
         from .compiled import run_compiled
@@ -214,22 +262,20 @@ class CudaBackend(Backend):
             timing.end(cs, ev0, name="Compiled", node=None, stream=index,
                        detail=_launch_detail(launch, inputs, out))
 
-    def host_reason(self, node: Any) -> Optional[str]:
-        """bfloat16 arrays live on the host here (``import_host``): a node reading or making
-        one runs the CPU's rule there, after the stream's GPU work."""
-        for d in node.inputs:
-            if d.dtype.name == "bfloat16":
-                return _BF16_ON_HOST
-        for ref in node.outputs:
-            d = ref()
-            if d is not None and d.dtype.name == "bfloat16":
-                return _BF16_ON_HOST
-        return None
-
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
         reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
-        ``fast_kernels.py``); the quantized products (``kernels/cuda/quantized.py``)."""
+        ``fast_kernels.py``); the quantized products (``kernels/cuda/quantized.py``); a node reading or
+        making bfloat16 (the node of this thread's device context) by
+        ``cuda/bfloat16.py``'s rules."""
+        own = self._own_rule(prim)
+        node = getattr(_running, "node", None)
+        if (node is not None and node.primitive is prim and not prim.defn.takes_runtime
+                and prim.name != "CustomKernel" and bf16.touches(node)):
+            return bf16.rule(prim, own, node)
+        return own
+
+    def _own_rule(self, prim: Any):
         from ..common.norms import PRIMITIVES as FAST_PRIMITIVES
         from ..common.reductions import PRIMITIVES
 
@@ -255,7 +301,7 @@ class CudaBackend(Backend):
         return None
 
     def synchronize(self, stream: Any) -> None:
-        device.cuda_stream(stream.index).synchronize()
+        device.synchronize(stream.index)
         self.allocator.synchronize()
         timing.flush()
 
@@ -273,4 +319,6 @@ def _memory(data: Any) -> Any:
 
 def to_host(data: Any) -> np.ndarray:
     """A GPU array's data on the host (``cudaMemcpy`` device to host, synchronous)."""
+    if type(data) is bf16.BF16Array:
+        return data.get()
     return cupy.asnumpy(data)

@@ -32,6 +32,7 @@ from ..codegen.render import Unsupported, renderer
 from ..codegen.tape import Tape
 from ..cpu import compiler, disk_cache
 from ..codegen.layout import output_order, plan
+from .bfloat16 import empty, upload
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _lock = threading.Lock()
@@ -343,10 +344,6 @@ def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
     name = f"{tape.lib_name}_{suffix}"
     if tape.lib_name not in _unsupported:
         try:
-            if any(np.dtype(tape.dtype_of(n)) == _BF16 for n in (*[x.name for x in tape.inputs],
-                                                               *[op.name for op in tape.ops])):
-                raise Unsupported("bfloat16 arrays have no CuPy dtype, and this runtime keeps "
-                                  "them on the host")
             d.render(tape, name, contiguous, ndim, large)
             _unsupported[tape.lib_name] = None
         except Unsupported as e:
@@ -383,7 +380,7 @@ def _outputs(tape: Tape, ln: Launch, inputs: Sequence, out, donatable) -> list:
             elif not ln.contiguous and a.flags.c_contiguous and a.size == size:
                 outs.append(a.view(dt).reshape(shape))
     for dt in dts[len(outs):]:
-        outs.append(cupy.empty(shape, dtype=dt, order=ln.order))
+        outs.append(empty(shape, dt, order=ln.order))
     return outs
 
 
@@ -399,13 +396,13 @@ def run_compiled(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None,
     ln = tape.launches.get(key)
     if ln is None or ln.gen != compiler.generation():
         if any(s == 0 for s in shape):
-            return [cupy.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]
+            return [empty(shape, tape.dtype_of(n)) for n in tape.outputs]
         ln = _prepare(tape, inputs, shape)
         if isinstance(ln, tuple):  # no kernel: CuPy ops, one kernel each (says why each time)
             err, name, variant = ln
             t0 = timeline.now() if timeline.enabled else 0
             compiler.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
-            outs = interpret(tape, inputs, shape, cupy)
+            outs = _interpret(tape, inputs, shape)
             if t0:
                 timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="gpu",
                              detail={"reason": str(err), "runtime": "cupy", "variant": variant})
@@ -416,6 +413,41 @@ def run_compiled(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None,
     outs = _outputs(tape, ln, inputs, out, donatable)
     ln.call(inputs, outs, hit=False)
     return outs
+
+
+def _interpret(tape: Tape, inputs: Sequence, shape: tuple) -> list:
+    """The tape as CuPy ops; one reading or making bfloat16 (which CuPy cannot compute) is
+    interpreted by numpy on host copies, as the CPU runs it, its results copied back."""
+    if not any(np.dtype(tape.dtype_of(n)) == _BF16
+               for n in (*[x.name for x in tape.inputs], *[op.name for op in tape.ops])):
+        return interpret(tape, inputs, shape, cupy)
+    host = [a.get() if hasattr(a, "get") else np.asarray(a) for a in inputs]
+    return [upload(o) if o.dtype == _BF16 else cupy.asarray(o)
+            for o in interpret(tape, host, shape, np)]
+
+
+def kernel_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
+    """The call plan of ``tape`` for these device layouts, its kernel built or loaded
+    (``run_compiled``'s), or None where it has no kernel (the reason noted once in the
+    kernel cache): the one-op kernels of bfloat16's eager ops (``cuda/bfloat16.py``)."""
+    shape = tuple(int(s) for s in shape)
+    arrays = tape.launches.get("cuda")
+    if arrays is None:
+        arrays = tape.launches["cuda"] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
+    key = ("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
+    launches = tape.launches
+    ln = launches.get(key)
+    if ln is None or ln.gen != compiler.generation():
+        if ("cuda-none",) + key[1:] in launches:
+            return None
+        ln = _prepare(tape, inputs, shape)
+        if isinstance(ln, tuple):
+            err, name, variant = ln
+            compiler.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
+            launches[("cuda-none",) + key[1:]] = True
+            return None
+        launches[key] = ln
+    return ln
 
 
 def launch_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:

@@ -91,7 +91,9 @@ def cuda_stream(index: int) -> "cupy.cuda.Stream":
             s = _streams.get(index)
             if s is None:
                 with cupy.cuda.Device(selected()):
-                    s = _streams[index] = cupy.cuda.Stream(non_blocking=True)
+                    s = cupy.cuda.Stream(non_blocking=True)
+                    _wait_uploads(s)
+                    _streams[index] = s
     return s
 
 
@@ -158,3 +160,47 @@ def is_gpu_stream(index) -> bool:
 def gpu_stream_indices() -> list:
     """The mx stream index of every CUDA stream made so far."""
     return list(_streams)
+
+
+# -- host synchronisations and uploads -------------------------------------------------------
+# every host block on the device that this runtime makes itself (a stream's synchronize);
+# an eager chain makes none until its eval's wait (tests/test_cuda_bf16.py counts them)
+_host_syncs = [0]
+
+
+def host_syncs() -> int:
+    """How many times this runtime has blocked the host on a whole stream or the device."""
+    return _host_syncs[0]
+
+
+def synchronize(index: int) -> None:
+    """Block the host until the mx stream's CUDA stream has done its work (counted)."""
+    _host_syncs[0] += 1
+    cuda_stream(index).synchronize()
+
+
+_uploads: dict = {}  # mx stream index -> the event after its latest host-to-device copy
+
+
+def uploaded(index: int) -> None:
+    """A host-to-device copy was just enqueued on the mx stream ``index`` (a new array's
+    data, ``CudaBackend.import_host``): what may read the new array off that stream is
+    ordered after it on the device, never by blocking the host. CuPy's host reads
+    (``get``) and the arrays of other libraries use the legacy default stream, and the
+    other mx streams run their own: each of them waits for the copy's event
+    (``cudaStreamWaitEvent``); a stream made later waits for it when it is made."""
+    w = work(index)
+    enter_work(w)  # the allocator's frees see the copy as the stream's work
+    leave_work(w)
+    ev = covering_event(index)
+    _uploads[index] = ev
+    cupy.cuda.Stream.null.wait_event(ev)
+    for j, s in list(_streams.items()):
+        if j != index:
+            s.wait_event(ev)
+
+
+def _wait_uploads(s: "cupy.cuda.Stream") -> None:
+    """A new stream starts after the copies enqueued before it was made."""
+    for ev in list(_uploads.values()):
+        s.wait_event(ev)

@@ -32,6 +32,7 @@ import numpy as np
 from .. import timeline
 from ..allocator import POLICIES, Allocator, Buffer
 from . import device
+from .bfloat16 import BF16, U16, BF16Array
 
 
 class _Freer:
@@ -74,15 +75,30 @@ class CudaBuffer(Buffer):
 
     @staticmethod
     def _device_view(raw, nbytes: int, dtype, shape) -> Any:
+        if dtype == BF16:  # CuPy has no bfloat16: uint16 storage (cuda/bfloat16.py)
+            return BF16Array(cupy.ndarray(shape, U16, raw.data))
         return cupy.ndarray(shape, dtype, raw.data)
+
+
+class StandInBuffer(Buffer):
+    """A buffer of a CuPy without memory pointers (the tests' stand-in): bfloat16 views
+    are ``BF16Array`` over uint16 storage, as ``CudaBuffer``'s."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _device_view(raw, nbytes: int, dtype, shape) -> Any:
+        if dtype == BF16:
+            return BF16Array(raw[:nbytes].view(U16).reshape(shape))
+        return raw[:nbytes].view(dtype).reshape(shape)
 
 
 class CudaAllocator(Allocator):
     def __init__(self, device_id: int = 0):
         self.device_id = device_id
         cupy.cuda.set_allocator(None)  # no CuPy pool under ours: plain cudaMalloc / cudaFree
-        if hasattr(cupy.cuda, "MemoryPointer"):  # (the tests' stand-in CuPy has none)
-            self.buffer_type = CudaBuffer
+        # (the tests' stand-in CuPy has no memory pointers)
+        self.buffer_type = CudaBuffer if hasattr(cupy.cuda, "MemoryPointer") else StandInBuffer
         _, total = device.memory_info(device_id)
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
         # (events, buffer) in order of freeing: freed, maybe still read by enqueued kernels

@@ -1,0 +1,263 @@
+"""Eager speed on an NVIDIA GPU, side by side in one run: tapescope's CUDA runtime against
+PyTorch eager, CuPy and MLX's CUDA backend (each where importable), float32 and bfloat16.
+
+Rows (medians of per-call milliseconds, the implementations taking turns per round):
+
+- ``a + b`` and its eval, 16 elements;
+- the 50-op eager chain ``v = v * 1.0001 + 0.5`` (25 times) on 2^20 elements, then eval;
+- an ``mlx.nn`` MLP Adam step (batch 1024, 784 -> 2048 -> 2048 -> 10, cross entropy), eager
+  and with the step compiled as MLX's examples do (``partial(mx.compile, inputs=state,
+  outputs=state)``); tapescope runs MLX's ``mlx.nn`` / ``mlx.optimizers`` through
+  ``tapescope.as_mlx()`` (the mlx wheel's Python files only), PyTorch the same model
+  (``torch.nn`` + ``torch.optim.Adam``, TF32 off as CuPy and MLX's default).
+
+Prints the GPU and each row's ratio to tapescope.
+
+    TAPESCOPE_CUDA=1 python benchmarks/cuda_eager.py [--rounds 7] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from functools import partial
+
+os.environ.setdefault("TAPESCOPE_CUDA", "1")
+
+import numpy as np  # noqa: E402
+
+
+def _timed(fn, n: int) -> float:
+    """Milliseconds per call of ``fn`` (which waits for its own result), over ``n`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / n
+
+
+def _tapescope(dtype: str):
+    import tapescope.core as mx
+
+    mx.set_default_device(mx.gpu)
+    dt = getattr(mx, dtype)
+    a = mx.array(np.arange(16, dtype=np.float32)).astype(dt)
+    v0 = mx.array(np.linspace(-1, 1, 1 << 20, dtype=np.float32)).astype(dt)
+    mx.eval(a, v0)
+
+    def add():
+        mx.eval(a + a)
+
+    def chain():
+        v = v0
+        for _ in range(25):
+            v = v * 1.0001 + 0.5
+        mx.eval(v)
+
+    return {"a + b (16)": add, "50-op chain (2^20)": chain}
+
+
+def _torch(dtype: str):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dt = getattr(torch, dtype)
+    a = torch.arange(16, dtype=torch.float32, device="cuda").to(dt)
+    v0 = torch.linspace(-1, 1, 1 << 20, device="cuda").to(dt)
+    sync = torch.cuda.synchronize
+
+    def add():
+        _ = a + a
+        sync()
+
+    def chain():
+        v = v0
+        for _ in range(25):
+            v = v * 1.0001 + 0.5
+        sync()
+
+    return {"a + b (16)": add, "50-op chain (2^20)": chain}
+
+
+def _cupy(dtype: str):
+    if dtype != "float32":
+        return None  # CuPy has no bfloat16
+    import cupy
+
+    a = cupy.arange(16, dtype=cupy.float32)
+    v0 = cupy.linspace(-1, 1, 1 << 20, dtype=cupy.float32)
+    s = cupy.cuda.get_current_stream()
+
+    def add():
+        _ = a + a
+        s.synchronize()
+
+    def chain():
+        v = v0
+        for _ in range(25):
+            v = v * 1.0001 + 0.5
+        s.synchronize()
+
+    return {"a + b (16)": add, "50-op chain (2^20)": chain}
+
+
+def _mlx_cuda(dtype: str):
+    """MLX's own CUDA backend, where its wheel is installed (``mlx[cuda]``)."""
+    try:
+        import mlx.core as mlx_mx
+    except Exception:  # noqa: BLE001 - not installed, or its core library is not there
+        return None
+    if getattr(mlx_mx, "__name__", "") != "mlx.core" or not mlx_mx.cuda.is_available():
+        return None
+    mlx_mx.set_default_device(mlx_mx.gpu)
+    dt = getattr(mlx_mx, dtype)
+    a = mlx_mx.arange(16).astype(dt)
+    v0 = mlx_mx.array(np.linspace(-1, 1, 1 << 20, dtype=np.float32)).astype(dt)
+
+    def add():
+        mlx_mx.eval(a + a)
+
+    def chain():
+        v = v0
+        for _ in range(25):
+            v = v * 1.0001 + 0.5
+        mlx_mx.eval(v)
+
+    return {"a + b (16)": add, "50-op chain (2^20)": chain}
+
+
+def _mlp_tapescope(dtype: str, batch: int):
+    """The MLP step through MLX's mlx.nn over tapescope (None without the mlx package)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx.nn") is None:
+        return None
+    import tapescope
+
+    tapescope.as_mlx()
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    mx.set_default_device(mx.gpu)
+    rng = np.random.default_rng(0)
+    model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                          nn.Linear(2048, 10))
+    if dtype == "bfloat16":
+        model.set_dtype(mx.bfloat16)
+    opt = optim.Adam(learning_rate=1e-3)
+    x = mx.array(rng.standard_normal((batch, 784)).astype(np.float32)).astype(getattr(mx, dtype))
+    y = mx.array(rng.integers(0, 10, batch).astype(np.int32))
+    mx.eval(model.parameters(), x, y)
+
+    def loss_fn(m, x, y):
+        return nn.losses.cross_entropy(m(x), y, reduction="mean")
+
+    lg = nn.value_and_grad(model, loss_fn)
+
+    def step(x, y):
+        loss, g = lg(model, x, y)
+        opt.update(model, g)
+        return loss
+
+    state = [model.state, opt.state]
+    compiled = partial(mx.compile, inputs=state, outputs=state)(step)
+
+    def eager():
+        loss = step(x, y)
+        mx.eval(loss, state)
+
+    def comp():
+        loss = compiled(x, y)
+        mx.eval(loss, state)
+
+    return {f"MLP Adam step eager (b{batch})": eager, f"MLP Adam step compiled (b{batch})": comp}
+
+
+def _mlp_torch(dtype: str, batch: int):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dt = getattr(torch, dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 2048), torch.nn.ReLU(),
+                                torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                                torch.nn.Linear(2048, 10)).cuda().to(dt)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, 784, device="cuda").to(dt)
+    y = torch.randint(0, 10, (batch,), device="cuda")
+
+    def eager():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    return {f"MLP Adam step eager (b{batch})": eager}
+
+
+def gpu_name() -> str:
+    import cupy
+
+    p = cupy.cuda.runtime.getDeviceProperties(0)
+    return p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=1024)
+    args = ap.parse_args(argv)
+    print(f"GPU: {gpu_name()}; medians of {args.rounds} rounds, ms per call; ratio = other / tapescope")
+    for dtype in ("float32", "bfloat16"):
+        contenders = {"tapescope": _tapescope(dtype), "PyTorch": _torch(dtype),
+                      "CuPy": _cupy(dtype), "MLX CUDA": _mlx_cuda(dtype)}
+        mlp = {"tapescope": _mlp_tapescope(dtype, args.batch), "PyTorch": _mlp_torch(dtype, args.batch)}
+        for name, cases in mlp.items():
+            if cases and contenders.get(name) is not None:
+                contenders[name] = {**contenders[name], **cases}
+        live = {k: v for k, v in contenders.items() if v}
+        missing = [k for k, v in contenders.items() if not v]
+        rows = sorted({r for v in live.values() for r in v}, key=lambda r: ("MLP" in r, r))
+        times = {(k, r): [] for k in live for r in live[k] if r in rows}
+        for k in live:  # warm-up: kernel builds, caches
+            for r, fn in live[k].items():
+                for _ in range(3):
+                    fn()
+        for _ in range(args.rounds):
+            for r in rows:
+                for k in live:
+                    fn = live[k].get(r)
+                    if fn is not None:
+                        n = args.steps if "MLP" in r else (args.calls if "16" in r else 20)
+                        times[(k, r)].append(_timed(fn, n))
+        print(f"\n{dtype}" + (f" (not importable or no {dtype}: {', '.join(missing)})" if missing else ""))
+        print(f"| work | " + " | ".join(live) + " |")
+        print("|---|" + "---:|" * len(live))
+        for r in rows:
+            base = statistics.median(times[("tapescope", r)]) if ("tapescope", r) in times else None
+            cells = []
+            for k in live:
+                if (k, r) not in times:
+                    cells.append("")
+                    continue
+                m = statistics.median(times[(k, r)])
+                cells.append(f"{m:.3f}" + (f" ({m / base:.2f}x)" if base and k != "tapescope" else ""))
+            print(f"| {dtype} {r} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
