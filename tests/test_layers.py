@@ -24,10 +24,10 @@ BACKENDS = ("cpu", "cuda", "metal")
 # cache and disk cache, which every runtime's kernels register in, and the custom-kernel helpers
 # the CUDA runtime shares with Metal's
 STILL_ACROSS = {
-    ("tapescope.kernels.cuda.backend", "tapescope.kernels.cpu.compiler"),
     ("tapescope.kernels.cuda.compiled", "tapescope.kernels.cpu.compiler"),
     ("tapescope.kernels.cuda.compiled", "tapescope.kernels.cpu.disk_cache"),
     ("tapescope.kernels.cuda.custom", "tapescope.kernels.cpu.compiler"),
+    ("tapescope.kernels.cuda.fast_kernels", "tapescope.kernels.cpu.compiler"),
     ("tapescope.kernels.cuda.custom", "tapescope.kernels.metal.custom"),
     ("tapescope.kernels.cuda.fused_reduction", "tapescope.kernels.cpu.compiler"),
     ("tapescope.kernels.cuda.reductions", "tapescope.kernels.cpu.compiler"),
