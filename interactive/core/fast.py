@@ -73,7 +73,7 @@ def rms_norm(x: array, weight: Optional[array], eps: float, *,
                         [_as(x, out_type, s), w])
 
 
-def rms_norm_fallback(x: array, w: array, eps: float) -> array:
+def _rms_norm_fallback(x: array, w: array, eps: float) -> array:
     """MLX's composition of RMSNorm (``mlx/fast.cpp``'s ``fallback``), which its jvp and vmap
     transform: ``x`` in the output type, ``w`` MLX's weight input (0-d: none)."""
     mx = _mx()
@@ -100,7 +100,7 @@ def layer_norm(x: array, weight: Optional[array], bias: Optional[array], eps: fl
                         [_as(x, out_type, s), w, b])
 
 
-def layer_norm_fallback(x: array, w: array, b: array, eps: float) -> array:
+def _layer_norm_fallback(x: array, w: array, b: array, eps: float) -> array:
     """MLX's composition of LayerNorm (``mlx/fast.cpp``): 0-d ``w`` / ``b``: none given."""
     mx = _mx()
     y = mx.astype(x, _dt.float32)
@@ -130,12 +130,12 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     if off.dtype.size != 4:
         off = _mx().astype(off, _dt.int32, stream=s)
     inputs = [a, off] + ([_as(freqs, _dt.float32, s)] if freqs is not None else [])
-    return record_rope(inputs, s, dims=int(dims), traditional=bool(traditional),
+    return _record_rope(inputs, s, dims=int(dims), traditional=bool(traditional),
                        base=float(base) if base is not None else 1.0, scale=float(scale),
                        forward=True)
 
 
-def record_rope(inputs: list, s, **params) -> array:
+def _record_rope(inputs: list, s, **params) -> array:
     """A ``RoPE`` node over ``[x, offset(, freqs)]`` on stream ``s`` (None: the default)."""
     x = inputs[0]
     return array._make1(tuple(x.shape), x.dtype,
@@ -143,7 +143,7 @@ def record_rope(inputs: list, s, **params) -> array:
                         inputs)
 
 
-def rope_fallback(x: array, offset: array, *freqs, dims: int, traditional: bool, base: float,
+def _rope_fallback(x: array, offset: array, *freqs, dims: int, traditional: bool, base: float,
                   scale: float, forward: bool) -> array:
     """MLX's composition of RoPE (``mlx/fast.cpp``), which its vmap transforms."""
     mx = _mx()

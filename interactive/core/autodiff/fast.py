@@ -89,22 +89,22 @@ def _layer_jvp(p, t, argnums, o, *, eps):
 def _rope_vjp(p, c, argnums, o, *, dims, traditional, base, scale, forward):
     if len(argnums) > 1 or argnums[0] != 0:
         raise ValueError("[RoPE::vjp] vjp for offset or frequencies not supported")
-    from ..fast import record_rope
+    from ..fast import _record_rope
 
     g = c[0]
-    return [record_rope([g] + list(p[1:]), None, dims=dims, traditional=traditional, base=base,
+    return [_record_rope([g] + list(p[1:]), None, dims=dims, traditional=traditional, base=base,
                         scale=scale, forward=not forward)]
 
 
 def _rope_jvp(p, t, argnums, o, *, dims, traditional, base, scale, forward):
     """RoPE is linear in ``x``: the tangent is the rotation of ``dx`` (MLX's fallback's
     jvp; the offset and frequencies are integer / constant inputs)."""
-    from ..fast import record_rope
+    from ..fast import _record_rope
 
     dx = _tangents(p, t, argnums)[0]
     if dx is None:
         return [mx.zeros_like(o[0])]
-    return [record_rope([dx] + list(p[1:]), None, dims=dims, traditional=traditional, base=base,
+    return [_record_rope([dx] + list(p[1:]), None, dims=dims, traditional=traditional, base=base,
                         scale=scale, forward=forward)]
 
 

@@ -29,7 +29,7 @@ def _composed(fallback, n_out: int):
 def _norm(name: str):
     from .. import fast
 
-    fallback = {"RMSNorm": fast.rms_norm_fallback, "LayerNorm": fast.layer_norm_fallback}[name]
+    fallback = {"RMSNorm": fast._rms_norm_fallback, "LayerNorm": fast._layer_norm_fallback}[name]
     composed = _composed(fallback, 1)
 
     def rule(inputs, vaxes, primals, outputs, *, eps):
@@ -47,8 +47,8 @@ def _rope(inputs, vaxes, primals, outputs, **params):
 
     if vaxes[0] >= 0 and all(a < 0 for a in vaxes[1:]):
         x = move_to(inputs[0], vaxes[0], 1)
-        return [fast.record_rope([x] + list(inputs[1:]), None, **params)], [1]
-    return _composed(fast.rope_fallback, 1)(inputs, vaxes, primals, outputs, **params)
+        return [fast._record_rope([x] + list(inputs[1:]), None, **params)], [1]
+    return _composed(fast._rope_fallback, 1)(inputs, vaxes, primals, outputs, **params)
 
 
 def _register() -> None:
