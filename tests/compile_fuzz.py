@@ -412,6 +412,7 @@ def _pair_tape(in_dt: str, out_dt: str, n_out: int):
 
 def check_variant(case: tuple, phases: Optional[list] = None) -> list:
     """Failures (strings) of one case run through its variant at each output alignment phase."""
+    from tapescope.kernels.codegen import layout as layout_plan
     from tapescope.kernels.codegen.interpret import interpret
     from tapescope.kernels.cpu import compiled
 
@@ -439,9 +440,9 @@ def check_variant(case: tuple, phases: Optional[list] = None) -> list:
     if phases is None:
         phases = list(range(max(1, 32 // odt.itemsize)))
     fails = []
-    real_large = compiled.use_large_index
-    if layout == "large":  # the 64-bit index forms, at a size we can afford
-        compiled.use_large_index = lambda *args: True
+    real_large = layout_plan.use_large_index
+    if layout == "large":  # the 64-bit index forms, at a size we can afford (the call's plan)
+        layout_plan.use_large_index = lambda *args: True
     try:
         for phase in phases:
             n = int(np.prod(shape))
@@ -460,7 +461,7 @@ def check_variant(case: tuple, phases: Optional[list] = None) -> list:
                 if np.any(untouched.view(np.uint8) != 0):
                     fails.append(f"{case} phase {phase}: wrote outside the output")
     finally:
-        compiled.use_large_index = real_large
+        layout_plan.use_large_index = real_large
     return fails
 
 
@@ -480,6 +481,7 @@ def check_huge(n: int = 2**32 + 7) -> list:
     """The ``_large`` kernel chosen for real: ``a * 3 + 1`` over ``n`` > UINT32_MAX int8 elements
     with a period-251 pattern (2^32 is not a multiple of 251, so an index that wrapped at 32
     bits would read or write the wrong phase). Needs about 9 GiB."""
+    from tapescope.kernels.codegen.layout import plan
     from tapescope.kernels.codegen.tape import TapeInput, TapeOp, make_tape
     from tapescope.kernels.cpu import compiled
 
@@ -489,7 +491,7 @@ def check_huge(n: int = 2**32 + 7) -> list:
     period = (np.arange(251) - 125).astype(np.int8)
     a = np.resize(period, n)
     ins = [a, np.asarray(np.int8(3)), np.asarray(np.int8(1))]
-    contiguous, _, _, large = compiled.plan(tape, ins, (n,))
+    contiguous, _, _, large = plan(tape, ins, (n,))
     if not (contiguous and large):
         return [f"huge: plan chose contiguous={contiguous} large={large}"]
     (out,) = compiled.run_compiled(tape, ins, (n,))

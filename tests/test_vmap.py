@@ -154,6 +154,20 @@ def _cases() -> list:
         ("Pad", lambda a: mx.pad(a, ((1, 0), (0, 2)), constant_values=3.0),
          [(normal, (3, 4))], 1, 0),
         ("Contiguous", lambda a: mx.contiguous(mx.transpose(a)), [(normal, (3, 4))], 1, 0),
+        # MLX's fast primitives: a mapped x stays one primitive, the VJPs through a batched vjp
+        ("RMSNorm", lambda x, w: mx.fast.rms_norm(x, w, 1e-5), [(normal, (3, 8)), (normal, (8,))],
+         (0, None), 0),
+        ("LayerNorm", lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5),
+         [(normal, (3, 8)), (normal, (8,)), (normal, (8,))], (1, None, None), 0),
+        ("RMSNormVJP", lambda x, w, c: list(mx.vjp(lambda a, b: mx.fast.rms_norm(a, b, 1e-5),
+                                                    [x, w], [c])[1]),
+         [(normal, (3, 8)), (normal, (8,)), (normal, (3, 8))], (0, None, 0), [0, 0]),
+        ("LayerNormVJP", lambda x, w, b, c: list(mx.vjp(
+            lambda p, q, r: mx.fast.layer_norm(p, q, r, 1e-5), [x, w, b], [c])[1]),
+         [(normal, (3, 8)), (normal, (8,)), (normal, (8,)), (normal, (3, 8))], (0, None, None, 0),
+         [0, 0, 0]),
+        ("RoPE", lambda x: mx.fast.rope(x, 8, traditional=False, base=10000.0, scale=1.0, offset=2),
+         [(normal, (2, 5, 8))], 0, 0),
         ("NumberOfElements", mx.compile(lambda a: mx.var(a, axis=(0, 1), ddof=1), shapeless=True),
          [(normal, (3, 4))], 1, 0),  # a shapeless mean / var counts with NumberOfElements
         ("View", lambda a: a.view(mx.int32), [(normal, (3, 4))], 1, 0),
@@ -378,10 +392,12 @@ def test_every_batching_rule_is_exercised():
     ruled = {n for n, d in primitives.REGISTRY.items() if d.vmap is not None}
     # batched as other primitives: MaskedScatter (per-slice sources: CumSum, GatherAxis,
     # Select), Compiled (replayed as the ops it fused), CustomTransforms (its vmap rule's ops),
-    # Quantize (MLX's fallback composition, batched);
+    # Quantize, RMSNormVJP, LayerNormVJP (MLX's fallback compositions, batched: the cases
+    # above run their rules);
     # the collectives batch only in a group of several processes (tests/mpi_worker.py)
     assert ruled - set(RECORDED) == {"MaskedScatter", "Compiled", "CustomTransforms",
-                                     "Quantize", "AllReduce", "AllGather", "Send"}
+                                     "Quantize", "RMSNormVJP", "LayerNormVJP",
+                                     "AllReduce", "AllGather", "Send"}
 
 
 # -- hypothesis: shapes, in_axes, out_axes, dtypes ------------------------------------------------

@@ -20,6 +20,10 @@ def _composed(fallback, n_out: int):
         from .api import vmap
 
         axes = tuple(a if a >= 0 else None for a in vaxes)
+        if all(a is None for a in axes):  # nothing mapped (a custom rule said None): unbatched
+            out = fallback(*inputs, **params)
+            out = list(out) if isinstance(out, (list, tuple)) else [out]
+            return out, [-1] * n_out
         out = vmap(lambda *a: fallback(*a, **params), in_axes=axes)(*inputs)
         out = list(out) if isinstance(out, (list, tuple)) else [out]
         return out, [0] * n_out
