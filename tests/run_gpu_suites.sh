@@ -34,7 +34,7 @@ run cpu_default 300 90 -n "$N" tests --ignore tests/test_browser.py
 export TAPESCOPE_CUDA=1
 run cuda_runtime 150 120 -n 8 tests/test_cuda_runtime.py tests/test_cuda_fusion.py tests/test_cuda_lane.py tests/test_cuda_kernel.py \
   tests/test_cuda_rules.py tests/test_distributed_nccl.py tests/test_lane_cache.py tests/test_compile_call_c.py \
-  tests/test_cuda_reductions.py tests/test_reduction_dialects.py \
+  tests/test_cuda_reductions.py tests/test_reduction_dialects.py tests/test_quantized_kernels.py \
   tests/test_roofline.py::test_a_cuda_copy_kernel_reaches_the_measured_device_copy_bandwidth
 run gpu_default 200 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementwise_binary.py \
   tests/test_elementwise_unary.py tests/test_reduction.py tests/test_shape.py tests/test_indexing.py \
