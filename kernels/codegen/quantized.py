@@ -11,7 +11,11 @@ striding over K, a warp reduction). The packed weight is a little-endian bit str
 packs of MLX included): one unpacking rule for every width. A code's value is
 ``code * scale + bias`` (affine) or ``table[code] * scale`` (mxfp4 / nvfp4: the e2m1 table;
 mxfp8: the e4m3 table); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
-once per call). Products accumulate in float32.
+once per call). Products accumulate in float32. Widths that divide 32 unpack "slot by slot"
+in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift, mask
+and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
+outputs back in order), and each kernel's work item is instanced per group size (16, 32,
+64, 128), as MLX's templates are, outside the OpenMP region.
 
 A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
 ``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
