@@ -9,8 +9,8 @@ The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm``
 striding over K, a warp reduction). The packed weight is a little-endian bit stream of
 ``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
 packs of MLX included): one unpacking rule for every width. A code's value is
-``code * scale + bias`` (affine) or ``table[code] * scale`` (mxfp4 / nvfp4: the e2m1 table;
-mxfp8: the e4m3 table); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
+``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1; mxfp8:
+e4m3, decoded by integer arithmetic); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
 once per call). Products accumulate in float32. Widths that divide 32 unpack "slot by slot"
 in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift, mask
 and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
@@ -63,7 +63,32 @@ class QuantSpec:
 def _value(kind: str, code: str, scale: str, bias: str) -> str:
     if kind == "affine":
         return f"fmaf((float)({code}), {scale}, {bias})"
-    return f"(table[{code}] * {scale})"
+    return f"(fp_value({code}) * {scale})"
+
+
+# e2m1 (4 bits) / e4m3 (8 bits) codes as float32 bits, by integer arithmetic (no table
+# gather, so the slot loops vectorize); the values of ``rules/quantized.py``'s tables, nan
+# for e4m3's 0x7F / 0xFF
+_C_FP_VALUE = """
+static inline float fp_value(uint32_t c) {
+#if BITS == 4
+  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
+  uint32_t bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3F000000u : 0u);
+  bits |= (c & 8u) << 28;
+#else
+  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
+  const float sub = (float)m * 0.001953125f;  /* e == 0: m * 2^-9 */
+  uint32_t sb;
+  memcpy(&sb, &sub, 4);
+  uint32_t bits = e ? (((e + 120u) << 23) | (m << 20)) : sb;
+  bits = ((c & 0x7Fu) == 0x7Fu) ? 0x7FC00000u : bits;
+  bits |= (c & 0x80u) << 24;
+#endif
+  float v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+"""
 
 
 # -- C ------------------------------------------------------------------------------------------
@@ -281,6 +306,8 @@ def c_source(spec: QuantSpec) -> str:
     affine = spec.kind == "affine"
     head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
+    if not affine:
+        head = head.replace("/* gs codes of one group", _C_FP_VALUE + "\n/* gs codes of one group", 1)
     body = {"qmv_t": _C_QMV_T, "qmv_n": _C_QMV_N, "dequant": _C_DEQUANT}[spec.form]
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
     return head + body.format(name=spec.name, max_group=MAX_GROUP,
@@ -382,6 +409,11 @@ def cuda_source(spec: QuantSpec, transpose: bool = True, tiled: bool = False) ->
     affine = spec.kind == "affine"
     head = _CU_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1,
                            value=_value(spec.kind, "c", "s", "b"))
+    if not affine:  # the C decoding, with CUDA's bit casts
+        fp = (_C_FP_VALUE.replace("static inline float", "__device__ __forceinline__ float")
+              .replace("uint32_t sb;\n  memcpy(&sb, &sub, 4);", "const uint32_t sb = __float_as_uint(sub);")
+              .replace("float v;\n  memcpy(&v, &bits, 4);\n  return v;", "return __uint_as_float(bits);"))
+        head = head.replace("/* code i of a packed row", fp + "\n/* code i of a packed row", 1)
     if not tiled:
         return head + _CU_QMV_T.format(name=spec.name,
                                        bias_load="br[g]" if affine else "0.0f")
