@@ -245,6 +245,8 @@ extern dim3_ blockIdx, threadIdx, blockDim;
 inline float __shfl_down_sync(unsigned, float v, int) { return v; }
 inline void __syncthreads() {}
 extern "C" float fmaf(float, float, float);
+unsigned __float_as_uint(float);
+float __uint_as_float(unsigned);
 """
 
 

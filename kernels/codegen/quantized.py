@@ -9,9 +9,13 @@ The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm``
 striding over K, a warp reduction). The packed weight is a little-endian bit stream of
 ``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
 packs of MLX included): one unpacking rule for every width. A code's value is
-``code * scale + bias`` (affine) or ``table[code] * scale`` (mxfp4 / nvfp4: the e2m1 table;
-mxfp8: the e4m3 table); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
-once per call). Products accumulate in float32.
+``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1; mxfp8:
+e4m3, decoded by integer arithmetic); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
+once per call). Products accumulate in float32. Widths that divide 32 unpack "slot by slot"
+in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift, mask
+and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
+outputs back in order), and each kernel's work item is instanced per group size (16, 32,
+64, 128), as MLX's templates are, outside the OpenMP region.
 
 A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
 ``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
@@ -36,10 +40,12 @@ class QuantSpec:
     form: str
     kind: str
     bits: int
+    scale: str = "float"  # the C kernels' scales: float32, or e8m0 / e4m3 bytes decoded inline
 
     @property
     def name(self) -> str:
-        return f"{self.kind}_{self.form}_b{self.bits}"
+        tail = "" if self.scale == "float" else f"_{self.scale}"
+        return f"{self.kind}_{self.form}_b{self.bits}{tail}"
 
     @property
     def layout(self) -> str:
@@ -59,10 +65,69 @@ class QuantSpec:
 def _value(kind: str, code: str, scale: str, bias: str) -> str:
     if kind == "affine":
         return f"fmaf((float)({code}), {scale}, {bias})"
-    return f"(table[{code}] * {scale})"
+    return f"(fp_value({code}) * {scale})"
+
+
+# e2m1 (4 bits) / e4m3 (8 bits) codes as float32 bits, by integer arithmetic (no table
+# gather, so the slot loops vectorize); the values of ``rules/quantized.py``'s tables, nan
+# for e4m3's 0x7F / 0xFF
+_C_FP_VALUE = """
+static inline float fp_value(uint32_t c) {
+#if BITS == 4
+  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
+  uint32_t bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3F000000u : 0u);
+  bits |= (c & 8u) << 28;
+#else
+  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
+  const float sub = (float)m * 0.001953125f;  /* e == 0: m * 2^-9 */
+  uint32_t sb;
+  memcpy(&sb, &sub, 4);
+  uint32_t bits = e ? (((e + 120u) << 23) | (m << 20)) : sb;
+  bits = ((c & 0x7Fu) == 0x7Fu) ? 0x7FC00000u : bits;
+  bits |= (c & 0x80u) << 24;
+#endif
+  float v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+"""
 
 
 # -- C ------------------------------------------------------------------------------------------
+# a scale's type and its float value: float32; e8m0 (2^(s - 127), s = 0 the subnormal 2^-127);
+# e4m3 (nvfp4's, with e4m3's nan at 0x7F / 0xFF)
+_C_SCALES = {
+    "float": "#include <stdint.h>\n#define SCALE_T float\n#define SCALE(s) (s)\n",
+    "e8m0": """#include <stdint.h>
+#include <string.h>
+#define SCALE_T uint8_t
+static inline float e8m0_value(uint32_t s) {
+  const uint32_t bits = s ? (s << 23) : 0x00400000u;
+  float v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+#define SCALE(s) e8m0_value(s)
+""",
+    "e4m3": """#include <stdint.h>
+#include <string.h>
+#define SCALE_T uint8_t
+static inline float e4m3_value(uint32_t c) {
+  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
+  const float sub = (float)m * 0.001953125f;
+  uint32_t sb;
+  memcpy(&sb, &sub, 4);
+  uint32_t bits = e ? (((e + 120u) << 23) | (m << 20)) : sb;
+  bits = ((c & 0x7Fu) == 0x7Fu) ? 0x7FC00000u : bits;
+  bits |= (c & 0x80u) << 24;
+  float v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+#define SCALE(s) e4m3_value(s)
+""",
+}
+
 _C_HEAD = """#include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -116,7 +181,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
                                                       const int64_t gs) {{
   const float* x = (const float*)args[0];
   const uint8_t* w = (const uint8_t*)args[1];
-  const float* scales = (const float*)args[2];
+  const SCALE_T* scales = (const SCALE_T*)args[2];
   const float* biases = (const float*)args[3];
   const float* table = (const float*)args[4];
   float* out = (float*)args[5];
@@ -133,7 +198,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
     const int64_t bb = t / nblk, n0 = (t % nblk) * NB, n1 = n0 + NB < N ? n0 + NB : N;
     const float* xb = x + x_off[bb];
     const uint8_t* wb = w + w_off[bb];
-    const float* sb = scales + s_off[bb];
+    const SCALE_T* sb = scales + s_off[bb];
     const float* bi = biases + b_off[bb];
     float v[{max_group}];
     for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {{
@@ -141,8 +206,8 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
       for (int64_t n = n0; n < n1; n++) {{
         float acc[MAX_ROWS] = {{0}};
         for (int64_t g = 0; g < G; g++) {{
-          dequant_group_slots(wb + n * row_bytes + g * gs * BITS / 8, gs, sb[n * G + g],
-                              {bias_expr}, table, v);
+          dequant_group_slots(wb + n * row_bytes + g * gs * BITS / 8, gs,
+                              SCALE(sb[n * G + g]), {bias_expr}, table, v);
           for (int64_t m = 0; m < mm; m++) {{
             const float* xr = xb + (m0 + m) * K + g * gs;
             float d = 0.0f;
@@ -165,7 +230,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
                                                       const int64_t gs) {{
   const float* x = (const float*)args[0];
   const uint8_t* w = (const uint8_t*)args[1];
-  const float* scales = (const float*)args[2];
+  const SCALE_T* scales = (const SCALE_T*)args[2];
   const float* biases = (const float*)args[3];
   const float* table = (const float*)args[4];
   float* out = (float*)args[5];
@@ -183,7 +248,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
     const int64_t nw = N - n0 < QVM_BLOCK ? N - n0 : QVM_BLOCK;
     const float* xb = x + x_off[bb];
     const uint8_t* wb = w + w_off[bb];
-    const float* sb = scales + s_off[bb];
+    const SCALE_T* sb = scales + s_off[bb];
     const float* bi = biases + b_off[bb];
     float v[QVM_BLOCK];
     float acc[MAX_ROWS][QVM_BLOCK];
@@ -194,8 +259,8 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
       for (int64_t k = 0; k < K; k++) {{
         for (int64_t j = 0; j < nw; j += gs) {{
           const int64_t g = (n0 + j) / gs;
-          dequant_group_slots(wb + k * row_bytes + (n0 + j) * BITS / 8, gs, sb[k * G + g],
-                              {bias_expr_k}, table, v + j);
+          dequant_group_slots(wb + k * row_bytes + (n0 + j) * BITS / 8, gs,
+                              SCALE(sb[k * G + g]), {bias_expr_k}, table, v + j);
         }}
         for (int64_t m = 0; m < mm; m++) {{
           const float xv = xb[(m0 + m) * K + k];
@@ -225,7 +290,7 @@ _C_DEQUANT = """
 static inline __attribute__((always_inline)) void item(void** args, const int64_t t,
                                                       const int64_t gs) {{
   const uint8_t* w = (const uint8_t*)args[0];
-  const float* scales = (const float*)args[1];
+  const SCALE_T* scales = (const SCALE_T*)args[1];
   const float* biases = (const float*)args[2];
   const float* table = (const float*)args[3];
   float* out = (float*)args[4];
@@ -236,8 +301,8 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
     const int64_t r = t;
     const float* bi = biases;
     for (int64_t g = 0; g < G; g++)
-      dequant_group(w + r * row_bytes + g * gs * BITS / 8, gs, scales[r * G + g],
-                    {bias_expr}, table, out + r * C + g * gs);
+      dequant_group(w + r * row_bytes + g * gs * BITS / 8, gs,
+                    SCALE(scales[r * G + g]), {bias_expr}, table, out + r * C + g * gs);
   }}
 }}
 """
@@ -277,6 +342,9 @@ def c_source(spec: QuantSpec) -> str:
     affine = spec.kind == "affine"
     head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
+    if not affine:
+        head = head.replace("/* gs codes of one group", _C_FP_VALUE + "\n/* gs codes of one group", 1)
+    head = _C_SCALES[spec.scale] + head
     body = {"qmv_t": _C_QMV_T, "qmv_n": _C_QMV_N, "dequant": _C_DEQUANT}[spec.form]
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
     return head + body.format(name=spec.name, max_group=MAX_GROUP,
@@ -378,6 +446,11 @@ def cuda_source(spec: QuantSpec, transpose: bool = True, tiled: bool = False) ->
     affine = spec.kind == "affine"
     head = _CU_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1,
                            value=_value(spec.kind, "c", "s", "b"))
+    if not affine:  # the C decoding, with CUDA's bit casts
+        fp = (_C_FP_VALUE.replace("static inline float", "__device__ __forceinline__ float")
+              .replace("uint32_t sb;\n  memcpy(&sb, &sub, 4);", "const uint32_t sb = __float_as_uint(sub);")
+              .replace("float v;\n  memcpy(&v, &bits, 4);\n  return v;", "return __uint_as_float(bits);"))
+        head = head.replace("/* code i of a packed row", fp + "\n/* code i of a packed row", 1)
     if not tiled:
         return head + _CU_QMV_T.format(name=spec.name,
                                        bias_load="br[g]" if affine else "0.0f")

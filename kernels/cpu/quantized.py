@@ -23,7 +23,7 @@ from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
 from ..primitives import REGISTRY
-from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
+from ..rules.quantized import FP4_LUT, fp8_decode
 from . import compiler
 from .threads import fit_blas_threads
 
@@ -93,7 +93,9 @@ class _Operands:
         self.mode, self.bits, self.gs, self.transpose = mode, bits, group_size, transpose
         x = _matrix_rows(_f32(x) if x.ndim >= 2 else _f32(x).reshape(1, -1))
         self.w = _matrix_rows(w)
-        self.s = _matrix_rows(_f32(scales) if mode == "affine" else fp_scale(np, scales, group_size))
+        # fp scales stay bytes: the kernels decode e8m0 / e4m3 (codegen/quantized.py)
+        self.s = _matrix_rows(_f32(scales) if mode == "affine" else scales)
+        self.scale = "float" if mode == "affine" else ("e4m3" if group_size == 16 else "e8m0")
         self.b = (_matrix_rows(_f32(b)) if b is not None else np.zeros((1, 1), _F32))
         self.x = x
         self._x3 = None
@@ -102,7 +104,7 @@ class _Operands:
         self.N = w.shape[-2] if transpose else cols
         self.x_offs = _batch_offsets(x, 4)
         self.w_offs = _batch_offsets(self.w, 1)
-        self.s_offs = _batch_offsets(self.s, 4)
+        self.s_offs = _batch_offsets(self.s, self.s.itemsize)
         self.b_offs = _batch_offsets(self.b, 4) if b is not None else np.zeros(1, np.int64)
 
     def matrix(self, i: int) -> np.ndarray:
@@ -119,7 +121,7 @@ def _why_not(o: _Operands) -> Optional[str]:
 
 
 def _spec(o: _Operands, form: str) -> QuantSpec:
-    return QuantSpec(form, "affine" if o.mode == "affine" else "table", o.bits)
+    return QuantSpec(form, "affine" if o.mode == "affine" else "table", o.bits, o.scale)
 
 
 def _fallback(prim_name: str, why: str, xp, args, kw):
@@ -169,7 +171,7 @@ def _dequant(o: _Operands, entry, spec, w_off: int, s_off: int, b_off: int, tile
     """The weight matrix at these offsets as float32 into ``tile`` (rows x cols)."""
     rows, cols = tile.shape
     table = _table(o.mode, o.bits)
-    ptrs = [o.w.ctypes.data + int(w_off), o.s.ctypes.data + 4 * int(s_off),
+    ptrs = [o.w.ctypes.data + int(w_off), o.s.ctypes.data + o.s.itemsize * int(s_off),
             o.b.ctypes.data + 4 * int(b_off), table.ctypes.data, tile.ctypes.data,
             rows, cols, o.gs]
     argv = (ctypes.c_void_p * len(ptrs))(*ptrs)

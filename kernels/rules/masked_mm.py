@@ -39,8 +39,16 @@ def gather_mm(xp, a, b, lhs_indices, rhs_indices, *, left_sorted, right_sorted):
     stack_a, stack_b = _matrices(xp, a, m, k), _matrices(xp, b, k, n)
     if lhs_indices.size == 0 or stack_a.shape[0] == 0 or stack_b.shape[0] == 0:
         return xp.zeros(out_shape, dtype=_wide(xp, a).dtype)
-    out = xp.matmul(_wide(xp, _gathered(xp, stack_a, lhs_indices)),
-                    _wide(xp, _gathered(xp, stack_b, rhs_indices)))
+    left = _wide(xp, _gathered(xp, stack_a, lhs_indices))
+    if rhs_indices.size > stack_b.shape[0]:  # fewer matrices than products: one per matrix
+        flat = xp.clip(xp.reshape(rhs_indices, (-1,)).astype(xp.int64), 0, stack_b.shape[0] - 1)
+        out = xp.empty((flat.size, m, n), dtype=left.dtype)
+        for r in range(stack_b.shape[0]):
+            sel = xp.nonzero(flat == r)[0]
+            if sel.size:
+                out[sel] = xp.matmul(left[sel], _wide(xp, stack_b[r]))
+        return xp.reshape(out, out_shape)
+    out = xp.matmul(left, _wide(xp, _gathered(xp, stack_b, rhs_indices)))
     return xp.reshape(out, out_shape)
 
 
