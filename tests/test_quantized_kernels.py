@@ -116,7 +116,8 @@ def test_quantized_matmul_kernels_equal_float64(cfg, dtype, transpose, m, groups
     x = rng.standard_normal((*xlead, m, K)).astype(NP[dtype])
     before = kernel_hits()
     got = mx.quantized_matmul(mx.array(x), mx.array(w), mx.array(s),
-                              None if b is None else mx.array(b), transpose, gs, bits, mode)
+                              None if b is None else mx.array(b), transpose, gs, bits, mode,
+                              stream=mx.cpu)  # the CPU's kernels (the GPU is default there)
     got = np.array(got.astype(mx.float32))
     w64 = reference_weight(w, s, b, gs, bits, mode)
     x64 = x.astype(np.float64)
@@ -163,7 +164,7 @@ def test_gather_qmm_kernels_equal_float64(cfg, transpose, m, n_idx, sort, lhs, s
     before = kernel_hits()
     got = mx.gather_qmm(mx.array(x), mx.array(w), mx.array(s), None if b is None else mx.array(b),
                         None if li is None else mx.array(li), mx.array(ri), transpose, gs, bits,
-                        mode, sorted_indices=sort and not lhs)
+                        mode, sorted_indices=sort and not lhs, stream=mx.cpu)
     got = np.array(got)
     w64 = reference_weight(w, s, b, gs, bits, mode)
     x64 = x.astype(np.float64)
@@ -206,7 +207,7 @@ def test_without_a_compiler_the_rule_computes_and_the_fallback_is_recorded(monke
     try:
         with tapescope.record() as tl:
             got = np.array(mx.quantized_matmul(mx.array(x), mx.array(w), mx.array(s),
-                                               mx.array(b), True, 32, 4))
+                                               mx.array(b), True, 32, 4, stream=mx.cpu))
         reasons = [r.detail.get("reason", "") for r in tl.records if r.kind == "kernel_fallback"]
         assert any("no C compiler" in r for r in reasons), reasons
     finally:
