@@ -17,23 +17,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import tapescope.core as mx  # noqa: E402
+from reductions import interleaved, machine  # noqa: E402  (the machine line, the timing loop)
 
 EPS = 1e-5
 
 
-def machine() -> str:
-    from reductions import machine as base
-
-    return base()
 
 
 def cases(device: str) -> list:
@@ -152,20 +147,6 @@ def torch_fn(op, x, w, b, device):
         def f():
             return F.rms_norm(a, (D,), wa, EPS)
     return lambda: (f(), torch.cuda.synchronize())
-
-
-def interleaved(impls: dict, reps: int) -> dict:
-    """Median ms of each implementation, one call of each in turn per repetition."""
-    for f in impls.values():
-        f()
-        f()
-    times = {k: [] for k in impls}
-    for _ in range(reps):
-        for k, f in impls.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def run(device: str, reps: int, dtype) -> list:

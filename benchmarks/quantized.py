@@ -15,37 +15,11 @@ the 1-row case also prints the bandwidth reached over the packed weight's bytes.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import tapescope.core as mx
-
-
-def machine() -> str:
-    """cpu_fusion.py's machine line and the load average (the cores are shared)."""
-    from cpu_fusion import machine as base
-
-    try:
-        load = " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        load = "unknown"
-    return f"{base()}, load average {load}"
-
-
-def interleaved(impls: dict, reps: int) -> dict:
-    """Median ms of each implementation, one call of each in turn per repetition."""
-    for f in impls.values():
-        f()
-        f()
-    times = {k: [] for k in impls}
-    for _ in range(reps):
-        for k, f in impls.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+from reductions import interleaved, machine  # noqa: E402  (the machine line, the timing loop)
 
 
 def quantized(w: np.ndarray, gs: int, bits: int, mode: str):
