@@ -134,8 +134,8 @@ def run_file(path: Path, timeout: float) -> tuple[dict[str, tuple[str, str]], st
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(path), str(out)]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            ended = "ok" if proc.returncode in (0, 1) else f"exit {proc.returncode}"
-            if proc.returncode not in (0, 1) or not out.exists():
+            ended = "ok" if proc.returncode in (0, 1) and out.exists() else f"exit {proc.returncode}"
+            if ended != "ok":
                 ended += ": " + proc.stderr.strip()[-1500:]
         except subprocess.TimeoutExpired:
             ended = f"timed out after {timeout:.0f} s"
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--details", type=Path, help="write every non-passing test's detail here (JSON)")
     p.add_argument("-v", "--verbose", action="store_true", help="list the tests that do not pass")
     args = p.parse_args(argv)
+    args.mlx_tests = args.mlx_tests.resolve()  # the child changes directory before importing
     backend = "cuda" if os.environ.get("DEVICE") == "gpu" else "cpu"
     if not args.reference.is_file():
         p.error(f"no list of the tests MLX passes at {args.reference} (--reference or MLX_REFERENCE)")
