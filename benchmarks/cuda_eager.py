@@ -9,11 +9,13 @@ Rows (medians of per-call milliseconds, the implementations taking turns per rou
   and with the step compiled as MLX's examples do (``partial(mx.compile, inputs=state,
   outputs=state)``); tapescope runs MLX's ``mlx.nn`` / ``mlx.optimizers`` through
   ``tapescope.as_mlx()`` (the mlx wheel's Python files only), PyTorch the same model
-  (``torch.nn`` + ``torch.optim.Adam``, TF32 off as CuPy and MLX's default).
+  (``torch.nn`` + ``torch.optim.Adam``).
 
-Prints the GPU and each row's ratio to tapescope.
+float32 products run at one precision on every side: full float32 by default (PyTorch's TF32
+off, ``MLX_ENABLE_TF32=0`` for tapescope and MLX), or TF32 everywhere with ``--tf32`` (MLX's
+own default on CUDA). Prints the GPU, the precision and each row's ratio to tapescope.
 
-    TAPESCOPE_CUDA=1 python benchmarks/cuda_eager.py [--rounds 7] [--steps 10]
+    TAPESCOPE_CUDA=1 python benchmarks/cuda_eager.py [--rounds 7] [--steps 10] [--tf32]
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from functools import partial
 os.environ.setdefault("TAPESCOPE_CUDA", "1")
 
 import numpy as np  # noqa: E402
+
+
+TF32 = [False]  # --tf32: float32 products in TensorFloat-32 on every side
 
 
 def _timed(fn, n: int) -> float:
@@ -65,8 +70,8 @@ def _torch(dtype: str):
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = TF32[0]
+    torch.backends.cudnn.allow_tf32 = TF32[0]
     dt = getattr(torch, dtype)
     a = torch.arange(16, dtype=torch.float32, device="cuda").to(dt)
     v0 = torch.linspace(-1, 1, 1 << 20, device="cuda").to(dt)
@@ -187,7 +192,8 @@ def _mlp_torch(dtype: str, batch: int):
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = TF32[0]
+    torch.backends.cudnn.allow_tf32 = TF32[0]
     dt = getattr(torch, dtype)
     model = torch.nn.Sequential(torch.nn.Linear(784, 2048), torch.nn.ReLU(),
                                 torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
@@ -219,8 +225,13 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--tf32", action="store_true",
+                    help="float32 products in TF32 on every side (MLX's CUDA default)")
     args = ap.parse_args(argv)
-    print(f"GPU: {gpu_name()}; medians of {args.rounds} rounds, ms per call; ratio = other / tapescope")
+    TF32[0] = args.tf32  # tapescope and MLX read MLX's variable (MLX: once, at first use)
+    os.environ["MLX_ENABLE_TF32"] = "1" if args.tf32 else "0"
+    print(f"GPU: {gpu_name()}; float32 products in {'TF32' if args.tf32 else 'full float32'}; "
+          f"medians of {args.rounds} rounds, ms per call; ratio = other / tapescope")
     for dtype in ("float32", "bfloat16"):
         contenders = {"tapescope": _tapescope(dtype), "PyTorch": _torch(dtype),
                       "CuPy": _cupy(dtype), "MLX CUDA": _mlx_cuda(dtype)}

@@ -95,6 +95,9 @@ SETTINGS = (
     Setting("c_call", "TAPESCOPE_C_CALL", "switch", True,
             "Use core/_call.c (a compiled call, recording a node, the eval loop's hot part for "
             "every backend) where it is built; read when tapescope.core is imported."),
+    Setting("tf32", "MLX_ENABLE_TF32", "switch", True,
+            "MLX's variable: float32 matmuls and convolutions on CUDA in TensorFloat-32 "
+            "(kernels/cuda/precision.py); 0 computes them in full float32."),
     Setting("kernel_cflags", "TAPESCOPE_KERNEL_CFLAGS", "text", "",
             "Flags added to every C kernel build (make test-ub passes the sanitizers)."),
     Setting("metal_shim", "TAPESCOPE_METAL_SHIM", "switch", False,

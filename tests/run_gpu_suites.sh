@@ -21,6 +21,9 @@ mkdir -p "$OUT"
 # wheels carried to the machine (it cannot download), e.g. the graphviz package the viz needs
 if compgen -G "wheels/*.whl" > /dev/null; then "$PY" -m pip install -q --no-deps wheels/*.whl; fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
+# tapescope's suites compare float32 products with float64 numpy at float32's tolerances: MLX's
+# TF32 default off here (tests/test_cuda_precision.py switches it on where it tests it)
+export MLX_ENABLE_TF32=${MLX_ENABLE_TF32:-0}
 PARTS=${PARTS:-cpu_default cuda_runtime gpu_default notebooks nccl}
 run() {  # name, time limit (s), per-test limit (s), pytest arguments...
   local name=$1 limit=$2 each=$3; shift 3
@@ -37,7 +40,7 @@ run cpu_default 300 200 -n "$N" tests --ignore tests/test_browser.py
 export TAPESCOPE_CUDA=1
 run cuda_runtime 200 120 -n 8 tests/test_cuda_runtime.py tests/test_cuda_bf16.py tests/test_cuda_fusion.py tests/test_cuda_eval_loop.py tests/test_cuda_kernel.py \
   tests/test_cuda_rules.py tests/test_distributed_nccl.py tests/test_allocator_c.py tests/test_compile_call_c.py \
-  tests/test_cuda_reductions.py tests/test_reduction_dialects.py tests/test_cuda_fast.py tests/test_quantized_kernels.py \
+  tests/test_cuda_reductions.py tests/test_reduction_dialects.py tests/test_cuda_fast.py tests/test_cuda_precision.py tests/test_quantized_kernels.py \
   tests/test_roofline.py::test_a_cuda_copy_kernel_reaches_the_measured_device_copy_bandwidth
 run gpu_default 200 60 -n "$N" tests/test_elementwise_ops.py tests/test_elementwise_binary.py \
   tests/test_elementwise_unary.py tests/test_reduction.py tests/test_shape.py tests/test_indexing.py \

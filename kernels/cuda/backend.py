@@ -23,10 +23,12 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
+from ..primitives import MATMUL
 from ..roofline import layouts
 from . import bfloat16 as bf16, device, timing
 from .events import CudaEvent
 from .memory import CudaAllocator
+from .precision import matmul_rule
 
 
 _running = threading.local()  # .node: the node whose device context this thread is in
@@ -272,7 +274,8 @@ class CudaBackend(Backend):
         node = getattr(_running, "node", None)
         if (node is not None and node.primitive is prim and not prim.defn.takes_runtime
                 and prim.name != "CustomKernel" and bf16.touches(node)):
-            return bf16.rule(prim, own, node)
+            # bfloat16 products: float32 math at full precision (MLX's CUBLAS_COMPUTE_32F)
+            return bf16.rule(prim, None if prim.defn.family == MATMUL else own, node)
         return own
 
     def _own_rule(self, prim: Any):
@@ -298,6 +301,8 @@ class CudaBackend(Backend):
             from .quantized import RULES as quantized
 
             return quantized[prim.name]
+        if prim.defn.family == MATMUL:  # MLX's TF32 switch (cuda/precision.py)
+            return matmul_rule(prim.defn.rule)
         return None
 
     def synchronize(self, stream: Any) -> None:
