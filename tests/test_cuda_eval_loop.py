@@ -228,3 +228,43 @@ def test_the_loop_launches_and_waits_through_the_backends_c_hooks(word):
     finally:
         _driver.use_completion_word(True)
 
+
+
+_EAGER = [
+    ("add", lambda a, b: a + b, np.add),
+    ("multiply_scalar", lambda a, b: a * 1.5 + 0.25, lambda a, b: a * np.float32(1.5) + np.float32(0.25)),
+    ("maximum_broadcast", lambda a, b: mx.maximum(a, b[:1]), lambda a, b: np.maximum(a, b[:1])),
+    ("exp", lambda a, b: mx.exp(a), np.exp),
+    ("less", lambda a, b: a < b, np.less),
+    ("transposed", lambda a, b: a.T - b.T, lambda a, b: a.T - b.T),
+]
+
+
+@pytest.mark.parametrize("name,op,ref", _EAGER, ids=[e[0] for e in _EAGER])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_an_eager_elementwise_op_runs_as_its_one_op_kernel(name, op, ref, dtype):
+    """An eager op on the GPU is its one-op kernel launched by the loop (the backend's
+    eager_kernel, the same count with the timeline on and off) and gives numpy's values."""
+    if backends.backend("gpu").eager_kernel is None:
+        pytest.skip("the CUDA backend's C launch is not built")
+    if name == "exp" and dtype is np.int32:
+        pytest.skip("exp of an integer is float32 (a different output type from the input)")
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((8, 33)) * 4).astype(dtype)
+    b = (rng.standard_normal((8, 33)) * 4).astype(dtype)
+    x, y = mx.array(a), mx.array(b)
+    mx.eval(x, y, op(x, y))  # builds the kernels
+    got = []
+    for recording in (False, True):
+        n = evaluate.dispatch_counts()["eager_kernel_device"]
+        with (timeline.record() if recording else contextlib.nullcontext()):
+            r = op(x, y)
+            mx.eval(r)
+        got.append(evaluate.dispatch_counts()["eager_kernel_device"] - n)
+        want = ref(a, b)
+        assert np.array(r).dtype == np.asarray(want).dtype or name == "multiply_scalar"
+        tol = 2e-3 if dtype is np.float16 else 1e-6
+        np.testing.assert_allclose(np.array(r).astype(np.float64), np.asarray(want, np.float64),
+                                   rtol=tol, atol=tol)
+    # (a transposed input's op writes F order: the rule runs it, no kernel of ours)
+    assert got[0] == got[1] and got[0] >= (0 if name == "transposed" else 1)

@@ -167,7 +167,10 @@ static int as_long(PyObject *o, const char *attr, long long *out) {
 /* the plan's record: NULL, no error, when it is not the plain case */
 static Record *plan_record(PyObject *ln) {
     PyObject *cap = PyObject_GetAttr(ln, s_lane);
-    if (cap == NULL) return NULL;
+    if (cap == NULL) { /* a plan without the slot: not ours */
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+        return NULL;
+    }
     if (cap != Py_None) {
         Record *r = cap == Py_False ? NULL : PyCapsule_GetPointer(cap, RECORD_NAME);
         Py_DECREF(cap); /* ln keeps it */
