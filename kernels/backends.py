@@ -188,10 +188,6 @@ class Backend:
     #: loaded fused call and an eval's wait; None: it calls ``launch_fused`` and waits on the
     #: eval's event in Python. A host backend has none (its launch is the call itself).
     device_api = None
-    #: A device's eager elementwise op as a plan of its own kernel, ``eager_kernel(prim,
-    #: inputs, dtype, shape) -> plan or None``, launched as a loaded fused call is (through
-    #: ``device_api``); None: the op's rule runs.
-    eager_kernel = None
 
     @functools.cached_property
     def compiled_prebuild(self) -> Optional[Callable]:

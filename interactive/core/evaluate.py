@@ -33,11 +33,10 @@ DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output byt
 # the rule's result stored (adopted or a view of an input); the rule into an output buffer
 # (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
 # (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
-# through ``run_compiled``; a GPU stream's node run on the host; a GPU's eager elementwise op
-# as its one-op kernel (``Backend.eager_kernel``), launched as a fused call is.
+# through ``run_compiled``; a GPU stream's node run on the host.
 PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
-         "host_fallback", "eager_kernel_device")
-RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST, EAGER_DEVICE = range(len(PATHS))
+         "host_fallback")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST = range(len(PATHS))
 _counts = [0] * len(PATHS)
 
 
@@ -149,8 +148,6 @@ def _run_node(node: Node) -> None:
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
     if prim.defn.takes_runtime and _gpu_fused_launch(node, prim, be):
-        return
-    if prim.defn.elementwise and be.eager_kernel is not None and _gpu_eager_launch(node, prim, be):
         return
     why = be.host_reason(node)
     if why is not None:
@@ -321,44 +318,6 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
             return False
     return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
                        FUSED_DEVICE)
-
-
-def _gpu_eager_launch(node: Node, prim, be) -> bool:
-    """A GPU's eager elementwise op as the backend's one-op kernel (``eager_kernel``: a
-    plan as a loaded fused call's), launched through ``launch_fused`` into a fresh buffer
-    (core/_loop.c run_node does the same steps, through the backend's C launch). False:
-    the rule runs."""
-    outputs = node.outputs
-    if len(outputs) != 1 or node.keep:
-        return False
-    at = be.array_type
-    ins = [d.data for d in node.inputs]
-    for x in ins:
-        if type(x) is not at:
-            return False
-    target = outputs[0]()
-    if target is None:
-        return False
-    dtype = target.dtype
-    ln = be.eager_kernel(prim, ins, dtype.np, target.shape)
-    if ln is None:
-        return False
-    t0 = timeline.now() if timeline.enabled else 0
-    nbytes = dtype.size
-    for s in target.shape:
-        nbytes *= s
-    alloc = be.allocator
-    buf = alloc.malloc(nbytes)
-    out, out_handle = buf.view(nbytes, dtype.np, target.shape), BufferHandle(buf, alloc)
-    if not ln.takes(out):
-        return False
-    be.launch_fused(prim.stream, ln, ins, out)
-    _counts[EAGER_DEVICE] += 1
-    target.set_data(out, out_handle)
-    _detach(node)
-    if t0:
-        _record(prim, node, t0, out.nbytes)
-    return True
 
 
 def _donatable_inputs(node: Node, at: type) -> list:

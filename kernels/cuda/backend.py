@@ -281,16 +281,6 @@ class CudaBackend(Backend):
             "timing_flush": timing.flush, "launch_start": _launch_start,
             "launch_end": _launch_end, "wait_record": _wait_record, "now": timeline.now})
 
-    @functools.cached_property
-    def eager_kernel(self):
-        """An eager elementwise op's one-op kernel plan (``cuda/eager.py``), which the loop
-        launches through ``device_api``; None without the C launch (the rule runs)."""
-        if self.device_api is None:
-            return None
-        from .eager import plan_for
-
-        return plan_for
-
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
         reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
@@ -345,10 +335,8 @@ def _launch_start(index: int) -> Any:
 
 def _launch_end(index: int, ev0: Any, launch: Any, inputs: list, out: Any) -> None:
     """Its end: recorded as ``launch_fused`` records (device time, the roofline's detail)."""
-    tape = getattr(launch.entry, "tape", None)
-    one_op = tape is not None and tape.lib_name.startswith("ew_")  # an eager op's kernel
-    timing.end(device.cuda_stream(index), ev0, name=tape.ops[0].primitive if one_op else "Compiled",
-               node=None, stream=index, detail=_launch_detail(launch, inputs, out))
+    timing.end(device.cuda_stream(index), ev0, name="Compiled", node=None, stream=index,
+               detail=_launch_detail(launch, inputs, out))
 
 
 def _wait_record(index: int, t0: int) -> None:
