@@ -1,6 +1,7 @@
 """A CUDA stream's evals through the one eval loop (core/_loop.c's eager_eval and run_node,
 or their Python references): ``mx.eval`` of a loaded fused call launches it through the
-backend's hook (``CudaBackend.launch_fused``) and gives numpy's values, the same allocator
+backend's C launch and waits through its C wait (``CudaBackend.device_api``, cuda/_driver.c;
+else the hook ``CudaBackend.launch_fused`` and the event's wait) and gives numpy's values, the same allocator
 counters, kernel-cache hits and dispatch counts whether or not the timeline records (which
 adds the call's device time), frees go back to the cache, an error leaves the node lazy.
 Runs where CuPy reaches a GPU and ``TAPESCOPE_CUDA=1`` (the H200 machine).
