@@ -4,10 +4,18 @@ call. `--fake` runs it over tests/fake_cupy.py (the Python side alone, no GPU ne
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_eager_profile.py [--fake]
 """
-import cProfile, pstats, sys, time, os
+import cProfile
+import os
+import pstats
+import sys
+import time
+
 os.environ.setdefault("TAPESCOPE_CUDA", "1")
 if "--fake" in sys.argv:
-    sys.path.insert(0, "tests"); import fake_cupy; fake_cupy.install()
+    sys.path.insert(0, "tests")
+    import fake_cupy
+
+    fake_cupy.install()
 import numpy as np
 import tapescope.core as mx
 mx.set_default_device(mx.gpu)
