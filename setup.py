@@ -28,12 +28,16 @@ def _extensions() -> list:
     a compiled function's call, recording a node, mx.eval's first step and the eval loop's
     hot part (``interactive/core/_call.c``, ``_loop.c``; the Python path runs instead),
     BufferHandle and the allocator's malloc / free / adopt (``kernels/_handle.c``; the
-    Python class and methods otherwise),
+    Python class and methods otherwise), the CUDA backend's launch and host wait through the
+    driver loaded at run time (``kernels/cuda/_driver.c``: no CUDA needed to build it; the
+    Python hooks otherwise),
     and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
     it ``memoryview(x)`` raises TypeError)."""
     exts = [Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c"],
-                      depends=["interactive/core/_core.h"], optional=True),
-            Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True)]
+                      depends=["interactive/core/_core.h", "kernels/_device_api.h"], optional=True),
+            Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True),
+            Extension("tapescope.kernels.cuda._driver", ["kernels/cuda/_driver.c"],
+                      depends=["kernels/_device_api.h"], optional=True)]
     if sys.version_info < (3, 12):
         exts.append(Extension("tapescope.core._buffer", ["interactive/core/_buffer.c"], optional=True))
     return exts

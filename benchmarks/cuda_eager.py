@@ -141,7 +141,7 @@ def _mlp_tapescope(dtype: str, batch: int):
     """The MLP step through MLX's mlx.nn over tapescope (None without the mlx package)."""
     import importlib.util
 
-    if importlib.util.find_spec("mlx.nn") is None:
+    if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.nn") is None:
         return None
     import tapescope
 

@@ -183,6 +183,12 @@ class Backend:
         ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
         launch.call(inputs, (out,))
 
+    #: The backend's launch and host wait in C (a capsule of the table in
+    #: kernels/_device_api.h), which the eval loop (core/_loop.c) calls for a device's
+    #: loaded fused call and an eval's wait; None: it calls ``launch_fused`` and waits on the
+    #: eval's event in Python. A host backend has none (its launch is the call itself).
+    device_api = None
+
     @functools.cached_property
     def compiled_prebuild(self) -> Optional[Callable]:
         """``cpu.compiled.prebuild`` where fused tapes run as generated C on the host (an

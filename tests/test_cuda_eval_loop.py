@@ -1,6 +1,7 @@
 """A CUDA stream's evals through the one eval loop (core/_loop.c's eager_eval and run_node,
 or their Python references): ``mx.eval`` of a loaded fused call launches it through the
-backend's hook (``CudaBackend.launch_fused``) and gives numpy's values, the same allocator
+backend's C launch and waits through its C wait (``CudaBackend.device_api``, cuda/_driver.c;
+else the hook ``CudaBackend.launch_fused`` and the event's wait) and gives numpy's values, the same allocator
 counters, kernel-cache hits and dispatch counts whether or not the timeline records (which
 adds the call's device time), frees go back to the cache, an error leaves the node lazy.
 Runs where CuPy reaches a GPU and ``TAPESCOPE_CUDA=1`` (the H200 machine).
@@ -8,6 +9,7 @@ Runs where CuPy reaches a GPU and ``TAPESCOPE_CUDA=1`` (the H200 machine).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -185,3 +187,45 @@ def test_a_late_result_is_waited_for_before_it_is_read():
         mx.eval(r)
         np.testing.assert_array_equal(np.array(r), _expected(small_h, small_h))
         np.testing.assert_array_equal(np.array(slow[:4]), np.full(4, 4, np.float32))
+
+
+def _driver_stats():
+    """The C launch and wait's counters (kernels/cuda/_driver.c), or None where the
+    backend has no C hooks (the extension not built)."""
+    if backends.backend("gpu").device_api is None:
+        return None
+    from tapescope.kernels.cuda import _driver
+
+    return _driver.stats()
+
+
+@pytest.mark.parametrize("word", [True, False], ids=["completion_word", "stream_query"])
+def test_the_loop_launches_and_waits_through_the_backends_c_hooks(word):
+    """Each synchronised call is one C launch and one C wait, timeline on and off alike,
+    and the values are numpy's whether the wait reads the completion word or polls."""
+    if _driver_stats() is None:
+        pytest.skip("the CUDA backend's C hooks are not built")
+    from tapescope.kernels.cuda import _driver
+
+    f = mx.compile(_chain)
+    a = np.linspace(-2, 2, 3000, dtype=np.float32)
+    x = mx.array(a)
+    mx.eval(x, f(x, x))
+    _driver.use_completion_word(word)
+    try:
+        for recording in (False, True):
+            s0 = _driver.stats()
+            with (timeline.record() if recording else contextlib.nullcontext()):
+                for _ in range(3):
+                    r = f(x, x)
+                    mx.eval(r)
+                    np.testing.assert_array_equal(np.array(r), _expected(a, a))
+            s1 = _driver.stats()
+            assert s1["launches"] - s0["launches"] == 3
+            waits = {k: s1[k] - s0[k] for k in ("waits_by_word", "waits_by_query")}
+            assert sum(waits.values()) >= 3
+            if not word:
+                assert waits["waits_by_word"] == 0
+    finally:
+        _driver.use_completion_word(True)
+

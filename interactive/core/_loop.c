@@ -13,6 +13,7 @@
  * Built into the same extension as _call.c (which it shares core's slot offsets with, see
  * _core.h); configured by evaluate.py and scheduling.py at import. */
 #include "_core.h"
+#include "../../kernels/_device_api.h"
 
 /* -- The eval loop's hot part: one host node run in C ------------------------------------
  *
@@ -36,7 +37,7 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
-    *s_compiled_launch, *s_kernel_rules, *s_device_context;
+    *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes;
 static int loop_configured = 0;
@@ -111,7 +112,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_array_type = PyUnicode_InternFromString("array_type")) ||
                            !(s_compiled_launch = PyUnicode_InternFromString("compiled_launch")) ||
                            !(s_kernel_rules = PyUnicode_InternFromString("kernel_rules")) ||
-                           !(s_device_context = PyUnicode_InternFromString("device_context"))))
+                           !(s_device_context = PyUnicode_InternFromString("device_context")) ||
+                           !(s_device_api = PyUnicode_InternFromString("device_api"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -121,14 +123,18 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
 /* What the loop reads off a stream's backend (kernels.backends.Backend), once per backend:
  * its array module, allocator and array type, its loaded fused kernels' plans
  * (``compiled_launch``: None where it has none), its generated kernels per primitive
- * (``kernel_rules``), and whether it computes on the host (no device context, numpy
- * arrays: the CPU). A backend's node runs here when it is the plain case: on the host,
- * any such node; on a device, a fused call whose kernel is loaded, launched through the
- * backend's one hook, ``launch_fused`` (evaluate._gpu_fused_launch); anything else is the
- * Python run_node. The references are kept (a backend lives as long as the process). */
+ * (``kernel_rules``), whether it computes on the host (no device context, numpy
+ * arrays: the CPU), and its launch and wait in C (``device_api``: the table of
+ * kernels/_device_api.h, or none). A backend's node runs here when it is the plain case: on
+ * the host, any such node; on a device, a fused call whose kernel is loaded, launched by
+ * the backend's C launch where it has one, else through its Python hook ``launch_fused``
+ * (evaluate._gpu_fused_launch); anything else is the Python run_node. A device eval's wait
+ * is the backend's C wait where it has one, else the eval's event's ``wait``. The
+ * references are kept (a backend lives as long as the process). */
 typedef struct {
     PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
     int host;
+    const DeviceApi *api; /* NULL: the Python hooks */
 } BackendInfo;
 #define MAX_BACKENDS 16
 static BackendInfo seen[MAX_BACKENDS];
@@ -139,8 +145,8 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0};
-    PyObject *ctx = NULL;
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, NULL};
+    PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
         !(b.launch_for = PyObject_GetAttr(be, s_compiled_launch)) ||
@@ -154,6 +160,13 @@ static BackendInfo *backend_info(PyObject *be) {
     }
     b.host = ctx == Py_None && b.array_type == l_ndarray;
     Py_DECREF(ctx);
+    if (!b.host && (api = PyObject_GetAttr(be, s_device_api)) != NULL && api != Py_None &&
+        PyCapsule_IsValid(api, DEVICE_API_NAME)) {
+        const DeviceApi *t = PyCapsule_GetPointer(api, DEVICE_API_NAME);
+        if (t != NULL && t->abi == DEVICE_API_ABI) b.api = t; /* (the capsule is kept below) */
+    }
+    PyErr_Clear();
+    if (b.api == NULL) Py_CLEAR(api); /* else kept with the backend, for the process's life */
     Py_INCREF(be);
     seen[n_seen] = b;
     return &seen[n_seen++];
@@ -446,7 +459,14 @@ static int run_host(PyObject *node) {
         }
         if (out == NULL || handle == NULL) goto done;
     }
-    if (fused) { /* generated code: no rule, no warning state; the backend's launch hook */
+    if (fused && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
+        PyObject *index = PyObject_GetAttr(stream, s_index);
+        int launched = index ? bi->api->launch(ln, &args[1], n, out, index) : -1;
+        Py_XDECREF(index);
+        if (launched < 0) goto done;
+        if (launched == 1) res = Py_NewRef(out);
+    }
+    if (fused && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
         PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
         if (takes == NULL) goto done;
         int ok = takes == Py_True;
@@ -457,6 +477,8 @@ static int run_host(PyObject *node) {
                                                 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
             goto done;
         res = Py_NewRef(out);
+    } else if (fused) {
+        /* launched by the backend's C launch above */
     } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
     } else {
@@ -700,6 +722,43 @@ static void keep_error(PyObject **type, PyObject **value, PyObject **tb) {
     }
 }
 
+/* The eval's event signalled once the host has seen its stream's work done (the backend's
+ * C wait): no device event to record (its ``recorded`` None: is_signaled is its value),
+ * its value set and its waiters woken, as Event.signal; while the timeline records, the
+ * event's own ``signal`` runs instead (its record; the covering event it records on the
+ * idle stream is complete at once). 0, or -1 with an error set. */
+static PyObject *s_recorded, *s_value, *s__cond, *s_notify_all;
+
+static int signal_done(PyObject *ev, int recording) {
+    if (s_recorded == NULL && (!(s_recorded = PyUnicode_InternFromString("recorded")) ||
+                               !(s_value = PyUnicode_InternFromString("value")) ||
+                               !(s__cond = PyUnicode_InternFromString("_cond")) ||
+                               !(s_notify_all = PyUnicode_InternFromString("notify_all"))))
+        return -1;
+    if (recording) return call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one));
+    if (PyObject_SetAttr(ev, s_recorded, Py_None) < 0) return -1;
+    PyObject *old = PyObject_GetAttr(ev, s_value);
+    int below = old != NULL && PyObject_RichCompareBool(old, s_one, Py_LT) == 1;
+    Py_XDECREF(old);
+    if (old == NULL || PyErr_Occurred()) return -1;
+    if (below && PyObject_SetAttr(ev, s_value, s_one) < 0) return -1;
+    PyObject *cond = PyObject_GetAttr(ev, s__cond);
+    if (cond == NULL) return -1;
+    int rc = 0;
+    if (cond != Py_None) { /* with cond: cond.notify_all() */
+        rc = call_none(PyObject_CallMethodNoArgs(cond, s_acquire));
+        if (rc == 0) {
+            rc = call_none(PyObject_CallMethodNoArgs(cond, s_notify_all));
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            if (call_none(PyObject_CallMethodNoArgs(cond, s_release)) < 0) rc = -1;
+            if (t != NULL) PyErr_Restore(t, v, tb);
+        }
+    }
+    Py_DECREF(cond);
+    return rc;
+}
+
 /* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
 int eager_eval(PyObject *descs) {
     if (!eager_configured || !PyList_CheckExact(descs)) return 0;
@@ -804,14 +863,24 @@ int eager_eval(PyObject *descs) {
         if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
         if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();
     }
-    if (call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one)) < 0) keep_error(&type, &value, &tb);
+    /* a device's stream: the eval returns once its work is done. With the backend's wait
+     * in C (kernels/_device_api.h) the host waits for the stream first, then the event is
+     * signalled with its work done (nothing left to record on the device: as
+     * CudaEvent.signal after a wait); else the event is signalled and the host waits on it,
+     * as scheduling._evaluate waits on every eval's events. */
+    int waited = 0;
+    if (!bi->host && bi->api != NULL) {
+        waited = bi->api->wait(index);
+        if (waited < 0) keep_error(&type, &value, &tb);
+    }
+    if (waited != 0 ? signal_done(ev, recording) < 0
+                    : call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one)) < 0)
+        keep_error(&type, &value, &tb);
     if (t0 != NULL) {
         PyObject *eargs[4] = {state, ev, t0, Py_True};
         if (call_none(PyObject_Vectorcall(g_end, eargs, 4, NULL)) < 0) keep_error(&type, &value, &tb);
     }
-    /* a device's stream: the eval returns once its work is done (the host waits on the
-     * event, as scheduling._evaluate waits on every eval's events) */
-    if (!bi->host && call_none(PyObject_CallMethodOneArg(ev, s_wait, s_one)) < 0)
+    if (!bi->host && waited == 0 && call_none(PyObject_CallMethodOneArg(ev, s_wait, s_one)) < 0)
         keep_error(&type, &value, &tb);
     rc = 1;
 done:

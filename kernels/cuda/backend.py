@@ -264,6 +264,25 @@ class CudaBackend(Backend):
             timing.end(cs, ev0, name="Compiled", node=None, stream=index,
                        detail=_launch_detail(launch, inputs, out))
 
+    @functools.cached_property
+    def device_api(self):
+        """The launch and host wait in C (``kernels/cuda/_driver.c``: cuLaunchKernel, the
+        completion word, through the driver CuPy loaded), or None where the extension is not
+        built or no CUDA driver is loaded (the tests' stand-in CuPy): then the loop calls
+        ``launch_fused`` and the events' ``wait``."""
+        if self.device_id:  # this process's GPU is not 0: launch_fused sets it per thread
+            return None
+        try:
+            from . import _driver
+        except ImportError:
+            return None
+        return _driver.configure({
+            "streams": device._streams, "work": device._work, "work_of": device.work,
+            "work_lock": device._work_lock, "unfinished": device._unfinished,
+            "timeline": timeline, "timing_pending": timing._pending,
+            "timing_flush": timing.flush, "launch_start": _launch_start,
+            "launch_end": _launch_end, "wait_record": _wait_record, "now": timeline.now})
+
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
         reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
@@ -312,6 +331,23 @@ class CudaBackend(Backend):
 
     def info(self) -> dict:
         return device.info(self.device_id)
+
+
+def _launch_start(index: int) -> Any:
+    """The timing bracket's start of a launch from C while the timeline records."""
+    return timing.start(device.cuda_stream(index))
+
+
+def _launch_end(index: int, ev0: Any, launch: Any, inputs: list, out: Any) -> None:
+    """Its end: recorded as ``launch_fused`` records (device time, the roofline's detail)."""
+    timing.end(device.cuda_stream(index), ev0, name="Compiled", node=None, stream=index,
+               detail=_launch_detail(launch, inputs, out))
+
+
+def _wait_record(index: int, t0: int) -> None:
+    """The host wait from C, recorded as ``CudaEvent.wait`` records one."""
+    timeline.add("event_wait", t0, timeline.now(), stream=None,
+                 detail={"stream_wait": index, "device_wait": False})
 
 
 def _memory(data: Any) -> Any:

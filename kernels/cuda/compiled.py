@@ -266,6 +266,7 @@ class Launch:
         self.packed = [0 if a is None else a.data.ptr if isinstance(a, cupy.ndarray) else int(a)
                        for a in args]
         self.packs: dict = {}  # thread id -> (slots, pointers to them)
+        self.lane = None  # what the C launch reads of this plan, made there (cuda/_driver.c)
         self.fn_ptr = _function_ptr(entry.fn)
         self.block = _block_size(entry.fn, d.schedule.block_size)
         threads = -(-size // wpt)

@@ -1,0 +1,490 @@
+/* The CUDA backend's launch and wait in C, for the one eval loop (kernels/_device_api.h).
+ *
+ * What a small fused call costs on the device is the launch and the host's wait; done from
+ * Python (CuPy's ``launchKernel`` binding converts every argument, ~1 us; ``Event.done``
+ * ~1.4 us a poll; the covering event's record ~2.4 us) they were most of a 16-element call.
+ * MLX makes both in C++ (mlx/backend/cuda/compiled.cpp Compiled::eval_gpu launches with
+ * cuLaunchKernel; mlx/backend/cuda/event.cu's SharedEvent is a word in host-visible memory
+ * the GPU writes and the host spins on). Here, through the driver's own entry points, from
+ * the libcuda CuPy loaded (dlopen("libcuda.so.1", RTLD_NOLOAD) at configure: nothing is
+ * linked, and without a loaded driver, as with the tests' stand-in CuPy, ``configure``
+ * returns None and the loop calls the Python hooks):
+ *
+ * - launch: the plan's (compiled.Launch's) kernel, grid, block and argument slots read once
+ *   into a record kept in its ``lane`` slot (a capsule); this thread's argument pack
+ *   (Launch._pack) gets the inputs' and the output's device pointers; cuLaunchKernel on the
+ *   mx stream's CUDA stream, inside the stream's work record (device.enter_work and
+ *   leave_work at once: made holding the work lock and the GIL, nobody sees it running);
+ *   the kernel cache's hit counted as Launch.call counts it. While the timeline records,
+ *   the backend's timing bracket (``launch_start`` / ``launch_end``) surrounds it: the same
+ *   launch either way.
+ * - wait: the stream writes the next value of a counter into its completion word (a word
+ *   per stream index in a page of pinned host memory mapped for the device,
+ *   cuStreamWriteValue32) and the host spins on the word with the GIL released, up to
+ *   200 us, then polls cuStreamQuery between 20 us sleeps (events.host_wait's schedule).
+ *   Without the word (no entry point, the page not made) it polls cuStreamQuery. Measured
+ *   on the H200's host in C, a 16-element kernel from launch to seen finished: 9.1-10.0 us
+ *   polling cuStreamQuery, 8.5 by the stream's write. The stream is then noted finished
+ *   (device.note_finished's check: nothing enqueued since the write), the timing records
+ *   flushed (timing.flush) and, while the timeline records, the wait recorded.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "../_device_api.h"
+
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void *, void **, void **);
+typedef int (*cu_query_t)(void *);
+typedef int (*cu_error_name_t)(int, const char **);
+typedef int (*cu_write_value_t)(void *, unsigned long long, unsigned, unsigned);
+typedef int (*cu_host_alloc_t)(void **, size_t, unsigned);
+typedef int (*cu_host_device_ptr_t)(unsigned long long *, void *, unsigned);
+static cu_launch_t cu_launch;
+static cu_query_t cu_stream_query;
+static cu_error_name_t cu_error_name;
+static cu_write_value_t cu_write_value;
+static cu_host_alloc_t cu_host_alloc;
+static cu_host_device_ptr_t cu_host_device_ptr;
+#define CUDA_ERROR_NOT_READY 600
+
+#define WORDS 1024
+static volatile uint32_t *word_host; /* the page, as the host reads it */
+static unsigned long long word_dev;  /* the page, as the device writes it */
+static int word_state = 0;           /* 0 not made yet, 1 in use, -1 off */
+static int word_tries = 0;           /* (made on a thread with the context current) */
+static uint32_t word_seq = 0;        /* the last value written */
+static int word_wanted = 1;          /* use_completion_word(False): poll instead */
+static long long waits_by_word = 0, waits_by_query = 0, launches = 0;
+
+/* configure's objects (device.py's and timing's, kept for the process's life) */
+static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c_timeline,
+    *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
+static int configured = 0;
+static PyObject *s_lane, *s_dtypes, *s_order, *s_slots, *s_gen, *s_shape, *s_entry, *s_packs,
+    *s_pack, *s_hits, *s_data, *s_ptr, *s_dtype, *s_C, *s_enabled, *s_acquire, *s_release;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cuda_error(const char *call, int rc) {
+    const char *name = "unknown";
+    if (cu_error_name != NULL) cu_error_name(rc, &name);
+    PyErr_Format(PyExc_RuntimeError, "[cuda] %s failed: %s (%d)", call, name, rc);
+    return -1;
+}
+
+static int lock(PyObject *l) {
+    PyObject *r = PyObject_CallMethodNoArgs(l, s_acquire);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static void unlock(PyObject *l) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* released even while an error is set */
+    PyObject *r = PyObject_CallMethodNoArgs(l, s_release);
+    if (r == NULL) PyErr_Clear();
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+}
+
+static int recording(void) {
+    PyObject *e = PyObject_GetAttr(c_timeline, s_enabled);
+    int on = e == Py_True;
+    Py_XDECREF(e);
+    if (e == NULL) PyErr_Clear();
+    return on;
+}
+
+/* the stream's CUDA stream (device._streams[index].ptr), or NULL: none made (no error) */
+static void *stream_ptr(PyObject *index) {
+    PyObject *cs = PyDict_GetItemWithError(c_streams, index);
+    if (cs == NULL) { PyErr_Clear(); return NULL; }
+    PyObject *p = PyObject_GetAttr(cs, s_ptr);
+    void *st = p ? PyLong_AsVoidPtr(p) : NULL;
+    Py_XDECREF(p);
+    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    return st;
+}
+
+/* the stream's [generation, running, index] record (device.work), borrowed from _work */
+static PyObject *work_of(PyObject *index) {
+    PyObject *w = PyDict_GetItemWithError(c_work, index);
+    if (w == NULL && !PyErr_Occurred()) {
+        PyObject *r = PyObject_CallOneArg(c_work_of, index);
+        Py_XDECREF(r); /* (_work keeps it) */
+        if (r != NULL) w = PyDict_GetItemWithError(c_work, index);
+    }
+    if (w != NULL && (!PyList_CheckExact(w) || PyList_GET_SIZE(w) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "a stream's work record is [generation, running, index]");
+        return NULL;
+    }
+    return w;
+}
+
+/* -- the launch --------------------------------------------------------------------------
+ * What launch reads of a plan (compiled.Launch), once, kept in its ``lane`` slot: only a
+ * plan with one C-order output gets one (Launch.takes); False remembers the others. */
+#define MAX_SLOTS 64
+typedef struct {
+    void *fn;
+    unsigned grid, block;
+    Py_ssize_t n_out_at, word_at, nslots, si[MAX_SLOTS], sj[MAX_SLOTS];
+    PyObject *npdt, *shape, *entry, *packs; /* strong references */
+    unsigned long tid; /* the thread whose pack ``ptrs`` is (packs keeps it) */
+    uint64_t **ptrs;
+} Record;
+#define RECORD_NAME "tapescope.kernels.cuda._driver.Record"
+
+static void record_release(Record *r) {
+    Py_XDECREF(r->npdt); Py_XDECREF(r->shape); Py_XDECREF(r->entry); Py_XDECREF(r->packs);
+    PyMem_Free(r);
+}
+
+static void record_free(PyObject *capsule) {
+    Record *r = PyCapsule_GetPointer(capsule, RECORD_NAME);
+    if (r == NULL) { PyErr_Clear(); return; }
+    record_release(r);
+}
+
+static int as_long(PyObject *o, const char *attr, long long *out) {
+    PyObject *v = PyObject_GetAttrString(o, attr);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* the plan's record: NULL, no error, when it is not the plain case */
+static Record *plan_record(PyObject *ln) {
+    PyObject *cap = PyObject_GetAttr(ln, s_lane);
+    if (cap == NULL) { /* a plan without the slot: not ours */
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+        return NULL;
+    }
+    if (cap != Py_None) {
+        Record *r = cap == Py_False ? NULL : PyCapsule_GetPointer(cap, RECORD_NAME);
+        Py_DECREF(cap); /* ln keeps it */
+        return r;
+    }
+    Py_DECREF(cap);
+    Record *r = PyMem_Calloc(1, sizeof(Record));
+    if (r == NULL) { PyErr_NoMemory(); return NULL; }
+    PyObject *dtypes = PyObject_GetAttr(ln, s_dtypes);
+    PyObject *order = dtypes ? PyObject_GetAttr(ln, s_order) : NULL;
+    PyObject *slots = order ? PyObject_GetAttr(ln, s_slots) : NULL;
+    int err = slots == NULL;
+    int plain = !err && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) == 1 &&
+                PyUnicode_Check(order) && PyUnicode_Compare(order, s_C) == 0 &&
+                PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_SLOTS;
+    long long v;
+    if (plain) {
+        r->npdt = Py_NewRef(PyList_GET_ITEM(dtypes, 0));
+        r->nslots = PyTuple_GET_SIZE(slots);
+        for (Py_ssize_t k = 0; k < r->nslots && !err; k++) {
+            PyObject *ij = PyTuple_GET_ITEM(slots, k);
+            r->si[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 0));
+            r->sj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 1));
+            err = PyErr_Occurred() != NULL || r->si[k] < 0;
+        }
+        if (!err) err = (r->shape = PyObject_GetAttr(ln, s_shape)) == NULL ||
+                        (r->entry = PyObject_GetAttr(ln, s_entry)) == NULL ||
+                        (r->packs = PyObject_GetAttr(ln, s_packs)) == NULL ||
+                        !PyTuple_Check(r->shape) || !PyDict_Check(r->packs);
+        if (!err) err = as_long(ln, "fn_ptr", &v) < 0 || (r->fn = (void *)(intptr_t)v, 0) ||
+                        as_long(ln, "grid", &v) < 0 || (r->grid = (unsigned)v, 0) ||
+                        as_long(ln, "block", &v) < 0 || (r->block = (unsigned)v, 0) ||
+                        as_long(ln, "n_out_at", &v) < 0 || (r->n_out_at = (Py_ssize_t)v, 0) ||
+                        as_long(ln, "word_at", &v) < 0 || (r->word_at = (Py_ssize_t)v, 0);
+    }
+    Py_XDECREF(dtypes); Py_XDECREF(order); Py_XDECREF(slots);
+    PyObject *kept;
+    if (err || !plain) {
+        record_release(r);
+        if (err) return NULL;
+        r = NULL;
+        kept = Py_NewRef(Py_False);
+    } else if ((kept = PyCapsule_New(r, RECORD_NAME, record_free)) == NULL) {
+        record_release(r);
+        return NULL;
+    }
+    int rc = PyObject_SetAttr(ln, s_lane, kept);
+    Py_DECREF(kept); /* ln keeps it, and with it the record */
+    return rc < 0 ? NULL : r;
+}
+
+/* this thread's argument pack of the plan (Launch.packs, else Launch._pack, which also
+ * makes the device's primary context current on the thread): its array of slot pointers */
+static uint64_t **thread_pack(PyObject *ln, Record *r) {
+    unsigned long tid = PyThread_get_thread_ident();
+    if (r->ptrs != NULL && r->tid == tid) return r->ptrs;
+    PyObject *key = PyLong_FromUnsignedLong(tid);
+    if (key == NULL) return NULL;
+    PyObject *pack = PyDict_GetItemWithError(r->packs, key);
+    Py_DECREF(key);
+    if (pack != NULL) Py_INCREF(pack);
+    else if (PyErr_Occurred() || (pack = PyObject_CallMethodNoArgs(ln, s_pack)) == NULL) return NULL;
+    uint64_t **ptrs = NULL;
+    if (!PyTuple_Check(pack) || PyTuple_GET_SIZE(pack) != 3)
+        PyErr_SetString(PyExc_TypeError, "a launch pack is (slots, pointers, address)");
+    else
+        ptrs = (uint64_t **)PyLong_AsVoidPtr(PyTuple_GET_ITEM(pack, 2));
+    Py_DECREF(pack); /* packs keeps it */
+    if (ptrs == NULL) return NULL;
+    r->tid = tid, r->ptrs = ptrs;
+    return ptrs;
+}
+
+/* a CuPy array's device pointer (x.data.ptr); 0 with an error set on failure */
+static uint64_t device_ptr(PyObject *x) {
+    PyObject *mp = PyObject_GetAttr(x, s_data);
+    PyObject *p = mp ? PyObject_GetAttr(mp, s_ptr) : NULL;
+    Py_XDECREF(mp);
+    if (p == NULL) return 0;
+    uint64_t v = (uint64_t)PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    return v;
+}
+
+static int same(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (r < 0) PyErr_Clear();
+    return r == 1;
+}
+
+static int bump(PyObject *w, Py_ssize_t k, long delta) { /* w[k] += delta */
+    PyObject *n = PyLong_FromLong(PyLong_AsLong(PyList_GET_ITEM(w, k)) + delta);
+    if (n == NULL) return -1;
+    PyList_SetItem(w, k, n); /* steals n, drops the old value */
+    return 0;
+}
+
+static int hit(PyObject *entry) { /* entry.hits += 1 */
+    PyObject *h = PyObject_GetAttr(entry, s_hits);
+    if (h == NULL) return -1;
+    PyObject *h1 = PyLong_FromLong(PyLong_AsLong(h) + 1);
+    Py_DECREF(h);
+    if (h1 == NULL) return -1;
+    int rc = PyObject_SetAttr(entry, s_hits, h1);
+    Py_DECREF(h1);
+    return rc;
+}
+
+static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
+                  PyObject *index) {
+    if (!configured) return 0;
+    Record *r = plan_record(ln);
+    if (r == NULL) return PyErr_Occurred() ? -1 : 0;
+    /* Launch.takes for the loop's output (a fresh buffer's view: C-contiguous) */
+    PyObject *dt = PyObject_GetAttr(out, s_dtype), *sh = dt ? PyObject_GetAttr(out, s_shape) : NULL;
+    int takes = sh != NULL && same(dt, r->npdt) && same(sh, r->shape);
+    Py_XDECREF(dt); Py_XDECREF(sh);
+    if (!takes) { PyErr_Clear(); return 0; }
+    void *st = stream_ptr(index);
+    PyObject *w = st ? work_of(index) : NULL;
+    if (w == NULL) return PyErr_Occurred() ? -1 : 0;
+    uint64_t **ptrs = thread_pack(ln, r);
+    if (ptrs == NULL) return -1;
+    uint64_t *vals = ptrs[0]; /* pointer i points at slot i: slot 0 is the array's start */
+    for (Py_ssize_t k = 0; k < r->nslots; k++) {
+        Py_ssize_t i = r->si[k];
+        if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch slot past the inputs"); return -1; }
+        vals[r->sj[k]] = device_ptr(ins[i]);
+        if (PyErr_Occurred()) return -1;
+    }
+    vals[r->n_out_at] = device_ptr(out);
+    if (PyErr_Occurred()) return -1;
+    vals[r->word_at] = vals[r->word_at + 1] = 0; /* the kernel writes no completion word */
+    int rec = recording();
+    PyObject *ev0 = NULL;
+    if (rec && (ev0 = PyObject_CallOneArg(c_launch_start, index)) == NULL) return -1;
+    if (lock(c_work_lock) < 0) { Py_XDECREF(ev0); return -1; }
+    int lrc = cu_launch(r->fn, r->grid, 1, 1, r->block, 1, 1, 0, st, (void **)ptrs, NULL);
+    int ok = lrc == 0;
+    if (ok) ok = PySet_Add(c_unfinished, index) == 0 && bump(w, 0, +1) == 0;
+    else cuda_error("cuLaunchKernel", lrc);
+    unlock(c_work_lock);
+    if (ok) { launches++; ok = hit(r->entry) == 0; }
+    if (ok && ev0 != NULL) {
+        PyObject *insl = PyList_New(n);
+        for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
+        PyObject *args[5] = {index, ev0, ln, insl, out};
+        PyObject *res = insl ? PyObject_Vectorcall(c_launch_end, args, 5, NULL) : NULL;
+        Py_XDECREF(insl);
+        ok = res != NULL;
+        Py_XDECREF(res);
+    }
+    Py_XDECREF(ev0);
+    return ok ? 1 : -1;
+}
+
+/* -- the wait ---------------------------------------------------------------------------- */
+
+/* the completion page (made on a thread whose context is current: after a launch here) */
+static int word_page(void) {
+    if (word_state == 0 && cu_write_value && cu_host_alloc && cu_host_device_ptr) {
+        void *h = NULL;
+        unsigned long long d = 0;
+        if (cu_host_alloc(&h, WORDS * sizeof(uint32_t), 0x01 | 0x02) == 0 && /* PORTABLE | DEVICEMAP */
+            cu_host_device_ptr(&d, h, 0) == 0) {
+            memset(h, 0, WORDS * sizeof(uint32_t));
+            word_host = (volatile uint32_t *)h, word_dev = d, word_state = 1;
+        } else if (++word_tries >= 8) {
+            word_state = -1;
+        }
+    }
+    return word_state == 1;
+}
+
+static int wait(PyObject *index) {
+    if (!configured) return 0;
+    void *st = stream_ptr(index);
+    PyObject *w = st ? work_of(index) : NULL;
+    if (w == NULL) return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t slot = PyLong_AsSsize_t(index);
+    if (slot < 0) PyErr_Clear();
+    int rec = recording();
+    PyObject *t0 = NULL;
+    if (rec && (t0 = PyObject_CallNoArgs(c_now)) == NULL) return -1;
+    /* the stream's generation now: nothing enqueued after it, the stream has finished */
+    long gen = PyLong_AsLong(PyList_GET_ITEM(w, 0));
+    uint32_t seq = 0;
+    if (word_wanted && slot >= 0 && slot < WORDS && word_page()) {
+        seq = ++word_seq;
+        if (seq == 0) seq = ++word_seq; /* (0 is "none") */
+        if (cu_write_value(st, word_dev + sizeof(uint32_t) * (unsigned long long)slot, seq, 0) != 0) {
+            cu_write_value = NULL; /* not supported here: poll from now on */
+            word_state = -1;
+            seq = 0;
+        }
+    }
+    int rc = CUDA_ERROR_NOT_READY;
+    Py_BEGIN_ALLOW_THREADS
+    double end = now_s() + 200e-6;
+    if (seq != 0) {
+        do {
+            if ((int32_t)(word_host[slot] - seq) >= 0) rc = 0;
+        } while (rc != 0 && now_s() < end);
+    }
+    while (rc == CUDA_ERROR_NOT_READY) {
+        rc = cu_stream_query(st);
+        if (rc == CUDA_ERROR_NOT_READY && now_s() >= end) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (seq != 0 && rc == 0) waits_by_word++;
+    else waits_by_query++;
+    if (rc != 0) { Py_XDECREF(t0); return cuda_error("cuStreamQuery", rc); }
+    /* device.note_finished: nothing enqueued since the generation read, nothing enqueueing */
+    if (lock(c_work_lock) < 0) { Py_XDECREF(t0); return -1; }
+    int err = 0;
+    if (PyLong_AsLong(PyList_GET_ITEM(w, 0)) == gen && PyLong_AsLong(PyList_GET_ITEM(w, 1)) == 0)
+        err = PySet_Discard(c_unfinished, index) < 0;
+    unlock(c_work_lock);
+    if (!err && PyList_Check(c_timing_pending) && PyList_GET_SIZE(c_timing_pending)) {
+        PyObject *fr = PyObject_CallNoArgs(c_timing_flush);
+        err = fr == NULL;
+        Py_XDECREF(fr);
+    }
+    if (!err && t0 != NULL) {
+        PyObject *args[2] = {index, t0};
+        PyObject *res = PyObject_Vectorcall(c_wait_record, args, 2, NULL);
+        err = res == NULL;
+        Py_XDECREF(res);
+    }
+    Py_XDECREF(t0);
+    return err ? -1 : 1;
+}
+
+static DeviceApi api = {DEVICE_API_ABI, launch, wait};
+
+/* -- the module -------------------------------------------------------------------------- */
+
+static PyObject *configure(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {"streams", "work", "work_of", "work_lock", "unfinished",
+                                        "timeline", "timing_pending", "timing_flush",
+                                        "launch_start", "launch_end", "wait_record", "now"};
+    PyObject **const slots[] = {&c_streams, &c_work, &c_work_of, &c_work_lock, &c_unfinished,
+                                &c_timeline, &c_timing_pending, &c_timing_flush,
+                                &c_launch_start, &c_launch_end, &c_wait_record, &c_now};
+    if (!PyDict_Check(kw)) {
+        PyErr_SetString(PyExc_TypeError, "configure takes a dict");
+        return NULL;
+    }
+    configured = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        PyObject *v = PyDict_GetItemString(kw, names[i]);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "configure: missing %s", names[i]);
+            return NULL;
+        }
+        Py_XSETREF(*slots[i], Py_NewRef(v));
+    }
+    if (!PyDict_Check(c_streams) || !PyDict_Check(c_work) || !PySet_Check(c_unfinished)) {
+        PyErr_SetString(PyExc_TypeError, "configure: streams and work dicts, unfinished a set");
+        return NULL;
+    }
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if CuPy loaded it */
+    if (lib != NULL) {
+        cu_launch = (cu_launch_t)dlsym(lib, "cuLaunchKernel");
+        cu_stream_query = (cu_query_t)dlsym(lib, "cuStreamQuery");
+        cu_error_name = (cu_error_name_t)dlsym(lib, "cuGetErrorName");
+        cu_write_value = (cu_write_value_t)dlsym(lib, "cuStreamWriteValue32_v2");
+        if (cu_write_value == NULL) cu_write_value = (cu_write_value_t)dlsym(lib, "cuStreamWriteValue32");
+        cu_host_alloc = (cu_host_alloc_t)dlsym(lib, "cuMemHostAlloc");
+        cu_host_device_ptr = (cu_host_device_ptr_t)dlsym(lib, "cuMemHostGetDevicePointer_v2");
+    }
+    if (cu_launch == NULL || cu_stream_query == NULL) Py_RETURN_NONE; /* no driver: Python hooks */
+    configured = 1;
+    return PyCapsule_New(&api, DEVICE_API_NAME, NULL);
+}
+
+static PyObject *stats(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("{s:s,s:L,s:L,s:L}", "completion_word",
+                         word_state == 1 ? "on" : word_state == 0 ? "not made" : "off",
+                         "waits_by_word", waits_by_word, "waits_by_query", waits_by_query,
+                         "launches", launches);
+}
+
+static PyObject *use_completion_word(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    word_wanted = v;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)configure, METH_O,
+     "configure(dict) -> the device_api capsule, or None without a loaded CUDA driver"},
+    {"stats", (PyCFunction)stats, METH_NOARGS,
+     "stats() -> {completion_word, waits_by_word, waits_by_query, launches}"},
+    {"use_completion_word", (PyCFunction)use_completion_word, METH_O,
+     "use_completion_word(on): waits read the completion word (default) or poll the stream"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_driver",
+                                    "The CUDA backend's launch and wait in C (see _driver.c).",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__driver(void) {
+#define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
+    I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
+    I(s_gen, "gen") I(s_shape, "shape") I(s_entry, "entry") I(s_packs, "packs")
+    I(s_pack, "_pack") I(s_hits, "hits") I(s_data, "data") I(s_ptr, "ptr") I(s_dtype, "dtype")
+    I(s_C, "C") I(s_enabled, "enabled") I(s_acquire, "acquire") I(s_release, "release")
+#undef I
+    return PyModule_Create(&module);
+}
