@@ -68,9 +68,9 @@ def asnumpy(a):
     return np.array(a.view(np.ndarray) if isinstance(a, ndarray) else a)
 
 
-def empty(shape, dtype=np.float32):
+def empty(shape, dtype=np.float32, order="C"):
     _refuse(dtype)
-    return np.empty(shape, dtype).view(ndarray)
+    return np.empty(shape, dtype, order=order).view(ndarray)
 
 
 # -- cupy.cuda ------------------------------------------------------------------------------

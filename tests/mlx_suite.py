@@ -73,6 +73,7 @@ class _Recorder(unittest.TestResult):
 
     def startTest(self, test) -> None:
         super().startTest(test)
+        self.current = test_id(test)
         self._t0 = time.perf_counter()
         self._write(id=test_id(test), status="started")
 
@@ -108,7 +109,14 @@ def _child(path: Path, out: Path) -> None:
     os.chdir(path.parent)  # some files read fixtures beside them
     suite = unittest.defaultTestLoader.loadTestsFromName(path.stem)
     with open(out, "a") as f:
-        suite.run(_Recorder(f))
+        rec = _Recorder(f)
+        try:
+            suite.run(rec)
+        except KeyboardInterrupt as e:  # unittest lets it through after stopTest said "passed"
+            if getattr(rec, "current", None) is not None:
+                detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+                rec._write(id=rec.current, status=FAILED, detail=detail[-2000:], seconds=0)
+            raise
 
 
 def read_results(out: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:

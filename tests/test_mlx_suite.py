@@ -75,17 +75,32 @@ class TestCrash(unittest.TestCase):
         pass
 '''
 
+INTERRUPTED = '''
+import unittest
+
+
+class TestInterrupted(unittest.TestCase):
+    def test_a_raises_keyboard_interrupt(self):
+        raise KeyboardInterrupt("an eval stopped")
+
+    def test_b_never_runs(self):
+        pass
+'''
+
 
 @pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed: the files import mlx.core")
 def test_fake_files_are_counted_against_the_list(tmp_path):
     (tmp_path / "test_fake.py").write_text(textwrap.dedent(FAKE))
     (tmp_path / "test_crash.py").write_text(textwrap.dedent(CRASH))
+    (tmp_path / "test_interrupted.py").write_text(textwrap.dedent(INTERRUPTED))
     ref = tmp_path / "passed.json"
     ref.write_text(json.dumps({"cpu": {
         "test_fake": ["test_fake.py::TestFake::test_is_tapescope", "test_fake.py::TestFake::test_fails",
                       "test_fake.py::TestFake::test_subtest_fails"],
         "test_crash": ["test_crash.py::TestCrash::test_a_first", "test_crash.py::TestCrash::test_b_dies",
-                       "test_crash.py::TestCrash::test_c_never_runs"]}}))
+                       "test_crash.py::TestCrash::test_c_never_runs"],
+        "test_interrupted": ["test_interrupted.py::TestInterrupted::test_a_raises_keyboard_interrupt",
+                             "test_interrupted.py::TestInterrupted::test_b_never_runs"]}}))
     details = tmp_path / "details.json"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -93,9 +108,13 @@ def test_fake_files_are_counted_against_the_list(tmp_path):
     lines = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[1:]}
     assert lines["test_fake"][1:4] == ["1", "/", "3"]
     assert lines["test_crash"][1:4] == ["1", "/", "3"] and "exit 3" in out.getvalue()
-    assert lines["total"][1:4] == ["2", "/", "6"] and rc == 1
+    # a KeyboardInterrupt escapes unittest after its stopTest: the test is failed, not passed
+    assert lines["test_interrupted"][1:4] == ["0", "/", "2"] and "exit -2" in out.getvalue()
+    assert lines["total"][1:4] == ["2", "/", "8"] and rc == 1
     got = json.loads(details.read_text())
     assert got["test_fake.py::TestFake::test_fails"]["status"] == "failed"
     assert got["test_fake.py::TestFake::test_subtest_fails"]["status"] == "failed"
     assert got["test_crash.py::TestCrash::test_b_dies"]["status"] == "unfinished"
     assert got["test_crash.py::TestCrash::test_c_never_runs"]["status"] == "not run"
+    a = got["test_interrupted.py::TestInterrupted::test_a_raises_keyboard_interrupt"]
+    assert a["status"] == "failed" and "an eval stopped" in a["detail"]

@@ -318,3 +318,32 @@ def test_a_consumer_waits_for_a_producer_another_thread_runs_inline(monkeypatch)
         np.testing.assert_allclose(np.array(z), np.exp(np.array(x)) + 1, rtol=1e-6)
     finally:
         monkeypatch.undo()
+
+
+def test_a_fence_count_is_reached_only_when_its_own_producer_has_run(monkeypatch):
+    """Stream s1 runs x1 then a slow x2 = exp(x1); on s2, x2's consumer comes before x1's in
+    the eval's order. Each producer's fence count follows s1's order, so x1's update cannot
+    release x2's consumer while exp still runs (counts handed out in the consumers' order
+    did: the consumer found exp's output lazy and the eval ended in KeyboardInterrupt, as
+    MLX's test_linalg did on the GPU, where linalg's CPU-stream outputs feed GPU ops)."""
+    from tapescope.kernels import primitives
+
+    def slow_exp(xp, a, out=None):
+        time.sleep(0.2)
+        return np.exp(a)
+
+    exp = primitives.lookup("Exp")
+    monkeypatch.setattr(exp, "rule", slow_exp)
+    monkeypatch.setattr(exp, "takes_out", False)
+    s1, s2 = mx.new_stream(mx.cpu), mx.new_stream(mx.cpu)
+    a = np.linspace(0, 1, 16, dtype=np.float32)
+    x1 = mx.multiply(mx.array(a), 2.0, stream=s1)
+    x2 = mx.exp(x1, stream=s1)
+    out = mx.add(mx.add(x2, 1.0, stream=s2), mx.subtract(x1, 1.0, stream=s2), stream=s2)
+    with tapescope.record() as rec:
+        try:
+            mx.eval(out)
+        except KeyboardInterrupt as e:  # nobody interrupted: a consumer ran before its input
+            pytest.fail(f"the eval stopped: {e}")
+    np.testing.assert_allclose(np.array(out), (np.exp(a * 2) + 1) + (a * 2 - 1), rtol=1e-6)
+    assert len(kinds(rec.records, "fence_wait")) == 2

@@ -296,15 +296,15 @@ done:
  * reference stays tracked, and is kept alive by them as by any reference the collector
  * does not see. */
 static PyObject *r_node_type, *r_desc_type, *r_array_type, *r_node_ids, *r_tracer, *r_any_tracer,
-    *r_zero;
+    *r_zero, *r_float64, *r_float64_check;
 static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1;
 static int record_configured = 0;
 
 static PyObject *configure_record(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"node_type", "desc_type", "array_type", "node_ids",
-                                        "tracer", "any_tracer"};
+                                        "tracer", "any_tracer", "float64", "float64_check"};
     PyObject **const slots[] = {&r_node_type, &r_desc_type, &r_array_type, &r_node_ids,
-                                &r_tracer, &r_any_tracer};
+                                &r_tracer, &r_any_tracer, &r_float64, &r_float64_check};
     record_configured = 0;
     if (take_all(kw, "configure_record", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
@@ -345,8 +345,24 @@ static PyObject *int_shape(PyObject *shape) {
     return t;
 }
 
-/* the node of ``primitive`` over ``inputs`` (a list of mx.arrays) and its tracer flag */
-static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag) {
+/* MLX's array constructor refuses float64 on a GPU stream (mlx/array.cpp): when an input's
+ * or an output's dtype is float64, array._no_gpu_float64(stream) decides (a pointer compare
+ * per dtype otherwise: the dtypes are singletons) */
+static int float64_ok(PyObject *prim, PyObject *descs, PyObject *const *dtypes, Py_ssize_t nd) {
+    int hit = 0;
+    for (Py_ssize_t i = 0; !hit && i < nd; i++) hit = dtypes[i] == r_float64;
+    for (Py_ssize_t i = 0; !hit && i < PyList_GET_SIZE(descs); i++)
+        hit = SLOT(PyList_GET_ITEM(descs, i), desc_off[D_DTYPE]) == r_float64;
+    if (!hit) return 0;
+    PyObject *r = PyObject_CallOneArg(r_float64_check, SLOT(prim, r_prim_stream_off));
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* the node of ``primitive`` over ``inputs`` (a list of mx.arrays) and its tracer flag;
+ * ``dtypes``: the outputs' (float64_ok) */
+static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag,
+                             PyObject *const *dtypes, Py_ssize_t nd) {
     PyObject *seq = PySequence_Fast(inputs, "inputs are a sequence of arrays");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -364,6 +380,7 @@ static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag) 
     }
     Py_DECREF(seq);
     if (descs == NULL) return NULL;
+    if (float64_ok(prim, descs, dtypes, nd) < 0) goto error;
     PyObject *active = PyObject_GetAttr(r_tracer, s__active);
     if (active == NULL) goto error;
     int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
@@ -431,7 +448,7 @@ static int record_args(const char *who, Py_ssize_t nargs, PyObject *const *args)
 /* make1(shape, dtype, primitive, inputs): array._make1 (``shape`` a tuple of ints) */
 static PyObject *make1(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (record_args("make1", nargs, args) < 0) return NULL;
-    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag);
+    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag, &args[1], 1);
     if (node == NULL) return NULL;
     PyObject *a = record_output(node, SLOT(args[2], r_prim_stream_off), args[0], args[1],
                                 r_zero, flag);
@@ -446,7 +463,9 @@ static PyObject *make(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (shapes == NULL) return NULL;
     PyObject *dtypes = PySequence_Fast(args[1], "dtypes are a sequence");
     if (dtypes == NULL) { Py_DECREF(shapes); return NULL; }
-    PyObject *flag = NULL, *node = record_node(args[2], args[3], &flag), *outs = NULL;
+    PyObject *flag = NULL, *outs = NULL,
+             *node = record_node(args[2], args[3], &flag, PySequence_Fast_ITEMS(dtypes),
+                                 PySequence_Fast_GET_SIZE(dtypes));
     if (node == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(shapes);
     if (PySequence_Fast_GET_SIZE(dtypes) < n) n = PySequence_Fast_GET_SIZE(dtypes); /* zip */

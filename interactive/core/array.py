@@ -12,7 +12,7 @@ from tapescope.kernels.allocator import BufferHandle, allocator, owner_of
 from tapescope.kernels.backends import host_array, stream_backend
 
 from . import dtypes as _dt
-from .device import incompatible, resolve_stream
+from .device import DeviceType, incompatible, resolve_stream
 from .primitive import Node, Primitive
 from .tracer import any_tracer
 
@@ -320,6 +320,8 @@ class array(_BufferBase):
     @staticmethod
     def _make1(shape: tuple, dtype: _dt.Dtype, primitive: Primitive, inputs: list["array"]) -> "array":
         """Record a single-output ``primitive`` (``shape`` must be a tuple of ints)."""
+        if primitive.stream.device._type is _GPU and _f64_in((dtype,), inputs):
+            _no_gpu_float64(primitive.stream)
         node = Node(primitive, [x._d for x in inputs])
         d = ArrayDesc(shape, dtype, primitive.stream, node=node)
         node.outputs.append(weakref.ref(d))
@@ -330,6 +332,8 @@ class array(_BufferBase):
     @staticmethod
     def _make(shapes, dtypes, primitive: Primitive, inputs: list["array"]) -> list["array"]:
         """Record ``primitive`` applied to ``inputs`` as a node with one output per shape."""
+        if primitive.stream.device._type is _GPU and _f64_in(dtypes, inputs):
+            _no_gpu_float64(primitive.stream)
         node = Node(primitive, [x._d for x in inputs])
         outs = []
         for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
@@ -530,6 +534,23 @@ class ArrayLike:
         return self._obj.__mlx_array__()
 
 
+_GPU = DeviceType.gpu
+
+
+def _no_gpu_float64(stream) -> None:
+    """MLX's array constructor with a primitive (mlx/array.cpp): on a GPU stream no input
+    and no output is float64 (``ValueError: float64 is not supported on the GPU``; such ops
+    run on a CPU stream, e.g. ``x.astype(mx.float64, stream=mx.cpu)``). Called when an
+    input's or an output's dtype is float64 (``_f64_in``; the C recorder, core/_call.c
+    ``make1`` / ``make``, compares the dtypes itself)."""
+    if stream.device._type is _GPU:
+        raise ValueError("float64 is not supported on the GPU")
+
+
+def _f64_in(dtypes, inputs) -> bool:
+    return any(d is _dt.float64 for d in dtypes) or any(x._d.dtype is _dt.float64 for x in inputs)
+
+
 def _c_record() -> None:
     """``array._make1`` / ``array._make`` in C (core/_call.c ``make1`` / ``make``: the same
     Node, ArrayDesc, weak output and handle), where the extension is built and
@@ -547,7 +568,8 @@ def _c_record() -> None:
 
     _call.configure_record({"node_type": Node, "desc_type": ArrayDesc, "array_type": array,
                             "primitive_type": Primitive, "node_ids": _node_ids,
-                            "tracer": tracer, "any_tracer": any_tracer})
+                            "tracer": tracer, "any_tracer": any_tracer,
+                            "float64": _dt.float64, "float64_check": _no_gpu_float64})
     array._make1_py, array._make_py = array._make1, array._make
     array._make1 = staticmethod(_call.make1)
     array._make = staticmethod(_call.make)

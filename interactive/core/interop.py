@@ -81,19 +81,26 @@ def get_array_buffer_size(*args: Any) -> int:
     return total
 
 
+_KDLCPU = 1  # DLPack's device type of the host
+
+
 def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
             dl_device: Optional[tuple] = None, copy: Optional[bool] = None) -> Any:
     """The array as a DLPack capsule (read-only; a copy for consumers older than DLPack 1.0,
-    which cannot be told that it is read-only)."""
+    which cannot be told that it is read-only). A GPU array's capsule is its device memory,
+    unless the consumer asks for the CPU (``dl_device=(1, 0)``, as numpy's ``from_dlpack``
+    of MLX's test_array does): then, as MLX's CUDA arrays export host memory
+    (python/src/convert.cpp ``mlx_to_nd_array``), its host copy."""
     from .array import _export_view
 
     if self.dtype == _dt.bfloat16:
         raise RuntimeError("Unsupported dtype in DLTensor.")
-    dev = _device_view(self)
-    if dev is not None:  # a GPU array: the consumer reads the device memory itself
+    to_host = dl_device is not None and tuple(dl_device)[0] == _KDLCPU
+    dev = None if to_host else _device_view(self)
+    if dev is not None:
         kw = {} if max_version is None else {"max_version": max_version}
-        return dev.__dlpack__(stream=stream, **kw)
-    data = self._numpy()
+        return dev.__dlpack__(stream=stream, **kw)  # the consumer reads the device memory
+    data = self._numpy()  # (a GPU array's: a fresh host copy)
     if copy or max_version is None or tuple(max_version) < (1, 0):
         return np.array(data, copy=True).__dlpack__(stream=stream)
     view = _export_view(data, self._d.buffer)

@@ -129,13 +129,26 @@ def _plan(order: list[Node]):
     streams: dict[int, object] = {}
     fences: dict[int, Fence] = {}
     produced_on: dict[int, int] = {}  # id(node) -> stream index, for nodes of this eval
-    for node in order:
+    crossing: set[int] = set()  # id(node) of the producers with a consumer on another stream
+    for node in order:  # topological: a node's producers in this eval come before it
         s = node.primitive.stream
-        streams[s.index] = s
-        produced_on[id(node)] = s.index
-    updates: dict[int, list[int]] = {}  # id(producer node) -> fence counts to signal after it
+        si = streams.setdefault(s.index, s).index
+        produced_on[id(node)] = si
+        for inp in node.inputs:
+            n = inp.node
+            if n is not None and produced_on.get(id(n), si) != si:
+                crossing.add(id(n))
+    # A fence's count is a producer stream's progress: the producers that signal it get their
+    # counts in the order that stream runs them (this order), so a count reached means every
+    # producer before it has run (MLX keeps a fence per array: mlx/transforms.cpp eval_impl).
+    # Counts handed out in the consumers' order would let a later producer's update release
+    # the consumer of an earlier count whose producer has not run yet.
+    updates: dict[int, list[int]] = {}  # id(producer node) -> the fence count signalled after it
     for node in order:
-        si = node.primitive.stream.index
+        si = produced_on[id(node)]
+        if crossing and id(node) in crossing:
+            f = fences.get(si) or fences.setdefault(si, backend(streams[si]).fence(si))
+            updates[id(node)] = [f.next_update()]
         waits = []
         for inp in node.inputs:
             n = inp.node
@@ -143,10 +156,8 @@ def _plan(order: list[Node]):
                 continue
             pi = produced_on.get(id(n))
             if pi is not None:
-                if pi != si:  # cross-stream edge inside this eval: a fence
-                    f = fences.get(pi) or fences.setdefault(pi, backend(streams[pi]).fence(pi))
-                    count = f.next_update()
-                    updates.setdefault(id(n), []).append(count)
+                if pi != si:  # cross-stream edge inside this eval: wait for its fence count
+                    f, count = fences[pi], updates[id(n)][0]
                     waits.append(lambda f=f, c=count, si=si: f.wait(c, si))
             elif n.event is not None:  # scheduled by an earlier eval
                 ev = n.event

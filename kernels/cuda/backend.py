@@ -316,6 +316,10 @@ class CudaBackend(Backend):
                 return run(inputs, **params)
 
             return rule
+        if prim.name == "AsType":  # to bool by the bits: CuPy's kernels flush subnormals
+            from .casts import astype
+
+            return astype
         if prim.name in ("QuantizedMatmul", "GatherQMM"):
             from .quantized import RULES as quantized
 

@@ -360,21 +360,39 @@ def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, large, name, suffix)
 
 
+def _reads(tape: Tape) -> tuple:
+    """Per output of the tape, the names of the inputs its value reads (kept on the tape)."""
+    reads = tape.launches.get("cuda-reads")
+    if reads is None:
+        of = {x.name: frozenset((x.name,)) for x in tape.inputs}
+        for op in tape.ops:
+            of[op.name] = frozenset().union(*[of.get(n, frozenset()) for n in op.inputs])
+        reads = tape.launches["cuda-reads"] = tuple(of.get(n, frozenset()) for n in tape.outputs)
+    return reads
+
+
 def _outputs(tape: Tape, ln: Launch, inputs: Sequence, out, donatable) -> list:
     """Where the kernel writes: ``out`` when its layout is the kernel's, else donated inputs
     (MLX's Compiled rules: not a constant or a scalar, same itemsize, row-contiguous with the
-    output's size on the strided path), else fresh device arrays in the inputs' order."""
+    output's size on the strided path), else fresh device arrays in the inputs' order.
+
+    An input gives its buffer only to an output whose value reads it: the kernels' pointers
+    are ``__restrict__`` (MLX's are not), so the compiler may move a load after a store
+    to another pointer; a store that depends on the load cannot go first. (An output that
+    did not read the input it overwrote was stored before the input was loaded: MLX's
+    test_compile ``test_compile_many_outputs`` gave [26, 68] for [64, 128] on the H200.)"""
     dts, shape = ln.dtypes, ln.shape
     if out is not None and ln.takes(out):
         return [out]
     size = int(np.prod(shape, dtype=np.int64))
     outs: list = []
     if donatable:
+        reads = _reads(tape)
         for x, a, ok in zip(tape.inputs, inputs, donatable):
             if len(outs) == len(dts) or not ok or x.is_constant or a.ndim == 0:
                 continue
             dt = dts[len(outs)]
-            if a.dtype.itemsize != dt.itemsize:
+            if a.dtype.itemsize != dt.itemsize or x.name not in reads[len(outs)]:
                 continue
             if ln.contiguous and a.size == size:
                 outs.append(a.view(dt))
