@@ -69,3 +69,15 @@ def test_the_host_copy_is_the_values_at_export_and_the_array_stays_on_the_device
     assert type(x._d.data) is not np.ndarray  # still device memory
     np.testing.assert_array_equal(got, np.arange(6, dtype=np.float32) + 1)
     assert not got.flags.writeable or got.base is not None  # a read-only export or a copy
+
+
+def test_torch_copies_a_gpu_array_through_its_cuda_array_interface():
+    """MLX's test_fft_grads takes ``torch.tensor(x)`` of a GPU array: torch refuses an
+    interface flagged read-only, so the interface is not flagged."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x = mx.arange(12, dtype=mx.float32).reshape(3, 4) * 3
+    assert x.__cuda_array_interface__["data"][1] is False
+    t = torch.tensor(x, device="cpu")
+    np.testing.assert_array_equal(t.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4) * 3)

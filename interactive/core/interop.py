@@ -133,7 +133,10 @@ def _cuda_array_interface(self: array) -> dict:
     if dev is None:
         raise AttributeError("'array' object on the host has no attribute '__cuda_array_interface__'")
     cai = dict(dev.__cuda_array_interface__)
-    cai["data"] = (cai["data"][0], True)  # read-only: the runtime recycles its buffers
+    # not flagged read-only: PyTorch refuses a read-only interface ("the read only flag is not
+    # supported"), so torch.tensor(x) of a GPU array would fail where MLX's succeeds; like
+    # MLX's own exports the memory is the array's, which a consumer must not write
+    cai["data"] = (cai["data"][0], False)
     return cai  # consumers keep this array (and so its buffer) alive, as the protocol says
 
 
