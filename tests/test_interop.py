@@ -137,3 +137,30 @@ def test_from_dlpack_of_a_strided_source_keeps_its_strides_as_mlx(src):
         assert memoryview(mlx_ref.from_dlpack(x)).strides == x.strides
     with pytest.raises(ValueError, match="negative strides"):
         mx.from_dlpack(np.arange(5, dtype=np.float32)[::-1])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "scalar", "empty"])
+def test_a_bfloat16_producer_numpy_cannot_read_is_read_through_its_dlpack_capsule(layout):
+    """``mx.array(torch.tensor(..., dtype=torch.bfloat16))`` (MLX's test_bf16
+    test_conversion): numpy has no bfloat16, so the array reads the producer's DLPack capsule
+    (interactive/core/dlpack_import.py); MLX's own bfloat16 arrays are such a producer here."""
+    mlx = pytest.importorskip("mlx.core")
+    base = mlx.arange(-11, 13).reshape(2, 3, 4).astype(mlx.bfloat16) * 0.375
+    src = {"contiguous": base, "transposed": base.transpose(2, 0, 1),
+           "sliced": base[:, ::2, 1:], "scalar": base[1, 2, 3],
+           "empty": mlx.zeros((0, 3), mlx.bfloat16)}[layout]
+    with pytest.raises((TypeError, ValueError)):
+        np.asarray(src)  # the path under test is taken only where numpy refuses
+    got = mx.array(src)
+    want = np.array(src.astype(mlx.float32)).astype(np.float64)
+    assert got.dtype == mx.bfloat16 and got.shape == tuple(src.shape)
+    np.testing.assert_array_equal(np.array(got.astype(mx.float32)).astype(np.float64), want)
+
+
+def test_a_producer_without_a_host_capsule_keeps_numpy_s_error():
+    class Opaque:
+        def __array__(self, dtype=None, copy=None):
+            raise TypeError("no numpy form")
+
+    with pytest.raises(TypeError, match="no numpy form"):
+        mx.array(Opaque())

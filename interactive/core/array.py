@@ -247,7 +247,15 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
 
         src, inferred = _numpy_source(cupy.asnumpy(cupy.asarray(val)))
     elif hasattr(val, "__array__") or hasattr(val, "__array_interface__"):
-        src, inferred = _numpy_source(np.asarray(val))
+        try:
+            host = np.asarray(val)
+        except (TypeError, ValueError):  # numpy has no such dtype (a torch / MLX bfloat16)
+            from .dlpack_import import host_copy
+
+            host = host_copy(val)
+            if host is None:
+                raise
+        src, inferred = _numpy_source(host)
     else:
         raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
     out = dtype or inferred
