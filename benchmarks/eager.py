@@ -21,7 +21,12 @@ The model rows run each implementation in its own worker process (``mlx.nn`` is 
 one ``mlx.core`` per process), taking turns. Prints the machine (with its load) and each
 row's ratio to its peers.
 
-    .venv/bin/python benchmarks/eager.py [--reps 7] [--calls 2000] [--rounds 3]
+    .venv/bin/python benchmarks/eager.py [--reps 7] [--calls 2000] [--rounds 3] [--before DIR]
+
+``--before DIR`` adds a ``before`` implementation to the model rows, taking turns with the
+others: a worker whose ``tapescope`` is imported from ``DIR`` (a folder holding a
+``tapescope`` package: another tree's ``interactive/`` with its ``kernels/`` and ``viz/``
+copied inside, extensions built), so a change is measured against its parent in one run.
 """
 
 from __future__ import annotations
@@ -320,7 +325,7 @@ def worker(task: str, impl: str) -> None:
     print(json.dumps(res))
 
 
-def model_rows(rounds: int) -> list:
+def model_rows(rounds: int, before: str = "") -> list:
     rows = []
     import importlib.util
 
@@ -330,17 +335,25 @@ def model_rows(rounds: int) -> list:
     tasks += [("adam", "MLP Adam step, eager"), ("adam-compiled", "MLP Adam step, compiled")]
     for task, name in tasks:
         times: dict = {"tapescope": [], "mlx": []}
+        if before:
+            times["before"] = []
         check = {}
         for _ in range(rounds):
             for impl in times:
-                out = subprocess.run([sys.executable, __file__, "--worker", task, impl],
-                                     capture_output=True, text=True)
+                env = dict(os.environ)
+                if impl == "before":
+                    env["PYTHONPATH"] = before + os.pathsep + env.get("PYTHONPATH", "")
+                out = subprocess.run([sys.executable, __file__, "--worker", task,
+                                      "tapescope" if impl == "before" else impl],
+                                     capture_output=True, text=True, env=env)
                 if out.returncode != 0:
                     raise RuntimeError(f"{task} on {impl} failed:\n{out.stderr[-3000:]}")
                 res = json.loads(out.stdout.strip().splitlines()[-1])
                 times[impl].append(res["us"])
                 check[impl] = res.get("tokens", res.get("loss"))
         decode = task in ("decode", "mlx-lm")
+        if before and check["before"] != check["tapescope"] and decode:
+            raise RuntimeError(f"{task}: before and after decode different tokens")
         same = check["tapescope"] == check["mlx"] if decode else \
             abs(check["tapescope"] - check["mlx"]) <= 1e-4 * max(1.0, abs(check["mlx"]))
         rows.append((f"{name} ({'same' if same else 'DIFFERENT'} "
@@ -356,6 +369,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", nargs=2, metavar=("TASK", "IMPL"))
     ap.add_argument("--only", choices=("micro", "models"))
+    ap.add_argument("--before", default="", metavar="DIR")
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker)
@@ -368,7 +382,7 @@ def main() -> None:
     if args.only != "models":
         rows += micro_rows(args.reps, args.calls)
     if args.only != "micro":
-        rows += model_rows(args.rounds)
+        rows += model_rows(args.rounds, args.before)
     print(f"{'row':44s} {'tapescope us':>13s} {'peer':>10s} {'peer us':>9s} {'ratio':>7s}")
     for name, res in rows:
         ts_us = res["tapescope"]

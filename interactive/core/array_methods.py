@@ -21,6 +21,8 @@ _OPERAND_SIG = ("{}(self, other: bool | int | float | mlx.core.array | ndarray[w
 def _operand(self: array, other: Any, method: str, what: str, inplace: bool = False) -> array:
     """``other`` as an operand of ``self``'s operator: typed weakly against ``self``, with
     MLX's errors for None (TypeError) and unsupported types (ValueError)."""
+    if other.__class__ is array:  # the common case: nothing to convert
+        return other
     if other is None:
         raise incompatible(method, _OPERAND_SIG.format(method), self, other)
     if not is_scalar_or_array(other):

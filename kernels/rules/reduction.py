@@ -10,7 +10,8 @@ from .elementwise import finish
 
 def _wide(xp, a):
     """Half-precision floats accumulate in float32 (the result is rounded back on store)."""
-    if a.dtype.name in ("bfloat16", "float16"):
+    d = a.dtype  # float16 ('f') or ml_dtypes' bfloat16 ('V'): the 2-byte dtypes of those kinds
+    if d.itemsize == 2 and d.kind in "fV":
         return a.astype(xp.float32)
     return a
 

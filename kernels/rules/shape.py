@@ -27,7 +27,7 @@ def broadcast(xp, a, *, shape):
 def astype(xp, a, *, dtype):
     # bfloat16 to an integer goes through float32, as MLX's cast (and the generated kernels)
     # do: ml_dtypes' own cast saturates since 0.7 (-1 -> 0 for uint8) where MLX gives 255
-    if a.dtype.name == "bfloat16" and xp.dtype(dtype).kind in "iu":
+    if a.dtype.kind == "V" and a.dtype.itemsize == 2 and xp.dtype(dtype).kind in "iu":
         a = a.astype(xp.float32)
     return a.astype(dtype)
 

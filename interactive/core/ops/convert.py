@@ -155,6 +155,20 @@ def int32(v: Any) -> int:
     return v
 
 
+_INT_ONLY = frozenset((int,))
+
+
+def int32s(v: Sequence[Any]) -> tuple:
+    """A sequence as a tuple of ``int32`` values (shapes, axes), each checked as ``int32``
+    checks it; a tuple of plain in-range ints (the common case) is checked in one pass."""
+    t = tuple(v)
+    if not t:
+        return t
+    if set(map(type, t)) <= _INT_ONLY and -(2**31) <= min(t) and max(t) < 2**31:
+        return t
+    return tuple(int32(x) for x in t)
+
+
 def _fmt_shape(shape: Sequence[int]) -> str:
     return "(" + ",".join(str(s) for s in shape) + ")"
 
@@ -196,8 +210,8 @@ def broadcast_to(a: Any, /, shape: Sequence[int], *, stream: StreamOrDevice = No
 def broadcast(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> array:
     """``broadcast_to`` for internal callers (a view; no node when the shape already matches)."""
     a = to_array(a)
-    shape = tuple(int32(s) for s in shape)
-    if a.shape == shape:
+    shape = int32s(shape)
+    if a._d.shape == shape:
         return a._handle()
     if any(d < 0 for d in shape):
         raise ValueError("[broadcast_to] Negative dimensions not allowed.")
@@ -207,6 +221,14 @@ def broadcast(a: Any, shape: Sequence[int], stream: StreamOrDevice = None) -> ar
                          f"into shape {_fmt_shape(shape)}.")
     s = resolve_stream(stream)
     return array._make([shape], [a.dtype], Primitive("Broadcast", s, shape=shape), [a])[0]
+
+
+def broadcast_known(a: array, shape: tuple, s) -> array:
+    """``broadcast`` to a shape of ints already known to be ``a``'s broadcast (an op that
+    computed it with ``broadcast_shapes``): the handle when equal, else one Broadcast node."""
+    if a._d.shape == shape:
+        return a._handle()
+    return array._make1(shape, a._d.dtype, Primitive("Broadcast", s, shape=shape), [a])
 
 
 def broadcast_arrays(*arrays: Any, stream: StreamOrDevice = None) -> tuple:

@@ -66,7 +66,10 @@ def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
         if bd is not dt:
             b = cast(b, dt, s)
         return array._make1(shape, out_dtype or dt, Primitive(name, s), [a, b])
-    out = broadcast_shapes(shape, b._d.shape)  # raises before anything is recorded
+    bshape = b._d.shape
+    # a 0-d operand (a Python scalar's) broadcasts to the other's shape; else numpy's rule,
+    # which raises before anything is recorded
+    out = shape if not bshape else bshape if not shape else broadcast_shapes(shape, bshape)
     if ad is not dt:
         a = cast(a, dt, s)
     if bd is not dt:

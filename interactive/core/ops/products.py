@@ -11,7 +11,7 @@ from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
 from ..tracing import in_dynamic_tracing, note_partners
-from .convert import broadcast, broadcast_shapes, cast, _fmt_shape
+from .convert import broadcast, broadcast_known, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 
 __all__ = ["matmul", "addmm", "inner", "outer", "tensordot", "vecdot"]
@@ -61,8 +61,8 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
     x0, y0 = cast(x, out_type, s), cast(y, out_type, s)
-    x = broadcast(x0, batch + sa[-2:], stream=s)
-    y = broadcast(y0, batch + sb[-2:], stream=s)
+    x = broadcast_known(x0, batch + sa[-2:], s)  # the batch shape checked above
+    y = broadcast_known(y0, batch + sb[-2:], s)
     if in_dynamic_tracing():  # each batch broadcast follows the other operand's batch axes
         if x._d is not x0._d:
             note_partners(x, [y0], keep=2)
@@ -104,9 +104,9 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
     x, y, z = cast(x, out_type, s), cast(y, out_type, s), cast(c, out_type, s)
-    x = broadcast(x, batch + sa[-2:], stream=s)
-    y = broadcast(y, batch + sb[-2:], stream=s)
-    z = broadcast(z, adjusted, stream=s)
+    x = broadcast_known(x, batch + sa[-2:], s)  # the shapes checked above
+    y = broadcast_known(y, batch + sb[-2:], s)
+    z = broadcast_known(z, adjusted, s)
     if adjusted != out_shape:
         z = op("reshape")(z, out_shape, stream=s)
     prim = Primitive("AddMM", s, alpha=float(alpha), beta=float(beta))

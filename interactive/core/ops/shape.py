@@ -13,7 +13,7 @@ from .. import dtypes as _dt
 from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import broadcast, cast, _fmt_shape, int32, to_array
+from .convert import broadcast, cast, _fmt_shape, int32, int32s, to_array
 
 __all__ = [
     "reshape", "flatten", "unflatten", "squeeze", "expand_dims", "transpose", "swapaxes",
@@ -37,7 +37,7 @@ def _one(name: str, a: array, out_shape: Sequence[int], stream: StreamOrDevice,
 
 
 def _int_tuple(v: Union[int, Sequence[int]]) -> tuple:
-    return (int32(v),) if isinstance(v, int) else tuple(int32(x) for x in v)
+    return (int32(v),) if isinstance(v, int) else int32s(v)
 
 
 @binding("reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array")
@@ -164,21 +164,22 @@ def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
               stream: StreamOrDevice = None) -> array:
     """Permute the axes (reverse them by default); a view."""
     a = to_array(a)
+    shape = a._d.shape
+    nd = len(shape)
     if axes is None:
-        axes = tuple(range(a.ndim))[::-1]
-    axes = _int_tuple(axes)
-    if len(axes) != a.ndim:
-        raise ValueError(f"[transpose] Received {len(axes)} axes for array with {a.ndim} dimensions.")
-    norm = []
-    for ax in axes:
-        n = _axis(ax, a.ndim)
-        if n is None:
-            raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {a.ndim} dimensions.")
-        norm.append(n)
-    if len(set(norm)) != len(norm):
-        raise ValueError("[transpose] Repeat axes not allowed.")
-    out = tuple(a.shape[i] for i in norm)
-    return _one("Transpose", a, out, stream, axes=tuple(norm))
+        norm = tuple(range(nd - 1, -1, -1))
+    else:
+        axes = _int_tuple(axes)
+        if len(axes) != nd:
+            raise ValueError(f"[transpose] Received {len(axes)} axes for array with {nd} dimensions.")
+        norm = tuple(ax + nd if ax < 0 else ax for ax in axes)
+        for ax, n in zip(axes, norm):
+            if not 0 <= n < nd:
+                raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {nd} dimensions.")
+        if len(set(norm)) != nd:
+            raise ValueError("[transpose] Repeat axes not allowed.")
+    out = tuple([shape[i] for i in norm])
+    return array._make1(out, a._d.dtype, Primitive("Transpose", resolve_stream(stream), axes=norm), [a])
 
 
 def swapaxes(a: array, /, axis1: int, axis2: int, *, stream: StreamOrDevice = None) -> array:
