@@ -16,7 +16,6 @@ from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
 from tapescope.kernels.settings import settings
-from tapescope.kernels.primitives import COMPILED
 
 from . import dtypes as _dt
 from . import tracer
@@ -376,7 +375,7 @@ def prebuild_kernels(order: list) -> None:
     before any work), each predicted from its inputs' data or, for inputs this eval
     computes, a row-contiguous layout (a view's input is not predicted: that call builds
     its own kernel when it runs)."""
-    fused = [node for node in order if node.primitive.kind == COMPILED]
+    fused = [node for node in order if node.primitive.defn.takes_runtime]
     if len(fused) < 2:
         return
     by_backend: dict = {}
