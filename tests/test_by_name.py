@@ -42,7 +42,6 @@ STILL_BY_NAME: dict = {
     "kernels/cuda/quantized.py": 1,
     "kernels/metal/backend.py": 1,
     "kernels/metal/kernels.py": 2,
-    "kernels/roofline.py": 1,
 }
 
 
