@@ -24,6 +24,7 @@ from tapescope.core.tree import tree_unflatten
 from tapescope.core.walk import topological
 from tapescope.kernels.backends import backend
 from tapescope.kernels.codegen.layout import Layout
+from tapescope.kernels.primitives import COMPILED, PLACEHOLDER
 
 __all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
 
@@ -407,7 +408,7 @@ def _boundary_runs(prog: Any) -> dict:
     bs = list(getattr(prog, "boundaries", ()))
     pos = 0
     for g in reversed(prog.tape):
-        if g.prim.name != "Compiled":
+        if g.prim.kind != COMPILED:
             continue
         n = len(g.inputs)
         run = bs[pos:pos + n]
@@ -451,7 +452,7 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
         return ids[id(v)]
 
     for g in prog.tape:
-        if g.prim.name == "Compiled":
+        if g.prim.kind == COMPILED:
             is_bw = any(id(x) in cot_vals or (x.desc is not None and id(x.desc) in seeds)
                         for x in g.inputs)
         else:
@@ -462,7 +463,7 @@ def from_program(prog: Any, input_names: list, real: list, output_names: list,
         for i, o in enumerate(g.outputs):
             ids[id(o)] = b.value(o.shape, o.dtype, "intermediate", False, producer=op.id, index=i)
             op.outputs.append(ids[id(o)])
-        if g.prim.name == "Compiled":
+        if g.prim.kind == COMPILED:
             tape = g.prim.kw["tape"]
             recs = bounds.get(id(g), {})
             kin = []
@@ -610,7 +611,7 @@ def graph_of(*arrays: array) -> Graph:
         return leaf(d)
 
     for node in order:
-        if node.primitive.name == "Placeholder":
+        if node.primitive.kind == PLACEHOLDER:
             continue
         op = b.op(node.primitive, [vid_of(x) for x in node.inputs], backward=is_backward(node))
         alive = [r() for r in node.outputs]
@@ -622,7 +623,7 @@ def graph_of(*arrays: array) -> Graph:
             ids[key] = b.value(src.shape if src is not None else (), src.dtype if src is not None
                                else _dtype_f32(), "intermediate", False, producer=op.id, index=i)
             op.outputs.append(ids[key])
-        if node.primitive.name == "Compiled":
+        if node.primitive.kind == COMPILED:
             tape = node.primitive.kw["tape"]
             kin = []
             layouts = []

@@ -25,6 +25,7 @@ backend is registered. CuPy is imported only here and in ``kernels/cuda``, only 
 
 from __future__ import annotations
 
+import abc
 import functools
 import sys
 import threading
@@ -62,9 +63,12 @@ def _quiet_numpy():
     return _Quiet
 
 
-class Backend:
-    """One device's runtime. This base is host memory computed with numpy (the CPU's, and
-    the test backend's); a GPU runtime overrides the array module and the pieces below."""
+class Backend(abc.ABC):
+    """The contract every device's runtime fulfils (``cpu/backend.py``, ``cuda/backend.py``,
+    ``metal/backend.py``), as narrow as MLX's ``eval_cpu`` / ``eval_gpu``: the eval loop asks
+    it for the array module the rules compute with, the allocator, events, a fused tape's
+    runtime (``run_compiled``, the one method each backend must write) and the device's
+    own rules; the defaults here are host memory's (numpy arrays, no device context)."""
 
     name = "cpu"  # the runtime's name (``kernel.sources`` keys, timeline ``runtime``)
     device_type = "cpu"  # the DeviceType name it serves
@@ -110,14 +114,8 @@ class Backend:
     @functools.cached_property
     def kernel_rules(self) -> dict:
         """Primitive name -> the rule that runs it as a generated kernel where the backend
-        has one (the host's C: ``cpu.primitive_kernels``, MLX's reductions;
-        ``cpu.fast_kernels``, its fast primitives), else empty;
+        has one (the CPU's: MLX's reductions and fast primitives as C), else empty;
         the eval loop asks it for every node of a device without a device context."""
-        if type(self).run_compiled is Backend.run_compiled:
-            from .cpu.fast_kernels import RULES as FAST
-            from .cpu.primitive_kernels import RULES
-
-            return {**RULES, **FAST}
         return {}
 
     # -- results --------------------------------------------------------------------------
@@ -143,9 +141,11 @@ class Backend:
         return np.array(data)
 
     # -- compiled kernels -----------------------------------------------------------------
+    @abc.abstractmethod
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
-        """Generated C (``cpu.compiled``), numpy where it cannot."""
-        return self.compiled(tape, inputs, shape, out=out, donatable=donatable)
+        """The outputs of fused tape ``tape`` on ``inputs`` (its device's arrays) for the
+        kernel shape ``shape``: ``out`` is memory offered for a single output, ``donatable``
+        the inputs whose buffers the outputs may take (MLX's Compiled::eval_cpu / eval_gpu)."""
 
     def variant(self, tape, shape, layouts) -> str:
         """The name of the kernel variant a call of ``tape`` with inputs of these layouts
@@ -160,20 +160,12 @@ class Backend:
     def compiled(self) -> Callable:
         """The runtime function the ``Compiled`` rule is given (``run_compiled``, resolved
         once: the eval loop passes it on every fused call)."""
-        if type(self).run_compiled is Backend.run_compiled:
-            from .cpu.compiled import run_compiled
-
-            return run_compiled
         return self.run_compiled
 
     @functools.cached_property
     def compiled_launch(self) -> Optional[Callable]:
-        """``cpu.compiled.launch_for`` where fused tapes run as generated C on the host (the
-        eval loop's fast lane for a fused call whose kernel is loaded), else None."""
-        if type(self).run_compiled is Backend.run_compiled:
-            from .cpu.compiled import launch_for
-
-            return launch_for
+        """A function of a fused call giving its loaded kernel's launch plan (what
+        ``launch_fused`` runs; the CPU's ``cpu.compiled.launch_for``), else None."""
         return None
 
     def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
@@ -191,20 +183,14 @@ class Backend:
 
     @functools.cached_property
     def compiled_prebuild(self) -> Optional[Callable]:
-        """``cpu.compiled.prebuild`` where fused tapes run as generated C on the host (an
-        eval's new kernels build in parallel), else None."""
-        if type(self).run_compiled is Backend.run_compiled:
-            from .cpu.compiled import prebuild
-
-            return prebuild
+        """A function building an eval's new kernels in parallel (the CPU's
+        ``cpu.compiled.prebuild``), else None."""
         return None
 
     def machine(self) -> Optional[Any]:
         """The device's limits for the roofline (``roofline.Machine``: copy bandwidth, peak
-        FLOP/s), measured on the first call: the host's (``cpu/machine.py``)."""
-        from .cpu.machine import host_machine
-
-        return host_machine()
+        FLOP/s), measured on the first call; None where the backend has none."""
+        return None
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
@@ -276,7 +262,9 @@ def registered() -> dict:
     return dict(_backends)
 
 
-register(Backend())
+from .cpu.backend import CpuBackend  # noqa: E402 (it subclasses Backend, defined above)
+
+register(CpuBackend())
 
 
 @functools.lru_cache(maxsize=None)

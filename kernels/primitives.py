@@ -68,9 +68,9 @@ _WHERE = {
 
 # The stated reasons a facet may be absent.
 NOT_FUSED = "not fusable ({}): runs as its own node, never inside a kernel tape"
-VJP_LATER = "not written yet: the transformations issue (16) registers it here"
-JVP_LATER = "not written yet: the transformations issue (16) registers it here"
-VMAP_LATER = "not written yet: the vmap issue (17) registers it here"
+VJP_LATER = "not written yet: its module in interactive/core/autodiff/ registers it (defvjp)"
+JVP_LATER = "not written yet: its module in interactive/core/autodiff/ registers it (defjvp)"
+VMAP_LATER = "not written yet: its module in interactive/core/vmap/ registers it (defvmap)"
 
 DIALECTS = ("c",)
 

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from .primitives import elements, lookup
+from .primitives import ASTYPE, BROADCAST, elements, lookup
 
 AT_LIMIT = 0.8  # a kernel at >= 80% of the copy bandwidth is "at the limit"
 SHORT_S = 50e-6  # kernels shorter than this are dominated by their launch, not by memory
@@ -151,7 +151,8 @@ def launch_of(record: Any) -> Optional[Launch]:
         flops = tape_flops(tape, shape)
         name = d.get("kernel") or record.name
         matmul = False
-        ops = [op.primitive for op in tape.ops if op.primitive not in ("Broadcast", "AsType")]
+        ops = [op.primitive for op in tape.ops
+               if lookup(op.primitive).family not in (BROADCAST, ASTYPE)]  # no work of its own
         label = " ".join(ops) + (f" [{d['variant']}]" if d.get("variant") else "")
     else:
         defn = lookup(d.get("primitive") or record.name)

@@ -23,7 +23,8 @@ import pytest
 
 import tapescope
 import tapescope.core as mx
-from tapescope.kernels.cpu import compiler, disk_cache
+from tapescope.kernels import disk_cache
+from tapescope.kernels.cpu import compiler
 
 ROOT = os.geteuid() == 0
 needs_compiler = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")

@@ -20,19 +20,9 @@ PACKAGE_DIRS = {"interactive": "tapescope", "kernels": "tapescope.kernels", "viz
 RANK = {"kernels": 0, "core": 1, "viz": 2, "notebook": 3}
 BACKENDS = ("cpu", "cuda", "metal")
 
-# backend -> backend imports not moved yet (importer module, imported module): the CPU's kernel
-# cache and disk cache, which every runtime's kernels register in, and the custom-kernel helpers
-# the CUDA runtime shares with Metal's
-STILL_ACROSS = {
-    ("tapescope.kernels.cuda.compiled", "tapescope.kernels.cpu.compiler"),
-    ("tapescope.kernels.cuda.compiled", "tapescope.kernels.cpu.disk_cache"),
-    ("tapescope.kernels.cuda.custom", "tapescope.kernels.cpu.compiler"),
-    ("tapescope.kernels.cuda.fast_kernels", "tapescope.kernels.cpu.compiler"),
-    ("tapescope.kernels.cuda.custom", "tapescope.kernels.metal.custom"),
-    ("tapescope.kernels.cuda.fused_reduction", "tapescope.kernels.cpu.compiler"),
-    ("tapescope.kernels.cuda.reductions", "tapescope.kernels.cpu.compiler"),
-    ("tapescope.kernels.metal.shim", "tapescope.kernels.cpu.disk_cache"),
-}
+# backend -> backend imports not moved yet (importer module, imported module): none; what the
+# runtimes share lives in kernels/ (disk_cache, kernel_registry) and kernels/common/
+STILL_ACROSS: set = set()
 
 
 def _module(path: Path, root: Path) -> tuple:

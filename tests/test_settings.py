@@ -12,7 +12,8 @@ import pytest
 import tapescope
 from tapescope.core import fusion
 from tapescope.kernels import backends
-from tapescope.kernels.cpu import disk_cache, tiered
+from tapescope.kernels import disk_cache
+from tapescope.kernels.cpu import tiered
 from tapescope.kernels.metal import shim
 from tapescope.kernels.settings import SETTINGS, Settings, setting
 

@@ -19,7 +19,8 @@ import tapescope
 import tapescope.core as mx
 from tapescope.kernels.codegen.interpret import interpret, interpret_blocked
 from tapescope.kernels import timeline
-from tapescope.kernels.cpu import compiler, disk_cache, tiered
+from tapescope.kernels import disk_cache
+from tapescope.kernels.cpu import compiler, tiered
 
 needs_compiler = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
 

@@ -1,8 +1,9 @@
 """``mx.cuda``: whether the CUDA back-end is available, as in MLX (``mlx.core.cuda``).
 
-MLX code asks ``mx.cuda.is_available()`` at import time to pick its device. tapescope has no
-CUDA runtime yet (arrays are computed on the CPU even where CuPy sees a GPU), so the
-answer is False everywhere until that runtime is registered in ``tapescope.kernels.backends``.
+MLX code asks ``mx.cuda.is_available()`` at import time to pick its device. The answer is
+True where tapescope's CUDA runtime (``kernels/cuda``, through CuPy) evaluates arrays: a CUDA
+GPU is present, ``settings.cuda`` is on and ``TAPESCOPE_DISABLE_GPU`` is not set
+(``backends.cuda_runtime_available``); False elsewhere, as MLX built without CUDA.
 """
 
 __all__ = ["is_available"]

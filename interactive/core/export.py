@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from .array import ArrayDesc, array
-from .primitive import Node
+from .primitive import COMPILED, PLACEHOLDER, Node
 from .tree import tree_arrays
 from .walk import topological
 
@@ -52,7 +52,7 @@ class _Namer:
 def _label(node: Node) -> str:
     """The primitive as MLX prints it (``Compiled`` appends its tape's primitives)."""
     prim = node.primitive
-    if prim.name == "Compiled":
+    if prim.kind == COMPILED:
         tape = prim.kw.get("tape")
         return "Compiled" + "".join(op.primitive for op in getattr(tape, "ops", ()))
     if prim.name == "SliceUpdate" and "reduce" in prim.kw:  # MLX's "SliceUpdate Sum", ...
@@ -62,7 +62,7 @@ def _label(node: Node) -> str:
 
 def _is_leaf(d: ArrayDesc) -> bool:
     """An array without a primitive to show: evaluated, or a trace placeholder."""
-    return d.node is None or d.node.primitive.name == "Placeholder"
+    return d.node is None or d.node.primitive.kind == PLACEHOLDER
 
 
 def _siblings(node: Node) -> list:

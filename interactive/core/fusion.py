@@ -23,6 +23,7 @@ from tapescope.kernels.codegen.tape import (
 )
 
 from tapescope.kernels.settings import setting, settings
+from tapescope.kernels.primitives import COMPILED
 
 from .primitive import BROADCAST, Primitive
 from .tracing import GOp, Program, Val
@@ -83,7 +84,7 @@ def boundary_reason(prim: Primitive) -> Optional[str]:
     (a live graph's fused kernels, whose fusion decisions were not recorded): another fused
     kernel, a reduction, a collective, another non-fusable primitive; None when it depends on
     the rest of the graph."""
-    if prim.name == "Compiled":
+    if prim.kind == COMPILED:
         return ALREADY_FUSED
     if not prim.fusable:
         return _NOT_FUSED.get(prim.kind, NON_FUSABLE)
@@ -193,7 +194,7 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
             reason = None
             if op is None:
                 reason = ARGUMENT if v.arg is not None else CONSTANT
-            elif id(op) in global_cache or op.prim.name == "Compiled":
+            elif id(op) in global_cache or op.prim.kind == COMPILED:
                 reason = ALREADY_FUSED
             elif depth >= MAX_COMPILE_DEPTH:
                 reason = DEPTH_LIMIT
@@ -285,4 +286,4 @@ def _input_reason(v: Val) -> str:
 
 def tapes(prog: Program) -> list:
     """The kernel tapes of a fused program, in execution order."""
-    return [g.prim.kwargs()["tape"] for g in prog.tape if g.prim.name == "Compiled"]
+    return [g.prim.kwargs()["tape"] for g in prog.tape if g.prim.kind == COMPILED]

@@ -28,6 +28,7 @@ from tapescope.kernels import timeline
 from tapescope.kernels.backends import stream_backend as backend
 from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (Fence: annotations)
 from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
+from tapescope.kernels.primitives import COMPILED
 
 from .array import ArrayDesc
 from .device import check_thread
@@ -388,7 +389,7 @@ def _record_end(state: EvalState, ev: Event, t0: int, last: bool) -> None:
 
 def _kernel_batch_begin(order: list[Node], t0: int) -> int:
     """On the timeline: the fused kernels this eval may build (for the progress bar)."""
-    n = sum(1 for node in order if node.primitive.name == "Compiled")
+    n = sum(1 for node in order if node.primitive.kind == COMPILED)
     if n:
         timeline.add("kernel_batch_begin", t0, detail={"kernels": n})
     return n

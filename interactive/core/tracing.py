@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 from . import dtypes as _dt
 from .array import ArrayDesc, array
 from .device import resolve_stream
-from .primitive import ASTYPE, BINARY, BROADCAST, TERNARY, UNARY, Node, Primitive
+from .primitive import ASTYPE, BINARY, BROADCAST, COMPILED, PLACEHOLDER, TERNARY, UNARY, Node, Primitive
 from .walk import topological
 
 
@@ -101,7 +101,7 @@ def made_from_tracers(arrays: Sequence[array]) -> bool:
     found = []
 
     def cut(d: ArrayDesc) -> bool:
-        if d.node.primitive.name == "Placeholder":
+        if d.node.primitive.kind == PLACEHOLDER:
             found.append(d)
         return bool(found)
 
@@ -405,7 +405,7 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
     compile): elementwise ops broadcast, Broadcast follows its consumer, fused tapes take the
     broadcast of their inputs, every other primitive its MLX rule (core/shapeless.py)."""
     kind = g.prim.kind
-    if g.prim.name == "Compiled":  # a fused elementwise tape: its inputs must broadcast
+    if g.prim.kind == COMPILED:  # a fused elementwise tape: its inputs must broadcast
         shape = _broadcast_shapes(*[d.shape for d in ins])
         kw = g.prim.kwargs()
         kw["shape"] = tuple(shape)

@@ -99,7 +99,7 @@ class CUDADialect(CFamily):
                     True: "(int64_t)blockIdx.x * blockDim.x + threadIdx.x"}
     unroll = "#pragma unroll"
     vector_type = "ts_vec<{}, {}>"  # the contiguous path's whole-run loads and stores
-    # 16-byte loads and stores per thread on the contiguous path (issue 15's vector width)
+    # 16-byte loads and stores per thread on the contiguous path (MLX's N_READS, mlx/backend/cuda/binary/binary.cuh)
     schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
     # The host's completion word: a one-block launch by the runtime's eager lane passes a
     # word of pinned host memory and a value, which the block writes once all its threads

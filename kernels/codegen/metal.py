@@ -1,5 +1,6 @@
 """The Metal Shading Language dialect: tables over the shared C-family renderer (the Metal
-runtime, issue 20, compiles and runs it; no MSL compiler exists on Linux). MLX's Metal
+runtime, kernels/metal/runtime.py, compiles and runs it; no MSL compiler exists on Linux).
+MLX's Metal
 conventions: ``[[kernel]]`` functions, buffers bound by index, ``half`` / ``bfloat``
 storage computed in float, ``thread_position_in_grid`` (a 2-D grid for ``_large``),
 ``_contiguous`` with work per thread ``max(1, 8 / itemsize)``, ``_strided_1``..``_strided_7``,

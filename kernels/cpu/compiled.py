@@ -304,6 +304,10 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
     launches = tape.launches
     ln = launches.get(key)
     if ln is None or ln.gen != compiler._generation[0]:
+        if tape.reduction is not None:  # extended fusion's reduction tape: the C reduction kernels
+            from .reduction import run_reduction
+
+            return run_reduction(tape, inputs, shape, out=out)
         shape = tuple(int(s) for s in shape)
         if any(s == 0 for s in shape):
             return [np.empty(shape, dtype=tape.dtype_of(n)) for n in tape.outputs]

@@ -6,7 +6,7 @@ choice as the CPU (contiguity check and dim collapse pick ``_contiguous`` or
 ``_strided_<n>`` / ``_strided_dynamic``, ``_large`` past UINT32_MAX), one kernel per variant
 compiled on first use (MLX's ``cu::get_jit_module`` also builds per name), outputs in a
 donated input's buffer where MLX's rules allow it, else fresh device memory. The on-disk
-cache keeps the CPU cache's rules (``kernels/cpu/disk_cache.py``): a private folder per
+cache keeps the CPU cache's rules (``kernels/disk_cache.py``): a private folder per
 toolchain (NVRTC version and the GPU's architecture), files written atomically, a cubin
 loaded only when its sidecar says we built it from this exact source and it is intact.
 A tape the CUDA dialect cannot spell runs as CuPy ops, one kernel per op, and the timeline
@@ -30,7 +30,7 @@ from ..codegen.gpu import variant_suffix
 from ..codegen.interpret import interpret
 from ..codegen.render import Unsupported, renderer
 from ..codegen.tape import Tape
-from ..cpu import compiler, disk_cache
+from .. import disk_cache, kernel_registry
 from ..codegen.layout import output_order, plan
 from .bfloat16 import empty, upload
 
@@ -103,7 +103,7 @@ def nvrtc_compile(name: str, source: str) -> tuple:
             nvrtc.compileProgram(prog, opts)
         except nvrtc.NVRTCError as e:
             log = nvrtc.getProgramLog(prog)
-            raise compiler.BuildError(
+            raise kernel_registry.BuildError(
                 f"[Compiled::eval_gpu] Failed to compile kernel {name} with NVRTC: {e}\n{log}"
             ) from None
         cubin = nvrtc.getCUBIN(prog)
@@ -118,29 +118,29 @@ def _load(cubin_path: Path, name: str):
 
 
 def get_kernel(name: str, variant: str, source_fn, key: str, tape: Optional[Tape] = None):
-    """The loaded CUDA kernel ``name`` (a ``compiler.KernelEntry`` of runtime "cuda", listed
+    """The loaded CUDA kernel ``name`` (a ``kernel_registry.KernelEntry`` of runtime "cuda", listed
     by ``tapescope.kernel_cache()`` beside the C kernel of the same name), from memory, from
     the disk cache, or built by NVRTC; raises BuildError without one."""
     ckey = "cuda:" + key
     t0 = timeline.now() if timeline.enabled else 0
-    e = compiler._kernels.get(ckey)
+    e = kernel_registry._kernels.get(ckey)
     if e is not None and e.fn is not None:
         e.hits += 1
         if t0:
             _record(t0, name, hit=True, origin="memory", variant=variant, compile_ms=0.0)
         return e
     with _lock:
-        e = compiler._kernels.get(ckey)
+        e = kernel_registry._kernels.get(ckey)
         if e is not None and e.fn is not None:
             e.hits += 1
             return e
         if ckey in _failed:
-            raise compiler.BuildError(_failed[ckey])
+            raise kernel_registry.BuildError(_failed[ckey])
         try:
             ident = toolchain_ident()
         except Exception as err:  # noqa: BLE001 - no NVRTC library: the tape runs as CuPy ops
             _failed[ckey] = f"NVRTC is not available ({err})"  # not probed again per call
-            raise compiler.BuildError(_failed[ckey]) from None
+            raise kernel_registry.BuildError(_failed[ckey]) from None
         source = source_fn()
         shash = disk_cache.sha256((ident + "\n" + source).encode())
         cache = disk_cache.open_cache(ident)
@@ -156,7 +156,7 @@ def get_kernel(name: str, variant: str, source_fn, key: str, tape: Optional[Tape
         if fn is None:
             try:
                 cubin, ms = nvrtc_compile(name, source)
-            except compiler.BuildError as err:
+            except kernel_registry.BuildError as err:
                 _failed[ckey] = str(err)
                 raise
             origin = "built"
@@ -175,12 +175,12 @@ def get_kernel(name: str, variant: str, source_fn, key: str, tape: Optional[Tape
             else:
                 mod, fn = _load(path, name)
         if e is None:
-            e = compiler.KernelEntry(name, "cuda", variant, source, tape=tape)
+            e = kernel_registry.KernelEntry(name, "cuda", variant, source, tape=tape)
         e.source, e.fn, e.lib, e.build_ms, e.origin = source, fn, mod, ms, origin
         e.disk_path, e.cache_note = (str(path) if path is not None else None), note
         e.misses += 1
-        with compiler._lock:  # the one in-process cache: kernel_cache() lists it, clear() forgets it
-            compiler._kernels[ckey] = e
+        with kernel_registry._lock:  # the one in-process cache: kernel_cache() lists it, clear() forgets it
+            kernel_registry._kernels[ckey] = e
     if t0:
         _record(t0, name, hit=False, origin=origin, variant=variant, compile_ms=ms, cache=note)
     return e
@@ -234,7 +234,7 @@ class Launch:
     def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
                  cshape: list, strides: list, large: bool, name: str, variant: str):
         d = _dialect()
-        self.entry, self.gen, self.name, self.variant = entry, compiler.generation(), name, variant
+        self.entry, self.gen, self.name, self.variant = entry, kernel_registry.generation(), name, variant
         self.contiguous, self.shape = contiguous, shape
         size = int(np.prod(shape, dtype=np.int64))
         ndim = len(cshape)
@@ -350,12 +350,12 @@ def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
         except Unsupported as e:
             _unsupported[tape.lib_name] = f"the CUDA dialect cannot express it: {e}"
     if _unsupported[tape.lib_name]:
-        return compiler.BuildError(_unsupported[tape.lib_name]), name, suffix
+        return kernel_registry.BuildError(_unsupported[tape.lib_name]), name, suffix
     key = name if tape.outputs == (tape.ops[-1].name,) else name + "|" + ",".join(tape.outputs)
     try:
         entry = get_kernel(name, suffix, lambda: d.render(tape, name, contiguous, ndim, large),
                            key=key, tape=tape)
-    except compiler.BuildError as e:
+    except kernel_registry.BuildError as e:
         return e, name, suffix
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, large, name, suffix)
 
@@ -413,14 +413,14 @@ def run_compiled(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None,
         arrays = tape.launches["cuda"] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
     key = ("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
     ln = tape.launches.get(key)
-    if ln is None or ln.gen != compiler.generation():
+    if ln is None or ln.gen != kernel_registry.generation():
         if any(s == 0 for s in shape):
             return [empty(shape, tape.dtype_of(n)) for n in tape.outputs]
         ln = _prepare(tape, inputs, shape)
         if isinstance(ln, tuple):  # no kernel: CuPy ops, one kernel each (says why each time)
             err, name, variant = ln
             t0 = timeline.now() if timeline.enabled else 0
-            compiler.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
+            kernel_registry.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
             outs = _interpret(tape, inputs, shape)
             if t0:
                 timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="gpu",
@@ -456,13 +456,13 @@ def kernel_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     key = ("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
     launches = tape.launches
     ln = launches.get(key)
-    if ln is None or ln.gen != compiler.generation():
+    if ln is None or ln.gen != kernel_registry.generation():
         if ("cuda-none",) + key[1:] in launches:
             return None
         ln = _prepare(tape, inputs, shape)
         if isinstance(ln, tuple):
             err, name, variant = ln
-            compiler.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
+            kernel_registry.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
             launches[("cuda-none",) + key[1:]] = True
             return None
         launches[key] = ln
@@ -478,6 +478,6 @@ def launch_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     if arrays is None:
         return None
     ln = launches.get(("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
-    if ln is None or ln.gen != compiler._generation[0]:
+    if ln is None or ln.gen != kernel_registry._generation[0]:
         return None
     return ln

@@ -25,8 +25,8 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.cuda import RTC_INT_TYPES
-from ..cpu import compiler
-from ..metal.custom import shape_infos, type_string  # MLX's get_type_string, the shared rule
+from .. import kernel_registry
+from ..common.custom_kernel import shape_infos, type_string  # MLX's get_type_string, the shared rule
 
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -116,7 +116,7 @@ def _function(kname: str, source: str, precompiled: bool):
     key = (kname, source)
     hit = _modules.get(key)
     if hit is not None:
-        entry = compiler._kernels.get("cuda-custom:" + kname)
+        entry = kernel_registry._kernels.get("cuda-custom:" + kname)
         if entry is not None:
             entry.hits += 1
         return hit[1]
@@ -141,11 +141,11 @@ def _function(kname: str, source: str, precompiled: bool):
             fn = mod.get_function(full)
         ms = (time.perf_counter() - t0) * 1e3
         _modules[key] = (mod, fn)
-        e = compiler.KernelEntry(kname, "cuda", "custom",
+        e = kernel_registry.KernelEntry(kname, "cuda", "custom",
                                  source if isinstance(source, str) else "<precompiled>",
                                  build_ms=ms, misses=1, origin="built")
-        with compiler._lock:  # listed by tapescope.kernel_cache() with its generated source
-            compiler._kernels["cuda-custom:" + kname] = e
+        with kernel_registry._lock:  # listed by tapescope.kernel_cache() with its generated source
+            kernel_registry._kernels["cuda-custom:" + kname] = e
     return fn
 
 

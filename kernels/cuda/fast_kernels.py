@@ -20,7 +20,7 @@ from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..common import norms as plan
 from ..common.reductions import arguments
-from ..cpu import compiler
+from .. import kernel_registry
 from ..primitives import REGISTRY
 from ..rules.fast import inv_freqs
 from . import compiled
@@ -33,7 +33,7 @@ def _entry(spec):
     try:
         spec.kernel(gpu=True)
     except Unsupported as e:
-        raise compiler.BuildError(f"the CUDA dialect cannot express it: {e}") from None
+        raise kernel_registry.BuildError(f"the CUDA dialect cannot express it: {e}") from None
     return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
                                key=spec.name, tape=spec)
 
@@ -61,8 +61,8 @@ def _launch(spec, prim_name: str, bufs: dict, ints: dict) -> Optional[str]:
     """One launch of ``spec``'s kernel; the BuildError's text when there is none."""
     try:
         entry = _entry(spec)
-    except compiler.BuildError as e:
-        compiler.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+    except kernel_registry.BuildError as e:
+        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
         return str(e)
     args = [np.int64(v) if isinstance(v, int) else v
             for v in arguments(spec.kernel_params(), bufs, ints, {})]

@@ -18,7 +18,7 @@ from ..codegen.reduction import interpret
 from ..codegen.tape import Tape
 from ..common.fused_reduction import kernel_arguments
 from ..common.reductions import arguments
-from ..cpu import compiler
+from .. import kernel_registry
 from . import compiled
 from .reductions import _overlaps, launch_recorded
 
@@ -26,7 +26,7 @@ from .reductions import _overlaps, launch_recorded
 def _kernel(tape: Tape):
     """(IR kernel, loaded entry) of the tape, built once per tape."""
     got = tape.launches.get("cuda_reduce")
-    if got is not None and got[0] == compiler.generation():
+    if got is not None and got[0] == kernel_registry.generation():
         return got[1]
     mode = tape.reduction.mode
     name = f"{tape.lib_name}_reduce_{mode}"
@@ -35,13 +35,13 @@ def _kernel(tape: Tape):
         try:
             k = fused_reduction_kernel(tape, name, d)
         except Unsupported as e:
-            raise compiler.BuildError(f"the CUDA dialect cannot express it: {e}") from None
+            raise kernel_registry.BuildError(f"the CUDA dialect cannot express it: {e}") from None
         entry = compiled.get_kernel(name, f"reduce_{mode}", lambda: fused_reduction_source(tape, name, d),
                                     key=name + "|" + ",".join(tape.outputs), tape=tape)
         got = (k, entry)
-    except compiler.BuildError as e:
+    except kernel_registry.BuildError as e:
         got = e
-    tape.launches["cuda_reduce"] = (compiler.generation(), got)
+    tape.launches["cuda_reduce"] = (kernel_registry.generation(), got)
     return got
 
 

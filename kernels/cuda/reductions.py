@@ -20,7 +20,7 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
-from ..cpu import compiler
+from .. import kernel_registry
 from ..primitives import REGISTRY
 from . import compiled
 
@@ -32,7 +32,7 @@ def _entry(spec):
     try:
         spec.kernel(gpu=True)
     except Unsupported as e:
-        raise compiler.BuildError(f"the CUDA dialect cannot express it: {e}") from None
+        raise kernel_registry.BuildError(f"the CUDA dialect cannot express it: {e}") from None
     return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
                                key=spec.name, tape=spec)
 
@@ -70,8 +70,8 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
     for spec, ints, src, dst in plan.gpu_launches(call):
         try:
             steps.append((spec, ints, src, dst, _entry(spec)))
-        except compiler.BuildError as e:
-            compiler.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+        except kernel_registry.BuildError as e:
+            kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
             return _fallback(prim_name, str(e), xp, a, kw, given)
     for spec, ints, src, dst, entry in steps:
         k = spec.kernel(gpu=True)

@@ -23,19 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import ml_dtypes
 import numpy as np
 
-MAX_CONSTANT_ARRAY_SIZE = 8  # inputs with fewer elements go in the constant address space
+from ..common.custom_kernel import shape_infos, type_string  # noqa: F401 (the runtimes' shared rules)
 
-# mlx/backend/common/compiled.cpp get_type_string
-TYPE_STRINGS = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16_t",
-                np.dtype(ml_dtypes.bfloat16): "bfloat16_t", np.dtype(np.float64): "double",
-                np.dtype(np.complex64): "complex64_t", np.dtype(np.bool_): "bool",
-                np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t",
-                np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t",
-                np.dtype(np.uint8): "uint8_t", np.dtype(np.uint16): "uint16_t",
-                np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t"}
+MAX_CONSTANT_ARRAY_SIZE = 8  # inputs with fewer elements go in the constant address space
 
 # the attributes MLX adds when the source mentions them, in its order, with their types
 METAL_ATTRIBUTES = (
@@ -84,19 +76,9 @@ inline T ceildiv(T N, U M) {
 """
 
 
-def shape_infos(source: str, input_names: Sequence[str]) -> list:
-    """Per input: whether the source mentions ``<name>_shape``, ``_strides``, ``_ndim``."""
-    return [(f"{n}_shape" in source, f"{n}_strides" in source, f"{n}_ndim" in source)
-            for n in input_names]
-
-
 def attributes(source: str) -> list:
     """The attribute parameters the source needs (MLX: a substring test per attribute)."""
     return [f"  {t} {a} [[{a}]]" for a, t in METAL_ATTRIBUTES if a in source]
-
-
-def type_string(dt) -> str:
-    return TYPE_STRINGS[np.dtype(dt)]
 
 
 def template_text(template: Sequence[tuple]) -> str:

@@ -8,7 +8,7 @@ nothing here says how fast a GPU runs the kernel.
 
 ``Library(pieces, entries)`` builds one shared object from several MSL sources (each in its
 own namespace) and one launcher per entry; builds are cached on disk by a hash of everything
-that goes into them (the private kernel-cache folder of ``kernels/cpu/disk_cache``).
+that goes into them (the private kernel-cache folder of ``kernels/disk_cache``).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ _LOADED: dict = {}
 
 
 def _cache_folder() -> Path:
-    from ..cpu import disk_cache
+    from .. import disk_cache
 
     root = disk_cache.cache_dir()
     if root is None:

@@ -14,20 +14,13 @@ def compiled(xp, *inputs, tape, shape, out=None, donatable=None, runtime=None):
     no runtime (a caller outside evaluation) the tape is interpreted with ``xp``. ``out``
     (single-output tapes) is written when its layout suits the kernel; ``donatable``
     (multi-output tapes) marks the inputs whose buffers the outputs may take, by MLX's
-    Compiled rules. A reduction tape (extended fusion) runs on the CPU runtime
-    (``cpu/reduction.py``), on a GPU's runtime (CUDA: ``cuda/fused_reduction.py``), or
-    interpreted with ``xp``."""
-    if tape.reduction is not None:
-        if runtime is not None and xp.__name__ == "numpy":  # the C reduction kernels: the CPU's
-            from ..cpu.reduction import run_reduction
+    Compiled rules. A reduction tape (extended fusion) runs on the backend's runtime too
+    (the CPU's: ``cpu/reduction.py``; CUDA's: ``cuda/fused_reduction.py``), or interpreted
+    with ``xp``."""
+    if tape.reduction is not None and runtime is None:
+        from ..codegen.reduction import interpret as interpret_reduction
 
-            outs = run_reduction(tape, inputs, shape, out=out)
-        elif runtime is not None:  # a GPU runtime's one kernel per tape
-            outs = runtime(tape, inputs, shape, out=out, donatable=donatable)
-        else:
-            from ..codegen.reduction import interpret as interpret_reduction
-
-            outs = interpret_reduction(tape, inputs, shape, xp)
+        outs = interpret_reduction(tape, inputs, shape, xp)
         return outs[0] if len(outs) == 1 else tuple(outs)
     if runtime is not None:
         outs = runtime(tape, inputs, shape, out=out, donatable=donatable)

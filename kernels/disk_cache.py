@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..settings import settings
+from .settings import settings
 
 MAX_NAME = 230  # MLX clips names over 245 chars (+ a hash); ours also carry ".<source hash>.json"
 BUILD_PREFIX = "tapescope-build-"

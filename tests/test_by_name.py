@@ -1,0 +1,158 @@
+"""Questions about a primitive are answered by its definition, not by its name as a string.
+
+Read with ``ast`` over the package's source: a comparison of an expression with a string
+literal that is a primitive's name (``==``, ``!=``, ``in``, ``not in``, against one literal or
+a tuple / list / set of them), a ``match`` case on such a literal, a lookup
+``TABLE[x]`` / ``TABLE.get(x)`` in a dict literal keyed by primitive names, or a hand list (a
+module-level tuple / list / set / frozenset / dict of two or more primitive names), is reported,
+outside the definitions (``kernels/primitives.py``, ``kernels/rules/``), the dialects'
+spelling tables (``kernels/codegen/``), the autodiff and vmap rule tables and the JAX table
+(``check/jax_rules.py``). What is still asked by name is listed in ``STILL_BY_NAME`` (file ->
+how many), to go; a test plants a comparison, a hand list and a lookup in a temporary tree
+and sees each one reported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tapescope.kernels import primitives
+
+ROOT = Path(__file__).parent.parent
+FOLDERS = ("interactive", "kernels", "viz")
+EXEMPT = ("kernels/primitives.py", "kernels/rules/", "kernels/codegen/", "interactive/check/jax_rules.py",
+          "interactive/core/autodiff/", "interactive/core/vmap/")
+# the lookups by name still to be replaced by the definition's answer: file -> how many
+STILL_BY_NAME: dict = {
+    "interactive/check/transforms.py": 2,
+    "interactive/core/export.py": 1,
+    "interactive/core/export_state.py": 15,
+    "interactive/core/fusion_reduce.py": 1,
+    "interactive/core/ops/creation.py": 1,
+    "interactive/core/ops/reduction.py": 5,
+    "interactive/core/tracing.py": 4,
+    "interactive/graph.py": 2,
+    "kernels/common/norms.py": 4,
+    "kernels/common/reductions.py": 6,
+    "kernels/cpu/quantized.py": 1,
+    "kernels/cpu/random_kernels.py": 1,
+    "kernels/cuda/backend.py": 4,
+    "kernels/cuda/bfloat16.py": 4,
+    "kernels/cuda/quantized.py": 1,
+    "kernels/metal/backend.py": 1,
+    "kernels/metal/kernels.py": 2,
+}
+
+
+def _names() -> frozenset:
+    import tapescope.core  # noqa: F401 (registers every definition)
+
+    return frozenset(primitives.REGISTRY)
+
+
+def _literals(node) -> list:
+    """The string constants of a literal or of a tuple / list / set / frozenset(...) of them
+    (None when ``node`` is anything else)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            "frozenset", "set", "tuple") and len(node.args) == 1:
+        return _literals(node.args[0])
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
+        out = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return out if len(out) == len(node.elts) else None
+    if isinstance(node, ast.Dict) and node.keys and all(
+            isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+        return [k.value for k in node.keys]
+    return None
+
+
+def findings(path: Path, names: frozenset) -> list:
+    """(line, what) for every question asked of a primitive's name string in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    named = lambda lits: lits is not None and lits and all(s in names for s in lits)
+    tables = set()  # module-level dicts keyed by primitive names
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            lits = _literals(node.value)
+            if named(lits) and len(lits) >= 2:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                out.append((node.lineno, "a hand list of primitive names"))
+                if isinstance(node.value, ast.Dict):
+                    tables.update(t.id for t in targets if isinstance(t, ast.Name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                    left = sides[sides.index(right) - 1]
+                    if named(_literals(right)) or named(_literals(left)):
+                        out.append((node.lineno, "a comparison with a primitive's name"))
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
+            if named(_literals(node.pattern.value)):
+                out.append((node.pattern.lineno, "a match case on a primitive's name"))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in tables:
+            out.append((node.lineno, f"a lookup by name in {node.value.id}"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id in tables):
+            out.append((node.lineno, f"a lookup by name in {node.func.value.id}"))
+    return sorted(set(out))
+
+
+def by_name(root: Path = ROOT) -> dict:
+    """file (relative to ``root``) -> its findings, for every file outside the exemptions."""
+    names = _names()
+    found = {}
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(EXEMPT):
+                continue
+            f = findings(path, names)
+            if f:
+                found[rel] = f
+    return found
+
+
+def test_no_primitive_is_asked_by_its_name_string():
+    found = by_name()
+    counts = {rel: len(f) for rel, f in found.items()}
+    new = {rel: found[rel] for rel, n in counts.items() if n > STILL_BY_NAME.get(rel, 0)}
+    assert new == {}, new
+
+
+def test_the_listed_lookups_by_name_still_exist():
+    """A file in STILL_BY_NAME that asks fewer than listed has its count lowered."""
+    counts = {rel: len(f) for rel, f in by_name().items()}
+    assert {rel: counts.get(rel, 0) for rel in STILL_BY_NAME} == STILL_BY_NAME
+
+
+def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            dest = tmp_path / path.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(path.read_text())
+    before = {rel: len(f) for rel, f in by_name(tmp_path).items()}
+    target = tmp_path / "viz" / "theme.py"
+    target.write_text(target.read_text() + (
+        '\n\n_PLANTED = {"Tan": 1, "LogicalNot": 2}\n\n\n'
+        'def _planted(prim, name):\n'
+        '    if prim.name == "Add" or name not in ("Exp", "Log"):\n'
+        '        return _PLANTED.get(prim.name)\n'
+        '    match name:\n'
+        '        case "Sum":\n'
+        '            return 1\n'
+        '    return _PLANTED[name]\n'))
+    found = by_name(tmp_path)
+    got = found.get("viz/theme.py", [])
+    assert len(got) == before.get("viz/theme.py", 0) + 5, got
+    whats = [w for _, w in got]
+    assert "a hand list of primitive names" in whats
+    assert whats.count("a comparison with a primitive's name") >= 1
+    assert "a match case on a primitive's name" in whats
+    assert "a lookup by name in _PLANTED" in whats
+    assert {rel: len(f) for rel, f in found.items() if rel != "viz/theme.py"} == {
+        rel: n for rel, n in before.items() if rel != "viz/theme.py"}
