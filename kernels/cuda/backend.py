@@ -23,7 +23,7 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
-from ..primitives import MATMUL
+from ..primitives import ASTYPE, MATMUL
 from ..roofline import layouts
 from . import bfloat16 as bf16, device, timing
 from .events import CudaEvent
@@ -316,7 +316,7 @@ class CudaBackend(Backend):
                 return run(inputs, **params)
 
             return rule
-        if prim.name == "AsType":  # to bool by the bits: CuPy's kernels flush subnormals
+        if prim.defn.family == ASTYPE:  # to bool by the bits: CuPy's kernels flush subnormals
             from .casts import astype
 
             return astype
