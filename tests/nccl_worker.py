@@ -25,8 +25,9 @@ import tapescope.core as mx  # noqa: E402
 from tapescope.kernels import timeline  # noqa: E402
 
 D = mx.distributed
-# MLX's NCCL types (mlx/distributed/nccl/nccl.cpp: MLX_NCCL_TYPE_LIST)
-NCCL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int8", "uint8",
+# MLX's NCCL types (mlx/distributed/nccl/nccl.cpp: MLX_NCCL_TYPE_LIST), float64 apart: no
+# float64 array lives on a GPU stream (mlx/array.cpp: "float64 is not supported on the GPU")
+NCCL_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8",
                "uint32", "int64", "uint64")
 UNSUPPORTED = ("bool", "int16", "uint16", "complex64")
 

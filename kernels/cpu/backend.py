@@ -46,8 +46,9 @@ class CpuBackend(Backend):
     def kernel_rules(self) -> dict:
         from .fast_kernels import RULES as FAST
         from .primitive_kernels import RULES
+        from .views import RULES as VIEWS
 
-        return {**RULES, **FAST}
+        return {**RULES, **FAST, **VIEWS}
 
     def machine(self) -> Optional[Any]:
         from .machine import host_machine

@@ -5,23 +5,14 @@ Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..codegen import c_ops as C
 from ..primitives import ASTYPE, BROADCAST, SHAPE, define
 
 
 @define("Broadcast", family=BROADCAST, view=True, c=C.identity)
 def broadcast(xp, a, *, shape):
-    """A read-only view with stride 0 along the broadcast dimensions."""
-    if type(a) is np.ndarray and a.flags.c_contiguous:
-        # numpy's broadcast_to spends ~5 us in Python; the view it makes is one constructor
-        lead = len(shape) - a.ndim
-        strides = (0,) * lead + tuple(0 if n == 1 and m != 1 else st
-                                      for n, m, st in zip(a.shape, shape[lead:], a.strides))
-        v = np.ndarray(shape, a.dtype, a, 0, strides)
-        v.flags.writeable = False
-        return v
+    """A read-only view with stride 0 along the broadcast dimensions (the CPU's own rule,
+    ``cpu/views.py``, makes numpy's view without broadcast_to's Python)."""
     return xp.broadcast_to(a, shape)
 
 
