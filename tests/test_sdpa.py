@@ -1,7 +1,7 @@
 """``mx.fast.scaled_dot_product_attention`` as MLX's ``ScaledDotProductAttention`` primitive
 (interactive/core/fast.py, kernels/rules/fast.py) against float64 numpy over hypothesis
-shapes: batch, heads, kv heads dividing them, query / key lengths around the rule's query
-block (1, non-multiples), head sizes 64 / 80 / 128 (and a small one), every mask kind,
+shapes: batch, heads, kv heads dividing them, query / key lengths (1, non-multiples; the
+rule's query blocks split by a monkeypatched block size), head sizes 64 / 80 / 128 (and a small one), every mask kind,
 sinks, float32 / float16 / bfloat16. The primitive is recorded where a kernel takes the
 inputs, the composition elsewhere; the VJP against JAX (float64), vmap against the
 unbatched calls, values against MLX where it is installed.
@@ -207,3 +207,19 @@ def test_sdpa_against_mlx(c):
         outs.append(np.asarray(o.astype(M.float32)).astype(np.float64))
     tol = 4 * TOL[dtype]
     np.testing.assert_allclose(outs[0], outs[1], rtol=tol, atol=tol * max(1.0, np.abs(outs[1]).max()))
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
+def test_sdpa_query_blocks(monkeypatch, mask):
+    """The rule's query blocks (16 rows at the smallest) split a 37-row query: each block's
+    causal offset and mask rows."""
+    from tapescope.kernels.rules import fast as rules
+
+    monkeypatch.setattr(rules, "SDPA_SCORES", 1)
+    c = (2, 2, 2, 37, 40, 64, mask, True, "float32", 5)
+    q, k, v, m, s = _inputs(c)
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    out = mx.fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.125,
+                                               mask=mk, sinks=mx.array(s))
+    want = ref(q, k, v, 0.125, m, mask == "causal", s)
+    np.testing.assert_allclose(host(out), want, rtol=2e-5, atol=2e-5)

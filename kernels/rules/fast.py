@@ -174,7 +174,7 @@ def _sdpa_flops(ins, outs):
     return 2 * B * H * L * int(ins[1][2]) * (D + int(ins[2][3]))
 
 
-SDPA_QUERY_BLOCK = 256  # query rows of one block of the array-module rule (bounds its scores)
+SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module rule (~32 MB)
 
 
 @define("ScaledDotProductAttention", family=FAST, shape=_sdpa_shape,
@@ -185,33 +185,42 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
     ``v`` with ``heads / kv_heads`` query heads each; ``causal``: query ``i`` sees keys up to
     ``i + kL - L``; a mask (``rest[0]``, broadcast to (B, heads, L, kL)): boolean (False: the
     float32 lowest score, as MLX's fallback's ``finfo.min``) or additive; ``sinks``
-    (``rest[-1]``, one per head): a logit in the softmax's denominator with no value."""
+    (``rest[-1]``, one per head): a logit in the softmax's denominator with no value. Blocks
+    of query rows bound the scores held at once (``SDPA_SCORES``), each block's scores
+    updated in place (two matmuls and three passes over them)."""
     B, H, L, D = q.shape
     Hk, kL = k.shape[1], k.shape[2]
     reps = H // Hk
     mask = rest[0] if has_mask else None
     sinks = rest[-1].astype(xp.float32).reshape(Hk, reps, 1, 1) if has_sinks else None
     out = xp.empty((B, H, L, v.shape[3]), dtype=q.dtype)
-    kf = k.astype(xp.float32).reshape(B, Hk, 1, kL, D)
-    vf = v.astype(xp.float32).reshape(B, Hk, 1, kL, v.shape[3])
+    kf = k.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, D)
+    vf = v.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
     low = xp.float32(np.finfo(np.float32).min)
-    for i0 in range(0, L, SDPA_QUERY_BLOCK):
-        i1 = min(L, i0 + SDPA_QUERY_BLOCK)
-        qf = q[:, :, i0:i1].astype(xp.float32).reshape(B, Hk, reps, i1 - i0, D)
-        s = xp.matmul(qf, xp.swapaxes(kf, -1, -2)) * xp.float32(scale)
+    block = max(16, SDPA_SCORES // max(1, B * H * kL))
+    for i0 in range(0, L, block):
+        i1 = min(L, i0 + block)
+        qf = q[:, :, i0:i1].astype(xp.float32, copy=False).reshape(B, Hk, reps, i1 - i0, D)
+        s = xp.matmul(qf, xp.swapaxes(kf, -1, -2))  # the block's scores, updated in place
+        s *= xp.float32(scale)
         if causal:
             keep = (xp.arange(i0, i1).reshape(-1, 1) + (kL - L)) >= xp.arange(kL).reshape(1, -1)
-            s = xp.where(keep, s, low)
+            xp.copyto(s, low, where=~keep)
         if mask is not None:
             m = mask[:, :, i0:i1].reshape(B, Hk, reps, i1 - i0, kL)
-            s = xp.where(m, s, low) if m.dtype == np.bool_ else s + m.astype(xp.float32)
+            if m.dtype == np.bool_:
+                xp.copyto(s, low, where=~m)
+            else:
+                s += m.astype(xp.float32)
         mx_ = s.max(axis=-1, keepdims=True)
         if sinks is not None:
             mx_ = xp.maximum(mx_, sinks)
-        p = xp.exp(s - mx_)
-        den = p.sum(axis=-1, keepdims=True)
+        s -= mx_
+        xp.exp(s, out=s)
+        den = s.sum(axis=-1, keepdims=True)
         if sinks is not None:
             den = den + xp.exp(sinks - mx_)
-        o = xp.matmul(p, vf) / den
+        o = xp.matmul(s, vf)
+        o /= den
         out[:, :, i0:i1] = o.reshape(B, H, i1 - i0, v.shape[3]).astype(q.dtype)
     return out
