@@ -1,8 +1,8 @@
 """``mx.fast.scaled_dot_product_attention`` as MLX's ``ScaledDotProductAttention`` primitive
 (interactive/core/fast.py, kernels/rules/fast.py) against float64 numpy over hypothesis
 shapes: batch, heads, kv heads dividing them, query / key lengths (1, non-multiples; the
-rule's query blocks split by a monkeypatched block size), head sizes 64 / 80 / 128 (and a small one), every mask kind,
-sinks, float32 / float16 / bfloat16. The primitive is recorded where a kernel takes the
+rule's query blocks split by a monkeypatched block size), head sizes 64 / 80 / 128 (and a
+small one), every mask kind, sinks, float32 / float16 / bfloat16. The primitive is recorded where a kernel takes the
 inputs, the composition elsewhere; the VJP against JAX (float64), vmap against the
 unbatched calls, values against MLX where it is installed.
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..primitives import FAST, define
 from .elementwise import finish
 
@@ -174,6 +172,7 @@ def _sdpa_flops(ins, outs):
     return 2 * B * H * L * int(ins[1][2]) * (D + int(ins[2][3]))
 
 
+_F32_LOWEST = -3.4028234663852886e38  # finfo(float32).min: MLX's fallback's masked score
 SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module rule (~32 MB)
 
 
@@ -196,7 +195,7 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
     out = xp.empty((B, H, L, v.shape[3]), dtype=q.dtype)
     kf = k.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, D)
     vf = v.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
-    low = xp.float32(np.finfo(np.float32).min)
+    low = xp.float32(_F32_LOWEST)
     block = max(16, SDPA_SCORES // max(1, B * H * kL))
     for i0 in range(0, L, block):
         i1 = min(L, i0 + block)
@@ -208,7 +207,7 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
             xp.copyto(s, low, where=~keep)
         if mask is not None:
             m = mask[:, :, i0:i1].reshape(B, Hk, reps, i1 - i0, kL)
-            if m.dtype == np.bool_:
+            if m.dtype == xp.bool_:
                 xp.copyto(s, low, where=~m)
             else:
                 s += m.astype(xp.float32)
