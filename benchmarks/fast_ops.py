@@ -1,16 +1,21 @@
-"""MLX's fast primitives benchmark: ``mx.fast.layer_norm``, ``rms_norm`` and ``rope``
-(tapescope's generated kernels) vs jax.jit (and MLX; on a GPU PyTorch and MLX's CUDA
+"""MLX's fast primitives benchmark: ``mx.fast.layer_norm``, ``rms_norm``, ``rope`` and
+``scaled_dot_product_attention`` (tapescope's MLX primitives) vs jax.jit (and MLX; on a GPU PyTorch and MLX's CUDA
 backend), side by side in one run, interleaved (one call of each implementation in turn per
 repetition), medians, ratios tapescope / jax.jit and tapescope / the best peer.
 
 CPU rows: layer_norm and rms_norm at (1024, 4096) and (4096, 4096) with weight (and bias),
-rope at (4, 16, 2048, 64) and (4, 16, 2048, 128) (dims = head size, base 10000, offset 0).
+rope at (4, 16, 2048, 64) and (4, 16, 2048, 128) (dims = head size, base 10000, offset 0);
+sdpa (no mask, scale D^-0.5; shape rows are (B, heads, L, kL, D)) for prefill at (4, 16, 2048,
+2048, 64 / 128) and for decoding at (4, 16, 1, 4096, 64 / 128); jax.jit's is the written-out
+softmax(q kᵀ) v at ``highest`` precision, PyTorch's ``F.scaled_dot_product_attention`` (TF32
+off) on the GPU, where the prefill rows add L = 8192.
 ``--device gpu`` (``TAPESCOPE_CUDA=1``, CuPy, a GPU): the norms at (16384, 4096) and the same
 ropes on ``mx.gpu`` against jax.jit on the GPU (float32 at ``highest`` precision),
 PyTorch's ``F.layer_norm`` / ``F.rms_norm`` / a written-out rope, and MLX's CUDA backend,
 where importable. The last column is the bandwidth tapescope reached (bytes read + written).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
+        [--ops sdpa,rope]
 """
 
 from __future__ import annotations
@@ -35,14 +40,24 @@ def cases(device: str) -> list:
     """(op, shape) rows of the run."""
     if device == "gpu":
         return [("layer_norm", (16384, 4096)), ("rms_norm", (16384, 4096)),
-                ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))]
+                ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))] + SDPA + [
+                ("sdpa", (4, 16, 8192, 8192, 64)), ("sdpa", (4, 16, 8192, 8192, 128))]
     return [("layer_norm", (1024, 4096)), ("layer_norm", (4096, 4096)),
             ("rms_norm", (1024, 4096)), ("rms_norm", (4096, 4096)),
-            ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))]
+            ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))] + SDPA
+
+
+SDPA = [("sdpa", (4, 16, 2048, 2048, 64)), ("sdpa", (4, 16, 2048, 2048, 128)),
+        ("sdpa", (4, 16, 1, 4096, 64)), ("sdpa", (4, 16, 1, 4096, 128))]
 
 
 def inputs(op: str, shape: tuple, dtype) -> tuple:
     rng = np.random.default_rng(0)
+    if op == "sdpa":  # (q, k, v)
+        B, H, L, kL, D = shape
+        return (rng.standard_normal((B, H, L, D)).astype(dtype),
+                rng.standard_normal((B, H, kL, D)).astype(dtype),
+                rng.standard_normal((B, H, kL, D)).astype(dtype))
     x = rng.standard_normal(shape).astype(dtype)
     d = shape[-1]
     return x, rng.standard_normal(d).astype(dtype), rng.standard_normal(d).astype(dtype)
@@ -57,7 +72,9 @@ def tapescope_fn(op, x, w, b, device):
     f = {"layer_norm": lambda: mx.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: mx.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: mx.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
-                                      offset=0, stream=s)}[op]
+                                      offset=0, stream=s),
+         "sdpa": lambda: mx.fast.scaled_dot_product_attention(a, wa, ba, scale=x.shape[-1] ** -0.5,
+                                                              stream=s)}[op]
     return lambda: mx.eval(f())
 
 
@@ -91,6 +108,13 @@ def jax_fn(op, x, w, b, device):
         x1, x2 = v[..., :half], v[..., half:]
         return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1)
 
+    def sdpa(q, k, v):
+        s = jnp.einsum("bhld,bhkd->bhlk", q, k) * (q.shape[-1] ** -0.5)
+        return jnp.einsum("bhlk,bhkd->bhld", jax.nn.softmax(s, -1), v)
+
+    if op == "sdpa":
+        f = jax.jit(sdpa)
+        return lambda: f(a, wa, ba).block_until_ready()
     if op == "layer_norm":
         f = jax.jit(ln)
         return lambda: f(a, wa, ba).block_until_ready()
@@ -114,7 +138,9 @@ def mlx_fn(op, x, w, b, device):
     f = {"layer_norm": lambda: m.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: m.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: m.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
-                                     offset=0, stream=s)}[op]
+                                     offset=0, stream=s),
+         "sdpa": lambda: m.fast.scaled_dot_product_attention(a, wa, ba, scale=x.shape[-1] ** -0.5,
+                                                             stream=s)}[op]
     return lambda: m.eval(f())
 
 
@@ -131,7 +157,10 @@ def torch_fn(op, x, w, b, device):
     torch.backends.cuda.matmul.allow_tf32 = False
     a, wa, ba = (torch.from_numpy(v).cuda() for v in (x, w, b))
     D = x.shape[-1]
-    if op == "rope":
+    if op == "sdpa":
+        def f():
+            return F.scaled_dot_product_attention(a, wa, ba, scale=D ** -0.5)
+    elif op == "rope":
         half = D // 2
         inv = torch.exp(-torch.arange(half, dtype=torch.float32, device="cuda") * (np.log(1e4) / half))
         th = torch.arange(x.shape[-2], dtype=torch.float32, device="cuda")[:, None] * inv
@@ -149,9 +178,11 @@ def torch_fn(op, x, w, b, device):
     return lambda: (f(), torch.cuda.synchronize())
 
 
-def run(device: str, reps: int, dtype) -> list:
+def run(device: str, reps: int, dtype, ops=None) -> list:
     out = []
     for op, shape in cases(device):
+        if ops and op not in ops:
+            continue
         x, w, b = inputs(op, shape, dtype)
         impls = {"tapescope": tapescope_fn(op, x, w, b, device)}
         for name, make in (("jax.jit", jax_fn), ("mlx", mlx_fn), ("torch", torch_fn)):
@@ -163,7 +194,8 @@ def run(device: str, reps: int, dtype) -> list:
         jx = t.get("jax.jit")
         best = min((v for k, v in t.items() if k != "tapescope"), default=None)
         cells = "  ".join(f"{k} {v:8.3f}" for k, v in t.items())
-        gbs = 2 * x.nbytes / (t["tapescope"] * 1e-3) / 1e9
+        moved = 2 * x.nbytes if op != "sdpa" else x.nbytes * 2 + w.nbytes + b.nbytes
+        gbs = moved / (t["tapescope"] * 1e-3) / 1e9
         ratio = f"x jax {t['tapescope'] / jx:5.2f}" if jx else ""
         rb = f"x best {t['tapescope'] / best:5.2f}" if best else ""
         print(f"{device} {op:<10} {str(shape):<20} {cells}   {ratio}  {rb}  {gbs:6.1f} GB/s",
@@ -176,11 +208,13 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     dtype = np.dtype(args.dtype)
     if args.device in ("cpu", "both"):
-        res = run("cpu", args.reps, dtype)
+        ops = set(filter(None, args.ops.split(",")))
+        res = run("cpu", args.reps, dtype, ops)
         worst = max((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
                     if "jax.jit" in t)
         print(f"cpu: worst tapescope / jax.jit {worst[0]:.2f} ({worst[1]} at {worst[2]})")
@@ -188,7 +222,7 @@ def main():
         if not mx.cuda.is_available():
             print("gpu: no CUDA runtime (TAPESCOPE_CUDA=1, CuPy and a GPU are needed)")
         else:
-            run("gpu", args.reps, dtype)
+            run("gpu", args.reps, dtype, set(filter(None, args.ops.split(","))))
 
 
 if __name__ == "__main__":

@@ -269,6 +269,12 @@ def cases(rng) -> list:
                 mx.fast.rope(h, 6, traditional=True, base=1e4, scale=0.5, offset=3),
                 mx.fast.rope(x, 8, traditional=False, base=None, scale=1.0,
                              offset=mx.array([1, 2, 3]), freqs=_f(rng, (4,), special=False))]
+        q, kv = _f(rng, (2, 4, 3, 8), special=False), _f(rng, (2, 2, 5, 8), special=False)
+        sdpa = mx.fast.scaled_dot_product_attention
+        outs += [sdpa(q, kv, kv, scale=0.3, mask=mx.array(rng.random((3, 5)) > 0.3),
+                      sinks=_f(rng, (4,), special=False)),
+                 sdpa(h, h, h, scale=0.5, mask="causal"),
+                 sdpa(q, kv, kv, scale=0.3, mask=_f(rng, (2, 1, 3, 5), special=False))]
         outs += mx.vjp(lambda x, w: mx.fast.rms_norm(x, w, 1e-5), [x, w], [x])[1]
         outs += mx.vjp(lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5), [x, w, b], [x])[1]
         return outs

@@ -168,6 +168,10 @@ def _cases() -> list:
          [0, 0, 0]),
         ("RoPE", lambda x: mx.fast.rope(x, 8, traditional=False, base=10000.0, scale=1.0, offset=2),
          [(normal, (2, 5, 8))], 0, 0),
+        ("ScaledDotProductAttention", lambda q, k, v: mx.fast.scaled_dot_product_attention(
+            q, k, v, scale=0.3, mask="causal"),
+         [(normal, (1, 2, 4, 8)), (normal, (1, 1, 5, 8)), (normal, (1, 1, 5, 8))],
+         (0, 1, 4), 0),
         ("NumberOfElements", mx.compile(lambda a: mx.var(a, axis=(0, 1), ddof=1), shapeless=True),
          [(normal, (3, 4))], 1, 0),  # a shapeless mean / var counts with NumberOfElements
         ("View", lambda a: a.view(mx.int32), [(normal, (3, 4))], 1, 0),

@@ -702,6 +702,29 @@ def table() -> dict[str, Callable]:
     T["RMSNormVJP"] = _vjp_of(rms_norm, 2)
     T["LayerNormVJP"] = _vjp_of(layer_norm, 3)
     T["RoPE"] = rope
+
+    def sdpa(q, k, v, *rest, scale, causal, has_mask, has_sinks):
+        """In float32 at the highest precision, rounded once (the fused kernels' math)."""
+        B, H, L, D = q.shape
+        Hk, kL = k.shape[1], k.shape[2]
+        f = [a.astype(jnp.float32) for a in (q, k, v)]
+        kk, vv = jnp.repeat(f[1], H // Hk, 1), jnp.repeat(f[2], H // Hk, 1)
+        s_ = jnp.einsum("bhld,bhkd->bhlk", f[0], kk, precision=lax.Precision.HIGHEST) * scale
+        low = jnp.float32(jnp.finfo(jnp.float32).min)
+        if causal:
+            s_ = jnp.where(jnp.arange(L)[:, None] + (kL - L) >= jnp.arange(kL)[None], s_, low)
+        if has_mask:
+            m = rest[0]
+            s_ = jnp.where(m, s_, low) if m.dtype == jnp.bool_ else s_ + m.astype(jnp.float32)
+        if has_sinks:
+            sk = jnp.broadcast_to(rest[-1].astype(jnp.float32)[None, :, None, None], (B, H, L, 1))
+            p = jax.nn.softmax(jnp.concatenate([sk, s_], -1), -1)[..., 1:]
+        else:
+            p = jax.nn.softmax(s_, -1)
+        out = jnp.einsum("bhlk,bhkd->bhld", p, vv, precision=lax.Precision.HIGHEST)
+        return out.astype(q.dtype)
+
+    T["ScaledDotProductAttention"] = sdpa
     T["SearchSorted"] = lambda seq, values, *, side: jnp.searchsorted(seq, values, side=side)
 
     # -- Compiled: the fused tape, op by op, with this same table ---------------------------

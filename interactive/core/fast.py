@@ -1,7 +1,8 @@
 """``mx.fast``: the fused layers.
 
 ``rms_norm``, ``layer_norm`` and ``rope`` record MLX's primitives (``RMSNorm``, ``LayerNorm``,
-``RoPE``: generated kernels, ``kernels/codegen/norm_kernels.py``), with MLX's inputs and
+``RoPE``: generated kernels, ``kernels/codegen/norm_kernels.py``) and
+``scaled_dot_product_attention`` MLX's ``ScaledDotProductAttention``, with MLX's inputs and
 checks (``mlx/fast.cpp``); their ``*_fallback`` compositions are what MLX's jvp and vmap
 transform. The others are composed from core ops as MLX's own fallbacks are (MLX defines
 each in ``mlx/fast.cpp`` with a ``fallback`` lambda made of ordinary ops).
@@ -216,12 +217,25 @@ def _fmt(shape: tuple) -> str:
     return "(" + ",".join(str(d) for d in shape) + ")"
 
 
+SDPA_MAX_HEAD_DIM = 256  # head sizes the ScaledDotProductAttention kernels take (MLX's largest)
+
+
 def scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,
                                  mask: Union[None, str, array] = None,
                                  sinks: Optional[array] = None, force_fused: bool = False,
                                  stream: StreamOrDevice = None) -> array:
     """softmax(q kᵀ · scale + mask) v over (B, heads, L, D) inputs, with grouped-query heads
-    (``k`` / ``v`` with fewer heads) and ``mask`` "causal", boolean or additive."""
+    (``k`` / ``v`` with fewer heads) and ``mask`` "causal", boolean or additive.
+
+    MLX's inputs and checks (``mlx/fast.cpp``): q, k, v cast to their promoted floating type
+    (the output's), an additive mask cast to it, every mask broadcast to (B, heads, L, kL),
+    sinks cast to it. The inputs a kernel takes (a head size up to 256, the value's the
+    query's, causal only with ``L <= kL``: MLX's fused kernels' conditions in
+    ``backend/metal/scaled_dot_product_attention.cpp``) record MLX's
+    ``ScaledDotProductAttention`` primitive; the others are MLX's fallback composition
+    (``_sdpa_fallback``), which the primitive's vjp, jvp and vmap transform as MLX's
+    ``Custom`` does. ``force_fused`` is accepted and changes nothing (each input has a path).
+    """
     mx = _mx()
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError("[scaled_dot_product_attention] queries, keys and values must be 4D.")
@@ -233,15 +247,50 @@ def scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,
     if n_q % n_kv != 0:
         raise ValueError(f"[scaled_dot_product_attention] n_heads must be a multiple of "
                          f"n_kv_heads, found n_heads {n_q} for n_kv_heads {n_kv}.")
-    reps = n_q // n_kv
+    final = _dt.promote_types(_dt.promote_types(q.dtype, k.dtype), v.dtype)
+    causal = isinstance(mask, str)
+    has_mask = isinstance(mask, array)
+    if has_mask and mask.ndim > 4:
+        raise ValueError("[scaled_dot_product_attention] the mask with shape "
+                         f"{_fmt(mask.shape)} expected to have at most rank 4.")
     if sinks is not None:
-        final = _dt.promote_types(_dt.promote_types(q.dtype, k.dtype), v.dtype)
         if _dt.promote_types(sinks.dtype, final) != final:
             raise ValueError("[scaled_dot_product_attention] Type of sinks must promote to "
                              f"output type {final.name}.")
         if sinks.ndim != 1 or sinks.shape[0] != n_q:
             raise ValueError("[scaled_dot_product_attention] Received invalid shape for sinks "
                              f"{_fmt(sinks.shape)}.")
+    fused = (_dt.issubdtype(final, _dt.floating) and q.shape[-1] == k.shape[-1]
+             and k.shape[0] == B and v.shape[0] == B and v.shape[1] == n_kv
+             and v.shape[2] == k.shape[2] and 0 < D <= SDPA_MAX_HEAD_DIM
+             and v.shape[-1] == D and not (causal and L > k.shape[2])
+             and (not has_mask or _dt.promote_types(mask.dtype, final) == final))
+    if not fused:
+        return _sdpa_composed(q, k, v, scale, mask, sinks, n_q, n_kv)
+    s = resolve_stream(stream)
+    inputs = [_as(q, final, s), _as(k, final, s), _as(v, final, s)]
+    if has_mask:
+        m = mask if mask.dtype == _dt.bool_ else _as(mask, final, s)
+        inputs.append(mx.broadcast_to(m, (B, n_q, L, k.shape[2]), stream=s))
+    if sinks is not None:
+        inputs.append(_as(sinks, final, s))
+    prim = Primitive("ScaledDotProductAttention", s, scale=float(scale), causal=causal,
+                     has_mask=has_mask, has_sinks=sinks is not None)
+    return array._make1((B, n_q, L, D), final, prim, inputs)
+
+
+def _sdpa_fallback(q: array, k: array, v: array, *rest, scale: float, causal: bool,
+                   has_mask: bool, has_sinks: bool) -> array:
+    """MLX's fallback composition over the primitive's inputs (``mlx/fast.cpp``)."""
+    mask = rest[0] if has_mask else ("causal" if causal else None)
+    return _sdpa_composed(q, k, v, scale, mask, rest[-1] if has_sinks else None,
+                          q.shape[1], k.shape[1])
+
+
+def _sdpa_composed(q, k, v, scale, mask, sinks, n_q: int, n_kv: int) -> array:
+    mx = _mx()
+    B, _, L, D = q.shape
+    reps = n_q // n_kv
     qs = q * array(scale, q.dtype)
     if reps > 1:
         qs = mx.reshape(qs, (B, n_kv, reps, L, D))

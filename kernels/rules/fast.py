@@ -1,5 +1,5 @@
 """MLX's fast primitives (``mlx/fast_primitives.h``): ``RMSNorm``, ``LayerNorm``, their VJPs
-``RMSNormVJP`` / ``LayerNormVJP``, and ``RoPE``.
+``RMSNormVJP`` / ``LayerNormVJP``, ``RoPE`` and ``ScaledDotProductAttention``.
 
 The rules here are the array-module forms (numpy, CuPy) every runtime falls back to; the
 CPU runs generated kernels of the same math (``cpu/fast_kernels.py``,
@@ -160,3 +160,66 @@ def rope(xp, x, offset, *freqs, dims, traditional, base, scale, forward, out=Non
     if dims < D:
         res[..., dims:] = v[..., dims:]
     return finish(res.reshape(x.shape), out)
+
+
+def _sdpa_shape(shapes: list, **_) -> list:
+    q, v = shapes[0], shapes[2]
+    return [(q[0], q[1], q[2], v[3])]
+
+
+def _sdpa_flops(ins, outs):
+    B, H, L, D = (int(d) for d in ins[0])
+    return 2 * B * H * L * int(ins[1][2]) * (D + int(ins[2][3]))
+
+
+_F32_LOWEST = -3.4028234663852886e38  # finfo(float32).min: MLX's fallback's masked score
+SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module rule (~32 MB)
+
+
+@define("ScaledDotProductAttention", family=FAST, shape=_sdpa_shape,
+        dtype="interactive/core/fast.py (MLX's final_type: q, k, v promoted)", flops=_sdpa_flops)
+def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """``softmax(q kᵀ scale + mask) v`` over (B, heads, L, D) inputs in float32, rounded once
+    to the inputs' dtype (MLX's fused kernels: ``sdpa_vector.h``, ``steel/attn``): ``k`` /
+    ``v`` with ``heads / kv_heads`` query heads each; ``causal``: query ``i`` sees keys up to
+    ``i + kL - L``; a mask (``rest[0]``, broadcast to (B, heads, L, kL)): boolean (False: the
+    float32 lowest score, as MLX's fallback's ``finfo.min``) or additive; ``sinks``
+    (``rest[-1]``, one per head): a logit in the softmax's denominator with no value. Blocks
+    of query rows bound the scores held at once (``SDPA_SCORES``), each block's scores
+    updated in place (two matmuls and three passes over them)."""
+    B, H, L, D = q.shape
+    Hk, kL = k.shape[1], k.shape[2]
+    reps = H // Hk
+    mask = rest[0] if has_mask else None
+    sinks = rest[-1].astype(xp.float32).reshape(Hk, reps, 1, 1) if has_sinks else None
+    out = xp.empty((B, H, L, v.shape[3]), dtype=q.dtype)
+    kf = k.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, D)
+    vf = v.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
+    low = xp.float32(_F32_LOWEST)
+    block = max(16, SDPA_SCORES // max(1, B * H * kL))
+    for i0 in range(0, L, block):
+        i1 = min(L, i0 + block)
+        qf = q[:, :, i0:i1].astype(xp.float32, copy=False).reshape(B, Hk, reps, i1 - i0, D)
+        s = xp.matmul(qf, xp.swapaxes(kf, -1, -2))  # the block's scores, updated in place
+        s *= xp.float32(scale)
+        if causal:
+            keep = (xp.arange(i0, i1).reshape(-1, 1) + (kL - L)) >= xp.arange(kL).reshape(1, -1)
+            xp.copyto(s, low, where=~keep)
+        if mask is not None:
+            m = mask[:, :, i0:i1].reshape(B, Hk, reps, i1 - i0, kL)
+            if m.dtype == xp.bool_:
+                xp.copyto(s, low, where=~m)
+            else:
+                s += m.astype(xp.float32)
+        mx_ = s.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            mx_ = xp.maximum(mx_, sinks)
+        s -= mx_
+        xp.exp(s, out=s)
+        den = s.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            den = den + xp.exp(sinks - mx_)
+        o = xp.matmul(s, vf)
+        o /= den
+        out[:, :, i0:i1] = o.reshape(B, H, i1 - i0, v.shape[3]).astype(q.dtype)
+    return out

@@ -166,3 +166,29 @@ for _name, _fb in (("RMSNormVJP", rms_vjp_fallback), ("LayerNormVJP", layer_vjp_
     _v, _j = _composed(_fb)
     defvjp(_name, _v)
     defjvp(_name, _j)
+
+
+def _sdpa_rules():
+    """``ScaledDotProductAttention``'s vjp and jvp: those of MLX's fallback composition
+    (``Custom::vjp`` / ``Custom::jvp``; MLX 0.32's ``ScaledDotProductAttentionVJP`` is only
+    reached on CUDA with the logsumexp output, its Metal and CPU backends use the fallback's).
+    The mask's and the sinks' cotangents are the composition's too."""
+    from .api import jvp, vjp
+    from ..fast import _sdpa_fallback
+
+    def vjp_rule(p, c, argnums, o, **params):
+        _, grads = vjp(lambda *a: _sdpa_fallback(*a, **params), list(p), [c[0]])
+        return [grads[i] for i in argnums]
+
+    def jvp_rule(p, t, argnums, o, **params):
+        tangents = [ti if ti is not None else mx.zeros_like(pi)
+                    for ti, pi in zip(_tangents(p, t, argnums), p)]
+        _, out = jvp(lambda *a: _sdpa_fallback(*a, **params), list(p), tangents)
+        return out
+
+    return vjp_rule, jvp_rule
+
+
+_v, _j = _sdpa_rules()
+defvjp("ScaledDotProductAttention", _v)
+defjvp("ScaledDotProductAttention", _j)

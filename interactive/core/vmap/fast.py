@@ -4,6 +4,7 @@ MLX batches them as ``Custom::vmap`` does: its fallback composition, vmapped. Th
 cases stay one node of the primitive (its kernel): a mapped ``x`` under an unmapped weight /
 bias is more rows (the mapped axis first), a mapped RoPE input with an unmapped offset is
 more heads (the mapped axis second, so a per-batch offset keeps indexing axis 0).
+Attention with q, k and v mapped (no mask) folds the mapped axis into the batch.
 Everything else is the composition (``fast.*_fallback``) batched.
 """
 
@@ -55,12 +56,30 @@ def _rope(inputs, vaxes, primals, outputs, **params):
     return _composed(fast._rope_fallback, 1)(inputs, vaxes, primals, outputs, **params)
 
 
+def _sdpa(inputs, vaxes, primals, outputs, **params):
+    """A mapped axis over unmapped inputs elsewhere stays one node: q, k and v mapped on the
+    same footing fold into the batch axis (mask and sinks unmapped), else the composition."""
+    from .. import fast, ops
+
+    q, k, v = inputs[:3]
+    if all(a >= 0 for a in vaxes[:3]) and all(a < 0 for a in vaxes[3:]) and not params["has_mask"]:
+        q, k, v = (move_to(x, a, 0) for x, a in zip((q, k, v), vaxes[:3]))
+        n = q.shape[0]
+        flat = [ops.flatten(x, 0, 1) for x in (q, k, v)]
+        prim = Primitive("ScaledDotProductAttention", resolve_stream(None), **params)
+        o = flat[0].shape[:3] + (flat[2].shape[3],)
+        out = array._make1(tuple(o), outputs[0].dtype, prim, flat + list(inputs[3:]))
+        return [ops.unflatten(out, 0, (n, q.shape[1]))], [0]
+    return _composed(fast._sdpa_fallback, 1)(inputs, vaxes, primals, outputs, **params)
+
+
 def _register() -> None:
     from ..autodiff.fast import layer_vjp_fallback, rms_vjp_fallback
 
     defvmap("RMSNorm", _norm("RMSNorm"))
     defvmap("LayerNorm", _norm("LayerNorm"))
     defvmap("RoPE", _rope)
+    defvmap("ScaledDotProductAttention", _sdpa)
     defvmap("RMSNormVJP", _composed(lambda x, w, g, eps: rms_vjp_fallback(x, w, g, eps=eps), 2))
     defvmap("LayerNormVJP", _composed(lambda x, w, b, g, eps: layer_vjp_fallback(x, w, b, g, eps=eps), 3))
 
