@@ -188,13 +188,14 @@ def _make_input(rng: np.random.Generator, dtype: str, shape: tuple):
     return "contiguous", mx.array(random_values(rng, dtype, shape))
 
 
-def random_graph(rng: np.random.Generator, max_size: int = 3 * 2**21) -> Graph:
+def random_graph(rng: np.random.Generator, max_size: int = 3 * 2**21,
+                 dtypes_from: Optional[list] = None) -> Graph:
     """A random elementwise program over 1-3 inputs, 1-8 ops and 1-3 outputs."""
     sizes = [s for s in threshold_sizes() if s <= max_size]
     size = int(rng.choice(sizes)) if rng.random() < 0.6 else int(rng.integers(1, 5000))
     shape = _shape_for(rng, size)
     n_in = int(rng.integers(1, 4))
-    dtypes = [str(rng.choice(DTYPES)) for _ in range(n_in)]
+    dtypes = [str(rng.choice(dtypes_from or DTYPES)) for _ in range(n_in)]
     inputs, kinds = [], []
     for dt in dtypes:
         kind, a = _make_input(rng, dt, shape)
@@ -216,7 +217,7 @@ def random_graph(rng: np.random.Generator, max_size: int = 3 * 2**21) -> Graph:
             pool_dtypes.append(UNARY[name][0](pool_dtypes[k]))
         elif r < 0.45:
             k = int(rng.integers(0, len(pool_dtypes)))
-            dt = str(rng.choice(DTYPES))
+            dt = str(rng.choice(dtypes_from or DTYPES))
             steps.append(("astype", dt, (k,)))
             pool_dtypes.append(safe_astype(pool_dtypes[k], dt))
         elif r < 0.9:

@@ -99,3 +99,16 @@ class kernel_launches:
                            and self.runtime in (None, r.detail.get("runtime"))}
         self.fallbacks = [r.detail for r in recs if r.kind == "kernel_fallback"]
         return False
+
+
+def float64_stream(*dtype_names: str):
+    """A context for a test's ops: the default stream, or the CPU's where one of
+    ``dtype_names`` is float64 and the default device is a GPU (MLX refuses float64 on a GPU
+    stream: mlx/array.cpp), so the GPU-default runs of the op suites keep their float64 cases."""
+    import contextlib
+
+    import tapescope.core as mx
+
+    if "float64" in dtype_names and mx.default_device() == mx.gpu:
+        return mx.stream(mx.cpu)
+    return contextlib.nullcontext()
