@@ -164,3 +164,34 @@ def test_a_producer_without_a_host_capsule_keeps_numpy_s_error():
 
     with pytest.raises(TypeError, match="no numpy form"):
         mx.array(Opaque())
+
+
+class _DLPackOnly:
+    """A producer with DLPack and nothing else (as a torch tensor is to MLX's bindings)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@requires_mlx
+@pytest.mark.parametrize("left,right", [("float16", "float64"), ("int32", "int8"),
+                                        ("float32", "float32"), ("bool", "float32")])
+def test_a_dlpack_producer_is_an_operand_as_in_mlx(left, right):
+    """MLX's ops take any nb::ndarray where they take ``scalar | array`` (MLX's test_fft_grads
+    subtracts a torch tensor from an array), cast to the array operand's dtype."""
+    import mlx.core as mlx
+
+    a = np.arange(1, 7).reshape(2, 3).astype(left)
+    b = (np.arange(6).reshape(2, 3) % 3).astype(right)
+    want = mlx.array(a) - _DLPackOnly(b) if left != "bool" else mlx.add(mlx.array(a), _DLPackOnly(b))
+    got = mx.array(a) - _DLPackOnly(b) if left != "bool" else mx.add(mx.array(a), _DLPackOnly(b))
+    assert str(got.dtype) == str(want.dtype)
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    alone = mx.array(_DLPackOnly(b))
+    assert alone.shape == (2, 3) and np.array_equal(np.array(alone), b)

@@ -256,6 +256,13 @@ def _from_value(val: Any, dtype: Optional[_dt.Dtype]) -> tuple[np.ndarray, _dt.D
             if host is None:
                 raise
         src, inferred = _numpy_source(host)
+    elif hasattr(val, "__dlpack__"):  # a DLPack producer with no numpy form
+        from .dlpack_import import host_copy
+
+        host = host_copy(val)
+        if host is None:
+            raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
+        src, inferred = _numpy_source(host)
     else:
         raise ValueError(f"Invalid type {type(val).__name__} received in array initialization.")
     out = dtype or inferred

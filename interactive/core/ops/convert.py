@@ -38,7 +38,8 @@ def incompatible(fn: str, signature: str, *args: Any) -> TypeError:
 
 def is_scalar_or_array(v: Any) -> bool:
     """Whether ``v`` is something MLX converts where an op takes ``scalar | array``."""
-    return isinstance(v, (array, np.ndarray) + Scalar)
+    # MLX's ScalarOrArray (python/src/utils.h) takes any nb::ndarray: a DLPack producer too
+    return isinstance(v, (array, np.ndarray) + Scalar) or hasattr(type(v), "__dlpack__")
 
 
 def _wrap_int(v: int, bits: int) -> int:
@@ -102,8 +103,8 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
         return array(v, dt)
     if isinstance(v, complex):
         return array(v, _dt.complex64)
-    if isinstance(v, (np.ndarray, np.generic)):
-        out = array(v)
+    if isinstance(v, (np.ndarray, np.generic)) or hasattr(type(v), "__dlpack__"):
+        out = array(v)  # (a DLPack producer, e.g. a torch tensor: MLX's nb::ndarray operand)
         return out if like is None else cast(out, like)
     if v is None:
         raise incompatible("array", "array(a: scalar | array) -> array", v)
