@@ -112,3 +112,13 @@ def float64_stream(*dtype_names: str):
     if "float64" in dtype_names and mx.default_device() == mx.gpu:
         return mx.stream(mx.cpu)
     return contextlib.nullcontext()
+
+
+def _cuda_runtime() -> bool:
+    from tapescope.kernels import backends
+
+    return os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0
+
+
+needs_cuda = pytest.mark.skipif(not _cuda_runtime(),
+                                reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")

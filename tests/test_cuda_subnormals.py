@@ -10,29 +10,16 @@ Runs on a GPU (``TAPESCOPE_CUDA=1``) and over the stand-in CuPy
 
 from __future__ import annotations
 
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tapescope.core as mx
-from tapescope.kernels import backends
+from conftest import needs_cuda
 
-pytestmark = pytest.mark.skipif(
-    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
-    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
-
-
-@pytest.fixture(autouse=True)
-def _gpu_default():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    try:
-        yield
-        mx.synchronize()
-    finally:
-        mx.set_default_device(old)
+# the CUDA runtime needed (skips without it); the GPU the default device for each test
+pytestmark = [needs_cuda, pytest.mark.usefixtures("gpu_default_device")]
 
 
 # bit patterns: the smallest and largest subnormals of each sign, ±0, a normal, inf, NaN
