@@ -79,12 +79,5 @@ def host_copy(value: Any) -> Optional[np.ndarray]:
     hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + dt.itemsize
     base = t.data + t.byte_offset + lo
     raw = np.frombuffer((ctypes.c_char * (hi - lo)).from_address(base), dtype=np.uint8)
-    return _typed(raw, -lo, shape, strides, dt)
-
-
-def _typed(raw: np.ndarray, start: int, shape: tuple, strides: tuple, dt: np.dtype) -> np.ndarray:
-    """The elements of ``raw`` (bytes) at ``start`` with ``shape`` / byte ``strides``, as a
-    fresh contiguous array of ``dt``."""
-    first = raw[start:start + dt.itemsize].view(dt) if raw.size else raw.view(dt)
-    elems = np.lib.stride_tricks.as_strided(first, shape=shape, strides=strides)
-    return np.array(elems, copy=True)
+    first = raw[-lo:-lo + dt.itemsize].view(dt)  # the element at index 0, strides from it
+    return np.array(np.lib.stride_tricks.as_strided(first, shape=shape, strides=strides), copy=True)
