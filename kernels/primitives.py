@@ -5,7 +5,11 @@ rule (``fn(xp, *inputs, **params)``, numpy and cupy alike), whether that rule wr
 ``out=`` / takes ``donatable=`` flags / returns views, its output shape and dtype rules (a
 function where the family makes one generic, otherwise where the op computes them), its
 spelling per kernel dialect (``"c"`` today), its transformation rules (vjp, jvp, vmap) and
-its FLOP count (``flops``: per output element, or a function of the shapes; the roofline's).
+its FLOP count (``flops``: per output element, or a function of the shapes; the roofline's),
+the generated kernel a backend runs it as (``kernel``, with a reduction's or scan's
+``monoid``), how MLX prints and exports it (``label``, ``export``) and the flags that the
+layers above ask (``moves``, ``fill``, ``stops_gradient``, ``fused_alone``, a view's
+``view_strides``).
 A facet that a primitive lacks carries the reason in ``why`` ("no C spelling: a fusion
 boundary"); ``tests/test_primitives.py`` lists every definition and fails on a facet that
 is neither present nor explained.
@@ -42,6 +46,7 @@ DISTRIBUTED = "distributed"
 QUANTIZED = "quantized"
 FAST = "fast"  # MLX's fast primitives (RMSNorm, LayerNorm, RoPE and their VJPs)
 IO = "io"
+CUSTOM_FUNCTION = "custom"  # mx.custom_function / checkpoint: MLX's CustomTransforms
 
 ELEMENTWISE = frozenset({UNARY, BINARY, TERNARY})
 # What compile may fuse into a Compiled tape (shared/DESIGN.md).
@@ -144,15 +149,20 @@ class PrimitiveDef:
     """Everything about one primitive (see the module docstring); one per name, never copied."""
 
     __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "takes_runtime", "view",
-                 "fusable",
-                 "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap", "why", "flops")
+                 "fusable", "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap",
+                 "why", "flops", "kernel", "monoid", "label", "export", "moves", "fill",
+                 "stops_gradient", "fused_alone", "view_strides")
 
     def __init__(self, name: str, family: str, rule: Optional[Callable], *, out: bool = False,
                  donatable: bool = False, view: bool = False,
                  shape: Union[ShapeRule, str, None] = None, dtype: Union[Callable, str, None] = None,
                  spellings: Optional[dict] = None, vjp: Optional[Callable] = None,
                  jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
-                 why: Optional[dict] = None, flops: Union[int, FlopsRule, None] = None):
+                 why: Optional[dict] = None, flops: Union[int, FlopsRule, None] = None,
+                 kernel: Optional[str] = None, monoid: Optional[str] = None,
+                 label: Optional[Callable] = None, export: Optional[Callable] = None,
+                 moves: bool = False, fill: bool = False, stops_gradient: bool = False,
+                 fused_alone: bool = False, view_strides: Optional[Callable] = None):
         self.name = name
         self.family = family
         self.rule = rule
@@ -178,6 +188,31 @@ class PrimitiveDef:
         # FLOPs: a number per output element, or ``fn(input shapes, output shapes)`` for a
         # whole run; None: not counted (the roofline places the op by its bytes only)
         self.flops = flops if flops is not None else _GENERIC_FLOPS.get(family)
+        # the generated kernel that runs it where a backend has one (``common/reductions.py``,
+        # ``common/norms.py``, the backends' kernel modules): ``"reduce"``, ``"arg_reduce"``,
+        # ``"softmax"``, ``"logsumexp"``, ``"scan"``, ``"rms"``, ``"layer_norm"``,
+        # ``"vjp_rms"``, ``"vjp_layer_norm"``, ``"rope"``, ``"quantized_matmul"``,
+        # ``"gather_qmm"``, ``"random_bits"``, ``"erfinv"``; None: its array-module rule only
+        self.kernel = kernel
+        # what a reduction or a scan folds with: "sum", "prod", "max", "min", "and", "or",
+        # "logaddexp" (MLX's Reduce::ReduceType / Scan::ReduceType)
+        self.monoid = monoid
+        # ``fn(params) -> str``: the name MLX prints where the parameters change it
+        # ("SliceUpdate Sum"); None: ``name``
+        self.label = label
+        # ``fn(params) -> (class, state)``: the class MLX's export callback names it by and
+        # its ``state()`` as a list (mlx/export.cpp); None: ``name`` and the parameters' values
+        self.export = export
+        # the rule only moves elements: its result's bits are its inputs' bits, whatever the
+        # dtype (a runtime may run it on a half type's raw storage)
+        self.moves = moves or view
+        self.fill = fill  # it fills a new array with its broadcast input (MLX's Full)
+        self.stops_gradient = stops_gradient  # no cotangent or tangent flows through it
+        # extended fusion gives it a kernel of its own even alone (a lone Sum stays MLX's)
+        self.fused_alone = fused_alone
+        # a view's ``fn(input strides, input shape, output shape, **params) -> strides`` (in
+        # elements), where they follow from the parameters alone (Broadcast, Transpose)
+        self.view_strides = view_strides
 
     def count_flops(self, in_shapes: list, out_shapes: list) -> Optional[int]:
         """The FLOPs of one run with these input and output shapes (None: not counted)."""
@@ -206,7 +241,7 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
            dtype: Union[Callable, str, None] = None, c: Union[str, Callable, None] = None,
            why: Optional[dict] = None, vjp: Optional[Callable] = None,
            jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
-           flops: Union[int, FlopsRule, None] = None) -> Callable:
+           flops: Union[int, FlopsRule, None] = None, **flags) -> Callable:
     """Decorator: define each primitive in ``names`` with the decorated function as its rule.
 
     ``c`` is the C spelling: a libm stem (``"exp"``: the dialect's float / double function)
@@ -214,6 +249,9 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
     ``codegen.c_ops.Unsupported`` for dtypes it cannot express. ``why`` maps an absent facet
     (``"c"``, ``"vjp"``, ...) to the reason it is absent. ``flops``: FLOPs per output element,
     or ``fn(input shapes, output shapes)``; the family's count by default (``_GENERIC_FLOPS``).
+    ``flags``: ``kernel``, ``monoid``, ``label``, ``export``, ``moves``, ``fill``,
+    ``stops_gradient``, ``fused_alone``, ``view_strides`` (``PrimitiveDef``'s attributes of
+    those names).
     """
 
     def deco(fn: Callable) -> Callable:
@@ -223,7 +261,8 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
             REGISTRY[n] = PrimitiveDef(n, family, fn, out=out, donatable=donatable, view=view,
                                        shape=shape, dtype=dtype,
                                        spellings={"c": c} if c is not None else None,
-                                       vjp=vjp, jvp=jvp, vmap=vmap, why=why, flops=flops)
+                                       vjp=vjp, jvp=jvp, vmap=vmap, why=why, flops=flops,
+                                       **flags)
         return fn
 
     return deco
@@ -255,6 +294,12 @@ def state_absent(name: str, facet: str, why: str) -> None:
 def family_of(name: str, default: str = "other") -> str:
     d = REGISTRY.get(name)
     return d.family if d is not None else default
+
+
+def by_kernel(rules: dict) -> dict:
+    """Primitive name -> rule, for every definition whose ``kernel`` is a key of ``rules``
+    (a backend's kernel rules, keyed by the kernels it has)."""
+    return {n: rules[d.kernel] for n, d in REGISTRY.items() if d.kernel in rules}
 
 
 def spellings(dialect: str) -> dict:

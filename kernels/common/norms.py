@@ -16,12 +16,14 @@ from typing import Optional
 import numpy as np
 
 from ..codegen.norm_kernels import ROPE_HALF_MAX, VJP_GROUPS, NormSpec
+from ..primitives import REGISTRY
 from ..rules.fast import rope_bhld
 from .reductions import Call, _collapse
 
-NORMS = {"RMSNorm": "rms", "LayerNorm": "layer_norm"}
-VJPS = {"RMSNormVJP": "vjp_rms", "LayerNormVJP": "vjp_layer_norm"}
-PRIMITIVES = (*NORMS, *VJPS, "RoPE")
+# the primitives whose definitions name these kernels (``PrimitiveDef.kernel``) -> the kernel
+NORMS = {n: d.kernel for n, d in REGISTRY.items() if d.kernel in ("rms", "layer_norm")}
+VJPS = {n: d.kernel for n, d in REGISTRY.items() if d.kernel in ("vjp_rms", "vjp_layer_norm")}
+PRIMITIVES = (*NORMS, *VJPS, *(n for n, d in REGISTRY.items() if d.kernel == "rope"))
 
 
 def elem_strides(a) -> Optional[tuple]:
@@ -52,7 +54,7 @@ def norm_call(name: str, dtype, shape: tuple, strides: tuple, vec_strides: tuple
     ws = vec_strides[0]
     ints = {"rows": rows, "cols": cols, "sr": kept[0][1] if kept else 0, "sc": sc,
             "ws": ws or 0}
-    family = NORMS[name]
+    family = REGISTRY[name].kernel
     has_b = False
     if family == "layer_norm":
         ints["bs"] = vec_strides[1] or 0
@@ -70,7 +72,7 @@ def vjp_call(name: str, dtype, shape: tuple, vec_strides: tuple, groups: int = V
     rpg = max(1, -(-rows // max(1, groups)))
     ints = {"rows": rows, "cols": cols, "ws": vec_strides[0] or 0, "rpg": rpg,
             "groups": -(-rows // rpg)}
-    family = VJPS[name]
+    family = REGISTRY[name].kernel
     has_b = family == "vjp_layer_norm" and vec_strides[1] is not None
     spec = NormSpec(family, np.dtype(dtype).name, "row", vec_strides[0] is not None, has_b)
     return Call(spec, ints, out_shape=tuple(shape), out_dtype=np.dtype(dtype))

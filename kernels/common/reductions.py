@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from ..codegen.reduce_kernels import COL_BLOCK, COL_LANES, KernelSpec, acc_dtype
+from ..primitives import REGISTRY
 
 ALL_PART = 1 << 14  # elements per part of an ``all`` reduction (parts run in parallel)
 MAX_PARTS = 64
@@ -192,9 +193,9 @@ def gpu_launches(call: Call) -> list:
             (row, {"rows": 1, "cols": call.parts, "sr": 0, "sc": 1}, "part", "out")]
 
 
-REDUCE = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min", "And": "and", "Or": "or"}
-SCANS = {"CumSum": "sum", "CumProd": "prod", "CumMax": "max", "CumMin": "min"}
-PRIMITIVES = (*REDUCE, "ArgReduce", "Softmax", "LogSumExp", *SCANS)
+# the generated kernels planned here, as definitions name them (``PrimitiveDef.kernel``)
+KERNELS = ("reduce", "arg_reduce", "softmax", "logsumexp", "scan")
+PRIMITIVES = tuple(n for n, d in REGISTRY.items() if d.kernel in KERNELS)
 
 
 def _row_strides(shape) -> tuple:
@@ -211,31 +212,33 @@ def plan_for(name: str, dtype, shape, strides: Optional[tuple], kw: dict):
     why no kernel takes it (the runtime then runs the array-module rule)."""
     dtype = np.dtype(dtype)
     shape = tuple(int(n) for n in shape)
+    defn = REGISTRY[name]
+    kernel = defn.kernel
     if dtype.kind == "c":
         return "no generated kernel for complex values"
-    if not shape and name not in REDUCE:
+    if not shape and kernel != "reduce":
         return "no generated kernel for a 0-d input"
     if strides is None:
         return "no generated kernel for strides that are not whole elements"
-    if name in REDUCE:
-        return reduce_call(REDUCE[name], dtype, shape, strides, tuple(int(a) for a in kw["axes"]))
-    if name == "ArgReduce":
+    if kernel == "reduce":
+        return reduce_call(defn.monoid, dtype, shape, strides, tuple(int(a) for a in kw["axes"]))
+    if kernel == "arg_reduce":
         return reduce_call(kw["reduce_type"], dtype, shape, strides, (int(kw["axis"]) % len(shape),))
-    if name in ("Softmax", "LogSumExp"):
+    if kernel in ("softmax", "logsumexp"):
         if dtype.kind != "f" and dtype.name != "bfloat16":
             return f"no generated kernel for {dtype} values"
-        family = name.lower()
+        family = kernel
         precise = bool(kw.get("precise"))
         call = softmax_call(family, dtype, shape, strides, precise)
         if call is None:
             call = softmax_call(family, dtype, shape, _row_strides(shape), precise)
             call.copy = True
         return call
-    if name in SCANS:
-        if kw["reduce_type"] not in ("sum", "prod", "max", "min"):
-            return f"no generated kernel for {kw['reduce_type']} scans"
+    if kernel == "scan":
+        if defn.monoid not in ("sum", "prod", "max", "min"):
+            return f"no generated kernel for {defn.monoid} scans"
         axis = int(kw["axis"]) % len(shape)
-        args = (SCANS[name], dtype, shape, strides, axis, bool(kw["inclusive"]), bool(kw["reverse"]))
+        args = (defn.monoid, dtype, shape, strides, axis, bool(kw["inclusive"]), bool(kw["reverse"]))
         call = scan_call(*args)
         if call is None:
             call = scan_call(*args[:3], _row_strides(shape), *args[4:])

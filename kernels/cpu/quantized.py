@@ -22,7 +22,7 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
-from ..primitives import REGISTRY
+from ..primitives import REGISTRY, by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode
 from . import compiler
 from .threads import fit_blas_threads
@@ -261,4 +261,5 @@ def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_
     return out.reshape(*lhs.shape, o.M, o.N)
 
 
-RULES: dict = {"QuantizedMatmul": quantized_matmul, "GatherQMM": gather_qmm}
+# primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
+RULES: dict = by_kernel({"quantized_matmul": quantized_matmul, "gather_qmm": gather_qmm})

@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 
 from .. import timeline
-from ..primitives import REGISTRY
+from ..primitives import REGISTRY, by_kernel
 from . import compiler
 
 _SMALL = 1 << 14
@@ -192,4 +192,5 @@ def erfinv(xp, a, out=None):
     return res
 
 
-RULES: dict = {"RandomBits": random_bits, "ErfInv": erfinv}
+# primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
+RULES: dict = by_kernel({"random_bits": random_bits, "erfinv": erfinv})

@@ -23,7 +23,8 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
-from ..primitives import ASTYPE, MATMUL
+from ..primitives import ASTYPE, COMPILED, MATMUL, QUANTIZED
+from ..rules.custom_kernel import CUSTOM
 from ..roofline import layouts
 from . import bfloat16 as bf16, device, timing
 from .events import CudaEvent
@@ -77,7 +78,7 @@ def _roofline_detail(node: Any, ins: tuple) -> dict:
     prim = node.primitive
     detail = {"io": (ins, layouts(outs)),
               "primitive": prim.name}
-    tape = prim.kw.get("tape") if prim.name == "Compiled" else None
+    tape = prim.kw.get("tape") if prim.defn.family == COMPILED else None
     if tape is not None:
         detail.update(tape=tape, kernel=tape.lib_name, shape=tuple(prim.kw.get("shape", ())))
     return detail
@@ -292,7 +293,7 @@ class CudaBackend(Backend):
         own = self._own_rule(prim)
         node = getattr(_running, "node", None)
         if (node is not None and node.primitive is prim and not prim.defn.takes_runtime
-                and prim.name != "CustomKernel" and bf16.touches(node)):
+                and prim.defn.family != CUSTOM and bf16.touches(node)):
             # bfloat16 products: float32 math at full precision (MLX's CUBLAS_COMPUTE_32F)
             return bf16.rule(prim, None if prim.defn.family == MATMUL else own, node)
         return own
@@ -309,7 +310,7 @@ class CudaBackend(Backend):
             from .fast_kernels import rule_for as fast_rule
 
             return fast_rule(prim.name)
-        if prim.name == "CustomKernel" and prim.kw.get("language") == "cuda":
+        if prim.defn.family == CUSTOM and prim.kw.get("language") == "cuda":
             from .custom import run
 
             def rule(xp, *inputs, **params):
@@ -320,10 +321,11 @@ class CudaBackend(Backend):
             from .casts import astype
 
             return astype
-        if prim.name in ("QuantizedMatmul", "GatherQMM"):
+        if prim.defn.family == QUANTIZED:  # the quantized products (cuda/quantized.py)
             from .quantized import RULES as quantized
 
-            return quantized[prim.name]
+            if prim.name in quantized:
+                return quantized[prim.name]
         if prim.defn.family == MATMUL:  # MLX's TF32 switch (cuda/precision.py)
             return matmul_rule(prim.defn.rule)
         return None

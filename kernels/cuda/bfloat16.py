@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import timeline
-from ..primitives import REGISTRY
+from ..primitives import ASTYPE, REGISTRY
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 U16 = np.dtype(np.uint16)
@@ -280,7 +280,8 @@ def _kernel_call(prim: str, arrays: list, out_dtype: Any, params: tuple) -> Opti
 
 def _elementwise(name: str, ins: tuple, out_dtype: Any, kw: dict, note) -> Any:
     arrays = [x.src if type(x) is Widened else x for x in ins]
-    params = () if name == "AsType" else tuple(sorted(kw.items()))
+    cast_only = REGISTRY[name].family == ASTYPE
+    params = () if cast_only else tuple(sorted(kw.items()))
     try:
         out = _kernel_call(name, arrays, out_dtype, params)
     except Exception as e:  # noqa: BLE001 - a tape the renderer refuses: the float32 way
@@ -290,23 +291,17 @@ def _elementwise(name: str, ins: tuple, out_dtype: Any, kw: dict, note) -> Any:
     if out is not None:
         return out
     note(NO_KERNEL.format(why=why))
-    if name == "AsType":
+    if cast_only:
         return cast(ins[0], out_dtype)
     res = REGISTRY[name].rule(cupy, *[value(x) for x in ins], **kw)
     return cast(res, out_dtype)
 
 
 # -- which way a node goes ------------------------------------------------------------------
-# primitives that only move elements: their rules give exactly MLX's bits on uint16 storage
-MOVEMENT = frozenset({
-    "AsStrided", "Broadcast", "Concatenate", "Contiguous", "Copy", "Depends", "DynamicSlice",
-    "DynamicSliceUpdate", "ExpandDims", "Flatten", "Full", "Gather", "GatherAxis", "Load",
-    "MaskedScatter", "Pad", "Reshape", "Slice", "SliceUpdate", "Split", "Squeeze",
-    "StopGradient", "Transpose", "Unflatten", "View", "Scatter", "ScatterAxis"})
-
-
 def _moves(name: str, ins: tuple, kw: dict) -> bool:
-    if name not in MOVEMENT or kw.get("reduce", "none") not in ("none", None):
+    """The primitive only moves elements (``PrimitiveDef.moves``: its rule gives exactly
+    MLX's bits on uint16 storage) and its inputs need no conversion."""
+    if not REGISTRY[name].moves or kw.get("reduce", "none") not in ("none", None):
         return False
     for x in ins:  # a float input of another type would need a conversion: not movement
         t = type(x)
@@ -332,7 +327,7 @@ def rule(prim: Any, own: Any, node: Any):
                          detail={"primitive": name, "why": why, "runtime": "cuda (float32)"})
 
     def run(xp, *ins, out=None, **kw):
-        if defn.elementwise or name == "AsType":
+        if defn.elementwise or defn.family == ASTYPE:
             return _elementwise(name, ins, out_dts[0], kw, note)
         if _moves(name, ins, kw):
             kw = {k: (U16 if is_bf16(v) else v) for k, v in kw.items()}

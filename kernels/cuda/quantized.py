@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen.quantized import MAX_ROWS, QuantSpec, cuda_source
+from ..primitives import by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
 
 _kernels: dict = {}
@@ -106,4 +107,5 @@ def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_
     return out.reshape(*lhs.shape, *out.shape[-2:])
 
 
-RULES: dict = {"QuantizedMatmul": quantized_matmul, "GatherQMM": gather_qmm}
+# primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
+RULES: dict = by_kernel({"quantized_matmul": quantized_matmul, "gather_qmm": gather_qmm})

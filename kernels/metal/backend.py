@@ -23,7 +23,7 @@ from ..allocator import Allocator
 from ..backends import Backend
 from ..codegen.c_ops import Unsupported
 from ..codegen.render import renderer
-from ..primitives import REGISTRY
+from ..primitives import ASTYPE, REGISTRY
 from ..scheduler import Event
 from . import kernels as K
 from . import runtime
@@ -171,7 +171,7 @@ class MetalBackend(Backend):
                 from .fast_kernels import rule as fast_rule
 
                 rule = fast_rule(self, prim.name)
-            elif (d.elementwise or prim.name == "AsType") and spelled:
+            elif (d.elementwise or d.family == ASTYPE) and spelled:
                 name = prim.name
 
                 def rule(xp, *ins, out=None, **kw):

@@ -31,7 +31,7 @@ from ..codegen.layout import is_col_contiguous, is_row_contiguous
 from ..codegen.render import renderer
 from ..codegen.tape import Tape, TapeInput, TapeOp
 from ..codegen.layout import plan
-from ..primitives import REGISTRY
+from ..primitives import ASTYPE, REGISTRY
 
 # MLX's Metal type names in kernel names (mlx/backend/metal/utils.h type_to_name)
 TYPE_NAMES = {np.dtype(np.bool_): "bool_", np.dtype(np.uint8): "uint8",
@@ -163,7 +163,8 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype, scalars: Sequenc
     for dt in (*in_dtypes, out_dtype):
         check_dtype(dt)
     defn = REGISTRY[prim]
-    if not (defn.elementwise or prim == "AsType"):
+    cast = defn.family == ASTYPE
+    if not (defn.elementwise or cast):
         raise ValueError(f"{prim} is not an elementwise primitive")
     scalars = list(scalars) or [False] * len(in_dtypes)
     names = [chr(ord("A") + i) for i in range(len(in_dtypes))]
@@ -171,7 +172,7 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype, scalars: Sequenc
     out = chr(ord("A") + len(in_dtypes))
     ops = (TapeOp(out, prim, out_dtype, tuple(names), tuple(params)),)
     tn = [TYPE_NAMES[d] for d in in_dtypes]
-    if prim == "AsType":
+    if cast:
         stem = f"copy{tn[0]}{TYPE_NAMES[out_dtype]}"
     elif defn.family == "unary":
         stem = f"{prim}{tn[0]}{TYPE_NAMES[out_dtype]}"

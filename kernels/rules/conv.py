@@ -46,7 +46,13 @@ def _wide(xp, a):
     return a.astype(xp.float32) if a.dtype.name in ("float16", "bfloat16") else a
 
 
-@define("Convolution", family=MATMUL, shape=_shape, dtype=_dtype)
+def _export(name: str, kw: dict) -> tuple:
+    """MLX's state: its five std::vector<int> (strides, paddings, dilations), then groups and flip."""
+    vals = list(kw.values())
+    return name, [list(v) for v in vals[:5]] + vals[5:]
+
+
+@define("Convolution", family=MATMUL, shape=_shape, dtype=_dtype, export=_export)
 def convolution(xp, x, w, *, strides, padding_lo, padding_hi, kernel_dilation, input_dilation,
                 groups, flip):
     """``out[n, o..., c] = sum_{k..., j} xpad[n, o*s + k*kd, g(c)*cg + j] * w[c, k..., j]``."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..primitives import CREATION, define
 
 
-@define("Full", family=CREATION, out=True)
+@define("Full", family=CREATION, out=True, shape=lambda shapes, **_: [tuple(shapes[0])],
+        moves=True, fill=True)
 def full(xp, a, out=None):
     # The input is the (broadcast) fill value; Full gives it its own contiguous buffer: the
     # allocator's (``out``, so freed arrays' buffers are reused), else a new one.
@@ -15,7 +16,7 @@ def full(xp, a, out=None):
     return xp.array(a, copy=True, order="C")
 
 
-@define("Arange", family=CREATION)
+@define("Arange", family=CREATION, shape=lambda shapes, *, size, **_: [(int(size),)])
 def arange(xp, *, start, step, size, dtype):
     # MLX's CPU kernel (mlx/backend/cpu/arange.h): out[i] = start; start += step, in the
     # output dtype, with step = T(start + step) - T(start); integers get that step already.

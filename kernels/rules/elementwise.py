@@ -12,7 +12,7 @@ their inputs before writing it.
 from __future__ import annotations
 
 from ..codegen import c_ops as C
-from ..primitives import BINARY, MULTI_OUTPUT, TERNARY, UNARY, define
+from ..primitives import BINARY, MULTI_OUTPUT, REGISTRY, TERNARY, UNARY, broadcast_shapes, define
 from .forms import is_writeable
 
 
@@ -149,7 +149,8 @@ def imag(xp, a, out=None):
     return finish(a.imag, out)
 
 
-@define("StopGradient", family=UNARY, out=True, c=C.identity, flops=0)
+@define("StopGradient", family=UNARY, out=True, c=C.identity, flops=0, moves=True,
+        stops_gradient=True)
 def stop_gradient(xp, a, out=None):
     return finish(a, out)
 
@@ -176,6 +177,19 @@ for _name, _f, _c in (("Add", "add", C.binop("+")), ("Multiply", "multiply", C.b
                       ("BitwiseOr", "bitwise_or", C.bitwise("|")),
                       ("BitwiseXor", "bitwise_xor", C.bitwise("^"))):
     _binary_ufunc_rule(_name, _f, _c)
+
+
+def _exported_as(cls: str, *state):
+    return lambda name, kw: (cls, list(state))
+
+
+# MLX exports these under one class with a code (mlx/primitives.h: Log::Base,
+# BitwiseBinary::Op in declaration order; Equal's equal_nan; Sqrt's recip)
+for _name, _cls, _code in (("Log2", "Log", 0), ("Log10", "Log", 1), ("Log", "Log", 2),
+                           ("BitwiseAnd", "BitwiseBinary", 0), ("BitwiseOr", "BitwiseBinary", 1),
+                           ("BitwiseXor", "BitwiseBinary", 2), ("Equal", "Equal", False),
+                           ("Sqrt", "Sqrt", False), ("Rsqrt", "Sqrt", True)):
+    REGISTRY[_name].export = _exported_as(_cls, _code)
 
 
 def _select_extreme(xp, a, b, first_wins, out):
@@ -205,7 +219,8 @@ def subtract(xp, a, b, out=None):
     return xp.subtract(a, b, out=writable(out))
 
 
-@define("NaNEqual", family=BINARY, out=True, c=C.nan_equal)
+@define("NaNEqual", family=BINARY, out=True, c=C.nan_equal,
+        export=lambda name, kw: ("Equal", [True]))
 def nan_equal(xp, a, b, out=None):
     return finish((a == b) | (xp.isnan(a) & xp.isnan(b)), out)
 
@@ -248,7 +263,7 @@ def remainder(xp, a, b, out=None):
     return finish(remainder_values(xp, a, b), out)
 
 
-@define("DivMod", family=MULTI_OUTPUT)
+@define("DivMod", family=MULTI_OUTPUT, shape=lambda shapes, **_: [broadcast_shapes(*shapes)] * 2)
 def divmod_(xp, a, b):
     dtype = a.dtype
     if dtype.kind == "V":  # bfloat16: computed in float32, rounded back by the caller
@@ -292,12 +307,13 @@ def _shift(xp, a, b, left: bool, out=None):
     return finish(shift(a, cnt), out)
 
 
-@define("LeftShift", family=BINARY, out=True, c=C.shift(True))
+@define("LeftShift", family=BINARY, out=True, c=C.shift(True), export=_exported_as("BitwiseBinary", 3))
 def left_shift(xp, a, b, out=None):
     return _shift(xp, a, b, True, out)
 
 
-@define("RightShift", family=BINARY, out=True, c=C.shift(False))
+@define("RightShift", family=BINARY, out=True, c=C.shift(False),
+        export=_exported_as("BitwiseBinary", 4))
 def right_shift(xp, a, b, out=None):
     return _shift(xp, a, b, False, out)
 

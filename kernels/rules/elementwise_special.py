@@ -102,7 +102,7 @@ def erfinv64(xp, y, steps: int = 3):
     return xp.where(inside | (xp.abs(y) == 1.0), x, math.nan)
 
 
-@define("ErfInv", family=UNARY, out=True,
+@define("ErfInv", family=UNARY, out=True, kernel="erfinv",
         why={"c": "no C spelling (libm has no erfinv): a fusion boundary, run by this rule"})
 def erfinv(xp, a, out=None):
     steps = 3 if a.dtype == xp.float64 else 1

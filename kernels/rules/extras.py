@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..primitives import SHAPE, SORT, define
 
 
-@define("View", family=SHAPE)
+@define("View", family=SHAPE, moves=True)
 def view(xp, a, *, dtype):
     if not a.flags.c_contiguous:
         a = a.copy(order="C")

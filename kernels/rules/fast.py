@@ -47,7 +47,7 @@ def _n(shape) -> int:
     return n
 
 
-@define("RMSNorm", family=FAST, shape=_same_shape, dtype=_DTYPE, out=True, flops=_rows_flops(4))
+@define("RMSNorm", family=FAST, kernel="rms", shape=_same_shape, dtype=_DTYPE, out=True, flops=_rows_flops(4))
 def rms_norm(xp, x, w, *, eps, out=None):
     """``w * T(x * rsqrt(mean(x^2) + eps))`` over the last axis (T: x's dtype)."""
     y, n = _stat(xp, x, eps)
@@ -57,7 +57,7 @@ def rms_norm(xp, x, w, *, eps, out=None):
     return finish(res.astype(x.dtype, copy=False), out)
 
 
-@define("LayerNorm", family=FAST, shape=_same_shape, dtype=_DTYPE, out=True, flops=_rows_flops(7))
+@define("LayerNorm", family=FAST, kernel="layer_norm", shape=_same_shape, dtype=_DTYPE, out=True, flops=_rows_flops(7))
 def layer_norm(xp, x, w, b, *, eps, out=None):
     """``w * T((x - mean) * rsqrt(var + eps)) + b`` over the last axis, the variance of the
     centred values (MLX's two passes)."""
@@ -80,7 +80,7 @@ def _row_sum(xp, v, w):
     return v.reshape(-1, v.shape[-1]).sum(axis=0).astype(w.dtype)
 
 
-@define("RMSNormVJP", family=FAST, shape=_vjp_shapes, dtype="the primals' (x, weight)",
+@define("RMSNormVJP", family=FAST, kernel="vjp_rms", shape=_vjp_shapes, dtype="the primals' (x, weight)",
         flops=_rows_flops(10))
 def rms_norm_vjp(xp, x, w, g, *, eps):
     """(dx, dw) of RMSNorm at ``x``, ``w`` for the cotangent ``g``, in float32:
@@ -93,7 +93,7 @@ def rms_norm_vjp(xp, x, w, g, *, eps):
     return gx.astype(x.dtype), _row_sum(xp, gf * y * n, w)
 
 
-@define("LayerNormVJP", family=FAST, shape=_vjp_shapes, dtype="the primals' (x, weight, bias)",
+@define("LayerNormVJP", family=FAST, kernel="vjp_layer_norm", shape=_vjp_shapes, dtype="the primals' (x, weight, bias)",
         flops=_rows_flops(14))
 def layer_norm_vjp(xp, x, w, b, g, *, eps):
     """(dx, dw, db) of LayerNorm, in float32 (MLX's fallback in ``mlx/fast.cpp``): with
@@ -130,7 +130,7 @@ def rope_bhld(shape: tuple) -> tuple:
     return (shape[0], h, shape[-2], shape[-1])
 
 
-@define("RoPE", family=FAST, shape=_same_shape, dtype="the input's", out=True,
+@define("RoPE", family=FAST, kernel="rope", shape=_same_shape, dtype="the input's", out=True,
         flops=_rows_flops(3))
 def rope(xp, x, offset, *freqs, dims, traditional, base, scale, forward, out=None):
     """Rotary positional encoding of the first ``dims`` features of (B, H, L, D) rows at

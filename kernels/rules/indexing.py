@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..primitives import INDEXING, define
 from .forms import assign as _assign
 from .forms import scatter as _scatter_into
+from .shape import export_axes_first
 
 
 def _slices(start, stop, strides):
@@ -35,7 +36,12 @@ def slice_(xp, a, *, start_indices, end_indices, strides):
 _SLICE_REDUCE = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
-@define("SliceUpdate", family=INDEXING)
+def _slice_update_label(name: str, kw: dict) -> str:
+    """MLX prints a reducing update with its reduction: ``SliceUpdate Sum``."""
+    return f"{name} {kw['reduce'].capitalize()}" if "reduce" in kw else name
+
+
+@define("SliceUpdate", family=INDEXING, moves=True, label=_slice_update_label)
 def slice_update(xp, a, update, *, start_indices, end_indices, strides, reduce="none"):
     """The slice of ``a`` replaced by ``update``, or (``reduce``: MLX's SliceUpdate Sum / Prod
     / Max / Min) combined with it elementwise."""
@@ -59,12 +65,12 @@ def _dynamic_window(a, start, axes, sizes):
     return tuple(idx)
 
 
-@define("DynamicSlice", family=INDEXING)
+@define("DynamicSlice", family=INDEXING, moves=True)
 def dynamic_slice(xp, a, start, *, axes, slice_size):
     return a[_dynamic_window(a, start, axes, slice_size)]
 
 
-@define("DynamicSliceUpdate", family=INDEXING)
+@define("DynamicSliceUpdate", family=INDEXING, moves=True)
 def dynamic_slice_update(xp, a, update, start, *, axes):
     out = a.copy()
     out[_dynamic_window(a, start, axes, update.shape)] = update
@@ -112,7 +118,7 @@ def _grid(xp, shape, indices, axes, slice_sizes):
     return tuple(grid)
 
 
-@define("Gather", family=INDEXING)
+@define("Gather", family=INDEXING, moves=True, export=export_axes_first)
 def gather(xp, a, *indices, axes, slice_sizes):
     # Output: indices' shape followed by one window of ``slice_sizes``.
     return a[_grid(xp, a.shape, list(indices), list(axes), slice_sizes)]
@@ -121,7 +127,7 @@ def gather(xp, a, *indices, axes, slice_sizes):
 _SCATTER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
-@define("Scatter", family=INDEXING)
+@define("Scatter", family=INDEXING, moves=True)
 def scatter(xp, a, *rest, axes, reduce):
     *indices, updates = rest
     sizes = updates.shape[len(updates.shape) - a.ndim:]
@@ -148,12 +154,12 @@ def _axis_grid(xp, a_shape, indices, axis):
     return tuple(grid)
 
 
-@define("GatherAxis", family=INDEXING)
+@define("GatherAxis", family=INDEXING, moves=True)
 def gather_axis(xp, a, indices, *, axis):
     return a[_axis_grid(xp, a.shape, indices, axis)]
 
 
-@define("ScatterAxis", family=INDEXING)
+@define("ScatterAxis", family=INDEXING, moves=True)
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     out = a.copy()
     grid = _axis_grid(xp, a.shape, indices, axis)
@@ -164,7 +170,7 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     return out
 
 
-@define("MaskedScatter", family=INDEXING)
+@define("MaskedScatter", family=INDEXING, moves=True)
 def masked_scatter(xp, a, mask, src):
     # The k-th selected element (row-major) takes the k-th element of the flattened source.
     out = a.copy()

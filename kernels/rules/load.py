@@ -9,7 +9,7 @@ from ..primitives import IO, define
 _NO_INPUTS = "no inputs: a file's bytes, never on a path from a transformed argument"
 
 
-@define("Load", family=IO, out=True,
+@define("Load", family=IO, out=True, moves=True,
         why={"vjp": _NO_INPUTS, "jvp": _NO_INPUTS, "vmap": _NO_INPUTS})
 def load(xp, out=None, *, reader, offset, shape, dtype, swap):
     """``shape`` x ``dtype`` bytes from ``reader`` at ``offset`` into ``out`` (the allocator's

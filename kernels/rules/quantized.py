@@ -166,7 +166,7 @@ def _matmul(xp, x, w, transpose: bool):
     return xp.matmul(_f32(xp, x), xp.swapaxes(w, -1, -2) if transpose else w)
 
 
-@define("QuantizedMatmul", family=QUANTIZED)
+@define("QuantizedMatmul", family=QUANTIZED, kernel="quantized_matmul")
 def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
     """``x @ dequantize(w).T`` (or ``x @ dequantize(w)``), rounded to x's type once."""
     b = biases[0] if biases else None
@@ -181,7 +181,7 @@ def _flat_batch(xp, a):
     return a.reshape(-1, *a.shape[-2:])
 
 
-@define("GatherQMM", family=QUANTIZED)
+@define("GatherQMM", family=QUANTIZED, kernel="gather_qmm")
 def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
                right_sorted):
     """Matrix ``lhs[i]`` of x (its batch flattened) times dequantized matrix ``rhs[i]`` of w,

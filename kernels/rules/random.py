@@ -32,7 +32,7 @@ def threefry2x32(xp, k0, k1, c0, c1):
     return x0, x1
 
 
-@define("RandomBits", family=RANDOM)
+@define("RandomBits", family=RANDOM, kernel="random_bits")
 def random_bits(xp, keys, *, shape, width):
     """``shape`` random values of ``width`` bytes each (uint8/16/32), from keys ``(..., 2)``.
 

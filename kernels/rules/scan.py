@@ -62,7 +62,20 @@ def _complex_logaddexp_scan(xp, a, axis):
     return xp.moveaxis(out, 0, axis)
 
 
-@define("CumSum", "CumProd", "CumMax", "CumMin", "CumLogAddExp", family=SCAN, out=True)
+# mlx/primitives.h's Scan::ReduceType, in declaration order
+_SCAN_TYPES = ("max", "min", "sum", "prod", "logaddexp")
+
+
+def _export(name: str, kw: dict) -> tuple:
+    """MLX exports every scan as one ``Scan`` class: its ReduceType code, axis, reverse, inclusive."""
+    return "Scan", [_SCAN_TYPES.index(kw["reduce_type"]), kw["axis"], kw["reverse"], kw["inclusive"]]
+
+
+@define("CumSum", family=SCAN, out=True, kernel="scan", monoid="sum", export=_export)
+@define("CumProd", family=SCAN, out=True, kernel="scan", monoid="prod", export=_export)
+@define("CumMax", family=SCAN, out=True, kernel="scan", monoid="max", export=_export)
+@define("CumMin", family=SCAN, out=True, kernel="scan", monoid="min", export=_export)
+@define("CumLogAddExp", family=SCAN, out=True, monoid="logaddexp", export=_export)
 def scan(xp, a, *, reduce_type, axis, reverse, inclusive, out=None):
     """Inclusive or exclusive, forward or reverse cumulative ``reduce_type`` along ``axis``."""
     res = _scan(xp, a, reduce_type, axis, reverse, inclusive)
