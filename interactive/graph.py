@@ -300,24 +300,21 @@ def _shape_text(v: Value) -> str:
 
 
 def _layout_of(v: Any, producers: dict, real: dict) -> Layout:
-    """Predicted layout of a program value: real data for evaluated arguments; a Broadcast
-    or Transpose result is a view; anything else is written row-contiguous."""
+    """Predicted layout of a program value: real data for evaluated arguments; a view whose
+    definition gives its strides (Broadcast, Transpose) has those; anything else is written
+    row-contiguous."""
     d = real.get(id(v))
     if d is not None and d.data is not None:
         return d.data
     if getattr(v, "desc", None) is not None and v.desc.data is not None:
         return v.desc.data
     g = producers.get(id(v))
-    if g is not None and g.prim.name in ("Broadcast", "Transpose") and g.inputs:
+    strides = g.prim.defn.view_strides if g is not None and g.inputs else None
+    if strides is not None:
         src = _layout_of(g.inputs[0], producers, real)
         est = tuple(s // src.dtype.itemsize for s in src.strides)
-        if g.prim.name == "Transpose":
-            axes = g.prim.kw.get("axes", tuple(reversed(range(len(est)))))
-            return Layout(v.shape, v.dtype.np, tuple(est[a] for a in axes))
-        off = len(v.shape) - len(src.shape)
-        st = [0] * off + [0 if n == 1 and m != 1 else s
-                          for n, m, s in zip(src.shape, v.shape[off:], est)]
-        return Layout(v.shape, v.dtype.np, tuple(st))
+        return Layout(v.shape, v.dtype.np, tuple(strides(est, tuple(src.shape), tuple(v.shape),
+                                                         **g.prim.kw)))
     return Layout(v.shape, v.dtype.np)
 
 

@@ -7,9 +7,8 @@ a tuple / list / set of them), a ``match`` case on such a literal, a lookup
 module-level tuple / list / set / frozenset / dict of two or more primitive names), is reported,
 outside the definitions (``kernels/primitives.py``, ``kernels/rules/``), the dialects'
 spelling tables (``kernels/codegen/``), the autodiff and vmap rule tables and the JAX table
-(``check/jax_rules.py``). What is still asked by name is listed in ``STILL_BY_NAME`` (file ->
-how many), to go; a test plants a comparison, a hand list and a lookup in a temporary tree
-and sees each one reported.
+(``check/jax_rules.py``): none is left, and a test plants a comparison, a hand list and a
+lookup in a temporary tree and sees each one reported.
 """
 
 from __future__ import annotations
@@ -23,28 +22,6 @@ ROOT = Path(__file__).parent.parent
 FOLDERS = ("interactive", "kernels", "viz")
 EXEMPT = ("kernels/primitives.py", "kernels/rules/", "kernels/codegen/", "interactive/check/jax_rules.py",
           "interactive/core/autodiff/", "interactive/core/vmap/")
-# the lookups by name still to be replaced by the definition's answer: file -> how many
-STILL_BY_NAME: dict = {
-    "interactive/check/transforms.py": 2,
-    "interactive/core/export.py": 1,
-    "interactive/core/export_state.py": 15,
-    "interactive/core/fusion_reduce.py": 1,
-    "interactive/core/ops/creation.py": 1,
-    "interactive/core/ops/reduction.py": 5,
-    "interactive/core/tracing.py": 4,
-    "interactive/graph.py": 2,
-    "kernels/common/norms.py": 4,
-    "kernels/common/reductions.py": 6,
-    "kernels/cpu/quantized.py": 1,
-    "kernels/cpu/random_kernels.py": 1,
-    "kernels/cuda/backend.py": 4,
-    "kernels/cuda/bfloat16.py": 4,
-    "kernels/cuda/quantized.py": 1,
-    "kernels/metal/backend.py": 1,
-    "kernels/metal/kernels.py": 2,
-}
-
-
 def _names() -> frozenset:
     import tapescope.core  # noqa: F401 (registers every definition)
 
@@ -117,16 +94,7 @@ def by_name(root: Path = ROOT) -> dict:
 
 
 def test_no_primitive_is_asked_by_its_name_string():
-    found = by_name()
-    counts = {rel: len(f) for rel, f in found.items()}
-    new = {rel: found[rel] for rel, n in counts.items() if n > STILL_BY_NAME.get(rel, 0)}
-    assert new == {}, new
-
-
-def test_the_listed_lookups_by_name_still_exist():
-    """A file in STILL_BY_NAME that asks fewer than listed has its count lowered."""
-    counts = {rel: len(f) for rel, f in by_name().items()}
-    assert {rel: counts.get(rel, 0) for rel in STILL_BY_NAME} == STILL_BY_NAME
+    assert by_name() == {}
 
 
 def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):

@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from tapescope.kernels.backends import host_array
+from tapescope.kernels.primitives import CUSTOM_FUNCTION
 
 from .jax_rules import NoReference, rule_for
 
@@ -125,7 +126,7 @@ def evaluate(targets: list, env: Env) -> list:
         if all(o is None or known(o) for o in outs):
             continue
         ins = [_value(x, env) for x in node.inputs]
-        if node.primitive.name == "CustomTransforms":
+        if node.primitive.kind == CUSTOM_FUNCTION:
             ins = _custom_body(node, env, ins)
         apis = set().union(*[env.apis.get(id(x), ()) for x in node.inputs])
         for o, v in zip(outs, _run(node, ins)):
@@ -151,7 +152,7 @@ def _custom_body(node, env: Env, ins: list) -> list:
     out = list(ins)
     for k, x in enumerate(node.inputs[len(ins) - n:], start=len(ins) - n):
         sg = x.node or x.kept
-        if sg is not None and sg.primitive.name == "StopGradient":
+        if sg is not None and sg.primitive.defn.stops_gradient:
             out[k] = evaluate([sg.inputs[0]], env)[0]
     return out
 

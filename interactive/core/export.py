@@ -55,9 +55,8 @@ def _label(node: Node) -> str:
     if prim.kind == COMPILED:
         tape = prim.kw.get("tape")
         return "Compiled" + "".join(op.primitive for op in getattr(tape, "ops", ()))
-    if prim.name == "SliceUpdate" and "reduce" in prim.kw:  # MLX's "SliceUpdate Sum", ...
-        return f"SliceUpdate {prim.kw['reduce'].capitalize()}"
-    return prim.name
+    label = prim.defn.label  # MLX's "SliceUpdate Sum", ...
+    return prim.name if label is None else label(prim.name, prim.kw)
 
 
 def _is_leaf(d: ArrayDesc) -> bool:

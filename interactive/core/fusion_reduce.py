@@ -210,7 +210,7 @@ def fuse_reductions(prog: Program, build_tape, renderable, reason_of) -> list:
             continue
         region = _Region(prog, g, spec, parents, taken, renderable, pos)
         region.grow()
-        if len(region.ops) < 2 and g.prim.name not in ("Softmax", "LogSumExp"):
+        if len(region.ops) < 2 and not g.prim.defn.fused_alone:
             continue  # a lone Sum / Max / ... stays MLX's; a lone softmax gets a C kernel
         fused = [op for op in prog.tape if id(op) in region.ops]  # topological
         inputs: list = []

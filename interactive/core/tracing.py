@@ -300,7 +300,7 @@ def note_partners(out: array, partners: Sequence, keep: int = 0) -> None:
     axes, mlx/ops.cpp); here they stay beside the graph, in the trace's table."""
     table = getattr(_dynamic, "partners", None)
     node = out._d.node
-    if table is None or node is None or node.primitive.name != "Broadcast":
+    if table is None or node is None or node.primitive.kind != BROADCAST:
         return
     table[id(node)] = (node, [p._d for p in partners], keep)
 
@@ -341,7 +341,7 @@ def _partners(prog: Program) -> dict:
             if g.prim.kind == BROADCAST:
                 out = g.outputs[0]
                 consumers = users.get(id(out), [])
-                if len(consumers) == 1 and consumers[0].prim.name == "Full":  # full_like
+                if len(consumers) == 1 and consumers[0].prim.defn.fill:  # full_like
                     out = consumers[0].outputs[0]
                     consumers = users.get(id(out), [])
                 for u in consumers:
@@ -410,7 +410,7 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
         kw = g.prim.kwargs()
         kw["shape"] = tuple(shape)
         return [tuple(shape)] * len(g.outputs), Primitive("Compiled", g.prim.stream, **kw)
-    if kind in _ELEMENTWISE or g.prim.name == "DivMod":
+    if kind in _ELEMENTWISE:
         return [_broadcast_shapes(*[d.shape for d in ins])] * len(g.outputs), g.prim
     if kind == BROADCAST:
         shape = _noted_shape(prog, g, ins, env) if prog.partners else None
@@ -424,8 +424,6 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
         if shape == tuple(g.prim.kw["shape"]):
             return [shape], g.prim
         return [shape], Primitive("Broadcast", g.prim.stream, **{**g.prim.kw, "shape": shape})
-    if g.prim.name == "Arange":  # its shape is its parameters' (MLX's Arange::output_shapes)
-        return [o.shape for o in g.outputs], g.prim
     from .shapeless import infer
 
     return infer(g.prim, [d.shape for d in ins])

@@ -29,7 +29,7 @@ def _pass_outputs(xp, *inputs, num_outputs, **_):
 
 
 primitives.define(
-    "CustomTransforms", family="custom",
+    "CustomTransforms", family=primitives.CUSTOM_FUNCTION,
     shape="interactive/core/autodiff/custom.py (the wrapped function's output shapes)",
     dtype="interactive/core/autodiff/custom.py (the wrapped function's output dtypes)",
 )(_pass_outputs)

@@ -128,7 +128,7 @@ def _like(out: array, a: array) -> array:
     """In a shapeless trace the fill's Broadcast follows ``a``'s shape (MLX's ``full_like``:
     ``broadcast_arrays({a, vals})``, mlx/ops.cpp)."""
     node = out._d.node
-    if in_dynamic_tracing() and node is not None and node.primitive.name == "Full":
+    if in_dynamic_tracing() and node is not None and node.primitive.defn.fill:
         note_partners(array._wrap(node.inputs[0]), [a])
     return out
 

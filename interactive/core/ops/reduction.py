@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Union
 from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import Primitive
+from ..primitive import REGISTRY, Primitive
 from .convert import cast
 
 __all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
@@ -110,22 +110,24 @@ def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream)
     require_array(fname, _SIG.format(fname), a)
     axes, kept, noop = reduce_shape(a, axes_list(fname, a, axis))
     s = resolve_stream(stream)
-    if name in ("Sum", "Prod"):
+    monoid = REGISTRY[name].monoid
+    arithmetic, logical = monoid in ("sum", "prod"), monoid in ("and", "or")
+    if arithmetic:
         out_dtype = _sum_dtype(a.dtype)
-    elif name in ("And", "Or"):
+    elif logical:
         out_dtype = _dt.bool_
     else:
         out_dtype = a.dtype
-    if name in ("Max", "Min") and a.size == 0:
+    if monoid in ("max", "min") and a.size == 0:
         for ax in axes:
             if a.shape[ax] == 0:
                 raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
     if not axes:  # nothing to reduce: sum/prod/max/min give the input, all/any a bool cast
-        return cast(a, _dt.bool_, s) if name in ("And", "Or") else a._handle()
+        return cast(a, _dt.bool_, s) if logical else a._handle()
     if noop:
         return squeeze_axes(cast(a, out_dtype, s), axes, keepdims, s)
     x = a
-    if a.dtype != _dt.bool_ and name in ("Sum", "Prod"):
+    if a.dtype != _dt.bool_ and arithmetic:
         x = cast(a, out_dtype, s)
     out = array._make([kept], [out_dtype], Primitive(name, s, axes=axes), [x])[0]
     return squeeze_axes(out, axes, keepdims, s)
