@@ -1,4 +1,4 @@
-"""Per-call cost and first-call latency on the CPU (issue 21, part B), side by side in one run.
+"""Per-call cost and first-call latency on the CPU, side by side in one run.
 
 Rows (medians; the implementations interleaved, one batch of each in turn per repetition):
 - a compiled ``2x + 3y - x*y`` on 16 float32 elements, called and evaluated: tapescope,

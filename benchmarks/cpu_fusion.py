@@ -1,7 +1,7 @@
 """CPU fusion benchmark: tapescope's compiled C kernels vs numpy, jax.jit, MLX and a
 hand-written C + OpenMP kernel, side by side in one run (medians, N = 2**24 float32).
 
-Part 2 (issue 21): reductions and an MLP, all compiled — softmax, layernorm, logsumexp,
+Part 2: reductions and an MLP, all compiled — softmax, layernorm, logsumexp,
 variance over the first axis, the MLP ``gelu(x @ W1) @ W2`` — at the named shapes and
 others of the same kinds, run interleaved (one call of each implementation in turn per
 repetition), medians, for tapescope in both fusion modes ("mlx", "extended"), jax.jit
@@ -220,7 +220,7 @@ def e_split(tiny):
           f"{kern:.1f} + eval loop / output buffer / free {full - call - kern:.1f}")
 
 
-# -- part 2: reductions and the MLP (issue 21) ---------------------------------------------
+# -- part 2: reductions and the MLP --------------------------------------------------------
 
 def _softmax(m, x):
     e = m.exp(x - m.max(x, axis=-1, keepdims=True))
@@ -357,7 +357,7 @@ def reductions(reps: int):
 
 
 def calls():
-    """The per-call and first-call rows of ``benchmarks/cpu_calls.py`` (issue 21, part B),
+    """The per-call and first-call rows of ``benchmarks/cpu_calls.py``,
     when that file exists, so one run prints everything."""
     import importlib.util
 

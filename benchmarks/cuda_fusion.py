@@ -1,5 +1,5 @@
 """GPU fusion benchmark: tapescope's fused CUDA kernels against CuPy op by op, cupy.fuse,
-jax.jit on the GPU and the device-to-device copy, side by side in one run (issue 15).
+jax.jit on the GPU and the device-to-device copy, side by side in one run.
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_fusion.py [--log2n 26] [--reps 30]
 

@@ -1,4 +1,4 @@
-"""Compiled kernels give exactly what the ops give one by one: the issue's reproducers,
+"""Compiled kernels give exactly what the ops give one by one: reproducers of the cases that once differed,
 a sample of random graphs and a sample of every variant at every output alignment phase
 (``make test-fuzz`` and ``make test-ub`` run the large versions; see tests/compile_fuzz.py)."""
 

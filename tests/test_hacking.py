@@ -4,12 +4,17 @@ The map (the first fenced block) is read as a tree: an entry's first column (``n
 ``a.py, b.py``, ``dir/``) sits at two spaces a level under its folder, and every file name in
 the entry's description is found under that entry's folder, its top folder or the
 repository's root (or, with a ``/`` in it, as the end of a path in the repository); file paths
-in backquotes in the rest of the page name files of the repository. A planted name that does
-not exist is reported.
+in backquotes in the rest of the page name files of the repository. The add-an-op recipe
+(its section) names what exists: its ``<family>`` folders hold family modules (the rules,
+the autodiff and vmap rules, the ops), every keyword it gives a definition (``monoid=``) is
+one ``define`` takes, and every function it calls (``defvjp(...)``, ``defvmap(...)``) is
+defined in a module the section names. Planted names that do not exist are reported.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -73,6 +78,67 @@ def missing(text: str, root: Path = ROOT) -> list:
             if "/" in quoted and FILE.fullmatch(quoted) and not exists(quoted, ""):
                 out.append(f"line {n + 1}: {quoted}")
     return out
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def _module(path: str) -> str:
+    """The dotted module of a repository file (setup.py's package-dir mapping)."""
+    top, _, rest = path.partition("/")
+    package = {"interactive": "tapescope", "kernels": "tapescope.kernels", "viz": "tapescope.viz"}[top]
+    return ".".join([package, *rest[:-3].split("/")]).removesuffix(".__init__")
+
+
+def recipe_gaps(text: str, root: Path = ROOT) -> list:
+    """What the add-an-op recipe names that does not exist."""
+    from tapescope.kernels import primitives
+
+    sec = re.sub(r"```.*?```", "", _section(text, "Adding an op"), flags=re.S)  # its code blocks
+    files = _files(root)
+    out, modules = [], []
+    for quoted in re.findall(r"`([^`]+)`", sec):
+        if "<family>" in quoted:
+            folder = quoted.split("<family>")[0]
+            kinds = [f for f in files if f.startswith(folder) and f.count("/") == folder.count("/")
+                     and f.endswith(".py") and not f.endswith(("__init__.py", "registry.py"))]
+            if not kinds:
+                out.append(f"{quoted}: no family modules in {folder}")
+        elif FILE.fullmatch(quoted) and quoted.endswith(".py"):
+            full = [f for f in files if f == quoted or f.endswith("/" + quoted)]
+            if not full:
+                out.append(f"{quoted}: no such file")
+            modules += [_module(f) for f in full if f.startswith(("interactive/", "kernels/"))]
+    takes = set(inspect.signature(primitives.define).parameters)
+    takes |= set(inspect.signature(primitives.PrimitiveDef.__init__).parameters)
+    for kw in re.findall(r"`(\w+)=", sec):
+        if kw not in takes:
+            out.append(f"{kw}=: not a keyword of define")
+    mods = [importlib.import_module(m) for m in modules]
+    for fn in set(re.findall(r"`(?:\w+\.)?(\w+)\(", sec)) - {"fn"}:  # fn(...): a placeholder
+        if not any(callable(getattr(m, fn, None)) for m in mods):
+            out.append(f"{fn}(): defined in none of the modules the recipe names")
+    return out
+
+
+def test_the_add_an_op_recipe_names_what_exists():
+    assert recipe_gaps((ROOT / "HACKING.md").read_text()) == []
+
+
+def test_a_planted_recipe_step_that_does_not_exist_is_reported():
+    text = (ROOT / "HACKING.md").read_text()
+    planted = text.replace("`defvmap(\"Exp\", rule)`", "`defbatch(\"Exp\", rule)`", 1).replace(
+        "`interactive/core/vmap/<family>.py`", "`interactive/core/batching/<family>.py`", 1).replace(
+        "`monoid=`", "`fold=`", 1)
+    assert planted != text
+    found = recipe_gaps(planted)
+    assert any(f.startswith("defbatch()") for f in found), found
+    assert any("interactive/core/batching/" in f for f in found), found
+    assert any(f.startswith("fold=") for f in found), found
+    assert len(found) == 3, found
 
 
 def test_every_file_the_map_names_exists():

@@ -1,4 +1,4 @@
-"""Jupyter's interrupt button during a long ``mx.eval`` in a real kernel (issue 5).
+"""Jupyter's interrupt button during a long ``mx.eval`` in a real kernel.
 
 A real IPython kernel is started through nbclient's machinery (jupyter_client); a cell runs a
 long eval, the kernel is interrupted (SIGINT, as the notebook's button sends) mid-cell, the

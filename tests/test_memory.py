@@ -1,4 +1,4 @@
-"""The allocator, the buffer cache, donation and MLX's memory API (issue 4)."""
+"""The allocator, the buffer cache, donation and MLX's memory API."""
 
 from __future__ import annotations
 
@@ -460,7 +460,7 @@ def test_set_cache_limit_trims_at_once_and_returns_the_previous_limit(cpu_defaul
 
 def _cache_after_loops(m) -> tuple[int, int]:
     """The cache after 300 evals of exp(x) * 2 + 1 on seeded random sizes, then after 200
-    steps of ``x = concatenate([x[:10], x[10:]])`` on 4 MiB (the issue's two loops)."""
+    steps of ``x = concatenate([x[:10], x[10:]])`` on 4 MiB (two loops that once grew the cache)."""
     m.clear_cache()
     rng = np.random.default_rng(0)
     for n in rng.integers(1, 1 << 19, 300):

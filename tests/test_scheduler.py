@@ -1,4 +1,4 @@
-"""Streams on worker threads, async_eval, events and fences, interrupts, threads (issue 5)."""
+"""Streams on worker threads, async_eval, events and fences, interrupts, threads."""
 
 from __future__ import annotations
 
