@@ -104,8 +104,20 @@ def _elementwise_shape(shapes: list, **_) -> list:
     return [broadcast_shapes(*shapes)]
 
 
-def _same_shape(shapes: list, **_) -> list:
+def same_shape(shapes: list, **_) -> list:
+    """One output of the first input's shape."""
     return [tuple(shapes[0])]
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def _fmt(shape) -> str:
+    return "(" + ",".join(str(s) for s in shape) + ")"
 
 
 def _broadcast_shape(shapes: list, *, shape, **_) -> list:
@@ -113,7 +125,7 @@ def _broadcast_shape(shapes: list, *, shape, **_) -> list:
 
 
 _GENERIC_SHAPE = {UNARY: _elementwise_shape, BINARY: _elementwise_shape,
-                  TERNARY: _elementwise_shape, ASTYPE: _same_shape, BROADCAST: _broadcast_shape}
+                  TERNARY: _elementwise_shape, ASTYPE: same_shape, BROADCAST: _broadcast_shape}
 _GENERIC_DTYPE = {
     ASTYPE: "the ``dtype`` parameter",
     BROADCAST: "the input's dtype",

@@ -39,9 +39,18 @@ def _literals(node) -> list:
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
         out = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
         return out if len(out) == len(node.elts) else None
-    if isinstance(node, ast.Dict) and node.keys and all(
-            isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-        return [k.value for k in node.keys]
+    if isinstance(node, ast.Dict) and node.keys:  # its keys (``**other`` entries: other's keys)
+        keys = []
+        for k, v in zip(node.keys, node.values):
+            more = _literals(v) if k is None else [k.value] if (
+                isinstance(k, ast.Constant) and isinstance(k.value, str)) else None
+            if more is None:
+                return None
+            keys += more
+        return keys or None
+    if isinstance(node, ast.DictComp) and isinstance(node.generators[0].iter, ast.Tuple) and len(
+            node.generators) == 1:  # {n: f for n in ("A", "B")}: keyed by the tuple's names
+        return _literals(node.generators[0].iter)
     return None
 
 
@@ -106,19 +115,21 @@ def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
     before = {rel: len(f) for rel, f in by_name(tmp_path).items()}
     target = tmp_path / "viz" / "theme.py"
     target.write_text(target.read_text() + (
-        '\n\n_PLANTED = {"Tan": 1, "LogicalNot": 2}\n\n\n'
+        '\n\n_PLANTED = {"Tan": 1, "LogicalNot": 2}\n'
+        '_SPREAD = {"Copy": 0, **{n: 1 for n in ("Sum", "Prod")}}\n\n\n'
         'def _planted(prim, name):\n'
         '    if prim.name == "Add" or name not in ("Exp", "Log"):\n'
-        '        return _PLANTED.get(prim.name)\n'
+        '        return _PLANTED.get(prim.name) or _SPREAD[name]\n'
         '    match name:\n'
         '        case "Sum":\n'
         '            return 1\n'
         '    return _PLANTED[name]\n'))
     found = by_name(tmp_path)
     got = found.get("viz/theme.py", [])
-    assert len(got) == before.get("viz/theme.py", 0) + 5, got
+    assert len(got) == before.get("viz/theme.py", 0) + 7, got
     whats = [w for _, w in got]
-    assert "a hand list of primitive names" in whats
+    assert whats.count("a hand list of primitive names") == 2  # _PLANTED and _SPREAD
+    assert "a lookup by name in _SPREAD" in whats
     assert whats.count("a comparison with a primitive's name") >= 1
     assert "a match case on a primitive's name" in whats
     assert "a lookup by name in _PLANTED" in whats

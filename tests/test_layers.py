@@ -5,8 +5,8 @@ Every ``import`` in the package's source (module level or inside a function, rea
 ``tapescope.kernels``, viz/ is ``tapescope.viz``) is checked against the layers, lowest first:
 kernels < core < viz < the notebook layer (the rest of ``tapescope``). A module may import its
 own layer and those below it; no backend (``kernels/cpu``, ``kernels/cuda``,
-``kernels/metal``) imports another backend, except the imports ``STILL_ACROSS`` lists: what
-is still to move into ``kernels/common/``. A test plants an upward import and a new
+``kernels/metal``) imports another backend: what they share lives in ``kernels/`` and
+``kernels/common/``. A test plants an upward import and a new
 backend-to-backend import in a temporary tree and sees each one reported.
 """
 
@@ -19,10 +19,6 @@ ROOT = Path(__file__).parent.parent
 PACKAGE_DIRS = {"interactive": "tapescope", "kernels": "tapescope.kernels", "viz": "tapescope.viz"}
 RANK = {"kernels": 0, "core": 1, "viz": 2, "notebook": 3}
 BACKENDS = ("cpu", "cuda", "metal")
-
-# backend -> backend imports not moved yet (importer module, imported module): none; what the
-# runtimes share lives in kernels/ (disk_cache, kernel_registry) and kernels/common/
-STILL_ACROSS: set = set()
 
 
 def _module(path: Path, root: Path) -> tuple:
@@ -95,25 +91,13 @@ def violations(root: Path = ROOT) -> list:
                 if RANK[b] > RANK[a]:
                     found.append(f"{where} ({a} imports {b}, a layer above it)")
                 ba, bb = backend_of(mod), backend_of(target)
-                if ba and bb and ba != bb and (mod, target) not in STILL_ACROSS:
+                if ba and bb and ba != bb:
                     found.append(f"{where} (the {ba} backend imports the {bb} backend)")
     return found
 
 
 def test_the_layers_import_downwards_only():
     assert violations() == []
-
-
-def test_the_listed_backend_crossings_still_exist():
-    """An entry of STILL_ACROSS that no longer happens is removed from the list."""
-    crossings = set()
-    for folder in ("kernels",):
-        for path in (ROOT / folder).rglob("*.py"):
-            mod, _ = _module(path, ROOT)
-            for _, target in imports(path, ROOT):
-                if backend_of(mod) and backend_of(target) and backend_of(mod) != backend_of(target):
-                    crossings.add((mod, target))
-    assert STILL_ACROSS <= crossings, sorted(STILL_ACROSS - crossings)
 
 
 def test_a_planted_upward_import_and_a_new_backend_crossing_are_reported(tmp_path):

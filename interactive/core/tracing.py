@@ -403,7 +403,7 @@ def _noted_shape(prog: Program, g: GOp, ins: list, env: dict) -> Optional[tuple]
 def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
     """(output shapes, primitive to record) of ``g`` on inputs of new shapes (shapeless
     compile): elementwise ops broadcast, Broadcast follows its consumer, fused tapes take the
-    broadcast of their inputs, every other primitive its MLX rule (core/shapeless.py)."""
+    broadcast of their inputs, every other primitive its definition's shape rule (core/shapeless.py)."""
     kind = g.prim.kind
     if g.prim.kind == COMPILED:  # a fused elementwise tape: its inputs must broadcast
         shape = _broadcast_shapes(*[d.shape for d in ins])

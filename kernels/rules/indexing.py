@@ -8,7 +8,7 @@ MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 
 from __future__ import annotations
 
-from ..primitives import INDEXING, define
+from ..primitives import INDEXING, define, same_shape
 from .forms import assign as _assign
 from .forms import scatter as _scatter_into
 from .shape import export_axes_first
@@ -41,7 +41,7 @@ def _slice_update_label(name: str, kw: dict) -> str:
     return f"{name} {kw['reduce'].capitalize()}" if "reduce" in kw else name
 
 
-@define("SliceUpdate", family=INDEXING, moves=True, label=_slice_update_label)
+@define("SliceUpdate", family=INDEXING, moves=True, label=_slice_update_label, shape=same_shape)
 def slice_update(xp, a, update, *, start_indices, end_indices, strides, reduce="none"):
     """The slice of ``a`` replaced by ``update``, or (``reduce``: MLX's SliceUpdate Sum / Prod
     / Max / Min) combined with it elementwise."""
@@ -118,7 +118,13 @@ def _grid(xp, shape, indices, axes, slice_sizes):
     return tuple(grid)
 
 
-@define("Gather", family=INDEXING, moves=True, export=export_axes_first)
+def _gather_shape(shapes: list, *, slice_sizes, **_) -> list:
+    """The indices' shape, then one window of ``slice_sizes``."""
+    idx = shapes[1] if len(shapes) > 1 else ()
+    return [tuple(idx) + tuple(slice_sizes)]
+
+
+@define("Gather", family=INDEXING, moves=True, export=export_axes_first, shape=_gather_shape)
 def gather(xp, a, *indices, axes, slice_sizes):
     # Output: indices' shape followed by one window of ``slice_sizes``.
     return a[_grid(xp, a.shape, list(indices), list(axes), slice_sizes)]
@@ -127,7 +133,7 @@ def gather(xp, a, *indices, axes, slice_sizes):
 _SCATTER = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
-@define("Scatter", family=INDEXING, moves=True)
+@define("Scatter", family=INDEXING, moves=True, shape=same_shape)
 def scatter(xp, a, *rest, axes, reduce):
     *indices, updates = rest
     sizes = updates.shape[len(updates.shape) - a.ndim:]
@@ -154,12 +160,12 @@ def _axis_grid(xp, a_shape, indices, axis):
     return tuple(grid)
 
 
-@define("GatherAxis", family=INDEXING, moves=True)
+@define("GatherAxis", family=INDEXING, moves=True, shape=lambda shapes, **_: [tuple(shapes[1])])
 def gather_axis(xp, a, indices, *, axis):
     return a[_axis_grid(xp, a.shape, indices, axis)]
 
 
-@define("ScatterAxis", family=INDEXING, moves=True)
+@define("ScatterAxis", family=INDEXING, moves=True, shape=same_shape)
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     out = a.copy()
     grid = _axis_grid(xp, a.shape, indices, axis)

@@ -24,7 +24,12 @@ def _addmm_flops(in_shapes: list, out_shapes: list) -> int:
     return _matmul_flops(in_shapes, out_shapes) + 2 * elements(out_shapes[0])
 
 
-@define("Matmul", family=MATMUL, flops=_matmul_flops)
+def _product_shape(shapes: list, **_) -> list:
+    """The first input's shape with the second's last dimension."""
+    return [tuple(shapes[0][:-1]) + tuple(shapes[1][-1:])]
+
+
+@define("Matmul", family=MATMUL, flops=_matmul_flops, shape=_product_shape)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
     if getattr(xp, "__name__", "") == "numpy":
@@ -32,7 +37,7 @@ def matmul(xp, a, b):
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
-@define("AddMM", family=MATMUL, flops=_addmm_flops)
+@define("AddMM", family=MATMUL, flops=_addmm_flops, shape=_product_shape)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
     if getattr(xp, "__name__", "") == "numpy":

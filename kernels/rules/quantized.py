@@ -166,7 +166,25 @@ def _matmul(xp, x, w, transpose: bool):
     return xp.matmul(_f32(xp, x), xp.swapaxes(w, -1, -2) if transpose else w)
 
 
-@define("QuantizedMatmul", family=QUANTIZED, kernel="quantized_matmul")
+def _outer(w: tuple, transpose: bool, bits: int) -> int:
+    """The product's last dimension: w's rows transposed, else its packed columns unpacked."""
+    return w[-2] if transpose else w[-1] * 32 // bits
+
+
+def _qmm_shape(shapes: list, *, transpose, bits, **_) -> list:
+    """MLX's QuantizedMatmul::output_shapes: x's shape with w's outer size last."""
+    x, w = tuple(shapes[0]), shapes[1]
+    return [x[:-1] + (_outer(w, transpose, bits),)]
+
+
+def _gather_qmm_shape(shapes: list, *, mode, transpose, bits, **_) -> list:
+    """MLX's GatherQMM::output_shapes: the indices' shape, x's rows, w's outer size."""
+    x, w = shapes[0], shapes[1]
+    lhs = shapes[4] if mode == "affine" else shapes[3]
+    return [tuple(lhs) + (x[-2], _outer(w, transpose, bits))]
+
+
+@define("QuantizedMatmul", family=QUANTIZED, kernel="quantized_matmul", shape=_qmm_shape)
 def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
     """``x @ dequantize(w).T`` (or ``x @ dequantize(w)``), rounded to x's type once."""
     b = biases[0] if biases else None
@@ -181,7 +199,7 @@ def _flat_batch(xp, a):
     return a.reshape(-1, *a.shape[-2:])
 
 
-@define("GatherQMM", family=QUANTIZED, kernel="gather_qmm")
+@define("GatherQMM", family=QUANTIZED, kernel="gather_qmm", shape=_gather_qmm_shape)
 def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
                right_sorted):
     """Matrix ``lhs[i]`` of x (its batch flattened) times dequantized matrix ``rhs[i]`` of w,

@@ -4,7 +4,7 @@ Softmax. Every reduction keeps the reduced axes (size 1), as MLX's primitives do
 
 from __future__ import annotations
 
-from ..primitives import REDUCE, define, elements
+from ..primitives import REDUCE, define, elements, same_shape
 from .elementwise import finish
 
 
@@ -64,7 +64,13 @@ def reduce_or(xp, a, *, axes, out=None):
     return finish(xp.any(a, axis=axes, keepdims=True), out)
 
 
-@define("ArgReduce", family=REDUCE, out=True, kernel="arg_reduce",
+def _arg_shape(shapes: list, *, axis, **_) -> list:
+    out = list(shapes[0])
+    out[axis] = 1
+    return [tuple(out)]
+
+
+@define("ArgReduce", family=REDUCE, out=True, kernel="arg_reduce", shape=_arg_shape,
         export=lambda name, kw: (name, [_ARG_TYPES.index(kw["reduce_type"]), kw["axis"]]))
 def arg_reduce(xp, a, *, reduce_type, axis, out=None):
     """Index of the first max / min along ``axis`` (NaN counts as the extreme, as in MLX)."""
@@ -80,6 +86,7 @@ def _per_input(k: int):
 
 
 @define("LogSumExp", family=REDUCE, out=True, flops=_per_input(4), kernel="logsumexp",
+        shape=lambda shapes, **_: [tuple(shapes[0][:-1]) + (1,)],
         fused_alone=True)
 def logsumexp(xp, a, out=None):
     """log(sum(exp(a))) over the last axis, stable; where the max is +-inf the max itself."""
@@ -91,7 +98,7 @@ def logsumexp(xp, a, out=None):
     return finish(xp.where(inf, m, res), out)
 
 
-@define("Softmax", family=REDUCE, out=True, flops=_per_input(5), kernel="softmax",
+@define("Softmax", family=REDUCE, out=True, flops=_per_input(5), kernel="softmax", shape=same_shape,
         fused_alone=True)
 def softmax(xp, a, *, precise, out=None):
     """exp(a - max) / sum(exp(a - max)) over the last axis (float32 math when ``precise``)."""

@@ -6,7 +6,7 @@ one by one place and starts from the reduction's identity.
 
 from __future__ import annotations
 
-from ..primitives import SCAN, define
+from ..primitives import SCAN, define, same_shape
 from .elementwise import finish
 from .forms import accumulate, is_numpy, log_step_scan
 
@@ -71,11 +71,11 @@ def _export(name: str, kw: dict) -> tuple:
     return "Scan", [_SCAN_TYPES.index(kw["reduce_type"]), kw["axis"], kw["reverse"], kw["inclusive"]]
 
 
-@define("CumSum", family=SCAN, out=True, kernel="scan", monoid="sum", export=_export)
-@define("CumProd", family=SCAN, out=True, kernel="scan", monoid="prod", export=_export)
-@define("CumMax", family=SCAN, out=True, kernel="scan", monoid="max", export=_export)
-@define("CumMin", family=SCAN, out=True, kernel="scan", monoid="min", export=_export)
-@define("CumLogAddExp", family=SCAN, out=True, monoid="logaddexp", export=_export)
+@define("CumSum", family=SCAN, out=True, kernel="scan", monoid="sum", export=_export, shape=same_shape)
+@define("CumProd", family=SCAN, out=True, kernel="scan", monoid="prod", export=_export, shape=same_shape)
+@define("CumMax", family=SCAN, out=True, kernel="scan", monoid="max", export=_export, shape=same_shape)
+@define("CumMin", family=SCAN, out=True, kernel="scan", monoid="min", export=_export, shape=same_shape)
+@define("CumLogAddExp", family=SCAN, out=True, monoid="logaddexp", export=_export, shape=same_shape)
 def scan(xp, a, *, reduce_type, axis, reverse, inclusive, out=None):
     """Inclusive or exclusive, forward or reverse cumulative ``reduce_type`` along ``axis``."""
     res = _scan(xp, a, reduce_type, axis, reverse, inclusive)

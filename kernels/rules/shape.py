@@ -6,7 +6,7 @@ Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and
 from __future__ import annotations
 
 from ..codegen import c_ops as C
-from ..primitives import ASTYPE, BROADCAST, SHAPE, define
+from ..primitives import ASTYPE, BROADCAST, SHAPE, _fmt, _prod, define, same_shape
 
 
 def _broadcast_strides(strides: tuple, in_shape: tuple, out_shape: tuple, **_) -> tuple:
@@ -48,15 +48,66 @@ def _without_shape(name: str, kw: dict) -> tuple:
     return name, [v for k, v in kw.items() if k != "shape"]
 
 
-@define("Reshape", family=SHAPE, view=True)
-@define("ExpandDims", "Squeeze", family=SHAPE, view=True, export=_axes_only)
-@define("Flatten", "Unflatten", family=SHAPE, view=True, export=_without_shape)
+# Output shapes from the input's (MLX's output_shapes, mlx/primitives.cpp), which a shapeless
+# compile asks on new inputs; each view's ``shape`` parameter is the output shape they give.
+def _reshape_shape(shapes: list, *, shape, spec=None, **_) -> list:
+    """MLX's Reshape::output_shape: the requested shape, its -1 inferred again."""
+    spec = shape if spec is None else spec
+    size = _prod(shapes[0])
+    out = list(spec)
+    if -1 in spec:
+        rest = _prod(d for d in spec if d != -1)
+        out[spec.index(-1)] = size // rest if rest else 0
+    if _prod(out) != size:
+        raise ValueError(f"[reshape] Cannot reshape array of size {size} into shape {_fmt(out)}.")
+    return [tuple(out)]
+
+
+def _flatten_shape(shapes: list, *, start_axis, end_axis, **_) -> list:
+    shape = tuple(shapes[0])
+    if not shape:
+        return [(1,)]
+    lo, hi = start_axis % len(shape), end_axis % len(shape)
+    return [shape[:lo] + (_prod(shape[lo:hi + 1]),) + shape[hi + 1:]]
+
+
+def _unflatten_shape(shapes: list, *, axis, spec, **_) -> list:
+    """MLX's Unflatten::output_shape: axis ``axis`` split into ``spec``, its -1 inferred again."""
+    shape = tuple(shapes[0])
+    sub = list(spec)
+    if -1 in spec:
+        rest = _prod(d for d in spec if d != -1)
+        sub[spec.index(-1)] = shape[axis] // rest if rest else 0
+    if _prod(sub) != shape[axis]:
+        raise ValueError(f"[Unflatten] Cannot unflatten axis {axis} with size {shape[axis]} into "
+                         f"shape {_fmt(spec)}.")
+    return [shape[:axis] + tuple(sub) + shape[axis + 1:]]
+
+
+def _expand_dims_shape(shapes: list, *, axes, **_) -> list:
+    out = list(shapes[0])
+    for ax in sorted(axes):
+        out.insert(ax, 1)
+    return [tuple(out)]
+
+
+def _squeeze_shape(shapes: list, *, axes, **_) -> list:
+    axes = set(axes)
+    return [tuple(d for i, d in enumerate(shapes[0]) if i not in axes)]
+
+
+@define("Reshape", family=SHAPE, view=True, shape=_reshape_shape)
+@define("ExpandDims", family=SHAPE, view=True, export=_axes_only, shape=_expand_dims_shape)
+@define("Squeeze", family=SHAPE, view=True, export=_axes_only, shape=_squeeze_shape)
+@define("Flatten", family=SHAPE, view=True, export=_without_shape, shape=_flatten_shape)
+@define("Unflatten", family=SHAPE, view=True, export=_without_shape, shape=_unflatten_shape)
 def reshape(xp, a, *, shape, **_):
     # A view when the input's strides allow it, a copy otherwise (numpy's and MLX's rule).
     return xp.reshape(a, shape)
 
 
-@define("Transpose", family=SHAPE, view=True, export=_axes_only, view_strides=_transpose_strides)
+@define("Transpose", family=SHAPE, view=True, export=_axes_only, view_strides=_transpose_strides,
+        shape=lambda shapes, *, axes, **_: [tuple(shapes[0][a] for a in axes)])
 def transpose(xp, a, *, axes):
     return xp.transpose(a, axes)
 
@@ -70,19 +121,25 @@ def as_strided(xp, a, *, shape, strides, offset):
     return xp.lib.stride_tricks.as_strided(flat, shape=shape, strides=byte_strides)
 
 
-@define("Contiguous", family=SHAPE, moves=True)
+@define("Contiguous", family=SHAPE, moves=True, shape=same_shape)
 def contiguous(xp, a, *, allow_col_major):
     if a.flags.c_contiguous or (allow_col_major and a.flags.f_contiguous):
         return a
     return xp.ascontiguousarray(a)
 
 
-@define("Copy", family=SHAPE, moves=True)
+@define("Copy", family=SHAPE, moves=True, shape=same_shape)
 def copy(xp, a):
     return a.copy()
 
 
-@define("Concatenate", family=SHAPE, out=True, moves=True)
+def _concatenate_shape(shapes: list, *, axis, **_) -> list:
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return [tuple(out)]
+
+
+@define("Concatenate", family=SHAPE, out=True, moves=True, shape=_concatenate_shape)
 def concatenate(xp, *arrays, axis, out=None):
     # Into an allocator buffer, as MLX's Concatenate mallocs its output (reusing the cache).
     return xp.concatenate(arrays, axis=axis, out=out)

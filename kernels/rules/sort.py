@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..primitives import SORT, define
+from ..primitives import SORT, define, same_shape
 
 
 def _sortable(xp, a):
@@ -10,12 +10,12 @@ def _sortable(xp, a):
     return a.astype(xp.float32) if a.dtype.name == "bfloat16" else a
 
 
-@define("Sort", family=SORT)
+@define("Sort", family=SORT, shape=same_shape)
 def sort(xp, a, *, axis):
     return xp.sort(_sortable(xp, a), axis=axis)
 
 
-@define("ArgSort", family=SORT)
+@define("ArgSort", family=SORT, shape=same_shape)
 def argsort(xp, a, *, axis):
     """Stable: equal elements keep their order, as MLX's merge sort does."""
     return xp.argsort(_sortable(xp, a), axis=axis, kind="stable").astype(xp.uint32)
