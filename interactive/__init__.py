@@ -1,6 +1,6 @@
 """tapescope: an MLX-style lazy array runtime for Jupyter that shows its own insides."""
 
-from tapescope.core.scheduling import interrupt_eval  # noqa: F401
+from tapescope.core.eval_loop import interrupt_eval  # noqa: F401
 from tapescope.kernels.timeline import record  # noqa: F401
 from tapescope.kernels.settings import settings  # noqa: F401  (every mode and switch)
 from tapescope.kernels.cache_entries import clear_kernel_cache, kernel_cache  # noqa: F401

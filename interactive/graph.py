@@ -421,7 +421,7 @@ def _boundary_runs(prog: Any) -> dict:
 def from_program(prog: Any, input_names: list, real: list, output_names: list,
                  title: str = "", compiled: bool = False, backward: Optional[dict] = None,
                  program: bool = False) -> Graph:
-    """A Graph of a traced (and possibly fused) ``tracing.Program``. ``backward``: what
+    """A Graph of a traced (and possibly fused) ``compile_trace.Program``. ``backward``: what
     reverse mode recorded while tracing (``_backward_marks``): its ops are marked, and so
     is a fused kernel that reads a cotangent. ``program``: the graph is the program itself
     (a compiled function's, reused by every call), not one call on ``real`` arguments."""
@@ -527,7 +527,7 @@ def _arg_names(fun: Callable, n: int) -> list:
 def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Graph:
     """The Graph ``fun(*args, **kwargs)`` traces into; with ``compile=True`` simplified and
     fused as ``mx.compile`` does (each fused kernel with its tape, variant and boundaries)."""
-    from tapescope.core import fusion, tracing
+    from tapescope.core import compile_trace, fusion
 
     if not callable(fun):
         raise TypeError(f"[trace] Expected a callable, got {type(fun).__name__}.")
@@ -551,11 +551,11 @@ def trace(fun: Callable, *args: Any, compile: bool = True, **kwargs: Any) -> Gra
         box["backward"] = _backward_marks([x._d for x in flat])
         return flat, None
 
-    prog, _ = tracing.trace(run, [(x.shape, x.dtype) for x in arrays])
+    prog, _ = compile_trace.trace(run, [(x.shape, x.dtype) for x in arrays])
     if not prog.outputs:
         raise ValueError("[trace] The function must return at least one array.")
     if compile:
-        fusion.fuse(tracing.simplify(prog))
+        fusion.fuse(compile_trace.simplify(prog))
     title = getattr(fun, "__name__", type(fun).__name__)
     return from_program(prog, names, [x._d for x in arrays], box["names"], title, compiled=compile,
                         backward=box["backward"])

@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .allocator import Allocator, allocator as _allocator_of, owner_of
-from .scheduler import Event, Fence
+from .stream_workers import Event, Fence
 from .settings import settings
 
 

@@ -65,7 +65,7 @@ _WHERE = {
     RANDOM: "interactive/core/random.py",
     FFT: "interactive/core/fft.py",
     LINALG: "interactive/core/linalg.py",
-    PLACEHOLDER: "interactive/core/tracing.py (the traced argument's shape and dtype)",
+    PLACEHOLDER: "interactive/core/compile_trace.py (the traced argument's shape and dtype)",
     DISTRIBUTED: "interactive/core/distributed.py (each collective computes its output)",
     QUANTIZED: "interactive/core/ops/quantized.py (each op computes its outputs, as mlx/ops.cpp)",
     IO: "interactive/core/serialize.py (the file's header gives the shape and dtype)",

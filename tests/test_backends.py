@@ -18,7 +18,7 @@ import tapescope.core as mx
 from tapescope.kernels import backends
 from tapescope.kernels.allocator import POLICIES, Allocator, allocator
 from tapescope.kernels.codegen.interpret import interpret
-from tapescope.kernels.scheduler import Event
+from tapescope.kernels.stream_workers import Event
 from conftest import registered_as_gpu
 
 

@@ -255,7 +255,7 @@ def test_shapeless_self_call_raises_as_mlx():
 
 
 def test_unbounded_self_call_raises_recursion_error_and_leaves_no_trace_state():
-    from tapescope.core import tracer, tracing
+    from tapescope.core import compile_trace, transform_tracers
 
     box = {}
     box["g"] = mx.compile(lambda x: box["g"](x) + 1)
@@ -271,7 +271,7 @@ def test_unbounded_self_call_raises_recursion_error_and_leaves_no_trace_state():
     t.start()
     t.join(60)  # a hang guard, not a timing: the non-reentrant lock blocked here forever
     assert not t.is_alive() and "error" in result
-    assert tracer._active == 0 and not tracing.in_dynamic_tracing()
+    assert transform_tracers._active == 0 and not compile_trace.in_dynamic_tracing()
     assert box["g"].traces == 0 and not box["g"]._cache
     # the next compiled call traces and runs as usual
     assert mx.compile(lambda x: x * 2)(mx.array([1.5])).tolist() == [3.0]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tapescope
 import tapescope.core as mx
 from conftest import requires_mlx
-from tapescope.core.tracing import ReplayPlan, replay
+from tapescope.core.compile_trace import ReplayPlan, replay
 
 
 def _graph(d, seen=None):

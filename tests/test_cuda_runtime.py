@@ -198,7 +198,7 @@ def test_async_eval_on_a_gpu_stream_enqueues_on_the_calling_thread():
     """MLX's eval_impl encodes GPU work on the calling thread: after async_eval the kernels
     are enqueued (the arrays hold their device buffers) with no hand-over to the stream's
     worker thread; eval then waits for the device."""
-    from tapescope.kernels.scheduler import existing_worker
+    from tapescope.kernels.stream_workers import existing_worker
 
     s = mx.new_stream(mx.gpu)
     x_np = np.linspace(-3, 3, 1 << 20, dtype=np.float32)
@@ -253,9 +253,9 @@ def test_an_interrupted_async_eval_on_a_gpu_stream_raises_and_leaves_the_rest_la
     the nodes after the interrupt stay lazy, the caller gets MLX's KeyboardInterrupt, and
     a later eval resumes."""
     import tapescope
-    from tapescope.core import scheduling
+    from tapescope.core import eval_loop
 
-    real = scheduling.run_node
+    real = eval_loop.run_node
 
     def run_then_interrupt(node):
         real(node)
@@ -266,10 +266,10 @@ def test_an_interrupted_async_eval_on_a_gpu_stream_raises_and_leaves_the_rest_la
     x = mx.array(np.arange(8, dtype=np.float32))
     a = mx.add(x, 1, stream=s)
     c = mx.subtract(mx.multiply(a, 2, stream=s), 3, stream=s)
-    monkeypatch.setattr(scheduling, "run_node", run_then_interrupt)
+    monkeypatch.setattr(eval_loop, "run_node", run_then_interrupt)
     with pytest.raises(KeyboardInterrupt, match=r"\[eval\] Evaluation interrupted"):
         mx.async_eval(c)
-    monkeypatch.setattr(scheduling, "run_node", real)
+    monkeypatch.setattr(eval_loop, "run_node", real)
     assert a._d.node is None and c._d.node is not None and c._d.node.event is None
     np.testing.assert_array_equal(np.array(c), (np.arange(8, dtype=np.float32) + 1) * 2 - 3)
 

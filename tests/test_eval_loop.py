@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tapescope.core as mx
-from tapescope.core import evaluate, scheduling
+from tapescope.core import eval_loop, evaluate
 from tapescope.kernels import timeline
-from tapescope.kernels.scheduler import Interrupt
+from tapescope.kernels.stream_workers import Interrupt
 from conftest import registered_as_gpu
 from test_backends import NumpyGpu
 
@@ -273,7 +273,7 @@ def _lazy_descs(x) -> list:
 def test_the_schedules_order_in_c_is_the_walkers(ops, outs, scheduled):
     """core/_call.c's topo_order against walk.topological with the schedule's cut: the same
     nodes in the same order, and the same nodes another eval has scheduled."""
-    if scheduling.c_loop is None:
+    if eval_loop.c_loop is None:
         pytest.skip("core/_call.c is not built")
     pool = [mx.array(np.ones(3, np.float32)) for _ in range(3)]
     for i, j, unary in ops:
@@ -285,7 +285,7 @@ def test_the_schedules_order_in_c_is_the_walkers(ops, outs, scheduled):
         n.event = object()  # scheduled by another eval
     try:
         descs = [pool[k % len(pool)]._d for k in outs]
-        assert scheduling.topo_order(descs) == scheduling._topo_order(descs)
+        assert eval_loop.topo_order(descs) == eval_loop._topo_order(descs)
     finally:
         for n in marked:
             n.event = None
@@ -321,7 +321,7 @@ def test_recording_a_node_in_c_makes_the_objects_the_python_recorder_makes(shape
     def record():
         return made(array._make, array._make1), made(array._make_py, array._make1_py)
 
-    if traced:  # a transformation's tracers: the flag comes from tracer.any_tracer
+    if traced:  # a transformation's tracers: the flag comes from transform_tracers.any_tracer
         got = []
         mx.grad(lambda x: (got.append(record()), x.sum())[1])(mx.array(1.0))
         (pc, c), (pp, p) = got[0]
@@ -396,7 +396,7 @@ def test_the_c_loop_and_the_python_loop_make_the_same_records_counts_and_values(
     import subprocess
     import sys
 
-    if scheduling.c_loop is None:
+    if eval_loop.c_loop is None:
         pytest.skip("core/_call.c is not built")
     runs = []
     for c_call in ("1", "0"):

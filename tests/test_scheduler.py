@@ -15,7 +15,7 @@ import pytest
 
 import tapescope
 import tapescope.core as mx
-from tapescope.kernels import scheduler
+from tapescope.kernels import stream_workers
 
 
 def chain(n: int, size: int = 1024):
@@ -29,7 +29,7 @@ def chain(n: int, size: int = 1024):
 def block_stream(s):
     """Occupy stream ``s``'s worker until the returned event is set."""
     gate = threading.Event()
-    scheduler.worker(s.index).enqueue(gate.wait)
+    stream_workers.worker(s.index).enqueue(gate.wait)
     return gate
 
 

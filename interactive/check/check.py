@@ -207,7 +207,7 @@ def _check(flat: list, ref: Optional[list], walks: list, held, rtol, atol, every
     import jax
 
     from tapescope.core.array import array
-    from tapescope.core.transforms import eval as mx_eval
+    from tapescope.core.eval_api import eval as mx_eval
 
     if not flat:
         raise ValueError("[check] The function returned no arrays to check.")

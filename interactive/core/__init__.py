@@ -26,8 +26,9 @@ from .linalg import norm as matrix_norm  # noqa: F401  (MLX: mx.matrix_norm is m
 from .interop import from_dlpack, get_array_buffer_size  # noqa: F401
 from .serialize import load, save, save_safetensors, savez, savez_compressed  # noqa: F401
 from .gguf import save_gguf  # noqa: F401
-from .function_export import FunctionExporter, export_function, exporter, import_function  # noqa: F401
-from .transforms import async_eval, clear_streams, eval, synchronize  # noqa: F401
+from .export_dot import export_to_dot  # noqa: F401
+from .export_function import FunctionExporter, export_function, exporter, import_function  # noqa: F401
+from .eval_api import async_eval, clear_streams, eval, synchronize  # noqa: F401
 from .autodiff import (  # noqa: F401,E402
     checkpoint, custom_function, grad, jvp, value_and_grad, vjp,
 )

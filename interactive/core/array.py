@@ -14,7 +14,7 @@ from tapescope.kernels.backends import host_array, stream_backend
 from . import dtypes as _dt
 from .device import DeviceType, incompatible, resolve_stream
 from .primitive import Node, Primitive
-from .tracer import any_tracer
+from .transform_tracers import any_tracer
 
 
 class ArrayDesc:
@@ -40,7 +40,7 @@ class ArrayDesc:
         self.index = index
         self.data = data
         self.buffer = buffer
-        # MLX's tracer flag, and the node an evaluated tracer keeps (core/tracer.py)
+        # MLX's tracer flag, and the node an evaluated tracer keeps (core/transform_tracers.py)
         self.tracer = node is not None and any_tracer(node.inputs)
         self.kept: Optional[Node] = None
         if data is not None and buffer is None:
@@ -389,7 +389,7 @@ class array(_BufferBase):
     def _numpy(self) -> np.ndarray:
         """Evaluate and return the numpy view of the data (read-only to callers)."""
         if self._d.node is not None:
-            from .transforms import eval as _eval
+            from .eval_api import eval as _eval
 
             _eval(self)
         data = self._d.data
@@ -578,12 +578,12 @@ def _c_record() -> None:
         from . import _call
     except ImportError:
         return
-    from . import tracer
+    from . import transform_tracers
     from .primitive import _node_ids
 
     _call.configure_record({"node_type": Node, "desc_type": ArrayDesc, "array_type": array,
                             "primitive_type": Primitive, "node_ids": _node_ids,
-                            "tracer": tracer, "any_tracer": any_tracer,
+                            "tracer": transform_tracers, "any_tracer": any_tracer,
                             "float64": _dt.float64, "float64_check": _no_gpu_float64})
     array._make1_py, array._make_py = array._make1, array._make
     array._make1 = staticmethod(_call.make1)

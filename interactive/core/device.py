@@ -202,9 +202,9 @@ _default_device: Optional[Device] = None
 
 def _on_worker() -> bool:
     """Work nested in a node runs on the stream's worker thread, on the owner's behalf."""
-    from tapescope.kernels import scheduler
+    from tapescope.kernels import stream_workers
 
-    return scheduler.on_worker()
+    return stream_workers.on_worker()
 
 
 def _gpu_backend_available() -> bool:

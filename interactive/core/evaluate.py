@@ -1,5 +1,5 @@
 """Running one graph node: its rule with its device's backend, output memory (allocation,
-donation), detaching (unless the node is a tracer's: ``core/tracer.py``).
+donation), detaching (unless the node is a tracer's: ``core/transform_tracers.py``).
 
 Nothing here names an array module or a device: ``stream_backend(stream)`` (``kernels.backends``)
 gives the array module the rule computes with, the allocator the outputs come from, how a
@@ -18,7 +18,7 @@ from tapescope.kernels.codegen.layout import Layout
 from tapescope.kernels.settings import settings
 
 from . import dtypes as _dt
-from . import tracer
+from . import transform_tracers as tracer
 from .array import ArrayDesc
 from .primitive import Node
 

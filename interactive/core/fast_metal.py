@@ -94,7 +94,7 @@ class _MetalKernel(CustomKernelFunction):
 def _export_stream(stream) -> Stream:
     """Without Metal: the placeholder GPU stream an exported call is recorded on, or MLX's
     errors (``resolve_metal_kernel_stream``, mlx/backend/common/metal_kernel.cpp)."""
-    from .function_export import in_export_tracing
+    from .export_function import in_export_tracing
 
     if not in_export_tracing():
         raise RuntimeError("[metal_kernel] No Metal back-end.")

@@ -26,7 +26,7 @@ from tapescope.kernels.settings import setting, settings
 from tapescope.kernels.primitives import COMPILED
 
 from .primitive import BROADCAST, Primitive
-from .tracing import GOp, Program, Val
+from .compile_trace import GOp, Program, Val
 
 
 # Why fusion stopped at a value (the graph picture shows these on a tape's input edges).

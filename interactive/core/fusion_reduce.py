@@ -27,7 +27,7 @@ from tapescope.kernels.codegen.c_ops import Unsupported
 from tapescope.kernels.codegen.tape import MAX_COMPILE_ARRAYS, Reduction
 
 from .primitive import Primitive
-from .tracing import GOp, Program, Val
+from .compile_trace import GOp, Program, Val
 
 ELEMENTWISE = ("unary", "binary", "ternary", "broadcast", "astype")
 MIN_ROWS_PER_THREAD = 2  # rows per CPU thread below which a large reduction is not fused

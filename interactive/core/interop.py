@@ -117,7 +117,7 @@ def _dlpack_device(self: array) -> tuple:
 def _device_view(self: array) -> Any:
     """The evaluated array's device memory as the backend exports it, or None on the host."""
     if self._d.node is not None:
-        from .transforms import eval as _eval
+        from .eval_api import eval as _eval
 
         _eval(self)
     data = self._d.data

@@ -13,7 +13,7 @@ import subprocess
 import threading
 from typing import Union
 
-from tapescope.kernels import scheduler
+from tapescope.kernels import stream_workers
 from tapescope.kernels.allocator import Allocator
 from tapescope.kernels.backends import backend, gpu_available
 
@@ -113,7 +113,7 @@ def _synchronize_cpu_streams() -> None:
     me = threading.get_ident()
     for s in streams():
         if s.device.type == cpu:
-            w = scheduler.existing_worker(s.index)
+            w = stream_workers.existing_worker(s.index)
             if w is not None and w.thread_id != me:
                 w.synchronize()
 

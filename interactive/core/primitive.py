@@ -80,7 +80,7 @@ class Node:
         self.outputs: list[weakref.ref] = []
         self.id = next(_node_ids)
         self.event = None  # set while scheduled: the event its stream signals when done
-        self.keep = False  # a tracer's: evaluating it keeps its inputs (core/tracer.py)
+        self.keep = False  # a tracer's: evaluating it keeps its inputs (core/transform_tracers.py)
 
     def output(self, i: int) -> Optional[Any]:
         return self.outputs[i]()

@@ -176,7 +176,7 @@ def _owned(arrays: Any, file: FileLike) -> Any:
     """A file object is not ours to keep: its arrays are read now (MLX: "If we don't own
     the stream and it was passed to us, eval immediately")."""
     if not isinstance(file, (str, pathlib.Path)):
-        from .transforms import eval as _eval
+        from .eval_api import eval as _eval
 
         _eval(arrays)
     return arrays
@@ -314,7 +314,7 @@ def _load_npz(f: Any, file: FileLike, stream: Stream) -> dict:
     its header read now, its data a ``Load`` through the open member (python/src/load.cpp
     mlx_load_npz_helper); a file object's arrays are read before this returns. zipfile
     checks a member's CRC once it is read to its end: a damaged member raises at eval."""
-    from .transforms import eval as _eval
+    from .eval_api import eval as _eval
 
     own = isinstance(file, (str, pathlib.Path))
     try:  # a path: the archive's own descriptor, kept open by the members until they are read

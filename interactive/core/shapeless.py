@@ -2,7 +2,7 @@
 MLX's ``Primitive::output_shapes`` (mlx/primitives.cpp), answered by the definition's
 ``shape`` rule (kernels/rules/). A primitive whose definition has none cannot run shapeless:
 MLX raises when it is traced, and so does ``infer``. Elementwise ops, Broadcast and fused
-tapes are handled by the tracer (core/tracing.py).
+tapes are handled by the tracer (core/compile_trace.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def topological(descs: Iterable, cut: Optional[Callable] = None,
                 leaf: Optional[Callable] = None, visit: Optional[Callable] = None,
                 kept: bool = False) -> list[Node]:
     """The nodes ``descs`` (ArrayDescs) depend on, in topological order (see the module);
-    ``kept``: also through the graphs evaluated tracers keep (``core/tracer.py``)."""
+    ``kept``: also through the graphs evaluated tracers keep (``core/transform_tracers.py``)."""
     order: list[Node] = []
     seen: set = set()
     stack: list = []  # arrays to visit, and (a Node) markers: its inputs are done

@@ -21,7 +21,7 @@ from typing import Optional
 import cupy
 
 from .. import timeline
-from ..scheduler import Event
+from ..stream_workers import Event
 from . import device, timing
 
 

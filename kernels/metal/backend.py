@@ -24,7 +24,7 @@ from ..backends import Backend
 from ..codegen.c_ops import Unsupported
 from ..codegen.render import renderer
 from ..primitives import ASTYPE, REGISTRY
-from ..scheduler import Event
+from ..stream_workers import Event
 from . import kernels as K
 from . import runtime
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence, Union
 
 from ..array import array
 from ..device import incompatible
-from ..tracer import tracing
+from ..transform_tracers import tracing
 from ..tree import tree_arrays, tree_unflatten, tree_update
 from . import engine
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 from .. import dtypes as _dt
-from .. import tracer
+from .. import transform_tracers
 from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive
 from ..walk import topological
@@ -60,7 +60,7 @@ def recording() -> Iterator[list]:
     found: list = []
     token = _RECORDING.set(found)
     try:
-        with tracer.holding():  # the forward graphs, through evals inside, stay walkable
+        with transform_tracers.holding():  # the forward graphs, through evals inside, stay walkable
             yield found
     finally:
         _RECORDING.reset(token)
@@ -127,10 +127,10 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     leaves: list = []
     order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
                         kept=True)
-    tracer.untrace(primals)
-    tracer.untrace(leaves)
+    transform_tracers.untrace(primals)
+    transform_tracers.untrace(leaves)
     for node in order:
-        tracer.untrace([o for o in (r() for r in node.outputs) if o is not None])
+        transform_tracers.untrace([o for o in (r() for r in node.outputs) if o is not None])
     tape = []
     for node in order:
         if node.primitive.name == "StopGradient":
@@ -207,7 +207,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
-        with tracer.retain_graph():  # MLX's RetainGraph around Primitive::vjp
+        with transform_tracers.retain_graph():  # MLX's RetainGraph around Primitive::vjp
             vjps = rule([_wrap(x) for x in node.inputs], cots, args,
                         [_wrap(o) if o is not None else None for o in outs], **prim.kw)
         for i, g in zip(args, _check_vjp(node, args, list(vjps))):

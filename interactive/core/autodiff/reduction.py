@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from .. import ops as mx
-from ..tracing import in_dynamic_tracing, note_partners
+from ..compile_trace import in_dynamic_tracing, note_partners
 from .registry import defjvp, defvjp, same_op
 
 

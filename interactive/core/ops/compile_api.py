@@ -20,7 +20,7 @@ from ..array import array
 from ..device import resolve_stream
 from ..tree import tree_arrays, tree_unflatten, tree_update
 from ..fusion import _MODE as _FUSION, fuse
-from ..tracing import (Program, ReplayPlan, UncapturedInputs, dynamic_tracing, made_from_tracers,
+from ..compile_trace import (Program, ReplayPlan, UncapturedInputs, dynamic_tracing, made_from_tracers,
                        replay, simplify, trace)
 
 __all__ = ["compile", "enable_compile", "disable_compile"]
@@ -42,12 +42,12 @@ def _call_base() -> type:
         from .. import _call
     except ImportError:
         return object
-    from .. import device, tracer
+    from .. import device, transform_tracers
     from ..array import ArrayDesc
     from ..primitive import Node, _node_ids
 
     _call.configure({"node_type": Node, "desc_type": ArrayDesc, "array_type": array,
-                     "node_ids": _node_ids, "tracer": tracer, "fusion": _FUSION,
+                     "node_ids": _node_ids, "tracer": transform_tracers, "fusion": _FUSION,
                      "state": _state, "resolve_stream": resolve_stream, "device": device})
     return _call.CompiledBase
 

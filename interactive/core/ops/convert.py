@@ -237,7 +237,7 @@ def broadcast_arrays(*arrays: Any, stream: StreamOrDevice = None) -> tuple:
     arrs = [to_array(x) for x in arrays]
     shape = broadcast_shapes(*[x.shape for x in arrs])
     outs = tuple(broadcast(x, shape, stream) for x in arrs)
-    from ..tracing import in_dynamic_tracing, note_partners
+    from ..compile_trace import in_dynamic_tracing, note_partners
 
     if in_dynamic_tracing():  # each follows the others' shapes (MLX: their stop-gradients)
         for i, (x, o) in enumerate(zip(arrs, outs)):

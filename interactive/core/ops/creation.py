@@ -16,7 +16,7 @@ from .. import dtypes as _dt
 from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from ..tracing import in_dynamic_tracing, note_partners
+from ..compile_trace import in_dynamic_tracing, note_partners
 from .convert import broadcast, cast, int32, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",

@@ -14,7 +14,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from ..tracing import in_dynamic_tracing, note_partners
+from ..compile_trace import in_dynamic_tracing, note_partners
 from .binary import less, not_equal, subtract
 from .convert import broadcast, broadcast_shapes, cast, incompatible, to_array, to_arrays
 from .elementwise import unary

@@ -10,7 +10,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from ..tracing import in_dynamic_tracing, note_partners
+from ..compile_trace import in_dynamic_tracing, note_partners
 from .convert import broadcast, broadcast_known, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 

@@ -85,7 +85,7 @@ def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
     if noop and seen:
         # a size-1 axis at trace time may be larger on replay: a shapeless compile's trace
         # keeps the reduction (MLX's compute_reduce_shape under in_dynamic_tracing)
-        from ..tracing import in_dynamic_tracing
+        from ..compile_trace import in_dynamic_tracing
 
         noop = not in_dynamic_tracing()
     return tuple(sorted(seen)), kept, noop
@@ -193,7 +193,7 @@ def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt
                        n: int, s) -> array:
     """MLX's normalizer: the constant ``n`` (or 1/n), or while a shapeless compile traces a
     NumberOfElements node (under StopGradient) that counts on the shapes it is given."""
-    from ..tracing import in_dynamic_tracing
+    from ..compile_trace import in_dynamic_tracing
 
     if not in_dynamic_tracing():
         return array(_inv(n) if inverted else n, dtype)

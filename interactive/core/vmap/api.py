@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..array import array
 from ..device import BadArgs, binding
-from ..tracer import placeholders
+from ..transform_tracers import placeholders
 from ..tree import tree_arrays, tree_unflatten
 from . import engine
 

@@ -96,7 +96,7 @@ def made_from_tracers(arrays: Sequence[array]) -> bool:
     """Whether one of ``arrays`` is a transformation's tracer in MLX's sense: grad's flag, or
     made from a placeholder (vmap's or an enclosing compile's), where MLX's compile calls
     the function itself instead of compiling it (mlx/compile.cpp)."""
-    from .tracer import is_tracer
+    from .transform_tracers import is_tracer
 
     found = []
 
@@ -313,7 +313,7 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple],
     placeholder raises."""
     tracers = make_tracers(avals)
     inputs = [array._wrap(t._d) for t in tracers]  # ``t *= 2`` in fun rebinds t's desc
-    from .tracer import placeholders
+    from .transform_tracers import placeholders
 
     with placeholders():
         outs, extra = fun(tracers)

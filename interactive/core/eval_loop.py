@@ -2,7 +2,7 @@
 
 One eval: the unscheduled nodes the outputs need, in topological order, each marked
 scheduled with its stream's event for this eval. Each stream runs its nodes in order on its
-worker thread (``tapescope.kernels.scheduler``). An input produced on another stream
+worker thread (``tapescope.kernels.stream_workers``). An input produced on another stream
 *within* this eval is waited on through that stream's fence; an input scheduled by an
 *earlier* eval is waited on through its event — unless the event has already signalled, in
 which case it is detached (seed 000's eval change). A synchronous eval whose nodes are all on
@@ -26,15 +26,15 @@ from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.backends import stream_backend as backend
-from tapescope.kernels.scheduler import Event, Fence  # noqa: F401 (Fence: annotations)
-from tapescope.kernels.scheduler import Interrupt, existing_worker, worker
+from tapescope.kernels.stream_workers import Event, Fence  # noqa: F401 (Fence: annotations)
+from tapescope.kernels.stream_workers import Interrupt, existing_worker, worker
 from tapescope.kernels.primitives import COMPILED
 
 from .array import ArrayDesc
 from .device import check_thread
 from .evaluate import c_loop, prebuild_kernels, run_node
 from .primitive import Node
-from .tracer import before_eval
+from .transform_tracers import before_eval
 from .walk import topological
 
 _schedule_lock = threading.RLock()
@@ -435,13 +435,13 @@ def _install_sigint() -> None:
 
 _c_eager = None if c_loop is None else c_loop.eager_eval
 if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), the same steps
-    from tapescope.kernels import scheduler as _scheduler
+    from tapescope.kernels import stream_workers as _stream_workers
 
-    from . import tracer as _tracer
+    from . import transform_tracers as _tracers
 
     c_loop.configure_eager({
-        "tracer": _tracer, "interrupt": Interrupt, "install_sigint": _install_sigint,
-        "schedule_lock": _schedule_lock, "workers": _scheduler._workers,
+        "tracer": _tracers, "interrupt": Interrupt, "install_sigint": _install_sigint,
+        "schedule_lock": _schedule_lock, "workers": _stream_workers._workers,
         "eval_begin": _eval_begin, "eval_end": _record_end, "state_type": EvalState,
         "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED,
         "prebuild": prebuild_kernels})

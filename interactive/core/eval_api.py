@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapescope.kernels import scheduler
+from tapescope.kernels import stream_workers
 from tapescope.kernels.backends import stream_backend
 from tapescope.kernels.settings import settings
 
 from .array import array
 from .device import StreamOrDevice, resolve_stream
-from .scheduling import evaluate
+from .eval_loop import evaluate
 from .random_state import reset_thread_key
-from .tracer import on_placeholders
+from .transform_tracers import on_placeholders
 from .tree import tree_arrays
 
 
@@ -52,7 +52,7 @@ def async_eval(*args: Any) -> None:
     """
     arrays = tree_arrays(args)
     if on_placeholders():  # MLX: a tracer of vmap / compile may not be evaluated asynchronously
-        from .tracing import made_from_tracers  # (grad's tracers: tracer.before_eval)
+        from .compile_trace import made_from_tracers  # (grad's tracers: transform_tracers.before_eval)
 
         if made_from_tracers(arrays):
             raise ValueError("[async_eval] Not allowed inside a graph transformation.")
@@ -65,7 +65,7 @@ def synchronize(stream: StreamOrDevice = None) -> None:
     ``synchronize`` (once, as MLX's does: mlx/scheduler.cpp). The failed arrays stay
     lazy: reading one evaluates it again (and raises again)."""
     s = resolve_stream(stream)
-    w = scheduler.existing_worker(s.index)
+    w = stream_workers.existing_worker(s.index)
     if w is not None:
         w.synchronize()
         w.check_error()
@@ -76,4 +76,4 @@ def clear_streams() -> None:
     """Finish the queued work and stop every stream's worker thread (they restart on use);
     the calling thread's random key starts afresh, as in MLX (python/src/stream.cpp)."""
     reset_thread_key()
-    scheduler.stop_workers()
+    stream_workers.stop_workers()

@@ -17,10 +17,10 @@ Differences from MLX besides the format: an imported function's constants are re
 file (MLX records a lazy ``Load`` per constant). The callback form gives each primitive
 under MLX's serialized name with MLX's state (core/export_state.py).
 
-A trace is ``tracing.trace`` (placeholders, the graph copied out by the one graph walker,
-``walk.topological``) and ``tracing.simplify`` (MLX's ``compile_simplify``: equal scalar
+A trace is ``compile_trace.trace`` (placeholders, the graph copied out by the one graph walker,
+``walk.topological``) and ``compile_trace.simplify`` (MLX's ``compile_simplify``: equal scalar
 constants merged, common subexpressions removed), never fused; a call of the imported
-function is ``tracing.replay`` on the arguments (with shapes inferred per primitive when
+function is ``compile_trace.replay`` on the arguments (with shapes inferred per primitive when
 the file is shapeless, as ``compile(shapeless=True)`` replays).
 """
 
@@ -36,11 +36,11 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, Device, DeviceType, binding, default_stream
-from .export import _letters
+from .export_dot import _letters
 from .export_state import mlx_state
 from .ops.convert import _fmt_shape
 from .primitive import Primitive
-from .tracing import GOp, Program, Val, dynamic_tracing, replay, simplify, trace
+from .compile_trace import GOp, Program, Val, dynamic_tracing, replay, simplify, trace
 
 __all__ = ["export_function", "import_function", "exporter", "FunctionExporter"]
 
