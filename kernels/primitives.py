@@ -109,17 +109,6 @@ def same_shape(shapes: list, **_) -> list:
     return [tuple(shapes[0])]
 
 
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
-
-
-def _fmt(shape) -> str:
-    return "(" + ",".join(str(s) for s in shape) + ")"
-
-
 def _broadcast_shape(shapes: list, *, shape, **_) -> list:
     return [tuple(shape)]
 

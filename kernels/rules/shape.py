@@ -6,7 +6,7 @@ Split, AsStrided. AsType, Contiguous (of a strided input), Copy, Concatenate and
 from __future__ import annotations
 
 from ..codegen import c_ops as C
-from ..primitives import ASTYPE, BROADCAST, SHAPE, _fmt, _prod, define, same_shape
+from ..primitives import ASTYPE, BROADCAST, SHAPE, define, elements, same_shape
 
 
 def _broadcast_strides(strides: tuple, in_shape: tuple, out_shape: tuple, **_) -> tuple:
@@ -48,17 +48,22 @@ def _without_shape(name: str, kw: dict) -> tuple:
     return name, [v for k, v in kw.items() if k != "shape"]
 
 
+def _fmt(shape) -> str:
+    """A shape as MLX's errors print it: ``(2,3)``."""
+    return "(" + ",".join(str(s) for s in shape) + ")"
+
+
 # Output shapes from the input's (MLX's output_shapes, mlx/primitives.cpp), which a shapeless
 # compile asks on new inputs; each view's ``shape`` parameter is the output shape they give.
 def _reshape_shape(shapes: list, *, shape, spec=None, **_) -> list:
     """MLX's Reshape::output_shape: the requested shape, its -1 inferred again."""
     spec = shape if spec is None else spec
-    size = _prod(shapes[0])
+    size = elements(shapes[0])
     out = list(spec)
     if -1 in spec:
-        rest = _prod(d for d in spec if d != -1)
+        rest = elements(d for d in spec if d != -1)
         out[spec.index(-1)] = size // rest if rest else 0
-    if _prod(out) != size:
+    if elements(out) != size:
         raise ValueError(f"[reshape] Cannot reshape array of size {size} into shape {_fmt(out)}.")
     return [tuple(out)]
 
@@ -68,7 +73,7 @@ def _flatten_shape(shapes: list, *, start_axis, end_axis, **_) -> list:
     if not shape:
         return [(1,)]
     lo, hi = start_axis % len(shape), end_axis % len(shape)
-    return [shape[:lo] + (_prod(shape[lo:hi + 1]),) + shape[hi + 1:]]
+    return [shape[:lo] + (elements(shape[lo:hi + 1]),) + shape[hi + 1:]]
 
 
 def _unflatten_shape(shapes: list, *, axis, spec, **_) -> list:
@@ -76,9 +81,9 @@ def _unflatten_shape(shapes: list, *, axis, spec, **_) -> list:
     shape = tuple(shapes[0])
     sub = list(spec)
     if -1 in spec:
-        rest = _prod(d for d in spec if d != -1)
+        rest = elements(d for d in spec if d != -1)
         sub[spec.index(-1)] = shape[axis] // rest if rest else 0
-    if _prod(sub) != shape[axis]:
+    if elements(sub) != shape[axis]:
         raise ValueError(f"[Unflatten] Cannot unflatten axis {axis} with size {shape[axis]} into "
                          f"shape {_fmt(spec)}.")
     return [shape[:axis] + tuple(sub) + shape[axis + 1:]]
