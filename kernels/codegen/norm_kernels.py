@@ -67,18 +67,22 @@ def _inv_sqrt(mean_sq) -> Fmt:
     return Fmt("{0} / {1}", (Lit(1, F32), Math("sqrt", F32, (Fmt("{0} + fp[0]", (mean_sq,)),))))
 
 
-def _vec(dt, layout: str, make):
-    """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only)."""
-    return Vec("x", "r * sr", dt, make) if layout == "row" else None
+def _vec(dt, layout: str, make, store=None):
+    """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only), kept in
+    registers between the row's passes where they fit (``xr``: x is read once)."""
+    return Vec("x", "r * sr", dt, make, cache="xr", store=store) if layout == "row" else None
 
 
 def _pass(dt, layout: str, value) -> Range:
-    """The row's write: ``out[r, c] = value(v, c)`` for each element ``v`` of the row."""
+    """The row's write: ``out[r, c] = value(v, c)`` for each element ``v`` of the row (a
+    GPU stores 16 bytes at a time)."""
     def make(v, i):
-        return [Let("v", F32, _f(v)), Store("out", f"r * cols + {i}", value(i), dt)]
+        return [Let("v", F32, _f(v)), Let("o", F32, value(i))]
 
-    return Range("c", 0, "cols", make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c"),
-                 "threads", unroll=UNROLL, vec=_vec(dt, layout, make))
+    body = make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c") + [
+        Store("out", "r * cols + c", "o", dt)]
+    return Range("c", 0, "cols", body, "threads", unroll=UNROLL,
+                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o")))
 
 
 def _row_sum(dt, layout: str, acc: str, field: str, term, square: bool) -> Reduce:
@@ -204,8 +208,11 @@ def vjp_layer_kernel(name: str, dt, has_w: bool, has_b: bool) -> Kernel:
 
 def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> Kernel:
     """RoPE over a ``(B, H, L, D)`` view of ``x`` (strides ``sb, sh, sl, sd``) into a
-    row-major ``out``: one group per (batch, position), its ``cos`` / ``sin`` once, then every
-    head (``rope_impl``'s rotation; ``forward=False``: the inverse, the VJP's)."""
+    row-major ``out``: one group per (batch, position), its ``cos`` / ``sin`` once, then one
+    thread per (head, pair) of the position's heads (``rope_impl``'s rotation;
+    ``forward=False``: the inverse, the VJP's): neighbouring threads take neighbouring pairs
+    of one head, so a warp's loads and stores are contiguous runs (MLX's ``rope`` grid: x =
+    the pair, then the position and the heads)."""
     half = "(dims / 2)"
     i1, i2 = ("2 * i", "2 * i + 1") if traditional else ("i", f"i + {half}")
     x1 = _f(Load("x", f"xb + ({i1}) * sd", dt))
@@ -214,28 +221,34 @@ def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> K
         r1, r2 = "x1 * cs[i] - x2 * sn[i]", "x1 * sn[i] + x2 * cs[i]"
     else:
         r1, r2 = "x2 * sn[i] + x1 * cs[i]", "x2 * cs[i] - x1 * sn[i]"
-    head = [Let("xb", INDEX, "b * sb + h * sh + l * sl"), Let("ob", INDEX, "((b * H + h) * L + l) * D"),
-            Range("i", 0, half, [Let("x1", F32, x1), Let("x2", F32, x2),
-                                 Store("out", f"ob + {i1}", r1, dt), Store("out", f"ob + {i2}", r2, dt)],
-                  "threads"),
-            Range("j", "dims", "D", [Store("out", "ob + j", _f(Load("x", "xb + j * sd", dt)), dt)],
-                  "threads")]
+    where = [Let("xb", INDEX, "b * sb + h * sh + l * sl"), Let("ob", INDEX, "((b * H + h) * L + l) * D")]
+    rot = [Let("x1", F32, x1), Let("x2", F32, x2),
+           Store("out", f"ob + {i1}", r1, dt), Store("out", f"ob + {i2}", r2, dt)]
+    copy = [Store("out", "ob + j", _f(Load("x", "xb + j * sd", dt)), dt)]
+    if not gpu:  # the CPU: each head's pairs under omp simd (no divisions in the lanes)
+        heads = [Range("h", 0, "H", where + [Range("i", 0, half, rot, "threads"),
+                                             Range("j", "dims", "D", copy, "threads")])]
+    else:
+        heads = [Range("t", 0, f"H * {half}",
+                       [Let("h", INDEX, f"t / {half}"), Let("i", INDEX, f"t % {half}")] + where + rot,
+                       "threads"),
+                 Range("t", 0, "H * (D - dims)",
+                       [Let("h", INDEX, "t / (D - dims)"), Let("j", INDEX, "dims + t % (D - dims)")]
+                       + where + copy, "threads")]
     theta = Fmt("pos * {0}", (Load("inv", "i", F32),))
     body = [Let("b", INDEX, "bl / L"), Let("l", INDEX, "bl % L"),
             Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),))),
             Local("cs", F32, ROPE_HALF_MAX, shared=True), Local("sn", F32, ROPE_HALF_MAX, shared=True),
             Range("i", 0, half, [Let("th", F32, theta), Store("cs", "i", Math("cos", F32, ("th",)), F32),
                                  Store("sn", "i", Math("sin", F32, ("th",)), F32)], "threads"),
-            Barrier(),
-            Range("h", 0, "H", head),
-            Barrier()]
+            Barrier(), *heads, Barrier()]
     params = [Param("in", "x", dt), Param("in", "off", np.dtype(np.int32)), Param("in", "inv", F32),
               Param("in", "fp", F32), Param("out", "out", dt)] + [
         Param("int", n) for n in ("B", "H", "L", "D", "dims", "sb", "sh", "sl", "sd", "os")]
     return Kernel(name, params, [Range("bl", 0, "B * L", body, "blocks",
                                        f"B * L > 1 && B * L * H * D >= {PAR_MIN}")],
-                  block=256, groups=lambda v: min(v["B"] * v["L"], 1 << 30),
-                  threads=lambda v: min(256, max(32, row_threads(v["dims"] // 2, per_thread=1))))
+                  block=512, groups=lambda v: min(v["B"] * v["L"], 1 << 30),
+                  threads=lambda v: row_threads(v["H"] * (v["dims"] // 2), per_thread=2, most=512))
 
 
 # -- the specs ------------------------------------------------------------------------------
