@@ -159,6 +159,11 @@ class Vec:
     # declares) is stored at ``buf[base + index]``; a GPU stores a vector's lanes at once
     # (a 16-byte store) where ``buf + base`` is aligned. The plain body must hold the Store.
     store: Optional[tuple] = None
+    # ``((buf, stride), ...)``: vectors read beside the row's where they are cached, element
+    # ``index`` at ``buf[index * stride]`` (a weight: 16 bytes at once where the stride is 1
+    # and ``buf`` aligned, else element by element); ``make(value, index, aux)`` then gets
+    # ``aux``: buf -> that element's value (None where it must load it itself)
+    aux: tuple = ()
 
 
 @dataclass

@@ -337,8 +337,11 @@ class Lowering:
             buf, obase, odt, val = v.store
             return got + [Store(buf, Fmt(f"{self.expr(obase)} + {index}"), val, odt)]
 
+        def make(value, index, aux=None):
+            return v.make(value, index, aux) if v.aux else v.make(value, index)
+
         def elem(value, index, at) -> list:
-            return [f"{at}{{"] + self.block(stored(body(v.make(value, index)), index), at + "  ") + [f"{at}}}"]
+            return [f"{at}{{"] + self.block(stored(body(make(value, index)), index), at + "  ") + [f"{at}}}"]
 
         def lanes(src: str, at: str, q_: str) -> list:
             """One vector's elements from vector ``src``, stored as one vector when ``ov``."""
@@ -346,17 +349,29 @@ class Lowering:
             vst = self._vstore(v, n_l)
             if vst:
                 out.append(f"{at}{vst[0]} ov{n};")
+            auxv = {}
+            for buf, stride in v.aux:  # the weight's vector beside the row's
+                a = f"{buf}_a{n}"
+                auxv[buf] = a
+                out += [f"{at}{vt} {a};",
+                        f"{at}if ({stride} == 1 && d_aligned({buf}, 16)) {{",
+                        f"{at}  {a} = *reinterpret_cast<const {vt}*>({buf} + {n_l} * {q_});",
+                        f"{at}}} else {{"]
+                out += [f"{at}  {self.lane(vt, a, j)} = {buf}[({n_l} * {q_} + {j}) * {stride}];"
+                        for j in range(n_l)]
+                out.append(f"{at}}}")
             for j in range(n_l):
                 idx = f"({n_l} * {q_} + {j})" if h == "0" else f"({h} + {n_l} * {q_} + {j})"
                 value = self.d.load(v.dtype, self.lane(vt, src, j))
+                aux = {b: self.d.load(v.dtype, self.lane(vt, a, j)) for b, a in auxv.items()} or None
                 if vst:
                     buf, obase, odt, val = v.store
-                    got = body(v.make(value, idx))
+                    got = make(value, idx, aux)
                     out += [f"{at}{{"] + self.block(got, at + "  ") + [
                         f"{at}  {self.lane(vst[0], f'ov{n}', j)} = {self.d.store(np.dtype(odt), val)};",
                         f"{at}}}"]
                 else:
-                    out += elem(value, idx, at)
+                    out += [f"{at}{{"] + self.block(stored(body(make(value, idx, aux)), idx), at + "  ") + [f"{at}}}"]
             if vst:
                 out.append(f"{at}*reinterpret_cast<{vst[0]}*>({vst[1]} + {n_l} * {q_}) = ov{n};")
             return out
@@ -403,7 +418,7 @@ class Lowering:
                 f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
         out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
         out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / {n_l};"]
-        if unroll > 1:
+        if unroll > 1 and not cached:  # a cached row's fallback: kept small (its registers)
             out.append(f"{i2}{self.d.ir_unroll.format(unroll)}")
         out.append(f"{i2}for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
         out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")

@@ -39,6 +39,8 @@ PAR_MIN = 1 << 16  # elements below which a row kernel runs on one thread (a wak
 ROPE_HALF_MAX = 1024  # frequencies a RoPE group keeps in local memory (dims <= 2048)
 VJP_GROUPS = 512  # row groups of a VJP kernel (MLX's target_groups): rows of gw partials
 UNROLL = 4  # a GPU thread's loads in flight along a row
+NORM_BLOCK = 1024  # a norm's threads a row at most (its launch bound: 64 registers a thread)
+SLOTS = 4  # 16-byte vectors a GPU thread keeps of its row (16384 float32 / 32768 halves a row)
 
 
 def sums(*fields: str) -> Monoid:
@@ -67,22 +69,29 @@ def _inv_sqrt(mean_sq) -> Fmt:
     return Fmt("{0} / {1}", (Lit(1, F32), Math("sqrt", F32, (Fmt("{0} + fp[0]", (mean_sq,)),))))
 
 
-def _vec(dt, layout: str, make, store=None):
+def _vec(dt, layout: str, make, store=None, aux=()):
     """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only), kept in
     registers between the row's passes where they fit (``xr``: x is read once)."""
-    return Vec("x", "r * sr", dt, make, cache="xr", store=store) if layout == "row" else None
+    return Vec("x", "r * sr", dt, make, cache="xr", slots=SLOTS, store=store,
+               aux=aux) if layout == "row" else None
 
 
-def _pass(dt, layout: str, value) -> Range:
-    """The row's write: ``out[r, c] = value(v, c)`` for each element ``v`` of the row (a
-    GPU stores 16 bytes at a time)."""
-    def make(v, i):
-        return [Let("v", F32, _f(v)), Let("o", F32, value(i))]
+def _pass(dt, layout: str, value, vecs: tuple) -> Range:
+    """The row's write: ``out[r, c] = value(c, aux)`` for each element ``v`` of the row (a
+    GPU stores 16 bytes at a time and reads the weight / bias ``vecs`` (buffer, stride) 16
+    bytes at a time beside the row's vectors: ``aux`` has their values then)."""
+    def make(v, i, aux=None):
+        return [Let("v", F32, _f(v)), Let("o", F32, value(i, aux))]
 
     body = make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c") + [
         Store("out", "r * cols + c", "o", dt)]
     return Range("c", 0, "cols", body, "threads", unroll=UNROLL,
-                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o")))
+                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o"), vecs))
+
+
+def _elem(buf: str, stride: str, dt, i, aux):
+    """Element ``i`` of a weight / bias in float32 (from ``aux`` where the GPU read it)."""
+    return _f(aux[buf]) if aux else _f(Load(buf, f"({i}) * {stride}", dt))
 
 
 def _row_sum(dt, layout: str, acc: str, field: str, term, square: bool) -> Reduce:
@@ -101,15 +110,15 @@ def rms_kernel(name: str, dt, layout: str, has_w: bool) -> Kernel:
     body = [_row_sum(dt, layout, "a", "s", lambda v: v, True),
             Let("n", F32, _inv_sqrt(Fmt("a_s / {0}", (_f("cols"),))))]
 
-    def value(i):
+    def value(i, aux):
         if not has_w:
             return "v * n"
-        return Fmt("{0} * {1}", (Round(dt, "v * n"), _f(Load("w", f"({i}) * ws", dt))))
+        return Fmt("{0} * {1}", (Round(dt, "v * n"), _elem("w", "ws", dt, i, aux)))
 
-    body.append(_pass(dt, layout, value))
+    body.append(_pass(dt, layout, value, (("w", "ws"),) if has_w else ()))
     return Kernel(name, _norm_params(dt, ("x", "w"), (("out", dt),), ("rows", "cols", "sr", "sc", "ws")),
-                  _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  _rows(body), block=NORM_BLOCK, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"], most=NORM_BLOCK))
 
 
 def layer_kernel(name: str, dt, layout: str, has_w: bool, has_b: bool) -> Kernel:
@@ -121,23 +130,23 @@ def layer_kernel(name: str, dt, layout: str, has_w: bool, has_b: bool) -> Kernel
             _row_sum(dt, layout, "b", "q", lambda v: Fmt("{0} - mu", (v,)), True),
             Let("n", F32, _inv_sqrt(Fmt("b_q / {0}", (cols,))))]
 
-    def value(i):
+    def value(i, aux):
         if not (has_w or has_b):
             return "(v - mu) * n"
         val = Round(dt, "(v - mu) * n")
         if has_w:
-            val = Fmt("{0} * {1}", (val, _f(Load("w", f"({i}) * ws", dt))))
+            val = Fmt("{0} * {1}", (val, _elem("w", "ws", dt, i, aux)))
             if has_b:
                 val = Round(dt, val)
         if has_b:
-            val = Fmt("{0} + {1}", (val, _f(Load("b", f"({i}) * bs", dt))))
+            val = Fmt("{0} + {1}", (val, _elem("b", "bs", dt, i, aux)))
         return val
 
-    body.append(_pass(dt, layout, value))
+    body.append(_pass(dt, layout, value, (("w", "ws"),) * has_w + (("b", "bs"),) * has_b))
     return Kernel(name, _norm_params(dt, ("x", "w", "b"), (("out", dt),),
                                      ("rows", "cols", "sr", "sc", "ws", "bs")),
-                  _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  _rows(body), block=NORM_BLOCK, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"], most=NORM_BLOCK))
 
 
 def _group_rows(body: list, init: list) -> list:
@@ -229,12 +238,16 @@ def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> K
         heads = [Range("h", 0, "H", where + [Range("i", 0, half, rot, "threads"),
                                              Range("j", "dims", "D", copy, "threads")])]
     else:
+        # 32-bit divisions (a group's H * D is far below 2^32; a 64-bit one is a subroutine)
+        def div(a, b, op):
+            return f"(int64_t)((unsigned int)({a}) {op} (unsigned int)({b}))"
+
         heads = [Range("t", 0, f"H * {half}",
-                       [Let("h", INDEX, f"t / {half}"), Let("i", INDEX, f"t % {half}")] + where + rot,
-                       "threads"),
+                       [Let("h", INDEX, div("t", half, "/")), Let("i", INDEX, div("t", half, "%"))]
+                       + where + rot, "threads"),
                  Range("t", 0, "H * (D - dims)",
-                       [Let("h", INDEX, "t / (D - dims)"), Let("j", INDEX, "dims + t % (D - dims)")]
-                       + where + copy, "threads")]
+                       [Let("h", INDEX, div("t", "D - dims", "/")),
+                        Let("j", INDEX, "dims + " + div("t", "D - dims", "%"))] + where + copy, "threads")]
     theta = Fmt("pos * {0}", (Load("inv", "i", F32),))
     body = [Let("b", INDEX, "bl / L"), Let("l", INDEX, "bl % L"),
             Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),))),
