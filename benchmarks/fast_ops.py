@@ -14,8 +14,8 @@ ropes on ``mx.gpu`` against jax.jit on the GPU (float32 at ``highest`` precision
 PyTorch's ``F.layer_norm`` / ``F.rms_norm`` / a written-out rope, and MLX's CUDA backend,
 where importable. The last column is the bandwidth tapescope reached (bytes read + written).
 On the GPU a second line per row gives each one's kernel time with the host out of the way
-(``kernel_ms``: 20 calls queued back to back, CUDA events) and tapescope's per-call host
-time (the synchronised call's median minus its kernel time).
+(``kernel_ms``: CUDA events) and tapescope's per-call host time (the synchronised call's
+median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
         [--ops sdpa,rope]
@@ -180,17 +180,15 @@ def torch_fn(op, x, w, b, device):
     return run
 
 
-PRIMITIVE = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "rope": "RoPE",
-             "sdpa": "ScaledDotProductAttention"}
 QUEUED = 20  # calls queued back to back for a kernel time
 
 
 def kernel_ms(name: str, run, op: str):
-    """Device time of one call with the host out of the way: ``QUEUED`` calls queued back to
-    back (the device never waits for the host once the queue is ahead), then timed by CUDA
-    events: tapescope's ``gpu_work`` records (two events on the primitive's stream around
-    its launches, median over the calls), PyTorch's events around the whole queue / calls;
-    jax.jit has no events here: the queue's wall time / calls (an upper bound)."""
+    """Device time of one call with the host out of the way, by CUDA events: tapescope's
+    two events recorded on the stream right before and after its kernel's launch
+    (``fast_kernels.launch_recorded``), median over ``QUEUED`` calls; PyTorch's around
+    ``QUEUED`` calls queued back to back; jax.jit has no events here: the wall time of
+    ``QUEUED`` queued calls / calls (an upper bound)."""
     import statistics
     import time
 
@@ -198,20 +196,27 @@ def kernel_ms(name: str, run, op: str):
     if issue is None:
         return None
     if name == "tapescope":
-        from tapescope.kernels import timeline
-        from tapescope.kernels.cuda import timing
+        import cupy
+        from tapescope.kernels.cuda import fast_kernels
 
-        with timeline.record() as rec:
-            outs = []
+        evs, orig = [], fast_kernels.launch_recorded
+
+        def timed(*a):
+            s = cupy.cuda.get_current_stream()
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(s)
+            orig(*a)
+            e1.record(s)
+            evs.append((e0, e1))
+
+        fast_kernels.launch_recorded = timed
+        try:
             for _ in range(QUEUED):
-                outs.append(issue())
-                mx.async_eval(outs[-1])
-            mx.eval(*outs)
-            mx.synchronize()
-            timing.flush()
-        ms = [r.detail["device_time_ms"] for r in rec.records
-              if r.kind == "gpu_work" and r.name == PRIMITIVE[op]]
-        return statistics.median(ms[2:] or ms) if ms else None
+                run()
+        finally:
+            fast_kernels.launch_recorded = orig
+        ms = [cupy.cuda.get_elapsed_time(e0, e1) for e0, e1 in evs]
+        return statistics.median(ms) if ms else None
     if name == "torch":
         import torch
 

@@ -36,6 +36,7 @@ from .loop_ir import (INDEX, Barrier, Cast, Fmt, Kernel, Let, Lit, Load, Local, 
 
 F32 = np.dtype(np.float32)
 PAR_MIN = 1 << 16  # elements below which a row kernel runs on one thread (a wake-up costs more)
+ROPE_HEADS = 4  # heads a GPU thread rotates with one cos / sin (MLX's rope_impl N)
 ROPE_HALF_MAX = 1024  # frequencies a RoPE group keeps in local memory (dims <= 2048)
 VJP_GROUPS = 512  # row groups of a VJP kernel (MLX's target_groups): rows of gw partials
 UNROLL = 4  # a GPU thread's loads in flight along a row
@@ -217,56 +218,65 @@ def vjp_layer_kernel(name: str, dt, has_w: bool, has_b: bool) -> Kernel:
 
 def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> Kernel:
     """RoPE over a ``(B, H, L, D)`` view of ``x`` (strides ``sb, sh, sl, sd``) into a
-    row-major ``out``: one group per (batch, position), its ``cos`` / ``sin`` once, then one
-    thread per (head, pair) of the position's heads (``rope_impl``'s rotation;
-    ``forward=False``: the inverse, the VJP's): neighbouring threads take neighbouring pairs
-    of one head, so a warp's loads and stores are contiguous runs (MLX's ``rope`` grid: x =
-    the pair, then the position and the heads)."""
+    row-major ``out``, one group per (batch, position) (``rope_impl``'s rotation;
+    ``forward=False``: the inverse, the VJP's). On the CPU the position's ``cos`` / ``sin``
+    once into local memory, then each head's pairs under ``omp simd``. On a GPU (MLX's
+    ``rope.cu``: a thread's ``cos`` / ``sin`` serve ``ROPE_HEADS`` heads) one thread per
+    (pair, run of ``ROPE_HEADS`` heads), neighbouring threads on neighbouring pairs of one
+    head (a warp's loads and stores are contiguous runs): no group memory, no barrier, the
+    loads issued while the rotation's angle is computed."""
     half = "(dims / 2)"
     i1, i2 = ("2 * i", "2 * i + 1") if traditional else ("i", f"i + {half}")
     x1 = _f(Load("x", f"xb + ({i1}) * sd", dt))
     x2 = _f(Load("x", f"xb + ({i2}) * sd", dt))
     if forward:
-        r1, r2 = "x1 * cs[i] - x2 * sn[i]", "x1 * sn[i] + x2 * cs[i]"
+        r1, r2 = "x1 * c - x2 * s", "x1 * s + x2 * c"
     else:
-        r1, r2 = "x2 * sn[i] + x1 * cs[i]", "x2 * cs[i] - x1 * sn[i]"
+        r1, r2 = "x2 * s + x1 * c", "x2 * c - x1 * s"
     where = [Let("xb", INDEX, "b * sb + h * sh + l * sl"), Let("ob", INDEX, "((b * H + h) * L + l) * D")]
     rot = [Let("x1", F32, x1), Let("x2", F32, x2),
            Store("out", f"ob + {i1}", r1, dt), Store("out", f"ob + {i2}", r2, dt)]
     copy = [Store("out", "ob + j", _f(Load("x", "xb + j * sd", dt)), dt)]
+    theta = Fmt("pos * {0}", (Load("inv", "i", F32),))
+    body = [Let("b", INDEX, "bl / L"), Let("l", INDEX, "bl % L"),
+            Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),)))]
     if not gpu:  # the CPU: each head's pairs under omp simd (no divisions in the lanes)
-        heads = [Range("h", 0, "H", where + [Range("i", 0, half, rot, "threads"),
+        trig = [Let("c", F32, "cs[i]"), Let("s", F32, "sn[i]")]
+        body += [Local("cs", F32, ROPE_HALF_MAX), Local("sn", F32, ROPE_HALF_MAX),
+                 Range("i", 0, half, [Let("th", F32, theta), Store("cs", "i", Math("cos", F32, ("th",)), F32),
+                                      Store("sn", "i", Math("sin", F32, ("th",)), F32)], "threads"),
+                 Range("h", 0, "H", where + [Range("i", 0, half, trig + rot, "threads"),
                                              Range("j", "dims", "D", copy, "threads")])]
     else:
         # 32-bit divisions (a group's H * D is far below 2^32; a 64-bit one is a subroutine)
         def div(a, b, op):
             return f"(int64_t)((unsigned int)({a}) {op} (unsigned int)({b}))"
 
-        heads = [Range("t", 0, f"H * {half}",
-                       [Let("h", INDEX, div("t", half, "/")), Let("i", INDEX, div("t", half, "%"))]
-                       + where + rot, "threads"),
+        runs = f"((H + {ROPE_HEADS - 1}) / {ROPE_HEADS})"
+        body += [Range("t", 0, f"{runs} * {half}",
+                       [Let("i", INDEX, div("t", half, "%")),
+                        Let("h0", INDEX, f"{div('t', half, '/')} * {ROPE_HEADS}"),
+                        Let("h1", INDEX, f"h0 + {ROPE_HEADS} < H ? h0 + {ROPE_HEADS} : H"),
+                        Let("th", F32, theta), Let("c", F32, Math("cos", F32, ("th",))),
+                        Let("s", F32, Math("sin", F32, ("th",))),
+                        Range("h", "h0", "h1", where + rot, unroll=ROPE_HEADS)], "threads"),
                  Range("t", 0, "H * (D - dims)",
                        [Let("h", INDEX, div("t", "D - dims", "/")),
                         Let("j", INDEX, "dims + " + div("t", "D - dims", "%"))] + where + copy, "threads")]
-    theta = Fmt("pos * {0}", (Load("inv", "i", F32),))
-    body = [Let("b", INDEX, "bl / L"), Let("l", INDEX, "bl % L"),
-            Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),))),
-            Local("cs", F32, ROPE_HALF_MAX, shared=True), Local("sn", F32, ROPE_HALF_MAX, shared=True),
-            Range("i", 0, half, [Let("th", F32, theta), Store("cs", "i", Math("cos", F32, ("th",)), F32),
-                                 Store("sn", "i", Math("sin", F32, ("th",)), F32)], "threads"),
-            Barrier(), *heads, Barrier()]
     params = [Param("in", "x", dt), Param("in", "off", np.dtype(np.int32)), Param("in", "inv", F32),
               Param("in", "fp", F32), Param("out", "out", dt)] + [
         Param("int", n) for n in ("B", "H", "L", "D", "dims", "sb", "sh", "sl", "sd", "os")]
     return Kernel(name, params, [Range("bl", 0, "B * L", body, "blocks",
                                        f"B * L > 1 && B * L * H * D >= {PAR_MIN}")],
                   block=512, groups=lambda v: min(v["B"] * v["L"], 1 << 30),
-                  threads=lambda v: row_threads(v["H"] * (v["dims"] // 2), per_thread=2, most=512))
+                  threads=lambda v: row_threads(-(-v["H"] // ROPE_HEADS) * (v["dims"] // 2),
+                                                per_thread=1, most=512))
 
 
 # -- the specs ------------------------------------------------------------------------------
 
 _PARAMS: dict = {}
+_KERNELS: dict = {}  # (spec, gpu) -> its Kernel
 
 
 @dataclass(frozen=True)
@@ -298,6 +308,14 @@ class NormSpec:
     lib_name = name  # what the kernel cache and the Kernels tab call it
 
     def kernel(self, gpu: bool = False) -> Kernel:
+        """The loop-IR kernel (built once per spec and schedule: a GPU call asks for it to
+        size its launch, and building it cost more host time than the launch)."""
+        got = _KERNELS.get((self, gpu))
+        if got is None:
+            got = _KERNELS[(self, gpu)] = self._build(gpu)
+        return got
+
+    def _build(self, gpu: bool) -> Kernel:
         dt = np.dtype(self.dtype) if self.dtype != "bfloat16" else _bf16()
         if not _is_float(dt):
             raise Unsupported(f"{self.family} on {dt}")
