@@ -308,7 +308,7 @@ class Lowering:
         table = getattr(self.d, "ir_vector", None)
         return table["types"].get(np.dtype(v.dtype).name) if table else None
 
-    def lanes(self, dt) -> int:
+    def vec_lanes(self, dt) -> int:
         return 16 // np.dtype(dt).itemsize
 
     def lane(self, vt: str, var: str, j: int) -> str:
@@ -323,7 +323,7 @@ class Lowering:
         registers when they fit (``v.slots`` a thread, the row aligned); with ``v.store``
         each element's value is stored, a vector at once where the output is aligned."""
         t, vt, tab = self.d.ir_threads, self.vector_type(v), self.d.ir_vector
-        n_l = self.lanes(v.dtype)
+        n_l = self.vec_lanes(v.dtype)
         self.n_tmp += 1
         n = self.n_tmp
         p, h, nv, q, vv = f"vp{n}", f"vh{n}", f"vn{n}", f"vq{n}", f"vv{n}"
@@ -442,7 +442,7 @@ class Lowering:
             return None
         buf, obase, odt, _ = v.store
         vt = getattr(self.d, "ir_vector", {}).get("types", {}).get(np.dtype(odt).name)
-        if vt is None or self.lanes(odt) != n_l:
+        if vt is None or self.vec_lanes(odt) != n_l:
             return None
         return vt, f"({buf} + ({self.expr(obase)}))"
 
