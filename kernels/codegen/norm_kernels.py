@@ -12,9 +12,14 @@ bias's add (``w[i] * static_cast<T>(x[i] * normalizer) + b[i]``), the weight wit
 two passes). The VJP kernels take groups of rows and leave each group's weight / bias
 gradient in ``part`` (``n_groups x cols``, float32) for one column sum (MLX's ``gw_temp``).
 
+On a GPU each thread keeps its 16-byte vectors of the row in registers between the
+reductions and the write where the row fits (``Vec.cache``: x read once), and the write
+stores 16 bytes at a time with the weight / bias read as vectors beside it.
+
 RoPE (``rope.metal``, ``rope.cu``): one group per (batch, position) row of a ``(B, H, L, D)``
-view, the row's ``cos`` / ``sin`` for the ``dims / 2`` frequencies computed once into local
-memory and reused by every head, then each head's pairs rotated in float32 and rounded once
+view; on the CPU the row's ``cos`` / ``sin`` for the ``dims / 2`` frequencies computed once
+into local memory and reused by every head, on a GPU a thread per (pair, ``ROPE_HEADS``
+heads) with its own (MLX's ``rope_impl``); each pair rotated in float32 and rounded once
 (``traditional``: pairs ``(2i, 2i + 1)``, else ``(i, i + dims / 2)``); features past ``dims``
 are copied. ``inv`` holds the inverse frequencies (``base ** (-i / half)`` or
 ``1 / freqs``), ``off`` the offsets (stride 0: one for every batch element).
