@@ -13,6 +13,9 @@ off) on the GPU, where the prefill rows add L = 8192.
 ropes on ``mx.gpu`` against jax.jit on the GPU (float32 at ``highest`` precision),
 PyTorch's ``F.layer_norm`` / ``F.rms_norm`` / a written-out rope, and MLX's CUDA backend,
 where importable. The last column is the bandwidth tapescope reached (bytes read + written).
+On the GPU a second line per row gives each one's kernel time with the host out of the way
+(``kernel_ms``: CUDA events) and tapescope's per-call host time (the synchronised call's
+median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
         [--ops sdpa,rope]
@@ -75,7 +78,9 @@ def tapescope_fn(op, x, w, b, device):
                                       offset=0, stream=s),
          "sdpa": lambda: mx.fast.scaled_dot_product_attention(a, wa, ba, scale=x.shape[-1] ** -0.5,
                                                               stream=s)}[op]
-    return lambda: mx.eval(f())
+    run = lambda: mx.eval(f())  # noqa: E731
+    run.issue = f  # one call, not evaluated (kernel_ms queues several)
+    return run
 
 
 def jax_fn(op, x, w, b, device):
@@ -112,17 +117,12 @@ def jax_fn(op, x, w, b, device):
         s = jnp.einsum("bhld,bhkd->bhlk", q, k) * (q.shape[-1] ** -0.5)
         return jnp.einsum("bhlk,bhkd->bhld", jax.nn.softmax(s, -1), v)
 
-    if op == "sdpa":
-        f = jax.jit(sdpa)
-        return lambda: f(a, wa, ba).block_until_ready()
-    if op == "layer_norm":
-        f = jax.jit(ln)
-        return lambda: f(a, wa, ba).block_until_ready()
-    if op == "rms_norm":
-        f = jax.jit(rms)
-        return lambda: f(a, wa).block_until_ready()
-    f = jax.jit(rope)
-    return lambda: f(a).block_until_ready()
+    jf, args = {"sdpa": (sdpa, (a, wa, ba)), "layer_norm": (ln, (a, wa, ba)),
+                "rms_norm": (rms, (a, wa)), "rope": (rope, (a,))}[op]
+    f = jax.jit(jf)
+    run = lambda: f(*args).block_until_ready()  # noqa: E731
+    run.issue = lambda: f(*args)  # dispatched, not waited for
+    return run
 
 
 def mlx_fn(op, x, w, b, device):
@@ -175,7 +175,67 @@ def torch_fn(op, x, w, b, device):
     else:
         def f():
             return F.rms_norm(a, (D,), wa, EPS)
-    return lambda: (f(), torch.cuda.synchronize())
+    run = lambda: (f(), torch.cuda.synchronize())  # noqa: E731
+    run.issue = f
+    return run
+
+
+QUEUED = 20  # calls queued back to back for a kernel time
+
+
+def kernel_ms(name: str, run, op: str):
+    """Device time of one call with the host out of the way, by CUDA events: tapescope's
+    two events recorded on the stream right before and after its kernel's launch
+    (``fast_kernels.launch_recorded``), median over ``QUEUED`` calls; PyTorch's around
+    ``QUEUED`` calls queued back to back; jax.jit has no events here: the wall time of
+    ``QUEUED`` queued calls / calls (an upper bound)."""
+    import statistics
+    import time
+
+    issue = getattr(run, "issue", None)
+    if issue is None:
+        return None
+    if name == "tapescope":
+        import cupy
+        from tapescope.kernels.cuda import fast_kernels
+
+        evs, orig = [], fast_kernels.launch_recorded
+
+        def timed(*a):
+            s = cupy.cuda.get_current_stream()
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(s)
+            orig(*a)
+            e1.record(s)
+            evs.append((e0, e1))
+
+        fast_kernels.launch_recorded = timed
+        try:
+            for _ in range(QUEUED):
+                run()
+        finally:
+            fast_kernels.launch_recorded = orig
+        ms = [cupy.cuda.get_elapsed_time(e0, e1) for e0, e1 in evs]
+        return statistics.median(ms) if ms else None
+    if name == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(QUEUED):
+            issue()
+        e1.record()
+        torch.cuda.synchronize()
+        return e0.elapsed_time(e1) / QUEUED
+    if name == "jax.jit":
+        outs = [issue()]  # warm
+        outs[0].block_until_ready()
+        t0 = time.perf_counter()
+        outs = [issue() for _ in range(QUEUED)]
+        outs[-1].block_until_ready()
+        return (time.perf_counter() - t0) * 1e3 / QUEUED
+    return None
 
 
 def run(device: str, reps: int, dtype, ops=None) -> list:
@@ -200,6 +260,13 @@ def run(device: str, reps: int, dtype, ops=None) -> list:
         rb = f"x best {t['tapescope'] / best:5.2f}" if best else ""
         print(f"{device} {op:<10} {str(shape):<20} {cells}   {ratio}  {rb}  {gbs:6.1f} GB/s",
               flush=True)
+        if device == "gpu":
+            k = {n: kernel_ms(n, f, op) for n, f in impls.items()}
+            kc = "  ".join(f"{n} {v:8.3f}" for n, v in k.items() if v is not None)
+            kt = k.get("tapescope")
+            kg = f"  {moved / (kt * 1e-3) / 1e9:6.1f} GB/s" if kt else ""
+            host = f"  (tapescope host per call ~{t['tapescope'] - kt:6.3f})" if kt else ""
+            print(f"{device} {op:<10} {str(shape):<20} kernel ms: {kc}{kg}{host}", flush=True)
     return out
 
 

@@ -7,7 +7,9 @@ A (N x K) = 4096 x 4096 weight, affine 4-bit, group size 64 (``--bits``, ``--gro
 ``--mode`` change it), transposed (``x @ w.T``, the linear layer's), for 1 and 512 rows of
 float32 x (``--rows``). ``--device gpu`` runs the same on ``mx.gpu`` (``TAPESCOPE_CUDA=1``,
 CuPy and a GPU) against jax.jit on the GPU, PyTorch and MLX's CUDA backend where importable;
-the 1-row case also prints the bandwidth reached over the packed weight's bytes.
+the 1-row case also prints the bandwidth reached over the packed weight's bytes, and on the
+GPU a second line gives tapescope's kernel time (``kernel_ms``: CUDA events around its
+launches, the host's per-call work left out).
 
     .venv/bin/python benchmarks/quantized.py [--reps 15] [--device cpu|gpu] [--rows 1 512]
 """
@@ -107,6 +109,40 @@ def torch_fn(x, q, gs, bits, mode, device):
     return f
 
 
+def kernel_ms(run, calls: int = 20):
+    """tapescope's device time of one call by CUDA events recorded on the stream right
+    before and after each of its launches (the qmv kernel; the dequantize kernel and the
+    cuBLAS product): the host's per-call work left out. Median over ``calls`` calls."""
+    import statistics
+
+    import cupy
+    from tapescope.kernels.cuda import quantized as cq
+
+    spans, orig_kernel, orig_matmul = [], cq._kernel, cupy.matmul
+
+    def timed(f):
+        def call(*a, **kw):
+            s = cupy.cuda.get_current_stream()
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(s)
+            r = f(*a, **kw)
+            e1.record(s)
+            spans[-1].append((e0, e1))
+            return r
+        return call
+
+    cq._kernel = lambda *a, **kw: timed(orig_kernel(*a, **kw))
+    cupy.matmul = timed(orig_matmul)
+    try:
+        for _ in range(calls):
+            spans.append([])
+            run()
+    finally:
+        cq._kernel, cupy.matmul = orig_kernel, orig_matmul
+    per = [sum(cupy.cuda.get_elapsed_time(a, b) for a, b in sp) for sp in spans if sp]
+    return statistics.median(per) if per else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
@@ -143,6 +179,12 @@ def main():
         print(f"{args.device} {args.mode} {args.bits}-bit gs {args.group_size} "
               f"{rows:>4} x {args.k} @ ({args.n} x {args.k}).T  {cells}   {ratios}{bw}",
               flush=True)
+        if args.device == "gpu":
+            k = kernel_ms(sets["tapescope"])
+            if k:
+                kb = f"  {wbytes / (k * 1e-3) / 1e9:6.1f} GB/s over the weight" if rows == 1 else ""
+                print(f"gpu {rows:>4} rows: tapescope kernel {k:8.3f} ms (CUDA events around its "
+                      f"launches){kb}", flush=True)
 
 
 if __name__ == "__main__":

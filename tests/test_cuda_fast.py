@@ -81,3 +81,86 @@ def test_rope_matches_numpy(shape, dims, traditional):
     xz = np.swapaxes(x, -2, -3) if len(shape) == 4 else x
     close(z, rope_ref(np.ascontiguousarray(xz), dims, traditional, 1e4, 1.0, 3), 1e-4)
     assert "RoPE" in rec.primitives, rec.fallbacks
+
+
+# -- every dtype, layout and row length (hypothesis) ----------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from test_fast_kernels import MXD, check, np_dtype, values  # noqa: E402
+
+# row lengths around the 16-byte vectors (4 float32, 8 halves), the warps and the register
+# cache's reach (16384 float32 / 32768 halves a row at 1024 threads: longer rows re-read)
+GPU_COLS = [1, 3, 7, 8, 9, 31, 33, 100, 1000, 1023, 1024, 1029, 4096, 4100, 8200, 16384, 16388,
+            33000]
+
+
+def gpu_layout(x: np.ndarray, kind: str, dtype: str):
+    """``x``'s values on the GPU: contiguous, the transpose of a transposed copy, a slice of
+    a wider array (aligned row starts), or one starting an element in (row starts not on
+    16 bytes: the kernel's scalar path)."""
+    t = MXD[dtype]
+
+    def dev(v):
+        return mx.add(mx.array(v, dtype=t), mx.array(0, dtype=t), stream=mx.gpu)
+
+    if kind == "transposed":
+        return mx.swapaxes(dev(np.ascontiguousarray(np.swapaxes(x, -1, -2))), -1, -2)
+    if kind == "sliced":
+        return dev(np.concatenate([x, x], axis=-1))[..., : x.shape[-1]]
+    if kind == "unaligned":
+        return dev(np.concatenate([x[..., :1], x, x], axis=-1))[..., 1: x.shape[-1] + 1]
+    return dev(x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 5, 37]), st.sampled_from(GPU_COLS), st.sampled_from(sorted(MXD)),
+       st.booleans(), st.booleans(), st.sampled_from(["contiguous", "transposed", "sliced", "unaligned"]),
+       st.sampled_from(["rms", "layer"]), st.integers(0, 2**31))
+def test_gpu_norms_match_float64_numpy_for_every_dtype_and_layout(rows, cols, dtype, has_w, has_b,
+                                                                  kind, op, seed):
+    rng = np.random.default_rng(seed)
+    x = values(rng, (rows, cols), dtype, 2.0) + np.asarray(0.5, np_dtype(dtype))
+    w = values(rng, (cols,), dtype) if has_w else None
+    b = values(rng, (cols,), dtype) if has_b else None
+    a = gpu_layout(x, kind, dtype)
+    wa = mx.array(w, dtype=MXD[dtype]) if has_w else None
+    ba = mx.array(b, dtype=MXD[dtype]) if has_b else None
+    with kernel_launches("cuda") as rec:
+        if op == "rms":
+            got, want = mx.fast.rms_norm(a, wa, EPS, stream=mx.gpu), rms_ref(x, w)
+        else:
+            got, want = mx.fast.layer_norm(a, wa, ba, EPS, stream=mx.gpu), layer_ref(x, w, b)
+        mx.eval(got)
+    assert got.dtype == MXD[dtype] and got.shape == (rows, cols)
+    check(got, want, dtype, rel=2.0 if has_w else 1.0)
+    assert ("RMSNorm" if op == "rms" else "LayerNorm") in rec.primitives, rec.fallbacks
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([1, 3, 16, 33]), st.sampled_from([1, 5, 64]),
+       st.sampled_from([2, 8, 18, 64, 66, 128, 256]), st.data(), st.sampled_from(sorted(MXD)),
+       st.booleans(), st.booleans(), st.booleans(), st.integers(0, 2**31))
+def test_gpu_rope_matches_float64_numpy_for_every_dtype_and_layout(B, H, L, D, data, dtype,
+                                                                   traditional, transposed,
+                                                                   per_batch, seed):
+    from test_fast_kernels import rope_ref
+
+    dims = data.draw(st.integers(1, D // 2)) * 2
+    rng = np.random.default_rng(seed)
+    x = values(rng, (B, H, L, D), dtype)
+    t = MXD[dtype]
+
+    def dev(v):
+        return mx.add(mx.array(v, dtype=t), mx.array(0, dtype=t), stream=mx.gpu)
+
+    a = mx.swapaxes(dev(np.ascontiguousarray(np.swapaxes(x, 1, 2))), 1, 2) if transposed else dev(x)
+    offset = rng.integers(0, 50, B).astype(np.int32) if per_batch else 7
+    off = mx.array(offset) if per_batch else offset
+    with kernel_launches("cuda") as rec:
+        got = mx.fast.rope(a, dims, traditional=traditional, base=10000.0, scale=0.5, offset=off,
+                           stream=mx.gpu)
+        mx.eval(got)
+    assert got.dtype == t and got.shape == x.shape
+    check(got, rope_ref(x, dims, traditional, 10000.0, 0.5, offset), dtype, rel=4.0)
+    assert "RoPE" in rec.primitives, rec.fallbacks

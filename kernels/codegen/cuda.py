@@ -128,10 +128,15 @@ class CUDADialect(CFamily):
     ir_shuffle = "ts_shfl_xor({}, {})"
     ir_unroll = "#pragma unroll {}"
     # 16-byte loads (loop_ir.Vec): the row's pointer, its elements before a 16-byte boundary
-    ir_vector = {"types": {"float32": "float4", "int32": "int4", "uint32": "uint4"},
+    # (MLX's load_vector / AlignedVector, N_READS = 16 / sizeof(T)); ``cache``: a row may be
+    # kept in registers (loop_ir.Vec.cache)
+    ir_vector = {"types": {"float32": "float4", "int32": "int4", "uint32": "uint4",
+                           "float16": "ts_vec<__half, 8>", "bfloat16": "ts_vec<__nv_bfloat16, 8>"},
+                 "lane": lambda vt, v, j: f"{v}.{'xyzw'[j]}" if vt[-1] == "4" else f"{v}.v[{j}]",
                  "ptr": "const {t}* __restrict__ {n} = {buf} + ({base});",
-                 "head": "(int64_t)(((16 - ((unsigned long long){0} & 15)) & 15) >> 2)",
-                 "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});"}
+                 "head": "(int64_t)(((16 - ((unsigned long long){p} & 15)) & 15) / {size})",
+                 "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});",
+                 "cache": True}
     ir_prelude = _IR_PRELUDE
 
     def __init__(self, **kw):

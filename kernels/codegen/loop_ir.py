@@ -149,7 +149,21 @@ class Vec:
     base: "Expr"
     dtype: Any
     make: Callable
-
+    # the loops over one row that name the same ``cache`` share it: on a GPU whose row fits
+    # (``slots`` 16-byte vectors a thread, the row aligned), the first loop loads each
+    # thread's vectors into registers and the others read them there (the row read once:
+    # MLX's layer_norm reads x once per pass from cache; here from registers)
+    cache: Optional[str] = None
+    slots: int = 4
+    # ``(buf, base, dtype, var)``: each element's ``var`` (a compute-type value ``make``
+    # declares) is stored at ``buf[base + index]``; a GPU stores a vector's lanes at once
+    # (a 16-byte store) where ``buf + base`` is aligned. The plain body must hold the Store.
+    store: Optional[tuple] = None
+    # ``((buf, stride), ...)``: vectors read beside the row's where they are cached, element
+    # ``index`` at ``buf[index * stride]`` (a weight: 16 bytes at once where the stride is 1
+    # and ``buf`` aligned, else element by element); ``make(value, index, aux)`` then gets
+    # ``aux``: buf -> that element's value (None where it must load it itself)
+    aux: tuple = ()
 
 
 @dataclass

@@ -48,6 +48,7 @@ class Lowering:
         self.n_tmp = 0
         self.shared: list = []  # group-memory declarations, hoisted to the kernel's top
         self.uses_loc = False
+        self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
 
     # -- types and expressions -----------------------------------------------------------
     def ctype(self, dt) -> str:
@@ -92,6 +93,7 @@ class Lowering:
     def kernel(self, k: Kernel) -> str:
         d = self.d
         self.shared = []
+        self.caches = {}
         body = self.block(k.body, "  ")
         self.uses_loc = self.uses_loc or any("ts_loc(" in line for line in body)
         body = [f"  {line}" for line in self.shared] + body
@@ -301,43 +303,148 @@ class Lowering:
         return out
 
     def vector_type(self, v: Vec) -> Optional[str]:
-        """The dialect's 4-wide vector type of the elements (16 bytes), None without one."""
+        """The dialect's 16-byte vector type of the elements (float4, 8 halves), None
+        without one."""
         table = getattr(self.d, "ir_vector", None)
         return table["types"].get(np.dtype(v.dtype).name) if table else None
 
+    def vec_lanes(self, dt) -> int:
+        return 16 // np.dtype(dt).itemsize
+
+    def lane(self, vt: str, var: str, j: int) -> str:
+        """Lane ``j`` of vector ``var``: the dialect's spelling (``.x`` .. ``.w`` of float4)."""
+        return self.d.ir_vector["lane"](vt, var, j)
+
     def vector_loop(self, var: str, stop: str, v: Vec, body, unroll: int, ind: str) -> list:
         """The group's threads over ``buf[base + var]``, ``var`` in [0, stop): a scalar head
-        up to the row's first 16-byte boundary, 16-byte vector loads (4 elements each) over
-        the aligned body, a scalar tail; ``body(v.make(value, index))`` is one element's
-        statements."""
+        up to the row's first 16-byte boundary, 16-byte vector loads (16 / itemsize
+        elements each) over the aligned body, a scalar tail; ``body(v.make(value, index))``
+        is one element's statements. With ``v.cache`` the row's vectors are kept in
+        registers when they fit (``v.slots`` a thread, the row aligned); with ``v.store``
+        each element's value is stored, a vector at once where the output is aligned."""
         t, vt, tab = self.d.ir_threads, self.vector_type(v), self.d.ir_vector
+        n_l = self.vec_lanes(v.dtype)
         self.n_tmp += 1
         n = self.n_tmp
         p, h, nv, q, vv = f"vp{n}", f"vh{n}", f"vn{n}", f"vq{n}", f"vv{n}"
-        ct = self.ctype(v.dtype)
+        ct = self.d.storage_type(np.dtype(v.dtype))
         i2 = ind + "  "
+        base = self.expr(v.base)
+
+        def stored(got, index) -> list:
+            if v.store is None:
+                return got
+            buf, obase, odt, val = v.store
+            return got + [Store(buf, Fmt(f"{self.expr(obase)} + {index}"), val, odt)]
+
+        def make(value, index, aux=None):
+            return v.make(value, index, aux) if v.aux else v.make(value, index)
 
         def elem(value, index, at) -> list:
-            return [f"{at}{{"] + self.block(body(v.make(value, index)), at + "  ") + [f"{at}}}"]
+            return [f"{at}{{"] + self.block(stored(body(make(value, index)), index), at + "  ") + [f"{at}}}"]
 
-        out = [f"{ind}{{",
-               f"{i2}{tab['ptr'].format(t=ct, n=p, buf=v.buf, base=self.expr(v.base))}",
-               f"{i2}int64_t {h} = {tab['head'].format(p)};",
-               f"{i2}if ({h} > {stop}) {h} = {stop};",
-               f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
-        out += elem(Load(v.buf, Fmt(f"{self.expr(v.base)} + {var}"), v.dtype), var, i2 + "  ")
-        out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / 4;"]
-        if unroll > 1:
+        def lanes(src: str, at: str, q_: str) -> list:
+            """One vector's elements from vector ``src``, stored as one vector when ``ov``."""
+            out = []
+            vst = self._vstore(v, n_l)
+            if vst:
+                out.append(f"{at}{vst[0]} ov{n};")
+            auxv = {}
+            for buf, stride in v.aux:  # the weight's vector beside the row's
+                a = f"{buf}_a{n}"
+                auxv[buf] = a
+                out += [f"{at}{vt} {a};",
+                        f"{at}if ({stride} == 1 && d_aligned({buf}, 16)) {{",
+                        f"{at}  {a} = *reinterpret_cast<const {vt}*>({buf} + {n_l} * {q_});",
+                        f"{at}}} else {{"]
+                out += [f"{at}  {self.lane(vt, a, j)} = {buf}[({n_l} * {q_} + {j}) * {stride}];"
+                        for j in range(n_l)]
+                out.append(f"{at}}}")
+            for j in range(n_l):
+                idx = f"({n_l} * {q_} + {j})" if h == "0" else f"({h} + {n_l} * {q_} + {j})"
+                value = self.d.load(v.dtype, self.lane(vt, src, j))
+                aux = {b: self.d.load(v.dtype, self.lane(vt, a, j)) for b, a in auxv.items()} or None
+                if vst:
+                    buf, obase, odt, val = v.store
+                    got = make(value, idx, aux)
+                    out += [f"{at}{{"] + self.block(got, at + "  ") + [
+                        f"{at}  {self.lane(vst[0], f'ov{n}', j)} = {self.d.store(np.dtype(odt), val)};",
+                        f"{at}}}"]
+                else:
+                    out += [f"{at}{{"] + self.block(stored(body(make(value, idx, aux)), idx), at + "  ") + [f"{at}}}"]
+            if vst:
+                out.append(f"{at}*reinterpret_cast<{vst[0]}*>({vst[1]} + {n_l} * {q_}) = ov{n};")
+            return out
+
+        out = []
+        cached = v.cache is not None and self.d.ir_vector.get("cache")
+        if cached and v.cache not in self.caches:
+            # the first loop over the row: each thread's vectors into registers
+            ok = f"{v.cache}_ok"
+            self.caches[v.cache] = ok
+            out += [f"{ind}{vt} {v.cache}[{v.slots}];",
+                    f"{ind}const bool {ok} = d_aligned({v.buf} + ({base}), 16) && "
+                    f"({stop}) / {n_l} <= {v.slots} * {t['group_size']};",
+                    f"{ind}if ({ok}) {{",
+                    f"{i2}{self.d.ir_unroll.format(v.slots)}",
+                    f"{i2}for (int {v.cache}_s = 0; {v.cache}_s < {v.slots}; ++{v.cache}_s) {{",
+                    f"{i2}  const int64_t {v.cache}_q = {t['thread']} + {v.cache}_s * {t['group_size']};",
+                    f"{i2}  if ({v.cache}_q < ({stop}) / {n_l}) {v.cache}[{v.cache}_s] = "
+                    f"*reinterpret_cast<const {vt}*>({v.buf} + ({base}) + {n_l} * {v.cache}_q);",
+                    f"{i2}}}",
+                    f"{ind}}}"]
+        if cached:
+            ok = self.caches[v.cache]
+            vst = self._vstore(v, n_l)
+            cond = ok + (f" && d_aligned({vst[1]}, 16)" if vst else "")
+            h_save, h = h, "0"
+            out += [f"{ind}if ({cond}) {{",
+                    f"{i2}const int64_t {nv} = ({stop}) / {n_l};",
+                    f"{i2}{self.d.ir_unroll.format(v.slots)}",
+                    f"{i2}for (int vs{n} = 0; vs{n} < {v.slots}; ++vs{n}) {{",
+                    f"{i2}  const int64_t {q} = {t['thread']} + vs{n} * {t['group_size']};",
+                    f"{i2}  if ({q} < {nv}) {{"]
+            out += lanes(f"{v.cache}[vs{n}]", i2 + "    ", q)
+            out += [f"{i2}  }}", f"{i2}}}",
+                    f"{i2}for (int64_t {var} = {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
+                    f"{var} += {t['group_size']}) {{"]
+            out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
+            out += [f"{i2}}}", f"{ind}}} else {{"]
+            h = h_save
+        out += [f"{ind}{{",
+                f"{i2}{tab['ptr'].format(t=ct, n=p, buf=v.buf, base=base)}",
+                f"{i2}int64_t {h} = {tab['head'].format(p=p, size=np.dtype(v.dtype).itemsize)};",
+                f"{i2}if ({h} > {stop}) {h} = {stop};",
+                f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
+        out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
+        out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / {n_l};"]
+        if unroll > 1 and not cached:  # a cached row's fallback: kept small (its registers)
             out.append(f"{i2}{self.d.ir_unroll.format(unroll)}")
         out.append(f"{i2}for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
-        out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + 4 * {q}')}")
-        for j, lane in enumerate("xyzw"):
-            out += elem(f"{vv}.{lane}", f"({h} + 4 * {q} + {j})", i2 + "  ")
+        out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
+        # the uncached path stores element by element (the output's alignment is the row's
+        # only when both are aligned alike)
+        for j in range(n_l):
+            out += elem(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", i2 + "  ")
         out += [f"{i2}}}",
-                f"{i2}for (int64_t {var} = {h} + 4 * {nv} + {t['thread']}; {var} < {stop}; "
+                f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
                 f"{var} += {t['group_size']}) {{"]
-        out += elem(Load(v.buf, Fmt(f"{self.expr(v.base)} + {var}"), v.dtype), var, i2 + "  ")
-        return out + [f"{i2}}}", f"{ind}}}"]
+        out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
+        out += [f"{i2}}}", f"{ind}}}"]
+        if cached:
+            out.append(f"{ind}}}")
+        return out
+
+    def _vstore(self, v: Vec, n_l: int):
+        """(vector type, row pointer) of a vector store of ``v.store``'s buffer, or None
+        (no store, or another lane count)."""
+        if v.store is None:
+            return None
+        buf, obase, odt, _ = v.store
+        vt = getattr(self.d, "ir_vector", {}).get("types", {}).get(np.dtype(odt).name)
+        if vt is None or self.vec_lanes(odt) != n_l:
+            return None
+        return vt, f"({buf} + ({self.expr(obase)}))"
 
     def group_merge(self, acc, names: dict, ind: str, t: dict) -> list:
         """Every thread of the group ends with the whole group's state: the lanes of each

@@ -12,9 +12,14 @@ bias's add (``w[i] * static_cast<T>(x[i] * normalizer) + b[i]``), the weight wit
 two passes). The VJP kernels take groups of rows and leave each group's weight / bias
 gradient in ``part`` (``n_groups x cols``, float32) for one column sum (MLX's ``gw_temp``).
 
+On a GPU each thread keeps its 16-byte vectors of the row in registers between the
+reductions and the write where the row fits (``Vec.cache``: x read once), and the write
+stores 16 bytes at a time with the weight / bias read as vectors beside it.
+
 RoPE (``rope.metal``, ``rope.cu``): one group per (batch, position) row of a ``(B, H, L, D)``
-view, the row's ``cos`` / ``sin`` for the ``dims / 2`` frequencies computed once into local
-memory and reused by every head, then each head's pairs rotated in float32 and rounded once
+view; on the CPU the row's ``cos`` / ``sin`` for the ``dims / 2`` frequencies computed once
+into local memory and reused by every head, on a GPU a thread per (pair, ``ROPE_HEADS``
+heads) with its own (MLX's ``rope_impl``); each pair rotated in float32 and rounded once
 (``traditional``: pairs ``(2i, 2i + 1)``, else ``(i, i + dims / 2)``); features past ``dims``
 are copied. ``inv`` holds the inverse frequencies (``base ** (-i / half)`` or
 ``1 / freqs``), ``off`` the offsets (stride 0: one for every batch element).
@@ -36,9 +41,12 @@ from .loop_ir import (INDEX, Barrier, Cast, Fmt, Kernel, Let, Lit, Load, Local, 
 
 F32 = np.dtype(np.float32)
 PAR_MIN = 1 << 16  # elements below which a row kernel runs on one thread (a wake-up costs more)
+ROPE_HEADS = 4  # heads a GPU thread rotates with one cos / sin (MLX's rope_impl N)
 ROPE_HALF_MAX = 1024  # frequencies a RoPE group keeps in local memory (dims <= 2048)
 VJP_GROUPS = 512  # row groups of a VJP kernel (MLX's target_groups): rows of gw partials
 UNROLL = 4  # a GPU thread's loads in flight along a row
+NORM_BLOCK = 1024  # a norm's threads a row at most (its launch bound: 64 registers a thread)
+SLOTS = 4  # 16-byte vectors a GPU thread keeps of its row (16384 float32 / 32768 halves a row)
 
 
 def sums(*fields: str) -> Monoid:
@@ -67,18 +75,29 @@ def _inv_sqrt(mean_sq) -> Fmt:
     return Fmt("{0} / {1}", (Lit(1, F32), Math("sqrt", F32, (Fmt("{0} + fp[0]", (mean_sq,)),))))
 
 
-def _vec(dt, layout: str, make):
-    """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only)."""
-    return Vec("x", "r * sr", dt, make) if layout == "row" else None
+def _vec(dt, layout: str, make, store=None, aux=()):
+    """A row's unit-stride elements for a GPU's 16-byte loads (``row`` layout only), kept in
+    registers between the row's passes where they fit (``xr``: x is read once)."""
+    return Vec("x", "r * sr", dt, make, cache="xr", slots=SLOTS, store=store,
+               aux=aux) if layout == "row" else None
 
 
-def _pass(dt, layout: str, value) -> Range:
-    """The row's write: ``out[r, c] = value(v, c)`` for each element ``v`` of the row."""
-    def make(v, i):
-        return [Let("v", F32, _f(v)), Store("out", f"r * cols + {i}", value(i), dt)]
+def _pass(dt, layout: str, value, vecs: tuple) -> Range:
+    """The row's write: ``out[r, c] = value(c, aux)`` for each element ``v`` of the row (a
+    GPU stores 16 bytes at a time and reads the weight / bias ``vecs`` (buffer, stride) 16
+    bytes at a time beside the row's vectors: ``aux`` has their values then)."""
+    def make(v, i, aux=None):
+        return [Let("v", F32, _f(v)), Let("o", F32, value(i, aux))]
 
-    return Range("c", 0, "cols", make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c"),
-                 "threads", unroll=UNROLL, vec=_vec(dt, layout, make))
+    body = make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c") + [
+        Store("out", "r * cols + c", "o", dt)]
+    return Range("c", 0, "cols", body, "threads", unroll=UNROLL,
+                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o"), vecs))
+
+
+def _elem(buf: str, stride: str, dt, i, aux):
+    """Element ``i`` of a weight / bias in float32 (from ``aux`` where the GPU read it)."""
+    return _f(aux[buf]) if aux else _f(Load(buf, f"({i}) * {stride}", dt))
 
 
 def _row_sum(dt, layout: str, acc: str, field: str, term, square: bool) -> Reduce:
@@ -97,15 +116,15 @@ def rms_kernel(name: str, dt, layout: str, has_w: bool) -> Kernel:
     body = [_row_sum(dt, layout, "a", "s", lambda v: v, True),
             Let("n", F32, _inv_sqrt(Fmt("a_s / {0}", (_f("cols"),))))]
 
-    def value(i):
+    def value(i, aux):
         if not has_w:
             return "v * n"
-        return Fmt("{0} * {1}", (Round(dt, "v * n"), _f(Load("w", f"({i}) * ws", dt))))
+        return Fmt("{0} * {1}", (Round(dt, "v * n"), _elem("w", "ws", dt, i, aux)))
 
-    body.append(_pass(dt, layout, value))
+    body.append(_pass(dt, layout, value, (("w", "ws"),) if has_w else ()))
     return Kernel(name, _norm_params(dt, ("x", "w"), (("out", dt),), ("rows", "cols", "sr", "sc", "ws")),
-                  _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  _rows(body), block=NORM_BLOCK, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"], most=NORM_BLOCK))
 
 
 def layer_kernel(name: str, dt, layout: str, has_w: bool, has_b: bool) -> Kernel:
@@ -117,23 +136,23 @@ def layer_kernel(name: str, dt, layout: str, has_w: bool, has_b: bool) -> Kernel
             _row_sum(dt, layout, "b", "q", lambda v: Fmt("{0} - mu", (v,)), True),
             Let("n", F32, _inv_sqrt(Fmt("b_q / {0}", (cols,))))]
 
-    def value(i):
+    def value(i, aux):
         if not (has_w or has_b):
             return "(v - mu) * n"
         val = Round(dt, "(v - mu) * n")
         if has_w:
-            val = Fmt("{0} * {1}", (val, _f(Load("w", f"({i}) * ws", dt))))
+            val = Fmt("{0} * {1}", (val, _elem("w", "ws", dt, i, aux)))
             if has_b:
                 val = Round(dt, val)
         if has_b:
-            val = Fmt("{0} + {1}", (val, _f(Load("b", f"({i}) * bs", dt))))
+            val = Fmt("{0} + {1}", (val, _elem("b", "bs", dt, i, aux)))
         return val
 
-    body.append(_pass(dt, layout, value))
+    body.append(_pass(dt, layout, value, (("w", "ws"),) * has_w + (("b", "bs"),) * has_b))
     return Kernel(name, _norm_params(dt, ("x", "w", "b"), (("out", dt),),
                                      ("rows", "cols", "sr", "sc", "ws", "bs")),
-                  _rows(body), block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  _rows(body), block=NORM_BLOCK, groups=lambda v: min(v["rows"], 1 << 30),
+                  threads=lambda v: row_threads(v["cols"], most=NORM_BLOCK))
 
 
 def _group_rows(body: list, init: list) -> list:
@@ -204,43 +223,65 @@ def vjp_layer_kernel(name: str, dt, has_w: bool, has_b: bool) -> Kernel:
 
 def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> Kernel:
     """RoPE over a ``(B, H, L, D)`` view of ``x`` (strides ``sb, sh, sl, sd``) into a
-    row-major ``out``: one group per (batch, position), its ``cos`` / ``sin`` once, then every
-    head (``rope_impl``'s rotation; ``forward=False``: the inverse, the VJP's)."""
+    row-major ``out``, one group per (batch, position) (``rope_impl``'s rotation;
+    ``forward=False``: the inverse, the VJP's). On the CPU the position's ``cos`` / ``sin``
+    once into local memory, then each head's pairs under ``omp simd``. On a GPU (MLX's
+    ``rope.cu``: a thread's ``cos`` / ``sin`` serve ``ROPE_HEADS`` heads) one thread per
+    (pair, run of ``ROPE_HEADS`` heads), neighbouring threads on neighbouring pairs of one
+    head (a warp's loads and stores are contiguous runs): no group memory, no barrier, the
+    loads issued while the rotation's angle is computed."""
     half = "(dims / 2)"
     i1, i2 = ("2 * i", "2 * i + 1") if traditional else ("i", f"i + {half}")
     x1 = _f(Load("x", f"xb + ({i1}) * sd", dt))
     x2 = _f(Load("x", f"xb + ({i2}) * sd", dt))
     if forward:
-        r1, r2 = "x1 * cs[i] - x2 * sn[i]", "x1 * sn[i] + x2 * cs[i]"
+        r1, r2 = "x1 * c - x2 * s", "x1 * s + x2 * c"
     else:
-        r1, r2 = "x2 * sn[i] + x1 * cs[i]", "x2 * cs[i] - x1 * sn[i]"
-    head = [Let("xb", INDEX, "b * sb + h * sh + l * sl"), Let("ob", INDEX, "((b * H + h) * L + l) * D"),
-            Range("i", 0, half, [Let("x1", F32, x1), Let("x2", F32, x2),
-                                 Store("out", f"ob + {i1}", r1, dt), Store("out", f"ob + {i2}", r2, dt)],
-                  "threads"),
-            Range("j", "dims", "D", [Store("out", "ob + j", _f(Load("x", "xb + j * sd", dt)), dt)],
-                  "threads")]
+        r1, r2 = "x2 * s + x1 * c", "x2 * c - x1 * s"
+    where = [Let("xb", INDEX, "b * sb + h * sh + l * sl"), Let("ob", INDEX, "((b * H + h) * L + l) * D")]
+    rot = [Let("x1", F32, x1), Let("x2", F32, x2),
+           Store("out", f"ob + {i1}", r1, dt), Store("out", f"ob + {i2}", r2, dt)]
+    copy = [Store("out", "ob + j", _f(Load("x", "xb + j * sd", dt)), dt)]
     theta = Fmt("pos * {0}", (Load("inv", "i", F32),))
     body = [Let("b", INDEX, "bl / L"), Let("l", INDEX, "bl % L"),
-            Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),))),
-            Local("cs", F32, ROPE_HALF_MAX, shared=True), Local("sn", F32, ROPE_HALF_MAX, shared=True),
-            Range("i", 0, half, [Let("th", F32, theta), Store("cs", "i", Math("cos", F32, ("th",)), F32),
-                                 Store("sn", "i", Math("sin", F32, ("th",)), F32)], "threads"),
-            Barrier(),
-            Range("h", 0, "H", head),
-            Barrier()]
+            Let("pos", F32, Fmt("{0} * fp[0]", (_f(Fmt("l + {0}", (Cast(INDEX, Load("off", "b * os", np.dtype(np.int32))),))),)))]
+    if not gpu:  # the CPU: each head's pairs under omp simd (no divisions in the lanes)
+        trig = [Let("c", F32, "cs[i]"), Let("s", F32, "sn[i]")]
+        body += [Local("cs", F32, ROPE_HALF_MAX), Local("sn", F32, ROPE_HALF_MAX),
+                 Range("i", 0, half, [Let("th", F32, theta), Store("cs", "i", Math("cos", F32, ("th",)), F32),
+                                      Store("sn", "i", Math("sin", F32, ("th",)), F32)], "threads"),
+                 Range("h", 0, "H", where + [Range("i", 0, half, trig + rot, "threads"),
+                                             Range("j", "dims", "D", copy, "threads")])]
+    else:
+        # 32-bit divisions (a group's H * D is far below 2^32; a 64-bit one is a subroutine)
+        def div(a, b, op):
+            return f"(int64_t)((unsigned int)({a}) {op} (unsigned int)({b}))"
+
+        runs = f"((H + {ROPE_HEADS - 1}) / {ROPE_HEADS})"
+        body += [Range("t", 0, f"{runs} * {half}",
+                       [Let("i", INDEX, div("t", half, "%")),
+                        Let("h0", INDEX, f"{div('t', half, '/')} * {ROPE_HEADS}"),
+                        Let("h1", INDEX, f"h0 + {ROPE_HEADS} < H ? h0 + {ROPE_HEADS} : H"),
+                        Let("th", F32, theta), Let("c", F32, Math("cos", F32, ("th",))),
+                        Let("s", F32, Math("sin", F32, ("th",))),
+                        Range("h", "h0", "h1", where + rot, unroll=ROPE_HEADS)], "threads"),
+                 Range("t", 0, "H * (D - dims)",
+                       [Let("h", INDEX, div("t", "D - dims", "/")),
+                        Let("j", INDEX, "dims + " + div("t", "D - dims", "%"))] + where + copy, "threads")]
     params = [Param("in", "x", dt), Param("in", "off", np.dtype(np.int32)), Param("in", "inv", F32),
               Param("in", "fp", F32), Param("out", "out", dt)] + [
         Param("int", n) for n in ("B", "H", "L", "D", "dims", "sb", "sh", "sl", "sd", "os")]
     return Kernel(name, params, [Range("bl", 0, "B * L", body, "blocks",
                                        f"B * L > 1 && B * L * H * D >= {PAR_MIN}")],
-                  block=256, groups=lambda v: min(v["B"] * v["L"], 1 << 30),
-                  threads=lambda v: min(256, max(32, row_threads(v["dims"] // 2, per_thread=1))))
+                  block=512, groups=lambda v: min(v["B"] * v["L"], 1 << 30),
+                  threads=lambda v: row_threads(-(-v["H"] // ROPE_HEADS) * (v["dims"] // 2),
+                                                per_thread=1, most=512))
 
 
 # -- the specs ------------------------------------------------------------------------------
 
 _PARAMS: dict = {}
+_KERNELS: dict = {}  # (spec, gpu) -> its Kernel
 
 
 @dataclass(frozen=True)
@@ -272,6 +313,14 @@ class NormSpec:
     lib_name = name  # what the kernel cache and the Kernels tab call it
 
     def kernel(self, gpu: bool = False) -> Kernel:
+        """The loop-IR kernel (built once per spec and schedule: a GPU call asks for it to
+        size its launch, and building it cost more host time than the launch)."""
+        got = _KERNELS.get((self, gpu))
+        if got is None:
+            got = _KERNELS[(self, gpu)] = self._build(gpu)
+        return got
+
+    def _build(self, gpu: bool) -> Kernel:
         dt = np.dtype(self.dtype) if self.dtype != "bfloat16" else _bf16()
         if not _is_float(dt):
             raise Unsupported(f"{self.family} on {dt}")

@@ -374,8 +374,11 @@ __device__ __forceinline__ float code_value(const uint8_t* row, int64_t i, float
 """
 
 _CU_QMV_T = """
-/* one warp per output row (MLX's qmv_kernel): lanes stride over K, a shuffle reduction;
-   blockIdx.y: the row of x, blockIdx.z: the batch entry */
+/* one warp per output row (MLX's qmv_kernel), a shuffle reduction; blockIdx.y: the row of
+   x, blockIdx.z: the batch entry. Where 32 divides K and the group size, each lane takes
+   runs of 32 codes (BITS words of the packed row, one group's scale and bias), decodes them
+   by constant shifts and dots them with 32 x values read as float4s: sum x (c s + b) =
+   s sum(x c) + b sum(x) (MLX's qdot); other sizes go code by code */
 extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float* scales,
     const float* biases, const float* table, float* out, const int64_t* x_off,
     const int64_t* w_off, const int64_t* s_off, const int64_t* b_off, int64_t B, int64_t M,
@@ -390,59 +393,80 @@ extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float*
   const float* sr = scales + s_off[bb] + n * G;
   const float* br = biases + b_off[bb] + n * G;
   float acc = 0.0f;
-  for (int64_t k = lane; k < K; k += 32) {{
-    const int64_t g = k / gs;
-    acc = fmaf(xr[k], code_value(row, k, sr[g], {bias_load}, table), acc);
+  if ((K & 31) == 0 && (gs & 31) == 0 && ((unsigned long long)row & 3) == 0) {{
+    const uint32_t* wr = (const uint32_t*)row;
+    const int runs = (int)(K >> 5), per_group = (int)(gs >> 5);
+    const bool x16 = ((unsigned long long)xr & 15) == 0;
+    const bool w16 = ((unsigned long long)row & 15) == 0;
+    #pragma unroll 4
+    for (int r = lane; r < runs; r += 32) {{
+      uint32_t wd[BITS];
+#if BITS % 4 == 0
+      if (w16) {{
+        #pragma unroll
+        for (int q = 0; q < BITS / 4; ++q) {{
+          const uint4 u = reinterpret_cast<const uint4*>(wr + (int64_t)r * BITS)[q];
+          wd[4 * q] = u.x; wd[4 * q + 1] = u.y; wd[4 * q + 2] = u.z; wd[4 * q + 3] = u.w;
+        }}
+      }} else
+#endif
+      {{
+        #pragma unroll
+        for (int j = 0; j < BITS; ++j) wd[j] = wr[(int64_t)r * BITS + j];
+      }}
+      float xs[32];
+      if (x16) {{
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) {{
+          const float4 v = reinterpret_cast<const float4*>(xr + 32 * (int64_t)r)[j];
+          xs[4 * j] = v.x; xs[4 * j + 1] = v.y; xs[4 * j + 2] = v.z; xs[4 * j + 3] = v.w;
+        }}
+      }} else {{
+        #pragma unroll
+        for (int j = 0; j < 32; ++j) xs[j] = xr[32 * (int64_t)r + j];
+      }}
+      float dot = 0.0f, xsum = 0.0f;
+      #pragma unroll
+      for (int j = 0; j < 32; ++j) {{
+        const int bit = j * BITS;
+        uint32_t c = wd[bit >> 5] >> (bit & 31);
+        if ((bit & 31) + BITS > 32) c |= wd[(bit >> 5) + 1] << (32 - (bit & 31));
+        dot = fmaf(xs[j], {run_value}, dot);
+        xsum += xs[j];
+      }}
+      const int g = r / per_group;
+      acc += {run_acc};
+    }}
+  }} else {{
+    for (int64_t k = lane; k < K; k += 32) {{
+      const int64_t g = k / gs;
+      acc = fmaf(xr[k], code_value(row, k, sr[g], {bias_load}, table), acc);
+    }}
   }}
   for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
   if (lane == 0) out[(bb * M + m) * N + n] = acc;
 }}
 """
 
-_CU_QMM = """
-/* a tiled product (MLX's qmm_naive): a TILE x TILE block of the weight dequantized into
-   shared memory per step of K, multiplied with the matching block of x */
-#define TILE 16
-extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float* scales,
-    const float* biases, const float* table, float* out, const int64_t* x_off,
-    const int64_t* w_off, const int64_t* s_off, const int64_t* b_off, int64_t B, int64_t M,
-    int64_t N, int64_t K, int64_t gs) {{
-  __shared__ float xs[TILE][TILE + 1];
-  __shared__ float ws[TILE][TILE + 1];
-  const int64_t bb = blockIdx.z;
-  const int64_t m = (int64_t)blockIdx.y * TILE + threadIdx.y;
-  const int64_t n = (int64_t)blockIdx.x * TILE + threadIdx.x;
-  const float* xb = x + x_off[bb];
-  const uint8_t* wb = w + w_off[bb];
-  const float* sb = scales + s_off[bb];
-  const float* bi = biases + b_off[bb];
-  float acc = 0.0f;
-  for (int64_t k0 = 0; k0 < K; k0 += TILE) {{
-    const int64_t kx = k0 + threadIdx.x, kw = k0 + threadIdx.y;
-    xs[threadIdx.y][threadIdx.x] = (m < M && kx < K) ? xb[m * K + kx] : 0.0f;
-    /* the weight element (k = kw, n) of the expanded matrix */
-    float v = 0.0f;
-    if (kw < K && n < N) {{
-{weight_load}
-    }}
-    ws[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    for (int j = 0; j < TILE; j++) acc = fmaf(xs[threadIdx.y][j], ws[j][threadIdx.x], acc);
-    __syncthreads();
+_CU_DEQUANT = """
+/* the weight matrix as float32 (the CPU's dequant form): out[r, c] = code c of packed row r
+   (R rows of C codes, scales and biases (R, C / gs)); a thread per code, blockIdx.y and its
+   stride over the rows */
+extern "C" __global__ void {name}(const uint8_t* w, const float* scales, const float* biases,
+    const float* table, float* out, int64_t R, int64_t C, int64_t gs) {{
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t g = (int64_t)((unsigned int)c / (unsigned int)gs), G = C / gs;
+  for (int64_t r = blockIdx.y; r < R; r += gridDim.y) {{
+    out[r * C + c] = code_value(w + r * (C * BITS / 8), c, scales[r * G + g], {bias}, table);
   }}
-  if (m < M && n < N) out[(bb * M + m) * N + n] = acc;
 }}
 """
 
-_CU_LOAD_T = """      const int64_t G = K / gs;
-      v = code_value(wb + n * (K * BITS / 8), kw, sb[n * G + kw / gs], {bias}, table);"""
-_CU_LOAD_N = """      const int64_t G = N / gs;
-      v = code_value(wb + kw * (N * BITS / 8), n, sb[kw * G + n / gs], {bias}, table);"""
 
-
-def cuda_source(spec: QuantSpec, transpose: bool = True, tiled: bool = False) -> str:
-    """The CUDA of a quantized product: ``qmv_t`` a warp per output (``tiled=False``), or
-    the shared-memory tiled product for many rows (either weight orientation)."""
+def cuda_source(spec: QuantSpec, dequant: bool = False) -> str:
+    """The CUDA of a quantized product: ``qmv_t`` a warp per output, or (``dequant``) the
+    weight matrix dequantized to float32 for a dense product (either orientation)."""
     affine = spec.kind == "affine"
     head = _CU_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1,
                            value=_value(spec.kind, "c", "s", "b"))
@@ -451,11 +475,10 @@ def cuda_source(spec: QuantSpec, transpose: bool = True, tiled: bool = False) ->
               .replace("uint32_t sb;\n  memcpy(&sb, &sub, 4);", "const uint32_t sb = __float_as_uint(sub);")
               .replace("float v;\n  memcpy(&v, &bits, 4);\n  return v;", "return __uint_as_float(bits);"))
         head = head.replace("/* code i of a packed row", fp + "\n/* code i of a packed row", 1)
-    if not tiled:
-        return head + _CU_QMV_T.format(name=spec.name,
-                                       bias_load="br[g]" if affine else "0.0f")
-    if transpose:
-        load = _CU_LOAD_T.format(bias="bi[n * G + kw / gs]" if affine else "0.0f")
-    else:
-        load = _CU_LOAD_N.format(bias="bi[kw * G + n / gs]" if affine else "0.0f")
-    return head + _CU_QMM.format(name=spec.name, weight_load=load)
+    if dequant:
+        return head + _CU_DEQUANT.format(name=spec.name + "_dequant",
+                                         bias="biases[r * G + g]" if affine else "0.0f")
+    return head + _CU_QMV_T.format(
+        name=spec.name, bias_load="br[g]" if affine else "0.0f",
+        run_value="(float)(c & MASK)" if affine else "fp_value(c & MASK)",
+        run_acc="fmaf(sr[g], dot, br[g] * xsum)" if affine else "sr[g] * dot")

@@ -1,8 +1,9 @@
 """MLX's fast primitives as generated CUDA: ``RMSNorm``, ``LayerNorm``, ``RMSNormVJP``,
 ``LayerNormVJP``, ``RoPE``, the loop-IR kernels of ``codegen/norm_kernels.py`` rendered by
-the CUDA dialect (a block per row: warp shuffles and shared memory merge the row's sums, then
-the block writes the row; RoPE: a block per (batch, position), its cos / sin in shared
-memory), compiled by NVRTC through the fused kernels' cache and launched on the node's CUDA
+the CUDA dialect (a block per row, its 16-byte vectors kept in registers between the row's
+passes where they fit: warp shuffles and shared memory merge the row's sums, then the block
+writes the row 16 bytes at a time; RoPE: a block per (batch, position), its cos / sin in
+shared memory, a thread per (head, pair)), compiled by NVRTC through the fused kernels' cache and launched on the node's CUDA
 stream, with the layouts of ``kernels/common/norms.py`` (the CPU's). The VJPs' weight / bias
 gradients are CuPy's column sums of the kernel's per-group rows (MLX's ``gw_temp``, 512
 groups). What no kernel takes, or NVRTC cannot build, runs the primitive's CuPy rule,
@@ -27,6 +28,7 @@ from . import compiled
 from .reductions import launch_recorded
 
 _fps: dict = {}  # a float parameter's value -> its one-element device buffer
+_invs: dict = {}  # (device, dims, base) -> RoPE's inverse frequencies on the device
 
 
 def _entry(spec):
@@ -54,6 +56,22 @@ def _fp(value: float):
         if len(_fps) > 256:
             _fps.clear()
         got = _fps[value] = cupy.asarray(np.array([value], np.float32))
+    return got
+
+
+def _inv_freqs(dims: int, base: float, freqs):
+    """RoPE's inverse frequencies: computed once per (dims, base) and kept (three CuPy
+    launches a call otherwise); ``freqs`` given: from them, each call."""
+    if freqs is not None:
+        return inv_freqs(cupy, dims, base, freqs)
+    key = (cupy.cuda.runtime.getDevice(), int(dims), float(base))
+    got = _invs.get(key)
+    if got is None:
+        if len(_invs) > 256:
+            _invs.clear()
+        got = inv_freqs(cupy, dims, base, None)
+        cupy.cuda.get_current_stream().synchronize()  # other streams may read it next
+        _invs[key] = got
     return got
 
 
@@ -146,7 +164,7 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
         call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), off.size, 1, **kw)
     res = out if _fits(out, call.out_shape, call.out_dtype, x) else \
         cupy.empty(call.out_shape, dtype=call.out_dtype)
-    bufs = {"x": x, "off": off, "inv": inv_freqs(cupy, dims, base, freqs[0] if freqs else None),
+    bufs = {"x": x, "off": off, "inv": _inv_freqs(dims, base, freqs[0] if freqs else None),
             "fp": _fp(float(scale)), "out": res}
     why = _launch(call.spec, "RoPE", bufs, call.ints)
     return _fallback("RoPE", why, xp, ins, kw, out) if why else res

@@ -4,7 +4,8 @@ sources, compiled through CuPy's ``RawKernel``, which caches the cubins on disk)
 Planned as the CPU's (``kernels/cpu/quantized.py``, MLX's ``qmm.cu`` dispatch): each matrix of
 the broadcast or gathered batch is an offset into x, w, scales and biases; up to
 ``MAX_ROWS`` rows of a transposed product run ``qmv`` (a warp per output, MLX's
-``qmv_kernel``), everything else the shared-memory tiled product (MLX's ``qmm_naive``).
+``qmv_kernel``), everything else each entry's weight matrix dequantized once into a float32
+tile and multiplied by cuBLAS (the CPU's ``_qmm`` with BLAS).
 Float32 compute, rounded once to the output type by the evaluator.
 """
 
@@ -18,16 +19,16 @@ from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
 
 _kernels: dict = {}
 WARPS = 4  # output rows per qmv block
-TILE = 16
 
 
-def _kernel(spec: QuantSpec, transpose: bool, tiled: bool):
+def _kernel(spec: QuantSpec, dequant: bool = False):
     import cupy
 
-    key = (spec.name, transpose, tiled)
+    key = (spec.name, dequant)
     k = _kernels.get(key)
     if k is None:
-        k = _kernels[key] = cupy.RawKernel(cuda_source(spec, transpose, tiled), spec.name)
+        k = _kernels[key] = cupy.RawKernel(cuda_source(spec, dequant),
+                                           spec.name + ("_dequant" if dequant else ""))
     return k
 
 
@@ -40,43 +41,96 @@ def _offsets(xp, a, unit: int):
     return offs.reshape(-1)
 
 
+_consts: dict = {}  # (device, what) -> a small device array made once (tables, offsets)
+
+
+def _const(xp, key, make):
+    """A small read-only device array made once per device and key (a call's uploads and
+    small kernels cost more than the one-row product itself)."""
+    key = (xp.cuda.runtime.getDevice(),) + key
+    got = _consts.get(key)
+    if got is None:
+        if len(_consts) > 512:
+            _consts.clear()
+        got = make()
+        xp.cuda.get_current_stream().synchronize()  # other streams may read it next
+        _consts[key] = got
+    return got
+
+
 def _table(xp, mode: str, bits: int):
     if mode == "affine":
-        return xp.zeros(1, xp.float32)
+        return _const(xp, ("zeros",), lambda: xp.zeros((1, 1), xp.float32))
     if bits == 4:
-        return xp.asarray(FP4_LUT, dtype=xp.float32)
-    return xp.ascontiguousarray(fp8_decode(xp, xp.arange(256, dtype=xp.uint8)))
+        return _const(xp, ("fp4",), lambda: xp.asarray(FP4_LUT, dtype=xp.float32))
+    return _const(xp, ("fp8",), lambda: xp.ascontiguousarray(
+        fp8_decode(xp, xp.arange(256, dtype=xp.uint8))))
 
 
-def _launch(xp, x, w, scales, b, x_idx, w_sel, *, group_size, bits, mode, transpose):
+def _launch(xp, x, w, scales, b, x_idx, w_sel, *, group_size, bits, mode, transpose,
+            gathered=False):
     """out (entries, M, N) float32: entry i is matrix ``x_idx[i]`` of x times matrix
     ``w_sel[i]`` of w."""
     f32 = xp.float32
-    x = xp.ascontiguousarray(x.astype(f32) if x.ndim >= 2 else x.astype(f32).reshape(1, -1))
+    x = xp.ascontiguousarray(x.astype(f32, copy=False) if x.ndim >= 2
+                             else x.astype(f32, copy=False).reshape(1, -1))
     w = xp.ascontiguousarray(w)
-    s = xp.ascontiguousarray(scales.astype(f32) if mode == "affine"
+    s = xp.ascontiguousarray(scales.astype(f32, copy=False) if mode == "affine"
                              else fp_scale(xp, scales, group_size))
-    bb = xp.ascontiguousarray(b.astype(f32)) if b is not None else xp.zeros((1, 1), f32)
+    bb = xp.ascontiguousarray(b.astype(f32, copy=False)) if b is not None else _table(xp, "affine", 0)
     M, K = x.shape[-2], x.shape[-1]
     N = w.shape[-2] if transpose else w.shape[-1] * 32 // bits
-    x_offs = _offsets(xp, x, 4)[x_idx]
 
     def sel(a, unit):
         offs = _offsets(xp, a, unit)
         return offs[w_sel] if len(offs) > 1 else np.zeros(len(w_sel), np.int64) + offs[0]
 
+    def uploads():
+        return [xp.asarray(o) for o in (_offsets(xp, x, 4)[x_idx], sel(w, 1), sel(s, 4), sel(bb, 4))]
+
     nb = len(x_idx)
-    offs = [xp.asarray(o) for o in (x_offs, sel(w, 1), sel(s, 4), sel(bb, 4))]
-    out = xp.empty((nb, M, N), f32)
     spec = QuantSpec("qmv_t", "affine" if mode == "affine" else "table", bits)
+    if not (transpose and M <= MAX_ROWS):
+        return _dense(xp, x, w, s, bb, x_idx, sel, spec, M, N, K, nb, group_size, transpose)
+    if gathered:
+        offs = uploads()
+    else:  # the batch's offsets follow from the shapes and strides alone: uploaded once
+        offs = _const(xp, ("offsets", nb) + tuple((a.shape, a.strides) for a in (x, w, s, bb)),
+                      uploads)
+    out = xp.empty((nb, M, N), f32)
     ints = [np.int64(v) for v in (nb, M, N, K, group_size)]
     args = (x, w, s, bb, _table(xp, mode, bits), out, *offs, *ints)
-    if transpose and M <= MAX_ROWS:
-        grid = ((N + WARPS - 1) // WARPS, M, nb)
-        _kernel(spec, True, False)(grid, (32 * WARPS,), args)
-    else:
-        grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE, nb)
-        _kernel(spec, transpose, True)(grid, (TILE, TILE), args)
+    grid = ((N + WARPS - 1) // WARPS, M, nb)
+    _kernel(spec)(grid, (32 * WARPS,), args)
+    return out
+
+
+def _dense(xp, x, w, s, bb, x_idx, sel, spec, M, N, K, nb, gs, transpose):
+    """More rows than qmv takes (or w not transposed): each entry's weight matrix
+    dequantized once into a float32 tile (again only where the next entry's differs) and
+    multiplied with cuBLAS, as the CPU does with BLAS (``kernels/cpu/quantized.py``'s
+    ``_qmm``)."""
+    f32 = xp.float32
+    x_offs = _offsets(xp, x, 4)[x_idx]
+    w_offs, s_offs, b_offs = sel(w, 1), sel(s, 4), sel(bb, 4)
+    R, C = (N, K) if transpose else (K, N)
+    tile = xp.empty((R, C), f32)
+    out = xp.empty((nb, M, N), f32)
+    wb, sf, bf = w.view(xp.uint8).reshape(-1), s.reshape(-1), bb.reshape(-1)
+    xf = x.reshape(-1)
+    table = _table(xp, "affine" if spec.kind == "affine" else "fp", spec.bits)
+    kern = _kernel(spec, dequant=True)
+    block = 256
+    grid = ((C + block - 1) // block, min(R, 65535))
+    last = None
+    for i in range(nb):
+        key = (int(w_offs[i]), int(s_offs[i]), int(b_offs[i]))
+        if key != last:
+            kern(grid, (block,), (wb[key[0]:], sf[key[1]:], bf[key[2]:],
+                                  table, tile, np.int64(R), np.int64(C), np.int64(gs)))
+            last = key
+        xm = xf[int(x_offs[i]): int(x_offs[i]) + M * K].reshape(M, K)
+        xp.matmul(xm, tile.T if transpose else tile, out=out[i])
     return out
 
 
@@ -103,7 +157,7 @@ def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_
     if li.size and (li.min() < 0 or li.max() >= nx or ri.min() < 0 or ri.max() >= nw):
         raise IndexError("[gather_qmm] an index lies outside the batch")
     out = _launch(xp, x, w, scales, b[0] if b else None, li, ri, group_size=group_size,
-                  bits=bits, mode=mode, transpose=transpose)
+                  bits=bits, mode=mode, transpose=transpose, gathered=True)
     return out.reshape(*lhs.shape, *out.shape[-2:])
 
 
