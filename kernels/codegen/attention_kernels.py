@@ -209,24 +209,35 @@ def _tile(acc: str, rows: int, lanes: int, init, steps: str, a, bv, out) -> list
 
 
 def _full_blocks(spec: SdpaSpec, dt) -> list:
-    """The tiled kernel's key blocks: ``kt`` (the keys transposed) and ``vs`` (the values) in
-    float32, the scores' GEMM ``sc = qs ktᵀ``, the online softmax, the ``o = o fac + p vs``
-    GEMM."""
+    """The tiled kernel's key blocks, scores kept transposed (``st[key][row]``, SIMD lanes
+    over the block's rows): the GEMM ``st = k qtᵀ`` (each key element broadcast against 16
+    rows of the transposed queries ``qt``, so keys are read in place, never transposed), the
+    online softmax lane-wise over rows (no horizontal reductions), then the GEMM ``o = o fac
+    + p v`` (lanes over the head, values read in place)."""
     D, wv = spec.head, _lanes(spec.head)
-    load = [If("j < nk", [Range("d", 0, D, [
-        Store("kt", f"d * {BK} + j", Load("k", "kb0 + (kb + j) * ksl + d", dt), F32),
-        Store("vs", f"j * {D} + d", Load("v", "vb0 + (kb + j) * vsl + d", dt), F32)], "threads")],
-        [Range("d", 0, D, [Store("kt", f"d * {BK} + j", Lit(0, F32), F32),
-                           Store("vs", f"j * {D} + d", Lit(0, F32), F32)], "threads")])]
-    scores = Range("i0", 0, "nrt", [Range("jb", 0, BK, _tile(
-        "acc", R, W, lambda rr: Lit(0, F32), D, lambda rr: f"qs[(i0 + {rr}) * {D} + t]",
-        f"kt[t * {BK} + jb + j]",
-        lambda rr, v: Store("sc", f"(i0 + {rr}) * {BK} + jb + j", v, F32)), step=W)], step=R)
+    keys = [Let(f"kr{rr}", INDEX, f"kb0 + (kb + jb + {rr} < kend ? kb + jb + {rr} : kend - 1) * ksl")
+            for rr in range(R)]
+    scores = Range("jb", 0, "nk", keys + [Range("i0", 0, "nrw", _tile(
+        "acc", R, W, lambda rr: Lit(0, F32), D, lambda rr: Load("k", f"kr{rr} + t", dt),
+        f"qt[t * {BQ} + i0 + j]",
+        lambda rr, v: Store("sc", f"(jb + {rr}) * {BQ} + i0 + j", v, F32)), step=W)], step=R)
+    mask = Range("j", 0, "nk", [Range("i", 0, "nrw", [Store("sc", f"j * {BQ} + i", _masked(
+        spec, dt, f"sc[j * {BQ} + i]", "kb + j"), F32)], "threads")])
+    rows = Range("i", 0, "nrw", [Store("mx", "i", "m[i]", F32), Store("ls", "i", Lit(0, F32), F32)],
+                 "threads")
+    most = Range("j", 0, "nk", [Range("i", 0, "nrw", [Store("mx", "i", Fmt(
+        f"(sc[j * {BQ} + i] > mx[i] ? sc[j * {BQ} + i] : mx[i])"), F32)], "threads")])
+    exps = Range("j", 0, "nk", [Range("i", 0, "nrw", [
+        Let("p", F32, Math("exp", F32, (f"sc[j * {BQ} + i] - mx[i]",), "nonpositive")),
+        Store("sc", f"j * {BQ} + i", "p", F32), Store("ls", "i", "ls[i] + p", F32)], "threads")])
+    fold = Range("i", 0, "nrw", [Let("f", F32, Math("exp", F32, ("m[i] - mx[i]",), "nonpositive")),
+                                 Store("l", "i", "l[i] * f + ls[i]", F32), Store("m", "i", "mx[i]", F32),
+                                 Store("fac", "i", "f", F32)], "threads")
     pv = Range("i0", 0, "nrt", [Range("db", 0, D, _tile(
         "acc", R, wv, lambda rr: Fmt(f"o[(i0 + {rr}) * {D} + db + j] * fac[i0 + {rr}]"), "nk",
-        lambda rr: f"sc[(i0 + {rr}) * {BK} + t]", f"vs[t * {D} + db + j]",
+        lambda rr: f"sc[t * {BQ} + i0 + {rr}]", Load("v", "vb0 + (kb + t) * vsl + db + j", dt),
         lambda rr, v: Store("o", f"(i0 + {rr}) * {D} + db + j", v, F32)), step=wv)], step=R)
-    return [Range("j", 0, BK, load), scores] + _softmax(spec, dt, "nrt", BK) + [pv]
+    return [scores] + ([mask] if spec.mask != "none" or spec.causal else []) + [rows, most, exps, fold, pv]
 
 
 def _vector_blocks(spec: SdpaSpec, dt) -> list:
@@ -258,13 +269,14 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
     if spec.mask != "none":
         locs.append(Local("mo", INDEX, bq))
     if full:
-        locs += [Local("kt", F32, D * bk), Local("vs", F32, bk * D)]
+        locs += [Local("qt", F32, D * bq), Local("mx", F32, bq), Local("ls", F32, bq)]
     head = [Let("reps", INDEX, "H / Hk"), Let("nrows", INDEX, "reps * L"),
             Let("nqb", INDEX, f"(nrows + {bq - 1}) / {bq}"),
             Let("b", INDEX, "g / (Hk * nqb)"), Let("hk", INDEX, "(g / nqb) % Hk"),
             Let("q0", INDEX, f"(g % nqb) * {bq}"),
             Let("nr", INDEX, f"(nrows - q0 < {bq} ? nrows - q0 : {bq})"),
             Let("nrt", INDEX, f"((nr + {R - 1}) / {R}) * {R}"),
+            Let("nrw", INDEX, f"((nr + {W - 1}) / {W}) * {W}"),
             Let("kb0", INDEX, "b * ksb + hk * ksh"), Let("vb0", INDEX, "b * vsb + hk * vsh")]
     if spec.causal:  # the block's last visible key: its last row's (every position when the
         # block holds the end of one head's rows and the start of the next)
@@ -278,7 +290,11 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
                  step=bk)
     write = Range("r", 0, "nr", [Range("d", 0, D, [Store("out", "oo[r] + d", f"o[r * {D} + d] / l[r]", dt)],
                                        "threads")])
-    body = head + locs + _rows(spec, dt, bq) + [keys, write]
+    setup = _rows(spec, dt, bq)
+    if full:  # the block's queries transposed, once: the scores' GEMM reads 16 rows a lane
+        setup.append(Range("d", 0, D, [Range("r", 0, bq, [Store("qt", f"d * {bq} + r", f"qs[r * {D} + d]", F32)],
+                                             "threads")]))
+    body = head + locs + setup + [keys, write]
     groups = f"B * Hk * ((H / Hk * L + {bq - 1}) / {bq})"
     par = f"{groups} > 1 && B * H * L * kL * {D} >= {PAR_MIN}"
     return Kernel(spec.name, _params(spec, dt), [Range("g", 0, groups, body, "blocks", par)],
