@@ -35,7 +35,7 @@ from .c_ops import Unsupported, _is_float
 from .loop_ir import INDEX, Assign, Fmt, If, Kernel, Let, Lit, Load, Local, Math, Monoid, Param, Range, Reduce, Store
 from .norm_kernels import F32, _bf16, sums
 
-BQ, BK = 64, 64  # the tiled kernel's query rows and keys per block
+BQ, BK = 32, 64  # the tiled kernel's query rows and keys per block
 R, W = 8, 16  # a register tile: rows x lanes (one 512-bit vector of float32 per row)
 VQ, VK = 32, 64  # the vector kernel's rows per block at most (MLX: L x gqa <= 32), keys per block
 VECTOR_MAX_L = 8  # query lengths the vector kernel takes (MLX's sdpa_vector)
