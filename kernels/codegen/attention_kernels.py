@@ -52,6 +52,14 @@ def _max(field: str) -> Monoid:
                   omp=("max",))
 
 
+def _dot() -> Monoid:
+    """A float32 dot product: ``elem`` is a pair (``s``, ``k``) folded by one fused
+    multiply-add (``step``); states merge with ``+`` (OpenMP's reduction)."""
+    return Monoid("dot", (("s", F32),), (Lit(0, F32),), lambda e: {"s": Fmt("{0} * {1}", (e["s"], e["k"]))},
+                  lambda a, b: {"s": f"({a['s']} + {b['s']})"}, omp=("+",),
+                  step=lambda st, e: {"s": _fma(e["s"], e["k"], st["s"])})
+
+
 def _fma(a, b, c) -> Math:
     return Math("fma", F32, (a, b, c))
 
@@ -246,8 +254,8 @@ def _vector_blocks(spec: SdpaSpec, dt) -> list:
     output."""
     D = spec.head
     scores = Range("j", 0, "nk", [Let("kr", INDEX, "kb0 + (kb + j) * ksl"), Range("i", 0, "nr", [
-        Reduce("d", 0, D, [Let("kv", F32, Load("k", "kr + d", dt))], sums("s"), "a",
-               {"s": f"qs[i * {D} + d] * kv"}),
+        Reduce("d", 0, D, [Let("kv", F32, Load("k", "kr + d", dt))], _dot(), "a",
+               {"s": f"qs[i * {D} + d]", "k": "kv"}),
         Store("sc", f"i * {VK} + j", "a_s", F32)])])
     rescale = Range("i", 0, "nr", [Range("d", 0, D, [Store("o", f"i * {D} + d", f"o[i * {D} + d] * fac[i]", F32)],
                                          "threads")])

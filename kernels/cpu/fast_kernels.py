@@ -1,5 +1,7 @@
 """MLX's fast primitives as generated C on the CPU: ``RMSNorm``, ``LayerNorm``,
-``RMSNormVJP``, ``LayerNormVJP``, ``RoPE`` (kernels of ``codegen/norm_kernels.py``).
+``RMSNormVJP``, ``LayerNormVJP``, ``RoPE`` (kernels of ``codegen/norm_kernels.py``) and
+``ScaledDotProductAttention`` (``codegen/attention_kernels.py``: the vector kernel for query
+lengths up to 8, the tiled one above; float64 and head sizes past 256 take the rule).
 
 ``RULES`` are the CPU backend's rules for them (``Backend.kernel_rules``): the inputs'
 layouts pick the kernel and its arguments (``kernels/common/norms.py``), the kernel is built

@@ -3,7 +3,7 @@
 
 The rules here are the array-module forms (numpy, CuPy) every runtime falls back to; the
 CPU runs generated kernels of the same math (``cpu/fast_kernels.py``,
-``codegen/norm_kernels.py``). MLX's semantics, as its GPU kernels compute them: the
+``codegen/norm_kernels.py``, ``codegen/attention_kernels.py``). MLX's semantics, as its GPU kernels compute them: the
 statistics and the rotation in float32, the normalised value rounded to the output type
 before the weight's multiply and the bias's add (in that type); the weight / bias inputs are
 MLX's scalar 1 / 0 when none was given (``mlx/fast.cpp`` passes ``array(1, out_type)``).
