@@ -180,3 +180,16 @@ def test_spec_names_follow_mlx_s():
     assert SdpaSpec("full", "bfloat16", 64, "bool", True, True).name == \
         "sdpa_full_bfloat16_bq32_bk64_bd64_boolmask_causal_sinks"
     assert SdpaSpec("full", "float32", 80, "add").name == "sdpa_full_float32_bq32_bk64_bd80_floatmask"
+
+
+def test_every_attention_kernel_renders_in_c_and_says_why_not_on_a_gpu():
+    from tapescope.kernels.codegen.attention_kernels import all_specs
+    from tapescope.kernels.codegen.render import renderer
+
+    c = renderer("c")
+    for spec in all_specs():
+        src = spec.source(c)
+        assert f"void {spec.name}(void** args)" in src and "fmaf(" in src
+        assert ("mask[" in src) == (spec.mask != "none") and ("sinks[" in src) == spec.sinks
+        assert ("lim[i] ?" in src) == spec.causal
+        assert spec.sources()["metal"].startswith("// no Metal kernel")
