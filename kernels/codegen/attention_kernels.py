@@ -13,7 +13,10 @@ exp(s - m')``, ``l = l exp(m - m') + sum(p)``, ``o = o exp(m - m') + p v``; the 
 
 The scores (``q kᵀ``) and the ``p v`` product of the tiled kernel are small GEMMs with
 register tiles (``R`` rows x ``W`` lanes of accumulators, one fused multiply-add per
-element): the key block is transposed into ``kt`` first so each tile reads unit-stride lanes.
+element, ``Kernel.wide``: a 512-bit vector per tile row where the CPU has them): the block's
+queries are transposed once (``qt``) so the scores come out transposed (``sc[key][row]``,
+lanes over rows) with each key element read in place and broadcast, and the online softmax
+runs lane-wise over rows with no horizontal reductions; ``p v`` reads the values in place.
 The vector kernel reads each key and value row once from memory, for every row of its block.
 
 MLX's semantics (``mlx/fast.cpp``'s fallback, which MLX's CPU runs): ``causal``: query ``l``
