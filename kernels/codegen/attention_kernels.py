@@ -251,22 +251,31 @@ def _full_blocks(spec: SdpaSpec, dt) -> list:
     return [scores] + ([mask] if spec.mask != "none" or spec.causal else []) + [rows, most, exps, fold, pv]
 
 
+def _pv_rows(D: int, dt, j: str, kb: str, src: str) -> list:
+    """Each row's output gets ``p v`` of the value row ``kb + j`` (``p`` from ``src``)."""
+    return [Let("vr", INDEX, f"vb0 + ({kb} + {j}) * vsl"), Range("i", 0, "nr", [
+        Let("p", F32, f"{src}[i * {VK} + {j}]"),
+        Range("d", 0, D, [Store("o", f"i * {D} + d", _fma("p", Load("v", "vr + d", dt), f"o[i * {D} + d]"), F32)],
+              "threads")])]
+
+
 def _vector_blocks(spec: SdpaSpec, dt) -> list:
-    """The vector kernel's key blocks: each key row's dot with every query of the block (one
-    read of the key), the online softmax, then each value row read once into every row's
-    output."""
+    """The vector kernel's key blocks, pipelined so the key and value streams run together:
+    block ``c``'s key rows (each one's dot with every query of the block) are read in the
+    same loop as block ``c - 1``'s value rows (``p v`` with that block's ``pp``, the output
+    already at block ``c - 1``'s max); then the online softmax of block ``c`` rescales the
+    output to the new max and leaves its ``p`` in ``pp`` for the next block."""
     D = spec.head
-    scores = Range("j", 0, "nk", [Let("kr", INDEX, "kb0 + (kb + j) * ksl"), Range("i", 0, "nr", [
+    score = [Let("kr", INDEX, "kb0 + (kb + j) * ksl"), Range("i", 0, "nr", [
         Reduce("d", 0, D, [Let("kv", F32, Load("k", "kr + d", dt))], _dot(), "a",
                {"s": f"qs[i * {D} + d]", "k": "kv"}),
-        Store("sc", f"i * {VK} + j", "a_s", F32)])])
-    rescale = Range("i", 0, "nr", [Range("d", 0, D, [Store("o", f"i * {D} + d", f"o[i * {D} + d] * fac[i]", F32)],
-                                         "threads")])
-    pv = Range("j", 0, "nk", [Let("vr", INDEX, "vb0 + (kb + j) * vsl"), Range("i", 0, "nr", [
-        Let("p", F32, f"sc[i * {VK} + j]"),
-        Range("d", 0, D, [Store("o", f"i * {D} + d", _fma("p", Load("v", "vr + d", dt), f"o[i * {D} + d]"), F32)],
-              "threads")])])
-    return [scores] + _softmax(spec, dt, "nr", VK) + [rescale, pv]
+        Store("sc", f"i * {VK} + j", "a_s", F32)])]
+    fused = Range("j", 0, "(nk > np ? nk : np)", [If("j < nk", score),
+                                                  If("j < np", _pv_rows(D, dt, "j", "kb - " + str(VK), "pp"))])
+    keep = Range("i", 0, "nr", [
+        Range("d", 0, D, [Store("o", f"i * {D} + d", f"o[i * {D} + d] * fac[i]", F32)], "threads"),
+        Range("j", 0, VK, [Store("pp", f"i * {VK} + j", f"sc[i * {VK} + j]", F32)], "threads")])
+    return [fused] + _softmax(spec, dt, "nr", VK) + [keep, Assign("np", "nk")]
 
 
 def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
@@ -281,6 +290,8 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
         locs.append(Local("mo", INDEX, bq))
     if full:
         locs += [Local("qt", F32, D * bq), Local("mx", F32, bq), Local("ls", F32, bq)]
+    else:
+        locs.append(Local("pp", F32, bq * bk))
     head = [Let("reps", INDEX, "H / Hk"), Let("nrows", INDEX, "reps * L"),
             Let("nqb", INDEX, f"(nrows + {bq - 1}) / {bq}"),
             Let("b", INDEX, "g / (Hk * nqb)"), Let("hk", INDEX, "(g / nqb) % Hk"),
@@ -299,13 +310,18 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
     blocks = _full_blocks(spec, dt) if full else _vector_blocks(spec, dt)
     keys = Range("kb", 0, "kend", [Let("nk", INDEX, f"(kend - kb < {bk} ? kend - kb : {bk})")] + blocks,
                  step=bk)
+    if not full:  # the last key block's values (the pipeline's tail)
+        keys = [Let("np", INDEX, "0", mutable=True), keys,
+                Range("j", 0, "np", _pv_rows(D, dt, "j", f"((kend - 1) / {VK}) * {VK}", "pp"))]
+    else:
+        keys = [keys]
     write = Range("r", 0, "nr", [Range("d", 0, D, [Store("out", "oo[r] + d", f"o[r * {D} + d] / l[r]", dt)],
                                        "threads")])
     setup = _rows(spec, dt, bq)
     if full:  # the block's queries transposed, once: the scores' GEMM reads 16 rows a lane
         setup.append(Range("d", 0, D, [Range("r", 0, bq, [Store("qt", f"d * {bq} + r", f"qs[r * {D} + d]", F32)],
                                              "threads")]))
-    body = head + locs + setup + [keys, write]
+    body = head + locs + setup + keys + [write]
     groups = f"B * Hk * ((H / Hk * L + {bq - 1}) / {bq})"
     par = f"{groups} > 1 && B * H * L * kL * {D} >= {PAR_MIN}"
     return Kernel(spec.name, _params(spec, dt), [Range("g", 0, groups, body, "blocks", par)],
