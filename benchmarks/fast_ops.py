@@ -18,7 +18,7 @@ On the GPU a second line per row gives each one's kernel time with the host out 
 median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
-        [--ops sdpa,rope]
+        [--ops sdpa,rope] [--peers jax.jit,mlx]
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def kernel_ms(name: str, run, op: str):
     return None
 
 
-def run(device: str, reps: int, dtype, ops=None) -> list:
+def run(device: str, reps: int, dtype, ops=None, peers=None) -> list:
     out = []
     for op, shape in cases(device):
         if ops and op not in ops:
@@ -246,6 +246,8 @@ def run(device: str, reps: int, dtype, ops=None) -> list:
         x, w, b = inputs(op, shape, dtype)
         impls = {"tapescope": tapescope_fn(op, x, w, b, device)}
         for name, make in (("jax.jit", jax_fn), ("mlx", mlx_fn), ("torch", torch_fn)):
+            if peers and name not in peers:
+                continue
             f = make(op, x, w, b, device)
             if f is not None:
                 impls[name] = f
@@ -276,20 +278,26 @@ def main():
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
+    ap.add_argument("--peers", default="", help="comma-separated peers (jax.jit, mlx, torch; "
+                    "default: all; MLX's CPU prefill attention takes ~20 s a call)")
     args = ap.parse_args()
     print(f"machine: {machine()}")
+    print("load average: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     dtype = np.dtype(args.dtype)
     if args.device in ("cpu", "both"):
         ops = set(filter(None, args.ops.split(",")))
-        res = run("cpu", args.reps, dtype, ops)
+        peers = set(filter(None, args.peers.split(",")))
+        res = run("cpu", args.reps, dtype, ops, peers)
         worst = max((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
                     if "jax.jit" in t)
         print(f"cpu: worst tapescope / jax.jit {worst[0]:.2f} ({worst[1]} at {worst[2]})")
+        print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.device in ("gpu", "both"):
         if not mx.cuda.is_available():
             print("gpu: no CUDA runtime (TAPESCOPE_CUDA=1, CuPy and a GPU are needed)")
         else:
-            run("gpu", args.reps, dtype, set(filter(None, args.ops.split(","))))
+            run("gpu", args.reps, dtype, set(filter(None, args.ops.split(","))),
+                set(filter(None, args.peers.split(","))))
 
 
 if __name__ == "__main__":

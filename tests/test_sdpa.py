@@ -211,15 +211,17 @@ def test_sdpa_against_mlx(c):
 
 @pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
 def test_sdpa_query_blocks(monkeypatch, mask):
-    """The rule's query blocks (16 rows at the smallest) split a 37-row query: each block's
-    causal offset and mask rows."""
+    """The array-module rule's query blocks (16 rows at the smallest) split a 37-row query:
+    each block's causal offset and mask rows (the rule itself, over numpy: the CPU runs the
+    generated kernels, tests/test_sdpa_kernels.py)."""
     from tapescope.kernels.rules import fast as rules
 
     monkeypatch.setattr(rules, "SDPA_SCORES", 1)
     c = (2, 2, 2, 37, 40, 64, mask, True, "float32", 5)
     q, k, v, m, s = _inputs(c)
-    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
-    out = mx.fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.125,
-                                               mask=mk, sinks=mx.array(s))
+    rest = ([np.broadcast_to(m, (2, 4, 37, 40))] if m is not None else []) + [s]
+    out = rules.scaled_dot_product_attention(np, q, k, v, *rest, scale=0.125,
+                                             causal=mask == "causal", has_mask=m is not None,
+                                             has_sinks=True)
     want = ref(q, k, v, 0.125, m, mask == "causal", s)
-    np.testing.assert_allclose(host(out), want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-5, atol=2e-5)

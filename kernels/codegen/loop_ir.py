@@ -286,6 +286,9 @@ class Kernel:
     block: int = 256
     groups: Optional[Callable[[dict], int]] = None
     threads: Optional[Callable[[dict], int]] = None
+    # C: the kernel's SIMD loops take the widest vectors (512-bit on AVX-512, where gcc
+    # prefers 256): register tiles of one vector per row (the attention kernels' GEMMs)
+    wide: bool = False
 
     def launch(self, ints: dict) -> tuple:
         """(groups, threads per group) of a launch with these integer arguments."""

@@ -37,6 +37,17 @@ LOC = """{fn}int64_t ts_loc(int64_t i, {cs} int64_t* shape, {cs} int64_t* stride
 }}
 """
 
+# A wide kernel's attribute (``Kernel.wide``): gcc's -march=native on AVX-512 machines prefers
+# 256-bit vectors; a register tile of one 512-bit vector per row runs ~2x faster in 512
+WIDE = """#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define TS_WIDE __attribute__((target("prefer-vector-width=512")))
+#elif defined(__AVX512F__) && defined(__clang__)
+#define TS_WIDE __attribute__((min_vector_width(512)))
+#else
+#define TS_WIDE
+#endif
+"""
+
 
 class Lowering:
     """Renders one kernel in one dialect (a ``render.CFamily``)."""
@@ -49,6 +60,7 @@ class Lowering:
         self.shared: list = []  # group-memory declarations, hoisted to the kernel's top
         self.uses_loc = False
         self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
+        self.uses_wide = False
 
     # -- types and expressions -----------------------------------------------------------
     def ctype(self, dt) -> str:
@@ -107,7 +119,8 @@ class Lowering:
                     ",\n".join(f"    {p}" for p in params) + ") {"]
             head += [f"  {line}" for line in d.ir_thread_setup]
         else:
-            head = [f"{d.kernel_prefix} {k.name}(void** args) {{"]
+            self.uses_wide = self.uses_wide or k.wide
+            head = [f"{'TS_WIDE ' if k.wide else ''}{d.kernel_prefix} {k.name}(void** args) {{"]
             for i, p in enumerate(k.params):
                 if p.kind == "in":
                     t = self.storage(p)
@@ -130,7 +143,8 @@ class Lowering:
         own = "".join(d.own_source[f] for f in sorted(self.used) if f in d.own_source)
         loc = LOC.format(fn=d.function_prefix, cs=getattr(d, "ir_const_space", "const")) \
             if self.uses_loc else ""
-        return d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc
+        wide = WIDE if self.uses_wide else ""
+        return d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc + wide
 
     # -- statements ----------------------------------------------------------------------
     def block(self, stmts, ind: str) -> list:

@@ -1,5 +1,7 @@
 """MLX's fast primitives as generated C on the CPU: ``RMSNorm``, ``LayerNorm``,
-``RMSNormVJP``, ``LayerNormVJP``, ``RoPE`` (kernels of ``codegen/norm_kernels.py``).
+``RMSNormVJP``, ``LayerNormVJP``, ``RoPE`` (kernels of ``codegen/norm_kernels.py``) and
+``ScaledDotProductAttention`` (``codegen/attention_kernels.py``: the vector kernel for query
+lengths up to 8, the tiled one above; float64 and head sizes past 256 take the rule).
 
 ``RULES`` are the CPU backend's rules for them (``Backend.kernel_rules``): the inputs'
 layouts pick the kernel and its arguments (``kernels/common/norms.py``), the kernel is built
@@ -19,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from .. import timeline
+from ..common import attention
 from ..common import norms as plan
 from ..common.reductions import THREADS, arguments
 from ..primitives import REGISTRY
@@ -169,5 +172,44 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
     return out
 
 
+
+
+def _rows_unit(a):
+    """``a`` with unit-stride rows (MLX copies an input whose last stride is not 1)."""
+    st = plan.elem_strides(a)
+    return a if st is not None and (a.shape[-1] == 1 or st[-1] == 1) else np.ascontiguousarray(a)
+
+
+def sdpa_rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """``ScaledDotProductAttention`` through ``codegen/attention_kernels.py``'s kernels."""
+    kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
+    ins = (q, k, v, *rest)
+    why = attention.why_not(q, k, v)
+    if why:
+        return _fallback("ScaledDotProductAttention", why, xp, ins, kw)
+    q, k, v = _rows_unit(q), _rows_unit(k), _rows_unit(v)
+    mask = rest[0] if has_mask else None
+    kind = "none" if mask is None else ("bool" if mask.dtype == np.bool_ else "add")
+    mst = None
+    if mask is not None:
+        mst = plan.elem_strides(mask)
+        if mst is None:
+            mask = np.ascontiguousarray(mask)
+            mst = plan.elem_strides(mask)
+    call = attention.sdpa_call(q.dtype, q.shape, plan.elem_strides(q), k.shape, plan.elem_strides(k),
+                               plan.elem_strides(v), kind, mst, causal, has_sinks)
+    why = _built(call.spec)
+    if why:
+        return _fallback("ScaledDotProductAttention", why, xp, ins, kw, variant=call.spec.layout)
+    out = np.empty(call.out_shape, dtype=call.out_dtype)
+    bufs = {"q": q, "k": k, "v": v, "fp": _fp(scale), "out": out}
+    if mask is not None:
+        bufs["mask"] = mask
+    if has_sinks:
+        bufs["sinks"] = np.ascontiguousarray(rest[-1])
+    _run(call.spec, "ScaledDotProductAttention", bufs, call.ints, q.size + k.size * q.shape[2])
+    return out
+
+
 RULES: dict = {**{n: _norm_rule(n) for n in plan.NORMS}, **{n: _vjp_rule(n) for n in plan.VJPS},
-               "RoPE": rope_rule}
+               "RoPE": rope_rule, "ScaledDotProductAttention": sdpa_rule}

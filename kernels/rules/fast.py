@@ -3,7 +3,7 @@
 
 The rules here are the array-module forms (numpy, CuPy) every runtime falls back to; the
 CPU runs generated kernels of the same math (``cpu/fast_kernels.py``,
-``codegen/norm_kernels.py``). MLX's semantics, as its GPU kernels compute them: the
+``codegen/norm_kernels.py``, ``codegen/attention_kernels.py``). MLX's semantics, as its GPU kernels compute them: the
 statistics and the rotation in float32, the normalised value rounded to the output type
 before the weight's multiply and the bias's add (in that type); the weight / bias inputs are
 MLX's scalar 1 / 0 when none was given (``mlx/fast.cpp`` passes ``array(1, out_type)``).
@@ -179,7 +179,7 @@ SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module
 @define("ScaledDotProductAttention", family=FAST, shape=_sdpa_shape,
         dtype="interactive/core/fast.py (MLX's final_type: q, k, v promoted)", flops=_sdpa_flops)
 def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """``softmax(q kᵀ scale + mask) v`` over (B, heads, L, D) inputs in float32, rounded once
+    """``softmax(q kᵀ scale + mask) v`` over (B, heads, L, D) inputs in float32 (float64 in float64), rounded once
     to the inputs' dtype (MLX's fused kernels: ``sdpa_vector.h``, ``steel/attn``): ``k`` /
     ``v`` with ``heads / kv_heads`` query heads each; ``causal``: query ``i`` sees keys up to
     ``i + kL - L``; a mask (``rest[0]``, broadcast to (B, heads, L, kL)): boolean (False: the
@@ -191,17 +191,18 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
     Hk, kL = k.shape[1], k.shape[2]
     reps = H // Hk
     mask = rest[0] if has_mask else None
-    sinks = rest[-1].astype(xp.float32).reshape(Hk, reps, 1, 1) if has_sinks else None
+    ct = xp.float64 if q.dtype == xp.float64 else xp.float32  # float64 stays float64 (MLX's CPU)
+    sinks = rest[-1].astype(ct).reshape(Hk, reps, 1, 1) if has_sinks else None
     out = xp.empty((B, H, L, v.shape[3]), dtype=q.dtype)
-    kf = k.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, D)
-    vf = v.astype(xp.float32, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
-    low = xp.float32(_F32_LOWEST)
+    kf = k.astype(ct, copy=False).reshape(B, Hk, 1, kL, D)
+    vf = v.astype(ct, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
+    low = ct(_F32_LOWEST) if ct is xp.float32 else ct(xp.finfo(ct).min)
     block = max(16, SDPA_SCORES // max(1, B * H * kL))
     for i0 in range(0, L, block):
         i1 = min(L, i0 + block)
-        qf = q[:, :, i0:i1].astype(xp.float32, copy=False).reshape(B, Hk, reps, i1 - i0, D)
+        qf = q[:, :, i0:i1].astype(ct, copy=False).reshape(B, Hk, reps, i1 - i0, D)
         s = xp.matmul(qf, xp.swapaxes(kf, -1, -2))  # the block's scores, updated in place
-        s *= xp.float32(scale)
+        s *= ct(scale)
         if causal:
             keep = (xp.arange(i0, i1).reshape(-1, 1) + (kL - L)) >= xp.arange(kL).reshape(1, -1)
             xp.copyto(s, low, where=~keep)
@@ -210,7 +211,7 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
             if m.dtype == xp.bool_:
                 xp.copyto(s, low, where=~m)
             else:
-                s += m.astype(xp.float32)
+                s += m.astype(ct)
         mx_ = s.max(axis=-1, keepdims=True)
         if sinks is not None:
             mx_ = xp.maximum(mx_, sinks)
