@@ -36,6 +36,11 @@ _PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 """ + RTC_INT_TYPES + r"""// a run of N elements loaded or stored in one access (the contiguous kernels' vector path)
 template <typename T, int N> struct alignas(sizeof(T) * N) ts_vec { T v[N]; };
+// a shape or strides passed by value as one kernel parameter (MLX's const __grid_constant__ Shape)
+template <typename T, int N> struct ts_arr {
+  T v[N];
+  __device__ __forceinline__ T operator[](int i) const { return v[i]; }
+};
 static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long long n) {
   return ((unsigned long long)p & (n - 1)) == 0;
 }
@@ -137,8 +142,14 @@ class CUDADialect(CFamily):
     def __init__(self, **kw):
         pass
 
+    # a variant's shape and strides (up to max_static_ndim dims) are parameters' values, as
+    # is an eager op's Python scalar (``TapeInput.by_value``): a launch reads no memory a
+    # copy on another stream may not have written yet (kernels/cuda/compiled.py packs them)
+    fixed_array = "const ts_arr<{t}, {n}> {name}"
+    scalar_by_value = True
+
     def param(self, kind: str, name: str, t: str, k: int) -> str:
-        return {"in": f"const {t}* __restrict__ {name}",
+        return {"in": f"const {t}* __restrict__ {name}", "value": f"const {t} {name}",
                 "out": f"{t}* __restrict__ {name}",
                 "strides": f"const int64_t* __restrict__ {name}",
                 "shape": f"const int32_t* __restrict__ {name}",
