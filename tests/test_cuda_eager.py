@@ -1,0 +1,227 @@
+"""Eager elementwise ops on a GPU stream as one-op kernels (``kernels/cuda/eager.py``):
+values against the CPU backend (bit for bit where the op is exactly rounded) and numpy
+float64, over random shapes, broadcasts, strided views, dtypes (float16 and bfloat16 as
+16-bit storage) and Python scalars taken as kernel parameters; the first call of each
+kernel included (a new plan must read correct shapes and strides at once).
+
+On a GPU the kernels launch (the ``eager_kernel_device`` dispatch path); over
+``tests/fake_cupy.py`` (``test_cuda_backend_fake.py``) NVRTC is absent, so the same cases
+check the fallback to the CuPy rules and the host scalars' plumbing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import tapescope.core as mx
+from tapescope.core import evaluate
+from tapescope.kernels import backends, timeline
+
+pytestmark = pytest.mark.skipif(
+    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
+    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_default():
+    old = mx.default_device()
+    mx.set_default_device(mx.gpu)
+    try:
+        yield
+        mx.synchronize()
+    finally:
+        mx.set_default_device(old)
+
+
+def _fake() -> bool:
+    import cupy
+
+    return getattr(cupy, "__fake__", False)
+
+
+# exactly rounded ops: the GPU's bits are the CPU's
+EXACT_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum}
+COMPARE = {"less": np.less, "greater_equal": np.greater_equal, "equal": np.equal}
+UNARY = {"exp": np.exp, "sin": np.sin, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs,
+         "negative": np.negative, "square": np.square}
+DTYPES = ["float32", "float16", "bfloat16", "int32"]
+
+
+def _host(x, dtype: str, rng) -> np.ndarray:
+    v = rng.standard_normal(x) * 4
+    if dtype == "int32":
+        return np.rint(v).astype(np.int32)
+    return v.astype(np.float32).astype(BF16 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def _gpu_and_cpu(fn, *hosts, view=None):
+    """``fn`` of the arrays on the GPU and on the CPU (each made there from the same host
+    data, ``view`` applied to the first operand on both), evaluated; numpy results."""
+    outs = []
+    for dev in (mx.gpu, mx.cpu):
+        with mx.stream(dev):
+            arrs = [mx.array(h) for h in hosts]
+            mx.eval(*arrs)
+            if view is not None:
+                arrs[0] = view(arrs[0])
+            r = fn(*arrs)
+            mx.eval(r)
+            outs.append(_np(r))
+    return outs
+
+
+def _np(r) -> np.ndarray:
+    """An array's values on the host (bfloat16 through its bits: no buffer format)."""
+    if r.dtype == mx.bfloat16:
+        return np.array(r.view(mx.uint16)).view(BF16)
+    return np.array(r)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint8 if a.dtype.itemsize == 1
+                  else np.uint32 if a.dtype.itemsize == 4 else np.uint64)
+
+
+def _same(gpu: np.ndarray, cpu: np.ndarray) -> None:
+    assert gpu.dtype == cpu.dtype and gpu.shape == cpu.shape
+    if gpu.dtype.kind == "f" or gpu.dtype == BF16:
+        g, c = gpu.astype(np.float64), cpu.astype(np.float64)
+        nan = np.isnan(c)
+        assert np.array_equal(np.isnan(g), nan)
+        assert np.array_equal(_bits(gpu)[~nan], _bits(cpu)[~nan])
+    else:
+        assert np.array_equal(gpu, cpu)
+
+
+shapes = st.sampled_from([(), (1,), (7,), (16,), (33, 5), (4, 1, 6), (2, 3, 4, 5), (1025,)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.sampled_from(sorted(EXACT_BINARY)), dtype=st.sampled_from(DTYPES), shape=shapes,
+       bcast=st.sampled_from(["none", "row", "col", "scalar_array", "python_scalar"]),
+       seed=st.integers(0, 2**31 - 1))
+def test_binary_ops_on_the_gpu_are_the_cpus_bits(op, dtype, shape, bcast, seed):
+    if op == "divide" and dtype == "int32":
+        dtype = "float32"
+    rng = np.random.default_rng(seed)
+    a = _host(shape, dtype, rng)
+    fn = getattr(mx, op)
+    if bcast == "python_scalar":
+        s = float(np.float32(rng.standard_normal() * 3)) if dtype != "int32" else int(rng.integers(-9, 9))
+        g, c = _gpu_and_cpu(lambda x: fn(x, s), a)
+        gr, cr = _gpu_and_cpu(lambda x: fn(s, x), a)
+        _same(gr, cr)
+    else:
+        bshape = {"none": shape, "row": shape[-1:], "col": shape[:-1] + (1,) if shape else (),
+                  "scalar_array": ()}[bcast]
+        b = _host(bshape, dtype, rng)
+        g, c = _gpu_and_cpu(fn, a, b)
+    _same(g, c)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.sampled_from(sorted(EXACT_BINARY)), dtype=st.sampled_from(DTYPES),
+       view=st.sampled_from(["transpose", "step", "reverse", "slice"]), seed=st.integers(0, 2**31 - 1))
+def test_binary_ops_on_strided_views_are_the_cpus_bits(op, dtype, view, seed):
+    if op == "divide" and dtype == "int32":
+        dtype = "float32"
+    rng = np.random.default_rng(seed)
+    a = _host((6, 10, 4), dtype, rng)
+    views = {"transpose": lambda x: mx.transpose(x, (2, 0, 1)), "step": lambda x: x[:, ::3],
+             "reverse": lambda x: x[::-1], "slice": lambda x: x[1:5, 2:9, 1:]}
+    shape = np.empty((6, 10, 4))
+    shape = {"transpose": shape.transpose(2, 0, 1), "step": shape[:, ::3], "reverse": shape[::-1],
+             "slice": shape[1:5, 2:9, 1:]}[view].shape
+    b = _host(shape[-1:], dtype, rng)
+    g, c = _gpu_and_cpu(getattr(mx, op), a, b, view=views[view])
+    _same(g, c)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.sampled_from(sorted(COMPARE)), dtype=st.sampled_from(DTYPES), shape=shapes,
+       seed=st.integers(0, 2**31 - 1))
+def test_comparisons_on_the_gpu_are_the_cpus(op, dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    a, b = _host(shape, dtype, rng), _host(shape, dtype, rng)
+    b.reshape(-1)[: b.size // 2] = a.reshape(-1)[: a.size // 2]  # some equal pairs
+    g, c = _gpu_and_cpu(getattr(mx, op), a, b)
+    assert g.dtype == np.bool_ and np.array_equal(g, c)
+    assert np.array_equal(g, COMPARE[op](a.astype(np.float64), b.astype(np.float64)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.sampled_from(sorted(UNARY)), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+       shape=shapes, seed=st.integers(0, 2**31 - 1))
+def test_unary_ops_on_the_gpu_match_float64(op, dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    a = _host(shape, dtype, rng)
+    if op == "sqrt":
+        a = np.abs(a)
+    g, c = _gpu_and_cpu(getattr(mx, op), a)
+    ref = UNARY[op](a.astype(np.float64))
+    tol = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+    assert g.dtype == c.dtype and g.shape == ref.shape
+    np.testing.assert_allclose(g.astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+def test_where_with_broadcast_and_a_python_scalar_is_the_cpus():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 8)).astype(np.float32)
+    m = rng.standard_normal((8,)) > 0
+    g, c = _gpu_and_cpu(lambda x, k: mx.where(k, x, 2.5), a, m)
+    _same(g, c)
+    assert np.array_equal(g, np.where(m, a, np.float32(2.5)))
+
+
+def test_the_chain_of_the_benchmark_is_numpys_and_runs_as_kernels():
+    """``v * 1.0001 + 0.5`` x25 in float32: each op rounded as numpy float32 rounds it;
+    on a GPU every op is a one-op kernel (no CuPy rule), the scalars taken as values."""
+    v0 = np.linspace(-1, 1, 1 << 14, dtype=np.float32)
+    v = mx.array(v0)
+    mx.eval(v)
+    evaluate.reset_dispatch_counts()
+    for _ in range(25):
+        v = v * 1.0001 + 0.5
+    mx.eval(v)
+    ref = v0
+    for _ in range(25):
+        ref = ref * np.float32(1.0001) + np.float32(0.5)
+    assert np.array_equal(np.array(v), ref)
+    counts = evaluate.dispatch_counts()
+    if not _fake():
+        assert counts["eager_kernel_device"] == 50, counts
+        assert counts["rule_out"] == counts["rule"] == 0, counts
+
+
+def test_a_python_scalar_on_the_gpu_stays_on_the_host_and_is_not_uploaded():
+    import cupy
+
+    s = mx.array(1.5)
+    assert type(s._d.data) is np.ndarray  # no device copy, no upload
+    x = mx.array(np.arange(4, dtype=np.float32))
+    y = x * s
+    mx.eval(y)
+    assert isinstance(y._d.data, cupy.ndarray)
+    assert np.array_equal(np.array(y), np.arange(4, dtype=np.float32) * 1.5)
+    assert s.item() == 1.5 and np.array(s + 1).item() == 2.5
+
+
+def test_an_op_without_a_kernel_falls_back_to_the_cupy_rule_visibly():
+    """An op the CUDA dialect cannot spell on these types (complex) runs its CuPy rule, and
+    the timeline says why (``kernel_fallback``)."""
+    a = mx.array(np.array([1 + 2j, 3 - 1j], dtype=np.complex64))
+    mx.eval(a)
+    with timeline.record() as rec:
+        b = a * a
+        mx.eval(b)
+    assert np.allclose(np.array(b), np.array([1 + 2j, 3 - 1j]) ** 2)
+    assert any(r.kind == "kernel_fallback" for r in rec.records), [r.kind for r in rec.records]
