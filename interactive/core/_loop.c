@@ -39,7 +39,7 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
-    *s_nbytes;
+    *s_nbytes, *s_c_contiguous;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
@@ -105,6 +105,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_owndata = PyUnicode_InternFromString("owndata")) ||
                            !(s_adopt = PyUnicode_InternFromString("adopt")) ||
                            !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
+                           !(s_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
@@ -248,6 +249,34 @@ static int donates(PyObject *d, PyObject *shape, long long itemsize, long long n
     int contiguous = PyBuffer_IsContiguous(&v, 'C') || PyBuffer_IsContiguous(&v, 'F');
     PyBuffer_Release(&v);
     if (!contiguous || Py_REFCNT(h) != 1) return 0;
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    if (buf == NULL) { PyErr_Clear(); return 0; }
+    PyObject *bs = SLOT(buf, buf_size_off);
+    long long size = bs ? PyLong_AsLongLong(bs) : -1;
+    Py_DECREF(buf);
+    if (size < 0) { PyErr_Clear(); return 0; }
+    return size <= nbytes + DONATION_SLACK;
+}
+
+/* ``donates`` for a device's array (evaluate._donor's checks): the array type's own, its
+ * row-contiguous flag (the one-op kernels write C order) instead of the buffer protocol */
+static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes,
+                          PyObject *array_type) {
+    if (Py_REFCNT(d) != 1) return 0;
+    PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
+    if (h == NULL || h == Py_None || data == NULL || Py_TYPE(data) != (PyTypeObject *)array_type ||
+        Py_REFCNT(h) != 1)
+        return 0;
+    PyObject *dt = SLOT(d, desc_off[D_DTYPE]);
+    PyObject *sz = dt ? SLOT(dt, dtype_off[T_SIZE]) : NULL;
+    if (sz == NULL || PyLong_AsLongLong(sz) != itemsize) { PyErr_Clear(); return 0; }
+    int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *flags = PyObject_GetAttr(data, s_flags);
+    PyObject *c = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    int contiguous = c == Py_True;
+    Py_XDECREF(flags); Py_XDECREF(c);
+    if (!contiguous) { PyErr_Clear(); return 0; }
     PyObject *buf = PyObject_GetAttr(h, s_buffer);
     if (buf == NULL) { PyErr_Clear(); return 0; }
     PyObject *bs = SLOT(buf, buf_size_off);
@@ -405,9 +434,9 @@ static int run_host(PyObject *node) {
             !(eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
-        if (!bi->host && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
+        if (!bi->host && !eager && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
             Py_TYPE(data) == (PyTypeObject *)bi->array_type)
-            return 0;
+            return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
         args[1 + i] = data;
     }
     int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
@@ -464,9 +493,11 @@ static int run_host(PyObject *node) {
         if (PyErr_Occurred()) goto done;
         PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
         PyObject *donor = NULL;
-        for (Py_ssize_t i = 0; bi->host && i < n && donor == NULL; i++) {
+        for (Py_ssize_t i = 0; (bi->host || eager) && i < n && donor == NULL; i++) {
             PyObject *d = PyList_GET_ITEM(inputs, i);
-            if (donates(d, shape, itemsize, nbytes)) donor = d;
+            if (bi->host ? donates(d, shape, itemsize, nbytes)
+                         : device_donates(d, shape, itemsize, nbytes, bi->array_type))
+                donor = d;
         }
         if (donor != NULL) {
             out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
