@@ -225,3 +225,22 @@ def test_an_op_without_a_kernel_falls_back_to_the_cupy_rule_visibly():
         mx.eval(b)
     assert np.allclose(np.array(b), np.array([1 + 2j, 3 - 1j]) ** 2)
     assert any(r.kind == "kernel_fallback" for r in rec.records), [r.kind for r in rec.records]
+
+
+def test_a_device_scalar_and_an_array_operand_get_kernels_of_their_own():
+    """A device 0-d operand (a kernel's result) is read through its pointer, an array
+    operand element by element: the same op and dtypes with each must not share a kernel
+    (``isclose``'s ``rtol * abs(b)`` then ``abs(a - b)`` once gave wrong answers)."""
+    x = np.array([1.0, -2.0, 3.5, 4.0], np.float32)
+    h = mx.array(np.float32(-3.0))
+    d0 = mx.abs(h)  # a device 0-d: a kernel's result
+    mx.eval(d0)
+    r0 = mx.multiply(mx.array(2.0), d0)
+    r1 = mx.multiply(mx.array(2.0), mx.array(x))
+    r2 = mx.multiply(mx.array(x), d0)
+    mx.eval(r0, r1, r2)
+    assert np.array(r0).item() == 6.0
+    assert np.array_equal(np.array(r1), 2 * x) and np.array_equal(np.array(r2), 3 * x)
+    a = np.array([np.nan, -np.inf, np.inf, 1.000001], np.float32)
+    b = np.float32(1.000001)
+    assert np.array_equal(np.array(mx.isclose(mx.array(a), mx.array(b))), np.isclose(a, b))

@@ -431,7 +431,7 @@ static int run_host(PyObject *node) {
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
         if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
-            !(eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
+            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
         if (!bi->host && !eager && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&

@@ -509,6 +509,9 @@ def launch_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     arrays = launches.get("cuda")
     if arrays is None:
         return None
+    for i in arrays:  # a host array (a Python scalar's, which a GPU keeps on the host) where
+        if type(inputs[i]) is np.ndarray:  # the kernel reads device memory: run_compiled
+            return None
     ln = launches.get(("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
     if ln is None or ln.gen != kernel_registry._generation[0]:
         return None

@@ -57,16 +57,16 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
             return None
     if any(s == 0 for s in shape):
         return None  # nothing to launch: the rule makes the empty result
-    key = (prim.name, tuple(x.dtype for x in ins), dtype, tuple(values))
+    # a scalar read through its pointer (a device 0-d input) is another kernel than an array
+    scalars = tuple(v or x.ndim == 0 for x, v in zip(ins, values))
+    key = (prim.name, tuple(x.dtype for x in ins), dtype, tuple(values), scalars)
     tape = _tapes.get(key)
     if tape is None:
         if key in _none:
             _fallback(prim.name, _none[key])
             return None
         try:
-            tape = elementwise_tape(prim.name, key[1], dtype,
-                                    [v or x.ndim == 0 for x, v in zip(ins, values)],
-                                    by_value=tuple(values))
+            tape = elementwise_tape(prim.name, key[1], dtype, scalars, by_value=tuple(values))
         except Exception as e:  # noqa: BLE001 - a type the tape cannot key: the rule
             _none[key] = str(e)
             return None
