@@ -30,7 +30,8 @@ from . import compiled
 from .bfloat16 import BF16Array, elementwise_tape
 
 _none: dict = {}  # (primitive, dtypes, scalars) -> why it has no kernel (its rule from now on)
-_tapes: dict = {}  # (primitive, dtypes, out dtype, by-value flags) -> its tape
+_tapes: dict = {}  # (primitive, out dtype, (dtype, scalar: True / False / None by value)...) -> tape
+_SCALAR: dict = {}  # dtype -> the layout a by-value scalar plans as (a 0-d array's)
 _DEVICE = (cupy.ndarray, BF16Array)
 
 
@@ -43,36 +44,45 @@ def host_scalar(x: Any) -> bool:
 def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
     """The loaded plan of ``prim``'s one-op kernel reading ``ins`` (device arrays, or host
     scalars taken by value) and writing ``dtype`` of ``shape`` (a ``compiled.Launch``),
-    or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel)."""
+    or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel).
+    (Called by the eval loop for every eager elementwise node on a GPU stream: kept short.)"""
     if prim.kw or not ins:  # parameters the one-op spelling does not take: the rule
         return None
-    values = []
+    key = [prim.name, dtype]
+    layouts = []
     for x in ins:
         t = type(x)
         if t is cupy.ndarray or t is BF16Array:
-            values.append(False)
-        elif host_scalar(x):
-            values.append(True)
+            # a scalar read through its pointer (a device 0-d) is another kernel than an array
+            key.append((x.dtype, x.ndim == 0))
+            layouts.append(x)
+        elif t is np.ndarray and host_scalar(x):
+            key.append((x.dtype, None))
+            lay = _SCALAR.get(x.dtype)
+            if lay is None:
+                lay = _SCALAR[x.dtype] = Layout((), x.dtype)
+            layouts.append(lay)
         else:
             return None
-    if any(s == 0 for s in shape):
-        return None  # nothing to launch: the rule makes the empty result
-    # a scalar read through its pointer (a device 0-d input) is another kernel than an array
-    scalars = tuple(v or x.ndim == 0 for x, v in zip(ins, values))
-    key = (prim.name, tuple(x.dtype for x in ins), dtype, tuple(values), scalars)
+    for s in shape:
+        if s == 0:
+            return None  # nothing to launch: the rule makes the empty result
+    key = tuple(key)
     tape = _tapes.get(key)
     if tape is None:
         if key in _none:
             _fallback(prim.name, _none[key])
             return None
+        kinds = key[2:]
         try:
-            tape = elementwise_tape(prim.name, key[1], dtype, scalars, by_value=tuple(values))
+            tape = elementwise_tape(prim.name, [k[0] for k in kinds], dtype,
+                                    [k[1] is not False for k in kinds],
+                                    by_value=tuple(k[1] is None for k in kinds))
         except Exception as e:  # noqa: BLE001 - a type the tape cannot key: the rule
             _none[key] = str(e)
             return None
         _tapes[key] = tape
-    layouts = [Layout((), x.dtype) if v else x for x, v in zip(ins, values)]
-    ln = compiled.kernel_for(tape, layouts, tuple(shape))
+    ln = compiled.kernel_for(tape, layouts, shape)
     if ln is None:
         _fallback(tape.lib_name, "the CUDA dialect cannot express it, or NVRTC is missing")
     return ln
