@@ -154,7 +154,7 @@ def _run_node(node: Node) -> None:
     if defn.elementwise and be.eager_kernel is not None and _gpu_eager_launch(node, prim, be):
         return
     if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
-        _run(node, prim, backend("cpu"))
+        _host_view(node, prim)
         return
     why = be.host_reason(node)
     if why is not None:
@@ -354,6 +354,33 @@ def _gpu_eager_launch(node: Node, prim, be) -> bool:
     if t0:
         _record(prim, node, t0, out.nbytes)
     return True
+
+
+def _host_view(node: Node, prim) -> None:
+    """A view of host data holding one value, of the same dtype, is that value broadcast to
+    the view's shape: a read-only stride-0 host array over the input's memory, which keeps
+    the input's buffer. The CPU's rule runs where the input is not one contiguous value
+    (a host broadcast) or the view changes its dtype."""
+    host = backend("cpu")
+    outputs, inputs = node.outputs, node.inputs
+    target = outputs[0]() if len(outputs) == 1 and len(inputs) == 1 else None
+    if target is not None and target.dtype is inputs[0].dtype and inputs[0].data.ndim == 0:
+        d = inputs[0]
+        shape = target.shape
+        try:
+            v = host.array_type(shape, d.data.dtype, d.data, 0, (0,) * len(shape))
+        except (TypeError, ValueError, BufferError):  # (no buffer form: bfloat16)
+            v = None
+        if v is not None:
+            t0 = timeline.now() if timeline.enabled else 0
+            v.flags.writeable = False  # as a broadcast: writing it would write the scalar
+            _counts[VIEW] += 1
+            target.set_data(v, d.buffer)
+            _detach(node)
+            if t0:
+                _record(prim, node, t0, v.nbytes)
+            return
+    _run(node, prim, host)
 
 
 def _host_values(node: Node) -> bool:

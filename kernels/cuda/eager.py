@@ -25,6 +25,7 @@ import cupy
 import numpy as np
 
 from .. import timeline
+from ..settings import settings
 from ..codegen.layout import Layout
 from . import compiled
 from .bfloat16 import BF16Array, elementwise_tape
@@ -32,7 +33,8 @@ from .bfloat16 import BF16Array, elementwise_tape
 _none: dict = {}  # (primitive, dtypes, scalars) -> why it has no kernel (its rule from now on)
 _tapes: dict = {}  # (primitive, out dtype, (dtype, scalar: True / False / None by value)...) -> tape
 _SCALAR: dict = {}  # dtype -> the layout a by-value scalar plans as (a 0-d array's)
-_DEVICE = (cupy.ndarray, BF16Array)
+_ON = [True]  # settings.eager_kernels, kept here by its watcher (read on every op)
+settings.watch("eager_kernels", lambda v: _ON.__setitem__(0, bool(v)))
 
 
 def host_scalar(x: Any) -> bool:
@@ -46,8 +48,8 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
     scalars taken by value) and writing ``dtype`` of ``shape`` (a ``compiled.Launch``),
     or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel).
     (Called by the eval loop for every eager elementwise node on a GPU stream: kept short.)"""
-    if prim.kw or not ins:  # parameters the one-op spelling does not take: the rule
-        return None
+    if prim.kw or not ins or not _ON[0]:  # (kw: parameters the one-op
+        return None  # spelling does not take; the setting off: the rules)
     key = [prim.name, dtype]
     layouts = []
     for x in ins:
