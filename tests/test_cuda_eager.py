@@ -244,3 +244,46 @@ def test_a_device_scalar_and_an_array_operand_get_kernels_of_their_own():
     a = np.array([np.nan, -np.inf, np.inf, 1.000001], np.float32)
     b = np.float32(1.000001)
     assert np.array_equal(np.array(mx.isclose(mx.array(a), mx.array(b))), np.isclose(a, b))
+
+
+def test_a_launch_packs_shape_strides_and_scalars_as_the_kernels_parameters():
+    """The plan's argument words are the rendered kernel's parameters, in order: pointers,
+    the strides and shape of a static variant by value (int64 / int32 arrays), a by-value
+    scalar's bits; one pointer per parameter. (What a launch reads is all in its
+    parameters: no device array of shapes that a copy must have written first.)"""
+    import re
+    import types
+
+    from tapescope.kernels.codegen.layout import Layout, plan
+    from tapescope.kernels.cuda import compiled
+    from tapescope.kernels.cuda.bfloat16 import elementwise_tape
+
+    tape = elementwise_tape("Add", [np.float32, np.float32, np.float32], np.float32,
+                            [False, False, True], by_value=(False, False, True))
+    a = Layout((3, 5, 4), np.float32, (40, 4, 1))  # a sliced array: strided
+    b = Layout((4,), np.float32)
+    shape = (3, 5, 4)
+    contiguous, cshape, strides, large = plan(tape, [a, b, Layout((), np.float32)], shape)
+    assert not contiguous
+    src = compiled._dialect().render(tape, "k", contiguous, len(cshape), large)
+    params = re.search(r"k\(\n(.*?)\) \{", src, re.S).group(1).split(",\n")
+    entry = types.SimpleNamespace(fn=types.SimpleNamespace(ptr=1))
+    ln = compiled.Launch(tape, [a, b, Layout((), np.float32)], shape, entry, contiguous,
+                         cshape, strides, large, "k", "strided")
+    assert len(ln.offsets) == len(params)
+    words = np.array(ln.packed, dtype=np.uint64)
+
+    def arg(k, n_words, dt):
+        o = ln.offsets[k]
+        return np.frombuffer(words[o:o + n_words].tobytes(), dtype=dt)
+
+    nd = len(cshape)
+    assert "ts_arr<int64_t, %d> A_strides" % nd in params[1]
+    assert list(arg(1, nd, np.int64)) == list(strides[0])
+    assert "ts_arr<int64_t, %d> B_strides" % nd in params[3]
+    assert list(arg(3, nd, np.int64)) == list(strides[1])
+    assert params[4].strip() == "const float C" and ln.values == ((2, ln.offsets[4], 4),)
+    assert "ts_arr<int32_t, %d> shape" % nd in params[6]
+    assert list(arg(6, (nd + 1) // 2, np.int32)[:nd]) == list(cshape)
+    assert compiled.value_bits(np.float32(1.5)) == 0x3FC00000
+    assert compiled.value_bits(np.array([7, 7], np.int8)[:1].repeat(1)) == 7
