@@ -246,7 +246,7 @@ def test_a_device_scalar_and_an_array_operand_get_kernels_of_their_own():
     assert np.array_equal(np.array(mx.isclose(mx.array(a), mx.array(b))), np.isclose(a, b))
 
 
-def test_a_launch_packs_shape_strides_and_scalars_as_the_kernels_parameters():
+def test_a_launch_packs_shape_strides_and_scalars_as_the_kernels_parameters(monkeypatch):
     """The plan's argument words are the rendered kernel's parameters, in order: pointers,
     the strides and shape of a static variant by value (int64 / int32 arrays), a by-value
     scalar's bits; one pointer per parameter. (What a launch reads is all in its
@@ -267,7 +267,8 @@ def test_a_launch_packs_shape_strides_and_scalars_as_the_kernels_parameters():
     assert not contiguous
     src = compiled._dialect().render(tape, "k", contiguous, len(cshape), large)
     params = re.search(r"k\(\n(.*?)\) \{", src, re.S).group(1).split(",\n")
-    entry = types.SimpleNamespace(fn=types.SimpleNamespace(ptr=1))
+    entry = types.SimpleNamespace(fn=types.SimpleNamespace(ptr=1))  # no kernel: not launched
+    monkeypatch.setattr(compiled, "_block_size", lambda fn, limit: limit)  # (asks the driver)
     ln = compiled.Launch(tape, [a, b, Layout((), np.float32)], shape, entry, contiguous,
                          cshape, strides, large, "k", "strided")
     assert len(ln.offsets) == len(params)
