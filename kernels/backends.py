@@ -181,6 +181,11 @@ class Backend(abc.ABC):
     #: eval's event in Python. A host backend has none (its launch is the call itself).
     device_api = None
 
+    #: A device's eager elementwise op as a plan of its own one-op kernel, ``eager_kernel(
+    #: prim, inputs, dtype, shape) -> plan or None``, launched as a loaded fused call is
+    #: (``device_api``, else ``launch_fused``); None: the op's rule runs.
+    eager_kernel = None
+
     @functools.cached_property
     def compiled_prebuild(self) -> Optional[Callable]:
         """A function building an eval's new kernels in parallel (the CPU's

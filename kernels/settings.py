@@ -98,6 +98,9 @@ SETTINGS = (
     Setting("tf32", "MLX_ENABLE_TF32", "switch", True,
             "MLX's variable: float32 matmuls and convolutions on CUDA in TensorFloat-32 "
             "(kernels/cuda/precision.py); 0 computes them in full float32."),
+    Setting("eager_kernels", "TAPESCOPE_EAGER_KERNELS", "switch", True,
+            "A GPU's eager elementwise ops as one-op kernels of the renderer, launched from "
+            "the eval loop (kernels/cuda/eager.py); off: their array-module rules."),
     Setting("kernel_cflags", "TAPESCOPE_KERNEL_CFLAGS", "text", "",
             "Flags added to every C kernel build (make test-ub passes the sanitizers)."),
     Setting("metal_shim", "TAPESCOPE_METAL_SHIM", "switch", False,

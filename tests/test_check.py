@@ -20,6 +20,7 @@ import tapescope  # noqa: E402
 import tapescope.core as mx  # noqa: E402
 from tapescope.check.report import compare, default_tolerance, ulp_distance  # noqa: E402
 from tapescope.kernels import primitives  # noqa: E402
+from tapescope.kernels.settings import settings as ts_settings  # noqa: E402
 
 from conftest import mlx_ref  # noqa: E402
 
@@ -37,7 +38,8 @@ def fault(monkeypatch):
         monkeypatch.setattr(defn, "rule", fn)
         monkeypatch.setattr(defn, "takes_out", False)
 
-    yield inject
+    with ts_settings(eager_kernels=False):  # the replaced rule runs, not a GPU's one-op kernel
+        yield inject
     monkeypatch.undo()
 
 

@@ -37,15 +37,16 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
-    *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api;
+    *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
-    *s_nbytes;
+    *s_nbytes, *s_c_contiguous;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
-enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4 };
+enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
+       PATH_EAGER_DEVICE = 7 };
 /* (evaluate.PATHS' indices) */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
@@ -104,6 +105,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_owndata = PyUnicode_InternFromString("owndata")) ||
                            !(s_adopt = PyUnicode_InternFromString("adopt")) ||
                            !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
+                           !(s_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
@@ -113,7 +115,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_compiled_launch = PyUnicode_InternFromString("compiled_launch")) ||
                            !(s_kernel_rules = PyUnicode_InternFromString("kernel_rules")) ||
                            !(s_device_context = PyUnicode_InternFromString("device_context")) ||
-                           !(s_device_api = PyUnicode_InternFromString("device_api"))))
+                           !(s_device_api = PyUnicode_InternFromString("device_api")) ||
+                           !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -135,6 +138,7 @@ typedef struct {
     PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
     int host;
     const DeviceApi *api; /* NULL: the Python hooks */
+    PyObject *eager_for;  /* Backend.eager_kernel, with api only; NULL: none */
 } BackendInfo;
 #define MAX_BACKENDS 16
 static BackendInfo seen[MAX_BACKENDS];
@@ -145,7 +149,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, NULL};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -167,6 +171,8 @@ static BackendInfo *backend_info(PyObject *be) {
     }
     PyErr_Clear();
     if (b.api == NULL) Py_CLEAR(api); /* else kept with the backend, for the process's life */
+    if (b.api != NULL && (b.eager_for = PyObject_GetAttr(be, s_eager_kernel)) == NULL) PyErr_Clear();
+    if (b.eager_for == Py_None) Py_CLEAR(b.eager_for);
     Py_INCREF(be);
     seen[n_seen] = b;
     return &seen[n_seen++];
@@ -243,6 +249,34 @@ static int donates(PyObject *d, PyObject *shape, long long itemsize, long long n
     int contiguous = PyBuffer_IsContiguous(&v, 'C') || PyBuffer_IsContiguous(&v, 'F');
     PyBuffer_Release(&v);
     if (!contiguous || Py_REFCNT(h) != 1) return 0;
+    PyObject *buf = PyObject_GetAttr(h, s_buffer);
+    if (buf == NULL) { PyErr_Clear(); return 0; }
+    PyObject *bs = SLOT(buf, buf_size_off);
+    long long size = bs ? PyLong_AsLongLong(bs) : -1;
+    Py_DECREF(buf);
+    if (size < 0) { PyErr_Clear(); return 0; }
+    return size <= nbytes + DONATION_SLACK;
+}
+
+/* ``donates`` for a device's array (evaluate._donor's checks): the array type's own, its
+ * row-contiguous flag (the one-op kernels write C order) instead of the buffer protocol */
+static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes,
+                          PyObject *array_type) {
+    if (Py_REFCNT(d) != 1) return 0;
+    PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
+    if (h == NULL || h == Py_None || data == NULL || Py_TYPE(data) != (PyTypeObject *)array_type ||
+        Py_REFCNT(h) != 1)
+        return 0;
+    PyObject *dt = SLOT(d, desc_off[D_DTYPE]);
+    PyObject *sz = dt ? SLOT(dt, dtype_off[T_SIZE]) : NULL;
+    if (sz == NULL || PyLong_AsLongLong(sz) != itemsize) { PyErr_Clear(); return 0; }
+    int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
+    if (same <= 0) { PyErr_Clear(); return 0; }
+    PyObject *flags = PyObject_GetAttr(data, s_flags);
+    PyObject *c = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    int contiguous = c == Py_True;
+    Py_XDECREF(flags); Py_XDECREF(c);
+    if (!contiguous) { PyErr_Clear(); return 0; }
     PyObject *buf = PyObject_GetAttr(h, s_buffer);
     if (buf == NULL) { PyErr_Clear(); return 0; }
     PyObject *bs = SLOT(buf, buf_size_off);
@@ -374,14 +408,20 @@ static int run_host(PyObject *node) {
         return 0;
     int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
     BackendInfo *bi = stream_info(stream);
-    if (bi == NULL || (!bi->host && !fused)) return 0; /* a device's other nodes: Python */
+    if (bi == NULL) return 0;
+    int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
+    /* a device's eager elementwise op with a one-op kernel of the backend (eager_kernel),
+     * planned and launched as a loaded fused call is (evaluate._gpu_eager_launch) */
+    int eager = !bi->host && !fused && elementwise && bi->eager_for != NULL &&
+                PyList_GET_SIZE(outputs) == 1;
+    if (!bi->host && !fused && !eager) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
     if (fused ? bi->launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
-              : SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
+              : !eager && SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
+    int planned = fused || eager; /* launched from a plan, not a rule */
     Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
     if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
-    int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
     PyObject *args[MAX_RULE_ARGS];
     args[0] = bi->xp;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -389,13 +429,18 @@ static int run_host(PyObject *node) {
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
-        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)bi->array_type) return 0;
+        if (data == NULL) return 0;
+        if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
+            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
+            return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
-        if (!bi->host && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None) return 0;
+        if (!bi->host && !eager && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
+            Py_TYPE(data) == (PyTypeObject *)bi->array_type)
+            return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
         args[1 + i] = data;
     }
     int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
-    int takes_out = fused || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
+    int takes_out = planned || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
                               PyList_GET_SIZE(outputs) == 1);
     PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
              *ins = NULL, *ln = NULL;
@@ -428,6 +473,15 @@ static int run_host(PyObject *node) {
         ln = PyObject_CallFunctionObjArgs(bi->launch_for, tape, ins, shape, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
+    } else if (eager) { /* the op's one-op kernel for these layouts (Backend.eager_kernel) */
+        ins = PyList_New(n);
+        if (ins == NULL) goto done;
+        for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
+        PyObject *eargs[4] = {prim, ins, SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]),
+                              SLOT(target, desc_off[D_SHAPE])};
+        ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
+        if (ln == NULL) goto done;
+        if (ln == Py_None) { rc = 0; goto done; } /* no kernel: the rule, in Python */
     }
     if (takes_out) {
         PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);
@@ -439,9 +493,11 @@ static int run_host(PyObject *node) {
         if (PyErr_Occurred()) goto done;
         PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
         PyObject *donor = NULL;
-        for (Py_ssize_t i = 0; bi->host && i < n && donor == NULL; i++) {
+        for (Py_ssize_t i = 0; (bi->host || eager) && i < n && donor == NULL; i++) {
             PyObject *d = PyList_GET_ITEM(inputs, i);
-            if (donates(d, shape, itemsize, nbytes)) donor = d;
+            if (bi->host ? donates(d, shape, itemsize, nbytes)
+                         : device_donates(d, shape, itemsize, nbytes, bi->array_type))
+                donor = d;
         }
         if (donor != NULL) {
             out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
@@ -459,25 +515,25 @@ static int run_host(PyObject *node) {
         }
         if (out == NULL || handle == NULL) goto done;
     }
-    if (fused && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
+    if (planned && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
         PyObject *index = PyObject_GetAttr(stream, s_index);
         int launched = index ? bi->api->launch(ln, &args[1], n, out, index) : -1;
         Py_XDECREF(index);
         if (launched < 0) goto done;
         if (launched == 1) res = Py_NewRef(out);
     }
-    if (fused && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
+    if (planned && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
         PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
         if (takes == NULL) goto done;
         int ok = takes == Py_True;
         Py_DECREF(takes);
-        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled */
+        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled, or the rule */
         PyObject *largs[5] = {be, stream, ln, ins, out};
         if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
                                                 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
             goto done;
         res = Py_NewRef(out);
-    } else if (fused) {
+    } else if (planned) {
         /* launched by the backend's C launch above */
     } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
@@ -499,7 +555,8 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        int path = !fused ? PATH_RULE_OUT : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
+        int path = eager ? PATH_EAGER_DEVICE : !fused ? PATH_RULE_OUT
+                   : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
         if (detach(node) < 0 || count_path(path) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
         rc = 1;

@@ -33,10 +33,11 @@ DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output byt
 # the rule's result stored (adopted or a view of an input); the rule into an output buffer
 # (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
 # (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
-# through ``run_compiled``; a GPU stream's node run on the host.
+# through ``run_compiled``; a GPU stream's node run on the host; a GPU's eager elementwise op
+# as its one-op kernel (``Backend.eager_kernel``), launched as a loaded fused call is.
 PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
-         "host_fallback")
-RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST = range(len(PATHS))
+         "host_fallback", "eager_kernel_device")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST, EAGER_DEVICE = range(len(PATHS))
 _counts = [0] * len(PATHS)
 
 
@@ -147,7 +148,13 @@ def _run_node(node: Node) -> None:
     if be.device_context is None:  # the host: a generated kernel where the backend has one
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
-    if prim.defn.takes_runtime and _gpu_fused_launch(node, prim, be):
+    defn = prim.defn
+    if defn.takes_runtime and _gpu_fused_launch(node, prim, be):
+        return
+    if defn.elementwise and be.eager_kernel is not None and _gpu_eager_launch(node, prim, be):
+        return
+    if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
+        _host_view(node, prim)
         return
     why = be.host_reason(node)
     if why is not None:
@@ -311,13 +318,80 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
     context (``launch_fused`` names the stream): the small-call path of
     ``benchmarks/cuda_fusion.py``. Recorded like any node (its host-side span: the
     launch is asynchronous)."""
-    at = be.array_type
+    at, host = be.array_type, backend("cpu").array_type
     ins = [d.data for d in node.inputs]
-    for x in ins:
-        if type(x) is not at:
+    for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines)
+        if type(x) is not at and type(x) is not host:
             return False
     return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
                        FUSED_DEVICE)
+
+
+def _gpu_eager_launch(node: Node, prim, be) -> bool:
+    """A GPU's eager elementwise op as the backend's one-op kernel (``eager_kernel``: a
+    plan as a loaded fused call's), into a donated input's buffer or a fresh one
+    (``_output_buffer``), launched through ``launch_fused`` (core/_loop.c run_node does the
+    same steps through the backend's C launch when no input may donate). False: the
+    node's rule runs."""
+    outputs = node.outputs
+    if len(outputs) != 1:
+        return False
+    target = outputs[0]()
+    if target is None:
+        return False
+    ins = [d.data for d in node.inputs]
+    ln = be.eager_kernel(prim, ins, target.dtype.np, target.shape)
+    if ln is None:
+        return False
+    t0 = timeline.now() if timeline.enabled else 0
+    out, out_handle = _output_buffer(node, target, be)
+    if not ln.takes(out):
+        return False
+    be.launch_fused(prim.stream, ln, ins, out)
+    _counts[EAGER_DEVICE] += 1
+    target.set_data(out, out_handle)
+    _detach(node)
+    if t0:
+        _record(prim, node, t0, out.nbytes)
+    return True
+
+
+def _host_view(node: Node, prim) -> None:
+    """A view of host data holding one value, of the same dtype, is that value broadcast to
+    the view's shape: a read-only stride-0 host array over the input's memory, which keeps
+    the input's buffer. The CPU's rule runs where the input is not one contiguous value
+    (a host broadcast) or the view changes its dtype."""
+    host = backend("cpu")
+    outputs, inputs = node.outputs, node.inputs
+    target = outputs[0]() if len(outputs) == 1 and len(inputs) == 1 else None
+    if target is not None and target.dtype is inputs[0].dtype and inputs[0].data.ndim == 0:
+        d = inputs[0]
+        shape = target.shape
+        try:
+            v = host.array_type(shape, d.data.dtype, d.data, 0, (0,) * len(shape))
+        except (TypeError, ValueError, BufferError):  # (no buffer form: bfloat16)
+            v = None
+        if v is not None:
+            t0 = timeline.now() if timeline.enabled else 0
+            v.flags.writeable = False  # as a broadcast: writing it would write the scalar
+            _counts[VIEW] += 1
+            target.set_data(v, d.buffer)
+            _detach(node)
+            if t0:
+                _record(prim, node, t0, v.nbytes)
+            return
+    _run(node, prim, host)
+
+
+def _host_values(node: Node) -> bool:
+    """Whether every input of a device's node is host data of one value (a Python scalar's
+    0-d array, which a GPU keeps on the host, or a host view of one)."""
+    host = backend("cpu").array_type
+    for d in node.inputs:
+        x = d.data
+        if type(x) is not host or (x.ndim and any(x.strides)) or x.size == 0:
+            return False
+    return bool(node.inputs)
 
 
 def _donatable_inputs(node: Node, at: type) -> list:

@@ -36,6 +36,8 @@ _PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 """ + RTC_INT_TYPES + r"""// a run of N elements loaded or stored in one access (the contiguous kernels' vector path)
 template <typename T, int N> struct alignas(sizeof(T) * N) ts_vec { T v[N]; };
+// a shape or strides as one by-value parameter (MLX's const __grid_constant__ Shape)
+template <typename T, int N> struct ts_arr { T v[N]; __device__ T operator[](int i) const { return v[i]; } };
 static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long long n) {
   return ((unsigned long long)p & (n - 1)) == 0;
 }
@@ -101,10 +103,8 @@ class CUDADialect(CFamily):
     vector_type = "ts_vec<{}, {}>"  # the contiguous path's whole-run loads and stores
     # 16-byte loads and stores per thread on the contiguous path (MLX's N_READS, mlx/backend/cuda/binary/binary.cuh)
     schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
-    # The host's completion word: a one-block launch by the runtime's eager lane passes a
-    # word of pinned host memory and a value, which the block writes once all its threads
-    # are done (after a system-wide fence: its outputs first); the host spins on the word
-    # instead of asking the driver (kernels/cuda/_lane.c). Every other launch passes null.
+    # a completion word a one-block kernel may write itself (after a system-wide fence); every
+    # launch here passes null: the stream writes the host's word (kernels/cuda/_driver.c)
     completion_word = ("unsigned int* __restrict__ done_word", "const unsigned int done_value")
     completion_word_store = [
         "done:",
@@ -142,12 +142,13 @@ class CUDADialect(CFamily):
     def __init__(self, **kw):
         pass
 
+    # static variants' shape / strides, by-value scalars: parameters' values (cuda/compiled.py)
+    fixed_array, scalar_by_value = "const ts_arr<{t}, {n}> {name}", True
+
     def param(self, kind: str, name: str, t: str, k: int) -> str:
-        return {"in": f"const {t}* __restrict__ {name}",
-                "out": f"{t}* __restrict__ {name}",
-                "strides": f"const int64_t* __restrict__ {name}",
-                "shape": f"const int32_t* __restrict__ {name}",
-                "size": f"const {t} {name}",
+        return {"in": f"const {t}* __restrict__ {name}", "value": f"const {t} {name}",
+                "out": f"{t}* __restrict__ {name}", "strides": f"const int64_t* __restrict__ {name}",
+                "shape": f"const int32_t* __restrict__ {name}", "size": f"const {t} {name}",
                 "ndim": f"const int {name}"}[kind]
 
     def helper(self, text: str) -> str:

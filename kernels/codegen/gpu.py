@@ -51,13 +51,19 @@ class GpuSchedule:
         if dynamic:
             args.append(("ndim", "ndim", None))
         word = getattr(d, "completion_word", None)  # (done, seq) parameters, or None
-        params = [d.param(kind, name, d.storage_type(dt) if dt is not None else idx, k)
+        # shape and strides by value where the dialect takes them so (CUDA: MLX passes them
+        # as kernel parameters), so a launch reads nothing a copy must have written first
+        fixed = None if dynamic else getattr(d, "fixed_array", None)
+        params = [fixed.format(t="int32_t" if kind == "shape" else "int64_t", n=ndim, name=name)
+                  if fixed and kind in ("shape", "strides") else
+                  d.param(kind, name, d.storage_type(dt) if dt is not None else idx, k)
                   for k, (kind, name, dt) in enumerate(args)] + list(word or ()) + list(d.thread_params)
         prefix = d.kernel_prefix.format(block=self.block_size)
         lines = [d.preamble(tape) if preamble else "", f"{prefix} {kernel_name}(", ",\n".join(f"    {p}" for p in params)
                  + ") {"]
         nd = "ndim" if dynamic else str(ndim)
         arrays = [x for x in tape.non_constant_inputs if not x.scalar]
+        scalar = self.scalar_load(d)
         if not contiguous:
             lines.append(f"  {idx} size = 1;")
             lines.append(f"  for (int d = 0; d < {nd}; ++d) size *= ({idx})shape[d];")
@@ -72,10 +78,10 @@ class GpuSchedule:
         lines.append(f"    const {idx} index = index0 + w;")
         lines.append(f"    if (index >= size) {leave}")
         if contiguous:
-            loads = {x.name: f"{x.name}[0]" if x.scalar else f"{x.name}[index]"
+            loads = {x.name: scalar(x) if x.scalar else f"{x.name}[index]"
                      for x in tape.non_constant_inputs}
         else:
-            loads = {x.name: f"{x.name}[0]" if x.scalar else f"{x.name}[{x.name}_loc]"
+            loads = {x.name: scalar(x) if x.scalar else f"{x.name}[{x.name}_loc]"
                      for x in tape.non_constant_inputs}
         if not contiguous and arrays:
             # the element's location in each input (MLX's elem_to_loc), innermost dim first
@@ -96,6 +102,13 @@ class GpuSchedule:
             lines += d.completion_word_store
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def scalar_load(d):
+        """How a scalar input is read: its parameter itself where the dialect takes it by
+        value (``scalar_by_value``), else its pointer's first element."""
+        values = getattr(d, "scalar_by_value", False)
+        return lambda x: x.name if values and x.by_value else f"{x.name}[0]"
 
     @staticmethod
     def _vector_path(d, tape: Tape, arrays: list, wpt: int, idx: str, leave: str) -> list:
@@ -119,7 +132,8 @@ class GpuSchedule:
         if d.unroll:
             lines.append(f"    {d.unroll}")
         lines.append(f"    for (int w = 0; w < {wpt}; ++w) {{")
-        loads = {x.name: f"{x.name}[0]" if x.scalar else f"{x.name}_v.v[w]"
+        scalar = GpuSchedule.scalar_load(d)
+        loads = {x.name: scalar(x) if x.scalar else f"{x.name}_v.v[w]"
                  for x in tape.non_constant_inputs}
         lines += d.body(tape, loads, "      ")
         lines += d.stores(tape, lambda o: f"{o}_v.v[w]", "      ")

@@ -162,8 +162,9 @@ class CFamily:
         input its data (``in``) and, strided and not a scalar, its element strides
         (``strides``); each output (``out``); then ``size`` (contiguous) or ``shape``."""
         args = []
+        values = getattr(self, "scalar_by_value", False)
         for x in tape.non_constant_inputs:
-            args.append(("in", x.name, x.dtype))
+            args.append(("value" if values and x.by_value else "in", x.name, x.dtype))
             if not contiguous and not x.scalar:
                 args.append(("strides", f"{x.name}_strides", None))
         for oname, _, dt in self.outputs(tape):

@@ -80,12 +80,15 @@ def stable_hash(text: str) -> str:
 
 @dataclass(frozen=True)
 class TapeInput:
-    """One input of a tape: an array (``V``), a 0-d array (``S``) or an inlined constant (``C``)."""
+    """One input of a tape: an array (``V``), a 0-d array (``S``) or an inlined constant (``C``).
+    ``by_value``: a scalar that a GPU dialect takes as a kernel parameter's value rather than
+    a pointer (an eager op's Python scalar, which stays on the host: no upload)."""
 
     name: str
     dtype: np.dtype
     scalar: bool = False
     constant: Optional[Any] = None  # the Python value when the input is a constant
+    by_value: bool = False
 
     @property
     def is_constant(self) -> bool:

@@ -65,6 +65,7 @@ static long long waits_by_word = 0, waits_by_query = 0, launches = 0;
 static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c_timeline,
     *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
 static int configured = 0;
+static PyObject *s_values;
 static PyObject *s_lane, *s_dtypes, *s_order, *s_slots, *s_gen, *s_shape, *s_entry, *s_packs,
     *s_pack, *s_hits, *s_data, *s_ptr, *s_dtype, *s_C, *s_enabled, *s_acquire, *s_release;
 
@@ -139,6 +140,7 @@ typedef struct {
     void *fn;
     unsigned grid, block;
     Py_ssize_t n_out_at, word_at, nslots, si[MAX_SLOTS], sj[MAX_SLOTS];
+    Py_ssize_t nvalues, vi[MAX_SLOTS], vj[MAX_SLOTS], vsize[MAX_SLOTS]; /* by-value scalars */
     PyObject *npdt, *shape, *entry, *packs; /* strong references */
     unsigned long tid; /* the thread whose pack ``ptrs`` is (packs keeps it) */
     uint64_t **ptrs;
@@ -182,10 +184,12 @@ static Record *plan_record(PyObject *ln) {
     PyObject *dtypes = PyObject_GetAttr(ln, s_dtypes);
     PyObject *order = dtypes ? PyObject_GetAttr(ln, s_order) : NULL;
     PyObject *slots = order ? PyObject_GetAttr(ln, s_slots) : NULL;
-    int err = slots == NULL;
+    PyObject *values = slots ? PyObject_GetAttr(ln, s_values) : NULL;
+    int err = values == NULL;
     int plain = !err && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) == 1 &&
                 PyUnicode_Check(order) && PyUnicode_Compare(order, s_C) == 0 &&
-                PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_SLOTS;
+                PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_SLOTS &&
+                PyTuple_Check(values) && PyTuple_GET_SIZE(values) <= MAX_SLOTS;
     long long v;
     if (plain) {
         r->npdt = Py_NewRef(PyList_GET_ITEM(dtypes, 0));
@@ -195,6 +199,14 @@ static Record *plan_record(PyObject *ln) {
             r->si[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 0));
             r->sj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 1));
             err = PyErr_Occurred() != NULL || r->si[k] < 0;
+        }
+        r->nvalues = err ? 0 : PyTuple_GET_SIZE(values);
+        for (Py_ssize_t k = 0; k < r->nvalues && !err; k++) { /* (input, word, itemsize) */
+            PyObject *v = PyTuple_GET_ITEM(values, k);
+            r->vi[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, 0));
+            r->vj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, 1));
+            r->vsize[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, 2));
+            err = PyErr_Occurred() != NULL || r->vi[k] < 0 || r->vsize[k] < 1 || r->vsize[k] > 8;
         }
         if (!err) err = (r->shape = PyObject_GetAttr(ln, s_shape)) == NULL ||
                         (r->entry = PyObject_GetAttr(ln, s_entry)) == NULL ||
@@ -206,7 +218,7 @@ static Record *plan_record(PyObject *ln) {
                         as_long(ln, "n_out_at", &v) < 0 || (r->n_out_at = (Py_ssize_t)v, 0) ||
                         as_long(ln, "word_at", &v) < 0 || (r->word_at = (Py_ssize_t)v, 0);
     }
-    Py_XDECREF(dtypes); Py_XDECREF(order); Py_XDECREF(slots);
+    Py_XDECREF(dtypes); Py_XDECREF(order); Py_XDECREF(slots); Py_XDECREF(values);
     PyObject *kept;
     if (err || !plain) {
         record_release(r);
@@ -295,12 +307,24 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
     if (w == NULL) return PyErr_Occurred() ? -1 : 0;
     uint64_t **ptrs = thread_pack(ln, r);
     if (ptrs == NULL) return -1;
-    uint64_t *vals = ptrs[0]; /* pointer i points at slot i: slot 0 is the array's start */
+    uint64_t *vals = ptrs[0]; /* argument 0 starts at word 0: the words' start */
     for (Py_ssize_t k = 0; k < r->nslots; k++) {
         Py_ssize_t i = r->si[k];
         if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch slot past the inputs"); return -1; }
         vals[r->sj[k]] = device_ptr(ins[i]);
         if (PyErr_Occurred()) return -1;
+    }
+    for (Py_ssize_t k = 0; k < r->nvalues; k++) { /* a host scalar's bits (its first element) */
+        Py_ssize_t i = r->vi[k];
+        if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch value past the inputs"); return -1; }
+        Py_buffer v;
+        if (PyObject_GetBuffer(ins[i], &v, PyBUF_STRIDES) < 0) { PyErr_Clear(); return 0; }
+        uint64_t bits = 0;
+        if (v.len > 0 && v.itemsize == r->vsize[k]) memcpy(&bits, v.buf, (size_t)r->vsize[k]);
+        int ok = v.len > 0 && v.itemsize == r->vsize[k];
+        PyBuffer_Release(&v);
+        if (!ok) return 0; /* not the plan's scalar: launch_fused */
+        vals[r->vj[k]] = bits;
     }
     vals[r->n_out_at] = device_ptr(out);
     if (PyErr_Occurred()) return -1;
@@ -481,7 +505,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_driver",
 
 PyMODINIT_FUNC PyInit__driver(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
-    I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
+    I(s_values, "values") I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
     I(s_gen, "gen") I(s_shape, "shape") I(s_entry, "entry") I(s_packs, "packs")
     I(s_pack, "_pack") I(s_hits, "hits") I(s_data, "data") I(s_ptr, "ptr") I(s_dtype, "dtype")
     I(s_C, "C") I(s_enabled, "enabled") I(s_acquire, "acquire") I(s_release, "release")

@@ -84,10 +84,19 @@ def _roofline_detail(node: Any, ins: tuple) -> dict:
     return detail
 
 
+def _launch_name(launch: Any) -> str:
+    """The primitive a launched plan runs: an eager op's one-op kernel (``cuda/eager.py``)
+    is its op's, a fused call's ``Compiled``."""
+    tape = getattr(launch.entry, "tape", None)
+    if tape is not None and tape.lib_name.startswith("ew_") and len(tape.ops) == 1:
+        return tape.ops[0].primitive
+    return "Compiled"
+
+
 def _launch_detail(launch: Any, inputs: list, out: Any) -> dict:
     """``_roofline_detail`` of a fused call launched by ``launch_fused`` (no device context,
     no node at hand): its layouts and its kernel entry's tape."""
-    detail = {"io": (layouts(inputs), layouts([out])), "primitive": "Compiled"}
+    detail = {"io": (layouts(inputs), layouts([out])), "primitive": _launch_name(launch)}
     tape = getattr(launch.entry, "tape", None)
     if tape is not None:
         detail.update(tape=tape, kernel=tape.lib_name, shape=tuple(out.shape))
@@ -123,6 +132,13 @@ class CudaBackend(Backend):
         if isinstance(data, cupy.ndarray):
             return data
         data = np.asarray(data)
+        if data.ndim and data.size > 1 and not any(data.strides):
+            # a host broadcast of one value (a Python scalar's Broadcast): one element
+            # copied, broadcast on the device (not the whole broadcast shape)
+            one = self.to_device(data.reshape(-1)[:1].reshape(()))
+            if type(one) is bf16.BF16Array:
+                return bf16.BF16Array(cupy.broadcast_to(one.raw, data.shape))
+            return cupy.broadcast_to(one, data.shape)
         return bf16.upload(data) if data.dtype == bf16.BF16 else cupy.asarray(data)
 
     def import_host(self, data: Any, stream: Any) -> tuple:
@@ -137,9 +153,12 @@ class CudaBackend(Backend):
         in stream order, and ``device.uploaded`` orders every other reader (CuPy's host
         reads on the default stream, the other mx streams) after it by event."""
         data = np.asarray(data)
-        if data.dtype.kind == "V" and data.dtype != bf16.BF16:
-            if data.base is not None:
-                data = np.array(data)
+        if data.ndim == 0 or (data.dtype.kind == "V" and data.dtype != bf16.BF16):
+            # a 0-d array (a Python scalar's) stays on the host: an eager op's kernel takes
+            # its value as a parameter (cuda/eager.py), with no upload; anything else moves
+            # it in when it reads it (to_device)
+            if data.ndim == 0 or data.base is not None:
+                data = np.array(data)  # (a copy: the caller's array may change)
             alloc = allocator("cpu")
             return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
         buf = self.allocator.malloc(data.nbytes)
@@ -262,7 +281,7 @@ class CudaBackend(Backend):
         finally:
             device.leave_work(w)
         if ev0 is not None:  # recorded as _OnStream records a node: device time, roofline
-            timing.end(cs, ev0, name="Compiled", node=None, stream=index,
+            timing.end(cs, ev0, name=_launch_name(launch), node=None, stream=index,
                        detail=_launch_detail(launch, inputs, out))
 
     @functools.cached_property
@@ -283,6 +302,14 @@ class CudaBackend(Backend):
             "timeline": timeline, "timing_pending": timing._pending,
             "timing_flush": timing.flush, "launch_start": _launch_start,
             "launch_end": _launch_end, "wait_record": _wait_record, "now": timeline.now})
+
+    @functools.cached_property
+    def eager_kernel(self):
+        """An eager elementwise op's one-op kernel plan (``cuda/eager.py``), which the loop
+        launches through ``device_api`` (else ``launch_fused``)."""
+        from .eager import plan_for
+
+        return plan_for
 
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
@@ -346,8 +373,8 @@ def _launch_start(index: int) -> Any:
 
 def _launch_end(index: int, ev0: Any, launch: Any, inputs: list, out: Any) -> None:
     """Its end: recorded as ``launch_fused`` records (device time, the roofline's detail)."""
-    timing.end(device.cuda_stream(index), ev0, name="Compiled", node=None, stream=index,
-               detail=_launch_detail(launch, inputs, out))
+    timing.end(device.cuda_stream(index), ev0, name=_launch_name(launch), node=None,
+               stream=index, detail=_launch_detail(launch, inputs, out))
 
 
 def _wait_record(index: int, t0: int) -> None:

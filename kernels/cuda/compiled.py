@@ -222,14 +222,17 @@ def _record(t0: int, name: str, **detail) -> None:
 class Launch:
     """Everything about a call that depends only on the tape and the layouts: the kernel,
     its grid and block, and its arguments, packed once as ``cuLaunchKernel`` takes them
-    (one 8-byte slot per argument and an array of pointers to the slots; the strides and
-    shape are small device arrays made once, MLX passes them by value). A call writes the
-    inputs' and outputs' device pointers into this thread's slots and launches through the
-    driver: CuPy's ``RawKernel`` call spends ~13 us per launch converting its arguments."""
+    (the parameters' bytes in 8-byte words, one run of words per argument, and an array of
+    pointers to each argument's first word). The shape and strides are parameters' values
+    (MLX passes them by value), as is a by-value scalar (an eager op's Python scalar): a
+    launch reads no memory that a copy, on whichever stream, must have written first. A
+    call writes the inputs' and outputs' device pointers (and the scalars' bits) into this
+    thread's words and launches through the driver: CuPy's ``RawKernel`` call spends ~13 us
+    per launch converting its arguments."""
 
     __slots__ = ("entry", "gen", "name", "variant", "contiguous", "shape", "grid", "block",
-                 "args", "slots", "n_out_at", "word_at", "dtypes", "order", "packed", "packs",
-                 "fn_ptr", "lane")
+                 "args", "slots", "values", "n_out_at", "word_at", "dtypes", "order", "packed",
+                 "offsets", "packs", "fn_ptr", "lane")
 
     def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
                  cshape: list, strides: list, large: bool, name: str, variant: str):
@@ -239,33 +242,54 @@ class Launch:
         size = int(np.prod(shape, dtype=np.int64))
         ndim = len(cshape)
         wpt = d.schedule.work_per_thread(tape, contiguous, ndim, large)
+        dynamic = ndim > d.schedule.max_static_ndim
         idx = np.int64 if large else np.uint32
-        args, slots, k = [], [], 0
+        words: list = []  # the parameters' bytes, 8 to a word
+        offsets: list = []  # per argument: its first word
+        args: list = []  # device arrays the dynamic variant's arguments point at (kept)
+        slots, values, k = [], [], 0
+
+        def arg(ws) -> int:
+            offsets.append(len(words))
+            words.extend(ws)
+            return offsets[-1]
+
+        def ints(vals, dt) -> list:  # an array parameter's value, packed into words
+            raw = np.asarray(vals, dtype=dt).tobytes()
+            raw += b"\0" * (-len(raw) % 8)
+            return [int(w) for w in np.frombuffer(raw, dtype=np.uint64)] or [0]
+
+        def pointer(host, dt) -> list:  # the dynamic variant: a device array, copied now
+            a = cupy.asarray(np.asarray(host, dtype=dt))
+            cupy.cuda.runtime.deviceSynchronize()  # once per plan: every stream may read it
+            args.append(a)
+            return [a.data.ptr]
+
         for i, x in enumerate(tape.inputs):
             if x.is_constant:
                 continue
-            slots.append((i, len(args)))
-            args.append(None)
+            if x.by_value:
+                values.append((i, arg([0]), np.dtype(x.dtype).itemsize))
+                continue
+            slots.append((i, arg([0])))
             if not contiguous and not x.scalar:
-                args.append(cupy.asarray(np.asarray(strides[k], dtype=np.int64)))
+                arg(pointer(strides[k], np.int64) if dynamic else ints(strides[k], np.int64))
                 k += 1
-        self.n_out_at = len(args)
-        args += [None] * len(tape.outputs)
+        self.n_out_at = len(words)
+        for _ in tape.outputs:
+            arg([0])
         if contiguous:
-            args.append(idx(size))
+            arg([int(idx(size))])
         else:
-            args.append(cupy.asarray(np.asarray(cshape, dtype=np.int32)))
-            if ndim > d.schedule.max_static_ndim:
-                args.append(np.int32(ndim))
+            arg(pointer(cshape, np.int32) if dynamic else ints(cshape, np.int32))
+            if dynamic:
+                arg([ndim])
         # the completion word and its value (codegen/cuda.py): null in every launch here
-        self.word_at = len(args)
-        args += [0, 0]
-        self.args, self.slots = args, tuple(slots)  # args keeps the device arrays slots point at
-        # a slot per argument: a device pointer, or a scalar's value (little-endian, so the
-        # kernel's 4-byte parameter reads the slot's first 4 bytes)
-        self.packed = [0 if a is None else a.data.ptr if isinstance(a, cupy.ndarray) else int(a)
-                       for a in args]
-        self.packs: dict = {}  # thread id -> (slots, pointers to them)
+        self.word_at = arg([0])
+        arg([0])
+        self.args, self.slots, self.values = args, tuple(slots), tuple(values)
+        self.packed, self.offsets = words, tuple(offsets)
+        self.packs: dict = {}  # thread id -> (words, pointers to the arguments, address)
         self.lane = None  # what the C launch reads of this plan, made there (cuda/_driver.c)
         self.fn_ptr = _function_ptr(entry.fn)
         self.block = _block_size(entry.fn, d.schedule.block_size)
@@ -289,6 +313,8 @@ class Launch:
         vals = pack[0]
         for i, j in self.slots:
             vals[j] = inputs[i].data.ptr
+        for i, j, _ in self.values:
+            vals[j] = value_bits(inputs[i])
         j = self.n_out_at
         for o in outs:
             vals[j] = o.data.ptr
@@ -306,12 +332,18 @@ class Launch:
         """This thread's argument slots (the constant ones filled in) and their pointers.
         The driver needs the primary context current: a thread's first CUDA call sets it."""
         cupy.cuda.runtime.getDevice()
-        n = len(self.packed)
-        vals = (ctypes.c_uint64 * n)(*self.packed)
+        vals = (ctypes.c_uint64 * len(self.packed))(*self.packed)
         base = ctypes.addressof(vals)
-        ptrs = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        ptrs = (ctypes.c_void_p * len(self.offsets))(*[base + 8 * o for o in self.offsets])
         pack = self.packs[threading.get_ident()] = (vals, ptrs, ctypes.addressof(ptrs))
         return pack
+
+
+def value_bits(x) -> int:
+    """A by-value scalar's parameter word: the bits of its (first) element, little-endian,
+    zero-padded (a host 0-d array, or a host broadcast of one)."""
+    a = np.asarray(x)
+    return int.from_bytes(a.reshape(-1)[:1].tobytes().ljust(8, b"\0"), "little") if a.size else 0
 
 
 def _launch(*args) -> None:
@@ -355,8 +387,8 @@ def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
     try:
         entry = get_kernel(name, suffix, lambda: d.render(tape, name, contiguous, ndim, large),
                            key=key, tape=tape)
-    except kernel_registry.BuildError as e:
-        return e, name, suffix
+    except kernel_registry.BuildError as e:  # (its message: the traceback holds the inputs)
+        return kernel_registry.BuildError(str(e)), name, suffix
     return Launch(tape, inputs, shape, entry, contiguous, cshape, strides, large, name, suffix)
 
 
@@ -477,6 +509,9 @@ def launch_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     arrays = launches.get("cuda")
     if arrays is None:
         return None
+    for i in arrays:  # a host array (a Python scalar's, which a GPU keeps on the host) where
+        if type(inputs[i]) is np.ndarray:  # the kernel reads device memory: run_compiled
+            return None
     ln = launches.get(("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
     if ln is None or ln.gen != kernel_registry._generation[0]:
         return None

@@ -1,0 +1,97 @@
+"""Eager elementwise ops on the GPU as one-op kernels of the shared renderer.
+
+MLX's CUDA backend runs an eager unary, binary or ternary op as a kernel of its own per op
+and types (mlx/backend/cuda/unary.cu, binary.cu, ternary.cu), not through a library's array
+call. Here an eager elementwise node on a GPU stream is the one-op tape of its primitive
+(``bfloat16.elementwise_tape``: the renderer's code, as a compiled function's fused
+kernels), its call plan for the inputs' layout class built once through the kernel cache
+(``compiled.kernel_for``: NVRTC, cached in memory and on disk) and launched by the eval
+loop as a loaded fused call is (core/_loop.c run_node through the backend's C launch,
+cuda/_driver.c; else ``CudaBackend.launch_fused``), with no CuPy call on the way.
+
+A Python scalar's array stays on the host (``CudaBackend.import_host``; its Broadcast is a
+host view, ``evaluate``'s host views): the kernel takes its value as a parameter
+(``TapeInput.by_value``), so an eager ``v * 1.0001`` uploads nothing. bfloat16 and float16
+are the kernels' 16-bit storage types (bfloat16's ``BF16Array`` storage is read through
+its pointer). An op whose kernel cannot be built (a dtype or op the CUDA dialect cannot
+spell, parameters, no NVRTC) runs its CuPy rule, recorded as a ``kernel_fallback``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import cupy
+import numpy as np
+
+from .. import timeline
+from ..settings import settings
+from ..codegen.layout import Layout
+from . import compiled
+from .bfloat16 import BF16Array, elementwise_tape
+
+_none: dict = {}  # (primitive, dtypes, scalars) -> why it has no kernel (its rule from now on)
+_tapes: dict = {}  # (primitive, out dtype, (dtype, scalar: True / False / None by value)...) -> tape
+_SCALAR: dict = {}  # dtype -> the layout a by-value scalar plans as (a 0-d array's)
+_ON = [True]  # settings.eager_kernels, kept here by its watcher (read on every op)
+settings.watch("eager_kernels", lambda v: _ON.__setitem__(0, bool(v)))
+
+
+def host_scalar(x: Any) -> bool:
+    """Whether an input is host data holding one value: a Python scalar's 0-d array on a
+    GPU stream, or a host broadcast of it (every stride 0)."""
+    return type(x) is np.ndarray and (x.ndim == 0 or not any(x.strides)) and x.size > 0
+
+
+def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
+    """The loaded plan of ``prim``'s one-op kernel reading ``ins`` (device arrays, or host
+    scalars taken by value) and writing ``dtype`` of ``shape`` (a ``compiled.Launch``),
+    or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel).
+    (Called by the eval loop for every eager elementwise node on a GPU stream: kept short.)"""
+    if prim.kw or not ins or not _ON[0]:  # (kw: parameters the one-op
+        return None  # spelling does not take; the setting off: the rules)
+    key = [prim.name, dtype]
+    layouts = []
+    for x in ins:
+        t = type(x)
+        if t is cupy.ndarray or t is BF16Array:
+            # a scalar read through its pointer (a device 0-d) is another kernel than an array
+            key.append((x.dtype, x.ndim == 0))
+            layouts.append(x)
+        elif t is np.ndarray and host_scalar(x):
+            key.append((x.dtype, None))
+            lay = _SCALAR.get(x.dtype)
+            if lay is None:
+                lay = _SCALAR[x.dtype] = Layout((), x.dtype)
+            layouts.append(lay)
+        else:
+            return None
+    for s in shape:
+        if s == 0:
+            return None  # nothing to launch: the rule makes the empty result
+    key = tuple(key)
+    tape = _tapes.get(key)
+    if tape is None:
+        if key in _none:
+            _fallback(prim.name, _none[key])
+            return None
+        kinds = key[2:]
+        try:
+            tape = elementwise_tape(prim.name, [k[0] for k in kinds], dtype,
+                                    [k[1] is not False for k in kinds],
+                                    by_value=tuple(k[1] is None for k in kinds))
+        except Exception as e:  # noqa: BLE001 - a type the tape cannot key: the rule
+            _none[key] = str(e)
+            return None
+        _tapes[key] = tape
+    ln = compiled.kernel_for(tape, layouts, shape)
+    if ln is None:
+        _fallback(tape.lib_name, "the CUDA dialect cannot express it, or NVRTC is missing")
+    return ln
+
+
+def _fallback(name: str, why: str) -> None:
+    if timeline.enabled:
+        t = timeline.now()
+        timeline.add("kernel_fallback", t, t, name=name, device="gpu",
+                     detail={"reason": why, "runtime": "cupy"})
