@@ -35,7 +35,8 @@
  * run_node, given with configure_loop. */
 static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
-    *l_quiet_value, *l_kwnames_out;
+    *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
+static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_strides;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -78,6 +79,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
     PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
     PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
+    Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
         PyErr_SetString(PyExc_KeyError, "configure_loop: the primitive, definition, dtype and "
                                         "buffer types");
@@ -113,7 +116,11 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_compiled_launch = PyUnicode_InternFromString("compiled_launch")) ||
                            !(s_kernel_rules = PyUnicode_InternFromString("kernel_rules")) ||
                            !(s_device_context = PyUnicode_InternFromString("device_context")) ||
-                           !(s_device_api = PyUnicode_InternFromString("device_api"))))
+                           !(s_device_api = PyUnicode_InternFromString("device_api")) ||
+                           !(s_plans = PyUnicode_InternFromString("plans")) ||
+                           !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
+                           !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
+                           !(s_strides = PyUnicode_InternFromString("strides"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -361,6 +368,54 @@ static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes
 
 #define MAX_RULE_ARGS 48
 
+/* A generated kernel's plan for this call (kernels/kernel_call.py: KernelRule.planned's
+ * key, built the same way: the primitive's name, each input's type, dtype, shape and
+ * strides, then the parameters as name, value pairs), when the rule is a KernelRule that
+ * has made one and it writes ``out`` (its shape and dtype; ``out`` row-contiguous): a new
+ * reference. NULL with no error: no plan (the rule runs, and makes the plan on a miss). */
+static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
+                         PyObject *kw, PyObject *out, int out_c, PyObject *shape,
+                         PyObject *npdt) {
+    if (l_kernel_rule == NULL || Py_TYPE(rule) != (PyTypeObject *)l_kernel_rule || !out_c)
+        return NULL;
+    PyObject *plans = PyObject_GetAttr(rule, s_plans);
+    if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
+    PyObject *key = PyTuple_New(1 + 4 * n + 2 * PyDict_GET_SIZE(kw)), *plan = NULL;
+    if (key == NULL) goto fail;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(name));
+    Py_ssize_t k = 1, pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = ins[i], *v;
+        PyTuple_SET_ITEM(key, k++, Py_NewRef((PyObject *)Py_TYPE(a)));
+        if (!(v = PyObject_GetAttr(a, s_dtype))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+        if (!(v = PyObject_GetAttr(a, s_shape))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+        if (!(v = PyObject_GetAttr(a, s_strides))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+    }
+    PyObject *kk, *vv;
+    while (PyDict_Next(kw, &pos, &kk, &vv)) {
+        PyTuple_SET_ITEM(key, k++, Py_NewRef(kk));
+        PyTuple_SET_ITEM(key, k++, Py_NewRef(vv));
+    }
+    plan = PyDict_GetItemWithError(plans, key); /* an unhashable parameter: no plan */
+    if (plan == NULL || plan == Py_None) goto fail;
+    PyObject *os = PyObject_GetAttr(plan, s_out_shape), *od = PyObject_GetAttr(plan, s_out_dtype);
+    int ok = os != NULL && od != NULL && PyObject_RichCompareBool(os, shape, Py_EQ) == 1 &&
+             (od == npdt || PyObject_RichCompareBool(od, npdt, Py_EQ) == 1);
+    Py_XDECREF(os); Py_XDECREF(od);
+    if (!ok) goto fail;
+    Py_DECREF(key);
+    Py_DECREF(plans);
+    return Py_NewRef(plan);
+fail:
+    PyErr_Clear();
+    Py_XDECREF(key);
+    Py_DECREF(plans);
+    return NULL;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -398,8 +453,9 @@ static int run_host(PyObject *node) {
     int takes_out = fused || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
                               PyList_GET_SIZE(outputs) == 1);
     PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
-             *ins = NULL, *ln = NULL;
+             *ins = NULL, *ln = NULL, *plan = NULL;
     long long nbytes = 0;
+    int out_c = 0; /* out is row-contiguous and writeable (a plan may write it) */
     if (takes_out) {
         target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
         if (target == NULL) { PyErr_Clear(); return 0; }
@@ -446,12 +502,19 @@ static int run_host(PyObject *node) {
         if (donor != NULL) {
             out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
+            Py_buffer v;
+            if (out != NULL && PyObject_GetBuffer(out, &v, PyBUF_WRITABLE | PyBUF_STRIDES) == 0) {
+                out_c = PyBuffer_IsContiguous(&v, 'C');
+                PyBuffer_Release(&v);
+            }
+            PyErr_Clear();
         } else {
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
                 PyObject *vargs[4] = {buf, size, npdt, shape};
                 out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out_c = 1; /* the allocator's buffer viewed in the output's shape */
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
             Py_XDECREF(buf);
@@ -481,6 +544,15 @@ static int run_host(PyObject *node) {
         /* launched by the backend's C launch above */
     } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
+    } else if (out != NULL &&
+               (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
+                               SLOT(target, desc_off[D_SHAPE]),
+                               SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]))) != NULL) {
+        /* a generated kernel's plan (kernels/kernel_call.py): its C call, no rule code */
+        args[n + 1] = out;
+        res = PyObject_Vectorcall(plan, &args[1], n + 1, NULL);
+        Py_DECREF(plan);
+        if (res != NULL) Py_SETREF(res, Py_NewRef(out));
     } else {
         PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
         if (token == NULL) goto done;
