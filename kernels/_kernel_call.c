@@ -6,7 +6,8 @@
  * the arrays' data pointers into a copy of that vector on the stack and calls the kernel:
  * holding the GIL for a small call, releasing it otherwise, as KernelEntry.fast_fn does. It
  * counts the call as a hit of the kernel's cache entry and, while the timeline records,
- * times the kernel and gives the times to the plan's ``note`` (the kernel_launch record).
+ * times the kernel and gives the times and the call's arrays to the plan's ``note`` (its
+ * timeline records: note(t0, t1, arrays)).
  * The eval loop (core/_loop.c) calls a plan through its vectorcall, without Python code.
  *
  * The arrays must be numpy arrays of the layouts the plan was made for (its key): the
@@ -86,9 +87,13 @@ static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
         if (bad) { Py_XDECREF(t0); return NULL; }
     }
     if (recording) {
-        PyObject *t1 = PyObject_CallNoArgs(k_now);
-        PyObject *r = t1 ? PyObject_CallFunctionObjArgs(self->note, t0, t1, NULL) : NULL;
+        PyObject *t1 = PyObject_CallNoArgs(k_now), *arrays = NULL, *r = NULL;
+        if (t1 != NULL && (arrays = PyTuple_New(n)) != NULL) {
+            for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(arrays, i, Py_NewRef(args[i]));
+            r = PyObject_CallFunctionObjArgs(self->note, t0, t1, arrays, NULL);
+        }
         Py_XDECREF(t1);
+        Py_XDECREF(arrays);
         Py_DECREF(t0);
         if (r == NULL) return NULL;
         Py_DECREF(r);
@@ -180,7 +185,7 @@ static PyMemberDef kc_members[] = {
     {"gil", T_INT, offsetof(KernelCall, gil), READONLY, "runs holding the GIL (a small call)"},
     {"keep", T_OBJECT_EX, offsetof(KernelCall, keep), READONLY, "what the arguments point into"},
     {"entry", T_OBJECT_EX, offsetof(KernelCall, entry), READONLY, "the kernel's cache entry"},
-    {"note", T_OBJECT_EX, offsetof(KernelCall, note), READONLY, "note(t0, t1): the launch record"},
+    {"note", T_OBJECT_EX, offsetof(KernelCall, note), READONLY, "note(t0, t1, arrays): the launch record"},
     {"out_shape", T_OBJECT_EX, offsetof(KernelCall, out_shape), READONLY, "the output's shape"},
     {"out_dtype", T_OBJECT_EX, offsetof(KernelCall, out_dtype), READONLY, "the output's dtype"},
     {NULL}};

@@ -53,7 +53,8 @@ class PyKernelCall:
     argument vector (integers and constant pointers; 0 where an array goes), ``slots`` the
     place in ``argv`` of each array of a call (inputs, then the output; -1: not passed),
     ``keep`` what the pointers point into, ``entry`` the kernel's cache entry (a hit per
-    call), ``note(t0, t1)`` the launch's timeline record."""
+    call), ``note(t0, t1, arrays)`` the launch's timeline records (the kernel's start and end,
+    the call's arrays), called while the timeline records."""
 
     __slots__ = ("_fn", "gil", "_argv", "_slots", "keep", "entry", "note", "out_shape",
                  "out_dtype")
@@ -80,7 +81,7 @@ class PyKernelCall:
         if self.entry is not None:
             self.entry.hits += 1
         if t0:
-            self.note(t0, timeline.now())
+            self.note(t0, timeline.now(), arrays)
 
 
 def _c_type():

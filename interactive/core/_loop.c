@@ -36,7 +36,7 @@
 static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
-static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_strides;
+static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_strides, *s_kernel_call;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -120,7 +120,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_plans = PyUnicode_InternFromString("plans")) ||
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
-                           !(s_strides = PyUnicode_InternFromString("strides"))))
+                           !(s_strides = PyUnicode_InternFromString("strides")) ||
+                           !(s_kernel_call = PyUnicode_InternFromString("kernel_call"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -535,10 +536,22 @@ static int run_host(PyObject *node) {
         int ok = takes == Py_True;
         Py_DECREF(takes);
         if (!ok) { rc = 0; goto done; } /* another layout: run_compiled */
-        PyObject *largs[5] = {be, stream, ln, ins, out};
-        if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
-                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
-            goto done;
+        /* a host plan that carries its call (cpu/compiled.py Launch.kernel_call, a
+         * kernels/kernel_call.py KernelCall): called here, without Python code */
+        PyObject *kc = bi->host ? PyObject_GetAttr(ln, s_kernel_call) : NULL;
+        if (kc == NULL) PyErr_Clear();
+        if (kc != NULL && kc != Py_None) {
+            args[n + 1] = out;
+            PyObject *r = PyObject_Vectorcall(kc, &args[1], n + 1, NULL);
+            Py_DECREF(kc);
+            if (call_none(r) < 0) goto done;
+        } else {
+            Py_XDECREF(kc);
+            PyObject *largs[5] = {be, stream, ln, ins, out};
+            if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
+                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
+                goto done;
+        }
         res = Py_NewRef(out);
     } else if (fused) {
         /* launched by the backend's C launch above */

@@ -181,7 +181,7 @@ def _planned(spec, prim_name: str, names: tuple, consts: dict, ints: dict, size:
     slots = tuple(where.get(n, -1) for n in names)
     detail = {"runtime": "cpu", "variant": spec.layout, "primitive": prim_name, "tier": "kernel"}
 
-    def note(t0: int, t1: int) -> None:
+    def note(t0: int, t1: int, arrays: tuple) -> None:
         timeline.add("kernel_launch", t0, t1, name=spec.name, device="cpu", detail=dict(detail))
 
     return kernel_call(entry, argv, slots, consts, size < _SMALL, note, out_shape, out_dtype)

@@ -140,7 +140,7 @@ def _plan(prim_name: str) -> Callable:
         detail = {"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
                   "tier": "kernel"}
 
-        def note(t0: int, t1: int) -> None:
+        def note(t0: int, t1: int, arrays: tuple) -> None:
             timeline.add("kernel_launch", t0, t1, name=spec.name, device="cpu",
                          detail=dict(detail))
 
