@@ -29,7 +29,7 @@ typedef struct {
     Py_ssize_t nargv, nslots;
     void *argv[MAX_ARGV];
     Py_ssize_t slots[MAX_ARGV]; /* per call argument: its place in argv (-1: not passed) */
-    PyObject *keep, *entry, *note, *out_shape, *out_dtype;
+    PyObject *keep, *entry, *note, *out_shape, *out_dtype, *out_strides;
 } KernelCall;
 
 static PyObject *k_ndarray, *k_timeline, *k_now, *s_enabled, *s_hits;
@@ -103,12 +103,14 @@ static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
 
 static int kc_init(KernelCall *self, PyObject *args, PyObject *kwds) {
     static char *names[] = {"fn", "gil", "argv", "slots", "keep", "entry", "note",
-                            "out_shape", "out_dtype", NULL};
-    PyObject *fn, *argv, *slots, *keep, *entry, *note, *out_shape, *out_dtype;
+                            "out_shape", "out_dtype", "out_strides", NULL};
+    PyObject *fn, *argv, *slots, *keep, *entry, *note, *out_shape, *out_dtype,
+        *out_strides = Py_None;
     int gil;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OpO!O!OOOO!O:KernelCall", names, &fn, &gil,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OpO!O!OOOO!O|O:KernelCall", names, &fn, &gil,
                                      &PyTuple_Type, &argv, &PyTuple_Type, &slots, &keep,
-                                     &entry, &note, &PyTuple_Type, &out_shape, &out_dtype))
+                                     &entry, &note, &PyTuple_Type, &out_shape, &out_dtype,
+                                     &out_strides))
         return -1;
     Py_ssize_t na = PyTuple_GET_SIZE(argv), ns = PyTuple_GET_SIZE(slots);
     if (na > MAX_ARGV || ns > MAX_ARGV) {
@@ -149,6 +151,7 @@ static int kc_init(KernelCall *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->note, Py_NewRef(note));
     Py_XSETREF(self->out_shape, Py_NewRef(out_shape));
     Py_XSETREF(self->out_dtype, Py_NewRef(out_dtype));
+    Py_XSETREF(self->out_strides, Py_NewRef(out_strides));
     self->vectorcall = kc_vectorcall;
     return 0;
 }
@@ -161,13 +164,13 @@ static PyObject *kc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static int kc_traverse(KernelCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->keep); Py_VISIT(self->entry); Py_VISIT(self->note);
-    Py_VISIT(self->out_shape); Py_VISIT(self->out_dtype);
+    Py_VISIT(self->out_shape); Py_VISIT(self->out_dtype); Py_VISIT(self->out_strides);
     return 0;
 }
 
 static int kc_clear(KernelCall *self) {
     Py_CLEAR(self->keep); Py_CLEAR(self->entry); Py_CLEAR(self->note);
-    Py_CLEAR(self->out_shape); Py_CLEAR(self->out_dtype);
+    Py_CLEAR(self->out_shape); Py_CLEAR(self->out_dtype); Py_CLEAR(self->out_strides);
     return 0;
 }
 
@@ -188,6 +191,8 @@ static PyMemberDef kc_members[] = {
     {"note", T_OBJECT_EX, offsetof(KernelCall, note), READONLY, "note(t0, t1, arrays): the launch record"},
     {"out_shape", T_OBJECT_EX, offsetof(KernelCall, out_shape), READONLY, "the output's shape"},
     {"out_dtype", T_OBJECT_EX, offsetof(KernelCall, out_dtype), READONLY, "the output's dtype"},
+    {"out_strides", T_OBJECT_EX, offsetof(KernelCall, out_strides), READONLY,
+     "the output's byte strides (None: row-contiguous)"},
     {NULL}};
 
 static PyTypeObject KernelCallType = {
@@ -195,7 +200,8 @@ static PyTypeObject KernelCallType = {
     .tp_name = "tapescope.kernels._kernel_call.KernelCall",
     .tp_basicsize = sizeof(KernelCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "KernelCall(fn, gil, argv, slots, keep, entry, note, out_shape, out_dtype): one "
+    .tp_doc = "KernelCall(fn, gil, argv, slots, keep, entry, note, out_shape, out_dtype, "
+              "out_strides=None): one "
               "generated kernel's call for one layout; plan(*arrays, out) runs it.",
     .tp_new = kc_new,
     .tp_init = (initproc)kc_init,

@@ -54,17 +54,18 @@ class PyKernelCall:
     place in ``argv`` of each array of a call (inputs, then the output; -1: not passed),
     ``keep`` what the pointers point into, ``entry`` the kernel's cache entry (a hit per
     call), ``note(t0, t1, arrays)`` the launch's timeline records (the kernel's start and end,
-    the call's arrays), called while the timeline records."""
+    the call's arrays), called while the timeline records; ``out_shape``, ``out_dtype`` and
+    ``out_strides`` (None: row-contiguous) the output it writes."""
 
     __slots__ = ("_fn", "gil", "_argv", "_slots", "keep", "entry", "note", "out_shape",
-                 "out_dtype")
+                 "out_dtype", "out_strides")
 
     def __init__(self, fn: int, gil: bool, argv: tuple, slots: tuple, keep, entry,
-                 note: Callable, out_shape: tuple, out_dtype) -> None:
+                 note: Callable, out_shape: tuple, out_dtype, out_strides=None) -> None:
         proto = (ctypes.PYFUNCTYPE if gil else ctypes.CFUNCTYPE)(None, ctypes.c_void_p)
         self._fn, self.gil, self._argv, self._slots = proto(fn), gil, argv, slots
         self.keep, self.entry, self.note = keep, entry, note
-        self.out_shape, self.out_dtype = out_shape, out_dtype
+        self.out_shape, self.out_dtype, self.out_strides = out_shape, out_dtype, out_strides
 
     def __call__(self, *arrays) -> None:
         if len(arrays) != len(self._slots):
@@ -101,13 +102,14 @@ KernelCall = _c_type() or PyKernelCall
 
 
 def kernel_call(entry, argv: list, slots: tuple, keep, gil: bool, note: Callable,
-                out_shape: tuple, out_dtype) -> "KernelCall":
+                out_shape: tuple, out_dtype, out_strides=None) -> "KernelCall":
     """The plan of one call of ``entry``'s kernel (a loaded KernelEntry): ``argv`` in its
     signature's order, ints and constant pointers as ``kernels.common.reductions.arguments``
     makes them."""
     fn = ctypes.cast(entry.fast_fn(gil=True), ctypes.c_void_p).value
     return KernelCall(fn, bool(gil), tuple(int(v or 0) for v in argv), tuple(slots), keep,
-                      entry, note, tuple(out_shape), np.dtype(out_dtype))
+                      entry, note, tuple(out_shape), np.dtype(out_dtype),
+                      None if out_strides is None else tuple(out_strides))
 
 
 _NONE = object()

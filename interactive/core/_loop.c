@@ -36,7 +36,7 @@
 static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
-static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_strides, *s_kernel_call;
+static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -121,7 +121,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
                            !(s_strides = PyUnicode_InternFromString("strides")) ||
-                           !(s_kernel_call = PyUnicode_InternFromString("kernel_call"))))
+                           !(s_kernel_call = PyUnicode_InternFromString("kernel_call")) ||
+                           !(s_out_strides = PyUnicode_InternFromString("out_strides"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -531,15 +532,31 @@ static int run_host(PyObject *node) {
         if (launched == 1) res = Py_NewRef(out);
     }
     if (fused && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
-        PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
-        if (takes == NULL) goto done;
-        int ok = takes == Py_True;
-        Py_DECREF(takes);
-        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled */
         /* a host plan that carries its call (cpu/compiled.py Launch.kernel_call, a
-         * kernels/kernel_call.py KernelCall): called here, without Python code */
+         * kernels/kernel_call.py KernelCall): called here, without Python code, when ``out``
+         * has the layout it writes (out is writeable: a fresh buffer or a donor's) */
         PyObject *kc = bi->host ? PyObject_GetAttr(ln, s_kernel_call) : NULL;
         if (kc == NULL) PyErr_Clear();
+        int ok = -1;
+        if (kc != NULL && kc != Py_None) {
+            PyObject *st = PyObject_GetAttr(kc, s_out_strides), *os = PyObject_GetAttr(kc, s_out_shape),
+                     *od = PyObject_GetAttr(kc, s_out_dtype), *ost = PyObject_GetAttr(out, s_strides),
+                     *osh = PyObject_GetAttr(out, s_shape), *odt = PyObject_GetAttr(out, s_dtype);
+            if (st && os && od && ost && osh && odt && st != Py_None)
+                ok = PyObject_RichCompareBool(st, ost, Py_EQ) == 1 &&
+                     PyObject_RichCompareBool(os, osh, Py_EQ) == 1 &&
+                     (od == odt || PyObject_RichCompareBool(od, odt, Py_EQ) == 1);
+            PyErr_Clear();
+            Py_XDECREF(st); Py_XDECREF(os); Py_XDECREF(od);
+            Py_XDECREF(ost); Py_XDECREF(osh); Py_XDECREF(odt);
+        }
+        if (ok < 0) { /* no call to check against: the plan's own test */
+            PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
+            if (takes == NULL) { Py_XDECREF(kc); goto done; }
+            ok = takes == Py_True;
+            Py_DECREF(takes);
+        }
+        if (!ok) { Py_XDECREF(kc); rc = 0; goto done; } /* another layout: run_compiled */
         if (kc != NULL && kc != Py_None) {
             args[n + 1] = out;
             PyObject *r = PyObject_Vectorcall(kc, &args[1], n + 1, NULL);

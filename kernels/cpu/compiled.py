@@ -165,14 +165,15 @@ class Launch:
         probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
         self.out_strides = probe.strides if probe is not None else None
         # a single output's call as a KernelCall (the tape's inputs, then ``out``), which the
-        # eval loop calls without Python code once ``takes`` accepts its ``out``
+        # eval loop calls without Python code on an ``out`` of its layout (``takes``' test)
         self.kernel_call = None
         if outs == 1:
             where = dict(slots)
             self.kernel_call = kernel_call(
                 entry, [*ptrs, 0, *tail],
                 (*[where.get(i, -1) for i in range(len(tape.inputs))], self.n_args),
-                keep, size < CDialect.omp_min_size, self._note, shape, self.dtypes[0])
+                keep, size < CDialect.omp_min_size, self._note, shape, self.dtypes[0],
+                self.out_strides)
 
     def _note(self, t0: int, t1: int, arrays: tuple) -> None:
         """The kernel_call's timeline records: the cache hit and the launch (as ``call``)."""
