@@ -27,8 +27,11 @@
  * of the allocator (its malloc, the buffer's view, a BufferHandle), under the backend's
  * quiet floating-point state (its context variable set and reset); the result stored, the
  * node detached. A loaded fused kernel is launched into its output buffer through the
- * backend's launch_fused (evaluate._fused_launch). A view or another rule is called here
- * and finished by evaluate._finish.
+ * backend's launch_fused (evaluate._fused_launch), or, on the host, through the plan's
+ * KernelCall (kernels/kernel_call.py) without Python code. A generated kernel's rule (a
+ * KernelRule) that has planned this call is not called: its KernelCall (``planned``) runs
+ * into the output buffer. A view or another rule is called here and finished by
+ * evaluate._finish.
  * The path is counted in evaluate's counters as the Python path counts it, and the
  * timeline records as it does there (the same records, the same code either way).
  * Anything else (and a rule that refuses ``out=`` with a TypeError) is the Python
