@@ -9,7 +9,9 @@ into which a call puts only its arrays' data pointers. The eval loop (``core/_lo
 finds a node's plan under the same key and calls it without Python code; the rule
 itself (the evaluator's Python path, a direct call) runs the same plan. A key whose call no
 plan takes (a copy first, a fallback, a failed build) maps to None: the rule's ``slow``
-path runs it, as before. ``forget()`` drops every plan (the kernel cache was cleared).
+path runs it, as before. ``forget()`` drops every plan (the kernel cache was cleared). A
+fused call's launch plan (``cpu/compiled.py``: ``Launch``) carries a ``KernelCall`` of its
+single-output call too, which the loop calls on an output of the layout it writes.
 
 ``KernelCall`` is ``_kernel_call.c``'s type where the extension is built, else the Python
 class below (the same arguments and behaviour, through ctypes).
