@@ -522,7 +522,7 @@ static PyTypeObject CompiledBase = {
 
 /* mx.eval's first step in C: one mx.array whose eval is the plain case runs in the loop's
  * C part (_loop.c eager_eval, every backend); anything else, and whatever that declines, is
- * the Python eval (transforms._eval), given with configure_eval. */
+ * the Python eval (eval_api._eval), given with configure_eval. */
 static PyObject *e_python = NULL;
 
 static PyObject *configure_eval(PyObject *self, PyObject *kw) {
@@ -557,7 +557,7 @@ static PyObject *c_eval(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over core's types and state (a dict)."},
     {"configure_eval", (PyCFunction)configure_eval, METH_O,
-     "Hand over the Python eval (a dict: {'python': transforms._eval})."},
+     "Hand over the Python eval (a dict: {'python': eval_api._eval})."},
     {"configure_loop", (PyCFunction)configure_loop, METH_O,
      "Hand over the eval loop's objects (a dict): the CPU backend, evaluate's helpers."},
     {"topo_order", (PyCFunction)topo_order, METH_O,
@@ -565,7 +565,7 @@ static PyMethodDef methods[] = {
     {"eager_eval", (PyCFunction)py_eager_eval, METH_O,
      "Evaluate a list of ArrayDescs on one CPU stream here (True), or decline (False)."},
     {"configure_eager", (PyCFunction)configure_eager, METH_O,
-     "Hand over scheduling's objects for an eager op's eval in C (a dict)."},
+     "Hand over eval_loop's objects for an eager op's eval in C (a dict)."},
     {"run_node", (PyCFunction)run_node, METH_O,
      "Run one graph node (evaluate.run_node; the common host node in C)."},
     {"configure_record", (PyCFunction)configure_record, METH_O,

@@ -1,9 +1,9 @@
-/* The eval loop's hot part in C (scheduling.py's and evaluate.py's steps for the common
+/* The eval loop's hot part in C (eval_loop.py's and evaluate.py's steps for the common
  * case; the Python functions named below are the reference and run everything else):
  *
  * - run_node: one node (evaluate._run_node): a host node, or a device's loaded fused call;
- * - topo_order: the schedule's order (scheduling._topo_order);
- * - eager_eval: a synchronous eval on one stream of any backend (scheduling.evaluate /
+ * - topo_order: the schedule's order (eval_loop._topo_order);
+ * - eager_eval: a synchronous eval on one stream of any backend (eval_loop.evaluate /
  *   _run_inline / _evaluate's wait).
  *
  * Every eval of every backend comes through these or their Python references: there is
@@ -11,7 +11,7 @@
  * events; see BackendInfo below).
  *
  * Built into the same extension as _call.c (which it shares core's slot offsets with, see
- * _core.h); configured by evaluate.py and scheduling.py at import. */
+ * _core.h); configured by evaluate.py and eval_loop.py at import. */
 #include "_core.h"
 #include "../../kernels/_device_api.h"
 
@@ -27,15 +27,19 @@
  * of the allocator (its malloc, the buffer's view, a BufferHandle), under the backend's
  * quiet floating-point state (its context variable set and reset); the result stored, the
  * node detached. A loaded fused kernel is launched into its output buffer through the
- * backend's launch_fused (evaluate._fused_launch). A view or another rule is called here
- * and finished by evaluate._finish.
+ * backend's launch_fused (evaluate._fused_launch), or, on the host, through the plan's
+ * KernelCall (kernels/kernel_call.py) without Python code. A generated kernel's rule (a
+ * KernelRule) that has planned this call is not called: its KernelCall (``planned``) runs
+ * into the output buffer. A view or another rule is called here and finished by
+ * evaluate._finish.
  * The path is counted in evaluate's counters as the Python path counts it, and the
  * timeline records as it does there (the same records, the same code either way).
  * Anything else (and a rule that refuses ``out=`` with a TypeError) is the Python
  * run_node, given with configure_loop. */
 static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
-    *l_quiet_value, *l_kwnames_out;
+    *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
+static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -79,6 +83,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
     PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
     PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
+    Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
         PyErr_SetString(PyExc_KeyError, "configure_loop: the primitive, definition, dtype and "
                                         "buffer types");
@@ -116,7 +122,13 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_kernel_rules = PyUnicode_InternFromString("kernel_rules")) ||
                            !(s_device_context = PyUnicode_InternFromString("device_context")) ||
                            !(s_device_api = PyUnicode_InternFromString("device_api")) ||
-                           !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel"))))
+                           !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel")) ||
+                           !(s_plans = PyUnicode_InternFromString("plans")) ||
+                           !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
+                           !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
+                           !(s_strides = PyUnicode_InternFromString("strides")) ||
+                           !(s_kernel_call = PyUnicode_InternFromString("kernel_call")) ||
+                           !(s_out_strides = PyUnicode_InternFromString("out_strides"))))
         return NULL;
     loop_configured = 1;
     Py_RETURN_NONE;
@@ -395,6 +407,54 @@ static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes
 
 #define MAX_RULE_ARGS 48
 
+/* A generated kernel's plan for this call (kernels/kernel_call.py: KernelRule.planned's
+ * key, built the same way: the primitive's name, each input's type, dtype, shape and
+ * strides, then the parameters as name, value pairs), when the rule is a KernelRule that
+ * has made one and it writes ``out`` (its shape and dtype; ``out`` row-contiguous): a new
+ * reference. NULL with no error: no plan (the rule runs, and makes the plan on a miss). */
+static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
+                         PyObject *kw, PyObject *out, int out_c, PyObject *shape,
+                         PyObject *npdt) {
+    if (l_kernel_rule == NULL || Py_TYPE(rule) != (PyTypeObject *)l_kernel_rule || !out_c)
+        return NULL;
+    PyObject *plans = PyObject_GetAttr(rule, s_plans);
+    if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
+    PyObject *key = PyTuple_New(1 + 4 * n + 2 * PyDict_GET_SIZE(kw)), *plan = NULL;
+    if (key == NULL) goto fail;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(name));
+    Py_ssize_t k = 1, pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = ins[i], *v;
+        PyTuple_SET_ITEM(key, k++, Py_NewRef((PyObject *)Py_TYPE(a)));
+        if (!(v = PyObject_GetAttr(a, s_dtype))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+        if (!(v = PyObject_GetAttr(a, s_shape))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+        if (!(v = PyObject_GetAttr(a, s_strides))) goto fail;
+        PyTuple_SET_ITEM(key, k++, v);
+    }
+    PyObject *kk, *vv;
+    while (PyDict_Next(kw, &pos, &kk, &vv)) {
+        PyTuple_SET_ITEM(key, k++, Py_NewRef(kk));
+        PyTuple_SET_ITEM(key, k++, Py_NewRef(vv));
+    }
+    plan = PyDict_GetItemWithError(plans, key); /* an unhashable parameter: no plan */
+    if (plan == NULL || plan == Py_None) goto fail;
+    PyObject *os = PyObject_GetAttr(plan, s_out_shape), *od = PyObject_GetAttr(plan, s_out_dtype);
+    int ok = os != NULL && od != NULL && PyObject_RichCompareBool(os, shape, Py_EQ) == 1 &&
+             (od == npdt || PyObject_RichCompareBool(od, npdt, Py_EQ) == 1);
+    Py_XDECREF(os); Py_XDECREF(od);
+    if (!ok) goto fail;
+    Py_DECREF(key);
+    Py_DECREF(plans);
+    return Py_NewRef(plan);
+fail:
+    PyErr_Clear();
+    Py_XDECREF(key);
+    Py_DECREF(plans);
+    return NULL;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -443,8 +503,9 @@ static int run_host(PyObject *node) {
     int takes_out = planned || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
                               PyList_GET_SIZE(outputs) == 1);
     PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
-             *ins = NULL, *ln = NULL;
+             *ins = NULL, *ln = NULL, *plan = NULL;
     long long nbytes = 0;
+    int out_c = 0; /* out is row-contiguous and writeable (a plan may write it) */
     if (takes_out) {
         target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
         if (target == NULL) { PyErr_Clear(); return 0; }
@@ -502,12 +563,19 @@ static int run_host(PyObject *node) {
         if (donor != NULL) {
             out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
+            Py_buffer v;
+            if (out != NULL && PyObject_GetBuffer(out, &v, PyBUF_WRITABLE | PyBUF_STRIDES) == 0) {
+                out_c = PyBuffer_IsContiguous(&v, 'C');
+                PyBuffer_Release(&v);
+            }
+            PyErr_Clear();
         } else {
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
                 PyObject *vargs[4] = {buf, size, npdt, shape};
                 out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out_c = 1; /* the allocator's buffer viewed in the output's shape */
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
             Py_XDECREF(buf);
@@ -523,20 +591,57 @@ static int run_host(PyObject *node) {
         if (launched == 1) res = Py_NewRef(out);
     }
     if (planned && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
-        PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
-        if (takes == NULL) goto done;
-        int ok = takes == Py_True;
-        Py_DECREF(takes);
-        if (!ok) { rc = 0; goto done; } /* another layout: run_compiled, or the rule */
-        PyObject *largs[5] = {be, stream, ln, ins, out};
-        if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
-                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
-            goto done;
+        /* a host plan that carries its call (cpu/compiled.py Launch.kernel_call, a
+         * kernels/kernel_call.py KernelCall): called here, without Python code, when ``out``
+         * has the layout it writes (out is writeable: a fresh buffer or a donor's) */
+        PyObject *kc = bi->host ? PyObject_GetAttr(ln, s_kernel_call) : NULL;
+        if (kc == NULL) PyErr_Clear();
+        int ok = -1;
+        if (kc != NULL && kc != Py_None) {
+            PyObject *st = PyObject_GetAttr(kc, s_out_strides), *os = PyObject_GetAttr(kc, s_out_shape),
+                     *od = PyObject_GetAttr(kc, s_out_dtype), *ost = PyObject_GetAttr(out, s_strides),
+                     *osh = PyObject_GetAttr(out, s_shape), *odt = PyObject_GetAttr(out, s_dtype);
+            if (st && os && od && ost && osh && odt && st != Py_None)
+                ok = PyObject_RichCompareBool(st, ost, Py_EQ) == 1 &&
+                     PyObject_RichCompareBool(os, osh, Py_EQ) == 1 &&
+                     (od == odt || PyObject_RichCompareBool(od, odt, Py_EQ) == 1);
+            PyErr_Clear();
+            Py_XDECREF(st); Py_XDECREF(os); Py_XDECREF(od);
+            Py_XDECREF(ost); Py_XDECREF(osh); Py_XDECREF(odt);
+        }
+        if (ok < 0) { /* no call to check against: the plan's own test */
+            PyObject *takes = PyObject_CallMethodOneArg(ln, s_takes, out);
+            if (takes == NULL) { Py_XDECREF(kc); goto done; }
+            ok = takes == Py_True;
+            Py_DECREF(takes);
+        }
+        if (!ok) { Py_XDECREF(kc); rc = 0; goto done; } /* another layout: run_compiled */
+        if (kc != NULL && kc != Py_None) {
+            args[n + 1] = out;
+            PyObject *r = PyObject_Vectorcall(kc, &args[1], n + 1, NULL);
+            Py_DECREF(kc);
+            if (call_none(r) < 0) goto done;
+        } else {
+            Py_XDECREF(kc);
+            PyObject *largs[5] = {be, stream, ln, ins, out};
+            if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
+                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0)
+                goto done;
+        }
         res = Py_NewRef(out);
     } else if (planned) {
         /* launched by the backend's C launch above */
     } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
+    } else if (out != NULL &&
+               (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
+                               SLOT(target, desc_off[D_SHAPE]),
+                               SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]))) != NULL) {
+        /* a generated kernel's plan (kernels/kernel_call.py): its C call, no rule code */
+        args[n + 1] = out;
+        res = PyObject_Vectorcall(plan, &args[1], n + 1, NULL);
+        Py_DECREF(plan);
+        if (res != NULL) Py_SETREF(res, Py_NewRef(out));
     } else {
         PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
         if (token == NULL) goto done;
@@ -597,7 +702,7 @@ PyObject *run_node(PyObject *self, PyObject *node) {
 
 /* -- The schedule's order in C ------------------------------------------------------------
  *
- * ``topo_order(descs)`` is scheduling.topo_order: walk.topological's depth-first order
+ * ``topo_order(descs)`` is eval_loop.topo_order: walk.topological's depth-first order
  * (from the arrays in order, each node's inputs left to right, a node once, inputs before
  * their consumers) with its cut for a node another eval has scheduled (its event set: into
  * ``pending``, its inputs unvisited). Returns (order, pending). */
@@ -716,12 +821,12 @@ done:
 
 /* -- mx.eval of one array whose node is ready, in C ------------------------------------
  *
- * scheduling.evaluate's steps for its most common case (an eager op's eval): one array
+ * eval_loop.evaluate's steps for its most common case (an eager op's eval): one array
  * whose node no eval has scheduled, over available inputs, on the CPU's stream with no
  * worker thread, on the thread that owns the stream, with no transformation running. The
  * SIGINT handler and the interrupt bracket (Interrupt.begin / end), the claim under the
  * schedule lock (its stream's new event set on the node), the node run by run_node (above),
- * the event signalled, and the timeline's eval records where it records (scheduling's own
+ * the event signalled, and the timeline's eval records where it records (eval_loop's own
  * helpers). Anything else is declined before anything is done, and the Python eval runs. */
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
     *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild;
@@ -887,7 +992,7 @@ int eager_eval(PyObject *descs) {
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);
     Py_ssize_t n = PyList_GET_SIZE(order);
-    if (recording) { /* scheduling._eval_begin / _record_end, as _run_inline records */
+    if (recording) { /* eval_loop._eval_begin / _record_end, as _run_inline records */
         PyObject *si = PyObject_GetAttr(ev, s_stream);
         state = si ? PyObject_CallOneArg(g_state_type, s_one) : NULL;
         if (state != NULL) {
@@ -924,7 +1029,7 @@ int eager_eval(PyObject *descs) {
      * in C (kernels/_device_api.h) the host waits for the stream first, then the event is
      * signalled with its work done (nothing left to record on the device: as
      * CudaEvent.signal after a wait); else the event is signalled and the host waits on it,
-     * as scheduling._evaluate waits on every eval's events. */
+     * as eval_loop._evaluate waits on every eval's events. */
     int waited = 0;
     if (!bi->host && bi->api != NULL) {
         waited = bi->api->wait(index);
@@ -947,7 +1052,7 @@ done:
     if (type != NULL) {
         PyErr_Restore(type, value, tb);
         rc = -1;
-    } else if (rc == 1 && interrupted) { /* MLX's message (scheduling._INTERRUPTED) */
+    } else if (rc == 1 && interrupted) { /* MLX's message (eval_loop._INTERRUPTED) */
         PyErr_SetObject(PyExc_KeyboardInterrupt, g_interrupted);
         rc = -1;
     }

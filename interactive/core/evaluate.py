@@ -15,6 +15,7 @@ from tapescope.kernels import timeline
 from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
+from tapescope.kernels.kernel_call import KernelRule
 from tapescope.kernels.settings import settings
 
 from . import dtypes as _dt
@@ -439,7 +440,8 @@ def _c_loop():
         "timeline": timeline, "now": timeline.now, "record": _record, "finish": _finish,
         "counts": _counts, "quiet_var": quiet_var, "quiet_value": quiet_value,
         "node_type": Node, "desc_type": ArrayDesc, "primitive_type": Primitive,
-        "definition_type": PrimitiveDef, "dtype_type": type(_BF16), "buffer_type": Buffer})
+        "definition_type": PrimitiveDef, "dtype_type": type(_BF16), "buffer_type": Buffer,
+        "kernel_rule_type": KernelRule})
     return _call
 
 

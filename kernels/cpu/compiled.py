@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
+from ..kernel_call import kernel_call
 from ..roofline import layouts
 from ..codegen.interpret import interpret, interpret_blocked
 from ..codegen.layout import (
@@ -125,7 +126,7 @@ class Launch:
 
     __slots__ = ("entry", "gen", "fn", "name", "variant", "contiguous", "n_args", "slots",
                  "tail", "keep", "argv_type", "argvs", "dtypes", "order", "shape",
-                 "out_strides")
+                 "out_strides", "kernel_call")
 
     def __init__(self, tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, entry,
                  contiguous: bool, cshape: list, strides: list, name: str, variant: str):
@@ -163,6 +164,25 @@ class Launch:
         # the one layout a caller's ``out`` must have for the kernel to write it directly
         probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
         self.out_strides = probe.strides if probe is not None else None
+        # a single output's call as a KernelCall (the tape's inputs, then ``out``), which the
+        # eval loop calls without Python code on an ``out`` of its layout (``takes``' test)
+        self.kernel_call = None
+        if outs == 1:
+            where = dict(slots)
+            self.kernel_call = kernel_call(
+                entry, [*ptrs, 0, *tail],
+                (*[where.get(i, -1) for i in range(len(tape.inputs))], self.n_args),
+                keep, size < CDialect.omp_min_size, self._note, shape, self.dtypes[0],
+                self.out_strides)
+
+    def _note(self, t0: int, t1: int, arrays: tuple) -> None:
+        """The kernel_call's timeline records: the cache hit and the launch (as ``call``)."""
+        compiler._record("kernel_build", t0, self.name, hit=True, origin="memory",
+                         runtime="cpu", variant=self.variant, compile_ms=0.0)
+        timeline.add("kernel_launch", t0, t1, name=self.name, device="cpu",
+                     detail={"runtime": "cpu", "variant": self.variant, "tier": "kernel",
+                             "tape": self.entry.tape, "shape": self.shape,
+                             "io": (layouts(arrays[:-1]), layouts(arrays[-1:]))})
 
     def takes(self, out: np.ndarray) -> bool:
         """Whether the kernel writes its single output straight into ``out``."""

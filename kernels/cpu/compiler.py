@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import timeline
+from .. import kernel_call, timeline
 from ..kernel_registry import (BuildError, BuildInterrupted, KernelEntry, _generation,  # noqa: F401
                                _kernels, _lock, entries, generation, loaded, note_fallback,
                                note_interpreted)
@@ -456,5 +456,6 @@ def clear(disk: bool = False) -> None:
         _key_locks.clear()
         _generation[0] += 1
     tiered.forget()
+    kernel_call.forget()  # the generated kernels' call plans hold the cleared kernels
     if disk:
         disk_cache.clear()

@@ -11,6 +11,12 @@ that are not whole elements, RoPE past 2048 rotated features, no compiler, a fai
 runs the primitive's array-module rule, recorded on the timeline as a ``kernel_fallback``
 with why. The VJPs' weight / bias gradients are the column sums of the kernel's per-group
 partial rows (float32), rounded to the weight's dtype.
+
+RMSNorm, LayerNorm and RoPE are ``KernelRule``s (``kernels/kernel_call.py``): their call is
+planned once per layout and parameters (the kernel's entry and its argument vector, with
+the ``fp`` parameter buffer and RoPE's frequencies), and the eval loop calls the plan
+without Python code; what a plan does not take (a copy first, a fallback, RoPE's
+``freqs``, an offset that is not int32) runs the rule below it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 from .. import timeline
 from ..common import attention
 from ..common import norms as plan
+from ..kernel_call import KernelRule, kernel_call, takes_out
 from ..common.reductions import THREADS, arguments
 from ..primitives import REGISTRY
 from ..rules.fast import inv_freqs
@@ -42,16 +49,6 @@ def _fallback(prim_name: str, why: str, xp, ins, kw, out=None, variant: str = ""
                      detail={"reason": why, "runtime": "numpy", "variant": variant,
                              "primitive": prim_name})
     return res
-
-
-def _writable_out(out, shape, dtype, ins) -> bool:
-    """Whether the evaluator's buffer can take the kernel's rows: its shape and dtype,
-    row-contiguous, writeable, and, where it is an input's memory (a donation), that input
-    row-contiguous (each element is read before its row is written)."""
-    if (out is None or out.shape != tuple(shape) or out.dtype != dtype
-            or not out.flags.c_contiguous or not out.flags.writeable):
-        return False
-    return all(a.flags.c_contiguous or not np.may_share_memory(out, a) for a in ins)
 
 
 def _run(spec, prim_name: str, bufs: dict, ints: dict, size: int) -> None:
@@ -102,7 +99,7 @@ def _norm_rule(prim_name: str) -> Callable:
         why = _built(call.spec)
         if why:
             return _fallback(prim_name, why, xp, ins, {"eps": eps}, out, call.spec.layout)
-        if not _writable_out(out, call.out_shape, call.out_dtype, (x,)):
+        if not takes_out(out, call.out_shape, call.out_dtype, (x,)):
             out = np.empty(call.out_shape, dtype=call.out_dtype)
         bufs = {"x": x, "w": vecs[0], "fp": _fp(eps), "out": out}
         if len(vecs) > 1:
@@ -158,7 +155,7 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
     why = _built(call.spec)
     if why:
         return _fallback("RoPE", why, xp, ins, kw, out, "strided")
-    if not _writable_out(out, call.out_shape, call.out_dtype, (x,)):
+    if not takes_out(out, call.out_shape, call.out_dtype, (x,)):
         out = np.empty(call.out_shape, dtype=call.out_dtype)
     off = offset if offset.dtype == np.int32 else offset.astype(np.int32)
     if off.ndim and off.size > 1 and off.strides[0] % 4:
@@ -170,8 +167,6 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
             "fp": _fp(scale), "out": out}
     _run(call.spec, "RoPE", bufs, ints, x.size)
     return out
-
-
 
 
 def _rows_unit(a):
@@ -211,5 +206,57 @@ def sdpa_rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     return out
 
 
-RULES: dict = {**{n: _norm_rule(n) for n in plan.NORMS}, **{n: _vjp_rule(n) for n in plan.VJPS},
-               "RoPE": rope_rule, "ScaledDotProductAttention": sdpa_rule}
+def _planned(spec, prim_name: str, names: tuple, consts: dict, ints: dict, size: int,
+             out_shape, out_dtype):
+    """The KernelCall of ``spec``'s kernel: ``names`` the kernel buffers a call's arrays go
+    to (its inputs', then ``out``), ``consts`` the constant buffers; None where the kernel
+    did not build (the rule notes why)."""
+    entry = _entry(spec)
+    if isinstance(entry, compiler.BuildError):
+        return None
+    params = spec.kernel_params()
+    bufs = {**{n: 0 for n in names}, **{k: v.ctypes.data for k, v in consts.items()}}
+    argv = arguments(params, bufs, ints, {})
+    where = {p.name: i for i, p in enumerate(params)}
+    slots = tuple(where.get(n, -1) for n in names)
+    detail = {"runtime": "cpu", "variant": spec.layout, "primitive": prim_name, "tier": "kernel"}
+
+    def note(t0: int, t1: int, arrays: tuple) -> None:
+        timeline.add("kernel_launch", t0, t1, name=spec.name, device="cpu", detail=dict(detail))
+
+    return kernel_call(entry, argv, slots, consts, size < _SMALL, note, out_shape, out_dtype)
+
+
+def _norm_plan(prim_name: str) -> Callable:
+    def planner(x, *vecs, eps):
+        ins = (x, *vecs)
+        if not x.size or not x.ndim or plan.why_not(x.dtype, *ins):
+            return None
+        call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x),
+                              tuple(_vec_stride(v) for v in vecs))
+        if call.copy:
+            return None
+        names = ("x", "w", "b")[:len(ins)] + ("out",)
+        return _planned(call.spec, prim_name, names, {"fp": _fp(eps)}, call.ints, x.size,
+                        call.out_shape, call.out_dtype)
+    return planner
+
+
+def rope_plan(x, offset, *freqs, dims, traditional, base, scale, forward):
+    if freqs or not x.size or plan.why_not(x.dtype, x) or offset.dtype != np.int32 or (
+            offset.ndim and offset.size > 1 and offset.strides[0] % 4):
+        return None
+    kw = dict(dims=dims, traditional=traditional, base=base, scale=scale, forward=forward)
+    call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), offset.size,
+                          plan.elem_strides(offset)[0] if offset.ndim else 0, **kw)
+    if isinstance(call, str) or call.copy:
+        return None
+    consts = {"inv": inv_freqs(np, dims, base, None), "fp": _fp(scale)}
+    return _planned(call.spec, "RoPE", ("x", "off", "out"), consts, call.ints, x.size,
+                    call.out_shape, call.out_dtype)
+
+
+RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n)) for n in plan.NORMS},
+               **{n: _vjp_rule(n) for n in plan.VJPS},
+               "RoPE": KernelRule("RoPE", rope_plan, rope_rule),
+               "ScaledDotProductAttention": sdpa_rule}

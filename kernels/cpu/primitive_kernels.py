@@ -8,6 +8,10 @@ arguments (``kernels/common/reductions.py``), the kernel is built once through t
 cache (``compiler.get_kernel``: in ``kernel_cache()``, on the timeline, on disk) and called.
 A call no kernel takes (complex values, CumLogAddExp, no compiler, a failed build) runs the
 primitive's array-module rule, recorded on the timeline as a ``kernel_fallback`` with why.
+
+Each is a ``KernelRule`` (``kernels/kernel_call.py``): a call whose kernel needs no scratch
+buffer and no copy first is planned once per layout and parameters, and the eval loop calls
+the plan without Python code; the rest run ``_launch`` below.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
+from ..kernel_call import KernelRule, kernel_call
 from ..primitives import REGISTRY
 from . import compiler
 
@@ -117,7 +122,34 @@ def _rule(prim_name: str) -> Callable:
     return rule
 
 
-RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
+def _plan(prim_name: str) -> Callable:
+    def planner(a, **kw):
+        if a.size == 0:
+            return None
+        call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
+        if isinstance(call, str) or call.copy or call.parts:
+            return None
+        spec = call.spec
+        entry = _entry(spec)
+        if isinstance(entry, compiler.BuildError):
+            return None
+        params = spec.kernel_params()
+        argv = plan.arguments(params, {"x": 0, "out": 0}, call.ints,
+                              {k: v.ctypes.data for k, v in call.arrays.items()})
+        where = {p.name: i for i, p in enumerate(params)}
+        detail = {"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
+                  "tier": "kernel"}
+
+        def note(t0: int, t1: int, arrays: tuple) -> None:
+            timeline.add("kernel_launch", t0, t1, name=spec.name, device="cpu",
+                         detail=dict(detail))
+
+        return kernel_call(entry, argv, (where["x"], where["out"]), call, a.size < _SMALL,
+                           note, call.out_shape, call.out_dtype)
+    return planner
+
+
+RULES: dict = {name: KernelRule(name, _plan(name), _rule(name)) for name in plan.PRIMITIVES}
 
 
 def _more_rules() -> dict:

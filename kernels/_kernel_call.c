@@ -1,0 +1,261 @@
+/* KernelCall in C: one generated kernel's call, planned once for a layout (kernels/
+ * kernel_call.py has the same class in Python, used where this extension is not built).
+ *
+ * A plan holds the kernel's function, its argument vector with every integer and constant
+ * buffer filled in, and where each array of a call goes in it. ``plan(*arrays, out)`` puts
+ * the arrays' data pointers into a copy of that vector on the stack and calls the kernel:
+ * holding the GIL for a small call, releasing it otherwise, as KernelEntry.fast_fn does. It
+ * counts the call as a hit of the kernel's cache entry and, while the timeline records,
+ * times the kernel and gives the times and the call's arrays to the plan's ``note`` (its
+ * timeline records: note(t0, t1, arrays)).
+ * The eval loop (core/_loop.c) calls a plan through its vectorcall, without Python code.
+ *
+ * The arrays must be numpy arrays of the layouts the plan was made for (its key): the
+ * caller checks that; here only their type is checked. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <structmember.h> /* T_INT, T_OBJECT_EX, READONLY */
+
+#define MAX_ARGV 64
+
+typedef void (*kernel_fn)(void **);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    kernel_fn fn;
+    int gil;
+    Py_ssize_t nargv, nslots;
+    void *argv[MAX_ARGV];
+    Py_ssize_t slots[MAX_ARGV]; /* per call argument: its place in argv (-1: not passed) */
+    PyObject *keep, *entry, *note, *out_shape, *out_dtype, *out_strides;
+} KernelCall;
+
+static PyObject *k_ndarray, *k_timeline, *k_now, *s_enabled, *s_hits;
+static Py_ssize_t data_offset = sizeof(PyObject); /* PyArrayObject's ``data`` */
+
+#define DATA(a) (*(void **)((char *)(a) + data_offset))
+
+static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+    KernelCall *self = (KernelCall *)op;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_SetString(PyExc_TypeError, "[KernelCall] takes its arrays positionally");
+        return NULL;
+    }
+    if (n != self->nslots) {
+        PyErr_Format(PyExc_TypeError, "[KernelCall] takes %zd arrays (its inputs and output), got %zd",
+                     self->nslots, n);
+        return NULL;
+    }
+    if (k_ndarray == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "[KernelCall] not configured");
+        return NULL;
+    }
+    void *argv[MAX_ARGV];
+    memcpy(argv, self->argv, sizeof(void *) * self->nargv);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(args[i], (PyTypeObject *)k_ndarray)) {
+            PyErr_Format(PyExc_TypeError, "[KernelCall] takes numpy arrays, got %s",
+                         Py_TYPE(args[i])->tp_name);
+            return NULL;
+        }
+        if (self->slots[i] >= 0) argv[self->slots[i]] = DATA(args[i]);
+    }
+    PyObject *enabled = PyObject_GetAttr(k_timeline, s_enabled);
+    if (enabled == NULL) return NULL;
+    int recording = enabled == Py_True;
+    Py_DECREF(enabled);
+    PyObject *t0 = NULL;
+    if (recording && (t0 = PyObject_CallNoArgs(k_now)) == NULL) return NULL;
+    if (self->gil) {
+        self->fn(argv);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        self->fn(argv);
+        Py_END_ALLOW_THREADS
+    }
+    if (self->entry != Py_None) { /* entry.hits += 1 */
+        PyObject *h = PyObject_GetAttr(self->entry, s_hits);
+        PyObject *one = h ? PyLong_FromLong(1) : NULL;
+        PyObject *h1 = one ? PyNumber_Add(h, one) : NULL;
+        Py_XDECREF(h); Py_XDECREF(one);
+        int bad = h1 == NULL || PyObject_SetAttr(self->entry, s_hits, h1) < 0;
+        Py_XDECREF(h1);
+        if (bad) { Py_XDECREF(t0); return NULL; }
+    }
+    if (recording) {
+        PyObject *t1 = PyObject_CallNoArgs(k_now), *arrays = NULL, *r = NULL;
+        if (t1 != NULL && (arrays = PyTuple_New(n)) != NULL) {
+            for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(arrays, i, Py_NewRef(args[i]));
+            r = PyObject_CallFunctionObjArgs(self->note, t0, t1, arrays, NULL);
+        }
+        Py_XDECREF(t1);
+        Py_XDECREF(arrays);
+        Py_DECREF(t0);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+static int kc_init(KernelCall *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"fn", "gil", "argv", "slots", "keep", "entry", "note",
+                            "out_shape", "out_dtype", "out_strides", NULL};
+    PyObject *fn, *argv, *slots, *keep, *entry, *note, *out_shape, *out_dtype,
+        *out_strides = Py_None;
+    int gil;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OpO!O!OOOO!O|O:KernelCall", names, &fn, &gil,
+                                     &PyTuple_Type, &argv, &PyTuple_Type, &slots, &keep,
+                                     &entry, &note, &PyTuple_Type, &out_shape, &out_dtype,
+                                     &out_strides))
+        return -1;
+    Py_ssize_t na = PyTuple_GET_SIZE(argv), ns = PyTuple_GET_SIZE(slots);
+    if (na > MAX_ARGV || ns > MAX_ARGV) {
+        PyErr_Format(PyExc_ValueError, "[KernelCall] at most %d arguments", MAX_ARGV);
+        return -1;
+    }
+    void *f = PyLong_AsVoidPtr(fn);
+    if (f == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "[KernelCall] a null function");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *v = PyTuple_GET_ITEM(argv, i);
+        long long x = PyLong_AsLongLong(v); /* an integer, or a pointer as ctypes stores it */
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            x = (long long)u;
+        }
+        self->argv[i] = (void *)(intptr_t)x;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+        if (s == -1 && PyErr_Occurred()) return -1;
+        if (s < -1 || s >= na) {
+            PyErr_Format(PyExc_ValueError, "[KernelCall] slot %zd outside the %zd arguments", s, na);
+            return -1;
+        }
+        self->slots[i] = s;
+    }
+    self->fn = (kernel_fn)f;
+    self->gil = gil;
+    self->nargv = na;
+    self->nslots = ns;
+    Py_XSETREF(self->keep, Py_NewRef(keep));
+    Py_XSETREF(self->entry, Py_NewRef(entry));
+    Py_XSETREF(self->note, Py_NewRef(note));
+    Py_XSETREF(self->out_shape, Py_NewRef(out_shape));
+    Py_XSETREF(self->out_dtype, Py_NewRef(out_dtype));
+    Py_XSETREF(self->out_strides, Py_NewRef(out_strides));
+    self->vectorcall = kc_vectorcall;
+    return 0;
+}
+
+static PyObject *kc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    KernelCall *self = (KernelCall *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = kc_vectorcall;
+    return (PyObject *)self;
+}
+
+static int kc_traverse(KernelCall *self, visitproc visit, void *arg) {
+    Py_VISIT(self->keep); Py_VISIT(self->entry); Py_VISIT(self->note);
+    Py_VISIT(self->out_shape); Py_VISIT(self->out_dtype); Py_VISIT(self->out_strides);
+    return 0;
+}
+
+static int kc_clear(KernelCall *self) {
+    Py_CLEAR(self->keep); Py_CLEAR(self->entry); Py_CLEAR(self->note);
+    Py_CLEAR(self->out_shape); Py_CLEAR(self->out_dtype); Py_CLEAR(self->out_strides);
+    return 0;
+}
+
+static void kc_dealloc(KernelCall *self) {
+    PyObject_GC_UnTrack(self);
+    kc_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *kc_call(PyObject *self, PyObject *args, PyObject *kwds) {
+    return PyVectorcall_Call(self, args, kwds);
+}
+
+static PyMemberDef kc_members[] = {
+    {"gil", T_INT, offsetof(KernelCall, gil), READONLY, "runs holding the GIL (a small call)"},
+    {"keep", T_OBJECT_EX, offsetof(KernelCall, keep), READONLY, "what the arguments point into"},
+    {"entry", T_OBJECT_EX, offsetof(KernelCall, entry), READONLY, "the kernel's cache entry"},
+    {"note", T_OBJECT_EX, offsetof(KernelCall, note), READONLY, "note(t0, t1, arrays): the launch record"},
+    {"out_shape", T_OBJECT_EX, offsetof(KernelCall, out_shape), READONLY, "the output's shape"},
+    {"out_dtype", T_OBJECT_EX, offsetof(KernelCall, out_dtype), READONLY, "the output's dtype"},
+    {"out_strides", T_OBJECT_EX, offsetof(KernelCall, out_strides), READONLY,
+     "the output's byte strides (None: row-contiguous)"},
+    {NULL}};
+
+static PyTypeObject KernelCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapescope.kernels._kernel_call.KernelCall",
+    .tp_basicsize = sizeof(KernelCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "KernelCall(fn, gil, argv, slots, keep, entry, note, out_shape, out_dtype, "
+              "out_strides=None): one "
+              "generated kernel's call for one layout; plan(*arrays, out) runs it.",
+    .tp_new = kc_new,
+    .tp_init = (initproc)kc_init,
+    .tp_dealloc = (destructor)kc_dealloc,
+    .tp_traverse = (traverseproc)kc_traverse,
+    .tp_clear = (inquiry)kc_clear,
+    .tp_call = kc_call,
+    .tp_vectorcall_offset = offsetof(KernelCall, vectorcall),
+    .tp_members = kc_members,
+};
+
+/* configure(ndarray, timeline): numpy's array type and the timeline module (its
+ * ``enabled`` and ``now``) */
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *nd, *tl;
+    if (!PyArg_ParseTuple(args, "O!O:configure", &PyType_Type, &nd, &tl)) return NULL;
+    PyObject *now = PyObject_GetAttrString(tl, "now");
+    if (now == NULL) return NULL;
+    Py_XSETREF(k_ndarray, Py_NewRef(nd));
+    Py_XSETREF(k_timeline, Py_NewRef(tl));
+    Py_XSETREF(k_now, now);
+    Py_RETURN_NONE;
+}
+
+/* data_pointer(a): the data pointer the plans read (checked against a.ctypes.data) */
+static PyObject *data_pointer(PyObject *self, PyObject *a) {
+    if (k_ndarray == NULL || !PyObject_TypeCheck(a, (PyTypeObject *)k_ndarray)) {
+        PyErr_SetString(PyExc_TypeError, "data_pointer: a numpy array (after configure)");
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(DATA(a));
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "configure(ndarray, timeline)"},
+    {"data_pointer", data_pointer, METH_O, "the data pointer a plan reads of a numpy array"},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel_call",
+                                    "KernelCall: a generated kernel's call planned once per layout",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__kernel_call(void) {
+    if (PyType_Ready(&KernelCallType) < 0) return NULL;
+    if (!(s_enabled = PyUnicode_InternFromString("enabled")) ||
+        !(s_hits = PyUnicode_InternFromString("hits")))
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&KernelCallType);
+    if (PyModule_AddObject(m, "KernelCall", (PyObject *)&KernelCallType) < 0) {
+        Py_DECREF(&KernelCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

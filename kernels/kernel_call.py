@@ -1,0 +1,163 @@
+"""A generated kernel's call planned once per layout: ``KernelCall`` and ``KernelRule``.
+
+A primitive's generated kernel (a reduction, a normalisation, RoPE) takes its arrays'
+layouts through integer arguments and a few constant buffers. Working those out (the
+layout's plan, the kernel's entry, the argument vector) is the same for every call with
+the same input types, dtypes, shapes, strides and parameters, so a ``KernelRule`` makes it
+once per such key: a ``KernelCall`` holding the kernel's function and its argument vector,
+into which a call puts only its arrays' data pointers. The eval loop (``core/_loop.c``)
+finds a node's plan under the same key and calls it without Python code; the rule
+itself (the evaluator's Python path, a direct call) runs the same plan. A key whose call no
+plan takes (a copy first, a fallback, a failed build) maps to None: the rule's ``slow``
+path runs it, as before. ``forget()`` drops every plan (the kernel cache was cleared). A
+fused call's launch plan (``cpu/compiled.py``: ``Launch``) carries a ``KernelCall`` of its
+single-output call too, which the loop calls on an output of the layout it writes.
+
+``KernelCall`` is ``_kernel_call.c``'s type where the extension is built, else the Python
+class below (the same arguments and behaviour, through ctypes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import timeline
+
+_MAX_PLANS = 4096  # per rule; past it the plans are dropped and made again
+
+
+def plan_key(name: str, ins, kw: dict) -> tuple:
+    """A call's key: the primitive, each input's (type, dtype, shape, strides), then the
+    parameters as name, value pairs (``core/_loop.c`` builds the same tuple)."""
+    key = [name]
+    for a in ins:
+        key += (type(a), a.dtype, a.shape, a.strides)
+    for k, v in kw.items():
+        key += (k, v)
+    return tuple(key)
+
+
+def takes_out(out, shape: tuple, dtype, ins) -> bool:
+    """Whether ``out`` (the evaluator's buffer) can take the kernel's rows: its shape and
+    dtype, row-contiguous, writeable, and, where it is an input's memory (a donation), that
+    input row-contiguous (each element is read before it is written)."""
+    if (out is None or out.shape != tuple(shape) or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        return False
+    return all(a.flags.c_contiguous or not np.may_share_memory(out, a) for a in ins)
+
+
+class PyKernelCall:
+    """``_kernel_call.KernelCall`` in Python: ``fn`` the kernel's address, ``argv`` its
+    argument vector (integers and constant pointers; 0 where an array goes), ``slots`` the
+    place in ``argv`` of each array of a call (inputs, then the output; -1: not passed),
+    ``keep`` what the pointers point into, ``entry`` the kernel's cache entry (a hit per
+    call), ``note(t0, t1, arrays)`` the launch's timeline records (the kernel's start and end,
+    the call's arrays), called while the timeline records; ``out_shape``, ``out_dtype`` and
+    ``out_strides`` (None: row-contiguous) the output it writes."""
+
+    __slots__ = ("_fn", "gil", "_argv", "_slots", "keep", "entry", "note", "out_shape",
+                 "out_dtype", "out_strides")
+
+    def __init__(self, fn: int, gil: bool, argv: tuple, slots: tuple, keep, entry,
+                 note: Callable, out_shape: tuple, out_dtype, out_strides=None) -> None:
+        proto = (ctypes.PYFUNCTYPE if gil else ctypes.CFUNCTYPE)(None, ctypes.c_void_p)
+        self._fn, self.gil, self._argv, self._slots = proto(fn), gil, argv, slots
+        self.keep, self.entry, self.note = keep, entry, note
+        self.out_shape, self.out_dtype, self.out_strides = out_shape, out_dtype, out_strides
+
+    def __call__(self, *arrays) -> None:
+        if len(arrays) != len(self._slots):
+            raise TypeError(f"[KernelCall] takes {len(self._slots)} arrays (its inputs and "
+                            f"output), got {len(arrays)}")
+        argv = (ctypes.c_void_p * len(self._argv))(*self._argv)
+        for a, s in zip(arrays, self._slots):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"[KernelCall] takes numpy arrays, got {type(a).__name__}")
+            if s >= 0:
+                argv[s] = a.ctypes.data
+        t0 = timeline.now() if timeline.enabled else 0
+        self._fn(argv)
+        if self.entry is not None:
+            self.entry.hits += 1
+        if t0:
+            self.note(t0, timeline.now(), arrays)
+
+
+def _c_type():
+    try:
+        from . import _kernel_call
+    except ImportError:
+        return None
+    _kernel_call.configure(np.ndarray, timeline)
+    probes = [np.arange(7, dtype=np.float32), np.ones((3, 4), np.float64)[1:, ::2],
+              np.zeros((), np.int8)]
+    if all(_kernel_call.data_pointer(a) == a.ctypes.data for a in probes):
+        return _kernel_call.KernelCall
+    return None
+
+
+KernelCall = _c_type() or PyKernelCall
+
+
+def kernel_call(entry, argv: list, slots: tuple, keep, gil: bool, note: Callable,
+                out_shape: tuple, out_dtype, out_strides=None) -> "KernelCall":
+    """The plan of one call of ``entry``'s kernel (a loaded KernelEntry): ``argv`` in its
+    signature's order, ints and constant pointers as ``kernels.common.reductions.arguments``
+    makes them."""
+    fn = ctypes.cast(entry.fast_fn(gil=True), ctypes.c_void_p).value
+    return KernelCall(fn, bool(gil), tuple(int(v or 0) for v in argv), tuple(slots), keep,
+                      entry, note, tuple(out_shape), np.dtype(out_dtype),
+                      None if out_strides is None else tuple(out_strides))
+
+
+_NONE = object()
+_rules: list = []  # every KernelRule, for forget()
+
+
+class KernelRule:
+    """A primitive's generated-kernel rule, ``rule(xp, *ins, out=None, **kw)``: the call's
+    plan (``plan(*ins, **kw)``, made once per ``plan_key``; None: no plan takes it) run into
+    ``out`` where it takes it, else into a new array; ``slow`` (the same signature) where
+    there is no plan."""
+
+    __slots__ = ("name", "plan", "slow", "plans")
+
+    def __init__(self, name: str, plan: Callable, slow: Callable) -> None:
+        self.name, self.plan, self.slow = name, plan, slow
+        self.plans: dict = {}
+        _rules.append(self)
+
+    def planned(self, ins, kw: dict) -> Optional[object]:
+        """The plan for these inputs and parameters (None: none takes them)."""
+        try:
+            key = plan_key(self.name, ins, kw)
+            p = self.plans.get(key, _NONE)
+        except TypeError:  # an unhashable parameter: no plan
+            return None
+        if p is _NONE:
+            if len(self.plans) >= _MAX_PLANS:
+                self.plans.clear()
+            p = self.plans[key] = self.plan(*ins, **kw)
+        return p
+
+    def __call__(self, xp, *ins, out=None, **kw):
+        p = self.planned(ins, kw)
+        if p is None:
+            return self.slow(xp, *ins, out=out, **kw)
+        if not takes_out(out, p.out_shape, p.out_dtype, ins):
+            out = np.empty(p.out_shape, dtype=p.out_dtype)
+        p(*ins, out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
+
+
+def forget() -> None:
+    """Drop every rule's plans (they hold kernels of a cleared cache)."""
+    for r in _rules:
+        r.plans.clear()

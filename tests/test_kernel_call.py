@@ -1,0 +1,183 @@
+"""A generated kernel's call planned once per layout (kernels/kernel_call.py, _kernel_call.c):
+the eval loop's planned calls of reductions, RMSNorm / LayerNorm and RoPE against float64
+numpy over hypothesis layouts, bit for bit the same as the rule's unplanned path; one plan
+per key, reused (the kernel's cache hits grow by one a call); the C and Python KernelCall
+give the same bytes; recording the timeline changes only the records; a cleared kernel cache
+drops the plans; bad calls raise clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tapescope.core as mx
+from tapescope.core import evaluate
+from tapescope.kernels import kernel_call as kc
+from tapescope.kernels.backends import backend
+from tapescope.kernels.common import norms
+from tapescope.kernels.common.reductions import arguments
+from tapescope.kernels.cpu import compiler
+
+from conftest import kernel_launches as launched
+
+needs_cc = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
+RULES = backend("cpu").kernel_rules
+
+
+def _rms_ref(x, w, eps):
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w.astype(np.float64)
+
+
+def _rope_ref(x, dims, base, offset):
+    x64 = x.astype(np.float64)
+    half = dims // 2
+    L = x.shape[-2]
+    inv = base ** (-np.arange(half) / half)
+    theta = (offset + np.arange(L))[:, None] * inv[None, :]
+    c, s = np.cos(theta), np.sin(theta)
+    a, b = x64[..., :half], x64[..., half:dims]
+    return np.concatenate([a * c - b * s, a * s + b * c, x64[..., dims:]], axis=-1)
+
+
+def _slow(name, *ins, **kw):
+    """The rule's unplanned path on numpy inputs (what ran before the plans)."""
+    return RULES[name].slow(np, *ins, **kw)
+
+
+@needs_cc
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(1, 9), cols=st.sampled_from([1, 3, 16, 33, 64]),
+       transposed=st.booleans(), seed=st.integers(0, 2**16))
+def test_planned_rms_norm_matches_numpy_and_the_unplanned_rule(rows, cols, transposed, seed):
+    rng = np.random.default_rng(seed)
+    xn = rng.standard_normal((cols, rows) if transposed else (rows, cols)).astype(np.float32)
+    xn = xn.T if transposed else xn
+    wn = rng.standard_normal(cols).astype(np.float32)
+    x, w = mx.array(xn), mx.array(wn)
+    if transposed:
+        x = mx.transpose(mx.array(xn.T))
+    mx.eval(x, w)
+    for _ in range(3):  # the first call makes the plan, the next ones run it from the loop
+        got = np.array(mx.fast.rms_norm(x, w, 1e-5))
+        np.testing.assert_allclose(got, _rms_ref(xn, wn, 1e-5), rtol=2e-5, atol=2e-6)
+        assert got.tobytes() == np.asarray(_slow("RMSNorm", np.array(x), wn, eps=1e-5)).tobytes()
+
+
+@needs_cc
+@settings(max_examples=15, deadline=None)
+@given(heads=st.integers(1, 4), length=st.integers(1, 5), dims=st.sampled_from([8, 16]),
+       offset=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_planned_rope_matches_numpy_and_the_unplanned_rule(heads, length, dims, offset, seed):
+    xn = np.random.default_rng(seed).standard_normal((1, heads, length, 16)).astype(np.float32)
+    x = mx.array(xn)
+    mx.eval(x)
+    for _ in range(3):
+        got = np.array(mx.fast.rope(x, dims, traditional=False, base=10000.0, scale=1.0,
+                                    offset=offset))
+        np.testing.assert_allclose(got, _rope_ref(xn, dims, 10000.0, offset), rtol=2e-4, atol=2e-5)
+        slow = _slow("RoPE", xn, np.array(offset, np.int32), dims=dims, traditional=False,
+                     base=10000.0, scale=1.0, forward=True)
+        assert got.tobytes() == np.asarray(slow).tobytes()
+
+
+@needs_cc
+@settings(max_examples=15, deadline=None)
+@given(shape=st.sampled_from([(5,), (3, 7), (4, 1, 6), (2, 3, 17)]), keepdims=st.booleans(),
+       op=st.sampled_from(["sum", "max", "logsumexp", "argmax"]), seed=st.integers(0, 2**16))
+def test_planned_reductions_match_numpy(shape, keepdims, op, seed):
+    xn = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x = mx.array(xn)
+    mx.eval(x)
+    ref = {"sum": lambda: xn.astype(np.float64).sum(-1, keepdims=keepdims),
+           "max": lambda: xn.max(-1, keepdims=keepdims),
+           "logsumexp": lambda: np.log(np.exp(xn.astype(np.float64)).sum(-1, keepdims=keepdims)),
+           "argmax": lambda: xn.argmax(-1, keepdims=keepdims)}[op]()
+    for _ in range(3):
+        got = np.array(getattr(mx, op)(x, axis=-1, keepdims=keepdims))
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
+
+
+@needs_cc
+def test_one_plan_per_key_reused_from_the_loop():
+    x = mx.array(np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32))
+    w = mx.ones((32,))
+    mx.eval(x, w)
+    rule = RULES["RMSNorm"]
+    mx.eval(mx.fast.rms_norm(x, w, 1e-4))  # makes the plan
+    key = kc.plan_key("RMSNorm", (np.array(x), np.array(w)), {"eps": 1e-4})
+    plan = rule.plans[key]
+    assert isinstance(plan, kc.KernelCall)
+    n = len(rule.plans)
+    hits = plan.entry.hits
+    for _ in range(4):
+        mx.eval(mx.fast.rms_norm(x, w, 1e-4))
+    assert len(rule.plans) == n and plan.entry.hits == hits + 4
+
+
+@needs_cc
+def test_recording_changes_only_the_records():
+    x = mx.array(np.random.default_rng(1).standard_normal((2, 4, 3, 16)).astype(np.float32))
+    mx.eval(x)
+
+    def run():
+        return np.array(mx.fast.rope(mx.sum(x, axis=0, keepdims=True), 16, traditional=True,
+                                     base=500.0, scale=0.5, offset=3))
+
+    first = run()
+    counts = evaluate.dispatch_counts()
+    run()
+    plain = {k: v - counts[k] for k, v in evaluate.dispatch_counts().items()}
+    counts = evaluate.dispatch_counts()
+    with launched() as rec:
+        recorded = run()
+    seen = {k: v - counts[k] for k, v in evaluate.dispatch_counts().items()}
+    assert recorded.tobytes() == first.tobytes() == run().tobytes()
+    assert seen == plain
+    assert {"RoPE", "Sum"} <= rec.primitives and not rec.fallbacks
+
+
+@needs_cc
+def test_the_c_and_python_kernel_calls_write_the_same_bytes():
+    if kc.KernelCall is kc.PyKernelCall:
+        pytest.skip("the C extension is not built")
+    x = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal(64).astype(np.float32)
+    plan = RULES["RMSNorm"].plan(x, w, eps=1e-5)
+    c_out, py_out = np.empty_like(x), np.empty_like(x)
+    plan(x, w, c_out)
+    fn = kc.ctypes.cast(plan.entry.fast_fn(gil=True), kc.ctypes.c_void_p).value
+    call = norms.norm_call("RMSNorm", x.dtype, x.shape, norms.elem_strides(x), (1,))
+    params = call.spec.kernel_params()
+    fp = np.array([1e-5], np.float32)
+    vec = arguments(params, {"x": 0, "w": 0, "out": 0, "fp": fp.ctypes.data}, call.ints, {})
+    where = {p.name: i for i, p in enumerate(params)}
+    py = kc.PyKernelCall(fn, True, tuple(vec), (where["x"], where["w"], where["out"]), fp,
+                         None, lambda *a: None, x.shape, x.dtype)
+    py(x, w, py_out)
+    assert c_out.tobytes() == py_out.tobytes()
+    np.testing.assert_allclose(c_out, _rms_ref(x, w, 1e-5), rtol=2e-5, atol=2e-6)
+
+
+@needs_cc
+def test_a_cleared_kernel_cache_drops_the_plans():
+    x = mx.array(np.ones((2, 8), np.float32))
+    mx.eval(mx.max(x, axis=-1))
+    assert RULES["Max"].plans
+    compiler.clear()
+    assert not RULES["Max"].plans
+    assert np.array(mx.max(x * 2, axis=-1)).tolist() == [2.0, 2.0]
+
+
+@needs_cc
+def test_bad_calls_raise_clear_errors():
+    x = np.ones((2, 8), np.float32)
+    plan = RULES["Max"].plan(x, axes=(1,))
+    with pytest.raises(TypeError, match="takes 2 arrays"):
+        plan(x)
+    with pytest.raises(TypeError, match="numpy arrays"):
+        plan(x, [0.0, 0.0])
+    if kc.KernelCall is not kc.PyKernelCall:
+        with pytest.raises(ValueError, match="slot 3 outside"):
+            kc.KernelCall(1, True, (0,), (3,), None, None, None, (), np.dtype(np.float32))
