@@ -479,7 +479,7 @@ static int run_host(PyObject *node) {
     if (fused ? bi->launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
               : !eager && SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
-    int planned = fused || eager; /* launched from a plan, not a rule */
+    int from_plan = fused || eager; /* launched from a plan, not a rule */
     Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
     if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
     PyObject *args[MAX_RULE_ARGS];
@@ -500,7 +500,7 @@ static int run_host(PyObject *node) {
         args[1 + i] = data;
     }
     int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
-    int takes_out = planned || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
+    int takes_out = from_plan || (!view && SLOT(defn, defn_off[F_OUT]) == Py_True &&
                               PyList_GET_SIZE(outputs) == 1);
     PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
              *ins = NULL, *ln = NULL, *plan = NULL;
@@ -583,14 +583,14 @@ static int run_host(PyObject *node) {
         }
         if (out == NULL || handle == NULL) goto done;
     }
-    if (planned && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
+    if (from_plan && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
         PyObject *index = PyObject_GetAttr(stream, s_index);
         int launched = index ? bi->api->launch(ln, &args[1], n, out, index) : -1;
         Py_XDECREF(index);
         if (launched < 0) goto done;
         if (launched == 1) res = Py_NewRef(out);
     }
-    if (planned && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
+    if (from_plan && res == NULL) { /* generated code: no rule, no warning state; the Python hook */
         /* a host plan that carries its call (cpu/compiled.py Launch.kernel_call, a
          * kernels/kernel_call.py KernelCall): called here, without Python code, when ``out``
          * has the layout it writes (out is writeable: a fresh buffer or a donor's) */
@@ -629,7 +629,7 @@ static int run_host(PyObject *node) {
                 goto done;
         }
         res = Py_NewRef(out);
-    } else if (planned) {
+    } else if (from_plan) {
         /* launched by the backend's C launch above */
     } else if (view) {
         res = call_rule(rule, args, n + 1, NULL, kw);
