@@ -1,7 +1,6 @@
 """The CUDA dialect: tables over the shared C-family renderer (kernels/cuda/ runs it). MLX's
 CUDA conventions: ``__half`` / ``__nv_bfloat16`` storage computed in float, ``extern "C"
-__global__`` kernels, a thread's rank ``blockIdx.x * blockDim.x + threadIdx.x``, a 32-bit
-index unless ``_large``."""
+__global__`` kernels, a thread's rank ``blockIdx.x * blockDim.x + threadIdx.x``, 32-bit unless ``_large``."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from .render import C_MATH, C_OPS, INTEGER_TYPES, CFamily
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F16 = np.dtype(np.float16)
 
-# NVRTC has no <cstdint>: the fixed-width integer types, spelled out (also in the CUDA
-# kernels of mx.fast.cuda_kernel, kernels/cuda/custom.py)
+# NVRTC has no <cstdint>: the fixed-width integer types spelled out (also kernels/cuda/custom.py's)
 RTC_INT_TYPES = r"""#if defined(__CUDACC_RTC__)
 typedef signed char int8_t;
 typedef short int16_t;
@@ -50,8 +48,7 @@ static __device__ __forceinline__ bool d_aligned(const void* p, unsigned long lo
 """
 
 
-# a lane exchange of any state type (warp merges): 32- and 64-bit values directly, narrower
-# ones through int
+# a lane exchange of any state type (warp merges): 32- and 64-bit values directly, others via int
 _IR_PRELUDE = r"""template <typename T> static __device__ __forceinline__ T ts_shfl_xor(T v, int o) {
   return (T)__shfl_xor_sync(0xffffffffu, (int)v, o);
 }
@@ -90,8 +87,7 @@ class CUDADialect(CFamily):
     math_functions = C_MATH
     half_load = {_F16: "__half2float({})", _BF16: "__bfloat162float({})"}
     half_store = {_F16: "__float2half_rn({})", _BF16: "__float2bfloat16_rn({})"}
-    half_round = {_F16: "__half2float(__float2half_rn({}))",
-                  _BF16: "__bfloat162float(__float2bfloat16_rn({}))"}
+    half_round = {_F16: "__half2float(__float2half_rn({}))", _BF16: "__bfloat162float(__float2bfloat16_rn({}))"}
     prelude = _PRELUDE
     kernel_prefix = 'extern "C" __global__ void __launch_bounds__({block})'
     function_prefix = "static __device__ __forceinline__ "
@@ -103,8 +99,8 @@ class CUDADialect(CFamily):
     vector_type = "ts_vec<{}, {}>"  # the contiguous path's whole-run loads and stores
     # 16-byte loads and stores per thread on the contiguous path (MLX's N_READS, mlx/backend/cuda/binary/binary.cuh)
     schedule = GpuSchedule(bytes_per_thread=16, block_size=256, max_static_ndim=8)
-    # a completion word a one-block kernel may write itself (after a system-wide fence); every
-    # launch here passes null: the stream writes the host's word (kernels/cuda/_driver.c)
+    # a completion word a one-block kernel may write itself (after a system-wide fence); every launch
+    # here passes null: the stream writes the host's word (kernels/cuda/_driver.c)
     completion_word = ("unsigned int* __restrict__ done_word", "const unsigned int done_value")
     completion_word_store = [
         "done:",
@@ -127,9 +123,8 @@ class CUDADialect(CFamily):
     ir_barrier = "__syncthreads();"
     ir_shuffle = "ts_shfl_xor({}, {})"
     ir_unroll = "#pragma unroll {}"
-    # 16-byte loads (loop_ir.Vec): the row's pointer, its elements before a 16-byte boundary
-    # (MLX's load_vector / AlignedVector, N_READS = 16 / sizeof(T)); ``cache``: a row may be
-    # kept in registers (loop_ir.Vec.cache)
+    # 16-byte loads (loop_ir.Vec): the row's pointer, its elements before a 16-byte boundary (MLX's
+    # load_vector / AlignedVector, N_READS = 16 / sizeof(T)); ``cache``: a row kept in registers
     ir_vector = {"types": {"float32": "float4", "int32": "int4", "uint32": "uint4",
                            "float16": "ts_vec<__half, 8>", "bfloat16": "ts_vec<__nv_bfloat16, 8>"},
                  "lane": lambda vt, v, j: f"{v}.{'xyzw'[j]}" if vt[-1] == "4" else f"{v}.v[{j}]",
