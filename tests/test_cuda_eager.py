@@ -11,33 +11,21 @@ check the fallback to the CuPy rules and the host scalars' plumbing.
 
 from __future__ import annotations
 
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import needs_cuda
+
 import tapescope.core as mx
 from tapescope.core import evaluate
-from tapescope.kernels import backends, timeline
+from tapescope.kernels import timeline
 
-pytestmark = pytest.mark.skipif(
-    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
-    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+pytestmark = [needs_cuda, pytest.mark.usefixtures("gpu_default_device")]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-@pytest.fixture(autouse=True)
-def _gpu_default():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    try:
-        yield
-        mx.synchronize()
-    finally:
-        mx.set_default_device(old)
 
 
 def _fake() -> bool:
