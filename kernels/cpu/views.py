@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..primitives import BROADCAST, REGISTRY
+
 
 def broadcast(xp, a, *, shape):
     """``Broadcast``'s read-only view (``rules/shape.broadcast``'s, made directly)."""
@@ -20,4 +22,5 @@ def broadcast(xp, a, *, shape):
     return v
 
 
-RULES = {"Broadcast": broadcast}
+# the broadcast family's primitives (MLX's Broadcast), found by their definitions' family
+RULES = {n: broadcast for n, d in REGISTRY.items() if d.family == BROADCAST}
