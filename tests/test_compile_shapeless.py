@@ -61,6 +61,14 @@ SHAPELESS = {
     "batched_matmul": ("lambda x, y: x @ y", ["M.ones(({a}, 1, 2, 3))", "M.ones(({b}, 3, 2))"]),
     "grad_batched_matmul": ("lambda x, y: M.grad(lambda x, y: (x @ y).sum(), argnums=1)(x, y)",
                             ["M.arange({a} * 6.0).reshape({a}, 1, 2, 3)", "M.ones(({b}, 3, 2))"]),
+    # vmap of a matmul: its batch broadcasts are batched as MLX's BroadcastAxes::vmap (the
+    # partners mapped too); an operand of the traced batch shape still gets its Broadcast
+    "vmap_matmul": ("lambda x, y: M.vmap(M.matmul, in_axes=(0, 1))(x, y)",
+                    ["M.arange({a} * 18.0).reshape({a}, 3, 1, 2, 3) / 7",
+                     "M.arange({b} * {a} * 6.0).reshape({b}, {a}, 3, 2) / 5"]),
+    "vmap_matmul_unmapped": ("lambda x, y: M.vmap(M.matmul, in_axes=(0, None))(x, y)",
+                             ["M.arange({a} * 6.0).reshape({a}, 1, 2, 3) / 7",
+                              "M.arange({b} * 6.0).reshape({b}, 3, 2) / 5"]),
     "quantized_matmul": ("lambda x: M.quantized_matmul(x, *M.quantize(M.ones((32, 64))), "
                          "transpose=True)", ["M.ones(({a}, {b}, 64))"]),
     "gather_qmm": ("lambda x: M.gather_qmm(x, *M.quantize(M.ones((2, 8, 64))), "

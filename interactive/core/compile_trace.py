@@ -305,6 +305,14 @@ def note_partners(out: array, partners: Sequence, keep: int = 0) -> None:
     table[id(node)] = (node, [p._d for p in partners], keep)
 
 
+def noted_partners(node) -> Optional[tuple]:
+    """(partner descs, trailing axes kept) that ``note_partners`` noted for the Broadcast
+    ``node`` in the shapeless trace running now, or None (not noted, or no such trace)."""
+    table = getattr(_dynamic, "partners", None)
+    hit = table.get(id(node)) if table else None
+    return None if hit is None or hit[0] is not node else (hit[1], hit[2])
+
+
 def trace(fun: Callable[[list], list], avals: Sequence[tuple],
           originals: Sequence[array] = ()) -> tuple:
     """Run ``fun`` (flat arrays in, flat arrays out) on placeholders; returns (program, extra)

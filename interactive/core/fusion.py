@@ -41,6 +41,10 @@ SHAPE_CHANGE = "shape change"
 NEEDED_ELSEWHERE = "output needed elsewhere"
 STREAM_MISMATCH = "stream mismatch"
 ALREADY_FUSED = "output of another fused kernel"
+# a shapeless trace's Broadcast of matmul's batch axes, whose shape follows its partners and
+# keeps its trailing axes (MLX's BroadcastAxes, which MLX does not fuse): a fused tape's shape
+# on replay is its inputs' broadcast, which would lose the partners' axes
+BROADCAST_AXES = "broadcast of batch axes (follows the other operand)"
 
 
 _NOT_FUSED = {"reduce": REDUCTION, "distributed": COLLECTIVE}  # family -> the reason shown
@@ -164,6 +168,7 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
 
         pre = fuse_reductions(prog, build_tape, _unrenderable, _input_reason)
     output_ids = {id(v) for v in prog.outputs}
+    axes_only = {k for k, (_, keep) in prog.partners.items() if keep} if prog.partners else ()
     parents: dict = {}
     for g in prog.tape:
         for v in g.inputs:
@@ -202,6 +207,8 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
                 reason = STREAM_MISMATCH
             elif not _fusable(op):
                 reason = _NOT_FUSED.get(op.prim.kind, NON_FUSABLE)
+            elif id(op) in axes_only:
+                reason = BROADCAST_AXES
             elif (why := _unrenderable(op)) is not None:
                 reason = why  # e.g. "no C spelling for ErfInv": the runtime could not run it
             elif id(v) in output_ids and v.shape != shape:
@@ -223,7 +230,7 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
             for x in op.inputs:
                 recurse(x, depth + 1, stream, shape)
 
-        if _fusable(g) and _unrenderable(g) is None:
+        if _fusable(g) and _unrenderable(g) is None and id(g) not in axes_only:
             recurse(root, 0, g.prim.stream, root.shape)
         if len(cache) <= 1:
             new_tape.append(g)

@@ -61,13 +61,17 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
     x0, y0 = cast(x, out_type, s), cast(y, out_type, s)
-    x = broadcast_known(x0, batch + sa[-2:], s)  # the batch shape checked above
-    y = broadcast_known(y0, batch + sb[-2:], s)
-    if in_dynamic_tracing():  # each batch broadcast follows the other operand's batch axes
-        if x._d is not x0._d:
-            note_partners(x, [y0], keep=2)
-        if y._d is not y0._d:
-            note_partners(y, [x0], keep=2)
+    if batch and in_dynamic_tracing():
+        # each operand's batch axes follow the other's on replay: a Broadcast for each, even
+        # of the same shape (MLX's broadcast_arrays records a BroadcastAxes for every input
+        # under in_dynamic_tracing, mlx/ops.cpp), noting the other operand as its partner
+        x = array._make1(batch + sa[-2:], x0._d.dtype, Primitive("Broadcast", s, shape=batch + sa[-2:]), [x0])
+        y = array._make1(batch + sb[-2:], y0._d.dtype, Primitive("Broadcast", s, shape=batch + sb[-2:]), [y0])
+        note_partners(x, [y0], keep=2)
+        note_partners(y, [x0], keep=2)
+    else:
+        x = broadcast_known(x0, batch + sa[-2:], s)  # the batch shape checked above
+        y = broadcast_known(y0, batch + sb[-2:], s)
     out = array._make([batch + (sa[-2], sb[-1])], [out_type], Primitive("Matmul", s), [x, y])[0]
     return _squeeze_1d(out, a.ndim, b.ndim, s)
 

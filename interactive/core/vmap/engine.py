@@ -19,6 +19,7 @@ from ..array import ArrayDesc, array
 from ..autodiff.engine import printed_name
 from ..device import StreamContext, resolve_stream
 from ..primitive import Node, Primitive
+from ..compile_trace import noted_partners
 from ..walk import topological
 
 
@@ -43,9 +44,20 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
     """Batch every node between the sources in ``tmap`` (id(desc) -> (batched array, axis),
     grown in place) and ``outputs``: each node with a mapped input gets its rule's outputs."""
     needs = set(tmap)
-    order = topological(outputs, cut=lambda d: id(d) in needs)
+    cut = lambda d: id(d) in needs  # noqa: E731
+    order = topological(outputs, cut=cut)
+    # a shapeless trace's Broadcasts with noted partners (matmul's batch broadcasts): their
+    # partners are batched first, so the Broadcast's rule finds them (they are not inputs)
+    noted = {id(n): got for n in order if (got := noted_partners(n)) is not None}
+    if noted:
+        order = topological([p for ps, _ in noted.values() for p in ps] + list(outputs), cut=cut)
     keep = []  # the descs whose ids are keys: alive until the walk is done
     for node in order:
+        got = noted.get(id(node))
+        if got is not None:
+            if any(id(x) in needs for x in list(node.inputs) + got[0]):
+                _broadcast_axes(node, got, tmap, needs, keep)
+            continue
         if not any(id(x) in needs for x in node.inputs):
             continue
         prim = node.primitive
@@ -71,6 +83,47 @@ def batch_graph(outputs: Sequence[ArrayDesc], tmap: dict) -> None:
                 tmap[id(o)] = (v, int(ax))
                 needs.add(id(o))
                 keep.append(o)
+
+
+def _batched(d: ArrayDesc, tmap: dict) -> tuple:
+    hit = tmap.get(id(d))
+    return hit if hit is not None else (array._wrap(d), -1)
+
+
+def _broadcast_axes(node: Node, noted: tuple, tmap: dict, needs: set, keep: list) -> None:
+    """A Broadcast whose shape follows noted partners, batched as MLX's BroadcastAxes::vmap
+    (mlx/primitives.cpp), whose partners are inputs: each mapped one of the input and the
+    partners gets the leading axes up to the widest rank and its mapped axis first; the
+    output broadcasts the input with all of them (the last ``kept`` axes the input's) and
+    is mapped at axis 0 (a mapped partner maps it too). The batched Broadcast notes the
+    batched partners, so a replay on new shapes broadcasts with them again."""
+    from .. import ops as mx
+    from ..compile_trace import note_partners
+    from ..ops.convert import broadcast_shape_of
+
+    partners, kept = noted
+    vals = [_batched(d, tmap) for d in [node.inputs[0]] + list(partners)]
+    ndim = max(v.ndim for v, _ in vals)
+    new = []
+    for v, ax in vals:
+        if ax >= 0:
+            extra = ndim - v.ndim
+            if extra:
+                v, ax = mx.expand_dims(v, list(range(extra))), ax + extra
+            if ax > 0:
+                v = mx.moveaxis(v, ax, 0)
+        new.append(v)
+    x = new[0]
+    lead = [tuple(v.shape[:v.ndim - kept]) for v in new]
+    shape = tuple(broadcast_shape_of(lead)) + tuple(x.shape[x.ndim - kept:])
+    with StreamContext(node.primitive.stream):
+        out = mx.broadcast_to(x, shape)
+    note_partners(out, new[1:], keep=kept)
+    o = node.outputs[0]()
+    if o is not None:
+        tmap[id(o)] = (out, 0 if any(ax >= 0 for _, ax in vals) else -1)
+        needs.add(id(o))
+        keep.append(o)
 
 
 def replace(inputs: Sequence[array], tracers: Sequence[ArrayDesc], outputs: Sequence[array],
