@@ -71,7 +71,8 @@ def axes_list(fname: str, a: array, axis: Axis) -> list:
 
 def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
     """MLX's ``compute_reduce_shape``: sorted unique axes, kept shape, whether a no-op."""
-    ndim = a.ndim
+    shape = a._d.shape
+    ndim = len(shape)
     seen = set()
     for ax in axes:
         ax_ = ax + ndim if ax < 0 else ax
@@ -80,8 +81,12 @@ def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
         seen.add(ax_)
     if len(seen) != len(axes):
         raise ValueError("Duplicate axes detected in reduction.")
-    kept = tuple(1 if i in seen else d for i, d in enumerate(a.shape))
-    noop = kept == a.shape
+    if len(seen) == 1:  # the common case: one axis
+        (ax_,) = seen
+        kept = shape[:ax_] + (1,) + shape[ax_ + 1:]
+    else:
+        kept = tuple(1 if i in seen else d for i, d in enumerate(shape))
+    noop = kept == shape
     if noop and seen:
         # a size-1 axis at trace time may be larger on replay: a shapeless compile's trace
         # keeps the reduction (MLX's compute_reduce_shape under in_dynamic_tracing)
@@ -95,7 +100,10 @@ def squeeze_axes(x: array, axes: tuple, keepdims: bool, s) -> array:
     """Drop the reduced axes unless ``keepdims`` (a ``Squeeze`` node, as MLX records)."""
     if keepdims or not axes:
         return x
-    return op("squeeze")(x, axis=list(axes), stream=s)
+    # the axes are reduce_shape's (sorted, unique, in range) and of size 1: the node squeeze
+    # records, without its checks
+    out = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return array._make1(out, x._d.dtype, Primitive("Squeeze", s, shape=out, axes=tuple(axes)), [x])
 
 
 def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
@@ -304,7 +312,7 @@ def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
         dtype = _float_dtype(a.dtype)
         kept = a.shape[:-1] + (1,)
         out = array._make([kept], [dtype], Primitive("LogSumExp", s), [cast(a, dtype, s)])[0]
-        return out if keepdims else op("squeeze")(out, axis=-1, stream=s)
+        return squeeze_axes(out, (len(kept) - 1,), keepdims, s)
     maxval = op("stop_gradient")(max(a, axes, True, stream=s), stream=s)
     e = op("exp")(op("subtract")(a, maxval, stream=s), stream=s)
     out = op("log")(sum(e, axes, keepdims, stream=s), stream=s)
