@@ -281,12 +281,22 @@ except ImportError:  # Python >= 3.12 (PEP 688), or built without a C compiler
     _BufferBase = object
 
 
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
 class array(_BufferBase):
     """An N-dimensional array, lazily computed (``mx.array(val, dtype=None)``)."""
 
     __slots__ = ("_d", "__weakref__")
 
     def __init__(self, val: Any, dtype: Optional[_dt.Dtype] = None):
+        # a Python float in float32's range to float32 (the scalar every op's constant is):
+        # the general path's result, without its dispatch and error-state bracket
+        if type(val) is float and (dtype is None or dtype is _dt.float32) and \
+                -_FLT_MAX <= val <= _FLT_MAX:
+            self._d = ArrayDesc((), _dt.float32, resolve_stream(None),
+                                data=np.array(val, dtype=np.float32))
+            return
         if dtype is not None and not isinstance(dtype, _dt.Dtype):
             raise incompatible("__init__", _INIT_SIG, self, val, dtype=dtype)
         if isinstance(val, array):

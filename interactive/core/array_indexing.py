@@ -34,8 +34,22 @@ def _int32_index(i: int) -> int:
     return i
 
 
+def _bound(v: Any) -> None:
+    """A slice bound: None, or an int within MLX's 32-bit range."""
+    if v is not None and (type(v) is int or _is_int(v)):
+        _int32_index(int(v))
+
+
 def _entry(x: Any) -> Any:
     """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
+    t = type(x)
+    if t is slice:  # the common entries first, by exact type (a bool is not an int here)
+        _bound(x.start), _bound(x.stop), _bound(x.step)
+        return x
+    if t is int:
+        return _int32_index(x)
+    if x is None or x is Ellipsis:
+        return x
     if isinstance(x, (bool, np.bool_)):
         raise ValueError(_INVALID)
     if _is_int(x):
@@ -58,20 +72,26 @@ def _entry(x: Any) -> Any:
 
 def _expand(a: array, idx: Any) -> tuple:
     """The index as a tuple of entries with the Ellipsis expanded and axes padded."""
-    entries = [_entry(x) for x in (idx if isinstance(idx, tuple) else (idx,))]
-    if sum(1 for e in entries if e is Ellipsis) > 1:
-        raise ValueError("An index can only have a single ellipsis (...)")
-    used = sum(1 for e in entries if e is not None and e is not Ellipsis)
-    if used > a.ndim:
-        if a.ndim == 0:
+    entries = [_entry(x) for x in (idx if type(idx) is tuple or isinstance(idx, tuple) else (idx,))]
+    ellipsis, nones = -1, 0
+    for i, e in enumerate(entries):
+        if e is Ellipsis:
+            if ellipsis >= 0:
+                raise ValueError("An index can only have a single ellipsis (...)")
+            ellipsis = i
+        elif e is None:
+            nones += 1
+    used = len(entries) - nones - (ellipsis >= 0)
+    ndim = len(a._d.shape)
+    if used > ndim:
+        if ndim == 0:
             raise ValueError("too many indices for array: array is 0-dimensional")
-        raise ValueError(f"Too many indices for array with {a.ndim} dimensions.")
-    fill = [slice(None)] * (a.ndim - used)
-    if Ellipsis in [e for e in entries if not isinstance(e, array)]:
-        k = next(i for i, e in enumerate(entries) if e is Ellipsis)
-        entries = entries[:k] + fill + entries[k + 1:]
+        raise ValueError(f"Too many indices for array with {ndim} dimensions.")
+    fill = [slice(None)] * (ndim - used)
+    if ellipsis >= 0:
+        entries[ellipsis:ellipsis + 1] = fill
     else:
-        entries = entries + fill
+        entries += fill
     return tuple(entries)
 
 
@@ -80,6 +100,8 @@ def _check_entries(a: array, entries: tuple) -> None:
     outside ``[-n, n)`` of the axis of ``a`` it indexes (ints first, as numpy). A lazy index
     array is checked when its Gather / Scatter runs; that message names the axis of the
     primitive's operand, which counts the axes that None entries added before it."""
+    if all(type(e) is slice or e is None for e in entries):  # nothing to check
+        return
     axes = [(e, d) for d, e in enumerate(e for e in entries if e is not None)]
     for e, d in sorted(axes, key=lambda ed: not isinstance(ed[0], int)):
         if isinstance(e, (int, array)):

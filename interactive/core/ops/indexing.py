@@ -31,9 +31,9 @@ def _slice_shape(start: Sequence[int], stop: Sequence[int], strides: Sequence[in
 def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequence[int],
            s) -> array:
     """Record a static Slice (a view); bounds are already normalised as ``slice.indices``."""
-    start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
+    start, stop, strides = tuple(map(int, start)), tuple(map(int, stop)), tuple(map(int, strides))
     shape = _slice_shape(start, stop, strides)
-    if shape == a.shape and all(st == 1 for st in strides):
+    if shape == a._d.shape and all(st == 1 for st in strides):
         return a
     prim = Primitive("Slice", s, start_indices=start, end_indices=stop, strides=strides)
     return array._make([shape], [a.dtype], prim, [a])[0]

@@ -308,11 +308,15 @@ def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     if a.ndim == 0 and axes:
         raise ValueError("[logsumexp] Received non-empty axes for array with 0 dimensions.")
     s = resolve_stream(stream)
-    if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
+    # MLX's LogSumExp primitive where the reduction is over the last axis, after axes of
+    # size 1 (consecutive): [-1], or [0, 1] of a (1, n) array (mlx/ops.cpp logsumexp)
+    last = bool(axes) and (axes[-1] == a.ndim - 1 or axes[-1] == -1) and _py_all(
+        axes[i] + 1 == axes[i + 1] and a.shape[axes[i]] == 1 for i in range(len(axes) - 1))
+    if last and a.dtype != _dt.complex64:
         dtype = _float_dtype(a.dtype)
         kept = a.shape[:-1] + (1,)
         out = array._make([kept], [dtype], Primitive("LogSumExp", s), [cast(a, dtype, s)])[0]
-        return squeeze_axes(out, (len(kept) - 1,), keepdims, s)
+        return squeeze_axes(out, reduce_shape(a, axes)[0], keepdims, s)
     maxval = op("stop_gradient")(max(a, axes, True, stream=s), stream=s)
     e = op("exp")(op("subtract")(a, maxval, stream=s), stream=s)
     out = op("log")(sum(e, axes, keepdims, stream=s), stream=s)
