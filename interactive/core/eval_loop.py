@@ -124,6 +124,13 @@ def _run_task(node: Node, state: EvalState, waits: list) -> None:
         node.event = None
 
 
+def _run_tasks(nodes: tuple, state: EvalState) -> None:
+    """A stream's run of nodes without waits or fence updates, as one worker task: each as
+    ``_run_task`` runs it (the stop and interrupt checks between nodes kept)."""
+    for node in nodes:
+        _run_task(node, state, ())
+
+
 def _plan(order: list[Node]):
     """Per stream, the list of (node, waits) and the fence updates that follow each node."""
     plan: dict[int, list] = {}
@@ -347,8 +354,15 @@ def _schedule(order: list[Node], asynchronous: bool):
     for si, items in plan.items():
         s = streams[si]
         wk = worker(si, f"{s.device.type.name}-stream{si}")
+        run: list = []  # consecutive nodes with nothing to wait for or signal: one task
         for node, waits in items:
             ups = updates.get(id(node))
+            if not ups and not waits:
+                run.append(node)
+                continue
+            if run:
+                wk.enqueue(lambda nodes=tuple(run): _run_tasks(nodes, state))
+                run.clear()
             if ups:
                 fence = fences[si]
 
@@ -362,6 +376,8 @@ def _schedule(order: list[Node], asynchronous: bool):
                 def task(node=node, waits=waits):
                     _run_task(node, state, waits)
             wk.enqueue(task)
+        if run:
+            wk.enqueue(lambda nodes=tuple(run): _run_tasks(nodes, state))
         wk.enqueue(lambda ev=events[si], wk=wk: _finish_stream(state, ev, t0, wk, asynchronous))
     return state, events
 
