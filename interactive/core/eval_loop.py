@@ -124,6 +124,36 @@ def _run_task(node: Node, state: EvalState, waits: list) -> None:
         node.event = None
 
 
+def _one_stream_plan(order: list[Node], si: int) -> list:
+    """``_plan``'s list for an eval whose nodes are all on stream ``si``: a node waits only
+    for an input that an earlier eval scheduled and has not finished."""
+    mine = {id(node) for node in order}
+    items = []
+    for node in order:
+        waits = []
+        for inp in node.inputs:
+            n = inp.node
+            if n is None or id(n) in mine:
+                continue
+            if n.event is not None:
+                _wait_earlier(n, si, waits)
+        items.append((node, waits))
+    return items
+
+
+def _wait_earlier(n: Node, si: int, waits: list) -> None:
+    """An input's node that an earlier eval scheduled: nothing to wait for once its event
+    is signalled (the timeline notes the detach), else a wait on it (even on this stream:
+    an inline eval on another thread may be running it)."""
+    ev = n.event
+    if ev.is_signaled():
+        if timeline.enabled:
+            timeline.add("event_detach", timeline.now(), stream=si,
+                         detail={"event": ev.id, "node": n.id})
+    else:
+        waits.append(lambda ev=ev, si=si: ev.wait(1, si))
+
+
 def _run_tasks(nodes: tuple, state: EvalState) -> None:
     """A stream's run of nodes without waits or fence updates, as one worker task: each as
     ``_run_task`` runs it (the stop and interrupt checks between nodes kept)."""
@@ -133,6 +163,12 @@ def _run_tasks(nodes: tuple, state: EvalState) -> None:
 
 def _plan(order: list[Node]):
     """Per stream, the list of (node, waits) and the fence updates that follow each node."""
+    s = order[0].primitive.stream
+    for node in order:
+        if node.primitive.stream is not s:
+            break
+    else:  # one stream (the common case): no fences; waits only on earlier evals' events
+        return {s.index: _one_stream_plan(order, s.index)}, {s.index: s}, {}, {}
     plan: dict[int, list] = {}
     streams: dict[int, object] = {}
     fences: dict[int, Fence] = {}
@@ -168,13 +204,7 @@ def _plan(order: list[Node]):
                     f, count = fences[pi], updates[id(n)][0]
                     waits.append(lambda f=f, c=count, si=si: f.wait(c, si))
             elif n.event is not None:  # scheduled by an earlier eval
-                ev = n.event
-                if ev.is_signaled():
-                    if timeline.enabled:
-                        timeline.add("event_detach", timeline.now(), stream=si,
-                                     detail={"event": ev.id, "node": n.id})
-                else:  # even on this stream: an inline eval on another thread may be running it
-                    waits.append(lambda ev=ev, si=si: ev.wait(1, si))
+                _wait_earlier(n, si, waits)
         plan.setdefault(si, []).append((node, waits))
     return plan, streams, fences, updates
 
