@@ -116,6 +116,23 @@ def test_shapeless_export_runs_on_new_shapes(n, m, seed):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-6, atol=1e-6)
 
 
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 2 ** 16))
+def test_shapeless_export_of_a_batched_product_runs_on_new_lengths(n, seed):
+    """A (batch, length, E) @ (E, H) product traced at one length, imported and called on
+    others (MLX's test_export_matmul_shapeless_*): against float64 numpy. (A new batch size
+    is not followed yet: the weight's Broadcast keeps the traced batch on import, since the
+    file does not carry a Broadcast's partners; MLX's BroadcastAxes has them as inputs.)"""
+    b = 2
+    path = os.path.join(tempfile.gettempdir(), f"tapescope_shapeless_mm_{os.getpid()}.tsfn")
+    w = np.random.default_rng(seed).standard_normal((8, 5)).astype(np.float32)
+    mx.export_function(path, lambda x: x @ mx.array(w), mx.ones((2, 7, 8)), shapeless=True)
+    x = np.random.default_rng(seed + 1).standard_normal((b, n, 8)).astype(np.float32)
+    (got,) = mx.import_function(path)(mx.array(x))
+    assert got.shape == (b, n, 5)
+    np.testing.assert_allclose(np.array(got), x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
 def test_exporter_writes_several_traces_with_kwargs_and_metadata(tmp_path):
     path = str(tmp_path / "many.tsfn")
 

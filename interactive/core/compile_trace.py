@@ -427,6 +427,10 @@ def _infer_shapes(prog: Program, g: GOp, ins: list, env: dict) -> tuple:
             if part:
                 shape = _broadcast_shapes(*[env[id(v)].shape if id(v) in env else v.shape
                                             for v in part])
+            elif tuple(g.prim.kw["shape"]) == tuple(g.inputs[0].shape):
+                # a Broadcast that changed nothing when traced (a shapeless trace's matmul
+                # operand, its partners not at hand: an imported function) keeps its input's
+                shape = tuple(ins[0].shape)
             else:
                 shape = _broadcast_shapes(ins[0].shape, g.outputs[0].shape)
         if shape == tuple(g.prim.kw["shape"]):

@@ -61,7 +61,23 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     s = resolve_stream(stream)
     x, y = _promote_1d(a, b, s)
     x0, y0 = cast(x, out_type, s), cast(y, out_type, s)
-    if batch and in_dynamic_tracing():
+    tracing = bool(batch) and in_dynamic_tracing()
+    if a.ndim > 2 and b.ndim <= 2 and not tracing:
+        # one product over a's leading axes flattened (mlx/ops.cpp matmul: Flatten, Matmul,
+        # Unflatten; not under a shapeless trace, where Unflatten keeps the traced sizes)
+        lead = sa[:-1]
+        n = 1
+        for d in lead:
+            n *= d
+        flat = (n, sa[-1])
+        x = array._make1(flat, out_type, Primitive("Flatten", s, shape=flat, start_axis=0,
+                                                   end_axis=len(sa) - 2), [x0])
+        out = array._make1((n, sb[-1]), out_type, Primitive("Matmul", s), [x, y0])
+        full = lead + (sb[-1],)
+        out = array._make1(full, out_type, Primitive("Unflatten", s, shape=full, axis=0,
+                                                     spec=lead), [out])
+        return _squeeze_1d(out, a.ndim, b.ndim, s)
+    if tracing:
         # each operand's batch axes follow the other's on replay: a Broadcast for each, even
         # of the same shape (MLX's broadcast_arrays records a BroadcastAxes for every input
         # under in_dynamic_tracing, mlx/ops.cpp), noting the other operand as its partner
