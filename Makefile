@@ -71,7 +71,8 @@ test: mpi $(VENV)/.dev graphviz chromium
 # sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the
 # op-by-op results, bit for bit, and one kernel over more than 2^32 elements (when 12 GiB are free);
 # the reduction kernels' full sweep (CPU against float64 numpy, every CUDA kernel through nvcc,
-# the MSL ones on the Metal shim).
+# the MSL ones on the Metal shim); the hypothesis example counts and parameter sets that
+# `make test` samples, in full (TAPESCOPE_FULL_SWEEP=1).
 test-ub: $(VENV)/.dev
 	$(PY) tests/run_sanitized.py $(PY) -m pytest -p no:cacheprovider -q tests/test_compile_api.py \
 	  tests/test_compile_dags.py tests/test_compile_fastpath.py tests/test_compile_kernels.py \
@@ -84,6 +85,8 @@ test-fuzz: $(VENV)/.dev
 	TAPESCOPE_READER_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q -p no:cacheprovider tests/test_reader_fuzz.py
 	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_reduction_kernels.py \
 	  tests/test_reduction_dialects.py
+	@# the heaviest sweeps `make test` samples (tests/conftest.py: sweep), in full
+	TAPESCOPE_FULL_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_eval_loop.py tests/test_check.py
 
 # MLX's own Python tests (python/tests of ml-explore/mlx at 846d17622, fetched by hand: CI
 # cannot) against tapescope.core, one file at a time: per file, how many of the tests MLX

@@ -613,11 +613,16 @@ A long `mx.eval` can be stopped: Jupyter's stop button sends SIGINT, and while a
 tapescope answers it by asking every stream to stop **at the next node boundary** (MLX's
 interruptible eval). The eval raises `KeyboardInterrupt`; arrays evaluated so far keep their
 data, the rest stay lazy, and a later eval **resumes** from there instead of starting over.
-`tapescope.interrupt_eval()` is the same request from code — here from a timer thread, as the
-stop button would do it."""),
-    code(IMPORTS + """
-import threading
-import time
+`tapescope.interrupt_eval()` is the same request from code. Here it is made from inside the
+eval, at a known moment: for one cell the rule of `Sin` (its one definition in
+`tapescope.kernels`, as in notebook 6) is wrapped so that the 100th `Sin` to run asks for the
+interrupt, as if the stop button were pressed right then. A timer thread would race the eval:
+on a fast machine it would finish first."""),
+    code("""import itertools
+from contextlib import contextmanager
+
+""" + IMPORTS + """
+from tapescope.kernels import primitives
 
 x = mx.array(np.ones(1 << 18, np.float32))
 steps = []
@@ -626,17 +631,33 @@ for _ in range(300):
     y = mx.sin(y) + 1.0
     steps.append(y)
 total = len(tapescope.graph_of(y).ops)
-print("a chain of", total, "primitives, recorded and not run")"""),
-    code("""def stop_soon(after=0.05):
-    time.sleep(after)
-    print("interrupt_eval() ->", tapescope.interrupt_eval())
+print("a chain of", total, "primitives, recorded and not run")
 
-threading.Thread(target=stop_soon).start()
-t0 = time.perf_counter()
-try:
-    mx.eval(y)
+
+@contextmanager
+def stop_button_at(name, k):
+    \"\"\"While entered, the k-th run of primitive `name` calls interrupt_eval() (its answer
+    is appended to the list this yields): the stop button pressed while that node runs.\"\"\"
+    defn = primitives.lookup(name)
+    saved, calls, answers = defn.rule, itertools.count(1), []
+
+    def rule(*args, **kw):
+        out = saved(*args, **kw)
+        if next(calls) == k:  # next() of a count is atomic: streams may run it at once
+            answers.append(tapescope.interrupt_eval())
+        return out
+
+    defn.rule = rule
+    try:
+        yield answers
+    finally:
+        defn.rule = saved"""),
+    code("""try:
+    with stop_button_at("Sin", 100) as answers:
+        mx.eval(y)
 except KeyboardInterrupt as e:
-    print(f"after {time.perf_counter() - t0:.2f} s: KeyboardInterrupt: {e}")"""),
+    print("KeyboardInterrupt:", e)
+print("interrupt_eval() ->", answers)"""),
     md("""## What was kept
 
 Evaluated steps are detached and hold data; the rest are still nodes of the graph."""),
@@ -662,9 +683,9 @@ resume it. Does the result still match numpy?""",
 z = x
 for i in range(200):
     z = mx.cos(z, stream=s1 if i % 2 else s2)
-threading.Thread(target=stop_soon, args=(0.03,)).start()
 try:
-    mx.eval(z)
+    with stop_button_at("Cos", 60):
+        mx.eval(z)
 except KeyboardInterrupt:
     print("interrupted")
 mx.eval(z)

@@ -122,3 +122,15 @@ def _cuda_runtime() -> bool:
 
 needs_cuda = pytest.mark.skipif(not _cuda_runtime(),
                                 reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+
+
+# `make test` runs a representative sample of the heaviest sweeps (every mode, dtype and code
+# path at least once, sizes around thresholds kept); TAPESCOPE_FULL_SWEEP=1 (`make test-fuzz`)
+# runs all of them and the full hypothesis example counts.
+FULL_SWEEP = _os.environ.get("TAPESCOPE_FULL_SWEEP") == "1"
+
+
+def sweep(full, sample):
+    """``full`` under TAPESCOPE_FULL_SWEEP=1, else ``sample`` (a subset of it, or a smaller
+    example count)."""
+    return full if FULL_SWEEP else sample

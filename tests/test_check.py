@@ -22,7 +22,7 @@ from tapescope.check.report import compare, default_tolerance, ulp_distance  # n
 from tapescope.kernels import primitives  # noqa: E402
 from tapescope.kernels.settings import settings as ts_settings  # noqa: E402
 
-from conftest import mlx_ref  # noqa: E402
+from conftest import mlx_ref, sweep  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
 # a few shapes, so JAX's per-shape op compilations are reused across examples
@@ -54,7 +54,7 @@ def _arr(rng, shape, dtype):
 
 # -- correct functions pass -----------------------------------------------------------------
 
-@SETTINGS
+@settings(SETTINGS, max_examples=sweep(30, 12))  # JAX compiles per (shape, dtype) drawn
 @given(shape=shapes, dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
        seed=st.integers(0, 2**16))
 def test_float_functions_agree_with_jax(shape, dtype, seed):

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from test_distributed_mpi import HERE, MISSING, mpirun, need_mpi  # noqa: F401  (a fixture)
+from test_distributed_mpi import HERE, MISSING, mpirun, need_mpi, ranks_ok  # noqa: F401  (a fixture)
 
 
 def _gpu_reason(gpus: int = 2) -> str:
@@ -61,13 +61,8 @@ def gpu_mpirun(need_gpus):
         pytest.skip(f"NCCL under mpirun needs {', '.join(MISSING)}")
 
 
-def _oks(out: str, n: int) -> None:
-    ranks = sorted(re.findall(r"^OK (\d+)", out, re.M), key=int)  # lines may interleave
-    assert ranks == [str(r) for r in range(n)], out[-6000:]
-
-
 def test_nccl_collectives_send_recv_split_and_errors_on_two_gpus(gpu_mpirun):
-    _oks(mpirun(2, "nccl_worker.py", timeout=300), 2)
+    ranks_ok(mpirun(2, "nccl_worker.py", timeout=300), 2)
 
 
 def _free_port() -> int:
@@ -105,7 +100,7 @@ def _spawn(code_or_script: list, n: int, extra: dict, timeout: int) -> str:
 def test_nccl_init_from_mlx_variables_over_tcp_on_two_gpus(need_gpus):
     """MLX's launch: MLX_RANK / MLX_WORLD_SIZE / NCCL_HOST_IP / NCCL_PORT, no mpirun."""
     out = _spawn([str(HERE / "nccl_worker.py"), "tcp"], 2, {"TAPESCOPE_CUDA": "1"}, 240)
-    _oks(out, 2)
+    ranks_ok(out, 2)
 
 
 _WORLD_OF_ONE = r"""
@@ -151,7 +146,7 @@ def test_nccl_world_of_one_on_one_gpu():
     why = _gpu_reason(gpus=1)
     if why:
         pytest.skip(why)
-    _oks(_spawn(["-c", _WORLD_OF_ONE], 1, {"TAPESCOPE_CUDA": "1"}, 240), 1)
+    ranks_ok(_spawn(["-c", _WORLD_OF_ONE], 1, {"TAPESCOPE_CUDA": "1"}, 240), 1)
 
 
 def test_the_nccl_path_over_stand_ins_under_mpirun(need_mpi, monkeypatch):
@@ -161,7 +156,7 @@ def test_the_nccl_path_over_stand_ins_under_mpirun(need_mpi, monkeypatch):
     monkeypatch.setenv("TAPESCOPE_FAKE_NCCL", "1")
     monkeypatch.delenv("TAPESCOPE_DISABLE_GPU", raising=False)
     out = mpirun(2, "nccl_worker.py", timeout=120)
-    _oks(out, 2)
+    ranks_ok(out, 2)
     # (mpirun may run the ranks' lines together: "calls 0 72calls 1 72")
     calls = {int(r): int(c) for r, c in re.findall(r"calls (\d+) (\d+)", out)}
     assert len(calls) == 2 and min(calls.values()) > 50, out[-3000:]  # every collective reached NCCL
@@ -176,7 +171,7 @@ def test_the_unique_id_goes_from_rank_0_to_every_rank_over_tcp():
             "uid = nccl._tcp_unique_id(r, 3, '127.0.0.1', int(os.environ['NCCL_PORT']), 30.0);"
             "print('ID', r, len(uid), hash(tuple(uid)))" % str(HERE))
     out = _spawn(["-c", code], 3, {}, 60)
-    ids = re.findall(r"^ID (\d) (\d+) (-?\d+)", out, re.M)
+    ids = re.findall(r"(?<![A-Za-z])ID (\d) (\d+) (-?\d+)", out)
     assert sorted(r for r, _, _ in ids) == ["0", "1", "2"], out
     assert len({h for _, _, h in ids}) == 1, out  # one id, the same everywhere
     assert all(k == "128" for _, k, _ in ids), out

@@ -18,7 +18,7 @@ import tapescope.core as mx
 from tapescope.core import eval_loop, evaluate
 from tapescope.kernels import timeline
 from tapescope.kernels.stream_workers import Interrupt
-from conftest import registered_as_gpu
+from conftest import registered_as_gpu, sweep
 from test_backends import NumpyGpu
 
 
@@ -204,7 +204,7 @@ class _InterruptingAfter:
             d.rule = rule
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=sweep(40, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(step, min_size=1, max_size=25))
 def test_sequences_of_evals_frees_and_interrupts_keep_mlxs_semantics(steps):
     gc.collect()

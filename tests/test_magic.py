@@ -256,25 +256,26 @@ def test_an_exception_shows_its_traceback_and_the_report_of_what_ran(ip):
 
 def test_interrupt_in_process_reports_how_far_the_eval_got(ip):
     ip.run_cell("ix = mx.array(np.zeros(8, dtype=np.int32))\nfor _ in range(30000):\n    ix = ix + 1")
+    # the button pressed while the 1000th Add runs: its rule (read off the primitive's one
+    # definition by the eval loop) asks for the interrupt, so it lands mid-eval at a known
+    # node however fast or loaded the machine is (a timer thread would race the eval)
+    from tapescope.kernels import primitives
 
-    from tapescope.kernels import timeline
+    add = primitives.lookup("Add")
+    saved, calls = add.rule, iter(range(1, 1 << 62))
 
-    mark = timeline.next_seq()  # records of earlier cells do not count
+    def pressing(*args, **kw):
+        out = saved(*args, **kw)
+        if next(calls) == 1000:
+            assert tapescope.interrupt_eval() is True
+        return out
 
-    def press():  # once some nodes of this cell have run (the timeline shows primitive records)
-        deadline = time.time() + 20
-        while time.time() < deadline and not any(
-                r.kind == "primitive" and r.seq >= mark for r in timeline.records()[-20:]):
-            time.sleep(0.005)
-        # at once: the eval loop in C runs the chain's nodes in microseconds each
-        while time.time() < deadline and not tapescope.interrupt_eval():
-            time.sleep(0.01)
-
-    t = threading.Thread(target=press)
-    t.start()
-    with capture_output() as cap:
-        res = ip.run_cell("%%mlx --show events\nmx.eval(ix)")
-    t.join()
+    add.rule = pressing
+    try:
+        with capture_output() as cap:
+            res = ip.run_cell("%%mlx --show events\nmx.eval(ix)")
+    finally:
+        add.rule = saved
     assert isinstance(res.error_in_exec, KeyboardInterrupt)
     rep = magic.last_report()
     prims = [r for r in rep.run.records if r.kind == "primitive"]
@@ -283,6 +284,8 @@ def test_interrupt_in_process_reports_how_far_the_eval_got(ip):
     assert m, _html(cap.outputs)[:500]
     done, total = int(m.group(1)), int(m.group(2))
     assert done == len(prims) and 0 < done < total
+    adds = [r.name for r in prims].count("Add")
+    assert adds == 1000 and prims[-1].name == "Add"  # stopped at the next node boundary
     assert ip.user_ns["ix"]._d.node is not None  # left lazy, graph valid
     ip.run_cell("mx.eval(ix)")
     np.testing.assert_array_equal(np.array(ip.user_ns["ix"]), np.full(8, 30000, np.int32))

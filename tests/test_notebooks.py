@@ -182,7 +182,10 @@ def _check_interrupt(text, html, plain):
     total = _number(r"a chain of (\d+) primitives", text)
     done = _number(r"(\d+) of 300 steps evaluated before the interrupt", text)
     ran = _number(r"resumed: (\d+) primitives ran", text)
-    assert done < 300 and ran < total  # resumed, not started over
+    assert "interrupt_eval() -> [True]" in text  # asked while the eval ran
+    # the 100th Sin asked: it finished, its step's Add did not run (the next node boundary)
+    assert done == 99 and ran < total  # resumed, not started over
+    assert "interrupted\n" in text  # the exercise's two-stream eval stopped too
     ours = _number(r"numpy: [\d.]+\s+tapescope: ([\d.]+)", text)
     assert ours == pytest.approx(_number(r"numpy: ([\d.]+)", text), rel=1e-6)
 
