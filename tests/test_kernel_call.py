@@ -1,6 +1,6 @@
 """A generated kernel's call planned once per layout (kernels/kernel_call.py, _kernel_call.c):
 the eval loop's planned calls of reductions, RMSNorm / LayerNorm and RoPE against float64
-numpy over hypothesis layouts, bit for bit the same as the rule's unplanned path; one plan
+numpy over hypothesis layouts (attention's too), bit for bit the same as the rule's unplanned path; one plan
 per key, reused (the kernel's cache hits grow by one a call); the C and Python KernelCall
 give the same bytes; recording the timeline changes only the records; a cleared kernel cache
 drops the plans; bad calls raise clear errors."""
@@ -20,6 +20,7 @@ from tapescope.kernels.common.reductions import arguments
 from tapescope.kernels.cpu import compiler
 
 from conftest import kernel_launches as launched
+from test_sdpa import ref as _sdpa_ref
 
 needs_cc = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
 RULES = backend("cpu").kernel_rules
@@ -80,6 +81,36 @@ def test_planned_rope_matches_numpy_and_the_unplanned_rule(heads, length, dims, 
         slow = _slow("RoPE", xn, np.array(offset, np.int32), dims=dims, traditional=False,
                      base=10000.0, scale=1.0, forward=True)
         assert got.tobytes() == np.asarray(slow).tobytes()
+
+
+@needs_cc
+@settings(max_examples=10, deadline=None)
+@given(L=st.sampled_from([1, 3, 33]), kL=st.sampled_from([5, 64, 70]), reps=st.sampled_from([1, 2]),
+       mask=st.sampled_from([None, "causal", "bool", "additive"]), sinks=st.booleans(),
+       transposed=st.booleans(), seed=st.integers(0, 2**16))
+def test_planned_attention_matches_numpy_and_the_unplanned_rule(L, kL, reps, mask, sinks,
+                                                                transposed, seed):
+    rng = np.random.default_rng(seed)
+    kL = max(kL, L)
+    qn = rng.standard_normal((1, 2 * reps, L, 32)).astype(np.float32)
+    kn, vn = (rng.standard_normal((1, 2, kL, 32)).astype(np.float32) for _ in range(2))
+    mn = (rng.random((L, kL)) > 0.3 if mask == "bool" else
+          rng.standard_normal((1, 2 * reps, L, kL)).astype(np.float32) if mask == "additive" else None)
+    sn = rng.standard_normal(2 * reps).astype(np.float32) if sinks else None
+    q = mx.swapaxes(mx.array(np.ascontiguousarray(qn.swapaxes(1, 2))), 1, 2) if transposed else mx.array(qn)
+    k, v = mx.array(kn), mx.array(vn)
+    m = "causal" if mask == "causal" else (mx.array(mn) if mn is not None else None)
+    s = mx.array(sn) if sinks else None
+    mx.eval(q, k, v)
+    want = _sdpa_ref(qn, kn, vn, 0.3, mn, mask == "causal", sn)
+    ins = (np.array(q), kn, vn) + ((np.broadcast_to(mn, (1, 2 * reps, L, kL)),) if mn is not None else ()) + \
+        ((sn,) if sinks else ())
+    kw = dict(scale=0.3, causal=mask == "causal", has_mask=mn is not None, has_sinks=sinks)
+    slow = np.asarray(_slow("ScaledDotProductAttention", *ins, **kw))
+    for _ in range(3):  # the first call makes the plan, the next ones run it
+        got = np.array(mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask=m, sinks=s))
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+        assert got.tobytes() == slow.tobytes()
 
 
 @needs_cc

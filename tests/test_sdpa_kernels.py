@@ -193,3 +193,39 @@ def test_every_attention_kernel_renders_in_c_and_says_why_not_on_a_gpu():
         assert ("mask[" in src) == (spec.mask != "none") and ("sinks[" in src) == spec.sinks
         assert ("lim[i] ?" in src) == spec.causal
         assert spec.sources()["metal"].startswith("// no Metal kernel")
+
+
+@needs_cc
+def test_a_call_is_planned_once_per_layout_and_the_plan_runs_the_kernel(monkeypatch):
+    """``ScaledDotProductAttention`` is a ``KernelRule``: the first call of a layout plans it
+    (``sdpa_plan``), later calls of that layout run the plan without planning again; inputs
+    whose head rows are not unit-stride take no plan (the rule copies them first), with the
+    same values."""
+    from tapescope.kernels.cpu import fast_kernels as fk
+
+    rule = fk.RULES[PRIM]
+    planned = []
+    real = rule.plan
+    monkeypatch.setattr(rule, "plan", lambda *a, **kw: planned.append(1) or real(*a, **kw))
+    rule.plans.clear()
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 4, n, 32)).astype(np.float32) for n in (40, 70, 70))
+    m = rng.random((40, 70)) > 0.4
+    sk = rng.standard_normal(4).astype(np.float32)
+    for step in range(3):
+        q2 = q + step
+        with launched() as rec:
+            got = mx.fast.scaled_dot_product_attention(mx.array(q2), mx.array(k), mx.array(v), scale=0.2,
+                                                       mask=mx.array(m), sinks=mx.array(sk))
+            mx.eval(got)
+        assert PRIM in rec.primitives and not rec.fallbacks
+        np.testing.assert_allclose(host(got), ref(q2, k, v, 0.2, m, False, sk), rtol=2e-5, atol=2e-5)
+    assert len(planned) == 1 and any(p is not None for p in rule.plans.values())
+    wide = np.repeat(q, 2, axis=-1)  # head rows of stride 2: no plan, the rule's copy
+    qs = mx.array(wide)[..., ::2]
+    with launched() as rec:
+        got = mx.fast.scaled_dot_product_attention(qs, mx.array(k), mx.array(v), scale=0.2)
+        mx.eval(got)
+    assert PRIM in rec.primitives and not rec.fallbacks
+    assert None in rule.plans.values()
+    np.testing.assert_allclose(host(got), ref(q, k, v, 0.2), rtol=2e-5, atol=2e-5)

@@ -12,11 +12,12 @@ runs the primitive's array-module rule, recorded on the timeline as a ``kernel_f
 with why. The VJPs' weight / bias gradients are the column sums of the kernel's per-group
 partial rows (float32), rounded to the weight's dtype.
 
-RMSNorm, LayerNorm and RoPE are ``KernelRule``s (``kernels/kernel_call.py``): their call is
-planned once per layout and parameters (the kernel's entry and its argument vector, with
-the ``fp`` parameter buffer and RoPE's frequencies), and the eval loop calls the plan
-without Python code; what a plan does not take (a copy first, a fallback, RoPE's
-``freqs``, an offset that is not int32) runs the rule below it.
+RMSNorm, LayerNorm, RoPE and ScaledDotProductAttention are ``KernelRule``s
+(``kernels/kernel_call.py``): their call is planned once per layout and parameters (the
+kernel's entry and its argument vector, with the ``fp`` parameter buffer and RoPE's
+frequencies), and the eval loop calls the plan without Python code (attention's through
+its rule: the primitive takes no ``out`` buffer); what a plan does not take (a copy first,
+a fallback, RoPE's ``freqs``, an offset that is not int32) runs the rule below it.
 """
 
 from __future__ import annotations
@@ -175,8 +176,11 @@ def _rows_unit(a):
     return a if st is not None and (a.shape[-1] == 1 or st[-1] == 1) else np.ascontiguousarray(a)
 
 
-def sdpa_rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """``ScaledDotProductAttention`` through ``codegen/attention_kernels.py``'s kernels."""
+def sdpa_rule(xp, q, k, v, *rest, out=None, scale, causal, has_mask, has_sinks):
+    """``ScaledDotProductAttention`` through ``codegen/attention_kernels.py``'s kernels: the
+    calls ``sdpa_plan`` takes no plan for (a copy first, a fallback). ``out`` is unused (the
+    primitive writes no given buffer: a donated key / value would be read after a block
+    wrote it)."""
     kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
     ins = (q, k, v, *rest)
     why = attention.why_not(q, k, v)
@@ -256,7 +260,34 @@ def rope_plan(x, offset, *freqs, dims, traditional, base, scale, forward):
                     call.out_shape, call.out_dtype)
 
 
+def sdpa_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """The attention kernel's call for inputs with unit-stride head rows, a mask of whole
+    element strides and of the kernel's dtype, sinks contiguous in the inputs' dtype; None
+    where the rule copies first or falls back."""
+    if attention.why_not(q, k, v):
+        return None
+    mask = rest[0] if has_mask else None
+    sinks = rest[-1] if has_sinks else None
+    sts = [plan.elem_strides(a) for a in (q, k, v)]
+    if any(st is None or st[-1] != 1 for st in sts):
+        return None
+    kind, mst = "none", None
+    if mask is not None:
+        kind = "bool" if mask.dtype == np.bool_ else "add"
+        mst = plan.elem_strides(mask)
+        if mst is None or (kind == "add" and mask.dtype != q.dtype):
+            return None
+    if sinks is not None and (sinks.dtype != q.dtype or not sinks.flags.c_contiguous):
+        return None
+    call = attention.sdpa_call(q.dtype, q.shape, sts[0], k.shape, sts[1], sts[2], kind, mst,
+                               causal, has_sinks)
+    names = ("q", "k", "v") + (("mask",) if has_mask else ()) + (("sinks",) if has_sinks else ())
+    return _planned(call.spec, "ScaledDotProductAttention", names + ("out",), {"fp": _fp(scale)},
+                    call.ints, q.size + k.size * q.shape[2], call.out_shape, call.out_dtype)
+
+
 RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n)) for n in plan.NORMS},
                **{n: _vjp_rule(n) for n in plan.VJPS},
                "RoPE": KernelRule("RoPE", rope_plan, rope_rule),
-               "ScaledDotProductAttention": sdpa_rule}
+               "ScaledDotProductAttention": KernelRule("ScaledDotProductAttention", sdpa_plan,
+                                                       sdpa_rule)}
