@@ -212,3 +212,55 @@ def test_bad_calls_raise_clear_errors():
     if kc.KernelCall is not kc.PyKernelCall:
         with pytest.raises(ValueError, match="slot 3 outside"):
             kc.KernelCall(1, True, (0,), (3,), None, None, None, (), np.dtype(np.float32))
+
+
+
+
+@needs_cc
+@settings(max_examples=12, deadline=None)
+@given(shape=st.sampled_from([(7,), (3, 5), (2, 3, 4), (64,)]),
+       dtype=st.sampled_from([np.float32, np.float16]),
+       transposed=st.booleans(), donate=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_multi_output_fused_call_runs_from_its_plan(shape, dtype, transposed, donate, seed):
+    """A fused call with several outputs (Adam's update: the parameter and both moments)
+    runs, once planned, from its Launch's KernelCall in the loop's C part (counted as
+    ``fused_kernel``, not ``run_compiled``): the same bytes as its first call (the Python
+    path), values as MLX's, with its inputs donated (nothing else holds them) or held."""
+    import mlx.core as mlx
+
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape).astype(dtype) for _ in range(4)]
+    arrays[2] = np.abs(arrays[2])  # the second moment
+    if transposed and len(shape) > 1:
+        arrays[0] = np.ascontiguousarray(arrays[0].T).T
+
+    def step(lib, p, m, v, g):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * lib.square(g)
+        return p - 0.01 * m / (lib.sqrt(v) + 1e-3), m, v
+
+    results, counts = {}, []
+    for lib in (mx, mlx):
+        fn = lib.compile(lambda *a, lib=lib: step(lib, *a))
+        outs = []
+        for _ in range(3):  # the first call plans; the later ones run the plan
+            ins = [lib.array(a) + 0.0 for a in arrays]  # computed: allocator buffers
+            lib.eval(*ins)
+            held = [] if donate else list(ins)
+            before = evaluate.dispatch_counts() if lib is mx else None
+            got = fn(*ins)
+            del ins
+            lib.eval(*got)
+            if before is not None:
+                after = evaluate.dispatch_counts()
+                counts.append({k: after[k] - before[k] for k in ("fused_kernel", "run_compiled")})
+            outs.append([np.array(g) for g in got])
+            del held
+        results[lib] = outs
+    ours, theirs = results[mx], results[mlx][-1]
+    for o in ours[1:]:
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(ours[0], o))
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    for x, y in zip(ours[-1], theirs):
+        np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=tol, atol=tol)
+    assert counts[-1] == {"fused_kernel": 1, "run_compiled": 0}, counts

@@ -39,7 +39,7 @@
 static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
-static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call;
+static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -128,6 +128,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
                            !(s_strides = PyUnicode_InternFromString("strides")) ||
                            !(s_kernel_call = PyUnicode_InternFromString("kernel_call")) ||
+                           !(s_order = PyUnicode_InternFromString("order")) ||
                            !(s_out_strides = PyUnicode_InternFromString("out_strides"))))
         return NULL;
     loop_configured = 1;
@@ -455,6 +456,88 @@ fail:
     return NULL;
 }
 
+/* A host fused call with several outputs (an optimizer's update: the parameter and its
+ * moments), from its Launch's KernelCall (cpu/compiled.py): each output into a donor's
+ * buffer where an input may give it (evaluate._donor's test, ``donates``, inputs in order,
+ * one output each as allocate_outputs gives them) and is row-contiguous, else a fresh
+ * allocator buffer in the row-major layout the kernel writes (the Launch's ``order`` "C").
+ * 1: ran; 0: declined, nothing done (run_compiled); -1: an error. */
+static int run_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t n,
+                       PyObject *inputs, PyObject *outputs, BackendInfo *bi, int recording,
+                       PyObject *prim, PyObject *t0) {
+    Py_ssize_t m = PyList_GET_SIZE(outputs);
+    if (n + m + 1 > MAX_RULE_ARGS) return 0;
+    PyObject *kc = PyObject_GetAttr(ln, s_kernel_call), *order = PyObject_GetAttr(ln, s_order);
+    int rc = 0;
+    PyObject *targets[MAX_RULE_ARGS], *outs[MAX_RULE_ARGS], *handles[MAX_RULE_ARGS];
+    Py_ssize_t made = 0, next_donor = 0;
+    long long total = 0;
+    if (kc == NULL || order == NULL) { PyErr_Clear(); goto done; }
+    if (kc == Py_None || !PyUnicode_Check(order) ||
+        PyUnicode_CompareWithASCIIString(order, "C") != 0)
+        goto done;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *t = PyWeakref_GetObject(PyList_GET_ITEM(outputs, j));
+        if (t == NULL) { PyErr_Clear(); goto done; }
+        if (t == Py_None || (PyObject *)Py_TYPE(t) != c_desc_type) goto done; /* Python */
+        targets[j] = t;
+    }
+    for (; made < m; made++) {
+        PyObject *t = targets[made], *out = NULL, *handle = NULL;
+        PyObject *shape = SLOT(t, desc_off[D_SHAPE]), *dtype = SLOT(t, desc_off[D_DTYPE]);
+        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+        if (itemsize < 0 || !PyTuple_Check(shape)) { rc = -1; goto done; }
+        long long nbytes = itemsize;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (PyErr_Occurred()) { rc = -1; goto done; }
+        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        for (; next_donor < n && out == NULL; next_donor++) {
+            PyObject *d = PyList_GET_ITEM(inputs, next_donor);
+            if (!donates(d, shape, itemsize, nbytes)) continue;
+            PyObject *v = PyObject_CallMethodOneArg(SLOT(d, desc_off[D_DATA]), s_view, npdt);
+            Py_buffer b;
+            int c = v != NULL && PyObject_GetBuffer(v, &b, PyBUF_WRITABLE | PyBUF_STRIDES) == 0;
+            if (c) { c = PyBuffer_IsContiguous(&b, 'C'); PyBuffer_Release(&b); }
+            PyErr_Clear();
+            if (!c) { Py_XDECREF(v); continue; }
+            out = v;
+            handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
+        }
+        if (out == NULL) {
+            PyObject *size = PyLong_FromLongLong(nbytes);
+            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
+            if (buf != NULL) {
+                PyObject *vargs[4] = {buf, size, npdt, shape};
+                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
+            }
+            Py_XDECREF(buf);
+            Py_XDECREF(size);
+        }
+        if (out == NULL || handle == NULL) { Py_XDECREF(out); Py_XDECREF(handle); rc = -1; goto done; }
+        outs[made] = out, handles[made] = handle;
+        total += nbytes;
+    }
+    PyObject *cargs[MAX_RULE_ARGS];
+    for (Py_ssize_t i = 0; i < n; i++) cargs[i] = args[1 + i];
+    for (Py_ssize_t j = 0; j < m; j++) cargs[n + j] = outs[j];
+    if (call_none(PyObject_Vectorcall(kc, cargs, n + m, NULL)) < 0) { rc = -1; goto done; }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        put(targets[j], desc_off[D_DATA], outs[j]);
+        put(targets[j], desc_off[D_BUFFER], handles[j]);
+        put(targets[j], desc_off[D_NODE], Py_None);
+    }
+    if (detach(node) < 0 || count_path(PATH_FUSED) < 0) { rc = -1; goto done; }
+    if (recording && record(prim, node, t0, total) < 0) { rc = -1; goto done; }
+    rc = 1;
+done:
+    for (Py_ssize_t j = 0; j < made; j++) { Py_DECREF(outs[j]); Py_DECREF(handles[j]); }
+    Py_XDECREF(kc);
+    Py_XDECREF(order);
+    return rc;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -476,7 +559,7 @@ static int run_host(PyObject *node) {
                 PyList_GET_SIZE(outputs) == 1;
     if (!bi->host && !fused && !eager) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
-    if (fused ? bi->launch_for == Py_None || PyList_GET_SIZE(outputs) != 1 /* its fast lane */
+    if (fused ? bi->launch_for == Py_None || (!bi->host && PyList_GET_SIZE(outputs) != 1)
               : !eager && SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
     int from_plan = fused || eager; /* launched from a plan, not a rule */
@@ -534,6 +617,11 @@ static int run_host(PyObject *node) {
         ln = PyObject_CallFunctionObjArgs(bi->launch_for, tape, ins, shape, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
+        if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
+            rc = run_outputs(node, ln, args, n, inputs, outputs, bi, enabled == Py_True,
+                             prim, t0);
+            goto done;
+        }
     } else if (eager) { /* the op's one-op kernel for these layouts (Backend.eager_kernel) */
         ins = PyList_New(n);
         if (ins == NULL) goto done;

@@ -114,6 +114,7 @@ def _data_pointer_reader():
 
 
 _ptr = _data_pointer_reader()
+_MAX_ARGV = 64  # a KernelCall's argument vector at most (kernels/_kernel_call.c: MAX_ARGV)
 
 
 class Launch:
@@ -126,7 +127,7 @@ class Launch:
 
     __slots__ = ("entry", "gen", "fn", "name", "variant", "contiguous", "n_args", "slots",
                  "tail", "keep", "argv_type", "argvs", "dtypes", "order", "shape",
-                 "out_strides", "kernel_call")
+                 "out_strides", "kernel_call", "n_outs")
 
     def __init__(self, tape: Tape, inputs: Sequence[np.ndarray], shape: tuple, entry,
                  contiguous: bool, cshape: list, strides: list, name: str, variant: str):
@@ -164,16 +165,18 @@ class Launch:
         # the one layout a caller's ``out`` must have for the kernel to write it directly
         probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
         self.out_strides = probe.strides if probe is not None else None
-        # a single output's call as a KernelCall (the tape's inputs, then ``out``), which the
-        # eval loop calls without Python code on an ``out`` of its layout (``takes``' test)
-        self.kernel_call = None
-        if outs == 1:
-            where = dict(slots)
-            self.kernel_call = kernel_call(
-                entry, [*ptrs, 0, *tail],
-                (*[where.get(i, -1) for i in range(len(tape.inputs))], self.n_args),
-                keep, size < CDialect.omp_min_size, self._note, shape, self.dtypes[0],
-                self.out_strides)
+        # the call as a KernelCall (the tape's inputs, then each output): ``call`` runs it,
+        # and the eval loop calls a single output's without Python code on an ``out`` of its
+        # layout (``takes``' test); its out_strides are None for several outputs (the loop
+        # leaves those to ``run_compiled``)
+        where = dict(slots)
+        self.kernel_call = None if len(ptrs) + outs + len(tail) > _MAX_ARGV else kernel_call(
+            entry, [*ptrs, *([0] * outs), *tail],
+            (*[where.get(i, -1) for i in range(len(tape.inputs))],
+             *range(self.n_args, self.n_args + outs)),
+            keep, size < CDialect.omp_min_size, self._note, shape, self.dtypes[0],
+            self.out_strides)
+        self.n_outs = outs
 
     def _note(self, t0: int, t1: int, arrays: tuple) -> None:
         """The kernel_call's timeline records: the cache hit and the launch (as ``call``)."""
@@ -182,7 +185,8 @@ class Launch:
         timeline.add("kernel_launch", t0, t1, name=self.name, device="cpu",
                      detail={"runtime": "cpu", "variant": self.variant, "tier": "kernel",
                              "tape": self.entry.tape, "shape": self.shape,
-                             "io": (layouts(arrays[:-1]), layouts(arrays[-1:]))})
+                             "io": (layouts(arrays[:-self.n_outs]),
+                                    layouts(arrays[-self.n_outs:]))})
 
     def takes(self, out: np.ndarray) -> bool:
         """Whether the kernel writes its single output straight into ``out``."""
@@ -192,7 +196,11 @@ class Launch:
     def call(self, inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray],
              hit: bool = True) -> None:
         """Run the kernel on these arrays (of the layouts this plan was made for); ``hit``:
-        count the call as a hit of the in-memory kernel cache."""
+        count the call as a hit of the in-memory kernel cache (a hit runs the plan's
+        ``kernel_call``: its argument vector filled in C, its timeline records its own)."""
+        if hit and self.kernel_call is not None and len(outs) == self.n_outs:
+            self.kernel_call(*inputs, *outs)
+            return
         if hit:
             self.entry.hits += 1
             if timeline.enabled:
