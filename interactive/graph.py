@@ -99,18 +99,27 @@ class Kernel:
 
     def cached(self) -> list:
         """This kernel's entries in ``tapescope.kernel_cache()`` (variants built or loaded so far)."""
-        from tapescope.kernels.cache_entries import kernel_cache
+        from tapescope.kernels.cache_entries import listed
 
-        return [e for e in kernel_cache() if e["name"].startswith(self.name + "_")]
+        return listed(self._entries())
+
+    def _entries(self) -> list:
+        """This kernel's variants in the in-process cache (``KernelEntry``: name, runtime,
+        source), without ``kernel_cache()``'s roofline columns: those read the whole timeline
+        (up to ``timeline.CAPACITY`` records), once per kernel of a picture otherwise."""
+        from tapescope.kernels import kernel_registry
+
+        prefix = self.name + "_"
+        return [e for e in kernel_registry.entries() if e.name.startswith(prefix)]
 
     @property
     def tier(self) -> Optional[str]:
         """What ran the predicted variant so far: ``"kernel"`` (its generated C),
         ``"interpreted"`` (a tiered first call while the kernel builds: ``set_tiered``),
         ``"numpy"`` (a fallback; the kernel cache says why) or None (not run yet)."""
-        for e in self.cached():
-            if e["name"] in (self.symbol, self.gpu_symbol):
-                return {"cpu": "kernel"}.get(e["runtime"], e["runtime"])
+        for e in self._entries():
+            if e.name in (self.symbol, self.gpu_symbol):
+                return {"cpu": "kernel"}.get(e.runtime, e.runtime)
         return None
 
     @property
@@ -119,9 +128,9 @@ class Kernel:
         when the kernel cache has it), ``cuda`` and ``metal`` (MSL), or why there is none."""
         from tapescope.kernels.codegen.render import kernel_sources
 
-        built = {e["runtime"]: e["source"] for e in self.cached()
-                 if e["runtime"] in ("cpu", "cuda") and e["source"]
-                 and e["name"] in (self.symbol, self.gpu_symbol)}
+        built = {e.runtime: e.source for e in self._entries()
+                 if e.runtime in ("cpu", "cuda") and e.source
+                 and e.name in (self.symbol, self.gpu_symbol)}
         return kernel_sources(self.tape, self.name, self.variant, built=built)
 
     @property

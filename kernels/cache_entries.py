@@ -18,7 +18,12 @@ def kernel_cache() -> list:
     generated from (``entry_sources`` renders its other dialects),
     and ``roofline``: where its launches still on the timeline sit on the device's roofline
     (``roofline_columns``), None when none is recorded."""
-    entries = compiler.entries()
+    return listed(compiler.entries())
+
+
+def listed(entries: list) -> list:
+    """``kernel_cache()``'s dicts of some of the cache's entries (``compiler.entries()``): the
+    timeline is read once for their roofline columns, and not at all when there are none."""
     placed = roofline.kernel_rows(timeline.records()) if entries else {}
     return [
         {"name": e.name, "runtime": e.runtime, "variant": e.variant, "source": e.source,

@@ -201,6 +201,39 @@ def test_large_graph_groups_kernels_then_truncates_with_a_note():
     assert "130 earlier ops not drawn" in cut and "the graph has 180 ops" in cut
 
 
+def test_drawing_a_graph_whose_kernels_ran_reads_the_timeline_at_most_once(monkeypatch):
+    # a kernel's tier (the picture's "interpreted" mark) and sources need the kernel cache's
+    # names, runtimes and sources, not kernel_cache()'s roofline columns, which read the whole
+    # timeline (up to 100,000 records): once per kernel drawn made a big picture after a
+    # long recorded session take minutes
+    from tapescope.kernels import timeline
+
+    def big(x):
+        for _ in range(20):
+            x = mx.sum(mx.exp(x) * 2, axis=0, keepdims=True) + x
+        return x
+
+    x = f32(3, 3)
+    timeline.set_recording(True)
+    try:
+        mx.eval(mx.compile(big)(x))  # the kernels are built, run and on the timeline
+    finally:
+        timeline.set_recording(False)
+    g = tapescope.trace(big, x)
+    assert len(g.kernels) >= 40 and all(k.tier == "kernel" for k in g.kernels)
+    reads = []
+    real = timeline.records
+    monkeypatch.setattr(timeline, "records", lambda: reads.append(1) or real())
+    for options in ({}, {"max_nodes": 50}, {"max_nodes": None}):
+        g.to_dot(**options)
+    assert all(k.sources["cpu"] for k in g.kernels[:3])
+    assert len(reads) <= 1
+    before = len(reads)
+    entries = g.kernels[0].cached()  # the kernel's own kernel_cache() rows, roofline included
+    assert entries and len(reads) == before + 1 and entries[0]["roofline"]["launches"] >= 1
+    assert entries == [e for e in tapescope.kernel_cache() if e["name"].startswith(g.kernels[0].name + "_")]
+
+
 @needs_dot
 def test_large_graph_renders_quickly():
     g = _big(200)
