@@ -64,8 +64,15 @@ mpi:
 demo: $(VENV)/.dev graphviz
 	$(PY) -m tapescope.demo
 
+# The suite over every core (pytest-xdist; TEST_WORKERS=1 for one process), one file per
+# worker at a time (a module's fixtures and its order-dependent checks stay in one process),
+# then the tests marked ``serial`` (they measure the machine, which other workers would share)
+# alone, from the files that have them.
+TEST_WORKERS ?= auto
+SERIAL_TESTS := $(shell grep -l "pytest.mark.serial" tests/test_*.py)
 test: mpi $(VENV)/.dev graphviz chromium
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -m "not serial" tests
+	$(PY) -m pytest -p no:cacheprovider -m serial $(SERIAL_TESTS)
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant
 # sweep with kernels built under ASan + UBSan; 2,000 random compiled graphs against the

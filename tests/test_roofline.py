@@ -151,6 +151,7 @@ def _numpy_copy(nbytes: int):
     return src, copy, pool
 
 
+@pytest.mark.serial
 @pytest.mark.skipif("PYTEST_XDIST_WORKER" in os.environ,
                     reason="bandwidth measured beside other test processes is theirs too")
 def test_cpu_copy_bandwidth_and_a_copy_kernel_match_a_numpy_copy(monkeypatch, tmp_path):
