@@ -64,14 +64,16 @@ mpi:
 demo: $(VENV)/.dev graphviz
 	$(PY) -m tapescope.demo
 
-# The suite over every core (pytest-xdist; TEST_WORKERS=1 for one process), one file per
+# The suite over every core (pytest-xdist; TEST_WORKERS=0: in one process), one file per
 # worker at a time (a module's fixtures and its order-dependent checks stay in one process),
-# then the tests marked ``serial`` (they measure the machine, which other workers would share)
-# alone, from the files that have them.
+# the files in their order (the default, fewest tests last, would leave the one-test browser
+# run, the longest, to the end), then the tests marked ``serial`` (they measure the machine,
+# which other workers would share) alone, from the files that have them.
 TEST_WORKERS ?= auto
 SERIAL_TESTS := $(shell grep -l "pytest.mark.serial" tests/test_*.py)
 test: mpi $(VENV)/.dev graphviz chromium
-	$(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile -m "not serial" tests
+	$(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  -m "not serial" tests
 	$(PY) -m pytest -p no:cacheprovider -m serial $(SERIAL_TESTS)
 
 # Heavy modes (a sample of each runs in `make test`): every compile suite and the full variant

@@ -204,9 +204,11 @@ class _InterruptingAfter:
             d.rule = rule
 
 
-@settings(max_examples=sweep(40, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# young_heap: the fixture spans every example (each collects twice)
+@settings(max_examples=sweep(40, 15), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(step, min_size=1, max_size=25))
-def test_sequences_of_evals_frees_and_interrupts_keep_mlxs_semantics(steps):
+def test_sequences_of_evals_frees_and_interrupts_keep_mlxs_semantics(young_heap, steps):
     gc.collect()
     active0 = mx.get_active_memory()
     _run_steps(steps)

@@ -347,8 +347,7 @@ def cpu_default():
 
 
 @pytest.fixture
-def clean_memory():
-    gc.collect()
+def clean_memory(young_heap):
     old = mx.set_cache_limit(mx.get_memory_limit())
     mx.clear_cache()
     yield
