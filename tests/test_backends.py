@@ -108,7 +108,7 @@ def test_ops_on_a_gpu_stream_run_with_the_gpu_backends_array_module(testgpu):
     assert np.array_equal(np.array(c), np.array(d))
 
 
-def test_outputs_are_accounted_by_the_devices_allocator(testgpu):
+def test_outputs_are_accounted_by_the_devices_allocator(testgpu, young_heap):
     cpu = allocator("cpu")
     a = mx.array(np.ones((256, 256), dtype=np.float32))
     mx.eval(a)

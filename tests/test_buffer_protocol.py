@@ -47,7 +47,7 @@ def test_memoryview_matches_mlx(name, shape, transpose):
     assert ours.readonly  # MLX's is writable; tapescope's buffers are recycled by the runtime
 
 
-def test_a_view_keeps_its_buffer_after_the_array_is_gone():
+def test_a_view_keeps_its_buffer_after_the_array_is_gone(young_heap):
     x = mx.arange(1000) * 2
     mv = memoryview(x)
     del x

@@ -105,7 +105,7 @@ def test_eval_with_nothing_and_evaluated_arrays_runs_nothing():
     assert ran(rec) == []
 
 
-def test_eval_detaches_and_frees_the_graph():
+def test_eval_detaches_and_frees_the_graph(young_heap):
     x = mx.array(np.arange(6, dtype=np.float32))
     h = mx.exp(x)
     y = h * 2
@@ -148,7 +148,7 @@ def test_siblings_are_realised_together():
     assert got == (want[0].tolist(), want[1].tolist())
 
 
-def test_sibling_kept_alone_still_realises():
+def test_sibling_kept_alone_still_realises(young_heap):
     if not hasattr(mx, "divmod"):
         pytest.skip("divmod (a two-output primitive) is not implemented yet")
     q, r = mx.divmod(mx.array([7, 8]), mx.array([3, 3]))

@@ -119,7 +119,7 @@ def test_interrupt_outside_an_eval_does_nothing_and_does_not_latch():
     np.testing.assert_array_equal(np.array(x), np.full(1024, 50, np.int32))
 
 
-def test_interrupt_from_a_timer_thread_resumes_to_the_right_answer():
+def test_interrupt_from_a_timer_thread_resumes_to_the_right_answer(young_heap):
     rng = random.Random(1234)
     mx.clear_streams()  # no work of earlier tests may still be allocating or freeing
     gc.collect()
