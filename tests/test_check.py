@@ -72,7 +72,7 @@ def test_float_functions_agree_with_jax(shape, dtype, seed):
     assert all(c.ulp is not None for c in r.outputs)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=sweep(30, 12))
 @given(shape=shapes, seed=st.integers(0, 2**16))
 def test_int_and_bool_functions_agree_exactly(shape, seed):
     rng = np.random.default_rng(seed)
@@ -90,7 +90,7 @@ def test_int_and_bool_functions_agree_exactly(shape, seed):
     assert all((c.rtol, c.atol) == (0.0, 0.0) for c in r.outputs if c.dtype in ("int32", "bool"))
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=sweep(30, 12))
 @given(shape=shapes, seed=st.integers(0, 2**16))
 def test_mixed_dtypes_agree(shape, seed):
     rng = np.random.default_rng(seed)
