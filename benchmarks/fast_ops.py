@@ -186,7 +186,7 @@ QUEUED = 20  # calls queued back to back for a kernel time
 def kernel_ms(name: str, run, op: str):
     """Device time of one call with the host out of the way, by CUDA events: tapescope's
     two events recorded on the stream right before and after its kernel's launch
-    (``fast_kernels.launch_recorded``), median over ``QUEUED`` calls; PyTorch's around
+    (``cuda/reductions.launch_recorded``, every Step's launch), median over ``QUEUED`` calls; PyTorch's around
     ``QUEUED`` calls queued back to back; jax.jit has no events here: the wall time of
     ``QUEUED`` queued calls / calls (an upper bound)."""
     import statistics
@@ -197,9 +197,9 @@ def kernel_ms(name: str, run, op: str):
         return None
     if name == "tapescope":
         import cupy
-        from tapescope.kernels.cuda import fast_kernels
+        from tapescope.kernels.cuda import reductions as launches  # Step.run launches through it
 
-        evs, orig = [], fast_kernels.launch_recorded
+        evs, orig = [], launches.launch_recorded
 
         def timed(*a):
             s = cupy.cuda.get_current_stream()
@@ -209,12 +209,12 @@ def kernel_ms(name: str, run, op: str):
             e1.record(s)
             evs.append((e0, e1))
 
-        fast_kernels.launch_recorded = timed
+        launches.launch_recorded = timed
         try:
             for _ in range(QUEUED):
                 run()
         finally:
-            fast_kernels.launch_recorded = orig
+            launches.launch_recorded = orig
         ms = [cupy.cuda.get_elapsed_time(e0, e1) for e0, e1 in evs]
         return statistics.median(ms) if ms else None
     if name == "torch":

@@ -564,14 +564,17 @@ an ulp or two here and there, which is why float tolerances are not zero."""),
 
 To see what a failure looks like, replace the rule of one primitive — `Exp` — with a wrong one
 for a moment (this is how tapescope's own tests plant faults). The rule lives in the
-primitive's one definition in `tapescope.kernels`."""),
+primitive's one definition in `tapescope.kernels`. (On a GPU an eager elementwise op runs as
+a generated one-op kernel, not through its rule: `tapescope.settings(eager_kernels=False)`
+sends those ops to their rules for the block; on the CPU it changes nothing.)"""),
     code("""from tapescope.kernels import primitives
 
 defn = primitives.lookup("Exp")
 saved = defn.rule, defn.takes_out
 defn.rule, defn.takes_out = (lambda xp, x: xp.exp(x) + np.float32(0.25)), False
 try:
-    bad = tapescope.check(f, a, every_node=True)
+    with tapescope.settings(eager_kernels=False):
+        bad = tapescope.check(f, a, every_node=True)
 finally:
     defn.rule, defn.takes_out = saved
 print(bad.status, "— first divergence:", bad.first_divergence.label)
@@ -598,7 +601,8 @@ print(r16.status, "rtol", out.rtol, "atol", out.atol, "ulp", out.ulp)"""),
 saved = add.rule, add.takes_out
 add.rule, add.takes_out = (lambda xp, x, y: x + y + (x == 7)), False
 try:
-    r = tapescope.check(lambda i: (i + 1) * 2, mx.arange(10), every_node=True)
+    with tapescope.settings(eager_kernels=False):
+        r = tapescope.check(lambda i: (i + 1) * 2, mx.arange(10), every_node=True)
 finally:
     add.rule, add.takes_out = saved
 print(r.status, r.first_divergence.label, r.first_divergence.reason)"""),
@@ -617,7 +621,9 @@ data, the rest stay lazy, and a later eval **resumes** from there instead of sta
 eval, at a known moment: for one cell the rule of `Sin` (its one definition in
 `tapescope.kernels`, as in notebook 6) is wrapped so that the 100th `Sin` to run asks for the
 interrupt, as if the stop button were pressed right then. A timer thread would race the eval:
-on a fast machine it would finish first."""),
+on a fast machine it would finish first. (On a GPU the eager `Sin` is a generated one-op
+kernel, not its rule: the helper sends the ops to their rules while it is entered,
+`tapescope.settings(eager_kernels=False)`; the interrupt itself works either way.)"""),
     code("""import itertools
 from contextlib import contextmanager
 
@@ -649,7 +655,8 @@ def stop_button_at(name, k):
 
     defn.rule = rule
     try:
-        yield answers
+        with tapescope.settings(eager_kernels=False):
+            yield answers
     finally:
         defn.rule = saved"""),
     code("""try:

@@ -4,6 +4,7 @@ tests of ``test_cuda_runtime.py`` that do not need real asynchronous kernels, in
 process whose ``import cupy`` is the stand-in. On a GPU machine the real ones run instead."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,13 @@ def test_cuda_backend_runs_the_gpu_tests_over_a_stand_in_cupy():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=300, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+    # nothing skipped for want of a GPU; only the test that needs MLX itself where it is absent
+    from conftest import mlx_ref
+
+    allowed = 0 if mlx_ref is not None else 1
+    last = r.stdout.splitlines()[-1]
+    skipped = int(re.search(r"(\d+) skipped", last).group(1)) if "skipped" in last else 0
+    assert " passed" in r.stdout and skipped == allowed, r.stdout[-2000:]
 
 
 def test_a_buffer_freed_by_a_finalizer_while_the_stream_record_is_locked_does_not_deadlock():

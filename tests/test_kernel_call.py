@@ -17,6 +17,7 @@ from tapescope.kernels import kernel_call as kc
 from tapescope.kernels.backends import backend
 from tapescope.kernels.common import norms
 from tapescope.kernels.common.reductions import arguments
+from conftest import requires_mlx
 from tapescope.kernels.cpu import compiler
 
 from conftest import kernel_launches as launched
@@ -217,6 +218,7 @@ def test_bad_calls_raise_clear_errors():
 
 
 @needs_cc
+@requires_mlx
 @settings(max_examples=12, deadline=None)
 @given(shape=st.sampled_from([(7,), (3, 5), (2, 3, 4), (64,)]),
        dtype=st.sampled_from([np.float32, np.float16]),

@@ -11,6 +11,7 @@ Strides are in elements; a weight / bias of MLX's scalar stand-in has none.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
@@ -41,6 +42,7 @@ def _float(dtype) -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every call, per layout
 def norm_call(name: str, dtype, shape: tuple, strides: tuple, vec_strides: tuple) -> Call:
     """RMSNorm / LayerNorm of ``x`` (``shape`` / ``strides``) with weight (and bias) strides
     ``vec_strides`` (None: MLX's scalar stand-in, no weight / bias). ``copy``: the leading
@@ -64,6 +66,7 @@ def norm_call(name: str, dtype, shape: tuple, strides: tuple, vec_strides: tuple
     return Call(spec, ints, out_shape=tuple(shape), out_dtype=np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every call, per layout
 def vjp_call(name: str, dtype, shape: tuple, vec_strides: tuple, groups: int = VJP_GROUPS) -> Call:
     """RMSNormVJP / LayerNormVJP over row-contiguous ``x`` and ``g``: ``groups`` groups of
     rows at most, each leaving its rows' weight / bias gradients in one row of ``part``."""
@@ -78,6 +81,7 @@ def vjp_call(name: str, dtype, shape: tuple, vec_strides: tuple, groups: int = V
     return Call(spec, ints, out_shape=tuple(shape), out_dtype=np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every call, per layout
 def rope_call(dtype, shape: tuple, strides: tuple, offset_size: int, offset_stride: int,
               *, dims: int, traditional: bool, forward: bool, **_) -> Call:
     """RoPE over MLX's (B, H, L, D) view of ``x``; ``copy`` when its heads do not collapse to

@@ -23,7 +23,7 @@ import numpy as np
 from .. import timeline
 from ..allocator import BufferHandle, allocator, owner_of
 from ..backends import Backend
-from ..primitives import ASTYPE, COMPILED, MATMUL, QUANTIZED
+from ..primitives import ASTYPE, COMPILED, MATMUL
 from ..rules.custom_kernel import CUSTOM
 from ..roofline import layouts
 from . import bfloat16 as bf16, device, timing
@@ -33,6 +33,7 @@ from .precision import matmul_rule
 
 
 _running = threading.local()  # .node: the node whose device context this thread is in
+_tf32_rules: dict = {}  # a matmul-family rule -> it at MLX's TF32 setting (precision.matmul_rule)
 
 
 class _OnStream:
@@ -325,36 +326,39 @@ class CudaBackend(Backend):
             return bf16.rule(prim, None if prim.defn.family == MATMUL else own, node)
         return own
 
+    @functools.cached_property
+    def _named_rules(self) -> dict:
+        """Primitive name -> its generated CUDA kernel rule: MLX's reductions
+        (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``) and quantized
+        products (``cuda/quantized.py``); one lookup a node (asked for every node a GPU
+        stream runs through the rules)."""
+        from .fast_kernels import RULES as fast
+        from .quantized import RULES as quantized
+        from .reductions import RULES as reductions
+
+        return {**quantized, **fast, **reductions}
+
     def _own_rule(self, prim: Any):
-        from ..common.norms import PRIMITIVES as FAST_PRIMITIVES
-        from ..common.reductions import PRIMITIVES
-
-        if prim.name in PRIMITIVES:
-            from .reductions import rule_for
-
-            return rule_for(prim.name)
-        if prim.name in FAST_PRIMITIVES:  # MLX's fast primitives (cuda/fast_kernels.py)
-            from .fast_kernels import rule_for as fast_rule
-
-            return fast_rule(prim.name)
-        if prim.defn.family == CUSTOM and prim.kw.get("language") == "cuda":
+        rule = self._named_rules.get(prim.name)
+        if rule is not None:
+            return rule
+        family = prim.defn.family
+        if family == CUSTOM and prim.kw.get("language") == "cuda":
             from .custom import run
 
             def rule(xp, *inputs, **params):
                 return run(inputs, **params)
 
             return rule
-        if prim.defn.family == ASTYPE:  # to bool by the bits: CuPy's kernels flush subnormals
+        if family == ASTYPE:  # to bool by the bits: CuPy's kernels flush subnormals
             from .casts import astype
 
             return astype
-        if prim.defn.family == QUANTIZED:  # the quantized products (cuda/quantized.py)
-            from .quantized import RULES as quantized
-
-            if prim.name in quantized:
-                return quantized[prim.name]
-        if prim.defn.family == MATMUL:  # MLX's TF32 switch (cuda/precision.py)
-            return matmul_rule(prim.defn.rule)
+        if family == MATMUL:  # MLX's TF32 switch (cuda/precision.py), one wrapper a rule
+            got = _tf32_rules.get(prim.defn.rule)
+            if got is None:
+                got = _tf32_rules[prim.defn.rule] = matmul_rule(prim.defn.rule)
+            return got
         return None
 
     def synchronize(self, stream: Any) -> None:

@@ -18,26 +18,13 @@ import cupy
 import numpy as np
 
 from .. import timeline
-from ..codegen.c_ops import Unsupported
 from ..common import norms as plan
-from ..common.reductions import arguments
-from .. import kernel_registry
 from ..primitives import REGISTRY
 from ..rules.fast import inv_freqs
-from . import compiled
-from .reductions import launch_recorded
+from .reductions import run_steps, step_for
 
 _fps: dict = {}  # a float parameter's value -> its one-element device buffer
 _invs: dict = {}  # (device, dims, base) -> RoPE's inverse frequencies on the device
-
-
-def _entry(spec):
-    try:
-        spec.kernel(gpu=True)
-    except Unsupported as e:
-        raise kernel_registry.BuildError(f"the CUDA dialect cannot express it: {e}") from None
-    return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
-                               key=spec.name, tape=spec)
 
 
 def _fallback(prim_name: str, why: str, xp, ins, kw, out=None):
@@ -76,17 +63,9 @@ def _inv_freqs(dims: int, base: float, freqs):
 
 
 def _launch(spec, prim_name: str, bufs: dict, ints: dict) -> Optional[str]:
-    """One launch of ``spec``'s kernel; the BuildError's text when there is none."""
-    try:
-        entry = _entry(spec)
-    except kernel_registry.BuildError as e:
-        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
-        return str(e)
-    args = [np.int64(v) if isinstance(v, int) else v
-            for v in arguments(spec.kernel_params(), bufs, ints, {})]
-    launch_recorded(entry, spec.kernel(gpu=True), ints, args, spec.name,
-                    {"variant": spec.layout, "primitive": prim_name})
-    return None
+    """One launch of ``spec``'s kernel (its ``Step`` made once per layout); the reason
+    when it has no build."""
+    return run_steps([(step_for(spec, ints, prim_name), None, None)], bufs, {}, prim_name)
 
 
 def _fits(out, shape, dtype, x) -> bool:

@@ -74,6 +74,6 @@ def run_reduction(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None) 
         outs.append(o)
         bufs[f"out{j}"] = o
     args = [np.int64(v) if isinstance(v, int) else v for v in arguments(k.params, bufs, ints, {})]
-    launch_recorded(entry, k, ints, args, entry.name,
+    launch_recorded(entry, *k.launch(ints), tuple(args), entry.name,
                     {"variant": f"reduce_{red.mode}", "tier": "kernel"})
     return outs

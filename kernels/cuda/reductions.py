@@ -27,16 +27,6 @@ from . import compiled
 _arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
 
 
-def _entry(spec):
-    """The loaded CUDA kernel of ``spec``; raises BuildError."""
-    try:
-        spec.kernel(gpu=True)
-    except Unsupported as e:
-        raise kernel_registry.BuildError(f"the CUDA dialect cannot express it: {e}") from None
-    return compiled.get_kernel(spec.name, spec.layout, lambda: spec.source(compiled._dialect()),
-                               key=spec.name, tape=spec)
-
-
 def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
     t0 = timeline.now() if timeline.enabled else 0
     out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
@@ -49,6 +39,99 @@ def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
 def _overlaps(a, b) -> bool:
     """Whether two device arrays' bytes overlap (a donated input given as the output)."""
     return bool(cupy.may_share_memory(a, b))  # the arrays' memory bounds, as numpy's
+
+
+def launch_recorded(entry, grid: int, block: int, args: tuple, name: str, detail: dict) -> None:
+    """One launch of a loop-IR kernel's compiled ``entry`` on the current stream, recorded
+    as a ``kernel_launch`` while the timeline records."""
+    t0 = timeline.now() if timeline.enabled else 0
+    entry.fn((grid,), (block,), args)
+    entry.hits += 1
+    if t0:
+        timeline.add("kernel_launch", t0, timeline.now(), name=name, device="gpu",
+                     detail={"runtime": "cuda", "grid": grid, "block": block, **detail})
+
+
+class Step:
+    """One launch of a loop-IR kernel with everything but its buffers fixed: the kernel's
+    grid and block, its integer arguments as int64 values in the signature's order, and
+    where each named buffer (``in`` / ``out`` parameters) or int64 array (``ints``) goes.
+    Made once per (kernel, integer arguments): a call fills the buffers and launches."""
+
+    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays", "detail", "source")
+
+    def __init__(self, spec, kernel, ints: dict, detail: dict):
+        self.spec, self.detail = spec, detail
+        self.grid, self.block = kernel.launch(ints)
+        self.args, self.bufs, self.arrays = [], [], []
+        for i, p in enumerate(kernel.params):
+            if p.kind == "int":
+                self.args.append(np.int64(int(ints[p.name])))
+            else:
+                (self.bufs if p.kind in ("in", "out") else self.arrays).append((i, p.name))
+                self.args.append(None)
+        self.source = lambda: spec.source(compiled._dialect())
+
+    def entry(self):
+        """The loaded kernel, through the kernel cache on every call (a cleared cache
+        rebuilds it; the timeline records the hit); raises BuildError without one."""
+        spec = self.spec
+        return compiled.get_kernel(spec.name, spec.layout, self.source, key=spec.name, tape=spec)
+
+    def run(self, entry, buffers: dict, arrays: dict) -> None:
+        """Launch ``entry`` (``self.entry()``) over ``buffers`` (name -> device array) and
+        ``arrays`` on the current stream, recorded as a ``kernel_launch``."""
+        spec = self.spec
+        args = list(self.args)
+        for i, name in self.bufs:
+            args[i] = buffers[name]
+        for i, name in self.arrays:
+            args[i] = arrays[name]
+        launch_recorded(entry, self.grid, self.block, tuple(args), spec.name, self.detail)
+
+
+_steps: dict = {}  # (spec, integer arguments, primitive) -> its Step, or (spec, why none)
+
+
+def step_for(spec, ints: dict, prim_name: str):
+    """The ``Step`` of ``spec``'s kernel with these integer arguments, made once (the
+    kernel's IR built once, not per call), or (spec, why the CUDA dialect cannot express
+    it)."""
+    key = (spec, tuple(ints.items()), prim_name)
+    got = _steps.get(key)
+    if got is None:
+        if len(_steps) > 4096:
+            _steps.clear()
+        try:
+            got = Step(spec, spec.kernel(gpu=True), ints,
+                       {"variant": spec.layout, "primitive": prim_name})
+        except Unsupported as e:
+            got = (spec, f"the CUDA dialect cannot express it: {e}")
+        _steps[key] = got
+    return got
+
+
+def run_steps(steps, buffers: dict, arrays: dict, prim_name: str) -> Optional[str]:
+    """Launch ``steps`` ((Step, source buffer, destination buffer) each, in order) over
+    ``buffers``; the reason when a kernel has no build (nothing launched then: every
+    kernel is loaded before the first launch)."""
+    entries = []
+    for step, _, _ in steps:
+        try:
+            if isinstance(step, tuple):  # (spec, why the dialect cannot express it)
+                raise kernel_registry.BuildError(step[1])
+            entries.append(step.entry())
+        except kernel_registry.BuildError as e:
+            spec = step[0] if isinstance(step, tuple) else step.spec
+            kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+            return str(e)
+    for (step, src, dst), entry in zip(steps, entries):
+        step.run(entry, {**buffers, "x": buffers[src], "out": buffers[dst]} if src else buffers,
+                 arrays)
+    return None
+
+
+_call_steps: dict = {}  # id of a Call -> (the Call, its Steps): Calls live in common's cache
 
 
 def _launch(call, a, prim_name: str, xp, kw, given=None):
@@ -66,33 +149,14 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
     arrays = _arrays.get(id(call))
     if (arrays is None or arrays[0] is not call) and call.arrays:
         arrays = _arrays[id(call)] = (call, {k: cupy.asarray(v) for k, v in call.arrays.items()})
-    steps = []
-    for spec, ints, src, dst in plan.gpu_launches(call):
-        try:
-            steps.append((spec, ints, src, dst, _entry(spec)))
-        except kernel_registry.BuildError as e:
-            kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
-            return _fallback(prim_name, str(e), xp, a, kw, given)
-    for spec, ints, src, dst, entry in steps:
-        k = spec.kernel(gpu=True)
-        b = {**bufs, "x": bufs[src], "out": bufs[dst]}
-        args = [np.int64(v) if isinstance(v, int) else v
-                for v in plan.arguments(spec.kernel_params(), b, ints, arrays[1] if arrays else {})]
-        launch_recorded(entry, k, ints, args, spec.name,
-                        {"variant": spec.layout, "primitive": prim_name})
-    return out
-
-
-def launch_recorded(entry, kernel, ints: dict, args: list, name: str, detail: dict) -> None:
-    """One launch of a loop-IR kernel's compiled ``entry`` (its grid and block from the
-    kernel's sizes), recorded as a ``kernel_launch`` while the timeline records."""
-    grid, block = kernel.launch(ints)
-    t0 = timeline.now() if timeline.enabled else 0
-    entry.fn((grid,), (block,), tuple(args))
-    entry.hits += 1
-    if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=name, device="gpu",
-                     detail={"runtime": "cuda", "grid": grid, "block": block, **detail})
+    steps = _call_steps.get(id(call))
+    if steps is None or steps[0] is not call:
+        if len(_call_steps) > 4096:
+            _call_steps.clear()
+        steps = _call_steps[id(call)] = (call, [(step_for(spec, ints, prim_name), src, dst)
+                                                for spec, ints, src, dst in plan.gpu_launches(call)])
+    why = run_steps(steps[1], bufs, arrays[1] if arrays else {}, prim_name)
+    return _fallback(prim_name, why, xp, a, kw, given) if why else out
 
 
 def _rule(prim_name: str) -> Callable:
