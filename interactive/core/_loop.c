@@ -49,7 +49,9 @@ static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
-static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
+static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
+    buf_raw_off;
+static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 7 };
 /* (evaluate.PATHS' indices) */
@@ -102,6 +104,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     for (int i = 0; i < T_COUNT; i++)
         if ((dtype_off[i] = slot_offset(dtype_type, t_slots[i])) < 0) return NULL;
     if ((buf_size_off = slot_offset(buffer_type, "size")) < 0) return NULL;
+    if ((buf_raw_off = slot_offset(buffer_type, "raw")) < 0) return NULL;
+    Py_XSETREF(l_buffer_type, Py_NewRef(buffer_type));
     if (l_kwnames_out == NULL && (l_kwnames_out = Py_BuildValue("(s)", "out")) == NULL) return NULL;
     if (s_view == NULL && (!(s_view = PyUnicode_InternFromString("view")) ||
                            !(s_malloc = PyUnicode_InternFromString("malloc")) ||
@@ -242,6 +246,29 @@ static PyObject *call_rule(PyObject *rule, PyObject **args, Py_ssize_t nargs, Py
     PyObject *r = PyObject_Vectorcall(rule, args, nargs, names);
     Py_DECREF(names);
     return r;
+}
+
+/* buf.view(nbytes, dtype, shape) (allocator.Buffer.view): for the host's Buffer over a flat
+ * uint8 numpy array, ``np.ndarray(shape, dtype, raw)`` as the method makes it; any other
+ * buffer (a device's type, adopted memory not yet flattened) through the method */
+static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, PyObject *shape) {
+    PyObject *raw = Py_TYPE(buf) == (PyTypeObject *)l_buffer_type ? SLOT(buf, buf_raw_off) : NULL;
+    if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray) {
+        Py_buffer v;
+        int flat = 0;
+        if (PyObject_GetBuffer(raw, &v, PyBUF_FORMAT | PyBUF_ND) == 0) {
+            flat = v.ndim == 1 && v.itemsize == 1 && v.format != NULL && strcmp(v.format, "B") == 0;
+            PyBuffer_Release(&v);
+        } else {
+            PyErr_Clear();
+        }
+        if (flat) {
+            PyObject *args[3] = {shape, npdt, raw};
+            return PyObject_Vectorcall(l_ndarray, args, 3, NULL);
+        }
+    }
+    PyObject *vargs[4] = {buf, nbytes, npdt, shape};
+    return PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* whether ``d`` (an input desc) may give its buffer to an output of ``shape``, ``itemsize``
@@ -510,8 +537,7 @@ static int run_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
-                PyObject *vargs[4] = {buf, size, npdt, shape};
-                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out = buffer_view(buf, size, npdt, shape);
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
             Py_XDECREF(buf);
@@ -616,7 +642,8 @@ static int run_host(PyObject *node) {
         ins = shape ? PyList_New(n) : NULL;
         if (ins == NULL) { if (!PyErr_Occurred()) rc = 0; goto done; }
         for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
-        ln = PyObject_CallFunctionObjArgs(bi->launch_for, tape, ins, shape, NULL);
+        PyObject *largs[3] = {tape, ins, shape}; /* (a PlanLookup: C, kernel_call.py) */
+        ln = PyObject_Vectorcall(bi->launch_for, largs, 3, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
         if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
@@ -663,8 +690,7 @@ static int run_host(PyObject *node) {
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
-                PyObject *vargs[4] = {buf, size, npdt, shape};
-                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out = buffer_view(buf, size, npdt, shape);
                 out_c = 1; /* the allocator's buffer viewed in the output's shape */
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
