@@ -11,7 +11,9 @@
  * The eval loop (core/_loop.c) calls a plan through its vectorcall, without Python code.
  *
  * The arrays must be numpy arrays of the layouts the plan was made for (its key): the
- * caller checks that; here only their type is checked. */
+ * caller checks that; here only their type is checked.
+ *
+ * PlanLookup (below): where a fused call's plan is found, by the layouts of its call. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -213,6 +215,161 @@ static PyTypeObject KernelCallType = {
     .tp_members = kc_members,
 };
 
+/* -- PlanLookup: a fused call's launch plan for its layouts ---------------------------------
+ *
+ * ``lookup(tape, inputs, shape)``: the launch plan a backend made for a fused tape's call
+ * with these layouts, ``tape.launches[(*tag, shape, *((a.shape, a.strides) of each
+ * non-constant input a))]`` (the non-constant inputs' positions under
+ * ``tape.launches[tag]``; no tag in the key when ``tag`` is None), or None: no plan made
+ * yet, a plan of an older kernel cache (its ``gen`` not ``generation[0]``), or an input of
+ * the ``refused`` type. kernel_call.py's PyPlanLookup is the same in Python. The eval loop
+ * asks a backend's ``compiled_launch`` (one of these) before every fused call. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *tag, *generation, *refused;
+} PlanLookup;
+
+static PyObject *s_launches, *s_gen, *s_shape, *s_strides;
+
+static PyObject *pl_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+    PlanLookup *self = (PlanLookup *)op;
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "[PlanLookup] takes (tape, inputs, shape)");
+        return NULL;
+    }
+    PyObject *launches = PyObject_GetAttr(args[0], s_launches), *result = NULL, *key = NULL,
+             *seq = NULL;
+    if (launches == NULL) return NULL;
+    if (!PyDict_Check(launches)) {
+        PyErr_SetString(PyExc_TypeError, "[PlanLookup] a tape's launches are a dict");
+        goto done;
+    }
+    PyObject *arrays = PyDict_GetItemWithError(launches, self->tag);
+    if (arrays == NULL || !PyTuple_Check(arrays)) {
+        if (!PyErr_Occurred()) result = Py_NewRef(Py_None); /* (no call planned yet) */
+        goto done;
+    }
+    if (!(seq = PySequence_Fast(args[1], "[PlanLookup] the inputs are a sequence"))) goto done;
+    Py_ssize_t m = PyTuple_GET_SIZE(arrays), n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t lead = self->tag != Py_None;
+    for (Py_ssize_t j = 0; j < m && self->refused != Py_None; j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(arrays, j));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i < 0 || i >= n) { PyErr_SetString(PyExc_IndexError, "list index out of range"); goto done; }
+        if ((PyObject *)Py_TYPE(PySequence_Fast_GET_ITEM(seq, i)) == self->refused) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    if (!(key = PyTuple_New(lead + 1 + m))) goto done;
+    if (lead) PyTuple_SET_ITEM(key, 0, Py_NewRef(self->tag));
+    PyTuple_SET_ITEM(key, lead, Py_NewRef(args[2]));
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(arrays, j));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i < 0 || i >= n) { PyErr_SetString(PyExc_IndexError, "list index out of range"); goto done; }
+        PyObject *a = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *sh = PyObject_GetAttr(a, s_shape);
+        PyObject *st = sh ? PyObject_GetAttr(a, s_strides) : NULL;
+        PyObject *pair = st ? PyTuple_Pack(2, sh, st) : NULL;
+        Py_XDECREF(sh); Py_XDECREF(st);
+        if (pair == NULL) goto done;
+        PyTuple_SET_ITEM(key, lead + 1 + j, pair);
+    }
+    PyObject *ln = PyDict_GetItemWithError(launches, key);
+    if (ln == NULL || ln == Py_None) {
+        if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_INCREF(ln);
+    PyObject *gen = PyObject_GetAttr(ln, s_gen);
+    PyObject *now = PyList_Check(self->generation) && PyList_GET_SIZE(self->generation)
+                    ? PyList_GET_ITEM(self->generation, 0) : NULL;
+    int same = gen != NULL && now != NULL ? PyObject_RichCompareBool(gen, now, Py_EQ) : -1;
+    Py_XDECREF(gen);
+    if (same < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "[PlanLookup] generation is [int]");
+        Py_DECREF(ln);
+        goto done;
+    }
+    if (same) result = ln;
+    else { Py_DECREF(ln); result = Py_NewRef(Py_None); }
+done:
+    Py_DECREF(launches);
+    Py_XDECREF(key);
+    Py_XDECREF(seq);
+    return result;
+}
+
+static int pl_init(PlanLookup *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"tag", "generation", "refused", NULL};
+    PyObject *tag, *generation, *refused = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!|O:PlanLookup", names, &tag, &PyList_Type,
+                                     &generation, &refused))
+        return -1;
+    if (PyObject_Hash(tag) == -1) return -1;
+    Py_XSETREF(self->tag, Py_NewRef(tag));
+    Py_XSETREF(self->generation, Py_NewRef(generation));
+    Py_XSETREF(self->refused, Py_NewRef(refused));
+    self->vectorcall = pl_vectorcall;
+    return 0;
+}
+
+static PyObject *pl_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PlanLookup *self = (PlanLookup *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = pl_vectorcall;
+        self->tag = Py_NewRef(Py_None);
+        self->generation = PyList_New(0);
+        self->refused = Py_NewRef(Py_None);
+        if (self->generation == NULL) { Py_DECREF(self); return NULL; }
+    }
+    return (PyObject *)self;
+}
+
+static int pl_traverse(PlanLookup *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tag); Py_VISIT(self->generation); Py_VISIT(self->refused);
+    return 0;
+}
+
+static int pl_clear(PlanLookup *self) {
+    Py_CLEAR(self->tag); Py_CLEAR(self->generation); Py_CLEAR(self->refused);
+    return 0;
+}
+
+static void pl_dealloc(PlanLookup *self) {
+    PyObject_GC_UnTrack(self);
+    pl_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pl_members[] = {
+    {"tag", T_OBJECT_EX, offsetof(PlanLookup, tag), READONLY, "the backend's tag in the keys"},
+    {"generation", T_OBJECT_EX, offsetof(PlanLookup, generation), READONLY,
+     "[the kernel cache's generation]: a plan of another is stale"},
+    {"refused", T_OBJECT_EX, offsetof(PlanLookup, refused), READONLY,
+     "an input of this type has no plan (None: none refused)"},
+    {NULL}};
+
+static PyTypeObject PlanLookupType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapescope.kernels._kernel_call.PlanLookup",
+    .tp_basicsize = sizeof(PlanLookup),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "PlanLookup(tag, generation, refused=None): lookup(tape, inputs, shape) is the "
+              "launch plan made for a fused call with these layouts, or None.",
+    .tp_new = pl_new,
+    .tp_init = (initproc)pl_init,
+    .tp_dealloc = (destructor)pl_dealloc,
+    .tp_traverse = (traverseproc)pl_traverse,
+    .tp_clear = (inquiry)pl_clear,
+    .tp_call = kc_call,
+    .tp_vectorcall_offset = offsetof(PlanLookup, vectorcall),
+    .tp_members = pl_members,
+};
+
 /* configure(ndarray, timeline): numpy's array type and the timeline module (its
  * ``enabled`` and ``now``) */
 static PyObject *configure(PyObject *self, PyObject *args) {
@@ -241,19 +398,27 @@ static PyMethodDef methods[] = {
     {NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel_call",
-                                    "KernelCall: a generated kernel's call planned once per layout",
+                                    "KernelCall: a generated kernel's call planned once per layout; PlanLookup",
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__kernel_call(void) {
-    if (PyType_Ready(&KernelCallType) < 0) return NULL;
+    if (PyType_Ready(&KernelCallType) < 0 || PyType_Ready(&PlanLookupType) < 0) return NULL;
     if (!(s_enabled = PyUnicode_InternFromString("enabled")) ||
-        !(s_hits = PyUnicode_InternFromString("hits")))
+        !(s_hits = PyUnicode_InternFromString("hits")) ||
+        !(s_launches = PyUnicode_InternFromString("launches")) ||
+        !(s_gen = PyUnicode_InternFromString("gen")) ||
+        !(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_strides = PyUnicode_InternFromString("strides")))
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&KernelCallType);
     if (PyModule_AddObject(m, "KernelCall", (PyObject *)&KernelCallType) < 0) {
         Py_DECREF(&KernelCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "PlanLookup", (PyObject *)&PlanLookupType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -14,7 +14,9 @@ fused call's launch plan (``cpu/compiled.py``: ``Launch``) carries a ``KernelCal
 single-output call too, which the loop calls on an output of the layout it writes.
 
 ``KernelCall`` is ``_kernel_call.c``'s type where the extension is built, else the Python
-class below (the same arguments and behaviour, through ctypes).
+class below (the same arguments and behaviour, through ctypes). So is ``PlanLookup``: how a
+backend finds a fused call's launch plan by its layouts (its ``compiled_launch``, asked by
+the eval loop before every fused call).
 """
 
 from __future__ import annotations
@@ -87,20 +89,53 @@ class PyKernelCall:
             self.note(t0, timeline.now(), arrays)
 
 
-def _c_type():
+class PyPlanLookup:
+    """``_kernel_call.PlanLookup`` in Python: ``lookup(tape, inputs, shape)`` is the launch
+    plan a backend made for a fused call with these layouts, ``tape.launches[(*tag, shape,
+    *((a.shape, a.strides) of each non-constant input a))]`` (their positions under
+    ``tape.launches[tag]``; no tag in the key when ``tag`` is None), or None: no plan made
+    yet, one of an older kernel cache (its ``gen`` not ``generation[0]``), or an input of
+    the ``refused`` type."""
+
+    __slots__ = ("tag", "generation", "refused")
+
+    def __init__(self, tag, generation: list, refused: Optional[type] = None) -> None:
+        hash(tag)
+        if not isinstance(generation, list):
+            raise TypeError("PlanLookup() argument 2 must be list")
+        self.tag, self.generation, self.refused = tag, generation, refused
+
+    def __call__(self, tape, inputs, shape):
+        launches = tape.launches
+        arrays = launches.get(self.tag)
+        if arrays is None:
+            return None
+        refused = self.refused
+        if refused is not None and any(type(inputs[i]) is refused for i in arrays):
+            return None
+        pairs = [(inputs[i].shape, inputs[i].strides) for i in arrays]
+        ln = launches.get((shape, *pairs) if self.tag is None else (self.tag, shape, *pairs))
+        if ln is None or ln.gen != self.generation[0]:
+            return None
+        return ln
+
+
+def _c_types():
     try:
         from . import _kernel_call
     except ImportError:
-        return None
+        return None, None
     _kernel_call.configure(np.ndarray, timeline)
     probes = [np.arange(7, dtype=np.float32), np.ones((3, 4), np.float64)[1:, ::2],
               np.zeros((), np.int8)]
     if all(_kernel_call.data_pointer(a) == a.ctypes.data for a in probes):
-        return _kernel_call.KernelCall
-    return None
+        return _kernel_call.KernelCall, getattr(_kernel_call, "PlanLookup", None)
+    return None, getattr(_kernel_call, "PlanLookup", None)
 
 
-KernelCall = _c_type() or PyKernelCall
+_C_KERNEL_CALL, _C_PLAN_LOOKUP = _c_types()
+KernelCall = _C_KERNEL_CALL or PyKernelCall
+PlanLookup = _C_PLAN_LOOKUP or PyPlanLookup
 
 
 def kernel_call(entry, argv: list, slots: tuple, keep, gil: bool, note: Callable,

@@ -266,3 +266,56 @@ def test_a_multi_output_fused_call_runs_from_its_plan(shape, dtype, transposed, 
     for x, y in zip(ours[-1], theirs):
         np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=tol, atol=tol)
     assert counts[-1] == {"fused_kernel": 1, "run_compiled": 0}, counts
+
+
+class _Plan:
+    def __init__(self, gen):
+        self.gen = gen
+
+
+class _Tape:
+    def __init__(self):
+        self.launches = {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=3), tag=st.sampled_from([None, "cuda"]),
+       refuse=st.booleans(), stale=st.booleans(), planned=st.booleans(), consts=st.booleans())
+def test_the_c_and_python_plan_lookups_agree(shape, tag, refuse, stale, planned, consts):
+    """A fused call's plan found by its layouts (PlanLookup, a backend's launch_for): the C
+    type and the Python class give the same plan (the object filed under the key run_compiled
+    files it under) or None, against the key built here."""
+    if kc._C_PLAN_LOOKUP is None:
+        pytest.skip("the extension is not built")
+    a = np.zeros(shape, np.float32)
+    b = np.zeros(shape[::-1], np.int8).T  # another layout
+    inputs = [a, np.float32(2.0), b] if consts else [a, b]
+    arrays = (0, 2) if consts else (0, 1)
+    gen = [7]
+    tape = _Tape()
+    plan = _Plan(6 if stale else 7)
+    if planned:
+        tape.launches[tag] = arrays
+        pairs = [(inputs[i].shape, inputs[i].strides) for i in arrays]
+        tape.launches[(tuple(shape), *pairs) if tag is None else (tag, tuple(shape), *pairs)] = plan
+    refused = np.ndarray if refuse else None
+    want = None if not planned or stale or refuse else plan
+    for lookup in (kc._C_PLAN_LOOKUP(tag, gen, refused), kc.PyPlanLookup(tag, gen, refused)):
+        assert lookup(tape, inputs, tuple(shape)) is want
+        assert lookup(tape, tuple(inputs), tuple(shape)) is want
+        assert lookup(tape, inputs, tuple(shape) + (1,)) is None  # another output shape
+    gen[0] = 6  # the kernel cache's generation moved: the other plans are stale now
+    for lookup in (kc._C_PLAN_LOOKUP(tag, gen, refused), kc.PyPlanLookup(tag, gen, refused)):
+        assert lookup(tape, inputs, tuple(shape)) is (plan if planned and stale and not refuse else None)
+
+
+def test_plan_lookup_bad_calls_raise_clear_errors():
+    if kc._C_PLAN_LOOKUP is None:
+        pytest.skip("the extension is not built")
+    for cls in (kc._C_PLAN_LOOKUP, kc.PyPlanLookup):
+        with pytest.raises(TypeError):
+            cls(None, (0,))  # the generation is a list
+        with pytest.raises(TypeError):
+            cls([], [0])  # an unhashable tag
+    with pytest.raises(TypeError, match="tape, inputs, shape"):
+        kc._C_PLAN_LOOKUP(None, [0])(_Tape(), [])

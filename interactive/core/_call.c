@@ -169,8 +169,9 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
     for (; got < n; got++) {
         PyObject *a = PyTuple_GET_ITEM(args, got);
         if ((PyObject *)Py_TYPE(a) != c_array_type) goto fallback;
-        descs[got] = PyObject_GetAttr(a, s__d);
+        descs[got] = Py_XNewRef(SLOT(a, array_d_off)); /* (a slot: read by its offset) */
         if (descs[got] == NULL) goto fallback;
+        if ((PyObject *)Py_TYPE(descs[got]) != c_desc_type) { got++; goto fallback; }
     }
     stream = default_stream();
     if (stream == NULL) goto fallback; /* (the Python path raises it again) */
@@ -183,12 +184,10 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
     PyObject *mode = PyList_GET_SIZE(c_fusion) ? PyList_GET_ITEM(c_fusion, 0) : Py_None;
     PyTuple_SET_ITEM(sig, 1, Py_NewRef(mode));
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *sh = PyObject_GetAttr(descs[i], s_shape);
-        if (sh == NULL) goto fallback;
-        PyTuple_SET_ITEM(sig, 2 + 2 * i, sh);
-        PyObject *dt = PyObject_GetAttr(descs[i], s_dtype);
-        PyObject *nm = dt ? PyObject_GetAttr(dt, s_name) : NULL;
-        Py_XDECREF(dt);
+        PyObject *sh = SLOT(descs[i], desc_off[D_SHAPE]), *dt = SLOT(descs[i], desc_off[D_DTYPE]);
+        if (sh == NULL || dt == NULL) goto fallback;
+        PyTuple_SET_ITEM(sig, 2 + 2 * i, Py_NewRef(sh));
+        PyObject *nm = PyObject_GetAttr(dt, s_name);
         if (nm == NULL) goto fallback;
         PyTuple_SET_ITEM(sig, 3 + 2 * i, nm);
     }

@@ -14,6 +14,7 @@
  * _core.h); configured by evaluate.py and eval_loop.py at import. */
 #include "_core.h"
 #include "../../kernels/_device_api.h"
+#include <signal.h> /* SIGINT */
 
 /* -- The eval loop's hot part: one host node run in C ------------------------------------
  *
@@ -48,7 +49,9 @@ static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
-static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off;
+static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
+    buf_raw_off;
+static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 7 };
 /* (evaluate.PATHS' indices) */
@@ -101,6 +104,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     for (int i = 0; i < T_COUNT; i++)
         if ((dtype_off[i] = slot_offset(dtype_type, t_slots[i])) < 0) return NULL;
     if ((buf_size_off = slot_offset(buffer_type, "size")) < 0) return NULL;
+    if ((buf_raw_off = slot_offset(buffer_type, "raw")) < 0) return NULL;
+    Py_XSETREF(l_buffer_type, Py_NewRef(buffer_type));
     if (l_kwnames_out == NULL && (l_kwnames_out = Py_BuildValue("(s)", "out")) == NULL) return NULL;
     if (s_view == NULL && (!(s_view = PyUnicode_InternFromString("view")) ||
                            !(s_malloc = PyUnicode_InternFromString("malloc")) ||
@@ -150,6 +155,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
 typedef struct {
     PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
     int host;
+    int plain_event; /* its events are stream_workers.Event (Backend.event): 1; else -1; 0 not known */
     const DeviceApi *api; /* NULL: the Python hooks */
     PyObject *eager_for;  /* Backend.eager_kernel, with api only; NULL: none */
 } BackendInfo;
@@ -162,7 +168,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -240,6 +246,29 @@ static PyObject *call_rule(PyObject *rule, PyObject **args, Py_ssize_t nargs, Py
     PyObject *r = PyObject_Vectorcall(rule, args, nargs, names);
     Py_DECREF(names);
     return r;
+}
+
+/* buf.view(nbytes, dtype, shape) (allocator.Buffer.view): for the host's Buffer over a flat
+ * uint8 numpy array, ``np.ndarray(shape, dtype, raw)`` as the method makes it; any other
+ * buffer (a device's type, adopted memory not yet flattened) through the method */
+static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, PyObject *shape) {
+    PyObject *raw = Py_TYPE(buf) == (PyTypeObject *)l_buffer_type ? SLOT(buf, buf_raw_off) : NULL;
+    if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray) {
+        Py_buffer v;
+        int flat = 0;
+        if (PyObject_GetBuffer(raw, &v, PyBUF_FORMAT | PyBUF_ND) == 0) {
+            flat = v.ndim == 1 && v.itemsize == 1 && v.format != NULL && strcmp(v.format, "B") == 0;
+            PyBuffer_Release(&v);
+        } else {
+            PyErr_Clear();
+        }
+        if (flat) {
+            PyObject *args[3] = {shape, npdt, raw};
+            return PyObject_Vectorcall(l_ndarray, args, 3, NULL);
+        }
+    }
+    PyObject *vargs[4] = {buf, nbytes, npdt, shape};
+    return PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* whether ``d`` (an input desc) may give its buffer to an output of ``shape``, ``itemsize``
@@ -508,8 +537,7 @@ static int run_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
-                PyObject *vargs[4] = {buf, size, npdt, shape};
-                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out = buffer_view(buf, size, npdt, shape);
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
             Py_XDECREF(buf);
@@ -614,7 +642,8 @@ static int run_host(PyObject *node) {
         ins = shape ? PyList_New(n) : NULL;
         if (ins == NULL) { if (!PyErr_Occurred()) rc = 0; goto done; }
         for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
-        ln = PyObject_CallFunctionObjArgs(bi->launch_for, tape, ins, shape, NULL);
+        PyObject *largs[3] = {tape, ins, shape}; /* (a PlanLookup: C, kernel_call.py) */
+        ln = PyObject_Vectorcall(bi->launch_for, largs, 3, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
         if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
@@ -661,8 +690,7 @@ static int run_host(PyObject *node) {
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
             if (buf != NULL) {
-                PyObject *vargs[4] = {buf, size, npdt, shape};
-                out = PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                out = buffer_view(buf, size, npdt, shape);
                 out_c = 1; /* the allocator's buffer viewed in the output's shape */
                 handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
@@ -794,14 +822,21 @@ PyObject *run_node(PyObject *self, PyObject *node) {
  * (from the arrays in order, each node's inputs left to right, a node once, inputs before
  * their consumers) with its cut for a node another eval has scheduled (its event set: into
  * ``pending``, its inputs unvisited). Returns (order, pending). */
-typedef struct { PyObject **items; Py_ssize_t n, cap; } Stack;
-typedef struct { void **slots; size_t cap, n; } PtrSet;
+/* Both start in storage on the C stack (``small``: an eval's graph is mostly a few nodes,
+ * and a heap table per eval cost more than the walk), moving to the heap when they grow. */
+#define SMALL_STACK 32
+#define SMALL_SET 64
+typedef struct { PyObject **items; Py_ssize_t n, cap; PyObject *small[SMALL_STACK]; } Stack;
+typedef struct { void **slots; size_t cap, n; void *small[SMALL_SET]; } PtrSet;
 
 static int stack_push(Stack *s, PyObject *o) {
     if (s->n == s->cap) {
-        Py_ssize_t cap = s->cap ? 2 * s->cap : 64;
-        PyObject **items = PyMem_Realloc(s->items, cap * sizeof(PyObject *));
+        Py_ssize_t cap = s->cap ? 2 * s->cap : SMALL_STACK;
+        PyObject **items = s->cap == 0 ? s->small
+                           : PyMem_Malloc(cap * sizeof(PyObject *));
         if (items == NULL) { PyErr_NoMemory(); return -1; }
+        if (s->n) memcpy(items, s->items, s->n * sizeof(PyObject *));
+        if (s->items != s->small) PyMem_Free(s->items);
         s->items = items, s->cap = cap;
     }
     s->items[s->n++] = Py_NewRef(o);
@@ -811,8 +846,9 @@ static int stack_push(Stack *s, PyObject *o) {
 /* 1 added, 0 already there, -1 no memory (open addressing over pointers, load <= 1/2) */
 static int set_add(PtrSet *s, void *p) {
     if (2 * (s->n + 1) > s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 256;
-        void **slots = PyMem_Calloc(cap, sizeof(void *));
+        size_t cap = s->cap ? 2 * s->cap : SMALL_SET;
+        void **slots = s->cap == 0 ? memset(s->small, 0, sizeof(s->small))
+                       : PyMem_Calloc(cap, sizeof(void *));
         if (slots == NULL) { PyErr_NoMemory(); return -1; }
         for (size_t i = 0; i < s->cap; i++) {
             void *q = s->slots[i];
@@ -821,7 +857,7 @@ static int set_add(PtrSet *s, void *p) {
             while (slots[j] != NULL) j = (j + 1) & (cap - 1);
             slots[j] = q;
         }
-        PyMem_Free(s->slots);
+        if (s->slots != s->small) PyMem_Free(s->slots);
         s->slots = slots, s->cap = cap;
     }
     size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
@@ -850,8 +886,10 @@ PyObject *topo_order(PyObject *self, PyObject *descs) {
         return NULL;
     }
     PyObject *order = PyList_New(0), *pending = PyList_New(0), *result = NULL;
-    Stack st = {0};
-    PtrSet seen = {0};
+    Stack st;
+    PtrSet seen;
+    st.items = NULL, st.n = st.cap = 0;
+    seen.slots = NULL, seen.cap = seen.n = 0;
     if (order == NULL || pending == NULL) goto done;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(descs); k++) {
         if (stack_push(&st, PyList_GET_ITEM(descs, k)) < 0) goto done;
@@ -900,8 +938,8 @@ PyObject *topo_order(PyObject *self, PyObject *descs) {
     result = PyTuple_Pack(2, order, pending);
 done:
     while (st.n) Py_DECREF(st.items[--st.n]);
-    PyMem_Free(st.items);
-    PyMem_Free(seen.slots);
+    if (st.items != st.small) PyMem_Free(st.items);
+    if (seen.slots != seen.small) PyMem_Free(seen.slots);
     Py_XDECREF(order);
     Py_XDECREF(pending);
     return result;
@@ -917,18 +955,38 @@ done:
  * the event signalled, and the timeline's eval records where it records (eval_loop's own
  * helpers). Anything else is declined before anything is done, and the Python eval runs. */
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
-    *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild;
+    *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild, *g_sigint_state, *g_getsignal,
+    *g_main_thread, *g_event_type, *g_event_ids, *g_backend_event;
 static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
-    *s_error, *s_interrupted, *s_one, *s_wait;
+    *s_error, *s_interrupted, *s_one, *s_wait, *s__sigint_installed, *s_sigint_number,
+    *s_event_type;
 int eager_configured = 0;
+/* where the interrupt flag's slots live (stream_workers._InterruptFlag: _lock, _running,
+ * _flag; -1: another type, its methods are called) and the host event's (stream_workers.
+ * Event: id, stream, value, _cond) */
+static Py_ssize_t int_off[3] = {-1, -1, -1}, ev_off[4] = {-1, -1, -1, -1};
+static unsigned long main_ident;
+
+/* each of ``names`` a slot of ``type``: their offsets in ``off``, or all -1 */
+static void slot_offsets(PyObject *type, const char *const *names, Py_ssize_t *off, int n) {
+    for (int i = 0; i < n; i++)
+        if ((off[i] = slot_offset(type, names[i])) < 0) {
+            PyErr_Clear();
+            for (int j = 0; j < n; j++) off[j] = -1;
+            return;
+        }
+}
 
 PyObject *configure_eager(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"tracer", "interrupt", "install_sigint", "schedule_lock",
                                         "workers", "eval_begin", "eval_end", "state_type",
-                                        "thread_ident", "interrupted_message", "prebuild"};
+                                        "thread_ident", "interrupted_message", "prebuild",
+                                        "sigint_state", "getsignal", "main_thread",
+                                        "event_type", "event_ids", "backend_event"};
     PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
                                 &g_begin, &g_end, &g_state_type, &g_thread_ident,
-                                &g_interrupted, &g_prebuild};
+                                &g_interrupted, &g_prebuild, &g_sigint_state, &g_getsignal,
+                                &g_main_thread, &g_event_type, &g_event_ids, &g_backend_event};
     eager_configured = 0;
     if (!loop_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
@@ -936,18 +994,73 @@ PyObject *configure_eager(PyObject *self, PyObject *kw) {
     }
     if (take_all(kw, "configure_eager", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    if (!PyDict_Check(g_workers)) {
-        PyErr_SetString(PyExc_TypeError, "configure_eager: workers is a dict");
+    if (!PyDict_Check(g_workers) || !PyDict_Check(g_sigint_state) || !PyType_Check(g_event_type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_eager: workers and sigint_state are dicts, "
+                                         "event_type a type");
         return NULL;
     }
+    main_ident = PyLong_AsUnsignedLong(g_main_thread);
+    if (PyErr_Occurred()) return NULL;
+    static const char *const int_slots[3] = {"_lock", "_running", "_flag"};
+    static const char *const ev_slots[4] = {"id", "stream", "value", "_cond"};
+    slot_offsets((PyObject *)Py_TYPE(g_interrupt), int_slots, int_off, 3);
+    slot_offsets(g_event_type, ev_slots, ev_off, 4);
 #define I(var, text) if (var == NULL && !(var = PyUnicode_InternFromString(text))) return NULL;
     I(s__flag, "_flag") I(s_begin, "begin") I(s_end, "end") I(s_acquire, "acquire")
     I(s_release, "release") I(s_signal, "signal") I(s__owner, "_owner") I(s_error, "error")
-    I(s_interrupted, "interrupted") I(s_wait, "wait")
+    I(s_interrupted, "interrupted") I(s_wait, "wait") I(s__sigint_installed, "_sigint_installed")
+    I(s_event_type, "event_type")
 #undef I
     if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) return NULL;
+    if (s_sigint_number == NULL && (s_sigint_number = PyLong_FromLong(SIGINT)) == NULL) return NULL;
     eager_configured = 1;
     Py_RETURN_NONE;
+}
+
+/* eval_loop._install_sigint, its common case here: on the main thread with our handler
+ * still installed, nothing to do; else the function (it installs it, or returns) */
+static int install_sigint(void) {
+    if (PyThread_get_thread_ident() != main_ident) return 0; /* not the main thread */
+    PyObject *now = PyObject_CallOneArg(g_getsignal, s_sigint_number);
+    if (now == NULL) return -1;
+    PyObject *ours = PyDict_GetItemWithError(g_sigint_state, s__sigint_installed);
+    int same = ours != NULL && ours == now && ours != Py_None;
+    Py_DECREF(now);
+    if (same) return 0;
+    PyErr_Clear();
+    return call_none(PyObject_CallNoArgs(g_sigint));
+}
+
+/* Interrupt.begin (delta 1) / Interrupt.end (-1): under the flag's lock, the count of
+ * running evals moved, and the flag cleared when the last one ends */
+static int interrupt_step(int delta) {
+    if (int_off[0] < 0)
+        return call_none(PyObject_CallMethodNoArgs(g_interrupt, delta > 0 ? s_begin : s_end));
+    PyObject *lock = SLOT(g_interrupt, int_off[0]);
+    if (call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) < 0) return -1;
+    PyObject *running = SLOT(g_interrupt, int_off[1]);
+    long r = running != NULL ? PyLong_AsLong(running) : -1;
+    PyObject *v = r == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(r + delta);
+    if (v != NULL) {
+        put(g_interrupt, int_off[1], v);
+        Py_DECREF(v);
+        if (r + delta == 0) put(g_interrupt, int_off[2], Py_False);
+    }
+    PyObject *t, *e, *tb;
+    PyErr_Fetch(&t, &e, &tb);
+    int rc = call_none(PyObject_CallMethodNoArgs(lock, s_release));
+    if (t != NULL) { PyErr_Restore(t, e, tb); rc = -1; }
+    return rc;
+}
+
+/* the interrupt flag (Interrupt._flag): 1 set, 0 not */
+static int interrupt_flag(void) {
+    if (int_off[2] >= 0) return SLOT(g_interrupt, int_off[2]) != Py_False;
+    PyObject *flag = PyObject_GetAttr(g_interrupt, s__flag);
+    int set = flag != Py_False;
+    Py_XDECREF(flag);
+    PyErr_Clear();
+    return set;
 }
 
 /* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
@@ -979,12 +1092,31 @@ static void keep_error(PyObject **type, PyObject **value, PyObject **tb) {
  * idle stream is complete at once). 0, or -1 with an error set. */
 static PyObject *s_recorded, *s_value, *s__cond, *s_notify_all;
 
-static int signal_done(PyObject *ev, int recording) {
+static int intern_signal(void) {
     if (s_recorded == NULL && (!(s_recorded = PyUnicode_InternFromString("recorded")) ||
                                !(s_value = PyUnicode_InternFromString("value")) ||
                                !(s__cond = PyUnicode_InternFromString("_cond")) ||
                                !(s_notify_all = PyUnicode_InternFromString("notify_all"))))
         return -1;
+    return 0;
+}
+
+/* with cond: cond.notify_all() (an event's waiters woken; cond None: nobody waits) */
+static int notify(PyObject *cond) {
+    if (cond == Py_None) return 0;
+    int rc = call_none(PyObject_CallMethodNoArgs(cond, s_acquire));
+    if (rc == 0) {
+        rc = call_none(PyObject_CallMethodNoArgs(cond, s_notify_all));
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        if (call_none(PyObject_CallMethodNoArgs(cond, s_release)) < 0) rc = -1;
+        if (t != NULL) PyErr_Restore(t, v, tb);
+    }
+    return rc;
+}
+
+static int signal_done(PyObject *ev, int recording) {
+    if (intern_signal() < 0) return -1;
     if (recording) return call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one));
     if (PyObject_SetAttr(ev, s_recorded, Py_None) < 0) return -1;
     PyObject *old = PyObject_GetAttr(ev, s_value);
@@ -994,17 +1126,67 @@ static int signal_done(PyObject *ev, int recording) {
     if (below && PyObject_SetAttr(ev, s_value, s_one) < 0) return -1;
     PyObject *cond = PyObject_GetAttr(ev, s__cond);
     if (cond == NULL) return -1;
-    int rc = 0;
-    if (cond != Py_None) { /* with cond: cond.notify_all() */
-        rc = call_none(PyObject_CallMethodNoArgs(cond, s_acquire));
-        if (rc == 0) {
-            rc = call_none(PyObject_CallMethodNoArgs(cond, s_notify_all));
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            if (call_none(PyObject_CallMethodNoArgs(cond, s_release)) < 0) rc = -1;
-            if (t != NULL) PyErr_Restore(t, v, tb);
-        }
+    int rc = notify(cond);
+    Py_DECREF(cond);
+    return rc;
+}
+
+/* whether the backend's events are the host's (Backend.event not overridden, its
+ * event_type stream_workers.Event): made and signalled through their slots here */
+static int plain_events(BackendInfo *bi) {
+    if (bi->plain_event == 0) {
+        PyObject *fn = PyObject_GetAttr((PyObject *)Py_TYPE(bi->be), s_event);
+        PyObject *et = fn ? PyObject_GetAttr(bi->be, s_event_type) : NULL;
+        bi->plain_event = fn == g_backend_event && et == g_event_type && ev_off[0] >= 0 ? 1 : -1;
+        Py_XDECREF(fn);
+        Py_XDECREF(et);
+        PyErr_Clear();
     }
+    return bi->plain_event == 1;
+}
+
+/* be.event(index): a new event of the stream (Event.__init__'s slots for the host's:
+ * its id next of stream_workers._event_ids, value 0, no condition yet) */
+static PyObject *new_event(BackendInfo *bi, PyObject *index) {
+    if (!plain_events(bi)) return PyObject_CallMethodOneArg(bi->be, s_event, index);
+    PyObject *id = PyIter_Next(g_event_ids);
+    if (id == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "event ids ran out");
+        return NULL;
+    }
+    PyObject *ev = ((PyTypeObject *)g_event_type)->tp_alloc((PyTypeObject *)g_event_type, 0);
+    if (ev == NULL) { Py_DECREF(id); return NULL; }
+    PyObject *zero = PyLong_FromLong(0);
+    put(ev, ev_off[0], id);
+    put(ev, ev_off[1], index);
+    put(ev, ev_off[2], zero);
+    put(ev, ev_off[3], Py_None);
+    Py_DECREF(id);
+    Py_DECREF(zero);
+    return ev;
+}
+
+/* ev.signal(1): for the host's event while the timeline does not record (Event.signal's
+ * steps: the value raised to 1, its waiters woken), else the method (its record) */
+static int signal_host(PyObject *ev) {
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    if (enabled == NULL) return -1;
+    int recording = enabled == Py_True;
+    Py_DECREF(enabled);
+    if (recording || ev_off[0] < 0 || (PyObject *)Py_TYPE(ev) != g_event_type)
+        return call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one));
+    if (intern_signal() < 0) return -1;
+    PyObject *old = SLOT(ev, ev_off[2]);
+    int below = old != NULL ? PyObject_RichCompareBool(old, s_one, Py_LT) : -1;
+    if (below < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "value");
+        return -1;
+    }
+    if (below) put(ev, ev_off[2], s_one);
+    PyObject *cond = SLOT(ev, ev_off[3]);
+    if (cond == NULL) return 0;
+    Py_INCREF(cond);
+    int rc = notify(cond);
     Py_DECREF(cond);
     return rc;
 }
@@ -1052,10 +1234,10 @@ int eager_eval(PyObject *descs) {
     PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL;
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     int rc = -1, begun = 0, claimed = 0, interrupted = 0;
-    if (call_none(PyObject_CallNoArgs(g_sigint)) < 0) goto done;
-    if (call_none(PyObject_CallMethodNoArgs(g_interrupt, s_begin)) < 0) goto done;
+    if (install_sigint() < 0) goto done;
+    if (interrupt_step(1) < 0) goto done;
     begun = 1;
-    ev = PyObject_CallMethodOneArg(be, s_event, index);
+    ev = new_event(bi, index);
     if (ev == NULL) goto done;
     /* the schedule, under its lock: the order, every node on this stream, none scheduled
      * by another eval; then each node marked with this eval's event */
@@ -1092,12 +1274,7 @@ int eager_eval(PyObject *descs) {
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
-        if (!interrupted && type == NULL) {
-            PyObject *flag = PyObject_GetAttr(g_interrupt, s__flag);
-            interrupted = flag != Py_False;
-            Py_XDECREF(flag);
-            PyErr_Clear();
-        }
+        if (!interrupted && type == NULL) interrupted = interrupt_flag();
         if (interrupted || type != NULL) { /* stopped: the rest stay lazy, unscheduled */
             put(nd, node_off[N_EVENT], Py_None);
             continue;
@@ -1123,8 +1300,7 @@ int eager_eval(PyObject *descs) {
         waited = bi->api->wait(index);
         if (waited < 0) keep_error(&type, &value, &tb);
     }
-    if (waited != 0 ? signal_done(ev, recording) < 0
-                    : call_none(PyObject_CallMethodOneArg(ev, s_signal, s_one)) < 0)
+    if (waited != 0 ? signal_done(ev, recording) < 0 : signal_host(ev) < 0)
         keep_error(&type, &value, &tb);
     if (t0 != NULL) {
         PyObject *eargs[4] = {state, ev, t0, Py_True};
@@ -1134,8 +1310,7 @@ int eager_eval(PyObject *descs) {
         keep_error(&type, &value, &tb);
     rc = 1;
 done:
-    if (begun && call_none(PyObject_CallMethodNoArgs(g_interrupt, s_end)) < 0)
-        keep_error(&type, &value, &tb);
+    if (begun && interrupt_step(-1) < 0) keep_error(&type, &value, &tb);
     if (type == NULL && PyErr_Occurred()) keep_error(&type, &value, &tb);
     if (type != NULL) {
         PyErr_Restore(type, value, tb);

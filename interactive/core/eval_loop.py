@@ -481,6 +481,7 @@ def _install_sigint() -> None:
 
 _c_eager = None if c_loop is None else c_loop.eager_eval
 if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), the same steps
+    from tapescope.kernels import backends as _backends
     from tapescope.kernels import stream_workers as _stream_workers
 
     from . import transform_tracers as _tracers
@@ -490,4 +491,8 @@ if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), th
         "schedule_lock": _schedule_lock, "workers": _stream_workers._workers,
         "eval_begin": _eval_begin, "eval_end": _record_end, "state_type": EvalState,
         "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED,
-        "prebuild": prebuild_kernels})
+        "prebuild": prebuild_kernels,
+        # _install_sigint's test (in C: its globals read there), the host's events
+        "sigint_state": globals(), "getsignal": _getsignal, "main_thread": _MAIN_THREAD,
+        "event_type": _stream_workers.Event, "event_ids": _stream_workers._event_ids,
+        "backend_event": _backends.Backend.event})

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import timeline
-from ..kernel_call import kernel_call
+from ..kernel_call import PlanLookup, kernel_call
 from ..roofline import layouts
 from ..codegen.interpret import interpret, interpret_blocked
 from ..codegen.layout import (
@@ -369,15 +369,8 @@ def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
     return outs
 
 
-def launch_for(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> Optional[Launch]:
-    """The call plan already made for these layouts (its kernel loaded), or None: the eval
-    loop's fast lane for a fused call, which then allocates the output itself and calls
-    ``Launch.call`` (``run_compiled`` does everything else)."""
-    launches = tape.launches
-    arrays = launches.get(None)
-    if arrays is None:
-        return None
-    ln = launches.get((shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
-    if ln is None or ln.gen != compiler._generation[0]:
-        return None
-    return ln
+# launch_for(tape, inputs, shape): the call plan ``run_compiled`` made for these layouts
+# (its kernel loaded; the key ``run_compiled`` files it under), or None. The eval loop asks
+# it before a fused call, then gives the output buffer itself and calls the plan's
+# KernelCall (``run_compiled`` does everything else). A PlanLookup: in C where built.
+launch_for = PlanLookup(None, compiler._generation)

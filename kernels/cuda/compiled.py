@@ -31,6 +31,7 @@ from ..codegen.interpret import interpret
 from ..codegen.render import Unsupported, renderer
 from ..codegen.tape import Tape
 from .. import disk_cache, kernel_registry
+from ..kernel_call import PlanLookup
 from ..codegen.layout import output_order, plan
 from .bfloat16 import empty, upload
 
@@ -501,18 +502,10 @@ def kernel_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     return ln
 
 
-def launch_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
-    """The call plan already made for these layouts (its kernel loaded), or None: the eval
-    loop's fast lane for a fused call, which then gives the output buffer itself and calls
-    ``Launch.call`` (``run_compiled`` does everything else)."""
-    launches = tape.launches
-    arrays = launches.get("cuda")
-    if arrays is None:
-        return None
-    for i in arrays:  # a host array (a Python scalar's, which a GPU keeps on the host) where
-        if type(inputs[i]) is np.ndarray:  # the kernel reads device memory: run_compiled
-            return None
-    ln = launches.get(("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays]))
-    if ln is None or ln.gen != kernel_registry._generation[0]:
-        return None
-    return ln
+# launch_for(tape, inputs, shape): the call plan made for these layouts (its kernel
+# loaded; the key ``("cuda", shape, ...)`` it is filed under above), or None: the eval
+# loop's fast lane for a fused call, which then gives the output buffer itself and calls
+# ``Launch.call`` (``run_compiled`` does everything else). A host array (a Python scalar's,
+# which a GPU keeps on the host) where the kernel reads device memory has none:
+# run_compiled. A PlanLookup (kernels/kernel_call.py), in C where built.
+launch_for = PlanLookup("cuda", kernel_registry._generation, np.ndarray)
