@@ -113,7 +113,10 @@ def test_cache_widget_filters_sorts_pages_and_shows_the_selected_source():
     chosen = w.selected  # a row of the page shown (the first one until one is clicked)
     assert chosen in [e["name"] for e in w.rows()[:12]]
     entry = next(e for e in tapescope.kernel_cache() if e["name"] == chosen)
-    assert "highlight" in w.source.value and entry["source"].splitlines()[0].split()[0] in w.source.value
+    # (its source's first word shown; a kernel listed without source — earlier tests of the
+    # process decide which kernel has the most hits — shows none)
+    first = next((ln.split()[0] for ln in entry["source"].splitlines() if ln.split()), None)
+    assert first is None or ("highlight" in w.source.value and first in w.source.value)
     assert "title='" + entry["name"] in w.table.value or entry["name"][:20] in w.table.value
     # clicking a row (the view sets ``picked`` to the row's data-pick) shows that kernel's tape
     # in C, CUDA and Metal side by side
