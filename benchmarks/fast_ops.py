@@ -185,8 +185,8 @@ QUEUED = 20  # calls queued back to back for a kernel time
 
 def kernel_ms(name: str, run, op: str):
     """Device time of one call with the host out of the way, by CUDA events: tapescope's
-    two events recorded on the stream right before and after its kernel's launch
-    (``cuda/reductions.launch_recorded``, every Step's launch), median over ``QUEUED`` calls; PyTorch's around
+    from the timeline (its timing events around each launch: ``gpu_work`` records), the
+    mean over ``QUEUED`` calls; PyTorch's around
     ``QUEUED`` calls queued back to back; jax.jit has no events here: the wall time of
     ``QUEUED`` queued calls / calls (an upper bound)."""
     import statistics
@@ -195,28 +195,19 @@ def kernel_ms(name: str, run, op: str):
     issue = getattr(run, "issue", None)
     if issue is None:
         return None
-    if name == "tapescope":
-        import cupy
-        from tapescope.kernels.cuda import reductions as launches  # Step.run launches through it
+    if name == "tapescope":  # the timeline's device time of each launch (gpu_work)
+        from tapescope.kernels import timeline
 
-        evs, orig = [], launches.launch_recorded
-
-        def timed(*a):
-            s = cupy.cuda.get_current_stream()
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record(s)
-            orig(*a)
-            e1.record(s)
-            evs.append((e0, e1))
-
-        launches.launch_recorded = timed
+        timeline.set_recording(True)
+        seq = timeline.next_seq()
         try:
             for _ in range(QUEUED):
                 run()
         finally:
-            launches.launch_recorded = orig
-        ms = [cupy.cuda.get_elapsed_time(e0, e1) for e0, e1 in evs]
-        return statistics.median(ms) if ms else None
+            recs = timeline.records_since(seq)
+            timeline.set_recording(False)
+        ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
+        return sum(ms) / QUEUED if ms else None
     if name == "torch":
         import torch
 

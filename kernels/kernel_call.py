@@ -156,13 +156,17 @@ _rules: list = []  # every KernelRule, for forget()
 class KernelRule:
     """A primitive's generated-kernel rule, ``rule(xp, *ins, out=None, **kw)``: the call's
     plan (``plan(*ins, **kw)``, made once per ``plan_key``; None: no plan takes it) run into
-    ``out`` where it takes it, else into a new array; ``slow`` (the same signature) where
-    there is no plan."""
+    ``out`` where it takes it (``fits(out, shape, dtype, ins)``: ``takes_out`` on the host),
+    else into a new array (``empty``: numpy's on the host); ``slow`` (the same signature)
+    where there is no plan. A device's plans (``cuda/primitive_plans.py``) are launched
+    by the eval loop from C once made."""
 
-    __slots__ = ("name", "plan", "slow", "plans")
+    __slots__ = ("name", "plan", "slow", "plans", "fits", "empty")
 
-    def __init__(self, name: str, plan: Callable, slow: Callable) -> None:
+    def __init__(self, name: str, plan: Callable, slow: Callable, fits: Optional[Callable] = None,
+                 empty: Optional[Callable] = None) -> None:
         self.name, self.plan, self.slow = name, plan, slow
+        self.fits, self.empty = fits or takes_out, empty or np.empty
         self.plans: dict = {}
         _rules.append(self)
 
@@ -183,8 +187,8 @@ class KernelRule:
         p = self.planned(ins, kw)
         if p is None:
             return self.slow(xp, *ins, out=out, **kw)
-        if not takes_out(out, p.out_shape, p.out_dtype, ins):
-            out = np.empty(p.out_shape, dtype=p.out_dtype)
+        if not self.fits(out, p.out_shape, p.out_dtype, ins):
+            out = self.empty(p.out_shape, dtype=p.out_dtype)
         p(*ins, out)
         return out
 

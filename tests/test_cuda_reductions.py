@@ -200,3 +200,70 @@ def test_extended_fusion_runs_a_reduction_tape_as_one_cuda_kernel():
     fused = [r for r in recs if r.kind == "kernel_launch" and r.detail.get("runtime") == "cuda"
              and str(r.detail.get("variant", "")).startswith("reduce_")]
     assert len(fused) == 2, [(r.kind, r.name, r.detail) for r in recs][-10:]
+
+
+def test_a_planned_call_is_launched_by_the_loop_in_c(monkeypatch):
+    """A reduction's or fast primitive's second call of a layout runs from the plan its
+    first call made (``cuda/primitive_plans.py``), launched by the eval loop in C: no
+    Python rule runs, the results equal the first call's and float64 numpy's, the timeline
+    records the same kernel launches, and a cleared kernel cache drops the plans."""
+    from tapescope.core import evaluate
+    from tapescope.kernels import backends as bk, kernel_call, timeline
+
+    be = bk.backend("gpu")
+    if be.device_api is None:
+        pytest.skip("no C launch here (the CUDA driver is not loaded)")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((37, 301)).astype(np.float32)
+    w = rng.standard_normal(301).astype(np.float32)
+    r4 = rng.standard_normal((2, 3, 9, 64)).astype(np.float32)
+    off = np.array([5, 2], np.int32)
+    a, wd, r, od = on_gpu(x), on_gpu(w), on_gpu(r4), mx.add(mx.array(off), 0, stream=mx.gpu)
+    at = mx.transpose(a)
+
+    def calls():
+        return [mx.sum(a, axis=-1), mx.max(at, axis=0), mx.softmax(a, axis=-1),
+                mx.logsumexp(a, axis=0), mx.argmax(a, axis=-1), mx.cumsum(a, axis=-1),
+                mx.fast.rms_norm(a, wd, 1e-5), mx.fast.layer_norm(a, wd, wd, 1e-5),
+                mx.fast.rope(r, 64, traditional=False, base=1e4, scale=1.0, offset=od)]
+
+    first = calls()
+    mx.eval(*first)
+    first = [np.asarray(v) for v in first]
+    ran_python = []
+    real_call = kernel_call.KernelRule.__call__
+
+    def python_call(self, *args, **kw):
+        ran_python.append(self.name)
+        return real_call(self, *args, **kw)
+
+    monkeypatch.setattr(kernel_call.KernelRule, "__call__", python_call)
+    evaluate.reset_dispatch_counts()
+    with kernel_launches("cuda") as rec:
+        again = calls()
+        mx.eval(*again)
+    assert ran_python == [], ran_python  # every call from its plan, in C
+    assert evaluate.dispatch_counts()["rule_out"] >= 9
+    for got, want in zip(again, first):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    x64 = x.astype(np.float64)
+    close(again[0], x64.sum(-1), n=301)
+    close(again[1], x64.max(-1))
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    close(again[2], e / e.sum(-1, keepdims=True))
+    np.testing.assert_array_equal(np.asarray(again[4]), x.argmax(-1))
+    close(again[5], np.cumsum(x64, -1), n=301)
+    assert {"Sum", "Max", "Softmax", "LogSumExp", "ArgReduce", "CumSum", "RMSNorm", "LayerNorm",
+            "RoPE"} <= rec.primitives, rec.fallbacks
+    # the same path while recording: each plan's device time is on the timeline
+    work = {r.name for r in timeline.records_since(rec.seq) if r.kind == "gpu_work"}
+    assert {"Sum", "RMSNorm", "RoPE"} <= work, work
+    tapescope_clear()
+    mx.eval(mx.sum(a, axis=-1))
+    assert "Sum" in ran_python  # the plans went with the kernels: the rule ran again
+
+
+def tapescope_clear():
+    import tapescope
+
+    tapescope.clear_kernel_cache()

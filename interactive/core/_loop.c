@@ -585,12 +585,24 @@ static int run_host(PyObject *node) {
      * planned and launched as a loaded fused call is (evaluate._gpu_eager_launch) */
     int eager = !bi->host && !fused && elementwise && bi->eager_for != NULL &&
                 PyList_GET_SIZE(outputs) == 1;
-    if (!bi->host && !fused && !eager) return 0; /* a device's other nodes: Python */
+    /* a device's node whose backend has a generated kernel's rule (Backend.kernel_rules, a
+     * KernelRule: cuda/primitive_plans.py): launched from the plan a call of this layout
+     * made, by the backend's C launch, into a fresh buffer (the kernels' buffers are
+     * __restrict__: no donation); no plan yet: the Python path, in the device context */
+    PyObject *krule = NULL;
+    if (!bi->host && !fused && !eager && bi->api != NULL && l_kernel_rule != NULL &&
+        PyList_GET_SIZE(outputs) == 1) {
+        krule = PyDict_GetItemWithError(bi->kernel_rules, SLOT(prim, prim_off[P_NAME]));
+        if (krule == NULL) PyErr_Clear();
+        else if (Py_TYPE(krule) != (PyTypeObject *)l_kernel_rule) krule = NULL;
+    }
+    int kdev = krule != NULL;
+    if (!bi->host && !fused && !eager && !kdev) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
     if (fused ? bi->launch_for == Py_None || (!bi->host && PyList_GET_SIZE(outputs) != 1)
               : !eager && SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
-    int from_plan = fused || eager; /* launched from a plan, not a rule */
+    int from_plan = fused || eager || kdev; /* launched from a plan, not a rule */
     Py_ssize_t n = PyList_GET_SIZE(inputs), nkw = PyDict_GET_SIZE(kw);
     if (n + nkw + 2 > MAX_RULE_ARGS) return 0;
     PyObject *args[MAX_RULE_ARGS];
@@ -605,7 +617,7 @@ static int run_host(PyObject *node) {
             !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
-        if (!bi->host && !eager && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
+        if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
             Py_TYPE(data) == (PyTypeObject *)bi->array_type)
             return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
         args[1 + i] = data;
@@ -651,6 +663,14 @@ static int run_host(PyObject *node) {
                              prim, t0);
             goto done;
         }
+    } else if (kdev) { /* the plan a call of this layout made (KernelRule.plans), or Python */
+        ln = planned(krule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, NULL, 1,
+                     SLOT(target, desc_off[D_SHAPE]),
+                     SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
+        if (ln == NULL) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
+        ins = PyList_New(n);
+        if (ins == NULL) goto done;
+        for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
     } else if (eager) { /* the op's one-op kernel for these layouts (Backend.eager_kernel) */
         ins = PyList_New(n);
         if (ins == NULL) goto done;

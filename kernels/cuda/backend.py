@@ -88,6 +88,9 @@ def _roofline_detail(node: Any, ins: tuple) -> dict:
 def _launch_name(launch: Any) -> str:
     """The primitive a launched plan runs: an eager op's one-op kernel (``cuda/eager.py``)
     is its op's, a fused call's ``Compiled``."""
+    primitive = getattr(launch, "primitive", None)  # a primitive's KernelPlan
+    if primitive is not None:
+        return primitive
     tape = getattr(launch.entry, "tape", None)
     if tape is not None and tape.lib_name.startswith("ew_") and len(tape.ops) == 1:
         return tape.ops[0].primitive
@@ -99,7 +102,9 @@ def _launch_detail(launch: Any, inputs: list, out: Any) -> dict:
     no node at hand): its layouts and its kernel entry's tape."""
     detail = {"io": (layouts(inputs), layouts([out])), "primitive": _launch_name(launch)}
     tape = getattr(launch.entry, "tape", None)
-    if tape is not None:
+    if getattr(launch, "primitive", None) is not None:  # a primitive's kernel: its spec
+        detail.update(kernel=launch.name, variant=launch.variant, shape=tuple(out.shape))
+    elif tape is not None:
         detail.update(tape=tape, kernel=tape.lib_name, shape=tuple(out.shape))
     return detail
 
@@ -338,6 +343,15 @@ class CudaBackend(Backend):
 
         return {**quantized, **fast, **reductions}
 
+    @functools.cached_property
+    def kernel_rules(self) -> dict:
+        """The generated kernels' rules whose plans the eval loop launches in C once a call
+        of that layout has made one (``cuda/primitive_plans.py``): the same rule objects
+        ``rule_for`` gives the Python path, so both share the plans."""
+        from ..kernel_call import KernelRule
+
+        return {n: r for n, r in self._named_rules.items() if type(r) is KernelRule}
+
     def _own_rule(self, prim: Any):
         rule = self._named_rules.get(prim.name)
         if rule is not None:
@@ -376,9 +390,13 @@ def _launch_start(index: int) -> Any:
 
 
 def _launch_end(index: int, ev0: Any, launch: Any, inputs: list, out: Any) -> None:
-    """Its end: recorded as ``launch_fused`` records (device time, the roofline's detail)."""
+    """Its end: recorded as ``launch_fused`` records (device time, the roofline's detail)
+    and as the plan's Python call records its launch (``PackedLaunch.call``)."""
     timing.end(device.cuda_stream(index), ev0, name=_launch_name(launch), node=None,
                stream=index, detail=_launch_detail(launch, inputs, out))
+    t = timeline.now()
+    timeline.add("kernel_launch", t, t, name=launch.name, device="gpu",
+                 detail=launch.launch_detail())
 
 
 def _wait_record(index: int, t0: int) -> None:

@@ -220,26 +220,92 @@ def _record(t0: int, name: str, **detail) -> None:
 
 
 # -- one call --------------------------------------------------------------------------------
-class Launch:
-    """Everything about a call that depends only on the tape and the layouts: the kernel,
-    its grid and block, and its arguments, packed once as ``cuLaunchKernel`` takes them
-    (the parameters' bytes in 8-byte words, one run of words per argument, and an array of
-    pointers to each argument's first word). The shape and strides are parameters' values
-    (MLX passes them by value), as is a by-value scalar (an eager op's Python scalar): a
-    launch reads no memory that a copy, on whichever stream, must have written first. A
-    call writes the inputs' and outputs' device pointers (and the scalars' bits) into this
-    thread's words and launches through the driver: CuPy's ``RawKernel`` call spends ~13 us
-    per launch converting its arguments."""
+class PackedLaunch:
+    """One kernel launch with everything but the arrays' pointers fixed, its arguments packed
+    once as ``cuLaunchKernel`` takes them: the parameters' bytes in 8-byte words
+    (``packed``; one run of words per argument, ``offsets`` each run's first word), where
+    each array's device pointer goes (``slots``: (input, word); ``n_out_at``: the output's
+    word) and each by-value scalar's bits (``values``: (input, word, itemsize)), the grid and
+    block, and per thread an array of pointers to the arguments (``packs``). A call writes
+    the pointers into this thread's words and launches through the driver (CuPy's
+    ``RawKernel`` call spends ~13 us per launch converting its arguments). The eval loop's C
+    launch (``cuda/_driver.c``) reads these same attributes once into its record
+    (``lane``). Subclasses: ``Launch`` (a fused tape's), ``primitive_plans.KernelPlan`` (a
+    primitive's loop-IR kernel)."""
 
-    __slots__ = ("entry", "gen", "name", "variant", "contiguous", "shape", "grid", "block",
-                 "args", "slots", "values", "n_out_at", "word_at", "dtypes", "order", "packed",
-                 "offsets", "packs", "fn_ptr", "lane")
+    __slots__ = ("entry", "gen", "name", "variant", "shape", "grid", "block", "slots",
+                 "values", "n_out_at", "word_at", "dtypes", "order", "packed", "offsets",
+                 "packs", "fn_ptr", "lane")
+
+    def _set_pack(self, entry, words: list, offsets: list, slots, values, n_out_at: int,
+                  word_at: int, grid: int, block: int, dtypes: list, order: str,
+                  shape: tuple, name: str, variant: str) -> None:
+        self.entry, self.gen, self.name, self.variant = entry, kernel_registry.generation(), name, variant
+        self.packed, self.offsets = words, tuple(offsets)
+        self.slots, self.values = tuple(slots), tuple(values)
+        self.n_out_at, self.word_at = n_out_at, word_at
+        self.grid, self.block = grid, block
+        self.dtypes, self.order, self.shape = dtypes, order, shape
+        self.packs: dict = {}  # thread id -> (words, pointers to the arguments, address)
+        self.lane = None  # what the C launch reads of this plan, made there (cuda/_driver.c)
+        self.fn_ptr = _function_ptr(entry.fn)
+
+    def takes(self, out) -> bool:
+        """Whether the kernel writes its single output straight into ``out``."""
+        return (len(self.dtypes) == 1 and out.shape == self.shape and out.dtype == self.dtypes[0]
+                and (out.flags.c_contiguous if self.order == "C" else out.flags.f_contiguous))
+
+    def call(self, inputs: Sequence, outs: Sequence, hit: bool = True, stream=None) -> None:
+        """Launch the kernel on these device arrays (of the layouts this plan was made for)
+        on ``stream`` (default: the current CUDA stream); ``hit``: count it as a hit of the
+        kernel cache."""
+        if hit:
+            self.entry.hits += 1
+        pack = self.packs.get(threading.get_ident()) or self._pack()
+        vals = pack[0]
+        for i, j in self.slots:
+            vals[j] = inputs[i].data.ptr
+        for i, j, _ in self.values:
+            vals[j] = value_bits(inputs[i])
+        j = self.n_out_at
+        for o in outs:
+            vals[j] = o.data.ptr
+            j += 1
+        t0 = timeline.now() if timeline.enabled else 0
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0, stream.ptr, pack[2], 0)
+        if t0:
+            timeline.add("kernel_launch", t0, timeline.now(), name=self.name, device="gpu",
+                         detail=self.launch_detail())
+
+    def launch_detail(self) -> dict:
+        """The ``kernel_launch`` record's detail."""
+        return {"runtime": "cuda", "variant": self.variant, "grid": self.grid, "block": self.block}
+
+    def _pack(self) -> tuple:
+        """This thread's argument slots (the constant ones filled in) and their pointers.
+        The driver needs the primary context current: a thread's first CUDA call sets it."""
+        cupy.cuda.runtime.getDevice()
+        vals = (ctypes.c_uint64 * len(self.packed))(*self.packed)
+        base = ctypes.addressof(vals)
+        ptrs = (ctypes.c_void_p * len(self.offsets))(*[base + 8 * o for o in self.offsets])
+        pack = self.packs[threading.get_ident()] = (vals, ptrs, ctypes.addressof(ptrs))
+        return pack
+
+
+class Launch(PackedLaunch):
+    """A fused tape's call: everything about it that depends only on the tape and the
+    layouts. The shape and strides are parameters' values (MLX passes them by value), as is
+    a by-value scalar (an eager op's Python scalar): a launch reads no memory that a copy,
+    on whichever stream, must have written first."""
+
+    __slots__ = ("contiguous", "args")
 
     def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
                  cshape: list, strides: list, large: bool, name: str, variant: str):
         d = _dialect()
-        self.entry, self.gen, self.name, self.variant = entry, kernel_registry.generation(), name, variant
-        self.contiguous, self.shape = contiguous, shape
+        self.contiguous = contiguous
         size = int(np.prod(shape, dtype=np.int64))
         ndim = len(cshape)
         wpt = d.schedule.work_per_thread(tape, contiguous, ndim, large)
@@ -276,7 +342,7 @@ class Launch:
             if not contiguous and not x.scalar:
                 arg(pointer(strides[k], np.int64) if dynamic else ints(strides[k], np.int64))
                 k += 1
-        self.n_out_at = len(words)
+        n_out_at = len(words)
         for _ in tape.outputs:
             arg([0])
         if contiguous:
@@ -286,58 +352,15 @@ class Launch:
             if dynamic:
                 arg([ndim])
         # the completion word and its value (codegen/cuda.py): null in every launch here
-        self.word_at = arg([0])
+        word_at = arg([0])
         arg([0])
-        self.args, self.slots, self.values = args, tuple(slots), tuple(values)
-        self.packed, self.offsets = words, tuple(offsets)
-        self.packs: dict = {}  # thread id -> (words, pointers to the arguments, address)
-        self.lane = None  # what the C launch reads of this plan, made there (cuda/_driver.c)
-        self.fn_ptr = _function_ptr(entry.fn)
-        self.block = _block_size(entry.fn, d.schedule.block_size)
+        self.args = args
+        block = _block_size(entry.fn, d.schedule.block_size)
         threads = -(-size // wpt)
-        self.grid = max(1, -(-threads // self.block))
-        self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
-        self.order = output_order(tape, inputs, shape, contiguous)
-
-    def takes(self, out) -> bool:
-        """Whether the kernel writes its single output straight into ``out``."""
-        return (len(self.dtypes) == 1 and out.shape == self.shape and out.dtype == self.dtypes[0]
-                and (out.flags.c_contiguous if self.order == "C" else out.flags.f_contiguous))
-
-    def call(self, inputs: Sequence, outs: Sequence, hit: bool = True, stream=None) -> None:
-        """Launch the kernel on these device arrays (of the layouts this plan was made for)
-        on ``stream`` (default: the current CUDA stream); ``hit``: count it as a hit of the
-        kernel cache."""
-        if hit:
-            self.entry.hits += 1
-        pack = self.packs.get(threading.get_ident()) or self._pack()
-        vals = pack[0]
-        for i, j in self.slots:
-            vals[j] = inputs[i].data.ptr
-        for i, j, _ in self.values:
-            vals[j] = value_bits(inputs[i])
-        j = self.n_out_at
-        for o in outs:
-            vals[j] = o.data.ptr
-            j += 1
-        t0 = timeline.now() if timeline.enabled else 0
-        if stream is None:
-            stream = cupy.cuda.get_current_stream()
-        _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0, stream.ptr, pack[2], 0)
-        if t0:
-            timeline.add("kernel_launch", t0, timeline.now(), name=self.name, device="gpu",
-                         detail={"runtime": "cuda", "variant": self.variant, "grid": self.grid,
-                                 "block": self.block})
-
-    def _pack(self) -> tuple:
-        """This thread's argument slots (the constant ones filled in) and their pointers.
-        The driver needs the primary context current: a thread's first CUDA call sets it."""
-        cupy.cuda.runtime.getDevice()
-        vals = (ctypes.c_uint64 * len(self.packed))(*self.packed)
-        base = ctypes.addressof(vals)
-        ptrs = (ctypes.c_void_p * len(self.offsets))(*[base + 8 * o for o in self.offsets])
-        pack = self.packs[threading.get_ident()] = (vals, ptrs, ctypes.addressof(ptrs))
-        return pack
+        self._set_pack(entry, words, offsets, slots, values, n_out_at, word_at,
+                       max(1, -(-threads // block)), block,
+                       [np.dtype(tape.dtype_of(n)) for n in tape.outputs],
+                       output_order(tape, inputs, shape, contiguous), shape, name, variant)
 
 
 def value_bits(x) -> int:

@@ -21,6 +21,8 @@ from .. import timeline
 from ..common import norms as plan
 from ..primitives import REGISTRY
 from ..rules.fast import inv_freqs
+from ..kernel_call import KernelRule
+from .primitive_plans import fits, plan_of
 from .reductions import run_steps, step_for
 
 _fps: dict = {}  # a float parameter's value -> its one-element device buffer
@@ -68,13 +70,6 @@ def _launch(spec, prim_name: str, bufs: dict, ints: dict) -> Optional[str]:
     return run_steps([(step_for(spec, ints, prim_name), None, None)], bufs, {}, prim_name)
 
 
-def _fits(out, shape, dtype, x) -> bool:
-    """The evaluator's buffer takes the result when it fits and is not the input's memory
-    (the kernels' buffers are ``__restrict__``)."""
-    return (out is not None and out.shape == tuple(shape) and out.dtype == dtype
-            and out.flags.c_contiguous and not cupy.may_share_memory(out, x))
-
-
 def _vec_stride(v):
     return None if v.ndim == 0 else plan.elem_strides(v)[0]
 
@@ -91,7 +86,7 @@ def _norm_rule(prim_name: str) -> Callable:
         if call.copy:
             x = cupy.ascontiguousarray(x)
             call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x), vs)
-        res = out if _fits(out, call.out_shape, call.out_dtype, x) else \
+        res = out if fits(out, call.out_shape, call.out_dtype, (x,)) else \
             cupy.empty(call.out_shape, dtype=call.out_dtype)
         bufs = {"x": x, "w": vecs[0], "fp": _fp(float(eps)), "out": res}
         if len(vecs) > 1:
@@ -141,7 +136,7 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
     if call.copy:
         x = cupy.ascontiguousarray(x)
         call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), off.size, 1, **kw)
-    res = out if _fits(out, call.out_shape, call.out_dtype, x) else \
+    res = out if fits(out, call.out_shape, call.out_dtype, (x,)) else \
         cupy.empty(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": x, "off": off, "inv": _inv_freqs(dims, base, freqs[0] if freqs else None),
             "fp": _fp(float(scale)), "out": res}
@@ -149,8 +144,41 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
     return _fallback("RoPE", why, xp, ins, kw, out) if why else res
 
 
-RULES: dict = {**{n: _norm_rule(n) for n in plan.NORMS}, **{n: _vjp_rule(n) for n in plan.VJPS},
-               "RoPE": rope_rule}
+def _norm_plan(prim_name: str) -> Callable:
+    """A norm call's ``KernelPlan`` (one launch over ``x`` as it lies), or None: the rule."""
+    def plan_call(x, *vecs, eps):
+        if not (x.size and x.ndim) or plan.why_not(x.dtype, x, *vecs):
+            return None
+        call = plan.norm_call(prim_name, x.dtype, x.shape, plan.elem_strides(x),
+                              tuple(_vec_stride(v) for v in vecs))
+        if call.copy:
+            return None
+        names = {"x": 0, "w": 1, "b": 2} if len(vecs) > 1 else {"x": 0, "w": 1}
+        return plan_of(call.spec, call.ints, prim_name, names, {"fp": _fp(float(eps))},
+                       call.out_shape, call.out_dtype)
+    return plan_call
+
+
+def rope_plan(x, offset, *freqs, dims, traditional, base, scale, forward):
+    """RoPE's ``KernelPlan`` for an int32 offset on the device and MLX's frequencies, or
+    None: the rule (given ``freqs``, another offset type, a copy first)."""
+    if freqs or not x.size or plan.why_not(x.dtype, x):
+        return None
+    if offset.dtype != np.int32 or not offset.flags.c_contiguous:
+        return None
+    kw = dict(dims=dims, traditional=traditional, base=base, scale=scale, forward=forward)
+    call = plan.rope_call(x.dtype, x.shape, plan.elem_strides(x), offset.size, 1, **kw)
+    if isinstance(call, str) or call.copy:
+        return None
+    return plan_of(call.spec, call.ints, "RoPE", {"x": 0, "off": 1},
+                   {"inv": _inv_freqs(dims, base, None), "fp": _fp(float(scale))},
+                   call.out_shape, call.out_dtype)
+
+
+RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n), fits, cupy.empty)
+                  for n in plan.NORMS},
+               **{n: _vjp_rule(n) for n in plan.VJPS},
+               "RoPE": KernelRule("RoPE", rope_plan, rope_rule, fits, cupy.empty)}
 
 
 def rule_for(name: str) -> Optional[Callable]:

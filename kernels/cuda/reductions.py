@@ -22,7 +22,9 @@ from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
 from .. import kernel_registry
 from ..primitives import REGISTRY
+from ..kernel_call import KernelRule
 from . import compiled
+from .primitive_plans import fits, plan_of
 
 _arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
 
@@ -172,7 +174,26 @@ def _rule(prim_name: str) -> Callable:
     return rule
 
 
-RULES: dict = {name: _rule(name) for name in plan.PRIMITIVES}
+def _plan(prim_name: str) -> Callable:
+    """A call's ``KernelPlan`` (``primitive_plans.py``): one launch over the input as it
+    lies, or None (the rule runs: ``all``'s two launches, split columns, a copy first)."""
+    def plan_call(a, **kw):
+        if a.size == 0:
+            return None
+        call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
+        if isinstance(call, str) or call.copy or plan.gpu_part_size(call):
+            return None
+        launches = plan.gpu_launches(call)
+        if len(launches) != 1:
+            return None
+        spec, ints, _, _ = launches[0]
+        consts = {k: cupy.asarray(v) for k, v in call.arrays.items()} if call.arrays else {}
+        return plan_of(spec, ints, prim_name, {"x": 0}, consts, call.out_shape, call.out_dtype)
+    return plan_call
+
+
+RULES: dict = {name: KernelRule(name, _plan(name), _rule(name), fits, cupy.empty)
+               for name in plan.PRIMITIVES}
 
 
 def rule_for(name: str) -> Optional[Callable]:
