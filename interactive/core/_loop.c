@@ -566,6 +566,65 @@ done:
     return rc;
 }
 
+/* A device's view node of host data holding one value (a Python scalar's 0-d array, which
+ * a GPU keeps on the host), of the same dtype: that value broadcast to the view's shape, a
+ * read-only stride-0 host array over the input's memory keeping the input's buffer
+ * (evaluate._host_view; what else it takes runs there). 1 ran, 0 declined, -1 error. */
+static int host_view(PyObject *node, PyObject *prim, PyObject *inputs, PyObject *outputs) {
+    if (PyList_GET_SIZE(inputs) != 1 || PyList_GET_SIZE(outputs) != 1) return 0;
+    PyObject *d = PyList_GET_ITEM(inputs, 0);
+    if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+    PyObject *data = SLOT(d, desc_off[D_DATA]);
+    if (data == NULL || Py_TYPE(data) != (PyTypeObject *)l_ndarray) return 0;
+    PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+    if (target == NULL) { PyErr_Clear(); return 0; }
+    if (target == Py_None || (PyObject *)Py_TYPE(target) != c_desc_type ||
+        SLOT(target, desc_off[D_DTYPE]) != SLOT(d, desc_off[D_DTYPE]))
+        return 0;
+    PyObject *dshape = SLOT(d, desc_off[D_SHAPE]), *shape = SLOT(target, desc_off[D_SHAPE]);
+    if (!PyTuple_Check(dshape) || PyTuple_GET_SIZE(dshape) != 0 || !PyTuple_Check(shape)) return 0;
+    PyObject *dtype = SLOT(target, desc_off[D_DTYPE]);
+    long long nbytes = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    PyObject *zeros = PyTuple_New(nd), *zero = PyLong_FromLong(0), *npdt = NULL, *v = NULL;
+    int rc = -1;
+    if (zeros == NULL || zero == NULL || nbytes < 0) goto done;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        PyTuple_SET_ITEM(zeros, i, Py_NewRef(zero));
+        nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    }
+    if (PyErr_Occurred() || (npdt = PyObject_GetAttr(data, s_dtype)) == NULL) goto done;
+    PyObject *args[5] = {shape, npdt, data, zero, zeros}; /* np.ndarray(shape, dtype, buf, 0, strides) */
+    v = PyObject_Vectorcall(l_ndarray, args, 5, NULL);
+    if (v == NULL) { /* no buffer form (bfloat16): the Python path */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+            !PyErr_ExceptionMatches(PyExc_BufferError))
+            goto done;
+        PyErr_Clear();
+        rc = 0;
+        goto done;
+    }
+    PyObject *flags = PyObject_GetAttr(v, s_flags); /* a broadcast: writing it would write the scalar */
+    int bad = flags == NULL || PyObject_SetAttrString(flags, "writeable", Py_False) < 0;
+    Py_XDECREF(flags);
+    if (bad) goto done;
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL;
+    if (enabled == NULL) goto done;
+    if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) { Py_DECREF(enabled); goto done; }
+    Py_INCREF(target);
+    put(target, desc_off[D_DATA], v);
+    put(target, desc_off[D_BUFFER], SLOT(d, desc_off[D_BUFFER]));
+    put(target, desc_off[D_NODE], Py_None);
+    Py_DECREF(target);
+    rc = detach(node) < 0 || count_path(PATH_VIEW) < 0 ||
+         (t0 != NULL && record(prim, node, t0, nbytes) < 0) ? -1 : 1;
+    Py_DECREF(enabled);
+    Py_XDECREF(t0);
+done:
+    Py_XDECREF(zeros); Py_XDECREF(zero); Py_XDECREF(npdt); Py_XDECREF(v);
+    return rc;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -597,6 +656,8 @@ static int run_host(PyObject *node) {
         else if (Py_TYPE(krule) != (PyTypeObject *)l_kernel_rule) krule = NULL;
     }
     int kdev = krule != NULL;
+    if (!bi->host && !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True)
+        return host_view(node, prim, inputs, outputs);
     if (!bi->host && !fused && !eager && !kdev) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
     if (fused ? bi->launch_for == Py_None || (!bi->host && PyList_GET_SIZE(outputs) != 1)
