@@ -196,7 +196,19 @@ class KernelRule:
         return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
 
 
+_caches: list = []  # other plan dicts keyed by plan_key (cuda/eager.py's), for forget()
+
+
+def plan_cache() -> dict:
+    """A new dict of plans keyed by ``plan_key`` that ``forget()`` empties."""
+    d: dict = {}
+    _caches.append(d)
+    return d
+
+
 def forget() -> None:
     """Drop every rule's plans (they hold kernels of a cleared cache)."""
     for r in _rules:
         r.plans.clear()
+    for d in _caches:
+        d.clear()

@@ -190,6 +190,43 @@ def test_the_chain_of_the_benchmark_is_numpys_and_runs_as_kernels():
         assert counts["rule_out"] == counts["rule"] == 0, counts
 
 
+def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypatch):
+    """An eager op's second call with the same layouts (any scalar values) takes the plan
+    its first call made (``eager.plans``) in the loop's C part: ``plan_for`` is not called;
+    the values are numpy's; switching the one-op kernels off drops the plans."""
+    from tapescope.kernels import backends as bk
+    from tapescope.kernels.cuda import eager
+
+    if _fake() or bk.backend("gpu").device_api is None:
+        pytest.skip("the C launch needs the CUDA driver")
+    x0 = np.linspace(-2, 2, 77, dtype=np.float32)
+    x = mx.array(x0)
+    mx.eval(mx.exp(x * 1.5 + x), mx.maximum(x, 0.25))
+    called = []
+    real = eager.plan_for
+    monkeypatch.setattr(eager, "plan_for", lambda *a: called.append(a[0].name) or real(*a))
+    evaluate.reset_dispatch_counts()
+    y, z = mx.exp(x * -0.75 + x), mx.maximum(x, -3.0)  # other scalar values, same layouts
+    mx.eval(y, z)
+    assert called == [], called
+    assert evaluate.dispatch_counts()["eager_kernel_device"] == 4
+    np.testing.assert_allclose(np.array(y), np.exp((x0 * np.float32(-0.75) + x0).astype(np.float64)),
+                               rtol=2e-6)
+    assert np.array_equal(np.array(z), np.maximum(x0, np.float32(-3.0)))
+    assert eager.plans
+    with tapescope_settings(eager_kernels=False):
+        assert not eager.plans
+        w = x * 2.0
+        mx.eval(w)
+        assert np.array_equal(np.array(w), x0 * 2)
+
+
+def tapescope_settings(**kw):
+    import tapescope
+
+    return tapescope.settings(**kw)
+
+
 def test_a_python_scalar_on_the_gpu_stays_on_the_host_and_is_not_uploaded():
     import cupy
 

@@ -158,6 +158,7 @@ typedef struct {
     int plain_event; /* its events are stream_workers.Event (Backend.event): 1; else -1; 0 not known */
     const DeviceApi *api; /* NULL: the Python hooks */
     PyObject *eager_for;  /* Backend.eager_kernel, with api only; NULL: none */
+    PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
 } BackendInfo;
 #define MAX_BACKENDS 16
 static BackendInfo seen[MAX_BACKENDS];
@@ -168,7 +169,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -192,6 +193,9 @@ static BackendInfo *backend_info(PyObject *be) {
     if (b.api == NULL) Py_CLEAR(api); /* else kept with the backend, for the process's life */
     if (b.api != NULL && (b.eager_for = PyObject_GetAttr(be, s_eager_kernel)) == NULL) PyErr_Clear();
     if (b.eager_for == Py_None) Py_CLEAR(b.eager_for);
+    if (b.eager_for != NULL && (b.eager_plans = PyObject_GetAttr(b.eager_for, s_plans)) == NULL)
+        PyErr_Clear();
+    if (b.eager_plans != NULL && !PyDict_Check(b.eager_plans)) Py_CLEAR(b.eager_plans);
     Py_INCREF(be);
     seen[n_seen] = b;
     return &seen[n_seen++];
@@ -442,13 +446,8 @@ static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes
  * strides, then the parameters as name, value pairs), when the rule is a KernelRule that
  * has made one and it writes ``out`` (its shape and dtype; ``out`` row-contiguous): a new
  * reference. NULL with no error: no plan (the rule runs, and makes the plan on a miss). */
-static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
-                         PyObject *kw, PyObject *out, int out_c, PyObject *shape,
-                         PyObject *npdt) {
-    if (l_kernel_rule == NULL || Py_TYPE(rule) != (PyTypeObject *)l_kernel_rule || !out_c)
-        return NULL;
-    PyObject *plans = PyObject_GetAttr(rule, s_plans);
-    if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
+static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
+                         PyObject *kw, PyObject *shape, PyObject *npdt) {
     PyObject *key = PyTuple_New(1 + 4 * n + 2 * PyDict_GET_SIZE(kw)), *plan = NULL;
     if (key == NULL) goto fail;
     PyTuple_SET_ITEM(key, 0, Py_NewRef(name));
@@ -476,13 +475,23 @@ static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssiz
     Py_XDECREF(os); Py_XDECREF(od);
     if (!ok) goto fail;
     Py_DECREF(key);
-    Py_DECREF(plans);
     return Py_NewRef(plan);
 fail:
     PyErr_Clear();
     Py_XDECREF(key);
-    Py_DECREF(plans);
     return NULL;
+}
+
+static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
+                         PyObject *kw, PyObject *out, int out_c, PyObject *shape,
+                         PyObject *npdt) {
+    if (l_kernel_rule == NULL || Py_TYPE(rule) != (PyTypeObject *)l_kernel_rule || !out_c)
+        return NULL;
+    PyObject *plans = PyObject_GetAttr(rule, s_plans);
+    if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
+    PyObject *plan = plan_in(plans, name, ins, n, kw, shape, npdt);
+    Py_DECREF(plans);
+    return plan;
 }
 
 /* A host fused call with several outputs (an optimizer's update: the parameter and its
@@ -738,7 +747,11 @@ static int run_host(PyObject *node) {
         for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
         PyObject *eargs[4] = {prim, ins, SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]),
                               SLOT(target, desc_off[D_SHAPE])};
-        ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
+        /* the plan a call of this layout made (eager_kernel.plans), else eager_kernel */
+        ln = bi->eager_plans == NULL ? NULL
+             : plan_in(bi->eager_plans, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw,
+                       eargs[3], eargs[2]);
+        if (ln == NULL) ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None) { rc = 0; goto done; } /* no kernel: the rule, in Python */
     }

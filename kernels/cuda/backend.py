@@ -313,9 +313,9 @@ class CudaBackend(Backend):
     def eager_kernel(self):
         """An eager elementwise op's one-op kernel plan (``cuda/eager.py``), which the loop
         launches through ``device_api`` (else ``launch_fused``)."""
-        from .eager import plan_for
+        from .eager import EagerKernels
 
-        return plan_for
+        return EagerKernels()
 
     def rule_for(self, prim: Any):
         """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's

@@ -235,7 +235,7 @@ class PackedLaunch:
 
     __slots__ = ("entry", "gen", "name", "variant", "shape", "grid", "block", "slots",
                  "values", "n_out_at", "word_at", "dtypes", "order", "packed", "offsets",
-                 "packs", "fn_ptr", "lane")
+                 "packs", "fn_ptr", "lane", "out_shape", "out_dtype")
 
     def _set_pack(self, entry, words: list, offsets: list, slots, values, n_out_at: int,
                   word_at: int, grid: int, block: int, dtypes: list, order: str,
@@ -246,6 +246,8 @@ class PackedLaunch:
         self.n_out_at, self.word_at = n_out_at, word_at
         self.grid, self.block = grid, block
         self.dtypes, self.order, self.shape = dtypes, order, shape
+        # what a single-output plan writes (the eval loop compares the node's output)
+        self.out_shape, self.out_dtype = shape, dtypes[0] if len(dtypes) == 1 else None
         self.packs: dict = {}  # thread id -> (words, pointers to the arguments, address)
         self.lane = None  # what the C launch reads of this plan, made there (cuda/_driver.c)
         self.fn_ptr = _function_ptr(entry.fn)

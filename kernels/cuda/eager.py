@@ -25,6 +25,7 @@ import cupy
 import numpy as np
 
 from .. import timeline
+from ..kernel_call import plan_cache, plan_key
 from ..settings import settings
 from ..codegen.layout import Layout
 from . import compiled
@@ -34,7 +35,18 @@ _none: dict = {}  # (primitive, dtypes, scalars) -> why it has no kernel (its ru
 _tapes: dict = {}  # (primitive, out dtype, (dtype, scalar: True / False / None by value)...) -> tape
 _SCALAR: dict = {}  # dtype -> the layout a by-value scalar plans as (a 0-d array's)
 _ON = [True]  # settings.eager_kernels, kept here by its watcher (read on every op)
-settings.watch("eager_kernels", lambda v: _ON.__setitem__(0, bool(v)))
+# a call's plan by its layouts (kernel_call.plan_key: the eval loop in C looks here before it
+# calls plan_for; emptied with the kernel cache, and when the setting changes)
+plans: dict = plan_cache()
+_MAX_PLANS = 4096
+
+
+def _set_on(v) -> None:
+    _ON[0] = bool(v)
+    plans.clear()
+
+
+settings.watch("eager_kernels", _set_on)
 
 
 def host_scalar(x: Any) -> bool:
@@ -87,7 +99,22 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
     ln = compiled.kernel_for(tape, layouts, shape)
     if ln is None:
         _fallback(tape.lib_name, "the CUDA dialect cannot express it, or NVRTC is missing")
+    elif ln.out_dtype is not None:  # found by the loop from now on
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[plan_key(prim.name, ins, prim.kw)] = ln
     return ln
+
+
+class EagerKernels:
+    """``Backend.eager_kernel``: ``plan_for`` as a callable, and ``plans``, the plans it has
+    made by their call's layouts, which the eval loop's C part finds without calling it."""
+
+    __slots__ = ()
+    plans = plans
+
+    def __call__(self, prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
+        return plan_for(prim, ins, dtype, shape)
 
 
 def _fallback(name: str, why: str) -> None:

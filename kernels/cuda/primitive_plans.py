@@ -38,7 +38,7 @@ class KernelPlan(PackedLaunch):
     call, inside the node's device context); the eval loop's C launch reads the packed
     words."""
 
-    __slots__ = ("primitive", "keep", "out_shape", "out_dtype")
+    __slots__ = ("primitive", "keep")
 
     def __init__(self, step, entry, inputs: dict, consts: dict, out_shape: tuple, out_dtype,
                  primitive: str):
@@ -66,9 +66,8 @@ class KernelPlan(PackedLaunch):
         word_at = len(words)  # two spare words the C launch clears (no completion word)
         words += [0, 0]
         self.primitive, self.keep = primitive, keep
-        self.out_shape, self.out_dtype = tuple(out_shape), np.dtype(out_dtype)
         self._set_pack(entry, words, offsets, slots, (), n_out_at, word_at, int(step.grid),
-                       int(step.block), [self.out_dtype], "C", self.out_shape,
+                       int(step.block), [np.dtype(out_dtype)], "C", tuple(out_shape),
                        step.spec.name, step.spec.layout)
 
     def __call__(self, *arrays) -> None:
