@@ -197,8 +197,7 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
     from tapescope.kernels import backends as bk
     from tapescope.kernels.cuda import eager
 
-    if _fake() or bk.backend("gpu").device_api is None:
-        pytest.skip("the C launch needs the CUDA driver")
+    c_launch = not _fake() and bk.backend("gpu").device_api is not None  # (the stand-in:
     x0 = np.linspace(-2, 2, 77, dtype=np.float32)
     x = mx.array(x0)
     mx.eval(mx.exp(x * 1.5 + x), mx.maximum(x, 0.25))
@@ -208,12 +207,13 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
     evaluate.reset_dispatch_counts()
     y, z = mx.exp(x * -0.75 + x), mx.maximum(x, -3.0)  # other scalar values, same layouts
     mx.eval(y, z)
-    assert called == [], called
-    assert evaluate.dispatch_counts()["eager_kernel_device"] == 4
+    if c_launch:  # no NVRTC over the stand-in CuPy: the rules ran, the values are checked
+        assert called == [], called
+        assert evaluate.dispatch_counts()["eager_kernel_device"] == 4
+        assert eager.plans
     np.testing.assert_allclose(np.array(y), np.exp((x0 * np.float32(-0.75) + x0).astype(np.float64)),
                                rtol=2e-6)
     assert np.array_equal(np.array(z), np.maximum(x0, np.float32(-3.0)))
-    assert eager.plans
     with tapescope_settings(eager_kernels=False):
         assert not eager.plans
         w = x * 2.0
