@@ -197,7 +197,7 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
     from tapescope.kernels import backends as bk
     from tapescope.kernels.cuda import eager
 
-    c_launch = not _fake() and bk.backend("gpu").device_api is not None  # (the stand-in:
+    c_launch = not _fake() and bk.backend("gpu").device_api is not None
     x0 = np.linspace(-2, 2, 77, dtype=np.float32)
     x = mx.array(x0)
     mx.eval(mx.exp(x * 1.5 + x), mx.maximum(x, 0.25))
