@@ -112,13 +112,24 @@ def _cupy(dtype: str):
     return {"a + b (16)": add, "50-op chain (2^20)": chain}
 
 
+_REAL_MLX: list = []  # MLX's own mlx.core, imported before as_mlx() takes the name over
+
+
+def _real_mlx():
+    if not _REAL_MLX:
+        try:
+            import mlx.core as m
+            ok = getattr(m, "__name__", "") == "mlx.core" and m.cuda.is_available()
+        except Exception:  # noqa: BLE001 - not installed, or its core library is not there
+            ok = False
+        _REAL_MLX.append(m if ok else None)
+    return _REAL_MLX[0]
+
+
 def _mlx_cuda(dtype: str):
     """MLX's own CUDA backend, where its wheel is installed (``mlx[cuda]``)."""
-    try:
-        import mlx.core as mlx_mx
-    except Exception:  # noqa: BLE001 - not installed, or its core library is not there
-        return None
-    if getattr(mlx_mx, "__name__", "") != "mlx.core" or not mlx_mx.cuda.is_available():
+    mlx_mx = _real_mlx()
+    if mlx_mx is None:
         return None
     mlx_mx.set_default_device(mlx_mx.gpu)
     dt = getattr(mlx_mx, dtype)
@@ -212,6 +223,66 @@ def _mlp_torch(dtype: str, batch: int):
     return {f"MLP Adam step eager (b{batch})": eager}
 
 
+MLX_MLP = r"""
+import json, sys, time
+from functools import partial
+import numpy as np
+import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+dtype, batch, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+mx.set_default_device(mx.gpu)
+rng = np.random.default_rng(0)
+model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                      nn.Linear(2048, 10))
+if dtype == "bfloat16":
+    model.set_dtype(mx.bfloat16)
+opt = optim.Adam(learning_rate=1e-3)
+x = mx.array(rng.standard_normal((batch, 784)).astype(np.float32)).astype(getattr(mx, dtype))
+y = mx.array(rng.integers(0, 10, batch).astype(np.int32))
+mx.eval(model.parameters(), x, y)
+lg = nn.value_and_grad(model, lambda m, x, y: nn.losses.cross_entropy(m(x), y, reduction="mean"))
+def step(x, y):
+    loss, g = lg(model, x, y)
+    opt.update(model, g)
+    return loss
+state = [model.state, opt.state]
+compiled = partial(mx.compile, inputs=state, outputs=state)(step)
+def eager():
+    mx.eval(step(x, y), state)
+def comp():
+    mx.eval(compiled(x, y), state)
+out = {}
+for name, fn in ((f"MLP Adam step eager (b{batch})", eager), (f"MLP Adam step compiled (b{batch})", comp)):
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        ts.append((time.perf_counter() - t) / steps * 1e3)
+    out[name] = ts
+print(json.dumps(out))
+"""
+
+
+def _mlp_mlx_cuda(dtype: str, batch: int, rounds: int, steps: int) -> dict:
+    """MLX's own MLP step times (ms per step, per round), measured in a process of its own
+    (``as_mlx()`` takes the name ``mlx`` over in this one), just before the others; {}
+    without MLX's CUDA backend."""
+    import json
+    import subprocess
+    import sys
+
+    if _real_mlx() is None:
+        return {}
+    r = subprocess.run([sys.executable, "-c", MLX_MLP, dtype, str(batch), str(rounds), str(steps)],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    if r.returncode != 0:
+        print(f"(MLX CUDA's MLP step failed: {r.stderr.strip().splitlines()[-1:]})")
+        return {}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def gpu_name() -> str:
     import cupy
 
@@ -230,6 +301,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     TF32[0] = args.tf32  # tapescope and MLX read MLX's variable (MLX: once, at first use)
     os.environ["MLX_ENABLE_TF32"] = "1" if args.tf32 else "0"
+    _real_mlx()  # MLX's own module, before as_mlx() takes its name
     print(f"GPU: {gpu_name()}; float32 products in {'TF32' if args.tf32 else 'full float32'}; "
           f"medians of {args.rounds} rounds, ms per call; ratio = other / tapescope")
     for dtype in ("float32", "bfloat16"):
@@ -247,6 +319,11 @@ def main(argv=None) -> int:
             for r, fn in live[k].items():
                 for _ in range(3):
                     fn()
+        for r, ts in _mlp_mlx_cuda(dtype, args.batch, args.rounds, args.steps).items():
+            if "MLX CUDA" not in live:
+                live["MLX CUDA"] = {}
+                missing.remove("MLX CUDA")
+            times[("MLX CUDA", r)] = ts  # (its own process, just before)
         for _ in range(args.rounds):
             for r in rows:
                 for k in live:
