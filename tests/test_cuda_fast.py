@@ -164,3 +164,37 @@ def test_gpu_rope_matches_float64_numpy_for_every_dtype_and_layout(B, H, L, D, d
     assert got.dtype == t and got.shape == x.shape
     check(got, rope_ref(x, dims, traditional, 10000.0, 0.5, offset), dtype, rel=4.0)
     assert "RoPE" in rec.primitives, rec.fallbacks
+
+
+# -- attention: MLX's sdpa_vector for decoding, the large-block composition above -----------
+
+from test_sdpa import MXD as SDPA_MXD, NPD as SDPA_NPD, TOL as SDPA_TOL, host as sdpa_host, ref as sdpa_ref  # noqa: E402
+from test_sdpa_kernels import _inputs as sdpa_inputs, _layout as sdpa_layout, case as sdpa_case  # noqa: E402
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=40, deadline=None)
+@given(sdpa_case())
+def test_gpu_sdpa_matches_float64_numpy(c):
+    """``mx.fast.scaled_dot_product_attention`` on the GPU: query lengths up to 8 with head
+    sizes of whole warps run the CUDA vector kernel (every mask kind, sinks, grouped heads,
+    transposed and strided inputs, float32 / float16, bfloat16 through float32), the rest
+    the composition in large blocks; both against float64 numpy."""
+    B, kv, reps, L, kL, D, mask, sinks, dtype, layout, _ = c
+    q, k, v, m, s = sdpa_inputs(c)
+    t = SDPA_MXD[dtype]
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    with kernel_launches("cuda") as rec:
+        out = mx.fast.scaled_dot_product_attention(
+            qa, ka, va, scale=D ** -0.5, mask=mk,
+            sinks=mx.array(s, dtype=t) if s is not None else None)
+        mx.eval(out)
+    assert out.dtype == t and out.shape == (B, kv * reps, L, D)
+    want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    tol = SDPA_TOL[dtype]
+    np.testing.assert_allclose(sdpa_host(out), want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    if L <= 8 and D % 32 == 0:
+        assert "ScaledDotProductAttention" in rec.primitives, rec.fallbacks
+        assert not rec.fallbacks, rec.fallbacks

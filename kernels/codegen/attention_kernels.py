@@ -116,7 +116,12 @@ class SdpaSpec:
     def source(self, dialect) -> str:
         from .lower import render_kernel
 
-        return render_kernel(self.kernel(getattr(dialect, "ir_threads", None) is not None), dialect)
+        gpu = getattr(dialect, "ir_threads", None) is not None
+        if gpu and getattr(dialect, "name", "") == "CUDA":  # MLX's sdpa_vector, written out
+            from .attention_cuda import vector_source
+
+            return vector_source(self)
+        return render_kernel(self.kernel(gpu), dialect)
 
     def sources(self, built: Optional[dict] = None) -> dict:
         """runtime -> source (cpu: C), or a comment saying why not."""

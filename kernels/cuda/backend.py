@@ -334,14 +334,15 @@ class CudaBackend(Backend):
     @functools.cached_property
     def _named_rules(self) -> dict:
         """Primitive name -> its generated CUDA kernel rule: MLX's reductions
-        (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``) and quantized
-        products (``cuda/quantized.py``); one lookup a node (asked for every node a GPU
+        (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``,
+        ``cuda/attention.py``) and quantized products (``cuda/quantized.py``); one lookup a node (asked for every node a GPU
         stream runs through the rules)."""
+        from .attention import NAME, rule as attention
         from .fast_kernels import RULES as fast
         from .quantized import RULES as quantized
         from .reductions import RULES as reductions
 
-        return {**quantized, **fast, **reductions}
+        return {**quantized, **fast, **reductions, NAME: attention}
 
     @functools.cached_property
     def kernel_rules(self) -> dict:

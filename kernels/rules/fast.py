@@ -178,7 +178,8 @@ SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module
 
 @define("ScaledDotProductAttention", family=FAST, shape=_sdpa_shape,
         dtype="interactive/core/fast.py (MLX's final_type: q, k, v promoted)", flops=_sdpa_flops)
-def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
+def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks,
+                                 scores=SDPA_SCORES):
     """``softmax(q kᵀ scale + mask) v`` over (B, heads, L, D) inputs in float32 (float64 in float64), rounded once
     to the inputs' dtype (MLX's fused kernels: ``sdpa_vector.h``, ``steel/attn``): ``k`` /
     ``v`` with ``heads / kv_heads`` query heads each; ``causal``: query ``i`` sees keys up to
@@ -186,7 +187,8 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
     float32 lowest score, as MLX's fallback's ``finfo.min``) or additive; ``sinks``
     (``rest[-1]``, one per head): a logit in the softmax's denominator with no value. Blocks
     of query rows bound the scores held at once (``SDPA_SCORES``), each block's scores
-    updated in place (two matmuls and three passes over them)."""
+    updated in place (two matmuls and three passes over them); a GPU's rule gives a larger
+    ``scores`` (its passes are bandwidth-bound, each launch costs host time)."""
     B, H, L, D = q.shape
     Hk, kL = k.shape[1], k.shape[2]
     reps = H // Hk
@@ -197,7 +199,7 @@ def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, ha
     kf = k.astype(ct, copy=False).reshape(B, Hk, 1, kL, D)
     vf = v.astype(ct, copy=False).reshape(B, Hk, 1, kL, v.shape[3])
     low = ct(_F32_LOWEST) if ct is xp.float32 else ct(xp.finfo(ct).min)
-    block = max(16, SDPA_SCORES // max(1, B * H * kL))
+    block = max(16, scores // max(1, B * H * kL))
     for i0 in range(0, L, block):
         i1 = min(L, i0 + block)
         qf = q[:, :, i0:i1].astype(ct, copy=False).reshape(B, Hk, reps, i1 - i0, D)
