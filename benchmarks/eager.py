@@ -22,6 +22,7 @@ one ``mlx.core`` per process), taking turns. Prints the machine (with its load) 
 row's ratio to its peers.
 
     .venv/bin/python benchmarks/eager.py [--reps 7] [--calls 2000] [--rounds 3] [--before DIR]
+    TAPESCOPE_CUDA=1 python benchmarks/eager.py --only models --device gpu   # beside MLX's CUDA
 
 ``--before DIR`` adds a ``before`` implementation to the model rows, taking turns with the
 others: a worker whose ``tapescope`` is imported from ``DIR`` (a folder holding a
@@ -316,6 +317,8 @@ def worker(task: str, impl: str) -> None:
     import mlx.core as mx
     import mlx.nn as nn
 
+    if os.environ.get("EAGER_BENCH_DEVICE") == "gpu":  # --device gpu: MLX's CUDA, tapescope's
+        mx.set_default_device(mx.gpu)
     if task == "decode":
         res = decode_worker(mx, nn)
     elif task == "mlx-lm":
@@ -370,7 +373,12 @@ def main() -> None:
     ap.add_argument("--worker", nargs=2, metavar=("TASK", "IMPL"))
     ap.add_argument("--only", choices=("micro", "models"))
     ap.add_argument("--before", default="", metavar="DIR")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="the model rows' default device (gpu: MLX's CUDA backend against "
+                         "tapescope's, TAPESCOPE_CUDA=1)")
     args = ap.parse_args()
+    if args.device == "gpu":
+        os.environ["EAGER_BENCH_DEVICE"] = "gpu"  # the workers inherit it
     if args.worker:
         worker(*args.worker)
         return
