@@ -115,7 +115,8 @@ class Kernel:
     @property
     def tier(self) -> Optional[str]:
         """What ran the predicted variant so far: ``"kernel"`` (its generated C),
-        ``"interpreted"`` (a tiered first call while the kernel builds: ``set_tiered``),
+        ``"cuda"`` / ``"metal"`` (its GPU kernel), ``"interpreted"`` (a tiered first call
+        while the kernel builds: ``set_tiered``),
         ``"numpy"`` (a fallback; the kernel cache says why) or None (not run yet)."""
         for e in self._entries():
             if e.name in (self.symbol, self.gpu_symbol):
