@@ -47,7 +47,7 @@ static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_ownda
     *s_nbytes, *s_c_contiguous;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
-enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_COUNT };
+enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
@@ -95,7 +95,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     }
     static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn", "name"};
     static const char *const f_slots[F_COUNT] = {"rule", "takes_out", "takes_donatable",
-                                                 "takes_runtime", "view", "elementwise"};
+                                                 "takes_runtime", "view", "elementwise",
+                                                 "view_strides"};
     static const char *const t_slots[T_COUNT] = {"size", "np"};
     for (int i = 0; i < P_COUNT; i++)
         if ((prim_off[i] = slot_offset(prim_type, p_slots[i])) < 0) return NULL;
@@ -579,6 +580,9 @@ done:
  * a GPU keeps on the host), of the same dtype: that value broadcast to the view's shape, a
  * read-only stride-0 host array over the input's memory keeping the input's buffer
  * (evaluate._host_view; what else it takes runs there). 1 ran, 0 declined, -1 error. */
+static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject *inputs,
+                       PyObject *outputs, BackendInfo *bi);
+
 static int host_view(PyObject *node, PyObject *prim, PyObject *inputs, PyObject *outputs) {
     if (PyList_GET_SIZE(inputs) != 1 || PyList_GET_SIZE(outputs) != 1) return 0;
     PyObject *d = PyList_GET_ITEM(inputs, 0);
@@ -634,6 +638,67 @@ done:
     return rc;
 }
 
+/* A device's view of its first input that never copies (its definition's view strides
+ * follow from the parameters: Broadcast, Transpose): the definition's rule with the
+ * device's array module, no device context (no kernel runs), the result in the input's
+ * buffer (evaluate._store finds that handle by the memory). 1 ran, 0 declined, -1 error. */
+static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject *inputs,
+                       PyObject *outputs, BackendInfo *bi) {
+    Py_ssize_t n = PyList_GET_SIZE(inputs);
+    PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    if (n < 1 || n + 1 > MAX_RULE_ARGS || PyList_GET_SIZE(outputs) != 1 ||
+        SLOT(defn, defn_off[F_VIEW_STRIDES]) == Py_None || kw == NULL || !PyDict_Check(kw))
+        return 0;
+    PyObject *args[MAX_RULE_ARGS];
+    args[0] = bi->xp;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyList_GET_ITEM(inputs, i);
+        if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
+        PyObject *data = SLOT(d, desc_off[D_DATA]);
+        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)bi->array_type) return 0;
+        args[1 + i] = data;
+    }
+    PyObject *d0 = PyList_GET_ITEM(inputs, 0), *handle = SLOT(d0, desc_off[D_BUFFER]);
+    if (handle == NULL || handle == Py_None) return 0;
+    PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+    if (target == NULL) { PyErr_Clear(); return 0; }
+    if (target == Py_None || (PyObject *)Py_TYPE(target) != c_desc_type) return 0;
+    Py_INCREF(target);
+    for (Py_ssize_t i = 0; i <= n; i++) Py_INCREF(args[i]);
+    Py_INCREF(handle);
+    int rc = -1;
+    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL, *res = NULL;
+    if (enabled == NULL) goto done;
+    if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
+    res = call_rule(SLOT(defn, defn_off[F_RULE]), args, n + 1, NULL, kw);
+    if (res == NULL) goto done;
+    if (Py_TYPE(res) != (PyTypeObject *)bi->array_type) { rc = 0; goto done; } /* Python: _store */
+    PyObject *dt = PyObject_GetAttr(res, s_dtype), *sh = dt ? PyObject_GetAttr(res, s_shape) : NULL;
+    PyObject *want = SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]);
+    int same = sh != NULL && (dt == want || PyObject_RichCompareBool(dt, want, Py_EQ) == 1) &&
+               PyObject_RichCompareBool(sh, SLOT(target, desc_off[D_SHAPE]), Py_EQ) == 1;
+    Py_XDECREF(dt); Py_XDECREF(sh);
+    if (PyErr_Occurred()) goto done;
+    if (!same) { rc = 0; goto done; } /* (nothing stored: the Python path runs it again) */
+    put(target, desc_off[D_DATA], res);
+    put(target, desc_off[D_BUFFER], handle);
+    put(target, desc_off[D_NODE], Py_None);
+    long long nbytes = 0;
+    if (t0 != NULL) {
+        PyObject *nb = PyObject_GetAttr(res, s_nbytes);
+        nbytes = nb ? PyLong_AsLongLong(nb) : -1;
+        Py_XDECREF(nb);
+        if (nbytes < 0) goto done;
+    }
+    rc = detach(node) < 0 || count_path(PATH_VIEW) < 0 ||
+         (t0 != NULL && record(prim, node, t0, nbytes) < 0) ? -1 : 1;
+done:
+    for (Py_ssize_t i = 0; i <= n; i++) Py_DECREF(args[i]);
+    Py_DECREF(target); Py_DECREF(handle);
+    Py_XDECREF(enabled); Py_XDECREF(t0); Py_XDECREF(res);
+    return rc;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -665,8 +730,10 @@ static int run_host(PyObject *node) {
         else if (Py_TYPE(krule) != (PyTypeObject *)l_kernel_rule) krule = NULL;
     }
     int kdev = krule != NULL;
-    if (!bi->host && !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True)
-        return host_view(node, prim, inputs, outputs);
+    if (!bi->host && !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True) {
+        int r = host_view(node, prim, inputs, outputs);
+        return r != 0 ? r : device_view(node, prim, defn, inputs, outputs, bi);
+    }
     if (!bi->host && !fused && !eager && !kdev) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
     if (fused ? bi->launch_for == Py_None || (!bi->host && PyList_GET_SIZE(outputs) != 1)
