@@ -221,6 +221,25 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
         assert np.array_equal(np.array(w), x0 * 2)
 
 
+def test_a_device_view_that_never_copies_runs_in_the_loops_c_part(monkeypatch):
+    """A transpose or broadcast of a device array (a definition with ``view_strides``) is
+    the array module's view in the input's buffer, run by the loop's C part (no Python
+    node): the values are numpy's, the buffer stays alive while the view does."""
+    x0 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = mx.array(x0) * 1.0
+    mx.eval(a)
+    ran = []
+    real = evaluate._run
+    monkeypatch.setattr(evaluate, "_run", lambda node, prim, be, fn=None: (
+        ran.append(prim.name), real(node, prim, be, fn))[1])
+    t, b = mx.transpose(a), mx.broadcast_to(a, (2, 3, 4))
+    mx.eval(t, b)
+    assert "Transpose" not in ran and "Broadcast" not in ran, ran
+    del a
+    assert np.array_equal(np.array(t), x0.T) and np.array_equal(np.array(b), np.broadcast_to(x0, (2, 3, 4)))
+    assert np.array_equal(np.array(t * 2.0), x0.T * 2)
+
+
 def tapescope_settings(**kw):
     import tapescope
 
