@@ -212,7 +212,8 @@ class PrimitiveDef:
         # extended fusion gives it a kernel of its own even alone (a lone Sum stays MLX's)
         self.fused_alone = fused_alone
         # a view's ``fn(input strides, input shape, output shape, **params) -> strides`` (in
-        # elements), where they follow from the parameters alone (Broadcast, Transpose)
+        # elements), where they follow from the parameters alone (Broadcast, Transpose,
+        # Slice): a view that never copies (the eval loop runs a device's in C)
         self.view_strides = view_strides
 
     def count_flops(self, in_shapes: list, out_shapes: list) -> Optional[int]:

@@ -28,7 +28,12 @@ def _slices(start, stop, strides):
     return tuple(out)
 
 
-@define("Slice", family=INDEXING, view=True)
+def _slice_strides(st: tuple, in_shape: tuple, out_shape: tuple, *, strides, **_) -> tuple:
+    """Each axis's stride times its step (a basic slice is always a view)."""
+    return tuple(s * k for s, k in zip(st, strides))
+
+
+@define("Slice", family=INDEXING, view=True, view_strides=_slice_strides)
 def slice_(xp, a, *, start_indices, end_indices, strides):
     return a[_slices(start_indices, end_indices, strides)]
 
