@@ -53,7 +53,7 @@ static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
-       PATH_EAGER_DEVICE = 6 }; /* evaluate.PATHS' indices */
+       PATH_EAGER_DEVICE = 6 };
 /* (evaluate.PATHS' indices) */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
