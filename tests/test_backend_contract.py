@@ -160,3 +160,24 @@ def test_a_numpy_backend_declines_to_import_or_export_device_memory():
         cpu.import_host(None, None)
     with pytest.raises(TypeError, match=r"\[export\]"):
         cpu.export(None, None)
+
+
+def test_a_result_over_memory_no_array_owns_is_copied_in_its_layout():
+    """(The contract's ``copy`` is the array's own ``copy(order="K")``.) A rule's result
+    viewing memory that no array owns (a bytearray's) is copied into the allocator: its
+    values, dtype and column-major layout as numpy's, no memory shared."""
+    import numpy as np
+
+    import tapescope.core as mx
+    from tapescope.core import evaluate
+    from tapescope.core.array import ArrayDesc
+
+    cpu = backends.registered()["cpu"]
+    want = np.arange(24, dtype=np.float32).reshape(4, 6)
+    raw = bytearray(want.tobytes())
+    view = np.frombuffer(raw, np.float32).reshape(4, 6).T
+    d = ArrayDesc(view.shape, mx.float32, mx.default_stream(mx.cpu))
+    evaluate._store(view, d, [], None, cpu)
+    assert not np.shares_memory(d.data, view) and d.buffer is not None
+    np.testing.assert_array_equal(d.data, want.T)
+    assert d.data.flags.f_contiguous and d.data.strides == want.T.copy(order="K").strides
