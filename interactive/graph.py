@@ -22,8 +22,7 @@ from tapescope.core.array import ArrayDesc, array
 from tapescope.core.fusion import ARGUMENT, CONSTANT, boundary_reason
 from tapescope.core.tree import tree_unflatten
 from tapescope.core.walk import topological
-from tapescope.kernels.backends import backend
-from tapescope.kernels.codegen.layout import Layout
+from tapescope.kernels.codegen.layout import Layout, variant as kernel_variant
 from tapescope.kernels.primitives import COMPILED, PLACEHOLDER
 
 __all__ = ["Graph", "Value", "Op", "Kernel", "KernelInput", "trace", "graph_of"]
@@ -329,12 +328,11 @@ def _layout_of(v: Any, producers: dict, real: dict) -> Layout:
 
 
 def _variant(tape: Any, shape: tuple, layouts: list) -> str:
-    """The kernel variant a call with these input layouts runs on the default device."""
-    from tapescope.core import default_device
-
+    """The kernel variant a call with these input layouts runs (MLX's choice, the same on
+    every device)."""
     if getattr(tape, "reduction", None) is not None:  # extended fusion's reduction kernel
         return f"reduce_{tape.reduction.mode}"
-    return backend(default_device()).variant(tape, shape, layouts)
+    return kernel_variant(tape, layouts, shape)
 
 
 class _Builder:

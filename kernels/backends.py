@@ -1,22 +1,28 @@
 """A backend per device: what evaluating a primitive on a device's stream needs.
 
-``Backend`` is the record the core asks (``backend(stream.device)``) instead of naming an
-array module or a device itself:
+``Backend`` is the contract the core asks (``backend(stream.device)``) instead of naming an
+array module or a device itself, as MLX's eval loop asks ``eval_cpu`` / ``eval_gpu``
+(mlx/backend/cpu/eval.h, mlx/backend/gpu/eval.h: ``new_stream``, ``eval``, ``synchronize``).
+It is a few methods and declared facts (``CONTRACT`` lists both):
 
-- ``xp``: the array module the rules compute with (numpy on the CPU; CuPy for CUDA);
-- ``allocator``: the device's ``Allocator`` (its page size, memory size and MLX cache policy);
-- ``event(stream)`` / ``fence(stream)``: the device's events. An event is *recorded on a
-  stream* by ``signal`` (the stream's work up to there is done), *waited on by a stream* by
-  ``wait(value, stream=...)`` and *waited on by the host* by ``wait(value)``;
-- ``run_compiled(tape, inputs, shape, out=, donatable=)``: the compiled-kernel runtime for
-  fused tapes (generated C on the CPU); ``dialect``: the renderer dialect its kernels use;
-- ``as_array`` / ``memory_of`` / ``owner`` / ``copy`` / ``quiet``: how a rule's result is made
-  into the device's array type, which allocation it lives in, the array owning that memory
-  (adoptable), a private copy,
-  and the context that silences floating-point warnings while a rule runs.
+- the facts, class or instance attributes the eval loop reads once per backend (core/_loop.c
+  ``BackendInfo``): ``xp`` (the array module the rules compute with: numpy on the CPU, CuPy
+  for CUDA), ``allocator`` (the device's ``Allocator``), ``array_type``, ``event_type`` (an
+  event is *recorded on a stream* by ``signal``, *waited on by a stream* by ``wait(value,
+  stream=...)``, *waited on by the host* by ``wait(value)``), ``dialect``, ``quiet``,
+  ``device_context``, and the device's generated kernels: ``kernel_rules``,
+  ``compiled_launch``, ``compiled_prebuild``, ``eager_kernel``, ``device_api`` (None or
+  empty where it has none);
+- the methods: ``run_compiled`` (a fused tape: MLX's ``Compiled::eval_cpu`` /
+  ``eval_gpu``, the one each backend must write), ``rule_for`` (the device's own rule of a
+  primitive), ``launch_fused`` (a loaded fused kernel), ``new_stream`` / ``synchronize``
+  (MLX's), ``info`` / ``machine`` (the device's facts and roofline limits), and how a
+  device's arrays are made and owned: ``to_device``, ``as_array``, ``memory_of``, ``owner``,
+  ``import_host``, ``export``.
 
-Backends are registered per device type (``"cpu"``, ``"gpu"``): the CPU one always; a GPU
-one only when a GPU runtime really evaluates arrays (the CUDA runtime of ``kernels/cuda``,
+The defaults are host memory's (numpy arrays, no device context). Backends are registered
+per device type (``"cpu"``, ``"gpu"``): the CPU one (``cpu/backend.py``) always; a GPU one
+only when a GPU runtime really evaluates arrays (the CUDA runtime of ``kernels/cuda``,
 opt-in with ``TAPESCOPE_CUDA=1`` for now; the Metal runtime of ``kernels/metal`` on macOS,
 opt-in with ``TAPESCOPE_METAL=1``), or when a test registers its own (``register``).
 ``mx.gpu`` is available, and the default device, only while a GPU
@@ -34,7 +40,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .allocator import Allocator, allocator as _allocator_of, owner_of
-from .stream_workers import Event, Fence
+from .stream_workers import Event
 from .settings import settings
 
 
@@ -65,34 +71,68 @@ def _quiet_numpy():
 
 class Backend(abc.ABC):
     """The contract every device's runtime fulfils (``cpu/backend.py``, ``cuda/backend.py``,
-    ``metal/backend.py``), as narrow as MLX's ``eval_cpu`` / ``eval_gpu``: the eval loop asks
-    it for the array module the rules compute with, the allocator, events, a fused tape's
-    runtime (``run_compiled``, the one method each backend must write) and the device's
-    own rules; the defaults here are host memory's (numpy arrays, no device context)."""
+    ``metal/backend.py``): declared facts and the methods of ``CONTRACT``; the defaults here
+    are host memory's (numpy arrays, no device context)."""
 
+    # -- facts ------------------------------------------------------------------------------
     name = "cpu"  # the runtime's name (``kernel.sources`` keys, timeline ``runtime``)
     device_type = "cpu"  # the DeviceType name it serves
     dialect = "c"  # the renderer dialect of its compiled kernels
     reduction_tapes = True  # run_compiled runs extended fusion's reduction tapes as one kernel
-    quiet = staticmethod(_quiet_numpy())
+    quiet = staticmethod(_quiet_numpy())  # the context a rule runs in (no float warnings)
+    #: the device's events (``event_type(stream)``; a fence's producer events too): the
+    #: host's ``stream_workers.Event`` is made and signalled by the eval loop in C
     event_type = Event
     array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)
-    device_context = None  # or a function of the stream: the context a node runs in
+    device_context = None  # or a function of (stream, node): the context a node runs in
+    #: primitive name -> the device's generated-kernel rule for it (the CPU's: MLX's
+    #: reductions and fast primitives as C), which the eval loop runs in place of the
+    #: definition's rule on a device without a device context (``rule_for`` on one with)
+    kernel_rules: dict = {}
+    #: a function of a fused call, ``(tape, inputs, shape) -> launch plan or None``, giving
+    #: its loaded kernel's plan (what ``launch_fused`` runs: a ``kernel_call.PlanLookup``)
+    compiled_launch: Optional[Callable] = None
+    #: a function building an eval's new fused kernels in parallel, ``(items) -> None``
+    compiled_prebuild: Optional[Callable] = None
+    #: a device's eager elementwise op as a plan of its own one-op kernel, ``eager_kernel(
+    #: prim, inputs, dtype, shape) -> plan or None``, launched as a loaded fused call is
+    #: (``device_api``, else ``launch_fused``); None: the op's rule runs
+    eager_kernel: Optional[Callable] = None
+    #: the backend's launch and host wait in C (a capsule of the table in
+    #: kernels/_device_api.h), which the eval loop (core/_loop.c) calls for a device's
+    #: loaded fused call and an eval's wait; None: it calls ``launch_fused`` and waits on the
+    #: eval's event in Python. A host backend has none (its launch is the call itself)
+    device_api = None
 
     def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None, count: int = 1):
         self.xp = xp
         self.allocator = alloc if alloc is not None else _allocator_of(self.device_type)
         self.count = count  # devices of this type the runtime can use
 
-    # -- events ---------------------------------------------------------------------------
-    def event(self, stream: Optional[int] = None) -> Event:
-        return self.event_type(stream)
+    # -- evaluating -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
+        """The outputs of fused tape ``tape`` on ``inputs`` (its device's arrays) for the
+        kernel shape ``shape``: ``out`` is memory offered for a single output, ``donatable``
+        the inputs whose buffers the outputs may take (MLX's Compiled::eval_cpu / eval_gpu).
+        The ``Compiled`` rule is given ``backend.run_compiled`` as its runtime."""
 
-    def fence(self, stream: int) -> Fence:
-        return Fence(stream, self.event_type)
+    def rule_for(self, prim: Any) -> Optional[Callable]:
+        """The device's own rule for ``prim`` in place of the definition's rule (a GPU
+        backend's, asked inside its device context), or None: ``kernel_rules``' entry."""
+        return self.kernel_rules.get(prim.name)
 
-    def bind(self, stream: Any) -> None:
-        """Called once per stream that evaluates on this backend (a GPU makes its stream)."""
+    def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
+        """Run a loaded fused kernel (a ``compiled_launch`` plan) on ``inputs`` into ``out``
+        for a node of ``stream`` (the host's C kernel: called right here). The eval loop's
+        one hook into a backend for a fused call (core/_loop.c run_node,
+        ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
+        launch.call(inputs, (out,))
+
+    # -- streams and the device -------------------------------------------------------------
+    def new_stream(self, stream: Any) -> None:
+        """Called once per stream that evaluates on this backend (MLX's ``new_stream``: a
+        GPU makes its device stream or queue)."""
 
     def synchronize(self, stream: Any) -> None:
         """Wait for the device work of ``stream`` (the host's is the worker's: nothing)."""
@@ -101,29 +141,18 @@ class Backend(abc.ABC):
         """``mx.device_info`` of this backend's device (the CPU's is in core)."""
         return {}
 
-    def host_reason(self, node: Any) -> Optional[str]:
-        """Why this device runs ``node`` with the CPU's rule on the host (after its stream's
-        device work; the timeline records it as a fallback), or None: it runs here."""
+    def machine(self) -> Optional[Any]:
+        """The device's limits for the roofline (``roofline.Machine``: copy bandwidth, peak
+        FLOP/s), measured on the first call; None where the backend has none."""
         return None
 
-    def rule_for(self, prim: Any) -> Optional[Callable]:
-        """The device's own rule for ``prim`` in place of the array-module rule (a GPU
-        backend's, asked inside its device context), or None."""
-        return None
-
-    @functools.cached_property
-    def kernel_rules(self) -> dict:
-        """Primitive name -> the rule that runs it as a generated kernel where the backend
-        has one (the CPU's: MLX's reductions and fast primitives as C), else empty;
-        the eval loop asks it for every node of a device without a device context."""
-        return {}
-
-    # -- results --------------------------------------------------------------------------
+    # -- the device's arrays ----------------------------------------------------------------
     def to_device(self, data: Any) -> Any:
         """An input that lives elsewhere (another device's array) as this device's array."""
         return host_array(data)
 
     def as_array(self, value: Any) -> Any:
+        """A rule's result as this device's array."""
         return value if isinstance(value, np.ndarray) else np.asarray(value)
 
     def memory_of(self, data: Any) -> Any:
@@ -137,68 +166,33 @@ class Backend(abc.ABC):
         o = owner_of(data)
         return o if isinstance(o, np.ndarray) and o.flags.owndata else None
 
-    def copy(self, data: Any) -> Any:
-        return np.array(data)
+    def import_host(self, data: Any, stream: Any) -> tuple:
+        """Host data of a new array of this device, as (device array, BufferHandle); asked
+        only of a device whose ``array_type`` is not numpy's (host data is adopted as is)."""
+        raise TypeError(f"[array] the {self.name} backend's arrays are numpy's: host data "
+                        "is adopted, not imported")
 
-    # -- compiled kernels -----------------------------------------------------------------
-    @abc.abstractmethod
-    def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
-        """The outputs of fused tape ``tape`` on ``inputs`` (its device's arrays) for the
-        kernel shape ``shape``: ``out`` is memory offered for a single output, ``donatable``
-        the inputs whose buffers the outputs may take (MLX's Compiled::eval_cpu / eval_gpu)."""
-
-    def variant(self, tape, shape, layouts) -> str:
-        """The name of the kernel variant a call of ``tape`` with inputs of these layouts
-        (arrays or ``codegen.layout.Layout``) runs: MLX's choice, for pictures and reports."""
-        from .codegen.layout import plan
-
-        contiguous, cshape, _, large = plan(tape, layouts, shape)
-        name = "contiguous" if contiguous else f"strided_{len(cshape)}"
-        return name + "_large" if large else name
-
-    @functools.cached_property
-    def compiled(self) -> Callable:
-        """The runtime function the ``Compiled`` rule is given (``run_compiled``, resolved
-        once: the eval loop passes it on every fused call)."""
-        return self.run_compiled
-
-    @functools.cached_property
-    def compiled_launch(self) -> Optional[Callable]:
-        """A function of a fused call giving its loaded kernel's launch plan (what
-        ``launch_fused`` runs; the CPU's ``cpu.compiled.launch_for``), else None."""
-        return None
-
-    def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
-        """Run a loaded fused kernel (a ``compiled_launch`` plan) on ``inputs`` into ``out``
-        for a node of ``stream`` (the host's C kernel: called right here). The eval loop's
-        one hook into a backend for a fused call (core/_loop.c run_node,
-        ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
-        launch.call(inputs, (out,))
-
-    #: The backend's launch and host wait in C (a capsule of the table in
-    #: kernels/_device_api.h), which the eval loop (core/_loop.c) calls for a device's
-    #: loaded fused call and an eval's wait; None: it calls ``launch_fused`` and waits on the
-    #: eval's event in Python. A host backend has none (its launch is the call itself).
-    device_api = None
-
-    #: A device's eager elementwise op as a plan of its own one-op kernel, ``eager_kernel(
-    #: prim, inputs, dtype, shape) -> plan or None``, launched as a loaded fused call is
-    #: (``device_api``, else ``launch_fused``); None: the op's rule runs.
-    eager_kernel = None
-
-    @functools.cached_property
-    def compiled_prebuild(self) -> Optional[Callable]:
-        """A function building an eval's new kernels in parallel (the CPU's
-        ``cpu.compiled.prebuild``), else None."""
-        return None
-
-    def machine(self) -> Optional[Any]:
-        """The device's limits for the roofline (``roofline.Machine``: copy bandwidth, peak
-        FLOP/s), measured on the first call; None where the backend has none."""
-        return None
+    def export(self, data: Any, handle: Any) -> Any:
+        """A view of device array ``data`` that keeps its buffer (``handle``) alive, for
+        ``__cuda_array_interface__`` / DLPack; asked only of a device whose ``array_type`` is
+        not numpy's (a host array is exported by numpy's own protocols)."""
+        raise TypeError(f"[export] the {self.name} backend's arrays are numpy's: numpy "
+                        "exports them")
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
+
+
+#: The contract: the methods a backend may override (``run_compiled`` it must), then the
+#: facts it declares. Nothing else of a backend is asked by the layers above it.
+CONTRACT = {
+    "methods": ("run_compiled", "rule_for", "launch_fused", "new_stream", "synchronize",
+                "info", "machine", "to_device", "as_array", "memory_of", "owner",
+                "import_host", "export"),
+    "facts": ("name", "device_type", "dialect", "reduction_tapes", "quiet", "event_type",
+              "array_type", "device_context", "kernel_rules", "compiled_launch",
+              "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator", "count"),
+}
 
 
 _lock = threading.Lock()
@@ -241,7 +235,7 @@ def stream_backend(stream: Any) -> Backend:
     b = _by_stream.get(stream.index)
     if b is None:
         b = backend(stream)
-        b.bind(stream)
+        b.new_stream(stream)
         _by_stream[stream.index] = b
     return b
 

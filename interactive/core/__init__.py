@@ -2,9 +2,7 @@
 
 __version__ = "0.32.4"  # the MLX release whose Python API tapescope.core follows
 
-from . import array_methods as _array_methods  # noqa: F401  (operators and methods)
-from . import array_indexing as _array_indexing  # noqa: F401  (a[idx], a[idx] = v, a.at[idx])
-from . import array_view as _array_view  # noqa: F401  (a.view(dtype))
+from . import array_methods as _array_methods  # noqa: F401  (every method beyond array.py's)
 from .array import ArrayIterator, ArrayLike, array  # noqa: F401
 from .array_indexing import ArrayAt  # noqa: F401
 from .device import (  # noqa: F401

@@ -53,7 +53,7 @@ static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
-       PATH_EAGER_DEVICE = 7 };
+       PATH_EAGER_DEVICE = 6 };
 /* (evaluate.PATHS' indices) */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
@@ -156,7 +156,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
 typedef struct {
     PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
     int host;
-    int plain_event; /* its events are stream_workers.Event (Backend.event): 1; else -1; 0 not known */
+    int plain_event; /* its event_type is stream_workers.Event: 1; else -1; 0 not known */
+    PyObject *event_type; /* Backend.event_type, once plain_events has asked */
     const DeviceApi *api; /* NULL: the Python hooks */
     PyObject *eager_for;  /* Backend.eager_kernel, with api only; NULL: none */
     PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
@@ -1117,7 +1118,7 @@ done:
  * helpers). Anything else is declined before anything is done, and the Python eval runs. */
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
     *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild, *g_sigint_state, *g_getsignal,
-    *g_main_thread, *g_event_type, *g_event_ids, *g_backend_event;
+    *g_main_thread, *g_event_type, *g_event_ids;
 static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
     *s_error, *s_interrupted, *s_one, *s_wait, *s__sigint_installed, *s_sigint_number,
     *s_event_type;
@@ -1143,11 +1144,11 @@ PyObject *configure_eager(PyObject *self, PyObject *kw) {
                                         "workers", "eval_begin", "eval_end", "state_type",
                                         "thread_ident", "interrupted_message", "prebuild",
                                         "sigint_state", "getsignal", "main_thread",
-                                        "event_type", "event_ids", "backend_event"};
+                                        "event_type", "event_ids"};
     PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
                                 &g_begin, &g_end, &g_state_type, &g_thread_ident,
                                 &g_interrupted, &g_prebuild, &g_sigint_state, &g_getsignal,
-                                &g_main_thread, &g_event_type, &g_event_ids, &g_backend_event};
+                                &g_main_thread, &g_event_type, &g_event_ids};
     eager_configured = 0;
     if (!loop_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
@@ -1292,24 +1293,24 @@ static int signal_done(PyObject *ev, int recording) {
     return rc;
 }
 
-/* whether the backend's events are the host's (Backend.event not overridden, its
- * event_type stream_workers.Event): made and signalled through their slots here */
+/* whether the backend's events are the host's (its event_type stream_workers.Event): made
+ * and signalled through their slots here; the backend's event type is kept either way */
 static int plain_events(BackendInfo *bi) {
     if (bi->plain_event == 0) {
-        PyObject *fn = PyObject_GetAttr((PyObject *)Py_TYPE(bi->be), s_event);
-        PyObject *et = fn ? PyObject_GetAttr(bi->be, s_event_type) : NULL;
-        bi->plain_event = fn == g_backend_event && et == g_event_type && ev_off[0] >= 0 ? 1 : -1;
-        Py_XDECREF(fn);
-        Py_XDECREF(et);
-        PyErr_Clear();
+        PyObject *et = PyObject_GetAttr(bi->be, s_event_type);
+        if (et == NULL) return -1;
+        bi->event_type = et; /* (kept with the backend, for the process's life) */
+        bi->plain_event = et == g_event_type && ev_off[0] >= 0 ? 1 : -1;
     }
     return bi->plain_event == 1;
 }
 
-/* be.event(index): a new event of the stream (Event.__init__'s slots for the host's:
+/* be.event_type(index): a new event of the stream (Event.__init__'s slots for the host's:
  * its id next of stream_workers._event_ids, value 0, no condition yet) */
 static PyObject *new_event(BackendInfo *bi, PyObject *index) {
-    if (!plain_events(bi)) return PyObject_CallMethodOneArg(bi->be, s_event, index);
+    int plain = plain_events(bi);
+    if (plain < 0) return NULL;
+    if (!plain) return PyObject_CallOneArg(bi->event_type, index);
     PyObject *id = PyIter_Next(g_event_ids);
     if (id == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "event ids ran out");

@@ -399,10 +399,6 @@ class ArrayAt:
         return _update(self._a, self._indices(), self._upd(value), "min")
 
 
-def _install() -> None:
-    array.__getitem__ = getitem
-    array.__setitem__ = setitem
-    array.at = property(lambda self: ArrayAt._new(self, _NO_INDEX), doc="Out-of-place scatter updates: x.at[idx].add(v).")
-
-
-_install()
+def at(a: array) -> ArrayAt:
+    """``x.at``: out-of-place scatter updates, ``x.at[idx].add(v)``."""
+    return ArrayAt._new(a, _NO_INDEX)

@@ -1,4 +1,6 @@
-"""Operators and method forms of ``mx.array`` (attached to the class at import)."""
+"""Every method ``mx.array`` has beyond its class body (``array.py``), attached here at import:
+the operators and the method forms of ops, and (defined beside their concern) indexing
+(``array_indexing.py``) and the interchange protocols (``interop.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as _dt
+from . import array_indexing as _indexing
+from . import interop as _interop
 from . import ops
 from .array import array
 from .device import StreamOrDevice
@@ -261,3 +265,33 @@ def _install_shape_methods() -> None:
 
 
 _install_shape_methods()
+
+
+# ---- indexing, the bit view, the interchange protocols ---------------------------------
+def _view(self: array, dtype: _dt.Dtype, *, stream: StreamOrDevice = None) -> array:
+    """View the array's bits as ``dtype`` (see ``mx.view``)."""
+    if not isinstance(dtype, _dt.Dtype):
+        raise incompatible("view", "view(self, dtype: mlx.core.Dtype, *, stream: mlx.core.Stream "
+                           "| mlx.core.ThreadLocalStream | mlx.core.Device | mlx.core.DeviceType "
+                           "| None = None) -> mlx.core.array", self, dtype)
+    return ops.view(self, dtype, stream=stream)
+
+
+_view.__name__ = "view"
+_view.__qualname__ = "array.view"
+
+
+def _install_protocols() -> None:
+    A = array
+    A.__getitem__ = _indexing.getitem
+    A.__setitem__ = _indexing.setitem
+    A.at = property(_indexing.at, doc="Out-of-place scatter updates: x.at[idx].add(v).")
+    A.view = _view
+    A.__dlpack__ = _interop.dlpack
+    A.__dlpack_device__ = _interop.dlpack_device
+    A.__cuda_array_interface__ = property(_interop.cuda_array_interface)
+    A.__array_namespace__ = _interop.array_namespace
+    A.__bytes__ = _interop.as_bytes
+
+
+_install_protocols()

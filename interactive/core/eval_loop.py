@@ -26,7 +26,7 @@ from typing import Iterable, Optional
 
 from tapescope.kernels import timeline
 from tapescope.kernels.backends import stream_backend as backend
-from tapescope.kernels.stream_workers import Event, Fence  # noqa: F401 (Fence: annotations)
+from tapescope.kernels.stream_workers import Event, Fence
 from tapescope.kernels.stream_workers import Interrupt, existing_worker, worker
 from tapescope.kernels.primitives import COMPILED
 
@@ -191,7 +191,7 @@ def _plan(order: list[Node]):
     for node in order:
         si = produced_on[id(node)]
         if crossing and id(node) in crossing:
-            f = fences.get(si) or fences.setdefault(si, backend(streams[si]).fence(si))
+            f = fences.get(si) or fences.setdefault(si, Fence(si, backend(streams[si]).event_type))
             updates[id(node)] = [f.next_update()]
         waits = []
         for inp in node.inputs:
@@ -258,7 +258,7 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
                 if not pending and (not asynchronous or _enqueues_only(order)):
                     inline = _inline_stream(order)
                 if inline is not None:
-                    ev = backend(order[0].primitive.stream).event(inline)
+                    ev = backend(order[0].primitive.stream).event_type(inline)
                     for node in order:
                         node.event = ev
                     state, events = EvalState(1), {inline: ev}
@@ -369,7 +369,7 @@ def _eval_begin(order: list[Node], stream: int, state: EvalState, asynchronous: 
 def _schedule(order: list[Node], asynchronous: bool):
     """Mark ``order`` scheduled and queue it on its streams' workers."""
     plan, streams, fences, updates = _plan(order)
-    events = {si: backend(streams[si]).event(si) for si in plan}
+    events = {si: backend(streams[si]).event_type(si) for si in plan}
     for si, items in plan.items():
         ev = events[si]
         for node, _ in items:
@@ -481,7 +481,6 @@ def _install_sigint() -> None:
 
 _c_eager = None if c_loop is None else c_loop.eager_eval
 if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), the same steps
-    from tapescope.kernels import backends as _backends
     from tapescope.kernels import stream_workers as _stream_workers
 
     from . import transform_tracers as _tracers
@@ -494,5 +493,4 @@ if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), th
         "prebuild": prebuild_kernels,
         # _install_sigint's test (in C: its globals read there), the host's events
         "sigint_state": globals(), "getsignal": _getsignal, "main_thread": _MAIN_THREAD,
-        "event_type": _stream_workers.Event, "event_ids": _stream_workers._event_ids,
-        "backend_event": _backends.Backend.event})
+        "event_type": _stream_workers.Event, "event_ids": _stream_workers._event_ids})

@@ -34,11 +34,12 @@ DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output byt
 # the rule's result stored (adopted or a view of an input); the rule into an output buffer
 # (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
 # (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
-# through ``run_compiled``; a GPU stream's node run on the host; a GPU's eager elementwise op
-# as its one-op kernel (``Backend.eager_kernel``), launched as a loaded fused call is.
+# through ``run_compiled``; a GPU's eager elementwise op as its one-op kernel
+# (``Backend.eager_kernel``), launched as a loaded fused call is. (core/_loop.c counts by
+# these indices: its PATH_* enum.)
 PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
-         "host_fallback", "eager_kernel_device")
-RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, HOST, EAGER_DEVICE = range(len(PATHS))
+         "eager_kernel_device")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, EAGER_DEVICE = range(len(PATHS))
 _counts = [0] * len(PATHS)
 
 
@@ -133,8 +134,8 @@ def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> N
                 break
     if handle is None:
         owner = be.owner(data)
-        if owner is None:  # a view of memory we do not track: copy it in
-            data = be.copy(data)
+        if owner is None:  # a view of memory we do not track: copy it in (its layout kept)
+            data = data.copy(order="K")
             owner = be.owner(data)
         alloc = be.allocator
         handle = BufferHandle(alloc.adopt(owner), alloc)
@@ -157,27 +158,9 @@ def _run_node(node: Node) -> None:
     if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
         _host_view(node, prim)
         return
-    why = be.host_reason(node)
-    if why is not None:
-        _run_on_host(node, prim, be, why)
-        return
-    # a GPU: in its stream's context, with its own rule where it has one (Metal)
+    # a GPU: in its stream's context, with its own rule where it has one (CUDA, Metal)
     with be.device_context(prim.stream, node):
         _run(node, prim, be, be.rule_for(prim))
-
-
-def _run_on_host(node: Node, prim, be, why: str) -> None:
-    """A GPU stream's node that its device does not run (``Backend.host_reason``): the
-    CPU's rule on the host once the stream's device work is done (its inputs are then
-    readable), recorded on the timeline as a fallback with the reason, never silently."""
-    be.synchronize(prim.stream)
-    t0 = timeline.now() if timeline.enabled else 0
-    _counts[HOST] += 1
-    _run(node, prim, backend("cpu"))
-    if t0:
-        timeline.add("fallback", t0, timeline.now(), name=prim.name, node=node.id,
-                     stream=prim.stream.index, device=prim.stream.device.type.name,
-                     detail={"primitive": prim.name, "why": why, "runtime": "cpu"})
 
 
 def _run(node: Node, prim, be, fn=None) -> None:
@@ -257,7 +240,7 @@ def _compute(node: Node, prim, fn, be, upcast: bool, ins: list, outputs: list, t
     if defn.takes_runtime:
         if _fused_launch(node, prim, be, ins, t0, FUSED):
             return _DONE
-        kw = {**kw, "runtime": be.compiled}
+        kw = {**kw, "runtime": be.run_compiled}
     with be.quiet():
         if defn.takes_out and not upcast and len(outputs) == 1:
             target = outputs[0]()

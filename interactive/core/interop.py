@@ -84,7 +84,7 @@ def get_array_buffer_size(*args: Any) -> int:
 _KDLCPU = 1  # DLPack's device type of the host
 
 
-def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
+def dlpack(self: array, *, stream: Any = None, max_version: Any = None,
             dl_device: Optional[tuple] = None, copy: Optional[bool] = None) -> Any:
     """The array as a DLPack capsule (read-only; a copy for consumers older than DLPack 1.0,
     which cannot be told that it is read-only). A GPU array's capsule is its device memory,
@@ -107,7 +107,7 @@ def _dlpack(self: array, *, stream: Any = None, max_version: Any = None,
     return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
 
-def _dlpack_device(self: array) -> tuple:
+def dlpack_device(self: array) -> tuple:
     """``(device type, device id)`` in DLPack's numbering: (1, 0) is the CPU, (2, n) a CUDA
     GPU (where the array's data is)."""
     dev = _device_view(self)
@@ -126,7 +126,7 @@ def _device_view(self: array) -> Any:
     return stream_backend(self._d.stream).export(data, self._d.buffer)
 
 
-def _cuda_array_interface(self: array) -> dict:
+def cuda_array_interface(self: array) -> dict:
     """``__cuda_array_interface__`` (version 3) of an array in CUDA memory; an AttributeError
     for one on the host, so that consumers fall back to DLPack or the buffer protocol."""
     dev = _device_view(self)
@@ -140,20 +140,16 @@ def _cuda_array_interface(self: array) -> dict:
     return cai  # consumers keep this array (and so its buffer) alive, as the protocol says
 
 
-def _array_namespace(self: array, api_version: Optional[str] = None) -> Any:
+def array_namespace(self: array, api_version: Optional[str] = None) -> Any:
     """The array API namespace: ``tapescope.core``."""
     return sys.modules["tapescope.core"]
 
 
-def _bytes(self: array) -> bytes:
+def as_bytes(self: array) -> bytes:
     """The array's bytes in row-major order."""
     return np.ascontiguousarray(self._numpy()).tobytes()
 
 
-array.__dlpack__ = _dlpack
-array.__dlpack_device__ = _dlpack_device
-array.__cuda_array_interface__ = property(_cuda_array_interface)
-array.__array_namespace__ = _array_namespace
-array.__bytes__ = _bytes
-_dlpack.__name__, _dlpack_device.__name__ = "__dlpack__", "__dlpack_device__"
-_array_namespace.__name__, _bytes.__name__ = "__array_namespace__", "__bytes__"
+dlpack.__name__, dlpack_device.__name__ = "__dlpack__", "__dlpack_device__"
+array_namespace.__name__, as_bytes.__name__ = "__array_namespace__", "__bytes__"
+# (array_methods.py attaches them to ``array``)

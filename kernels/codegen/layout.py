@@ -208,3 +208,12 @@ def output_order(tape, inputs: Sequence[np.ndarray], shape: tuple, contiguous: b
     if contiguous and rep is not None and rep.ndim > 1 and is_col_contiguous(rep) and not is_row_contiguous(rep):
         return "F"
     return "C"
+
+
+def variant(tape, layouts: Sequence, shape: Sequence[int]) -> str:
+    """The name of the kernel variant a call of ``tape`` with inputs of these layouts
+    (arrays or ``Layout``) runs, MLX's choice on every device (mlx/backend/common/compiled.cpp
+    ``compiled_check_contiguity`` / ``compiled_use_large_index``): for pictures and reports."""
+    contiguous, cshape, _, large = plan(tape, layouts, shape)
+    name = "contiguous" if contiguous else f"strided_{len(cshape)}"
+    return name + "_large" if large else name

@@ -19,13 +19,11 @@ class CpuBackend(Backend):
     device_type = "cpu"
     dialect = "c"
 
-    def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
-        """Generated C (``cpu.compiled``; a reduction tape through ``cpu.reduction``), numpy
-        where it cannot."""
-        return self.compiled(tape, inputs, shape, out=out, donatable=donatable)
-
     @functools.cached_property
-    def compiled(self) -> Callable:
+    def run_compiled(self) -> Callable:
+        """Generated C (``cpu.compiled.run_compiled``; a reduction tape through
+        ``cpu.reduction``), numpy where it cannot: the function itself, resolved on first
+        use (the ``Compiled`` rule is given it on every fused call)."""
         from .compiled import run_compiled
 
         return run_compiled

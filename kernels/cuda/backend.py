@@ -124,7 +124,7 @@ class CudaBackend(Backend):
         super().__init__(cupy, CudaAllocator(device_id), count=1)
         self.device_id = device_id
 
-    def bind(self, stream: Any) -> None:
+    def new_stream(self, stream: Any) -> None:
         device.cuda_stream(stream.index)
 
     def device_context(self, stream: Any, node: Any = None) -> _OnStream:
@@ -221,11 +221,6 @@ class CudaBackend(Backend):
         if type(mem) is not cupy.cuda.memory.Memory:
             return None
         return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
-
-    def copy(self, data: Any) -> Any:
-        if type(data) is bf16.BF16Array:
-            return bf16.BF16Array(cupy.array(data.raw, copy=True))
-        return cupy.array(data, copy=True)
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
@@ -332,7 +327,7 @@ class CudaBackend(Backend):
         return own
 
     @functools.cached_property
-    def _named_rules(self) -> dict:
+    def kernel_rules(self) -> dict:
         """Primitive name -> its generated CUDA kernel rule: MLX's reductions
         (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``,
         ``cuda/attention.py``) and quantized products (``cuda/quantized.py``); one lookup a node (asked for every node a GPU
@@ -354,7 +349,7 @@ class CudaBackend(Backend):
         return {n: r for n, r in self._named_rules.items() if type(r) is KernelRule}
 
     def _own_rule(self, prim: Any):
-        rule = self._named_rules.get(prim.name)
+        rule = self.kernel_rules.get(prim.name)
         if rule is not None:
             return rule
         family = prim.defn.family

@@ -143,7 +143,7 @@ class MetalBackend(Backend):
         self._elementwise: dict = {}  # (primitive, dtypes, params) -> one-op tape, or False
         self._rules: dict = {}  # primitive name -> its Metal rule, or None
 
-    def bind(self, stream: Any) -> None:
+    def new_stream(self, stream: Any) -> None:
         queue(stream.index)
 
     def device_context(self, stream: Any, node: Any = None) -> _OnQueue:
