@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import tapescope
 import tapescope.core as mx
 from tapescope.kernels.allocator import POLICIES, Allocator, allocator
-from tapescope.kernels.buffer_cache import BufferCache
+from tapescope.kernels.buffer_cache import BufferCache, PyBufferCache
 from conftest import mlx_ref
 
 PAGE = 4096
@@ -24,13 +24,18 @@ class Blk:
         self.freed = False
 
 
-def make_cache():
-    return BufferCache(PAGE, lambda b: b.size, lambda b: setattr(b, "freed", True))
+# the cache in use (kernels/_handle.c's where built) and the Python one, the same tests each
+CACHES = [BufferCache] if BufferCache is PyBufferCache else [BufferCache, PyBufferCache]
+
+
+@pytest.fixture(params=CACHES, ids=lambda c: c.__module__.rsplit(".", 1)[-1])
+def make_cache(request):
+    return lambda: request.param(PAGE, lambda b: b.size, lambda b: setattr(b, "freed", True))
 
 
 # -- BufferCache ----------------------------------------------------------------------------
 
-def test_cache_reuses_smallest_fitting_buffer():
+def test_cache_reuses_smallest_fitting_buffer(make_cache):
     c = make_cache()
     big, small = Blk(300), Blk(120)
     c.recycle_to_cache(big)
@@ -47,7 +52,7 @@ def test_cache_reuses_smallest_fitting_buffer():
     (10 * PAGE, 12 * PAGE - 1, True),   # < size + 2 pages
     (10 * PAGE, 12 * PAGE, False),      # == size + 2 pages: rejected
 ])
-def test_cache_reuse_window_boundaries(request_size, cached, reused):
+def test_cache_reuse_window_boundaries(make_cache, request_size, cached, reused):
     c = make_cache()
     b = Blk(cached)
     c.recycle_to_cache(b)
@@ -56,7 +61,7 @@ def test_cache_reuse_window_boundaries(request_size, cached, reused):
     assert c.cache_size() == (0 if reused else cached)
 
 
-def test_cache_evicts_oldest_first():
+def test_cache_evicts_oldest_first(make_cache):
     c = make_cache()
     blocks = [Blk(100) for _ in range(10)]  # pool 1000
     for b in blocks:
@@ -67,7 +72,7 @@ def test_cache_evicts_oldest_first():
     assert c.cache_size() == 700
 
 
-def test_cache_clears_all_when_asked_for_90_percent():
+def test_cache_clears_all_when_asked_for_90_percent(make_cache):
     c = make_cache()
     blocks = [Blk(100) for _ in range(10)]
     for b in blocks:
@@ -76,7 +81,7 @@ def test_cache_clears_all_when_asked_for_90_percent():
     assert all(b.freed for b in blocks) and c.cache_size() == 0 and len(c) == 0
 
 
-def test_cache_equal_sizes_reuse_oldest_and_keep_lru_consistent():
+def test_cache_equal_sizes_reuse_oldest_and_keep_lru_consistent(make_cache):
     c = make_cache()
     a, b, d = Blk(64), Blk(64), Blk(64)
     for x in (a, b, d):
