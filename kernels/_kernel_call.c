@@ -39,6 +39,18 @@ static Py_ssize_t data_offset = sizeof(PyObject); /* PyArrayObject's ``data`` */
 
 #define DATA(a) (*(void **)((char *)(a) + data_offset))
 
+/* timeline.enabled (from the module's dict): 1, 0, -1 with an error */
+static int timeline_enabled(void) {
+    PyObject *e = PyModule_CheckExact(k_timeline)
+                  ? PyDict_GetItemWithError(PyModule_GetDict(k_timeline), s_enabled) : NULL;
+    if (e != NULL) return e == Py_True;
+    if (PyErr_Occurred()) return -1;
+    if ((e = PyObject_GetAttr(k_timeline, s_enabled)) == NULL) return -1;
+    int on = e == Py_True;
+    Py_DECREF(e);
+    return on;
+}
+
 static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
     KernelCall *self = (KernelCall *)op;
@@ -66,10 +78,8 @@ static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
         }
         if (self->slots[i] >= 0) argv[self->slots[i]] = DATA(args[i]);
     }
-    PyObject *enabled = PyObject_GetAttr(k_timeline, s_enabled);
-    if (enabled == NULL) return NULL;
-    int recording = enabled == Py_True;
-    Py_DECREF(enabled);
+    int recording = timeline_enabled();
+    if (recording < 0) return NULL;
     PyObject *t0 = NULL;
     if (recording && (t0 = PyObject_CallNoArgs(k_now)) == NULL) return NULL;
     if (self->gil) {

@@ -126,7 +126,7 @@ void put(PyObject *obj, Py_ssize_t off, PyObject *v) {
 
 /* ``obj.name`` of a module: from its dict (a module's getattr goes through the type
  * first), else its getattr (a name it does not hold, or not a module); new ref */
-static PyObject *module_attr(PyObject *mod, PyObject *name) {
+PyObject *module_attr(PyObject *mod, PyObject *name) {
     if (PyModule_CheckExact(mod)) {
         PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
         if (v != NULL) return Py_NewRef(v);

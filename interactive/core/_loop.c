@@ -631,7 +631,7 @@ static int run_host(PyObject *node) {
     if (rule == NULL && PyErr_Occurred()) PyErr_Clear();
     rule = Py_NewRef(rule != NULL ? rule : SLOT(defn, defn_off[F_RULE]));
     int rc = -1;
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     if (enabled == NULL) goto done;
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
     if (t0 == NULL) t0 = PyLong_FromLong(0);
@@ -1169,7 +1169,7 @@ static PyObject *new_event(BackendInfo *bi, PyObject *index) {
 /* ev.signal(1): for the host's event while the timeline does not record (Event.signal's
  * steps: the value raised to 1, its waiters woken), else the method (its record) */
 static int signal_host(PyObject *ev) {
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     if (enabled == NULL) return -1;
     int recording = enabled == Py_True;
     Py_DECREF(enabled);
@@ -1194,7 +1194,7 @@ static int signal_host(PyObject *ev) {
 /* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
 int eager_eval(PyObject *descs) {
     if (!eager_configured || !PyList_CheckExact(descs)) return 0;
-    PyObject *active = PyObject_GetAttr(g_tracer, s__active);
+    PyObject *active = module_attr(g_tracer, s__active);
     int quiet = active != NULL && PyLong_Check(active) && PyLong_AsLong(active) == 0;
     Py_XDECREF(active);
     if (!quiet) { PyErr_Clear(); return 0; } /* a transformation may run: before_eval */
@@ -1258,7 +1258,7 @@ int eager_eval(PyObject *descs) {
     if (!claimed) { rc = 0; goto done; }
     if (fused > 1 && call_none(PyObject_CallOneArg(g_prebuild, order)) < 0) /* in parallel */
         keep_error(&type, &value, &tb);
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);
     Py_ssize_t n = PyList_GET_SIZE(order);
