@@ -682,3 +682,41 @@ def test_the_largest_size_t_limit_is_taken():
         assert mx.get_memory_limit() == 2**64 - 1
     finally:
         mx.set_memory_limit(old)
+
+
+def test_the_python_allocator_without_the_extension_reports_what_the_c_one_does():
+    """kernels/_handle.c absent (its import blocked in a fresh process), the allocator is
+    PyAllocator over PyBufferCache; evals, frees, limits, clear_cache and reset_peak leave
+    the memory API's figures (and the timeline's allocator records) as with the extension."""
+    script = (
+        "import numpy as np; from tapescope.kernels import allocator as A, timeline\n"
+        "from tapescope.kernels import buffer_cache as B\n"
+        "print(A.Allocator is A.PyAllocator, B.BufferCache is B.PyBufferCache)\n"
+        "mx.set_default_device(mx.cpu); mx.set_cache_limit(1 << 20); mx.clear_cache()\n"
+        "base = mx.get_active_memory(); mx.reset_peak_memory(); out = []\n"
+        "def fig(): out.append((mx.get_active_memory() - base, mx.get_peak_memory() - base,"
+        " mx.get_cache_memory()))\n"
+        "with timeline.record() as rec:\n"
+        "    for n in (16, 1000, 1 << 16, 16, 3000):\n"
+        "        x = mx.array(np.arange(n, dtype=np.float32)); y = mx.exp(x) * 2 + x; mx.eval(y); fig()\n"
+        "        z = mx.compile(lambda a, b: a * b + 1)(y, x); mx.eval(z); fig(); del x, y, z; fig()\n"
+        "    print(mx.set_cache_limit(5000)); fig(); mx.clear_cache(); fig(); mx.reset_peak_memory(); fig()\n"
+        "print(out); print([(r.kind, r.nbytes) for r in rec.records if r.kind in "
+        "('alloc', 'cache_reuse', 'free', 'free_to_cache', 'release', 'evict')])\n")
+    blocked = "import sys; sys.modules['tapescope.kernels._handle'] = None\n"
+    import subprocess
+    import sys
+
+    def run(prefix):
+        code = prefix + "import tapescope.core as mx\n" + script
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, check=True).stdout.splitlines()
+
+    with_c, without = run(""), run(blocked)
+    assert without[0] == "True True"
+    try:
+        import tapescope.kernels._handle  # noqa: F401
+        assert with_c[0] == "False False"
+    except ImportError:
+        pass
+    assert with_c[1:] == without[1:] and "(0, " in with_c[2]
