@@ -278,7 +278,7 @@ static PyTypeObject LockType = {
     .tp_methods = lock_methods,
 };
 
-/* -- BufferCache: MLX's buffer cache (mlx/allocator.h BufferCache) with its state in C ----- */
+/* -- BufferCache: MLX's (mlx/backend/common/buffer_cache.h) with its state in C -------- */
 
 typedef struct Entry {
     PyObject *buf;
@@ -413,8 +413,9 @@ static int cache_size_of(Cache *c, PyObject *buf, long long *size) {
     return *size == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* clear: every cached buffer freed, in the multimap's order (ascending size, oldest first
- * within a size); the count, -1 when a free raised (the cache is empty either way) */
+/* clear: every cached buffer freed in the multimap's order (buffer_cache.h's clear:
+ * ascending size, oldest first within a size); the count, -1 when a free raised (the cache
+ * is empty either way) */
 static Py_ssize_t cache_clear_c(Cache *c) {
     Py_ssize_t n = c->count, k = 0;
     PyObject **bufs = n ? PyMem_Malloc(n * sizeof(PyObject *)) : NULL;

@@ -1,4 +1,5 @@
-"""MLX's BufferCache (mlx/allocator.h): freed buffers kept for reuse, by size and by age.
+"""MLX's BufferCache (mlx/backend/common/buffer_cache.h): freed buffers kept for reuse, by
+size and by age.
 
 A size-ordered index (MLX: a multimap) finds the smallest cached buffer that fits; an LRU
 list (newest at the head) decides what to evict first (the oldest, from the tail). A cached
