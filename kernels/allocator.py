@@ -241,8 +241,8 @@ class PyAllocator:
         self.cache = self.cache_type(self.page_size, None, self._release)
         # the policy's rounding, None where it keeps the request (the CPU's): one call less
         self._round = None if p.round_size is _exact else p.round_size
-        self._recycle_if_fits = p.recycle_if_fits
-        self._trim_after_malloc = p.trim_after_malloc
+        self._recycle_if_fits = bool(p.recycle_if_fits)
+        self._trim_after_malloc = bool(p.trim_after_malloc)
 
     # -- raw memory -----------------------------------------------------------------------
     def _raw_alloc(self, size: int) -> Any:
