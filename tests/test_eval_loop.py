@@ -473,3 +473,36 @@ def test_an_output_view_of_an_allocator_buffer_is_the_one_numpy_s_constructor_ma
         np.testing.assert_allclose(data, ref, rtol=1e-6)
     else:
         np.testing.assert_array_equal(data.astype(np.float64), ref.astype(np.float64))
+
+
+def test_an_eval_waits_for_the_interrupt_flag_s_lock_held_by_another_thread():
+    """The loop's bracket (Interrupt.begin / end in _loop.c) moves the running count without
+    taking the flag's lock only while nobody holds it: held by another thread, an eval waits
+    for it, then runs; the count is back to zero after each eval, the flag cleared."""
+    import threading
+    import time
+
+    x = mx.array(np.arange(16, dtype=np.float32))
+    mx.eval(x + 1)
+    assert Interrupt._running == 0
+    took, order = threading.Event(), []
+
+    def hold():
+        with Interrupt._lock:
+            took.set()
+            time.sleep(0.3)  # the eval below starts meanwhile
+            order.append("released")
+
+    t = threading.Thread(target=hold)
+    t.start()
+    took.wait(5)
+    y = x * 3
+    mx.eval(y)  # waits for the lock (else it ends long before the holder lets go)
+    order.append("evaluated")
+    t.join(5)
+    assert order == ["released", "evaluated"]
+    np.testing.assert_array_equal(np.asarray(y), np.arange(16, dtype=np.float32) * 3)
+    assert Interrupt._running == 0 and not Interrupt._flag
+    for _ in range(3):  # unheld: the same count
+        mx.eval(x - 1)
+        assert Interrupt._running == 0

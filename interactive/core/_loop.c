@@ -1128,11 +1128,30 @@ static int install_sigint(void) {
 }
 
 /* Interrupt.begin (delta 1) / Interrupt.end (-1): under the flag's lock, the count of
- * running evals moved, and the flag cleared when the last one ends */
+ * running evals moved, and the flag cleared when the last one ends. The steps here run no
+ * Python code and keep the GIL, so while no thread holds the lock (``lock.locked()``: a
+ * holder is inside a Python ``with`` block, which cannot run until this returns) they are
+ * atomic without taking it; a held lock is waited for, as before. */
 static int interrupt_step(int delta) {
     if (int_off[0] < 0)
         return call_none(PyObject_CallMethodNoArgs(g_interrupt, delta > 0 ? s_begin : s_end));
     PyObject *lock = SLOT(g_interrupt, int_off[0]);
+    static PyObject *s_locked = NULL;
+    if (s_locked == NULL && (s_locked = PyUnicode_InternFromString("locked")) == NULL) return -1;
+    PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
+    if (held == Py_False) {
+        Py_DECREF(held);
+        PyObject *running = SLOT(g_interrupt, int_off[1]);
+        long r = running != NULL ? PyLong_AsLong(running) : -1;
+        PyObject *v = r == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(r + delta);
+        if (v == NULL) return -1;
+        put(g_interrupt, int_off[1], v);
+        Py_DECREF(v);
+        if (r + delta == 0) put(g_interrupt, int_off[2], Py_False);
+        return 0;
+    }
+    Py_XDECREF(held);
+    PyErr_Clear(); /* (held, or no locked(): the lock is taken) */
     if (call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) < 0) return -1;
     PyObject *running = SLOT(g_interrupt, int_off[1]);
     long r = running != NULL ? PyLong_AsLong(running) : -1;
