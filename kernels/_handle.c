@@ -14,6 +14,11 @@
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
 #define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_T_LONGLONG T_LONGLONG
+#define Py_T_ULONGLONG T_ULONGLONG
+#define Py_T_PYSSIZET T_PYSSIZET
+#define Py_T_BOOL T_BOOL
+#define Py_READONLY READONLY
 #endif
 
 typedef struct {
@@ -51,6 +56,31 @@ static void handle_finalize(Handle *self) {
     PyErr_Restore(type, value, tb);
 }
 
+/* BufferHandle(buffer, allocator) without the argument parser (the loop makes one per
+ * fresh output) */
+static PyObject *handle_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    Handle *h = (Handle *)((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+    if (h == NULL) return NULL;
+    if (n == 2 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0)) {
+        h->buffer = Py_NewRef(args[0]);
+        h->allocator = Py_NewRef(args[1]);
+        return (PyObject *)h;
+    }
+    Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *tuple = PyTuple_New(n), *kw = k ? PyDict_New() : NULL;
+    int rc = tuple != NULL && (k == 0 || kw != NULL) ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    for (Py_ssize_t i = 0; rc == 0 && i < k; i++)
+        rc = PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[n + i]);
+    if (rc == 0) rc = handle_init(h, tuple, kw);
+    Py_XDECREF(tuple);
+    Py_XDECREF(kw);
+    if (rc < 0) Py_CLEAR(h);
+    return (PyObject *)h;
+}
+
 static int handle_traverse(Handle *self, visitproc visit, void *arg) {
     Py_VISIT(self->buffer);
     Py_VISIT(self->allocator);
@@ -86,6 +116,7 @@ static PyTypeObject HandleType = {
               "handle, and the buffer goes back to its allocator when the last holder is gone.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)handle_init,
+    .tp_vectorcall = handle_vectorcall,
     .tp_dealloc = (destructor)handle_dealloc,
     .tp_finalize = (destructor)handle_finalize,
     .tp_traverse = (traverseproc)handle_traverse,
@@ -95,147 +126,502 @@ static PyTypeObject HandleType = {
 };
 
 
-/* -- AllocatorBase: Allocator.malloc / free / adopt in C ---------------------------------
+/* -- Lock, BufferCache and AllocatorBase: the allocator's state and hot steps in C ---------
  *
- * kernels/allocator.py's Allocator derives from this type; its three hot methods are here,
- * over the same Python state (the counters ``active`` / ``peak``, ``cache_limit``, the
- * ``_lock``, the ``cache`` (a BufferCache) and its structures), with the same steps in the
- * same order as the Python methods they stand for (Allocator._malloc / _free / _adopt,
- * which run where this extension is not built):
+ * kernels/allocator.py's Allocator derives from AllocatorBase and PyAllocator (the Python
+ * class, which is the whole allocator where this extension is not built). The state the
+ * hot steps touch is C-owned here: the counters ``active`` / ``peak``, ``cache_limit``,
+ * ``page_size``, the policy's ``_recycle_if_fits`` / ``_trim_after_malloc`` / ``_round``,
+ * the ``cache`` (this file's BufferCache: the size index and the LRU in C) and the
+ * ``_lock`` (this file's Lock, reentrant as threading.RLock). Python code reads and sets the
+ * same fields (they are members), so the allocator's Python methods (limits, the memory API,
+ * a cache miss: PyAllocator._malloc) run over this state unchanged, under the same lock.
  *
- *   malloc(size)  the policy's rounding (``_round``); under the lock, the cache's reuse
- *                 (BufferCache.reuse_from_cache: the exact size, else the smallest cached
- *                 size inside the reuse window, its oldest buffer: _take), the counters,
- *                 the trim after a malloc where the policy trims; a miss (or size 0) is
- *                 the Python _malloc, which allocates (and evicts where the policy does);
- *   free(buf)     active down, then into the cache by the policy's rule
- *                 (recycle_to_cache) or released (``_release``);
+ *   malloc(size)  the policy's rounding (``_round``: None keeps the request, as the CPU's);
+ *                 under the lock, the cache's reuse (the exact size, else the smallest
+ *                 cached size inside the reuse window, its oldest buffer), the counters,
+ *                 the trim after a malloc where the policy trims (``_evict``); a miss (or
+ *                 size 0) is the Python _malloc, which allocates (and evicts where the
+ *                 policy does);
+ *   free(buf)     active down, then into the cache by the policy's rule (cache + size <=
+ *                 limit, or cache < limit) or released (``_release``);
  *   adopt(owner)  a buffer of the allocator's buffer_type over memory numpy allocated,
  *                 active and peak up.
  *
- * Where the timeline records, the same steps run and the allocator's ``_record`` makes
- * the record the Python method makes. This is the one copy of the buffer cache's hot
- * steps in C (tests/test_lane_cache.py compares cache_take / cache_recycle with
- * BufferCache's methods on random sequences; tests/test_allocator.py runs both paths). */
-static PyObject *a_timeline = NULL, *deque_type = NULL;
-static PyObject *s_active, *s_peak, *s_cache, *s__lock, *s_cache_limit, *s__round, *s_page_size,
-    *s_policy, *s_trim_after_malloc, *s_recycle_if_fits, *s_pool_size, *s__by_size, *s__sizes,
-    *s__lru, *s__seq, *s_size, *s_raw, *s__release, *s__evict, *s__malloc, *s_enabled,
-    *s__record, *s_buffer_type, *s_nbytes, *s_acquire, *s_release, *s_popleft, *s_append,
-    *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name;
+ * Where the timeline records, the same steps run and the allocator's ``_record`` makes the
+ * record the Python method makes. The steps are PyAllocator._malloc / _free / _adopt's and
+ * buffer_cache.PyBufferCache's, in the same order (tests/test_allocator_c.py runs random
+ * sequences through both and compares the counters, the cache and the records). */
 
-static PyObject *get(PyObject *o, PyObject *name) { return PyObject_GetAttr(o, name); }
+/* -- Lock: a reentrant lock (threading.RLock's acquire / release / with) -------------------- */
 
-/* i such that sizes[:i] < size <= sizes[i:] (bisect.bisect_left over a list of ints) */
-static Py_ssize_t bisect_left(PyObject *sizes, PyObject *size) {
-    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(sizes);
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner;
+    long count;
+} Lock;
+
+/* acquire (waiting without the GIL when another thread holds it); -1 with an error */
+static int lock_take(Lock *l) {
+    unsigned long me = PyThread_get_thread_ident();
+    if (l->count > 0 && l->owner == me) {
+        l->count++;
+        return 0;
+    }
+    if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) {
+        int got;
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock(l->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+        if (!got) { PyErr_SetString(PyExc_RuntimeError, "could not acquire the allocator's lock"); return -1; }
+    }
+    l->owner = me;
+    l->count = 1;
+    return 0;
+}
+
+static int lock_give(Lock *l) {
+    if (l->count == 0 || l->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--l->count == 0) {
+        l->owner = 0;
+        PyThread_release_lock(l->lock);
+    }
+    return 0;
+}
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *l = (Lock *)type->tp_alloc(type, 0);
+    if (l == NULL) return NULL;
+    if ((l->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(l);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)l;
+}
+
+static void lock_dealloc(Lock *l) {
+    if (l->lock != NULL) {
+        if (l->count > 0) PyThread_release_lock(l->lock);
+        PyThread_free_lock(l->lock);
+    }
+    Py_TYPE(l)->tp_free((PyObject *)l);
+}
+
+static PyObject *lock_acquire(Lock *l, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd:acquire", names, &blocking, &timeout))
+        return NULL;
+    if (!blocking) { /* a try: the owner's reentry, or a free lock */
+        unsigned long me = PyThread_get_thread_ident();
+        if (l->count > 0 && l->owner == me) { l->count++; Py_RETURN_TRUE; }
+        if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) Py_RETURN_FALSE;
+        l->owner = me;
+        l->count = 1;
+        Py_RETURN_TRUE;
+    }
+    if (timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "the allocator's lock waits without a timeout");
+        return NULL;
+    }
+    if (lock_take(l) < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *lock_enter(Lock *l, PyObject *unused) {
+    if (lock_take(l) < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *lock_release(Lock *l, PyObject *unused) {
+    if (lock_give(l) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(Lock *l, PyObject *args) {
+    if (lock_give(l) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_is_owned(Lock *l, PyObject *unused) {
+    return PyBool_FromLong(l->count > 0 && l->owner == PyThread_get_thread_ident());
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "Acquire the lock (reentrant: the owner may acquire it again); True."},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "Release the lock once."},
+    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, "acquire()"},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, "release()"},
+    {"_is_owned", (PyCFunction)lock_is_owned, METH_NOARGS, "Whether this thread holds it."},
+    {NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapescope.kernels._handle.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The allocator's reentrant lock (threading.RLock's acquire / release / with), "
+              "taken by the C steps without a method call.",
+    .tp_new = lock_new,
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+};
+
+/* -- BufferCache: MLX's (mlx/backend/common/buffer_cache.h) with its state in C -------- */
+
+typedef struct Entry {
+    PyObject *buf;
+    long long size;
+    struct Entry *older, *newer; /* the LRU list, oldest first */
+    struct Entry *next;          /* the next (newer) cached buffer of the same size */
+} Entry;
+
+typedef struct {
+    long long size;
+    Entry *head, *tail; /* the size's buffers, oldest first */
+} Bin;
+
+typedef struct {
+    PyObject_HEAD
+    long long page_size;
+    PyObject *get_size; /* NULL: the buffer's ``size`` */
+    PyObject *free_cb;
+    Bin *bins; /* the sizes present, ascending (MLX's multimap) */
+    Py_ssize_t nbins, cap;
+    Entry *oldest, *newest;
+    Py_ssize_t count;
+    long long pool_size;
+    Entry *spare; /* entries to reuse */
+} Cache;
+
+static PyTypeObject CacheType;
+
+/* a Buffer's ``raw`` / ``size`` read at their slots (allocator.Buffer's __slots__, also in
+ * its subclasses), else by getattr */
+static PyTypeObject *buffer_base = NULL;
+static Py_ssize_t raw_off = -1, size_off = -1;
+
+static PyObject *buffer_field(PyObject *buf, Py_ssize_t off, PyObject *name) {
+    if (off >= 0 && PyObject_TypeCheck(buf, buffer_base)) {
+        PyObject *v = *(PyObject **)((char *)buf + off);
+        if (v != NULL) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(buf, name);
+}
+
+static PyObject *s_size, *s_raw;
+
+/* the first bin whose size is >= size */
+static Py_ssize_t bin_search(Cache *c, long long size) {
+    Py_ssize_t lo = 0, hi = c->nbins;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) / 2;
-        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(sizes, mid), size, Py_LT);
-        if (lt < 0) return -1;
-        if (lt) lo = mid + 1;
+        if (c->bins[mid].size < size) lo = mid + 1;
         else hi = mid;
     }
     return lo;
 }
 
-/* obj.attr += sign * v (Python ints) */
-static int add_to(PyObject *obj, PyObject *attr, PyObject *v, int sign) {
-    PyObject *old = PyObject_GetAttr(obj, attr);
-    if (old == NULL) return -1;
-    PyObject *nv = sign > 0 ? PyNumber_Add(old, v) : PyNumber_Subtract(old, v);
-    Py_DECREF(old);
-    if (nv == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, attr, nv);
-    Py_DECREF(nv);
-    return rc;
-}
-
-/* BufferCache._take: the oldest cached buffer of exactly ``size`` bytes (which must be
- * cached: KeyError otherwise, nothing changed) */
-static PyObject *cache_take(PyObject *cache, PyObject *size) {
-    PyObject *by_size = get(cache, s__by_size), *sizes = NULL, *lru = NULL, *item = NULL,
-             *buf = NULL, *q = NULL;
-    if (by_size == NULL || !PyDict_Check(by_size)) goto done;
-    q = Py_XNewRef(PyDict_GetItemWithError(by_size, size));
-    if (q == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, size);
-        goto done;
+/* the oldest buffer of bin i out of the cache (its reference handed to the caller) */
+static PyObject *cache_pop(Cache *c, Py_ssize_t i) {
+    Bin *b = &c->bins[i];
+    Entry *e = b->head;
+    b->head = e->next;
+    if (b->head == NULL) { /* the size's last one: the size leaves the index */
+        memmove(&c->bins[i], &c->bins[i + 1], (c->nbins - i - 1) * sizeof(Bin));
+        c->nbins--;
     }
-    if ((sizes = get(cache, s__sizes)) == NULL || (lru = get(cache, s__lru)) == NULL) goto done;
-    if (!PyList_Check(sizes)) { PyErr_SetString(PyExc_TypeError, "_sizes is a list"); goto done; }
-    item = PyObject_CallMethodNoArgs(q, s_popleft);
-    if (item == NULL) goto done;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-        PyErr_SetString(PyExc_TypeError, "a cache entry is (seq, buffer)");
-        goto done;
-    }
-    Py_ssize_t left = PyObject_Length(q);
-    int ok = left >= 0;
-    if (ok && left == 0) { /* the size's last one: the size leaves the index */
-        Py_ssize_t i = bisect_left(sizes, size);
-        ok = i >= 0 && PyDict_DelItem(by_size, size) == 0 && PySequence_DelItem(sizes, i) == 0;
-    }
-    ok = ok && PyObject_DelItem(lru, PyTuple_GET_ITEM(item, 0)) == 0 &&
-         add_to(cache, s_pool_size, size, -1) == 0;
-    if (ok) buf = Py_NewRef(PyTuple_GET_ITEM(item, 1));
-done:
-    Py_XDECREF(by_size); Py_XDECREF(sizes); Py_XDECREF(lru); Py_XDECREF(item); Py_XDECREF(q);
+    if (e->older) e->older->newer = e->newer;
+    else c->oldest = e->newer;
+    if (e->newer) e->newer->older = e->older;
+    else c->newest = e->older;
+    c->pool_size -= e->size;
+    c->count--;
+    PyObject *buf = e->buf;
+    e->next = c->spare;
+    c->spare = e;
     return buf;
 }
 
-/* BufferCache.recycle_to_cache with the buffer's ``size`` given (its get_size) */
-static int cache_recycle(PyObject *cache, PyObject *buf, PyObject *size) {
-    int rc = -1;
-    PyObject *by_size = get(cache, s__by_size), *sizes = NULL, *lru = NULL, *seqs = NULL,
-             *seq = NULL, *q = NULL, *item = NULL;
-    if (by_size == NULL || !PyDict_Check(by_size) || (sizes = get(cache, s__sizes)) == NULL ||
-        (lru = get(cache, s__lru)) == NULL || (seqs = get(cache, s__seq)) == NULL)
-        goto done;
-    if (!PyList_Check(sizes)) { PyErr_SetString(PyExc_TypeError, "_sizes is a list"); goto done; }
-    if ((seq = PyIter_Next(seqs)) == NULL) goto done;
-    q = Py_XNewRef(PyDict_GetItemWithError(by_size, size));
-    if (q == NULL) { /* a new size: its FIFO, and the size into the sorted index */
-        if (PyErr_Occurred()) goto done;
-        Py_ssize_t i = bisect_left(sizes, size);
-        q = i >= 0 ? PyObject_CallNoArgs(deque_type) : NULL;
-        if (q == NULL || PyDict_SetItem(by_size, size, q) < 0 || PyList_Insert(sizes, i, size) < 0)
-            goto done;
+/* reuse_from_cache: a cached buffer of at least ``size`` bytes within the reuse window
+ * (size <= cached < min(2 size, size + 2 pages)), its oldest; NULL (no error) on a miss */
+static PyObject *cache_reuse_c(Cache *c, long long size, long long *real) {
+    Py_ssize_t i = bin_search(c, size);
+    if (i == c->nbins) return NULL;
+    long long cached = c->bins[i].size;
+    if (cached != size) {
+        long long window = 2 * size < size + 2 * c->page_size ? 2 * size : size + 2 * c->page_size;
+        if (cached >= window) return NULL;
     }
-    item = PyTuple_Pack(2, seq, buf);
-    PyObject *r = item ? PyObject_CallMethodOneArg(q, s_append, item) : NULL;
-    if (r == NULL) goto done;
-    Py_DECREF(r);
-    if (PyObject_SetItem(lru, seq, size) < 0 || add_to(cache, s_pool_size, size, +1) < 0) goto done;
-    rc = 0;
-done:
-    Py_XDECREF(by_size); Py_XDECREF(sizes); Py_XDECREF(lru); Py_XDECREF(seqs); Py_XDECREF(seq);
-    Py_XDECREF(q); Py_XDECREF(item);
-    return rc;
+    *real = cached;
+    return cache_pop(c, i);
 }
 
-/* BufferCache.reuse_from_cache (the lock held): a buffer, or None on a miss (new refs) */
-static PyObject *cache_reuse(PyObject *cache, PyObject *size) {
-    PyObject *by_size = get(cache, s__by_size), *sizes = NULL, *page = NULL, *r = NULL;
-    if (by_size == NULL || !PyDict_Check(by_size)) goto done;
-    int has = PyDict_Contains(by_size, size);
-    if (has < 0) goto done;
-    if (has) { r = cache_take(cache, size); goto done; }
-    if ((sizes = get(cache, s__sizes)) == NULL || !PyList_Check(sizes)) goto done;
-    Py_ssize_t i = bisect_left(sizes, size);
-    if (i < 0) goto done;
-    if (i == PyList_GET_SIZE(sizes)) { r = Py_NewRef(Py_None); goto done; }
-    PyObject *cached = PyList_GET_ITEM(sizes, i); /* cached >= min(2 size, size + 2 page) */
-    long long c = PyLong_AsLongLong(cached), n = PyLong_AsLongLong(size);
-    if ((page = get(cache, s_page_size)) == NULL) goto done;
-    long long pg = PyLong_AsLongLong(page);
-    if (PyErr_Occurred()) goto done;
-    long long window = 2 * n < n + 2 * pg ? 2 * n : n + 2 * pg;
-    r = c >= window ? Py_NewRef(Py_None) : cache_take(cache, cached);
-done:
-    Py_XDECREF(by_size); Py_XDECREF(sizes); Py_XDECREF(page);
-    return r;
+/* recycle_to_cache with the buffer's size known: it becomes the newest */
+static int cache_push(Cache *c, PyObject *buf, long long size) {
+    Entry *e = c->spare;
+    if (e != NULL) c->spare = e->next;
+    else if ((e = PyMem_Malloc(sizeof(Entry))) == NULL) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t i = bin_search(c, size);
+    if (i == c->nbins || c->bins[i].size != size) { /* a new size: into the sorted index */
+        if (c->nbins == c->cap) {
+            Py_ssize_t cap = c->cap ? 2 * c->cap : 16;
+            Bin *bins = PyMem_Realloc(c->bins, cap * sizeof(Bin));
+            if (bins == NULL) { e->next = c->spare; c->spare = e; PyErr_NoMemory(); return -1; }
+            c->bins = bins;
+            c->cap = cap;
+        }
+        memmove(&c->bins[i + 1], &c->bins[i], (c->nbins - i) * sizeof(Bin));
+        c->nbins++;
+        c->bins[i].size = size;
+        c->bins[i].head = c->bins[i].tail = NULL;
+    }
+    Bin *b = &c->bins[i];
+    e->buf = Py_NewRef(buf);
+    e->size = size;
+    e->next = NULL;
+    if (b->tail) b->tail->next = e;
+    else b->head = e;
+    b->tail = e;
+    e->newer = NULL;
+    e->older = c->newest;
+    if (c->newest) c->newest->newer = e;
+    else c->oldest = e;
+    c->newest = e;
+    c->pool_size += size;
+    c->count++;
+    return 0;
 }
+
+/* a buffer's size as the cache counts it: get_size(buf), else buf.size */
+static int cache_size_of(Cache *c, PyObject *buf, long long *size) {
+    PyObject *v = c->get_size ? PyObject_CallOneArg(c->get_size, buf) : buffer_field(buf, size_off, s_size);
+    if (v == NULL) return -1;
+    *size = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *size == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* clear: every cached buffer freed in the multimap's order (buffer_cache.h's clear:
+ * ascending size, oldest first within a size); the count, -1 when a free raised (the cache
+ * is empty either way) */
+static Py_ssize_t cache_clear_c(Cache *c) {
+    Py_ssize_t n = c->count, k = 0;
+    PyObject **bufs = n ? PyMem_Malloc(n * sizeof(PyObject *)) : NULL;
+    if (n && bufs == NULL) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < c->nbins; i++)
+        for (Entry *e = c->bins[i].head, *next; e != NULL; e = next) {
+            next = e->next;
+            bufs[k++] = e->buf;
+            e->next = c->spare;
+            c->spare = e;
+        }
+    c->nbins = 0;
+    c->oldest = c->newest = NULL;
+    c->count = 0;
+    c->pool_size = 0;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (!failed) {
+            PyObject *r = PyObject_CallOneArg(c->free_cb, bufs[i]);
+            if (r == NULL) failed = 1;
+            else Py_DECREF(r);
+        }
+        Py_DECREF(bufs[i]);
+    }
+    PyMem_Free(bufs);
+    return failed ? -1 : k;
+}
+
+/* release_cached_buffers: the oldest freed until min_bytes are (all at >= 90% of the pool) */
+static Py_ssize_t cache_release_c(Cache *c, long long min_bytes, int all) {
+    if (all || (double)min_bytes >= 0.9 * (double)c->pool_size) return cache_clear_c(c);
+    long long freed = 0;
+    Py_ssize_t n = 0;
+    while (c->oldest != NULL && freed < min_bytes) {
+        long long size = c->oldest->size; /* the oldest of its size is the oldest overall */
+        PyObject *buf = cache_pop(c, bin_search(c, size));
+        PyObject *r = PyObject_CallOneArg(c->free_cb, buf);
+        Py_DECREF(buf);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        freed += size;
+        n++;
+    }
+    return n;
+}
+
+static int cache_init(Cache *c, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"page_size", "get_size", "free", NULL};
+    long long page;
+    PyObject *get_size, *free_cb;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LOO:BufferCache", names, &page, &get_size, &free_cb))
+        return -1;
+    if (c->count) {
+        PyErr_SetString(PyExc_RuntimeError, "BufferCache is initialised once");
+        return -1;
+    }
+    c->page_size = page;
+    Py_XSETREF(c->get_size, get_size == Py_None ? NULL : Py_NewRef(get_size));
+    Py_XSETREF(c->free_cb, Py_NewRef(free_cb));
+    return 0;
+}
+
+static int cache_traverse(Cache *c, visitproc visit, void *arg) {
+    Py_VISIT(c->get_size);
+    Py_VISIT(c->free_cb);
+    for (Entry *e = c->oldest; e != NULL; e = e->newer) Py_VISIT(e->buf);
+    return 0;
+}
+
+static void cache_drop(Cache *c) { /* the buffers let go of without freeing them */
+    Entry *e = c->oldest;
+    c->oldest = c->newest = NULL;
+    c->nbins = 0;
+    c->count = 0;
+    c->pool_size = 0;
+    while (e != NULL) {
+        Entry *next = e->newer;
+        Py_DECREF(e->buf);
+        PyMem_Free(e);
+        e = next;
+    }
+}
+
+static int cache_tp_clear(Cache *c) {
+    Py_CLEAR(c->get_size);
+    Py_CLEAR(c->free_cb);
+    cache_drop(c);
+    return 0;
+}
+
+static void cache_dealloc(Cache *c) {
+    PyObject_GC_UnTrack(c);
+    cache_tp_clear(c);
+    while (c->spare) {
+        Entry *next = c->spare->next;
+        PyMem_Free(c->spare);
+        c->spare = next;
+    }
+    PyMem_Free(c->bins);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static int ready(Cache *c) {
+    if (c->free_cb == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "BufferCache is not initialised");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *cache_m_reuse(Cache *c, PyObject *size) {
+    long long n = PyLong_AsLongLong(size), real;
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    PyObject *buf = cache_reuse_c(c, n, &real);
+    return buf ? buf : Py_NewRef(Py_None);
+}
+
+static PyObject *cache_m_recycle(Cache *c, PyObject *buf) {
+    long long size;
+    if (!ready(c) || cache_size_of(c, buf, &size) < 0 || cache_push(c, buf, size) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *cache_m_release(Cache *c, PyObject *nbytes) {
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (!ready(c)) return NULL;
+    Py_ssize_t k = overflow < 0 ? 0 : cache_release_c(c, n, overflow > 0);
+    return k < 0 ? NULL : PyLong_FromSsize_t(k);
+}
+
+static PyObject *cache_m_clear(Cache *c, PyObject *unused) {
+    if (!ready(c)) return NULL;
+    Py_ssize_t k = cache_clear_c(c);
+    return k < 0 ? NULL : PyLong_FromSsize_t(k);
+}
+
+static PyObject *cache_m_size(Cache *c, PyObject *unused) { return PyLong_FromLongLong(c->pool_size); }
+
+static PyObject *cache_m_buffers(Cache *c, PyObject *unused) {
+    PyObject *out = PyList_New(c->count);
+    if (out == NULL) return NULL;
+    Py_ssize_t i = 0;
+    for (Entry *e = c->oldest; e != NULL; e = e->newer) PyList_SET_ITEM(out, i++, Py_NewRef(e->buf));
+    return out;
+}
+
+static Py_ssize_t cache_len(Cache *c) { return c->count; }
+
+static PyMethodDef cache_methods[] = {
+    {"reuse_from_cache", (PyCFunction)cache_m_reuse, METH_O,
+     "The smallest cached buffer of at least ``size`` bytes within the reuse window, or None."},
+    {"recycle_to_cache", (PyCFunction)cache_m_recycle, METH_O,
+     "Keep ``buf`` for reuse (it becomes the most recently used)."},
+    {"release_cached_buffers", (PyCFunction)cache_m_release, METH_O,
+     "Free the oldest buffers until ``min_bytes_to_free`` bytes are freed (all of them when "
+     "that is at least 90% of the pool); returns how many buffers were freed."},
+    {"clear", (PyCFunction)cache_m_clear, METH_NOARGS,
+     "Free every cached buffer (ascending size, oldest first within a size); returns how many."},
+    {"cache_size", (PyCFunction)cache_m_size, METH_NOARGS, "Bytes held in the cache."},
+    {"buffers", (PyCFunction)cache_m_buffers, METH_NOARGS, "The cached buffers, oldest first."},
+    {NULL},
+};
+
+static PyMemberDef cache_members[] = {
+    {"page_size", Py_T_LONGLONG, offsetof(Cache, page_size), Py_READONLY, "the reuse window's page"},
+    {"pool_size", Py_T_LONGLONG, offsetof(Cache, pool_size), Py_READONLY, "bytes held in the cache"},
+    {NULL},
+};
+
+static PySequenceMethods cache_as_seq = {.sq_length = (lenfunc)cache_len};
+
+static PyTypeObject CacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapescope.kernels._handle.BufferCache",
+    .tp_basicsize = sizeof(Cache),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "MLX's BufferCache with its size index and LRU in C (buffer_cache.PyBufferCache "
+              "is the same cache in Python): BufferCache(page_size, get_size, free).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)cache_init,
+    .tp_dealloc = (destructor)cache_dealloc,
+    .tp_traverse = (traverseproc)cache_traverse,
+    .tp_clear = (inquiry)cache_tp_clear,
+    .tp_methods = cache_methods,
+    .tp_members = cache_members,
+    .tp_as_sequence = &cache_as_seq,
+};
+
+/* -- AllocatorBase ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    long long active, peak;
+    unsigned long long cache_limit;
+    Py_ssize_t page_size;
+    char recycle_if_fits, trim_after_malloc;
+    PyObject *round; /* None / NULL: a buffer is the request's size (the CPU's policy) */
+    Cache *cache;
+    Lock *lock;
+} Alloc;
+
+static PyObject *a_timeline_dict = NULL;
+static PyObject *s_enabled, *s__record, *s_buffer_type, *s_nbytes, *s__release, *s__evict,
+    *s__malloc, *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name;
 
 static int call_none(PyObject *r) {
     if (r == NULL) return -1;
@@ -244,179 +630,195 @@ static int call_none(PyObject *r) {
 }
 
 static int recording(void) {
-    if (a_timeline == NULL) return 0;
-    PyObject *e = get(a_timeline, s_enabled);
-    int on = e == Py_True;
-    Py_XDECREF(e);
-    PyErr_Clear();
-    return on;
+    if (a_timeline_dict == NULL) return 0;
+    return PyDict_GetItemWithError(a_timeline_dict, s_enabled) == Py_True;
 }
 
-/* self._record(kind, buf, requested) (Allocator._record: the timeline's record) */
+/* self._record(kind, buf, requested) (PyAllocator._record: the timeline's record) */
 static int record(PyObject *self, PyObject *kind, PyObject *buf, PyObject *requested) {
     PyObject *args[4] = {self, kind, buf, requested};
     return call_none(PyObject_VectorcallMethod(s__record, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                                NULL));
 }
 
-static PyObject *alloc_malloc(PyObject *self, PyObject *size) {
-    long long n = PyLong_Check(size) ? PyLong_AsLongLong(size) : 0;
-    if (n <= 0) { /* size 0 (or not an int, or huge): the Python malloc */
+static int alloc_ready(Alloc *a) {
+    if (a->cache == NULL || a->lock == NULL || a->cache->free_cb == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the allocator's cache and lock are not set up");
+        return 0;
+    }
+    return 1;
+}
+
+/* self._evict(nbytes) (its record where the timeline records) */
+static int evict(Alloc *a, long long nbytes) {
+    PyObject *n = PyLong_FromLongLong(nbytes);
+    int rc = n ? call_none(PyObject_CallMethodOneArg((PyObject *)a, s__evict, n)) : -1;
+    Py_XDECREF(n);
+    return rc;
+}
+
+static void count_active(Alloc *a, long long size) {
+    a->active += size;
+    if (a->active > a->peak) a->peak = a->active;
+}
+
+static PyObject *alloc_malloc(Alloc *a, PyObject *size) {
+    int overflow = 0;
+    long long n = PyLong_Check(size) ? PyLong_AsLongLongAndOverflow(size, &overflow) : 0;
+    if (n <= 0 || overflow) { /* size 0 (or not an int, or huge): the Python malloc */
         PyErr_Clear();
-        return PyObject_CallMethodOneArg(self, s__malloc, size);
+        return PyObject_CallMethodOneArg((PyObject *)a, s__malloc, size);
     }
-    PyObject *round = get(self, s__round), *buf = NULL, *lock = NULL, *cache = NULL;
-    if (round == NULL) return NULL;
-    Py_INCREF(size);
-    if (round != Py_None) { /* the policy's rounding */
-        PyObject *page = get(self, s_page_size);
-        PyObject *r = page ? PyObject_CallFunctionObjArgs(round, size, page, NULL) : NULL;
+    if (!alloc_ready(a)) return NULL;
+    PyObject *rsize = NULL;
+    if (a->round != NULL && a->round != Py_None) { /* the policy's rounding */
+        PyObject *page = PyLong_FromSsize_t(a->page_size);
+        rsize = page ? PyObject_CallFunctionObjArgs(a->round, size, page, NULL) : NULL;
         Py_XDECREF(page);
-        Py_DECREF(size);
-        size = r;
-    }
-    Py_DECREF(round);
-    if (size == NULL) return NULL;
-    if ((lock = get(self, s__lock)) == NULL || (cache = get(self, s_cache)) == NULL) goto done;
-    if (call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) < 0) goto done;
-    buf = cache_reuse(cache, size);
-    if (buf != NULL && buf != Py_None) { /* active += the real size; peak; the trim */
-        PyObject *bsize = get(buf, s_size);
-        int ok = bsize != NULL && add_to(self, s_active, bsize, +1) == 0;
-        Py_XDECREF(bsize);
-        PyObject *active = ok ? get(self, s_active) : NULL, *peak = active ? get(self, s_peak) : NULL;
-        if (peak != NULL) {
-            int more = PyObject_RichCompareBool(active, peak, Py_GT);
-            ok = more >= 0 && (!more || PyObject_SetAttr(self, s_peak, active) == 0);
-        } else {
-            ok = 0;
+        if (rsize == NULL) return NULL;
+        n = PyLong_AsLongLongAndOverflow(rsize, &overflow);
+        if (n <= 0 || overflow) {
+            PyErr_Clear();
+            PyObject *r = PyObject_CallMethodOneArg((PyObject *)a, s__malloc, rsize);
+            Py_DECREF(rsize);
+            return r;
         }
-        Py_XDECREF(active); Py_XDECREF(peak);
-        PyObject *policy = ok ? get(self, s_policy) : NULL;
-        PyObject *trim = policy ? get(policy, s_trim_after_malloc) : NULL;
-        Py_XDECREF(policy);
-        if (trim == NULL) ok = 0;
-        else if (trim == Py_True) {
-            PyObject *pool = get(cache, s_pool_size);
-            PyObject *limit = pool ? get(self, s_cache_limit) : NULL;
-            int over = limit ? PyObject_RichCompareBool(pool, limit, Py_GT) : -1;
-            if (over < 0) ok = 0;
-            else if (over) {
-                PyObject *excess = PyNumber_Subtract(pool, limit);
-                ok = excess && call_none(PyObject_CallMethodOneArg(self, s__evict, excess)) == 0;
-                Py_XDECREF(excess);
-            }
-            Py_XDECREF(pool); Py_XDECREF(limit);
-        }
-        Py_XDECREF(trim);
-        if (!ok) Py_CLEAR(buf);
     }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    int unlocked = call_none(PyObject_CallMethodNoArgs(lock, s_release));
-    if (type != NULL) { PyErr_Restore(type, value, tb); Py_CLEAR(buf); }
-    else if (unlocked < 0) Py_CLEAR(buf);
-    if (buf == Py_None) { /* a miss: the Python malloc allocates (its own lock, its record) */
-        Py_DECREF(buf);
-        buf = PyObject_CallMethodOneArg(self, s__malloc, size);
-    } else if (buf != NULL && recording() && record(self, s_cache_reuse, buf, size) < 0) {
-        Py_CLEAR(buf);
+    Cache *c = a->cache;
+    if (lock_take(a->lock) < 0) { Py_XDECREF(rsize); return NULL; }
+    long long real; /* the buffer's real size: the cached size (its ``size``) */
+    PyObject *buf = cache_reuse_c(c, n, &real);
+    int ok = 1;
+    if (buf != NULL) { /* active += the real size; peak; the trim */
+        count_active(a, real);
+        if (a->trim_after_malloc && (unsigned long long)c->pool_size > a->cache_limit)
+            ok = evict(a, c->pool_size - (long long)a->cache_limit) == 0;
     }
-done:
-    Py_DECREF(size); Py_XDECREF(lock); Py_XDECREF(cache);
+    if (lock_give(a->lock) < 0) ok = 0;
+    if (!ok) { Py_XDECREF(buf); Py_XDECREF(rsize); return NULL; }
+    if (buf == NULL) { /* a miss: the Python malloc allocates (its own lock, its record) */
+        buf = PyObject_CallMethodOneArg((PyObject *)a, s__malloc, rsize ? rsize : size);
+    } else if (recording()) {
+        PyObject *req = rsize ? Py_NewRef(rsize) : Py_NewRef(size);
+        if (record((PyObject *)a, s_cache_reuse, buf, req) < 0) Py_CLEAR(buf);
+        Py_DECREF(req);
+    }
+    Py_XDECREF(rsize);
     return buf;
 }
 
-static PyObject *alloc_free(PyObject *self, PyObject *buf) {
-    PyObject *size = get(buf, s_size), *raw = size ? get(buf, s_raw) : NULL;
-    PyObject *lock = NULL, *cache = NULL, *result = NULL;
-    int keep = -1, locked = 0;
-    if (raw == NULL) goto done;
-    if (raw == Py_None || PyObject_IsTrue(size) != 1) { /* size 0 or released: nothing */
-        PyErr_Clear();
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    if ((lock = get(self, s__lock)) == NULL || (cache = get(self, s_cache)) == NULL) goto done;
-    if (call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) < 0) goto done;
-    locked = 1;
-    if (add_to(self, s_active, size, -1) < 0) goto done;
-    PyObject *pool = get(cache, s_pool_size), *limit = pool ? get(self, s_cache_limit) : NULL;
-    PyObject *policy = limit ? get(self, s_policy) : NULL;
-    PyObject *fits = policy ? get(policy, s_recycle_if_fits) : NULL;
-    if (fits == Py_True) { /* cached + size <= limit */
-        PyObject *sum = PyNumber_Add(pool, size);
-        keep = sum ? PyObject_RichCompareBool(sum, limit, Py_LE) : -1;
-        Py_XDECREF(sum);
-    } else if (fits != NULL) { /* cached < limit */
-        keep = PyObject_RichCompareBool(pool, limit, Py_LT);
-    }
-    Py_XDECREF(pool); Py_XDECREF(limit); Py_XDECREF(policy); Py_XDECREF(fits);
-    if (keep < 0 || (keep == 1 && cache_recycle(cache, buf, size) < 0)) goto done;
-    locked = 0;
-    if (call_none(PyObject_CallMethodNoArgs(lock, s_release)) < 0) goto done;
-    if (recording() && record(self, keep ? s_free_to_cache : s_free_name, buf, Py_None) < 0)
-        goto done;
-    if (!keep && call_none(PyObject_CallMethodOneArg(self, s__release, buf)) < 0) goto done;
-    result = Py_NewRef(Py_None);
-done:
-    if (locked) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (call_none(PyObject_CallMethodNoArgs(lock, s_release)) < 0) PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-    }
-    Py_XDECREF(size); Py_XDECREF(raw); Py_XDECREF(lock); Py_XDECREF(cache);
-    return result;
+static PyObject *alloc_free(Alloc *a, PyObject *buf) {
+    PyObject *size = buffer_field(buf, size_off, s_size), *raw = size ? buffer_field(buf, raw_off, s_raw) : NULL;
+    if (raw == NULL) { Py_XDECREF(size); return NULL; }
+    long long n = PyLong_Check(size) ? PyLong_AsLongLong(size) : -1;
+    int skip = raw == Py_None || n == 0;
+    Py_DECREF(raw);
+    if (!skip && n < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "a buffer's size is a non-negative int");
+    Py_DECREF(size);
+    if (skip) { PyErr_Clear(); Py_RETURN_NONE; }
+    if (n < 0 || !alloc_ready(a)) return NULL;
+    Cache *c = a->cache;
+    if (lock_take(a->lock) < 0) return NULL;
+    a->active -= n;
+    unsigned long long pool = c->pool_size < 0 ? 0 : (unsigned long long)c->pool_size;
+    int keep = a->recycle_if_fits ? pool + (unsigned long long)n <= a->cache_limit
+                                  : pool < a->cache_limit;
+    int ok = !keep || cache_push(c, buf, n) == 0;
+    if (lock_give(a->lock) < 0) ok = 0;
+    if (!ok) return NULL;
+    if (recording() && record((PyObject *)a, keep ? s_free_to_cache : s_free_name, buf, Py_None) < 0)
+        return NULL;
+    if (!keep && call_none(PyObject_CallMethodOneArg((PyObject *)a, s__release, buf)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
-static PyObject *alloc_adopt(PyObject *self, PyObject *owner) {
-    PyObject *bt = get(self, s_buffer_type), *nbytes = bt ? get(owner, s_nbytes) : NULL;
+static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
+    if (!alloc_ready(a)) return NULL;
+    PyObject *bt = PyObject_GetAttr((PyObject *)a, s_buffer_type);
+    PyObject *nbytes = bt ? PyObject_GetAttr(owner, s_nbytes) : NULL;
     PyObject *buf = nbytes ? PyObject_CallFunctionObjArgs(bt, owner, nbytes, NULL) : NULL;
     Py_XDECREF(bt);
     if (buf == NULL || PyObject_IsTrue(nbytes) != 1) { Py_XDECREF(nbytes); return buf; }
-    PyObject *lock = get(self, s__lock);
-    int ok = lock && call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) == 0;
-    if (ok) {
-        PyObject *bsize = get(buf, s_size);
-        ok = bsize && add_to(self, s_active, bsize, +1) == 0;
-        Py_XDECREF(bsize);
-        PyObject *active = ok ? get(self, s_active) : NULL, *peak = active ? get(self, s_peak) : NULL;
-        int more = peak ? PyObject_RichCompareBool(active, peak, Py_GT) : -1;
-        ok = more >= 0 && (!more || PyObject_SetAttr(self, s_peak, active) == 0);
-        Py_XDECREF(active); Py_XDECREF(peak);
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (call_none(PyObject_CallMethodNoArgs(lock, s_release)) < 0) ok = 0;
-        if (type != NULL) PyErr_Restore(type, value, tb);
-    }
-    Py_XDECREF(lock);
-    if (ok && recording() && record(self, s_alloc, buf, Py_True) < 0) ok = 0; /* adopted */
     Py_DECREF(nbytes);
-    if (!ok) Py_CLEAR(buf);
+    PyObject *bs = buffer_field(buf, size_off, s_size);
+    long long n = bs ? PyLong_AsLongLong(bs) : -1;
+    Py_XDECREF(bs);
+    if (n == -1 && PyErr_Occurred()) { Py_DECREF(buf); return NULL; }
+    if (lock_take(a->lock) < 0) { Py_DECREF(buf); return NULL; }
+    count_active(a, n);
+    if (lock_give(a->lock) < 0 || (recording() && record((PyObject *)a, s_alloc, buf, Py_True) < 0))
+        Py_CLEAR(buf); /* adopted */
     return buf;
 }
 
-static PyObject *py_cache_take(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 2) { PyErr_SetString(PyExc_TypeError, "cache_take(cache, size)"); return NULL; }
-    return cache_take(args[0], args[1]);
+static int alloc_traverse(Alloc *a, visitproc visit, void *arg) {
+    Py_VISIT(a->round);
+    Py_VISIT(a->cache);
+    Py_VISIT(a->lock);
+    return 0;
 }
 
-static PyObject *py_cache_recycle(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 3) { PyErr_SetString(PyExc_TypeError, "cache_recycle(cache, buf, size)"); return NULL; }
-    if (cache_recycle(args[0], args[1], args[2]) < 0) return NULL;
-    Py_RETURN_NONE;
+static int alloc_clear(Alloc *a) {
+    Py_CLEAR(a->round);
+    Py_CLEAR(a->cache);
+    Py_CLEAR(a->lock);
+    return 0;
 }
 
-static PyObject *py_cache_reuse(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 2) { PyErr_SetString(PyExc_TypeError, "cache_reuse(cache, size)"); return NULL; }
-    return cache_reuse(args[0], args[1]);
+static void alloc_dealloc(Alloc *a) {
+    PyObject_GC_UnTrack(a);
+    alloc_clear(a);
+    Py_TYPE(a)->tp_free((PyObject *)a);
 }
 
-static PyObject *configure(PyObject *self, PyObject *timeline) {
-    Py_XSETREF(a_timeline, Py_NewRef(timeline));
-    Py_RETURN_NONE;
+static PyObject *alloc_get_cache(Alloc *a, void *unused) {
+    if (a->cache == NULL) { PyErr_SetString(PyExc_AttributeError, "cache"); return NULL; }
+    return Py_NewRef(a->cache);
 }
+
+static int alloc_set_cache(Alloc *a, PyObject *v, void *unused) {
+    if (v == NULL || !Py_IS_TYPE(v, &CacheType)) {
+        PyErr_SetString(PyExc_TypeError, "the allocator's cache is a _handle.BufferCache");
+        return -1;
+    }
+    Py_XSETREF(a->cache, (Cache *)Py_NewRef(v));
+    return 0;
+}
+
+static PyObject *alloc_get_lock(Alloc *a, void *unused) {
+    if (a->lock == NULL) { PyErr_SetString(PyExc_AttributeError, "_lock"); return NULL; }
+    return Py_NewRef(a->lock);
+}
+
+static int alloc_set_lock(Alloc *a, PyObject *v, void *unused) {
+    if (v == NULL || !Py_IS_TYPE(v, &LockType)) {
+        PyErr_SetString(PyExc_TypeError, "the allocator's lock is a _handle.Lock");
+        return -1;
+    }
+    Py_XSETREF(a->lock, (Lock *)Py_NewRef(v));
+    return 0;
+}
+
+static PyGetSetDef alloc_getset[] = {
+    {"cache", (getter)alloc_get_cache, (setter)alloc_set_cache, "the buffer cache (C)", NULL},
+    {"_lock", (getter)alloc_get_lock, (setter)alloc_set_lock, "the allocator's lock (C)", NULL},
+    {NULL},
+};
+
+static PyMemberDef alloc_members[] = {
+    {"active", Py_T_LONGLONG, offsetof(Alloc, active), 0, "bytes in buffers in use"},
+    {"peak", Py_T_LONGLONG, offsetof(Alloc, peak), 0, "the most active bytes since the last reset"},
+    {"cache_limit", Py_T_ULONGLONG, offsetof(Alloc, cache_limit), 0, "the cache limit in bytes"},
+    {"page_size", Py_T_PYSSIZET, offsetof(Alloc, page_size), 0, "the allocator's page"},
+    {"_recycle_if_fits", Py_T_BOOL, offsetof(Alloc, recycle_if_fits), 0,
+     "free caches a buffer if cache + size <= limit (else: while cache < limit)"},
+    {"_trim_after_malloc", Py_T_BOOL, offsetof(Alloc, trim_after_malloc), 0,
+     "the cache is cut back to its limit after every malloc"},
+    {"_round", Py_T_OBJECT_EX, offsetof(Alloc, round), 0, "the policy's rounding, None: none"},
+    {NULL},
+};
 
 static PyMethodDef alloc_methods[] = {
     {"malloc", (PyCFunction)alloc_malloc, METH_O,
@@ -431,53 +833,71 @@ static PyMethodDef alloc_methods[] = {
 static PyTypeObject AllocatorBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tapescope.kernels._handle.AllocatorBase",
-    .tp_basicsize = sizeof(PyObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "The allocator's malloc / free / adopt in C (kernels/_handle.c); the subclass "
-              "keeps the state and the Python _malloc for a cache miss.",
+    .tp_basicsize = sizeof(Alloc),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The allocator's hot state (counters, cache limit, the cache, the lock) and its "
+              "malloc / free / adopt in C (kernels/_handle.c); the subclass keeps the rest "
+              "and the Python _malloc for a cache miss.",
     .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)alloc_dealloc,
+    .tp_traverse = (traverseproc)alloc_traverse,
+    .tp_clear = (inquiry)alloc_clear,
     .tp_methods = alloc_methods,
+    .tp_members = alloc_members,
+    .tp_getset = alloc_getset,
 };
 
+/* configure(timeline, Buffer): the timeline module (its ``enabled`` flag read from its
+ * dict) and the Buffer class (its ``raw`` / ``size`` slots' offsets) */
+static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyModule_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure(timeline module, Buffer class)");
+        return NULL;
+    }
+    PyObject *d = PyModule_GetDict(args[0]);
+    PyTypeObject *bt = (PyTypeObject *)args[1];
+    Py_ssize_t offs[2] = {-1, -1};
+    PyObject *names[2] = {s_raw, s_size};
+    for (int i = 0; i < 2; i++) {
+        PyObject *m = PyDict_GetItemWithError(bt->tp_dict, names[i]);
+        if (m != NULL && Py_IS_TYPE(m, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)m)->d_member->type == Py_T_OBJECT_EX)
+            offs[i] = ((PyMemberDescrObject *)m)->d_member->offset;
+        else if (PyErr_Occurred()) return NULL;
+    }
+    Py_XSETREF(a_timeline_dict, Py_NewRef(d));
+    Py_XSETREF(buffer_base, (PyTypeObject *)Py_NewRef(bt));
+    raw_off = offs[0] >= 0 && offs[1] >= 0 ? offs[0] : -1;
+    size_off = offs[0] >= 0 && offs[1] >= 0 ? offs[1] : -1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
-    {"configure", (PyCFunction)configure, METH_O, "Hand over kernels.timeline."},
-    {"cache_take", (PyCFunction)(void (*)(void))py_cache_take, METH_FASTCALL,
-     "BufferCache._take in C: the oldest cached buffer of exactly ``size`` bytes."},
-    {"cache_recycle", (PyCFunction)(void (*)(void))py_cache_recycle, METH_FASTCALL,
-     "BufferCache.recycle_to_cache in C (the buffer's size given)."},
-    {"cache_reuse", (PyCFunction)(void (*)(void))py_cache_reuse, METH_FASTCALL,
-     "BufferCache.reuse_from_cache in C."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "Hand over kernels.timeline and allocator.Buffer."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_handle",
-                                    "BufferHandle and the allocator's hot steps in C (see "
-                                    "_handle.c).", -1, module_methods};
+                                    "BufferHandle, the allocator's lock, buffer cache and hot "
+                                    "steps in C (see _handle.c).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__handle(void) {
     if ((s_free = PyUnicode_InternFromString("free")) == NULL || PyType_Ready(&HandleType) < 0 ||
+        PyType_Ready(&LockType) < 0 || PyType_Ready(&CacheType) < 0 ||
         PyType_Ready(&AllocatorBaseType) < 0)
         return NULL;
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
-    I(s_active, "active") I(s_peak, "peak") I(s_cache, "cache") I(s__lock, "_lock")
-    I(s_cache_limit, "cache_limit") I(s__round, "_round") I(s_page_size, "page_size")
-    I(s_policy, "policy") I(s_trim_after_malloc, "trim_after_malloc")
-    I(s_recycle_if_fits, "recycle_if_fits") I(s_pool_size, "pool_size") I(s__by_size, "_by_size")
-    I(s__sizes, "_sizes") I(s__lru, "_lru") I(s__seq, "_seq") I(s_size, "size") I(s_raw, "raw")
-    I(s__release, "_release") I(s__evict, "_evict") I(s__malloc, "_malloc")
-    I(s_enabled, "enabled") I(s__record, "_record") I(s_buffer_type, "buffer_type")
-    I(s_nbytes, "nbytes") I(s_acquire, "acquire") I(s_release, "release")
-    I(s_popleft, "popleft") I(s_append, "append") I(s_alloc, "alloc")
+    I(s_size, "size") I(s_raw, "raw") I(s__release, "_release") I(s__evict, "_evict")
+    I(s__malloc, "_malloc") I(s_enabled, "enabled") I(s__record, "_record")
+    I(s_buffer_type, "buffer_type") I(s_nbytes, "nbytes") I(s_alloc, "alloc")
     I(s_cache_reuse, "cache_reuse") I(s_free_to_cache, "free_to_cache") I(s_free_name, "free")
 #undef I
-    PyObject *collections = PyImport_ImportModule("collections");
-    if (collections == NULL) return NULL;
-    deque_type = PyObject_GetAttrString(collections, "deque");
-    Py_DECREF(collections);
-    if (deque_type == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "BufferHandle", (PyObject *)&HandleType) < 0 ||
+        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+        PyModule_AddObjectRef(m, "BufferCache", (PyObject *)&CacheType) < 0 ||
         PyModule_AddObjectRef(m, "AllocatorBase", (PyObject *)&AllocatorBaseType) < 0) {
         Py_DECREF(m);
         return NULL;

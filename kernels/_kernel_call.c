@@ -39,6 +39,18 @@ static Py_ssize_t data_offset = sizeof(PyObject); /* PyArrayObject's ``data`` */
 
 #define DATA(a) (*(void **)((char *)(a) + data_offset))
 
+/* timeline.enabled (from the module's dict): 1, 0, -1 with an error */
+static int timeline_enabled(void) {
+    PyObject *e = PyModule_CheckExact(k_timeline)
+                  ? PyDict_GetItemWithError(PyModule_GetDict(k_timeline), s_enabled) : NULL;
+    if (e != NULL) return e == Py_True;
+    if (PyErr_Occurred()) return -1;
+    if ((e = PyObject_GetAttr(k_timeline, s_enabled)) == NULL) return -1;
+    int on = e == Py_True;
+    Py_DECREF(e);
+    return on;
+}
+
 static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
     KernelCall *self = (KernelCall *)op;
@@ -66,10 +78,8 @@ static PyObject *kc_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
         }
         if (self->slots[i] >= 0) argv[self->slots[i]] = DATA(args[i]);
     }
-    PyObject *enabled = PyObject_GetAttr(k_timeline, s_enabled);
-    if (enabled == NULL) return NULL;
-    int recording = enabled == Py_True;
-    Py_DECREF(enabled);
+    int recording = timeline_enabled();
+    if (recording < 0) return NULL;
     PyObject *t0 = NULL;
     if (recording && (t0 = PyObject_CallNoArgs(k_now)) == NULL) return NULL;
     if (self->gil) {
@@ -224,13 +234,82 @@ static PyTypeObject KernelCallType = {
  * yet, a plan of an older kernel cache (its ``gen`` not ``generation[0]``), or an input of
  * the ``refused`` type. kernel_call.py's PyPlanLookup is the same in Python. The eval loop
  * asks a backend's ``compiled_launch`` (one of these) before every fused call. */
+/* A hit remembered per tape (a direct-mapped table by its ``launches`` dict): the dict at
+ * that version (a dict's version tag changes at every change, and no two dicts share one, so
+ * the plan found is still its value), the generation then, the call's shape and its inputs'
+ * layouts as read from their numpy structs. A call with the same dict version, generation
+ * and layouts is that plan without building the key (its shape / strides tuples and their
+ * hash). Python 3.11's dicts have the tag; elsewhere every call builds the key. */
+#if PY_VERSION_HEX < 0x030C0000
+#define PL_MEMO 8
+#else
+#define PL_MEMO 0
+#endif
+#define PL_INTS 96
+
+typedef struct {
+    PyObject *launches, *result; /* borrowed: identity, and its value at ``version`` */
+    uint64_t version;
+    long long gen;
+    Py_ssize_t n, nints;    /* the non-constant inputs; the ints in ``ints`` */
+    Py_ssize_t pos[16];     /* their positions in the inputs */
+    Py_ssize_t ints[PL_INTS]; /* the shape's length and dims; per input nd, dims, strides */
+} Memo;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *tag, *generation, *refused;
+#if PL_MEMO
+    Memo memo[PL_MEMO];
+#endif
 } PlanLookup;
 
 static PyObject *s_launches, *s_gen, *s_shape, *s_strides;
+static int memo_on = 0; /* numpy's struct read as numpy reads it (checked by kernel_call.py) */
+
+/* PyArrayObject's head (numpy/ndarraytypes.h PyArrayObject_fields) */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions, *strides;
+} ArrayHead;
+
+#if PL_MEMO
+static Memo *memo_slot(PlanLookup *self, PyObject *launches) {
+    return &self->memo[((uintptr_t)launches >> 5) % PL_MEMO];
+}
+
+/* the call's ints as a memo holds them into ``out`` (at most PL_INTS); -1: not memoable */
+static Py_ssize_t layout_ints(PyObject *seq, const Py_ssize_t *pos, Py_ssize_t n,
+                              PyObject *shape, Py_ssize_t *out) {
+    if (!PyTuple_Check(shape)) return -1;
+    Py_ssize_t k = 0, ns = PyTuple_GET_SIZE(shape);
+    if (ns + 1 > PL_INTS) return -1;
+    out[k++] = ns;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        if (!PyLong_CheckExact(d)) return -1;
+        Py_ssize_t v = PyLong_AsSsize_t(d);
+        if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
+        out[k++] = v;
+    }
+    Py_ssize_t len = PyList_Check(seq) ? PyList_GET_SIZE(seq) : PyTuple_GET_SIZE(seq);
+    PyObject **items = PyList_Check(seq) ? ((PyListObject *)seq)->ob_item : ((PyTupleObject *)seq)->ob_item;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (pos[j] < 0 || pos[j] >= len) return -1;
+        PyObject *a = items[pos[j]];
+        if ((PyObject *)Py_TYPE(a) != k_ndarray) return -1;
+        ArrayHead *h = (ArrayHead *)a;
+        if (h->nd < 0 || k + 1 + 2 * h->nd > PL_INTS) return -1;
+        out[k++] = h->nd;
+        for (int d = 0; d < h->nd; d++) out[k++] = h->dimensions[d];
+        for (int d = 0; d < h->nd; d++) out[k++] = h->strides[d];
+    }
+    return k;
+}
+#endif
 
 static PyObject *pl_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
@@ -246,6 +325,24 @@ static PyObject *pl_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
         PyErr_SetString(PyExc_TypeError, "[PlanLookup] a tape's launches are a dict");
         goto done;
     }
+#if PL_MEMO
+    PyObject *now0 = PyList_Check(self->generation) && PyList_GET_SIZE(self->generation)
+                     ? PyList_GET_ITEM(self->generation, 0) : NULL;
+    long long gen_now = now0 && PyLong_CheckExact(now0) ? PyLong_AsLongLong(now0) : -1;
+    if (gen_now == -1) PyErr_Clear();
+    int memoable = memo_on && gen_now != -1 && self->refused != k_ndarray &&
+                   (PyList_Check(args[1]) || PyTuple_Check(args[1]));
+    Memo *slot = memoable ? memo_slot(self, launches) : NULL;
+    Py_ssize_t ints[PL_INTS];
+    if (slot != NULL && slot->launches == launches &&
+        slot->version == ((PyDictObject *)launches)->ma_version_tag && slot->gen == gen_now) {
+        Py_ssize_t k = layout_ints(args[1], slot->pos, slot->n, args[2], ints);
+        if (k == slot->nints && memcmp(ints, slot->ints, k * sizeof(Py_ssize_t)) == 0) {
+            Py_DECREF(launches);
+            return Py_NewRef(slot->result);
+        }
+    }
+#endif
     PyObject *arrays = PyDict_GetItemWithError(launches, self->tag);
     if (arrays == NULL || !PyTuple_Check(arrays)) {
         if (!PyErr_Occurred()) result = Py_NewRef(Py_None); /* (no call planned yet) */
@@ -296,6 +393,22 @@ static PyObject *pl_vectorcall(PyObject *op, PyObject *const *args, size_t nargs
     }
     if (same) result = ln;
     else { Py_DECREF(ln); result = Py_NewRef(Py_None); }
+#if PL_MEMO
+    if (same && slot != NULL && m <= 16) { /* remembered for the next call of this tape */
+        for (Py_ssize_t j = 0; j < m; j++) slot->pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(arrays, j));
+        Py_ssize_t k = layout_ints(args[1], slot->pos, m, args[2], slot->ints);
+        if (k >= 0) {
+            slot->launches = launches;
+            slot->version = ((PyDictObject *)launches)->ma_version_tag;
+            slot->result = ln;
+            slot->gen = gen_now;
+            slot->n = m;
+            slot->nints = k;
+        } else {
+            slot->launches = NULL;
+        }
+    }
+#endif
 done:
     Py_DECREF(launches);
     Py_XDECREF(key);
@@ -383,6 +496,28 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* layout(a): (shape, strides) as PlanLookup reads them from the numpy struct (checked
+ * against a.shape / a.strides before use_layouts(True) lets it remember hits) */
+static PyObject *layout(PyObject *self, PyObject *a) {
+    if (k_ndarray == NULL || !PyObject_TypeCheck(a, (PyTypeObject *)k_ndarray)) {
+        PyErr_SetString(PyExc_TypeError, "layout: a numpy array (after configure)");
+        return NULL;
+    }
+    ArrayHead *h = (ArrayHead *)a;
+    PyObject *sh = PyTuple_New(h->nd), *st = PyTuple_New(h->nd);
+    if (sh == NULL || st == NULL) { Py_XDECREF(sh); Py_XDECREF(st); return NULL; }
+    for (int d = 0; d < h->nd; d++) {
+        PyTuple_SET_ITEM(sh, d, PyLong_FromSsize_t(h->dimensions[d]));
+        PyTuple_SET_ITEM(st, d, PyLong_FromSsize_t(h->strides[d]));
+    }
+    return Py_BuildValue("(NN)", sh, st);
+}
+
+static PyObject *use_layouts(PyObject *self, PyObject *on) {
+    memo_on = PyObject_IsTrue(on) == 1;
+    Py_RETURN_NONE;
+}
+
 /* data_pointer(a): the data pointer the plans read (checked against a.ctypes.data) */
 static PyObject *data_pointer(PyObject *self, PyObject *a) {
     if (k_ndarray == NULL || !PyObject_TypeCheck(a, (PyTypeObject *)k_ndarray)) {
@@ -395,6 +530,8 @@ static PyObject *data_pointer(PyObject *self, PyObject *a) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(ndarray, timeline)"},
     {"data_pointer", data_pointer, METH_O, "the data pointer a plan reads of a numpy array"},
+    {"layout", layout, METH_O, "(shape, strides) as PlanLookup reads them of a numpy array"},
+    {"use_layouts", use_layouts, METH_O, "let PlanLookup remember hits by their layouts"},
     {NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel_call",

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import timeline
-from .buffer_cache import BufferCache
+from .buffer_cache import PyBufferCache
 
 _ids = itertools.count(1)
 
@@ -98,9 +98,9 @@ class BufferHandle:
 
 try:  # the same class in C (kernels/_handle.c): a free without a Python frame
     from ._handle import BufferHandle  # noqa: F811
-    from ._handle import AllocatorBase as _AllocatorBase
+    from . import _handle
 except ImportError:  # built without a C compiler
-    _AllocatorBase = object
+    _handle = None
 
 
 def _physical_memory() -> int:
@@ -212,14 +212,16 @@ def policy_for(device: str) -> AllocatorPolicy:
     return POLICIES["cpu" if device == "cpu" else "metal"]
 
 
-class Allocator(_AllocatorBase):
-    """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``).
-
-    ``malloc`` / ``free`` / ``adopt`` are kernels/_handle.c's AllocatorBase methods where
-    that extension is built: ``_malloc`` / ``_free`` / ``_adopt``'s steps over this state
-    in C (a cache miss is ``_malloc``); these Python methods otherwise."""
+class PyAllocator:
+    """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``),
+    all in Python: the whole allocator where kernels/_handle.c is not built. ``Allocator``
+    is this class over _handle.c's AllocatorBase where it is: the counters, the cache limit,
+    the buffer cache and the lock are C-owned there, and malloc / free / adopt are C steps
+    over them (``_malloc`` / ``_free`` / ``_adopt``'s, a cache miss ``_malloc`` itself)."""
 
     buffer_type = Buffer  # a device's allocator may use its own (a faster ``view``)
+    cache_type: Any = PyBufferCache
+    lock_type: Any = threading.RLock
 
     def __init__(self, device: str = "cpu", page_size: Optional[int] = None,
                  total_memory: Optional[int] = None, policy: Optional[AllocatorPolicy] = None,
@@ -235,10 +237,12 @@ class Allocator(_AllocatorBase):
         self.wired_limit = 0
         self.active = 0
         self.peak = 0
-        self._lock = threading.RLock()
-        self.cache: BufferCache[Buffer] = BufferCache(self.page_size, None, self._release)
+        self._lock = self.lock_type()
+        self.cache = self.cache_type(self.page_size, None, self._release)
         # the policy's rounding, None where it keeps the request (the CPU's): one call less
         self._round = None if p.round_size is _exact else p.round_size
+        self._recycle_if_fits = bool(p.recycle_if_fits)
+        self._trim_after_malloc = bool(p.trim_after_malloc)
 
     # -- raw memory -----------------------------------------------------------------------
     def _raw_alloc(self, size: int) -> Any:
@@ -283,7 +287,7 @@ class Allocator(_AllocatorBase):
             active = self.active = self.active + buf.size
             if active > self.peak:
                 self.peak = active
-            if self.policy.trim_after_malloc and cache.pool_size > self.cache_limit:
+            if self._trim_after_malloc and cache.pool_size > self.cache_limit:
                 self._evict(cache.pool_size - self.cache_limit)
         if timeline.enabled:
             self._record("cache_reuse" if reused else "alloc", buf, size)
@@ -334,7 +338,7 @@ class Allocator(_AllocatorBase):
         with self._lock:
             self.active -= size
             cached = cache.pool_size
-            if self.policy.recycle_if_fits:
+            if self._recycle_if_fits:
                 keep = cached + size <= self.cache_limit
             else:
                 keep = cached < self.cache_limit
@@ -345,8 +349,7 @@ class Allocator(_AllocatorBase):
         if not keep:
             self._release(buf)
 
-    if _AllocatorBase is object:  # no C extension: the Python steps are the methods
-        malloc, adopt, free = _malloc, _adopt, _free
+    malloc, adopt, free = _malloc, _adopt, _free  # (AllocatorBase's in C come first)
 
     # -- statistics and limits (MLX's memory API) -----------------------------------------
     def get_cache_memory(self) -> int:
@@ -386,10 +389,15 @@ class Allocator(_AllocatorBase):
             self._evict(self.cache.cache_size())
 
 
-if _AllocatorBase is not object:
-    from ._handle import configure as _configure
+if _handle is not None:
+    class Allocator(_handle.AllocatorBase, PyAllocator):
+        __doc__ = PyAllocator.__doc__
+        cache_type = _handle.BufferCache
+        lock_type = _handle.Lock
 
-    _configure(timeline)
+    _handle.configure(timeline, Buffer)
+else:
+    Allocator = PyAllocator  # type: ignore[misc]
 
 _allocators: dict[str, Allocator] = {}
 _alloc_lock = threading.Lock()

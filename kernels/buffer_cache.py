@@ -1,9 +1,14 @@
-"""MLX's BufferCache: freed buffers kept for reuse, by size and by age.
+"""MLX's BufferCache (mlx/backend/common/buffer_cache.h): freed buffers kept for reuse, by
+size and by age.
 
 A size-ordered index (MLX: a multimap) finds the smallest cached buffer that fits; an LRU
 list (newest at the head) decides what to evict first (the oldest, from the tail). A cached
 buffer is reused only if ``size <= cached < min(2 * size, size + 2 * page_size)``, so a small
 request never pins a much larger block. Not thread-safe: the allocator holds its lock.
+
+``BufferCache`` is kernels/_handle.c's where that extension is built (the same cache with its
+index and LRU in C, which the allocator's C malloc / free use without a Python call), this
+module's ``PyBufferCache`` otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Callable, Generic, Optional, TypeVar
 T = TypeVar("T")
 
 
-class BufferCache(Generic[T]):
+class PyBufferCache(Generic[T]):
     """Cache of free buffers; ``get_size(buf)`` gives a buffer's real size (None: its
     ``size`` attribute), ``free(buf)`` releases it.
 
@@ -94,18 +99,25 @@ class BufferCache(Generic[T]):
         return count
 
     def clear(self) -> int:
-        """Free every cached buffer; returns how many were freed."""
-        n = len(self._lru)
-        for q in self._by_size.values():
-            for _, buf in q:
-                self._free(buf)
+        """Free every cached buffer in the multimap's order (ascending size, oldest first
+        within a size); returns how many were freed. The cache is empty before the first
+        ``free`` runs."""
+        bufs = [buf for size in self._sizes for _, buf in self._by_size[size]]
         self._lru.clear()
         self._by_size.clear()
         self._sizes.clear()
         self.pool_size = 0
-        return n
+        for buf in bufs:
+            self._free(buf)
+        return len(bufs)
 
     def buffers(self) -> list[T]:
         """The cached buffers, oldest first (for the widgets)."""
         items = [item for q in self._by_size.values() for item in q]
         return [buf for _, buf in sorted(items, key=lambda it: it[0])]
+
+
+try:  # the same cache with its state in C (kernels/_handle.c)
+    from ._handle import BufferCache
+except ImportError:  # built without a C compiler
+    BufferCache = PyBufferCache

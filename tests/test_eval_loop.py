@@ -438,3 +438,71 @@ def test_a_graph_is_freed_by_reference_counting_alone():
         assert ref() is None
     finally:
         gc.enable()
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float16", "bfloat16", "float64", "int8", "uint16",
+                              "int64", "bool_", "complex64"]),
+       shape=st.lists(st.integers(0, 5), min_size=0, max_size=4), compiled=st.booleans())
+def test_an_output_view_of_an_allocator_buffer_is_the_one_numpy_s_constructor_makes(
+        dtype, shape, compiled):
+    """A fresh output's typed view over its allocator buffer (_loop.c's buffer_view: numpy's
+    C API where usable) is ``np.ndarray(shape, dtype, raw)``: the same memory, dtype, strides,
+    flags and base (the buffer's raw array, or the memory it flattens), and the op's values."""
+    rng = np.random.default_rng(len(shape))
+    a = (rng.standard_normal(shape) * 3).astype(np.float64)
+    x = mx.array(a).astype(getattr(mx, dtype))
+    mx.eval(x)
+    f = mx.compile(lambda u: u * u) if compiled else (lambda u: mx.maximum(u, u))
+    y = f(x)
+    mx.eval(y)
+    data, buf = y._d.data, y._d.buffer.buffer
+    raw = buf.raw
+    if dtype in ("float32", "float64", "int64") or data.base is not None:  # an allocator buffer
+        assert raw.dtype == np.uint8 and raw.ndim == 1  # (else the rule's own, adopted memory)
+        want = np.ndarray(tuple(shape), data.dtype, raw)
+        assert data.base is want.base  # raw, or the owner raw flattens (an adopted reuse)
+        assert data.dtype == want.dtype and data.shape == want.shape
+        assert data.strides == want.strides and data.flags.writeable and data.flags.c_contiguous
+        assert data.__array_interface__["data"][0] == want.__array_interface__["data"][0]
+    else:
+        assert raw is data
+    xs = x._d.data  # numpy in the same dtype is the reference (a product rounded once)
+    ref = (xs * xs if compiled else np.maximum(xs, xs)).astype(data.dtype)
+    if dtype == "complex64":
+        np.testing.assert_allclose(data, ref, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(data.astype(np.float64), ref.astype(np.float64))
+
+
+def test_an_eval_waits_for_the_interrupt_flag_s_lock_held_by_another_thread():
+    """The loop's bracket (Interrupt.begin / end in _loop.c) moves the running count without
+    taking the flag's lock only while nobody holds it: held by another thread, an eval waits
+    for it, then runs; the count is back to zero after each eval, the flag cleared."""
+    import threading
+    import time
+
+    x = mx.array(np.arange(16, dtype=np.float32))
+    mx.eval(x + 1)
+    assert Interrupt._running == 0
+    took, order = threading.Event(), []
+
+    def hold():
+        with Interrupt._lock:
+            took.set()
+            time.sleep(0.3)  # the eval below starts meanwhile
+            order.append("released")
+
+    t = threading.Thread(target=hold)
+    t.start()
+    took.wait(5)
+    y = x * 3
+    mx.eval(y)  # waits for the lock (else it ends long before the holder lets go)
+    order.append("evaluated")
+    t.join(5)
+    assert order == ["released", "evaluated"]
+    np.testing.assert_array_equal(np.asarray(y), np.arange(16, dtype=np.float32) * 3)
+    assert Interrupt._running == 0 and not Interrupt._flag
+    for _ in range(3):  # unheld: the same count
+        mx.eval(x - 1)
+        assert Interrupt._running == 0

@@ -319,3 +319,37 @@ def test_plan_lookup_bad_calls_raise_clear_errors():
             cls([], [0])  # an unhashable tag
     with pytest.raises(TypeError, match="tape, inputs, shape"):
         kc._C_PLAN_LOOKUP(None, [0])(_Tape(), [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["call", "call", "call", "file", "drop", "gen"]),
+                          st.integers(0, 1), st.integers(0, 3), st.integers(0, 3)), max_size=40))
+def test_the_c_lookup_s_remembered_hits_follow_every_change_as_the_python_lookup(seq):
+    """Sequences of lookups on the same two tapes (the C lookup remembers a tape's last hit
+    by its dict's version, the generation and the inputs' layouts): after new plans are
+    filed, plans dropped, the generation moved, and calls with other layouts (the same
+    shape transposed, sliced, another shape, a non-array input), the C and Python lookups
+    give the same plan every time."""
+    if kc._C_PLAN_LOOKUP is None:
+        pytest.skip("the extension is not built")
+    base = np.zeros((4, 6), np.float32)
+    layouts = [base, base[:, ::2].copy(), base[:, ::2], np.zeros((6, 4), np.float32).T]
+    tapes = [_Tape(), _Tape()]
+    for t in tapes:
+        t.launches[None] = (0, 1)
+    gen = [1]
+    c, py = kc._C_PLAN_LOOKUP(None, gen), kc.PyPlanLookup(None, gen)
+    shape = (4, 6)
+    for op, t, i, j in seq:
+        tape, x, y = tapes[t], layouts[i], layouts[j]
+        key = (shape, (x.shape, x.strides), (y.shape, y.strides))
+        if op == "file":
+            tape.launches[key] = _Plan(gen[0])
+        elif op == "drop":
+            tape.launches.pop(key, None)
+        elif op == "gen":
+            gen[0] += 1
+        for inputs in ([x, y], (x, y), [x, np.float32(0.0)]):
+            got = c(tape, inputs, shape)
+            assert got is py(tape, inputs, shape)
+            assert c(tape, inputs, shape) is got  # the remembered hit, once more

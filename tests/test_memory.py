@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import tapescope
 import tapescope.core as mx
 from tapescope.kernels.allocator import POLICIES, Allocator, allocator
-from tapescope.kernels.buffer_cache import BufferCache
+from tapescope.kernels.buffer_cache import BufferCache, PyBufferCache
 from conftest import mlx_ref
 
 PAGE = 4096
@@ -24,13 +24,18 @@ class Blk:
         self.freed = False
 
 
-def make_cache():
-    return BufferCache(PAGE, lambda b: b.size, lambda b: setattr(b, "freed", True))
+# the cache in use (kernels/_handle.c's where built) and the Python one, the same tests each
+CACHES = [BufferCache] if BufferCache is PyBufferCache else [BufferCache, PyBufferCache]
+
+
+@pytest.fixture(params=CACHES, ids=lambda c: c.__module__.rsplit(".", 1)[-1])
+def make_cache(request):
+    return lambda: request.param(PAGE, lambda b: b.size, lambda b: setattr(b, "freed", True))
 
 
 # -- BufferCache ----------------------------------------------------------------------------
 
-def test_cache_reuses_smallest_fitting_buffer():
+def test_cache_reuses_smallest_fitting_buffer(make_cache):
     c = make_cache()
     big, small = Blk(300), Blk(120)
     c.recycle_to_cache(big)
@@ -47,7 +52,7 @@ def test_cache_reuses_smallest_fitting_buffer():
     (10 * PAGE, 12 * PAGE - 1, True),   # < size + 2 pages
     (10 * PAGE, 12 * PAGE, False),      # == size + 2 pages: rejected
 ])
-def test_cache_reuse_window_boundaries(request_size, cached, reused):
+def test_cache_reuse_window_boundaries(make_cache, request_size, cached, reused):
     c = make_cache()
     b = Blk(cached)
     c.recycle_to_cache(b)
@@ -56,7 +61,7 @@ def test_cache_reuse_window_boundaries(request_size, cached, reused):
     assert c.cache_size() == (0 if reused else cached)
 
 
-def test_cache_evicts_oldest_first():
+def test_cache_evicts_oldest_first(make_cache):
     c = make_cache()
     blocks = [Blk(100) for _ in range(10)]  # pool 1000
     for b in blocks:
@@ -67,7 +72,7 @@ def test_cache_evicts_oldest_first():
     assert c.cache_size() == 700
 
 
-def test_cache_clears_all_when_asked_for_90_percent():
+def test_cache_clears_all_when_asked_for_90_percent(make_cache):
     c = make_cache()
     blocks = [Blk(100) for _ in range(10)]
     for b in blocks:
@@ -76,7 +81,7 @@ def test_cache_clears_all_when_asked_for_90_percent():
     assert all(b.freed for b in blocks) and c.cache_size() == 0 and len(c) == 0
 
 
-def test_cache_equal_sizes_reuse_oldest_and_keep_lru_consistent():
+def test_cache_equal_sizes_reuse_oldest_and_keep_lru_consistent(make_cache):
     c = make_cache()
     a, b, d = Blk(64), Blk(64), Blk(64)
     for x in (a, b, d):
@@ -677,3 +682,41 @@ def test_the_largest_size_t_limit_is_taken():
         assert mx.get_memory_limit() == 2**64 - 1
     finally:
         mx.set_memory_limit(old)
+
+
+def test_the_python_allocator_without_the_extension_reports_what_the_c_one_does():
+    """kernels/_handle.c absent (its import blocked in a fresh process), the allocator is
+    PyAllocator over PyBufferCache; evals, frees, limits, clear_cache and reset_peak leave
+    the memory API's figures (and the timeline's allocator records) as with the extension."""
+    script = (
+        "import numpy as np; from tapescope.kernels import allocator as A, timeline\n"
+        "from tapescope.kernels import buffer_cache as B\n"
+        "print(A.Allocator is A.PyAllocator, B.BufferCache is B.PyBufferCache)\n"
+        "mx.set_default_device(mx.cpu); mx.set_cache_limit(1 << 20); mx.clear_cache()\n"
+        "base = mx.get_active_memory(); mx.reset_peak_memory(); out = []\n"
+        "def fig(): out.append((mx.get_active_memory() - base, mx.get_peak_memory() - base,"
+        " mx.get_cache_memory()))\n"
+        "with timeline.record() as rec:\n"
+        "    for n in (16, 1000, 1 << 16, 16, 3000):\n"
+        "        x = mx.array(np.arange(n, dtype=np.float32)); y = mx.exp(x) * 2 + x; mx.eval(y); fig()\n"
+        "        z = mx.compile(lambda a, b: a * b + 1)(y, x); mx.eval(z); fig(); del x, y, z; fig()\n"
+        "    print(mx.set_cache_limit(5000)); fig(); mx.clear_cache(); fig(); mx.reset_peak_memory(); fig()\n"
+        "print(out); print([(r.kind, r.nbytes) for r in rec.records if r.kind in "
+        "('alloc', 'cache_reuse', 'free', 'free_to_cache', 'release', 'evict')])\n")
+    blocked = "import sys; sys.modules['tapescope.kernels._handle'] = None\n"
+    import subprocess
+    import sys
+
+    def run(prefix):
+        code = prefix + "import tapescope.core as mx\n" + script
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, check=True).stdout.splitlines()
+
+    with_c, without = run(""), run(blocked)
+    assert without[0] == "True True"
+    try:
+        import tapescope.kernels._handle  # noqa: F401
+        assert with_c[0] == "False False"
+    except ImportError:
+        pass
+    assert with_c[1:] == without[1:] and "(0, " in with_c[2]

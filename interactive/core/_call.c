@@ -124,17 +124,58 @@ void put(PyObject *obj, Py_ssize_t off, PyObject *v) {
     Py_XSETREF(*p, Py_NewRef(v));
 }
 
+/* ``obj.name`` of a module: from its dict (a module's getattr goes through the type
+ * first), else its getattr (a name it does not hold, or not a module); new ref */
+PyObject *module_attr(PyObject *mod, PyObject *name) {
+    if (PyModule_CheckExact(mod)) {
+        PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
+        if (v != NULL) return Py_NewRef(v);
+        if (PyErr_Occurred()) return NULL;
+    }
+    return PyObject_GetAttr(mod, name);
+}
+
+/* ``obj.name`` where it is a __slots__ entry of obj's class (Dtype.name, Stream.index,
+ * _Entry.plan, ...): read at the slot's offset, which is found once per class (and again
+ * when the class changes: its version tag); else its getattr. New ref. */
+typedef struct {
+    PyTypeObject *type; /* borrowed: compared by identity with its version tag */
+    unsigned int version;
+    Py_ssize_t off;
+} SlotCache;
+
+static PyObject *slot_attr(PyObject *obj, PyObject *name, SlotCache *c) {
+    PyTypeObject *t = Py_TYPE(obj);
+    if (t != c->type || t->tp_version_tag != c->version ||
+        !(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+        c->type = NULL;
+        PyObject *d = _PyType_Lookup(t, name); /* (borrowed; sets the type's version tag) */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)d)->d_member->type == Py_T_OBJECT_EX &&
+            (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+            c->type = t;
+            c->version = t->tp_version_tag;
+            c->off = ((PyMemberDescrObject *)d)->d_member->offset;
+        }
+        if (c->type == NULL) return PyObject_GetAttr(obj, name);
+    }
+    PyObject *v = SLOT(obj, c->off);
+    if (v == NULL) return PyObject_GetAttr(obj, name); /* (its AttributeError) */
+    return Py_NewRef(v);
+}
+
 /* resolve_stream(None): its hot path (this thread's default stream of the default device,
  * already made: device._tls.defaults[device._default_device]), else the function */
 static PyObject *default_stream(void) {
-    PyObject *d = PyObject_GetAttr(c_device, s__default_device);
-    PyObject *tls = d ? PyObject_GetAttr(c_device, s__tls) : NULL;
+    static SlotCache hash_slot;
+    PyObject *d = module_attr(c_device, s__default_device);
+    PyObject *tls = d ? module_attr(c_device, s__tls) : NULL;
     PyObject *defaults = tls ? PyObject_GetAttr(tls, s_defaults) : NULL;
     PyObject *st = NULL;
     if (defaults != NULL && d != Py_None && PyDict_Check(defaults)) {
 #if PY_VERSION_HEX < 0x030D0000
         /* the key's hash is its _hash slot (Device.__hash__, a Python method, returns it) */
-        PyObject *h = PyObject_GetAttr(d, s__hash);
+        PyObject *h = slot_attr(d, s__hash, &hash_slot);
         Py_hash_t hash = h ? PyLong_AsSsize_t(h) : -1;
         Py_XDECREF(h);
         if (hash != -1) st = Py_XNewRef(_PyDict_GetItem_KnownHash(defaults, d, hash));
@@ -163,7 +204,9 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
              *desc = NULL, *outputs = NULL, *ref = NULL, *id = NULL, *pstream = NULL;
     PyObject *descs[MAX_ARGS];
     Py_ssize_t got = 0;
-    v = PyObject_GetAttr(c_tracer, s__active); /* a transformation runs: any_tracer's walk */
+    static SlotCache index_slot, name_slot, lone_slot, plan_slot, single_slot, steps_slot,
+        consts_slot, stream_slot;
+    v = module_attr(c_tracer, s__active); /* a transformation runs: any_tracer's walk */
     if (v == NULL || !PyLong_Check(v) || PyLong_AsLong(v) != 0) goto fallback;
     Py_CLEAR(v);
     for (; got < n; got++) {
@@ -178,7 +221,7 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
     /* the fast table's key: [stream.index, fusion mode, (shape, dtype name) per argument] */
     sig = PyTuple_New(2 + 2 * n);
     if (sig == NULL) goto error;
-    PyObject *si = PyObject_GetAttr(stream, s_index);
+    PyObject *si = slot_attr(stream, s_index, &index_slot);
     if (si == NULL) goto fallback;
     PyTuple_SET_ITEM(sig, 0, si);
     PyObject *mode = PyList_GET_SIZE(c_fusion) ? PyList_GET_ITEM(c_fusion, 0) : Py_None;
@@ -187,22 +230,22 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
         PyObject *sh = SLOT(descs[i], desc_off[D_SHAPE]), *dt = SLOT(descs[i], desc_off[D_DTYPE]);
         if (sh == NULL || dt == NULL) goto fallback;
         PyTuple_SET_ITEM(sig, 2 + 2 * i, Py_NewRef(sh));
-        PyObject *nm = PyObject_GetAttr(dt, s_name);
+        PyObject *nm = slot_attr(dt, s_name, &name_slot);
         if (nm == NULL) goto fallback;
         PyTuple_SET_ITEM(sig, 3 + 2 * i, nm);
     }
     entry = PyDict_GetItemWithError(fast, sig);
     if (entry == NULL) goto fallback;
     Py_INCREF(entry);
-    v = PyObject_GetAttr(entry, s_lone);
+    v = slot_attr(entry, s_lone, &lone_slot);
     if (v != Py_True) goto fallback;
     Py_CLEAR(v);
-    plan = PyObject_GetAttr(entry, s_plan);
-    v = plan ? PyObject_GetAttr(plan, s_single) : NULL;
+    plan = slot_attr(entry, s_plan, &plan_slot);
+    v = plan ? slot_attr(plan, s_single, &single_slot) : NULL;
     if (v != Py_True) goto fallback;
     Py_CLEAR(v);
-    steps = PyObject_GetAttr(plan, s_steps);
-    consts = steps ? PyObject_GetAttr(plan, s_consts) : NULL;
+    steps = slot_attr(plan, s_steps, &steps_slot);
+    consts = steps ? slot_attr(plan, s_consts, &consts_slot) : NULL;
     if (consts == NULL || !PyTuple_Check(steps) || PyTuple_GET_SIZE(steps) != 1 ||
         !PyList_Check(consts))
         goto fallback;
@@ -225,7 +268,7 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
         else { PyErr_Clear(); goto fallback; }
         PyList_SET_ITEM(inputs, j, Py_NewRef(d));
     }
-    pstream = PyObject_GetAttr(prim, s_stream);
+    pstream = slot_attr(prim, s_stream, &stream_slot);
     if (pstream == NULL) goto fallback;
     /* Node(prim, inputs) */
     id = PyIter_Next(c_node_ids);
@@ -487,15 +530,20 @@ done:
 /* CompiledBase: what CompiledFunction derives from, its call in C. A call with positional
  * arguments only, of a function whose ``_direct`` is True, tries the fast path; anything
  * else (and every miss) is the subclass's ``_call(*args, **kwargs)``. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *direct, *fast; /* ``_direct`` / ``_fast``: the call reads them here */
+} Compiled;
+
 static PyObject *base_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
-        PyObject *direct = PyObject_GetAttr(self, s__direct);
-        if (direct == NULL) return NULL;
-        int is_direct = direct == Py_True;
-        Py_DECREF(direct);
-        if (is_direct) {
-            PyObject *fast = PyObject_GetAttr(self, s__fast);
-            if (fast == NULL) return NULL;
+        Compiled *c = (Compiled *)self;
+        if (c->direct == NULL || c->fast == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "a compiled function's _direct and _fast");
+            return NULL;
+        }
+        if (c->direct == Py_True) {
+            PyObject *fast = Py_NewRef(c->fast);
             PyObject *h = fast_call(fast, args);
             Py_DECREF(fast);
             if (h != Py_None) return h; /* the result, or NULL with the error */
@@ -509,14 +557,45 @@ static PyObject *base_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     return r;
 }
 
+static int compiled_traverse(Compiled *c, visitproc visit, void *arg) {
+    Py_VISIT(c->direct);
+    Py_VISIT(c->fast);
+    return 0;
+}
+
+static int compiled_clear(Compiled *c) {
+    Py_CLEAR(c->direct);
+    Py_CLEAR(c->fast);
+    return 0;
+}
+
+static void compiled_dealloc(Compiled *c) {
+    PyObject_GC_UnTrack(c);
+    compiled_clear(c);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyMemberDef compiled_members[] = {
+    {"_direct", Py_T_OBJECT_EX, offsetof(Compiled, direct), 0,
+     "positional arrays only may take the fast table"},
+    {"_fast", Py_T_OBJECT_EX, offsetof(Compiled, fast), 0,
+     "signature -> entry, for the calls that pass only arrays positionally"},
+    {NULL},
+};
+
 static PyTypeObject CompiledBase = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tapescope.core._call.CompiledBase",
-    .tp_basicsize = sizeof(PyObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_basicsize = sizeof(Compiled),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_call = base_call,
     .tp_new = PyType_GenericNew,
-    .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call.",
+    .tp_dealloc = (destructor)compiled_dealloc,
+    .tp_traverse = (traverseproc)compiled_traverse,
+    .tp_clear = (inquiry)compiled_clear,
+    .tp_members = compiled_members,
+    .tp_doc = "A compiled function's call in C (core/_call.c); the subclass has _call. Its "
+              "_direct and _fast are C slots the call reads.",
 };
 
 /* mx.eval's first step in C: one mx.array whose eval is the plain case runs in the loop's

@@ -31,6 +31,8 @@ int take_all(PyObject *kw, const char *who, const char *const *names, PyObject *
              size_t n);
 int core_offsets(PyObject *node_type, PyObject *desc_type);
 void put(PyObject *obj, Py_ssize_t off, PyObject *v);
+/* ``mod.name`` of a module from its dict (else its getattr); new ref (_call.c) */
+PyObject *module_attr(PyObject *mod, PyObject *name);
 
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);

@@ -254,11 +254,107 @@ static PyObject *call_rule(PyObject *rule, PyObject **args, Py_ssize_t nargs, Py
     return r;
 }
 
+/* numpy's C API, from its _ARRAY_API table (slots numpy keeps for its ABI: 3 the dtype type,
+ * 94 PyArray_NewFromDescr, 282 PyArray_SetBaseObject), and the head of its array struct
+ * (numpy/ndarraytypes.h PyArrayObject_fields): a host buffer's typed view made as
+ * ``np.ndarray(shape, dtype, raw)`` makes it, without its argument parsing and the buffer
+ * protocol's format string (checked against that constructor before it is used) */
+typedef PyObject *(*np_new_fn)(PyTypeObject *, PyObject *, int, const Py_ssize_t *,
+                               const Py_ssize_t *, void *, int, PyObject *);
+typedef int (*np_base_fn)(PyObject *, PyObject *);
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions, *strides;
+    PyObject *base, *descr;
+    int flags;
+} NpHead;
+#define NP_C_CONTIGUOUS 0x0001
+#define NP_OWNDATA 0x0004
+#define NP_ALIGNED 0x0100
+#define NP_WRITEABLE 0x0400
+#define NP_MAXDIMS 32
+static np_new_fn np_new;
+static np_base_fn np_set_base;
+static PyTypeObject *np_descr_type;
+static PyObject *np_u8; /* np.dtype(np.uint8), numpy's one builtin uint8 descr */
+static int np_api = -1; /* -1 not looked at yet, 0 not usable, 1 usable */
+
+/* the view of ``raw`` (a flat, writeable uint8 array of numpy's builtin uint8 descr that owns
+ * its memory, at least ``nbytes`` of it: the allocator's own; its base is then raw itself, as
+ * the constructor's) as ``shape`` x ``npdt``, based on raw; NULL with no error: not such a
+ * case (the caller makes it otherwise) */
+static PyObject *np_view(PyObject *raw, Py_ssize_t nbytes, PyObject *npdt, PyObject *shape) {
+    NpHead *r = (NpHead *)raw;
+    const int need = NP_C_CONTIGUOUS | NP_WRITEABLE | NP_OWNDATA;
+    if (r->nd != 1 || r->descr != np_u8 || r->strides[0] != 1 || r->dimensions[0] < nbytes ||
+        (r->flags & need) != need ||
+        !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > NP_MAXDIMS ||
+        !PyObject_TypeCheck(npdt, np_descr_type))
+        return NULL;
+    Py_ssize_t dims[NP_MAXDIMS], nd = PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] < 0) { PyErr_Clear(); return NULL; }
+    }
+    Py_INCREF(npdt); /* (NewFromDescr takes this reference) */
+    PyObject *v = np_new((PyTypeObject *)l_ndarray, npdt, (int)nd, dims, NULL, r->data,
+                         NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE, NULL);
+    if (v == NULL) return NULL;
+    if (np_set_base(v, Py_NewRef(raw)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
+    return v;
+}
+
+/* np_api's table and its check: views made both ways agree on every field */
+static int numpy_api(void) {
+    if (np_api >= 0) return np_api;
+    np_api = 0;
+    PyObject *m = PyImport_ImportModule("numpy._core._multiarray_umath");
+    if (m == NULL) { PyErr_Clear(); m = PyImport_ImportModule("numpy.core._multiarray_umath"); }
+    PyObject *caps = m ? PyObject_GetAttrString(m, "_ARRAY_API") : NULL;
+    void **api = caps && PyCapsule_CheckExact(caps) ? PyCapsule_GetPointer(caps, NULL) : NULL;
+    PyObject *np = api ? PyImport_ImportModule("numpy") : NULL;
+    PyObject *u8 = np ? PyObject_CallMethod(np, "dtype", "s", "uint8") : NULL;
+    PyObject *f4 = u8 ? PyObject_CallMethod(np, "dtype", "s", "float32") : NULL;
+    PyObject *raw = f4 ? PyObject_CallMethod(np, "empty", "iO", 64, u8) : NULL;
+    int ok = 0;
+    if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray) {
+        np_new = (np_new_fn)api[94];
+        np_set_base = (np_base_fn)api[282];
+        np_descr_type = (PyTypeObject *)api[3];
+        Py_XSETREF(np_u8, Py_NewRef(u8));
+        PyObject *shape = Py_BuildValue("(ii)", 2, 3);
+        PyObject *args[3] = {shape, f4, raw};
+        PyObject *a = shape ? np_view(raw, 24, f4, shape) : NULL;
+        PyObject *b = a ? PyObject_Vectorcall(l_ndarray, args, 3, NULL) : NULL;
+        if (b != NULL) {
+            NpHead *x = (NpHead *)a, *y = (NpHead *)b;
+            ok = x->data == y->data && x->nd == y->nd && x->nd == 2 && x->descr == y->descr &&
+                 x->flags == y->flags && x->base == raw && y->base == raw &&
+                 memcmp(x->dimensions, y->dimensions, 2 * sizeof(Py_ssize_t)) == 0 &&
+                 memcmp(x->strides, y->strides, 2 * sizeof(Py_ssize_t)) == 0;
+        }
+        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(shape);
+    }
+    PyErr_Clear();
+    Py_XDECREF(m); Py_XDECREF(caps); Py_XDECREF(np); Py_XDECREF(u8); Py_XDECREF(f4);
+    Py_XDECREF(raw);
+    return np_api = ok;
+}
+
 /* buf.view(nbytes, dtype, shape) (allocator.Buffer.view): for the host's Buffer over a flat
- * uint8 numpy array, ``np.ndarray(shape, dtype, raw)`` as the method makes it; any other
- * buffer (a device's type, adopted memory not yet flattened) through the method */
+ * uint8 numpy array, ``np.ndarray(shape, dtype, raw)`` as the method makes it (np_view where
+ * numpy's table is usable); any other buffer (a device's type, adopted memory not yet
+ * flattened) through the method */
 static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, PyObject *shape) {
     PyObject *raw = Py_TYPE(buf) == (PyTypeObject *)l_buffer_type ? SLOT(buf, buf_raw_off) : NULL;
+    if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray && numpy_api() == 1) {
+        Py_ssize_t n = PyLong_AsSsize_t(nbytes);
+        if (n < 0) PyErr_Clear(); /* (the constructor's own error, below) */
+        PyObject *v = n >= 0 ? np_view(raw, n, npdt, shape) : NULL;
+        if (v != NULL || PyErr_Occurred()) return v;
+    }
     if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray) {
         Py_buffer v;
         int flat = 0;
@@ -781,7 +877,7 @@ static int run_host(PyObject *node) {
     if (rule == NULL && PyErr_Occurred()) PyErr_Clear();
     rule = Py_NewRef(rule != NULL ? rule : SLOT(defn, defn_off[F_RULE]));
     int rc = -1;
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     if (enabled == NULL) goto done;
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
     if (t0 == NULL) t0 = PyLong_FromLong(0);
@@ -1194,11 +1290,30 @@ static int install_sigint(void) {
 }
 
 /* Interrupt.begin (delta 1) / Interrupt.end (-1): under the flag's lock, the count of
- * running evals moved, and the flag cleared when the last one ends */
+ * running evals moved, and the flag cleared when the last one ends. The steps here run no
+ * Python code and keep the GIL, so while no thread holds the lock (``lock.locked()``: a
+ * holder is inside a Python ``with`` block, which cannot run until this returns) they are
+ * atomic without taking it; a held lock is waited for, as before. */
 static int interrupt_step(int delta) {
     if (int_off[0] < 0)
         return call_none(PyObject_CallMethodNoArgs(g_interrupt, delta > 0 ? s_begin : s_end));
     PyObject *lock = SLOT(g_interrupt, int_off[0]);
+    static PyObject *s_locked = NULL;
+    if (s_locked == NULL && (s_locked = PyUnicode_InternFromString("locked")) == NULL) return -1;
+    PyObject *held = PyObject_CallMethodNoArgs(lock, s_locked);
+    if (held == Py_False) {
+        Py_DECREF(held);
+        PyObject *running = SLOT(g_interrupt, int_off[1]);
+        long r = running != NULL ? PyLong_AsLong(running) : -1;
+        PyObject *v = r == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(r + delta);
+        if (v == NULL) return -1;
+        put(g_interrupt, int_off[1], v);
+        Py_DECREF(v);
+        if (r + delta == 0) put(g_interrupt, int_off[2], Py_False);
+        return 0;
+    }
+    Py_XDECREF(held);
+    PyErr_Clear(); /* (held, or no locked(): the lock is taken) */
     if (call_none(PyObject_CallMethodNoArgs(lock, s_acquire)) < 0) return -1;
     PyObject *running = SLOT(g_interrupt, int_off[1]);
     long r = running != NULL ? PyLong_AsLong(running) : -1;
@@ -1331,7 +1446,7 @@ static PyObject *new_event(BackendInfo *bi, PyObject *index) {
 /* ev.signal(1): for the host's event while the timeline does not record (Event.signal's
  * steps: the value raised to 1, its waiters woken), else the method (its record) */
 static int signal_host(PyObject *ev) {
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     if (enabled == NULL) return -1;
     int recording = enabled == Py_True;
     Py_DECREF(enabled);
@@ -1356,7 +1471,7 @@ static int signal_host(PyObject *ev) {
 /* 1: evaluated (or nothing to do); 0: declined, nothing done; -1: the eval's error */
 int eager_eval(PyObject *descs) {
     if (!eager_configured || !PyList_CheckExact(descs)) return 0;
-    PyObject *active = PyObject_GetAttr(g_tracer, s__active);
+    PyObject *active = module_attr(g_tracer, s__active);
     int quiet = active != NULL && PyLong_Check(active) && PyLong_AsLong(active) == 0;
     Py_XDECREF(active);
     if (!quiet) { PyErr_Clear(); return 0; } /* a transformation may run: before_eval */
@@ -1420,7 +1535,7 @@ int eager_eval(PyObject *descs) {
     if (!claimed) { rc = 0; goto done; }
     if (fused > 1 && call_none(PyObject_CallOneArg(g_prebuild, order)) < 0) /* in parallel */
         keep_error(&type, &value, &tb);
-    PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled);
+    PyObject *enabled = module_attr(l_timeline, s_enabled);
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);
     Py_ssize_t n = PyList_GET_SIZE(order);
