@@ -26,10 +26,9 @@ from typing import Iterator, Optional, Sequence
 from .. import dtypes as _dt
 from .. import transform_tracers
 from ..array import ArrayDesc, array
-from ..primitive import Node, Primitive
+from ..primitive import Node, Primitive, _node_ids
 from ..walk import topological
 
-_BACKWARD: "weakref.WeakSet[Node]" = weakref.WeakSet()
 _ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
 _SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
 
@@ -80,8 +79,9 @@ def _record(api: str, mode: str, outputs: list, primals: list, argnums: Sequence
 
 
 def is_backward(node: Node) -> bool:
-    """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum)."""
-    return node in _BACKWARD
+    """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum): its flag,
+    which a compiled call's fast path leaves unset on the forward nodes it records."""
+    return getattr(node, "backward", False) is True
 
 
 def is_seed(desc: ArrayDesc) -> bool:
@@ -176,6 +176,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
     ``api`` names the caller for ``recording``."""
     from ..ops import add, astype
 
+    start = next(_node_ids)  # every node this walk records has a larger id
     pdescs = [p._d for p in primals]
     active = {id(pdescs[i]) for i in argnums}
     keep: list = list(pdescs)
@@ -217,17 +218,24 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
     for i in argnums:
         g = cmap.get(id(pdescs[i]))
         grads.append(g if g is not None else _zeros_like(pdescs[i]))
-    _mark(out_descs, grads)
+    _mark(grads, start)
     _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
     return grads
 
 
-def _mark(forward: Sequence[ArrayDesc], grads: Sequence[array]) -> None:
-    """Remember the nodes above ``grads`` that the forward graph does not have."""
-    fwd = {id(n) for n in topological(forward)}
-    for n in topological([g._d for g in grads]):
-        if id(n) not in fwd:
-            _BACKWARD.add(n)
+def _mark(grads: Sequence[array], start: int) -> None:
+    """Flag the nodes above ``grads`` that this walk recorded (``Node.backward``): node ids
+    grow, so they are the ones from ``start`` on, and the walk stops at the first older node
+    (the forward graph's, and everything below it)."""
+    stack = [g._d for g in grads]
+    seen: set = set()
+    while stack:
+        node = stack.pop().node
+        if node is None or node.id < start or id(node) in seen:
+            continue
+        seen.add(id(node))
+        node.backward = True
+        stack.extend(node.inputs)
 
 
 def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],
