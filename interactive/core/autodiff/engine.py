@@ -127,19 +127,22 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     leaves: list = []
     order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
                         kept=True)
-    transform_tracers.untrace(primals)
-    transform_tracers.untrace(leaves)
-    for node in order:
-        transform_tracers.untrace([o for o in (r() for r in node.outputs) if o is not None])
+    for d in primals:  # (transform_tracers.untrace)
+        d.tracer = False
+    for d in leaves:
+        d.tracer = False
     tape = []
     for node in order:
-        if node.primitive.name == "StopGradient":
+        outs = [r() for r in node.outputs]
+        for o in outs:
+            if o is not None:
+                o.tracer = False
+        if node.primitive.defn.stops_gradient:
             continue
         for x in node.inputs:
             if id(x) in active:
                 tape.append(node)
-                for r in node.outputs:
-                    o = r()
+                for o in outs:
                     if o is not None:
                         active.add(id(o))
                         keep.append(o)
@@ -157,16 +160,15 @@ def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
     if len(vjps) != len(argnums):
         raise ValueError(f"[vjp] The VJP of {node.primitive.name} returned {len(vjps)} "
                          f"cotangents for {len(argnums)} inputs.")
-    from ..ops import astype
-
-    out = []
-    for i, g in zip(argnums, vjps):
-        x = node.inputs[i]
+    out = vjps
+    for k, (i, g) in enumerate(zip(argnums, vjps)):
+        dt = node.inputs[i].dtype
         # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
         # of bools is int32)
-        if g.dtype != x.dtype and x.dtype != _dt.bool_:
-            g = astype(g, x.dtype)
-        out.append(g)
+        if g.dtype != dt and dt != _dt.bool_:
+            from ..ops import astype
+
+            out[k] = astype(g, dt)
     return out
 
 
@@ -191,29 +193,30 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             _SEEDS.add(cmap[id(o)]._d)
             seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
+    wrap = array._wrap
+    retain = transform_tracers.retain_graph()
     for node in reversed(tape):
         outs = [r() for r in node.outputs]
-        if not any(o is not None and id(o) in cmap for o in outs):
-            continue
-        cots = []
         for o in outs:
-            if o is None:
-                cots.append(None)
-            elif id(o) in cmap:
-                cots.append(cmap.pop(id(o)))
-            else:
-                cots.append(_zeros_like(o))
-        args = [i for i, x in enumerate(node.inputs) if id(x) in active]
+            if o is not None and id(o) in cmap:
+                break
+        else:
+            continue
+        cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
+                for o in outs]
+        ins = node.inputs
+        args = [i for i, x in enumerate(ins) if id(x) in active]
         prim = node.primitive
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
-        with transform_tracers.retain_graph():  # MLX's RetainGraph around Primitive::vjp
-            vjps = rule([_wrap(x) for x in node.inputs], cots, args,
-                        [_wrap(o) if o is not None else None for o in outs], **prim.kw)
+        with retain:  # MLX's RetainGraph around Primitive::vjp
+            vjps = rule([wrap(x) for x in ins], cots, args,
+                        [wrap(o) if o is not None else None for o in outs], **prim.kw)
         for i, g in zip(args, _check_vjp(node, args, list(vjps))):
-            key = id(node.inputs[i])
-            cmap[key] = add(cmap[key], g) if key in cmap else g
+            key = id(ins[i])
+            prev = cmap.get(key)
+            cmap[key] = g if prev is None else add(prev, g)
     grads = []
     for i in argnums:
         g = cmap.get(id(pdescs[i]))
