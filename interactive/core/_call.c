@@ -296,7 +296,7 @@ done:
  * does not see. */
 static PyObject *r_node_type, *r_desc_type, *r_array_type, *r_node_ids, *r_tracer, *r_any_tracer,
     *r_zero, *r_float64, *r_float64_check;
-static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1;
+static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1, r_prim_kw_off = -1;
 static int record_configured = 0;
 
 static PyObject *configure_record(PyObject *self, PyObject *kw) {
@@ -317,6 +317,7 @@ static PyObject *configure_record(PyObject *self, PyObject *kw) {
     if (core_offsets(r_node_type, r_desc_type) < 0) return NULL;
     if ((r_array_d_off = slot_offset(r_array_type, "_d")) < 0) return NULL;
     if ((r_prim_stream_off = slot_offset(prim_type, "stream")) < 0) return NULL;
+    if ((r_prim_kw_off = slot_offset(prim_type, "kw")) < 0) return NULL;
     if (r_zero == NULL && (r_zero = PyLong_FromLong(0)) == NULL) return NULL;
     Py_XSETREF(c_node_type, Py_NewRef(r_node_type));
     Py_XSETREF(c_desc_type, Py_NewRef(r_desc_type));
@@ -383,8 +384,13 @@ static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag)
     put(node, node_off[N_EVENT], Py_None);
     put(node, node_off[N_KEEP], Py_False);
     put(node, node_off[N_BACKWARD], Py_False);
-    PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive too) */
-    if (PyObject_IS_GC(prim)) PyObject_GC_UnTrack(prim);
+    PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive and its parameters too) */
+    if (PyObject_IS_GC(prim) && PyObject_GC_IsTracked(prim)) {
+        PyObject_GC_UnTrack(prim);
+        PyObject *kw = SLOT(prim, r_prim_kw_off);
+        if (kw != NULL && PyDict_CheckExact(kw) && PyObject_GC_IsTracked(kw))
+            PyObject_GC_UnTrack(kw);
+    }
     PyObject_GC_UnTrack(descs);
     PyObject_GC_UnTrack(outputs);
 done:
