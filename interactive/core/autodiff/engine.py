@@ -29,6 +29,10 @@ from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive, _node_ids
 from ..walk import topological
 
+# the nodes reverse mode recorded: id -> a weak reference (no callback: a node's death runs no
+# Python code; dead entries go when the table has doubled since its last sweep)
+_BACKWARD: dict = {}
+_BACKWARD_SWEEP = [1024]
 _ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
 _SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
 
@@ -79,9 +83,9 @@ def _record(api: str, mode: str, outputs: list, primals: list, argnums: Sequence
 
 
 def is_backward(node: Node) -> bool:
-    """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum): its flag,
-    which a compiled call's fast path leaves unset on the forward nodes it records."""
-    return getattr(node, "backward", False) is True
+    """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum)."""
+    ref = _BACKWARD.get(node.id)
+    return ref is not None and ref() is node
 
 
 def is_seed(desc: ArrayDesc) -> bool:
@@ -227,18 +231,24 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
 
 
 def _mark(grads: Sequence[array], start: int) -> None:
-    """Flag the nodes above ``grads`` that this walk recorded (``Node.backward``): node ids
-    grow, so they are the ones from ``start`` on, and the walk stops at the first older node
-    (the forward graph's, and everything below it)."""
+    """Remember the nodes above ``grads`` that this walk recorded: node ids grow, so they
+    are the ones from ``start`` on, and the walk stops at the first older node (the forward
+    graph's, and everything below it)."""
     stack = [g._d for g in grads]
     seen: set = set()
+    ref = weakref.ref
     while stack:
         node = stack.pop().node
-        if node is None or node.id < start or id(node) in seen:
+        if node is None or node.id < start or node.id in seen:
             continue
-        seen.add(id(node))
-        node.backward = True
+        seen.add(node.id)
+        _BACKWARD[node.id] = ref(node)
         stack.extend(node.inputs)
+    if len(_BACKWARD) > _BACKWARD_SWEEP[0]:
+        # (list() of the items is one step under the GIL: other threads' walks insert)
+        for k in [k for k, r in list(_BACKWARD.items()) if r() is None]:
+            _BACKWARD.pop(k, None)
+        _BACKWARD_SWEEP[0] = max(1024, 2 * len(_BACKWARD))
 
 
 def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],

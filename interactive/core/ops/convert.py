@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import dtypes as _dt
-from ..array import array
+from ..array import ArrayDesc, array
 from ..device import BadArgs, StreamOrDevice, binding, nb_type_name, resolve_stream
 from ..primitive import Primitive
 
@@ -58,7 +58,7 @@ _FAST_FLOAT_LIMIT = {_dt.float32: float(np.finfo(np.float32).max),
 
 def _scalar(v: Any, dtype: _dt.Dtype) -> array:
     """A 0-d array of a Python scalar already known to fit ``dtype`` (the fast path)."""
-    return array._from_data(np.array(v, dtype=dtype.np), dtype)
+    return array._wrap(ArrayDesc((), dtype, resolve_stream(None), data=np.array(v, dtype=dtype.np)))
 
 
 def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
@@ -89,6 +89,12 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     an int takes an integer/float ``like`` (raising on overflow), a float takes an inexact
     ``like`` and is float32 otherwise; numpy scalars and arrays are cast to ``like``.
     """
+    if v.__class__ is float:  # the common operand (an optimizer's, a loss's): its own test
+        dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
+        lim = _FAST_FLOAT_LIMIT.get(dt)
+        if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
+            return _scalar(v, dt)
+        return array(v, dt)
     if isinstance(v, array):
         return v
     if isinstance(v, bool):
