@@ -82,6 +82,15 @@ def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
     return array(v, like)
 
 
+def _weak_float(v: float, like: Optional[_dt.Dtype]) -> array:
+    """A float typed weakly: ``like`` when inexact, else float32."""
+    dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
+    lim = _FAST_FLOAT_LIMIT.get(dt)
+    if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
+        return _scalar(v, dt)
+    return array(v, dt)
+
+
 def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     """``v`` as an array, as MLX's bindings convert a ``scalar | array`` argument.
 
@@ -90,23 +99,15 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     ``like`` and is float32 otherwise; numpy scalars and arrays are cast to ``like``.
     """
     if v.__class__ is float:  # the common operand (an optimizer's, a loss's): its own test
-        dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
-        lim = _FAST_FLOAT_LIMIT.get(dt)
-        if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
-            return _scalar(v, dt)
-        return array(v, dt)
+        return _weak_float(v, like)
     if isinstance(v, array):
         return v
     if isinstance(v, bool):
         return array(v, _dt.bool_)
     if isinstance(v, int):
         return _weak_int(v, like)
-    if isinstance(v, float):
-        dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
-        lim = _FAST_FLOAT_LIMIT.get(dt)
-        if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
-            return _scalar(v, dt)
-        return array(v, dt)
+    if isinstance(v, float):  # (numpy's float64 too)
+        return _weak_float(v, like)
     if isinstance(v, complex):
         return array(v, _dt.complex64)
     if isinstance(v, (np.ndarray, np.generic)) or hasattr(type(v), "__dlpack__"):
