@@ -335,6 +335,9 @@ def model_rows(rounds: int, before: str = "") -> list:
     tasks = [("decode", "llama decode, per token")]
     if importlib.util.find_spec("mlx_lm") is not None:
         tasks.append(("mlx-lm", "mlx_lm llama decode, per token"))
+    else:
+        print("(mlx_lm is not installed: its row does not run; `.venv/bin/pip install "
+              "mlx-lm==0.32.2` adds it)")
     tasks += [("adam", "MLP Adam step, eager"), ("adam-compiled", "MLP Adam step, compiled")]
     for task, name in tasks:
         times: dict = {"tapescope": [], "mlx": []}

@@ -209,7 +209,8 @@ mx.eval(x, y)
 
 def test_mlx_cell_on_a_training_step_shows_forward_and_backward():
     """``%%mlx`` over an mlx.nn training step (after ``%mlx as-mlx``) draws the step's graph
-    with its forward ops and the backward ops reverse mode recorded, marked as such."""
+    (the loss and a gradient it left lazy) with its forward ops and the backward ops reverse
+    mode recorded, marked as such."""
     proc = _python(None, """
         from IPython.testing.globalipapp import start_ipython
         from IPython.utils.capture import capture_output
@@ -220,7 +221,8 @@ def test_mlx_cell_on_a_training_step_shows_forward_and_backward():
         ip.run_line_magic("mlx", "as-mlx")
         ip.run_cell(SETUP)
         with capture_output() as cap:
-            ip.run_cell("%%%%mlx\\nloss, grads = loss_and_grad(model, x, y)\\nopt.update(model, grads)\\n")
+            ip.run_cell("%%%%mlx\\nloss, grads = loss_and_grad(model, x, y)\\n"
+                        "g = grads['layers'][0]['weight']\\nopt.update(model, grads)\\n")
         html = "".join(o.data.get("text/html", "") for o in cap.outputs)
         rep = magic.last_report()
         for title, g in rep.run.graphs:

@@ -60,6 +60,52 @@ def test_fast_path_records_the_same_graph_as_replay(name):
         assert second[0] is not x and second[0]._d is x._d  # a new handle on the same desc
 
 
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("name", ["fused", "two outputs", "reduction between", "dict output"])
+def test_replay_in_c_records_the_objects_the_python_loop_records(name, traced):
+    """core/_call.c's ``replay`` against compile_trace's Python loop over the same plan: per
+    node its primitive, inputs (by position in the env) and no event; per output desc its
+    shape, dtype, stream, index, no data, the tracer flag (inside a transformation too),
+    each weakly listed on its node in order."""
+    from tapescope.core import compile_trace
+
+    if compile_trace._replay is compile_trace._replay_py:
+        pytest.skip("core/_call.c is not built (or settings.c_call is off)")
+    g = mx.compile(PROGRAMS[name])
+    x, y = mx.array(np.ones((3, 4), np.float32)), mx.array(np.full((3, 4), 2, np.float32))
+    g(x, y)
+    (entry,) = g._cache.values()
+    plan = entry.plan
+
+    def both(xd, yd):
+        envs = []
+        for rep in (compile_trace._replay, compile_trace._replay_py):
+            env = [xd, yd] + plan.consts
+            rep(plan.steps, env)
+            envs.append(env)
+        return envs
+
+    if traced:
+        got = []
+        mx.grad(lambda a: (got.append(both(a._d, y._d)), a.sum())[1])(x)
+        c, p = got[0]
+    else:
+        c, p = both(x._d, y._d)
+    assert len(c) == len(p) == 2 + len(plan.consts) + sum(len(o) for _, _, o in plan.steps)
+    pos_c, pos_p = {id(d): i for i, d in enumerate(c)}, {id(d): i for i, d in enumerate(p)}
+    for dc, dp in zip(c, p):
+        if dc is dp:  # an argument or a constant
+            continue
+        assert dc.node is not dp.node and dc.node.primitive is dp.node.primitive
+        assert [pos_c[id(i)] for i in dc.node.inputs] == [pos_p[id(i)] for i in dp.node.inputs]
+        assert dc.node.event is None and dc.node.keep is False and dc.node.id != dp.node.id
+        assert [r() for r in dc.node.outputs].index(dc) == dc.index
+        for k in ("shape", "dtype", "stream", "index", "data", "buffer", "tracer", "kept"):
+            assert getattr(dc, k) == getattr(dp, k), k
+    assert (c[2 + len(plan.consts)].tracer is True) == traced
+    np.testing.assert_array_equal(np.array(mx.array._wrap(c[-1])), np.array(mx.array._wrap(p[-1])))
+
+
 def test_fast_path_skips_tracing_and_keeps_recompile_rules():
     n = {"t": 0}
 

@@ -506,3 +506,21 @@ def test_an_eval_waits_for_the_interrupt_flag_s_lock_held_by_another_thread():
     for _ in range(3):  # unheld: the same count
         mx.eval(x - 1)
         assert Interrupt._running == 0
+
+def test_a_node_recorded_in_c_leaves_the_collector_its_parameters_too():
+    """core/_call.c's recorder keeps the graph out of the cyclic collector (acyclic by
+    construction): the node, its input list, the primitive and the primitive's parameter
+    dict; what the parameters hold stays tracked, and the node's results are right."""
+    import gc
+
+    from tapescope.core.array import array
+
+    if not hasattr(array, "_make_py"):
+        pytest.skip("core/_call.c is not built (or settings.c_call is off)")
+    x = mx.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = mx.broadcast_to(mx.sum(x, axis=0, keepdims=True), (4, 3))
+    node = y._d.node
+    assert node.primitive.kw == {"shape": (4, 3)}
+    assert not gc.is_tracked(node) and not gc.is_tracked(node.primitive)
+    assert not gc.is_tracked(node.primitive.kw) and not gc.is_tracked(node.inputs)
+    np.testing.assert_array_equal(np.array(y), np.broadcast_to(np.arange(6).reshape(2, 3).sum(0), (4, 3)))

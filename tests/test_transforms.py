@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import threading
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -264,6 +266,34 @@ def test_trace_of_grad_marks_the_backward_ops():
     # the live graph above a gradient
     lazy = tapescope.graph_of(mx.grad(lambda a: mx.sum(mx.exp(a) * a))(mx.array(X)))
     assert any(op.backward for op in lazy.ops) and any(not op.backward for op in lazy.ops)
+
+
+def test_a_nested_walk_marks_only_the_ops_reverse_mode_recorded():
+    """A compiled function's VJP walks its replayed tape inside the outer walk (mlx.nn's
+    compiled activations): the forward ops above it (the loss's) stay forward ops, and
+    every op the walks recorded is marked. The reference: the ops that exist before the
+    gradient call are exactly the loss graph's."""
+    relu = mx.compile(lambda v: mx.maximum(v, 0.0), shapeless=True)
+    rng = np.random.default_rng(0)
+    w = mx.array(rng.standard_normal((4, 3)).astype(np.float32))
+    x = mx.array(rng.standard_normal((5, 4)).astype(np.float32))
+
+    def loss_fn(w):
+        h = relu(x @ w)
+        return mx.logsumexp(h, axis=-1).sum()
+
+    loss, grad = mx.value_and_grad(loss_fn)(w)
+    lg = tapescope.graph_of(loss)
+    assert lg.ops and not any(op.backward for op in lg.ops)
+    gg = tapescope.graph_of(grad)
+    fwd = [op.primitive for op in gg.ops if not op.backward]
+    bwd = [op.primitive for op in gg.ops if op.backward]
+    assert "Compiled" in fwd and "LogSumExp" in fwd and "Matmul" in bwd
+    # the forward ops the gradient reads are loss-graph ops (the old marking called the
+    # LogSumExp and the Compiled above the inner walk backward)
+    assert not Counter(fwd) - Counter(op.primitive for op in lg.ops)
+    np.testing.assert_allclose(np.array(grad), np.array(mx.grad(lambda w: mx.logsumexp(
+        mx.maximum(x @ w, 0.0), axis=-1).sum())(w)), rtol=1e-6)
 
 
 def test_the_backward_picture_starts_at_the_seed_and_marks_cotangents_inside_kernels():

@@ -339,7 +339,7 @@ done:
  * does not see. */
 static PyObject *r_node_type, *r_desc_type, *r_array_type, *r_node_ids, *r_tracer, *r_any_tracer,
     *r_zero, *r_float64, *r_float64_check;
-static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1;
+static Py_ssize_t r_array_d_off = -1, r_prim_stream_off = -1, r_prim_kw_off = -1;
 static int record_configured = 0;
 
 static PyObject *configure_record(PyObject *self, PyObject *kw) {
@@ -360,6 +360,7 @@ static PyObject *configure_record(PyObject *self, PyObject *kw) {
     if (core_offsets(r_node_type, r_desc_type) < 0) return NULL;
     if ((r_array_d_off = slot_offset(r_array_type, "_d")) < 0) return NULL;
     if ((r_prim_stream_off = slot_offset(prim_type, "stream")) < 0) return NULL;
+    if ((r_prim_kw_off = slot_offset(prim_type, "kw")) < 0) return NULL;
     if (r_zero == NULL && (r_zero = PyLong_FromLong(0)) == NULL) return NULL;
     Py_XSETREF(c_node_type, Py_NewRef(r_node_type));
     Py_XSETREF(c_desc_type, Py_NewRef(r_desc_type));
@@ -401,6 +402,44 @@ static int float64_ok(PyObject *prim, PyObject *descs, PyObject *const *dtypes, 
     return r == NULL ? -1 : 0;
 }
 
+/* the node of ``primitive`` over ``descs`` (a list of ArrayDescs, taken as the node's
+ * inputs list) and its outputs' tracer flag (``*flag``, a new reference) */
+static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag) {
+    PyObject *id = NULL, *outputs = NULL, *node = NULL;
+    PyObject *active = PyObject_GetAttr(r_tracer, s__active);
+    if (active == NULL) return NULL;
+    int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
+    Py_DECREF(active);
+    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
+    if (*flag == NULL) return NULL;
+    id = PyIter_Next(r_node_ids);
+    outputs = id ? PyList_New(0) : NULL;
+    node = outputs ? bare(r_node_type) : NULL;
+    if (node == NULL) {
+        Py_CLEAR(*flag);
+        if (id == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_StopIteration, "node ids");
+        goto done;
+    }
+    put(node, node_off[N_PRIMITIVE], prim);
+    put(node, node_off[N_INPUTS], descs);
+    put(node, node_off[N_OUTPUTS], outputs);
+    put(node, node_off[N_ID], id);
+    put(node, node_off[N_EVENT], Py_None);
+    put(node, node_off[N_KEEP], Py_False);
+    PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive and its parameters too) */
+    if (PyObject_IS_GC(prim) && PyObject_GC_IsTracked(prim)) {
+        PyObject_GC_UnTrack(prim);
+        PyObject *kw = SLOT(prim, r_prim_kw_off);
+        if (kw != NULL && PyDict_CheckExact(kw) && PyObject_GC_IsTracked(kw))
+            PyObject_GC_UnTrack(kw);
+    }
+    PyObject_GC_UnTrack(descs);
+    PyObject_GC_UnTrack(outputs);
+done:
+    Py_XDECREF(id); Py_XDECREF(outputs);
+    return node;
+}
+
 /* the node of ``primitive`` over ``inputs`` (a list of mx.arrays) and its tracer flag;
  * ``dtypes``: the outputs' (float64_ok) */
 static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag,
@@ -408,7 +447,7 @@ static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag,
     PyObject *seq = PySequence_Fast(inputs, "inputs are a sequence of arrays");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *descs = PyList_New(n), *id = NULL, *outputs = NULL, *node = NULL;
+    PyObject *descs = PyList_New(n);
     for (Py_ssize_t i = 0; descs != NULL && i < n; i++) {
         PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *d = (PyObject *)Py_TYPE(x) == r_array_type
@@ -422,35 +461,15 @@ static PyObject *record_node(PyObject *prim, PyObject *inputs, PyObject **flag,
     }
     Py_DECREF(seq);
     if (descs == NULL) return NULL;
-    if (float64_ok(prim, descs, dtypes, nd) < 0) goto error;
-    PyObject *active = PyObject_GetAttr(r_tracer, s__active);
-    if (active == NULL) goto error;
-    int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
-    Py_DECREF(active);
-    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
-    if (*flag == NULL) goto error;
-    id = PyIter_Next(r_node_ids);
-    outputs = id ? PyList_New(0) : NULL;
-    node = outputs ? bare(r_node_type) : NULL;
-    if (node == NULL) { Py_CLEAR(*flag); goto error; }
-    put(node, node_off[N_PRIMITIVE], prim);
-    put(node, node_off[N_INPUTS], descs);
-    put(node, node_off[N_OUTPUTS], outputs);
-    put(node, node_off[N_ID], id);
-    put(node, node_off[N_EVENT], Py_None);
-    put(node, node_off[N_KEEP], Py_False);
-    PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive too) */
-    if (PyObject_IS_GC(prim)) PyObject_GC_UnTrack(prim);
-    PyObject_GC_UnTrack(descs);
-    PyObject_GC_UnTrack(outputs);
-error:
-    Py_DECREF(descs); Py_XDECREF(id); Py_XDECREF(outputs);
+    PyObject *node = NULL;
+    if (float64_ok(prim, descs, dtypes, nd) == 0) node = node_of_descs(prim, descs, flag);
+    Py_DECREF(descs);
     return node;
 }
 
-/* output ``index`` of ``node``: its ArrayDesc listed weakly on the node, and a handle */
-static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape,
-                               PyObject *dtype, PyObject *index, PyObject *flag) {
+/* output ``index`` of ``node``: its ArrayDesc, listed weakly on the node (a new reference) */
+static PyObject *output_desc(PyObject *node, PyObject *stream, PyObject *shape,
+                             PyObject *dtype, PyObject *index, PyObject *flag) {
     PyObject *desc = bare(r_desc_type);
     if (desc == NULL) return NULL;
     put(desc, desc_off[D_SHAPE], shape);
@@ -463,14 +482,22 @@ static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape
     put(desc, desc_off[D_TRACER], flag);
     put(desc, desc_off[D_KEPT], Py_None);
     PyObject_GC_UnTrack(desc);
-    PyObject *ref = PyWeakref_NewRef(desc, NULL), *a = NULL;
+    PyObject *ref = PyWeakref_NewRef(desc, NULL);
     if (ref != NULL) PyObject_GC_UnTrack(ref);
-    if (ref != NULL && PyList_Append(SLOT(node, node_off[N_OUTPUTS]), ref) == 0 &&
-        (a = bare(r_array_type)) != NULL) {
+    if (ref == NULL || PyList_Append(SLOT(node, node_off[N_OUTPUTS]), ref) < 0) Py_CLEAR(desc);
+    Py_XDECREF(ref);
+    return desc;
+}
+
+/* output ``index`` of ``node``: its ArrayDesc listed weakly on the node, and a handle */
+static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape,
+                               PyObject *dtype, PyObject *index, PyObject *flag) {
+    PyObject *desc = output_desc(node, stream, shape, dtype, index, flag), *a = NULL;
+    if (desc == NULL) return NULL;
+    if ((a = bare(r_array_type)) != NULL) {
         put(a, r_array_d_off, desc);
         PyObject_GC_UnTrack(a);
     }
-    Py_XDECREF(ref);
     Py_DECREF(desc);
     return a;
 }
@@ -525,6 +552,71 @@ static PyObject *make(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 done:
     Py_DECREF(shapes); Py_DECREF(dtypes); Py_XDECREF(node); Py_XDECREF(flag);
     return outs;
+}
+
+/* replay(steps, env): compile_trace.ReplayPlan.run's loop. Each step is (primitive, input
+ * slots, ((shape, dtype), ...)): a node of the primitive over the descs of ``env`` (a list:
+ * the arguments' descs, the constants', then every step's outputs) at those slots, its
+ * output descs appended to ``env`` in order; the same Node and ArrayDesc as the Python
+ * loop (the tracer flag as ArrayDesc's: any_tracer of the inputs). Returns None. */
+static PyObject *replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!record_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "replay: not configured");
+        return NULL;
+    }
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "replay(steps: tuple, env: list)");
+        return NULL;
+    }
+    PyObject *steps = args[0], *env = args[1];
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(steps); k++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, k);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(step, 1)) || !PyTuple_Check(PyTuple_GET_ITEM(step, 2))) {
+            PyErr_SetString(PyExc_TypeError, "replay: a step is (primitive, slots, outputs)");
+            return NULL;
+        }
+        PyObject *prim = PyTuple_GET_ITEM(step, 0), *ins = PyTuple_GET_ITEM(step, 1),
+                 *outs = PyTuple_GET_ITEM(step, 2);
+        PyObject *stream = SLOT(prim, r_prim_stream_off);
+        if (stream == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "replay: a primitive without its stream");
+            return NULL;
+        }
+        Py_ssize_t n = PyTuple_GET_SIZE(ins), have = PyList_GET_SIZE(env);
+        PyObject *descs = PyList_New(n);
+        if (descs == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(ins, i));
+            if (j < 0 || j >= have) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "replay: a slot out of range");
+                Py_DECREF(descs);
+                return NULL;
+            }
+            PyList_SET_ITEM(descs, i, Py_NewRef(PyList_GET_ITEM(env, j)));
+        }
+        PyObject *flag = NULL, *node = node_of_descs(prim, descs, &flag);
+        Py_DECREF(descs);
+        if (node == NULL) return NULL;
+        int bad = 0;
+        for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(outs); i++) {
+            PyObject *sd = PyTuple_GET_ITEM(outs, i);
+            if (!PyTuple_Check(sd) || PyTuple_GET_SIZE(sd) != 2) {
+                PyErr_SetString(PyExc_TypeError, "replay: an output is (shape, dtype)");
+                bad = 1;
+                break;
+            }
+            PyObject *index = i == 0 ? Py_NewRef(r_zero) : PyLong_FromSsize_t(i);
+            PyObject *d = index ? output_desc(node, stream, PyTuple_GET_ITEM(sd, 0),
+                                              PyTuple_GET_ITEM(sd, 1), index, flag) : NULL;
+            Py_XDECREF(index);
+            bad = d == NULL || PyList_Append(env, d) < 0;
+            Py_XDECREF(d);
+        }
+        Py_DECREF(node); Py_DECREF(flag);
+        if (bad) return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 /* CompiledBase: what CompiledFunction derives from, its call in C. A call with positional
@@ -652,6 +744,8 @@ static PyMethodDef methods[] = {
      "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
     {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
      "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
+    {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
+     "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
      "eval($module, /, *args)\n--\n\n"
      "Evaluate the arrays (or pytrees of arrays) given, and everything they depend on.\n\n"

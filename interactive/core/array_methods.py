@@ -27,6 +27,8 @@ def _operand(self: array, other: Any, method: str, what: str, inplace: bool = Fa
     MLX's errors for None (TypeError) and unsupported types (ValueError)."""
     if other.__class__ is array:  # the common case: nothing to convert
         return other
+    if other.__class__ is float:  # the next most common: a Python float (typed weakly)
+        return to_array(other, self._d.dtype)
     if other is None:
         raise incompatible(method, _OPERAND_SIG.format(method), self, other)
     if not is_scalar_or_array(other):

@@ -492,14 +492,32 @@ class ReplayPlan:
             node.outputs.append(weakref.ref(d))
             return [d]
         env = real + self.consts
-        for prim, ins, outs in self.steps:
-            node = Node(prim, [env[i] for i in ins])
-            stream = prim.stream
-            for i, (shape, dtype) in enumerate(outs):
-                d = ArrayDesc(shape, dtype, stream, node=node, index=i)
-                node.outputs.append(weakref.ref(d))
-                env.append(d)
+        _replay(self.steps, env)
         return [env[i] for i in self.outs]
+
+
+def _replay_py(steps: tuple, env: list) -> None:
+    """``ReplayPlan.run``'s loop: each step's node over ``env``'s descs at its input slots,
+    its output descs appended to ``env`` (core/_call.c ``replay`` is the same in C)."""
+    for prim, ins, outs in steps:
+        node = Node(prim, [env[i] for i in ins])
+        stream = prim.stream
+        for i, (shape, dtype) in enumerate(outs):
+            d = ArrayDesc(shape, dtype, stream, node=node, index=i)
+            node.outputs.append(weakref.ref(d))
+            env.append(d)
+
+
+def _c_replay():
+    """core/_call.c's ``replay`` where array._make1 records in C (the same switch)."""
+    if getattr(array, "_make1_py", None) is None:
+        return _replay_py
+    from . import _call
+
+    return _call.replay
+
+
+_replay = _c_replay()
 
 
 def replay(prog: Program, real: Sequence[ArrayDesc], shapeless: bool = False) -> list:

@@ -115,14 +115,25 @@ def on_placeholders() -> bool:
     return _state().placeholders > 0
 
 
-@contextlib.contextmanager
-def retain_graph() -> Iterator[None]:
-    """A VJP rule runs: every array is a tracer (MLX's ``RetainGraph``)."""
-    _enter("retain")
-    try:
-        yield
-    finally:
+class _RetainGraph:
+    """``retain_graph()``'s context: a plain object (a VJP rule per node of a reverse walk
+    enters it; a generator-based context cost more than the rule's own bookkeeping)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _enter("retain")
+
+    def __exit__(self, *exc) -> None:
         _exit("retain")
+
+
+_RETAIN = _RetainGraph()
+
+
+def retain_graph() -> _RetainGraph:
+    """A VJP rule runs: every array is a tracer (MLX's ``RetainGraph``)."""
+    return _RETAIN
 
 
 @contextlib.contextmanager

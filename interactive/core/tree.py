@@ -22,19 +22,34 @@ def tree_arrays(tree: Any, out: list | None = None, strict: bool = False) -> lis
     skipped, or with ``strict`` an error (MLX's ``tree_flatten(tree, strict=True)``)."""
     if out is None:
         out = []
-    if isinstance(tree, array):
+    if tree.__class__ is array or isinstance(tree, array):
         out.append(tree)
-    elif tree is _RANDOM_STATE:
+    else:
+        _arrays_of(tree, out, strict)
+    return out
+
+
+def _arrays_of(tree: Any, out: list, strict: bool) -> None:
+    """``tree_arrays`` of a tree that is not an array: its children's arrays appended (an
+    array child without a call: an optimizer's state is mostly arrays in dicts)."""
+    if tree is _RANDOM_STATE:
         out.append(thread_key())
-    elif isinstance(tree, (list, tuple)):
-        for t in tree:
-            tree_arrays(t, out, strict)
+        return
+    if isinstance(tree, (list, tuple)):
+        items = tree
     elif isinstance(tree, dict):
-        for t in tree.values():
-            tree_arrays(t, out, strict)
+        items = tree.values()
     elif strict:
         raise ValueError("[tree_flatten] The argument should contain only arrays")
-    return out
+    else:
+        return
+    for t in items:
+        if t.__class__ is array:
+            out.append(t)
+        elif isinstance(t, array):
+            out.append(t)
+        else:
+            _arrays_of(t, out, strict)
 
 
 def _tuple_like(tree: tuple, items: list) -> tuple:
@@ -64,19 +79,19 @@ def tree_unflatten(tree: Any, it: Iterator) -> Any:
 def tree_update(tree: Any, visit: Callable[[array], Any]) -> Any:
     """``tree`` with each array ``a`` replaced by ``visit(a)``, lists and dicts in place
     (tuples rebuilt); MLX's ``tree_visit_update``. Returns the updated tree."""
-    if isinstance(tree, array):
+    if tree.__class__ is array or isinstance(tree, array):
         return visit(tree)
     if tree is _RANDOM_STATE:
         set_thread_key(visit(thread_key()))
         return tree
     if isinstance(tree, list):
         for i, x in enumerate(tree):
-            tree[i] = tree_update(x, visit)
+            tree[i] = visit(x) if x.__class__ is array else tree_update(x, visit)
         return tree
     if isinstance(tree, tuple):
         return _tuple_like(tree, [tree_update(x, visit) for x in tree])
     if isinstance(tree, dict):
         for k, v in tree.items():
-            tree[k] = tree_update(v, visit)
+            tree[k] = visit(v) if v.__class__ is array else tree_update(v, visit)
         return tree
     return tree

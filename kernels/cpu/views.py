@@ -12,11 +12,16 @@ from ..primitives import BROADCAST, REGISTRY
 
 def broadcast(xp, a, *, shape):
     """``Broadcast``'s read-only view (``rules/shape.broadcast``'s, made directly)."""
-    if type(a) is not np.ndarray or not a.flags.c_contiguous:
+    if type(a) is not np.ndarray:
         return xp.broadcast_to(a, shape)
-    lead = len(shape) - a.ndim
-    strides = (0,) * lead + tuple(0 if n == 1 and m != 1 else st
-                                  for n, m, st in zip(a.shape, shape[lead:], a.strides))
+    if a.ndim == 0:  # a scalar operand's (the common case): every stride 0
+        strides = (0,) * len(shape)
+    elif a.flags.c_contiguous:
+        lead = len(shape) - a.ndim
+        strides = (0,) * lead + tuple(0 if n == 1 and m != 1 else st
+                                      for n, m, st in zip(a.shape, shape[lead:], a.strides))
+    else:
+        return xp.broadcast_to(a, shape)
     v = np.ndarray(shape, a.dtype, a, 0, strides)
     v.flags.writeable = False
     return v

@@ -26,10 +26,13 @@ from typing import Iterator, Optional, Sequence
 from .. import dtypes as _dt
 from .. import transform_tracers
 from ..array import ArrayDesc, array
-from ..primitive import Node, Primitive
+from ..primitive import Node, Primitive, _node_ids
 from ..walk import topological
 
-_BACKWARD: "weakref.WeakSet[Node]" = weakref.WeakSet()
+# the nodes reverse mode recorded: id -> a weak reference (no callback: a node's death runs no
+# Python code; dead entries go when the table has doubled since its last sweep)
+_BACKWARD: dict = {}
+_BACKWARD_SWEEP = [1024]
 _ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
 _SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
 
@@ -81,7 +84,8 @@ def _record(api: str, mode: str, outputs: list, primals: list, argnums: Sequence
 
 def is_backward(node: Node) -> bool:
     """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum)."""
-    return node in _BACKWARD
+    ref = _BACKWARD.get(node.id)
+    return ref is not None and ref() is node
 
 
 def is_seed(desc: ArrayDesc) -> bool:
@@ -127,19 +131,22 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     leaves: list = []
     order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
                         kept=True)
-    transform_tracers.untrace(primals)
-    transform_tracers.untrace(leaves)
-    for node in order:
-        transform_tracers.untrace([o for o in (r() for r in node.outputs) if o is not None])
+    for d in primals:  # (transform_tracers.untrace)
+        d.tracer = False
+    for d in leaves:
+        d.tracer = False
     tape = []
     for node in order:
-        if node.primitive.name == "StopGradient":
+        outs = [r() for r in node.outputs]
+        for o in outs:
+            if o is not None:
+                o.tracer = False
+        if node.primitive.defn.stops_gradient:
             continue
         for x in node.inputs:
             if id(x) in active:
                 tape.append(node)
-                for r in node.outputs:
-                    o = r()
+                for o in outs:
                     if o is not None:
                         active.add(id(o))
                         keep.append(o)
@@ -157,16 +164,15 @@ def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
     if len(vjps) != len(argnums):
         raise ValueError(f"[vjp] The VJP of {node.primitive.name} returned {len(vjps)} "
                          f"cotangents for {len(argnums)} inputs.")
-    from ..ops import astype
-
-    out = []
-    for i, g in zip(argnums, vjps):
-        x = node.inputs[i]
+    out = vjps
+    for k, (i, g) in enumerate(zip(argnums, vjps)):
+        dt = node.inputs[i].dtype
         # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
         # of bools is int32)
-        if g.dtype != x.dtype and x.dtype != _dt.bool_:
-            g = astype(g, x.dtype)
-        out.append(g)
+        if g.dtype != dt and dt != _dt.bool_:
+            from ..ops import astype
+
+            out[k] = astype(g, dt)
     return out
 
 
@@ -176,6 +182,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
     ``api`` names the caller for ``recording``."""
     from ..ops import add, astype
 
+    start = next(_node_ids)  # every node this walk records has a larger id
     pdescs = [p._d for p in primals]
     active = {id(pdescs[i]) for i in argnums}
     keep: list = list(pdescs)
@@ -190,44 +197,58 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             _SEEDS.add(cmap[id(o)]._d)
             seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
+    wrap = array._wrap
+    retain = transform_tracers.retain_graph()
     for node in reversed(tape):
         outs = [r() for r in node.outputs]
-        if not any(o is not None and id(o) in cmap for o in outs):
-            continue
-        cots = []
         for o in outs:
-            if o is None:
-                cots.append(None)
-            elif id(o) in cmap:
-                cots.append(cmap.pop(id(o)))
-            else:
-                cots.append(_zeros_like(o))
-        args = [i for i, x in enumerate(node.inputs) if id(x) in active]
+            if o is not None and id(o) in cmap:
+                break
+        else:
+            continue
+        cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
+                for o in outs]
+        ins = node.inputs
+        args = [i for i, x in enumerate(ins) if id(x) in active]
         prim = node.primitive
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
-        with transform_tracers.retain_graph():  # MLX's RetainGraph around Primitive::vjp
-            vjps = rule([_wrap(x) for x in node.inputs], cots, args,
-                        [_wrap(o) if o is not None else None for o in outs], **prim.kw)
+        with retain:  # MLX's RetainGraph around Primitive::vjp
+            vjps = rule([wrap(x) for x in ins], cots, args,
+                        [wrap(o) if o is not None else None for o in outs], **prim.kw)
         for i, g in zip(args, _check_vjp(node, args, list(vjps))):
-            key = id(node.inputs[i])
-            cmap[key] = add(cmap[key], g) if key in cmap else g
+            key = id(ins[i])
+            prev = cmap.get(key)
+            cmap[key] = g if prev is None else add(prev, g)
     grads = []
     for i in argnums:
         g = cmap.get(id(pdescs[i]))
         grads.append(g if g is not None else _zeros_like(pdescs[i]))
-    _mark(out_descs, grads)
+    _mark(grads, start)
     _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
     return grads
 
 
-def _mark(forward: Sequence[ArrayDesc], grads: Sequence[array]) -> None:
-    """Remember the nodes above ``grads`` that the forward graph does not have."""
-    fwd = {id(n) for n in topological(forward)}
-    for n in topological([g._d for g in grads]):
-        if id(n) not in fwd:
-            _BACKWARD.add(n)
+def _mark(grads: Sequence[array], start: int) -> None:
+    """Remember the nodes above ``grads`` that this walk recorded: node ids grow, so they
+    are the ones from ``start`` on, and the walk stops at the first older node (the forward
+    graph's, and everything below it)."""
+    stack = [g._d for g in grads]
+    seen: set = set()
+    ref = weakref.ref
+    while stack:
+        node = stack.pop().node
+        if node is None or node.id < start or node.id in seen:
+            continue
+        seen.add(node.id)
+        _BACKWARD[node.id] = ref(node)
+        stack.extend(node.inputs)
+    if len(_BACKWARD) > _BACKWARD_SWEEP[0]:
+        # (list() of the items is one step under the GIL: other threads' walks insert)
+        for k in [k for k, r in list(_BACKWARD.items()) if r() is None]:
+            _BACKWARD.pop(k, None)
+        _BACKWARD_SWEEP[0] = max(1024, 2 * len(_BACKWARD))
 
 
 def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import dtypes as _dt
-from ..array import array
+from ..array import ArrayDesc, array
 from ..device import BadArgs, StreamOrDevice, binding, nb_type_name, resolve_stream
 from ..primitive import Primitive
 
@@ -58,7 +58,7 @@ _FAST_FLOAT_LIMIT = {_dt.float32: float(np.finfo(np.float32).max),
 
 def _scalar(v: Any, dtype: _dt.Dtype) -> array:
     """A 0-d array of a Python scalar already known to fit ``dtype`` (the fast path)."""
-    return array._from_data(np.array(v, dtype=dtype.np), dtype)
+    return array._wrap(ArrayDesc((), dtype, resolve_stream(None), data=np.array(v, dtype=dtype.np)))
 
 
 def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
@@ -82,6 +82,15 @@ def _weak_int(v: int, like: Optional[_dt.Dtype]) -> array:
     return array(v, like)
 
 
+def _weak_float(v: float, like: Optional[_dt.Dtype]) -> array:
+    """A float typed weakly: ``like`` when inexact, else float32."""
+    dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
+    lim = _FAST_FLOAT_LIMIT.get(dt)
+    if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
+        return _scalar(v, dt)
+    return array(v, dt)
+
+
 def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     """``v`` as an array, as MLX's bindings convert a ``scalar | array`` argument.
 
@@ -89,18 +98,16 @@ def to_array(v: Any, like: Optional[_dt.Dtype] = None) -> array:
     an int takes an integer/float ``like`` (raising on overflow), a float takes an inexact
     ``like`` and is float32 otherwise; numpy scalars and arrays are cast to ``like``.
     """
+    if v.__class__ is float:  # the common operand (an optimizer's, a loss's): its own test
+        return _weak_float(v, like)
     if isinstance(v, array):
         return v
     if isinstance(v, bool):
         return array(v, _dt.bool_)
     if isinstance(v, int):
         return _weak_int(v, like)
-    if isinstance(v, float):
-        dt = like if like is not None and _dt.is_inexact(like) else _dt.float32
-        lim = _FAST_FLOAT_LIMIT.get(dt)
-        if lim is not None and -lim <= v <= lim:  # fits without overflow, and is not NaN
-            return _scalar(v, dt)
-        return array(v, dt)
+    if isinstance(v, float):  # (numpy's float64 too)
+        return _weak_float(v, like)
     if isinstance(v, complex):
         return array(v, _dt.complex64)
     if isinstance(v, (np.ndarray, np.generic)) or hasattr(type(v), "__dlpack__"):

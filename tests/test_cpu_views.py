@@ -1,0 +1,36 @@
+"""kernels/cpu/views.py: the CPU's own Broadcast view is numpy's ``broadcast_to`` (values,
+shape, strides, read-only), for 0-d, contiguous and strided inputs of any dtype."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from tapescope.kernels.cpu import views
+
+
+@st.composite
+def broadcasts(draw):
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    target = lead + tuple(d if d != 1 else draw(st.integers(1, 3)) for d in shape)
+    dtype = draw(st.sampled_from([np.float32, np.float16, np.int64, np.bool_]))
+    a = (np.arange(max(1, int(np.prod(shape, dtype=np.int64))) * 2) % 7).astype(dtype)
+    if draw(st.booleans()) and ndim:  # a strided input: every other element
+        a = a[::2][:int(np.prod(shape))].reshape(shape)
+    else:
+        a = a[:int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
+    return a, target
+
+
+@settings(max_examples=60, deadline=None)
+@given(broadcasts())
+def test_the_broadcast_view_is_numpys_broadcast_to(case):
+    a, shape = case
+    got = views.broadcast(np, a, shape=shape)
+    want = np.broadcast_to(a, shape)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    # (a size-1 dimension's stride is never used: numpy's may differ there)
+    assert [st for st, n in zip(got.strides, shape) if n > 1] == \
+        [st for st, n in zip(want.strides, shape) if n > 1]
+    assert not got.flags.writeable
