@@ -148,19 +148,9 @@ def _mlx_cuda(dtype: str):
     return {"a + b (16)": add, "50-op chain (2^20)": chain}
 
 
-def _mlp_tapescope(dtype: str, batch: int):
-    """The MLP step through MLX's mlx.nn over tapescope (None without the mlx package)."""
-    import importlib.util
-
-    if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.nn") is None:
-        return None
-    import tapescope
-
-    tapescope.as_mlx()
-    import mlx.core as mx
-    import mlx.nn as nn
-    import mlx.optimizers as optim
-
+def mlp_steps(mx, nn, optim, dtype: str, batch: int) -> dict:
+    """The MLP Adam step, eager and compiled, over whichever ``mlx.core`` / ``mlx.nn`` /
+    ``mlx.optimizers`` it is given (tapescope's through ``as_mlx()``, or MLX's own)."""
     mx.set_default_device(mx.gpu)
     rng = np.random.default_rng(0)
     model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
@@ -196,6 +186,22 @@ def _mlp_tapescope(dtype: str, batch: int):
     return {f"MLP Adam step eager (b{batch})": eager, f"MLP Adam step compiled (b{batch})": comp}
 
 
+def _mlp_tapescope(dtype: str, batch: int):
+    """The MLP step through MLX's mlx.nn over tapescope (None without the mlx package)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.nn") is None:
+        return None
+    import tapescope
+
+    tapescope.as_mlx()
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+
+    return mlp_steps(mx, nn, optim, dtype, batch)
+
+
 def _mlp_torch(dtype: str, batch: int):
     try:
         import torch
@@ -225,33 +231,12 @@ def _mlp_torch(dtype: str, batch: int):
 
 MLX_MLP = r"""
 import json, sys, time
-from functools import partial
-import numpy as np
+sys.path.insert(0, sys.argv[5])
 import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+from cuda_eager import mlp_steps
 dtype, batch, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-mx.set_default_device(mx.gpu)
-rng = np.random.default_rng(0)
-model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
-                      nn.Linear(2048, 10))
-if dtype == "bfloat16":
-    model.set_dtype(mx.bfloat16)
-opt = optim.Adam(learning_rate=1e-3)
-x = mx.array(rng.standard_normal((batch, 784)).astype(np.float32)).astype(getattr(mx, dtype))
-y = mx.array(rng.integers(0, 10, batch).astype(np.int32))
-mx.eval(model.parameters(), x, y)
-lg = nn.value_and_grad(model, lambda m, x, y: nn.losses.cross_entropy(m(x), y, reduction="mean"))
-def step(x, y):
-    loss, g = lg(model, x, y)
-    opt.update(model, g)
-    return loss
-state = [model.state, opt.state]
-compiled = partial(mx.compile, inputs=state, outputs=state)(step)
-def eager():
-    mx.eval(step(x, y), state)
-def comp():
-    mx.eval(compiled(x, y), state)
 out = {}
-for name, fn in ((f"MLP Adam step eager (b{batch})", eager), (f"MLP Adam step compiled (b{batch})", comp)):
+for name, fn in mlp_steps(mx, nn, optim, dtype, batch).items():
     for _ in range(3):
         fn()
     ts = []
@@ -275,7 +260,8 @@ def _mlp_mlx_cuda(dtype: str, batch: int, rounds: int, steps: int) -> dict:
 
     if _real_mlx() is None:
         return {}
-    r = subprocess.run([sys.executable, "-c", MLX_MLP, dtype, str(batch), str(rounds), str(steps)],
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", MLX_MLP, dtype, str(batch), str(rounds), str(steps), here],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ))
     if r.returncode != 0:
         print(f"(MLX CUDA's MLP step failed: {r.stderr.strip().splitlines()[-1:]})")

@@ -20,7 +20,8 @@ from ..common.fused_reduction import kernel_arguments
 from ..common.reductions import arguments
 from .. import kernel_registry
 from . import compiled
-from .reductions import _overlaps, launch_recorded
+from .primitive_plans import fits
+from .reductions import launch_recorded
 
 
 def _kernel(tape: Tape):
@@ -65,9 +66,7 @@ def run_reduction(tape: Tape, inputs: Sequence, shape: Sequence[int], out=None) 
     outs = []
     for j, n in enumerate(tape.outputs):
         oshape, dt = red.shape_of(n, full), np.dtype(tape.dtype_of(n))
-        if (out is not None and len(tape.outputs) == 1 and tuple(out.shape) == oshape
-                and out.dtype == dt and out.flags.c_contiguous
-                and not any(_overlaps(out, a) for a in arrays)):  # __restrict__ buffers
+        if len(tape.outputs) == 1 and fits(out, oshape, dt, arrays):  # __restrict__ buffers
             o = out
         else:
             o = cupy.empty(oshape, dtype=dt)

@@ -38,11 +38,6 @@ def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
     return out
 
 
-def _overlaps(a, b) -> bool:
-    """Whether two device arrays' bytes overlap (a donated input given as the output)."""
-    return bool(cupy.may_share_memory(a, b))  # the arrays' memory bounds, as numpy's
-
-
 def launch_recorded(entry, grid: int, block: int, args: tuple, name: str, detail: dict) -> None:
     """One launch of a loop-IR kernel's compiled ``entry`` on the current stream, recorded
     as a ``kernel_launch`` while the timeline records."""
@@ -142,9 +137,8 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
     ``__restrict__``, so NVRTC may read an element after storing to the same place (an
     exclusive scan stores ``out[c]`` before folding ``x[c]``: a donated input gave
     [-inf, -inf] for cummax([0, 0]))."""
-    fits = (given is not None and given.shape == call.out_shape and given.dtype == call.out_dtype
-            and given.flags.c_contiguous and not _overlaps(given, a))
-    out = given if fits else cupy.empty(call.out_shape, dtype=call.out_dtype)
+    takes = fits(given, call.out_shape, call.out_dtype, (a,))
+    out = given if takes else cupy.empty(call.out_shape, dtype=call.out_dtype)
     bufs = {"x": a, "out": out}
     if plan.gpu_part_size(call):
         bufs["part"] = cupy.empty(plan.gpu_part_size(call), dtype=call.part_dtype)
