@@ -164,6 +164,54 @@ def _interrupt_runs(rng: random.Random, outcomes: dict) -> None:
         del x
 
 
+def _softmax_chain(n: int):
+    """n softmaxes of a (2, 8) array: each node's kernel is launched from the loop's C part
+    with the GIL held (no Python runs between nodes: as a GPU stream's launches)."""
+    x = mx.array(np.linspace(0, 1, 16, dtype=np.float32).reshape(2, 8))
+    for _ in range(n):
+        x = mx.softmax(x, axis=-1)
+    return x
+
+
+def test_an_eval_that_stays_in_c_yields_to_an_interrupting_thread():
+    """The loop lets a thread waiting for the GIL run every few nodes: an interrupt_eval from
+    another thread stops an eval whose nodes never leave C (before, it finished first)."""
+    mx.eval(_softmax_chain(3))  # the kernel built
+    x = _softmax_chain(20000)
+    fired = threading.Event()
+
+    def fire():
+        while not tapescope.interrupt_eval():
+            time.sleep(0.0002)
+        fired.set()
+
+    t = threading.Thread(target=fire)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        mx.eval(x)
+    t.join()
+    assert fired.is_set() and x._d.node is not None
+    mx.eval(x)  # resumes; a softmax of a softmax soon reaches the uniform row
+    np.testing.assert_allclose(np.array(x), np.full((2, 8), 1 / 8), rtol=1e-6)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals need the main thread")
+def test_sigint_stops_an_eval_that_stays_in_c():
+    """The loop runs pending signal handlers every few nodes (the eval's SIGINT handler sets
+    the interrupt flag), as the interpreter does between bytecodes."""
+    mx.eval(_softmax_chain(3))
+    x = _softmax_chain(20000)
+    t = threading.Thread(target=lambda: (time.sleep(0.01), os.kill(os.getpid(), signal.SIGINT)))
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        mx.eval(x)
+    t.join()
+    assert x._d.node is not None
+    mx.eval(x)
+    np.testing.assert_allclose(np.array(x), np.full((2, 8), 1 / 8), rtol=1e-6)
+
+
 def test_interrupt_on_a_worker_stream_stops_and_resumes():
     s = mx.new_stream(mx.cpu)
     x = mx.array(np.zeros(64, np.int32))

@@ -15,6 +15,7 @@
 #include "_core.h"
 #include "../../kernels/_device_api.h"
 #include <signal.h> /* SIGINT */
+#include <time.h> /* clock_gettime, nanosleep */
 
 /* -- The eval loop's hot part: one host node run in C ------------------------------------
  *
@@ -166,7 +167,18 @@ typedef struct {
 static BackendInfo seen[MAX_BACKENDS];
 static int n_seen = 0;
 
-/* the backend's info (NULL: not here, the Python path; no error set) */
+/* After a failed probe (an attribute looked up to choose a path): an ordinary error is
+ * cleared (the Python path decides); a KeyboardInterrupt or SystemExit (Ctrl-C while a lazy
+ * attribute imported its module on the first eval) stays set, and 1 says so: clearing it
+ * would lose the user's interrupt. */
+static int probe_interrupted(void) {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return 1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* the backend's info (NULL: not here, the Python path; no error set unless
+ * probe_interrupted kept an interrupt) */
 static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
@@ -179,7 +191,7 @@ static BackendInfo *backend_info(PyObject *be) {
         !(b.kernel_rules = PyObject_GetAttr(be, s_kernel_rules)) ||
         !(ctx = PyObject_GetAttr(be, s_device_context)) || !PyType_Check(b.array_type) ||
         !PyDict_Check(b.kernel_rules)) {
-        PyErr_Clear();
+        probe_interrupted();
         Py_XDECREF(b.xp); Py_XDECREF(b.alloc); Py_XDECREF(b.array_type);
         Py_XDECREF(b.launch_for); Py_XDECREF(b.kernel_rules); Py_XDECREF(ctx);
         return NULL;
@@ -209,7 +221,7 @@ static BackendInfo *stream_info(PyObject *stream) {
     if (index == NULL) { PyErr_Clear(); return NULL; }
     PyObject *be = PyDict_GetItemWithError(l_by_stream, index);
     Py_DECREF(index);
-    if (be == NULL) { PyErr_Clear(); return NULL; }
+    if (be == NULL) { probe_interrupted(); return NULL; }
     return backend_info(be);
 }
 
@@ -809,7 +821,7 @@ static int run_host(PyObject *node) {
         return 0;
     int fused = SLOT(defn, defn_off[F_RUNTIME]) == Py_True; /* a fused tape (Compiled) */
     BackendInfo *bi = stream_info(stream);
-    if (bi == NULL) return 0;
+    if (bi == NULL) return PyErr_Occurred() ? -1 : 0; /* (an interrupt kept by the probe) */
     int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
     /* a device's eager elementwise op with a one-op kernel of the backend (eager_kernel),
      * planned and launched as a loaded fused call is (evaluate._gpu_eager_launch) */
@@ -1340,6 +1352,50 @@ static int interrupt_flag(void) {
     return set;
 }
 
+/* Every 32 nodes of a loop that may stay in C for long (a GPU stream's launches, the small
+ * kernels that keep the GIL): the pending signal handlers run (the eval's SIGINT handler sets
+ * the interrupt flag), and once per switch interval (sys.getswitchinterval) the GIL is
+ * dropped for a moment so that a waiting thread (a timer's or a widget's interrupt_eval)
+ * takes it. A bare release and re-take would not do: CPython's waiter asks for the GIL only
+ * when no switch happened during its wait, and every re-take counts as one, so it would
+ * starve (measured: a 1 ms ticker thread got 2 ticks in a 200 ms eval). Evals shorter than
+ * the interval pay nothing; longer ones ~100 us per interval. -1: a handler raised. */
+static PyObject *g_switchinterval;
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* sys.getswitchinterval() (5 ms unless changed) */
+static double switch_interval(void) {
+    if (g_switchinterval == NULL) {
+        PyObject *sys = PyImport_ImportModule("sys");
+        g_switchinterval = sys ? PyObject_GetAttrString(sys, "getswitchinterval") : NULL;
+        Py_XDECREF(sys);
+    }
+    PyObject *v = g_switchinterval ? PyObject_CallNoArgs(g_switchinterval) : NULL;
+    double iv = v != NULL ? PyFloat_AsDouble(v) : 0.005;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return iv > 0 ? iv : 0.005;
+}
+
+/* ``next``: when the GIL is next dropped (0: the eval's first yield point, which sets it) */
+static int yield_point(double *next) {
+    if (PyErr_CheckSignals() < 0) return -1;
+    double t = monotonic_s();
+    if (*next == 0.0) *next = t + switch_interval();
+    if (t < *next) return 0;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+    *next = monotonic_s() + switch_interval();
+    return 0;
+}
+
 /* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
  * or -1 when a node is not on ``stream`` (the same object, as _inline_stream asks) */
 static Py_ssize_t one_stream(PyObject *order, PyObject *stream) {
@@ -1504,8 +1560,7 @@ int eager_eval(PyObject *descs) {
     PyObject *w = bi != NULL ? PyDict_GetItemWithError(g_workers, index) : NULL;
     if (bi == NULL || w != NULL || PyErr_Occurred()) { /* not known yet, or a worker */
         Py_DECREF(index);
-        PyErr_Clear();
-        return 0;
+        return probe_interrupted() ? -1 : 0;
     }
     Py_INCREF(stream);
     PyObject *ev = NULL, *state = NULL, *t0 = NULL, *order = NULL;
@@ -1539,6 +1594,7 @@ int eager_eval(PyObject *descs) {
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);
     Py_ssize_t n = PyList_GET_SIZE(order);
+    double next_yield = 0.0; /* yield_point's clock */
     if (recording) { /* eval_loop._eval_begin / _record_end, as _run_inline records */
         PyObject *si = PyObject_GetAttr(ev, s_stream);
         state = si ? PyObject_CallOneArg(g_state_type, s_one) : NULL;
@@ -1551,6 +1607,8 @@ int eager_eval(PyObject *descs) {
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
+        if ((i & 31) == 31 && !interrupted && type == NULL && yield_point(&next_yield) < 0)
+            keep_error(&type, &value, &tb);
         if (!interrupted && type == NULL) interrupted = interrupt_flag();
         if (interrupted || type != NULL) { /* stopped: the rest stay lazy, unscheduled */
             put(nd, node_off[N_EVENT], Py_None);
