@@ -16,6 +16,7 @@
  * PlanLookup (below): where a fused call's plan is found, by the layouts of its call. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h> /* offsetof */
 #include <stdint.h>
 #include <structmember.h> /* T_INT, T_OBJECT_EX, READONLY */
 

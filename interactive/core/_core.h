@@ -5,6 +5,7 @@
 #define TAPESCOPE_CORE_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h> /* offsetof (Python 3.12's headers no longer include it) */
 #include <stdint.h>
 #if PY_VERSION_HEX < 0x030C0000 /* the member types' public names from 3.12 */
 #include <structmember.h>
