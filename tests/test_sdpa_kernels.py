@@ -40,7 +40,7 @@ def case(draw):
     reps = draw(st.sampled_from([1, 2, 4]))
     L = draw(st.sampled_from([1, 2, 3, 5, 8, 9, 31, 32, 33, 65, 129]))
     kL = draw(st.sampled_from([1, 16, 63, 64, 65, 128, 129, 200]))
-    D = draw(st.sampled_from([32, 64, 80, 128]))
+    D = draw(st.sampled_from([8, 16, 32, 64, 80, 128]))  # groups of lanes, whole warps, a part-filled warp
     mask = draw(st.sampled_from([None, "causal", "bool", "additive", "bool_bcast"]))
     if mask == "causal":
         kL = max(kL, L)

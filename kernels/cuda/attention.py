@@ -11,7 +11,7 @@ Longer queries run the array-module rule (``rules/fast.py``: blocks of query row
 matmuls and the softmax passes per block; MLX's CUDA backend runs cuDNN's fused attention
 there) with a block of up to ``SCORES`` float32 scores: one block for most prompts, so the
 passes are few large launches instead of tens of small ones. What the kernel does not take
-(a head size that does not fill whole warps, float64) runs that rule too, recorded as a
+(a head size above 256, float64) runs that rule too, recorded as a
 ``kernel_fallback`` with the reason.
 """
 
