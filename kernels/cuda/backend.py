@@ -330,17 +330,19 @@ class CudaBackend(Backend):
     def kernel_rules(self) -> dict:
         """Primitive name -> its generated CUDA kernel rule: MLX's reductions
         (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``,
-        ``cuda/attention.py``) and quantized products (``cuda/quantized.py``); one lookup a
+        ``cuda/attention.py``), quantized products (``cuda/quantized.py``) and axis gathers /
+        scatters (``cuda/indexing.py``); one lookup a
         node (asked for every node a GPU stream runs through the rules). The eval loop's C
         part launches the plans of those that are KernelRules (``cuda/primitive_plans.py``)
         once a call of that layout has made one: the same rule objects the Python path
         runs, so both share the plans."""
         from .attention import NAME, rule as attention
         from .fast_kernels import RULES as fast
+        from .indexing import RULES as indexing
         from .quantized import RULES as quantized
         from .reductions import RULES as reductions
 
-        return {**quantized, **fast, **reductions, NAME: attention}
+        return {**quantized, **fast, **reductions, **indexing, NAME: attention}
 
     def _own_rule(self, prim: Any):
         rule = self.kernel_rules.get(prim.name)

@@ -165,12 +165,13 @@ def _axis_grid(xp, a_shape, indices, axis):
     return tuple(grid)
 
 
-@define("GatherAxis", family=INDEXING, moves=True, shape=lambda shapes, **_: [tuple(shapes[1])])
+@define("GatherAxis", family=INDEXING, moves=True, kernel="gather_axis",
+        shape=lambda shapes, **_: [tuple(shapes[1])])
 def gather_axis(xp, a, indices, *, axis):
     return a[_axis_grid(xp, a.shape, indices, axis)]
 
 
-@define("ScatterAxis", family=INDEXING, moves=True, shape=same_shape)
+@define("ScatterAxis", family=INDEXING, moves=True, kernel="scatter_axis", shape=same_shape)
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     out = a.copy()
     grid = _axis_grid(xp, a.shape, indices, axis)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from tapescope.kernels.backends import host_array
+import numpy as np
+
 from tapescope.kernels.rules.indexing import check_bounds, out_of_bounds
 
 from .. import dtypes as _dt
@@ -61,13 +62,15 @@ def _check_indices(indices: Sequence[array]) -> None:
 
 def _check_index(index: Any, size: int, axis: int) -> None:
     """IndexError (numpy's message) for an index outside ``[-size, size)``: an int, or an
-    integer array whose values are already computed. A lazy index array is checked when its
-    Gather / Scatter runs (MLX reads or writes out of bounds instead: garbage, or a crash)."""
+    integer array whose values are already computed on the host. A lazy index array, or one
+    on a device (reading it here would wait for the device), is checked when its Gather /
+    Scatter runs (MLX reads or writes out of bounds instead: garbage, or a crash)."""
     if not isinstance(index, array):
         if not -size <= index < size:
             raise out_of_bounds(index, size, axis)
-    elif index._d.node is None and index._d.data is not None and _dt.is_integer(index.dtype):
-        check_bounds(host_array(index._d.data), size, axis)
+    elif (index._d.node is None and type(index._d.data) is np.ndarray
+          and _dt.is_integer(index.dtype)):
+        check_bounds(index._d.data, size, axis)
 
 
 def _gather(a: array, indices: list, axes: Sequence[int], slice_sizes: Sequence[int], s) -> array:

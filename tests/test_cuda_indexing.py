@@ -1,0 +1,113 @@
+"""``GatherAxis`` and ``ScatterAxis`` (sum) as CUDA kernels (``kernels/cuda/indexing.py``):
+``take_along_axis`` and its VJP on the GPU against numpy, over shapes, axes, negative and
+repeated indices, index dtypes, transposed inputs and the element dtypes; an index out of
+bounds raises the rules' IndexError and leaves the node lazy."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tapescope.core as mx
+from tapescope.kernels import backends
+
+from conftest import kernel_launches
+
+pytestmark = pytest.mark.skipif(
+    not (os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() > 0),
+    reason="the CUDA runtime needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
+
+DTYPES = {"float32": (mx.float32, np.float32), "float16": (mx.float16, np.float16),
+          "int32": (mx.int32, np.int32), "bfloat16": (mx.bfloat16, np.float32),
+          "bool": (mx.bool_, np.bool_)}
+INDEX = {"int32": (mx.int32, np.int32), "int64": (mx.int64, np.int64),
+         "uint8": (mx.uint8, np.uint8), "int16": (mx.int16, np.int16)}
+
+
+@st.composite
+def case(draw):
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 7, 33]), min_size=ndim, max_size=ndim)))
+    axis = draw(st.integers(-ndim, ndim - 1))
+    n_ax = draw(st.sampled_from([1, 2, 5, 40]))
+    return shape, axis, n_ax, draw(st.sampled_from(sorted(DTYPES))), \
+        draw(st.sampled_from(sorted(INDEX))), draw(st.booleans()), draw(st.integers(0, 2 ** 16))
+
+
+def _inputs(c):
+    shape, axis, n_ax, dt, it, transposed, seed = c
+    rng = np.random.default_rng(seed)
+    ax = axis % len(shape)
+    a = rng.standard_normal(shape) * 4
+    ishape = list(shape)
+    ishape[ax] = n_ax
+    size = shape[ax]
+    lo = 0 if INDEX[it][1](0).dtype.kind == "u" else -size
+    idx = rng.integers(lo, size, ishape)
+    return a, idx, ax
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=40, deadline=None)
+@given(case())
+def test_take_along_axis_on_the_gpu_matches_numpy(c):
+    shape, axis, n_ax, dt, it, transposed, seed = c
+    a, idx, ax = _inputs(c)
+    t, npt = DTYPES[dt]
+    host = a.astype(npt)
+    h = np.ascontiguousarray(np.swapaxes(host, 0, -1)) if transposed else host
+    ma = mx.array(h).astype(t)
+    if transposed:  # the same values through strides that are not row-major
+        ma = mx.swapaxes(ma, 0, -1)
+    mi = mx.array(idx.astype(INDEX[it][1]), dtype=INDEX[it][0])
+    mx.eval(ma, mi)
+    with kernel_launches("cuda") as rec:
+        out = mx.take_along_axis(ma, mi, axis=axis)
+        mx.eval(out)
+    wide = dt in ("bfloat16", "float16")  # compared as the float32 of the same bits
+    values = np.array(ma.astype(mx.float32)) if wide else np.array(ma)
+    want = np.take_along_axis(values, np.where(idx < 0, idx + shape[ax], idx), axis=ax)
+    got = np.array(out.astype(mx.float32)) if wide else np.array(out)
+    np.testing.assert_array_equal(got, want)
+    assert "GatherAxis" in rec.primitives, rec.fallbacks
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=30, deadline=None)
+@given(case())
+def test_take_along_axis_vjp_scatters_on_the_gpu_as_numpy_adds(c):
+    """The VJP of ``take_along_axis`` is ``ScatterAxis`` with ``reduce="sum"``: repeated
+    indices add (float32 and float16 kernels; the other dtypes are not differentiable)."""
+    shape, axis, n_ax, dt, it, transposed, seed = c
+    a, idx, ax = _inputs(c)
+    ft = mx.float16 if dt == "float16" else mx.float32
+    npt = np.float16 if dt == "float16" else np.float32
+    rng = np.random.default_rng(seed + 1)
+    ct = rng.standard_normal(idx.shape).astype(npt)
+    ma, mi = mx.array(a.astype(npt), dtype=ft), mx.array(idx.astype(INDEX[it][1]), dtype=INDEX[it][0])
+    with kernel_launches("cuda") as rec:
+        _, (g,) = mx.vjp(lambda x: mx.take_along_axis(x, mi, axis=axis), [ma], [mx.array(ct, dtype=ft)])
+        mx.eval(g)
+    want = np.zeros(shape, np.float64)
+    pos = np.where(idx < 0, idx + shape[ax], idx)
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[ax] = pos
+    np.add.at(want, tuple(grid), ct.astype(np.float64))
+    tol = 2e-3 if dt == "float16" else 1e-5
+    np.testing.assert_allclose(np.array(g.astype(mx.float32)), want, rtol=tol, atol=tol * max(1, n_ax))
+    assert "ScatterAxis" in rec.primitives, rec.fallbacks
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+def test_an_index_out_of_bounds_on_the_gpu_raises_and_leaves_the_node_lazy():
+    a = mx.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    i = mx.array(np.array([[0, 1], [2, 4], [-5, 0]], np.int32))  # 4 is the first out of bounds
+    out = mx.take_along_axis(a, i, axis=1)
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+        mx.eval(out)
+    assert out._d.node is not None
+    ok = mx.take_along_axis(a, mx.array(np.array([[3], [-4], [0]], np.int32)), axis=1)
+    np.testing.assert_array_equal(np.array(ok), [[3], [4], [8]])
