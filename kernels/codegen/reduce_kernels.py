@@ -196,7 +196,7 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
                   block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  threads=lambda v: row_threads(v["cols"]), wide=True)
 
 
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
@@ -214,7 +214,7 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
                   [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
-                         f"rows > cb && rows * cols >= {PAR_MIN}")])
+                         f"rows > cb && rows * cols >= {PAR_MIN}")], wide=True)
 
 
 COL_LANES, COL_WARPS = 32, 8  # a GPU column group: 32 kept elements x 8 slices of the reduced run
@@ -268,7 +268,7 @@ def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
         body.append(Store("out", 0, acc.value(state_vars("t", acc)), out_dt))
     return Kernel(name, _params("all", in_dt, out_dt, (acc.fields[0][1],)), body,
                   block=1024, groups=lambda v: v["parts"],
-                  threads=lambda v: row_threads(-(-v["cols"] // v["parts"])))
+                  threads=lambda v: row_threads(-(-v["cols"] // v["parts"])), wide=True)
 
 
 # -- Softmax and LogSumExp ------------------------------------------------------------------
@@ -329,7 +329,7 @@ def softmax_kernel(name: str, in_dt, out_dt, log: bool, gpu: bool) -> Kernel:
     return Kernel(name, _params("row", in_dt, out_dt)[:-1],  # rows, cols, sr (the last axis is unit)
                   [Range("r", 0, "rows", rows, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN_EXP}")],
                   block=1024, groups=lambda v: min(v["rows"], 1 << 30),
-                  threads=lambda v: row_threads(v["cols"]))
+                  threads=lambda v: row_threads(v["cols"]), wide=True)
 
 
 # -- Scan -----------------------------------------------------------------------------------
