@@ -224,8 +224,16 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     body += [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
     body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
                                       zip(acc.fields, acc.identity)], "threads"))
-    body.append(Range("c", 0, "cols", [Range("k", 0, "nb", [
-        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),  # col: sr == 1
+    # ROW_TILE reduced indices per pass over the block, folded in order (that many runs in
+    # flight, the accumulators loaded and stored once per pass), then the rest one by one
+    T = ROW_TILE
+    tile = []
+    for j in range(T):
+        tile += [Let(f"v{j}", adt, _load(in_dt, adt, f"k0 + k + (c + {j}) * sc")),  # col: sr == 1
+                 Fold(acc, st, {"v": f"v{j}", "i": f"c + {j}"})]
+    body.append(Range("c", 0, f"cols / {T} * {T}", [Range("k", 0, "nb", tile, "threads")], step=T))
+    body.append(Range("c", f"cols / {T} * {T}", "cols", [Range("k", 0, "nb", [
+        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),
         Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
     body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
