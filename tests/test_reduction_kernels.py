@@ -255,6 +255,39 @@ def test_sizes_around_every_threshold(n):
           rel=max(1, n / 64))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7, 8, 9, 11, 12, 13] if SWEEP else [3, 7, 8, 9, 13])
+@pytest.mark.parametrize("cols", [3, 2**15 + 1])
+def test_rows_around_the_row_tile(rows, cols):
+    """The CPU's row kernel folds ROW_TILE (4) rows per loop from 8 rows on, the rest one
+    by one (threaded from PAR_MIN elements on): every row's result, a NaN in a tiled row
+    and in the last (a tail) row, the row-contiguous, strided and general layouts."""
+    from tapescope.kernels.codegen.reduce_kernels import PAR_MIN, ROW_TILE
+
+    assert ROW_TILE == 4 and (rows * cols >= PAR_MIN) == (cols > 3 and rows >= 8)
+    rng = np.random.default_rng(rows * cols)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[rows // 2, cols // 2] = np.nan
+    x[-1, 0] = np.nan
+    x64 = x.astype(np.float64)
+    for kind in ("plain", "sliced", "transposed"):
+        a = layout(x, kind)
+        with launched() as rec:
+            got = {"sum": mx.sum(a, axis=-1), "max": mx.max(a, axis=-1), "min": mx.min(a, axis=-1),
+                   "any": mx.any(a > 1.0, axis=-1)}
+            mx.eval(*got.values())
+        assert {"Sum", "Max", "Min", "Or"} <= set(rec.primitives), (kind, rec.fallbacks)
+        check(got["sum"], x64.sum(-1), "float32", rel=max(1, cols / 64))
+        check(got["max"], x64.max(-1), "float32")
+        check(got["min"], x64.min(-1), "float32")
+        np.testing.assert_array_equal(np.asarray(got["any"]), (x > 1.0).any(-1))
+    # the general layout: 9 kept rows (a tile and one more), each over two strided axes
+    with launched() as rec:
+        g = mx.sum(mx.array(x.reshape(rows, 1, cols)) * mx.ones((1, 9, 1)), axis=(0, 2))
+        mx.eval(g)
+    assert "Sum" in rec.primitives, rec.fallbacks
+    check(g, np.full(9, x64.sum()), "float32", rel=max(1, rows * cols / 64))
+
+
 @pytest.mark.skipif(not SWEEP, reason="TAPESCOPE_REDUCTION_SWEEP=1 (make test-fuzz)")
 def test_rows_of_two_to_the_twenty():
     x = np.random.default_rng(1).standard_normal((3, 1 << 20)).astype(np.float32)

@@ -253,6 +253,12 @@ class Reduce:
     elem: dict
     unroll: int = 1  # as Range's
     vec: Optional[Vec] = None  # the elements are buf[base + var]: vector loads on a GPU
+    # the CPU: the same fold for several rows in one loop, ``tile_var`` bound to each of
+    # ``tiles`` (expressions) in turn, row j's state ``<acc_name><j>_<field>``: as many
+    # streams in flight as rows (one stream per thread left the memory idle; a monoid
+    # OpenMP merges only)
+    tiles: tuple = ()
+    tile_var: str = ""
 
 
 @dataclass

@@ -245,17 +245,28 @@ class Lowering:
         return max(4, 64 // widest)
 
     def reduce_omp(self, s: Reduce, ind: str) -> list:
-        """A monoid whose fields OpenMP can merge: ``omp simd reduction(op:field)``."""
+        """A monoid whose fields OpenMP can merge: ``omp simd reduction(op:field)``; with
+        ``tiles``, one state per tile row, each row's body in its own block."""
         acc = s.acc
-        names = state_vars(s.acc_name, acc)
+        tiles = s.tiles or (None,)
+        states = [state_vars(s.acc_name if t is None else f"{s.acc_name}{j}", acc)
+                  for j, t in enumerate(tiles)]
         out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
-               for (f, dt), ident in zip(acc.fields, acc.identity)]
-        clauses = " ".join(f"reduction({op}:{names[f]})" for (f, _), op in zip(acc.fields, acc.omp))
+               for names in states for (f, dt), ident in zip(acc.fields, acc.identity)]
+        clauses = " ".join(f"reduction({op}:{', '.join(names[f] for names in states)})"
+                           for (f, _), op in zip(acc.fields, acc.omp))
         out += [f"{ind}#pragma omp simd {clauses}",
                 f"{ind}for (int64_t {s.var} = {self.expr(s.start)}; {s.var} < {self.expr(s.stop)}; "
                 f"++{s.var}) {{"]
-        out += self.block(s.body, ind + "  ")
-        out += self.fold(acc, names, s.elem, ind + "  ")
+        for t, names in zip(tiles, states):
+            if t is None:
+                out += self.block(s.body, ind + "  ")
+                out += self.fold(acc, names, s.elem, ind + "  ")
+                continue
+            out += [f"{ind}  {{", f"{ind}    const int64_t {s.tile_var} = {self.expr(t)};"]
+            out += self.block(s.body, ind + "    ")
+            out += self.fold(acc, names, s.elem, ind + "    ")
+            out.append(f"{ind}  }}")
         return out + [f"{ind}}}"]
 
     def reduce_lanes(self, s: Reduce, ind: str) -> list:
