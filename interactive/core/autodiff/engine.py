@@ -155,20 +155,11 @@ def _zeros_like(d: ArrayDesc) -> array:
     return zeros_like(_wrap(d))
 
 
-def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
+def _check_vjp(node: Node, argnums: list, vjps: list) -> None:
+    """MLX's error for a VJP rule that returned the wrong number of cotangents."""
     if len(vjps) != len(argnums):
         raise ValueError(f"[vjp] The VJP of {node.primitive.name} returned {len(vjps)} "
                          f"cotangents for {len(argnums)} inputs.")
-    out = vjps
-    for k, (i, g) in enumerate(zip(argnums, vjps)):
-        dt = node.inputs[i].dtype
-        # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
-        # of bools is int32)
-        if g.dtype != dt and dt != _dt.bool_:
-            from ..ops import astype
-
-            out[k] = astype(g, dt)
-    return out
 
 
 def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence[tuple],
@@ -193,16 +184,25 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
     wrap = array._wrap
+    _bool = _dt.bool_
     retain = transform_tracers.retain_graph()
     for node in reversed(tape):
-        outs = [r() for r in node.outputs]
-        for o in outs:
-            if o is not None and id(o) in cmap:
-                break
+        refs = node.outputs
+        if len(refs) == 1:  # the common case: one output
+            o = refs[0]()
+            if o is None or id(o) not in cmap:
+                continue
+            outs = [o]
+            cots = [cmap.pop(id(o))]
         else:
-            continue
-        cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
-                for o in outs]
+            outs = [r() for r in refs]
+            for o in outs:
+                if o is not None and id(o) in cmap:
+                    break
+            else:
+                continue
+            cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
+                    for o in outs]
         ins = node.inputs
         args = [i for i, x in enumerate(ins) if id(x) in active]
         prim = node.primitive
@@ -212,8 +212,16 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         with retain:  # MLX's RetainGraph around Primitive::vjp
             vjps = rule([wrap(x) for x in ins], cots, args,
                         [wrap(o) if o is not None else None for o in outs], **prim.kw)
-        for i, g in zip(args, _check_vjp(node, args, list(vjps))):
-            key = id(ins[i])
+        if vjps.__class__ is not list:
+            vjps = list(vjps)
+        _check_vjp(node, args, vjps)
+        for i, g in zip(args, vjps):
+            x = ins[i]
+            # a bool input keeps the cotangent's own type (MLX casts none: the gradient of
+            # a sum of bools is int32)
+            if g._d.dtype is not x.dtype and x.dtype is not _bool:
+                g = astype(g, x.dtype)
+            key = id(x)
             prev = cmap.get(key)
             cmap[key] = g if prev is None else add(prev, g)
     grads = []
