@@ -83,7 +83,7 @@ int take_all(PyObject *kw, const char *who, const char *const *names,
 /* node_off / desc_off: where a Node's and an ArrayDesc's slots live */
 int core_offsets(PyObject *node_type, PyObject *desc_type) {
     static const char *const node_slots[N_COUNT] = {"primitive", "inputs", "outputs", "id",
-                                                    "event", "keep"};
+                                                    "event", "keep", "backward"};
     static const char *const desc_slots[D_COUNT] = {"shape", "dtype", "stream", "node", "index",
                                                     "data", "buffer", "tracer", "kept"};
     for (int i = 0; i < N_COUNT; i++)
@@ -281,6 +281,7 @@ static PyObject *fast_call(PyObject *fast, PyObject *args) {
     put(node, node_off[N_ID], id);
     put(node, node_off[N_EVENT], Py_None);
     put(node, node_off[N_KEEP], Py_False);
+    put(node, node_off[N_BACKWARD], Py_False);
     /* ArrayDesc(shape, dtype, prim.stream, node=node) */
     desc = bare(c_desc_type);
     if (desc == NULL) goto error;
@@ -426,6 +427,7 @@ static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag)
     put(node, node_off[N_ID], id);
     put(node, node_off[N_EVENT], Py_None);
     put(node, node_off[N_KEEP], Py_False);
+    put(node, node_off[N_BACKWARD], Py_False);
     PyObject_GC_UnTrack(node); /* (acyclic: see above; its primitive and its parameters too) */
     if (PyObject_IS_GC(prim) && PyObject_GC_IsTracked(prim)) {
         PyObject_GC_UnTrack(prim);

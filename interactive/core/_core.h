@@ -14,7 +14,7 @@
 #endif
 
 /* where each slot lives in an instance: the slot's member descriptor's offset */
-enum { N_PRIMITIVE, N_INPUTS, N_OUTPUTS, N_ID, N_EVENT, N_KEEP, N_COUNT };
+enum { N_PRIMITIVE, N_INPUTS, N_OUTPUTS, N_ID, N_EVENT, N_KEEP, N_BACKWARD, N_COUNT };
 enum { D_SHAPE, D_DTYPE, D_STREAM, D_NODE, D_INDEX, D_DATA, D_BUFFER, D_TRACER, D_KEPT, D_COUNT };
 extern Py_ssize_t node_off[N_COUNT], desc_off[D_COUNT];
 extern PyObject *c_node_type, *c_desc_type; /* primitive.Node, array.ArrayDesc */

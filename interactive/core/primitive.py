@@ -72,7 +72,7 @@ class Node:
     and *available* once its outputs have data (they no longer point at the node).
     """
 
-    __slots__ = ("primitive", "inputs", "outputs", "id", "event", "keep", "__weakref__")
+    __slots__ = ("primitive", "inputs", "outputs", "id", "event", "keep", "backward", "__weakref__")
 
     def __init__(self, primitive: Primitive, inputs: list):
         self.primitive = primitive
@@ -81,6 +81,7 @@ class Node:
         self.id = next(_node_ids)
         self.event = None  # set while scheduled: the event its stream signals when done
         self.keep = False  # a tracer's: evaluating it keeps its inputs (core/transform_tracers.py)
+        self.backward = False  # reverse mode recorded it (autodiff/engine.py ``_mark``)
 
     def output(self, i: int) -> Optional[Any]:
         return self.outputs[i]()

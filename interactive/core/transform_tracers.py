@@ -81,11 +81,16 @@ def _exit(field: str) -> None:
         with _lock:
             _active -= 1
     if s.depth == 0 and s.retain == 0 and s.hold == 0 and s.kept:
-        kept, s.kept = s.kept, []
-        for r in kept:
-            d = r()
-            if d is not None:
-                d.kept = None
+        _exit_kept(s)
+
+
+def _exit_kept(s) -> None:
+    """The outermost transformation on this thread ended: drop the graphs tracers kept."""
+    kept, s.kept = s.kept, []
+    for r in kept:
+        d = r()
+        if d is not None:
+            d.kept = None
 
 
 @contextlib.contextmanager
@@ -121,11 +126,21 @@ class _RetainGraph:
 
     __slots__ = ()
 
-    def __enter__(self) -> None:
-        _enter("retain")
+    def __enter__(self) -> None:  # _enter("retain"), inline: it runs once per VJP rule
+        global _active
+        s = _local if "depth" in _local.__dict__ else _state()
+        s.retain += 1
+        with _lock:
+            _active += 1
 
     def __exit__(self, *exc) -> None:
-        _exit("retain")
+        global _active
+        s = _local  # (__enter__ made the state)
+        s.retain -= 1
+        with _lock:
+            _active -= 1
+        if s.kept and s.retain == 0 and s.depth == 0 and s.hold == 0:
+            _exit_kept(s)
 
 
 _RETAIN = _RetainGraph()

@@ -9,7 +9,7 @@ the tape backwards: each node's VJP rule (its definition's ``vjp``) records the 
 input cotangents, and cotangents of a value used twice are summed with ``Add``. Forward mode
 runs the same tape forwards with the JVP rules. Nothing is evaluated: the result is more lazy
 graph, which ``eval`` runs, ``compile`` fuses and ``tapescope.trace`` draws. Nodes recorded by
-reverse mode are remembered (``is_backward``) so that pictures can draw them apart.
+reverse mode are flagged (``Node.backward``, ``is_backward``) so that pictures can draw them apart.
 While ``recording()`` is active (``tapescope.check`` calling a function), every walk also
 leaves a ``Transformation`` (its forward outputs, primals, seeds and results), from which
 the check builds ``jax.vjp`` / ``jax.jvp`` of the JAX forward graph as the reference.
@@ -29,10 +29,6 @@ from ..array import ArrayDesc, array
 from ..primitive import Node, Primitive, _node_ids
 from ..walk import topological
 
-# the nodes reverse mode recorded: id -> a weak reference (no callback: a node's death runs no
-# Python code; dead entries go when the table has doubled since its last sweep)
-_BACKWARD: dict = {}
-_BACKWARD_SWEEP = [1024]
 _ALIASES: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # primals made over evaluated data
 _SEEDS: "weakref.WeakSet[ArrayDesc]" = weakref.WeakSet()  # the cotangents reverse mode starts from
 
@@ -84,8 +80,7 @@ def _record(api: str, mode: str, outputs: list, primals: list, argnums: Sequence
 
 def is_backward(node: Node) -> bool:
     """Whether reverse mode recorded ``node`` (a VJP rule's op, a cotangent sum)."""
-    ref = _BACKWARD.get(node.id)
-    return ref is not None and ref() is node
+    return node.backward
 
 
 def is_seed(desc: ArrayDesc) -> bool:
@@ -160,20 +155,11 @@ def _zeros_like(d: ArrayDesc) -> array:
     return zeros_like(_wrap(d))
 
 
-def _check_vjp(node: Node, argnums: list, vjps: list) -> list:
+def _check_vjp(node: Node, argnums: list, vjps: list) -> None:
+    """MLX's error for a VJP rule that returned the wrong number of cotangents."""
     if len(vjps) != len(argnums):
         raise ValueError(f"[vjp] The VJP of {node.primitive.name} returned {len(vjps)} "
                          f"cotangents for {len(argnums)} inputs.")
-    out = vjps
-    for k, (i, g) in enumerate(zip(argnums, vjps)):
-        dt = node.inputs[i].dtype
-        # a bool input keeps the cotangent's own type (MLX casts none: the gradient of a sum
-        # of bools is int32)
-        if g.dtype != dt and dt != _dt.bool_:
-            from ..ops import astype
-
-            out[k] = astype(g, dt)
-    return out
 
 
 def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence[tuple],
@@ -198,16 +184,25 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
     wrap = array._wrap
+    _bool = _dt.bool_
     retain = transform_tracers.retain_graph()
     for node in reversed(tape):
-        outs = [r() for r in node.outputs]
-        for o in outs:
-            if o is not None and id(o) in cmap:
-                break
+        refs = node.outputs
+        if len(refs) == 1:  # the common case: one output
+            o = refs[0]()
+            if o is None or id(o) not in cmap:
+                continue
+            outs = [o]
+            cots = [cmap.pop(id(o))]
         else:
-            continue
-        cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
-                for o in outs]
+            outs = [r() for r in refs]
+            for o in outs:
+                if o is not None and id(o) in cmap:
+                    break
+            else:
+                continue
+            cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
+                    for o in outs]
         ins = node.inputs
         args = [i for i, x in enumerate(ins) if id(x) in active]
         prim = node.primitive
@@ -217,8 +212,16 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         with retain:  # MLX's RetainGraph around Primitive::vjp
             vjps = rule([wrap(x) for x in ins], cots, args,
                         [wrap(o) if o is not None else None for o in outs], **prim.kw)
-        for i, g in zip(args, _check_vjp(node, args, list(vjps))):
-            key = id(ins[i])
+        if vjps.__class__ is not list:
+            vjps = list(vjps)
+        _check_vjp(node, args, vjps)
+        for i, g in zip(args, vjps):
+            x = ins[i]
+            # a bool input keeps the cotangent's own type (MLX casts none: the gradient of
+            # a sum of bools is int32)
+            if g._d.dtype is not x.dtype and x.dtype is not _bool:
+                g = astype(g, x.dtype)
+            key = id(x)
             prev = cmap.get(key)
             cmap[key] = g if prev is None else add(prev, g)
     grads = []
@@ -231,24 +234,19 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
 
 
 def _mark(grads: Sequence[array], start: int) -> None:
-    """Remember the nodes above ``grads`` that this walk recorded: node ids grow, so they
-    are the ones from ``start`` on, and the walk stops at the first older node (the forward
-    graph's, and everything below it)."""
+    """Flag the nodes above ``grads`` that this walk recorded (``Node.backward``): node ids
+    grow, so they are the ones from ``start`` on, and the walk stops at the first older node
+    (the forward graph's, and everything below it). A flag on the node, not a table of weak
+    references: nothing for the cyclic collector to walk, nothing to sweep."""
     stack = [g._d for g in grads]
-    seen: set = set()
-    ref = weakref.ref
+    seen: set = set()  # (this walk's: a nested walk flagged some of them already)
     while stack:
         node = stack.pop().node
         if node is None or node.id < start or node.id in seen:
             continue
         seen.add(node.id)
-        _BACKWARD[node.id] = ref(node)
+        node.backward = True
         stack.extend(node.inputs)
-    if len(_BACKWARD) > _BACKWARD_SWEEP[0]:
-        # (list() of the items is one step under the GIL: other threads' walks insert)
-        for k in [k for k, r in list(_BACKWARD.items()) if r() is None]:
-            _BACKWARD.pop(k, None)
-        _BACKWARD_SWEEP[0] = max(1024, 2 * len(_BACKWARD))
 
 
 def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequence[array],
