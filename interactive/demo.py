@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -56,36 +55,16 @@ def write_page(nb: Any, out: Path, theme: str = "light") -> Path:
 
     from nbconvert import HTMLExporter
 
+    from tapescope.viz.theme import inline_plotly
+
     page = copy.deepcopy(nb)
     page.metadata.pop("widgets", None)
     exporter = HTMLExporter(template_name="lab", theme=theme)
     body, _ = exporter.from_notebook_node(page)
-    body = inline_plotly(body)
+    body = inline_plotly(body)  # the snapshots' plots work offline
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(body, encoding="utf-8")
     return out
-
-
-def inline_plotly(body: str) -> str:
-    """The widget snapshots' plots load plotly.js from its CDN; a page made on a fresh machine
-    may be read offline, so the first such script is replaced by plotly.js itself (from the
-    installed plotly package) and the others are dropped. require.js (the lab template loads it)
-    would take plotly's UMD module as an AMD module, so ``define`` is hidden while it loads."""
-    tags = re.findall(r'<script[^>]*src="https://cdn\.plot\.ly/plotly-[^"]*"[^>]*></script>', body)
-    if not tags:
-        return body
-    try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        return body
-    inline = ("<script>window.__ts_define = window.define; window.define = undefined;</script>"
-              f"<script>{get_plotlyjs()}</script>"
-              "<script>window.define = window.__ts_define;</script>")
-    first = body.index(tags[0])
-    head, tail = body[:first], body[first + len(tags[0]):]
-    for tag in set(tags):
-        tail = tail.replace(tag, "")
-    return head + inline + tail
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -146,10 +146,9 @@ class Kernel:
 
     def sources_html(self) -> str:
         """The sources side by side (one column per runtime), for the viz and notebooks."""
-        from tapescope.viz.sources import sources_html
-        from tapescope.viz.theme import style_tag
+        from tapescope.viz.sources import sources_page
 
-        return f"{style_tag()}<div class='tapescope'>{sources_html(self.sources, title=self.symbol, focus=self.name)}</div>"
+        return sources_page(self.sources, title=self.symbol, focus=self.name)
 
 
 class Graph:

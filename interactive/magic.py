@@ -27,7 +27,6 @@ IPython is imported only when the extension is loaded.
 from __future__ import annotations
 
 import argparse
-import html
 import shlex
 import time
 from contextlib import nullcontext
@@ -233,7 +232,9 @@ class _Status:
         from IPython.display import display
 
         self.t0 = time.perf_counter()
-        self.widget = W.HTML("<span>%%mlx: running…</span>")
+        from tapescope.viz.report import status_html
+
+        self.widget = W.HTML(status_html("%%mlx: running…"))
         self.handle = display(self.widget, display_id=True)
         self.collector: Optional[cr.Collector] = None
         self._stop = threading.Event()
@@ -263,9 +264,11 @@ class _Status:
                 f"{fmt_bytes(mem.active)}, peak {fmt_bytes(mem.peak)}")
 
     def _loop(self) -> None:
+        from tapescope.viz.report import status_html
+
         while not self._stop.wait(0.5):
             try:
-                self.widget.value = f"<span class='tapescope-status'>{html.escape(self.text())}</span>"
+                self.widget.value = status_html(self.text())
             except Exception:  # noqa: BLE001 - a status line must never break the cell
                 pass
 
@@ -551,7 +554,6 @@ def _graph_of_expr(shell: Any, expr: str) -> Any:
     from tapescope.core.array import array
     from tapescope.graph import Graph, graph_of
     from tapescope.viz import report as vr
-    from tapescope.viz.theme import esc
 
     if not expr.strip():
         raise _usage_error("%mlx graph: give an expression, e.g. %mlx graph f(x)")
@@ -565,11 +567,10 @@ def _graph_of_expr(shell: Any, expr: str) -> Any:
     if _compiled({"obj": obj}):
         graphs = _program_graphs(expr.strip(), obj)
         if not graphs:
-            return _HTML("<p>Not traced yet: call the compiled function once.</p>",
-                         "Not traced yet: call the compiled function once.")
+            msg = "Not traced yet: call the compiled function once."
+            return _HTML(vr.note_html(msg), msg)
         return graphs[0][1] if len(graphs) == 1 else _HTML(
-            "".join(f"<p>{esc(t)}</p>{vr.graph_html(g)}" for t, g in graphs),
-            "\n".join(g.summary() for _, g in graphs))
+            vr.titled_graphs_html(graphs), "\n".join(g.summary() for _, g in graphs))
     raise _usage_error(f"%mlx graph: {expr.strip()} is a {type(obj).__name__}, not an array, "
                        "a list of arrays or a compiled function.")
 
@@ -577,18 +578,11 @@ def _graph_of_expr(shell: Any, expr: str) -> Any:
 def _memory_view() -> _HTML:
     import tapescope.core as mx
     from tapescope.viz import report as vr
-    from tapescope.viz.theme import esc
 
     now = cr.memory_now()
-    rep = last_report()
-    recs = rep.run.records if rep is not None else []
-    before = rep.run.memory_before if rep is not None else None
     text = (f"active {now.active} B, peak {now.peak} B, cache {now.cache} B, "
             f"limit {mx.get_memory_limit()} B")
-    body = (f"<p>{esc(text)}</p>" + (
-        "<p>Last %%mlx cell (before → now):</p>" + vr.memory_html(before, now, recs)
-        if rep is not None else ""))
-    return _HTML(body, text)
+    return _HTML(vr.memory_view_html(text, now, last_report()), text)
 
 
 def _cache_view() -> _HTML:
@@ -601,12 +595,7 @@ def _cache_view() -> _HTML:
     head = ["kernel", "runtime", "variant", "from", "build ms", "hits", "misses"]
     text = f"{len(entries)} cached kernel(s)" + "".join(f"\n  {r[0]} hits={r[5]} misses={r[6]}"
                                                          for r in rows)
-    body = f"<p>{len(entries)} cached kernel(s)</p>" + vr.record_table(head, rows, "tapescope-cache")
-    rep = last_report()
-    if rep is not None:
-        body += "<p>Last %%mlx cell:</p>" + vr.cache_html(rep.run.records, rep.run.cache_before,
-                                                          rep.run.cache_after)
-    return _HTML(body, text)
+    return _HTML(vr.cache_view_html(head, rows, last_report()), text)
 
 
 def _events_view() -> _HTML:
@@ -616,7 +605,7 @@ def _events_view() -> _HTML:
     rep = last_report()
     if rep is None:
         msg = "No %%mlx cell has run yet: the events of the last %%mlx cell are shown here."
-        return _HTML(f"<p>{msg}</p>", msg)
+        return _HTML(vr.note_html(msg), msg)
     recs = [r for r in rep.run.records if r.kind in EVENT_KINDS or r.kind == "interrupt"]
     text = f"{len(recs)} event record(s) in the last %%mlx cell" + "".join(
         f"\n  {r.kind} stream={r.stream} {r.detail}" for r in recs[:50])
@@ -627,6 +616,7 @@ def _as_mlx(arg: str) -> _HTML:
     """``%mlx as-mlx``: route ``mlx.core`` (and mlx.nn / mlx.optimizers) to tapescope;
     ``%mlx as-mlx off`` restores the real MLX."""
     from tapescope.as_mlx import as_mlx
+    from tapescope.viz.report import note_html
 
     if arg not in ("", "on", "off"):
         raise _usage_error(f"%mlx as-mlx: expected 'on' or 'off', got {arg!r}.")
@@ -634,7 +624,7 @@ def _as_mlx(arg: str) -> _HTML:
     msg = ("mlx.core is tapescope.core now: import mlx.core / mlx.nn / mlx.optimizers run on "
            "tapescope (a name bound by an earlier import mlx.core keeps the old module: "
            "import it again)" if arg != "off" else "mlx.core is MLX's own again")
-    return _HTML(f"<p>{msg}</p>", msg)
+    return _HTML(note_html(msg), msg)
 
 
 def mlx_line(shell: Any, line: str) -> Any:

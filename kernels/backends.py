@@ -10,7 +10,8 @@ It is a few methods and declared facts (``CONTRACT`` lists both):
   for CUDA), ``allocator`` (the device's ``Allocator``), ``array_type``, ``event_type`` (an
   event is *recorded on a stream* by ``signal``, *waited on by a stream* by ``wait(value,
   stream=...)``, *waited on by the host* by ``wait(value)``), ``dialect``, ``quiet``,
-  ``device_context``, and the device's generated kernels: ``kernel_rules``,
+  ``device_context``, ``sequential_forms`` (what the rules ask of the array module,
+  ``rules/forms.py``), and the device's generated kernels: ``kernel_rules``,
   ``compiled_launch``, ``compiled_prebuild``, ``eager_kernel``, ``device_api`` (None or
   empty where it has none);
 - the methods: ``run_compiled`` (a fused tape: MLX's ``Compiled::eval_cpu`` /
@@ -40,6 +41,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .allocator import Allocator, allocator as _allocator_of, owner_of
+from .rules import forms
 from .stream_workers import Event
 from .settings import settings
 
@@ -85,6 +87,11 @@ class Backend(abc.ABC):
     event_type = Event
     array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)
     device_context = None  # or a function of (stream, node): the context a node runs in
+    #: its array module has numpy's sequential forms (every ufunc's ``accumulate`` and ``at``
+    #: in order, the last of repeated positions kept by an assignment, linalg raising where
+    #: it cannot factor, a host loop over an axis cheap): the rules ask it through
+    #: ``rules/forms.sequential(xp)``; False: they use the forms' log-step versions
+    sequential_forms = True
     #: primitive name -> the device's generated-kernel rule for it (the CPU's: MLX's
     #: reductions and fast primitives as C), which the eval loop runs in place of the
     #: definition's rule on a device without a device context (``rule_for`` on one with)
@@ -190,7 +197,7 @@ CONTRACT = {
                 "info", "machine", "to_device", "as_array", "memory_of", "owner",
                 "import_host", "export"),
     "facts": ("name", "device_type", "dialect", "reduction_tapes", "quiet", "event_type",
-              "array_type", "device_context", "kernel_rules", "compiled_launch",
+              "array_type", "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
               "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator", "count"),
 }
 
@@ -206,6 +213,7 @@ def register(backend_: Backend) -> Optional[Backend]:
         old = _backends.get(backend_.device_type)
         _backends[backend_.device_type] = backend_
         _by_stream.clear()
+        _declare_forms()
         return old
 
 
@@ -215,7 +223,15 @@ def unregister(device_type: str) -> Optional[Backend]:
         raise ValueError("the CPU backend cannot be unregistered")
     with _lock:
         _by_stream.clear()
-        return _backends.pop(device_type, None)
+        old = _backends.pop(device_type, None)
+        _declare_forms()
+        return old
+
+
+def _declare_forms() -> None:
+    """Tell the rules which backend computes with each array module (``rules/forms.py``; the
+    CPU's last: its numpy wins over a test GPU that computes with numpy too)."""
+    forms.declare(sorted(_backends.values(), key=lambda b: b.device_type == "cpu"))
 
 
 def backend(device: Any) -> Backend:

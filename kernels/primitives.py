@@ -152,7 +152,7 @@ class PrimitiveDef:
     __slots__ = ("name", "family", "rule", "takes_out", "takes_donatable", "takes_runtime", "view",
                  "fusable", "elementwise", "shape", "dtype", "spellings", "vjp", "jvp", "vmap",
                  "why", "flops", "kernel", "monoid", "label", "export", "moves", "fill",
-                 "stops_gradient", "fused_alone", "view_strides")
+                 "stops_gradient", "fused_alone", "view_strides", "power")
 
     def __init__(self, name: str, family: str, rule: Optional[Callable], *, out: bool = False,
                  donatable: bool = False, view: bool = False,
@@ -163,7 +163,8 @@ class PrimitiveDef:
                  kernel: Optional[str] = None, monoid: Optional[str] = None,
                  label: Optional[Callable] = None, export: Optional[Callable] = None,
                  moves: bool = False, fill: bool = False, stops_gradient: bool = False,
-                 fused_alone: bool = False, view_strides: Optional[Callable] = None):
+                 fused_alone: bool = False, view_strides: Optional[Callable] = None,
+                 power: bool = False):
         self.name = name
         self.family = family
         self.rule = rule
@@ -215,6 +216,9 @@ class PrimitiveDef:
         # elements), where they follow from the parameters alone (Broadcast, Transpose,
         # Slice): a view that never copies (the eval loop runs a device's in C)
         self.view_strides = view_strides
+        # it raises its first input to its second (MLX's Power): a small constant integer
+        # exponent may be multiplied out (codegen's interpreter and C renderer)
+        self.power = power
 
     def count_flops(self, in_shapes: list, out_shapes: list) -> Optional[int]:
         """The FLOPs of one run with these input and output shapes (None: not counted)."""
@@ -252,8 +256,8 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
     (``"c"``, ``"vjp"``, ...) to the reason it is absent. ``flops``: FLOPs per output element,
     or ``fn(input shapes, output shapes)``; the family's count by default (``_GENERIC_FLOPS``).
     ``flags``: ``kernel``, ``monoid``, ``label``, ``export``, ``moves``, ``fill``,
-    ``stops_gradient``, ``fused_alone``, ``view_strides`` (``PrimitiveDef``'s attributes of
-    those names).
+    ``stops_gradient``, ``fused_alone``, ``view_strides``, ``power`` (``PrimitiveDef``'s
+    attributes of those names).
     """
 
     def deco(fn: Callable) -> Callable:

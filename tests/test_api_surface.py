@@ -1,7 +1,7 @@
 """The API surface against MLX 0.32 itself: public names of ``mlx.core`` and its submodules,
 the methods of ``mx.array``, and every function's signature (parameter names, kinds and
 defaults), read from nanobind's ``__nb_signature__``. The diff must be empty except for the
-names below, each with the open issue that owns it and why it is missing."""
+names below, each with what is missing and why."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from conftest import mlx_ref
 pytestmark = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
 
 P = inspect.Parameter
-# Public names of mlx.core that tapescope.core lacks: name -> (open issue, why).
+# Public names of mlx.core that tapescope.core lacks: name -> (what, why).
 MISSING: dict = {}
 # Submodules that tapescope.core does not have yet (their names are checked once they exist).
 MISSING_SUBMODULES: dict = {}
-# Names MLX's submodules have that tapescope's lack: (submodule, name) -> (issue, why).
+# Names MLX's submodules have that tapescope's lack: (submodule, name) -> (what, why).
 MISSING_IN_SUBMODULE = {
 }
-MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (issue, why)
+MISSING_METHODS: dict = {}  # methods of mlx.core.array: name -> (what, why)
 
 # MLX's declared signature (the nb_sig text) and its binding disagree; tapescope follows the
 # binding, and test_declared_signature_differs_from_binding shows the binding's behaviour.
@@ -133,7 +133,7 @@ def test_core_adds_no_public_function_or_class_mlx_lacks():
 def test_submodule_has_every_public_name(sub):
     if sub in MISSING_SUBMODULES:
         assert not hasattr(mx, sub), f"mx.{sub} exists now: check its names, drop it from the list"
-        pytest.skip(f"mx.{sub} belongs to issue {MISSING_SUBMODULES[sub]}")
+        pytest.skip(f"mx.{sub} is missing: {MISSING_SUBMODULES[sub]}")
     theirs, ours = getattr(mlx_ref, sub), getattr(mx, sub)
     missing = {(sub, n) for n in _public(theirs) - _public(ours)}
     assert missing == {k for k in MISSING_IN_SUBMODULE if k[0] == sub}

@@ -2,13 +2,17 @@
 
 Read with ``ast`` over the package's source: a comparison of an expression with a string
 literal that is a primitive's name (``==``, ``!=``, ``in``, ``not in``, against one literal or
-a tuple / list / set of them), a ``match`` case on such a literal, a lookup
-``TABLE[x]`` / ``TABLE.get(x)`` in a dict literal keyed by primitive names, or a hand list (a
-module-level tuple / list / set / frozenset / dict of two or more primitive names), is reported,
-outside the definitions (``kernels/primitives.py``, ``kernels/rules/``), the dialects'
-spelling tables (``kernels/codegen/``), the autodiff and vmap rule tables and the JAX table
-(``check/jax_rules.py``): none is left, and a test plants a comparison, a hand list and a
-lookup in a temporary tree and sees each one reported.
+a tuple / list / set / dict of them), a ``match`` case on such a literal, a lookup
+``TABLE[x]`` / ``TABLE.get(x)`` in a dict keyed by primitive names (a named table or the
+literal itself), or a hand list (a tuple / list / set / frozenset / dict of two or more
+primitive names assigned to a name, at any level: module, class or function), is reported
+across the whole package, outside the definitions (``kernels/primitives.py``,
+``kernels/rules/``) and the JAX table (``check/jax_rules.py``). The autodiff and vmap rule
+modules may keep a table of rules keyed by primitive names, which they register onto the
+definitions as ``defvjp("Exp", rule)`` does (a rule table): a lookup in one, or any
+comparison there, is reported all the same. None is left, and a test plants a comparison, a
+hand list and a lookup in a temporary tree (and a lookup in a rule table, a comparison in
+codegen) and sees each one reported.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from tapescope.kernels import primitives
 
 ROOT = Path(__file__).parent.parent
 FOLDERS = ("interactive", "kernels", "viz")
-EXEMPT = ("kernels/primitives.py", "kernels/rules/", "kernels/codegen/", "interactive/check/jax_rules.py",
-          "interactive/core/autodiff/", "interactive/core/vmap/")
+EXEMPT = ("kernels/primitives.py", "kernels/rules/", "interactive/check/jax_rules.py")
+RULE_TABLES = ("interactive/core/autodiff/", "interactive/core/vmap/")  # may keep rule tables
+
 def _names() -> frozenset:
     import tapescope.core  # noqa: F401 (registers every definition)
 
@@ -54,18 +59,21 @@ def _literals(node) -> list:
     return None
 
 
-def findings(path: Path, names: frozenset) -> list:
-    """(line, what) for every question asked of a primitive's name string in ``path``."""
+def findings(path: Path, names: frozenset, rule_tables: bool = False) -> list:
+    """(line, what) for every question asked of a primitive's name string in ``path``
+    (``rule_tables``: its module-level tables keyed by names are rule tables, not reported
+    themselves; a lookup in one is)."""
     tree = ast.parse(path.read_text(), str(path))
     named = lambda lits: lits is not None and lits and all(s in names for s in lits)
-    tables = set()  # module-level dicts keyed by primitive names
+    tables = set()  # names assigned dicts keyed by primitive names
     out = []
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             lits = _literals(node.value)
             if named(lits) and len(lits) >= 2:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                out.append((node.lineno, "a hand list of primitive names"))
+                if not rule_tables:
+                    out.append((node.lineno, "a hand list of primitive names"))
                 if isinstance(node.value, ast.Dict):
                     tables.update(t.id for t in targets if isinstance(t, ast.Name))
     for node in ast.walk(tree):
@@ -84,6 +92,12 @@ def findings(path: Path, names: frozenset) -> list:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
               and isinstance(node.func.value, ast.Name) and node.func.value.id in tables):
             out.append((node.lineno, f"a lookup by name in {node.func.value.id}"))
+        elif ((isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
+               and named(_literals(node.value))) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and isinstance(node.func.value, ast.Dict)
+                and named(_literals(node.func.value)))):
+            out.append((node.lineno, "a lookup by name in a dict literal"))
     return sorted(set(out))
 
 
@@ -96,7 +110,7 @@ def by_name(root: Path = ROOT) -> dict:
             rel = path.relative_to(root).as_posix()
             if rel.startswith(EXEMPT):
                 continue
-            f = findings(path, names)
+            f = findings(path, names, rel.startswith(RULE_TABLES))
             if f:
                 found[rel] = f
     return found
@@ -135,3 +149,35 @@ def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
     assert "a lookup by name in _PLANTED" in whats
     assert {rel: len(f) for rel, f in found.items() if rel != "viz/theme.py"} == {
         rel: n for rel, n in before.items() if rel != "viz/theme.py"}
+
+
+def test_codegen_and_the_rule_tables_are_covered(tmp_path):
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            dest = tmp_path / path.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(path.read_text())
+    assert by_name(tmp_path) == {}
+    codegen = tmp_path / "kernels" / "codegen" / "lower.py"
+    codegen.write_text(codegen.read_text() + '\n\ndef _planted(op):\n    return op.primitive in {"Sum": 0}\n')
+    rules = tmp_path / "interactive" / "core" / "autodiff" / "elementwise.py"
+    rules.write_text(rules.read_text() + '\n\ndef _planted(name):\n    return U.get(name)\n')
+    vmap = tmp_path / "interactive" / "core" / "vmap" / "engine.py"
+    vmap.write_text(vmap.read_text() + '\n\ndef _planted(prim):\n    return prim.name != "Copy"\n')
+    viz = tmp_path / "viz" / "records.py"
+    viz.write_text(viz.read_text() + (
+        '\n\ndef _planted(name):\n    fold = {"Sum": 1, "Prod": 2}[name]\n'
+        '    local = ("Exp", "Log")\n    return fold, {"Max": 3}.get(name), local\n'))
+    found = by_name(tmp_path)
+    assert found == {
+        "kernels/codegen/lower.py": [(found["kernels/codegen/lower.py"][0][0],
+                                      "a comparison with a primitive's name")],
+        "interactive/core/autodiff/elementwise.py": [(found["interactive/core/autodiff/elementwise.py"][0][0],
+                                                      "a lookup by name in U")],
+        "interactive/core/vmap/engine.py": [(found["interactive/core/vmap/engine.py"][0][0],
+                                             "a comparison with a primitive's name")],
+        "viz/records.py": found.get("viz/records.py"),
+    }, found
+    whats = sorted(w for _, w in found["viz/records.py"])
+    assert whats == ["a hand list of primitive names", "a lookup by name in a dict literal",
+                     "a lookup by name in a dict literal"], whats

@@ -5,6 +5,7 @@ hypothesis inputs, against numpy's own ufunc methods."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import pathlib
 
@@ -102,6 +103,49 @@ def test_rules_compute_with_the_array_module_they_are_given():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "numpy" or n.startswith("numpy.") for n in names), path.name
+
+
+def test_rules_ask_the_backend_not_the_array_modules_name():
+    """No rule reads an array module's ``__name__`` or compares anything with a module's name:
+    which forms a module has is its backend's declared fact (``forms.sequential``)."""
+    rules = pathlib.Path(forms.__file__).parent
+    found = []
+    for path in sorted(rules.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "__name__" and isinstance(node.ctx, ast.Load):
+                found.append(f"{path.name}:{node.lineno} reads __name__")
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Constant) and side.value in ("numpy", "cupy"):
+                        found.append(f"{path.name}:{node.lineno} compares with {side.value!r}")
+    assert found == []
+
+
+def test_the_forms_follow_the_backends_declared_fact():
+    from conftest import registered_as_gpu
+    from tapescope.kernels import backends
+
+    registered = contextlib.contextmanager(registered_as_gpu)
+
+    class Gpu(backends.Backend):
+        name, device_type = "formsgpu", "gpu"
+        sequential_forms = True
+
+        def run_compiled(self, tape, inputs, shape, out=None, donatable=None):
+            raise NotImplementedError
+
+    assert forms.sequential(np) and not forms.sequential(cupy_like)
+    a = cupy_like.to_device(np.array([[1.0, 3.0, 2.0]]))
+    with pytest.raises(NotImplementedError):  # numpy's form: CuPy-like has no maximum.accumulate
+        with registered(Gpu(cupy_like)):
+            assert forms.sequential(cupy_like) and forms.sequential(np)
+            forms.accumulate(cupy_like, "maximum", a, 1)
+    assert not forms.sequential(cupy_like)  # unregistered: the log-step form again
+    np.testing.assert_array_equal(cupy_like.to_host(forms.accumulate(cupy_like, "maximum", a, 1)),
+                                  [[1.0, 3.0, 3.0]])
+    Gpu.sequential_forms = False
+    with registered(Gpu(np)):  # the CPU's numpy keeps the CPU's fact
+        assert forms.sequential(np)
 
 
 # -- the forms, over hypothesis inputs -----------------------------------------------------

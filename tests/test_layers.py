@@ -8,11 +8,15 @@ own layer and those below it; no backend (``kernels/cpu``, ``kernels/cuda``,
 ``kernels/metal``) imports another backend: what they share lives in ``kernels/`` and
 ``kernels/common/``. A test plants an upward import and a new
 backend-to-backend import in a temporary tree and sees each one reported.
+
+Presentation lives in ``viz/``: no string outside it (docstrings aside) writes an HTML
+element; the notebook layer and core call viz for their HTML. A planted fragment is reported.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -122,3 +126,42 @@ def test_a_planted_upward_import_and_a_new_backend_crossing_are_reported(tmp_pat
     assert any("viz.theme -> tapescope.cell_report (viz imports notebook" in f for f in found)
     assert any("metal.kernels -> tapescope.kernels.cuda.device (the metal backend imports the cuda"
                in f for f in found)
+
+
+# an HTML element's opening or closing tag, as a fragment writes it ("<p>", "<td style=", "</div>")
+_TAG = re.compile(r"</?(?:a|b|br|caption|code|details|div|h[1-6]|i|img|li|p|pre|script|small|span|"
+                  r"style|summary|svg|table|tbody|td|th|thead|tr|ul)[\s>/]")
+
+
+def html_outside_viz(root: Path = ROOT) -> list:
+    """'file:line' for every string (or f-string part) outside ``viz/`` that writes an HTML
+    tag, docstrings aside; the kernels layer's generated C is not scanned (``a<b`` is C)."""
+    found = []
+    for path in sorted((root / "interactive").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+                and isinstance(n.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docs and _TAG.search(node.value)):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return sorted(set(found))
+
+
+def test_html_is_written_in_viz_only():
+    assert html_outside_viz() == []
+
+
+def test_a_planted_html_fragment_outside_viz_is_reported(tmp_path):
+    for path in (ROOT / "interactive").rglob("*.py"):
+        dest = tmp_path / path.relative_to(ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(path.read_text())
+    magic = tmp_path / "interactive" / "magic.py"
+    magic.write_text(magic.read_text() + '\n\ndef _planted(msg):\n    return f"<p class=x>{msg}</p>"\n')
+    core = tmp_path / "interactive" / "core" / "printing.py"
+    core.write_text(core.read_text() + '\n_PLANTED = "<td>"\n')
+    found = html_outside_viz(tmp_path)
+    assert len(found) == 2, found
+    assert any(f.startswith("interactive/magic.py:") for f in found)
+    assert any(f.startswith("interactive/core/printing.py:") for f in found)

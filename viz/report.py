@@ -120,6 +120,43 @@ def cache_html(records: list, before: dict, after: dict) -> str:
     return out
 
 
+# -- the line magics' views and the running cell's status -----------------------------------
+def status_html(text: str) -> str:
+    """The one-line live status under a running ``%%mlx`` cell."""
+    return f"<span class='tapescope-status'>{_e(text)}</span>"
+
+
+def note_html(text: str) -> str:
+    """A line of text, as the line magics show a message."""
+    return f"<p>{_e(text)}</p>"
+
+
+def titled_graphs_html(graphs: list) -> str:
+    """(title, graph) pairs, each title above its picture (``%mlx graph`` of a function
+    compiled for several signatures)."""
+    return "".join(note_html(t) + graph_html(g) for t, g in graphs)
+
+
+def memory_view_html(text: str, now, rep=None) -> str:
+    """``%mlx memory``: the allocator's state (``text``), then the last ``%%mlx`` cell's
+    memory before and ``now`` (``rep``: its report, None before the first)."""
+    out = note_html(text)
+    if rep is not None:
+        out += note_html("Last %%mlx cell (before → now):") + memory_html(
+            rep.run.memory_before, now, rep.run.records)
+    return out
+
+
+def cache_view_html(head: list, rows: list, rep=None) -> str:
+    """``%mlx cache``: the kernel cache's entries (``rows`` under ``head``), then what the
+    last ``%%mlx`` cell (``rep``: its report, None before the first) did to it."""
+    out = note_html(f"{len(rows)} cached kernel(s)") + record_table(head, rows, "tapescope-cache")
+    if rep is not None:
+        out += note_html("Last %%mlx cell:") + cache_html(rep.run.records, rep.run.cache_before,
+                                                          rep.run.cache_after)
+    return out
+
+
 def graph_html(g: Any) -> str:
     try:
         bundle = g._repr_mimebundle_()

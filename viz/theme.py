@@ -5,6 +5,7 @@ nbconvert and GitHub where those variables are not defined."""
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Iterable, Optional
 
 __all__ = ["CSS", "style_tag", "esc", "fmt_bytes", "fmt_delta_bytes", "fmt_ns", "table",
@@ -263,3 +264,25 @@ def show(widget: Any, snapshot_html: str, what: str, handle: Any = None) -> None
     view = dict(widget._repr_mimebundle_() or {})
     view["text/plain"] = f"{what} (live in JupyterLab; the snapshot above has its figures)"
     display(view, raw=True)
+
+
+def inline_plotly(body: str) -> str:
+    """The widget snapshots' plots load plotly.js from its CDN; a page made on a fresh machine
+    may be read offline, so the first such script is replaced by plotly.js itself (from the
+    installed plotly package) and the others are dropped. require.js (the lab template loads it)
+    would take plotly's UMD module as an AMD module, so ``define`` is hidden while it loads."""
+    tags = re.findall(r'<script[^>]*src="https://cdn\.plot\.ly/plotly-[^"]*"[^>]*></script>', body)
+    if not tags:
+        return body
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        return body
+    inline = ("<script>window.__ts_define = window.define; window.define = undefined;</script>"
+              f"<script>{get_plotlyjs()}</script>"
+              "<script>window.define = window.__ts_define;</script>")
+    first = body.index(tags[0])
+    head, tail = body[:first], body[first + len(tags[0]):]
+    for tag in set(tags):
+        tail = tail.replace(tag, "")
+    return head + inline + tail

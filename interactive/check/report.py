@@ -7,7 +7,6 @@ units in the last place for floating outputs, and pass / fail under dtype-aware 
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -229,19 +228,21 @@ class CheckReport:
             text += f", a value near zero, where an ulp is {err / c.ulp:.2g}: inside atol"
         return text
 
-    _COLS = ("array", "primitive", "shape", "dtype", "max abs", "max rel", "ulp",
-             "rtol / atol", "status", "note")
+    COLUMNS = ("array", "primitive", "shape", "dtype", "max abs", "max rel", "ulp",
+               "rtol / atol", "status", "note")
 
-    def _row(self, c: Comparison) -> tuple:
+    def row(self, c: Comparison) -> tuple:
+        """One comparison's cells, under ``COLUMNS`` (the text and the HTML tables')."""
         return (c.label, c.primitive, str(c.shape), c.dtype, _num(c.max_abs), _num(c.max_rel),
                 "—" if c.ulp is None else str(c.ulp), f"{c.rtol:g} / {c.atol:g}", c.status,
                 c.reason)
 
-    def _headline(self) -> str:
+    def headline(self) -> str:
+        """The report's first line: status, outputs, nodes, JAX's device."""
         return (f"tapescope.check: {self.status} — {len(self.outputs)} output(s), "
                 f"{self.n_nodes} node(s), JAX on {self.device}")
 
-    def _reference_text(self) -> list:
+    def reference_lines(self) -> list:
         """One line per way of making the reference other than the JAX rules alone."""
         by: dict = {}
         for c in self.outputs:
@@ -260,58 +261,22 @@ class CheckReport:
         return lines
 
     def __repr__(self) -> str:
-        rows = [self._COLS] + [self._row(c) for c in self.outputs]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self._COLS))]
-        out = [self._headline(), self.verdict()]
+        rows = [self.COLUMNS] + [self.row(c) for c in self.outputs]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self.COLUMNS))]
+        out = [self.headline(), self.verdict()]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         if self.every_node:
             failing = [c for c in self.nodes if c.status != PASS]
             out.append(f"nodes: {sum(c.passed for c in self.nodes)} of {len(self.nodes)} agree"
                        + (f"; not passing: {', '.join(c.label + ' (' + c.status + ')' for c in failing)}"
                           if failing else ""))
-        out += self._reference_text()
+        out += self.reference_lines()
         out += self._divergence_text()
         if self.no_reference:
             out.append("no reference (no JAX rule): " + ", ".join(self.no_reference))
         return "\n".join(out)
 
-    def _table_html(self, comps: list, title: str) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self._COLS)
-        body = []
-        colors = {PASS: "#d4f4d4", FAIL: "#f8d0d0", NO_REFERENCE: "#f4ecc8"}
-        for c in comps:
-            cells = []
-            for i, v in enumerate(self._row(c)):
-                # the pale status colours carry their own dark text (a dark theme's light
-                # text on them was unreadable: nbconvert's dark page, JupyterLab's dark theme)
-                style = (f' style="background:{colors[c.status]};color:#1a1a1a"'
-                         if i == 8 and c.status in colors else "")
-                cells.append(f"<td{style}>{html.escape(v)}</td>")
-            body.append("<tr>" + "".join(cells) + "</tr>")
-        return (f"<table class='tapescope-check'><caption>{html.escape(title)}</caption>"
-                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
-
     def _repr_html_(self) -> str:
-        parts = [f"<div class='tapescope-check-report'><b>{html.escape(self._headline())}</b>",
-                 f"<p>{html.escape(self.verdict())}</p>", self._table_html(self.outputs, "outputs")]
-        parts += [f"<p>{html.escape(line)}</p>" for line in self._reference_text()]
-        if self.every_node:
-            parts.append(self._table_html(self.nodes, "every node (JAX on tapescope's inputs)"))
-        d = self.first_divergence
-        if d is not None:
-            rows = "".join(f"<tr><td>{html.escape(lbl)}</td><td>{html.escape(str(sh))}</td>"
-                           f"<td>{html.escape(dt)}</td><td><pre>{html.escape(ts)}</pre></td>"
-                           f"<td><pre>{html.escape(jx)}</pre></td></tr>"
-                           for lbl, sh, dt, ts, jx in d.inputs)
-            parts.append(
-                f"<p><b>first divergence: {html.escape(d.label)}</b> — {html.escape(d.reason)}</p>"
-                f"<pre>tapescope: {html.escape(d.actual_preview)}\n"
-                f"JAX:       {html.escape(d.expected_preview)}</pre>"
-                "<table class='tapescope-check-inputs'><caption>its inputs</caption><thead><tr>"
-                "<th>input</th><th>shape</th><th>dtype</th><th>tapescope</th><th>JAX (end to end)</th>"
-                f"</tr></thead><tbody>{rows}</tbody></table>")
-        if self.no_reference:
-            parts.append("<p>no reference (no JAX rule): "
-                         + html.escape(", ".join(self.no_reference)) + "</p>")
-        parts.append("</div>")
-        return "".join(parts)
+        from tapescope.viz.check import check_html
+
+        return check_html(self)

@@ -36,7 +36,7 @@ SMALL = 1 << 15  # elements below which a reduction is fused whatever its rows
 
 def _spec(g: GOp) -> Optional[tuple]:
     """(full shape, reduced axes, mode) of a fusable reduction op, else None."""
-    if g.prim.name not in kred.REDUCTIONS or len(g.outputs) != 1 or len(g.inputs) != 1:
+    if not kred.fusable_reduction(g.prim.name) or len(g.outputs) != 1 or len(g.inputs) != 1:
         return None
     full = tuple(g.inputs[0].shape)
     axes = kred.reduced_axes(g.prim.name, g.prim.kw, len(full))

@@ -27,7 +27,6 @@ from .reduce_kernels import UNROLL, monoid
 from .reduction import SCHEDULE, lower
 from .tape import Tape
 
-_MONOID = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
 
 
 def product(parts: list) -> Monoid:
@@ -60,19 +59,19 @@ def product(parts: list) -> Monoid:
 
 def _acc_monoid(it, by, d) -> Monoid:
     src_dt = d.compute_dtype(by[it.args[0]].dtype)
-    if it.prim == "ArgReduce":
+    if it.fold == "arg":
         return monoid(it.params.get("reduce_type", "argmax"), src_dt)
-    if it.prim not in _MONOID:
-        raise Unsupported(f"{it.prim} in a fused reduction")
+    if it.fold not in ("sum", "prod", "max", "min"):
+        raise Unsupported(f"{it.prim or it.fold} in a fused reduction")
     if np.dtype(it.dtype).kind == "c":
         raise Unsupported("complex reductions")
-    return monoid(_MONOID[it.prim], d.compute_dtype(it.dtype))
+    return monoid(it.fold, d.compute_dtype(it.dtype))
 
 
 def _final(it, m: Monoid, st: dict, d) -> str:
     ct = d.compute_type(it.dtype)
-    val = st["i"] if it.prim == "ArgReduce" else m.value(st)
-    return Fmt(f"(({ct})({{0}}))", (val,)) if it.prim == "ArgReduce" else val
+    val = st["i"] if it.fold == "arg" else m.value(st)
+    return Fmt(f"(({ct})({{0}}))", (val,)) if it.fold == "arg" else val
 
 
 def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:

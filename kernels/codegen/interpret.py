@@ -7,7 +7,7 @@ from typing import Sequence
 import ml_dtypes
 import numpy as np
 
-from ..primitives import REGISTRY
+from ..primitives import BROADCAST, REGISTRY
 from .tape import Tape
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -19,7 +19,7 @@ def _small_power(op, env: dict, xp):
     power calls the scalar libm ``pow`` per element, ~60 ns each, 100x a multiply. None
     when the op is not of that form."""
     a, b = (env[n] for n in op.inputs)
-    if (op.primitive != "Power" or a.dtype.kind != "f" or a.dtype.itemsize > 4
+    if (not REGISTRY[op.primitive].power or a.dtype.kind != "f" or a.dtype.itemsize > 4
             or xp.ndim(b) != 0 or b.dtype.kind not in "fiu"):
         return None
     n = float(b)
@@ -52,9 +52,9 @@ def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np,
         for op in tape.ops:
             args = [env[n] for n in op.inputs]
             defn = REGISTRY[op.primitive]
-            if op.primitive == "Broadcast":
+            if defn.family == BROADCAST:
                 val = args[0]
-            elif fast_power and op.primitive == "Power" and (
+            elif fast_power and defn.power and (
                     val := _small_power(op, env, xp)) is not None:
                 pass
             else:

@@ -23,22 +23,43 @@ from typing import Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from ..primitives import REGISTRY
+from ..primitives import BROADCAST, REDUCE, REGISTRY
 from .c_ops import Unsupported, _is_float
 from .interpret import bind_inputs
 from .tape import Tape, TapeOp
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-REDUCTIONS = ("Sum", "Prod", "Max", "Min", "ArgReduce", "LogSumExp", "Softmax")
+_FOLDS = ("sum", "prod", "max", "min")  # the monoids a fused reduction accumulates
+_EXPANDED = ("logsumexp", "softmax")  # kernels expanded into a max pass and a sum pass
+
+
+def fold_of(prim: str) -> str:
+    """What a fusable reduction folds with, from its definition: its monoid (``sum``,
+    ``prod``, ``max``, ``min``), ``arg`` for an arg-reduction, ``logsumexp`` / ``softmax``
+    for the two expanded into passes; "" when ``prim`` is not a fusable reduction."""
+    d = REGISTRY.get(prim)
+    if d is None or d.family != REDUCE:
+        return ""
+    if d.kernel == "arg_reduce":
+        return "arg"
+    if d.kernel in _EXPANDED:
+        return d.kernel
+    return d.monoid if d.kernel == "reduce" and d.monoid in _FOLDS else ""
+
+
+def fusable_reduction(prim: str) -> bool:
+    """Whether extended fusion can put reduction ``prim`` in a reduction tape."""
+    return bool(fold_of(prim))
 
 
 def reduced_axes(prim: str, params: dict, ndim: int) -> Optional[tuple]:
     """The axes a fusable reduction reduces (sorted), or None when it is not one."""
-    if prim in ("Sum", "Prod", "Max", "Min"):
+    fold = fold_of(prim)
+    if fold in _FOLDS:
         return tuple(sorted(int(a) % ndim for a in params["axes"])) if ndim else None
-    if prim == "ArgReduce":
+    if fold == "arg":
         return (int(params["axis"]) % ndim,) if ndim else None
-    if prim in ("LogSumExp", "Softmax"):
+    if fold in _EXPANDED:
         return (ndim - 1,) if ndim else None
     return None
 
@@ -70,6 +91,7 @@ class Item:
     params: dict = field(default_factory=dict)
     expr: Optional[str] = None  # a ready expression (expansions), else the op's spelling
     level: int = 0
+    fold: str = ""  # a reduction's: ``fold_of`` its primitive (``sum``, ..., ``arg``)
 
 
 def lower(tape: Tape, d) -> list:
@@ -96,33 +118,34 @@ def lower(tape: Tape, d) -> list:
         dt = np.dtype(op.dtype)
         row = op.name in red.rows
         src = op.inputs[0] if op.inputs else None
-        if op.primitive in ("LogSumExp", "Softmax"):
+        fold = fold_of(op.primitive)
+        if fold in _EXPANDED:
             in_dt = by[src].dtype
             if not _is_float(in_dt):
                 raise Unsupported(f"{op.primitive} on {in_dt}")
             f32 = np.dtype(np.float32)
-            wide = f32 if (in_dt.itemsize < 4 or op.primitive == "LogSumExp"
+            wide = f32 if (in_dt.itemsize < 4 or fold == "logsumexp"
                            or dict(op.params).get("precise")) else in_dt
             ct = d.compute_type(wide)
             m, e, s = f"{op.name}_m", f"{op.name}_e", f"{op.name}_s"
-            add(Item(m, True, "red", wide, (src,), "Max"))
+            add(Item(m, True, "red", wide, (src,), fold="max"))
             exp = d.exp_name(wide)
-            if op.primitive == "LogSumExp":
+            if fold == "logsumexp":
                 z = f"{op.name}_z"
                 add(Item(z, True, "op", wide, (m,), expr=f"(isinf(tmp_{m}) ? ({ct})0 : tmp_{m})"))
                 add(Item(e, False, "op", wide, (src, z), expr=f"{exp}(({ct})tmp_{src} - tmp_{z})"))
-                add(Item(s, True, "red", wide, (e,), "Sum"))
+                add(Item(s, True, "red", wide, (e,), fold="sum"))
                 log = d._fn_name("log", wide)
                 add(Item(op.name, True, "op", dt, (m, z, s), expr=d.round_to(
                     dt, f"(isinf(tmp_{m}) ? tmp_{m} : tmp_{z} + {log}(tmp_{s}))")))
             else:
                 add(Item(e, False, "op", wide, (src, m), expr=f"{exp}(({ct})tmp_{src} - tmp_{m})"))
-                add(Item(s, True, "red", wide, (e,), "Sum"))
+                add(Item(s, True, "red", wide, (e,), fold="sum"))
                 add(Item(op.name, False, "op", dt, (e, s),
                          expr=d.round_to(dt, f"tmp_{e} / tmp_{s}")))
             continue
-        if op.primitive in REDUCTIONS:
-            add(Item(op.name, True, "red", dt, (src,), op.primitive, dict(op.params)))
+        if fold:
+            add(Item(op.name, True, "red", dt, (src,), op.primitive, dict(op.params), fold=fold))
             continue
         add(Item(op.name, row, "op", dt, tuple(op.inputs), op.primitive, dict(op.params)))
     return items
@@ -415,7 +438,7 @@ class ReductionSchedule:
             return []
         L = [f"    /* pass {p} */"]
         clauses = []
-        arg = any(it.prim == "ArgReduce" for it in reds)
+        arg = any(it.fold == "arg" for it in reds)
         for it in reds:
             L += self._acc_decl(d, it, by, clauses)
         variants = ((True, "if (scr) {"), (False, "} else {")) if keep or loads else ((False, ""),)
@@ -475,24 +498,24 @@ class ReductionSchedule:
     def _acc_decl(self, d, it: Item, by: dict, clauses: list) -> list:
         src_dt = by[it.args[0]].dtype
         n = it.name
-        if it.prim == "ArgReduce":
+        if it.fold == "arg":
             ct = d.compute_type(src_dt)
             return [f"    {ct} best_{n} = 0;", f"    int64_t idx_{n} = 0;"]
         ct = d.compute_type(it.dtype)
-        if it.prim in ("Sum", "Prod"):
+        if it.fold in ("sum", "prod"):
             if np.dtype(it.dtype).kind == "c":
                 raise Unsupported("complex reductions")
-            clauses.append(("+" if it.prim == "Sum" else "*") + f":acc_{n}")
-            return [f"    {ct} acc_{n} = ({ct}){0 if it.prim == 'Sum' else 1};"]
-        # Max / Min
+            clauses.append(("+" if it.fold == "sum" else "*") + f":acc_{n}")
+            return [f"    {ct} acc_{n} = ({ct}){0 if it.fold == 'sum' else 1};"]
+        # max / min
         dt = np.dtype(it.dtype)
-        big = it.prim == "Min"
+        big = it.fold == "min"
         if _is_float(dt):
             init = d.infinity if big else f"(-{d.infinity})"
             clauses += [f"{'min' if big else 'max'}:acc_{n}", f"|:nan_{n}"]
             return [f"    {ct} acc_{n} = {init};", f"    int nan_{n} = 0;"]
         if dt.kind not in "iu":
-            raise Unsupported(f"{it.prim} reduction on {dt}")
+            raise Unsupported(f"{it.prim or it.fold} reduction on {dt}")
         lo, hi = _int_limits(dt)
         clauses.append(f"{'min' if big else 'max'}:acc_{n}")
         return [f"    {ct} acc_{n} = {hi if big else lo};"]
@@ -500,18 +523,18 @@ class ReductionSchedule:
     def _acc_step(self, d, it: Item, by: dict) -> list:
         n, v = it.name, f"tmp_{it.args[0]}"
         ct = d.compute_type(it.dtype)
-        if it.prim == "Sum":
+        if it.fold == "sum":
             return [f"        acc_{n} += ({ct}){v};"]
-        if it.prim == "Prod":
+        if it.fold == "prod":
             return [f"        acc_{n} *= ({ct}){v};"]
-        if it.prim == "ArgReduce":
+        if it.fold == "arg":
             cmp = ">" if it.params.get("reduce_type") == "argmax" else "<"
             if _is_float(by[it.args[0]].dtype):
                 cond = f"c == 0 || (best_{n} == best_{n} && ({v} {cmp} best_{n} || {v} != {v}))"
             else:
                 cond = f"c == 0 || {v} {cmp} best_{n}"
             return [f"        if ({cond}) {{ best_{n} = {v}; idx_{n} = c; }}"]
-        cmp = "<" if it.prim == "Min" else ">"
+        cmp = "<" if it.fold == "min" else ">"
         lines = [f"        acc_{n} = ({ct}){v} {cmp} acc_{n} ? ({ct}){v} : acc_{n};"]
         if _is_float(np.dtype(it.dtype)):
             lines.append(f"        nan_{n} |= {v} != {v};")
@@ -520,9 +543,9 @@ class ReductionSchedule:
     def _acc_final(self, d, it: Item, by: dict) -> list:
         n = it.name
         ct = d.compute_type(it.dtype)
-        if it.prim == "ArgReduce":
+        if it.fold == "arg":
             val = f"({ct})idx_{n}"
-        elif it.prim in ("Max", "Min") and _is_float(np.dtype(it.dtype)):
+        elif it.fold in ("max", "min") and _is_float(np.dtype(it.dtype)):
             val = f"(nan_{n} ? ({ct}){d.nan} : acc_{n})"
         else:
             val = f"acc_{n}"
@@ -568,7 +591,7 @@ def interpret(tape: Tape, inputs: Sequence, shape: Sequence[int], xp=np) -> list
             args = [env[n] for n in op.inputs]
             defn = REGISTRY[op.primitive]
             params = dict(op.params)
-            if op.primitive == "Broadcast":
+            if defn.family == BROADCAST:
                 val = xp.broadcast_to(args[0], tuple(params["shape"]))
             else:
                 if defn.elementwise:  # bfloat16 math runs in float32

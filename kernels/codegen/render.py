@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from ..primitives import spellings
+from ..primitives import BROADCAST, REGISTRY, spellings
 from .c_ops import Unsupported, _is_float, _is_half, helper_source
 from .tape import Tape, TapeInput
 
@@ -206,14 +206,14 @@ class CFamily:
         through Broadcast) and the dialect can multiply in double: a float's cube is exact
         in 72 bits and within an ulp once rounded, as ``powf`` is, while ``powf`` is a
         scalar call per element (60x the whole GELU kernel's other work). Else 0."""
-        if not self.exact_small_powers or op.primitive != "Power" or len(op.inputs) != 2:
+        if not self.exact_small_powers or not REGISTRY[op.primitive].power or len(op.inputs) != 2:
             return 0
         dt = np.dtype(in_dt)
         if not (dt.kind == "f" and dt.itemsize <= 4 or dt == _BF16):
             return 0
         name = op.inputs[1]
         producers = {o.name: o for o in tape.ops}
-        while name in producers and producers[name].primitive == "Broadcast":
+        while name in producers and REGISTRY[producers[name].primitive].family == BROADCAST:
             name = producers[name].inputs[0]
         x = next((x for x in tape.inputs if x.name == name and x.is_constant), None)
         if x is None:

@@ -15,6 +15,8 @@ from typing import Any, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
+from ..primitives import BROADCAST, REGISTRY
+
 # MLX's fusion limits (mlx/compile.cpp): depth of the fused sub-graph, arrays per kernel.
 MAX_COMPILE_DEPTH = 11
 MAX_COMPILE_ARRAYS = 24
@@ -143,7 +145,7 @@ class Reduction:
         and op (row or full), and a hash of the ops' parameters (axes, argmax or argmin)."""
         cls = "".join("r" if x.name in self.rows else "f" for x in (*inputs, *ops))
         params = ";".join(f"{op.name}{sorted(dict(op.params).items())}" for op in ops if op.params
-                          and op.primitive != "Broadcast")
+                          and REGISTRY[op.primitive].family != BROADCAST)
         return f"_R{self.mode[0].upper()}{self.naxes}{cls}_{stable_hash(params)}"
 
 

@@ -116,6 +116,7 @@ class CudaBackend(Backend):
     event_type = CudaEvent
     array_type = cupy.ndarray
     quiet = staticmethod(contextlib.nullcontext)  # CuPy raises no floating-point warnings
+    sequential_forms = False  # CuPy's ufuncs lack most accumulate / at forms (rules/forms.py)
 
     def __init__(self, device_id: Optional[int] = None):
         # one GPU per process: every mx GPU stream runs on ``device_id``, by default this

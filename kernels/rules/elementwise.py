@@ -271,7 +271,7 @@ def divmod_(xp, a, b):
     return floor_divide_values(xp, a, b), remainder_values(xp, a, b)
 
 
-@define("Power", family=BINARY, out=True, c=C.power)
+@define("Power", family=BINARY, out=True, c=C.power, power=True)
 def power(xp, a, b, out=None):
     if a.dtype.kind == "b":  # x ** True == x, x ** False == True
         return finish(a | ~b, out)

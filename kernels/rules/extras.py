@@ -9,7 +9,13 @@ from __future__ import annotations
 from ..primitives import SHAPE, SORT, define
 
 
-@define("View", family=SHAPE, moves=True)
+def _view_label(name: str, kw: dict) -> str:
+    """MLX's ``View::name()``: "View" and the dtype it reads the bits as."""
+    dt = kw.get("dtype")
+    return f"{name} {getattr(dt, 'name', dt)}"
+
+
+@define("View", family=SHAPE, moves=True, label=_view_label)
 def view(xp, a, *, dtype):
     if not a.flags.c_contiguous:
         a = a.copy(order="C")

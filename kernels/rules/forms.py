@@ -3,8 +3,9 @@
 CuPy 14's ufuncs ``accumulate`` only ``add`` / ``multiply`` and scatter (``ufunc.at``) only
 ``add`` / ``subtract`` / ``maximum`` / ``minimum`` / the bitwise ones, each for a few dtypes
 (``cupy/_core/_kernel.pyx``, ``_routines_indexing.pyx``); its arrays' ``flags`` have no
-``writeable``. With numpy the rules keep numpy's own forms (sequential, exact, fast on the
-CPU); with another array module they use these:
+``writeable``. Where the array module's backend declares ``sequential_forms`` (the CPU's:
+numpy) the rules keep numpy's own forms (sequential, exact, fast on the host); with any other
+array module (CuPy, or one no registered backend computes with) they use these:
 
 - ``accumulate``: a Hillis-Steele scan, ceil(log2 n) passes of ``combine(x[i - 2^k], x[i])``
   on shifted slices. Exact for max / min / and; for logaddexp the rounding differs from a
@@ -23,9 +24,33 @@ No Python loop runs over elements: loops run over log2 n passes or over axes.
 from __future__ import annotations
 
 
-def is_numpy(xp) -> bool:
-    """Whether ``xp`` is numpy (or a wrapper of it that says so)."""
-    return getattr(xp, "__name__", None) == "numpy"
+#: array module -> the registered backend computing with it (kept by ``kernels/backends.py``'s
+#: ``register`` / ``unregister``): what a rule asks of its array module, it asks of that
+#: backend's declared facts, never of the module's name
+_backend_of: dict = {}
+
+
+def declare(backends_: list) -> None:
+    """Record which backend computes with each array module (``backends.register`` calls
+    it; the last one listed wins for a shared module)."""
+    _backend_of.clear()
+    _backend_of.update((b.xp, b) for b in backends_)
+
+
+def sequential(xp) -> bool:
+    """Whether the backend computing with ``xp`` declares numpy's sequential forms
+    (``Backend.sequential_forms``: every ufunc's ``accumulate`` and ``at`` in order, the last
+    of repeated positions kept by an assignment, linalg raising where it cannot factor, a
+    host loop over an axis cheap); False for a module no registered backend computes with
+    (the log-step forms below)."""
+    b = _backend_of.get(xp)
+    return b is not None and b.sequential_forms
+
+
+def on_host(xp) -> bool:
+    """Whether the backend computing with ``xp`` is the host's (its device type ``cpu``)."""
+    b = _backend_of.get(xp)
+    return b is not None and b.device_type == "cpu"
 
 
 def is_writeable(a) -> bool:
@@ -64,7 +89,7 @@ def accumulate(xp, ufunc: str, a, axis: int):
     logaddexp, logical_and, logical_or."""
     if ufunc not in _ACCUMULATE:
         raise ValueError(f"no accumulate form for {ufunc}")
-    if is_numpy(xp):
+    if sequential(xp):
         return getattr(xp, ufunc).accumulate(a, axis=axis)
     fn = getattr(xp, ufunc)
     if ufunc.startswith("logical"):
@@ -128,7 +153,7 @@ def _last_of_runs(xp, first):
 def assign(xp, out, index: tuple, updates) -> None:
     """``out[index] = updates`` in place, the last update winning where a position repeats
     (``index``: non-negative integer arrays, one per axis; ``out`` row-contiguous)."""
-    if is_numpy(xp):
+    if sequential(xp):
         out[index] = updates
         return
     runs = _sorted_updates(xp, out, index, xp.asarray(updates))
@@ -143,7 +168,7 @@ def scatter(xp, ufunc: str, out, index: tuple, updates) -> None:
     """``getattr(xp, ufunc).at(out, index, updates)`` in place: ``index`` is a tuple of
     integer arrays (non-negative, one per axis of ``out``, broadcasting with ``updates``);
     ``ufunc`` one of add, multiply, maximum, minimum. ``out`` is row-contiguous."""
-    if is_numpy(xp):
+    if sequential(xp):
         getattr(xp, ufunc).at(out, index, updates)
         return
     if ufunc == "add" and out.dtype.name in _ATOMIC_ADD:

@@ -8,7 +8,7 @@ array ops (neither numpy nor cupy has ``linalg.lu``).
 from __future__ import annotations
 
 from ..primitives import LINALG, define
-from .forms import is_numpy
+from .forms import sequential
 
 
 def lu_batched(xp, a):
@@ -84,9 +84,10 @@ def cholesky(xp, a, *, upper=False):
     except Exception:  # numpy raises for a stack where one matrix is not positive definite
         low = _each_or_nan(xp, sym)
     else:
-        if not is_numpy(xp):
-            # CuPy does not raise (cupyx.errstate(linalg="ignore") by default): potrf's
-            # partial factor comes back; NaN for those matrices, as numpy's path gives
+        if not sequential(xp):
+            # a module without numpy's forms may not raise (CuPy: cupyx.errstate(linalg=
+            # "ignore") by default): potrf's partial factor comes back; NaN for those
+            # matrices, as numpy's path gives
             low = xp.where(_factored(xp, sym, low)[..., None, None], low,
                            xp.asarray(xp.nan, dtype=low.dtype))
     return xp.swapaxes(low, -1, -2) if upper else low

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..cpu.threads import fit_blas_threads
 from ..primitives import MATMUL, define, elements
+from .forms import on_host
 
 
 def _wide(xp, a):
@@ -32,15 +33,15 @@ def _product_shape(shapes: list, **_) -> list:
 @define("Matmul", family=MATMUL, flops=_matmul_flops, shape=_product_shape)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
-    if getattr(xp, "__name__", "") == "numpy":
-        fit_blas_threads()  # BLAS takes the free cores (cpu/threads.py)
+    if on_host(xp):
+        fit_blas_threads()  # the host's BLAS takes the free cores (cpu/threads.py)
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
 @define("AddMM", family=MATMUL, flops=_addmm_flops, shape=_product_shape)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
-    if getattr(xp, "__name__", "") == "numpy":
+    if on_host(xp):
         fit_blas_threads()
     out = xp.matmul(_wide(xp, a), _wide(xp, b))
     if alpha != 1.0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..primitives import SCAN, define, same_shape
 from .elementwise import finish
-from .forms import accumulate, is_numpy, log_step_scan
+from .forms import accumulate, log_step_scan, sequential
 
 
 def _identity(xp, name, dtype):
@@ -49,9 +49,10 @@ def _complex_logaddexp(xp, acc, x):
 
 
 def _complex_logaddexp_scan(xp, a, axis):
-    """Complex log-add-exp along ``axis``: one step at a time with numpy (as MLX's CPU
-    loop), a log-step scan elsewhere (no host loop over the axis)."""
-    if not is_numpy(xp):
+    """Complex log-add-exp along ``axis``: one step at a time where the backend declares
+    sequential forms (as MLX's CPU loop), a log-step scan elsewhere (no host loop over the
+    axis)."""
+    if not sequential(xp):
         return log_step_scan(xp, a, axis, lambda p, q: _complex_logaddexp(xp, p, q))
     moved = xp.moveaxis(a, axis, 0)
     out = xp.empty_like(moved)

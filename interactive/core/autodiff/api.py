@@ -164,7 +164,7 @@ def _vjp_outputs(outputs: list, primals: list, cotangents: list, argnums: list,
     j = 0
     for i, o in enumerate(outputs):
         node = o._d.node
-        if node is not None and node.primitive.name == "StopGradient":
+        if node is not None and node.primitive.defn.stops_gradient:  # MLX skips StopGradient
             continue
         if j >= len(cotangents):
             raise ValueError(f"[vjp] Number of outputs to compute gradients for ({len(outputs)}) "

@@ -9,7 +9,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import resolve_stream
 from ..primitive import Primitive
-from tapescope.kernels.primitives import broadcast_shapes
+from tapescope.kernels.primitives import BROADCAST, REGISTRY, broadcast_shapes
 from . import engine
 from .registry import defjvp, defvjp
 
@@ -36,7 +36,7 @@ def replay_tape(tape, inputs: list, shape=None) -> list:
         env[name] = array._make1(tuple(final), src.dtype, prim, [src])
 
     for op in tape.ops:
-        if op.primitive == "Broadcast":
+        if REGISTRY[op.primitive].family == BROADCAST:
             params = dict(op.params)
             pending[op.name] = (env[op.inputs[0]], tuple(params["shape"]), params)
             continue

@@ -93,11 +93,10 @@ def _wrap(d: ArrayDesc) -> array:
 
 
 def printed_name(prim: Primitive) -> str:
-    """The primitive's name as MLX prints it in errors (``View`` adds its dtype)."""
-    if prim.name == "View":
-        dt = prim.kw.get("dtype")
-        return f"View {getattr(dt, 'name', dt)}"
-    return prim.name
+    """The primitive's name as MLX prints it in errors (its definition's ``label``: ``View``
+    adds its dtype)."""
+    label = prim.defn.label
+    return prim.name if label is None else label(prim.name, prim.kw)
 
 
 def make_primals(arrays: Sequence[array]) -> list[array]:

@@ -10,8 +10,9 @@ from .registry import defjvp, defvjp, record1
 
 def _perm(name, x, params):
     """The permutation, locally constant in ``x``: its indices carry no gradient (MLX's
-    ``stop_gradient(argsort(...))``), so a second derivative passes through it."""
-    if name == "Sort":
+    ``stop_gradient(argsort(...))``), so a second derivative passes through it. A Partition
+    has its ``kth``; a Sort sorts the whole axis."""
+    if "kth" not in params:
         return mx.stop_gradient(mx.argsort(x, axis=params["axis"]))
     return mx.stop_gradient(mx.argpartition(x, params["kth"], axis=params["axis"]))
 

@@ -31,10 +31,9 @@ def _composed(fallback, n_out: int):
     return rule
 
 
-def _norm(name: str):
-    from .. import fast
-
-    fallback = {"RMSNorm": fast._rms_norm_fallback, "LayerNorm": fast._layer_norm_fallback}[name]
+def _norm(name: str, fallback):
+    """The batching rule of norm ``name``: the primitive over a batch mapped on its input
+    alone, else ``fallback`` (MLX's composition) batched."""
     composed = _composed(fallback, 1)
 
     def rule(inputs, vaxes, primals, outputs, *, eps):
@@ -74,10 +73,11 @@ def _sdpa(inputs, vaxes, primals, outputs, **params):
 
 
 def _register() -> None:
+    from .. import fast
     from ..autodiff.fast import layer_vjp_fallback, rms_vjp_fallback
 
-    defvmap("RMSNorm", _norm("RMSNorm"))
-    defvmap("LayerNorm", _norm("LayerNorm"))
+    defvmap("RMSNorm", _norm("RMSNorm", fast._rms_norm_fallback))
+    defvmap("LayerNorm", _norm("LayerNorm", fast._layer_norm_fallback))
     defvmap("RoPE", _rope)
     defvmap("ScaledDotProductAttention", _sdpa)
     defvmap("RMSNormVJP", _composed(lambda x, w, g, eps: rms_vjp_fallback(x, w, g, eps=eps), 2))
