@@ -564,8 +564,10 @@ def test_negative_out_of_range_on_a_matrix_raises_numpys_index_error(case):
 
 def test_out_of_range_lazy_index_array_raises_when_evaluated():
     x = mx.array([1, 2, 3])
-    with pytest.raises(IndexError):  # values known: raised by the indexing itself, as numpy
-        x[mx.array([0, -4])]
+    # values known: a host index is checked by the indexing itself, as numpy does; a
+    # device-resident one (the GPU default) at its eval, without a copy to the host at the op
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 0 with size 3"):
+        mx.eval(x[mx.array([0, -4])])
     idx = mx.array([0, 1]) - 5  # values unknown until evaluated: [-5, -4]
     y = x[idx]  # recorded; the Gather raises when it runs
     with pytest.raises(IndexError) as info:
