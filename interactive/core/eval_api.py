@@ -9,7 +9,7 @@ from tapescope.kernels.backends import stream_backend
 from tapescope.kernels.settings import settings
 
 from .array import array
-from .device import StreamOrDevice, resolve_stream
+from .device import StreamOrDevice, resolve_stream, streams
 from .eval_loop import evaluate
 from .random_state import reset_thread_key
 from .transform_tracers import on_placeholders
@@ -74,6 +74,9 @@ def synchronize(stream: StreamOrDevice = None) -> None:
 
 def clear_streams() -> None:
     """Finish the queued work and stop every stream's worker thread (they restart on use);
-    the calling thread's random key starts afresh, as in MLX (python/src/stream.cpp)."""
+    the calling thread's random key starts afresh, as in MLX (python/src/stream.cpp). A GPU
+    stream's enqueued kernels finish too, so the buffers freed while they ran are released."""
     reset_thread_key()
     stream_workers.stop_workers()
+    for s in streams():
+        stream_backend(s).synchronize(s)
