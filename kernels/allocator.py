@@ -380,6 +380,10 @@ class PyAllocator:
             old, self.wired_limit = self.wired_limit, int(limit)
             return old
 
+    def settle(self) -> None:
+        """Give back the buffers freed while a device still read them whose work has since
+        finished (a GPU allocator's, read before the counters); nothing to do on the host."""
+
     def reset_peak_memory(self) -> None:
         with self._lock:
             self.peak = 0

@@ -16,7 +16,7 @@ def test_cuda_backend_runs_the_gpu_tests_over_a_stand_in_cupy():
     code = (
         "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
         "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
-        " %r, %r, %r, %r, %r, %r, %r, '-k', 'not freed_while and not without_a_copy and not fresh_process and not torch_copies']))" % (
+        " %r, %r, %r, %r, %r, %r, %r, '-k', 'not freed_while and not without_a_copy and not fresh_process and not torch_copies and not come_from_the_buffer_cache']))" % (
             str(HERE), str(HERE / "test_cuda_runtime.py"), str(HERE / "test_cuda_bf16.py"),
             str(HERE / "test_cuda_float64.py"), str(HERE / "test_cuda_subnormals.py"),
             str(HERE / "test_cuda_interop.py"), str(HERE / "test_cuda_donation.py"),

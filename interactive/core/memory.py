@@ -33,8 +33,11 @@ def _allocator() -> Allocator:
 
 
 def get_active_memory() -> int:
-    """The bytes held by arrays now (cached buffers are not included)."""
-    return _allocator().active
+    """The bytes held by arrays now (cached buffers are not included). A GPU's buffers
+    freed while its kernels read them count until those kernels have finished, as in MLX."""
+    a = _allocator()
+    a.settle()
+    return a.active
 
 
 def get_peak_memory() -> int:
@@ -49,7 +52,9 @@ def reset_peak_memory() -> None:
 
 def get_cache_memory() -> int:
     """The bytes held in the buffer cache (freed, kept for reuse, not returned to the system)."""
-    return _allocator().get_cache_memory()
+    a = _allocator()
+    a.settle()
+    return a.get_cache_memory()
 
 
 def set_memory_limit(limit: int) -> int:

@@ -40,12 +40,14 @@ class _OnStream:
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
     timeline records, brackets the node's kernels with timing events (``timing``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins", "outer")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins", "outer", "lend")
 
-    def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0):
+    def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0,
+                 lend: Any = None):
         self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
         self.ins = ()
         self.work = device.work(index)
+        self.lend = lend  # CuPy's allocations in the context from the buffer cache (memory.py)
 
     def __enter__(self):
         if self.dev:  # this process's GPU is not 0 (a rank of mpirun): current on this thread
@@ -55,6 +57,9 @@ class _OnStream:
         self.outer = getattr(_running, "node", None)
         _running.node = self.node  # rule_for reads it (bfloat16's rules need the node)
         device.enter_work(self.work)  # the allocator's frees record fresh events meanwhile
+        if self.lend is not None:
+            self.lend = self.lend()
+            self.lend.__enter__()
         if timeline.enabled and self.node is not None:
             # the inputs' layouts now: the node drops its inputs when it has run
             self.ins = layouts(d.data for d in self.node.inputs if d.data is not None)
@@ -66,6 +71,8 @@ class _OnStream:
             timing.end(self.stream, self.ev0, name=node.primitive.name, node=node.id,
                        stream=self.index, detail=_roofline_detail(node, self.ins))
             self.ins = ()
+        if self.lend is not None:
+            self.lend.__exit__(None, None, None)
         device.leave_work(self.work)
         _running.node = self.outer
         self.prev.use()
@@ -129,7 +136,8 @@ class CudaBackend(Backend):
         device.cuda_stream(stream.index)
 
     def device_context(self, stream: Any, node: Any = None) -> _OnStream:
-        return _OnStream(device.cuda_stream(stream.index), node, stream.index, self.device_id)
+        return _OnStream(device.cuda_stream(stream.index), node, stream.index, self.device_id,
+                         self.allocator.lending)
 
     # -- data between host and device -------------------------------------------------------
     def to_device(self, data: Any) -> Any:
@@ -219,8 +227,8 @@ class CudaBackend(Backend):
         if mem is None:  # not a CuPy array (the tests' stand-in CuPy is numpy underneath)
             o = owner_of(data)
             return o if isinstance(o, cupy.ndarray) and o.base is None else None
-        if type(mem) is not cupy.cuda.memory.Memory:
-            return None
+        if type(mem) is not cupy.cuda.memory.Memory and not self.allocator.lent(mem):
+            return None  # (memory of a lent buffer: its lease accounts for it, see adopt)
         return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
