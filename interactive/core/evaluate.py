@@ -170,14 +170,16 @@ def _run(node: Node, prim, be, fn=None) -> None:
     ins = [d.data for d in inputs]
     # bfloat16 math is done in float32 and rounded back, as MLX's CPU backend does. (No loop
     # variable may outlive a check over ``inputs``: it would hold an input and stop donation.)
-    upcast = defn.elementwise and _any_bfloat16(inputs)
-    if upcast:
-        ins = [x.astype(_F32) if x.dtype == _BF16.np else x for x in ins]
     at = be.array_type
     for x in ins:
         if type(x) is not at:  # another device's array (or a host one on a GPU): move it in
+            # before the upcast below: a host bfloat16 broadcast (a Python scalar's) moves as
+            # one element, not widened to its whole shape on the host first
             ins = [be.to_device(x) for x in ins]
             break
+    upcast = defn.elementwise and _any_bfloat16(inputs)
+    if upcast:  # (a GPU's bfloat16 arrays widen lazily: cuda/bfloat16.py's Widened)
+        ins = [x.astype(_F32) if x.dtype == _BF16.np else x for x in ins]
     t0 = timeline.now() if timeline.enabled else 0
     out_handle = None
     outputs = node.outputs
