@@ -245,14 +245,15 @@ REGISTRY: dict[str, PrimitiveDef] = {}
 def define(*names: str, family: str, out: bool = False, donatable: bool = False,
            view: bool = False, shape: Union[ShapeRule, str, None] = None,
            dtype: Union[Callable, str, None] = None, c: Union[str, Callable, None] = None,
-           why: Optional[dict] = None, vjp: Optional[Callable] = None,
+           msl: Optional[Callable] = None, why: Optional[dict] = None, vjp: Optional[Callable] = None,
            jvp: Optional[Callable] = None, vmap: Optional[Callable] = None,
            flops: Union[int, FlopsRule, None] = None, **flags) -> Callable:
     """Decorator: define each primitive in ``names`` with the decorated function as its rule.
 
     ``c`` is the C spelling: a libm stem (``"exp"``: the dialect's float / double function)
     or ``fn(dialect, args, out_dtype, in_dtype) -> expression`` raising
-    ``codegen.c_ops.Unsupported`` for dtypes it cannot express. ``why`` maps an absent facet
+    ``codegen.c_ops.Unsupported`` for dtypes it cannot express; ``msl``: the Metal dialect's
+    spelling (such a function) where C's does not hold there. ``why`` maps an absent facet
     (``"c"``, ``"vjp"``, ...) to the reason it is absent. ``flops``: FLOPs per output element,
     or ``fn(input shapes, output shapes)``; the family's count by default (``_GENERIC_FLOPS``).
     ``flags``: ``kernel``, ``monoid``, ``label``, ``export``, ``moves``, ``fill``,
@@ -266,7 +267,8 @@ def define(*names: str, family: str, out: bool = False, donatable: bool = False,
                 raise KeyError(f"primitive {n} defined twice")
             REGISTRY[n] = PrimitiveDef(n, family, fn, out=out, donatable=donatable, view=view,
                                        shape=shape, dtype=dtype,
-                                       spellings={"c": c} if c is not None else None,
+                                       spellings={k: v for k, v in (("c", c), ("metal", msl))
+                                                  if v is not None},
                                        vjp=vjp, jvp=jvp, vmap=vmap, why=why, flops=flops,
                                        **flags)
         return fn

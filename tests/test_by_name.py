@@ -4,8 +4,9 @@ Read with ``ast`` over the package's source: a comparison of an expression with 
 literal that is a primitive's name (``==``, ``!=``, ``in``, ``not in``, against one literal or
 a tuple / list / set / dict of them), a ``match`` case on such a literal, a lookup
 ``TABLE[x]`` / ``TABLE.get(x)`` in a dict keyed by primitive names (a named table or the
-literal itself), or a hand list (a tuple / list / set / frozenset / dict of two or more
-primitive names assigned to a name, at any level: module, class or function), is reported
+literal itself), a hand list (a tuple / list / set / frozenset / dict of two or more
+primitive names assigned to a name, at any level: module, class or function), or a table
+keyed by a primitive's name among other entries (``{**C_OPS, "Sigmoid": f}``), is reported
 across the whole package, outside the definitions (``kernels/primitives.py``,
 ``kernels/rules/``) and the JAX table (``check/jax_rules.py``). The autodiff and vmap rule
 modules may keep a table of rules keyed by primitive names, which they register onto the
@@ -84,6 +85,9 @@ def findings(path: Path, names: frozenset, rule_tables: bool = False) -> list:
                     left = sides[sides.index(right) - 1]
                     if named(_literals(right)) or named(_literals(left)):
                         out.append((node.lineno, "a comparison with a primitive's name"))
+        elif (isinstance(node, ast.Dict) and not rule_tables and _literals(node) is None
+              and any(isinstance(k, ast.Constant) and k.value in names for k in node.keys)):
+            out.append((node.lineno, "a table keyed by a primitive's name"))
         elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
             if named(_literals(node.pattern.value)):
                 out.append((node.pattern.lineno, "a match case on a primitive's name"))
@@ -137,16 +141,18 @@ def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
         '    match name:\n'
         '        case "Sum":\n'
         '            return 1\n'
-        '    return _PLANTED[name]\n'))
+        '    return _PLANTED[name]\n\n\n'
+        '_MIXED = {**_SPREAD, "Sigmoid": 1}\n'))
     found = by_name(tmp_path)
     got = found.get("viz/theme.py", [])
-    assert len(got) == before.get("viz/theme.py", 0) + 7, got
+    assert len(got) == before.get("viz/theme.py", 0) + 8, got
     whats = [w for _, w in got]
     assert whats.count("a hand list of primitive names") == 2  # _PLANTED and _SPREAD
     assert "a lookup by name in _SPREAD" in whats
     assert whats.count("a comparison with a primitive's name") >= 1
     assert "a match case on a primitive's name" in whats
     assert "a lookup by name in _PLANTED" in whats
+    assert "a table keyed by a primitive's name" in whats  # _MIXED
     assert {rel: len(f) for rel, f in found.items() if rel != "viz/theme.py"} == {
         rel: n for rel, n in before.items() if rel != "viz/theme.py"}
 

@@ -457,6 +457,11 @@ ERRORS = [
     lambda m: m.linalg.det(m.array(np.zeros((3,), np.complex64)), stream=m.cpu),
     lambda m: m.linalg.slogdet(m.array(np.zeros((2, 2), np.complex64)), stream=m.cpu),
     lambda m: m.linalg.det(m.array(np.zeros((4, 4), np.float16)), stream=m.cpu),
+    # View's printed name in a transform's error is MLX's View::name(): "View int32"
+    lambda m: m.vjp(lambda a: m.view(a, m.int32).astype(m.float32), [m.array([1.0, 2.0])],
+                    [m.array([1.0, 1.0])]),
+    lambda m: m.jvp(lambda a: m.view(a, m.uint16).astype(m.float32), [m.array([1.0, 2.0])],
+                    [m.array([1.0, 1.0])]),
 ]
 
 

@@ -262,6 +262,15 @@ def sigmoid(d, a, o, i):
     return f"ts_f64_to_f32_odd{expr}" if _is_half(i) else f"(float){expr}"
 
 
+def msl_sigmoid(d, a, o, i):
+    """MLX's Metal Sigmoid (mlx/backend/metal/kernels/unary_ops.h), in float: C's spelling
+    computes in double, which Metal lacks."""
+    if not _is_float(i):
+        raise Unsupported(f"Sigmoid on {i}")
+    y = f"(1.0f / (1.0f + metal::precise::exp(metal::fabs({a[0]}))))"
+    return f"(({a[0]}) < 0.0f ? {y} : 1.0f - {y})"
+
+
 def sign(d, a, o, i):
     if i.kind == "b":
         return a[0]

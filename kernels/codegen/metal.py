@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from .gpu import GpuSchedule
-from .c_ops import Unsupported, _is_float
+from ..primitives import spellings
 from .render import C_MATH, C_OPS, INTEGER_TYPES, CFamily
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -42,15 +42,6 @@ static inline float ts_erf(float x) {
 }
 """
 
-def _sigmoid(d, a, o, i):
-    """MLX's Metal Sigmoid (mlx/backend/metal/kernels/unary_ops.h), in float: C's spelling
-    computes in double, which Metal lacks."""
-    if not _is_float(i):
-        raise Unsupported(f"Sigmoid on {i}")
-    y = f"(1.0f / (1.0f + metal::precise::exp(metal::fabs({a[0]}))))"
-    return f"(({a[0]}) < 0.0f ? {y} : 1.0f - {y})"
-
-
 _MATH = {"expm1": "ts_expm1", "log1p": "ts_log1p", "erf": "ts_erf", "floor": "metal::floor",
          "ceil": "metal::ceil", "rint": "metal::rint", "fabs": "metal::fabs"}
 
@@ -73,7 +64,7 @@ class MetalDialect(CFamily):
 
     name = "Metal"
     type_names = {**INTEGER_TYPES, _F16: "half", _BF16: "bfloat", _F32: "float"}
-    code_for_op = {**C_OPS, "Sigmoid": _sigmoid}
+    code_for_op = {**C_OPS, **spellings("metal")}  # the definitions' Metal spellings over C's
     math_functions = C_MATH
     half_load = {_F16: "(float){}", _BF16: "(float){}"}
     half_store = {_F16: "(half)({})", _BF16: "(bfloat)({})"}

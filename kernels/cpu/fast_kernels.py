@@ -32,7 +32,7 @@ from ..common import attention
 from ..common import norms as plan
 from ..kernel_call import KernelRule, kernel_call, takes_out
 from ..common.reductions import THREADS, arguments
-from ..primitives import REGISTRY
+from ..primitives import REGISTRY, by_kernel
 from ..rules.fast import inv_freqs
 from . import compiler
 from .primitive_kernels import _entry
@@ -288,6 +288,6 @@ def sdpa_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
 
 RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n)) for n in plan.NORMS},
                **{n: _vjp_rule(n) for n in plan.VJPS},
-               "RoPE": KernelRule("RoPE", rope_plan, rope_rule),
-               "ScaledDotProductAttention": KernelRule("ScaledDotProductAttention", sdpa_plan,
-                                                       sdpa_rule)}
+               **by_kernel({"rope": KernelRule("RoPE", rope_plan, rope_rule),
+                            "attention": KernelRule("ScaledDotProductAttention", sdpa_plan,
+                                                    sdpa_rule)})}

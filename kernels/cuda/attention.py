@@ -25,7 +25,7 @@ from ..codegen.attention_kernels import VECTOR_MAX_L
 from ..common import attention
 from ..common.norms import elem_strides
 from .. import kernel_registry
-from ..primitives import REGISTRY
+from ..primitives import REGISTRY, by_kernel
 from . import compiled
 from .reductions import launch_recorded
 
@@ -101,3 +101,7 @@ def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     launch_recorded(entry, B * H * L, THREADS, tuple(args), spec.name,
                     {"variant": spec.layout, "primitive": NAME})
     return out
+
+
+# primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel)
+RULES: dict = by_kernel({"attention": rule})

@@ -345,13 +345,13 @@ class CudaBackend(Backend):
         part launches the plans of those that are KernelRules (``cuda/primitive_plans.py``)
         once a call of that layout has made one: the same rule objects the Python path
         runs, so both share the plans."""
-        from .attention import NAME, rule as attention
+        from .attention import RULES as attention
         from .fast_kernels import RULES as fast
         from .indexing import RULES as indexing
         from .quantized import RULES as quantized
         from .reductions import RULES as reductions
 
-        return {**quantized, **fast, **reductions, **indexing, NAME: attention}
+        return {**quantized, **fast, **reductions, **indexing, **attention}
 
     def _own_rule(self, prim: Any):
         rule = self.kernel_rules.get(prim.name)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import timeline
 from ..common import norms as plan
-from ..primitives import REGISTRY
+from ..primitives import REGISTRY, by_kernel
 from ..rules.fast import inv_freqs
 from ..kernel_call import KernelRule
 from .primitive_plans import fits, plan_of
@@ -178,7 +178,7 @@ def rope_plan(x, offset, *freqs, dims, traditional, base, scale, forward):
 RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n), fits, cupy.empty)
                   for n in plan.NORMS},
                **{n: _vjp_rule(n) for n in plan.VJPS},
-               "RoPE": KernelRule("RoPE", rope_plan, rope_rule, fits, cupy.empty)}
+               **by_kernel({"rope": KernelRule("RoPE", rope_plan, rope_rule, fits, cupy.empty)})}
 
 
 def rule_for(name: str) -> Optional[Callable]:

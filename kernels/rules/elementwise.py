@@ -115,7 +115,7 @@ def round_(xp, a, out=None):
     return xp.rint(a, out=writable(out))  # round half to even
 
 
-@define("Sigmoid", family=UNARY, out=True, c=C.sigmoid)
+@define("Sigmoid", family=UNARY, out=True, c=C.sigmoid, msl=C.msl_sigmoid)
 def sigmoid(xp, a, out=None):
     """``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below, ``e = exp(-|x|)`` (it never
     overflows, so tiny results keep their digits), in float64 and rounded once to the

@@ -176,7 +176,7 @@ _F32_LOWEST = -3.4028234663852886e38  # finfo(float32).min: MLX's fallback's mas
 SDPA_SCORES = 1 << 23  # scores (float32) of one query block of the array-module rule (~32 MB)
 
 
-@define("ScaledDotProductAttention", family=FAST, shape=_sdpa_shape,
+@define("ScaledDotProductAttention", family=FAST, kernel="attention", shape=_sdpa_shape,
         dtype="interactive/core/fast.py (MLX's final_type: q, k, v promoted)", flops=_sdpa_flops)
 def scaled_dot_product_attention(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks,
                                  scores=SDPA_SCORES):
