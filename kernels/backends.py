@@ -246,6 +246,11 @@ def backend(device: Any) -> Backend:
         raise RuntimeError(f"no tapescope backend runs on device type {device!r}") from None
 
 
+def existing_stream_backend(index: int) -> Optional[Backend]:
+    """The backend a stream has run on so far (None: no work has gone to it yet)."""
+    return _by_stream.get(index)
+
+
 def stream_backend(stream: Any) -> Backend:
     """``backend(stream)``, remembered per stream index (one dict lookup per node)."""
     b = _by_stream.get(stream.index)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapescope.kernels import stream_workers
-from tapescope.kernels.backends import stream_backend
+from tapescope.kernels.backends import existing_stream_backend, stream_backend
 from tapescope.kernels.settings import settings
 
 from .array import array
@@ -79,4 +79,6 @@ def clear_streams() -> None:
     reset_thread_key()
     stream_workers.stop_workers()
     for s in streams():
-        stream_backend(s).synchronize(s)
+        b = existing_stream_backend(s.index)
+        if b is not None:  # (a stream nothing ran on has nothing queued)
+            b.synchronize(s)
