@@ -39,6 +39,7 @@ from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 COL_BLOCK = 1024  # kept elements per block of the CPU's column kernel (its accumulators)
+COL_REG = 64  # a column block this long keeps its accumulators in registers (4 x 512 bits)
 SCAN_BLOCK = 256  # inner elements per block of the CPU's strided scan
 PAR_MIN = 1 << 18  # elements below which a CPU kernel runs on one thread (a wake-up of the
 # other threads costs more than the work below this on a shared machine)
@@ -217,12 +218,23 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
 
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     """Blocks of ``cb`` (<= ``COL_BLOCK``) kept elements, one per thread where the kept
-    elements are few: each reduced index adds a contiguous run of the block."""
+    elements are few: each reduced index adds a contiguous run of the block. A block of
+    exactly ``COL_REG`` kept elements (few kept: a short row) runs a loop of that constant
+    length, its accumulators in registers for the whole reduced run."""
     B = COL_BLOCK
     st = {f: f"acc_{f}[k]" for f, _ in acc.fields}
     body = [Let("k0", INDEX, "kb * cb"), Let("nb", INDEX, "rows - k0 < cb ? rows - k0 : cb")]
-    body += [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
-    body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
+    R = COL_REG
+    rg = {f: f"reg_{f}[k]" for f, _ in acc.fields}
+    reg = [Local(f"reg_{f}", dt, R) for f, dt in acc.fields]
+    reg.append(Range("k", 0, R, [Assign(rg[f], ident) for (f, _), ident in
+                                 zip(acc.fields, acc.identity)], "threads"))
+    reg.append(Range("c", 0, "cols", [Range("k", 0, R, [
+        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),
+        Fold(acc, rg, {"v": "v", "i": "c"})], "threads")]))
+    reg.append(Range("k", 0, R, [Store("out", "k0 + k", _final(acc, rg), out_dt)], "threads"))
+    general = [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
+    general.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
                                       zip(acc.fields, acc.identity)], "threads"))
     # ROW_TILE reduced indices per pass over the block, folded in order (that many runs in
     # flight, the accumulators loaded and stored once per pass), then the rest one by one
@@ -231,11 +243,12 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     for j in range(T):
         tile += [Let(f"v{j}", adt, _load(in_dt, adt, f"k0 + k + (c + {j}) * sc")),  # col: sr == 1
                  Fold(acc, st, {"v": f"v{j}", "i": f"c + {j}"})]
-    body.append(Range("c", 0, f"cols / {T} * {T}", [Range("k", 0, "nb", tile, "threads")], step=T))
-    body.append(Range("c", f"cols / {T} * {T}", "cols", [Range("k", 0, "nb", [
+    general.append(Range("c", 0, f"cols / {T} * {T}", [Range("k", 0, "nb", tile, "threads")], step=T))
+    general.append(Range("c", f"cols / {T} * {T}", "cols", [Range("k", 0, "nb", [
         Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),
         Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
-    body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    general.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    body.append(If(f"nb == {R}", reg, general))
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
                   [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
                          f"rows > cb && rows * cols >= {PAR_MIN}")], wide=True)
