@@ -288,6 +288,37 @@ def test_rows_around_the_row_tile(rows, cols):
     check(g, np.full(9, x64.sum()), "float32", rel=max(1, rows * cols / 64))
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sampled_from([8, 9, 11, 12, 13, 33]), st.sampled_from([1, 3, 16, 17, 129]),
+       st.sampled_from(["float32", "float16", "bfloat16", "float64"]), st.sampled_from(["max", "min"]),
+       st.sampled_from(["plain", "sliced", "general"]),
+       st.lists(st.tuples(st.integers(0, 32), st.integers(0, 128)), max_size=3),
+       st.sampled_from([None, np.inf, -np.inf]), st.integers(0, 2**16))
+def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed):
+    """The CPU's float max / min over the last axis folds ROW_TILE rows with one NaN flag,
+    set by unordered compares of row pairs; a tile whose flag is set folds its rows again
+    exactly: only the rows holding a NaN give NaN (any row of a tile, the tail rows past
+    the last tile, infinities beside them), in the row, strided and general layouts."""
+    rng = np.random.default_rng(seed)
+    x = values(rng, (rows, cols), dtype)
+    if inf is not None:
+        x[rng.integers(0, rows), rng.integers(0, cols)] = inf
+    for r, c in nans:
+        x[r % rows, c % cols] = np.nan
+    if kind == "general":  # two reduced axes that do not collapse: (rows, cols, 2)[..., :1]
+        a = array(np.repeat(x[..., None], 2, axis=-1))[..., :1]
+        axes = (1, 2)
+    else:
+        a, axes = layout(x, kind), (1,)
+    with launched() as rec:
+        got = getattr(mx, op)(a, axis=axes)
+        mx.eval(got)
+    if cols > 1:  # (an axis of one element is no reduction: MLX gives the input)
+        assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    x64 = host(array(x))
+    check(got, getattr(np, op)(x64, axis=-1), dtype)
+
+
 def _col_names(seq) -> set:
     return {r.name for r in timeline.records_since(seq) if r.kind == "kernel_launch"}
 

@@ -205,15 +205,58 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     # are two tiles at least, the rows past the last whole tile one at a time (fewer rows:
     # each its own, a thread per row as before)
     T = ROW_TILE
-    tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
-                    tiles=tuple(f"rt * {T} + {j}" for j in range(T)), tile_var="r")]
-    tiled += [Store("out", f"rt * {T} + {j}", _final(acc, state_vars(f"a{j}", acc)), out_dt)
-              for j in range(T)]
+    if acc.final is not None:  # float max / min: the tile's rows share one NaN flag
+        tiled = _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load)
+    else:
+        tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
+                        tiles=tuple(f"rt * {T} + {j}" for j in range(T)), tile_var="r")]
+        tiled += [Store("out", f"rt * {T} + {j}", _final(acc, state_vars(f"a{j}", acc)), out_dt)
+                  for j in range(T)]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Let("nt", INDEX, f"rows >= {2 * T} ? rows / {T} : 0"),
                    Range("rt", 0, "nt", tiled, "blocks", f"rows * cols >= {PAR_MIN}"),
                    Range("r", f"nt * {T}", "rows", row, "blocks",
                          f"nt == 0 && rows > 1 && rows * cols >= {PAR_MIN}")], wide=True)
+
+
+def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
+    """ROW_TILE rows of a float max / min in one loop, each row's extreme NaN-blind (``v > m
+    ? v : m`` keeps m) and one NaN flag for the tile, set by unordered compares of row pairs
+    (one compare per two rows' vectors, one flag to merge: a flag per row cost a compare,
+    a select and an or per element and a merge per row, 1024 x 128 max 13.7 -> 9.2 us).
+    A tile whose flag is set folds each of its rows again with the exact monoid (a row
+    with NaN gives NaN, as MLX's max / min do)."""
+    import re
+
+    T = ROW_TILE
+    cmp = ">" if op == "max" else "<"
+    base, off = _offsets(layout)
+    rows = [f"rt * {T} + {j}" for j in range(T)]
+    ms = [f"m{j}" for j in range(T)]
+    i32 = np.dtype(np.int32)
+
+    def lift(e):
+        pairs = " | ".join(f"__builtin_isunordered({e[f'v{j}']}, {e[f'v{j + 1}']})"
+                           for j in range(0, T, 2))
+        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)}, "n": f"({pairs})"}
+
+    def merge(a, b):
+        return {**{m: f"({b[m]} {cmp} {a[m]} ? {b[m]} : {a[m]})" for m in ms},
+                "n": f"({a['n']} | {b['n']})"}
+
+    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + (("n", i32),),
+                  tuple(acc.identity[0] for _ in ms) + (Lit(0, i32),), lift, merge,
+                  omp=tuple(op for _ in ms) + ("|",))
+    body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
+    loads = [Let(f"v{j}", adt, _load(in_dt, adt, f"b{j} + {off}")) for j in range(T)]
+    body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"v{j}": f"v{j}" for j in range(T)}))
+    again = []
+    for j, r in enumerate(rows):
+        exact = [Let("v", adt, _load(in_dt, adt, f"b{j} + {off}"))]
+        again += [Reduce("c", 0, "cols", exact, acc, f"e{j}", {"v": "v", "i": "c"}),
+                  Store("out", r, _final(acc, state_vars(f"e{j}", acc)), out_dt)]
+    body.append(If("a_n", again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    return body
 
 
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
