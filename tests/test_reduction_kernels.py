@@ -288,6 +288,87 @@ def test_rows_around_the_row_tile(rows, cols):
     check(g, np.full(9, x64.sum()), "float32", rel=max(1, rows * cols / 64))
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sampled_from([8, 9, 11, 12, 13, 33]), st.sampled_from([1, 3, 16, 17, 129]),
+       st.sampled_from(["float32", "float16", "bfloat16", "float64"]), st.sampled_from(["max", "min"]),
+       st.sampled_from(["plain", "sliced", "general"]),
+       st.lists(st.tuples(st.integers(0, 32), st.integers(0, 128)), max_size=3),
+       st.sampled_from([None, np.inf, -np.inf]), st.integers(0, 2**16))
+def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed):
+    """The CPU's float max / min over the last axis folds ROW_TILE rows with one NaN flag,
+    set by unordered compares of row pairs; a tile whose flag is set folds its rows again
+    exactly: only the rows holding a NaN give NaN (any row of a tile, the tail rows past
+    the last tile, infinities beside them), in the row, strided and general layouts."""
+    rng = np.random.default_rng(seed)
+    x = values(rng, (rows, cols), dtype)
+    if inf is not None:
+        x[rng.integers(0, rows), rng.integers(0, cols)] = inf
+    for r, c in nans:
+        x[r % rows, c % cols] = np.nan
+    if kind == "general":  # two reduced axes that do not collapse: (rows, cols, 2)[..., :1]
+        a = array(np.repeat(x[..., None], 2, axis=-1))[..., :1]
+        axes = (1, 2)
+    else:
+        a, axes = layout(x, kind), (1,)
+    with launched() as rec:
+        got = getattr(mx, op)(a, axis=axes)
+        mx.eval(got)
+    if cols > 1:  # (an axis of one element is no reduction: MLX gives the input)
+        assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    x64 = host(array(x))
+    check(got, getattr(np, op)(x64, axis=-1), dtype)
+
+
+def _col_names(seq) -> set:
+    return {r.name for r in timeline.records_since(seq) if r.kind == "kernel_launch"}
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sampled_from([1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 300]),
+       st.sampled_from([1, 2, 3, 5, 17, 2049, 4099]),
+       st.sampled_from(["float32", "float16", "int32", "float64"]),
+       st.sampled_from(["sum", "max", "min", "prod", "argmax", "argmin"]),
+       st.booleans(), st.integers(0, 3), st.integers(0, 2**16))
+def test_columns_around_the_register_block(kept, red, dtype, op, sliced, nans, seed):
+    """The CPU's column kernel (a reduction over the first axis of a row-contiguous array)
+    runs a block of exactly COL_REG kept elements with its accumulators in registers and
+    every other block (longer, or the last, shorter one) as before: kept lengths around
+    COL_REG and its multiples, reduced lengths on both sides of PAR_MIN (threaded), a
+    sliced row (a stride past the kept run), NaNs at random places (max / min propagate
+    them; argmax / argmin take the first extreme, NaN counting as one), against numpy."""
+    from tapescope.kernels.codegen.reduce_kernels import COL_REG
+
+    assert COL_REG == 64
+    rng = np.random.default_rng(seed)
+    x = values(rng, (red, kept), dtype, small=op == "prod")
+    if dtype.startswith("float"):
+        for _ in range(nans):
+            x[rng.integers(0, red), rng.integers(0, kept)] = np.nan
+    wide = np.concatenate([x, x[:, :3]], axis=1) if sliced else x
+    a = array(wide)[:, :kept] if sliced else array(x)
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
+    try:
+        fn = {"argmax": mx.argmax, "argmin": mx.argmin}.get(op) or getattr(mx, op)
+        got = fn(a, axis=0)
+        mx.eval(got)
+    finally:
+        names = _col_names(seq)
+        timeline.set_recording(False)
+    if kept > 1 and red > 1:
+        assert any(n.startswith("col_") for n in names), names
+    x64 = x.astype(np.float64)
+    if op in ("argmax", "argmin"):
+        ref = (np.nanargmax if op == "argmax" else np.nanargmin)
+        first_nan = np.isnan(x64).argmax(0)
+        want = np.where(np.isnan(x64).any(0), first_nan,
+                        ref(np.where(np.isnan(x64), -np.inf if op == "argmax" else np.inf, x64), axis=0))
+        np.testing.assert_array_equal(np.asarray(got), want)
+        return
+    want = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op](x64, axis=0)
+    check(got, want, dtype, rel=max(1, red / 64))
+
+
 @pytest.mark.skipif(not SWEEP, reason="TAPESCOPE_REDUCTION_SWEEP=1 (make test-fuzz)")
 def test_rows_of_two_to_the_twenty():
     x = np.random.default_rng(1).standard_normal((3, 1 << 20)).astype(np.float32)

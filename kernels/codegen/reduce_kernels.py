@@ -39,6 +39,7 @@ from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 COL_BLOCK = 1024  # kept elements per block of the CPU's column kernel (its accumulators)
+COL_REG = 64  # a column block this long keeps its accumulators in registers (4 x 512 bits)
 SCAN_BLOCK = 256  # inner elements per block of the CPU's strided scan
 PAR_MIN = 1 << 18  # elements below which a CPU kernel runs on one thread (a wake-up of the
 # other threads costs more than the work below this on a shared machine)
@@ -204,10 +205,13 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     # are two tiles at least, the rows past the last whole tile one at a time (fewer rows:
     # each its own, a thread per row as before)
     T = ROW_TILE
-    tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
-                    tiles=tuple(f"rt * {T} + {j}" for j in range(T)), tile_var="r")]
-    tiled += [Store("out", f"rt * {T} + {j}", _final(acc, state_vars(f"a{j}", acc)), out_dt)
-              for j in range(T)]
+    if acc.final is not None:  # float max / min: the tile's rows share one NaN flag
+        tiled = _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load)
+    else:
+        tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
+                        tiles=tuple(f"rt * {T} + {j}" for j in range(T)), tile_var="r")]
+        tiled += [Store("out", f"rt * {T} + {j}", _final(acc, state_vars(f"a{j}", acc)), out_dt)
+                  for j in range(T)]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Let("nt", INDEX, f"rows >= {2 * T} ? rows / {T} : 0"),
                    Range("rt", 0, "nt", tiled, "blocks", f"rows * cols >= {PAR_MIN}"),
@@ -215,14 +219,65 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
                          f"nt == 0 && rows > 1 && rows * cols >= {PAR_MIN}")], wide=True)
 
 
+def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
+    """ROW_TILE rows of a float max / min in one loop, each row's extreme NaN-blind (``v > m
+    ? v : m`` keeps m) and one NaN flag for the tile, set by unordered compares of row pairs
+    (one compare per two rows' vectors, one flag to merge: a flag per row cost a compare,
+    a select and an or per element and a merge per row, 1024 x 128 max 13.7 -> 9.2 us).
+    A tile whose flag is set folds each of its rows again with the exact monoid (a row
+    with NaN gives NaN, as MLX's max / min do)."""
+    import re
+
+    T = ROW_TILE
+    cmp = ">" if op == "max" else "<"
+    base, off = _offsets(layout)
+    rows = [f"rt * {T} + {j}" for j in range(T)]
+    ms = [f"m{j}" for j in range(T)]
+    i32 = np.dtype(np.int32)
+
+    def lift(e):
+        pairs = " | ".join(f"__builtin_isunordered({e[f'v{j}']}, {e[f'v{j + 1}']})"
+                           for j in range(0, T, 2))
+        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)}, "n": f"({pairs})"}
+
+    def merge(a, b):
+        return {**{m: f"({b[m]} {cmp} {a[m]} ? {b[m]} : {a[m]})" for m in ms},
+                "n": f"({a['n']} | {b['n']})"}
+
+    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + (("n", i32),),
+                  tuple(acc.identity[0] for _ in ms) + (Lit(0, i32),), lift, merge,
+                  omp=tuple(op for _ in ms) + ("|",))
+    body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
+    loads = [Let(f"v{j}", adt, _load(in_dt, adt, f"b{j} + {off}")) for j in range(T)]
+    body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"v{j}": f"v{j}" for j in range(T)}))
+    again = []
+    for j, r in enumerate(rows):
+        exact = [Let("v", adt, _load(in_dt, adt, f"b{j} + {off}"))]
+        again += [Reduce("c", 0, "cols", exact, acc, f"e{j}", {"v": "v", "i": "c"}),
+                  Store("out", r, _final(acc, state_vars(f"e{j}", acc)), out_dt)]
+    body.append(If("a_n", again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    return body
+
+
 def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     """Blocks of ``cb`` (<= ``COL_BLOCK``) kept elements, one per thread where the kept
-    elements are few: each reduced index adds a contiguous run of the block."""
+    elements are few: each reduced index adds a contiguous run of the block. A block of
+    exactly ``COL_REG`` kept elements (few kept: a short row) runs a loop of that constant
+    length, its accumulators in registers for the whole reduced run."""
     B = COL_BLOCK
     st = {f: f"acc_{f}[k]" for f, _ in acc.fields}
     body = [Let("k0", INDEX, "kb * cb"), Let("nb", INDEX, "rows - k0 < cb ? rows - k0 : cb")]
-    body += [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
-    body.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
+    R = COL_REG
+    rg = {f: f"reg_{f}[k]" for f, _ in acc.fields}
+    reg = [Local(f"reg_{f}", dt, R) for f, dt in acc.fields]
+    reg.append(Range("k", 0, R, [Assign(rg[f], ident) for (f, _), ident in
+                                 zip(acc.fields, acc.identity)], "threads"))
+    reg.append(Range("c", 0, "cols", [Range("k", 0, R, [
+        Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),
+        Fold(acc, rg, {"v": "v", "i": "c"})], "threads")]))
+    reg.append(Range("k", 0, R, [Store("out", "k0 + k", _final(acc, rg), out_dt)], "threads"))
+    general = [Local(f"acc_{f}", dt, B) for f, dt in acc.fields]
+    general.append(Range("k", 0, "nb", [Assign(st[f], ident) for (f, _), ident in
                                       zip(acc.fields, acc.identity)], "threads"))
     # ROW_TILE reduced indices per pass over the block, folded in order (that many runs in
     # flight, the accumulators loaded and stored once per pass), then the rest one by one
@@ -231,11 +286,12 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     for j in range(T):
         tile += [Let(f"v{j}", adt, _load(in_dt, adt, f"k0 + k + (c + {j}) * sc")),  # col: sr == 1
                  Fold(acc, st, {"v": f"v{j}", "i": f"c + {j}"})]
-    body.append(Range("c", 0, f"cols / {T} * {T}", [Range("k", 0, "nb", tile, "threads")], step=T))
-    body.append(Range("c", f"cols / {T} * {T}", "cols", [Range("k", 0, "nb", [
+    general.append(Range("c", 0, f"cols / {T} * {T}", [Range("k", 0, "nb", tile, "threads")], step=T))
+    general.append(Range("c", f"cols / {T} * {T}", "cols", [Range("k", 0, "nb", [
         Let("v", adt, _load(in_dt, adt, "k0 + k + c * sc")),
         Fold(acc, st, {"v": "v", "i": "c"})], "threads")]))
-    body.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    general.append(Range("k", 0, "nb", [Store("out", "k0 + k", _final(acc, st), out_dt)], "threads"))
+    body.append(If(f"nb == {R}", reg, general))
     return Kernel(name, _params("col", in_dt, out_dt, (Param("int", "cb"),)),
                   [Range("kb", 0, "(rows + cb - 1) / cb", body, "blocks",
                          f"rows > cb && rows * cols >= {PAR_MIN}")], wide=True)
