@@ -435,13 +435,20 @@ class CpuSchedule:
         if contiguous:
             lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
             lines += self._streaming(d, tape, ins, outs, idx)
-            lines.append(f"  #pragma omp parallel for simd schedule(static) if(size >= {self.omp_min_size})")
-            lines.append(f"  for ({idx} i = 0; i < size; ++i) {{")
             loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-            lines += d.body(tape, loads, "    ")
-            for oname, name, dt in outs:
-                lines.append(f"    {oname}[i] = {d.store(dt, f'tmp_{name}')};")
-            lines.append("  }")
+            loop = [f"  for ({idx} i = 0; i < size; ++i) {{"]
+            loop += d.body(tape, loads, "    ")
+            loop += [f"    {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+            loop.append("  }")
+            # below the threshold one thread, and no parallel region at all: an OpenMP
+            # ``if`` clause on ``parallel for simd`` also turns the simd part off (OpenMP
+            # 5: it applies to every construct of the combination), and a parallel region
+            # of one thread still costs ~0.5 us a call in libgomp
+            lines.append(f"  if (size < {self.omp_min_size}) {{")
+            lines.append("  #pragma omp simd")
+            lines += loop
+            lines += ["  return;", "  }", "  #pragma omp parallel for simd schedule(static)"]
+            lines += loop
         else:
             lines += self._strided(d, tape, ins, outs, k, ndim)
         lines.append("}")
@@ -531,10 +538,23 @@ class CpuSchedule:
             L.append("#endif")
         else:
             L.append("  const int stream = 0;")
-        L.append(f"  #pragma omp parallel if(n_outer * n_rows * n_cols >= {self.omp_min_size})")
-        L.append("  {")
-        L.append("  #pragma omp for collapse(2) schedule(static) nowait")
-        L.append("  for (int64_t o = 0; o < n_outer; ++o) {")
+        # the nest, written twice: on one thread below the threshold (no parallel region:
+        # libgomp's costs ~0.5 us a call even with an ``if`` clause false), else in one
+        L.append(f"  if (n_outer * n_rows * n_cols < {self.omp_min_size}) {{")
+        nest = self._nest(d, tape, ins, outs, arr, ndim, blk)
+        L += nest
+        L += ["  } else {", "  #pragma omp parallel", "  {",
+              "  #pragma omp for collapse(2) schedule(static) nowait"]
+        L += nest
+        L.append("#if TS_STREAM")
+        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
+        L.append("#endif")
+        L += ["  }", "  }"]
+        return L
+
+    def _nest(self, d, tape, ins, outs, arr, ndim, blk) -> list:
+        """The strided kernel's loops over (outer index, row tile, column tile, row)."""
+        L = ["  for (int64_t o = 0; o < n_outer; ++o) {"]
         L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
         # base offsets of this outer index
         for x in arr:
@@ -578,10 +598,6 @@ class CpuSchedule:
         L.append("    }")
         L.append("    }")
         L.append("  }")
-        L.append("  }")
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
-        L.append("#endif")
         L.append("  }")
         return L
 
