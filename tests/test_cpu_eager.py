@@ -29,7 +29,7 @@ SHAPES = ((255, 257), (256, 256), (64, 1025), (5, 39322))
 
 def _counts(fn):
     """fn's value evaluated once its kernels are loaded, and the dispatch counts of that eval
-    (the first eval may run the rules while a kernel builds in the background)."""
+    (a first eval with tiered first calls on may run the rules while a kernel builds)."""
     mx.eval(fn())
     tiered.wait()
     evaluate.reset_dispatch_counts()
@@ -200,3 +200,24 @@ def test_the_python_path_runs_the_same_kernels():
     assert runs[0]["counts"] == runs[1]["counts"]
     assert runs[0]["counts"]["eager_kernel"] >= 5, runs[0]["counts"]
     assert runs[0]["sum"] == runs[1]["sum"]
+
+
+def test_with_tiered_first_calls_the_rule_runs_while_the_kernel_builds():
+    """``settings.tiered``: a kernel neither loaded nor on disk builds in the background and
+    the op's rule runs meanwhile (the same values); once loaded the kernel runs."""
+    from tapescope.kernels.cpu import compiler
+
+    rng = np.random.default_rng(8)
+    v = rng.standard_normal(MIN + 11).astype(np.float32)
+    w = rng.standard_normal(MIN + 11).astype(np.float32)
+    compiler.clear()  # nothing loaded in memory: the disk cache may still hold it
+    with tapescope.settings(tiered=True):
+        evaluate.reset_dispatch_counts()
+        first = mx.subtract(mx.array(v), mx.array(w))
+        mx.eval(first)
+        tiered.wait()
+        out = mx.subtract(mx.array(v), mx.array(w))
+        mx.eval(out)
+    counts = evaluate.dispatch_counts()
+    assert counts["eager_kernel"] >= 1 and counts["eager_kernel"] + counts["rule_out"] == 2
+    assert np.array_equal(np.asarray(first), v - w) and np.array_equal(np.asarray(out), v - w)

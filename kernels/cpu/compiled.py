@@ -332,11 +332,11 @@ _BUILDING = object()  # _prepare's answer while the kernel builds in the backgro
 
 
 def kernel_for(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> Optional[Launch]:
-    """The plan of ``tape`` for these input layouts with its kernel loaded, never waiting for
-    the compiler: a kernel neither in memory nor in the disk cache starts building in the
-    background (``tiered.start``) and the answer is None until it is loaded; None too where
-    it cannot be built (the C dialect cannot spell the tape, or its build failed). Eager
-    one-op kernels come through here (``cpu/eager.py``): their caller's rule runs meanwhile."""
+    """The plan of ``tape`` for these input layouts with its kernel loaded (built on a miss,
+    as ``run_compiled`` builds; with tiered first calls on, ``tiered.start`` builds it in the
+    background and the answer is None until it is loaded), or None where it cannot be built
+    (the C dialect cannot spell the tape, or its build failed). Eager one-op kernels come
+    through here (``cpu/eager.py``): on None their caller's rule runs."""
     arrays = tape.launches.get(None)
     if arrays is None:
         arrays = tape.launches[None] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
@@ -348,6 +348,11 @@ def kernel_for(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> Option
     if reason or compiler.failed(key) is not None:
         return None
     entry = compiler.loaded(key)
+    if entry is None and not tiered.tiered():
+        try:
+            entry = compiler.get_kernel(name, variant, source, key=key, tape=tape)
+        except compiler.BuildError:
+            return None
     if entry is None and compiler.probed() and not tiered.building(key):
         entry = compiler.get_kernel(name, variant, source, key=key, tape=tape, build=False)
     if entry is None:

@@ -11,8 +11,9 @@ by the eval loop as a loaded fused call is (core/_loop.c run_host, its C ``Kerne
 the allocator's). From ``MIN_SIZE`` on the kernel runs on the free cores (the renderer's
 OpenMP loop), where numpy's ufunc runs on one; below it numpy's ufunc, one call, is as fast.
 
-A kernel is never waited for: one neither loaded nor in the disk cache builds in the
-background while the op's numpy rule runs. Ops with parameters, bfloat16 (computed in
+A kernel neither loaded nor in the disk cache is built at the op's first call, as a fused
+call's is (once per machine: the disk cache keeps it); with tiered first calls on
+(``settings.tiered``) it builds in the background while the op's numpy rule runs. Ops with parameters, bfloat16 (computed in
 float32 by the rules), what the C dialect cannot spell (complex) and column-major operands
 (whose kernel writes a column-major output: the loop's buffers are row-major) keep their
 rules.
