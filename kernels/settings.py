@@ -99,8 +99,9 @@ SETTINGS = (
             "MLX's variable: float32 matmuls and convolutions on CUDA in TensorFloat-32 "
             "(kernels/cuda/precision.py); 0 computes them in full float32."),
     Setting("eager_kernels", "TAPESCOPE_EAGER_KERNELS", "switch", True,
-            "A GPU's eager elementwise ops as one-op kernels of the renderer, launched from "
-            "the eval loop (kernels/cuda/eager.py); off: their array-module rules."),
+            "Eager elementwise ops as one-op kernels of the renderer, launched from the eval "
+            "loop (a GPU's: kernels/cuda/eager.py; the CPU's from 65536 elements on: "
+            "kernels/cpu/eager.py); off: their array-module rules."),
     Setting("kernel_cflags", "TAPESCOPE_KERNEL_CFLAGS", "text", "",
             "Flags added to every C kernel build (make test-ub passes the sanitizers)."),
     Setting("metal_shim", "TAPESCOPE_METAL_SHIM", "switch", False,

@@ -43,7 +43,8 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
 static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
-    *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel;
+    *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
+    *s_min_size;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes, *s_c_contiguous;
 static int loop_configured = 0;
@@ -54,7 +55,7 @@ static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
-       PATH_EAGER_DEVICE = 6 };
+       PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
 #define DONATION_SLACK 16384 /* evaluate.DONATION_SLACK */
 
@@ -130,6 +131,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_device_context = PyUnicode_InternFromString("device_context")) ||
                            !(s_device_api = PyUnicode_InternFromString("device_api")) ||
                            !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel")) ||
+                           !(s_min_size = PyUnicode_InternFromString("min_size")) ||
                            !(s_plans = PyUnicode_InternFromString("plans")) ||
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
@@ -160,8 +162,9 @@ typedef struct {
     int plain_event; /* its event_type is stream_workers.Event: 1; else -1; 0 not known */
     PyObject *event_type; /* Backend.event_type, once plain_events has asked */
     const DeviceApi *api; /* NULL: the Python hooks */
-    PyObject *eager_for;  /* Backend.eager_kernel, with api only; NULL: none */
+    PyObject *eager_for;  /* Backend.eager_kernel (a device's with api only); NULL: none */
     PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
+    long long eager_min;  /* its ``min_size``: outputs of fewer elements run their rule */
 } BackendInfo;
 #define MAX_BACKENDS 16
 static BackendInfo seen[MAX_BACKENDS];
@@ -183,7 +186,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -205,11 +208,21 @@ static BackendInfo *backend_info(PyObject *be) {
     }
     PyErr_Clear();
     if (b.api == NULL) Py_CLEAR(api); /* else kept with the backend, for the process's life */
-    if (b.api != NULL && (b.eager_for = PyObject_GetAttr(be, s_eager_kernel)) == NULL) PyErr_Clear();
+    /* the one-op kernels of eager elementwise ops: the host's (its plans called in C), a
+     * device's launched by its C launch */
+    if ((b.host || b.api != NULL) && (b.eager_for = PyObject_GetAttr(be, s_eager_kernel)) == NULL)
+        PyErr_Clear();
     if (b.eager_for == Py_None) Py_CLEAR(b.eager_for);
     if (b.eager_for != NULL && (b.eager_plans = PyObject_GetAttr(b.eager_for, s_plans)) == NULL)
         PyErr_Clear();
     if (b.eager_plans != NULL && !PyDict_Check(b.eager_plans)) Py_CLEAR(b.eager_plans);
+    if (b.eager_for != NULL) {
+        PyObject *m = PyObject_GetAttr(b.eager_for, s_min_size);
+        b.eager_min = m != NULL ? PyLong_AsLongLong(m) : 0;
+        Py_XDECREF(m);
+        if (b.eager_min < 0 || PyErr_Occurred()) { PyErr_Clear(); b.eager_min = 0; }
+    }
+    if (b.host && b.eager_plans == NULL) Py_CLEAR(b.eager_for); /* the host's: plans in C only */
     Py_INCREF(be);
     seen[n_seen] = b;
     return &seen[n_seen++];
@@ -808,6 +821,20 @@ done:
     return rc;
 }
 
+/* the element count of a node's single output (-1: not known, or nobody holds it) */
+static long long out_elems(PyObject *outputs) {
+    PyObject *t = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
+    if (t == NULL) { PyErr_Clear(); return -1; }
+    if (t == Py_None || (PyObject *)Py_TYPE(t) != c_desc_type) return -1;
+    PyObject *shape = SLOT(t, desc_off[D_SHAPE]);
+    if (shape == NULL || !PyTuple_Check(shape)) return -1;
+    long long n = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+        n *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (PyErr_Occurred()) { PyErr_Clear(); return -1; }
+    return n;
+}
+
 /* 1: ran the node; 0: declined, nothing done (the Python path runs it); -1: an error */
 static int run_host(PyObject *node) {
     if (!loop_configured || (PyObject *)Py_TYPE(node) != c_node_type) return 0;
@@ -823,10 +850,11 @@ static int run_host(PyObject *node) {
     BackendInfo *bi = stream_info(stream);
     if (bi == NULL) return PyErr_Occurred() ? -1 : 0; /* (an interrupt kept by the probe) */
     int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
-    /* a device's eager elementwise op with a one-op kernel of the backend (eager_kernel),
-     * planned and launched as a loaded fused call is (evaluate._gpu_eager_launch) */
-    int eager = !bi->host && !fused && elementwise && bi->eager_for != NULL &&
-                PyList_GET_SIZE(outputs) == 1;
+    /* an eager elementwise op with a one-op kernel of the backend (eager_kernel), planned
+     * and launched as a loaded fused call is (evaluate._eager_launch): a device's, or the
+     * host's from its min_size on (the rule where it has no plan) */
+    int eager = !fused && elementwise && bi->eager_for != NULL && PyList_GET_SIZE(outputs) == 1 &&
+                (!bi->host || out_elems(outputs) >= bi->eager_min);
     /* a device's node whose backend has a generated kernel's rule (Backend.kernel_rules, a
      * KernelRule: cuda/primitive_plans.py): launched from the plan a call of this layout
      * made, by the backend's C launch, into a fresh buffer (the kernels' buffers are
@@ -929,7 +957,12 @@ static int run_host(PyObject *node) {
                        eargs[3], eargs[2]);
         if (ln == NULL) ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
         if (ln == NULL) goto done;
-        if (ln == Py_None) { rc = 0; goto done; } /* no kernel: the rule, in Python */
+        if (ln == Py_None && !bi->host) { rc = 0; goto done; } /* no kernel: the rule, in Python */
+        if (ln == Py_None) { /* the host's without a plan (yet): its rule, here */
+            Py_CLEAR(ln);
+            eager = from_plan = 0;
+            takes_out = SLOT(defn, defn_off[F_OUT]) == Py_True;
+        }
     }
     if (takes_out) {
         PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);
@@ -1046,7 +1079,7 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        int path = eager ? PATH_EAGER_DEVICE : !fused ? PATH_RULE_OUT
+        int path = eager ? (bi->host ? PATH_EAGER : PATH_EAGER_DEVICE) : !fused ? PATH_RULE_OUT
                    : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
         if (detach(node) < 0 || count_path(path) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;

@@ -35,11 +35,11 @@ DONATION_SLACK = 16384  # MLX: an input donates only if its buffer <= output byt
 # (fresh or donated); a view rule; a loaded fused kernel launched into its output buffer
 # (``Backend.launch_fused``), on the host or outside a GPU's device context; a fused tape
 # through ``run_compiled``; a GPU's eager elementwise op as its one-op kernel
-# (``Backend.eager_kernel``), launched as a loaded fused call is. (core/_loop.c counts by
-# these indices: its PATH_* enum.)
+# (``Backend.eager_kernel``), launched as a loaded fused call is; the host's (the CPU's
+# large ones). (core/_loop.c counts by these indices: its PATH_* enum.)
 PATHS = ("rule", "rule_out", "view", "fused_kernel", "fused_kernel_device", "run_compiled",
-         "eager_kernel_device")
-RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, EAGER_DEVICE = range(len(PATHS))
+         "eager_kernel_device", "eager_kernel")
+RULE, RULE_OUT, VIEW, FUSED, FUSED_DEVICE, COMPILED, EAGER_DEVICE, EAGER = range(len(PATHS))
 _counts = [0] * len(PATHS)
 
 
@@ -147,13 +147,17 @@ def _run_node(node: Node) -> None:
     stream's device (in its device context: a GPU's stream), and detach it."""
     prim = node.primitive
     be = stream_backend(prim.stream)
+    defn = prim.defn
     if be.device_context is None:  # the host: a generated kernel where the backend has one
+        if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
+                                                                              EAGER):
+            return
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
-    defn = prim.defn
     if defn.takes_runtime and _gpu_fused_launch(node, prim, be):
         return
-    if defn.elementwise and be.eager_kernel is not None and _gpu_eager_launch(node, prim, be):
+    if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
+                                                                          EAGER_DEVICE):
         return
     if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
         _host_view(node, prim)
@@ -313,12 +317,12 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
                        FUSED_DEVICE)
 
 
-def _gpu_eager_launch(node: Node, prim, be) -> bool:
-    """A GPU's eager elementwise op as the backend's one-op kernel (``eager_kernel``: a
-    plan as a loaded fused call's), into a donated input's buffer or a fresh one
-    (``_output_buffer``), launched through ``launch_fused`` (core/_loop.c run_node does the
-    same steps through the backend's C launch when no input may donate). False: the
-    node's rule runs."""
+def _eager_launch(node: Node, prim, be, path: int) -> bool:
+    """An eager elementwise op as the backend's one-op kernel (``eager_kernel``: a plan as a
+    loaded fused call's; a GPU's, the CPU's large ones), into a donated input's buffer or a
+    fresh one (``_output_buffer``), launched through ``launch_fused`` (core/_loop.c run_node
+    does the same steps, through the backend's C launch or the plan's C KernelCall), counted
+    on ``path``. False: the node's rule runs."""
     outputs = node.outputs
     if len(outputs) != 1:
         return False
@@ -334,7 +338,7 @@ def _gpu_eager_launch(node: Node, prim, be) -> bool:
     if not ln.takes(out):
         return False
     be.launch_fused(prim.stream, ln, ins, out)
-    _counts[EAGER_DEVICE] += 1
+    _counts[path] += 1
     target.set_data(out, out_handle)
     _detach(node)
     if t0:

@@ -177,6 +177,7 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
     global_cache: set = set()
     new_tape: list = []
     boundaries: list = []
+    dropped: list = []  # the ops fused away
 
     for g in reversed(prog.tape):
         if id(g) in global_cache:
@@ -260,6 +261,7 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
         old_outputs.append(root)
         for f in fused:
             global_cache.add(id(f))
+        dropped += fused
         tape, names = build_tape(inputs, fused, old_outputs)
         prim = Primitive("Compiled", g.prim.stream, tape=tape, shape=root.shape)
         cg = GOp(prim, list(inputs))
@@ -275,6 +277,11 @@ def fuse(prog: Program, reductions: Optional[bool] = None) -> Program:
             repl[id(o)] = n
         new_tape.append(cg)
 
+    # the recursive closures reach themselves through their cells: emptied, what they hold
+    # (the traced graph, a constant's array among it) goes by reference counting
+    recurse = recurse_tape = None  # noqa: F841
+    for f in dropped:  # (an op and its values refer to each other: cut the same way)
+        f.outputs = []
     new_tape.reverse()
     for g in new_tape:
         g.inputs = [repl.get(id(v), v) for v in g.inputs]

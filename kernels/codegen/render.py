@@ -333,6 +333,53 @@ static inline void ts_sfence(void) { __builtin_ia32_sfence(); }
 #endif
 """
 
+# The threads a parallel loop of a CPU kernel takes: the cores other runnable tasks leave
+# free, as cpu/threads.py fits BLAS's. A parallel loop of more threads than free cores waits
+# at its end for a thread the scheduler preempted: an in-place 2^20-element multiply-add on
+# the 2-core machine of record at load 4.5 took 1.2-1.4 ms on the mean with two threads
+# against 0.46-0.65 on one (its median about equal), 0.28 against 0.48 when a core is free.
+_C_THREADS = r"""#ifdef _OPENMP
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+int omp_get_max_threads(void);
+/* OpenMP's thread count less the other runnable tasks (/proc/loadavg's running count, this
+   thread among them), at least 1; sampled at most every 0.1 s */
+static int ts_threads(void) {
+  static int cached = 0;
+  static long long at = 0;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  const long long now = (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+  const int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c > 0 && now - __atomic_load_n(&at, __ATOMIC_RELAXED) < 100) return c;
+  const int max = omp_get_max_threads();
+  int n = max;
+  const int fd = open("/proc/loadavg", O_RDONLY);
+  if (fd >= 0) {
+    char buf[128];
+    const ssize_t k = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (k > 0) {  /* "0.50 0.40 0.30 R/T last": R runnable tasks */
+      buf[k] = 0;
+      const char* p = buf;
+      for (int sp = 0; *p && sp < 3; ++p) sp += *p == ' ';
+      int running = 0;
+      while (*p >= '0' && *p <= '9') running = running * 10 + (*p++ - '0');
+      if (running > 0) n = max - (running - 1);
+    }
+  }
+  if (n > max) n = max;
+  if (n < 1) n = 1;
+  __atomic_store_n(&cached, n, __ATOMIC_RELAXED);
+  __atomic_store_n(&at, now, __ATOMIC_RELAXED);
+  return n;
+}
+#else
+static int ts_threads(void) { return 1; }
+#endif
+"""
+
 
 # Our own float32 math (see ``CDialect.own_math``): branch-free so ``omp simd`` vectorises it.
 # k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact high product), the degree-7 Taylor
@@ -408,7 +455,7 @@ class CpuSchedule:
     stream_min_bytes = 1 << 23  # outputs this large (bytes, all outputs) use streaming stores
     stream_block = 512  # elements per block of the streaming loop (staged in a stack buffer)
     tile = 64  # edge of the 2-D tiles the strided kernel walks when an input is transposed
-    preamble = _C_STREAM
+    preamble = _C_STREAM + _C_THREADS
 
     def render(self, d, tape: Tape, kernel_name: str, contiguous: bool, ndim: int,
                large: bool) -> str:
@@ -435,13 +482,21 @@ class CpuSchedule:
         if contiguous:
             lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
             lines += self._streaming(d, tape, ins, outs, idx)
-            lines.append(f"  #pragma omp parallel for simd schedule(static) if(size >= {self.omp_min_size})")
-            lines.append(f"  for ({idx} i = 0; i < size; ++i) {{")
             loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-            lines += d.body(tape, loads, "    ")
-            for oname, name, dt in outs:
-                lines.append(f"    {oname}[i] = {d.store(dt, f'tmp_{name}')};")
-            lines.append("  }")
+            loop = [f"  for ({idx} i = 0; i < size; ++i) {{"]
+            loop += d.body(tape, loads, "    ")
+            loop += [f"    {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+            loop.append("  }")
+            # below the threshold (or with one core free) one thread, and no parallel region
+            # at all: an OpenMP ``if`` clause on ``parallel for simd`` also turns the simd
+            # part off (OpenMP 5: it applies to every construct of the combination), and a
+            # parallel region of one thread still costs ~0.5 us a call in libgomp
+            lines.append(f"  const int nt = size < {self.omp_min_size} ? 1 : ts_threads();")
+            lines.append("  if (nt == 1) {")
+            lines.append("  #pragma omp simd")
+            lines += loop
+            lines += ["  return;", "  }", "  #pragma omp parallel for simd schedule(static) num_threads(nt)"]
+            lines += loop
         else:
             lines += self._strided(d, tape, ins, outs, k, ndim)
         lines.append("}")
@@ -470,7 +525,7 @@ class CpuSchedule:
         L += d.body(tape, loads, "      ")
         L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
         L += ["    }",
-              "    #pragma omp parallel",
+              "    #pragma omp parallel num_threads(ts_threads())",
               "    {",
               "    #pragma omp for schedule(dynamic, 64) nowait",
               f"    for ({idx} b = 0; b < nb; ++b) {{",
@@ -531,10 +586,28 @@ class CpuSchedule:
             L.append("#endif")
         else:
             L.append("  const int stream = 0;")
-        L.append(f"  #pragma omp parallel if(n_outer * n_rows * n_cols >= {self.omp_min_size})")
-        L.append("  {")
-        L.append("  #pragma omp for collapse(2) schedule(static) nowait")
-        L.append("  for (int64_t o = 0; o < n_outer; ++o) {")
+        # the nest, written twice: on one thread below the threshold or with one core free
+        # (no parallel region: libgomp's costs ~0.5 us a call even with an ``if`` clause
+        # false), else in a region of the free cores' threads
+        L.append(f"  const int nt = n_outer * n_rows * n_cols < {self.omp_min_size} ? 1 : ts_threads();")
+        L.append("  if (nt == 1) {")
+        nest = self._nest(d, tape, ins, outs, arr, ndim, blk)
+        L += nest
+        L.append("#if TS_STREAM")
+        L.append("  if (stream) ts_sfence();")
+        L.append("#endif")
+        L += ["  } else {", "  #pragma omp parallel num_threads(nt)", "  {",
+              "  #pragma omp for collapse(2) schedule(static) nowait"]
+        L += nest
+        L.append("#if TS_STREAM")
+        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
+        L.append("#endif")
+        L += ["  }", "  }"]
+        return L
+
+    def _nest(self, d, tape, ins, outs, arr, ndim, blk) -> list:
+        """The strided kernel's loops over (outer index, row tile, column tile, row)."""
+        L = ["  for (int64_t o = 0; o < n_outer; ++o) {"]
         L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
         # base offsets of this outer index
         for x in arr:
@@ -578,10 +651,6 @@ class CpuSchedule:
         L.append("    }")
         L.append("    }")
         L.append("  }")
-        L.append("  }")
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
-        L.append("#endif")
         L.append("  }")
         return L
 

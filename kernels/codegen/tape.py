@@ -211,3 +211,31 @@ def variant_name(lib: str, contiguous: bool, ndim: int, large: bool) -> str:
     """The kernel symbol of one variant: ``_contiguous`` or ``_strided_<ndim>``, plus ``_large``."""
     name = lib + ("_contiguous" if contiguous else f"_strided_{ndim}")
     return name + "_large" if large else name
+
+
+_one_op: dict = {}  # (primitive, input dtypes, output dtype, scalars, params, by_value, name) -> tape
+
+
+def one_op_tape(prim: str, in_dtypes: Sequence, out_dtype: Any, scalars: Sequence[bool],
+                params: tuple = (), by_value: Sequence[bool] = (),
+                name: Optional[str] = None) -> Tape:
+    """The one-op tape of an eager elementwise primitive, as MLX's backends run one unary /
+    binary / ternary kernel per op and types (mlx/backend/cpu/binary.h, cuda/binary.cu):
+    inputs ``A``, ``B``, ... (``scalars``: a 0-d input, read once; ``by_value``: one a GPU
+    dialect takes as a parameter's value), the op writing the next name. Its kernel name is
+    MLX's for that tape (``make_tape``) unless ``name`` is given."""
+    by_value = tuple(bool(v) for v in by_value) or (False,) * len(in_dtypes)
+    key = (prim, tuple(np.dtype(d).str for d in in_dtypes), np.dtype(out_dtype).str,
+           tuple(bool(s) for s in scalars), tuple(params), by_value, name)
+    tape = _one_op.get(key)
+    if tape is None:
+        names = [node_name(i) for i in range(len(in_dtypes))]
+        inputs = tuple(TapeInput(n, np.dtype(dt), scalar=bool(s) or v, by_value=v)
+                       for n, dt, s, v in zip(names, in_dtypes, scalars, by_value))
+        ops = (TapeOp(node_name(len(in_dtypes)), prim, np.dtype(out_dtype), tuple(names),
+                      tuple(params)),)
+        tape = make_tape(inputs, ops, (ops[0].name,))
+        if name is not None:
+            tape = Tape(tape.inputs, tape.ops, tape.outputs, name)
+        _one_op[key] = tape
+    return tape

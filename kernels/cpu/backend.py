@@ -1,7 +1,8 @@
 """The CPU backend: host memory computed with numpy, fused tapes and MLX's reductions and
 fast primitives as generated C (``cpu/compiled.py``, ``cpu/primitive_kernels.py``,
-``cpu/fast_kernels.py``), the host's roofline limits (``cpu/machine.py``). A backend like the
-others (``kernels/backends.py``'s ``Backend`` contract), as MLX's ``eval_cpu`` sits beside
+``cpu/fast_kernels.py``), large eager elementwise ops as one-op kernels (``cpu/eager.py``),
+the host's roofline limits (``cpu/machine.py``). A backend like the others
+(``kernels/backends.py``'s ``Backend`` contract), as MLX's ``eval_cpu`` sits beside
 ``eval_gpu`` (mlx/backend/cpu/)."""
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class CpuBackend(Backend):
         from .compiled import prebuild
 
         return prebuild
+
+    @functools.cached_property
+    def eager_kernel(self) -> Optional[Callable]:
+        """Eager elementwise ops of ``cpu.eager.MIN_SIZE`` elements and more as one-op
+        kernels (``cpu/eager.py``), called by the eval loop as loaded fused calls are."""
+        from .eager import EagerKernels
+
+        return EagerKernels()
 
     @functools.cached_property
     def kernel_rules(self) -> dict:

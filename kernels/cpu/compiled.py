@@ -163,8 +163,7 @@ class Launch:
         self.dtypes = [np.dtype(tape.dtype_of(n)) for n in tape.outputs]
         self.order = output_order(tape, inputs, shape, contiguous)
         # the one layout a caller's ``out`` must have for the kernel to write it directly
-        probe = np.empty(shape, dtype=self.dtypes[0], order=self.order) if outs == 1 else None
-        self.out_strides = probe.strides if probe is not None else None
+        self.out_strides = _strides(shape, self.dtypes[0].itemsize, self.order) if outs == 1 else None
         # the call as a KernelCall (the tape's inputs, then each output): ``call`` runs it,
         # and the eval loop calls a single output's without Python code on an ``out`` of its
         # layout (``takes``' test); its out_strides are None for several outputs (the loop
@@ -187,6 +186,16 @@ class Launch:
                              "tape": self.entry.tape, "shape": self.shape,
                              "io": (layouts(arrays[:-self.n_outs]),
                                     layouts(arrays[-self.n_outs:]))})
+
+    @property
+    def out_shape(self) -> tuple:
+        """The shape of what the kernel writes (the eval loop checks a plan by it)."""
+        return self.shape
+
+    @property
+    def out_dtype(self):
+        """The dtype of its single output (None for several)."""
+        return self.dtypes[0] if self.n_outs == 1 else None
 
     def takes(self, out: np.ndarray) -> bool:
         """Whether the kernel writes its single output straight into ``out``."""
@@ -231,6 +240,16 @@ class Launch:
             ptrs, outs, tail = self.tail
             av = self.argvs[tid] = self.argv_type(*ptrs, *([0] * outs), *tail)
         return av
+
+
+def _strides(shape: tuple, itemsize: int, order: str) -> tuple:
+    """numpy's strides of a new array of ``shape`` in ``order`` ("C" or "F"), without making
+    one (a plan of a huge broadcast must not allocate its output to learn them)."""
+    st, acc = [], itemsize
+    for s in (reversed(shape) if order == "C" else shape):
+        st.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(st)) if order == "C" else tuple(st)
 
 
 def _spec(tape: Tape, inputs: Sequence, shape: tuple) -> tuple:
@@ -310,6 +329,39 @@ def prebuild(batch: Sequence[tuple]) -> int:
 
 
 _BUILDING = object()  # _prepare's answer while the kernel builds in the background
+
+
+def kernel_for(tape: Tape, inputs: Sequence[np.ndarray], shape: tuple) -> Optional[Launch]:
+    """The plan of ``tape`` for these input layouts with its kernel loaded (built on a miss,
+    as ``run_compiled`` builds; with tiered first calls on, ``tiered.start`` builds it in the
+    background and the answer is None until it is loaded), or None where it cannot be built
+    (the C dialect cannot spell the tape, or its build failed). Eager one-op kernels come
+    through here (``cpu/eager.py``): on None their caller's rule runs."""
+    arrays = tape.launches.get(None)
+    if arrays is None:
+        arrays = tape.launches[None] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
+    lkey = (shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
+    ln = tape.launches.get(lkey)
+    if ln is not None and ln.gen == compiler._generation[0]:
+        return ln
+    (contiguous, cshape, strides, _), name, variant, key, source, reason = _spec(tape, inputs, shape)
+    if reason or compiler.failed(key) is not None:
+        return None
+    entry = compiler.loaded(key)
+    if entry is None and not tiered.tiered():
+        try:
+            entry = compiler.get_kernel(name, variant, source, key=key, tape=tape)
+        except compiler.BuildError:
+            return None
+    if entry is None and compiler.probed() and not tiered.building(key):
+        entry = compiler.get_kernel(name, variant, source, key=key, tape=tape, build=False)
+    if entry is None:
+        tiered.start(key, functools.partial(compiler.get_kernel, name, variant, source, key=key,
+                                            tape=tape))
+        return None
+    ln = tape.launches[lkey] = Launch(tape, inputs, shape, entry, contiguous, cshape, strides,
+                                      name, variant)
+    return ln
 
 
 def run_compiled(tape: Tape, inputs: Sequence[np.ndarray], shape: Sequence[int],

@@ -245,21 +245,17 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype: Any, scalars: Se
     """The one-op tape of an eager elementwise primitive (``AsType``: the copy kernel), as
     MLX has one unary / binary / ternary / copy kernel per op and types; ``by_value``: per
     input, a host scalar the kernel takes as a parameter's value (``TapeInput.by_value``)."""
-    from ..codegen.tape import Tape, TapeInput, TapeOp
+    from ..codegen.tape import one_op_tape
 
     by_value = tuple(bool(v) for v in by_value) or (False,) * len(in_dtypes)
     key = (prim, tuple(np.dtype(d).str for d in in_dtypes), np.dtype(out_dtype).str,
            tuple(scalars), params) + ((by_value,) if any(by_value) else ())
     tape = _tapes.get(key)
     if tape is None:
-        names = [chr(ord("A") + i) for i in range(len(in_dtypes))]
-        inputs = tuple(TapeInput(n, np.dtype(dt), scalar=bool(s) or v, by_value=v)
-                       for n, dt, s, v in zip(names, in_dtypes, scalars, by_value))
-        out = chr(ord("A") + len(in_dtypes))
-        ops = (TapeOp(out, prim, np.dtype(out_dtype), tuple(names), params),)
         tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         types = "".join(np.dtype(d).name for d in (*in_dtypes, out_dtype))
-        tape = _tapes[key] = Tape(inputs, ops, (out,), lib_name=f"ew_{prim}_{types}_{tag}")
+        tape = _tapes[key] = one_op_tape(prim, in_dtypes, out_dtype, scalars, params, by_value,
+                                         name=f"ew_{prim}_{types}_{tag}")
     return tape
 
 

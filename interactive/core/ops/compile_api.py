@@ -106,6 +106,13 @@ class _Entry:
         # the function returns exactly one array: the call hands back that handle
         self.lone = isinstance(template, array) and n_outputs == 1
 
+    def __del__(self):
+        # a traced program's ops and values refer to each other (GOp.outputs, Val.op): cut
+        # when its entry goes, the program (its constants' arrays among it) is freed by
+        # reference counting then, not whenever the cyclic collector next runs
+        for g in self.program.tape:
+            g.outputs = []
+
 
 class CompiledFunction(_CallBase):
     """What ``mx.compile`` returns: call it like the function it wraps."""
