@@ -504,6 +504,21 @@ static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape
     return a;
 }
 
+/* for _binary.c: a node over ``descs`` after the float64 check (record_node's steps over
+ * descs), an output's handle, a new instance */
+PyObject *record_node_descs(PyObject *prim, PyObject *descs, PyObject **flag,
+                            PyObject *const *dtypes, Py_ssize_t nd) {
+    if (float64_ok(prim, descs, dtypes, nd) < 0) return NULL;
+    return node_of_descs(prim, descs, flag);
+}
+
+PyObject *record_output_of(PyObject *node, PyObject *stream, PyObject *shape,
+                           PyObject *dtype, PyObject *flag) {
+    return record_output(node, stream, shape, dtype, r_zero, flag);
+}
+
+PyObject *bare_of(PyObject *type) { return bare(type); }
+
 static int record_args(const char *who, Py_ssize_t nargs, PyObject *const *args) {
     if (!record_configured) {
         PyErr_Format(PyExc_RuntimeError, "%s: not configured", who);
@@ -746,6 +761,10 @@ static PyMethodDef methods[] = {
      "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
     {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
      "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
+    {"configure_binary", (PyCFunction)configure_binary, METH_O,
+     "Hand over the op layer's helpers for recording binary ops (a dict; _binary.c)."},
+    {"binary", (PyCFunction)(void (*)(void))py_binary, METH_FASTCALL | METH_KEYWORDS,
+     "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,
