@@ -31,7 +31,7 @@ PyObject *bare_of(PyObject *type);
 
 static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
     *b_broadcast_shapes, *b_resolve, *b_allocator, *b_handle_type, *b_np_array, *b_host_stream,
-    *b_array_type, *b_f16, *b_f32, *b_f64, *b_c64, *b_inexact;
+    *b_array_type, *b_f16, *b_f32, *b_f64, *b_c64, *b_inexact, *b_dtype_type;
 static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast;
 static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
     dt_np_off;
@@ -76,6 +76,7 @@ PyObject *configure_binary(PyObject *self, PyObject *kw) {
     if (b_broadcast == NULL && (b_broadcast = PyUnicode_InternFromString("Broadcast")) == NULL)
         return NULL;
     Py_CLEAR(host_stream_seen);
+    Py_XSETREF(b_dtype_type, Py_NewRef(dtype_type));
     binary_configured = 1;
     Py_RETURN_NONE;
 }
@@ -144,16 +145,10 @@ static int host_memory(PyObject *stream) {
 /* the default stream (resolve_stream(None)); new ref */
 static PyObject *the_default_stream(void) { return PyObject_CallOneArg(b_resolve, Py_None); }
 
-/* a Python float's 0-d ArrayDesc typed weakly against ``like``: 1 and ``*out`` (a new
- * reference), 0 when convert.py must make it, -1 on error */
-static int weak_float_desc(PyObject *v, PyObject *like, PyObject **out) {
-    PyObject *dt = PySet_Contains(b_inexact, like) == 1 ? like : b_f32;
-    double x = PyFloat_AS_DOUBLE(v), lim;
-    if (dt == b_f32 || dt == b_c64) lim = 3.4028234663852886e38;
-    else if (dt == b_f64) lim = 1.7976931348623157e308;
-    else if (dt == b_f16) lim = 65504.0;
-    else return 0;
-    if (!(-lim <= x && x <= lim)) return 0; /* (NaN too) */
+/* convert.py ``_scalar(v, dt)``'s desc (``v`` known to fit ``dt``): 1 and ``*out`` (a new
+ * reference), 0 when the default stream's memory is not the host's (``_scalar`` makes it
+ * there), -1 on error */
+static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
     PyObject *stream = the_default_stream();
     if (stream == NULL) return -1;
     int host = host_memory(stream);
@@ -181,6 +176,19 @@ static int weak_float_desc(PyObject *v, PyObject *like, PyObject **out) {
     if (desc == NULL) return -1;
     *out = desc;
     return 1;
+}
+
+/* a Python float's 0-d ArrayDesc typed weakly against ``like``: 1 and ``*out`` (a new
+ * reference), 0 when convert.py must make it, -1 on error */
+static int weak_float_desc(PyObject *v, PyObject *like, PyObject **out) {
+    PyObject *dt = PySet_Contains(b_inexact, like) == 1 ? like : b_f32;
+    double x = PyFloat_AS_DOUBLE(v), lim;
+    if (dt == b_f32 || dt == b_c64) lim = 3.4028234663852886e38;
+    else if (dt == b_f64) lim = 1.7976931348623157e308;
+    else if (dt == b_f16) lim = 65504.0;
+    else return 0;
+    if (!(-lim <= x && x <= lim)) return 0; /* (NaN too) */
+    return scalar_desc(v, dt, out);
 }
 
 /* an mx.array's desc (a new reference) */
@@ -318,4 +326,27 @@ PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyO
 done:
     Py_DECREF(s); Py_XDECREF(ad); Py_XDECREF(bd); Py_XDECREF(shape); Py_XDECREF(dt);
     return out;
+}
+
+/* scalar(v, dtype): convert.py ``_scalar`` (a 0-d mx.array of a Python scalar known to fit
+ * ``dtype``), or None where the default stream's memory is not the host's */
+PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!binary_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "scalar: not configured");
+        return NULL;
+    }
+    if (nargs != 2 || (PyObject *)Py_TYPE(args[1]) != b_dtype_type) {
+        PyErr_SetString(PyExc_TypeError, "scalar(v, dtype: Dtype)");
+        return NULL;
+    }
+    PyObject *d = NULL;
+    int r = scalar_desc(args[0], args[1], &d);
+    if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *a = bare_of(b_array_type);
+    if (a != NULL) {
+        put(a, b_d_off, d);
+        PyObject_GC_UnTrack(a);
+    }
+    Py_DECREF(d);
+    return a;
 }

@@ -765,6 +765,8 @@ static PyMethodDef methods[] = {
      "Hand over the op layer's helpers for recording binary ops (a dict; _binary.c)."},
     {"binary", (PyCFunction)(void (*)(void))py_binary, METH_FASTCALL | METH_KEYWORDS,
      "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
+    {"scalar", (PyCFunction)(void (*)(void))py_scalar, METH_FASTCALL,
+     "scalar(v, dtype): a Python scalar's 0-d array (convert.py _scalar; _binary.c)."},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

@@ -38,6 +38,7 @@ PyObject *module_attr(PyObject *mod, PyObject *name);
 /* _binary.c */
 PyObject *configure_binary(PyObject *self, PyObject *kw);
 PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);

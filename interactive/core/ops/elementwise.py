@@ -109,6 +109,16 @@ def _c_binary() -> None:
         "complex64": _dt.complex64,
         "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})
     globals()["binary"] = _call.binary
+    from . import convert
+
+    scalar_py, scalar_c = convert._scalar, _call.scalar
+
+    def _scalar(v: Any, dtype: _dt.Dtype) -> array:
+        a = scalar_c(v, dtype)
+        return a if a is not None else scalar_py(v, dtype)
+
+    _scalar.__doc__ = scalar_py.__doc__
+    convert._scalar = _scalar
 
 
 _c_binary()
