@@ -242,6 +242,34 @@ static PyObject *broadcast_desc(PyObject *d, PyObject *shape, PyObject *stream) 
                    SLOT(d, desc_off[D_DTYPE]), 0);
 }
 
+/* the shape two shapes (tuples of ints) broadcast to, numpy's rule as convert.py
+ * broadcast_shape_of applies it; shapes that do not broadcast (or a dimension that is not
+ * a small int) go to convert.py broadcast_shapes, which raises MLX's ValueError. New ref. */
+static PyObject *broadcast_pair(PyObject *a, PyObject *b) {
+    Py_ssize_t na = PyTuple_GET_SIZE(a), nb = PyTuple_GET_SIZE(b), n = na > nb ? na : nb;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = i >= n - na ? PyTuple_GET_ITEM(a, i - (n - na)) : NULL;
+        PyObject *y = i >= n - nb ? PyTuple_GET_ITEM(b, i - (n - nb)) : NULL;
+        int ox = 0, oy = 0;
+        long long vx = x ? (PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &ox) : -2) : 1;
+        long long vy = y ? (PyLong_CheckExact(y) ? PyLong_AsLongLongAndOverflow(y, &oy) : -2) : 1;
+        PyObject *r = NULL;
+        if (vx >= 0 && vy >= 0 && !ox && !oy) {
+            if (vx == vy || vy == 1) r = x ? x : y;
+            else if (vx == 1) r = y;
+        }
+        if (r == NULL) { /* (a mismatch: the Python rule's error) */
+            Py_DECREF(out);
+            PyErr_Clear();
+            return PyObject_CallFunctionObjArgs(b_broadcast_shapes, a, b, NULL);
+        }
+        PyTuple_SET_ITEM(out, i, Py_NewRef(r));
+    }
+    return out;
+}
+
 /* binary(name, a, b, stream, dtype=None, out_dtype=None): ops/elementwise.py binary */
 PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *usage = "binary(name, a, b, stream, dtype=None, out_dtype=None)";
@@ -295,9 +323,12 @@ PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyO
         same = eq;
     }
     if (same) shape = Py_NewRef(ash);
-    else if (PyTuple_GET_SIZE(bsh) == 0) shape = Py_NewRef(ash);
+    else if (!PyTuple_Check(ash) || !PyTuple_Check(bsh)) {
+        if ((shape = PyObject_CallFunctionObjArgs(b_broadcast_shapes, ash, bsh, NULL)) == NULL)
+            goto done;
+    } else if (PyTuple_GET_SIZE(bsh) == 0) shape = Py_NewRef(ash);
     else if (PyTuple_GET_SIZE(ash) == 0) shape = Py_NewRef(bsh);
-    else if ((shape = PyObject_CallFunctionObjArgs(b_broadcast_shapes, ash, bsh, NULL)) == NULL)
+    else if ((shape = broadcast_pair(ash, bsh)) == NULL)
         goto done;
     if (adt != dt) {
         PyObject *c = cast_desc(ad, dt, s);

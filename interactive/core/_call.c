@@ -403,6 +403,42 @@ static int float64_ok(PyObject *prim, PyObject *descs, PyObject *const *dtypes, 
     return r == NULL ? -1 : 0;
 }
 
+/* transform_tracers.any_tracer(descs) while a transformation runs (a new reference): this
+ * thread's state (its ``_local``'s retain / depth ints) read here, else the function */
+static PyObject *tracer_flag(PyObject *descs) {
+    static PyObject *s__local, *s___dict__, *s_retain, *s_depth;
+    if (s__local == NULL && (!(s__local = PyUnicode_InternFromString("_local")) ||
+                             !(s___dict__ = PyUnicode_InternFromString("__dict__")) ||
+                             !(s_retain = PyUnicode_InternFromString("retain")) ||
+                             !(s_depth = PyUnicode_InternFromString("depth"))))
+        return NULL;
+    PyObject *local = module_attr(r_tracer, s__local);
+    PyObject *d = local ? PyObject_GetAttr(local, s___dict__) : NULL;
+    Py_XDECREF(local);
+    if (d == NULL) return NULL;
+    PyObject *retain = PyDict_Check(d) ? PyDict_GetItemWithError(d, s_retain) : NULL;
+    PyObject *depth = retain ? PyDict_GetItemWithError(d, s_depth) : NULL;
+    PyObject *r = NULL;
+    if (depth != NULL && PyLong_CheckExact(retain) && PyLong_CheckExact(depth)) {
+        int ov = 0;
+        long long rv = PyLong_AsLongLongAndOverflow(retain, &ov), dv;
+        if (!ov) dv = PyLong_AsLongLongAndOverflow(depth, &ov);
+        if (!ov) {
+            int hit = rv > 0;
+            for (Py_ssize_t i = 0; !hit && dv != 0 && i < PyList_GET_SIZE(descs); i++) {
+                PyObject *t = SLOT(PyList_GET_ITEM(descs, i), desc_off[D_TRACER]);
+                hit = t == Py_True ? 1 : t == NULL || t == Py_False ? 0 : PyObject_IsTrue(t);
+                if (hit < 0) { Py_DECREF(d); return NULL; }
+            }
+            r = Py_NewRef(hit ? Py_True : Py_False);
+        }
+    }
+    Py_DECREF(d);
+    if (r != NULL) return r;
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallOneArg(r_any_tracer, descs); /* (a state not made yet: its _state) */
+}
+
 /* the node of ``primitive`` over ``descs`` (a list of ArrayDescs, taken as the node's
  * inputs list) and its outputs' tracer flag (``*flag``, a new reference) */
 static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag) {
@@ -411,7 +447,7 @@ static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag)
     if (active == NULL) return NULL;
     int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
     Py_DECREF(active);
-    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
+    *flag = quiet ? Py_NewRef(Py_False) : tracer_flag(descs);
     if (*flag == NULL) return NULL;
     id = PyIter_Next(r_node_ids);
     outputs = id ? PyList_New(0) : NULL;
