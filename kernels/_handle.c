@@ -58,6 +58,8 @@ static void handle_finalize(Handle *self) {
 
 /* BufferHandle(buffer, allocator) without the argument parser (the loop makes one per
  * fresh output) */
+static int untrack_buffer(PyObject *buf);
+
 static PyObject *handle_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -66,6 +68,10 @@ static PyObject *handle_vectorcall(PyObject *type, PyObject *const *args, size_t
     if (n == 2 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0)) {
         h->buffer = Py_NewRef(args[0]);
         h->allocator = Py_NewRef(args[1]);
+        /* a handle of an allocator.Buffer, acyclic (the buffer's raw array and ints; the
+         * allocator holds no handle): left out of the cyclic collector, whose young
+         * generation an eval's handles would otherwise fill */
+        if (untrack_buffer(args[0])) PyObject_GC_UnTrack(h);
         return (PyObject *)h;
     }
     Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -311,6 +317,17 @@ static PyTypeObject CacheType;
  * its subclasses), else by getattr */
 static PyTypeObject *buffer_base = NULL;
 static Py_ssize_t raw_off = -1, size_off = -1;
+
+/* an allocator.Buffer itself (not a subclass, which may hold more) is acyclic: its raw
+ * array (numpy's, or a device array over its memory) and two ints. Made here, it leaves
+ * the cyclic collector (an eval adopts and allocates ~30 a small step; tracked, they set
+ * off young collections and were most of the objects that reached the full ones).
+ * Returns whether ``buf`` is one (and untracked). */
+static int untrack_buffer(PyObject *buf) {
+    if (buf == NULL || buffer_base == NULL || Py_TYPE(buf) != buffer_base) return 0;
+    if (PyObject_GC_IsTracked(buf)) PyObject_GC_UnTrack(buf);
+    return 1;
+}
 
 static PyObject *buffer_field(PyObject *buf, Py_ssize_t off, PyObject *name) {
     if (off >= 0 && PyObject_TypeCheck(buf, buffer_base)) {
@@ -698,6 +715,7 @@ static PyObject *alloc_malloc(Alloc *a, PyObject *size) {
     if (!ok) { Py_XDECREF(buf); Py_XDECREF(rsize); return NULL; }
     if (buf == NULL) { /* a miss: the Python malloc allocates (its own lock, its record) */
         buf = PyObject_CallMethodOneArg((PyObject *)a, s__malloc, rsize ? rsize : size);
+        untrack_buffer(buf);
     } else if (recording()) {
         PyObject *req = rsize ? Py_NewRef(rsize) : Py_NewRef(size);
         if (record((PyObject *)a, s_cache_reuse, buf, req) < 0) Py_CLEAR(buf);
@@ -739,6 +757,7 @@ static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
     PyObject *bt = PyObject_GetAttr((PyObject *)a, s_buffer_type);
     PyObject *nbytes = bt ? PyObject_GetAttr(owner, s_nbytes) : NULL;
     PyObject *buf = nbytes ? PyObject_CallFunctionObjArgs(bt, owner, nbytes, NULL) : NULL;
+    untrack_buffer(buf);
     Py_XDECREF(bt);
     if (buf == NULL || PyObject_IsTrue(nbytes) != 1) { Py_XDECREF(nbytes); return buf; }
     Py_DECREF(nbytes);

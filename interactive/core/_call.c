@@ -403,6 +403,42 @@ static int float64_ok(PyObject *prim, PyObject *descs, PyObject *const *dtypes, 
     return r == NULL ? -1 : 0;
 }
 
+/* transform_tracers.any_tracer(descs) while a transformation runs (a new reference): this
+ * thread's state (its ``_local``'s retain / depth ints) read here, else the function */
+static PyObject *tracer_flag(PyObject *descs) {
+    static PyObject *s__local, *s___dict__, *s_retain, *s_depth;
+    if (s__local == NULL && (!(s__local = PyUnicode_InternFromString("_local")) ||
+                             !(s___dict__ = PyUnicode_InternFromString("__dict__")) ||
+                             !(s_retain = PyUnicode_InternFromString("retain")) ||
+                             !(s_depth = PyUnicode_InternFromString("depth"))))
+        return NULL;
+    PyObject *local = module_attr(r_tracer, s__local);
+    PyObject *d = local ? PyObject_GetAttr(local, s___dict__) : NULL;
+    Py_XDECREF(local);
+    if (d == NULL) return NULL;
+    PyObject *retain = PyDict_Check(d) ? PyDict_GetItemWithError(d, s_retain) : NULL;
+    PyObject *depth = retain ? PyDict_GetItemWithError(d, s_depth) : NULL;
+    PyObject *r = NULL;
+    if (depth != NULL && PyLong_CheckExact(retain) && PyLong_CheckExact(depth)) {
+        int ov = 0;
+        long long rv = PyLong_AsLongLongAndOverflow(retain, &ov), dv;
+        if (!ov) dv = PyLong_AsLongLongAndOverflow(depth, &ov);
+        if (!ov) {
+            int hit = rv > 0;
+            for (Py_ssize_t i = 0; !hit && dv != 0 && i < PyList_GET_SIZE(descs); i++) {
+                PyObject *t = SLOT(PyList_GET_ITEM(descs, i), desc_off[D_TRACER]);
+                hit = t == Py_True ? 1 : t == NULL || t == Py_False ? 0 : PyObject_IsTrue(t);
+                if (hit < 0) { Py_DECREF(d); return NULL; }
+            }
+            r = Py_NewRef(hit ? Py_True : Py_False);
+        }
+    }
+    Py_DECREF(d);
+    if (r != NULL) return r;
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallOneArg(r_any_tracer, descs); /* (a state not made yet: its _state) */
+}
+
 /* the node of ``primitive`` over ``descs`` (a list of ArrayDescs, taken as the node's
  * inputs list) and its outputs' tracer flag (``*flag``, a new reference) */
 static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag) {
@@ -411,7 +447,7 @@ static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag)
     if (active == NULL) return NULL;
     int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
     Py_DECREF(active);
-    *flag = quiet ? Py_NewRef(Py_False) : PyObject_CallOneArg(r_any_tracer, descs);
+    *flag = quiet ? Py_NewRef(Py_False) : tracer_flag(descs);
     if (*flag == NULL) return NULL;
     id = PyIter_Next(r_node_ids);
     outputs = id ? PyList_New(0) : NULL;
@@ -503,6 +539,21 @@ static PyObject *record_output(PyObject *node, PyObject *stream, PyObject *shape
     Py_DECREF(desc);
     return a;
 }
+
+/* for _binary.c: a node over ``descs`` after the float64 check (record_node's steps over
+ * descs), an output's handle, a new instance */
+PyObject *record_node_descs(PyObject *prim, PyObject *descs, PyObject **flag,
+                            PyObject *const *dtypes, Py_ssize_t nd) {
+    if (float64_ok(prim, descs, dtypes, nd) < 0) return NULL;
+    return node_of_descs(prim, descs, flag);
+}
+
+PyObject *record_output_of(PyObject *node, PyObject *stream, PyObject *shape,
+                           PyObject *dtype, PyObject *flag) {
+    return record_output(node, stream, shape, dtype, r_zero, flag);
+}
+
+PyObject *bare_of(PyObject *type) { return bare(type); }
 
 static int record_args(const char *who, Py_ssize_t nargs, PyObject *const *args) {
     if (!record_configured) {
@@ -746,6 +797,12 @@ static PyMethodDef methods[] = {
      "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
     {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
      "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
+    {"configure_binary", (PyCFunction)configure_binary, METH_O,
+     "Hand over the op layer's helpers for recording binary ops (a dict; _binary.c)."},
+    {"binary", (PyCFunction)(void (*)(void))py_binary, METH_FASTCALL | METH_KEYWORDS,
+     "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
+    {"scalar", (PyCFunction)(void (*)(void))py_scalar, METH_FASTCALL,
+     "scalar(v, dtype): a Python scalar's 0-d array (convert.py _scalar; _binary.c)."},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

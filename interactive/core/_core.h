@@ -35,6 +35,11 @@ void put(PyObject *obj, Py_ssize_t off, PyObject *v);
 /* ``mod.name`` of a module from its dict (else its getattr); new ref (_call.c) */
 PyObject *module_attr(PyObject *mod, PyObject *name);
 
+/* _binary.c */
+PyObject *configure_binary(PyObject *self, PyObject *kw);
+PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);
 PyObject *configure_eager(PyObject *self, PyObject *kw);

@@ -27,8 +27,8 @@ def _operand(self: array, other: Any, method: str, what: str, inplace: bool = Fa
     MLX's errors for None (TypeError) and unsupported types (ValueError)."""
     if other.__class__ is array:  # the common case: nothing to convert
         return other
-    if other.__class__ is float:  # the next most common: a Python float (typed weakly)
-        return to_array(other, self._d.dtype)
+    if other.__class__ is float:  # the next most common: a Python float, which the op's
+        return other                # ``binary`` types weakly against ``self``
     if other is None:
         raise incompatible(method, _OPERAND_SIG.format(method), self, other)
     if not is_scalar_or_array(other):
@@ -43,6 +43,8 @@ def _operator(fn_name: str, method: str, what: str, reflected: bool = False,
         o = _operand(self, other, method, what, inplace)
         if inplace and fn_name == "divide" and not _dt.is_inexact(self.dtype):
             raise ValueError("In place division cannot cast to non-floating point type.")
+        if bitwise and o.__class__ is float:
+            o = to_array(o, self._d.dtype)
         if bitwise and (_dt.is_inexact(self.dtype) or _dt.is_inexact(o.dtype)):
             raise ValueError(f"Floating point types not allowed with {what}.")
         fn = getattr(ops, fn_name)

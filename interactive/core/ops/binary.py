@@ -33,19 +33,27 @@ def operands(op: str, a: Any, b: Any, sig: str = _SIG) -> tuple[array, array]:
     return to_arrays(a, b)
 
 
+def given(op: str, a: Any, b: Any, sig: str = _SIG) -> tuple[Any, Any]:
+    """Both operands as given, for ``binary`` to convert (its ``to_arrays``); None is MLX's
+    TypeError."""
+    if a is None or b is None:
+        raise incompatible(op, sig.format(op), a, b)
+    return a, b
+
+
 def add(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
     """Element-wise addition with numpy-style broadcasting."""
-    return binary("Add", *operands("add", a, b), stream)
+    return binary("Add", *given("add", a, b), stream)
 
 
 def subtract(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
     """Element-wise subtraction."""
-    return binary("Subtract", *operands("subtract", a, b), stream)
+    return binary("Subtract", *given("subtract", a, b), stream)
 
 
 def multiply(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
     """Element-wise multiplication."""
-    return binary("Multiply", *operands("multiply", a, b), stream)
+    return binary("Multiply", *given("multiply", a, b), stream)
 
 
 def divide(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
@@ -56,7 +64,7 @@ def divide(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
 
 def floor_divide(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
     """Element-wise floor division (``floor(a / b)`` for floats, plain division for complex)."""
-    return binary("FloorDivide", *operands("floor_divide", a, b), stream)
+    return binary("FloorDivide", *given("floor_divide", a, b), stream)
 
 
 def remainder(a: Any, b: Any, stream: StreamOrDevice = None) -> array:
@@ -81,21 +89,21 @@ def divmod(a: Any, b: Any, stream: StreamOrDevice = None) -> list:
 
 def power(a: Any, b: Any, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise power (integer powers wrap; negative integer exponents give 0)."""
-    return binary("Power", *operands("power", a, b, _SIG_KW), stream)
+    return binary("Power", *given("power", a, b, _SIG_KW), stream)
 
 
 def maximum(a: Any, b: Any, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise maximum (NaN propagates)."""
-    return binary("Maximum", *operands("maximum", a, b, _SIG_KW), stream)
+    return binary("Maximum", *given("maximum", a, b, _SIG_KW), stream)
 
 
 def minimum(a: Any, b: Any, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise minimum (NaN propagates)."""
-    return binary("Minimum", *operands("minimum", a, b, _SIG_KW), stream)
+    return binary("Minimum", *given("minimum", a, b, _SIG_KW), stream)
 
 
 def _compare(name: str, op: str, a: Any, b: Any, stream: StreamOrDevice) -> array:
-    return binary(name, *operands(op, a, b), stream, out_dtype=_dt.bool_)
+    return binary(name, *given(op, a, b), stream, out_dtype=_dt.bool_)
 
 
 def equal(a: Any, b: Any, stream: StreamOrDevice = None) -> array:

@@ -47,9 +47,12 @@ def unary(name: str, a: array, stream: StreamOrDevice, dtype: Optional[_dt.Dtype
     return array._make1(a._d.shape, out_dtype or a._d.dtype, Primitive(name, s), [a])
 
 
-def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
-           dtype: Optional[_dt.Dtype] = None, out_dtype: Optional[_dt.Dtype] = None) -> array:
+def binary_py(name: str, a: Any, b: Any, stream: StreamOrDevice,
+              dtype: Optional[_dt.Dtype] = None, out_dtype: Optional[_dt.Dtype] = None) -> array:
     """Record binary primitive ``name``: promote, cast, broadcast, then one node.
+
+    ``a`` / ``b``: arrays or ``scalar | array`` values (``to_arrays``: a scalar next to an
+    array typed weakly against it).
 
     ``dtype`` overrides the promoted compute dtype; ``out_dtype`` (e.g. bool for
     comparisons) the output's. The shapes are checked before any node is recorded.
@@ -79,6 +82,46 @@ def binary(name: str, a: Any, b: Any, stream: StreamOrDevice,
     if b._d.shape != out:
         b = _broadcast(b, out, s)
     return array._make1(out, out_dtype or dt, Primitive(name, s), [a, b])
+
+
+binary = binary_py
+
+
+def _c_binary() -> None:
+    """``binary`` in C (core/_binary.c: the same steps, nodes and descs), where the
+    extension is built and ``settings.c_call`` is on; ``binary_py`` otherwise."""
+    from tapescope.kernels.allocator import BufferHandle, allocator
+    from tapescope.kernels.backends import stream_backend
+    from tapescope.kernels.primitives import REGISTRY
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call or getattr(array._make1, "__module__", None) != "tapescope.core._call":
+        return
+    from .. import _call
+
+    _call.configure_binary({
+        "primitive_type": Primitive, "registry": REGISTRY, "promote_types": _dt.promote_types,
+        "to_array": to_array, "cast": cast, "broadcast_shapes": broadcast_shapes,
+        "resolve_stream": resolve_stream, "allocator": allocator, "handle_type": BufferHandle,
+        "np_array": np.array, "array_type": array, "dtype_type": _dt.Dtype,
+        "host_stream": lambda s: stream_backend(s).array_type is np.ndarray,
+        "float16": _dt.float16, "float32": _dt.float32, "float64": _dt.float64,
+        "complex64": _dt.complex64,
+        "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})
+    globals()["binary"] = _call.binary
+    from . import convert
+
+    scalar_py, scalar_c = convert._scalar, _call.scalar
+
+    def _scalar(v: Any, dtype: _dt.Dtype) -> array:
+        a = scalar_c(v, dtype)
+        return a if a is not None else scalar_py(v, dtype)
+
+    _scalar.__doc__ = scalar_py.__doc__
+    convert._scalar = _scalar
+
+
+_c_binary()
 
 
 def _broadcast(a: array, shape: tuple, s) -> array:

@@ -16,6 +16,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import REGISTRY, Primitive
+from . import convert
 from .convert import cast
 
 __all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
@@ -197,6 +198,9 @@ def _inv(n: int) -> float:
     return 1.0 / n if n else math.inf
 
 
+_SCALAR_DTYPES = (_dt.float32, _dt.float16, _dt.float64, _dt.complex64)
+
+
 def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt.Dtype,
                        n: int, s) -> array:
     """MLX's normalizer: the constant ``n`` (or 1/n), or while a shapeless compile traces a
@@ -204,7 +208,10 @@ def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt
     from ..compile_trace import in_dynamic_tracing
 
     if not in_dynamic_tracing():
-        return array(_inv(n) if inverted else n, dtype)
+        v = _inv(n) if inverted else n
+        if dtype in _SCALAR_DTYPES:  # (MLX's array(v, dtype): v fits, as float / int)
+            return convert._scalar(float(v), dtype)
+        return array(v, dtype)
     axes = tuple(ax % a.ndim for ax in axes)
     node = array._make([()], [dtype], Primitive("NumberOfElements", resolve_stream(s), axes=axes,
                                                   inverted=bool(inverted), dtype=dtype.np), [a])[0]

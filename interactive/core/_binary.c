@@ -1,0 +1,383 @@
+/* A binary op recorded in C: ops/elementwise.py ``binary``'s steps (its Python version,
+ * ``binary_py``, is the reference and runs where this is not built).
+ *
+ * MLX's bindings convert a ``scalar | array`` operand in C++ (python/src/utils.cpp
+ * to_arrays: a Python scalar next to an array is typed weakly against the array's dtype),
+ * then the op promotes, casts and broadcasts its operands (mlx/ops.cpp add / multiply /
+ * ...: broadcast_arrays, a Broadcast node per operand whose shape differs) and records one
+ * primitive. Here, for operands that are mx.arrays or Python floats:
+ *
+ *   a Python float next to an array takes the array's dtype when it is inexact, else
+ *   float32 (convert.py ``_weak_float``), and when it fits that dtype (float32 / complex64
+ *   / float64 / float16; NaN, inf, bfloat16 and any other operand go through convert.py's
+ *   ``to_array``) its 0-d array is made here as ``_scalar`` makes it (an ArrayDesc over
+ *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when that
+ *   stream's memory is the host's);
+ *   the compute dtype is ``dtype`` (the caller's) or the operands' (promote_types when they
+ *   differ), an operand of another dtype cast (convert.py ``cast``);
+ *   equal shapes need nothing; a 0-d operand broadcasts to the other's shape; otherwise
+ *   convert.py ``broadcast_shapes`` gives the shape (its ValueError before anything is
+ *   recorded); an operand of another shape gets a Broadcast node (its ``shape`` parameter);
+ *   the op's node is recorded as array._make1 records it (_call.c node_of_descs /
+ *   record_output), its primitive made as primitive.Primitive(name, stream) makes it.
+ */
+#include "_core.h"
+
+PyObject *record_node_descs(PyObject *prim, PyObject *descs, PyObject **flag,
+                            PyObject *const *dtypes, Py_ssize_t nd);
+PyObject *record_output_of(PyObject *node, PyObject *stream, PyObject *shape,
+                           PyObject *dtype, PyObject *flag);
+PyObject *bare_of(PyObject *type);
+
+static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
+    *b_broadcast_shapes, *b_resolve, *b_allocator, *b_handle_type, *b_np_array, *b_host_stream,
+    *b_array_type, *b_f16, *b_f32, *b_f64, *b_c64, *b_inexact, *b_dtype_type;
+static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast;
+static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
+    dt_np_off;
+static int binary_configured = 0;
+/* the last default stream asked about and whether its memory is the host's */
+static PyObject *host_stream_seen;
+static int host_stream_ok;
+
+PyObject *configure_binary(PyObject *self, PyObject *kw) {
+    static const char *const names[] = {
+        "primitive_type", "registry", "promote_types", "to_array", "cast", "broadcast_shapes",
+        "resolve_stream", "allocator", "handle_type", "np_array", "host_stream", "array_type",
+        "float16", "float32", "float64", "complex64", "inexact", "dtype_type"};
+    PyObject *dtype_type = NULL;
+    PyObject **const slots[] = {&b_prim_type, &b_registry, &b_promote, &b_to_array, &b_cast,
+                                &b_broadcast_shapes, &b_resolve, &b_allocator, &b_handle_type,
+                                &b_np_array, &b_host_stream, &b_array_type, &b_f16, &b_f32,
+                                &b_f64, &b_c64, &b_inexact, &dtype_type};
+    binary_configured = 0;
+    if (take_all(kw, "configure_binary", names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return NULL;
+    if (!PyType_Check(b_prim_type) || !PyType_Check(b_array_type) || !PyType_Check(dtype_type) ||
+        !PyDict_Check(b_registry) || !PyAnySet_Check(b_inexact) || c_node_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "configure_binary: the primitive, array and dtype "
+                                         "types, the registry (a dict), the inexact dtypes (a "
+                                         "set), after configure_record");
+        return NULL;
+    }
+    if ((p_name_off = slot_offset(b_prim_type, "name")) < 0 ||
+        (p_params_off = slot_offset(b_prim_type, "_params")) < 0 ||
+        (p_kw_off = slot_offset(b_prim_type, "kw")) < 0 ||
+        (p_stream_off = slot_offset(b_prim_type, "stream")) < 0 ||
+        (p_defn_off = slot_offset(b_prim_type, "defn")) < 0 ||
+        (b_d_off = slot_offset(b_array_type, "_d")) < 0 ||
+        (dt_np_off = slot_offset(dtype_type, "np")) < 0)
+        return NULL;
+    if (b_cpu == NULL && (b_cpu = PyUnicode_InternFromString("cpu")) == NULL) return NULL;
+    if (b_shape_key == NULL && (b_shape_key = PyUnicode_InternFromString("shape")) == NULL)
+        return NULL;
+    if (b_empty == NULL && (b_empty = PyTuple_New(0)) == NULL) return NULL;
+    if (b_zero == NULL && (b_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if (b_broadcast == NULL && (b_broadcast = PyUnicode_InternFromString("Broadcast")) == NULL)
+        return NULL;
+    Py_CLEAR(host_stream_seen);
+    Py_XSETREF(b_dtype_type, Py_NewRef(dtype_type));
+    binary_configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* primitive.Primitive(name, stream, **kw) (``kw`` a new dict, stolen; NULL: no parameters) */
+static PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
+    PyObject *defn = PyDict_GetItemWithError(b_registry, name);
+    if (defn == NULL) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "unregistered primitive %U", name);
+        Py_XDECREF(kw);
+        return NULL;
+    }
+    if (kw == NULL && (kw = PyDict_New()) == NULL) return NULL;
+    PyObject *p = bare_of(b_prim_type);
+    if (p != NULL) {
+        put(p, p_defn_off, defn);
+        put(p, p_name_off, name);
+        put(p, p_stream_off, stream);
+        put(p, p_kw_off, kw);
+        put(p, p_params_off, Py_None);
+    }
+    Py_DECREF(kw);
+    return p;
+}
+
+/* the desc of a one-output node of ``prim`` (stolen) over ``descs`` (a new list, stolen) */
+static PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
+                         int handle) {
+    PyObject *flag = NULL, *out = NULL;
+    PyObject *node = prim ? record_node_descs(prim, descs, &flag, &dtype, 1) : NULL;
+    if (node != NULL) {
+        PyObject *a = record_output_of(node, SLOT(prim, p_stream_off), shape, dtype, flag);
+        if (a != NULL && !handle) {
+            out = Py_NewRef(SLOT(a, b_d_off));
+            Py_DECREF(a);
+        } else {
+            out = a;
+        }
+    }
+    Py_XDECREF(node); Py_XDECREF(flag); Py_XDECREF(prim); Py_DECREF(descs);
+    return out;
+}
+
+static PyObject *list2(PyObject *x, PyObject *y) { /* a new list of x (and y), new refs */
+    PyObject *l = PyList_New(y ? 2 : 1);
+    if (l == NULL) return NULL;
+    PyList_SET_ITEM(l, 0, Py_NewRef(x));
+    if (y) PyList_SET_ITEM(l, 1, Py_NewRef(y));
+    return l;
+}
+
+/* whether ``stream``'s memory is the host's (host_stream(stream), remembered for the last
+ * stream asked about); -1 on error */
+static int host_memory(PyObject *stream) {
+    if (stream == host_stream_seen) return host_stream_ok;
+    PyObject *r = PyObject_CallOneArg(b_host_stream, stream);
+    if (r == NULL) return -1;
+    int ok = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (ok < 0) return -1;
+    Py_XSETREF(host_stream_seen, Py_NewRef(stream));
+    host_stream_ok = ok;
+    return ok;
+}
+
+/* the default stream (resolve_stream(None)); new ref */
+static PyObject *the_default_stream(void) { return PyObject_CallOneArg(b_resolve, Py_None); }
+
+/* convert.py ``_scalar(v, dt)``'s desc (``v`` known to fit ``dt``): 1 and ``*out`` (a new
+ * reference), 0 when the default stream's memory is not the host's (``_scalar`` makes it
+ * there), -1 on error */
+static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
+    PyObject *stream = the_default_stream();
+    if (stream == NULL) return -1;
+    int host = host_memory(stream);
+    if (host != 1) { Py_DECREF(stream); return host; }
+    PyObject *args[2] = {v, SLOT(dt, dt_np_off)};
+    PyObject *data = args[1] ? PyObject_Vectorcall(b_np_array, args, 2, NULL) : NULL;
+    PyObject *alloc = data ? PyObject_CallOneArg(b_allocator, b_cpu) : NULL;
+    PyObject *buf = alloc ? PyObject_CallMethod(alloc, "adopt", "O", data) : NULL;
+    PyObject *hargs[2] = {buf, alloc};
+    PyObject *handle = buf ? PyObject_Vectorcall(b_handle_type, hargs, 2, NULL) : NULL;
+    PyObject *desc = handle ? bare_of(c_desc_type) : NULL;
+    if (desc != NULL) {
+        put(desc, desc_off[D_SHAPE], b_empty);
+        put(desc, desc_off[D_DTYPE], dt);
+        put(desc, desc_off[D_STREAM], stream);
+        put(desc, desc_off[D_NODE], Py_None);
+        put(desc, desc_off[D_INDEX], b_zero);
+        put(desc, desc_off[D_DATA], data);
+        put(desc, desc_off[D_BUFFER], handle);
+        put(desc, desc_off[D_TRACER], Py_False);
+        put(desc, desc_off[D_KEPT], Py_None);
+        PyObject_GC_UnTrack(desc); /* (acyclic: its data and buffer handle) */
+    }
+    Py_DECREF(stream); Py_XDECREF(data); Py_XDECREF(alloc); Py_XDECREF(buf); Py_XDECREF(handle);
+    if (desc == NULL) return -1;
+    *out = desc;
+    return 1;
+}
+
+/* a Python float's 0-d ArrayDesc typed weakly against ``like``: 1 and ``*out`` (a new
+ * reference), 0 when convert.py must make it, -1 on error */
+static int weak_float_desc(PyObject *v, PyObject *like, PyObject **out) {
+    PyObject *dt = PySet_Contains(b_inexact, like) == 1 ? like : b_f32;
+    double x = PyFloat_AS_DOUBLE(v), lim;
+    if (dt == b_f32 || dt == b_c64) lim = 3.4028234663852886e38;
+    else if (dt == b_f64) lim = 1.7976931348623157e308;
+    else if (dt == b_f16) lim = 65504.0;
+    else return 0;
+    if (!(-lim <= x && x <= lim)) return 0; /* (NaN too) */
+    return scalar_desc(v, dt, out);
+}
+
+/* an mx.array's desc (a new reference) */
+static PyObject *array_desc(PyObject *a) {
+    PyObject *d = SLOT(a, b_d_off);
+    if (d == NULL) PyErr_SetString(PyExc_AttributeError, "_d");
+    return Py_XNewRef(d);
+}
+
+/* an operand's desc (a new reference): an mx.array's, a Python float's made here, else
+ * convert.py to_array(v, like)'s */
+static PyObject *operand_desc(PyObject *v, PyObject *like) {
+    if ((PyObject *)Py_TYPE(v) == b_array_type) return array_desc(v);
+    if (PyFloat_CheckExact(v) && like != NULL) {
+        PyObject *d = NULL;
+        int r = weak_float_desc(v, like, &d);
+        if (r != 0) return r > 0 ? d : NULL;
+    }
+    PyObject *a = like ? PyObject_CallFunctionObjArgs(b_to_array, v, like, NULL)
+                       : PyObject_CallOneArg(b_to_array, v);
+    if (a == NULL) return NULL;
+    PyObject *d = PyObject_GetAttr(a, s__d);
+    Py_DECREF(a);
+    return d;
+}
+
+static int is_array(PyObject *v) {
+    return (PyObject *)Py_TYPE(v) == b_array_type || PyObject_TypeCheck(v, (PyTypeObject *)b_array_type);
+}
+
+/* convert.py cast(desc's array, dt, stream)'s desc (a new reference) */
+static PyObject *cast_desc(PyObject *d, PyObject *dt, PyObject *stream) {
+    PyObject *a = bare_of(b_array_type);
+    if (a == NULL) return NULL;
+    put(a, b_d_off, d);
+    PyObject *r = PyObject_CallFunctionObjArgs(b_cast, a, dt, stream, NULL);
+    Py_DECREF(a);
+    if (r == NULL) return NULL;
+    PyObject *out = PyObject_GetAttr(r, s__d);
+    Py_DECREF(r);
+    return out;
+}
+
+/* a Broadcast node of ``d`` to ``shape``: its output desc (a new reference) */
+static PyObject *broadcast_desc(PyObject *d, PyObject *shape, PyObject *stream) {
+    PyObject *kw = PyDict_New();
+    if (kw == NULL || PyDict_SetItem(kw, b_shape_key, shape) < 0) { Py_XDECREF(kw); return NULL; }
+    PyObject *descs = list2(d, NULL);
+    if (descs == NULL) { Py_DECREF(kw); return NULL; }
+    return record1(new_primitive(b_broadcast, stream, kw), descs, shape,
+                   SLOT(d, desc_off[D_DTYPE]), 0);
+}
+
+/* the shape two shapes (tuples of ints) broadcast to, numpy's rule as convert.py
+ * broadcast_shape_of applies it; shapes that do not broadcast (or a dimension that is not
+ * a small int) go to convert.py broadcast_shapes, which raises MLX's ValueError. New ref. */
+static PyObject *broadcast_pair(PyObject *a, PyObject *b) {
+    Py_ssize_t na = PyTuple_GET_SIZE(a), nb = PyTuple_GET_SIZE(b), n = na > nb ? na : nb;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = i >= n - na ? PyTuple_GET_ITEM(a, i - (n - na)) : NULL;
+        PyObject *y = i >= n - nb ? PyTuple_GET_ITEM(b, i - (n - nb)) : NULL;
+        int ox = 0, oy = 0;
+        long long vx = x ? (PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &ox) : -2) : 1;
+        long long vy = y ? (PyLong_CheckExact(y) ? PyLong_AsLongLongAndOverflow(y, &oy) : -2) : 1;
+        PyObject *r = NULL;
+        if (vx >= 0 && vy >= 0 && !ox && !oy) {
+            if (vx == vy || vy == 1) r = x ? x : y;
+            else if (vx == 1) r = y;
+        }
+        if (r == NULL) { /* (a mismatch: the Python rule's error) */
+            Py_DECREF(out);
+            PyErr_Clear();
+            return PyObject_CallFunctionObjArgs(b_broadcast_shapes, a, b, NULL);
+        }
+        PyTuple_SET_ITEM(out, i, Py_NewRef(r));
+    }
+    return out;
+}
+
+/* binary(name, a, b, stream, dtype=None, out_dtype=None): ops/elementwise.py binary */
+PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *usage = "binary(name, a, b, stream, dtype=None, out_dtype=None)";
+    if (!binary_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "binary: not configured");
+        return NULL;
+    }
+    PyObject *v[6] = {NULL, NULL, NULL, NULL, Py_None, Py_None};
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs < 4 || nargs > 6 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) v[i] = args[i];
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        int at = PyUnicode_CompareWithASCIIString(k, "dtype") == 0 ? 4
+                 : PyUnicode_CompareWithASCIIString(k, "out_dtype") == 0 ? 5 : -1;
+        if (at < 0 || at < nargs) {
+            PyErr_SetString(PyExc_TypeError, usage);
+            return NULL;
+        }
+        v[at] = args[nargs + i];
+    }
+    PyObject *name = v[0], *a = v[1], *b = v[2], *dtype = v[4], *odt = v[5];
+    PyObject *s = v[3] == Py_None ? the_default_stream() : PyObject_CallOneArg(b_resolve, v[3]);
+    if (s == NULL) return NULL;
+    PyObject *ad = NULL, *bd = NULL, *out = NULL, *shape = NULL, *dt = NULL;
+    int aa = is_array(a), ba = is_array(b);
+    /* to_arrays: a non-array next to an array typed weakly against it */
+    if (aa) {
+        ad = array_desc(a);
+        bd = ad ? operand_desc(b, ba ? NULL : SLOT(ad, desc_off[D_DTYPE])) : NULL;
+    } else if (ba) {
+        bd = array_desc(b);
+        ad = bd ? operand_desc(a, SLOT(bd, desc_off[D_DTYPE])) : NULL;
+    } else {
+        ad = operand_desc(a, NULL);
+        bd = ad ? operand_desc(b, NULL) : NULL;
+    }
+    if (ad == NULL || bd == NULL) goto done;
+    PyObject *adt = SLOT(ad, desc_off[D_DTYPE]), *bdt = SLOT(bd, desc_off[D_DTYPE]);
+    if (dtype != Py_None) dt = Py_NewRef(dtype);
+    else if (adt == bdt) dt = Py_NewRef(adt);
+    else if ((dt = PyObject_CallFunctionObjArgs(b_promote, adt, bdt, NULL)) == NULL) goto done;
+    PyObject *ash = SLOT(ad, desc_off[D_SHAPE]), *bsh = SLOT(bd, desc_off[D_SHAPE]);
+    int same = ash == bsh;
+    if (!same) {
+        int eq = PyObject_RichCompareBool(ash, bsh, Py_EQ);
+        if (eq < 0) goto done;
+        same = eq;
+    }
+    if (same) shape = Py_NewRef(ash);
+    else if (!PyTuple_Check(ash) || !PyTuple_Check(bsh)) {
+        if ((shape = PyObject_CallFunctionObjArgs(b_broadcast_shapes, ash, bsh, NULL)) == NULL)
+            goto done;
+    } else if (PyTuple_GET_SIZE(bsh) == 0) shape = Py_NewRef(ash);
+    else if (PyTuple_GET_SIZE(ash) == 0) shape = Py_NewRef(bsh);
+    else if ((shape = broadcast_pair(ash, bsh)) == NULL)
+        goto done;
+    if (adt != dt) {
+        PyObject *c = cast_desc(ad, dt, s);
+        if (c == NULL) goto done;
+        Py_SETREF(ad, c);
+    }
+    if (bdt != dt) {
+        PyObject *c = cast_desc(bd, dt, s);
+        if (c == NULL) goto done;
+        Py_SETREF(bd, c);
+    }
+    if (!same) {
+        for (int k = 0; k < 2; k++) {
+            PyObject **d = k ? &bd : &ad;
+            int eq = PyObject_RichCompareBool(SLOT(*d, desc_off[D_SHAPE]), shape, Py_EQ);
+            if (eq < 0) goto done;
+            if (eq) continue;
+            PyObject *bc = broadcast_desc(*d, shape, s);
+            if (bc == NULL) goto done;
+            Py_SETREF(*d, bc);
+        }
+    }
+    PyObject *descs = list2(ad, bd);
+    if (descs == NULL) goto done;
+    out = record1(new_primitive(name, s, NULL), descs, shape, odt == Py_None ? dt : odt, 1);
+done:
+    Py_DECREF(s); Py_XDECREF(ad); Py_XDECREF(bd); Py_XDECREF(shape); Py_XDECREF(dt);
+    return out;
+}
+
+/* scalar(v, dtype): convert.py ``_scalar`` (a 0-d mx.array of a Python scalar known to fit
+ * ``dtype``), or None where the default stream's memory is not the host's */
+PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!binary_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "scalar: not configured");
+        return NULL;
+    }
+    if (nargs != 2 || (PyObject *)Py_TYPE(args[1]) != b_dtype_type) {
+        PyErr_SetString(PyExc_TypeError, "scalar(v, dtype: Dtype)");
+        return NULL;
+    }
+    PyObject *d = NULL;
+    int r = scalar_desc(args[0], args[1], &d);
+    if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *a = bare_of(b_array_type);
+    if (a != NULL) {
+        put(a, b_d_off, d);
+        PyObject_GC_UnTrack(a);
+    }
+    Py_DECREF(d);
+    return a;
+}
