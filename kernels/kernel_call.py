@@ -198,7 +198,7 @@ class KernelRule:
         return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
 
 
-_caches: list = []  # other plan dicts keyed by plan_key (cuda/eager.py's), for forget()
+_caches: list = []  # other plan dicts keyed by plan_key (EagerPlans'), for forget()
 
 
 def plan_cache() -> dict:
@@ -206,6 +206,47 @@ def plan_cache() -> dict:
     d: dict = {}
     _caches.append(d)
     return d
+
+
+class EagerPlans:
+    """A backend's one-op kernels for eager elementwise ops (``cpu/eager.py``,
+    ``cuda/eager.py``): ``plans``, their call plans by ``plan_key`` (the eval loop's C part
+    looks there before it asks the backend's ``plan_for``), emptied by ``forget()`` and when
+    ``settings.eager_kernels`` changes; ``on``, that setting; the one-op tapes by their key
+    (``tape``) and, for a key that has none, why (``none``)."""
+
+    __slots__ = ("plans", "on", "tapes", "none")
+
+    def __init__(self) -> None:
+        from .settings import settings
+
+        self.plans: dict = plan_cache()
+        self.tapes: dict = {}
+        self.none: dict = {}
+        self.on = True
+        settings.watch("eager_kernels", self._set_on)
+
+    def _set_on(self, value) -> None:
+        self.on = bool(value)
+        self.plans.clear()
+
+    def tape(self, key: tuple, make: Callable) -> Optional[object]:
+        """The tape of ``key``, made by ``make()`` the first time; None where ``make``
+        raised (a type the tape cannot key: ``none[key]`` keeps the reason)."""
+        t = self.tapes.get(key)
+        if t is None and key not in self.none:
+            try:
+                t = self.tapes[key] = make()
+            except Exception as e:  # noqa: BLE001 - the op's rule runs it
+                self.none[key] = str(e)
+        return t
+
+    def remember(self, name: str, ins, kw: dict, plan: object) -> None:
+        """Keep ``plan`` for calls of these layouts: the loop finds it from now on."""
+        plans = self.plans
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[plan_key(name, ins, kw)] = plan
 
 
 def forget() -> None:

@@ -29,8 +29,7 @@ import numpy as np
 
 from ..codegen.render import CpuSchedule
 from ..codegen.tape import one_op_tape
-from ..kernel_call import plan_cache, plan_key
-from ..settings import settings
+from ..kernel_call import EagerPlans
 from . import compiled
 
 #: elements from which an eager elementwise op runs as its kernel: the renderer's OpenMP
@@ -38,27 +37,14 @@ from . import compiled
 MIN_SIZE = CpuSchedule.omp_min_size
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_none: dict = {}  # (primitive, out dtype, (dtype, scalar)...) -> why it has no tape
-_tapes: dict = {}  # the same key -> its one-op tape
-_ON = [True]  # settings.eager_kernels, kept here by its watcher
-# a call's plan by its layouts (kernel_call.plan_key): the eval loop in C finds it here
-# before it calls plan_for; emptied with the kernel cache and when the setting changes
-plans: dict = plan_cache()
-_MAX_PLANS = 4096
-
-
-def _set_on(v) -> None:
-    _ON[0] = bool(v)
-    plans.clear()
-
-
-settings.watch("eager_kernels", _set_on)
+_eager = EagerPlans()  # the tapes by (primitive, out dtype, (dtype, scalar)...), the plans
+plans = _eager.plans  # (what the eval loop in C reads)
 
 
 def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
     """The loaded plan (a ``compiled.Launch``) of ``prim``'s one-op kernel reading ``ins``
     (host arrays) and writing ``dtype`` of ``shape``, or None: the op's rule runs."""
-    if prim.kw or not ins or not _ON[0]:
+    if prim.kw or not ins or not _eager.on:
         return None
     size = 1
     for s in shape:
@@ -71,24 +57,16 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
             return None
         key.append((x.dtype, x.ndim == 0))
     key = tuple(key)
-    tape = _tapes.get(key)
+    kinds = key[2:]
+    tape = _eager.tape(key, lambda: one_op_tape(prim.name, [k[0] for k in kinds], dtype,
+                                                [k[1] for k in kinds]))
     if tape is None:
-        if key in _none:
-            return None
-        kinds = key[2:]
-        try:
-            tape = one_op_tape(prim.name, [k[0] for k in kinds], dtype, [k[1] for k in kinds])
-        except Exception as e:  # noqa: BLE001 - a type the tape cannot key: the rule
-            _none[key] = str(e)
-            return None
-        _tapes[key] = tape
+        return None
     ln = compiled.kernel_for(tape, ins, tuple(shape))
     if ln is None or ln.order != "C":  # column-major inputs: the loop's buffers are row-major
         return None
     if ln.kernel_call is not None:  # found by the loop from now on
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[plan_key(prim.name, ins, prim.kw)] = ln
+        _eager.remember(prim.name, ins, prim.kw, ln)
     return ln
 
 

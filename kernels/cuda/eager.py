@@ -25,28 +25,16 @@ import cupy
 import numpy as np
 
 from .. import timeline
-from ..kernel_call import plan_cache, plan_key
-from ..settings import settings
+from ..kernel_call import EagerPlans
 from ..codegen.layout import Layout
 from . import compiled
 from .bfloat16 import BF16Array, elementwise_tape
 
-_none: dict = {}  # (primitive, dtypes, scalars) -> why it has no kernel (its rule from now on)
-_tapes: dict = {}  # (primitive, out dtype, (dtype, scalar: True / False / None by value)...) -> tape
 _SCALAR: dict = {}  # dtype -> the layout a by-value scalar plans as (a 0-d array's)
-_ON = [True]  # settings.eager_kernels, kept here by its watcher (read on every op)
-# a call's plan by its layouts (kernel_call.plan_key: the eval loop in C looks here before it
-# calls plan_for; emptied with the kernel cache, and when the setting changes)
-plans: dict = plan_cache()
-_MAX_PLANS = 4096
-
-
-def _set_on(v) -> None:
-    _ON[0] = bool(v)
-    plans.clear()
-
-
-settings.watch("eager_kernels", _set_on)
+# the tapes by (primitive, out dtype, (dtype, scalar: True / False / None by value)...), and
+# the plans (the eval loop in C reads ``plans``; the setting read on every op)
+_eager = EagerPlans()
+plans = _eager.plans
 
 
 def host_scalar(x: Any) -> bool:
@@ -60,7 +48,7 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
     scalars taken by value) and writing ``dtype`` of ``shape`` (a ``compiled.Launch``),
     or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel).
     (Called by the eval loop for every eager elementwise node on a GPU stream: kept short.)"""
-    if prim.kw or not ins or not _ON[0]:  # (kw: parameters the one-op
+    if prim.kw or not ins or not _eager.on:  # (kw: parameters the one-op
         return None  # spelling does not take; the setting off: the rules)
     key = [prim.name, dtype]
     layouts = []
@@ -82,27 +70,21 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
         if s == 0:
             return None  # nothing to launch: the rule makes the empty result
     key = tuple(key)
-    tape = _tapes.get(key)
+    why = _eager.none.get(key)
+    if why is not None:  # (known to have no tape: its rule, recorded)
+        _fallback(prim.name, why)
+        return None
+    kinds = key[2:]
+    tape = _eager.tape(key, lambda: elementwise_tape(
+        prim.name, [k[0] for k in kinds], dtype, [k[1] is not False for k in kinds],
+        by_value=tuple(k[1] is None for k in kinds)))
     if tape is None:
-        if key in _none:
-            _fallback(prim.name, _none[key])
-            return None
-        kinds = key[2:]
-        try:
-            tape = elementwise_tape(prim.name, [k[0] for k in kinds], dtype,
-                                    [k[1] is not False for k in kinds],
-                                    by_value=tuple(k[1] is None for k in kinds))
-        except Exception as e:  # noqa: BLE001 - a type the tape cannot key: the rule
-            _none[key] = str(e)
-            return None
-        _tapes[key] = tape
+        return None
     ln = compiled.kernel_for(tape, layouts, shape)
     if ln is None:
         _fallback(tape.lib_name, "the CUDA dialect cannot express it, or NVRTC is missing")
     elif ln.out_dtype is not None:  # found by the loop from now on
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[plan_key(prim.name, ins, prim.kw)] = ln
+        _eager.remember(prim.name, ins, prim.kw, ln)
     return ln
 
 
