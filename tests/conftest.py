@@ -150,3 +150,21 @@ def sweep(full, sample):
     """``full`` under TAPESCOPE_FULL_SWEEP=1, else ``sample`` (a subset of it, or a smaller
     example count)."""
     return full if FULL_SWEEP else sample
+
+
+def with_and_without_c_call(workload: str) -> list:
+    """The last stdout line of ``workload`` (a Python program printing one JSON object) run
+    in a fresh process with core/_call.c's paths on (``TAPESCOPE_C_CALL=1``), then off:
+    the two decoded objects, for tests that the C loop and its Python reference agree."""
+    import json
+    import subprocess
+    import sys
+
+    runs = []
+    for c_call in ("1", "0"):
+        env = dict(os.environ, TAPESCOPE_C_CALL=c_call)
+        out = subprocess.run([sys.executable, "-c", workload], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs

@@ -7,10 +7,6 @@ around the threshold, through the loop's C part and its Python path."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -190,13 +186,9 @@ print(json.dumps({"counts": evaluate.dispatch_counts(), "sum": float(np.asarray(
 def test_the_python_path_runs_the_same_kernels():
     """With core/_call.c off (``TAPESCOPE_C_CALL=0``) the Python loop takes the same
     dispatch paths and gives the same values."""
-    runs = []
-    for c_call in ("1", "0"):
-        env = dict(os.environ, TAPESCOPE_C_CALL=c_call)
-        out = subprocess.run([sys.executable, "-c", _WORKLOAD], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    from conftest import with_and_without_c_call
+
+    runs = with_and_without_c_call(_WORKLOAD)
     assert runs[0]["counts"] == runs[1]["counts"]
     assert runs[0]["counts"]["eager_kernel"] >= 5, runs[0]["counts"]
     assert runs[0]["sum"] == runs[1]["sum"]

@@ -394,20 +394,11 @@ print(json.dumps({"counts": evaluate.dispatch_counts(), "values": values,
 def test_the_c_loop_and_the_python_loop_make_the_same_records_counts_and_values():
     """core/_call.c's parts of the loop against the Python path they stand for
     (``TAPESCOPE_C_CALL=0``): the same dispatch paths, records and values."""
-    import json
-    import subprocess
-    import sys
+    from conftest import with_and_without_c_call
 
     if eval_loop.c_loop is None:
         pytest.skip("core/_call.c is not built")
-    runs = []
-    for c_call in ("1", "0"):
-        env = dict(os.environ, TAPESCOPE_C_CALL=c_call)
-        out = subprocess.run([sys.executable, "-c", _WORKLOAD], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    c, py = runs
+    c, py = with_and_without_c_call(_WORKLOAD)
     assert c["counts"] == py["counts"]
     assert c["records"] == py["records"]
     assert c["values"] == py["values"]

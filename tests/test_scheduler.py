@@ -195,6 +195,18 @@ def test_an_eval_that_stays_in_c_yields_to_an_interrupting_thread():
     np.testing.assert_allclose(np.array(x), np.full((2, 8), 1 / 8), rtol=1e-6)
 
 
+def _eval_through_a_sigint(x, delay: float) -> None:
+    """``mx.eval(x)`` with a SIGINT sent ``delay`` s in: it raises KeyboardInterrupt with the
+    rest of ``x`` still lazy, and a second eval finishes it."""
+    t = threading.Thread(target=lambda: (time.sleep(delay), os.kill(os.getpid(), signal.SIGINT)))
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        mx.eval(x)
+    t.join()
+    assert x._d.node is not None
+    mx.eval(x)
+
+
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals need the main thread")
 def test_sigint_stops_an_eval_that_stays_in_c():
@@ -202,13 +214,7 @@ def test_sigint_stops_an_eval_that_stays_in_c():
     the interrupt flag), as the interpreter does between bytecodes."""
     mx.eval(_softmax_chain(3))
     x = _softmax_chain(20000)
-    t = threading.Thread(target=lambda: (time.sleep(0.01), os.kill(os.getpid(), signal.SIGINT)))
-    t.start()
-    with pytest.raises(KeyboardInterrupt):
-        mx.eval(x)
-    t.join()
-    assert x._d.node is not None
-    mx.eval(x)
+    _eval_through_a_sigint(x, 0.01)
     np.testing.assert_allclose(np.array(x), np.full((2, 8), 1 / 8), rtol=1e-6)
 
 
@@ -231,18 +237,7 @@ def test_interrupt_on_a_worker_stream_stops_and_resumes():
                     reason="signals need the main thread")
 def test_sigint_during_eval_interrupts_it_and_outside_eval_behaves_as_before():
     x = chain(20000, size=16)
-
-    def send():
-        time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    t = threading.Thread(target=send)
-    t.start()
-    with pytest.raises(KeyboardInterrupt):
-        mx.eval(x)
-    t.join()
-    assert x._d.node is not None
-    mx.eval(x)
+    _eval_through_a_sigint(x, 0.05)
     np.testing.assert_array_equal(np.array(x), np.full(16, 20000, np.int32))
     with pytest.raises(KeyboardInterrupt):  # no eval running: the usual KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGINT)
