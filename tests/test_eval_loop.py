@@ -7,7 +7,6 @@ interrupts keep MLX's semantics (numpy in float64 is the reference)."""
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
