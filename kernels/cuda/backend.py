@@ -330,7 +330,8 @@ class CudaBackend(Backend):
         own = self._own_rule(prim)
         node = getattr(_running, "node", None)
         if (node is not None and node.primitive is prim and not prim.defn.takes_runtime
-                and prim.defn.family != CUSTOM and bf16.touches(node)):
+                and prim.defn.family != CUSTOM and not getattr(own, "takes_bfloat16", False)
+                and bf16.touches(node)):
             # bfloat16 products: float32 math at full precision (MLX's CUBLAS_COMPUTE_32F)
             return bf16.rule(prim, None if prim.defn.family == MATMUL else own, node)
         return own
@@ -340,18 +341,20 @@ class CudaBackend(Backend):
         """Primitive name -> its generated CUDA kernel rule: MLX's reductions
         (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``,
         ``cuda/attention.py``), quantized products (``cuda/quantized.py``) and axis gathers /
-        scatters (``cuda/indexing.py``); one lookup a
+        scatters (``cuda/indexing.py``), and Matmul / AddMM as one cuBLAS GEMM
+        (``cuda/gemm.py``); one lookup a
         node (asked for every node a GPU stream runs through the rules). The eval loop's C
         part launches the plans of those that are KernelRules (``cuda/primitive_plans.py``)
         once a call of that layout has made one: the same rule objects the Python path
         runs, so both share the plans."""
         from .attention import RULES as attention
         from .fast_kernels import RULES as fast
+        from .gemm import RULES as gemm
         from .indexing import RULES as indexing
         from .quantized import RULES as quantized
         from .reductions import RULES as reductions
 
-        return {**quantized, **fast, **reductions, **indexing, **attention}
+        return {**quantized, **fast, **reductions, **indexing, **attention, **gemm}
 
     def _own_rule(self, prim: Any):
         rule = self.kernel_rules.get(prim.name)

@@ -30,7 +30,7 @@ def _product_shape(shapes: list, **_) -> list:
     return [tuple(shapes[0][:-1]) + tuple(shapes[1][-1:])]
 
 
-@define("Matmul", family=MATMUL, flops=_matmul_flops, shape=_product_shape)
+@define("Matmul", family=MATMUL, kernel="gemm", flops=_matmul_flops, shape=_product_shape)
 def matmul(xp, a, b):
     """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
     if on_host(xp):
@@ -38,7 +38,7 @@ def matmul(xp, a, b):
     return xp.matmul(_wide(xp, a), _wide(xp, b))
 
 
-@define("AddMM", family=MATMUL, flops=_addmm_flops, shape=_product_shape)
+@define("AddMM", family=MATMUL, kernel="gemm", flops=_addmm_flops, shape=_product_shape)
 def addmm(xp, a, b, c, *, alpha, beta):
     """``alpha * (a @ b) + beta * c``."""
     if on_host(xp):

@@ -1,0 +1,160 @@
+"""Matmul and AddMM on the GPU as one cuBLAS GEMM each, as MLX's CUDA backend runs them.
+
+MLX (``mlx/backend/cuda/matmul.cpp``, ``gemms/cublas_gemm.cpp``) reads each operand's last
+two axes as a row-major or a transposed matrix where its strides allow (``check_transpose``:
+row stride = columns, or column stride = rows), copies it contiguous otherwise, collapses the
+batch axes to one stride, and calls cuBLAS once: float32 in TF32 unless ``MLX_ENABLE_TF32=0``
+(``settings.tf32`` here), float16 / bfloat16 stored as themselves with float32 accumulation
+(``CUBLAS_COMPUTE_32F``; the result rounded to nearest even on store), float64 in float64.
+AddMM writes ``c`` (broadcast) into the output and lets the GEMM add ``beta * c`` (MLX's
+``copy_gpu(c, out)`` path; it uses cublasLt's bias epilogue where ``c`` is one row).
+
+Row-major ``C = A @ B`` is column-major ``C^T = B^T A^T``: cuBLAS is called with the
+operands swapped and ``m, n = N, M``. bfloat16 arrays are ``BF16Array``s (``bfloat16.py``):
+their uint16 storage is handed to cuBLAS as ``CUDA_R_16BF``, so no float32 copy is made.
+Without cuBLAS bindings (the stand-in CuPy of the tests) the definitions' rules run.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import cupy
+import numpy as np
+
+from ..primitives import by_kernel
+from ..settings import settings
+from . import bfloat16 as bf16
+
+try:  # CuPy's thin cuBLAS bindings (cupy_backends/cuda/libs/cublas.pyx)
+    from cupy_backends.cuda.libs import cublas as _cublas
+except ImportError:  # pragma: no cover - a CuPy without them
+    _cublas = None
+
+# cudaDataType_t / cublasComputeType_t (library_types.h, cublas_api.h)
+_R_32F, _R_64F, _R_16F, _C_32F, _C_64F, _R_16BF = 0, 1, 2, 4, 5, 14
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
+_OP_N, _OP_T = 0, 1
+_GEMM_DEFAULT = -1
+
+# dtype -> (cuBLAS data type, compute type, the scalars' numpy type, TF32 applies)
+_TYPES = {
+    np.dtype(np.float32): (_R_32F, _COMPUTE_32F, np.float32, True),
+    np.dtype(np.float16): (_R_16F, _COMPUTE_32F, np.float32, False),
+    bf16.BF16: (_R_16BF, _COMPUTE_32F, np.float32, False),
+    np.dtype(np.float64): (_R_64F, _COMPUTE_64F, np.float64, False),
+    np.dtype(np.complex64): (_C_32F, _COMPUTE_32F, np.complex64, True),
+    np.dtype(np.complex128): (_C_64F, _COMPUTE_64F, np.complex128, False),
+}
+
+
+def available() -> bool:
+    """Whether this CuPy has the cuBLAS bindings the GEMM calls."""
+    return _cublas is not None and hasattr(_cublas, "gemmStridedBatchedEx")
+
+
+@functools.lru_cache(maxsize=None)
+def _tf32_capable(device_id: int) -> bool:
+    return int(cupy.cuda.Device(device_id).compute_capability) >= 80
+
+
+@functools.lru_cache(maxsize=None)
+def _scalar(value: complex, kind: type) -> np.ndarray:
+    """A host scalar cuBLAS reads through its pointer (kept alive by the cache)."""
+    return np.array(value, dtype=kind)
+
+
+def _matrix(x: Any) -> tuple:
+    """(transposed, leading dimension, array) of ``x``'s last two axes as cuBLAS reads them
+    (MLX's ``check_transpose``), with batch axes that collapse to one stride; a copy in
+    row-major order where they do not."""
+    for attempt in (x, None):
+        if attempt is None:
+            x = cupy.ascontiguousarray(x)
+        item = x.itemsize
+        r, c = x.shape[-2], x.shape[-1]
+        sr, sc = x.strides[-2] // item, x.strides[-1] // item
+        if (sc == 1 or c == 1) and (sr == c or r == 1):
+            layout = (False, max(c, 1))
+        elif (sr == 1 or r == 1) and (sc == r or c == 1):
+            layout = (True, max(r, 1))
+        else:
+            continue
+        batch = _batch_stride(x)
+        if batch is not None:
+            return layout[0], layout[1], batch, x
+    raise AssertionError("a contiguous array's layout is always readable")  # pragma: no cover
+
+
+def _batch_stride(x: Any) -> Optional[int]:
+    """One stride in elements over ``x``'s leading (batch) axes, or None where they do not
+    collapse (MLX's ``collapse_batches``); 0 for a broadcast batch."""
+    item = x.itemsize
+    dims = [(n, s // item) for n, s in zip(x.shape[:-2], x.strides[:-2]) if n != 1]
+    if not dims:
+        return 0
+    for (_, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * n1:
+            return None
+    return dims[-1][1]
+
+
+def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
+         beta: float = 0.0) -> Any:
+    """``a @ b`` (Matmul), or ``alpha * (a @ b) + beta * c`` (AddMM), batch axes already
+    broadcast to match, as one cuBLAS GEMM on the current CuPy stream."""
+    dt = a.dtype
+    got = _TYPES.get(dt)
+    if got is None or b.dtype != dt or not available():
+        return _fallback(xp, a, b, c, alpha, beta)
+    dtype_id, compute, kind, tf32 = got
+    A, B = bf16.storage(a), bf16.storage(b)
+    M, K = A.shape[-2], A.shape[-1]
+    N = B.shape[-1]
+    out_shape = tuple(A.shape[:-2]) + (M, N)
+    out = cupy.empty(out_shape, dtype=A.dtype)
+    count = out.size // (M * N) if M * N else 0
+    if c is not None and beta != 0.0:
+        out[...] = bf16.storage(c)  # the GEMM adds beta * out (MLX's copy_gpu(c, out))
+    else:
+        beta = 0.0
+    if count:
+        if K == 0:  # an empty sum: beta * c, or zeros
+            if beta == 0.0:
+                out.fill(0)
+            elif beta != 1.0:
+                scaled = cupy.broadcast_to(bf16.value(c) * kind(beta), out_shape)
+                return bf16.narrow(scaled) if dt == bf16.BF16 else scaled.astype(dt)
+        else:
+            ta, lda, sa, A = _matrix(A)
+            tb, ldb, sb, B = _matrix(B)
+            if tf32 and settings.tf32 and _tf32_capable(out.device.id):
+                compute = _COMPUTE_32F_FAST_TF32
+            _cublas.gemmStridedBatchedEx(
+                cupy.cuda.device.get_cublas_handle(),
+                _OP_T if tb else _OP_N, _OP_T if ta else _OP_N, N, M, K,
+                _scalar(alpha, kind).ctypes.data,
+                B.data.ptr, dtype_id, ldb, sb,
+                A.data.ptr, dtype_id, lda, sa,
+                _scalar(beta, kind).ctypes.data,
+                out.data.ptr, dtype_id, N, M * N,
+                count, compute, _GEMM_DEFAULT)
+    return bf16.BF16Array(out) if dt == bf16.BF16 else out
+
+
+gemm.takes_bfloat16 = True  # cuda/backend.py: bfloat16 operands come as BF16Arrays
+
+
+def _fallback(xp, a, b, c, alpha, beta):
+    """The definitions' rules at MLX's precision (``precision.matmul_rule``)."""
+    from ..rules.products import addmm, matmul
+    from .precision import matmul_rule
+
+    if c is None:
+        return matmul_rule(matmul)(xp, a, b)
+    return matmul_rule(addmm)(xp, a, b, c, alpha=alpha, beta=beta)
+
+
+# none over a CuPy without cuBLAS bindings: the definitions' rules run (cuda/backend.py)
+RULES: dict = by_kernel({"gemm": gemm}) if available() else {}
