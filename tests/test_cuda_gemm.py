@@ -1,8 +1,8 @@
 """Matmul and AddMM on the GPU as one cuBLAS GEMM (kernels/cuda/gemm.py) against float64
 numpy: operands row-major, transposed, sliced (copied), broadcast over the batch, batches that
 do and do not collapse to one stride; float32 (TF32 off: full precision), float16, bfloat16
-(its storage handed to cuBLAS: no float32 copy, one rounding of the float32 sum), float64,
-complex64; AddMM's alpha, beta and broadcast ``c``; empty products. Skips unless
+(its storage handed to cuBLAS: no float32 copy, one rounding of the float32 sum), complex64
+(float64 is refused on a GPU stream, as MLX refuses it); AddMM's alpha, beta and broadcast ``c``; empty products. Skips unless
 ``TAPESCOPE_CUDA=1`` with CuPy and a GPU (``tests/run_gpu_suites.sh`` part ``cuda_runtime``).
 """
 
@@ -23,7 +23,7 @@ GPU = os.environ.get("TAPESCOPE_CUDA") == "1" and backends.cuda_device_count() >
 pytestmark = pytest.mark.skipif(not GPU, reason="needs CuPy, an NVIDIA GPU and TAPESCOPE_CUDA=1")
 
 # relative tolerance of max |error| / max |reference| per dtype, the inputs exact in it
-_TOL = {"float32": 2e-6, "float64": 1e-13, "float16": 2e-3, "bfloat16": 1e-2, "complex64": 2e-6}
+_TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1e-2, "complex64": 2e-6}
 
 
 def _exact(rng, shape, dtype):
@@ -37,13 +37,12 @@ def _exact(rng, shape, dtype):
 
 
 def _on_gpu(x64, dtype):
-    host = np.complex64 if dtype == "complex64" else np.float64 if dtype == "float64" else np.float32
+    host = np.complex64 if dtype == "complex64" else np.float32
     return mx.array(x64.astype(host), dtype=getattr(mx, dtype))
 
 
 def _check(got, want, dtype):
-    got = np.asarray(got.astype(mx.complex64 if dtype == "complex64" else
-                                mx.float64 if dtype == "float64" else mx.float32))
+    got = np.asarray(got.astype(mx.complex64 if dtype == "complex64" else mx.float32))
     assert got.shape == want.shape
     scale = max(float(np.abs(want).max()), 1e-30)
     err = float(np.abs(got.astype(np.complex128) - want).max()) / scale
@@ -61,7 +60,7 @@ def _layout(x, how):
     return x
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "complex64"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "complex64"])
 @pytest.mark.parametrize("la", ["row", "transposed", "sliced"])
 @pytest.mark.parametrize("lb", ["row", "transposed"])
 def test_matmul_layouts_and_dtypes(dtype, la, lb):
@@ -115,7 +114,7 @@ def test_bfloat16_products_match_one_rounding_of_the_float32_sum():
     got = np.asarray(mx.matmul(_on_gpu(a, "bfloat16"), _on_gpu(b, "bfloat16"),
                                stream=mx.gpu).astype(mx.float32)).astype(np.float64)
     want = (a @ b).astype(ml_dtypes.bfloat16).astype(np.float64)
-    ulp = np.abs(want) * 2.0 ** -7 + 1e-30
+    ulp = np.maximum(np.abs(want), 1.0) * 2.0 ** -7  # near 0: the float32 sum's own error
     assert np.all(np.abs(got - want) <= ulp)
 
 

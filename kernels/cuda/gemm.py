@@ -5,7 +5,7 @@ two axes as a row-major or a transposed matrix where its strides allow (``check_
 row stride = columns, or column stride = rows), copies it contiguous otherwise, collapses the
 batch axes to one stride, and calls cuBLAS once: float32 in TF32 unless ``MLX_ENABLE_TF32=0``
 (``settings.tf32`` here), float16 / bfloat16 stored as themselves with float32 accumulation
-(``CUBLAS_COMPUTE_32F``; the result rounded to nearest even on store), float64 in float64.
+(``CUBLAS_COMPUTE_32F``; the result rounded to nearest even on store), complex64 as float32.
 AddMM writes ``c`` (broadcast) into the output and lets the GEMM add ``beta * c`` (MLX's
 ``copy_gpu(c, out)`` path; it uses cublasLt's bias epilogue where ``c`` is one row).
 
@@ -33,8 +33,8 @@ except ImportError:  # pragma: no cover - a CuPy without them
     _cublas = None
 
 # cudaDataType_t / cublasComputeType_t (library_types.h, cublas_api.h)
-_R_32F, _R_64F, _R_16F, _C_32F, _C_64F, _R_16BF = 0, 1, 2, 4, 5, 14
-_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
+_R_32F, _R_16F, _C_32F, _R_16BF = 0, 2, 4, 14
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
 _OP_N, _OP_T = 0, 1
 _GEMM_DEFAULT = -1
 
@@ -43,10 +43,8 @@ _TYPES = {
     np.dtype(np.float32): (_R_32F, _COMPUTE_32F, np.float32, True),
     np.dtype(np.float16): (_R_16F, _COMPUTE_32F, np.float32, False),
     bf16.BF16: (_R_16BF, _COMPUTE_32F, np.float32, False),
-    np.dtype(np.float64): (_R_64F, _COMPUTE_64F, np.float64, False),
     np.dtype(np.complex64): (_C_32F, _COMPUTE_32F, np.complex64, True),
-    np.dtype(np.complex128): (_C_64F, _COMPUTE_64F, np.complex128, False),
-}
+}  # float64 never reaches a GPU stream (MLX refuses it there: core/array.py)
 
 
 def available() -> bool:
