@@ -7,7 +7,7 @@ from tapescope.kernels.cache_entries import clear_kernel_cache, kernel_cache  # 
 from tapescope.kernels.cpu.tiered import set_tiered, tiered  # noqa: F401  (tiered first calls)
 from tapescope.core.fusion import fusion_mode, set_fusion  # noqa: F401  (extended fusion)
 from tapescope.check import check  # noqa: F401  (imports JAX only when called)
-from tapescope.graph import Graph, graph_of, trace  # noqa: F401
+from tapescope.viz.graph import Graph, graph_of, trace  # noqa: F401
 from tapescope.magic import load_ipython_extension  # noqa: F401  (imports IPython only when loaded)
 from tapescope.as_mlx import as_mlx  # noqa: F401  (mlx.core -> tapescope.core)
 
