@@ -7,11 +7,22 @@ from tapescope.kernels.cache_entries import clear_kernel_cache, kernel_cache  # 
 from tapescope.kernels.cpu.tiered import set_tiered, tiered  # noqa: F401  (tiered first calls)
 from tapescope.core.fusion import fusion_mode, set_fusion  # noqa: F401  (extended fusion)
 from tapescope.check import check  # noqa: F401  (imports JAX only when called)
-from tapescope.graph import Graph, graph_of, trace  # noqa: F401
 from tapescope.magic import load_ipython_extension  # noqa: F401  (imports IPython only when loaded)
 from tapescope.as_mlx import as_mlx  # noqa: F401  (mlx.core -> tapescope.core)
 
 __version__ = "0.1.0"
+
+_GRAPH = ("Graph", "graph_of", "trace")  # viz/graph.py's: the graph model the pictures draw
+
+
+def __getattr__(name: str):
+    """``Graph``, ``graph_of`` and ``trace`` from ``viz/graph.py``, imported on first use
+    (importing tapescope imports no part of viz)."""
+    if name in _GRAPH:
+        from tapescope.viz import graph
+
+        return getattr(graph, name)
+    raise AttributeError(f"module 'tapescope' has no attribute {name!r}")
 
 
 def export_trace(path, records=None) -> str:

@@ -163,7 +163,7 @@ def _graph_size(arrays: list, limit: int) -> int:
 
 
 def _program_graphs(name: str, fn: Any) -> list:
-    from tapescope.graph import from_program
+    from tapescope.viz.graph import from_program
 
     out = []
     for i, prog in enumerate(fn.programs()):
@@ -362,7 +362,7 @@ class _progress:
 
 
 def _graph_lazy(run: cr.DeviceRun, lazy: dict, draw: bool) -> None:
-    from tapescope.graph import graph_of
+    from tapescope.viz.graph import graph_of
 
     n = _graph_size(list(lazy.values()), MAX_GRAPH_NODES)
     if n > MAX_GRAPH_NODES:
@@ -552,7 +552,7 @@ LINE_USAGE = "%mlx graph <expr> | %mlx memory | %mlx cache | %mlx events | %mlx 
 
 def _graph_of_expr(shell: Any, expr: str) -> Any:
     from tapescope.core.array import array
-    from tapescope.graph import Graph, graph_of
+    from tapescope.viz.graph import Graph, graph_of
     from tapescope.viz import report as vr
 
     if not expr.strip():

@@ -15,7 +15,10 @@ Each device's allocator follows one MLX backend's policy (``POLICIES``, keyed by
   ``RuntimeError("[malloc] Unable to allocate N bytes. ...")`` and changes no counter.
 
 Memory numpy allocated on its own (a rule's result) is *adopted*: accounted as a buffer of
-its real size, and recycled like any other when freed.
+its real size, and recycled like any other when freed (``owner``: the array that owns a
+result's memory, ``memory_of``: which allocation an array lives in). A device whose arrays
+are not numpy's also moves host data in and out here (``import_host``, ``export``: the CUDA
+allocator's, ``cuda/memory.py``), as MLX's arrays are made in an allocator's buffers.
 """
 
 from __future__ import annotations
@@ -387,6 +390,31 @@ class PyAllocator:
     def reset_peak_memory(self) -> None:
         with self._lock:
             self.peak = 0
+
+    # -- the device's arrays and their memory -------------------------------------------
+    def memory_of(self, data: Any) -> Any:
+        """What identifies the allocation ``data`` lives in (two arrays share memory when
+        these are the same object): numpy's owner at the end of the ``base`` chain."""
+        return _owner(data)
+
+    def owner(self, data: Any) -> Optional[Any]:
+        """The array that owns all of the memory of a rule's result nobody tracks yet, for
+        ``adopt``; None when it is not ours to adopt (it must be copied)."""
+        o = _owner(data)
+        return o if isinstance(o, np.ndarray) and o.flags.owndata else None
+
+    def import_host(self, data: Any, stream: Any) -> tuple:
+        """Host data of a new array of this device, as (device array, BufferHandle); asked
+        only of a device whose arrays are not numpy's (host data is adopted as is)."""
+        raise TypeError(f"[array] the {self.device} allocator's arrays are numpy's: host data "
+                        "is adopted, not imported")
+
+    def export(self, data: Any, handle: Any) -> Any:
+        """A view of device array ``data`` that keeps its buffer (``handle``) alive, for
+        ``__cuda_array_interface__`` / DLPack; asked only of a device whose arrays are not
+        numpy's (a host array is exported by numpy's own protocols)."""
+        raise TypeError(f"[export] the {self.device} allocator's arrays are numpy's: numpy "
+                        "exports them")
 
     def clear_cache(self) -> None:
         with self._lock:

@@ -1,38 +1,50 @@
 """A backend per device: what evaluating a primitive on a device's stream needs.
 
 ``Backend`` is the contract the core asks (``backend(stream.device)``) instead of naming an
-array module or a device itself, as MLX's eval loop asks ``eval_cpu`` / ``eval_gpu``
-(mlx/backend/cpu/eval.h, mlx/backend/gpu/eval.h: ``new_stream``, ``eval``, ``synchronize``).
-It is a few methods and declared facts (``CONTRACT`` lists both):
+array module or a device itself, as MLX's eval loop asks a primitive's ``eval_cpu`` /
+``eval_gpu`` and the device's allocator, streams and events (mlx/backend/cpu/eval.h,
+mlx/backend/gpu/eval.h: ``new_stream``, ``eval``, ``synchronize``; mlx/allocator.h,
+mlx/event.h). ``CONTRACT`` lists it: a backend writes its hooks and declares its facts.
 
-- the facts, class or instance attributes the eval loop reads once per backend (core/_loop.c
-  ``BackendInfo``): ``xp`` (the array module the rules compute with: numpy on the CPU, CuPy
-  for CUDA), ``allocator`` (the device's ``Allocator``), ``array_type``, ``event_type`` (an
-  event is *recorded on a stream* by ``signal``, *waited on by a stream* by ``wait(value,
-  stream=...)``, *waited on by the host* by ``wait(value)``), ``dialect``, ``quiet``,
-  ``device_context``, ``sequential_forms`` (what the rules ask of the array module,
-  ``rules/forms.py``), and the device's generated kernels: ``kernel_rules``,
-  ``compiled_launch``, ``compiled_prebuild``, ``eager_kernel``, ``device_api`` (None or
-  empty where it has none);
-- the methods: ``run_compiled`` (a fused tape: MLX's ``Compiled::eval_cpu`` /
-  ``eval_gpu``, the one each backend must write), ``rule_for`` (the device's own rule of a
-  primitive), ``launch_fused`` (a loaded fused kernel), ``new_stream`` / ``synchronize``
-  (MLX's), ``info`` / ``machine`` (the device's facts and roofline limits), and how a
-  device's arrays are made and owned: ``to_device``, ``as_array``, ``memory_of``, ``owner``,
-  ``import_host``, ``export``.
+- evaluating: ``run_compiled`` (a fused tape: MLX's ``Compiled::eval_cpu`` / ``eval_gpu``,
+  the one hook each backend must write), ``kernel_rules`` (primitive name -> the device's
+  own rule: MLX's reductions and fast primitives as generated kernels) and
+  ``device_context`` (None on the host; a GPU's ``(stream, node) -> DeviceContext``: the
+  node's stream made current, its ``rule`` the device's own rule for the node, None for the
+  definition's), run with the array module ``xp`` on arrays of ``array_type``;
+  ``to_device`` makes a value (an input of another device, a rule's result) this device's
+  array;
+- the device: ``allocator`` (its ``Allocator``, which also says which allocation an array
+  lives in and moves host data in and out: ``memory_of``, ``owner``, ``import_host``,
+  ``export``), ``event_type`` (an event is *recorded on a stream* by ``signal``, *waited on
+  by a stream* by ``wait(value, stream=...)``, *waited on by the host* by ``wait(value)``),
+  ``new_stream`` / ``synchronize`` (MLX's), ``info`` (``mx.device_info``), ``machine``
+  (the roofline's limits);
+- what fusion asks before it makes a tape: ``dialect`` (its kernels' renderer dialect),
+  ``reduction_tapes``, ``sequential_forms`` (what the rules ask of the array module,
+  ``rules/forms.py``);
+- the loaded kernels the eval loop launches without a rule (read once per backend:
+  core/_loop.c ``BackendInfo``; None where it has none): ``compiled_launch`` (a fused
+  call's plan), ``eager_kernel`` (an eager elementwise op's one-op kernel),
+  ``launch_fused`` (the launch of either on a stream), ``device_api`` (the same launch and
+  the eval's host wait in C), ``compiled_prebuild`` (an eval's new kernels built in
+  parallel).
 
-The defaults are host memory's (numpy arrays, no device context). Backends are registered
-per device type (``"cpu"``, ``"gpu"``): the CPU one (``cpu/backend.py``) always; a GPU one
-only when a GPU runtime really evaluates arrays (the CUDA runtime of ``kernels/cuda``,
-opt-in with ``TAPESCOPE_CUDA=1`` for now; the Metal runtime of ``kernels/metal`` on macOS,
-opt-in with ``TAPESCOPE_METAL=1``), or when a test registers its own (``register``).
-``mx.gpu`` is available, and the default device, only while a GPU
-backend is registered. CuPy is imported only here and in ``kernels/cuda``, only when asked.
+``quiet`` (the floating-point state a rule runs in: numpy's warnings silenced, as MLX has
+none) follows from ``array_type``; it is not declared. The defaults are host memory's
+(numpy arrays, no device context). Backends are registered per device type (``"cpu"``,
+``"gpu"``): the CPU one (``cpu/backend.py``) always; a GPU one only when a GPU runtime
+really evaluates arrays (the CUDA runtime of ``kernels/cuda``, opt-in with
+``TAPESCOPE_CUDA=1`` for now; the Metal runtime of ``kernels/metal`` on macOS, opt-in with
+``TAPESCOPE_METAL=1``), or when a test registers its own (``register``). ``mx.gpu`` is
+available, and the default device, only while a GPU backend is registered (one GPU per
+process: ``gpu_count``). CuPy is imported only here and in ``kernels/cuda``, only when asked.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import sys
 import threading
@@ -40,7 +52,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .allocator import Allocator, allocator as _allocator_of, owner_of
+from .allocator import Allocator, allocator as _allocator_of
 from .rules import forms
 from .stream_workers import Event
 from .settings import settings
@@ -71,9 +83,30 @@ def _quiet_numpy():
     return _Quiet
 
 
+class DeviceContext:
+    """What a GPU backend's ``device_context(stream, node)`` returns: a context manager
+    entered around the node's rule, whose ``rule`` is the device's own rule for the node
+    (None: the definition's rule runs with the backend's array module). This one does
+    nothing on entry; a backend's subclass makes the node's stream current."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule: Optional[Callable] = None):
+        self.rule = rule
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_QUIET = _quiet_numpy()
+
+
 class Backend(abc.ABC):
     """The contract every device's runtime fulfils (``cpu/backend.py``, ``cuda/backend.py``,
-    ``metal/backend.py``): declared facts and the methods of ``CONTRACT``; the defaults here
+    ``metal/backend.py``): the hooks and declared facts of ``CONTRACT``; the defaults here
     are host memory's (numpy arrays, no device context)."""
 
     # -- facts ------------------------------------------------------------------------------
@@ -81,12 +114,14 @@ class Backend(abc.ABC):
     device_type = "cpu"  # the DeviceType name it serves
     dialect = "c"  # the renderer dialect of its compiled kernels
     reduction_tapes = True  # run_compiled runs extended fusion's reduction tapes as one kernel
-    quiet = staticmethod(_quiet_numpy())  # the context a rule runs in (no float warnings)
     #: the device's events (``event_type(stream)``; a fence's producer events too): the
     #: host's ``stream_workers.Event`` is made and signalled by the eval loop in C
     event_type = Event
     array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)
-    device_context = None  # or a function of (stream, node): the context a node runs in
+    #: None: the host (the eval loop runs the rules on the caller's thread); a GPU's
+    #: function ``(stream, node) -> DeviceContext``: the context a node's rule runs in, which
+    #: names the device's own rule for the node
+    device_context: Optional[Callable] = None
     #: its array module has numpy's sequential forms (every ufunc's ``accumulate`` and ``at``
     #: in order, the last of repeated positions kept by an assignment, linalg raising where
     #: it cannot factor, a host loop over an axis cheap): the rules ask it through
@@ -94,7 +129,8 @@ class Backend(abc.ABC):
     sequential_forms = True
     #: primitive name -> the device's generated-kernel rule for it (the CPU's: MLX's
     #: reductions and fast primitives as C), which the eval loop runs in place of the
-    #: definition's rule on a device without a device context (``rule_for`` on one with)
+    #: definition's rule on a device without a device context (the context's ``rule`` on one
+    #: with); the eval loop in C finds the plans of those that are ``KernelRule``s
     kernel_rules: dict = {}
     #: a function of a fused call, ``(tape, inputs, shape) -> launch plan or None``, giving
     #: its loaded kernel's plan (what ``launch_fused`` runs: a ``kernel_call.PlanLookup``)
@@ -111,10 +147,11 @@ class Backend(abc.ABC):
     #: eval's event in Python. A host backend has none (its launch is the call itself)
     device_api = None
 
-    def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None, count: int = 1):
+    def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None):
         self.xp = xp
         self.allocator = alloc if alloc is not None else _allocator_of(self.device_type)
-        self.count = count  # devices of this type the runtime can use
+        # (derived, not declared: numpy raises floating-point warnings, MLX has none)
+        self.quiet = _QUIET if self.array_type is np.ndarray else contextlib.nullcontext
 
     # -- evaluating -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -124,16 +161,17 @@ class Backend(abc.ABC):
         the inputs whose buffers the outputs may take (MLX's Compiled::eval_cpu / eval_gpu).
         The ``Compiled`` rule is given ``backend.run_compiled`` as its runtime."""
 
-    def rule_for(self, prim: Any) -> Optional[Callable]:
-        """The device's own rule for ``prim`` in place of the definition's rule (a GPU
-        backend's, asked inside its device context), or None: ``kernel_rules``' entry."""
-        return self.kernel_rules.get(prim.name)
+    def to_device(self, data: Any) -> Any:
+        """``data`` as this device's array: an input that lives elsewhere (another device's
+        array) moved in, a rule's result (a numpy scalar, a device's lazy value) made an
+        array."""
+        return host_array(data)
 
     def launch_fused(self, stream: Any, launch: Any, inputs: list, out: Any) -> None:
-        """Run a loaded fused kernel (a ``compiled_launch`` plan) on ``inputs`` into ``out``
-        for a node of ``stream`` (the host's C kernel: called right here). The eval loop's
-        one hook into a backend for a fused call (core/_loop.c run_node,
-        ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
+        """Run a loaded kernel's plan (a ``compiled_launch`` or ``eager_kernel`` plan) on
+        ``inputs`` into ``out`` for a node of ``stream`` (the host's C kernel: called right
+        here). The eval loop's one hook into a backend for a loaded kernel (core/_loop.c
+        run_node, ``evaluate._fused_launch``); a GPU's enqueues on the stream's device queue."""
         launch.call(inputs, (out,))
 
     # -- streams and the device -------------------------------------------------------------
@@ -153,52 +191,20 @@ class Backend(abc.ABC):
         FLOP/s), measured on the first call; None where the backend has none."""
         return None
 
-    # -- the device's arrays ----------------------------------------------------------------
-    def to_device(self, data: Any) -> Any:
-        """An input that lives elsewhere (another device's array) as this device's array."""
-        return host_array(data)
-
-    def as_array(self, value: Any) -> Any:
-        """A rule's result as this device's array."""
-        return value if isinstance(value, np.ndarray) else np.asarray(value)
-
-    def memory_of(self, data: Any) -> Any:
-        """What identifies the allocation ``data`` lives in (two arrays share memory when
-        these are the same object): numpy's owner at the end of the ``base`` chain."""
-        return owner_of(data)
-
-    def owner(self, data: Any) -> Optional[Any]:
-        """The array that owns all of the memory of a rule's result nobody tracks yet, for
-        the allocator to adopt; None when it is not ours to adopt (it must be copied)."""
-        o = owner_of(data)
-        return o if isinstance(o, np.ndarray) and o.flags.owndata else None
-
-    def import_host(self, data: Any, stream: Any) -> tuple:
-        """Host data of a new array of this device, as (device array, BufferHandle); asked
-        only of a device whose ``array_type`` is not numpy's (host data is adopted as is)."""
-        raise TypeError(f"[array] the {self.name} backend's arrays are numpy's: host data "
-                        "is adopted, not imported")
-
-    def export(self, data: Any, handle: Any) -> Any:
-        """A view of device array ``data`` that keeps its buffer (``handle``) alive, for
-        ``__cuda_array_interface__`` / DLPack; asked only of a device whose ``array_type`` is
-        not numpy's (a host array is exported by numpy's own protocols)."""
-        raise TypeError(f"[export] the {self.name} backend's arrays are numpy's: numpy "
-                        "exports them")
-
     def __repr__(self) -> str:
         return f"<Backend {self.name} on {self.device_type}: {getattr(self.xp, '__name__', self.xp)}>"
 
 
-#: The contract: the methods a backend may override (``run_compiled`` it must), then the
-#: facts it declares. Nothing else of a backend is asked by the layers above it.
+#: The contract: the hooks a backend may write (``run_compiled`` it must), then the facts it
+#: declares (``xp`` and ``allocator`` given to ``Backend.__init__``). Nothing else of a
+#: backend is asked by the layers above it; ``quiet`` is derived from ``array_type``.
 CONTRACT = {
-    "methods": ("run_compiled", "rule_for", "launch_fused", "new_stream", "synchronize",
-                "info", "machine", "to_device", "as_array", "memory_of", "owner",
-                "import_host", "export"),
-    "facts": ("name", "device_type", "dialect", "reduction_tapes", "quiet", "event_type",
-              "array_type", "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
-              "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator", "count"),
+    "methods": ("run_compiled", "to_device", "launch_fused", "new_stream", "synchronize",
+                "info", "machine"),
+    "facts": ("name", "device_type", "dialect", "reduction_tapes", "event_type", "array_type",
+              "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
+              "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator"),
+    "derived": ("quiet",),
 }
 
 
@@ -262,12 +268,15 @@ def stream_backend(stream: Any) -> Backend:
 
 
 def host_array(data: Any) -> np.ndarray:
-    """``data`` in host memory: itself for a numpy array, a copy of a device array. A device
-    array broadcast along some axes (stride 0) copies one element along them and is the
-    same read-only broadcast on the host, as MLX's CPU reads a broadcast in place: it is
-    not materialised, which could take more memory than the device has."""
+    """``data`` in host memory: itself for a numpy array, a copy of a device array, a numpy
+    scalar as a 0-d array. A device array broadcast along some axes (stride 0) copies one
+    element along them and is the same read-only broadcast on the host, as MLX's CPU reads
+    a broadcast in place: it is not materialised, which could take more memory than the
+    device has."""
     if type(data) is np.ndarray:
         return data
+    if isinstance(data, np.generic):
+        return np.asarray(data)
     get = getattr(data, "get", None)  # CuPy: device to host
     if get is None:
         return data if isinstance(data, np.ndarray) else np.asarray(data)
@@ -379,5 +388,6 @@ def metal_runtime_available() -> bool:
 
 
 def gpu_count() -> int:
-    """GPUs that tapescope's GPU runtime can use (0 without one)."""
-    return _backends["gpu"].count if gpu_available() else 0
+    """GPUs that tapescope's GPU runtime can use (0 without one): one per process, as MLX's
+    NCCL backend gives each rank one (``cuda/device.py selected``)."""
+    return 1 if gpu_available() else 0

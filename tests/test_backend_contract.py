@@ -1,21 +1,26 @@
 """Every backend is a subclass of the one small contract (``kernels/backends.py``'s
 ``Backend``, listed in ``backends.CONTRACT``) and imports no other backend.
 
-The contract is a few methods and declared facts, as MLX's is ``eval_cpu`` / ``eval_gpu`` and a
-stream's ``new_stream`` / ``synchronize``: its size is asserted here, so a new hook is a
-decision (this file and ``CONTRACT`` change together), not a drift. A backend defines no
+The contract is what evaluating needs, as MLX's is a primitive's ``eval_cpu`` / ``eval_gpu``
+and the device's allocator, streams and events: its size is asserted here, so a new hook is
+a decision (this file and ``CONTRACT`` change together), not a drift. A backend defines no
 public name of its own beyond the contract (what the layers above could come to ask of one
-runtime only). A backend whose module imports what this machine lacks (CuPy, PyObjC's Metal)
-is read with ``ast`` instead of imported.
+runtime only), sets none of the derived ones (``quiet``), and its device context is a
+``DeviceContext`` (the node's rule named there). A planted method is reported. A backend
+whose module imports what this machine lacks (CuPy, PyObjC's Metal) is read with ``ast``
+instead of imported.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tapescope.kernels import backends
@@ -25,12 +30,20 @@ BACKENDS = {"cpu": ("tapescope.kernels.cpu.backend", "CpuBackend"),
             "cuda": ("tapescope.kernels.cuda.backend", "CudaBackend"),
             "metal": ("tapescope.kernels.metal.backend", "MetalBackend")}
 
-# the contract's size: the methods a backend may override, then the facts it declares
-METHODS = ("run_compiled", "rule_for", "launch_fused", "new_stream", "synchronize", "info",
-           "machine", "to_device", "as_array", "memory_of", "owner", "import_host", "export")
-FACTS = ("name", "device_type", "dialect", "reduction_tapes", "quiet", "event_type",
-         "array_type", "device_context", "sequential_forms", "kernel_rules", "compiled_launch", "compiled_prebuild",
-         "eager_kernel", "device_api", "xp", "allocator", "count")
+# the contract's size: the hooks a backend may write, the facts it declares, what follows
+METHODS = ("run_compiled", "to_device", "launch_fused", "new_stream", "synchronize", "info",
+           "machine")
+FACTS = ("name", "device_type", "dialect", "reduction_tapes", "event_type", "array_type",
+         "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
+         "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator")
+DERIVED = ("quiet",)
+# what left the contract, and where it went: a backend that defines one again fails
+GONE = {"rule_for": "the device context's rule", "as_array": "to_device",
+        "memory_of": "Allocator.memory_of", "owner": "Allocator.owner",
+        "import_host": "Allocator.import_host", "export": "Allocator.export",
+        "count": "one GPU per process (gpu_count)"}
+# a backend's own names beyond the contract: a GPU's device index (CudaBackend.device_id)
+OWN = {"device_id"}
 
 ROOT = Path(__file__).parent.parent
 
@@ -79,18 +92,19 @@ def _instance_names(node: ast.ClassDef) -> set:
 
 
 def test_the_contract_is_this_size():
-    assert backends.CONTRACT == {"methods": METHODS, "facts": FACTS}
-    assert len(METHODS) == 13 and len(FACTS) == 17
+    assert backends.CONTRACT == {"methods": METHODS, "facts": FACTS, "derived": DERIVED}
+    assert len(METHODS) == 7 and len(FACTS) == 15 and len(DERIVED) == 1
     assert backends.Backend.__abstractmethods__ == {"run_compiled"}
+    assert not set(GONE) & (set(METHODS) | set(FACTS) | set(DERIVED))
 
 
 def test_the_contract_lists_every_public_name_of_the_base():
     base = next(n for n in ast.parse((ROOT / "kernels" / "backends.py").read_text()).body
                 if isinstance(n, ast.ClassDef) and n.name == "Backend")
-    assert _public_names(base) | _instance_names(base) == set(METHODS) | set(FACTS)
+    assert _public_names(base) | _instance_names(base) == set(METHODS) | set(FACTS) | set(DERIVED)
     for m in METHODS:
         assert callable(getattr(backends.Backend, m)), m
-    for f in FACTS[:-3]:  # the class's facts (xp, allocator, count are the instance's)
+    for f in FACTS[:-2]:  # the class's facts (xp, allocator are the instance's)
         assert hasattr(backends.Backend, f), f
 
 
@@ -100,14 +114,39 @@ def test_the_contract_is_abstract():
         backends.Backend()
 
 
+def outside_contract(node: ast.ClassDef) -> list:
+    """What a backend's class body defines beyond the contract: its own public names
+    (``OWN`` aside), a derived name it sets, a device context not a ``DeviceContext``."""
+    own = _public_names(node) | _instance_names(node)
+    found = [f"{n}: not in the contract" + (f" (now {GONE[n]})" if n in GONE else "")
+             for n in sorted(own - set(METHODS) - set(FACTS) - set(DERIVED) - OWN)]
+    found += [f"{n}: derived, not declared" for n in sorted(own & set(DERIVED))]
+    return found
+
+
+def _device_context_type(module: ast.Module, node: ast.ClassDef):
+    """The class a backend's ``device_context`` returns (its return annotation), or None."""
+    fn = next((n for n in node.body if isinstance(n, ast.FunctionDef)
+               and n.name == "device_context"), None)
+    if fn is None:
+        return None
+    name = fn.returns.id if isinstance(fn.returns, ast.Name) else None
+    return next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == name),
+                "unannotated")
+
+
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_each_backend_implements_the_contract_and_no_more(name):
+    module = ast.parse(_path(name).read_text())
     node = _read(name)
     assert [b.id for b in node.bases if isinstance(b, ast.Name)] == ["Backend"]
+    assert outside_contract(node) == []
     own = _public_names(node) | _instance_names(node)
-    # its own names: the contract's, plus a GPU's device index (CudaBackend.device_id)
-    assert own - set(METHODS) - set(FACTS) <= {"device_id"}, sorted(own - set(METHODS) - set(FACTS))
     assert backends.Backend.__abstractmethods__ <= own
+    ctx = _device_context_type(module, node)
+    if ctx is not None:  # a GPU's: a DeviceContext, which names the node's rule
+        assert ctx != "unannotated"
+        assert [b.id for b in ctx.bases if isinstance(b, ast.Name)] == ["DeviceContext"], ctx.name
     cls = _class(name)
     if cls is None:
         names = {t.id: v.value for n in node.body if isinstance(n, ast.Assign)
@@ -119,6 +158,17 @@ def test_each_backend_implements_the_contract_and_no_more(name):
     assert cls.name == name
     for method in backends.Backend.__abstractmethods__:
         assert getattr(cls, method) is not getattr(backends.Backend, method), method
+
+
+def test_a_planted_method_outside_the_contract_is_reported():
+    source = _path("cpu").read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
+    assert outside_contract(cls) == []
+    planted = source + ("\n    def memory_of(self, data):\n        return data\n"
+                        "\n    quiet = None\n\n    def warm_up(self):\n        pass\n")
+    cls = next(n for n in ast.parse(planted).body if isinstance(n, ast.ClassDef))
+    assert outside_contract(cls) == ["memory_of: not in the contract (now Allocator.memory_of)",
+                                     "warm_up: not in the contract", "quiet: derived, not declared"]
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
@@ -135,15 +185,76 @@ def test_the_cpu_backend_is_a_backend_like_the_others():
     # its compiled kernels are facts of its own, not the contract's defaults
     assert cpu.compiled_launch is not None and cpu.compiled_prebuild is not None
     assert cpu.kernel_rules and callable(cpu.run_compiled)
-    # its own rule of a primitive is its kernel_rules' entry (rule_for's default)
-    name = next(iter(cpu.kernel_rules))
+    # the host: no device context (its own rules are kernel_rules', run without one)
+    assert cpu.device_context is None and cpu.device_api is None
 
-    class Prim:
-        pass
 
-    p = Prim()
-    p.name = name
-    assert cpu.rule_for(p) is cpu.kernel_rules[name]
+def test_a_device_contexts_rule_is_the_rule_the_node_runs():
+    """A GPU backend's device context names the node's rule: its rule runs, on the device's
+    array module, inside the context; a context naming None runs the definition's rule."""
+    import tapescope.core as mx
+    from conftest import registered_as_gpu
+
+    entered = []
+
+    class Context(backends.DeviceContext):
+        __slots__ = ("name",)
+
+        def __init__(self, name, rule):
+            super().__init__(rule)
+            self.name = name
+
+        def __enter__(self):
+            entered.append(self.name)
+
+    def negated_exp(xp, x, **kw):  # a rule the definition does not have: it shows it ran
+        return -xp.exp(x)
+
+    class ContextGpu(backends.Backend):
+        name, device_type = "contextgpu", "gpu"
+
+        def device_context(self, stream, node=None) -> Context:
+            name = node.primitive.name
+            return Context(name, negated_exp if name == "Exp" else None)
+
+        def run_compiled(self, tape, inputs, shape, out=None, donatable=None):
+            raise NotImplementedError
+
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    cpu = mx.default_device()  # (asked first: a GPU registered now would become the default)
+    gen = registered_as_gpu(ContextGpu(np))
+    next(gen)
+    try:
+        with mx.stream(mx.gpu):
+            a = mx.array(x)
+            e, s = mx.exp(a), mx.sin(a)
+            mx.eval(e, s)
+    finally:
+        gen.close()
+    assert mx.default_device() == cpu
+    np.testing.assert_allclose(np.array(e), -np.exp(x.astype(np.float64)), rtol=1e-6)
+    np.testing.assert_allclose(np.array(s), np.sin(x.astype(np.float64)), rtol=1e-6)
+    assert "Exp" in entered and "Sin" in entered
+
+
+def test_quiet_follows_the_array_type():
+    cpu = backends.registered()["cpu"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with cpu.quiet():  # numpy's floating-point warnings silenced, as MLX has none
+            np.divide(np.ones(1), np.zeros(1))
+    with pytest.raises(RuntimeWarning):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.divide(np.ones(1), np.zeros(1))
+
+    class DeviceArrays(backends.Backend):  # arrays that are not numpy's: nothing to silence
+        name, device_type, array_type = "devicearrays", "gpu", object
+
+        def run_compiled(self, tape, inputs, shape, out=None, donatable=None):
+            raise NotImplementedError
+
+    assert DeviceArrays(np, cpu.allocator).quiet is contextlib.nullcontext
 
 
 def test_a_backend_missing_run_compiled_cannot_be_made():
@@ -154,16 +265,27 @@ def test_a_backend_missing_run_compiled_cannot_be_made():
         Half()
 
 
-def test_a_numpy_backend_declines_to_import_or_export_device_memory():
-    cpu = backends.registered()["cpu"]
+def test_a_numpy_allocator_declines_to_import_or_export_device_memory():
+    alloc = backends.registered()["cpu"].allocator
     with pytest.raises(TypeError, match=r"\[array\]"):
-        cpu.import_host(None, None)
+        alloc.import_host(None, None)
     with pytest.raises(TypeError, match=r"\[export\]"):
-        cpu.export(None, None)
+        alloc.export(None, None)
+
+
+def test_the_allocator_says_which_allocation_an_array_lives_in():
+    alloc = backends.registered()["cpu"].allocator
+    a = np.arange(12.0)
+    v = a.reshape(3, 4)[1:, ::2]
+    strided = np.lib.stride_tricks.as_strided(a, (3,), (16,))
+    assert alloc.memory_of(v) is alloc.memory_of(strided) is alloc.memory_of(a) is a
+    assert alloc.owner(v) is a and alloc.owner(a) is a  # the array that owns it all
+    raw = bytearray(8)
+    assert alloc.owner(np.frombuffer(raw, np.uint8)) is None  # not ours to adopt: copied
 
 
 def test_a_result_over_memory_no_array_owns_is_copied_in_its_layout():
-    """(The contract's ``copy`` is the array's own ``copy(order="K")``.) A rule's result
+    """(The copy is the array's own ``copy(order="K")``.) A rule's result
     viewing memory that no array owns (a bytearray's) is copied into the allocator: its
     values, dtype and column-major layout as numpy's, no memory shared."""
     import numpy as np

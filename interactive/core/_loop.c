@@ -467,7 +467,7 @@ static PyObject *owner_of(PyObject *a) {
     }
 }
 
-/* the owner of the memory of a handle's buffer (memory_of(handle.buffer.raw)), new ref */
+/* the owner of the memory of a handle's buffer (Allocator.memory_of(handle.buffer.raw)), new ref */
 static PyObject *handle_memory(PyObject *h) {
     PyObject *buf = PyObject_GetAttr(h, s_buffer);
     PyObject *raw = buf ? PyObject_GetAttr(buf, s_raw) : NULL;
@@ -512,7 +512,7 @@ static int finish_one(PyObject *node, PyObject *res, PyObject *out_handle, PyObj
         if (m == memory) handle = Py_NewRef(h);
         Py_DECREF(m);
     }
-    if (handle == NULL) { /* adopted: memory numpy made for the result (Backend.owner) */
+    if (handle == NULL) { /* adopted: memory numpy made for the result (Allocator.owner) */
         int owns = 0;
         if (Py_TYPE(memory) == (PyTypeObject *)l_ndarray) {
             PyObject *flags = PyObject_GetAttr(memory, s_flags);

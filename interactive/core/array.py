@@ -47,7 +47,7 @@ class ArrayDesc:
             be = stream_backend(stream) if stream is not None else None
             if be is not None and be.array_type is not np.ndarray:
                 # a GPU array made from host data lives in the device's memory (as in MLX)
-                self.data, self.buffer = be.import_host(data, stream)
+                self.data, self.buffer = be.allocator.import_host(data, stream)
                 return
             if data.base is not None:  # never adopt memory that something else owns
                 data = self.data = np.array(data)

@@ -118,26 +118,26 @@ def _output_buffer(node: Node, out: ArrayDesc, be):
 def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> None:
     """Give ``desc`` the rule's result, exactly its dtype and shape, with the handle of the
     buffer it lives in (the preallocated output, an input it is a view of, or adopted)."""
-    data = be.as_array(value)
+    data = be.to_device(value)
     if data.dtype != desc.dtype.np:
         data = data.astype(desc.dtype.np)
     if data.shape != desc.shape:
         data = data.reshape(desc.shape)
-    memory = be.memory_of(data)
+    alloc = be.allocator
+    memory = alloc.memory_of(data)
     handle = None
-    if out_handle is not None and memory is be.memory_of(out_handle.buffer.raw):
+    if out_handle is not None and memory is alloc.memory_of(out_handle.buffer.raw):
         handle = out_handle
     else:
         for d in inputs:
-            if d.buffer is not None and memory is be.memory_of(d.buffer.buffer.raw):
+            if d.buffer is not None and memory is alloc.memory_of(d.buffer.buffer.raw):
                 handle = d.buffer
                 break
     if handle is None:
-        owner = be.owner(data)
+        owner = alloc.owner(data)
         if owner is None:  # a view of memory we do not track: copy it in (its layout kept)
             data = data.copy(order="K")
-            owner = be.owner(data)
-        alloc = be.allocator
+            owner = alloc.owner(data)
         handle = BufferHandle(alloc.adopt(owner), alloc)
     desc.set_data(data, handle)
 
@@ -163,8 +163,9 @@ def _run_node(node: Node) -> None:
         _host_view(node, prim)
         return
     # a GPU: in its stream's context, with its own rule where it has one (CUDA, Metal)
-    with be.device_context(prim.stream, node):
-        _run(node, prim, be, be.rule_for(prim))
+    context = be.device_context(prim.stream, node)
+    with context:
+        _run(node, prim, be, context.rule)
 
 
 def _run(node: Node, prim, be, fn=None) -> None:

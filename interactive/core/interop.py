@@ -123,7 +123,7 @@ def _device_view(self: array) -> Any:
     data = self._d.data
     if type(data) is np.ndarray:
         return None
-    return stream_backend(self._d.stream).export(data, self._d.buffer)
+    return stream_backend(self._d.stream).allocator.export(data, self._d.buffer)
 
 
 def cuda_array_interface(self: array) -> dict:

@@ -6,23 +6,20 @@ stream of the primitive's ``mx`` stream (``device_context``). Inputs that live o
 stream; a CPU stream reading a GPU result copies it to the host (``to_host``) after the
 event wait that made it ready. Fused tapes run as fused CUDA kernels
 (``kernels/cuda/compiled.py``). Host data is copied in without blocking the host
-(``import_host``, ``device.uploaded``). bfloat16 arrays live on the device as uint16
+(``CudaAllocator.import_host``, ``device.uploaded``). bfloat16 arrays live on the device as uint16
 storage (``kernels/cuda/bfloat16.py``: their kernels, data movement, float32 fallbacks).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 from typing import Any, Optional
 
 import cupy
 import numpy as np
 
 from .. import timeline
-from ..allocator import BufferHandle, allocator, owner_of
-from ..backends import Backend
+from ..backends import Backend, DeviceContext
 from ..primitives import ASTYPE, COMPILED, MATMUL
 from ..rules.custom_kernel import CUSTOM
 from ..roofline import layouts
@@ -32,19 +29,20 @@ from .memory import CudaAllocator
 from .precision import matmul_rule
 
 
-_running = threading.local()  # .node: the node whose device context this thread is in
 _tf32_rules: dict = {}  # a matmul-family rule -> it at MLX's TF32 setting (precision.matmul_rule)
 
 
-class _OnStream:
+class _OnStream(DeviceContext):
     """Makes the CUDA stream of an ``mx`` stream current for CuPy on this thread; while the
-    timeline records, brackets the node's kernels with timing events (``timing``)."""
+    timeline records, brackets the node's kernels with timing events (``timing``). Its
+    ``rule``: the device's own rule for the node (``CudaBackend._rule``)."""
 
-    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins", "outer", "lend")
+    __slots__ = ("stream", "prev", "node", "index", "ev0", "dev", "work", "ins", "lend")
 
     def __init__(self, stream: "cupy.cuda.Stream", node: Any, index: int, dev: int = 0,
-                 lend: Any = None):
+                 lend: Any = None, rule: Any = None):
         self.stream, self.node, self.index, self.ev0, self.dev = stream, node, index, None, dev
+        self.rule = rule
         self.ins = ()
         self.work = device.work(index)
         self.lend = lend  # CuPy's allocations in the context from the buffer cache (memory.py)
@@ -54,8 +52,6 @@ class _OnStream:
             cupy.cuda.runtime.setDevice(self.dev)
         self.prev = cupy.cuda.get_current_stream()
         self.stream.use()
-        self.outer = getattr(_running, "node", None)
-        _running.node = self.node  # rule_for reads it (bfloat16's rules need the node)
         device.enter_work(self.work)  # the allocator's frees record fresh events meanwhile
         if self.lend is not None:
             self.lend = self.lend()
@@ -74,7 +70,6 @@ class _OnStream:
         if self.lend is not None:
             self.lend.__exit__(None, None, None)
         device.leave_work(self.work)
-        _running.node = self.outer
         self.prev.use()
         return False
 
@@ -122,14 +117,13 @@ class CudaBackend(Backend):
     dialect = "cuda"
     event_type = CudaEvent
     array_type = cupy.ndarray
-    quiet = staticmethod(contextlib.nullcontext)  # CuPy raises no floating-point warnings
     sequential_forms = False  # CuPy's ufuncs lack most accumulate / at forms (rules/forms.py)
 
     def __init__(self, device_id: Optional[int] = None):
         # one GPU per process: every mx GPU stream runs on ``device_id``, by default this
         # process's (``device.selected()``: local rank % device count, as MLX's NCCL backend)
         device_id = device.selected() if device_id is None else device_id
-        super().__init__(cupy, CudaAllocator(device_id), count=1)
+        super().__init__(cupy, CudaAllocator(device_id))
         self.device_id = device_id
 
     def new_stream(self, stream: Any) -> None:
@@ -137,15 +131,17 @@ class CudaBackend(Backend):
 
     def device_context(self, stream: Any, node: Any = None) -> _OnStream:
         return _OnStream(device.cuda_stream(stream.index), node, stream.index, self.device_id,
-                         self.allocator.lending)
+                         self.allocator.lending, None if node is None else self._rule(node))
 
     # -- data between host and device -------------------------------------------------------
     def to_device(self, data: Any) -> Any:
+        """A device array as it is (a lazily widened bfloat16 result as its float32 array);
+        anything else copied to the device on the current CUDA stream."""
         t = type(data)
-        if t is cupy.ndarray or t is bf16.BF16Array or t is bf16.Widened:
+        if t is cupy.ndarray or t is bf16.BF16Array or isinstance(data, cupy.ndarray):
             return data
-        if isinstance(data, cupy.ndarray):
-            return data
+        if t is bf16.Widened:
+            return data.value()
         data = np.asarray(data)
         if data.ndim and data.size > 1 and not any(data.strides):
             # a host broadcast of one value (a Python scalar's Broadcast): one element
@@ -155,81 +151,6 @@ class CudaBackend(Backend):
                 return bf16.BF16Array(cupy.broadcast_to(one.raw, data.shape))
             return cupy.broadcast_to(one, data.shape)
         return bf16.upload(data) if data.dtype == bf16.BF16 else cupy.asarray(data)
-
-    def import_host(self, data: Any, stream: Any) -> tuple:
-        """Host data of a new GPU array: copied into an allocator buffer on the stream's
-        CUDA stream; returns (device array, BufferHandle). bfloat16 is copied as its
-        uint16 bits (a ``BF16Array``); other types CuPy has no dtype for stay on the host,
-        accounted by the CPU's allocator.
-
-        The host does not wait for the copy (MLX's eager ops make no host synchronisation
-        either): ``cudaMemcpyAsync`` from pageable memory has staged the bytes when it
-        returns, so ``data`` may change at once; kernels on this stream run after the copy
-        in stream order, and ``device.uploaded`` orders every other reader (CuPy's host
-        reads on the default stream, the other mx streams) after it by event."""
-        data = np.asarray(data)
-        if data.ndim == 0 or (data.dtype.kind == "V" and data.dtype != bf16.BF16):
-            # a 0-d array (a Python scalar's) stays on the host: an eager op's kernel takes
-            # its value as a parameter (cuda/eager.py), with no upload; anything else moves
-            # it in when it reads it (to_device)
-            if data.ndim == 0 or data.base is not None:
-                data = np.array(data)  # (a copy: the caller's array may change)
-            alloc = allocator("cpu")
-            return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
-        buf = self.allocator.malloc(data.nbytes)
-        view = buf.view(data.nbytes, data.dtype, data.shape)
-        index = stream.index
-        cs = device.cuda_stream(index)
-        host = np.asarray(data, order="C")
-        if type(view) is bf16.BF16Array:
-            view.raw.set(host.view(bf16.U16), stream=cs)
-        else:
-            view.set(host, stream=cs)
-        device.uploaded(index)
-        return view, BufferHandle(buf, self.allocator)
-
-    def export(self, data: Any, handle: Any) -> Any:
-        """A CuPy view of ``data`` that keeps its buffer (``handle``) alive, for
-        ``__cuda_array_interface__`` / DLPack consumers: the buffer is not recycled while
-        the consumer holds it (the CPU's exports keep theirs the same way)."""
-        if type(data) is bf16.BF16Array:
-            raise TypeError("A bfloat16 GPU array cannot be exported through CuPy, which has no "
-                            "bfloat16 dtype: view it as uint16 first (x.view(mx.uint16)).")
-        mem = data.data.mem
-        keep = cupy.cuda.UnownedMemory(mem.ptr, mem.size, owner=(handle, data))
-        ptr = cupy.cuda.MemoryPointer(keep, data.data.ptr - mem.ptr)
-        return cupy.ndarray(data.shape, data.dtype, ptr, strides=data.strides)
-
-    def as_array(self, value: Any) -> Any:
-        t = type(value)
-        if t is cupy.ndarray or t is bf16.BF16Array or isinstance(value, cupy.ndarray):
-            return value
-        if t is bf16.Widened:
-            return value.value()
-        return self.to_device(value)
-
-    def memory_of(self, data: Any) -> Any:
-        """The CUDA allocation (CuPy's ``Memory``) a device array lives in. CuPy's ``base``
-        does not say it: ``as_strided`` and other arrays made from a memory pointer have
-        none, so a view of an input looked like memory of its own and was adopted a second
-        time, its buffer cached and handed out while the input still used it."""
-        if type(data) is bf16.BF16Array:
-            data = data.raw
-        mem = _memory(data)
-        return mem if mem is not None else owner_of(data)
-
-    def owner(self, data: Any) -> Optional[Any]:
-        """All of the allocation of a result CuPy made (as a uint8 array, the form of the
-        allocator's raw buffers); None for memory CuPy does not own (``UnownedMemory``)."""
-        if type(data) is bf16.BF16Array:
-            data = data.raw
-        mem = _memory(data)
-        if mem is None:  # not a CuPy array (the tests' stand-in CuPy is numpy underneath)
-            o = owner_of(data)
-            return o if isinstance(o, cupy.ndarray) and o.base is None else None
-        if type(mem) is not cupy.cuda.memory.Memory and not self.allocator.lent(mem):
-            return None  # (memory of a lent buffer: its lease accounts for it, see adopt)
-        return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
 
     # -- compiled tapes, synchronisation ----------------------------------------------------
     def run_compiled(self, tape, inputs, shape, out=None, donatable=None) -> list:
@@ -321,16 +242,16 @@ class CudaBackend(Backend):
 
         return EagerKernels()
 
-    def rule_for(self, prim: Any):
-        """A ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
+    def _rule(self, node: Any):
+        """The device's own rule for ``node`` (its device context's ``rule``): a
+        ``mx.fast.cuda_kernel`` call runs here (``kernels/cuda/custom.py``); MLX's
         reductions and fast primitives as generated CUDA (``kernels/cuda/reductions.py``,
-        ``fast_kernels.py``); the quantized products (``kernels/cuda/quantized.py``); a node reading or
-        making bfloat16 (the node of this thread's device context) by
-        ``cuda/bfloat16.py``'s rules."""
+        ``fast_kernels.py``); the quantized products (``kernels/cuda/quantized.py``); a node
+        reading or making bfloat16 by ``cuda/bfloat16.py``'s rules."""
+        prim = node.primitive
         own = self._own_rule(prim)
-        node = getattr(_running, "node", None)
-        if (node is not None and node.primitive is prim and not prim.defn.takes_runtime
-                and prim.defn.family != CUSTOM and not getattr(own, "takes_bfloat16", False)
+        if (not prim.defn.takes_runtime and prim.defn.family != CUSTOM
+                and not getattr(own, "takes_bfloat16", False)
                 and bf16.touches(node)):
             # bfloat16 products: float32 math at full precision (MLX's CUBLAS_COMPUTE_32F)
             return bf16.rule(prim, None if prim.defn.family == MATMUL else own, node)
@@ -407,14 +328,6 @@ def _wait_record(index: int, t0: int) -> None:
     """The host wait from C, recorded as ``CudaEvent.wait`` records one."""
     timeline.add("event_wait", t0, timeline.now(), stream=None,
                  detail={"stream_wait": index, "device_wait": False})
-
-
-def _memory(data: Any) -> Any:
-    """CuPy's ``Memory`` object behind a device array (None for other arrays: a host
-    array's ``data`` is a memoryview, which numpy cannot even make for bfloat16)."""
-    if not isinstance(data, cupy.ndarray):
-        return None
-    return getattr(data.data, "mem", None)
 
 
 def to_host(data: Any) -> np.ndarray:

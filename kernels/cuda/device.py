@@ -184,7 +184,7 @@ _uploads: dict = {}  # mx stream index -> the event after its latest host-to-dev
 
 def uploaded(index: int) -> None:
     """A host-to-device copy was just enqueued on the mx stream ``index`` (a new array's
-    data, ``CudaBackend.import_host``): what may read the new array off that stream is
+    data, ``CudaAllocator.import_host``): what may read the new array off that stream is
     ordered after it on the device, never by blocking the host. CuPy's host reads
     (``get``) and the arrays of other libraries use the legacy default stream, and the
     other mx streams run their own: each of them waits for the copy's event

@@ -9,7 +9,7 @@ kernels), its call plan for the inputs' layout class built once through the kern
 loop as a loaded fused call is (core/_loop.c run_node through the backend's C launch,
 cuda/_driver.c; else ``CudaBackend.launch_fused``), with no CuPy call on the way.
 
-A Python scalar's array stays on the host (``CudaBackend.import_host``; its Broadcast is a
+A Python scalar's array stays on the host (``CudaAllocator.import_host``; its Broadcast is a
 host view, ``evaluate``'s host views): the kernel takes its value as a parameter
 (``TapeInput.by_value``), so an eager ``v * 1.0001`` uploads nothing. bfloat16 and float16
 are the kernels' 16-bit storage types (bfloat16's ``BF16Array`` storage is read through

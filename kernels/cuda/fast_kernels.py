@@ -179,8 +179,3 @@ RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n), fits, cupy.empt
                   for n in plan.NORMS},
                **{n: _vjp_rule(n) for n in plan.VJPS},
                **by_kernel({"rope": KernelRule("RoPE", rope_plan, rope_rule, fits, cupy.empty)})}
-
-
-def rule_for(name: str) -> Optional[Callable]:
-    """The CUDA kernel rule of fast primitive ``name`` (None: not one)."""
-    return RULES.get(name)

@@ -32,13 +32,13 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Any
+from typing import Any, Optional
 
 import cupy
 import numpy as np
 
 from .. import timeline
-from ..allocator import POLICIES, Allocator, Buffer
+from ..allocator import POLICIES, Allocator, Buffer, BufferHandle, allocator, owner_of
 from . import device
 from .bfloat16 import BF16, U16, BF16Array
 
@@ -232,6 +232,74 @@ class CudaAllocator(Allocator):
         with self._lock:
             return sum(b.size for _, b in self._pending)
 
+    # -- the device's arrays and their memory (Allocator's, for CUDA memory) -------------
+    def import_host(self, data: Any, stream: Any) -> tuple:
+        """Host data of a new GPU array: copied into an allocator buffer on the stream's
+        CUDA stream; returns (device array, BufferHandle). bfloat16 is copied as its
+        uint16 bits (a ``BF16Array``); other types CuPy has no dtype for stay on the host,
+        accounted by the CPU's allocator.
+
+        The host does not wait for the copy (MLX's eager ops make no host synchronisation
+        either): ``cudaMemcpyAsync`` from pageable memory has staged the bytes when it
+        returns, so ``data`` may change at once; kernels on this stream run after the copy
+        in stream order, and ``device.uploaded`` orders every other reader (CuPy's host
+        reads on the default stream, the other mx streams) after it by event."""
+        data = np.asarray(data)
+        if data.ndim == 0 or (data.dtype.kind == "V" and data.dtype != BF16):
+            # a 0-d array (a Python scalar's) stays on the host: an eager op's kernel takes
+            # its value as a parameter (cuda/eager.py), with no upload; anything else moves
+            # it in when it reads it (to_device)
+            if data.ndim == 0 or data.base is not None:
+                data = np.array(data)  # (a copy: the caller's array may change)
+            alloc = allocator("cpu")
+            return data, BufferHandle(alloc.adopt(owner_of(data)), alloc)
+        buf = self.malloc(data.nbytes)
+        view = buf.view(data.nbytes, data.dtype, data.shape)
+        index = stream.index
+        cs = device.cuda_stream(index)
+        host = np.asarray(data, order="C")
+        if type(view) is BF16Array:
+            view.raw.set(host.view(U16), stream=cs)
+        else:
+            view.set(host, stream=cs)
+        device.uploaded(index)
+        return view, BufferHandle(buf, self)
+
+    def export(self, data: Any, handle: Any) -> Any:
+        """A CuPy view of ``data`` that keeps its buffer (``handle``) alive, for
+        ``__cuda_array_interface__`` / DLPack consumers: the buffer is not recycled while
+        the consumer holds it (the CPU's exports keep theirs the same way)."""
+        if type(data) is BF16Array:
+            raise TypeError("A bfloat16 GPU array cannot be exported through CuPy, which has no "
+                            "bfloat16 dtype: view it as uint16 first (x.view(mx.uint16)).")
+        mem = data.data.mem
+        keep = cupy.cuda.UnownedMemory(mem.ptr, mem.size, owner=(handle, data))
+        ptr = cupy.cuda.MemoryPointer(keep, data.data.ptr - mem.ptr)
+        return cupy.ndarray(data.shape, data.dtype, ptr, strides=data.strides)
+
+    def memory_of(self, data: Any) -> Any:
+        """The CUDA allocation (CuPy's ``Memory``) a device array lives in. CuPy's ``base``
+        does not say it: ``as_strided`` and other arrays made from a memory pointer have
+        none, so a view of an input looked like memory of its own and was adopted a second
+        time, its buffer cached and handed out while the input still used it."""
+        if type(data) is BF16Array:
+            data = data.raw
+        mem = _memory(data)
+        return mem if mem is not None else owner_of(data)
+
+    def owner(self, data: Any) -> Optional[Any]:
+        """All of the allocation of a result CuPy made (as a uint8 array, the form of the
+        allocator's raw buffers); None for memory CuPy does not own (``UnownedMemory``)."""
+        if type(data) is BF16Array:
+            data = data.raw
+        mem = _memory(data)
+        if mem is None:  # not a CuPy array (the tests' stand-in CuPy is numpy underneath)
+            o = owner_of(data)
+            return o if isinstance(o, cupy.ndarray) and o.base is None else None
+        if type(mem) is not cupy.cuda.memory.Memory and not self.lent(mem):
+            return None  # (memory of a lent buffer: its lease accounts for it, see adopt)
+        return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
+
     def synchronize(self) -> None:
         """After the device is idle every pending buffer can be reused."""
         self._collect()
@@ -247,3 +315,11 @@ class CudaAllocator(Allocator):
         super().clear_cache()
         if timeline.enabled:
             timeline.add("clear_cache", timeline.now(), device=self.device)
+
+
+def _memory(data: Any) -> Any:
+    """CuPy's ``Memory`` object behind a device array (None for other arrays: a host
+    array's ``data`` is a memoryview, which numpy cannot even make for bfloat16)."""
+    if not isinstance(data, cupy.ndarray):
+        return None
+    return getattr(data.data, "mem", None)

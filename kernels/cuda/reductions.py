@@ -188,8 +188,3 @@ def _plan(prim_name: str) -> Callable:
 
 RULES: dict = {name: KernelRule(name, _plan(name), _rule(name), fits, cupy.empty)
                for name in plan.PRIMITIVES}
-
-
-def rule_for(name: str) -> Optional[Callable]:
-    """The CUDA kernel rule of primitive ``name`` (None: its CuPy rule runs)."""
-    return RULES.get(name)

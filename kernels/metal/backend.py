@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import timeline
 from ..allocator import Allocator
-from ..backends import Backend
+from ..backends import Backend, DeviceContext
 from ..codegen.c_ops import Unsupported
 from ..codegen.render import renderer
 from ..primitives import ASTYPE, REGISTRY
@@ -106,14 +106,14 @@ class MetalEvent(Event):
             self.shared.host_wait(value)
 
 
-class _OnQueue:
+class _OnQueue(DeviceContext):
     """A node on a Metal stream: a CPU-rule fallback first waits for the stream's GPU work
-    and is recorded on the timeline."""
+    and is recorded on the timeline. Its ``rule``: the node's Metal rule (None: the CPU's)."""
 
     __slots__ = ("q", "name", "fallback", "t0")
 
-    def __init__(self, q: runtime.Queue, name: str, fallback: bool):
-        self.q, self.name, self.fallback = q, name, fallback
+    def __init__(self, q: runtime.Queue, name: str, fallback: bool, rule: Any = None):
+        self.q, self.name, self.fallback, self.rule = q, name, fallback, rule
 
     def __enter__(self):
         _tls.queue = self.q  # where this thread's kernels are encoded
@@ -139,7 +139,7 @@ class MetalBackend(Backend):
     event_type = MetalEvent
 
     def __init__(self):
-        super().__init__(np, MetalAllocator(), count=1)
+        super().__init__(np, MetalAllocator())
         self._elementwise: dict = {}  # (primitive, dtypes, params) -> one-op tape, or False
         self._rules: dict = {}  # primitive name -> its Metal rule, or None
 
@@ -148,13 +148,14 @@ class MetalBackend(Backend):
 
     def device_context(self, stream: Any, node: Any = None) -> _OnQueue:
         prim = node.primitive if node is not None else None
-        on_gpu = prim is not None and (prim.defn.takes_runtime or self.rule_for(prim) is not None)
-        return _OnQueue(queue(stream.index), prim.name if prim else "", not on_gpu)
+        rule = self._rule(prim) if prim is not None else None
+        on_gpu = prim is not None and (prim.defn.takes_runtime or rule is not None)
+        return _OnQueue(queue(stream.index), prim.name if prim else "", not on_gpu, rule)
 
-    def rule_for(self, prim: Any):
+    def _rule(self, prim: Any):
         """The Metal rule of an eager elementwise primitive MSL spells, of a reduction
         primitive (``metal/reductions.py``) or a fast one (``metal/fast_kernels.py``): the
-        evaluator runs it instead of the CPU rule; else None."""
+        evaluator runs it instead of the CPU rule (the device context's ``rule``); else None."""
         rule = self._rules.get(prim.name, False)
         if rule is False:
             from ..common.norms import PRIMITIVES as FAST_PRIMITIVES

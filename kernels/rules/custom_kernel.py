@@ -38,7 +38,7 @@ _WHY = {"c": "user Metal / CUDA code: runs as its own kernel, never inside a fus
 @define("CustomKernel", family=CUSTOM, shape=_shapes, dtype=_dtypes, why=_WHY)
 def custom_kernel(xp, *inputs, **params):
     """Host buffers only (the shim; the Metal runtime shares memory with the host). A CUDA
-    kernel (``mx.fast.cuda_kernel``) runs only on the CUDA runtime (its ``rule_for``)."""
+    kernel (``mx.fast.cuda_kernel``) runs only on the CUDA runtime (its device context's ``rule``)."""
     if params.get("language") == "cuda":
         raise RuntimeError("[cuda_kernel] A CUDA kernel runs only on the CUDA runtime's GPU "
                            "streams.")

@@ -5,8 +5,10 @@ then simplification and fusion when ``compile=True``) and ``tapescope.graph_of(*
 reads the lazy graph above eagerly built arrays. Both give a ``Graph``: values (inputs,
 constants, intermediates, outputs; evaluated or lazy), ops (MLX primitive names, families,
 parameters) and fused kernels (tape, kernel name, predicted variant, source per runtime and,
-on every input, why fusion stopped there). The picture (``tapescope.viz``), the JAX checker
-and the widgets read it; in a notebook it draws itself.
+on every input, why fusion stopped there). It is the model the pictures draw from, below
+them in viz (``dot.py``, ``render.py``, ``roofline.py``, ``sources.py``, the ``%%mlx``
+panel and report), built from core alone: viz needs nothing of the notebook layer for it,
+which reads it too (``tapescope.check``, the ``%%mlx`` magic); in a notebook it draws itself.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ class Kernel:
 
     def sources_html(self) -> str:
         """The sources side by side (one column per runtime), for the viz and notebooks."""
-        from tapescope.viz.sources import sources_page
+        from .sources import sources_page
 
         return sources_page(self.sources, title=self.symbol, focus=self.name)
 
@@ -198,25 +200,25 @@ class Graph:
 
     def to_dot(self, **options: Any) -> str:
         """The picture as DOT text (see ``tapescope.viz.dot.to_dot`` for the options)."""
-        from tapescope.viz.dot import to_dot
+        from .dot import to_dot
 
         return to_dot(self, **options)
 
     def to_svg(self, **options: Any) -> str:
         """The picture as SVG text (needs the graphviz ``dot`` program)."""
-        from tapescope.viz.render import render
+        from .render import render
 
         return render(self.to_dot(**options), "svg").decode()
 
     def to_png(self, **options: Any) -> bytes:
         """The picture as PNG bytes (needs the graphviz ``dot`` program)."""
-        from tapescope.viz.render import render
+        from .render import render
 
         return render(self.to_dot(**options), "png")
 
     def save(self, path: str, **options: Any) -> None:
         """Write the picture to ``path``: ``.dot``/``.gv`` as DOT, ``.svg``, ``.png`` or ``.pdf``."""
-        from tapescope.viz.render import save
+        from .render import save
 
         save(self.to_dot(**options), path)
 
@@ -240,7 +242,7 @@ class Graph:
 
     def roofline_figure(self, records: Optional[list] = None) -> Any:
         """The plotly roofline of ``roofline(records)`` (None without plotly or launches)."""
-        from tapescope.viz.roofline import roofline_figure
+        from .roofline import roofline_figure
 
         return roofline_figure(self.roofline(records))
 
@@ -292,7 +294,7 @@ class Drawing:
         return self.graph.to_dot(**self.options)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        from tapescope.viz.render import mimebundle
+        from .render import mimebundle
 
         return mimebundle(self.dot, repr(self.graph))
 
