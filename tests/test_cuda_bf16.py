@@ -119,10 +119,14 @@ def test_bfloat16_kernels_render_16_bit_loads_float_math_and_rounded_stores():
 
 
 def test_each_bfloat16_node_takes_its_way_and_the_fallbacks_are_recorded():
-    """Data movement never falls back; reductions and matmul run through float32 on the
-    device (recorded, runtime "cuda (float32)"); elementwise ops are kernels (on the
-    stand-in CuPy, with no NVRTC, they too are recorded fallbacks); none runs on the host."""
+    """Data movement never falls back; reductions run through float32 on the device
+    (recorded, runtime "cuda (float32)"); matmul is one cuBLAS GEMM on the bfloat16 storage
+    (``cuda/gemm.py``; over the stand-in CuPy, which has no cuBLAS, it too goes through
+    float32, recorded); elementwise ops are kernels (on the stand-in CuPy, with no NVRTC,
+    they too are recorded fallbacks); none runs on the host."""
     import cupy
+
+    from tapescope.kernels.cuda import gemm
 
     x = mx.array(np.arange(12, dtype=np.float32)).astype(mx.bfloat16)
     mx.eval(x)
@@ -134,13 +138,17 @@ def test_each_bfloat16_node_takes_its_way_and_the_fallbacks_are_recorded():
         e = c * 2 + 1
         mx.eval(s, p, e)
     falls = {r.name: r.detail for r in rec.records if r.kind == "fallback"}
-    assert {"Sum", "Matmul"} <= set(falls)
+    through = {"Sum"} if gemm.available() else {"Sum", "Matmul"}
+    assert through <= set(falls)
     assert all(d["runtime"] == "cuda (float32)" for d in falls.values())
     elementwise = {"Multiply", "Add", "Full"}
-    assert set(falls) - {"Sum", "Matmul"} <= (elementwise if getattr(cupy, "__fake__", False) else set())
+    assert set(falls) - through <= (elementwise if getattr(cupy, "__fake__", False) else set())
     want = np.arange(12, dtype=np.float32).reshape(3, 4).T[1:]
     np.testing.assert_array_equal(np.array(e.astype(mx.float32)),
                                   np.concatenate([want, want], axis=1) * 2 + 1)
+    both = np.concatenate([want, want], axis=1)
+    np.testing.assert_array_equal(np.array(p.astype(mx.float32)),  # sums exact in bfloat16
+                                  np.repeat(both.sum(axis=1, keepdims=True), 2, axis=1))
 
 
 def test_bfloat16_files_load_onto_the_device(tmp_path):

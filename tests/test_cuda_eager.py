@@ -222,9 +222,10 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
 
 
 def test_a_device_view_that_never_copies_runs_in_the_loops_c_part(monkeypatch):
-    """A transpose or broadcast of a device array (a definition with ``view_strides``) is
-    the array module's view in the input's buffer, run by the loop's C part (no Python
-    node): the values are numpy's, the buffer stays alive while the view does."""
+    """A transpose, broadcast, size-1 axes added or dropped (a reduction without keepdims'
+    Squeeze) of a device array (a definition with ``view_strides``) is the array module's
+    view in the input's buffer, run by the loop's C part (no Python node): the values are
+    numpy's, the buffer stays alive while the view does."""
     x0 = np.arange(12, dtype=np.float32).reshape(3, 4)
     a = mx.array(x0) * 1.0
     mx.eval(a)
@@ -233,10 +234,15 @@ def test_a_device_view_that_never_copies_runs_in_the_loops_c_part(monkeypatch):
     monkeypatch.setattr(evaluate, "_run", lambda node, prim, be, fn=None: (
         ran.append(prim.name), real(node, prim, be, fn))[1])
     t, b = mx.transpose(a), mx.broadcast_to(a, (2, 3, 4))
-    mx.eval(t, b)
-    assert "Transpose" not in ran and "Broadcast" not in ran, ran
+    e = mx.expand_dims(t, (0, 2))  # of a transposed (strided) view
+    q = mx.squeeze(e)
+    s = mx.sum(a, axis=1)  # Sum (keepdims) and its Squeeze
+    mx.eval(t, b, e, q, s)
+    assert not {"Transpose", "Broadcast", "ExpandDims", "Squeeze"} & set(ran), ran
     del a
     assert np.array_equal(np.array(t), x0.T) and np.array_equal(np.array(b), np.broadcast_to(x0, (2, 3, 4)))
+    assert np.array_equal(np.array(e), x0.T[None, :, None]) and np.array_equal(np.array(q), x0.T)
+    assert np.array_equal(np.array(s), x0.sum(axis=1))
     assert np.array_equal(np.array(t * 2.0), x0.T * 2)
 
 

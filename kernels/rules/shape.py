@@ -101,9 +101,19 @@ def _squeeze_shape(shapes: list, *, axes, **_) -> list:
     return [tuple(d for i, d in enumerate(shapes[0]) if i not in axes)]
 
 
+def _size_one_strides(strides: tuple, in_shape: tuple, out_shape: tuple, **_) -> tuple:
+    """The input's strides of its axes longer than 1, in order, and 0 for the output's
+    size-1 axes: inserting or dropping size-1 axes is always a view (numpy's and CuPy's
+    no-copy reshape), so ExpandDims and Squeeze never copy."""
+    kept = iter(s for s, n in zip(strides, in_shape) if n != 1)
+    return tuple(0 if n == 1 else next(kept) for n in out_shape)
+
+
 @define("Reshape", family=SHAPE, view=True, shape=_reshape_shape)
-@define("ExpandDims", family=SHAPE, view=True, export=_axes_only, shape=_expand_dims_shape)
-@define("Squeeze", family=SHAPE, view=True, export=_axes_only, shape=_squeeze_shape)
+@define("ExpandDims", family=SHAPE, view=True, export=_axes_only, shape=_expand_dims_shape,
+        view_strides=_size_one_strides)
+@define("Squeeze", family=SHAPE, view=True, export=_axes_only, shape=_squeeze_shape,
+        view_strides=_size_one_strides)
 @define("Flatten", family=SHAPE, view=True, export=_without_shape, shape=_flatten_shape)
 @define("Unflatten", family=SHAPE, view=True, export=_without_shape, shape=_unflatten_shape)
 def reshape(xp, a, *, shape, **_):
