@@ -2,7 +2,8 @@
 read once, each group dequantized in registers and multiplied into every row), ``qvm`` (the
 same for an untransposed weight: rows of the weight scaled into a block of outputs) and
 ``dequant`` (a block of the weight dequantized to float32, the tile a blocked product then
-reads: MLX's ``qmm``).
+reads: MLX's ``qmm``); and ``quantize``, MLX's affine ``Quantize`` (codes, scales, biases of
+each group, ``quantize`` in ``mlx/backend/cpu/quantized.cpp``).
 
 The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm`` /
 ``fp_qmm_t``; ``mlx/backend/cuda/quantized/qmm/qmv.cu``: one warp per output row, lanes
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMS = ("qmv_t", "qmv_n", "dequant")
+FORMS = ("qmv_t", "qmv_n", "dequant")  # the products' forms; "quantize" (affine) beside them
 MAX_ROWS = 8  # rows a qmv call multiplies at once (MLX's qmv / qvm limit on the CPU)
 MAX_GROUP = 128
 QVM_BLOCK = 256  # output columns per qvm work item (a multiple of every group size)
@@ -53,6 +54,9 @@ class QuantSpec:
 
     def params(self) -> list:
         """(name, kind) in argument order: kind ``in`` / ``out`` pointers, ``int`` values."""
+        if self.form == "quantize":
+            return [("w", "in"), ("wq", "out"), ("scales", "out"), ("biases", "out"),
+                    ("rows", "int"), ("cols", "int"), ("group_size", "int")]
         if self.form == "dequant":
             return [("w", "in"), ("scales", "in"), ("biases", "in"), ("table", "in"),
                     ("out", "out"), ("rows", "int"), ("cols", "int"), ("group_size", "int")]
@@ -308,6 +312,92 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
 """
 
 
+_C_QUANTIZE = """
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#define BITS {bits}
+
+/* the group's float32 codes (< 2^BITS) as a little-endian stream of BITS-bit codes (eight
+   codes are BITS whole bytes); a NaN code packs as the rule's numpy cast leaves it
+   (0x80000000, shifted and added word by word where BITS divides 32, else no bits) */
+static inline void pack_group(const float* q, int64_t gs, uint8_t* out) {{
+#if 32 % BITS == 0
+  uint32_t* o = (uint32_t*)out;
+  for (int64_t u = 0; u < gs * BITS / 32; u++) {{
+    uint32_t word = 0;
+    for (int j = 0; j < 32 / BITS; j++) {{
+      const float f = q[u * (32 / BITS) + j];
+      word += (f == f ? (uint32_t)f : 0x80000000u) << (j * BITS);
+    }}
+    o[u] = word;
+  }}
+#else
+  for (int64_t u = 0; u < gs / 8; u++) {{
+    uint64_t p = 0;
+    for (int j = 0; j < 8; j++) {{
+      const float f = q[u * 8 + j];
+      p |= (uint64_t)(f == f ? (uint32_t)f : 0u) << (j * BITS);
+    }}
+    memcpy(out + u * BITS, &p, BITS);
+  }}
+#endif
+}}
+
+/* one row of groups: float32 min / max (NaN when any is, as numpy's), the scale that puts
+   the larger-magnitude edge exactly on a code (1 bit: the range, bias the minimum), codes
+   rounded to nearest even and clipped to [0, 2^BITS - 1]; the rule's float32 steps one for
+   one (kernels/rules/quantized.py quantize) */
+static inline __attribute__((always_inline)) void item(void** args, const int64_t r,
+                                                      const int64_t gs) {{
+  const float* w = (const float*)args[0];
+  uint8_t* wq = (uint8_t*)args[1];
+  float* scales = (float*)args[2];
+  float* biases = (float*)args[3];
+  const int64_t C = (int64_t)args[5], G = C / gs;
+  const float n_bins = (float)((1u << BITS) - 1u);
+  float q[{max_group}];
+  for (int64_t g = 0; g < G; g++) {{
+    const float* v = w + r * C + g * gs;
+    float w_max = v[0], w_min = v[0];
+    int nan = 0;
+    #pragma omp simd reduction(max:w_max) reduction(min:w_min) reduction(|:nan)
+    for (int64_t i = 0; i < gs; i++) {{
+      const float e = v[i];
+      w_max = e > w_max ? e : w_max;
+      w_min = e < w_min ? e : w_min;
+      nan |= e != e;
+    }}
+    if (nan) w_max = w_min = NAN;  /* numpy's max / min: NaN when any is */
+    const int mask = fabsf(w_min) > fabsf(w_max);
+    float scale = (w_max - w_min) / n_bins;
+    scale = scale < 1e-7f ? 1e-7f : scale;
+    scale = mask ? scale : -scale;
+    const float edge = mask ? w_min : w_max;
+    const float q0 = rintf(edge / scale);
+    float bias = 0.0f;
+    if (q0 != 0.0f) {{
+      scale = edge / q0;
+      bias = edge;
+    }}
+#if BITS == 1
+    scale = w_max - w_min;
+    scale = scale < 1e-7f ? 1e-7f : scale;
+    bias = w_min;
+#endif
+    for (int64_t i = 0; i < gs; i++) {{
+      float c = rintf((v[i] - bias) / scale);
+      c = c < 0.0f ? 0.0f : c;
+      q[i] = c > n_bins ? n_bins : c;
+    }}
+    pack_group(q, gs, wq + (r * G + g) * (gs * BITS / 8));
+    scales[r * G + g] = scale;
+    biases[r * G + g] = bias;
+  }}
+}}
+"""
+
+
 _C_ENTRY = """
 /* the work items over OpenMP threads, one copy of the item per group size (MLX's template
    instances: constant loop bounds; the switch sits outside the parallel region, which the
@@ -334,11 +424,16 @@ _TASKS = {
     "qmv_n": ("(int64_t)args[10] * (((int64_t)args[12] + QVM_BLOCK - 1) / QVM_BLOCK)",
               "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
     "dequant": ("(int64_t)args[5]", "(int64_t)args[5] * (int64_t)args[6]"),
+    "quantize": ("(int64_t)args[4]", "(int64_t)args[4] * (int64_t)args[5]"),
 }
 
 
 def c_source(spec: QuantSpec) -> str:
     """The C of ``spec`` (OpenMP over output blocks, ``omp simd`` inner products)."""
+    if spec.form == "quantize":
+        return _C_QUANTIZE.format(bits=spec.bits, max_group=MAX_GROUP) + _C_ENTRY.format(
+            name=spec.name, gs_arg=len(spec.params()) - 1, tasks=_TASKS["quantize"][0],
+            work=_TASKS["quantize"][1])
     affine = spec.kind == "affine"
     head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
