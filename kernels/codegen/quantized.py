@@ -49,6 +49,16 @@ class QuantSpec:
         return f"{self.kind}_{self.form}_b{self.bits}{tail}"
 
     @property
+    def fp4_lut(self) -> bool:
+        """e2m1 codes decoded a word at a time by table lookup, in order (no slot order)."""
+        return self.kind == "table" and self.bits == 4
+
+    @property
+    def slots(self) -> bool:
+        """Whether the C ``qmv_t`` reads x in slot order (widths dividing 32, e2m1 aside)."""
+        return 32 % self.bits == 0 and not self.fp4_lut
+
+    @property
     def layout(self) -> str:
         return f"{self.form} {self.kind} {self.bits}-bit"
 
@@ -142,6 +152,7 @@ _C_HEAD = """#include <stdint.h>
 #define QMV_BLOCK 8
 
 /* gs codes of one group (eight codes are BITS whole bytes) -> their values in v, in order */
+#if !defined(FP4_LUT_DECODE)
 static inline __attribute__((always_inline)) void dequant_group(const uint8_t* wb, int64_t gs, float s, float b,
                                  const float* table, float* v) {{
   for (int64_t u = 0; u < gs / 8; u++) {{
@@ -153,8 +164,40 @@ static inline __attribute__((always_inline)) void dequant_group(const uint8_t* w
     }}
   }}
 }}
+#endif
 
-#if 32 % BITS == 0
+#if defined(FP4_LUT_DECODE)
+/* e2m1 (mxfp4 / nvfp4): each word's eight codes in order by one table lookup (MLX's
+   FP4_LUT, fp_extract_bits_simd in mlx/backend/cpu/quantized.cpp): under AVX2 a vpermps of
+   the eight magnitudes by the code's low three bits and its sign bit moved to bit 31, else
+   the table; no slot order (x and the outputs stay in order) */
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+static inline __attribute__((always_inline)) void dequant_group_fp4(const uint8_t* wb, int64_t gs,
+                                                                   float s, const float* table,
+                                                                   float* v) {{
+  const uint32_t* w32 = (const uint32_t*)wb;
+#if defined(__AVX2__)
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256 mags = _mm256_loadu_ps(table);
+  const __m256i eight = _mm256_set1_epi32(8);
+  const __m256 sv = _mm256_set1_ps(s);
+  for (int64_t u = 0; u < gs / 8; u++) {{
+    const __m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)w32[u]), shifts);
+    const __m256 mag = _mm256_permutevar8x32_ps(mags, c);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
+    _mm256_storeu_ps(v + 8 * u, _mm256_mul_ps(_mm256_xor_ps(mag, _mm256_castsi256_ps(sign)), sv));
+  }}
+#else
+  for (int64_t u = 0; u < gs / 8; u++)
+    for (int j = 0; j < 8; j++) v[8 * u + j] = table[(w32[u] >> (4 * j)) & 15u] * s;
+#endif
+}}
+#define dequant_group(wb, gs, s, b, table, v) dequant_group_fp4(wb, gs, s, table, v)
+#define dequant_group_slots dequant_group
+#define SLOTS 0
+#elif 32 % BITS == 0
 #define PF (32 / BITS)
 /* the same values with whole codes per uint32 word, word-major within each code slot:
    code j * PF + p of the group lands at v[p * W + j] (W words), so each slot's loop over the
@@ -439,6 +482,8 @@ def c_source(spec: QuantSpec) -> str:
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
     if not affine:
         head = head.replace("/* gs codes of one group", _C_FP_VALUE + "\n/* gs codes of one group", 1)
+    if spec.fp4_lut:
+        head = "#define FP4_LUT_DECODE 1\n" + head
     head = _C_SCALES[spec.scale] + head
     body = {"qmv_t": _C_QMV_T, "qmv_n": _C_QMV_N, "dequant": _C_DEQUANT}[spec.form]
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}

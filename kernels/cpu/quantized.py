@@ -145,7 +145,7 @@ def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: st
     """Every batch entry's rows through the vector kernel: out (entries, M, N) float32."""
     nb = len(x_idx)
     out = np.empty((nb, o.M, o.N), _F32)
-    if spec.form == "qmv_t" and 32 % o.bits == 0:
+    if spec.form == "qmv_t" and spec.slots:
         # the kernel's slot order (codegen/quantized.py): x's columns g * gs + j * PF + p at
         # g * gs + p * W + j, each group's words read as vectors
         pf = 32 // o.bits
