@@ -49,6 +49,12 @@ class QuantSpec:
         return f"{self.kind}_{self.form}_b{self.bits}{tail}"
 
     @property
+    def group_sizes(self) -> tuple:
+        """The group sizes the kernel has its own copy of (``mlx/ops.cpp``'s: affine 32, 64,
+        128; mxfp4 / mxfp8 (e8m0 scales) 32; nvfp4 (e4m3) 16); others run the generic copy."""
+        return {"e8m0": (32,), "e4m3": (16,)}.get(self.scale, (32, 64, 128))
+
+    @property
     def fp4_lut(self) -> bool:
         """e2m1 codes decoded a word at a time by table lookup, in order (no slot order)."""
         return self.kind == "table" and self.bits == 4
@@ -168,26 +174,31 @@ static inline __attribute__((always_inline)) void dequant_group(const uint8_t* w
 
 #if defined(FP4_LUT_DECODE)
 /* e2m1 (mxfp4 / nvfp4): each word's eight codes in order by one table lookup (MLX's
-   FP4_LUT, fp_extract_bits_simd in mlx/backend/cpu/quantized.cpp): under AVX2 a vpermps of
-   the eight magnitudes by the code's low three bits and its sign bit moved to bit 31, else
-   the table; no slot order (x and the outputs stay in order) */
-#if defined(__AVX2__)
-#include <immintrin.h>
+   FP4_LUT, fp_extract_bits_simd in mlx/backend/cpu/quantized.cpp): with AVX2 (GCC) a
+   vpermps of the eight magnitudes by the code's low three bits and its sign bit moved to
+   bit 31, else the table; no slot order (x and the outputs stay in order) */
+#if defined(__AVX2__) && defined(__GNUC__) && !defined(__clang__)
+/* GCC's vector types (no immintrin.h: its parse costs a third of a second a build);
+   __builtin_shuffle of eight floats by a variable index is vpermps */
+typedef float fp4_f8 __attribute__((vector_size(32)));
+typedef int32_t fp4_i8 __attribute__((vector_size(32)));
+typedef uint32_t fp4_u8 __attribute__((vector_size(32)));
+#define FP4_VECTOR 1
 #endif
 static inline __attribute__((always_inline)) void dequant_group_fp4(const uint8_t* wb, int64_t gs,
                                                                    float s, const float* table,
                                                                    float* v) {{
   const uint32_t* w32 = (const uint32_t*)wb;
-#if defined(__AVX2__)
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  const __m256 mags = _mm256_loadu_ps(table);
-  const __m256i eight = _mm256_set1_epi32(8);
-  const __m256 sv = _mm256_set1_ps(s);
+#if defined(FP4_VECTOR)
+  const fp4_u8 shifts = {{0, 4, 8, 12, 16, 20, 24, 28}};
+  fp4_f8 mags;
+  memcpy(&mags, table, sizeof mags);
   for (int64_t u = 0; u < gs / 8; u++) {{
-    const __m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)w32[u]), shifts);
-    const __m256 mag = _mm256_permutevar8x32_ps(mags, c);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
-    _mm256_storeu_ps(v + 8 * u, _mm256_mul_ps(_mm256_xor_ps(mag, _mm256_castsi256_ps(sign)), sv));
+    const fp4_u8 c = (fp4_u8){{w32[u], w32[u], w32[u], w32[u], w32[u], w32[u], w32[u], w32[u]}} >> shifts;
+    const fp4_f8 mag = __builtin_shuffle(mags, (fp4_i8)(c & 7u));
+    const fp4_u8 val = (fp4_u8)mag ^ ((c & 8u) << 28);
+    const fp4_f8 out = (fp4_f8)val * s;
+    memcpy(v + 8 * u, &out, sizeof out);
   }}
 #else
   for (int64_t u = 0; u < gs / 8; u++)
@@ -442,9 +453,9 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
 
 
 _C_ENTRY = """
-/* the work items over OpenMP threads, one copy of the item per group size (MLX's template
-   instances: constant loop bounds; the switch sits outside the parallel region, which the
-   compiler outlines before it inlines) */
+/* the work items over OpenMP threads, one copy of the item per group size the mode takes
+   (MLX's template instances: constant loop bounds), any other through the generic copy; the
+   switch sits outside the parallel region, which the compiler outlines before it inlines */
 #define RUN(GS) \\
   _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
   for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
@@ -452,11 +463,7 @@ void {name}(void** args) {{
   const int64_t gs = (int64_t)args[{gs_arg}];
   const int64_t tasks = {tasks}, work = {work};
   switch (gs) {{
-    case 16: RUN(16) break;
-    case 32: RUN(32) break;
-    case 64: RUN(64) break;
-    case 128: RUN(128) break;
-    default: RUN(gs)
+{cases}    default: RUN(gs)
   }}
 }}
 """
@@ -474,9 +481,7 @@ _TASKS = {
 def c_source(spec: QuantSpec) -> str:
     """The C of ``spec`` (OpenMP over output blocks, ``omp simd`` inner products)."""
     if spec.form == "quantize":
-        return _C_QUANTIZE.format(bits=spec.bits, max_group=MAX_GROUP) + _C_ENTRY.format(
-            name=spec.name, gs_arg=len(spec.params()) - 1, tasks=_TASKS["quantize"][0],
-            work=_TASKS["quantize"][1])
+        return _C_QUANTIZE.format(bits=spec.bits, max_group=MAX_GROUP) + _entry(spec)
     affine = spec.kind == "affine"
     head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
@@ -489,9 +494,13 @@ def c_source(spec: QuantSpec) -> str:
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
     return head + body.format(name=spec.name, max_group=MAX_GROUP,
                               bias_expr=bias[spec.form] if affine else "0.0f",
-                              bias_expr_k=bias[spec.form] if affine else "0.0f") + \
-        _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1,
-                        tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
+                              bias_expr_k=bias[spec.form] if affine else "0.0f") + _entry(spec)
+
+
+def _entry(spec: QuantSpec) -> str:
+    cases = "".join(f"    case {g}: RUN({g}) break;\n" for g in spec.group_sizes)
+    return _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1, cases=cases,
+                           tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
