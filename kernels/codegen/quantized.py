@@ -10,13 +10,15 @@ The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm``
 striding over K, a warp reduction). The packed weight is a little-endian bit stream of
 ``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
 packs of MLX included): one unpacking rule for every width. A code's value is
-``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1; mxfp8:
-e4m3, decoded by integer arithmetic); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
-once per call). Products accumulate in float32. Widths that divide 32 unpack "slot by slot"
-in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift, mask
-and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
-outputs back in order), and each kernel's work item is instanced per group size (16, 32,
-64, 128), as MLX's templates are, outside the OpenMP region.
+``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1, in C a
+word's eight codes by one table lookup, in CUDA by integer arithmetic; mxfp8: e4m3, by
+integer arithmetic); the C kernels decode e8m0 / e4m3 scale bytes once per group, the CUDA
+ones read float32 scales. Products accumulate in float32. Other widths that divide 32 unpack
+"slot by slot" in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one
+vector shift, mask and convert per slot; ``qmv_t`` then reads x permuted the same way,
+``qmv_n`` puts its outputs back in order), and each kernel's work item is instanced per
+group size its mode takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the
+OpenMP region.
 
 A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
 ``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
@@ -88,9 +90,9 @@ def _value(kind: str, code: str, scale: str, bias: str) -> str:
     return f"(fp_value({code}) * {scale})"
 
 
-# e2m1 (4 bits) / e4m3 (8 bits) codes as float32 bits, by integer arithmetic (no table
-# gather, so the slot loops vectorize); the values of ``rules/quantized.py``'s tables, nan
-# for e4m3's 0x7F / 0xFF
+# e2m1 (4 bits: CUDA's; the C kernels look e2m1 up, ``dequant_group_fp4``) / e4m3 (8 bits)
+# codes as float32 bits, by integer arithmetic (no table gather, so the slot loops
+# vectorize); the values of ``rules/quantized.py``'s tables, nan for e4m3's 0x7F / 0xFF
 _C_FP_VALUE = """
 static inline float fp_value(uint32_t c) {
 #if BITS == 4
