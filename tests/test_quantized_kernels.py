@@ -5,8 +5,9 @@ bit stream with ``np.unpackbits``, e2m1 / e4m3 through ml_dtypes, over hypothesi
 1..8 and many, K at group boundaries, odd N), bits, group sizes, transpose, float32 / float16
 / bfloat16, broadcast batches and gather indices; each call is checked to have run a kernel.
 The CUDA kernels run where CuPy and a GPU are (``TAPESCOPE_CUDA=1``), their sources are
-syntax-checked by the host's C++ compiler everywhere. ``TAPESCOPE_HEAVY_QUANT=1`` widens the
-examples."""
+syntax-checked by the host's C++ compiler everywhere. The affine ``Quantize`` kernel equals
+the array-module rule bit for bit (codes, scales, biases), NaN / inf / constant groups
+included. ``TAPESCOPE_HEAVY_QUANT=1`` widens the examples."""
 
 from __future__ import annotations
 
@@ -233,6 +234,49 @@ def test_kernels_agree_with_mlx(mode, gs, bits, m):
                                       None if b is None else mlx_ref.array(b), True, gs, bits,
                                       mode, stream=mlx_ref.cpu)
     np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-4, atol=1e-4)
+
+
+# -- quantize -------------------------------------------------------------------------------------
+@needs_cc
+@settings(max_examples=2 * EXAMPLES, deadline=None)
+@given(gs=st.sampled_from([32, 64, 128]), bits=st.sampled_from([1, 2, 3, 4, 5, 6, 8]),
+       dtype=st.sampled_from(sorted(NP)), rows=st.integers(1, 9), groups=st.integers(1, 3),
+       lead=st.sampled_from([(), (2,)]), special=st.booleans(), exp=st.integers(-30, 30),
+       seed=st.integers(0, 2 ** 16))
+def test_quantize_kernel_equals_the_rule_bit_for_bit(gs, bits, dtype, rows, groups, lead,
+                                                      special, exp, seed):
+    from tapescope.kernels.primitives import REGISTRY
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((*lead, rows, groups * gs)) * 2.0 ** exp).astype(np.float32)
+    if special:  # NaN, infinities, a constant group, zeros of both signs
+        flat = w.reshape(-1, gs)
+        flat[0, rng.integers(0, gs)] = np.nan
+        flat[-1, rng.integers(0, gs)] = rng.choice([np.inf, -np.inf])
+        if len(flat) > 2:
+            flat[1] = flat[1, 0]
+            flat[2, ::2] = -0.0
+    w = w.astype(NP[dtype])
+    with np.errstate(invalid="ignore"):
+        ref = REGISTRY["Quantize"].rule(np, w, group_size=gs, bits=bits)
+    before = kernel_hits()
+    got = cpu_quantized.quantize(np, w, group_size=gs, bits=bits)
+    assert ran_kernel(before, "quantize")
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        assert np.array_equal(g.view(np.uint32), r.view(np.uint32))
+
+
+@needs_cc
+def test_mx_quantize_runs_the_kernel():
+    w = np.random.default_rng(5).standard_normal((4, 128)).astype(np.float32)
+    before = kernel_hits()
+    wq, s, b = mx.quantize(mx.array(w), 64, 4)
+    mx.eval(wq, s, b)
+    assert ran_kernel(before, "quantize")
+    w64 = reference_weight(np.array(wq), np.array(s), np.array(b), 64, 4, "affine")
+    # within a scale of the input (the bound of MLX's test_quantize_dequantize)
+    assert (np.abs(w64 - w) <= np.abs(np.array(s)).repeat(64, -1) + 1e-6).all()
 
 
 # -- CUDA ------------------------------------------------------------------------------------------

@@ -2,20 +2,23 @@
 read once, each group dequantized in registers and multiplied into every row), ``qvm`` (the
 same for an untransposed weight: rows of the weight scaled into a block of outputs) and
 ``dequant`` (a block of the weight dequantized to float32, the tile a blocked product then
-reads: MLX's ``qmm``).
+reads: MLX's ``qmm``); and ``quantize``, MLX's affine ``Quantize`` (codes, scales, biases of
+each group, ``quantize`` in ``mlx/backend/cpu/quantized.cpp``).
 
 The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm`` /
 ``fp_qmm_t``; ``mlx/backend/cuda/quantized/qmm/qmv.cu``: one warp per output row, lanes
 striding over K, a warp reduction). The packed weight is a little-endian bit stream of
 ``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
 packs of MLX included): one unpacking rule for every width. A code's value is
-``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1; mxfp8:
-e4m3, decoded by integer arithmetic); the scales arrive as float32 (the runtime decodes e8m0 / e4m3 scales
-once per call). Products accumulate in float32. Widths that divide 32 unpack "slot by slot"
-in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift, mask
-and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
-outputs back in order), and each kernel's work item is instanced per group size (16, 32,
-64, 128), as MLX's templates are, outside the OpenMP region.
+``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1, in C a
+word's eight codes by one table lookup, in CUDA by integer arithmetic; mxfp8: e4m3, by
+integer arithmetic); the C kernels decode e8m0 / e4m3 scale bytes once per group, the CUDA
+ones read float32 scales. Products accumulate in float32. Other widths that divide 32 unpack
+"slot by slot" in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one
+vector shift, mask and convert per slot; ``qmv_t`` then reads x permuted the same way,
+``qmv_n`` puts its outputs back in order), and each kernel's work item is instanced per
+group size its mode takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the
+OpenMP region.
 
 A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
 ``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMS = ("qmv_t", "qmv_n", "dequant")
+FORMS = ("qmv_t", "qmv_n", "dequant")  # the products' forms; "quantize" (affine) beside them
 MAX_ROWS = 8  # rows a qmv call multiplies at once (MLX's qmv / qvm limit on the CPU)
 MAX_GROUP = 128
 QVM_BLOCK = 256  # output columns per qvm work item (a multiple of every group size)
@@ -48,11 +51,30 @@ class QuantSpec:
         return f"{self.kind}_{self.form}_b{self.bits}{tail}"
 
     @property
+    def group_sizes(self) -> tuple:
+        """The group sizes the kernel has its own copy of (``mlx/ops.cpp``'s: affine 32, 64,
+        128; mxfp4 / mxfp8 (e8m0 scales) 32; nvfp4 (e4m3) 16); others run the generic copy."""
+        return {"e8m0": (32,), "e4m3": (16,)}.get(self.scale, (32, 64, 128))
+
+    @property
+    def fp4_lut(self) -> bool:
+        """e2m1 codes decoded a word at a time by table lookup, in order (no slot order)."""
+        return self.kind == "table" and self.bits == 4
+
+    @property
+    def slots(self) -> bool:
+        """Whether the C ``qmv_t`` reads x in slot order (widths dividing 32, e2m1 aside)."""
+        return 32 % self.bits == 0 and not self.fp4_lut
+
+    @property
     def layout(self) -> str:
         return f"{self.form} {self.kind} {self.bits}-bit"
 
     def params(self) -> list:
         """(name, kind) in argument order: kind ``in`` / ``out`` pointers, ``int`` values."""
+        if self.form == "quantize":
+            return [("w", "in"), ("wq", "out"), ("scales", "out"), ("biases", "out"),
+                    ("rows", "int"), ("cols", "int"), ("group_size", "int")]
         if self.form == "dequant":
             return [("w", "in"), ("scales", "in"), ("biases", "in"), ("table", "in"),
                     ("out", "out"), ("rows", "int"), ("cols", "int"), ("group_size", "int")]
@@ -68,9 +90,9 @@ def _value(kind: str, code: str, scale: str, bias: str) -> str:
     return f"(fp_value({code}) * {scale})"
 
 
-# e2m1 (4 bits) / e4m3 (8 bits) codes as float32 bits, by integer arithmetic (no table
-# gather, so the slot loops vectorize); the values of ``rules/quantized.py``'s tables, nan
-# for e4m3's 0x7F / 0xFF
+# e2m1 (4 bits: CUDA's; the C kernels look e2m1 up, ``dequant_group_fp4``) / e4m3 (8 bits)
+# codes as float32 bits, by integer arithmetic (no table gather, so the slot loops
+# vectorize); the values of ``rules/quantized.py``'s tables, nan for e4m3's 0x7F / 0xFF
 _C_FP_VALUE = """
 static inline float fp_value(uint32_t c) {
 #if BITS == 4
@@ -138,6 +160,7 @@ _C_HEAD = """#include <stdint.h>
 #define QMV_BLOCK 8
 
 /* gs codes of one group (eight codes are BITS whole bytes) -> their values in v, in order */
+#if !defined(FP4_LUT_DECODE)
 static inline __attribute__((always_inline)) void dequant_group(const uint8_t* wb, int64_t gs, float s, float b,
                                  const float* table, float* v) {{
   for (int64_t u = 0; u < gs / 8; u++) {{
@@ -149,8 +172,45 @@ static inline __attribute__((always_inline)) void dequant_group(const uint8_t* w
     }}
   }}
 }}
+#endif
 
-#if 32 % BITS == 0
+#if defined(FP4_LUT_DECODE)
+/* e2m1 (mxfp4 / nvfp4): each word's eight codes in order by one table lookup (MLX's
+   FP4_LUT, fp_extract_bits_simd in mlx/backend/cpu/quantized.cpp): with AVX2 (GCC) a
+   vpermps of the eight magnitudes by the code's low three bits and its sign bit moved to
+   bit 31, else the table; no slot order (x and the outputs stay in order) */
+#if defined(__AVX2__) && defined(__GNUC__) && !defined(__clang__)
+/* GCC's vector types (no immintrin.h: its parse costs a third of a second a build);
+   __builtin_shuffle of eight floats by a variable index is vpermps */
+typedef float fp4_f8 __attribute__((vector_size(32)));
+typedef int32_t fp4_i8 __attribute__((vector_size(32)));
+typedef uint32_t fp4_u8 __attribute__((vector_size(32)));
+#define FP4_VECTOR 1
+#endif
+static inline __attribute__((always_inline)) void dequant_group_fp4(const uint8_t* wb, int64_t gs,
+                                                                   float s, const float* table,
+                                                                   float* v) {{
+  const uint32_t* w32 = (const uint32_t*)wb;
+#if defined(FP4_VECTOR)
+  const fp4_u8 shifts = {{0, 4, 8, 12, 16, 20, 24, 28}};
+  fp4_f8 mags;
+  memcpy(&mags, table, sizeof mags);
+  for (int64_t u = 0; u < gs / 8; u++) {{
+    const fp4_u8 c = (fp4_u8){{w32[u], w32[u], w32[u], w32[u], w32[u], w32[u], w32[u], w32[u]}} >> shifts;
+    const fp4_f8 mag = __builtin_shuffle(mags, (fp4_i8)(c & 7u));
+    const fp4_u8 val = (fp4_u8)mag ^ ((c & 8u) << 28);
+    const fp4_f8 out = (fp4_f8)val * s;
+    memcpy(v + 8 * u, &out, sizeof out);
+  }}
+#else
+  for (int64_t u = 0; u < gs / 8; u++)
+    for (int j = 0; j < 8; j++) v[8 * u + j] = table[(w32[u] >> (4 * j)) & 15u] * s;
+#endif
+}}
+#define dequant_group(wb, gs, s, b, table, v) dequant_group_fp4(wb, gs, s, table, v)
+#define dequant_group_slots dequant_group
+#define SLOTS 0
+#elif 32 % BITS == 0
 #define PF (32 / BITS)
 /* the same values with whole codes per uint32 word, word-major within each code slot:
    code j * PF + p of the group lands at v[p * W + j] (W words), so each slot's loop over the
@@ -308,10 +368,96 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
 """
 
 
+_C_QUANTIZE = """
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#define BITS {bits}
+
+/* the group's float32 codes (< 2^BITS) as a little-endian stream of BITS-bit codes (eight
+   codes are BITS whole bytes); a NaN code packs as the rule's numpy cast leaves it
+   (0x80000000, shifted and added word by word where BITS divides 32, else no bits) */
+static inline void pack_group(const float* q, int64_t gs, uint8_t* out) {{
+#if 32 % BITS == 0
+  uint32_t* o = (uint32_t*)out;
+  for (int64_t u = 0; u < gs * BITS / 32; u++) {{
+    uint32_t word = 0;
+    for (int j = 0; j < 32 / BITS; j++) {{
+      const float f = q[u * (32 / BITS) + j];
+      word += (f == f ? (uint32_t)f : 0x80000000u) << (j * BITS);
+    }}
+    o[u] = word;
+  }}
+#else
+  for (int64_t u = 0; u < gs / 8; u++) {{
+    uint64_t p = 0;
+    for (int j = 0; j < 8; j++) {{
+      const float f = q[u * 8 + j];
+      p |= (uint64_t)(f == f ? (uint32_t)f : 0u) << (j * BITS);
+    }}
+    memcpy(out + u * BITS, &p, BITS);
+  }}
+#endif
+}}
+
+/* one row of groups: float32 min / max (NaN when any is, as numpy's), the scale that puts
+   the larger-magnitude edge exactly on a code (1 bit: the range, bias the minimum), codes
+   rounded to nearest even and clipped to [0, 2^BITS - 1]; the rule's float32 steps one for
+   one (kernels/rules/quantized.py quantize) */
+static inline __attribute__((always_inline)) void item(void** args, const int64_t r,
+                                                      const int64_t gs) {{
+  const float* w = (const float*)args[0];
+  uint8_t* wq = (uint8_t*)args[1];
+  float* scales = (float*)args[2];
+  float* biases = (float*)args[3];
+  const int64_t C = (int64_t)args[5], G = C / gs;
+  const float n_bins = (float)((1u << BITS) - 1u);
+  float q[{max_group}];
+  for (int64_t g = 0; g < G; g++) {{
+    const float* v = w + r * C + g * gs;
+    float w_max = v[0], w_min = v[0];
+    int nan = 0;
+    #pragma omp simd reduction(max:w_max) reduction(min:w_min) reduction(|:nan)
+    for (int64_t i = 0; i < gs; i++) {{
+      const float e = v[i];
+      w_max = e > w_max ? e : w_max;
+      w_min = e < w_min ? e : w_min;
+      nan |= e != e;
+    }}
+    if (nan) w_max = w_min = NAN;  /* numpy's max / min: NaN when any is */
+    const int mask = fabsf(w_min) > fabsf(w_max);
+    float scale = (w_max - w_min) / n_bins;
+    scale = scale < 1e-7f ? 1e-7f : scale;
+    scale = mask ? scale : -scale;
+    const float edge = mask ? w_min : w_max;
+    const float q0 = rintf(edge / scale);
+    float bias = 0.0f;
+    if (q0 != 0.0f) {{
+      scale = edge / q0;
+      bias = edge;
+    }}
+#if BITS == 1
+    scale = w_max - w_min;
+    scale = scale < 1e-7f ? 1e-7f : scale;
+    bias = w_min;
+#endif
+    for (int64_t i = 0; i < gs; i++) {{
+      float c = rintf((v[i] - bias) / scale);
+      c = c < 0.0f ? 0.0f : c;
+      q[i] = c > n_bins ? n_bins : c;
+    }}
+    pack_group(q, gs, wq + (r * G + g) * (gs * BITS / 8));
+    scales[r * G + g] = scale;
+    biases[r * G + g] = bias;
+  }}
+}}
+"""
+
+
 _C_ENTRY = """
-/* the work items over OpenMP threads, one copy of the item per group size (MLX's template
-   instances: constant loop bounds; the switch sits outside the parallel region, which the
-   compiler outlines before it inlines) */
+/* the work items over OpenMP threads, one copy of the item per group size the mode takes
+   (MLX's template instances: constant loop bounds), any other through the generic copy; the
+   switch sits outside the parallel region, which the compiler outlines before it inlines */
 #define RUN(GS) \\
   _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
   for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
@@ -319,11 +465,7 @@ void {name}(void** args) {{
   const int64_t gs = (int64_t)args[{gs_arg}];
   const int64_t tasks = {tasks}, work = {work};
   switch (gs) {{
-    case 16: RUN(16) break;
-    case 32: RUN(32) break;
-    case 64: RUN(64) break;
-    case 128: RUN(128) break;
-    default: RUN(gs)
+{cases}    default: RUN(gs)
   }}
 }}
 """
@@ -334,24 +476,33 @@ _TASKS = {
     "qmv_n": ("(int64_t)args[10] * (((int64_t)args[12] + QVM_BLOCK - 1) / QVM_BLOCK)",
               "(int64_t)args[10] * (int64_t)args[12] * (int64_t)args[13]"),
     "dequant": ("(int64_t)args[5]", "(int64_t)args[5] * (int64_t)args[6]"),
+    "quantize": ("(int64_t)args[4]", "(int64_t)args[4] * (int64_t)args[5]"),
 }
 
 
 def c_source(spec: QuantSpec) -> str:
     """The C of ``spec`` (OpenMP over output blocks, ``omp simd`` inner products)."""
+    if spec.form == "quantize":
+        return _C_QUANTIZE.format(bits=spec.bits, max_group=MAX_GROUP) + _entry(spec)
     affine = spec.kind == "affine"
     head = _C_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1, max_rows=MAX_ROWS,
                           qvm_block=QVM_BLOCK, value=_value(spec.kind, "c", "s", "b"))
     if not affine:
         head = head.replace("/* gs codes of one group", _C_FP_VALUE + "\n/* gs codes of one group", 1)
+    if spec.fp4_lut:
+        head = "#define FP4_LUT_DECODE 1\n" + head
     head = _C_SCALES[spec.scale] + head
     body = {"qmv_t": _C_QMV_T, "qmv_n": _C_QMV_N, "dequant": _C_DEQUANT}[spec.form]
     bias = {"qmv_t": "bi[n * G + g]", "qmv_n": "bi[k * G + g]", "dequant": "bi[r * G + g]"}
     return head + body.format(name=spec.name, max_group=MAX_GROUP,
                               bias_expr=bias[spec.form] if affine else "0.0f",
-                              bias_expr_k=bias[spec.form] if affine else "0.0f") + \
-        _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1,
-                        tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
+                              bias_expr_k=bias[spec.form] if affine else "0.0f") + _entry(spec)
+
+
+def _entry(spec: QuantSpec) -> str:
+    cases = "".join(f"    case {g}: RUN({g}) break;\n" for g in spec.group_sizes)
+    return _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1, cases=cases,
+                           tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
 
 
 # -- CUDA ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""MLX's ``QuantizedMatmul`` and ``GatherQMM`` as generated C on the CPU.
+"""MLX's ``QuantizedMatmul``, ``GatherQMM`` and affine ``Quantize`` as generated C on the CPU.
 
 ``RULES`` are the CPU backend's rules for them (``Backend.kernel_rules``, beside the
 reductions of ``primitive_kernels.py``). A call is planned as MLX's CPU dispatch plans it
@@ -8,6 +8,7 @@ kernel (``qmv_t`` / ``qmv_n``: the packed weight read once), more rows dequantiz
 distinct weight matrix once into a float32 tile (``dequant``) and multiply it with BLAS (a
 gathered batch whose consecutive entries share a weight, MLX's ``sorted_indices``, shares
 the tile). The kernels compute in float32; the result is rounded to the output type once.
+``Quantize`` runs one row of groups per work item (the rule's float32 steps, bit for bit).
 A call no kernel takes (no compiler, a failed build, an index out of range) runs the
 primitive's array-module rule, recorded as a ``kernel_fallback`` with why.
 """
@@ -144,7 +145,7 @@ def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: st
     """Every batch entry's rows through the vector kernel: out (entries, M, N) float32."""
     nb = len(x_idx)
     out = np.empty((nb, o.M, o.N), _F32)
-    if spec.form == "qmv_t" and 32 % o.bits == 0:
+    if spec.form == "qmv_t" and spec.slots:
         # the kernel's slot order (codegen/quantized.py): x's columns g * gs + j * PF + p at
         # g * gs + p * W + j, each group's words read as vectors
         pf = 32 // o.bits
@@ -261,5 +262,34 @@ def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_
     return out.reshape(*lhs.shape, o.M, o.N)
 
 
+def quantize(xp, w, *, group_size, bits, mode="affine"):
+    """Affine quantization per group (``affine_quantize_b{bits}``): packed codes, float32
+    scales and biases (the evaluator stores them in w's type)."""
+    kw = dict(group_size=group_size, bits=bits, mode=mode)
+    if (w.size == 0 or w.dtype.name not in ("float32", "float16", "bfloat16")
+            or group_size > MAX_GROUP or group_size % 32):
+        return REGISTRY["Quantize"].rule(xp, w, **kw)
+    spec = QuantSpec("quantize", "affine", bits)
+    entry = _entry(spec)
+    if isinstance(entry, compiler.BuildError):
+        compiler.note_fallback(spec.name, spec.layout, "", str(entry))
+        return _fallback("Quantize", str(entry), xp, (w,), kw)
+    shape = w.shape
+    src = np.ascontiguousarray(_f32(w))
+    rows, cols = src.size // shape[-1], shape[-1]
+    sshape = shape[:-1] + (cols // group_size,)
+    wq = np.empty(shape[:-1] + (cols * bits // 32,), np.uint32)
+    scales, biases = np.empty(sshape, _F32), np.empty(sshape, _F32)
+    ptrs = [src.ctypes.data, wq.ctypes.data, scales.ctypes.data, biases.ctypes.data,
+            rows, cols, group_size]
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    t0 = timeline.now() if timeline.enabled else 0
+    entry.fast_fn(gil=src.size < _SMALL)(argv)
+    _record(spec, "Quantize", t0)
+    entry.hits += 1
+    return [wq, scales, biases]
+
+
 # primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
-RULES: dict = by_kernel({"quantized_matmul": quantized_matmul, "gather_qmm": gather_qmm})
+RULES: dict = by_kernel({"quantized_matmul": quantized_matmul, "gather_qmm": gather_qmm,
+                         "quantize": quantize})

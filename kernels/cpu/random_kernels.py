@@ -18,6 +18,7 @@ import ctypes
 import numpy as np
 
 from .. import timeline
+from ..codegen.render import LIBMVEC_2_35
 from ..primitives import REGISTRY, by_kernel
 from . import compiler
 
@@ -74,49 +75,58 @@ void random_bits_threefry(void** args) {
 _ERFINV = r"""
 #include <stdint.h>
 #include <math.h>
+/* Giles' approximation and Newton steps on erf, branch-free so that the loop vectorises
+   (both of Giles' polynomials computed, one selected; log / sqrt / erf / exp from libmvec
+   where VECTOR_MATH declares them) */
 static inline double giles(double y) {
   const double w = -log((1.0 - y) * (1.0 + y));
-  double p;
-  if (w < 5.0) {
-    const double w1 = w - 2.5;
-    p = 2.81022636e-08;
-    p = 3.43273939e-07 + p * w1; p = -3.5233877e-06 + p * w1; p = -4.39150654e-06 + p * w1;
-    p = 0.00021858087 + p * w1; p = -0.00125372503 + p * w1; p = -0.00417768164 + p * w1;
-    p = 0.246640727 + p * w1; p = 1.50140941 + p * w1;
-  } else {
-    const double w2 = sqrt(w) - 3.0;
-    p = -0.000200214257;
-    p = 0.000100950558 + p * w2; p = 0.00134934322 + p * w2; p = -0.00367342844 + p * w2;
-    p = 0.00573950773 + p * w2; p = -0.0076224613 + p * w2; p = 0.00943887047 + p * w2;
-    p = 1.00167406 + p * w2; p = 2.83297682 + p * w2;
-  }
-  return p * y;
-}
-
-static inline double erfinv_d(double y, int steps) {
-  if (!(fabs(y) < 1.0)) return y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN;
-  double x = giles(y);
-  for (int i = 0; i < steps; i++)
-    x = x - (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
-  return x;
+  const double w1 = w - 2.5, w2 = sqrt(w) - 3.0;
+  double p = 2.81022636e-08, q = -0.000200214257;
+  p = 3.43273939e-07 + p * w1; p = -3.5233877e-06 + p * w1; p = -4.39150654e-06 + p * w1;
+  p = 0.00021858087 + p * w1; p = -0.00125372503 + p * w1; p = -0.00417768164 + p * w1;
+  p = 0.246640727 + p * w1; p = 1.50140941 + p * w1;
+  q = 0.000100950558 + q * w2; q = 0.00134934322 + q * w2; q = -0.00367342844 + q * w2;
+  q = 0.00573950773 + q * w2; q = -0.0076224613 + q * w2; q = 0.00943887047 + q * w2;
+  q = 1.00167406 + q * w2; q = 2.83297682 + q * w2;
+  return (w < 5.0 ? p : q) * y;
 }
 
 void NAME(void** args) {
   const IN_T* a = (const IN_T*)args[0];
   OUT_T* out = (OUT_T*)args[1];
   const int64_t n = (int64_t)args[2];
-  #pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; i++) out[i] = (OUT_T)erfinv_d((double)a[i], STEPS);
+  #pragma omp parallel for simd schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; i++) {
+    const double y = (double)a[i];
+    const int inside = fabs(y) < 1.0;
+    const double ys = inside ? y : 0.0;
+    double x = giles(ys);
+    for (int s = 0; s < STEPS; s++)
+      x = x - (erf(x) - ys) / (1.1283791670955126 * exp(-x * x));
+    out[i] = (OUT_T)(inside ? x : y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN);
+  }
 }
 """
 
+def _erfinv_source(name: str, in_t: str, out_t: str, steps: int, vector_math: tuple) -> str:
+    """The erfinv kernel's C, its log / exp (and erf, which glibc 2.35's libmvec has beside
+    the stems of ``LIBMVEC_2_35``) declared ``omp declare simd`` where libmvec has them."""
+    fns = [fn for fn in ("log", "exp") if fn in vector_math]
+    if set(LIBMVEC_2_35) <= set(vector_math):
+        fns.append("erf")
+    decls = "".join(f"#pragma omp declare simd notinbranch\ndouble {fn}(double);\n"
+                    for fn in fns)
+    return (f"#define NAME {name}\n#define IN_T {in_t}\n#define OUT_T {out_t}\n"
+            f"#define STEPS {steps}\n#include <math.h>\n" + decls + _ERFINV)
 
-def _entry(name: str, source: str):
+
+def _entry(name: str, source_fn):
+    """The kernel ``name`` (its C from ``source_fn(toolchain)``), or the BuildError."""
     got = _entries.get(name)
     if got is not None and got[0] == compiler.generation():
         return got[1]
     try:
-        entry = compiler.get_kernel(name, "contiguous", lambda tc: source)
+        entry = compiler.get_kernel(name, "contiguous", source_fn)
     except compiler.BuildError as e:
         entry = e
     _entries[name] = (compiler.generation(), entry)
@@ -150,7 +160,7 @@ def random_bits(xp, keys, *, shape, width):
     nk = k.shape[0]
     if size == 0 or nk == 0 or width not in (1, 2, 4):
         return REGISTRY["RandomBits"].rule(xp, keys, **kw)
-    entry = _entry("random_bits_threefry", _THREEFRY)
+    entry = _entry("random_bits_threefry", lambda tc: _THREEFRY)
     if isinstance(entry, compiler.BuildError):
         return _fallback("RandomBits", str(entry), xp, (keys,), kw)
     bytes_per_key = width * (size // nk)
@@ -174,9 +184,8 @@ def erfinv(xp, a, out=None):
     res_dt = dt if dt in _C_TYPES else np.dtype(np.float64)  # rounded once, below
     steps = 3 if dt == np.float64 else 1
     name = f"erfinv_{_C_TYPES[src.dtype]}_{_C_TYPES[res_dt]}"
-    source = (f"#define NAME {name}\n#define IN_T {_C_TYPES[src.dtype]}\n"
-              f"#define OUT_T {_C_TYPES[res_dt]}\n#define STEPS {steps}\n" + _ERFINV)
-    entry = _entry(name, source)
+    entry = _entry(name, lambda tc: _erfinv_source(name, _C_TYPES[src.dtype], _C_TYPES[res_dt],
+                                                   steps, tc.vector_math))
     if isinstance(entry, compiler.BuildError):
         return _fallback("ErfInv", str(entry), xp, (a,), {"out": out})
     src = np.ascontiguousarray(src)

@@ -129,7 +129,7 @@ def _quantize_shapes(shapes: list, *, group_size, bits, **_) -> list:
             s[:-1] + (s[-1] // group_size,)]
 
 
-@define("Quantize", family=QUANTIZED, shape=_quantize_shapes,
+@define("Quantize", family=QUANTIZED, kernel="quantize", shape=_quantize_shapes,
         dtype="uint32 words, then scales and biases in the input's dtype")
 def quantize(xp, w, *, group_size, bits, mode="affine"):
     """Affine quantization per group, as ``quantize`` in ``mlx/backend/cpu/quantized.cpp``:
