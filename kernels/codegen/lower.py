@@ -61,6 +61,8 @@ class Lowering:
         self.uses_loc = False
         self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
         self.uses_wide = False
+        # (variable, dtype) -> its narrowed spelling inside a CPU lane loop (reduce_lanes)
+        self.narrow: dict = {}
 
     # -- types and expressions -----------------------------------------------------------
     def ctype(self, dt) -> str:
@@ -90,7 +92,8 @@ class Lowering:
             self.used.add(fn)
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Cast):
-            return f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
+            narrow = self.narrow.get((e.arg, np.dtype(e.dtype))) if isinstance(e.arg, str) else None
+            return narrow or f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
         if isinstance(e, Round):
             return self.d.round_to(np.dtype(e.dtype), self.expr(e.arg))
         if isinstance(e, Fmt):
@@ -289,8 +292,13 @@ class Lowering:
         out.append(f"{i2}  #pragma omp simd")
         out.append(f"{i2}  for (int l = 0; l < {W}; ++l) {{")
         out.append(f"{i2}    const int64_t {s.var} = {vb} + l;")
+        # the index as a 32-bit value (ArgReduce's): the block's base narrowed plus the lane,
+        # one 32-bit vector add (narrowing the 64-bit index vector cost four shuffles)
+        u32 = np.dtype(np.uint32)
+        self.narrow = {(s.var, u32): f"((uint32_t){vb} + (uint32_t)l)"}
         out += self.block(s.body, i2 + "    ")
         out += self.fold(acc, lane, s.elem, i2 + "    ")
+        self.narrow = {}
         out += [f"{i2}  }}", f"{i2}}}"]
         out.append(f"{i2}for (; {vb} < {stop}; ++{vb}) {{")
         out.append(f"{i2}  const int64_t {s.var} = {vb};")
