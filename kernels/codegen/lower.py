@@ -61,6 +61,7 @@ class Lowering:
         self.uses_loc = False
         self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
         self.uses_wide = False
+        self.uses_threads = False  # a CPU range over OpenMP threads (ts_threads) was rendered
         # (variable, dtype) -> its narrowed spelling inside a CPU lane loop (reduce_lanes)
         self.narrow: dict = {}
 
@@ -147,7 +148,9 @@ class Lowering:
         loc = LOC.format(fn=d.function_prefix, cs=getattr(d, "ir_const_space", "const")) \
             if self.uses_loc else ""
         wide = WIDE if self.uses_wide else ""
-        return d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc + wide
+        threads = getattr(d, "ir_cpu_threads", "") if self.uses_threads else ""
+        return (d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc
+                + wide + threads)
 
     # -- statements ----------------------------------------------------------------------
     def block(self, stmts, ind: str) -> list:
@@ -232,13 +235,41 @@ class Lowering:
                 f"{ind}}}"]
         step = self.expr(s.step)
         head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
-        cond = f" if({s.parallel_if})" if s.parallel_if else ""
-        # guided: a thread that starts late (a busy core) takes fewer rows; static waited for it
-        pragma = {"blocks": f"#pragma omp parallel for schedule(guided){cond}",
-                  "threads": "#pragma omp simd",
-                  "global": f"#pragma omp parallel for simd schedule(static){cond}",
-                  "serial": None}[s.kind]
+        if s.kind in ("blocks", "global"):
+            return self.parallel(s, head, body, ind)
+        pragma = "#pragma omp simd" if s.kind == "threads" else None
         return ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
+
+    def parallel(self, s: Range, head: str, body: list, ind: str) -> list:
+        """A CPU range over OpenMP threads, one per core (``ts_cores``); below
+        ``parallel_if`` the loop runs with no parallel region at all (a one-thread region
+        costs ~0.5 us a call in libgomp, and an ``if`` clause on ``parallel for simd`` turns
+        the simd off too). The iterations go out in chunks of an eighth of a thread's
+        share, taken as threads come free: a thread that starts late or is preempted holds
+        up one chunk (``guided`` gave the first thread half the loop).
+
+        Not the free cores (``ts_threads``, the elementwise kernels' count): a process that
+        has just run its own threaded work (jax.jit's pool, spinning for ~1 ms after each
+        call) reads as load, and the kernel then ran on one thread beside an idle core."""
+        self.uses_threads = True
+        self.n_tmp += 1
+        nt, ch = f"ts_nt{self.n_tmp}", f"ts_ch{self.n_tmp}"
+        a, b, step = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
+        n = b if a == "0" else f"({b} - {a})"
+        if step != "1":
+            n = f"({n} + {step} - 1) / {step}"
+        cond = f"({s.parallel_if}) ? ts_cores() : 1" if s.parallel_if else "ts_cores()"
+        simd = " simd" if s.kind == "global" else ""
+        serial = [f"{ind}  #pragma omp simd"] if s.kind == "global" else []
+        i2 = ind + "  "
+        return ([f"{ind}{{", f"{i2}const int {nt} = {cond};", f"{i2}if ({nt} == 1) {{"] + serial
+                + [f"    {line}" for line in [head] + body + [f"{ind}}}"]]
+                + [f"{i2}}} else {{",
+                   f"{i2}  const int64_t {ch} = ({n} + 8 * {nt} - 1) / (8 * {nt});",
+                   f"{i2}  #pragma omp parallel for{simd} schedule(dynamic, {ch} > 0 ? {ch} : 1) "
+                   f"num_threads({nt})"]
+                + [f"    {line}" for line in [head] + body + [f"{ind}}}"]]
+                + [f"{i2}}}", f"{ind}}}"])
 
     # -- Reduce on the CPU: lanes under omp simd -----------------------------------------
     def lanes(self, acc) -> int:
