@@ -49,6 +49,32 @@ WIDE = """#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 """
 
 
+def parallel_loop(loop: list, n: str, cond: Optional[str], ind: str, tag: str,
+                  simd: bool = False) -> list:
+    """A C loop (``loop``: its lines, ``for`` to ``}``, at indent ``ind``) of ``n``
+    iterations over OpenMP threads, one per core (``ts_cores``); where ``cond`` is false the
+    loop runs with no parallel region at all (a one-thread region costs ~0.5 us a call in
+    libgomp, and an ``if`` clause on ``parallel for simd`` turns the simd off too). The
+    iterations go out in chunks of an eighth of a thread's share, taken as threads come
+    free: a thread that starts late or is preempted holds up one chunk (``guided`` gave the
+    first thread half the loop, ``static`` a fixed half).
+
+    Not the free cores (``ts_threads``, the elementwise kernels' count): a process that has
+    just run its own threaded work (jax.jit's pool, spinning for up to ~1 ms after each
+    call) reads as load, and the kernel then ran on one thread beside an idle core."""
+    nt, ch = f"ts_nt{tag}", f"ts_ch{tag}"
+    i2 = ind + "  "
+    pick = f"({cond}) ? ts_cores() : 1" if cond else "ts_cores()"
+    inner = [f"    {line}" for line in loop]
+    return ([f"{ind}{{", f"{i2}const int {nt} = {pick};", f"{i2}if ({nt} == 1) {{"]
+            + ([f"{i2}  #pragma omp simd"] if simd else []) + inner
+            + [f"{i2}}} else {{",
+               f"{i2}  const int64_t {ch} = ({n} + 8 * {nt} - 1) / (8 * {nt});",
+               f"{i2}  #pragma omp parallel for{' simd' if simd else ''} schedule(dynamic, "
+               f"{ch} > 0 ? {ch} : 1) num_threads({nt})"]
+            + inner + [f"{i2}}}", f"{ind}}}"])
+
+
 class Lowering:
     """Renders one kernel in one dialect (a ``render.CFamily``)."""
 
@@ -241,35 +267,15 @@ class Lowering:
         return ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
 
     def parallel(self, s: Range, head: str, body: list, ind: str) -> list:
-        """A CPU range over OpenMP threads, one per core (``ts_cores``); below
-        ``parallel_if`` the loop runs with no parallel region at all (a one-thread region
-        costs ~0.5 us a call in libgomp, and an ``if`` clause on ``parallel for simd`` turns
-        the simd off too). The iterations go out in chunks of an eighth of a thread's
-        share, taken as threads come free: a thread that starts late or is preempted holds
-        up one chunk (``guided`` gave the first thread half the loop).
-
-        Not the free cores (``ts_threads``, the elementwise kernels' count): a process that
-        has just run its own threaded work (jax.jit's pool, spinning for ~1 ms after each
-        call) reads as load, and the kernel then ran on one thread beside an idle core."""
+        """A ``blocks`` / ``global`` range on the CPU: ``parallel_loop``."""
         self.uses_threads = True
         self.n_tmp += 1
-        nt, ch = f"ts_nt{self.n_tmp}", f"ts_ch{self.n_tmp}"
         a, b, step = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
         n = b if a == "0" else f"({b} - {a})"
         if step != "1":
             n = f"({n} + {step} - 1) / {step}"
-        cond = f"({s.parallel_if}) ? ts_cores() : 1" if s.parallel_if else "ts_cores()"
-        simd = " simd" if s.kind == "global" else ""
-        serial = [f"{ind}  #pragma omp simd"] if s.kind == "global" else []
-        i2 = ind + "  "
-        return ([f"{ind}{{", f"{i2}const int {nt} = {cond};", f"{i2}if ({nt} == 1) {{"] + serial
-                + [f"    {line}" for line in [head] + body + [f"{ind}}}"]]
-                + [f"{i2}}} else {{",
-                   f"{i2}  const int64_t {ch} = ({n} + 8 * {nt} - 1) / (8 * {nt});",
-                   f"{i2}  #pragma omp parallel for{simd} schedule(dynamic, {ch} > 0 ? {ch} : 1) "
-                   f"num_threads({nt})"]
-                + [f"    {line}" for line in [head] + body + [f"{ind}}}"]]
-                + [f"{i2}}}", f"{ind}}}"])
+        return parallel_loop([head] + body + [f"{ind}}}"], n, s.parallel_if, ind, str(self.n_tmp),
+                             simd=s.kind == "global")
 
     # -- Reduce on the CPU: lanes under omp simd -----------------------------------------
     def lanes(self, acc) -> int:
