@@ -164,7 +164,7 @@ def _int_limits(dt: np.dtype) -> tuple:
 
 class ReductionSchedule:
     """The CPU's loops for a reduction tape: rows in parallel (OpenMP, ``lower.parallel_loop``:
-    a thread per core in dynamic chunks, no parallel region below ``omp_min_size``), each row in passes,
+    a thread per core, guided, no parallel region below ``omp_min_size``), each row in passes,
     ``omp simd`` reductions over the reduced elements. ``void <name>(void** args)``: the
     non-constant inputs' data, the outputs' data, then one int64 array: rows, cols, the full
     outputs' row and column strides, and (row, column) element strides per array input."""
