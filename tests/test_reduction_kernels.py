@@ -319,6 +319,48 @@ def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed
     check(got, getattr(np, op)(x64, axis=-1), dtype)
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sampled_from([1, 2, 3, 5]), st.sampled_from([1, 2, 15, 31, 32, 33, 63, 64, 65, 1000]),
+       st.sampled_from(["float32", "float16", "bfloat16", "float64", "int32", "int8", "uint8",
+                        "int64"]),
+       st.sampled_from(["argmax", "argmin"]), st.sampled_from(["row", "sliced", "col"]),
+       st.sampled_from(["ties", "extremes", "nans", "random"]), st.integers(0, 2**16))
+def test_arg_reduce_takes_the_first_extreme(rows, cols, dtype, op, kind, fill, seed):
+    """The CPU's ArgReduce folds each lane in index order, an element replacing the lane's
+    state only when strictly better, and merges the lanes by value then index: the first
+    extreme wins against numpy's argmax / argmin over rows of ties (few distinct values),
+    rows that are all the identity (-inf for argmax, the integer minimum) with the extreme
+    anywhere or nowhere, and NaNs (the first NaN is the extreme), at lengths around the
+    lane count and its tails."""
+    rng = np.random.default_rng(seed)
+    np_dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    flt = np_dt.kind == "f" or dtype == "bfloat16"
+    lo, hi = (-np.inf, np.inf) if flt else (np.iinfo(np_dt).min, np.iinfo(np_dt).max)
+    ident = lo if op == "argmax" else hi
+    if fill == "ties":
+        x = rng.integers(0, 3, (rows, cols)).astype(np_dt)
+    elif fill == "extremes":
+        x = np.full((rows, cols), ident, np_dt)
+        for r in range(rows):
+            if rng.random() < 0.7:
+                x[r, rng.integers(0, cols, rng.integers(1, 3))] = hi if op == "argmax" else lo
+    else:
+        x = values(rng, (rows, cols), dtype)
+        if fill == "nans" and flt:
+            x[rng.integers(0, rows, 3), rng.integers(0, cols, 3)] = np.nan
+    if kind == "col":  # the reduced axis first: the column kernel
+        a = layout(np.ascontiguousarray(x.T), "contiguous")
+        axis = 0
+    else:
+        a, axis = layout(x, "sliced" if kind == "sliced" else "contiguous"), -1
+    with launched() as rec:
+        got = getattr(mx, op)(a, axis=axis)
+        mx.eval(got)
+    ref = x.astype(np.float32) if dtype == "bfloat16" else x
+    np.testing.assert_array_equal(np.asarray(got), getattr(np, op)(ref, axis=-1))
+    assert "ArgReduce" in rec.primitives or cols == 1, rec.fallbacks
+
+
 def _col_names(seq) -> set:
     return {r.name for r in timeline.records_since(seq) if r.kind == "kernel_launch"}
 

@@ -49,6 +49,33 @@ WIDE = """#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 """
 
 
+def parallel_loop(loop: list, n: str, cond: Optional[str], ind: str, tag: str,
+                  simd: bool = False) -> list:
+    """A C loop (``loop``: its lines, ``for`` to ``}``, at indent ``ind``) of ``n``
+    iterations over OpenMP threads, one per core (``ts_cores``); where ``cond`` is false the
+    loop runs with no parallel region at all (a one-thread region costs ~0.5 us a call in
+    libgomp, and an ``if`` clause on ``parallel for simd`` turns the simd off too). The
+    iterations go out ``guided``: a thread that starts late (a busy core) takes fewer, in
+    chunks of an eighth of a thread's share at least (``static`` waited for it; dynamic
+    chunks of that size measured 5-25% slower kernel alone at 1024 x 1000, the chunks'
+    handout between the threads, and no faster at 4096 x 1000).
+
+    Not the free cores (``ts_threads``, the elementwise kernels' count): a process that has
+    just run its own threaded work (jax.jit's pool, spinning for up to ~1 ms after each
+    call) reads as load, and the kernel then ran on one thread beside an idle core."""
+    nt, ch = f"ts_nt{tag}", f"ts_ch{tag}"
+    i2 = ind + "  "
+    pick = f"({cond}) ? ts_cores() : 1" if cond else "ts_cores()"
+    inner = [f"    {line}" for line in loop]
+    return ([f"{ind}{{", f"{i2}const int {nt} = {pick};", f"{i2}if ({nt} == 1) {{"]
+            + ([f"{i2}  #pragma omp simd"] if simd else []) + inner
+            + [f"{i2}}} else {{",
+               f"{i2}  const int64_t {ch} = ({n} + 8 * {nt} - 1) / (8 * {nt});",
+               f"{i2}  #pragma omp parallel for{' simd' if simd else ''} schedule(guided, "
+               f"{ch} > 0 ? {ch} : 1) num_threads({nt})"]
+            + inner + [f"{i2}}}", f"{ind}}}"])
+
+
 class Lowering:
     """Renders one kernel in one dialect (a ``render.CFamily``)."""
 
@@ -61,6 +88,9 @@ class Lowering:
         self.uses_loc = False
         self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
         self.uses_wide = False
+        self.uses_threads = False  # a CPU range over OpenMP threads (ts_threads) was rendered
+        # (variable, dtype) -> its narrowed spelling inside a CPU lane loop (reduce_lanes)
+        self.narrow: dict = {}
 
     # -- types and expressions -----------------------------------------------------------
     def ctype(self, dt) -> str:
@@ -90,7 +120,8 @@ class Lowering:
             self.used.add(fn)
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Cast):
-            return f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
+            narrow = self.narrow.get((e.arg, np.dtype(e.dtype))) if isinstance(e.arg, str) else None
+            return narrow or f"(({self.ctype(e.dtype)})({self.expr(e.arg)}))"
         if isinstance(e, Round):
             return self.d.round_to(np.dtype(e.dtype), self.expr(e.arg))
         if isinstance(e, Fmt):
@@ -144,7 +175,9 @@ class Lowering:
         loc = LOC.format(fn=d.function_prefix, cs=getattr(d, "ir_const_space", "const")) \
             if self.uses_loc else ""
         wide = WIDE if self.uses_wide else ""
-        return d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc + wide
+        threads = getattr(d, "ir_cpu_threads", "") if self.uses_threads else ""
+        return (d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc
+                + wide + threads)
 
     # -- statements ----------------------------------------------------------------------
     def block(self, stmts, ind: str) -> list:
@@ -229,13 +262,21 @@ class Lowering:
                 f"{ind}}}"]
         step = self.expr(s.step)
         head = f"{ind}for (int64_t {v} = {a}; {v} < {b}; {'++' + v if step == '1' else f'{v} += {step}'}) {{"
-        cond = f" if({s.parallel_if})" if s.parallel_if else ""
-        # guided: a thread that starts late (a busy core) takes fewer rows; static waited for it
-        pragma = {"blocks": f"#pragma omp parallel for schedule(guided){cond}",
-                  "threads": "#pragma omp simd",
-                  "global": f"#pragma omp parallel for simd schedule(static){cond}",
-                  "serial": None}[s.kind]
+        if s.kind in ("blocks", "global"):
+            return self.parallel(s, head, body, ind)
+        pragma = "#pragma omp simd" if s.kind == "threads" else None
         return ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
+
+    def parallel(self, s: Range, head: str, body: list, ind: str) -> list:
+        """A ``blocks`` / ``global`` range on the CPU: ``parallel_loop``."""
+        self.uses_threads = True
+        self.n_tmp += 1
+        a, b, step = self.expr(s.start), self.expr(s.stop), self.expr(s.step)
+        n = b if a == "0" else f"({b} - {a})"
+        if step != "1":
+            n = f"({n} + {step} - 1) / {step}"
+        return parallel_loop([head] + body + [f"{ind}}}"], n, s.parallel_if, ind, str(self.n_tmp),
+                             simd=s.kind == "global")
 
     # -- Reduce on the CPU: lanes under omp simd -----------------------------------------
     def lanes(self, acc) -> int:
@@ -289,8 +330,13 @@ class Lowering:
         out.append(f"{i2}  #pragma omp simd")
         out.append(f"{i2}  for (int l = 0; l < {W}; ++l) {{")
         out.append(f"{i2}    const int64_t {s.var} = {vb} + l;")
+        # the index as a 32-bit value (ArgReduce's): the block's base narrowed plus the lane,
+        # one 32-bit vector add (narrowing the 64-bit index vector cost four shuffles)
+        u32 = np.dtype(np.uint32)
+        self.narrow = {(s.var, u32): f"((uint32_t){vb} + (uint32_t)l)"}
         out += self.block(s.body, i2 + "    ")
         out += self.fold(acc, lane, s.elem, i2 + "    ")
+        self.narrow = {}
         out += [f"{i2}  }}", f"{i2}}}"]
         out.append(f"{i2}for (; {vb} < {stop}; ++{vb}) {{")
         out.append(f"{i2}  const int64_t {s.var} = {vb};")

@@ -64,10 +64,13 @@ def _limit(dt: np.dtype, high: bool):
     return float("inf") if high else float("-inf")
 
 
-def monoid(op: str, dt, nan_flag: bool = True) -> Monoid:
+def monoid(op: str, dt, nan_flag: bool = True, ordered: bool = False) -> Monoid:
     """The accumulator of reduction ``op`` over values of dtype ``dt`` (its state type).
     Float max / min keep a NaN flag beside the extreme (two fields OpenMP merges itself);
-    ``nan_flag=False``: one field that propagates NaN (a scan's running value)."""
+    ``nan_flag=False``: one field that propagates NaN (a scan's running value).
+    ``ordered`` (ArgReduce): each state is folded its elements in increasing index order
+    (the CPU's lanes and column blocks), so one element replaces the state only when it is
+    strictly better, and the index is 32-bit (MLX's uint32 result)."""
     dt = np.dtype(dt)
     if dt.kind == "c":
         raise Unsupported("complex reductions")
@@ -110,9 +113,28 @@ def monoid(op: str, dt, nan_flag: bool = True) -> Monoid:
             better += f" || ({bv} != {bv} && ({av} == {av} || {bi} < {ai})))" if flt else ")"
             return {"v": f"({better} ? {bv} : {av})", "i": f"({better} ? {bi} : {ai})"}
 
-        return Monoid(op, (("v", dt), ("i", INDEX)),
-                      (Lit(_limit(dt, op == "argmin"), dt), Lit(2**63 - 1, INDEX)),
-                      lambda e: {"v": e["v"], "i": e["i"]}, merge)
+        if not ordered:
+            return Monoid(op, (("v", dt), ("i", INDEX)),
+                          (Lit(_limit(dt, op == "argmin"), dt), Lit(2**63 - 1, INDEX)),
+                          lambda e: {"v": e["v"], "i": e["i"]}, merge)
+        # in order, an element replaces the state when it is strictly better (a NaN when the
+        # state is not NaN: the first NaN stays): ``!(v <= m)`` is v > m or v NaN, one
+        # compare. An element equal to the identity (-inf for argmax) never replaces it, so
+        # a state still at the identity keeps the index NONE, which loses every merge; a
+        # row whose states all kept it holds only that value, and its first index is 0.
+        u32 = np.dtype(np.uint32)
+        none = 2**32 - 1
+        keep = "<=" if op == "argmax" else ">="
+
+        def step(st, e):
+            v, m = e["v"], st["v"]
+            better = f"(!({v} {keep} {m}) && {m} == {m})" if flt else f"({v} {cmp} {m})"
+            return {"v": f"({better} ? {v} : {m})",
+                    "i": Fmt(f"({better} ? {{0}} : {st['i']})", (Cast(u32, e["i"]),))}
+
+        return Monoid(op, (("v", dt), ("i", u32)), (Lit(_limit(dt, op == "argmin"), dt), Lit(none, u32)),
+                      lambda e: {"v": e["v"], "i": Cast(u32, e["i"])}, merge, step=step,
+                      final=lambda st: f"({st['i']} == {none}u ? 0u : {st['i']})")
     raise Unsupported(f"no {op} reduction")
 
 
@@ -154,7 +176,7 @@ def _as(in_dt, acc_dt, v) -> object:
 
 
 def _final(acc: Monoid, st: dict):
-    return st["i"] if acc.name in ("argmax", "argmin") else acc.value(st)
+    return st["i"] if acc.name in ("argmax", "argmin") and acc.final is None else acc.value(st)
 
 
 def _params(layout: str, in_dt, out_dt, extra=()) -> list:
@@ -183,7 +205,7 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     adt = acc_dtype(in_dt) if arg or op in ("max", "min", "and", "or") else acc_dtype(out_dt)
     if op in ("and", "or"):
         adt = acc_dtype(in_dt)  # the values tested; the state is bool
-    acc = monoid(op, adt)
+    acc = monoid(op, adt, ordered=arg and not gpu)
     if layout == "col" and not gpu:
         return _col_cpu(name, op, acc, in_dt, out_dt, adt)
     if layout == "col":

@@ -26,6 +26,7 @@ import numpy as np
 from ..primitives import BROADCAST, REDUCE, REGISTRY
 from .c_ops import Unsupported, _is_float
 from .interpret import bind_inputs
+from .lower import parallel_loop
 from .tape import Tape, TapeOp
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -162,7 +163,8 @@ def _int_limits(dt: np.dtype) -> tuple:
 
 
 class ReductionSchedule:
-    """The CPU's loops for a reduction tape: rows in parallel (OpenMP), each row in passes,
+    """The CPU's loops for a reduction tape: rows in parallel (OpenMP, ``lower.parallel_loop``:
+    a thread per core, guided, no parallel region below ``omp_min_size``), each row in passes,
     ``omp simd`` reductions over the reduced elements. ``void <name>(void** args)``: the
     non-constant inputs' data, the outputs' data, then one int64 array: rows, cols, the full
     outputs' row and column strides, and (row, column) element strides per array input."""
@@ -186,7 +188,8 @@ class ReductionSchedule:
             if it.expr is not None and "log" in it.expr:
                 extra.append(TapeOp(f"{it.name}_l", "Log", it.dtype, ()))
         probe = Tape(tape.inputs, tape.ops + tuple(extra), tape.outputs)
-        L = [d.preamble(probe) + _SCRATCH, f"{d.kernel_prefix} {kernel_name}(void** args) {{"]
+        L = [d.preamble(probe) + _SCRATCH + getattr(d, "ir_cpu_threads", ""),
+             f"{d.kernel_prefix} {kernel_name}(void** args) {{"]
         k = 0
         for x in ins:
             st = d.storage_type(x.dtype)
@@ -210,8 +213,7 @@ class ReductionSchedule:
             return "\n".join(L) + "\n"
         unit = " && ".join(["o_sc == 1"] + [f"{x.name}_sc == 1" for x in full_in])
         L.append(f"  const int unit = {unit};")
-        L.append(f"  #pragma omp parallel for schedule(static) if(rows > 1 && rows * cols >= "
-                 f"{self.omp_min_size})")
+        loop_at = len(L)  # the row loop, from here to its end, spread by parallel_loop
         L.append("  for (int64_t r = 0; r < rows; ++r) {")
         for x in arrays:
             L.append(f"    const {d.storage_type(x.dtype)}* {x.name}_p = {x.name} + r * {x.name}_sr;")
@@ -254,6 +256,8 @@ class ReductionSchedule:
             if by[n].row:
                 L.append(f"    {oname}[r] = {d.store(dt, f'tmp_{n}')};")
         L.append("  }")
+        L[loop_at:] = parallel_loop(L[loop_at:], "rows", f"rows > 1 && rows * cols >= {self.omp_min_size}",
+                               "  ", "r")
         L.append("}")
         return "\n".join(L) + "\n"
 
@@ -275,7 +279,7 @@ class ReductionSchedule:
                 val = d.literal(x) if x.is_constant else d.load(x.dtype, f"{x.name}[0]")
                 L.append(f"  const {ct} tmp_{x.name} = {val};")
                 uniform.add(x.name)
-        L.append(f"  #pragma omp parallel for schedule(static) if(rows * cols >= {self.omp_min_size})")
+        loop_at = len(L)  # the block loop, from here to its end, spread by parallel_loop
         L.append(f"  for (int64_t rb = 0; rb < rows; rb += {B}) {{")
         L.append(f"    const int64_t nb = rows - rb < {B} ? rows - rb : {B};")
         rowvals = [it for it in items if it.row and it.name not in uniform]
@@ -367,6 +371,8 @@ class ReductionSchedule:
                 src = f"rv_{n}[k]" if n not in uniform else f"tmp_{n}"
                 L.append(f"    for (int64_t k = 0; k < nb; ++k) {o}[rb + k] = {d.store(dt, src)};")
         L.append("  }")
+        L[loop_at:] = parallel_loop(L[loop_at:], f"(rows + {B - 1}) / {B}", f"rows * cols >= {self.omp_min_size}",
+                               "  ", "rb")
         return L
 
     def _expr(self, d, it: Item, by: dict) -> str:

@@ -381,6 +381,17 @@ static int ts_threads(void) { return 1; }
 """
 
 
+# The threads of a loop-IR kernel's parallel range (``lower.Lowering.parallel``): OpenMP's
+# count, one per core; 1 without OpenMP
+_C_CORES = r"""#ifdef _OPENMP
+int omp_get_max_threads(void);
+#define ts_cores() omp_get_max_threads()
+#else
+#define ts_cores() 1
+#endif
+"""
+
+
 # Our own float32 math (see ``CDialect.own_math``): branch-free so ``omp simd`` vectorises it.
 # k = round(x/ln2), r = x - k*ln2 (two-part ln2, exact high product), the degree-7 Taylor
 # polynomial p = exp(r): the body both float32 exps share (``ti`` holds k + 0x4b400000)
@@ -723,6 +734,7 @@ class CDialect(CFamily):
     own_math_domain = {("exp", "nonpositive"): "ts_expf_neg"}
     own_source = _C_OWN_MATH
     exact_small_powers = True
+    ir_cpu_threads = _C_CORES  # the loop IR's parallel ranges: one thread per core
 
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
