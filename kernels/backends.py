@@ -14,7 +14,8 @@ mlx/event.h). ``CONTRACT`` lists it: a backend writes its hooks and declares its
   definition's), run with the array module ``xp`` on arrays of ``array_type``;
   ``to_device`` makes a value (an input of another device, a rule's result) this device's
   array;
-- the device: ``allocator`` (its ``Allocator``, which also says which allocation an array
+- the device: ``name`` / ``device_type`` (the runtime, the DeviceType it serves),
+  ``allocator`` (its ``Allocator``, which also says which allocation an array
   lives in and moves host data in and out: ``memory_of``, ``owner``, ``import_host``,
   ``export``), ``event_type`` (an event is *recorded on a stream* by ``signal``, *waited on
   by a stream* by ``wait(value, stream=...)``, *waited on by the host* by ``wait(value)``),

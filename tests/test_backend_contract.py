@@ -6,7 +6,10 @@ and the device's allocator, streams and events: its size is asserted here, so a 
 a decision (this file and ``CONTRACT`` change together), not a drift. A backend defines no
 public name of its own beyond the contract (what the layers above could come to ask of one
 runtime only), sets none of the derived ones (``quiet``), and its device context is a
-``DeviceContext`` (the node's rule named there). A planted method is reported. A backend
+``DeviceContext`` (the node's rule named there). The other side too: the layers above the
+backends (the notebook layer, core, viz, kernels outside the backends' folders, and
+core/_loop.c's ``BackendInfo``) ask a backend for nothing outside the contract. A planted
+method and a planted question are reported. A backend
 whose module imports what this machine lacks (CuPy, PyObjC's Metal) is read with ``ast``
 instead of imported.
 """
@@ -17,6 +20,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import re
 import warnings
 from pathlib import Path
 
@@ -169,6 +173,80 @@ def test_a_planted_method_outside_the_contract_is_reported():
     cls = next(n for n in ast.parse(planted).body if isinstance(n, ast.ClassDef))
     assert outside_contract(cls) == ["memory_of: not in the contract (now Allocator.memory_of)",
                                      "warm_up: not in the contract", "quiet: derived, not declared"]
+
+
+# -- what the layers above ask of a backend ------------------------------------------------
+_LOOKUPS = {"backend", "stream_backend", "existing_stream_backend"}  # (kernels/backends.py)
+
+
+def _lookup(node: ast.AST) -> bool:
+    """Whether ``node`` is a call of a backend lookup (``backend(...)``, ``stream_backend``)."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute)
+            else None) in _LOOKUPS
+
+
+def asked_in(source: str) -> list:
+    """(line, attribute) for every attribute a module asks of a backend: of a lookup's result
+    (``backend("cpu").array_type``), of a name a function binds to one (``be =
+    stream_backend(s)``), or of a function's ``be`` argument (the evaluator's convention)."""
+    found = set()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        args = fn.args.args + fn.args.kwonlyargs
+        names = {a.arg for a in args if a.arg == "be"}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and _lookup(n.value):
+                names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Attribute) and (
+                    _lookup(n.value) or (isinstance(n.value, ast.Name) and n.value.id in names)):
+                found.add((n.lineno, n.attr))
+    return sorted(found)
+
+
+def _asked_in_c(source: str) -> set:
+    """What core/_loop.c reads off a backend (``BackendInfo``) and calls on it."""
+    return (set(re.findall(r"PyObject_GetAttr\((?:bi->)?be, s_(\w+)\)", source))
+            | set(re.findall(r"PyObject \*largs\[\d+\] = \{be, [^}]*\};\s*"
+                             r"if \(call_none\(PyObject_VectorcallMethod\(s_(\w+)", source)))
+
+
+def _asking_modules():
+    """The modules above the backends: the notebook layer, core, viz and kernels' own
+    modules outside the backends' folders."""
+    for folder in ("interactive", "viz", "kernels"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if folder == "kernels" and len(rel.parts) > 2 and rel.parts[1] in BACKENDS:
+                continue
+            yield rel, path.read_text()
+
+
+def test_the_layers_above_ask_a_backend_only_for_the_contract():
+    contract = set(METHODS) | set(FACTS) | set(DERIVED)
+    asked = {}
+    for rel, source in _asking_modules():
+        for line, attr in asked_in(source):
+            asked.setdefault(attr, []).append(f"{rel}:{line}")
+    c_asked = _asked_in_c((ROOT / "interactive" / "core" / "_loop.c").read_text())
+    assert {k: v for k, v in asked.items() if k not in contract} == {}
+    assert c_asked - contract == set()
+    # the scan sees the evaluator's questions and the C loop's
+    assert {"to_device", "allocator", "device_context", "run_compiled", "launch_fused"} <= set(asked)
+    assert {"xp", "allocator", "array_type", "compiled_launch", "kernel_rules", "device_context",
+            "device_api", "eager_kernel", "event_type", "launch_fused"} <= c_asked
+
+
+def test_a_planted_question_outside_the_contract_is_reported():
+    source = (ROOT / "interactive" / "core" / "evaluate.py").read_text()
+    assert [a for _, a in asked_in(source) if a in GONE] == []
+    planted = source + ("\n\ndef _planted(node):\n    be = stream_backend(node.primitive.stream)\n"
+                        "    return be.memory_of(node), backend('cpu').rule_for(node)\n")
+    assert sorted(a for _, a in asked_in(planted) if a in GONE) == ["memory_of", "rule_for"]
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
