@@ -42,7 +42,7 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
 static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
-static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
+static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
     *s_min_size;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -123,6 +123,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
+                           !(s_launches = PyUnicode_InternFromString("launches")) ||
                            !(s_xp = PyUnicode_InternFromString("xp")) ||
                            !(s_allocator = PyUnicode_InternFromString("allocator")) ||
                            !(s_array_type = PyUnicode_InternFromString("array_type")) ||
@@ -1429,14 +1430,29 @@ static int yield_point(double *next) {
     return 0;
 }
 
-/* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
- * or -1 when a node is not on ``stream`` (the same object, as _inline_stream asks) */
+/* whether a fused node's tape has not run yet: fewer than two entries in its ``launches``
+ * (a tape that ran has its arrays' positions and a launch plan there; prebuild_kernels
+ * skips the others before any work, as the backends' prebuild does) */
+static int tape_new(PyObject *prim) {
+    PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    PyObject *tape = kw != NULL && PyDict_Check(kw) ? PyDict_GetItemWithError(kw, s_tape) : NULL;
+    PyObject *launches = tape != NULL ? PyObject_GetAttr(tape, s_launches) : NULL;
+    int fresh = launches == NULL || !PyDict_Check(launches) || PyDict_GET_SIZE(launches) < 2;
+    Py_XDECREF(launches);
+    PyErr_Clear();
+    return fresh;
+}
+
+/* the number of fused tapes in ``order`` that have not run (prebuild_kernels starts builds
+ * for two or more), or -1 when a node is not on ``stream`` (the same object, as
+ * _inline_stream asks) */
 static Py_ssize_t one_stream(PyObject *order, PyObject *stream) {
     Py_ssize_t fused = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
         PyObject *prim = SLOT(PyList_GET_ITEM(order, i), node_off[N_PRIMITIVE]);
         if (SLOT(prim, prim_off[P_STREAM]) != stream) return -1;
-        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True;
+        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True &&
+                 tape_new(prim);
     }
     return fused;
 }
