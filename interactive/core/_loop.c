@@ -307,13 +307,14 @@ static PyTypeObject *np_descr_type;
 static PyObject *np_u8; /* np.dtype(np.uint8), numpy's one builtin uint8 descr */
 static int np_api = -1; /* -1 not looked at yet, 0 not usable, 1 usable */
 
-/* the view of ``raw`` (a flat, writeable uint8 array of numpy's builtin uint8 descr that owns
- * its memory, at least ``nbytes`` of it: the allocator's own; its base is then raw itself, as
- * the constructor's) as ``shape`` x ``npdt``, based on raw; NULL with no error: not such a
- * case (the caller makes it otherwise) */
+/* the view of ``raw`` (a flat, writeable uint8 array of numpy's builtin uint8 descr, at least
+ * ``nbytes`` of it: the allocator's own memory, or adopted memory flattened to bytes by
+ * Buffer.view; its base is then raw's owner, as the constructor's: numpy's SetBaseObject
+ * collapses a chain of views either way) as ``shape`` x ``npdt``, based on raw; NULL with no
+ * error: not such a case (the caller makes it otherwise) */
 static PyObject *np_view(PyObject *raw, Py_ssize_t nbytes, PyObject *npdt, PyObject *shape) {
     NpHead *r = (NpHead *)raw;
-    const int need = NP_C_CONTIGUOUS | NP_WRITEABLE | NP_OWNDATA;
+    const int need = NP_C_CONTIGUOUS | NP_WRITEABLE;
     if (r->nd != 1 || r->descr != np_u8 || r->strides[0] != 1 || r->dimensions[0] < nbytes ||
         (r->flags & need) != need ||
         !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > NP_MAXDIMS ||
@@ -361,7 +362,16 @@ static int numpy_api(void) {
                  memcmp(x->dimensions, y->dimensions, 2 * sizeof(Py_ssize_t)) == 0 &&
                  memcmp(x->strides, y->strides, 2 * sizeof(Py_ssize_t)) == 0;
         }
-        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(shape);
+        Py_XDECREF(a); Py_XDECREF(b);
+        /* a flat view of raw (adopted memory as Buffer.view flattens it): based on raw too */
+        PyObject *flat = ok ? PyObject_CallMethod(raw, "reshape", "i", -1) : NULL;
+        PyObject *fargs[3] = {shape, f4, flat};
+        a = flat ? np_view(flat, 24, f4, shape) : NULL;
+        b = a ? PyObject_Vectorcall(l_ndarray, fargs, 3, NULL) : NULL;
+        ok = b != NULL && ((NpHead *)a)->data == ((NpHead *)b)->data &&
+             ((NpHead *)a)->flags == ((NpHead *)b)->flags && ((NpHead *)a)->base == raw &&
+             ((NpHead *)b)->base == raw;
+        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(flat); Py_XDECREF(shape);
     }
     PyErr_Clear();
     Py_XDECREF(m); Py_XDECREF(caps); Py_XDECREF(np); Py_XDECREF(u8); Py_XDECREF(f4);
