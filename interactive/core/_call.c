@@ -607,6 +607,23 @@ done:
     return outs;
 }
 
+/* handles(descs): [array._wrap(d) for d in descs], a compiled call's results' handles */
+static PyObject *handles(PyObject *self, PyObject *descs) {
+    if (!record_configured || !PyList_Check(descs)) {
+        PyErr_SetString(PyExc_TypeError, "handles(descs: list), configured");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(descs);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *a = bare(r_array_type);
+        if (a == NULL) { Py_CLEAR(out); break; }
+        put(a, r_array_d_off, PyList_GET_ITEM(descs, i));
+        PyList_SET_ITEM(out, i, a);
+    }
+    return out;
+}
+
 /* replay(steps, env): compile_trace.ReplayPlan.run's loop. Each step is (primitive, input
  * slots, ((shape, dtype), ...)): a node of the primitive over the descs of ``env`` (a list:
  * the arguments' descs, the constants', then every step's outputs) at those slots, its
@@ -803,6 +820,8 @@ static PyMethodDef methods[] = {
      "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
     {"scalar", (PyCFunction)(void (*)(void))py_scalar, METH_FASTCALL,
      "scalar(v, dtype): a Python scalar's 0-d array (convert.py _scalar; _binary.c)."},
+    {"handles", (PyCFunction)handles, METH_O,
+     "handles(descs): a list of descs' array handles ([array._wrap(d) for d in descs])."},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

@@ -55,6 +55,23 @@ def _call_base() -> type:
 _CallBase = _call_base()
 
 
+def _handles_py(descs: list) -> list:
+    return [array._wrap(d) for d in descs]
+
+
+def _c_handles():
+    """core/_call.c's ``handles`` (the results' handles made in C) where array._make1
+    records in C (the switch compile_trace's replay follows), else ``_handles_py``."""
+    if getattr(array, "_make1_py", None) is None:
+        return _handles_py
+    from .. import _call
+
+    return _call.handles
+
+
+_handles = _c_handles()
+
+
 def enable_compile() -> None:
     """Globally enable compilation (overrides ``MLX_DISABLE_COMPILE``)."""
     _state["enabled"] = True
@@ -210,8 +227,7 @@ class CompiledFunction(_CallBase):
             outs = replay(entry.program, descs, True)
         else:
             outs = entry.plan.run(descs)
-        wrap = array._wrap
-        handles = [wrap(d) for d in outs]
+        handles = _handles(outs)
         if self._outputs is not None:
             tree_fill(self._outputs, handles[entry.n_outputs:])
         if entry.lone:
