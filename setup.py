@@ -31,7 +31,8 @@ def _extensions() -> list:
     BufferHandle and the allocator's malloc / free / adopt (``kernels/_handle.c``; the
     Python class and methods otherwise), a generated kernel's planned call
     (``kernels/_kernel_call.c``: KernelCall; kernel_call.py's Python class otherwise), a small
-    matrix product's BLAS call (``kernels/cpu/_gemm.c``; the numpy rule otherwise), the CUDA backend's launch and host wait through the
+    matrix product's BLAS call (``kernels/cpu/_gemm.c``; the numpy rule otherwise), the CPU's
+    view rules (``kernels/cpu/_views.c``; views.py's Python otherwise), the CUDA backend's launch and host wait through the
     driver loaded at run time (``kernels/cuda/_driver.c``: no CUDA needed to build it; the
     Python hooks otherwise),
     and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
@@ -43,6 +44,7 @@ def _extensions() -> list:
             Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True),
             Extension("tapescope.kernels._kernel_call", ["kernels/_kernel_call.c"], optional=True),
             Extension("tapescope.kernels.cpu._gemm", ["kernels/cpu/_gemm.c"], optional=True),
+            Extension("tapescope.kernels.cpu._views", ["kernels/cpu/_views.c"], optional=True),
             Extension("tapescope.kernels.cuda._driver", ["kernels/cuda/_driver.c"],
                       depends=["kernels/_device_api.h"], optional=True)]
     if sys.version_info < (3, 12):
