@@ -58,6 +58,8 @@ static int plain_dict(PyObject *d) {
 static int add_arrays(PyObject *tree, PyObject *out, int strict);
 
 static int add_item(PyObject *t, PyObject *out, int strict) {
+    if (PyDict_CheckExact(t) || PyList_CheckExact(t) || PyTuple_CheckExact(t)) /* (no array) */
+        return add_arrays(t, out, strict);
     int a = is_array(t);
     if (a < 0) return -1;
     return a ? PyList_Append(out, t) : add_arrays(t, out, strict);
@@ -185,7 +187,7 @@ static PyObject *fill_child(PyObject *x, Source *s) {
 
 /* tree.py tree_update(tree, lambda a: next(it)): a new reference to the updated tree */
 static PyObject *fill(PyObject *tree, Source *s) {
-    int a = is_array(tree);
+    int a = PyDict_CheckExact(tree) || PyList_CheckExact(tree) ? 0 : is_array(tree);
     if (a < 0) return NULL;
     if (a) return take(s);
     if (tree == t_random_state) {
