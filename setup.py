@@ -27,9 +27,12 @@ def _extensions() -> list:
     """Optional C extensions (without a C compiler the package installs without them):
     a compiled function's call, recording a node, mx.eval's first step and the eval loop's
     hot part (``interactive/core/_call.c``, ``_loop.c``; the Python path runs instead),
+    pytree walks (``interactive/core/_tree.c``; tree.py's Python walks otherwise),
     BufferHandle and the allocator's malloc / free / adopt (``kernels/_handle.c``; the
     Python class and methods otherwise), a generated kernel's planned call
-    (``kernels/_kernel_call.c``: KernelCall; kernel_call.py's Python class otherwise), the CUDA backend's launch and host wait through the
+    (``kernels/_kernel_call.c``: KernelCall; kernel_call.py's Python class otherwise), a small
+    matrix product's BLAS call (``kernels/cpu/_gemm.c``; the numpy rule otherwise), the CPU's
+    view rules (``kernels/cpu/_views.c``; views.py's Python otherwise), the CUDA backend's launch and host wait through the
     driver loaded at run time (``kernels/cuda/_driver.c``: no CUDA needed to build it; the
     Python hooks otherwise),
     and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
@@ -37,8 +40,11 @@ def _extensions() -> list:
     exts = [Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c",
                                              "interactive/core/_binary.c"],
                       depends=["interactive/core/_core.h", "kernels/_device_api.h"], optional=True),
+            Extension("tapescope.core._tree", ["interactive/core/_tree.c"], optional=True),
             Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True),
             Extension("tapescope.kernels._kernel_call", ["kernels/_kernel_call.c"], optional=True),
+            Extension("tapescope.kernels.cpu._gemm", ["kernels/cpu/_gemm.c"], optional=True),
+            Extension("tapescope.kernels.cpu._views", ["kernels/cpu/_views.c"], optional=True),
             Extension("tapescope.kernels.cuda._driver", ["kernels/cuda/_driver.c"],
                       depends=["kernels/_device_api.h"], optional=True)]
     if sys.version_info < (3, 12):

@@ -242,7 +242,7 @@ static PyTypeObject KernelCallType = {
  * and layouts is that plan without building the key (its shape / strides tuples and their
  * hash). Python 3.11's dicts have the tag; elsewhere every call builds the key. */
 #if PY_VERSION_HEX < 0x030C0000
-#define PL_MEMO 8
+#define PL_MEMO 64 /* slots per lookup: a training step's fused calls (a dozen or two) each keep one */
 #else
 #define PL_MEMO 0
 #endif
@@ -279,7 +279,8 @@ typedef struct {
 
 #if PL_MEMO
 static Memo *memo_slot(PlanLookup *self, PyObject *launches) {
-    return &self->memo[((uintptr_t)launches >> 5) % PL_MEMO];
+    /* (Fibonacci hashing of the dict's address: its low bits are the allocator's alignment) */
+    return &self->memo[(((uint64_t)(uintptr_t)launches * 0x9E3779B97F4A7C15ull) >> 32) % PL_MEMO];
 }
 
 /* the call's ints as a memo holds them into ``out`` (at most PL_INTS); -1: not memoable */

@@ -167,3 +167,23 @@ def test_no_float32_copy_for_bfloat16_operands():
     with timeline.record() as rec:
         mx.eval(mx.matmul(x, y, stream=mx.gpu))
     assert not [r for r in rec.records if r.kind == "fallback" and r.name == "Matmul"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_into_the_evaluators_buffer_and_a_donated_c(dtype):
+    """The product is written into the buffer the loop hands the rule: a fresh one, or the
+    memory of a dying ``c`` (AddMM copies c there first, then the GEMM adds it); a dying
+    operand of the product itself is never written while cuBLAS reads it."""
+    rng = np.random.default_rng(6)
+    a, b = _exact(rng, (20, 30), dtype), _exact(rng, (30, 20), dtype)
+    c = _exact(rng, (20, 20), dtype)
+    with settings(tf32=False):
+        x, y, z = _on_gpu(a, dtype), _on_gpu(b, dtype), _on_gpu(c, dtype)
+        got1 = mx.addmm(z * 1.0, x, y, alpha=0.5, beta=2.0, stream=mx.gpu)  # c dies: donated
+        got2 = mx.matmul(x * 1.0, y, stream=mx.gpu)  # a dying operand
+        sq = _on_gpu(c, dtype)
+        got3 = mx.matmul(sq * 1.0, sq, stream=mx.gpu)  # same shape as the result, dying
+        mx.eval(got1, got2, got3)
+    _check(got1, 0.5 * (a @ b) + 2.0 * c, dtype)
+    _check(got2, a @ b, dtype)
+    _check(got3, c @ c, dtype)

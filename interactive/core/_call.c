@@ -441,12 +441,25 @@ static PyObject *tracer_flag(PyObject *descs) {
 
 /* the node of ``primitive`` over ``descs`` (a list of ArrayDescs, taken as the node's
  * inputs list) and its outputs' tracer flag (``*flag``, a new reference) */
-static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag) {
-    PyObject *id = NULL, *outputs = NULL, *node = NULL;
+/* no transformation runs (transform_tracers._active is 0): 1, 0, -1 with an error */
+static int no_tracers(void) {
     PyObject *active = PyObject_GetAttr(r_tracer, s__active);
-    if (active == NULL) return NULL;
+    if (active == NULL) return -1;
     int quiet = PyLong_CheckExact(active) && PyLong_AsLong(active) == 0;
     Py_DECREF(active);
+    return quiet;
+}
+
+static PyObject *node_of_descs_q(PyObject *prim, PyObject *descs, PyObject **flag, int quiet);
+
+static PyObject *node_of_descs(PyObject *prim, PyObject *descs, PyObject **flag) {
+    int quiet = no_tracers();
+    return quiet < 0 ? NULL : node_of_descs_q(prim, descs, flag, quiet);
+}
+
+/* node_of_descs with no_tracers' answer given (a replay asks once for all its nodes) */
+static PyObject *node_of_descs_q(PyObject *prim, PyObject *descs, PyObject **flag, int quiet) {
+    PyObject *id = NULL, *outputs = NULL, *node = NULL;
     *flag = quiet ? Py_NewRef(Py_False) : tracer_flag(descs);
     if (*flag == NULL) return NULL;
     id = PyIter_Next(r_node_ids);
@@ -607,6 +620,23 @@ done:
     return outs;
 }
 
+/* handles(descs): [array._wrap(d) for d in descs], a compiled call's results' handles */
+static PyObject *handles(PyObject *self, PyObject *descs) {
+    if (!record_configured || !PyList_Check(descs)) {
+        PyErr_SetString(PyExc_TypeError, "handles(descs: list), configured");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(descs);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *a = bare(r_array_type);
+        if (a == NULL) { Py_CLEAR(out); break; }
+        put(a, r_array_d_off, PyList_GET_ITEM(descs, i));
+        PyList_SET_ITEM(out, i, a);
+    }
+    return out;
+}
+
 /* replay(steps, env): compile_trace.ReplayPlan.run's loop. Each step is (primitive, input
  * slots, ((shape, dtype), ...)): a node of the primitive over the descs of ``env`` (a list:
  * the arguments' descs, the constants', then every step's outputs) at those slots, its
@@ -622,6 +652,8 @@ static PyObject *replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *steps = args[0], *env = args[1];
+    int quiet = no_tracers(); /* (the nodes' Python code runs none: one answer for them all) */
+    if (quiet < 0) return NULL;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(steps); k++) {
         PyObject *step = PyTuple_GET_ITEM(steps, k);
         if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3 ||
@@ -648,7 +680,7 @@ static PyObject *replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             PyList_SET_ITEM(descs, i, Py_NewRef(PyList_GET_ITEM(env, j)));
         }
-        PyObject *flag = NULL, *node = node_of_descs(prim, descs, &flag);
+        PyObject *flag = NULL, *node = node_of_descs_q(prim, descs, &flag, quiet);
         Py_DECREF(descs);
         if (node == NULL) return NULL;
         int bad = 0;
@@ -803,6 +835,8 @@ static PyMethodDef methods[] = {
      "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
     {"scalar", (PyCFunction)(void (*)(void))py_scalar, METH_FASTCALL,
      "scalar(v, dtype): a Python scalar's 0-d array (convert.py _scalar; _binary.c)."},
+    {"handles", (PyCFunction)handles, METH_O,
+     "handles(descs): a list of descs' array handles ([array._wrap(d) for d in descs])."},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(steps, env): a replay plan's nodes recorded over env's descs, outputs appended."},
     {"eval", (PyCFunction)(void (*)(void))c_eval, METH_FASTCALL,

@@ -42,7 +42,7 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
     *l_bf16, *l_ndarray, *l_timeline, *l_now, *l_record, *l_finish, *l_counts, *l_quiet_var,
     *l_quiet_value, *l_kwnames_out, *l_kernel_rule;
 static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
-static PyObject *s_takes, *s_launch_fused, *s_tape, *s_xp, *s_allocator, *s_array_type,
+static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
     *s_min_size;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
@@ -123,6 +123,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
+                           !(s_launches = PyUnicode_InternFromString("launches")) ||
                            !(s_xp = PyUnicode_InternFromString("xp")) ||
                            !(s_allocator = PyUnicode_InternFromString("allocator")) ||
                            !(s_array_type = PyUnicode_InternFromString("array_type")) ||
@@ -306,13 +307,14 @@ static PyTypeObject *np_descr_type;
 static PyObject *np_u8; /* np.dtype(np.uint8), numpy's one builtin uint8 descr */
 static int np_api = -1; /* -1 not looked at yet, 0 not usable, 1 usable */
 
-/* the view of ``raw`` (a flat, writeable uint8 array of numpy's builtin uint8 descr that owns
- * its memory, at least ``nbytes`` of it: the allocator's own; its base is then raw itself, as
- * the constructor's) as ``shape`` x ``npdt``, based on raw; NULL with no error: not such a
- * case (the caller makes it otherwise) */
+/* the view of ``raw`` (a flat, writeable uint8 array of numpy's builtin uint8 descr, at least
+ * ``nbytes`` of it: the allocator's own memory, or adopted memory flattened to bytes by
+ * Buffer.view; its base is then raw's owner, as the constructor's: numpy's SetBaseObject
+ * collapses a chain of views either way) as ``shape`` x ``npdt``, based on raw; NULL with no
+ * error: not such a case (the caller makes it otherwise) */
 static PyObject *np_view(PyObject *raw, Py_ssize_t nbytes, PyObject *npdt, PyObject *shape) {
     NpHead *r = (NpHead *)raw;
-    const int need = NP_C_CONTIGUOUS | NP_WRITEABLE | NP_OWNDATA;
+    const int need = NP_C_CONTIGUOUS | NP_WRITEABLE;
     if (r->nd != 1 || r->descr != np_u8 || r->strides[0] != 1 || r->dimensions[0] < nbytes ||
         (r->flags & need) != need ||
         !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > NP_MAXDIMS ||
@@ -360,7 +362,16 @@ static int numpy_api(void) {
                  memcmp(x->dimensions, y->dimensions, 2 * sizeof(Py_ssize_t)) == 0 &&
                  memcmp(x->strides, y->strides, 2 * sizeof(Py_ssize_t)) == 0;
         }
-        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(shape);
+        Py_XDECREF(a); Py_XDECREF(b);
+        /* a flat view of raw (adopted memory as Buffer.view flattens it): based on raw too */
+        PyObject *flat = ok ? PyObject_CallMethod(raw, "reshape", "i", -1) : NULL;
+        PyObject *fargs[3] = {shape, f4, flat};
+        a = flat ? np_view(flat, 24, f4, shape) : NULL;
+        b = a ? PyObject_Vectorcall(l_ndarray, fargs, 3, NULL) : NULL;
+        ok = b != NULL && ((NpHead *)a)->data == ((NpHead *)b)->data &&
+             ((NpHead *)a)->flags == ((NpHead *)b)->flags && ((NpHead *)a)->base == raw &&
+             ((NpHead *)b)->base == raw;
+        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(flat); Py_XDECREF(shape);
     }
     PyErr_Clear();
     Py_XDECREF(m); Py_XDECREF(caps); Py_XDECREF(np); Py_XDECREF(u8); Py_XDECREF(f4);
@@ -1429,14 +1440,29 @@ static int yield_point(double *next) {
     return 0;
 }
 
-/* the number of fused tapes in ``order`` (prebuild_kernels starts builds for two or more),
- * or -1 when a node is not on ``stream`` (the same object, as _inline_stream asks) */
+/* whether a fused node's tape has not run yet: fewer than two entries in its ``launches``
+ * (a tape that ran has its arrays' positions and a launch plan there; prebuild_kernels
+ * skips the others before any work, as the backends' prebuild does) */
+static int tape_new(PyObject *prim) {
+    PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    PyObject *tape = kw != NULL && PyDict_Check(kw) ? PyDict_GetItemWithError(kw, s_tape) : NULL;
+    PyObject *launches = tape != NULL ? PyObject_GetAttr(tape, s_launches) : NULL;
+    int fresh = launches == NULL || !PyDict_Check(launches) || PyDict_GET_SIZE(launches) < 2;
+    Py_XDECREF(launches);
+    PyErr_Clear();
+    return fresh;
+}
+
+/* the number of fused tapes in ``order`` that have not run (prebuild_kernels starts builds
+ * for two or more), or -1 when a node is not on ``stream`` (the same object, as
+ * _inline_stream asks) */
 static Py_ssize_t one_stream(PyObject *order, PyObject *stream) {
     Py_ssize_t fused = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
         PyObject *prim = SLOT(PyList_GET_ITEM(order, i), node_off[N_PRIMITIVE]);
         if (SLOT(prim, prim_off[P_STREAM]) != stream) return -1;
-        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True;
+        fused += SLOT(SLOT(prim, prim_off[P_DEFN]), defn_off[F_RUNTIME]) == Py_True &&
+                 tape_new(prim);
     }
     return fused;
 }

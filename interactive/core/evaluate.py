@@ -441,7 +441,8 @@ def prebuild_kernels(order: list) -> None:
     before any work), each predicted from its inputs' data or, for inputs this eval
     computes, a row-contiguous layout (a view's input is not predicted: that call builds
     its own kernel when it runs)."""
-    fused = [node for node in order if node.primitive.defn.takes_runtime]
+    fused = [node for node in order if node.primitive.defn.takes_runtime
+             and len(node.primitive.kw["tape"].launches) < 2]  # not run yet (_loop.c: tape_new)
     if len(fused) < 2:
         return
     by_backend: dict = {}

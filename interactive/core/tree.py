@@ -17,9 +17,10 @@ from .array import array
 from .random_state import set_thread_key, state as _RANDOM_STATE, thread_key
 
 
-def tree_arrays(tree: Any, out: list | None = None, strict: bool = False) -> list:
+def tree_arrays_py(tree: Any, out: list | None = None, strict: bool = False) -> list:
     """The arrays of a pytree, in order (lists, tuples, dict values); other leaves are
-    skipped, or with ``strict`` an error (MLX's ``tree_flatten(tree, strict=True)``)."""
+    skipped, or with ``strict`` an error (MLX's ``tree_flatten(tree, strict=True)``).
+    (``tree_arrays`` is core/_tree.c's where built: the same walk in C.)"""
     if out is None:
         out = []
     if tree.__class__ is array or isinstance(tree, array):
@@ -95,3 +96,30 @@ def tree_update(tree: Any, visit: Callable[[array], Any]) -> Any:
             tree[k] = visit(v) if v.__class__ is array else tree_update(v, visit)
         return tree
     return tree
+
+
+def tree_fill_py(tree: Any, values: list) -> Any:
+    """``tree`` with its arrays replaced, in order, by ``values`` (a list), lists and dicts
+    in place: ``tree_update`` with the next value at each array (``tree_fill`` is
+    core/_tree.c's where built)."""
+    it = iter(values)
+    return tree_update(tree, lambda a: next(it))
+
+
+def _c_walks():
+    """core/_tree.c's ``tree_arrays`` and ``tree_fill`` (the same walks in C) where that
+    extension is built and ``settings.c_call`` is on, else the Python walks above."""
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call:
+        return tree_arrays_py, tree_fill_py
+    try:
+        from . import _tree
+    except ImportError:
+        return tree_arrays_py, tree_fill_py
+    _tree.configure({"array": array, "random_state": _RANDOM_STATE, "thread_key": thread_key,
+                     "set_thread_key": set_thread_key, "tuple_like": _tuple_like})
+    return _tree.tree_arrays, _tree.tree_fill
+
+
+tree_arrays, tree_fill = _c_walks()

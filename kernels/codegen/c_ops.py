@@ -344,6 +344,11 @@ def minimum(d, a, o, i):
 def astype(d, a, o, i):
     if o.kind == "b":
         return f"({a[0]} != 0)"
+    if i.kind == "b":
+        # a select, not a cast: gcc 12 vectorizes no loop with a (float)bool conversion in it
+        # (the ReLU gradient's mask), and the select is the same 0 / 1
+        ct = d.compute_type(o)
+        return f"({a[0]} ? ({ct})1 : ({ct})0)"
     if _is_float(o) and i.kind in "iu":
         # An integer 0 converts to +0.0. Under -fno-trapping-math gcc folds (float)(int)x into
         # trunc(x), which gives -0.0 for x in (-1, -0]; the select survives that fold (``+ 0``

@@ -52,10 +52,11 @@ class CpuBackend(Backend):
     @functools.cached_property
     def kernel_rules(self) -> dict:
         from .fast_kernels import RULES as FAST
+        from .gemm import RULES as GEMM
         from .primitive_kernels import RULES
         from .views import RULES as VIEWS
 
-        return {**RULES, **FAST, **VIEWS}
+        return {**RULES, **FAST, **VIEWS, **GEMM}
 
     def machine(self) -> Optional[Any]:
         from .machine import host_machine

@@ -1,7 +1,9 @@
 """The CPU's own rules for views whose array-module form costs more than the view: a
 ``Broadcast`` of a contiguous numpy array is one ``np.ndarray`` constructor with stride 0
 along the broadcast dimensions (numpy's ``broadcast_to`` spends ~5 us in Python making the
-same view). ``CpuBackend.kernel_rules`` hands them to the eval loop."""
+same view); the reshape family and ``Transpose`` call the array's own method (``np.reshape``
+and ``np.transpose`` reach it through ~3 us of Python); ``_views.c`` has the same three in
+C, which the eval loop calls (``CpuBackend.kernel_rules``) where built."""
 
 from __future__ import annotations
 
@@ -27,5 +29,44 @@ def broadcast(xp, a, *, shape):
     return v
 
 
-# the broadcast family's primitives (MLX's Broadcast), found by their definitions' family
-RULES = {n: broadcast for n, d in REGISTRY.items() if d.family == BROADCAST}
+
+
+def reshape(xp, a, *, shape, **_):
+    """The reshape family's view (``rules/shape.reshape``: ``np.reshape`` is the array's own
+    method, a copy where the strides allow no view), without ``np.reshape``'s Python."""
+    if type(a) is not np.ndarray:
+        return xp.reshape(a, shape)
+    return a.reshape(shape)
+
+
+def transpose(xp, a, *, axes):
+    """``Transpose``'s view (``rules/shape.transpose``: ``np.transpose`` is the array's method)."""
+    if type(a) is not np.ndarray:
+        return xp.transpose(a, axes)
+    return a.transpose(axes)
+
+
+def _c_rules() -> tuple:
+    """_views.c's ``broadcast``, ``reshape`` and ``transpose`` (the same steps in C) where
+    that extension is built, else the Python functions above."""
+    try:
+        from . import _views
+    except ImportError:
+        return broadcast, reshape, transpose
+    _views.configure(np.ndarray)
+    return _views.broadcast, _views.reshape, _views.transpose
+
+
+def _rules() -> dict:
+    """The broadcast family's primitives (MLX's Broadcast), found by their definitions'
+    family; those whose definition's rule is one these replace (the reshape family:
+    Reshape, ExpandDims, Squeeze, Flatten, Unflatten; Transpose), found by the rule."""
+    from ..rules import shape
+
+    c_broadcast, c_reshape, c_transpose = _c_rules()
+    mine = {shape.reshape: c_reshape, shape.transpose: c_transpose}
+    return {**{n: c_broadcast for n, d in REGISTRY.items() if d.family == BROADCAST},
+            **{n: mine[d.rule] for n, d in REGISTRY.items() if d.rule in mine}}
+
+
+RULES = _rules()

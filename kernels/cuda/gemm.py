@@ -98,10 +98,23 @@ def _batch_stride(x: Any) -> Optional[int]:
     return dims[-1][1]
 
 
+def _target(given: Any, shape: tuple, A: Any, B: Any) -> Any:
+    """The evaluator's buffer ``given`` (its storage) where the GEMM can write it: the
+    product's shape and storage dtype, row-contiguous, not an operand's memory (cuBLAS
+    reads A and B while it writes C; ``c`` is copied into it first, so it may be c's)."""
+    t = bf16.storage(given) if given is not None else None
+    if (t is None or type(t) is not cupy.ndarray or t.shape != shape or t.dtype != A.dtype
+            or not t.flags.c_contiguous or cupy.may_share_memory(t, A)
+            or cupy.may_share_memory(t, B)):
+        return None
+    return t
+
+
 def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
-         beta: float = 0.0) -> Any:
+         beta: float = 0.0, out: Any = None) -> Any:
     """``a @ b`` (Matmul), or ``alpha * (a @ b) + beta * c`` (AddMM), batch axes already
-    broadcast to match, as one cuBLAS GEMM on the current CuPy stream."""
+    broadcast to match, as one cuBLAS GEMM on the current CuPy stream, into ``out`` (the
+    evaluator's buffer, MLX's ``out.set_data``) where it fits, else into a new array."""
     dt = a.dtype
     got = _TYPES.get(dt)
     if got is None or b.dtype != dt or not available():
@@ -111,23 +124,24 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
     M, K = A.shape[-2], A.shape[-1]
     N = B.shape[-1]
     out_shape = tuple(A.shape[:-2]) + (M, N)
-    out = cupy.empty(out_shape, dtype=A.dtype)
-    count = out.size // (M * N) if M * N else 0
+    target = _target(out, out_shape, A, B)
+    res = target if target is not None else cupy.empty(out_shape, dtype=A.dtype)
+    count = res.size // (M * N) if M * N else 0
     if c is not None and beta != 0.0:
-        out[...] = bf16.storage(c)  # the GEMM adds beta * out (MLX's copy_gpu(c, out))
+        res[...] = bf16.storage(c)  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
     else:
         beta = 0.0
     if count:
         if K == 0:  # an empty sum: beta * c, or zeros
             if beta == 0.0:
-                out.fill(0)
+                res.fill(0)
             elif beta != 1.0:
                 scaled = cupy.broadcast_to(bf16.value(c) * kind(beta), out_shape)
                 return bf16.narrow(scaled) if dt == bf16.BF16 else scaled.astype(dt)
         else:
             ta, lda, sa, A = _matrix(A)
             tb, ldb, sb, B = _matrix(B)
-            if tf32 and settings.tf32 and _tf32_capable(out.device.id):
+            if tf32 and settings.tf32 and _tf32_capable(res.device.id):
                 compute = _COMPUTE_32F_FAST_TF32
             _cublas.gemmStridedBatchedEx(
                 cupy.cuda.device.get_cublas_handle(),
@@ -136,9 +150,11 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
                 B.data.ptr, dtype_id, ldb, sb,
                 A.data.ptr, dtype_id, lda, sa,
                 _scalar(beta, kind).ctypes.data,
-                out.data.ptr, dtype_id, N, M * N,
+                res.data.ptr, dtype_id, N, M * N,
                 count, compute, _GEMM_DEFAULT)
-    return bf16.BF16Array(out) if dt == bf16.BF16 else out
+    if target is not None:
+        return out  # the evaluator's own array (a BF16Array over ``target`` for bfloat16)
+    return bf16.BF16Array(res) if dt == bf16.BF16 else res
 
 
 gemm.takes_bfloat16 = True  # cuda/backend.py: bfloat16 operands come as BF16Arrays

@@ -30,23 +30,34 @@ def _product_shape(shapes: list, **_) -> list:
     return [tuple(shapes[0][:-1]) + tuple(shapes[1][-1:])]
 
 
-@define("Matmul", family=MATMUL, kernel="gemm", flops=_matmul_flops, shape=_product_shape)
-def matmul(xp, a, b):
-    """``a @ b`` over the last two axes; batch dims are already broadcast to match."""
+def _into(xp, res, out):
+    """``res`` stored into ``out`` (the evaluator's buffer) on the host, else ``res``: a
+    device's product is written fresh (its ``out`` may be a donated operand's memory)."""
+    if out is None or not on_host(xp):
+        return res
+    out[...] = res
+    return out
+
+
+@define("Matmul", family=MATMUL, kernel="gemm", out=True, flops=_matmul_flops, shape=_product_shape)
+def matmul(xp, a, b, out=None):
+    """``a @ b`` over the last two axes; batch dims are already broadcast to match (the
+    CPU's small 2-D products are planned BLAS calls: cpu/gemm.py; CUDA's one cuBLAS GEMM:
+    cuda/gemm.py)."""
     if on_host(xp):
         fit_blas_threads()  # the host's BLAS takes the free cores (cpu/threads.py)
-    return xp.matmul(_wide(xp, a), _wide(xp, b))
+    return _into(xp, xp.matmul(_wide(xp, a), _wide(xp, b)), out)
 
 
-@define("AddMM", family=MATMUL, kernel="gemm", flops=_addmm_flops, shape=_product_shape)
-def addmm(xp, a, b, c, *, alpha, beta):
+@define("AddMM", family=MATMUL, kernel="gemm", out=True, flops=_addmm_flops, shape=_product_shape)
+def addmm(xp, a, b, c, *, alpha, beta, out=None):
     """``alpha * (a @ b) + beta * c``."""
     if on_host(xp):
         fit_blas_threads()
-    out = xp.matmul(_wide(xp, a), _wide(xp, b))
+    res = xp.matmul(_wide(xp, a), _wide(xp, b))
     if alpha != 1.0:
-        out = out * out.dtype.type(alpha)
+        res = res * res.dtype.type(alpha)
     if beta == 0.0:
-        return out
+        return _into(xp, res, out)
     cw = _wide(xp, c)
-    return out + (cw if beta == 1.0 else cw * cw.dtype.type(beta))
+    return _into(xp, res + (cw if beta == 1.0 else cw * cw.dtype.type(beta)), out)

@@ -143,9 +143,14 @@ def contiguous(xp, a, *, allow_col_major):
     return xp.ascontiguousarray(a)
 
 
-@define("Copy", family=SHAPE, moves=True, shape=same_shape)
-def copy(xp, a):
-    return a.copy()
+@define("Copy", family=SHAPE, out=True, moves=True, shape=same_shape)
+def copy(xp, a, out=None):
+    """``a`` in a buffer of its own: the evaluator's (``out``: an allocator buffer, or a
+    dying input's, which nobody else holds), else a new one."""
+    if out is None:
+        return a.copy()
+    out[...] = a
+    return out
 
 
 def _concatenate_shape(shapes: list, *, axis, **_) -> list:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from ..array import array
 from ..device import resolve_stream
-from ..tree import tree_arrays, tree_unflatten, tree_update
+from ..tree import tree_arrays, tree_fill, tree_unflatten, tree_update
 from ..fusion import _MODE as _FUSION, fuse
 from ..compile_trace import (Program, ReplayPlan, UncapturedInputs, dynamic_tracing, made_from_tracers,
                        replay, simplify, trace)
@@ -53,6 +53,23 @@ def _call_base() -> type:
 
 
 _CallBase = _call_base()
+
+
+def _handles_py(descs: list) -> list:
+    return [array._wrap(d) for d in descs]
+
+
+def _c_handles():
+    """core/_call.c's ``handles`` (the results' handles made in C) where array._make1
+    records in C (the switch compile_trace's replay follows), else ``_handles_py``."""
+    if getattr(array, "_make1_py", None) is None:
+        return _handles_py
+    from .. import _call
+
+    return _call.handles
+
+
+_handles = _c_handles()
 
 
 def enable_compile() -> None:
@@ -177,13 +194,16 @@ class CompiledFunction(_CallBase):
         n_args = len(arrays)
         _flatten(kwargs, arrays, key)
         n_kw = len(arrays)
-        captured_in = tree_arrays(self._inputs) if self._inputs is not None else []
-        arrays.extend(captured_in)
+        if self._inputs is not None:
+            tree_arrays(self._inputs, arrays)
+        descs = [x._d for x in arrays]
         if self._shapeless:
-            sig = tuple((x.ndim, x.dtype) for x in arrays)
+            sig = tuple([(len(d.shape), d.dtype) for d in descs])
         else:
-            sig = tuple((x.shape, x.dtype) for x in arrays)
-        ck = (tuple(key), sig, stream, _FUSION[0])  # the fusion mode changes the program
+            sig = tuple([(d.shape, d.dtype) for d in descs])
+        # the stream by its index (Stream compares and hashes by it); the fusion mode
+        # changes the program
+        ck = (tuple(key), sig, stream.index, _FUSION[0])
         entry = self._cache.get(ck)
         if entry is None:
             with self._lock:
@@ -204,15 +224,15 @@ class CompiledFunction(_CallBase):
                 fast_key.append(x.dtype.name)
             self._fast[tuple(fast_key)] = entry
         if self._shapeless:
-            outs = replay(entry.program, [x._d for x in arrays], True)
+            outs = replay(entry.program, descs, True)
         else:
-            outs = entry.plan.run([x._d for x in arrays])
-        handles = [array._wrap(d) for d in outs]
-        main = handles[:entry.n_outputs]
+            outs = entry.plan.run(descs)
+        handles = _handles(outs)
         if self._outputs is not None:
-            it = iter(handles[entry.n_outputs:])
-            tree_update(self._outputs, lambda a: next(it))
-        return tree_unflatten(entry.template, iter(main))
+            tree_fill(self._outputs, handles[entry.n_outputs:])
+        if entry.lone:
+            return handles[0]
+        return tree_unflatten(entry.template, iter(handles[:entry.n_outputs]))
 
     def _trace(self, args, kwargs, arrays, n_args, n_kw) -> _Entry:
         avals = [(x.shape, x.dtype) for x in arrays]
