@@ -40,6 +40,10 @@ PyObject *configure_binary(PyObject *self, PyObject *kw);
 PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* _stream.c */
+PyObject *configure_stream(PyObject *self, PyObject *kw);
+PyObject *resolve_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);
 PyObject *configure_eager(PyObject *self, PyObject *kw);
