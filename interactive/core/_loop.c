@@ -54,6 +54,7 @@ enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
+static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -88,6 +89,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
     PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
     PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional */
+    Py_XSETREF(l_broadcast_view, bview ? Py_NewRef(bview) : NULL);
     PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
     Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
@@ -328,6 +331,37 @@ static PyObject *np_view(PyObject *raw, Py_ssize_t nbytes, PyObject *npdt, PyObj
                          NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE, NULL);
     if (v == NULL) return NULL;
     if (np_set_base(v, Py_NewRef(raw)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
+    return v;
+}
+
+/* views.broadcast(xp, a, shape=shape) without its Python: a read-only view of ``a`` (a numpy
+ * array, 0-d or C-contiguous) in ``shape``, stride 0 along the broadcast axes, based on
+ * ``a`` (np.ndarray(shape, a.dtype, a, 0, strides) with its writeable flag off); NULL with
+ * no error: not such a case (the rule runs) */
+static int numpy_api(void);
+static PyObject *broadcast_view(PyObject *a, PyObject *shape) {
+    if (Py_TYPE(a) != (PyTypeObject *)l_ndarray || shape == NULL || !PyTuple_Check(shape) ||
+        numpy_api() != 1)
+        return NULL;
+    NpHead *h = (NpHead *)a;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), lead = nd - h->nd;
+    if (nd > NP_MAXDIMS || lead < 0 || (h->nd > 0 && !(h->flags & NP_C_CONTIGUOUS))) return NULL;
+    Py_ssize_t dims[NP_MAXDIMS], strides[NP_MAXDIMS];
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] < 0) { PyErr_Clear(); return NULL; }
+        strides[i] = 0;
+    }
+    for (int j = 0; j < h->nd; j++) {
+        Py_ssize_t n = h->dimensions[j], m = dims[lead + j];
+        if (n != m && n != 1) return NULL; /* (the rule's broadcast_to raises) */
+        strides[lead + j] = n == 1 && m != 1 ? 0 : h->strides[j];
+    }
+    Py_INCREF(h->descr); /* (NewFromDescr takes this reference) */
+    PyObject *v = np_new((PyTypeObject *)l_ndarray, h->descr, (int)nd, dims, strides, h->data,
+                         h->flags & NP_ALIGNED, NULL);
+    if (v == NULL) return NULL;
+    if (np_set_base(v, Py_NewRef(a)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
     return v;
 }
 
@@ -1050,8 +1084,10 @@ static int run_host(PyObject *node) {
         res = Py_NewRef(out);
     } else if (from_plan) {
         /* launched by the backend's C launch above */
-    } else if (view) {
-        res = call_rule(rule, args, n + 1, NULL, kw);
+    } else if (view) { /* the host's Broadcast made here, else the rule */
+        res = bi->host && n == 1 && rule == l_broadcast_view
+              ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape)) : NULL;
+        if (res == NULL && !PyErr_Occurred()) res = call_rule(rule, args, n + 1, NULL, kw);
     } else if (out != NULL &&
                (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
                                SLOT(target, desc_off[D_SHAPE]),
