@@ -365,6 +365,24 @@ static PyObject *broadcast_view(PyObject *a, PyObject *shape) {
     return v;
 }
 
+/* a host rule that is one numpy ufunc called as ``getattr(xp, rule.ufunc)(*ins, out=out)``
+ * (rules/elementwise.py marks them): that ufunc (borrowed), remembered per rule; NULL: not
+ * such a rule (with an error set only on a failure) */
+static PyObject *l_ufuncs; /* {rule: its ufunc, or None} */
+static PyObject *host_ufunc(PyObject *rule, PyObject *xp) {
+    if (l_ufuncs == NULL && (l_ufuncs = PyDict_New()) == NULL) return NULL;
+    PyObject *uf = PyDict_GetItemWithError(l_ufuncs, rule);
+    if (uf != NULL) return uf == Py_None ? NULL : uf;
+    if (PyErr_Occurred()) return NULL;
+    PyObject *name = PyObject_GetAttrString(rule, "ufunc");
+    PyObject *found = name != NULL && PyUnicode_Check(name) ? PyObject_GetAttr(xp, name) : NULL;
+    PyErr_Clear(); /* (no such attribute: the rule runs) */
+    Py_XDECREF(name);
+    int bad = PyDict_SetItem(l_ufuncs, rule, found != NULL ? found : Py_None) < 0;
+    Py_XDECREF(found); /* (the dict holds it) */
+    return bad ? NULL : found;
+}
+
 /* np_api's table and its check: views made both ways agree on every field */
 static int numpy_api(void) {
     if (np_api >= 0) return np_api;
@@ -1098,9 +1116,18 @@ static int run_host(PyObject *node) {
         Py_DECREF(plan);
         if (res != NULL) Py_SETREF(res, Py_NewRef(out));
     } else {
+        /* a ufunc's rule: the ufunc itself, into a writeable out (as the rule calls it) */
+        PyObject *uf = bi->host && nkw == 0 && out != NULL && Py_TYPE(out) == (PyTypeObject *)l_ndarray &&
+                       (((NpHead *)out)->flags & NP_WRITEABLE) ? host_ufunc(rule, bi->xp) : NULL;
+        if (uf == NULL && PyErr_Occurred()) goto done;
         PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
         if (token == NULL) goto done;
-        res = call_rule(rule, args, n + 1, out, kw);
+        if (uf != NULL) {
+            args[n + 1] = out;
+            res = PyObject_Vectorcall(uf, &args[1], n, l_kwnames_out);
+        } else {
+            res = call_rule(rule, args, n + 1, out, kw);
+        }
         if (PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
         Py_DECREF(token);
     }
