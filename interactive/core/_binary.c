@@ -102,6 +102,41 @@ static PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
     return p;
 }
 
+/* ``Primitive(name, stream, **params)`` as the class's ``__new__`` (ops/elementwise.py puts
+ * it there and takes the Python ``__init__`` away where this is configured): the definition
+ * looked up, the parameters' dict, new_primitive's slots; ``cls`` Primitive or a subclass */
+PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames) {
+    if (!binary_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.primitive: not configured");
+        return NULL;
+    }
+    if (nargs != 3 || !PyType_Check(args[0]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], (PyTypeObject *)b_prim_type)) {
+        PyErr_SetString(PyExc_TypeError, "Primitive(name, stream, **params)");
+        return NULL;
+    }
+    PyObject *name = args[1], *defn = PyDict_GetItemWithError(b_registry, name);
+    if (defn == NULL) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "unregistered primitive %S", name);
+        return NULL;
+    }
+    PyObject *kw = PyDict_New();
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; kw != NULL && i < nkw; i++)
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) Py_CLEAR(kw);
+    PyObject *p = kw ? bare_of(args[0]) : NULL;
+    if (p != NULL) {
+        put(p, p_defn_off, defn);
+        put(p, p_name_off, name);
+        put(p, p_stream_off, args[2]);
+        put(p, p_kw_off, kw);
+        put(p, p_params_off, Py_None);
+    }
+    Py_XDECREF(kw);
+    return p;
+}
+
 /* the desc of a one-output node of ``prim`` (stolen) over ``descs`` (a new list, stolen) */
 static PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
                          int handle) {

@@ -109,6 +109,9 @@ def _c_binary() -> None:
         "complex64": _dt.complex64,
         "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})
     globals()["binary"] = _call.binary
+    from ..primitive import construct_in_c
+
+    construct_in_c(_call.primitive)  # Primitive(...) made in C too, with binary's configuration
     from . import convert
 
     scalar_py, scalar_c = convert._scalar, _call.scalar
