@@ -797,6 +797,8 @@ static PyMethodDef methods[] = {
      "make1(shape, dtype, primitive, inputs): one output's node recorded (array._make1)."},
     {"make", (PyCFunction)(void (*)(void))make, METH_FASTCALL,
      "make(shapes, dtypes, primitive, inputs): a node's outputs recorded (array._make)."},
+    {"configure_fields", (PyCFunction)configure_fields, METH_O,
+     "array's shape / dtype / ndim descriptors, _wrap and _handle in C (_fields.c)."},
     {"primitive", (PyCFunction)(void (*)(void))py_primitive, METH_FASTCALL | METH_KEYWORDS,
      "Primitive.__new__(cls, name, stream, **params) in C (_binary.c)."},
     {"configure_stream", (PyCFunction)configure_stream, METH_O,

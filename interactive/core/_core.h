@@ -42,6 +42,9 @@ PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames);
 
+/* _fields.c */
+PyObject *configure_fields(PyObject *self, PyObject *kw);
+
 /* _stream.c */
 PyObject *configure_stream(PyObject *self, PyObject *kw);
 PyObject *resolve_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
