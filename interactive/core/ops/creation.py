@@ -17,7 +17,8 @@ from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
 from ..compile_trace import in_dynamic_tracing, note_partners
-from .convert import broadcast, cast, int32, to_array
+from . import convert
+from .convert import broadcast, broadcast_known, cast, int32, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
            "identity", "tri", "tril", "triu", "meshgrid"]
@@ -69,8 +70,10 @@ _ARANGE = ("arange(start : int | float, stop : None | int | float, step : None |
 
 
 def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
+    """``shape`` (``_shape``'s: non-negative ints) filled with ``vals``: Broadcast + Full."""
     s = resolve_stream(stream)
-    b = broadcast(vals, shape, stream=s)
+    # a 0-d value broadcasts to any shape: its Broadcast node without broadcast's checks
+    b = broadcast_known(vals, shape, s) if not vals._d.shape else broadcast(vals, shape, stream=s)
     return array._make([shape], [vals.dtype], Primitive("Full", s), [b])[0]
 
 
@@ -94,7 +97,7 @@ def zeros(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.flo
     """An array of zeros."""
     _check_dtype(dtype)
     shape = _shape(shape)
-    return _full(shape, array(0, dtype or _dt.float32), stream)
+    return _full(shape, convert._scalar(0, dtype or _dt.float32), stream)  # (array(0, dtype)'s)
 
 
 @binding("ones" + _SHAPE_DTYPE)
@@ -103,7 +106,7 @@ def ones(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.floa
     """An array of ones."""
     _check_dtype(dtype)
     shape = _shape(shape)
-    return _full(shape, array(1, dtype or _dt.float32), stream)
+    return _full(shape, convert._scalar(1, dtype or _dt.float32), stream)
 
 
 @binding("zeros_like" + _LIKE)
