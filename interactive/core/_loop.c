@@ -54,6 +54,7 @@ enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
+static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host sets none */
 static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
@@ -1120,16 +1121,17 @@ static int run_host(PyObject *node) {
         PyObject *uf = bi->host && nkw == 0 && out != NULL && Py_TYPE(out) == (PyTypeObject *)l_ndarray &&
                        (((NpHead *)out)->flags & NP_WRITEABLE) ? host_ufunc(rule, bi->xp) : NULL;
         if (uf == NULL && PyErr_Occurred()) goto done;
-        PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
-        if (token == NULL) goto done;
+        /* (eager_eval's loop runs under the quiet state: set here otherwise) */
+        PyObject *token = loop_quiet ? NULL : PyContextVar_Set(l_quiet_var, l_quiet_value);
+        if (token == NULL && !loop_quiet) goto done;
         if (uf != NULL) {
             args[n + 1] = out;
             res = PyObject_Vectorcall(uf, &args[1], n, l_kwnames_out);
         } else {
             res = call_rule(rule, args, n + 1, out, kw);
         }
-        if (PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
-        Py_DECREF(token);
+        if (token != NULL && PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
+        Py_XDECREF(token);
     }
     if (res == NULL) {
         if (out != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) { /* refuses out=: Python */
@@ -1701,6 +1703,12 @@ int eager_eval(PyObject *descs) {
         Py_XDECREF(si);
         if (t0 == NULL) keep_error(&type, &value, &tb);
     }
+    /* the backend's quiet floating-point state once for the loop (run_host's rules, the
+     * Python path's) */
+    PyObject *quiet_token = PyContextVar_Set(l_quiet_var, l_quiet_value);
+    if (quiet_token == NULL) goto done;
+    int was_quiet = loop_quiet;
+    loop_quiet = 1;
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
         if ((i & 31) == 31 && !interrupted && type == NULL && yield_point(&next_yield) < 0)
@@ -1717,6 +1725,9 @@ int eager_eval(PyObject *descs) {
             put(nd, node_off[N_EVENT], Py_None);
         }
     }
+    loop_quiet = was_quiet;
+    if (PyContextVar_Reset(l_quiet_var, quiet_token) < 0) keep_error(&type, &value, &tb);
+    Py_DECREF(quiet_token);
     if (state != NULL) { /* what the end record says */
         if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
         if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();
