@@ -178,6 +178,12 @@ def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
                 raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {nd} dimensions.")
         if len(set(norm)) != nd:
             raise ValueError("[transpose] Repeat axes not allowed.")
+    return _transposed(a, norm, stream)
+
+
+def _transposed(a: array, norm: tuple, stream: StreamOrDevice) -> array:
+    """The Transpose node of ``a`` by ``norm`` (a permutation of its axes, already checked)."""
+    shape = a._d.shape
     out = tuple([shape[i] for i in norm])
     return array._make1(out, a._d.dtype, Primitive("Transpose", resolve_stream(stream), axes=norm), [a])
 
@@ -191,7 +197,7 @@ def swapaxes(a: array, /, axis1: int, axis2: int, *, stream: StreamOrDevice = No
             raise IndexError(f"[swapaxes] Invalid axis {ax} for array with {a.ndim} dimensions.")
     perm = list(range(a.ndim))
     perm[n1], perm[n2] = perm[n2], perm[n1]
-    return transpose(a, perm, stream=stream)
+    return _transposed(a, tuple(perm), stream)  # (a permutation: transpose's checks hold)
 
 
 def moveaxis(a: array, /, source: int, destination: int, *,
