@@ -121,9 +121,8 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     """The nodes between the primals in ``active`` (ids, grown in place) and ``outputs``,
     in topological order (through the graphs evaluated tracers keep); StopGradient ends a
     path. Like MLX, the primals and everything walked stop being tracers."""
-    primal_ids = {id(p) for p in primals}
-    leaves: list = []
-    order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
+    leaves: list = []  # (descs hash by identity: the set's own test is the cut)
+    order = topological(outputs, cut=frozenset(primals).__contains__, leaf=leaves.append,
                         kept=True)
     for d in primals:  # (transform_tracers.untrace)
         d.tracer = False
@@ -148,9 +147,19 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     return tape
 
 
-def _zeros_like(d: ArrayDesc) -> array:
-    from ..ops import zeros_like
+_OPS: list = []  # tapescope.core.ops, once imported (it imports this package)
 
+
+def _ops():
+    if not _OPS:
+        from .. import ops
+
+        _OPS.append(ops)
+    return _OPS[0]
+
+
+def _zeros_like(d: ArrayDesc) -> array:
+    zeros_like = _ops().zeros_like
     return zeros_like(_wrap(d))
 
 
@@ -165,8 +174,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
              argnums: Sequence[int], api: str = "vjp") -> list[array]:
     """Cotangents of ``primals[argnums]`` given ``seeds`` = (output index, cotangent);
     ``api`` names the caller for ``recording``."""
-    from ..ops import astype
-
+    astype = _ops().astype
     start = next(_node_ids)  # every node this walk records has a larger id
     pdescs = [p._d for p in primals]
     active = {id(pdescs[i]) for i in argnums}
@@ -196,8 +204,8 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
 def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
     """The tape run backwards: each node's VJP rule under MLX's RetainGraph (``state``'s
     retain count, ``transform_tracers.RetainEach``), its cotangents summed into ``cmap``."""
-    from ..ops import add, astype
-
+    ops = _ops()
+    add, astype = ops.add, ops.astype
     wrap = array._wrap
     _bool = _dt.bool_
     released = transform_tracers.released
