@@ -113,6 +113,8 @@ def ones(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.floa
 def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
                stream: StreamOrDevice = None) -> array:
     """Zeros with the shape (and, unless given, the dtype) of ``a``."""
+    if a.__class__ is array and dtype is None:  # an array's shape is _shape's already
+        return _like(_full(a._d.shape, convert._scalar(0, a._d.dtype), stream), a)
     _check_dtype(dtype)
     a = to_array(a)
     return _like(zeros(a.shape, dtype or a.dtype, stream=stream), a)
@@ -122,6 +124,8 @@ def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
 def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
               stream: StreamOrDevice = None) -> array:
     """Ones with the shape (and, unless given, the dtype) of ``a``."""
+    if a.__class__ is array and dtype is None:
+        return _like(_full(a._d.shape, convert._scalar(1, a._d.dtype), stream), a)
     _check_dtype(dtype)
     a = to_array(a)
     return _like(ones(a.shape, dtype or a.dtype, stream=stream), a)
