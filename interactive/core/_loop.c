@@ -56,6 +56,9 @@ static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
 static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host sets none */
 static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
+/* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
+ * layout_view */
+static PyObject *l_transpose_view, *l_reshape_view, *s_axes;
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -90,8 +93,13 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
     PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
     PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
-    PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional */
+    PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional, and the next */
     Py_XSETREF(l_broadcast_view, bview ? Py_NewRef(bview) : NULL);
+    if (s_axes == NULL && (s_axes = PyUnicode_InternFromString("axes")) == NULL) return NULL;
+    PyObject *tview = PyDict_GetItemString(kw, "transpose_view");
+    Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
+    PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
+    Py_XSETREF(l_reshape_view, rview ? Py_NewRef(rview) : NULL);
     PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
     Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
@@ -382,6 +390,47 @@ static PyObject *host_ufunc(PyObject *rule, PyObject *xp) {
     int bad = PyDict_SetItem(l_ufuncs, rule, found != NULL ? found : Py_None) < 0;
     Py_XDECREF(found); /* (the dict holds it) */
     return bad ? NULL : found;
+}
+
+/* a.transpose(axes) (``kind`` 0: ``p`` the axes) or a.reshape(shape) of a C-contiguous ``a``
+ * (``kind`` 1: ``p`` the shape) without the rule's Python: numpy's view of ``a``'s memory
+ * (the input's writeable flag, based on ``a``); NULL with no error: another case (the rule:
+ * a reshape that copies, an axis out of range, ...) */
+static PyObject *layout_view(PyObject *a, PyObject *p, int kind) {
+    if (Py_TYPE(a) != (PyTypeObject *)l_ndarray || p == NULL || !PyTuple_Check(p) ||
+        numpy_api() != 1)
+        return NULL;
+    NpHead *h = (NpHead *)a;
+    Py_ssize_t nd = PyTuple_GET_SIZE(p), dims[NP_MAXDIMS], strides[NP_MAXDIMS];
+    if (nd > NP_MAXDIMS) return NULL;
+    if (kind == 0) {
+        if (nd != h->nd) return NULL;
+        int seen[NP_MAXDIMS] = {0};
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            Py_ssize_t ax = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, i));
+            if (ax < 0 || ax >= nd || seen[ax]) { PyErr_Clear(); return NULL; }
+            seen[ax] = 1;
+            dims[i] = h->dimensions[ax];
+            strides[i] = h->strides[ax];
+        }
+    } else {
+        if (!(h->flags & NP_C_CONTIGUOUS)) return NULL;
+        Py_ssize_t n = 1, m = 1;
+        for (int j = 0; j < h->nd; j++) n *= h->dimensions[j];
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, i));
+            if (dims[i] < 0) { PyErr_Clear(); return NULL; }
+            m *= dims[i];
+        }
+        if (m != n || n == 0) return NULL; /* (the rule's error, or an empty array) */
+    }
+    Py_INCREF(h->descr); /* (NewFromDescr takes this reference; no strides: row-major ones) */
+    PyObject *v = np_new((PyTypeObject *)l_ndarray, h->descr, (int)nd, dims,
+                         kind == 0 ? strides : NULL, h->data,
+                         h->flags & (NP_ALIGNED | NP_WRITEABLE), NULL);
+    if (v == NULL) return NULL;
+    if (np_set_base(v, Py_NewRef(a)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
+    return v;
 }
 
 /* np_api's table and its check: views made both ways agree on every field */
@@ -1103,9 +1152,12 @@ static int run_host(PyObject *node) {
         res = Py_NewRef(out);
     } else if (from_plan) {
         /* launched by the backend's C launch above */
-    } else if (view) { /* the host's Broadcast made here, else the rule */
-        res = bi->host && n == 1 && rule == l_broadcast_view
-              ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape)) : NULL;
+    } else if (view) { /* the host's Broadcast, Transpose and reshapes made here, else the rule */
+        res = !bi->host || n != 1 ? NULL
+              : rule == l_broadcast_view ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape))
+              : rule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
+              : rule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
+              : NULL;
         if (res == NULL && !PyErr_Occurred()) res = call_rule(rule, args, n + 1, NULL, kw);
     } else if (out != NULL &&
                (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
