@@ -38,15 +38,24 @@ def _operand(self: array, other: Any, method: str, what: str, inplace: bool = Fa
     return to_array(other, self.dtype)
 
 
-# operators whose op is ``binary(name, a, b, stream)`` of its operands as given (ops/binary.py)
+# operators whose op is ``binary(name, a, b, stream)`` of its operands as given (ops/binary.py);
+# divide's too where ``self`` is inexact and the other operand a float or of its dtype (its
+# compute dtype is then theirs)
 _AS_GIVEN = {"add": "Add", "subtract": "Subtract", "multiply": "Multiply"}
+_INEXACT_AS_GIVEN = {"divide": "Divide"}
 
 
 def _operator(fn_name: str, method: str, what: str, reflected: bool = False,
               inplace: bool = False, bitwise: bool = False):
     name = None if inplace or bitwise else _AS_GIVEN.get(fn_name)
+    inexact = None if inplace or bitwise else _INEXACT_AS_GIVEN.get(fn_name)
 
     def op(self: array, other: Any) -> array:
+        if inexact is not None and self._d.dtype.kind in "fVc" and (
+                other.__class__ is float or
+                (other.__class__ is array and other._d.dtype is self._d.dtype)):
+            binary = _elementwise.binary
+            return binary(inexact, other, self, None) if reflected else binary(inexact, self, other, None)
         if name is not None and (other.__class__ is array or other.__class__ is float):
             # the common operand: the op's own ``binary`` call, without its Python frames
             # (``_elementwise.binary``: the C one where it is built)

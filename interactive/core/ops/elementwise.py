@@ -31,6 +31,8 @@ _SIG_UNARY = "{}(a: array, /, *, stream: StreamOrDevice = None) -> array"
 
 def arg(v: Any, op: str, sig: str = _SIG_UNARY) -> array:
     """An op's array argument: arrays pass, scalars / numpy convert, None is a TypeError."""
+    if v.__class__ is array:
+        return v
     if v is None:
         raise incompatible(op, sig.format(op), v)
     return to_array(v)
