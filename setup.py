@@ -38,7 +38,9 @@ def _extensions() -> list:
     and the buffer protocol's C base type, needed before Python 3.12 only (PEP 688; without
     it ``memoryview(x)`` raises TypeError)."""
     exts = [Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c",
-                                             "interactive/core/_binary.c"],
+                                             "interactive/core/_binary.c",
+                                             "interactive/core/_stream.c",
+                                             "interactive/core/_fields.c"],
                       depends=["interactive/core/_core.h", "kernels/_device_api.h"], optional=True),
             Extension("tapescope.core._tree", ["interactive/core/_tree.c"], optional=True),
             Extension("tapescope.kernels._handle", ["kernels/_handle.c"], optional=True),

@@ -316,7 +316,8 @@ static PyTypeObject CacheType;
 /* a Buffer's ``raw`` / ``size`` read at their slots (allocator.Buffer's __slots__, also in
  * its subclasses), else by getattr */
 static PyTypeObject *buffer_base = NULL;
-static Py_ssize_t raw_off = -1, size_off = -1;
+static Py_ssize_t raw_off = -1, size_off = -1, id_off = -1;
+static PyObject *buffer_ids = NULL; /* allocator._ids: the Buffers' ids, in order */
 
 /* an allocator.Buffer itself (not a subclass, which may hold more) is acyclic: its raw
  * array (numpy's, or a device array over its memory) and two ints. Made here, it leaves
@@ -327,6 +328,24 @@ static int untrack_buffer(PyObject *buf) {
     if (buf == NULL || buffer_base == NULL || Py_TYPE(buf) != buffer_base) return 0;
     if (PyObject_GC_IsTracked(buf)) PyObject_GC_UnTrack(buf);
     return 1;
+}
+
+/* ``Buffer(raw, size)`` of the Buffer class itself (a subclass: its own constructor), its
+ * __init__'s steps (raw, size, the next id) without its Python frame */
+static PyObject *new_buffer(PyObject *type, PyObject *raw, PyObject *size) {
+    if ((PyTypeObject *)type != buffer_base || id_off < 0 || buffer_ids == NULL)
+        return PyObject_CallFunctionObjArgs(type, raw, size, NULL);
+    PyObject *id = PyIter_Next(buffer_ids);
+    if (id == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "Buffer ids ran out");
+        return NULL;
+    }
+    PyObject *buf = buffer_base->tp_alloc(buffer_base, 0);
+    if (buf == NULL) { Py_DECREF(id); return NULL; }
+    *(PyObject **)((char *)buf + raw_off) = Py_NewRef(raw);
+    *(PyObject **)((char *)buf + size_off) = Py_NewRef(size);
+    *(PyObject **)((char *)buf + id_off) = id;
+    return buf;
 }
 
 static PyObject *buffer_field(PyObject *buf, Py_ssize_t off, PyObject *name) {
@@ -756,7 +775,7 @@ static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
     if (!alloc_ready(a)) return NULL;
     PyObject *bt = PyObject_GetAttr((PyObject *)a, s_buffer_type);
     PyObject *nbytes = bt ? PyObject_GetAttr(owner, s_nbytes) : NULL;
-    PyObject *buf = nbytes ? PyObject_CallFunctionObjArgs(bt, owner, nbytes, NULL) : NULL;
+    PyObject *buf = nbytes ? new_buffer(bt, owner, nbytes) : NULL;
     untrack_buffer(buf);
     Py_XDECREF(bt);
     if (buf == NULL || PyObject_IsTrue(nbytes) != 1) { Py_XDECREF(nbytes); return buf; }
@@ -866,28 +885,35 @@ static PyTypeObject AllocatorBaseType = {
     .tp_getset = alloc_getset,
 };
 
-/* configure(timeline, Buffer): the timeline module (its ``enabled`` flag read from its
- * dict) and the Buffer class (its ``raw`` / ``size`` slots' offsets) */
+/* configure(timeline, Buffer[, ids]): the timeline module (its ``enabled`` flag read from
+ * its dict), the Buffer class (its ``raw`` / ``size`` / ``id`` slots' offsets) and the
+ * iterator its ids come from (given: adopted Buffers are made here, new_buffer) */
 static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyModule_Check(args[0]) || !PyType_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "configure(timeline module, Buffer class)");
+    if (nargs < 2 || nargs > 3 || !PyModule_Check(args[0]) || !PyType_Check(args[1]) ||
+        (nargs == 3 && !PyIter_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "configure(timeline module, Buffer class[, ids])");
         return NULL;
     }
     PyObject *d = PyModule_GetDict(args[0]);
     PyTypeObject *bt = (PyTypeObject *)args[1];
-    Py_ssize_t offs[2] = {-1, -1};
-    PyObject *names[2] = {s_raw, s_size};
-    for (int i = 0; i < 2; i++) {
+    Py_ssize_t offs[3] = {-1, -1, -1};
+    PyObject *id_name = PyUnicode_InternFromString("id");
+    if (id_name == NULL) return NULL;
+    PyObject *names[3] = {s_raw, s_size, id_name};
+    for (int i = 0; i < 3; i++) {
         PyObject *m = PyDict_GetItemWithError(bt->tp_dict, names[i]);
         if (m != NULL && Py_IS_TYPE(m, &PyMemberDescr_Type) &&
             ((PyMemberDescrObject *)m)->d_member->type == Py_T_OBJECT_EX)
             offs[i] = ((PyMemberDescrObject *)m)->d_member->offset;
-        else if (PyErr_Occurred()) return NULL;
+        else if (PyErr_Occurred()) { Py_DECREF(id_name); return NULL; }
     }
+    Py_DECREF(id_name);
     Py_XSETREF(a_timeline_dict, Py_NewRef(d));
     Py_XSETREF(buffer_base, (PyTypeObject *)Py_NewRef(bt));
     raw_off = offs[0] >= 0 && offs[1] >= 0 ? offs[0] : -1;
     size_off = offs[0] >= 0 && offs[1] >= 0 ? offs[1] : -1;
+    id_off = raw_off >= 0 ? offs[2] : -1;
+    Py_XSETREF(buffer_ids, nargs == 3 ? Py_NewRef(args[2]) : NULL);
     Py_RETURN_NONE;
 }
 

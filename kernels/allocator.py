@@ -427,7 +427,7 @@ if _handle is not None:
         cache_type = _handle.BufferCache
         lock_type = _handle.Lock
 
-    _handle.configure(timeline, Buffer)
+    _handle.configure(timeline, Buffer, _ids)  # (adopted Buffers made in C, ids from _ids)
 else:
     Allocator = PyAllocator  # type: ignore[misc]
 

@@ -32,7 +32,7 @@ PyObject *bare_of(PyObject *type);
 static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
     *b_broadcast_shapes, *b_resolve, *b_allocator, *b_handle_type, *b_np_array, *b_host_stream,
     *b_array_type, *b_f16, *b_f32, *b_f64, *b_c64, *b_inexact, *b_dtype_type;
-static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast;
+static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast, *b_adopt, *b_cpu_alloc;
 static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
     dt_np_off;
 static int binary_configured = 0;
@@ -75,6 +75,8 @@ PyObject *configure_binary(PyObject *self, PyObject *kw) {
     if (b_zero == NULL && (b_zero = PyLong_FromLong(0)) == NULL) return NULL;
     if (b_broadcast == NULL && (b_broadcast = PyUnicode_InternFromString("Broadcast")) == NULL)
         return NULL;
+    if (b_adopt == NULL && (b_adopt = PyUnicode_InternFromString("adopt")) == NULL) return NULL;
+    Py_CLEAR(b_cpu_alloc);
     Py_CLEAR(host_stream_seen);
     Py_XSETREF(b_dtype_type, Py_NewRef(dtype_type));
     binary_configured = 1;
@@ -99,6 +101,41 @@ static PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
         put(p, p_params_off, Py_None);
     }
     Py_DECREF(kw);
+    return p;
+}
+
+/* ``Primitive(name, stream, **params)`` as the class's ``__new__`` (ops/elementwise.py puts
+ * it there and takes the Python ``__init__`` away where this is configured): the definition
+ * looked up, the parameters' dict, new_primitive's slots; ``cls`` Primitive or a subclass */
+PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames) {
+    if (!binary_configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_call.primitive: not configured");
+        return NULL;
+    }
+    if (nargs != 3 || !PyType_Check(args[0]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], (PyTypeObject *)b_prim_type)) {
+        PyErr_SetString(PyExc_TypeError, "Primitive(name, stream, **params)");
+        return NULL;
+    }
+    PyObject *name = args[1], *defn = PyDict_GetItemWithError(b_registry, name);
+    if (defn == NULL) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "unregistered primitive %S", name);
+        return NULL;
+    }
+    PyObject *kw = PyDict_New();
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; kw != NULL && i < nkw; i++)
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) Py_CLEAR(kw);
+    PyObject *p = kw ? bare_of(args[0]) : NULL;
+    if (p != NULL) {
+        put(p, p_defn_off, defn);
+        put(p, p_name_off, name);
+        put(p, p_stream_off, args[2]);
+        put(p, p_kw_off, kw);
+        put(p, p_params_off, Py_None);
+    }
+    Py_XDECREF(kw);
     return p;
 }
 
@@ -155,8 +192,10 @@ static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
     if (host != 1) { Py_DECREF(stream); return host; }
     PyObject *args[2] = {v, SLOT(dt, dt_np_off)};
     PyObject *data = args[1] ? PyObject_Vectorcall(b_np_array, args, 2, NULL) : NULL;
-    PyObject *alloc = data ? PyObject_CallOneArg(b_allocator, b_cpu) : NULL;
-    PyObject *buf = alloc ? PyObject_CallMethod(alloc, "adopt", "O", data) : NULL;
+    /* the host's allocator, made once per process (allocator.allocator("cpu")): asked once */
+    if (data != NULL && b_cpu_alloc == NULL) b_cpu_alloc = PyObject_CallOneArg(b_allocator, b_cpu);
+    PyObject *alloc = data ? Py_XNewRef(b_cpu_alloc) : NULL;
+    PyObject *buf = alloc ? PyObject_CallMethodOneArg(alloc, b_adopt, data) : NULL;
     PyObject *hargs[2] = {buf, alloc};
     PyObject *handle = buf ? PyObject_Vectorcall(b_handle_type, hargs, 2, NULL) : NULL;
     PyObject *desc = handle ? bare_of(c_desc_type) : NULL;

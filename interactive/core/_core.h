@@ -39,6 +39,15 @@ PyObject *module_attr(PyObject *mod, PyObject *name);
 PyObject *configure_binary(PyObject *self, PyObject *kw);
 PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames);
+
+/* _fields.c */
+PyObject *configure_fields(PyObject *self, PyObject *kw);
+
+/* _stream.c */
+PyObject *configure_stream(PyObject *self, PyObject *kw);
+PyObject *resolve_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);

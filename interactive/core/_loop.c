@@ -54,6 +54,11 @@ enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
+static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host sets none */
+static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
+/* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
+ * layout_view */
+static PyObject *l_transpose_view, *l_reshape_view, *s_axes;
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -88,6 +93,13 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *defn_type = PyDict_GetItemString(kw, "definition_type");
     PyObject *dtype_type = PyDict_GetItemString(kw, "dtype_type");
     PyObject *buffer_type = PyDict_GetItemString(kw, "buffer_type");
+    PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional, and the next */
+    Py_XSETREF(l_broadcast_view, bview ? Py_NewRef(bview) : NULL);
+    if (s_axes == NULL && (s_axes = PyUnicode_InternFromString("axes")) == NULL) return NULL;
+    PyObject *tview = PyDict_GetItemString(kw, "transpose_view");
+    Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
+    PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
+    Py_XSETREF(l_reshape_view, rview ? Py_NewRef(rview) : NULL);
     PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
     Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
@@ -330,6 +342,96 @@ static PyObject *np_view(PyObject *raw, Py_ssize_t nbytes, PyObject *npdt, PyObj
                          NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE, NULL);
     if (v == NULL) return NULL;
     if (np_set_base(v, Py_NewRef(raw)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
+    return v;
+}
+
+/* views.broadcast(xp, a, shape=shape) without its Python: a read-only view of ``a`` (a numpy
+ * array, 0-d or C-contiguous) in ``shape``, stride 0 along the broadcast axes, based on
+ * ``a`` (np.ndarray(shape, a.dtype, a, 0, strides) with its writeable flag off); NULL with
+ * no error: not such a case (the rule runs) */
+static int numpy_api(void);
+static PyObject *broadcast_view(PyObject *a, PyObject *shape) {
+    if (Py_TYPE(a) != (PyTypeObject *)l_ndarray || shape == NULL || !PyTuple_Check(shape) ||
+        numpy_api() != 1)
+        return NULL;
+    NpHead *h = (NpHead *)a;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), lead = nd - h->nd;
+    if (nd > NP_MAXDIMS || lead < 0 || (h->nd > 0 && !(h->flags & NP_C_CONTIGUOUS))) return NULL;
+    Py_ssize_t dims[NP_MAXDIMS], strides[NP_MAXDIMS];
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] < 0) { PyErr_Clear(); return NULL; }
+        strides[i] = 0;
+    }
+    for (int j = 0; j < h->nd; j++) {
+        Py_ssize_t n = h->dimensions[j], m = dims[lead + j];
+        if (n != m && n != 1) return NULL; /* (the rule's broadcast_to raises) */
+        strides[lead + j] = n == 1 && m != 1 ? 0 : h->strides[j];
+    }
+    Py_INCREF(h->descr); /* (NewFromDescr takes this reference) */
+    PyObject *v = np_new((PyTypeObject *)l_ndarray, h->descr, (int)nd, dims, strides, h->data,
+                         h->flags & NP_ALIGNED, NULL);
+    if (v == NULL) return NULL;
+    if (np_set_base(v, Py_NewRef(a)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
+    return v;
+}
+
+/* a host rule that is one numpy ufunc called as ``getattr(xp, rule.ufunc)(*ins, out=out)``
+ * (rules/elementwise.py marks them): that ufunc (borrowed), remembered per rule; NULL: not
+ * such a rule (with an error set only on a failure) */
+static PyObject *l_ufuncs; /* {rule: its ufunc, or None} */
+static PyObject *host_ufunc(PyObject *rule, PyObject *xp) {
+    if (l_ufuncs == NULL && (l_ufuncs = PyDict_New()) == NULL) return NULL;
+    PyObject *uf = PyDict_GetItemWithError(l_ufuncs, rule);
+    if (uf != NULL) return uf == Py_None ? NULL : uf;
+    if (PyErr_Occurred()) return NULL;
+    PyObject *name = PyObject_GetAttrString(rule, "ufunc");
+    PyObject *found = name != NULL && PyUnicode_Check(name) ? PyObject_GetAttr(xp, name) : NULL;
+    PyErr_Clear(); /* (no such attribute: the rule runs) */
+    Py_XDECREF(name);
+    int bad = PyDict_SetItem(l_ufuncs, rule, found != NULL ? found : Py_None) < 0;
+    Py_XDECREF(found); /* (the dict holds it) */
+    return bad ? NULL : found;
+}
+
+/* a.transpose(axes) (``kind`` 0: ``p`` the axes) or a.reshape(shape) of a C-contiguous ``a``
+ * (``kind`` 1: ``p`` the shape) without the rule's Python: numpy's view of ``a``'s memory
+ * (the input's writeable flag, based on ``a``); NULL with no error: another case (the rule:
+ * a reshape that copies, an axis out of range, ...) */
+static PyObject *layout_view(PyObject *a, PyObject *p, int kind) {
+    if (Py_TYPE(a) != (PyTypeObject *)l_ndarray || p == NULL || !PyTuple_Check(p) ||
+        numpy_api() != 1)
+        return NULL;
+    NpHead *h = (NpHead *)a;
+    Py_ssize_t nd = PyTuple_GET_SIZE(p), dims[NP_MAXDIMS], strides[NP_MAXDIMS];
+    if (nd > NP_MAXDIMS) return NULL;
+    if (kind == 0) {
+        if (nd != h->nd) return NULL;
+        int seen[NP_MAXDIMS] = {0};
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            Py_ssize_t ax = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, i));
+            if (ax < 0 || ax >= nd || seen[ax]) { PyErr_Clear(); return NULL; }
+            seen[ax] = 1;
+            dims[i] = h->dimensions[ax];
+            strides[i] = h->strides[ax];
+        }
+    } else {
+        if (!(h->flags & NP_C_CONTIGUOUS)) return NULL;
+        Py_ssize_t n = 1, m = 1;
+        for (int j = 0; j < h->nd; j++) n *= h->dimensions[j];
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, i));
+            if (dims[i] < 0) { PyErr_Clear(); return NULL; }
+            m *= dims[i];
+        }
+        if (m != n || n == 0) return NULL; /* (the rule's error, or an empty array) */
+    }
+    Py_INCREF(h->descr); /* (NewFromDescr takes this reference; no strides: row-major ones) */
+    PyObject *v = np_new((PyTypeObject *)l_ndarray, h->descr, (int)nd, dims,
+                         kind == 0 ? strides : NULL, h->data,
+                         h->flags & (NP_ALIGNED | NP_WRITEABLE), NULL);
+    if (v == NULL) return NULL;
+    if (np_set_base(v, Py_NewRef(a)) < 0) { Py_DECREF(v); return NULL; } /* (takes it) */
     return v;
 }
 
@@ -1061,8 +1163,13 @@ static int run_host(PyObject *node) {
         res = Py_NewRef(out);
     } else if (from_plan) {
         /* launched by the backend's C launch above */
-    } else if (view) {
-        res = call_rule(rule, args, n + 1, NULL, kw);
+    } else if (view) { /* the host's Broadcast, Transpose and reshapes made here, else the rule */
+        res = !bi->host || n != 1 ? NULL
+              : rule == l_broadcast_view ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape))
+              : rule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
+              : rule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
+              : NULL;
+        if (res == NULL && !PyErr_Occurred()) res = call_rule(rule, args, n + 1, NULL, kw);
     } else if (out != NULL &&
                (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
                                SLOT(target, desc_off[D_SHAPE]),
@@ -1073,11 +1180,21 @@ static int run_host(PyObject *node) {
         Py_DECREF(plan);
         if (res != NULL) Py_SETREF(res, Py_NewRef(out));
     } else {
-        PyObject *token = PyContextVar_Set(l_quiet_var, l_quiet_value);
-        if (token == NULL) goto done;
-        res = call_rule(rule, args, n + 1, out, kw);
-        if (PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
-        Py_DECREF(token);
+        /* a ufunc's rule: the ufunc itself, into a writeable out (as the rule calls it) */
+        PyObject *uf = bi->host && nkw == 0 && out != NULL && Py_TYPE(out) == (PyTypeObject *)l_ndarray &&
+                       (((NpHead *)out)->flags & NP_WRITEABLE) ? host_ufunc(rule, bi->xp) : NULL;
+        if (uf == NULL && PyErr_Occurred()) goto done;
+        /* (eager_eval's loop runs under the quiet state: set here otherwise) */
+        PyObject *token = loop_quiet ? NULL : PyContextVar_Set(l_quiet_var, l_quiet_value);
+        if (token == NULL && !loop_quiet) goto done;
+        if (uf != NULL) {
+            args[n + 1] = out;
+            res = PyObject_Vectorcall(uf, &args[1], n, l_kwnames_out);
+        } else {
+            res = call_rule(rule, args, n + 1, out, kw);
+        }
+        if (token != NULL && PyContextVar_Reset(l_quiet_var, token) < 0) Py_CLEAR(res);
+        Py_XDECREF(token);
     }
     if (res == NULL) {
         if (out != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) { /* refuses out=: Python */
@@ -1664,6 +1781,12 @@ int eager_eval(PyObject *descs) {
         Py_XDECREF(si);
         if (t0 == NULL) keep_error(&type, &value, &tb);
     }
+    /* the backend's quiet floating-point state once for the loop (run_host's rules, the
+     * Python path's) */
+    PyObject *quiet_token = PyContextVar_Set(l_quiet_var, l_quiet_value);
+    if (quiet_token == NULL) goto done;
+    int was_quiet = loop_quiet;
+    loop_quiet = 1;
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
         if ((i & 31) == 31 && !interrupted && type == NULL && yield_point(&next_yield) < 0)
@@ -1680,6 +1803,9 @@ int eager_eval(PyObject *descs) {
             put(nd, node_off[N_EVENT], Py_None);
         }
     }
+    loop_quiet = was_quiet;
+    if (PyContextVar_Reset(l_quiet_var, quiet_token) < 0) keep_error(&type, &value, &tb);
+    Py_DECREF(quiet_token);
     if (state != NULL) { /* what the end record says */
         if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
         if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();

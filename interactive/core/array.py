@@ -598,6 +598,12 @@ def _c_record() -> None:
     array._make1_py, array._make_py = array._make1, array._make
     array._make1 = staticmethod(_call.make1)
     array._make = staticmethod(_call.make)
+    # shape / dtype / ndim read off the desc in C (core/_fields.c: the properties' values and
+    # docs), _wrap / _handle made there
+    fields = _call.configure_fields({"array_type": array, "docs": {
+        k: array.__dict__[k].__doc__ for k in ("shape", "dtype", "ndim")}})
+    for name, v in fields.items():
+        setattr(array, name, staticmethod(v) if name == "_wrap" else v)
 
 
 _c_record()

@@ -13,6 +13,7 @@ from . import array_indexing as _indexing
 from . import interop as _interop
 from . import ops
 from .array import array
+from .ops import elementwise as _elementwise
 from .device import StreamOrDevice
 from .ops.convert import incompatible, is_scalar_or_array, to_array, type_name
 
@@ -37,9 +38,29 @@ def _operand(self: array, other: Any, method: str, what: str, inplace: bool = Fa
     return to_array(other, self.dtype)
 
 
+# operators whose op is ``binary(name, a, b, stream)`` of its operands as given (ops/binary.py);
+# divide's too where ``self`` is inexact and the other operand a float or of its dtype (its
+# compute dtype is then theirs)
+_AS_GIVEN = {"add": "Add", "subtract": "Subtract", "multiply": "Multiply"}
+_INEXACT_AS_GIVEN = {"divide": "Divide"}
+
+
 def _operator(fn_name: str, method: str, what: str, reflected: bool = False,
               inplace: bool = False, bitwise: bool = False):
+    name = None if inplace or bitwise else _AS_GIVEN.get(fn_name)
+    inexact = None if inplace or bitwise else _INEXACT_AS_GIVEN.get(fn_name)
+
     def op(self: array, other: Any) -> array:
+        if inexact is not None and self._d.dtype.kind in "fVc" and (
+                other.__class__ is float or
+                (other.__class__ is array and other._d.dtype is self._d.dtype)):
+            binary = _elementwise.binary
+            return binary(inexact, other, self, None) if reflected else binary(inexact, self, other, None)
+        if name is not None and (other.__class__ is array or other.__class__ is float):
+            # the common operand: the op's own ``binary`` call, without its Python frames
+            # (``_elementwise.binary``: the C one where it is built)
+            binary = _elementwise.binary
+            return binary(name, other, self, None) if reflected else binary(name, self, other, None)
         o = _operand(self, other, method, what, inplace)
         if inplace and fn_name == "divide" and not _dt.is_inexact(self.dtype):
             raise ValueError("In place division cannot cast to non-floating point type.")

@@ -198,6 +198,14 @@ _lock = threading.RLock()
 _streams: list[Stream] = []
 _tls = threading.local()  # .defaults: {Device: Stream}, this thread's default streams
 _default_device: Optional[Device] = None
+# moved on by every change of a default device or stream: core/_stream.c's resolve_stream
+# remembers each thread's default stream beside the generation it was found in
+_stream_generation = 0
+
+
+def _defaults_changed() -> None:
+    global _stream_generation
+    _stream_generation += 1
 
 
 def _on_worker() -> bool:
@@ -321,6 +329,7 @@ def set_default_stream(stream: Stream) -> None:
                            stream)
     _check_index(stream.device)
     _thread_defaults()[stream.device] = stream
+    _defaults_changed()
 
 
 def default_device() -> Device:
@@ -338,6 +347,7 @@ def set_default_device(device: DeviceLike) -> None:
     if d.type == gpu and not _gpu_backend_available():
         raise ValueError("[set_default_device] Cannot set gpu device without gpu backend.")
     _default_device = d
+    _defaults_changed()
 
 
 def streams() -> list[Stream]:
@@ -346,7 +356,7 @@ def streams() -> list[Stream]:
         return list(_streams)
 
 
-def resolve_stream(s: StreamOrDevice) -> Stream:
+def _resolve_stream(s: StreamOrDevice) -> Stream:
     """The stream an op runs on, from its ``stream=`` argument (MLX's ``to_stream``)."""
     if s is None:
         d = _default_device if _default_device is not None else default_device()
@@ -363,6 +373,25 @@ def resolve_stream(s: StreamOrDevice) -> Stream:
     if isinstance(s, Device) or _as_type(s) is not None:
         return default_stream(s)
     raise TypeError(f"Expected stream to be a Stream, Device or DeviceType, got {type(s).__name__}.")
+
+
+def _c_resolve_stream():
+    """``_resolve_stream`` in C (core/_stream.c: ``stream=None`` remembered per thread), where
+    the extension is built and ``settings.c_call`` is on; the Python function otherwise."""
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call:
+        return _resolve_stream
+    try:
+        from . import _call
+    except ImportError:
+        return _resolve_stream
+    _call.configure_stream({"resolve": _resolve_stream, "globals": globals(),
+                            "stream_type": Stream})
+    return _call.resolve_stream
+
+
+resolve_stream = _c_resolve_stream()
 
 
 class StreamContext:

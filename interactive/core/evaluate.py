@@ -415,6 +415,8 @@ def _c_loop():
         from tapescope.kernels.allocator import Buffer
         from tapescope.kernels.primitives import PrimitiveDef
         from numpy._core._ufunc_config import _extobj_contextvar as quiet_var
+        from tapescope.kernels.cpu.views import broadcast as broadcast_view
+        from tapescope.kernels.rules import shape as shape_rules
     except ImportError:
         return None
     import numpy as np
@@ -431,7 +433,8 @@ def _c_loop():
         "counts": _counts, "quiet_var": quiet_var, "quiet_value": quiet_value,
         "node_type": Node, "desc_type": ArrayDesc, "primitive_type": Primitive,
         "definition_type": PrimitiveDef, "dtype_type": type(_BF16), "buffer_type": Buffer,
-        "kernel_rule_type": KernelRule})
+        "kernel_rule_type": KernelRule, "broadcast_view": broadcast_view,
+        "transpose_view": shape_rules.transpose, "reshape_view": shape_rules.reshape})
     return _call
 
 

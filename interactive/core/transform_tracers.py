@@ -151,6 +151,35 @@ def retain_graph() -> _RetainGraph:
     return _RETAIN
 
 
+class RetainEach:
+    """``retain_graph()`` around each of many VJP rules of one walk, cheaply: ``with
+    RetainEach() as s`` counts the walk as running (``_active``) and gives this thread's
+    state, whose ``retain`` the walk moves around each rule as ``retain_graph``'s enter /
+    exit do, then ``released(s)`` (an ``_active`` that stays up between the rules only sends
+    other threads' ops down the slow path of the same answer)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        global _active
+        s = _state()
+        with _lock:
+            _active += 1
+        return s
+
+    def __exit__(self, *exc) -> None:
+        global _active
+        with _lock:
+            _active -= 1
+
+
+def released(s) -> None:
+    """After a rule's ``s.retain -= 1`` (``RetainEach``): the kept graphs go when nothing
+    holds them (``retain_graph``'s exit)."""
+    if s.kept and s.retain == 0 and s.depth == 0 and s.hold == 0:
+        _exit_kept(s)
+
+
 @contextlib.contextmanager
 def holding() -> Iterator[None]:
     """Kept graphs outlive the transformations until this context ends (``tapescope.check``

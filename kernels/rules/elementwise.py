@@ -45,6 +45,7 @@ def _ufunc_rule(name: str, fname: str, c) -> None:
         return getattr(xp, fname)(a, out=writable(out))
 
     fn.__name__ = fname
+    fn.ufunc = fname  # the eval loop's C part calls the ufunc itself into a writeable out
     define(name, family=UNARY, out=True, c=c)(fn)
 
 
@@ -161,6 +162,7 @@ def _binary_ufunc_rule(name: str, fname: str, c) -> None:
         return getattr(xp, fname)(a, b, out=writable(out))
 
     fn.__name__ = fname
+    fn.ufunc = fname  # (as the unary rules')
     define(name, family=BINARY, out=True, c=c)(fn)
 
 

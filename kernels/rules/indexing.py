@@ -99,7 +99,10 @@ def check_bounds(ind, size: int, axis: int) -> None:
 
 def _wrapped(xp, ind, size, axis):
     """``ind`` as int64 with negative values counted from the end, after ``check_bounds``
-    (without it, numpy would wrap -4 of size 3 a second time, as -1)."""
+    (without it, numpy would wrap -4 of size 3 a second time, as -1); indices all in
+    ``[0, size)`` (the common case, two reductions tell) index as they are."""
+    if ind.size and bool((ind.min() >= 0) & (ind.max() < size)):
+        return ind
     check_bounds(ind, size, axis)
     ind = ind.astype(xp.int64)
     return xp.where(ind < 0, ind + size, ind)

@@ -117,14 +117,15 @@ def _size_one_strides(strides: tuple, in_shape: tuple, out_shape: tuple, **_) ->
 @define("Flatten", family=SHAPE, view=True, export=_without_shape, shape=_flatten_shape)
 @define("Unflatten", family=SHAPE, view=True, export=_without_shape, shape=_unflatten_shape)
 def reshape(xp, a, *, shape, **_):
-    # A view when the input's strides allow it, a copy otherwise (numpy's and MLX's rule).
-    return xp.reshape(a, shape)
+    # A view when the input's strides allow it, a copy otherwise (numpy's and MLX's rule);
+    # the array's method: numpy's xp.reshape is a Python wrapper calling it
+    return a.reshape(shape)
 
 
 @define("Transpose", family=SHAPE, view=True, export=_axes_only, view_strides=_transpose_strides,
         shape=lambda shapes, *, axes, **_: [tuple(shapes[0][a] for a in axes)])
 def transpose(xp, a, *, axes):
-    return xp.transpose(a, axes)
+    return a.transpose(axes)  # (numpy's xp.transpose: a Python wrapper calling the method)
 
 
 @define("AsStrided", family=SHAPE, view=True)

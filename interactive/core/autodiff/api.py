@@ -135,7 +135,7 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
                                  "tuple[array, Any, ...]]); but it was a tuple with the first "
                                  f"value being of type {_type_name(out[0])} .")
         flat = tree_arrays(out)
-        from ..ops import stop_gradient
+        stop_gradient = engine._ops().stop_gradient
 
         # value_and_grad: only the first output is differentiated (MLX stops the rest)
         flat = flat[:1] + [stop_gradient(o) for o in flat[1:]]

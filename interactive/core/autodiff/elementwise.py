@@ -13,6 +13,8 @@ import math
 from .. import dtypes as _dt
 from .. import ops as mx
 from ..array import array
+from ..device import resolve_stream
+from ..ops.reduction import squeeze_axes
 from .registry import defjvp, defvjp, same_op
 
 
@@ -236,8 +238,9 @@ def sum_to_shape(c, shape: tuple):
                                 if n == 1 and c.shape[lead + i] != 1]
     if axes:
         c = mx.sum(c, axis=axes, keepdims=True)
-    if lead:  # MLX's broadcast_vjp squeezes the added axes (a shapeless replay keeps it)
-        c = mx.squeeze(c, axis=list(range(lead)))
+    if lead:  # MLX's broadcast_vjp squeezes the added axes (a shapeless replay keeps it):
+        # mx.squeeze's node of those size-1 axes, without its checks
+        c = squeeze_axes(c, tuple(range(lead)), False, resolve_stream(None))
     return c
 
 

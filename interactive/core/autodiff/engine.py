@@ -121,9 +121,8 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     """The nodes between the primals in ``active`` (ids, grown in place) and ``outputs``,
     in topological order (through the graphs evaluated tracers keep); StopGradient ends a
     path. Like MLX, the primals and everything walked stop being tracers."""
-    primal_ids = {id(p) for p in primals}
-    leaves: list = []
-    order = topological(outputs, cut=lambda d: id(d) in primal_ids, leaf=leaves.append,
+    leaves: list = []  # (descs hash by identity: the set's own test is the cut)
+    order = topological(outputs, cut=frozenset(primals).__contains__, leaf=leaves.append,
                         kept=True)
     for d in primals:  # (transform_tracers.untrace)
         d.tracer = False
@@ -148,9 +147,19 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
     return tape
 
 
-def _zeros_like(d: ArrayDesc) -> array:
-    from ..ops import zeros_like
+_OPS: list = []  # tapescope.core.ops, once imported (it imports this package)
 
+
+def _ops():
+    if not _OPS:
+        from .. import ops
+
+        _OPS.append(ops)
+    return _OPS[0]
+
+
+def _zeros_like(d: ArrayDesc) -> array:
+    zeros_like = _ops().zeros_like
     return zeros_like(_wrap(d))
 
 
@@ -165,8 +174,7 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
              argnums: Sequence[int], api: str = "vjp") -> list[array]:
     """Cotangents of ``primals[argnums]`` given ``seeds`` = (output index, cotangent);
     ``api`` names the caller for ``recording``."""
-    from ..ops import add, astype
-
+    astype = _ops().astype
     start = next(_node_ids)  # every node this walk records has a larger id
     pdescs = [p._d for p in primals]
     active = {id(pdescs[i]) for i in argnums}
@@ -182,9 +190,25 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             _SEEDS.add(cmap[id(o)]._d)
             seeded.append((o, cmap[id(o)]._d))
             keep.append(o)
+    with transform_tracers.RetainEach() as state:
+        _walk_back(tape, cmap, active, state)
+    grads = []
+    for i in argnums:
+        g = cmap.get(id(pdescs[i]))
+        grads.append(g if g is not None else _zeros_like(pdescs[i]))
+    _mark(grads, start)
+    _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
+    return grads
+
+
+def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
+    """The tape run backwards: each node's VJP rule under MLX's RetainGraph (``state``'s
+    retain count, ``transform_tracers.RetainEach``), its cotangents summed into ``cmap``."""
+    ops = _ops()
+    add, astype = ops.add, ops.astype
     wrap = array._wrap
     _bool = _dt.bool_
-    retain = transform_tracers.retain_graph()
+    released = transform_tracers.released
     for node in reversed(tape):
         refs = node.outputs
         if len(refs) == 1:  # the common case: one output
@@ -208,12 +232,18 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
-        with retain:  # MLX's RetainGraph around Primitive::vjp
+        state.retain += 1  # MLX's RetainGraph around Primitive::vjp
+        try:
             vjps = rule([wrap(x) for x in ins], cots, args,
                         [wrap(o) if o is not None else None for o in outs], **prim.kw)
+        finally:
+            state.retain -= 1
+            if state.kept:  # (retain_graph's exit: the kept graphs go when nothing holds them)
+                released(state)
         if vjps.__class__ is not list:
             vjps = list(vjps)
-        _check_vjp(node, args, vjps)
+        if len(vjps) != len(args):
+            _check_vjp(node, args, vjps)
         for i, g in zip(args, vjps):
             x = ins[i]
             # a bool input keeps the cotangent's own type (MLX casts none: the gradient of
@@ -223,13 +253,6 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
             key = id(x)
             prev = cmap.get(key)
             cmap[key] = g if prev is None else add(prev, g)
-    grads = []
-    for i in argnums:
-        g = cmap.get(id(pdescs[i]))
-        grads.append(g if g is not None else _zeros_like(pdescs[i]))
-    _mark(grads, start)
-    _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
-    return grads
 
 
 def _mark(grads: Sequence[array], start: int) -> None:

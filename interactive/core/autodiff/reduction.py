@@ -7,13 +7,16 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from .. import ops as mx
 from ..compile_trace import in_dynamic_tracing, note_partners
+from ..device import resolve_stream
+from ..ops.convert import broadcast_known
 from .registry import defjvp, defvjp, same_op
 
 
 def _bcast(c, x):
     """``c`` broadcast to ``x``'s shape; in a shapeless trace it follows ``x``'s shape (MLX's
     ``broadcast_arrays({cotan, in})``, mlx/primitives.cpp Reduce::vjp)."""
-    out = mx.broadcast_to(c, x.shape)
+    # (mx.broadcast_to's node without its checks: the kept axes broadcast to x's shape)
+    out = broadcast_known(c, x._d.shape, resolve_stream(None))
     if out._d is not c._d and in_dynamic_tracing():
         note_partners(out, [x])
     return out

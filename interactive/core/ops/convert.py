@@ -140,6 +140,8 @@ def astype(a: array, dtype: _dt.Dtype, /, *, stream: StreamOrDevice = None) -> a
 
 def cast(a: Any, dtype: _dt.Dtype, stream: StreamOrDevice = None) -> array:
     """``astype`` for internal callers (stream positional): no node when the dtype matches."""
+    if a.__class__ is array and a._d.dtype is dtype:  # the common case (dtypes are singletons)
+        return a._handle()
     a = to_array(a)
     if not isinstance(dtype, _dt.Dtype):
         raise TypeError(f"[astype] Expected a mlx.core.Dtype, got {type(dtype).__name__}.")
@@ -193,6 +195,8 @@ def broadcast_shape_of(shapes: Sequence[Sequence[int]], op: str = "broadcast_sha
     out = tuple(shapes[0])
     for sh in shapes[1:]:
         sh = tuple(sh)
+        if sh == out:  # the common case: nothing to broadcast
+            continue
         n = max(len(out), len(sh))
         a = (1,) * (n - len(out)) + out
         b = (1,) * (n - len(sh)) + sh

@@ -17,7 +17,8 @@ from ..array import array, check_dimensions
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
 from ..compile_trace import in_dynamic_tracing, note_partners
-from .convert import broadcast, cast, int32, to_array
+from . import convert
+from .convert import broadcast, broadcast_known, cast, int32, to_array
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "arange", "linspace", "eye",
            "identity", "tri", "tril", "triu", "meshgrid"]
@@ -69,8 +70,10 @@ _ARANGE = ("arange(start : int | float, stop : None | int | float, step : None |
 
 
 def _full(shape: tuple, vals: array, stream: StreamOrDevice) -> array:
+    """``shape`` (``_shape``'s: non-negative ints) filled with ``vals``: Broadcast + Full."""
     s = resolve_stream(stream)
-    b = broadcast(vals, shape, stream=s)
+    # a 0-d value broadcasts to any shape: its Broadcast node without broadcast's checks
+    b = broadcast_known(vals, shape, s) if not vals._d.shape else broadcast(vals, shape, stream=s)
     return array._make([shape], [vals.dtype], Primitive("Full", s), [b])[0]
 
 
@@ -94,7 +97,7 @@ def zeros(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.flo
     """An array of zeros."""
     _check_dtype(dtype)
     shape = _shape(shape)
-    return _full(shape, array(0, dtype or _dt.float32), stream)
+    return _full(shape, convert._scalar(0, dtype or _dt.float32), stream)  # (array(0, dtype)'s)
 
 
 @binding("ones" + _SHAPE_DTYPE)
@@ -103,13 +106,15 @@ def ones(shape: Union[int, Sequence[int]], dtype: Optional[_dt.Dtype] = _dt.floa
     """An array of ones."""
     _check_dtype(dtype)
     shape = _shape(shape)
-    return _full(shape, array(1, dtype or _dt.float32), stream)
+    return _full(shape, convert._scalar(1, dtype or _dt.float32), stream)
 
 
 @binding("zeros_like" + _LIKE)
 def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
                stream: StreamOrDevice = None) -> array:
     """Zeros with the shape (and, unless given, the dtype) of ``a``."""
+    if a.__class__ is array and dtype is None:  # an array's shape is _shape's already
+        return _like(_full(a._d.shape, convert._scalar(0, a._d.dtype), stream), a)
     _check_dtype(dtype)
     a = to_array(a)
     return _like(zeros(a.shape, dtype or a.dtype, stream=stream), a)
@@ -119,6 +124,8 @@ def zeros_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
 def ones_like(a: array, /, dtype: Optional[_dt.Dtype] = None, *,
               stream: StreamOrDevice = None) -> array:
     """Ones with the shape (and, unless given, the dtype) of ``a``."""
+    if a.__class__ is array and dtype is None:
+        return _like(_full(a._d.shape, convert._scalar(1, a._d.dtype), stream), a)
     _check_dtype(dtype)
     a = to_array(a)
     return _like(ones(a.shape, dtype or a.dtype, stream=stream), a)

@@ -31,6 +31,8 @@ _SIG_UNARY = "{}(a: array, /, *, stream: StreamOrDevice = None) -> array"
 
 def arg(v: Any, op: str, sig: str = _SIG_UNARY) -> array:
     """An op's array argument: arrays pass, scalars / numpy convert, None is a TypeError."""
+    if v.__class__ is array:
+        return v
     if v is None:
         raise incompatible(op, sig.format(op), v)
     return to_array(v)
@@ -109,6 +111,9 @@ def _c_binary() -> None:
         "complex64": _dt.complex64,
         "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})
     globals()["binary"] = _call.binary
+    from ..primitive import construct_in_c
+
+    construct_in_c(_call.primitive)  # Primitive(...) made in C too, with binary's configuration
     from . import convert
 
     scalar_py, scalar_c = convert._scalar, _call.scalar

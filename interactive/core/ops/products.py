@@ -49,6 +49,13 @@ def _squeeze_1d(out: array, a_ndim: int, b_ndim: int, s) -> array:
 def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Matrix product over the last two axes, broadcasting batch axes; 1-D inputs are
     promoted to matrices and the added axis removed (inexact dtypes only)."""
+    if a.__class__ is array and b.__class__ is array:  # two matrices of one inexact dtype
+        ad, bd = a._d, b._d
+        sa, sb = ad.shape, bd.shape
+        if (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and ad.dtype is bd.dtype and
+                _dt.is_inexact(ad.dtype)):  # (what the steps below record for them)
+            return array._make1((sa[0], sb[1]), ad.dtype,
+                                Primitive("Matmul", resolve_stream(stream)), [a, b])
     require_array("matmul", "matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) "
                   "-> array", a, b)
     sa, sb = _mm_shapes("matmul", a, b)
@@ -96,6 +103,21 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
           stream: StreamOrDevice = None) -> array:
     """``alpha * (a @ b) + beta * c`` in one ``AddMM`` for real floats; complex64 is composed
     as ``matmul``, ``multiply`` and ``add``, as ``addmm`` in ``mlx/ops.cpp`` composes it."""
+    if a.__class__ is array and b.__class__ is array and c.__class__ is array:
+        ad, bd, cd = a._d, b._d, c._d
+        sa, sb, sc = ad.shape, bd.shape, cd.shape
+        dt = ad.dtype
+        if (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and bd.dtype is dt and
+                cd.dtype is dt and _dt.is_floating(dt) and
+                len(sc) <= 2 and (not sc or sc[-1] in (1, sb[1])) and
+                (len(sc) < 2 or sc[0] in (1, sa[0]))):
+            # two matrices and a ``c`` that broadcasts to their product, of one real float
+            # dtype: what the steps below record for them (c's Broadcast, one AddMM)
+            s = resolve_stream(stream)
+            out_shape = (sa[0], sb[1])
+            z = broadcast_known(c, out_shape, s)
+            prim = Primitive("AddMM", s, alpha=float(alpha), beta=float(beta))
+            return array._make1(out_shape, dt, prim, [a, b, z])
     require_array("addmm", "addmm(c: array, a: array, b: array, /, alpha: float = 1.0, "
                   "beta: float = 1.0,  *, stream: StreamOrDevice = None) -> array", c, a, b)
     if a.ndim == 0 or b.ndim == 0:

@@ -28,11 +28,16 @@ Axis = Union[None, int, Sequence[int]]
 _py_sum, _py_max, _py_min, _py_all, _py_any = sum, max, min, all, any  # shadowed below
 
 
+_ops = []  # tapescope.core.ops, once imported (it imports this module)
+
+
 def op(name: str):
     """A tapescope.core op by name, looked up at call time (other families define it)."""
-    from .. import ops
+    if not _ops:
+        from .. import ops
 
-    fn = getattr(ops, name, None)
+        _ops.append(ops)
+    fn = getattr(_ops[0], name, None)
     if fn is None:
         raise NotImplementedError(f"[{name}] is not implemented in tapescope yet.")
     return fn
@@ -116,7 +121,8 @@ def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
 
 
 def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
-    require_array(fname, _SIG.format(fname), a)
+    if a.__class__ is not array:  # (the signature formatted only for the error)
+        require_array(fname, _SIG.format(fname), a)
     axes, kept, noop = reduce_shape(a, axes_list(fname, a, axis))
     s = resolve_stream(stream)
     monoid = REGISTRY[name].monoid
@@ -221,7 +227,8 @@ def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt
 def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
          stream: StreamOrDevice = None) -> array:
     """Arithmetic mean: ``sum * (1/n)`` in ``at_least_float`` of the input dtype."""
-    require_array("mean", _SIG.format("mean"), a)
+    if a.__class__ is not array:
+        require_array("mean", _SIG.format("mean"), a)
     axes, n = _count("mean", a, axis)
     dtype = _float_dtype(a.dtype)
     total = sum(a, axes, keepdims, stream=stream)
@@ -308,7 +315,8 @@ def argmin(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
 def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
               stream: StreamOrDevice = None) -> array:
     """``log(sum(exp(a)))`` computed stably; where the maximum is +-inf, the maximum."""
-    require_array("logsumexp", _SIG.format("logsumexp"), a)
+    if a.__class__ is not array:
+        require_array("logsumexp", _SIG.format("logsumexp"), a)
     axes = axes_list("logsumexp", a, axis)
     if a.size == 0:
         raise ValueError("[logsumexp] Received empty array.")

@@ -64,6 +64,14 @@ def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None)
     return _one("Reshape", a, out, stream, shape=out)
 
 
+def reshape_known(a: array, shape: tuple, stream: StreamOrDevice = None) -> array:
+    """``reshape`` to a shape of non-negative ints already known to hold ``a``'s elements
+    (a VJP's cotangent back to its input's shape): the handle when equal, else the node."""
+    if a._d.shape == shape:
+        return a._handle()
+    return _one("Reshape", a, shape, stream, shape=shape)
+
+
 def _axis(ax: int, ndim: int) -> Optional[int]:
     """``ax`` made non-negative, or None when out of range."""
     ax = int(ax)
@@ -178,6 +186,12 @@ def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
                 raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {nd} dimensions.")
         if len(set(norm)) != nd:
             raise ValueError("[transpose] Repeat axes not allowed.")
+    return _transposed(a, norm, stream)
+
+
+def _transposed(a: array, norm: tuple, stream: StreamOrDevice) -> array:
+    """The Transpose node of ``a`` by ``norm`` (a permutation of its axes, already checked)."""
+    shape = a._d.shape
     out = tuple([shape[i] for i in norm])
     return array._make1(out, a._d.dtype, Primitive("Transpose", resolve_stream(stream), axes=norm), [a])
 
@@ -191,7 +205,7 @@ def swapaxes(a: array, /, axis1: int, axis2: int, *, stream: StreamOrDevice = No
             raise IndexError(f"[swapaxes] Invalid axis {ax} for array with {a.ndim} dimensions.")
     perm = list(range(a.ndim))
     perm[n1], perm[n2] = perm[n2], perm[n1]
-    return transpose(a, perm, stream=stream)
+    return _transposed(a, tuple(perm), stream)  # (a permutation: transpose's checks hold)
 
 
 def moveaxis(a: array, /, source: int, destination: int, *,
