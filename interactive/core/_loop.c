@@ -379,19 +379,25 @@ static PyObject *broadcast_view(PyObject *a, PyObject *shape) {
 /* a host rule that is one numpy ufunc called as ``getattr(xp, rule.ufunc)(*ins, out=out)``
  * (rules/elementwise.py marks them): that ufunc (borrowed), remembered per rule; NULL: not
  * such a rule (with an error set only on a failure) */
-static PyObject *l_ufuncs; /* {rule: its ufunc, or None} */
+static PyObject *l_ufuncs; /* {rule: (the array module asked, its ufunc or None)} */
 static PyObject *host_ufunc(PyObject *rule, PyObject *xp) {
     if (l_ufuncs == NULL && (l_ufuncs = PyDict_New()) == NULL) return NULL;
-    PyObject *uf = PyDict_GetItemWithError(l_ufuncs, rule);
-    if (uf != NULL) return uf == Py_None ? NULL : uf;
+    PyObject *got = PyDict_GetItemWithError(l_ufuncs, rule);
+    if (got != NULL && PyTuple_GET_ITEM(got, 0) == xp) { /* (another backend's module: ask it) */
+        PyObject *uf = PyTuple_GET_ITEM(got, 1);
+        return uf == Py_None ? NULL : uf;
+    }
     if (PyErr_Occurred()) return NULL;
     PyObject *name = PyObject_GetAttrString(rule, "ufunc");
     PyObject *found = name != NULL && PyUnicode_Check(name) ? PyObject_GetAttr(xp, name) : NULL;
     PyErr_Clear(); /* (no such attribute: the rule runs) */
     Py_XDECREF(name);
-    int bad = PyDict_SetItem(l_ufuncs, rule, found != NULL ? found : Py_None) < 0;
-    Py_XDECREF(found); /* (the dict holds it) */
-    return bad ? NULL : found;
+    PyObject *pair = PyTuple_Pack(2, xp, found != NULL ? found : Py_None);
+    Py_XDECREF(found); /* (the pair holds it) */
+    int bad = pair == NULL || PyDict_SetItem(l_ufuncs, rule, pair) < 0;
+    Py_XDECREF(pair); /* (the dict holds it) */
+    return bad ? NULL : PyTuple_GET_ITEM(PyDict_GetItem(l_ufuncs, rule), 1) == Py_None
+                            ? NULL : PyTuple_GET_ITEM(PyDict_GetItem(l_ufuncs, rule), 1);
 }
 
 /* a.transpose(axes) (``kind`` 0: ``p`` the axes) or a.reshape(shape) of a C-contiguous ``a``
