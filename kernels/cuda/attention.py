@@ -7,29 +7,41 @@ backend runs ``kernel_sdpav_1pass`` (mlx/backend/cuda/scaled_dot_product_attenti
 The kernel reads the inputs through their strides with unit-stride head rows (others are
 copied first, as MLX copies them); the mask (broadcast to (B, H, L, kL)) through its own.
 
-Longer queries run the array-module rule (``rules/fast.py``: blocks of query rows, two
-matmuls and the softmax passes per block; MLX's CUDA backend runs cuDNN's fused attention
-there) with a block of up to ``SCORES`` float32 scores: one block for most prompts, so the
-passes are few large launches instead of tens of small ones. What the kernel does not take
-(a head size above 256, float64) runs that rule too, recorded as a
-``kernel_fallback`` with the reason.
+Longer queries (prefill) run MLX's fallback composition as its CUDA backend runs it for
+float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
+attention takes the half types there): in blocks of query rows holding at most ``SCORES``
+float32 scores, the block's scores ``q kᵀ * scale`` as one cuBLAS
+``gemmStridedBatchedEx`` (``gemm.strided_batched``: the scale as alpha, the query heads of
+one key head through the batch strides, no repeated keys), the score softmax in place
+(``codegen/attention_softmax.py``: one launch, the masks and sinks applied inside it), then
+``p v`` as a second GEMM into the output's rows. Float32 GEMMs run in TF32 where
+``settings.tf32`` (MLX_ENABLE_TF32), as MLX's matmuls; float16 keeps its values in float16
+(float32 scores and accumulation, ``p`` rounded to float16 for ``p v`` as cuDNN rounds it);
+bfloat16 comes widened to float32 (``bfloat16.rule``). Float64, an empty input, a CuPy
+without cuBLAS bindings or a softmax kernel without a build run the array-module rule
+(``rules/fast.py``, blocks of query rows, two matmuls and the softmax passes per block),
+recorded as a ``kernel_fallback`` with the reason; so does a decoding call the vector kernel
+does not take (a head size above 256).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
 from .. import timeline
 from ..codegen.attention_cuda import THREADS, params, takes, vector_source
 from ..codegen.attention_kernels import VECTOR_MAX_L
+from ..codegen.attention_softmax import MASK_INTS, ScoresSoftmaxSpec
 from ..common import attention
 from ..common.norms import elem_strides
 from .. import kernel_registry
 from ..primitives import REGISTRY, by_kernel
-from . import compiled
-from .reductions import launch_recorded
+from . import compiled, gemm
+from .reductions import launch_recorded, step_for
 
-SCORES = 1 << 28  # float32 scores of one query block of the array-module rule (1 GiB)
+SCORES = 1 << 28  # float32 scores of one query block (1 GiB): one block for most prompts
 NAME = "ScaledDotProductAttention"
 
 
@@ -56,7 +68,7 @@ def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
     ins = (q, k, v, *rest)
     if q.shape[2] > VECTOR_MAX_L:
-        return _composed(xp, ins, kw)
+        return _prefill(xp, ins, kw)
     why = attention.why_not(q, k, v)
     if why:
         return _composed(xp, ins, kw, why)
@@ -100,6 +112,129 @@ def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     B, H, L = call.out_shape[:3]
     launch_recorded(entry, B * H * L, THREADS, tuple(args), spec.name,
                     {"variant": spec.layout, "primitive": NAME})
+    return out
+
+
+def _gemm_rows(a):
+    """``a`` with unit-stride rows and row / head / batch strides cuBLAS takes (a leading
+    dimension at least the row's length, none negative), copied row-major otherwise."""
+    import cupy
+
+    st = elem_strides(a)
+    if (st is None or st[-1] != 1 or (a.shape[-2] > 1 and st[-2] < a.shape[-1])
+            or min(st) < 0):
+        return cupy.ascontiguousarray(a)
+    return a
+
+
+def _ld(a, st) -> int:
+    return st[2] if a.shape[2] > 1 else a.shape[3]
+
+
+def _batches(B: int, Hk: int, strides: list) -> list:
+    """The GEMM calls over the (batch, key head) pairs: ``(first offsets, count, strides)``
+    each, one call where every operand's batch stride is its key-head stride times ``Hk``
+    (or either count is 1), else one call per batch element (``strides``: each operand's
+    (batch stride, key-head stride) in elements)."""
+    if Hk == 1:
+        return [([0] * len(strides), B, [sb for sb, _ in strides])]
+    if B == 1 or all(sb == Hk * sh for sb, sh in strides):
+        return [([0] * len(strides), B * Hk, [sh for _, sh in strides])]
+    return [([b * sb for sb, _ in strides], Hk, [sh for _, sh in strides]) for b in range(B)]
+
+
+def _loaded(spec, steps) -> Optional[str]:
+    """Why the score softmax has no kernel (None: loaded; the kernel cache's fallback noted
+    otherwise)."""
+    for _, _, step in steps:
+        try:
+            if isinstance(step, tuple):  # (spec, why the dialect cannot express it)
+                raise kernel_registry.BuildError(step[1])
+            step.entry()
+        except kernel_registry.BuildError as e:
+            kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+            return str(e)
+    return None
+
+
+def _prefill(xp, ins, kw):
+    """Attention for query lengths past the vector kernel's: per block of query rows, the
+    scores GEMM, the score softmax kernel, the ``p v`` GEMM (see the module's docstring)."""
+    import cupy
+
+    q, k, v, *rest = ins
+    dt = np.dtype(q.dtype)
+    if dt.name not in ("float32", "float16"):
+        return _composed(xp, ins, kw, f"no cuBLAS attention for {dt.name} values")
+    if not gemm.available():
+        return _composed(xp, ins, kw, "no cuBLAS bindings in this CuPy")
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        return _composed(xp, ins, kw, "an empty input")
+    scale, causal = kw["scale"], kw["causal"]
+    mask = rest[0] if kw["has_mask"] else None
+    kind, mdt, mst = "none", "", None
+    if mask is not None:
+        kind = "bool" if mask.dtype == np.bool_ else "add"
+        if kind == "add" and mask.dtype.name not in ("float16", "float32"):
+            mask = mask.astype(q.dtype)
+        mdt = "" if kind == "bool" else mask.dtype.name
+        mst = elem_strides(mask)
+        if mst is None:
+            mask = cupy.ascontiguousarray(mask)
+            mst = elem_strides(mask)
+    spec = ScoresSoftmaxSpec(dt.name, kind, mdt, bool(causal), bool(kw["has_sinks"]))
+    q, k, v = _gemm_rows(q), _gemm_rows(k), _gemm_rows(v)
+    qs, ks, vs = elem_strides(q), elem_strides(k), elem_strides(v)
+    B, H, L, D = q.shape
+    Hk, kL, Dv = k.shape[1], k.shape[2], v.shape[3]
+    reps = H // Hk
+    bl = max(1, min(L, SCORES // (B * H * kL)))
+    scores = cupy.empty(B * H * bl * kL, dtype=cupy.float32)
+    probs = scores if dt == np.float32 else cupy.empty(B * H * bl * kL, dtype=dt)
+    out = cupy.empty((B, H, L, Dv), dtype=dt)
+    bufs = {"x": scores, "out": probs}
+    if mask is not None:
+        bufs["mask"] = mask
+    if kw["has_sinks"]:
+        bufs["sinks"] = cupy.ascontiguousarray(rest[-1].astype(cupy.float32))
+    t_in, t_s = gemm.data_type(dt), gemm.data_type(np.float32)
+    compute = gemm.compute_type(dt)
+    it, s_it = dt.itemsize, 4
+    steps = []
+    for i0 in range(0, L, bl):
+        n = min(bl, L - i0)
+        ints = {"rows": B * H * n, "cols": kL, "bl": n, "heads": H, "qoff": i0 + kL - L}
+        if mask is not None:
+            ints.update(zip(MASK_INTS, (i0 * mst[2],) + tuple(mst[:2]) + tuple(mst[2:])))
+        steps.append((i0, n, step_for(spec, ints, NAME)))
+    why = _loaded(spec, steps)  # before the first GEMM: without a build the rule runs
+    if why:
+        return _composed(xp, ins, kw, why)
+    qp, kp, vp, op = q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr
+    sp, pp = scores.data.ptr, probs.data.ptr
+    for i0, n, step in steps:
+        # the query heads of a key head as one matrix of reps * L rows where they are stacked
+        whole = n == L and reps > 1 and qs[1] == L * _ld(q, qs)
+        groups = [(0, reps * n)] if whole or reps == 1 else [(r, n) for r in range(reps)]
+        for r, rows in groups:
+            q0 = (r * qs[1] + i0 * qs[2]) * it
+            s0 = r * n * kL
+            for (oq, ok, os_), count, (sq, sk, ss) in _batches(
+                    B, Hk, [(qs[0], reps * qs[1]), (ks[0], ks[1]), (H * n * kL, reps * n * kL)]):
+                gemm.strided_batched(True, False, kL, rows, D, scale,
+                                     kp + ok * it, t_in, _ld(k, ks), sk,
+                                     qp + q0 + oq * it, t_in, _ld(q, qs), sq,
+                                     sp + (s0 + os_) * s_it, t_s, kL, ss, count, compute)
+        step.run(step.entry(), bufs, {})
+        for r, rows in groups:
+            s0 = r * n * kL
+            o0 = (r * L + i0) * Dv * it
+            for (ov, op_, oo), count, (sv, sp_, so) in _batches(
+                    B, Hk, [(vs[0], vs[1]), (H * n * kL, reps * n * kL), (H * L * Dv, reps * L * Dv)]):
+                gemm.strided_batched(False, False, Dv, rows, kL, 1.0,
+                                     vp + ov * it, t_in, _ld(v, vs), sv,
+                                     pp + (s0 + op_) * it, t_in, kL, sp_,
+                                     op + o0 + oo * it, t_in, Dv, so, count, compute)
     return out
 
 
