@@ -135,3 +135,21 @@ def test_grouped_heads_take_one_gemm_each_and_one_launch():
     c = (2, 4, 4, 33, 40, 16, None, False, "float32", "contiguous", 0)
     launches, gemms = _run(c)
     assert (len(launches), gemms) == (1, 2)
+
+
+def test_an_int_rope_offset_is_one_element_kept_on_the_device():
+    """``mx.fast.rope(..., offset=3)`` on a GPU stream reads its offset from device memory
+    (so the eval loop launches the call's plan, no upload a call), the same array for the
+    same value, with the values of float64 numpy."""
+    import cupy
+
+    from test_fast_kernels import rope_ref
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 17, 8)).astype(np.float32)
+    a = mx.add(mx.array(x), 0, stream=mx.gpu)
+    y1 = mx.fast.rope(a, 8, traditional=False, base=1e4, scale=1.0, offset=3, stream=mx.gpu)
+    y2 = mx.fast.rope(a, 8, traditional=False, base=1e4, scale=1.0, offset=3, stream=mx.gpu)
+    off1, off2 = (y._d.node.inputs[1] for y in (y1, y2))
+    assert off1 is off2 and type(off1.data) is cupy.ndarray and off1.shape == (1,)
+    mx.eval(y1, y2)
+    np.testing.assert_allclose(np.asarray(y1), rope_ref(x, 8, False, 1e4, 1.0, 3), rtol=1e-5, atol=1e-5)

@@ -24,6 +24,7 @@ rounds ``p`` to the value type before ``p v``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -63,13 +64,16 @@ class ScoresSoftmaxSpec:
     causal: bool = False
     sinks: bool = False
 
-    @property
+    @functools.cached_property  # (asked on every launch)
     def name(self) -> str:
         mask = {"none": "", "bool": "_boolmask", "add": f"_floatmask_{self.mask_dtype}"}[self.mask]
         return (f"sdpa_softmax_{self.dtype}{mask}" + ("_causal" if self.causal else "")
                 + ("_sinks" if self.sinks else ""))
 
-    lib_name = name  # what the kernel cache and the Kernels tab call it
+    @property
+    def lib_name(self) -> str:  # what the kernel cache and the Kernels tab call it
+        return self.name
+
     layout = "row"
 
     def kernel(self, gpu: bool = False) -> Kernel:

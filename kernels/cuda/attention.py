@@ -26,8 +26,6 @@ does not take (a head size above 256).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from .. import timeline
@@ -127,10 +125,6 @@ def _gemm_rows(a):
     return a
 
 
-def _ld(a, st) -> int:
-    return st[2] if a.shape[2] > 1 else a.shape[3]
-
-
 def _batches(B: int, Hk: int, strides: list) -> list:
     """The GEMM calls over the (batch, key head) pairs: ``(first offsets, count, strides)``
     each, one call where every operand's batch stride is its key-head stride times ``Hk``
@@ -143,99 +137,135 @@ def _batches(B: int, Hk: int, strides: list) -> list:
     return [([b * sb for sb, _ in strides], Hk, [sh for _, sh in strides]) for b in range(B)]
 
 
-def _loaded(spec, steps) -> Optional[str]:
-    """Why the score softmax has no kernel (None: loaded; the kernel cache's fallback noted
-    otherwise)."""
-    for _, _, step in steps:
-        try:
-            if isinstance(step, tuple):  # (spec, why the dialect cannot express it)
-                raise kernel_registry.BuildError(step[1])
-            step.entry()
-        except kernel_registry.BuildError as e:
-            kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
-            return str(e)
-    return None
+def _entry(spec, step):
+    """The score softmax's loaded kernel (every block's step runs the same one), or why it
+    has none (the kernel cache's fallback noted)."""
+    try:
+        if isinstance(step, tuple):  # (spec, why the dialect cannot express it)
+            raise kernel_registry.BuildError(step[1])
+        return step.entry()
+    except kernel_registry.BuildError as e:
+        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+        return str(e)
+
+
+class _Prefill:
+    """The launches of one prefill layout, made once (``_plans``): the score softmax's
+    spec and ``Step`` per query block, and each GEMM's arguments with its pointers as
+    (buffer, byte offset) pairs (buffers: q, k, v, scores, p, out); a call allocates the
+    scores and the output and adds their addresses."""
+
+    __slots__ = ("spec", "steps", "ops", "n_scores", "dtype", "out_shape", "compute")
+
+    def __init__(self, dt, q_shape, qs, k_shape, ks, v_shape, vs, spec, mst, scale):
+        B, H, L, D = q_shape
+        Hk, kL, Dv = k_shape[1], k_shape[2], v_shape[3]
+        reps = H // Hk
+        bl = max(1, min(L, SCORES // (B * H * kL)))
+        self.spec, self.dtype, self.out_shape = spec, dt, (B, H, L, Dv)
+        self.n_scores = B * H * bl * kL
+        t_in, t_s = gemm.data_type(dt), gemm.data_type(np.float32)
+        it = dt.itemsize
+        ldq = qs[2] if L > 1 else D
+        ldk = ks[2] if kL > 1 else D
+        ldv = vs[2] if kL > 1 else Dv
+        self.steps, self.ops = [], []
+        for i0 in range(0, L, bl):
+            n = min(bl, L - i0)
+            ints = {"rows": B * H * n, "cols": kL, "bl": n, "heads": H, "qoff": i0 + kL - L}
+            if mst is not None:
+                ints.update(zip(MASK_INTS, (i0 * mst[2],) + tuple(mst)))
+            step = step_for(spec, ints, NAME)
+            self.steps.append(step)
+            # the query heads of a key head as one matrix of reps * L rows where stacked
+            whole = n == L and reps > 1 and qs[1] == L * ldq
+            groups = [(0, reps * n)] if whole or reps == 1 else [(r, n) for r in range(reps)]
+            for r, rows in groups:  # scores = scale * q kᵀ (column-major: k q^T)
+                q0, s0 = r * qs[1] + i0 * qs[2], r * n * kL
+                for (oq, ok, os_), count, (sq, sk, ss) in _batches(
+                        B, Hk, [(qs[0], reps * qs[1]), (ks[0], ks[1]), (H * n * kL, reps * n * kL)]):
+                    self.ops.append((True, False, kL, rows, D, scale, (1, ok * it), t_in, ldk, sk,
+                                     (0, (q0 + oq) * it), t_in, ldq, sq, (3, (s0 + os_) * 4), t_s,
+                                     kL, ss, count))
+            self.ops.append(step)
+            for r, rows in groups:  # out = p v (column-major: v^T p^T)
+                s0, o0 = r * n * kL, (r * L + i0) * Dv
+                for (ov, op_, oo), count, (sv, sp_, so) in _batches(
+                        B, Hk, [(vs[0], vs[1]), (H * n * kL, reps * n * kL), (H * L * Dv, reps * L * Dv)]):
+                    self.ops.append((False, False, Dv, rows, kL, 1.0, (2, ov * it), t_in, ldv, sv,
+                                     (4, (s0 + op_) * it), t_in, kL, sp_, (5, (o0 + oo) * it),
+                                     t_in, Dv, so, count))
+
+    def __call__(self, q, k, v, bufs: dict, entry):
+        import cupy
+
+        dt = self.dtype
+        scores = cupy.empty(self.n_scores, dtype=cupy.float32)
+        probs = scores if dt == np.float32 else cupy.empty(self.n_scores, dtype=dt)
+        out = cupy.empty(self.out_shape, dtype=dt)
+        bufs["x"], bufs["out"] = scores, probs
+        base = (q.data.ptr, k.data.ptr, v.data.ptr, scores.data.ptr, probs.data.ptr, out.data.ptr)
+        compute = gemm.compute_type(dt)  # (TF32 as the setting is now)
+        for op in self.ops:
+            if type(op) is tuple:
+                (ta, tb, m, n, kk, alpha, (ai, ao), at, lda, sa, (bi, bo), bt, ldb, sb,
+                 (ci, co), ct, ldc, sc, count) = op
+                gemm.strided_batched(ta, tb, m, n, kk, alpha, base[ai] + ao, at, lda, sa,
+                                     base[bi] + bo, bt, ldb, sb, base[ci] + co, ct, ldc, sc,
+                                     count, compute)
+            else:
+                op.run(entry, bufs, {})
+        return out
+
+
+_plans: dict = {}  # a prefill layout -> its _Prefill
 
 
 def _prefill(xp, ins, kw):
     """Attention for query lengths past the vector kernel's: per block of query rows, the
-    scores GEMM, the score softmax kernel, the ``p v`` GEMM (see the module's docstring)."""
+    scores GEMM, the score softmax kernel, the ``p v`` GEMM (see the module's docstring),
+    planned once per layout."""
     import cupy
 
     q, k, v, *rest = ins
-    dt = np.dtype(q.dtype)
-    if dt.name not in ("float32", "float16"):
+    dt = q.dtype
+    if dt != np.float32 and dt != np.float16:
         return _composed(xp, ins, kw, f"no cuBLAS attention for {dt.name} values")
     if not gemm.available():
         return _composed(xp, ins, kw, "no cuBLAS bindings in this CuPy")
     if 0 in q.shape or 0 in k.shape or 0 in v.shape:
         return _composed(xp, ins, kw, "an empty input")
-    scale, causal = kw["scale"], kw["causal"]
     mask = rest[0] if kw["has_mask"] else None
     kind, mdt, mst = "none", "", None
     if mask is not None:
         kind = "bool" if mask.dtype == np.bool_ else "add"
-        if kind == "add" and mask.dtype.name not in ("float16", "float32"):
-            mask = mask.astype(q.dtype)
+        if kind == "add" and mask.dtype != np.float32 and mask.dtype != np.float16:
+            mask = mask.astype(dt)
         mdt = "" if kind == "bool" else mask.dtype.name
         mst = elem_strides(mask)
         if mst is None:
             mask = cupy.ascontiguousarray(mask)
             mst = elem_strides(mask)
-    spec = ScoresSoftmaxSpec(dt.name, kind, mdt, bool(causal), bool(kw["has_sinks"]))
     q, k, v = _gemm_rows(q), _gemm_rows(k), _gemm_rows(v)
     qs, ks, vs = elem_strides(q), elem_strides(k), elem_strides(v)
-    B, H, L, D = q.shape
-    Hk, kL, Dv = k.shape[1], k.shape[2], v.shape[3]
-    reps = H // Hk
-    bl = max(1, min(L, SCORES // (B * H * kL)))
-    scores = cupy.empty(B * H * bl * kL, dtype=cupy.float32)
-    probs = scores if dt == np.float32 else cupy.empty(B * H * bl * kL, dtype=dt)
-    out = cupy.empty((B, H, L, Dv), dtype=dt)
-    bufs = {"x": scores, "out": probs}
+    key = (dt, q.shape, qs, k.shape, ks, v.shape, vs, kind, mdt, mst, kw["causal"],
+           kw["has_sinks"], kw["scale"], SCORES)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 256:
+            _plans.clear()
+        spec = ScoresSoftmaxSpec(dt.name, kind, mdt, bool(kw["causal"]), bool(kw["has_sinks"]))
+        plan = _plans[key] = _Prefill(np.dtype(dt), q.shape, qs, k.shape, ks, v.shape, vs,
+                                      spec, mst, kw["scale"])
+    entry = _entry(plan.spec, plan.steps[0])  # before the first GEMM: else the rule runs
+    if isinstance(entry, str):
+        return _composed(xp, ins, kw, entry)
+    bufs = {}
     if mask is not None:
         bufs["mask"] = mask
     if kw["has_sinks"]:
         bufs["sinks"] = cupy.ascontiguousarray(rest[-1].astype(cupy.float32))
-    t_in, t_s = gemm.data_type(dt), gemm.data_type(np.float32)
-    compute = gemm.compute_type(dt)
-    it, s_it = dt.itemsize, 4
-    steps = []
-    for i0 in range(0, L, bl):
-        n = min(bl, L - i0)
-        ints = {"rows": B * H * n, "cols": kL, "bl": n, "heads": H, "qoff": i0 + kL - L}
-        if mask is not None:
-            ints.update(zip(MASK_INTS, (i0 * mst[2],) + tuple(mst[:2]) + tuple(mst[2:])))
-        steps.append((i0, n, step_for(spec, ints, NAME)))
-    why = _loaded(spec, steps)  # before the first GEMM: without a build the rule runs
-    if why:
-        return _composed(xp, ins, kw, why)
-    qp, kp, vp, op = q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr
-    sp, pp = scores.data.ptr, probs.data.ptr
-    for i0, n, step in steps:
-        # the query heads of a key head as one matrix of reps * L rows where they are stacked
-        whole = n == L and reps > 1 and qs[1] == L * _ld(q, qs)
-        groups = [(0, reps * n)] if whole or reps == 1 else [(r, n) for r in range(reps)]
-        for r, rows in groups:
-            q0 = (r * qs[1] + i0 * qs[2]) * it
-            s0 = r * n * kL
-            for (oq, ok, os_), count, (sq, sk, ss) in _batches(
-                    B, Hk, [(qs[0], reps * qs[1]), (ks[0], ks[1]), (H * n * kL, reps * n * kL)]):
-                gemm.strided_batched(True, False, kL, rows, D, scale,
-                                     kp + ok * it, t_in, _ld(k, ks), sk,
-                                     qp + q0 + oq * it, t_in, _ld(q, qs), sq,
-                                     sp + (s0 + os_) * s_it, t_s, kL, ss, count, compute)
-        step.run(step.entry(), bufs, {})
-        for r, rows in groups:
-            s0 = r * n * kL
-            o0 = (r * L + i0) * Dv * it
-            for (ov, op_, oo), count, (sv, sp_, so) in _batches(
-                    B, Hk, [(vs[0], vs[1]), (H * n * kL, reps * n * kL), (H * L * Dv, reps * L * Dv)]):
-                gemm.strided_batched(False, False, Dv, rows, kL, 1.0,
-                                     vp + ov * it, t_in, _ld(v, vs), sv,
-                                     pp + (s0 + op_) * it, t_in, kL, sp_,
-                                     op + o0 + oo * it, t_in, Dv, so, count, compute)
-    return out
+    return plan(q, k, v, bufs, entry)
 
 
 # primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel)
