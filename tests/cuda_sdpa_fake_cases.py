@@ -103,6 +103,8 @@ def _run(c, block_rows=None, monkeypatch=None):
     launches = [r for r in recs if r.kind == "kernel_launch" and r.name.startswith("sdpa_softmax_")
                 and r.detail.get("runtime") == "cuda"]
     assert not fallbacks, fallbacks
+    # bfloat16 in its own bits (no float32 copies: bfloat16.rule's "fallback" record)
+    assert not [r for r in recs if r.kind == "fallback" and r.detail.get("primitive") == PRIM]
     return launches, fake_cublas.CALLS[0] - calls
 
 
@@ -153,3 +155,23 @@ def test_an_int_rope_offset_is_one_element_kept_on_the_device():
     assert off1 is off2 and type(off1.data) is cupy.ndarray and off1.shape == (1,)
     mx.eval(y1, y2)
     np.testing.assert_allclose(np.asarray(y1), rope_ref(x, 8, False, 1e4, 1.0, 3), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_prefill_runs_in_its_own_bits():
+    """bfloat16 q / k / v / additive mask (the GEMMs on the storage as CUDA_R_16BF, p rounded
+    to bfloat16) with sinks and transposed inputs, against float64 numpy."""
+    from tapescope.kernels.cuda import bfloat16 as bf16
+
+    seen = []
+    real = attention._Prefill.__call__
+
+    def spy(self, q, k, v, bufs, entry):
+        seen.append(type(q))
+        return real(self, q, k, v, bufs, entry)
+
+    attention._Prefill.__call__ = spy
+    try:
+        launches, gemms = _run((2, 2, 2, 33, 40, 16, "additive", True, "bfloat16", "transposed", 1))
+    finally:
+        attention._Prefill.__call__ = real
+    assert seen == [bf16.BF16Array] and len(launches) == 1 and gemms >= 2

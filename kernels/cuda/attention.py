@@ -15,9 +15,10 @@ float32 scores, the block's scores ``q kᵀ * scale`` as one cuBLAS
 one key head through the batch strides, no repeated keys), the score softmax in place
 (``codegen/attention_softmax.py``: one launch, the masks and sinks applied inside it), then
 ``p v`` as a second GEMM into the output's rows. Float32 GEMMs run in TF32 where
-``settings.tf32`` (MLX_ENABLE_TF32), as MLX's matmuls; float16 keeps its values in float16
-(float32 scores and accumulation, ``p`` rounded to float16 for ``p v`` as cuDNN rounds it);
-bfloat16 comes widened to float32 (``bfloat16.rule``). Float64, an empty input, a CuPy
+``settings.tf32`` (MLX_ENABLE_TF32), as MLX's matmuls; float16 and bfloat16 keep their
+values in their 16 bits (bfloat16 as ``BF16Array`` storage: float32 scores and accumulation,
+``p`` rounded to the inputs' type for ``p v`` as cuDNN rounds it; decoding reads float32
+copies of bfloat16, ``bfloat16.rule``'s way). Float64, an empty input, a CuPy
 without cuBLAS bindings or a softmax kernel without a build run the array-module rule
 (``rules/fast.py``, blocks of query rows, two matmuls and the softmax passes per block),
 recorded as a ``kernel_fallback`` with the reason; so does a decoding call the vector kernel
@@ -36,16 +37,27 @@ from ..common import attention
 from ..common.norms import elem_strides
 from .. import kernel_registry
 from ..primitives import REGISTRY, by_kernel
-from . import compiled, gemm
+from . import bfloat16 as bf16, compiled, gemm
 from .reductions import launch_recorded, step_for
 
 SCORES = 1 << 28  # float32 scores of one query block (1 GiB): one block for most prompts
 NAME = "ScaledDotProductAttention"
 
 
+def _bf16(ins) -> bool:
+    for x in ins:
+        if type(x) is bf16.BF16Array or type(x) is bf16.Widened:
+            return True
+    return False
+
+
 def _composed(xp, ins, kw, why=None):
     t0 = timeline.now() if timeline.enabled and why else 0
-    out = REGISTRY[NAME].rule(xp, *ins, scores=SCORES, **kw)
+    if _bf16(ins):  # bfloat16 through float32 copies, rounded once (bfloat16.rule's way)
+        out = bf16.narrow(REGISTRY[NAME].rule(xp, *[bf16.value(x) for x in ins],
+                                              scores=SCORES, **kw))
+    else:
+        out = REGISTRY[NAME].rule(xp, *ins, scores=SCORES, **kw)
     if t0:
         timeline.add("kernel_fallback", t0, timeline.now(), name=NAME, device="gpu",
                      detail={"reason": why, "runtime": "cupy", "primitive": NAME})
@@ -67,6 +79,8 @@ def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     ins = (q, k, v, *rest)
     if q.shape[2] > VECTOR_MAX_L:
         return _prefill(xp, ins, kw)
+    if _bf16(ins):  # the vector kernel reads float32 copies, its result rounded once
+        return bf16.narrow(rule(xp, *[bf16.value(x) for x in ins], **kw))
     why = attention.why_not(q, k, v)
     if why:
         return _composed(xp, ins, kw, why)
@@ -118,9 +132,13 @@ def _gemm_rows(a):
     dimension at least the row's length, none negative), copied row-major otherwise."""
     import cupy
 
+    if type(a) is bf16.Widened:
+        a = bf16.BF16Array(bf16.storage(a))
     st = elem_strides(a)
     if (st is None or st[-1] != 1 or (a.shape[-2] > 1 and st[-2] < a.shape[-1])
             or min(st) < 0):
+        if type(a) is bf16.BF16Array:
+            return bf16.BF16Array(cupy.ascontiguousarray(a.raw))
         return cupy.ascontiguousarray(a)
     return a
 
@@ -200,9 +218,10 @@ class _Prefill:
         import cupy
 
         dt = self.dtype
+        st = bf16.U16 if dt == bf16.BF16 else dt  # the storage (bfloat16's bits as uint16)
         scores = cupy.empty(self.n_scores, dtype=cupy.float32)
-        probs = scores if dt == np.float32 else cupy.empty(self.n_scores, dtype=dt)
-        out = cupy.empty(self.out_shape, dtype=dt)
+        probs = scores if dt == np.float32 else cupy.empty(self.n_scores, dtype=st)
+        out = cupy.empty(self.out_shape, dtype=st)
         bufs["x"], bufs["out"] = scores, probs
         base = (q.data.ptr, k.data.ptr, v.data.ptr, scores.data.ptr, probs.data.ptr, out.data.ptr)
         compute = gemm.compute_type(dt)  # (TF32 as the setting is now)
@@ -215,7 +234,7 @@ class _Prefill:
                                      count, compute)
             else:
                 op.run(entry, bufs, {})
-        return out
+        return bf16.BF16Array(out) if dt == bf16.BF16 else out
 
 
 _plans: dict = {}  # a prefill layout -> its _Prefill
@@ -229,7 +248,7 @@ def _prefill(xp, ins, kw):
 
     q, k, v, *rest = ins
     dt = q.dtype
-    if dt != np.float32 and dt != np.float16:
+    if dt != np.float32 and dt != np.float16 and dt != bf16.BF16:
         return _composed(xp, ins, kw, f"no cuBLAS attention for {dt.name} values")
     if not gemm.available():
         return _composed(xp, ins, kw, "no cuBLAS bindings in this CuPy")
@@ -239,8 +258,10 @@ def _prefill(xp, ins, kw):
     kind, mdt, mst = "none", "", None
     if mask is not None:
         kind = "bool" if mask.dtype == np.bool_ else "add"
-        if kind == "add" and mask.dtype != np.float32 and mask.dtype != np.float16:
-            mask = mask.astype(dt)
+        if type(mask) is bf16.Widened:
+            mask = bf16.BF16Array(bf16.storage(mask))
+        if kind == "add" and mask.dtype not in (np.float32, np.float16, bf16.BF16):
+            mask = mask.astype(np.float32)
         mdt = "" if kind == "bool" else mask.dtype.name
         mst = elem_strides(mask)
         if mst is None:
@@ -262,10 +283,13 @@ def _prefill(xp, ins, kw):
         return _composed(xp, ins, kw, entry)
     bufs = {}
     if mask is not None:
-        bufs["mask"] = mask
+        bufs["mask"] = bf16.storage(mask)
     if kw["has_sinks"]:
-        bufs["sinks"] = cupy.ascontiguousarray(rest[-1].astype(cupy.float32))
+        bufs["sinks"] = cupy.ascontiguousarray(bf16.value(rest[-1]).astype(cupy.float32))
     return plan(q, k, v, bufs, entry)
+
+
+rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
 # primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel)
