@@ -136,21 +136,29 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
                        forward=True)
 
 
-_OFFSETS: dict = {}  # (stream, offset) -> RoPE's int32 offset input on that GPU stream
+_OFFSETS: dict = {}  # (stream, offset, backend) -> RoPE's int32 offset on that GPU stream
 
 
 def _int_offset(offset: int, s) -> array:
-    """A Python int offset as RoPE's int32 input: on a GPU stream one element in the
-    device's memory, kept per (stream, value), so the call's kernel is launched from its plan
-    with no upload (MLX's scalar reaches its CUDA kernel through unified memory); the host
-    scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    """A Python int offset as RoPE's int32 input: on a device stream one element in the
+    device's memory, kept per (stream, value, backend), so the call's kernel is launched from
+    its plan with no upload (MLX's scalar reaches its CUDA kernel through unified memory);
+    the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    import numpy as np
+
+    from tapescope.kernels.backends import stream_backend
+
     if s.device.type != DeviceType.gpu:
         return array(offset, _dt.int32)
-    key = (s, int(offset))
+    try:
+        be = stream_backend(s)
+    except Exception:  # noqa: BLE001 - no device backend: the eval says so, as before
+        return array(offset, _dt.int32)
+    if be.array_type is np.ndarray:
+        return array(offset, _dt.int32)
+    key = (s, int(offset), be)
     got = _OFFSETS.get(key)
     if got is None:
-        import numpy as np
-
         if len(_OFFSETS) >= 1024:  # a decoding loop's growing offsets: a bounded few
             _OFFSETS.clear()
         got = _OFFSETS[key] = array._from_data(np.array([offset], np.int32), _dt.int32, s)

@@ -72,7 +72,7 @@ def _unit_rows(a):
 
 
 def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """The vector kernel for decoding, else the array-module rule in large blocks."""
+    """The vector kernel for decoding, else the prefill's GEMMs and score softmax."""
     import cupy
 
     kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
