@@ -2,10 +2,12 @@
 generated kernel alone (the ``KernelCall`` the eval loop runs, on 1 and on 2 OpenMP
 threads) and jax.jit, interleaved one call of each in turn per repetition; min and median
 of each, and the load. ``--after-jax``: each kernel-alone call right after a jax.jit call
-of the same op (as the grid runs them), against one after a pause.
+of the same op (as the grid runs them), against one after a pause; ``--cold``: the input
+read from memory each call. With ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1"`` jax.jit runs on one thread: like with like against k1.
 
     .venv/bin/python benchmarks/reductions_alone.py [--reps 101] [--shapes 4096x1000,...]
-        [--ops max_last,logsumexp] [--after-jax]
+        [--ops max_last,logsumexp] [--after-jax] [--cold] [--no-jax]
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ def main():
                     help="a 96 MB pass before each call (the input read from memory, as in "
                          "the grid, where three copies of a 16 MB input evict each other)")
     args = ap.parse_args()
-    print(f"load before: {load()}", flush=True)
+    from reductions import machine
+
+    print(f"machine: {machine()}", flush=True)
     for shape in args.shapes.split(","):
         rows, cols = (int(v) for v in shape.split("x"))
         x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
@@ -139,6 +143,10 @@ def main():
                               + (f" ({cpu[k] / wall[k]:.1f})" if k in cpu else "")
                               for k, v in times.items())
             name = plan.entry.name if hasattr(plan.entry, "name") else ""
+            if "jax" in times:  # medians over jax.jit's: the grid's ratio, and the kernel's
+                jm = statistics.median(times["jax"])
+                cells += "  x jax: " + " ".join(f"{k} {statistics.median(times[k]) / jm:.2f}"
+                                                for k in times if k != "jax")
             print(f"{rows:>5} x {cols:<5} {op:<12} {cells}  [us min/med (busy threads)]  {name}  load {load()}",
                   flush=True)
 
