@@ -30,6 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 PY_LAUNCHES = [0]  # launches made from Python (a RawKernel call or driver.launchKernel)
+PY_CALLS: list = []  # the last RawKernel calls' (kernel pointer, grid, block, arguments)
 _lib: list = [None]
 
 
@@ -43,6 +44,8 @@ class FakeFunction:
 
     def __call__(self, grid, block, args, **kw) -> None:
         self.calls += 1
+        PY_CALLS.append((self.ptr, grid, block, args))
+        del PY_CALLS[:-64]
         PY_LAUNCHES[0] += 1
 
 
