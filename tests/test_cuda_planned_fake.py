@@ -87,6 +87,16 @@ part = py[0][[i for i, (a, b) in enumerate(zip(c[0], py[0])) if a == scratch][0]
 swap = lambda row: [scratch if v == part else v for v in row]
 out["sequence_words"] = {"c": c, "python": [swap(r) for r in py],
                          "x": xd.__array_interface__["data"][0], "out": o.__array_interface__["data"][0]}
+# a second stream: its own scratch buffer, both launches on its CUDA stream
+from tapescope.kernels.cuda import device
+s2 = mx.new_stream(mx.gpu)
+for _ in range(2):
+    mx.eval(mx.sum(x, axis=0, stream=s2))
+n = fake_cuda_driver.launches()
+last = [fake_cuda_driver.launch(k) for k in (n - 4, n - 3, n - 2, n - 1)]
+out["second_stream"] = {"scratches": sorted(seq.scratches), "streams": [l[3] for l in last],
+                        "s2": device.cuda_stream(s2.index).ptr,
+                        "s1": device.cuda_stream(mx.default_stream(mx.gpu).index).ptr}
 print("RESULT" + json.dumps(out))
 """
 
@@ -134,3 +144,10 @@ def test_a_sequence_launches_what_the_rule_launches_from_python(counts):
     got = counts["sequence_words"]
     assert got["c"] == got["python"], got
     assert got["x"] in got["c"][0] and got["out"] in got["c"][-1] and got["out"] not in got["c"][0]
+
+
+def test_a_sequence_on_a_second_stream_has_its_own_scratch_and_runs_there(counts):
+    got = counts["second_stream"]
+    # one scratch per CUDA stream the plan ran on (the direct call above ran on CuPy's current)
+    assert got["s1"] != got["s2"] and {got["s1"], got["s2"]} <= set(got["scratches"]), got
+    assert got["streams"] == [got["s2"]] * 4, got  # both calls' two launches on that stream
