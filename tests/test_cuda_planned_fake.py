@@ -56,8 +56,11 @@ def spy(self, *a, **k):
     return real(self, *a, **k)
 kernel_call.KernelRule.__call__ = spy
 out = {"splits": plan.col_splits(130, 4096)}
+first_args = {}
 for name, f in ops.items():
     mx.eval(f())
+    if fake_cuda_driver.PY_CALLS:
+        first_args[name] = fake_cuda_driver.PY_CALLS[-1]
     del ran[:]
     ev.reset_dispatch_counts()
     c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
@@ -87,6 +90,19 @@ part = py[0][[i for i, (a, b) in enumerate(zip(c[0], py[0])) if a == scratch][0]
 swap = lambda row: [scratch if v == part else v for v in row]
 out["sequence_words"] = {"c": c, "python": [swap(r) for r in py],
                          "x": xd.__array_interface__["data"][0], "out": o.__array_interface__["data"][0]}
+# a reduction tape's plan against its first call's launch from Python (run_reduction)
+import gc
+from tapescope.kernels.cuda.fused_reduction import ReductionLaunch
+fn, grid, block, args = first_args["xent_written"]
+ln = next(o for o in gc.get_objects() if type(o) is ReductionLaunch and o.fn_ptr == fn)
+words = list(ln.packs[threading.get_ident()][0])
+row = lambda a: int(a) if isinstance(a, np.integer) else a.__array_interface__["data"][0]
+out["tape_words"] = {"c": [w for j, w in enumerate(words[:len(ln.offsets)]) if j != ln.n_out_at]
+                            + [ln.grid, ln.block],
+                     "python": [row(a) for j, a in enumerate(args) if j != ln.n_out_at]
+                               + [grid[0], block[0]],
+                     "inputs": [x._d.data.__array_interface__["data"][0], t._d.data.__array_interface__["data"][0]]}
+
 # a second stream: its own scratch buffer, both launches on its CUDA stream
 from tapescope.kernels.cuda import device
 s2 = mx.new_stream(mx.gpu)
@@ -151,3 +167,11 @@ def test_a_sequence_on_a_second_stream_has_its_own_scratch_and_runs_there(counts
     # one scratch per CUDA stream the plan ran on (the direct call above ran on CuPy's current)
     assert got["s1"] != got["s2"] and {got["s1"], got["s2"]} <= set(got["scratches"]), got
     assert got["streams"] == [got["s2"]] * 4, got  # both calls' two launches on that stream
+
+
+def test_a_reduction_tape_plan_launches_what_its_first_call_launched(counts):
+    """The plan's words (the inputs' pointers, rows, cols, strides) and grid are those the
+    first call's Python launch passed (the output's pointer aside: a fresh buffer each)."""
+    got = counts["tape_words"]
+    assert got["c"] == got["python"], got
+    assert set(got["inputs"]) <= set(got["c"]), got
