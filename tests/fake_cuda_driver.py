@@ -21,6 +21,7 @@ run are not computed (the device never runs), so nothing here checks values.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import os
 import subprocess
@@ -50,11 +51,18 @@ class FakeFunction:
 
 
 def build(folder=None) -> str:
-    """The stand-in driver library's path, built from ``fake_libcuda.c``."""
-    out = Path(folder or tempfile.mkdtemp(prefix="fake_libcuda_")) / "libcuda.so.1"
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
-                    "-Wl,-soname,libcuda.so.1", "-o", str(out), str(HERE / "fake_libcuda.c")],
-                   check=True)
+    """The stand-in driver library's path, built from ``fake_libcuda.c`` (once per source:
+    a folder of the temporary directory named by its hash, reused)."""
+    src = HERE / "fake_libcuda.c"
+    tag = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    folder = Path(folder or Path(tempfile.gettempdir()) / f"tapescope_fake_libcuda_{os.getuid()}_{tag}")
+    out = folder / "libcuda.so.1"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"libcuda.so.1.{os.getpid()}"
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+                        "-Wl,-soname,libcuda.so.1", "-o", str(tmp), str(src)], check=True)
+        os.replace(tmp, out)  # atomic: a parallel build never loads a half-written file
     return str(out)
 
 
