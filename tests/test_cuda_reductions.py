@@ -267,3 +267,104 @@ def tapescope_clear():
     import tapescope
 
     tapescope.clear_kernel_cache()
+
+
+def test_two_pass_reductions_are_one_planned_sequence_launched_from_c(monkeypatch):
+    """A column reduction split over the grid (its splits, then their merge: MLX's
+    col_reduce_two_pass) and an ``all`` reduction (its parts, then their merge) are planned
+    at their first call as one sequence of launches (``primitive_plans.PlanSequence``);
+    later calls of those layouts are issued by the eval loop in C, every launch of the
+    sequence on the node's stream, no Python rule running, the results float64 numpy's on a
+    second stream as on the first (each stream its own scratch buffer)."""
+    from tapescope.kernels import backends as bk, kernel_call
+    from tapescope.kernels.common import reductions as plan
+
+    be = bk.backend("gpu")
+    if be.device_api is None:
+        pytest.skip("no C launch here (the CUDA driver is not loaded)")
+    from tapescope.kernels.cuda import _driver
+
+    x = np.random.default_rng(12).standard_normal((4096, 130)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    assert plan.col_splits(130, 4096) > 1  # the first axis is reduced in splits
+    a = on_gpu(x)
+    s2 = mx.new_stream(mx.gpu)
+
+    def calls():
+        return [mx.sum(a, axis=0), mx.max(a, axis=0), mx.sum(a), mx.min(a),
+                mx.sum(a, axis=0, stream=s2), mx.sum(a, stream=s2)]
+
+    def check(outs):
+        close(outs[0], x64.sum(0), n=4096)
+        close(outs[1], x64.max(0))
+        close(outs[2], x64.sum(), n=x.size)
+        close(outs[3], x64.min())
+        close(outs[4], x64.sum(0), n=4096)
+        close(outs[5], x64.sum(), n=x.size)
+
+    first = calls()
+    mx.eval(*first)
+    check(first)
+    ran_python = []
+    real_call = kernel_call.KernelRule.__call__
+
+    def python_call(self, *args, **kw):
+        ran_python.append(self.name)
+        return real_call(self, *args, **kw)
+
+    monkeypatch.setattr(kernel_call.KernelRule, "__call__", python_call)
+    for _ in range(2):
+        n0 = _driver.stats()["launches"]
+        again = calls()
+        mx.eval(*again)
+        assert ran_python == [], ran_python
+        assert _driver.stats()["launches"] - n0 == 2 * len(again)  # two launches a call
+        check(again)
+
+
+def test_an_extended_fusion_reduction_tape_is_launched_from_its_plan_in_c(monkeypatch):
+    """Extended fusion's softmax and cross-entropy (one reduction-tape kernel each): the
+    first call of a layout leaves its launch plan on the tape; later calls are launched by
+    the eval loop in C (``run_reduction`` does not run), their results float64 numpy's."""
+    import tapescope
+    from tapescope.kernels import backends as bk
+    from tapescope.kernels.cuda import fused_reduction
+
+    if bk.backend("gpu").device_api is None:
+        pytest.skip("no C launch here (the CUDA driver is not loaded)")
+
+    def softmax(v):
+        e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
+        return e / mx.sum(e, axis=-1, keepdims=True)
+
+    def xent(v, w):
+        m = mx.max(v, axis=-1, keepdims=True)
+        lse = mx.log(mx.sum(mx.exp(v - m), axis=-1, keepdims=True)) + m
+        return mx.sum(w * (lse - v), axis=-1)
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((300, 1000)).astype(np.float32)
+    t = rng.random((300, 1000)).astype(np.float32)
+    x64, t64 = x.astype(np.float64), t.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    lse = np.log(e.sum(-1, keepdims=True)) + x64.max(-1, keepdims=True)
+    old = tapescope.fusion_mode()
+    tapescope.set_fusion("extended")
+    try:
+        a, b = on_gpu(x), on_gpu(t)
+        sm, xe = mx.compile(softmax), mx.compile(xent)
+        got = [sm(a), xe(a, b)]
+        mx.eval(*got)
+        ran = []
+        real = fused_reduction.run_reduction
+        monkeypatch.setattr(fused_reduction, "run_reduction",
+                            lambda *args, **kw: ran.append(1) or real(*args, **kw))
+        for _ in range(2):
+            again = [sm(a), xe(a, b)]
+            mx.eval(*again)
+            assert ran == []
+            close(again[0], e / e.sum(-1, keepdims=True))
+            close(again[1], (t64 * (lse - x64)).sum(-1), tol=1e-4, n=1000)
+    finally:
+        tapescope.set_fusion(old)
+    close(got[0], e / e.sum(-1, keepdims=True))

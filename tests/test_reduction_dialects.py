@@ -261,14 +261,21 @@ def _strides_2d(a, red, full, name):
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 def test_fused_reduction_tapes_compile_as_cuda(tmp_path):
-    from tapescope.kernels.codegen.fused_reduce import fused_reduction_source
+    from tapescope.kernels.codegen.fused_reduce import fused_reduction_source, unit_input
 
     d = renderer("cuda")
+    vec = 0
     for i, (fname, tape) in enumerate(_fused_tapes()):
-        name = f"{tape.lib_name}_reduce_{tape.reduction.mode}"
-        cu = tmp_path / f"t{i}.cu"
-        cu.write_text(fused_reduction_source(tape, name, d))
-        r = subprocess.run([NVCC, "--ptx", str(cu), "-o", str(tmp_path / f"t{i}.ptx")],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, (fname, r.stderr[-3000:])
-        assert f".entry {name}(" in (tmp_path / f"t{i}.ptx").read_text()
+        # the strided variant, and over the last axes the one reading its row by vectors
+        for unit in {None, unit_input(tape)}:
+            name = f"{tape.lib_name}_reduce_{tape.reduction.mode}" + ("_vec" if unit else "")
+            src = fused_reduction_source(tape, name, d, unit)
+            vec += unit is not None and "float4" in src
+            cu = tmp_path / f"t{i}{unit or ''}.cu"
+            cu.write_text(src)
+            ptx = tmp_path / f"t{i}{unit or ''}.ptx"
+            r = subprocess.run([NVCC, "--ptx", str(cu), "-o", str(ptx)],
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, (fname, unit, r.stderr[-3000:])
+            assert f".entry {name}(" in ptx.read_text()
+    assert vec >= 3  # softmax, logsumexp and layernorm read their rows 16 bytes at a time

@@ -14,6 +14,11 @@ logsumexp expanded, each value's pass), then each pass becomes IR:
 Arguments follow the CPU kernel's: the non-constant inputs, the outputs, then the integers
 ``rows``, ``cols``, ``o_sr``, ``o_sc`` and ``<input>_sr`` / ``<input>_sc`` per array input
 (element strides of each input seen as rows x cols).
+
+A ``unit`` variant (over the last axes) is for calls whose input ``unit`` walks its rows
+with unit stride: each pass reads it as MLX's row kernels do (``Vec``: 16-byte loads, a
+scalar head and tail), and the passes share one register cache of the row where it fits,
+so a softmax written out reads its row from memory once, as ``mx.softmax``'s kernel does.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from .c_ops import Unsupported, _is_float
-from .loop_ir import (First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce, Store,
-                      row_threads, state_vars)
+from .loop_ir import (INDEX, First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce,
+                      Store, Vec, row_threads, state_vars)
 from .reduce_kernels import UNROLL, monoid
 from .reduction import SCHEDULE, lower
 from .tape import Tape
@@ -74,9 +79,25 @@ def _final(it, m: Monoid, st: dict, d) -> str:
     return Fmt(f"(({ct})({{0}}))", (val,)) if it.fold == "arg" else val
 
 
-def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
+VEC_SLOTS = 4  # 16-byte vectors of the row a thread keeps in registers between passes
+
+
+def unit_input(tape: Tape) -> "str | None":
+    """The input a ``unit`` variant reads 16 bytes at a time: the first array input with
+    full values (not a row value, a scalar or a constant) of a tape over the last axes."""
+    red = tape.reduction
+    if red.mode != "last":
+        return None
+    for x in tape.non_constant_inputs:
+        if not x.scalar and x.name not in red.rows:
+            return x.name
+    return None
+
+
+def fused_reduction_kernel(tape: Tape, name: str, d, unit: "str | None" = None) -> Kernel:
     """The GPU kernel of reduction tape ``tape`` in dialect ``d`` (its expressions are the
-    dialect's spellings)."""
+    dialect's spellings); ``unit``: the input (``unit_input``) whose ``_sc`` is 1 in every
+    call of this variant, read by vectors (a dialect without them reads it as before)."""
     red = tape.reduction
     items = lower(tape, d)
     by = {it.name: it for it in items}
@@ -95,6 +116,30 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
     def load(x, full: bool):
         at = f"r * {x.name}_sr + c * {x.name}_sc" if full else f"r * {x.name}_sr"
         return Fmt(d.load(x.dtype, f"{x.name}[{at}]"))
+
+    ux = next((x for x in tape.inputs if x.name == unit), None) if not first else None
+
+    def vec(elems: list, elem) -> "Vec | None":
+        """The pass's elements as ``Vec`` rows of ``unit`` (its load the vector's lane,
+        ``c`` bound to the element's index), or None where the pass does not read it."""
+        if ux is None or not any(isinstance(e, Let) and e.name == f"tmp_{ux.name}" for e in elems):
+            return None
+        rest = [e for e in elems if not (isinstance(e, Let) and e.name == f"tmp_{ux.name}")]
+        uct = d.compute_dtype(ux.dtype)
+        stores = [e for e in rest if isinstance(e, Store)]
+        store = None
+        if elem is None and len(stores) == 1:  # the row's output, 16 bytes at a time (o_sc is 1)
+            st = stores[0]
+            rest.remove(st)
+            store = (st.buf, "r * o_sr", st.dtype, st.value)
+
+        def make(value, index):
+            stmts = ([] if index == "c" else [Let("c", INDEX, index)]) + [
+                Let(f"tmp_{ux.name}", uct, value)] + rest
+            return stmts if elem is None else (stmts, elem)
+
+        return Vec(ux.name, f"r * {ux.name}_sr", ux.dtype, make, cache=f"{ux.name}_rc",
+                   slots=VEC_SLOTS, store=store)
 
     body: list = []
     done: set = set()
@@ -136,7 +181,8 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
                 elems.append(Let(f"tmp_{it.name}", ct, SCHEDULE._expr(d, it, by)))
         elems += [Store(o, "r * o_sr + c * o_sc", f"tmp_{n}", dt) for o, n, dt in stores]
         if not reds:
-            body.append(Range("c", 0, "cols", elems, "serial" if first else "threads", unroll=UNROLL))
+            body.append(Range("c", 0, "cols", elems, "serial" if first else "threads", unroll=UNROLL,
+                              vec=vec(elems, None)))
             continue
         parts = [(f"p{j}", _acc_monoid(it, by, d)) for j, it in enumerate(reds)]
         acc = product(parts)
@@ -148,7 +194,8 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
             body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
             body.append(Range("c", 0, "cols", elems + [Fold(acc, st, elem)], unroll=UNROLL))
         else:
-            body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem, unroll=UNROLL))
+            body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem, unroll=UNROLL,
+                               vec=vec(elems, elem)))
         for (pre, m), it in zip(parts, reds):
             sub = {f: st[f"{pre}_{f}"] for f, _ in m.fields}
             body.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype),
@@ -163,11 +210,11 @@ def fused_reduction_kernel(tape: Tape, name: str, d) -> Kernel:
                   groups=lambda v: min(v["rows"], 1 << 30), threads=lambda v: row_threads(v["cols"]))
 
 
-def fused_reduction_source(tape: Tape, name: str, d) -> str:
+def fused_reduction_source(tape: Tape, name: str, d, unit: "str | None" = None) -> str:
     from .lower import Lowering
 
     lw = Lowering(d)
-    text = lw.kernel(fused_reduction_kernel(tape, name, d))
+    text = lw.kernel(fused_reduction_kernel(tape, name, d, unit))
     # the ops' helper functions and math (the C-family preamble of the tape's own ops)
     probe_helpers = d.preamble(tape)[len(d.prelude):] if hasattr(d, "preamble") else ""
     return lw.preamble() + probe_helpers + text

@@ -15,7 +15,11 @@
  *   (Launch._pack) gets the inputs' and the output's device pointers; cuLaunchKernel on the
  *   mx stream's CUDA stream, inside the stream's work record (device.enter_work and
  *   leave_work at once: made holding the work lock and the GIL, nobody sees it running);
- *   the kernel cache's hit counted as Launch.call counts it. While the timeline records,
+ *   the kernel cache's hit counted as Launch.call counts it. A plan of several launches
+ *   (primitive_plans.PlanSequence: a two-pass column or all reduction) has its later
+ *   launches' records too (``then``), issued in order in the same work record; slots of
+ *   input index -1 take the plan's scratch buffer on this CUDA stream (``scratch_for``,
+ *   asked when the stream is not the last one's). While the timeline records,
  *   the backend's timing bracket (``launch_start`` / ``launch_end``) surrounds it: the same
  *   launch either way.
  * - wait: the stream writes the next value of a counter into its completion word (a word
@@ -66,6 +70,7 @@ static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c
     *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
 static int configured = 0;
 static PyObject *s_values;
+static PyObject *s_then, *s_scratch_for;
 static PyObject *s_lane, *s_dtypes, *s_order, *s_slots, *s_gen, *s_shape, *s_entry, *s_packs,
     *s_pack, *s_hits, *s_data, *s_ptr, *s_dtype, *s_C, *s_enabled, *s_acquire, *s_release;
 
@@ -136,7 +141,10 @@ static PyObject *work_of(PyObject *index) {
  * What launch reads of a plan (compiled.Launch), once, kept in its ``lane`` slot: only a
  * plan with one C-order output gets one (Launch.takes); False remembers the others. */
 #define MAX_SLOTS 64
-typedef struct {
+#define MAX_THEN 4 /* later launches of a sequence */
+#define SCRATCH -1 /* a slot's input index: the sequence's scratch buffer */
+typedef struct Record Record;
+struct Record {
     void *fn;
     unsigned grid, block;
     Py_ssize_t n_out_at, word_at, nslots, si[MAX_SLOTS], sj[MAX_SLOTS];
@@ -144,11 +152,18 @@ typedef struct {
     PyObject *npdt, *shape, *entry, *packs; /* strong references */
     unsigned long tid; /* the thread whose pack ``ptrs`` is (packs keeps it) */
     uint64_t **ptrs;
-} Record;
+    Py_ssize_t nthen;         /* a sequence's later launches (PlanSequence.then) */
+    Record *then[MAX_THEN];   /* their records (each kept by its plan's lane) */
+    PyObject *then_plans;     /* strong: the tuple of those plans */
+    int scratch;              /* some launch's slot takes the scratch buffer */
+    void *scratch_st;         /* the CUDA stream the scratch pointer is for */
+    uint64_t scratch_ptr;
+};
 #define RECORD_NAME "tapescope.kernels.cuda._driver.Record"
 
 static void record_release(Record *r) {
     Py_XDECREF(r->npdt); Py_XDECREF(r->shape); Py_XDECREF(r->entry); Py_XDECREF(r->packs);
+    Py_XDECREF(r->then_plans);
     PyMem_Free(r);
 }
 
@@ -198,7 +213,8 @@ static Record *plan_record(PyObject *ln) {
             PyObject *ij = PyTuple_GET_ITEM(slots, k);
             r->si[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 0));
             r->sj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(ij, 1));
-            err = PyErr_Occurred() != NULL || r->si[k] < 0;
+            err = PyErr_Occurred() != NULL || r->si[k] < SCRATCH;
+            r->scratch |= r->si[k] == SCRATCH;
         }
         r->nvalues = err ? 0 : PyTuple_GET_SIZE(values);
         for (Py_ssize_t k = 0; k < r->nvalues && !err; k++) { /* (input, word, itemsize) */
@@ -217,6 +233,21 @@ static Record *plan_record(PyObject *ln) {
                         as_long(ln, "block", &v) < 0 || (r->block = (unsigned)v, 0) ||
                         as_long(ln, "n_out_at", &v) < 0 || (r->n_out_at = (Py_ssize_t)v, 0) ||
                         as_long(ln, "word_at", &v) < 0 || (r->word_at = (Py_ssize_t)v, 0);
+        PyObject *then = err ? NULL : PyObject_GetAttr(ln, s_then);
+        if (then == NULL && !err) { /* a single launch's plan: no ``then`` */
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+            else err = 1;
+        } else if (then != NULL && then != Py_None) {
+            plain = PyTuple_Check(then) && PyTuple_GET_SIZE(then) <= MAX_THEN;
+            for (Py_ssize_t k = 0; plain && !err && k < PyTuple_GET_SIZE(then); k++) {
+                Record *q = plan_record(PyTuple_GET_ITEM(then, k));
+                if (q == NULL) { err = PyErr_Occurred() != NULL; plain = 0; break; }
+                r->then[k] = q;
+                r->scratch |= q->scratch;
+            }
+            if (plain && !err) r->nthen = PyTuple_GET_SIZE(then), r->then_plans = Py_NewRef(then);
+        }
+        Py_XDECREF(then);
     }
     Py_XDECREF(dtypes); Py_XDECREF(order); Py_XDECREF(slots); Py_XDECREF(values);
     PyObject *kept;
@@ -305,40 +336,66 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
     void *st = stream_ptr(index);
     PyObject *w = st ? work_of(index) : NULL;
     if (w == NULL) return PyErr_Occurred() ? -1 : 0;
-    uint64_t **ptrs = thread_pack(ln, r);
-    if (ptrs == NULL) return -1;
-    uint64_t *vals = ptrs[0]; /* argument 0 starts at word 0: the words' start */
-    for (Py_ssize_t k = 0; k < r->nslots; k++) {
-        Py_ssize_t i = r->si[k];
-        if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch slot past the inputs"); return -1; }
-        vals[r->sj[k]] = device_ptr(ins[i]);
-        if (PyErr_Occurred()) return -1;
+    uint64_t scratch = 0;
+    if (r->scratch) { /* the sequence's scratch buffer on this stream */
+        if (r->scratch_st != st || r->scratch_ptr == 0) {
+            PyObject *sp = PyLong_FromVoidPtr(st);
+            PyObject *p = sp ? PyObject_CallMethodOneArg(ln, s_scratch_for, sp) : NULL;
+            Py_XDECREF(sp);
+            if (p == NULL) return -1;
+            r->scratch_ptr = (uint64_t)PyLong_AsUnsignedLongLong(p);
+            Py_DECREF(p);
+            if (PyErr_Occurred()) { r->scratch_ptr = 0; return -1; }
+            r->scratch_st = st;
+        }
+        scratch = r->scratch_ptr;
     }
-    for (Py_ssize_t k = 0; k < r->nvalues; k++) { /* a host scalar's bits (its first element) */
-        Py_ssize_t i = r->vi[k];
-        if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch value past the inputs"); return -1; }
-        Py_buffer v;
-        if (PyObject_GetBuffer(ins[i], &v, PyBUF_STRIDES) < 0) { PyErr_Clear(); return 0; }
-        uint64_t bits = 0;
-        if (v.len > 0 && v.itemsize == r->vsize[k]) memcpy(&bits, v.buf, (size_t)r->vsize[k]);
-        int ok = v.len > 0 && v.itemsize == r->vsize[k];
-        PyBuffer_Release(&v);
-        if (!ok) return 0; /* not the plan's scalar: launch_fused */
-        vals[r->vj[k]] = bits;
-    }
-    vals[r->n_out_at] = device_ptr(out);
+    uint64_t outp = device_ptr(out);
     if (PyErr_Occurred()) return -1;
-    vals[r->word_at] = vals[r->word_at + 1] = 0; /* the kernel writes no completion word */
+    Record *recs[1 + MAX_THEN];
+    uint64_t **packs[1 + MAX_THEN];
+    Py_ssize_t nrec = 1 + r->nthen;
+    for (Py_ssize_t q = 0; q < nrec; q++) { /* every launch's arguments, before any runs */
+        Record *s = recs[q] = q == 0 ? r : r->then[q - 1];
+        uint64_t **ptrs = packs[q] = thread_pack(q == 0 ? ln : PyTuple_GET_ITEM(r->then_plans, q - 1), s);
+        if (ptrs == NULL) return -1;
+        uint64_t *vals = ptrs[0]; /* argument 0 starts at word 0: the words' start */
+        for (Py_ssize_t k = 0; k < s->nslots; k++) {
+            Py_ssize_t i = s->si[k];
+            if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch slot past the inputs"); return -1; }
+            vals[s->sj[k]] = i == SCRATCH ? scratch : device_ptr(ins[i]);
+            if (PyErr_Occurred()) return -1;
+        }
+        for (Py_ssize_t k = 0; k < s->nvalues; k++) { /* a host scalar's bits (its first element) */
+            Py_ssize_t i = s->vi[k];
+            if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch value past the inputs"); return -1; }
+            Py_buffer v;
+            if (PyObject_GetBuffer(ins[i], &v, PyBUF_STRIDES) < 0) { PyErr_Clear(); return 0; }
+            uint64_t bits = 0;
+            if (v.len > 0 && v.itemsize == s->vsize[k]) memcpy(&bits, v.buf, (size_t)s->vsize[k]);
+            int ok = v.len > 0 && v.itemsize == s->vsize[k];
+            PyBuffer_Release(&v);
+            if (!ok) return 0; /* not the plan's scalar: launch_fused */
+            vals[s->vj[k]] = bits;
+        }
+        if (s->n_out_at >= 0) vals[s->n_out_at] = outp; /* (-1: writes only the scratch) */
+        vals[s->word_at] = vals[s->word_at + 1] = 0; /* the kernel writes no completion word */
+    }
     int rec = recording();
     PyObject *ev0 = NULL;
     if (rec && (ev0 = PyObject_CallOneArg(c_launch_start, index)) == NULL) return -1;
     if (lock(c_work_lock) < 0) { Py_XDECREF(ev0); return -1; }
-    int lrc = cu_launch(r->fn, r->grid, 1, 1, r->block, 1, 1, 0, st, (void **)ptrs, NULL);
-    int ok = lrc == 0;
-    if (ok) ok = PySet_Add(c_unfinished, index) == 0 && bump(w, 0, +1) == 0;
-    else cuda_error("cuLaunchKernel", lrc);
+    int ok = 1;
+    Py_ssize_t done = 0;
+    for (; ok && done < nrec; done++) {
+        Record *s = recs[done];
+        int lrc = cu_launch(s->fn, s->grid, 1, 1, s->block, 1, 1, 0, st, (void **)packs[done], NULL);
+        ok = lrc == 0;
+        if (ok) ok = PySet_Add(c_unfinished, index) == 0 && bump(w, 0, +1) == 0;
+        else cuda_error("cuLaunchKernel", lrc);
+    }
     unlock(c_work_lock);
-    if (ok) { launches++; ok = hit(r->entry) == 0; }
+    for (Py_ssize_t q = 0; ok && q < nrec; q++) { launches++; ok = hit(recs[q]->entry) == 0; }
     if (ok && ev0 != NULL) {
         PyObject *insl = PyList_New(n);
         for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
@@ -505,7 +562,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_driver",
 
 PyMODINIT_FUNC PyInit__driver(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
-    I(s_values, "values") I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
+    I(s_values, "values") I(s_then, "then") I(s_scratch_for, "scratch_for") I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
     I(s_gen, "gen") I(s_shape, "shape") I(s_entry, "entry") I(s_packs, "packs")
     I(s_pack, "_pack") I(s_hits, "hits") I(s_data, "data") I(s_ptr, "ptr") I(s_dtype, "dtype")
     I(s_C, "C") I(s_enabled, "enabled") I(s_acquire, "acquire") I(s_release, "release")

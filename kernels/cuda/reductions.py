@@ -4,7 +4,9 @@ shuffles and shared memory, a thread per kept element for columns, online softma
 compiled by NVRTC through the fused kernels' cache (``compiled.get_kernel``: memory, disk,
 ``kernel_cache()``), launched on the current CUDA stream (the node's, inside its device
 context). The layout picks the kernel as on the CPU (``kernels/common/reductions.py``);
-``all`` is two launches (parts, then the row kernel over them), as MLX's ``all_reduce``.
+``all`` is two launches (parts, then the row kernel over them), as MLX's ``all_reduce``,
+and so is a column reduction whose reduced run is split over the grid (the splits, then
+their merge): both planned as one ``PlanSequence`` the eval loop issues from C.
 
 A call no kernel takes, or one whose kernel NVRTC cannot build, runs the primitive's CuPy
 rule, recorded on the timeline as a ``kernel_fallback`` with the reason.
@@ -24,7 +26,7 @@ from .. import kernel_registry
 from ..primitives import REGISTRY
 from ..kernel_call import KernelRule
 from . import compiled
-from .primitive_plans import fits, plan_of
+from .primitive_plans import fits, plan_of, sequence_of
 
 _arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
 
@@ -170,16 +172,18 @@ def _rule(prim_name: str) -> Callable:
 
 def _plan(prim_name: str) -> Callable:
     """A call's ``KernelPlan`` (``primitive_plans.py``): one launch over the input as it
-    lies, or None (the rule runs: ``all``'s two launches, split columns, a copy first)."""
+    lies, or the ``PlanSequence`` of ``all``'s two launches and of split columns', or None
+    (the rule runs: a copy first, no kernel)."""
     def plan_call(a, **kw):
         if a.size == 0:
             return None
         call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
-        if isinstance(call, str) or call.copy or plan.gpu_part_size(call):
+        if isinstance(call, str) or call.copy:
             return None
         launches = plan.gpu_launches(call)
         if len(launches) != 1:
-            return None
+            return sequence_of(launches, prim_name, call.out_shape, call.out_dtype,
+                               plan.gpu_part_size(call), call.part_dtype)
         spec, ints, _, _ = launches[0]
         consts = {k: cupy.asarray(v) for k, v in call.arrays.items()} if call.arrays else {}
         return plan_of(spec, ints, prim_name, {"x": 0}, consts, call.out_shape, call.out_dtype)

@@ -120,7 +120,38 @@ def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
     return d
 
 
+_monoids: dict = {}  # primitive name -> its monoid (the definition's, asked once)
+
+
+def _reduce_axis(name: str, a: array, ax: int, shape: tuple, keepdims: bool, stream) -> array:
+    """``_reduce`` of one axis ``ax`` (in range, longer than 1) of an array: the same nodes
+    with none of the general case's steps (axes lists, their checks, a no-op test)."""
+    s = resolve_stream(stream)
+    monoid = _monoids.get(name)
+    if monoid is None:
+        monoid = _monoids[name] = REGISTRY[name].monoid
+    d = a._d.dtype
+    x = a
+    if monoid in ("sum", "prod"):
+        out_dtype = _sum_dtype(d)
+        if out_dtype is not d and d is not _dt.bool_:
+            x = cast(a, out_dtype, s)
+    else:
+        out_dtype = _dt.bool_ if monoid in ("and", "or") else d
+    out = array._make1(shape[:ax] + (1,) + shape[ax + 1:], out_dtype,
+                       Primitive(name, s, axes=(ax,)), [x])
+    if keepdims:
+        return out
+    kept = shape[:ax] + shape[ax + 1:]
+    return array._make1(kept, out_dtype, Primitive("Squeeze", s, shape=kept, axes=(ax,)), [out])
+
+
 def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+    if a.__class__ is array and axis.__class__ is int:  # the common case: one axis
+        shape = a._d.shape
+        ax = axis + len(shape) if axis < 0 else axis
+        if 0 <= ax < len(shape) and shape[ax] > 1:
+            return _reduce_axis(name, a, ax, shape, keepdims, stream)
     if a.__class__ is not array:  # (the signature formatted only for the error)
         require_array(fname, _SIG.format(fname), a)
     axes, kept, noop = reduce_shape(a, axes_list(fname, a, axis))

@@ -1,0 +1,138 @@
+"""The host side of one small GPU call, measured without a GPU: the CUDA backend over
+``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels that load without NVRTC,
+a stand-in libcuda whose launches run nothing), so each call costs exactly its host work:
+recording, the eval loop, plans, the C launch or the rules' Python launches, the wait.
+
+Per op (4096 x 128 float32 unless ``--shape``; the ops of ``.mlxcuda/redprof.py`` and the
+extended-fusion rows of ``benchmarks/reductions.py``): Python function calls per call
+(cProfile), launches per call from C (cuLaunchKernel) and from Python, the eval loop's
+dispatch paths, and with ``--callgrind`` the instructions per call (run it under
+``valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no``: the stand-in
+driver's ``fake_measured`` instruments and dumps ``--calls`` calls of each op alone, one
+file each; ``callgrind_totals`` below reads them).
+
+    TAPESCOPE_CUDA=1 python benchmarks/cuda_host_cost.py [ops...] [--calls 200] [--callgrind]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import glob
+import os
+import pstats
+import re
+import sys
+
+os.environ["TAPESCOPE_CUDA"] = "1"
+os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import fake_cupy  # noqa: E402
+
+fake_cupy.install()
+import fake_cuda_driver  # noqa: E402
+
+fake_cuda_driver.install()
+
+import numpy as np  # noqa: E402
+
+
+def ops(mx, x, y, t):
+    def softmax(v):
+        e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
+        return e / mx.sum(e, axis=-1, keepdims=True)
+
+    def xent(v, w):
+        m = mx.max(v, axis=-1, keepdims=True)
+        lse = mx.log(mx.sum(mx.exp(v - m), axis=-1, keepdims=True)) + m
+        return mx.sum(w * (lse - v), axis=-1)
+
+    sm, xe = mx.compile(softmax), mx.compile(xent)
+    return {
+        "add16": lambda: y + y,
+        "sum_last": lambda: mx.sum(x, axis=-1),
+        "sum_last_keep": lambda: mx.sum(x, axis=-1, keepdims=True),
+        "max_last": lambda: mx.max(x, axis=-1),
+        "argmax_last": lambda: mx.argmax(x, axis=-1),
+        "sum_first": lambda: mx.sum(x, axis=0),
+        "sum_all": lambda: mx.sum(x),
+        "logsumexp": lambda: mx.logsumexp(x, axis=-1),
+        "softmax": lambda: mx.softmax(x, axis=-1),
+        "softmax_written": lambda: sm(x),
+        "xent_written": lambda: xe(x, t),
+    }
+
+
+def callgrind_totals(pattern: str = "callgrind.out.*") -> list:
+    """(dump file, instructions) of each callgrind dump, in order."""
+    out = []
+    for f in sorted(glob.glob(pattern), key=lambda p: (len(p), p)):
+        with open(f) as fh:
+            text = fh.read()
+        m = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+        if m:
+            out.append((f, int(m.group(1))))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ops", nargs="*")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--shape", default="4096,128")
+    ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
+    args = ap.parse_args(argv)
+    import tapescope
+    import tapescope.core as mx
+    from tapescope.core import evaluate as ev
+
+    mx.set_default_device(mx.gpu)
+    rows, cols = (int(v) for v in args.shape.split(","))
+    rng = np.random.default_rng(0)
+    x = mx.add(mx.array(rng.standard_normal((rows, cols)).astype(np.float32)), 0)
+    t = mx.add(mx.array(np.full((rows, cols), 1.0 / cols, np.float32)), 0)
+    y = mx.add(mx.array(rng.standard_normal(16).astype(np.float32)), 0)
+    mx.eval(x, y, t)
+    tapescope.set_fusion("extended")
+    fns = ops(mx, x, y, t)
+    names = args.ops or list(fns)
+    measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
+    n = args.calls
+    for op in names:
+        f = fns[op]
+        for _ in range(20):
+            mx.eval(f())
+        ev.reset_dispatch_counts()
+        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        mx.eval(f())
+        paths = {k: v for k, v in ev.dispatch_counts().items() if v}
+        c_l, p_l = fake_cuda_driver.launches() - c0, fake_cuda_driver.PY_LAUNCHES[0] - p0
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(n):
+            mx.eval(f())
+        pr.disable()
+        st = pstats.Stats(pr)
+        print(f"{op:16s} python calls/call {st.total_calls / n:7.1f}  launches/call C {c_l}"
+              f" Python {p_l}  paths {paths}", flush=True)
+        if args.profile:
+            st.sort_stats("tottime").print_stats(args.profile)
+        if measured is not None:
+            def body():
+                for _ in range(n):
+                    mx.eval(f())
+
+            cb = ctypes.CFUNCTYPE(None)(body)
+            measured(cb)
+    if args.callgrind:
+        for (fname, ir), op in zip(callgrind_totals(), names):
+            print(f"{op:16s} instructions/call {ir / n:10.0f}   ({fname})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The CUDA backend's kernel path over ``tests/fake_cupy.py``, with no GPU and no NVRTC:
+kernels "load" without being compiled and launches run nothing, so what is left is the
+host side of every call exactly as on a GPU (plans, the eval loop's C launch through
+``cuda/_driver.c``, the rules' Python launches). For host-cost measurements (cProfile call
+counts, callgrind instructions per call) and launch counts per op; the results of such a
+run are not computed (the device never runs), so nothing here checks values.
+
+``install()`` after ``fake_cupy.install()`` and before tapescope asks for a GPU:
+
+- a stand-in ``libcuda.so.1`` (``tests/fake_libcuda.c``, built here with ``cc``) is loaded
+  globally, so ``_driver.configure`` finds cuLaunchKernel / cuStreamQuery as it finds the
+  driver CuPy loads, and counts each launch (``launches()``, ``launch(k)``);
+- the stand-in arrays get device pointers (``x.data.ptr``: their host address) and the
+  stand-in streams a ``ptr``;
+- ``compiled.get_kernel`` gives a kernel entry whose function is a ``FakeFunction`` (a
+  ``ptr`` the C launch passes; callable as CuPy's ``RawKernel`` for the Python launches,
+  counted in ``PY_LAUNCHES``), its source rendered as NVRTC would get it;
+- ``cupy.cuda.driver.launchKernel`` (``PackedLaunch.call``'s Python launch) is counted too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import os
+import subprocess
+import tempfile
+import types
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PY_LAUNCHES = [0]  # launches made from Python (a RawKernel call or driver.launchKernel)
+PY_CALLS: list = []  # the last RawKernel calls' (kernel pointer, grid, block, arguments)
+_lib: list = [None]
+
+
+class FakeFunction:
+    """A loaded kernel: ``ptr`` (its CUfunction), callable as a RawKernel."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, name: str) -> None:
+        self.name, self.ptr, self.calls = name, 0x10000 * next(self._ids), 0
+
+    def __call__(self, grid, block, args, **kw) -> None:
+        self.calls += 1
+        PY_CALLS.append((self.ptr, grid, block, args))
+        del PY_CALLS[:-64]
+        PY_LAUNCHES[0] += 1
+
+
+def build(folder=None) -> str:
+    """The stand-in driver library's path, built from ``fake_libcuda.c`` (once per source:
+    a folder of the temporary directory named by its hash, reused)."""
+    src = HERE / "fake_libcuda.c"
+    tag = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    folder = Path(folder or Path(tempfile.gettempdir()) / f"tapescope_fake_libcuda_{os.getuid()}_{tag}")
+    out = folder / "libcuda.so.1"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"libcuda.so.1.{os.getpid()}"
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+                        "-Wl,-soname,libcuda.so.1", "-o", str(tmp), str(src)], check=True)
+        os.replace(tmp, out)  # atomic: a parallel build never loads a half-written file
+    return str(out)
+
+
+def _get_kernel(name, variant, source_fn, key, tape=None):
+    from tapescope.kernels import kernel_registry
+
+    ckey = "cuda:" + key
+    e = kernel_registry._kernels.get(ckey)
+    if e is None or e.fn is None:
+        e = kernel_registry.KernelEntry(name, "cuda", variant, source_fn(), tape=tape)
+        e.fn, e.origin = FakeFunction(name), "fake"
+        e.misses += 1
+        with kernel_registry._lock:
+            kernel_registry._kernels[ckey] = e
+    e.hits += 1
+    return e
+
+
+def _py_launch(*args) -> None:
+    PY_LAUNCHES[0] += 1
+
+
+def install() -> None:
+    import cupy
+
+    assert getattr(cupy, "__fake__", False), "fake_cupy.install() first"
+    if _lib[0] is None:
+        lib = ctypes.CDLL(build(), mode=ctypes.RTLD_GLOBAL)
+        lib.fake_launches.restype = ctypes.c_longlong
+        lib.fake_launch.argtypes = [ctypes.c_longlong] + [ctypes.c_void_p] * 4
+        _lib[0] = lib
+    # CuPy's MemoryPointer as far as the launches read it (``ptr``): one Python frame, as
+    # few as the measurement can have (CuPy's own is a C property)
+    cupy.ndarray.data = property(lambda self: types.SimpleNamespace(ptr=self.__array_interface__["data"][0]))
+    cupy.Stream.ptr = property(lambda self: id(self))
+    cupy.cuda.driver = types.SimpleNamespace(launchKernel=_py_launch)
+    cupy.cuda.runtime.getDevice = lambda: 0  # (a thread's first call makes the context current)
+    from tapescope.kernels.cuda import compiled
+
+    compiled.get_kernel = _get_kernel
+    compiled.toolchain_ident = lambda: "fake"
+
+
+def launches() -> int:
+    """Launches the C path made (cuLaunchKernel calls) so far."""
+    return int(_lib[0].fake_launches())
+
+
+def launch(k: int) -> tuple:
+    """The k-th C launch's (kernel pointer, grid, block, stream pointer)."""
+    fn, st = ctypes.c_void_p(), ctypes.c_void_p()
+    grid, block = ctypes.c_uint(), ctypes.c_uint()
+    if _lib[0].fake_launch(k, ctypes.byref(fn), ctypes.byref(grid), ctypes.byref(block),
+                           ctypes.byref(st)) != 0:
+        raise IndexError(k)
+    return fn.value, grid.value, block.value, st.value
