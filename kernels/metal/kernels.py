@@ -31,7 +31,7 @@ from ..codegen.layout import is_col_contiguous, is_row_contiguous
 from ..codegen.render import renderer
 from ..codegen.tape import Tape, TapeInput, TapeOp
 from ..codegen.layout import plan
-from ..primitives import ASTYPE, REGISTRY
+from ..primitives import ASTYPE, REGISTRY, UNARY
 
 # MLX's Metal type names in kernel names (mlx/backend/metal/utils.h type_to_name)
 TYPE_NAMES = {np.dtype(np.bool_): "bool_", np.dtype(np.uint8): "uint8",
@@ -174,7 +174,7 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype, scalars: Sequenc
     tn = [TYPE_NAMES[d] for d in in_dtypes]
     if cast:
         stem = f"copy{tn[0]}{TYPE_NAMES[out_dtype]}"
-    elif defn.family == "unary":
+    elif defn.family == UNARY:
         stem = f"{prim}{tn[0]}{TYPE_NAMES[out_dtype]}"
     else:  # binary and ternary kernels are named by the (last) input type, as MLX's
         stem = f"{prim}{tn[-1]}"
