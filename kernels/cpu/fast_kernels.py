@@ -28,11 +28,12 @@ from typing import Callable
 import numpy as np
 
 from .. import timeline
+from ..fallback import run_rule
 from ..common import attention
 from ..common import norms as plan
 from ..kernel_call import KernelRule, kernel_call, takes_out
 from ..common.reductions import THREADS, arguments
-from ..primitives import REGISTRY, by_kernel
+from ..primitives import by_kernel
 from ..rules.fast import inv_freqs
 from . import compiler
 from .primitive_kernels import _entry
@@ -42,14 +43,7 @@ CPU_VJP_GROUPS = 4 * THREADS  # the VJP's row groups on the CPU: a few per core,
 
 
 def _fallback(prim_name: str, why: str, xp, ins, kw, out=None, variant: str = ""):
-    t0 = timeline.now() if timeline.enabled else 0
-    rule = REGISTRY[prim_name].rule
-    res = rule(xp, *ins, **kw) if out is None else rule(xp, *ins, out=out, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "variant": variant,
-                             "primitive": prim_name})
-    return res
+    return run_rule(prim_name, why, xp, ins, kw, out, variant=variant)
 
 
 def _run(spec, prim_name: str, bufs: dict, ints: dict, size: int) -> None:

@@ -22,6 +22,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import timeline
+from ..fallback import run_rule
 from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
 from ..kernel_call import KernelRule, kernel_call
@@ -58,13 +59,7 @@ def _entry(spec):
 
 
 def _fallback(prim_name: str, name: str, variant: str, why: str, xp, a, kw, out=None):
-    t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "variant": variant,
-                             "primitive": prim_name})
-    return out
+    return run_rule(prim_name, why, xp, (a,), kw, out, name=name, variant=variant)
 
 
 def _into(out, call, a) -> Optional[np.ndarray]:

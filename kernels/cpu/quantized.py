@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from .. import timeline
+from ..fallback import run_rule
 from ..codegen.c_ops import Unsupported
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
 from ..primitives import REGISTRY, by_kernel
@@ -125,13 +126,7 @@ def _spec(o: _Operands, form: str) -> QuantSpec:
     return QuantSpec(form, "affine" if o.mode == "affine" else "table", o.bits, o.scale)
 
 
-def _fallback(prim_name: str, why: str, xp, args, kw):
-    t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, *args, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "primitive": prim_name})
-    return out
+_fallback = run_rule  # (prim_name, why, xp, args, kw): the definition's rule, recorded
 
 
 def _record(spec: QuantSpec, prim_name: str, t0: int) -> None:
