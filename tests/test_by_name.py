@@ -186,16 +186,21 @@ def by_name(root: Path = ROOT) -> dict:
     return found
 
 
-def test_no_primitive_is_asked_by_its_name_string():
-    assert by_name() == {}
-
-
-def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
+def _copy_tree(tmp_path: Path) -> None:
+    """The package's source under ``tmp_path``, to plant questions in."""
     for folder in FOLDERS:
         for path in (ROOT / folder).rglob("*.py"):
             dest = tmp_path / path.relative_to(ROOT)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(path.read_text())
+
+
+def test_no_primitive_is_asked_by_its_name_string():
+    assert by_name() == {}
+
+
+def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
+    _copy_tree(tmp_path)
     before = {rel: len(f) for rel, f in by_name(tmp_path).items()}
     target = tmp_path / "viz" / "theme.py"
     target.write_text(target.read_text() + (
@@ -224,11 +229,7 @@ def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
 
 
 def test_codegen_and_the_rule_tables_are_covered(tmp_path):
-    for folder in FOLDERS:
-        for path in (ROOT / folder).rglob("*.py"):
-            dest = tmp_path / path.relative_to(ROOT)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(path.read_text())
+    _copy_tree(tmp_path)
     assert by_name(tmp_path) == {}
     codegen = tmp_path / "kernels" / "codegen" / "lower.py"
     codegen.write_text(codegen.read_text() + '\n\ndef _planted(op):\n    return op.primitive in {"Sum": 0}\n')
@@ -260,11 +261,7 @@ def test_every_form_of_the_question_is_reported(tmp_path):
     alternatives and class patterns, a tuple naming a primitive among other strings,
     ``dict(Exp=...)``, a rule table's own hand list asked with ``in``, a hand list inside a
     rule module's function, and a table the definitions keep, imported and asked."""
-    for folder in FOLDERS:
-        for path in (ROOT / folder).rglob("*.py"):
-            dest = tmp_path / path.relative_to(ROOT)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(path.read_text())
+    _copy_tree(tmp_path)
     assert by_name(tmp_path) == {}
     rules = tmp_path / "kernels" / "rules" / "sort.py"  # the definitions: a table of theirs
     rules.write_text(rules.read_text() + '\n\nPLANTED_SORTS = ("Sort", "Partition")\n')
