@@ -22,7 +22,6 @@ a fallback, RoPE's ``freqs``, an offset that is not int32) runs the rule below i
 
 from __future__ import annotations
 
-import ctypes
 from typing import Callable
 
 import numpy as np
@@ -36,7 +35,7 @@ from ..common.reductions import THREADS, arguments
 from ..primitives import by_kernel
 from ..rules.fast import inv_freqs
 from . import compiler
-from .primitive_kernels import _entry
+from .primitive_kernels import _entry, call_recorded
 
 _SMALL = 1 << 15  # elements below which the kernel runs holding the GIL (no release cost)
 CPU_VJP_GROUPS = 4 * THREADS  # the VJP's row groups on the CPU: a few per core, few partials
@@ -47,17 +46,8 @@ def _fallback(prim_name: str, why: str, xp, ins, kw, out=None, variant: str = ""
 
 
 def _run(spec, prim_name: str, bufs: dict, ints: dict, size: int) -> None:
-    entry = _entry(spec)
     ptrs = arguments(spec.kernel_params(), {k: v.ctypes.data for k, v in bufs.items()}, ints, {})
-    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    fn = entry.fast_fn(gil=size < _SMALL)
-    t0 = timeline.now() if timeline.enabled else 0
-    fn(argv)
-    if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="cpu",
-                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
-                             "tier": "kernel"})
-    entry.hits += 1
+    call_recorded(_entry(spec), spec, prim_name, ptrs, size < _SMALL)
 
 
 def _built(spec):

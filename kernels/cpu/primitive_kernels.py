@@ -91,8 +91,17 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
         bufs["part"] = part.ctypes.data
     ptrs = plan.arguments(spec.kernel_params(), bufs, call.ints,
                           {k: v.ctypes.data for k, v in call.arrays.items()})
+    call_recorded(entry, spec, prim_name, ptrs, a.size < _SMALL)
+    del part
+    return out
+
+
+def call_recorded(entry, spec, prim_name: str, ptrs: list, gil: bool) -> None:
+    """Call the loaded kernel ``entry`` of ``spec`` on its argument pointers (holding the GIL
+    where ``gil``: a small call, no release cost), recorded as a ``kernel_launch`` of
+    ``prim_name`` while the timeline records."""
     argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    fn = entry.fast_fn(gil=a.size < _SMALL)
+    fn = entry.fast_fn(gil=gil)
     t0 = timeline.now() if timeline.enabled else 0
     fn(argv)
     if t0:
@@ -100,8 +109,6 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
                      detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
                              "tier": "kernel"})
     entry.hits += 1
-    del part
-    return out
 
 
 def _rule(prim_name: str) -> Callable:
