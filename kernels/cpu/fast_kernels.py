@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 
 from .. import timeline
-from ..fallback import run_rule
 from ..common import attention
 from ..common import norms as plan
+from ..fallback import run_rule
 from ..kernel_call import KernelRule, kernel_call, takes_out
 from ..common.reductions import THREADS, arguments
 from ..primitives import by_kernel

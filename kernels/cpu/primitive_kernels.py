@@ -22,9 +22,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import timeline
-from ..fallback import run_rule
 from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
+from ..fallback import run_rule
 from ..kernel_call import KernelRule, kernel_call
 from ..primitives import REGISTRY
 from . import compiler

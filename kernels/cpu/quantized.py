@@ -21,9 +21,10 @@ from typing import Optional
 import numpy as np
 
 from .. import timeline
-from ..fallback import run_rule
 from ..codegen.c_ops import Unsupported
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
+from ..common.strides import batch_offsets as _batch_offsets
+from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode
 from . import compiler
@@ -75,16 +76,6 @@ def _matrix_rows(a: np.ndarray) -> np.ndarray:
     if a.ndim >= 2 and a.shape[-2] > 1 and a.strides[-2] != a.shape[-1] * isz:
         return np.ascontiguousarray(a)
     return a
-
-
-def _batch_offsets(a: np.ndarray, unit: int) -> np.ndarray:
-    """The offset (in ``unit`` bytes) of each matrix of ``a``'s batch, flattened in order."""
-    offs = np.zeros(a.shape[:-2], np.int64)
-    for d, (n, st) in enumerate(zip(a.shape[:-2], a.strides[:-2])):
-        shape = [1] * (a.ndim - 2)
-        shape[d] = n
-        offs = offs + (np.arange(n, dtype=np.int64) * (st // unit)).reshape(shape)
-    return offs.reshape(-1)
 
 
 class _Operands:

@@ -18,8 +18,8 @@ import ctypes
 import numpy as np
 
 from .. import timeline
-from ..fallback import run_rule
 from ..codegen.render import LIBMVEC_2_35
+from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
 from . import compiler
 
