@@ -64,3 +64,26 @@ def test_bfloat16_products_accumulate_in_float32_with_tf32_on():
     with settings(tf32=True):
         err = _relative_error(mx.bfloat16)
     assert err < 1e-2, err  # one bfloat16 rounding of the result, no TF32 rounding of inputs
+
+
+@needs_gpu
+def test_attention_prefill_follows_the_switch():
+    """The prefill's two cuBLAS GEMMs (kernels/cuda/attention.py) in TF32 under the switch,
+    as MLX's fallback matmuls: full float32 when off, TF32's error when on."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 4, 64, 128)).astype(np.float32) for _ in range(3))
+    s = np.einsum("bhld,bhkd->bhlk", q.astype(np.float64), k.astype(np.float64)) * 128 ** -0.5
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bhlk,bhkd->bhld", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+
+    def err():
+        qa, ka, va = (mx.array(a) for a in (q, k, v))
+        got = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=128 ** -0.5, stream=mx.gpu)
+        return float(np.abs(np.asarray(got).astype(np.float64) - want).max() / np.abs(want).max())
+
+    with settings(tf32=False):
+        full = err()
+    with settings(tf32=True):
+        tf32 = err()
+    assert full < 2e-5, full
+    assert 1e-4 < tf32 < 2e-2, tf32

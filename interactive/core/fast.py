@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 from . import dtypes as _dt
 from .array import array
-from .device import BadArgs, StreamContext, StreamOrDevice, binding, resolve_stream
+from .device import BadArgs, DeviceType, StreamContext, StreamOrDevice, binding, resolve_stream
 from .primitive import Primitive
 from .fast_cuda import cuda_kernel, precompiled_cuda_kernel  # noqa: F401 - mx.fast.cuda_kernel
 from .fast_metal import metal_kernel  # noqa: F401 - mx.fast.metal_kernel
@@ -126,7 +126,7 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     if freqs is None and base is None:
         raise ValueError("[rope] Neither base nor freqs has a value.")
     s = resolve_stream(stream)
-    off = offset if isinstance(offset, array) else array(offset, _dt.int32)
+    off = offset if isinstance(offset, array) else _int_offset(offset, s)
     _check_rope(a, dims, off, freqs)
     if off.dtype.size != 4:
         off = _mx().astype(off, _dt.int32, stream=s)
@@ -134,6 +134,35 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
     return _record_rope(inputs, s, dims=int(dims), traditional=bool(traditional),
                        base=float(base) if base is not None else 1.0, scale=float(scale),
                        forward=True)
+
+
+_OFFSETS: dict = {}  # (stream, offset, backend) -> RoPE's int32 offset on that GPU stream
+
+
+def _int_offset(offset: int, s) -> array:
+    """A Python int offset as RoPE's int32 input: on a device stream one element in the
+    device's memory, kept per (stream, value, backend), so the call's kernel is launched from
+    its plan with no upload (MLX's scalar reaches its CUDA kernel through unified memory);
+    the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    import numpy as np
+
+    from tapescope.kernels.backends import stream_backend
+
+    if s.device.type != DeviceType.gpu:
+        return array(offset, _dt.int32)
+    try:
+        be = stream_backend(s)
+    except Exception:  # noqa: BLE001 - no device backend: the eval says so, as before
+        return array(offset, _dt.int32)
+    if be.array_type is np.ndarray:
+        return array(offset, _dt.int32)
+    key = (s, int(offset), be)
+    got = _OFFSETS.get(key)
+    if got is None:
+        if len(_OFFSETS) >= 1024:  # a decoding loop's growing offsets: a bounded few
+            _OFFSETS.clear()
+        got = _OFFSETS[key] = array._from_data(np.array([offset], np.int32), _dt.int32, s)
+    return got
 
 
 def _record_rope(inputs: list, s, **params) -> array:

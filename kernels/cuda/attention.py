@@ -7,12 +7,22 @@ backend runs ``kernel_sdpav_1pass`` (mlx/backend/cuda/scaled_dot_product_attenti
 The kernel reads the inputs through their strides with unit-stride head rows (others are
 copied first, as MLX copies them); the mask (broadcast to (B, H, L, kL)) through its own.
 
-Longer queries run the array-module rule (``rules/fast.py``: blocks of query rows, two
-matmuls and the softmax passes per block; MLX's CUDA backend runs cuDNN's fused attention
-there) with a block of up to ``SCORES`` float32 scores: one block for most prompts, so the
-passes are few large launches instead of tens of small ones. What the kernel does not take
-(a head size above 256, float64) runs that rule too, recorded as a
-``kernel_fallback`` with the reason.
+Longer queries (prefill) run MLX's fallback composition as its CUDA backend runs it for
+float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
+attention takes the half types there): in blocks of query rows holding at most ``SCORES``
+float32 scores, the block's scores ``q kᵀ * scale`` as one cuBLAS
+``gemmStridedBatchedEx`` (``gemm.strided_batched``: the scale as alpha, the query heads of
+one key head through the batch strides, no repeated keys), the score softmax in place
+(``codegen/attention_softmax.py``: one launch, the masks and sinks applied inside it), then
+``p v`` as a second GEMM into the output's rows. Float32 GEMMs run in TF32 where
+``settings.tf32`` (MLX_ENABLE_TF32), as MLX's matmuls; float16 and bfloat16 keep their
+values in their 16 bits (bfloat16 as ``BF16Array`` storage: float32 scores and accumulation,
+``p`` rounded to the inputs' type for ``p v`` as cuDNN rounds it; decoding reads float32
+copies of bfloat16, ``bfloat16.rule``'s way). Float64, an empty input, a CuPy
+without cuBLAS bindings or a softmax kernel without a build run the array-module rule
+(``rules/fast.py``, blocks of query rows, two matmuls and the softmax passes per block),
+recorded as a ``kernel_fallback`` with the reason; so does a decoding call the vector kernel
+does not take (a head size above 256).
 """
 
 from __future__ import annotations
@@ -22,20 +32,32 @@ import numpy as np
 from .. import timeline
 from ..codegen.attention_cuda import THREADS, params, takes, vector_source
 from ..codegen.attention_kernels import VECTOR_MAX_L
+from ..codegen.attention_softmax import MASK_INTS, ScoresSoftmaxSpec
 from ..common import attention
 from ..common.norms import elem_strides
 from .. import kernel_registry
 from ..primitives import REGISTRY, by_kernel
-from . import compiled
-from .reductions import launch_recorded
+from . import bfloat16 as bf16, compiled, gemm
+from .reductions import launch_recorded, step_for
 
-SCORES = 1 << 28  # float32 scores of one query block of the array-module rule (1 GiB)
+SCORES = 1 << 28  # float32 scores of one query block (1 GiB): one block for most prompts
 NAME = "ScaledDotProductAttention"
+
+
+def _bf16(ins) -> bool:
+    for x in ins:
+        if type(x) is bf16.BF16Array or type(x) is bf16.Widened:
+            return True
+    return False
 
 
 def _composed(xp, ins, kw, why=None):
     t0 = timeline.now() if timeline.enabled and why else 0
-    out = REGISTRY[NAME].rule(xp, *ins, scores=SCORES, **kw)
+    if _bf16(ins):  # bfloat16 through float32 copies, rounded once (bfloat16.rule's way)
+        out = bf16.narrow(REGISTRY[NAME].rule(xp, *[bf16.value(x) for x in ins],
+                                              scores=SCORES, **kw))
+    else:
+        out = REGISTRY[NAME].rule(xp, *ins, scores=SCORES, **kw)
     if t0:
         timeline.add("kernel_fallback", t0, timeline.now(), name=NAME, device="gpu",
                      detail={"reason": why, "runtime": "cupy", "primitive": NAME})
@@ -50,13 +72,15 @@ def _unit_rows(a):
 
 
 def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """The vector kernel for decoding, else the array-module rule in large blocks."""
+    """The vector kernel for decoding, else the prefill's GEMMs and score softmax."""
     import cupy
 
     kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
     ins = (q, k, v, *rest)
     if q.shape[2] > VECTOR_MAX_L:
-        return _composed(xp, ins, kw)
+        return _prefill(xp, ins, kw)
+    if _bf16(ins):  # the vector kernel reads float32 copies, its result rounded once
+        return bf16.narrow(rule(xp, *[bf16.value(x) for x in ins], **kw))
     why = attention.why_not(q, k, v)
     if why:
         return _composed(xp, ins, kw, why)
@@ -101,6 +125,171 @@ def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
     launch_recorded(entry, B * H * L, THREADS, tuple(args), spec.name,
                     {"variant": spec.layout, "primitive": NAME})
     return out
+
+
+def _gemm_rows(a):
+    """``a`` with unit-stride rows and row / head / batch strides cuBLAS takes (a leading
+    dimension at least the row's length, none negative), copied row-major otherwise."""
+    import cupy
+
+    if type(a) is bf16.Widened:
+        a = bf16.BF16Array(bf16.storage(a))
+    st = elem_strides(a)
+    if (st is None or st[-1] != 1 or (a.shape[-2] > 1 and st[-2] < a.shape[-1])
+            or min(st) < 0):
+        if type(a) is bf16.BF16Array:
+            return bf16.BF16Array(cupy.ascontiguousarray(a.raw))
+        return cupy.ascontiguousarray(a)
+    return a
+
+
+def _batches(B: int, Hk: int, strides: list) -> list:
+    """The GEMM calls over the (batch, key head) pairs: ``(first offsets, count, strides)``
+    each, one call where every operand's batch stride is its key-head stride times ``Hk``
+    (or either count is 1), else one call per batch element (``strides``: each operand's
+    (batch stride, key-head stride) in elements)."""
+    if Hk == 1:
+        return [([0] * len(strides), B, [sb for sb, _ in strides])]
+    if B == 1 or all(sb == Hk * sh for sb, sh in strides):
+        return [([0] * len(strides), B * Hk, [sh for _, sh in strides])]
+    return [([b * sb for sb, _ in strides], Hk, [sh for _, sh in strides]) for b in range(B)]
+
+
+def _entry(spec, step):
+    """The score softmax's loaded kernel (every block's step runs the same one), or why it
+    has none (the kernel cache's fallback noted)."""
+    try:
+        if isinstance(step, tuple):  # (spec, why the dialect cannot express it)
+            raise kernel_registry.BuildError(step[1])
+        return step.entry()
+    except kernel_registry.BuildError as e:
+        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+        return str(e)
+
+
+class _Prefill:
+    """The launches of one prefill layout, made once (``_plans``): the score softmax's
+    spec and ``Step`` per query block, and each GEMM's arguments with its pointers as
+    (buffer, byte offset) pairs (buffers: q, k, v, scores, p, out); a call allocates the
+    scores and the output and adds their addresses."""
+
+    __slots__ = ("spec", "steps", "ops", "n_scores", "dtype", "out_shape", "compute")
+
+    def __init__(self, dt, q_shape, qs, k_shape, ks, v_shape, vs, spec, mst, scale):
+        B, H, L, D = q_shape
+        Hk, kL, Dv = k_shape[1], k_shape[2], v_shape[3]
+        reps = H // Hk
+        bl = max(1, min(L, SCORES // (B * H * kL)))
+        self.spec, self.dtype, self.out_shape = spec, dt, (B, H, L, Dv)
+        self.n_scores = B * H * bl * kL
+        t_in, t_s = gemm.data_type(dt), gemm.data_type(np.float32)
+        it = dt.itemsize
+        ldq = qs[2] if L > 1 else D
+        ldk = ks[2] if kL > 1 else D
+        ldv = vs[2] if kL > 1 else Dv
+        self.steps, self.ops = [], []
+        for i0 in range(0, L, bl):
+            n = min(bl, L - i0)
+            ints = {"rows": B * H * n, "cols": kL, "bl": n, "heads": H, "qoff": i0 + kL - L}
+            if mst is not None:
+                ints.update(zip(MASK_INTS, (i0 * mst[2],) + tuple(mst)))
+            step = step_for(spec, ints, NAME)
+            self.steps.append(step)
+            # the query heads of a key head as one matrix of reps * L rows where stacked
+            whole = n == L and reps > 1 and qs[1] == L * ldq
+            groups = [(0, reps * n)] if whole or reps == 1 else [(r, n) for r in range(reps)]
+            for r, rows in groups:  # scores = scale * q kᵀ (column-major: k q^T)
+                q0, s0 = r * qs[1] + i0 * qs[2], r * n * kL
+                for (oq, ok, os_), count, (sq, sk, ss) in _batches(
+                        B, Hk, [(qs[0], reps * qs[1]), (ks[0], ks[1]), (H * n * kL, reps * n * kL)]):
+                    self.ops.append((True, False, kL, rows, D, scale, (1, ok * it), t_in, ldk, sk,
+                                     (0, (q0 + oq) * it), t_in, ldq, sq, (3, (s0 + os_) * 4), t_s,
+                                     kL, ss, count))
+            self.ops.append(step)
+            for r, rows in groups:  # out = p v (column-major: v^T p^T)
+                s0, o0 = r * n * kL, (r * L + i0) * Dv
+                for (ov, op_, oo), count, (sv, sp_, so) in _batches(
+                        B, Hk, [(vs[0], vs[1]), (H * n * kL, reps * n * kL), (H * L * Dv, reps * L * Dv)]):
+                    self.ops.append((False, False, Dv, rows, kL, 1.0, (2, ov * it), t_in, ldv, sv,
+                                     (4, (s0 + op_) * it), t_in, kL, sp_, (5, (o0 + oo) * it),
+                                     t_in, Dv, so, count))
+
+    def __call__(self, q, k, v, bufs: dict, entry):
+        import cupy
+
+        dt = self.dtype
+        st = bf16.U16 if dt == bf16.BF16 else dt  # the storage (bfloat16's bits as uint16)
+        scores = cupy.empty(self.n_scores, dtype=cupy.float32)
+        probs = scores if dt == np.float32 else cupy.empty(self.n_scores, dtype=st)
+        out = cupy.empty(self.out_shape, dtype=st)
+        bufs["x"], bufs["out"] = scores, probs
+        base = (q.data.ptr, k.data.ptr, v.data.ptr, scores.data.ptr, probs.data.ptr, out.data.ptr)
+        compute = gemm.compute_type(dt)  # (TF32 as the setting is now)
+        for op in self.ops:
+            if type(op) is tuple:
+                (ta, tb, m, n, kk, alpha, (ai, ao), at, lda, sa, (bi, bo), bt, ldb, sb,
+                 (ci, co), ct, ldc, sc, count) = op
+                gemm.strided_batched(ta, tb, m, n, kk, alpha, base[ai] + ao, at, lda, sa,
+                                     base[bi] + bo, bt, ldb, sb, base[ci] + co, ct, ldc, sc,
+                                     count, compute)
+            else:
+                op.run(entry, bufs, {})
+        return bf16.BF16Array(out) if dt == bf16.BF16 else out
+
+
+_plans: dict = {}  # a prefill layout -> its _Prefill
+
+
+def _prefill(xp, ins, kw):
+    """Attention for query lengths past the vector kernel's: per block of query rows, the
+    scores GEMM, the score softmax kernel, the ``p v`` GEMM (see the module's docstring),
+    planned once per layout."""
+    import cupy
+
+    q, k, v, *rest = ins
+    dt = q.dtype
+    if dt != np.float32 and dt != np.float16 and dt != bf16.BF16:
+        return _composed(xp, ins, kw, f"no cuBLAS attention for {dt.name} values")
+    if not gemm.available():
+        return _composed(xp, ins, kw, "no cuBLAS bindings in this CuPy")
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        return _composed(xp, ins, kw, "an empty input")
+    mask = rest[0] if kw["has_mask"] else None
+    kind, mdt, mst = "none", "", None
+    if mask is not None:
+        kind = "bool" if mask.dtype == np.bool_ else "add"
+        if type(mask) is bf16.Widened:
+            mask = bf16.BF16Array(bf16.storage(mask))
+        if kind == "add" and mask.dtype not in (np.float32, np.float16, bf16.BF16):
+            mask = mask.astype(np.float32)
+        mdt = "" if kind == "bool" else mask.dtype.name
+        mst = elem_strides(mask)
+        if mst is None:
+            mask = cupy.ascontiguousarray(mask)
+            mst = elem_strides(mask)
+    q, k, v = _gemm_rows(q), _gemm_rows(k), _gemm_rows(v)
+    qs, ks, vs = elem_strides(q), elem_strides(k), elem_strides(v)
+    key = (dt, q.shape, qs, k.shape, ks, v.shape, vs, kind, mdt, mst, kw["causal"],
+           kw["has_sinks"], kw["scale"], SCORES)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 256:
+            _plans.clear()
+        spec = ScoresSoftmaxSpec(dt.name, kind, mdt, bool(kw["causal"]), bool(kw["has_sinks"]))
+        plan = _plans[key] = _Prefill(np.dtype(dt), q.shape, qs, k.shape, ks, v.shape, vs,
+                                      spec, mst, kw["scale"])
+    entry = _entry(plan.spec, plan.steps[0])  # before the first GEMM: else the rule runs
+    if isinstance(entry, str):
+        return _composed(xp, ins, kw, entry)
+    bufs = {}
+    if mask is not None:
+        bufs["mask"] = bf16.storage(mask)
+    if kw["has_sinks"]:
+        bufs["sinks"] = cupy.ascontiguousarray(bf16.value(rest[-1]).astype(cupy.float32))
+    return plan(q, k, v, bufs, entry)
+
+
+rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
 # primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel)

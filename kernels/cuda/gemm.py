@@ -154,6 +154,34 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
 gemm.takes_bfloat16 = True  # cuda/backend.py: bfloat16 operands come as BF16Arrays
 
 
+def data_type(dtype) -> int:
+    """cuBLAS's ``cudaDataType_t`` of storage ``dtype`` (float32, float16, bfloat16)."""
+    return _TYPES[np.dtype(dtype)][0]
+
+
+def compute_type(dtype) -> int:
+    """The compute type of a GEMM over ``dtype`` values: float32 accumulation, TF32 for
+    float32 where ``settings.tf32`` (MLX_ENABLE_TF32) and the GPU has it."""
+    _, compute, _, tf32 = _TYPES[np.dtype(dtype)]
+    if tf32 and settings.tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()):
+        return _COMPUTE_32F_FAST_TF32
+    return compute
+
+
+def strided_batched(trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float,
+                    a: int, a_type: int, lda: int, sa: int, b: int, b_type: int, ldb: int,
+                    sb: int, c: int, c_type: int, ldc: int, sc: int, count: int,
+                    compute: int, beta: float = 0.0) -> None:
+    """One ``cublasGemmStridedBatchedEx`` in cuBLAS's column-major terms (pointers as
+    integers, strides in elements) on the current CuPy stream: ``C = alpha op(A) op(B) +
+    beta C`` for ``count`` matrices; float32 scalars."""
+    _cublas.gemmStridedBatchedEx(
+        cupy.cuda.device.get_cublas_handle(), _OP_T if trans_a else _OP_N,
+        _OP_T if trans_b else _OP_N, m, n, k, _scalar(alpha, np.float32).ctypes.data,
+        a, a_type, lda, sa, b, b_type, ldb, sb, _scalar(beta, np.float32).ctypes.data,
+        c, c_type, ldc, sc, count, compute, _GEMM_DEFAULT)
+
+
 def _fallback(xp, a, b, c, alpha, beta):
     """The definitions' rules at MLX's precision (``precision.matmul_rule``)."""
     from ..rules.products import addmm, matmul

@@ -1,0 +1,74 @@
+"""A stand-in for CuPy's cuBLAS bindings (``cupy_backends.cuda.libs.cublas``) over
+``tests/fake_cupy.py``'s numpy memory: ``gemmStridedBatchedEx`` computed in float64 from the
+raw pointers, leading dimensions and strides it is given, in cuBLAS's column-major terms, so
+the CUDA backend's GEMM calls (``kernels/cuda/gemm.py``, the attention prefill's) are checked
+against float64 numpy without a GPU. ``CALLS`` counts them. Install after ``fake_cupy``,
+before tapescope is imported."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import types
+
+import ml_dtypes
+import numpy as np
+
+CALLS = [0]
+_TYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 4: np.dtype(np.complex64),
+          14: np.dtype(ml_dtypes.bfloat16)}
+
+
+def _view(ptr: int, dtype: np.dtype, count: int, rows: int, cols: int, ld: int, stride: int):
+    """``count`` column-major ``rows x cols`` matrices at ``ptr`` (numpy memory) as a
+    (count, rows, cols) view."""
+    it = dtype.itemsize
+    if ld < max(1, rows):
+        raise ValueError(f"cuBLAS: leading dimension {ld} below the {rows} rows")
+    extent = ((count - 1) * stride + (rows - 1) + (cols - 1) * ld + 1) * it
+    buf = (ctypes.c_char * extent).from_address(ptr)
+    return np.ndarray((count, rows, cols), dtype, buf, 0, (stride * it, it, ld * it))
+
+
+def gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
+                         Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, count, compute,
+                         algo):
+    CALLS[0] += 1
+    a_t, b_t, c_t = _TYPES[Atype], _TYPES[Btype], _TYPES[Ctype]
+    scal = ctypes.c_float if c_t.kind != "c" and a_t.kind != "c" else None
+    al = scal.from_address(alpha).value if scal else complex(*(ctypes.c_float * 2).from_address(alpha))
+    be = scal.from_address(beta).value if scal else complex(*(ctypes.c_float * 2).from_address(beta))
+    a = _view(A, a_t, count, *((k, m) if transa else (m, k)), lda, strideA)
+    b = _view(B, b_t, count, *((n, k) if transb else (k, n)), ldb, strideB)
+    c = _view(C, c_t, count, m, n, ldc, strideC)
+    wide = np.complex128 if c_t.kind == "c" else np.float64
+    av, bv = a.astype(wide), b.astype(wide)
+    if transa:
+        av = av.swapaxes(1, 2)
+    if transb:
+        bv = bv.swapaxes(1, 2)
+    res = al * (av @ bv)
+    if be != 0:
+        res = res + be * c.astype(wide)
+    c[...] = res.astype(c_t)
+
+
+def install() -> None:
+    """``cupy_backends.cuda.libs.cublas`` and the few CuPy calls around it (the handle, the
+    device's number and compute capability) on the stand-in CuPy."""
+    cupy = sys.modules["cupy"]
+    names = ["cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.libs"]
+    for name in names:
+        sys.modules.setdefault(name, types.ModuleType(name))
+    lib = types.ModuleType("cupy_backends.cuda.libs.cublas")
+    lib.gemmStridedBatchedEx = gemmStridedBatchedEx
+    sys.modules[lib.__name__] = lib
+    sys.modules["cupy_backends.cuda.libs"].cublas = lib
+    # CuPy's ``a.data.ptr`` (a MemoryPointer's address): the numpy memory's
+    cupy.ndarray.data = property(lambda a: types.SimpleNamespace(ptr=a.ctypes.data))
+    if not hasattr(cupy.cuda, "device"):
+        cupy.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 0)
+    if not hasattr(cupy.cuda.runtime, "getDevice"):
+        cupy.cuda.runtime.getDevice = lambda: 0
+    if not hasattr(cupy.cuda.Device, "compute_capability"):
+        cupy.cuda.Device.compute_capability = "90"

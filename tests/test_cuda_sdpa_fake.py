@@ -1,0 +1,33 @@
+"""The CUDA attention prefill's host path (``kernels/cuda/attention.py``: cuBLAS GEMMs and
+the score softmax kernel per query block) over the stand-in CuPy and cuBLAS, in a fresh
+process (``cuda_sdpa_fake_cases.py``); the GPU runs the real ones in ``test_cuda_fast.py``."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+try:
+    from tapescope.kernels.cpu import compiler
+    _cc = compiler.toolchain() is not None
+except Exception:  # noqa: BLE001
+    _cc = False
+
+
+@pytest.mark.skipif(not _cc, reason="the softmax kernel's CPU build needs a C compiler")
+def test_cuda_attention_prefill_over_a_stand_in_cupy_and_cublas():
+    code = (
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
+        "import fake_cublas; fake_cublas.install();"
+        "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
+        " '-x', %r]))" % (str(HERE), str(HERE / "cuda_sdpa_fake_cases.py")))
+    env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=HERE.parent)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
