@@ -2,7 +2,7 @@
 
 ``%%mlx [--device cpu|gpu|cuda|metal|cpu,gpu] [--compile] [--check] [--fusion mlx|extended]
 [--tiered] [--show graph,tapes,kernels,check,memory,cache,events] [--quiet]`` runs the cell in the user
-namespace while recording the timeline, then shows what it did (``cell_report.CellReport``):
+namespace while recording the timeline, then shows what it did (``viz.cell.CellReport``):
 the arrays it assigned or evaluated, their graph (arrays the cell left lazy, and the programs
 of the compiled functions it traced), the fused tapes and kernel sources, JAX's verdict
 (``--check``), memory, the kernel cache and the streams' events. The magic then evaluates the
@@ -30,9 +30,12 @@ import argparse
 import shlex
 import time
 from contextlib import nullcontext
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from tapescope import cell_report as cr
+from tapescope import cell_recording as rec
+
+if TYPE_CHECKING:  # the records are viz's (imported where used: importing tapescope imports no viz)
+    from tapescope.viz.cell import ArrayResult, CellReport, DeviceRun
 
 __all__ = ["load_ipython_extension", "mlx_magic", "last_report", "device_status"]
 
@@ -41,7 +44,7 @@ MAX_GRAPH_NODES = 2000  # lazy graphs larger than this are summarised, not drawn
 _last: dict = {"report": None}
 
 
-def last_report() -> Optional[cr.CellReport]:
+def last_report() -> Optional[CellReport]:
     """The report of the last ``%%mlx`` cell run in this process (None before the first)."""
     return _last["report"]
 
@@ -101,14 +104,16 @@ def parse_options(line: str) -> argparse.Namespace:
     if opts.fusion is not None and opts.fusion not in ("mlx", "extended"):
         raise _usage_error(f"%%mlx: unknown fusion mode {opts.fusion!r}; "
                            "--fusion takes mlx or extended.")
+    from tapescope.viz.cell import SECTIONS
+
     if opts.show is None:
-        opts.sections = set(cr.SECTIONS) if opts.check else set(cr.SECTIONS) - {"check"}
+        opts.sections = set(SECTIONS) if opts.check else set(SECTIONS) - {"check"}
     else:
         sec = {s.strip() for s in opts.show.split(",") if s.strip()}
-        bad = sorted(sec - set(cr.SECTIONS))
+        bad = sorted(sec - set(SECTIONS))
         if bad:
             raise _usage_error(f"%%mlx: unknown section {', '.join(bad)}; "
-                               f"--show takes {','.join(cr.SECTIONS)}.")
+                               f"--show takes {','.join(SECTIONS)}.")
         opts.sections = sec
     return opts
 
@@ -175,7 +180,7 @@ def _program_graphs(name: str, fn: Any) -> list:
     return out
 
 
-def _run_compiled(code: Any, ns: dict, run: cr.DeviceRun) -> Any:
+def _run_compiled(code: Any, ns: dict, run: DeviceRun) -> Any:
     """Run the cell as one mx.compile'd function of the arrays it reads; the CompiledFunction,
     or None when the cell could not be traced (it then ran uncompiled)."""
     import tapescope.core as mx
@@ -208,14 +213,16 @@ def _run_compiled(code: Any, ns: dict, run: cr.DeviceRun) -> Any:
     return fn
 
 
-def _result(name: str, a: Any) -> cr.ArrayResult:
+def _result(name: str, a: Any) -> ArrayResult:
     import numpy as np
+
+    from tapescope.viz.cell import ArrayResult
 
     if _is_lazy(a):  # left lazy by a cell that raised: showing it would evaluate it
         data, text = None, "(lazy: not evaluated)"
     else:
         data, text = np.array(a), repr(a)
-    return cr.ArrayResult(name, tuple(a.shape), str(a.dtype).replace("mlx.core.", ""), text, data)
+    return ArrayResult(name, tuple(a.shape), str(a.dtype).replace("mlx.core.", ""), text, data)
 
 
 class _Status:
@@ -236,14 +243,16 @@ class _Status:
 
         self.widget = W.HTML(status_html("%%mlx: running…"))
         self.handle = display(self.widget, display_id=True)
-        self.collector: Optional[cr.Collector] = None
+        self.collector: Optional[rec.Collector] = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tapescope-status", daemon=True)
         self._thread.start()
 
     @classmethod
     def start(cls, opts: Any) -> Optional["_Status"]:
-        if opts.quiet or not cr._in_kernel():
+        from tapescope.viz.theme import in_kernel
+
+        if opts.quiet or not in_kernel():
             return None
         try:
             cls.current = cls()
@@ -257,7 +266,7 @@ class _Status:
         recs = list(self.collector.records) if self.collector is not None else []
         evals = sum(1 for r in recs if r.kind == "eval_begin")
         prims = sum(1 for r in recs if r.kind == "primitive")
-        mem = cr.memory_now()
+        mem = rec.memory_now()
         what = (f"{evals} eval(s), {prims:,} primitive run(s)" if evals else
                 "building the graph (no eval has started yet)")
         return (f"%%mlx: running for {time.perf_counter() - self.t0:.1f} s · {what} · active "
@@ -278,21 +287,23 @@ class _Status:
         _Status.current = None
 
 
-def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr.DeviceRun:
+def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> DeviceRun:
     """Run the compiled cell ``code`` in ``ns`` on ``device`` (None: the default device),
     recording everything."""
     __tracebackhide__ = True  # IPython: the traceback starts at the cell's own lines
     import tapescope.core as mx
 
-    run = cr.DeviceRun(device_name)
+    from tapescope.viz.cell import DeviceRun
+
+    run = DeviceRun(device_name)
     before = _arrays(ns)
     lazy_before = {k for k, v in before.items() if _is_lazy(v)}
     fns_before = {k: (v, v.traces) for k, v in _compiled(ns).items()}
-    run.memory_before, run.cache_before = cr.memory_now(), cr.cache_counts()
+    run.memory_before, run.cache_before = rec.memory_now(), rec.cache_counts()
     compiled_fn = None
     changed: dict = {}
     t0 = time.perf_counter()
-    with cr.Collector() as col:
+    with rec.Collector() as col:
         if _Status.current is not None:
             _Status.current.collector = col
         try:
@@ -331,7 +342,7 @@ def _run_on(device_name: str, device: Any, code: Any, ns: dict, opts: Any) -> cr
     run.records = col.records
     if col.dropped:
         run.notes.append(f"{col.dropped} timeline records were not kept (over {col.limit}).")
-    run.memory_after, run.cache_after = cr.memory_now(), cr.cache_counts()
+    run.memory_after, run.cache_after = rec.memory_now(), rec.cache_counts()
     run.arrays = [_result(k, v) for k, v in changed.items()
                   if not (k in lazy_before and _is_lazy(v) and k in before and before[k] is v)]
     return run
@@ -361,7 +372,7 @@ class _progress:
         return False
 
 
-def _graph_lazy(run: cr.DeviceRun, lazy: dict, draw: bool) -> None:
+def _graph_lazy(run: DeviceRun, lazy: dict, draw: bool) -> None:
     from tapescope.viz.graph import graph_of
 
     n = _graph_size(list(lazy.values()), MAX_GRAPH_NODES)
@@ -373,7 +384,7 @@ def _graph_lazy(run: cr.DeviceRun, lazy: dict, draw: bool) -> None:
                            graph_of(*lazy.values())))
 
 
-def _check_and_eval(run: cr.DeviceRun, lazy: dict, check: bool) -> None:
+def _check_and_eval(run: DeviceRun, lazy: dict, check: bool) -> None:
     import tapescope.core as mx
 
     if check:
@@ -404,7 +415,7 @@ def _prompt_number(shell: Any) -> int:
     return shell.execution_count
 
 
-def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
+def mlx_cell(shell: Any, line: str, cell: str) -> CellReport:
     """Run ``cell`` under ``%%mlx`` options ``line``; display and return the report."""
     __tracebackhide__ = True
     opts = parse_options(line)
@@ -425,8 +436,10 @@ def mlx_cell(shell: Any, line: str, cell: str) -> cr.CellReport:
         tiered.set_tiered(was_tiered)
 
 
-def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
+def _mlx_cell(shell: Any, opts: Any, cell: str) -> CellReport:
     __tracebackhide__ = True
+    from tapescope.viz.cell import CellReport, DeviceRun
+
     ns = shell.user_ns
     try:
         fname = shell.compile.cache(cell, _prompt_number(shell))
@@ -445,7 +458,7 @@ def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
     for name in opts.devices:
         dev, why = device_status(name)
         if dev is None:
-            runs.append(cr.DeviceRun(name, unavailable=why))
+            runs.append(DeviceRun(name, unavailable=why))
             continue
         target = ns if primary is None else dict(pre)
         runs.append(_run_on(name, dev, code, target, opts))
@@ -459,7 +472,7 @@ def _mlx_cell(shell: Any, opts: Any, cell: str) -> cr.CellReport:
         primary.notes.append(f"Ran on the CPU instead of {', '.join(opts.devices)}.")
     for r in runs:
         _option_notes(r, opts)
-    report = cr.CellReport(cell, runs, opts.sections, compiled=opts.compile, filename=fname)
+    report = CellReport(cell, runs, opts.sections, compiled=opts.compile, filename=fname)
     _last["report"] = report
     from tapescope.viz import events
 
@@ -480,7 +493,7 @@ EXTENDED_UNFUSED = ("--fusion extended: {n} reduction(s) ran unfused on this dev
                     "has no fused reduction kernels (only the CPU's C does), so MLX's fusion applied.")
 
 
-def _option_notes(run: cr.DeviceRun, opts: Any) -> None:
+def _option_notes(run: DeviceRun, opts: Any) -> None:
     """Say when an option did nothing on the device the cell ran on: ``--tiered`` where
     fused tapes do not run as the CPU's C (no background builds there), ``--fusion
     extended`` where reductions stayed outside every fused kernel."""
@@ -494,17 +507,21 @@ def _option_notes(run: cr.DeviceRun, opts: Any) -> None:
         if dev is not None and backend(dev).compiled_prebuild is None:
             run.notes.append(TIERED_CPU_ONLY)
     if opts.fusion == "extended":
-        n = sum(1 for _, g in run.graphs for op in g.ops if op.family == "reduce" and op.kernel is None)
+        from tapescope.kernels.primitives import REDUCE
+
+        n = sum(1 for _, g in run.graphs for op in g.ops if op.family == REDUCE and op.kernel is None)
         if n:
             run.notes.append(EXTENDED_UNFUSED.format(n=n))
 
 
-def _display(report: cr.CellReport, handle: Any) -> None:
+def _display(report: CellReport, handle: Any) -> None:
     """Show the report: in a kernel, its HTML snapshot (into the status line's place) and then the
     live tabbed panel; elsewhere the static HTML."""
     from IPython.display import display
 
-    if cr._in_kernel():
+    from tapescope.viz.theme import in_kernel
+
+    if in_kernel():
         try:
             from tapescope.viz.panel import CellPanel
             from tapescope.viz.theme import show
@@ -579,7 +596,7 @@ def _memory_view() -> _HTML:
     import tapescope.core as mx
     from tapescope.viz import report as vr
 
-    now = cr.memory_now()
+    now = rec.memory_now()
     text = (f"active {now.active} B, peak {now.peak} B, cache {now.cache} B, "
             f"limit {mx.get_memory_limit()} B")
     return _HTML(vr.memory_view_html(text, now, last_report()), text)

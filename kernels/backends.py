@@ -32,8 +32,9 @@ mlx/event.h). ``CONTRACT`` lists it: a backend writes its hooks and declares its
   parallel).
 
 ``quiet`` (the floating-point state a rule runs in: numpy's warnings silenced, as MLX has
-none) follows from ``array_type``; it is not declared. The defaults are host memory's
-(numpy arrays, no device context). Backends are registered per device type (``"cpu"``,
+none) follows from ``array_type``; it is not declared. Each backend declares its name,
+device type and dialect (the base is no device's, the CPU's included); the other defaults
+are host memory's (numpy arrays, no device context). Backends are registered per device type (``"cpu"``,
 ``"gpu"``): the CPU one (``cpu/backend.py``) always; a GPU one only when a GPU runtime
 really evaluates arrays (the CUDA runtime of ``kernels/cuda``, opt-in with
 ``TAPESCOPE_CUDA=1`` for now; the Metal runtime of ``kernels/metal`` on macOS, opt-in with
@@ -107,13 +108,17 @@ _QUIET = _quiet_numpy()
 
 class Backend(abc.ABC):
     """The contract every device's runtime fulfils (``cpu/backend.py``, ``cuda/backend.py``,
-    ``metal/backend.py``): the hooks and declared facts of ``CONTRACT``; the defaults here
-    are host memory's (numpy arrays, no device context)."""
+    ``metal/backend.py``): the hooks and declared facts of ``CONTRACT``. Each declares who
+    it is (``DECLARED``); the other defaults here are host memory's (numpy arrays, no
+    device context)."""
 
     # -- facts ------------------------------------------------------------------------------
-    name = "cpu"  # the runtime's name (``kernel.sources`` keys, timeline ``runtime``)
-    device_type = "cpu"  # the DeviceType name it serves
-    dialect = "c"  # the renderer dialect of its compiled kernels
+    #: who it is, which each backend declares (the base is no device's): the runtime's name
+    #: (``kernel.sources`` keys, timeline ``runtime``), the DeviceType name it serves, the
+    #: renderer dialect of its compiled kernels
+    name: str
+    device_type: str
+    dialect: str
     reduction_tapes = True  # run_compiled runs extended fusion's reduction tapes as one kernel
     #: the device's events (``event_type(stream)``; a fence's producer events too): the
     #: host's ``stream_workers.Event`` is made and signalled by the eval loop in C
@@ -149,6 +154,10 @@ class Backend(abc.ABC):
     device_api = None
 
     def __init__(self, xp: Any = np, alloc: Optional[Allocator] = None):
+        undeclared = [f for f in DECLARED if not hasattr(self, f)]
+        if undeclared:
+            raise TypeError(f"{type(self).__name__} declares no {', '.join(undeclared)} "
+                            "(each backend says who it is)")
         self.xp = xp
         self.allocator = alloc if alloc is not None else _allocator_of(self.device_type)
         # (derived, not declared: numpy raises floating-point warnings, MLX has none)
@@ -207,6 +216,10 @@ CONTRACT = {
               "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator"),
     "derived": ("quiet",),
 }
+
+
+#: the facts with no default: each backend declares its own (``Backend.__init__`` checks)
+DECLARED = ("name", "device_type", "dialect")
 
 
 _lock = threading.Lock()

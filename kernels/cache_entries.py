@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import roofline, timeline
 from .codegen.render import kernel_sources
 from .cpu import compiler
+from .kernel_registry import entries
 
 
 def kernel_cache() -> list:
@@ -18,11 +19,11 @@ def kernel_cache() -> list:
     generated from (``entry_sources`` renders its other dialects),
     and ``roofline``: where its launches still on the timeline sit on the device's roofline
     (``roofline_columns``), None when none is recorded."""
-    return listed(compiler.entries())
+    return listed(entries())
 
 
 def listed(entries: list) -> list:
-    """``kernel_cache()``'s dicts of some of the cache's entries (``compiler.entries()``): the
+    """``kernel_cache()``'s dicts of some of the cache's entries (``kernel_registry.entries()``): the
     timeline is read once for their roofline columns, and not at all when there are none."""
     placed = roofline.kernel_rows(timeline.records()) if entries else {}
     return [

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from .primitives import ASTYPE, BROADCAST, elements, lookup
+from .primitives import ASTYPE, BROADCAST, MATMUL, elements, lookup
 
 AT_LIMIT = 0.8  # a kernel at >= 80% of the copy bandwidth is "at the limit"
 SHORT_S = 50e-6  # kernels shorter than this are dominated by their launch, not by memory
@@ -160,7 +160,7 @@ def launch_of(record: Any) -> Optional[Launch]:
             return None
         flops = defn.count_flops([x[0] for x in ins], [x[0] for x in outs])
         name = label = record.name
-        matmul = defn.family == "matmul"
+        matmul = defn.family == MATMUL
     return Launch(name, record.device or "cpu", t, sum(touched_bytes(x) for x in ins),
                   sum(touched_bytes(x) for x in outs), flops, outs[0][3] if outs else "",
                   tuple(access(x, outs[0] if outs else None) for x in ins),

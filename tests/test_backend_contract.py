@@ -109,7 +109,7 @@ def test_the_contract_lists_every_public_name_of_the_base():
     for m in METHODS:
         assert callable(getattr(backends.Backend, m)), m
     for f in FACTS[:-2]:  # the class's facts (xp, allocator are the instance's)
-        assert hasattr(backends.Backend, f), f
+        assert hasattr(backends.Backend, f) == (f not in backends.DECLARED), f
 
 
 def test_the_contract_is_abstract():
@@ -289,7 +289,7 @@ def test_a_device_contexts_rule_is_the_rule_the_node_runs():
         return -xp.exp(x)
 
     class ContextGpu(backends.Backend):
-        name, device_type = "contextgpu", "gpu"
+        name, device_type, dialect = "contextgpu", "gpu", "c"
 
         def device_context(self, stream, node=None) -> Context:
             name = node.primitive.name
@@ -327,7 +327,7 @@ def test_quiet_follows_the_array_type():
             np.divide(np.ones(1), np.zeros(1))
 
     class DeviceArrays(backends.Backend):  # arrays that are not numpy's: nothing to silence
-        name, device_type, array_type = "devicearrays", "gpu", object
+        name, device_type, dialect, array_type = "devicearrays", "gpu", "c", object
 
         def run_compiled(self, tape, inputs, shape, out=None, donatable=None):
             raise NotImplementedError
@@ -341,6 +341,27 @@ def test_a_backend_missing_run_compiled_cannot_be_made():
 
     with pytest.raises(TypeError, match="run_compiled"):
         Half()
+
+
+def test_a_backend_says_who_it_is():
+    """The base is no device's (not the CPU's): a backend that declares no name, device
+    type or dialect cannot be made."""
+    assert backends.DECLARED == ("name", "device_type", "dialect")
+    assert not any(hasattr(backends.Backend, f) for f in backends.DECLARED)
+
+    class Anonymous(backends.Backend):
+        device_type = "gpu"
+
+        def run_compiled(self, tape, inputs, shape, out=None, donatable=None):
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="declares no name, dialect"):
+        Anonymous(np)
+    for name in BACKENDS:
+        node = _read(name)
+        declared = {t.id for n in node.body if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Name)}
+        assert set(backends.DECLARED) <= declared, name
 
 
 def test_a_numpy_allocator_declines_to_import_or_export_device_memory():

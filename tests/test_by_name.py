@@ -2,24 +2,26 @@
 
 Read with ``ast`` over the package's source: a comparison of an expression with a string
 literal that is a primitive's name (``==``, ``!=``, ``in``, ``not in``, against one literal or
-a tuple / list / set / dict of them), a ``match`` case on such a literal, a lookup
-``TABLE[x]`` / ``TABLE.get(x)`` in a dict keyed by primitive names (a named table or the
-literal itself), a hand list (a tuple / list / set / frozenset / dict of two or more
-primitive names assigned to a name, at any level: module, class or function), or a table
-keyed by a primitive's name among other entries (``{**C_OPS, "Sigmoid": f}``), is reported
-across the whole package, outside the definitions (``kernels/primitives.py``,
-``kernels/rules/``) and the JAX table (``check/jax_rules.py``). The autodiff and vmap rule
-modules may keep a table of rules keyed by primitive names, which they register onto the
-definitions as ``defvjp("Exp", rule)`` does (a rule table): a lookup in one, or any
-comparison there, is reported all the same. None is left, and a test plants a comparison, a
-hand list and a lookup in a temporary tree (and a lookup in a rule table, a comparison in
-codegen) and sees each one reported.
+a tuple / list / set / dict naming one), a ``match`` case on such a literal (alone, among
+alternatives, in a class or mapping pattern), a lookup ``TABLE[x]`` / ``TABLE.get(x)`` /
+``x in TABLE`` in a table of primitive names (a named table, the literal itself, or one the
+definitions keep and this module imports), a hand list (a tuple / list / set / frozenset /
+dict / ``dict(Exp=...)`` of two or more primitive names assigned to a name, at any level:
+module, class or function), or a table keyed by a primitive's name among other entries
+(``{**C_OPS, "Sigmoid": f}``), is reported across the whole package, outside the definitions
+(``kernels/primitives.py``, ``kernels/rules/``) and the JAX table (``check/jax_rules.py``).
+The autodiff and vmap rule modules may keep module-level tables of rules keyed by primitive
+names, which they register onto the definitions as ``defvjp("Exp", rule)`` does (a rule
+table): a lookup in one, a hand list inside a function, or any comparison there, is
+reported all the same. None is left, and the tests plant each form in a temporary tree and
+see each one reported.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Optional
 
 from tapescope.kernels import primitives
 
@@ -35,13 +37,16 @@ def _names() -> frozenset:
 
 
 def _literals(node) -> list:
-    """The string constants of a literal or of a tuple / list / set / frozenset(...) of them
-    (None when ``node`` is anything else)."""
+    """The string constants of a literal or of a tuple / list / set / frozenset(...) /
+    dict(...) of them (None when ``node`` is anything else)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
             "frozenset", "set", "tuple") and len(node.args) == 1:
         return _literals(node.args[0])
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"
+            and not node.args and node.keywords and all(k.arg for k in node.keywords)):
+        return [k.arg for k in node.keywords]  # dict(Exp=..., Log=...)
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
         out = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
         return out if len(out) == len(node.elts) else None
@@ -60,64 +65,134 @@ def _literals(node) -> list:
     return None
 
 
-def findings(path: Path, names: frozenset, rule_tables: bool = False) -> list:
-    """(line, what) for every question asked of a primitive's name string in ``path``
-    (``rule_tables``: its module-level tables keyed by names are rule tables, not reported
-    themselves; a lookup in one is)."""
-    tree = ast.parse(path.read_text(), str(path))
-    named = lambda lits: lits is not None and lits and all(s in names for s in lits)
-    tables = set()  # names assigned dicts keyed by primitive names
+def _is_dict(node) -> bool:
+    return isinstance(node, (ast.Dict, ast.DictComp)) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict")
+
+
+def _hand_lists(tree: ast.Module, names: frozenset, module_only: bool) -> list:
+    """(assignment, its target names, whether a dict) for every hand list of two or more
+    primitive names ``tree`` binds (``module_only``: at module level only)."""
+    nodes = tree.body if module_only else ast.walk(tree)
     out = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             lits = _literals(node.value)
-            if named(lits) and len(lits) >= 2:
+            if lits and len(lits) >= 2 and all(s in names for s in lits):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if not rule_tables:
-                    out.append((node.lineno, "a hand list of primitive names"))
-                if isinstance(node.value, ast.Dict):
-                    tables.update(t.id for t in targets if isinstance(t, ast.Name))
+                out.append((node, [t.id for t in targets if isinstance(t, ast.Name)],
+                            _is_dict(node.value)))
+    return out
+
+
+def defined_tables(root: Path, names: frozenset) -> dict:
+    """name -> whether a dict, for the module-level hand lists of primitive names that the
+    definitions, the JAX table and the rule tables keep: another module importing one asks
+    it as it would ask its own."""
+    out = {}
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(EXEMPT + RULE_TABLES):
+                tree = ast.parse(path.read_text(), str(path))
+                for _, targets, is_dict in _hand_lists(tree, names, True):
+                    out.update((t, is_dict) for t in targets)
+    return out
+
+
+def _table_of(node, tables: dict):
+    """The table name ``node`` reads (``TABLE`` or ``module.TABLE``), or None."""
+    if isinstance(node, ast.Name) and node.id in tables:
+        return node.id
+    if isinstance(node, ast.Attribute) and node.attr in tables and isinstance(node.value, ast.Name):
+        return node.attr
+    return None
+
+
+def findings(path: Path, names: frozenset, rule_tables: bool = False,
+             imported: Optional[dict] = None) -> list:
+    """(line, what) for every question asked of a primitive's name string in ``path``
+    (``rule_tables``: its module-level tables keyed by names are rule tables, not reported
+    themselves; a lookup in one is). ``imported``: the tables of the exempt modules
+    (``defined_tables``), asked here when this module imports one."""
+    tree = ast.parse(path.read_text(), str(path))
+    named = lambda lits: bool(lits) and any(s in names for s in lits)
+    tables = {}  # name -> whether a dict: the hand lists this module binds or imports
+    out = []
+    registered = {id(n) for n, _, _ in _hand_lists(tree, names, True)} if rule_tables else set()
+    # a rule module's module-level tables (keyed by names among other entries too) register
+    rule_values = {id(n.value) for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                   and n.value is not None} if rule_tables else set()
+    for node, targets, is_dict in _hand_lists(tree, names, False):
+        if id(node) not in registered:
+            out.append((node.lineno, "a hand list of primitive names"))
+        tables.update((t, is_dict) for t in targets)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and imported:
+            for a in node.names:
+                if a.name in imported:
+                    tables[a.asname or a.name] = imported[a.name]
+    if imported:
+        attrs = {k: v for k, v in imported.items() if k not in tables}
+    else:
+        attrs = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            for op, right in zip(node.ops, node.comparators):
+            for i, op in enumerate(node.ops):
+                left, right = sides[i], sides[i + 1]
                 if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                    left = sides[sides.index(right) - 1]
                     if named(_literals(right)) or named(_literals(left)):
                         out.append((node.lineno, "a comparison with a primitive's name"))
-        elif (isinstance(node, ast.Dict) and not rule_tables and _literals(node) is None
+                if isinstance(op, (ast.In, ast.NotIn)):
+                    t = _table_of(right, tables) or (
+                        _table_of(right, attrs) if isinstance(right, ast.Attribute) else None)
+                    if t is not None:
+                        out.append((node.lineno, f"a lookup by name in {t}"))
+        elif (isinstance(node, ast.Dict) and id(node) not in rule_values and _literals(node) is None
               and any(isinstance(k, ast.Constant) and k.value in names for k in node.keys)):
             out.append((node.lineno, "a table keyed by a primitive's name"))
-        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
-            if named(_literals(node.pattern.value)):
-                out.append((node.pattern.lineno, "a match case on a primitive's name"))
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in tables:
-            out.append((node.lineno, f"a lookup by name in {node.value.id}"))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-              and isinstance(node.func.value, ast.Name) and node.func.value.id in tables):
-            out.append((node.lineno, f"a lookup by name in {node.func.value.id}"))
-        elif ((isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
-               and named(_literals(node.value))) or (
+        elif isinstance(node, ast.match_case):
+            for p in ast.walk(node.pattern):  # "A" | "B", Op(name="A"), {"A": x}
+                values = [p.value] if isinstance(p, ast.MatchValue) else list(
+                    p.keys) if isinstance(p, ast.MatchMapping) else []
+                if any(named(_literals(v)) for v in values):
+                    out.append((p.lineno, "a match case on a primitive's name"))
+        elif isinstance(node, ast.Subscript) or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "get" and isinstance(node.func.value, ast.Dict)
-                and named(_literals(node.func.value)))):
-            out.append((node.lineno, "a lookup by name in a dict literal"))
+                and node.func.attr == "get"):
+            of = node.value if isinstance(node, ast.Subscript) else node.func.value
+            t = _table_of(of, tables) or (_table_of(of, attrs) if isinstance(of, ast.Attribute) else None)
+            if t is not None and {**attrs, **tables}[t]:
+                out.append((node.lineno, f"a lookup by name in {t}"))
+            elif isinstance(of, ast.Dict) and named(_literals(of)):
+                out.append((node.lineno, "a lookup by name in a dict literal"))
     return sorted(set(out))
 
 
 def by_name(root: Path = ROOT) -> dict:
     """file (relative to ``root``) -> its findings, for every file outside the exemptions."""
     names = _names()
+    imported = defined_tables(root, names)
     found = {}
     for folder in FOLDERS:
         for path in sorted((root / folder).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
             if rel.startswith(EXEMPT):
                 continue
-            f = findings(path, names, rel.startswith(RULE_TABLES))
+            f = findings(path, names, rel.startswith(RULE_TABLES), imported)
             if f:
                 found[rel] = f
     return found
+
+
+def _copy_tree(tmp_path: Path) -> None:
+    """The package's source under ``tmp_path``, to plant questions in."""
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            dest = tmp_path / path.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(path.read_text())
 
 
 def test_no_primitive_is_asked_by_its_name_string():
@@ -125,11 +200,7 @@ def test_no_primitive_is_asked_by_its_name_string():
 
 
 def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
-    for folder in FOLDERS:
-        for path in (ROOT / folder).rglob("*.py"):
-            dest = tmp_path / path.relative_to(ROOT)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(path.read_text())
+    _copy_tree(tmp_path)
     before = {rel: len(f) for rel, f in by_name(tmp_path).items()}
     target = tmp_path / "viz" / "theme.py"
     target.write_text(target.read_text() + (
@@ -158,11 +229,7 @@ def test_a_planted_comparison_hand_list_and_lookup_are_reported(tmp_path):
 
 
 def test_codegen_and_the_rule_tables_are_covered(tmp_path):
-    for folder in FOLDERS:
-        for path in (ROOT / folder).rglob("*.py"):
-            dest = tmp_path / path.relative_to(ROOT)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(path.read_text())
+    _copy_tree(tmp_path)
     assert by_name(tmp_path) == {}
     codegen = tmp_path / "kernels" / "codegen" / "lower.py"
     codegen.write_text(codegen.read_text() + '\n\ndef _planted(op):\n    return op.primitive in {"Sum": 0}\n')
@@ -187,3 +254,45 @@ def test_codegen_and_the_rule_tables_are_covered(tmp_path):
     whats = sorted(w for _, w in found["viz/records.py"])
     assert whats == ["a hand list of primitive names", "a lookup by name in a dict literal",
                      "a lookup by name in a dict literal"], whats
+
+
+def test_every_form_of_the_question_is_reported(tmp_path):
+    """The forms beyond a literal compared or a local table looked up: match cases of
+    alternatives and class patterns, a tuple naming a primitive among other strings,
+    ``dict(Exp=...)``, a rule table's own hand list asked with ``in``, a hand list inside a
+    rule module's function, and a table the definitions keep, imported and asked."""
+    _copy_tree(tmp_path)
+    assert by_name(tmp_path) == {}
+    rules = tmp_path / "kernels" / "rules" / "sort.py"  # the definitions: a table of theirs
+    rules.write_text(rules.read_text() + '\n\nPLANTED_SORTS = ("Sort", "Partition")\n')
+    viz = tmp_path / "viz" / "style.py"
+    viz.write_text(viz.read_text() + (
+        '\n\ndef _planted(prim, op):\n'
+        '    from tapescope.kernels.rules.sort import PLANTED_SORTS as sorts\n'
+        '    from tapescope.kernels.rules import sort\n\n'
+        '    match prim.name:\n'
+        '        case "Sum" | "Prod":\n'
+        '            return 1\n'
+        '    match op:\n'
+        '        case Op(primitive="Exp"):\n'
+        '            return 2\n'
+        '    if prim.name in ("Exp", "not a primitive"):\n'
+        '        return 3\n'
+        '    table = dict(Exp=1, Log=2)\n'
+        '    return prim.name in sorts, op in sort.PLANTED_SORTS, table[op]\n'))
+    vmap = tmp_path / "interactive" / "core" / "vmap" / "engine.py"
+    vmap.write_text(vmap.read_text() + (
+        '\n\n_PLANTED_LINEAR = ("Add", "Subtract")\n\n\n'
+        'def _planted(prim):\n'
+        '    local = ("Exp", "Log")\n'
+        '    return prim.name in _PLANTED_LINEAR, local\n'))
+    found = by_name(tmp_path)
+    assert set(found) == {"viz/style.py", "interactive/core/vmap/engine.py"}, found
+    whats = sorted(w for _, w in found["viz/style.py"])
+    assert whats == sorted([
+        "a match case on a primitive's name", "a match case on a primitive's name",
+        "a comparison with a primitive's name", "a lookup by name in sorts",
+        "a lookup by name in PLANTED_SORTS", "a hand list of primitive names",
+        "a lookup by name in table"]), whats
+    assert sorted(w for _, w in found["interactive/core/vmap/engine.py"]) == [
+        "a hand list of primitive names", "a lookup by name in _PLANTED_LINEAR"]

@@ -18,7 +18,7 @@ pytest.importorskip("jax")
 
 import tapescope  # noqa: E402
 import tapescope.core as mx  # noqa: E402
-from tapescope.check.report import compare, default_tolerance, ulp_distance  # noqa: E402
+from tapescope.check.compare import compare, default_tolerance, ulp_distance  # noqa: E402
 from tapescope.kernels import primitives  # noqa: E402
 from tapescope.kernels.settings import settings as ts_settings  # noqa: E402
 
@@ -336,7 +336,7 @@ def test_status_cells_carry_dark_text_on_their_pale_colours(fault):
 
 
 def test_the_verdict_says_the_tolerance_and_where_the_largest_ulp_distance_is():
-    from tapescope.check.report import CheckReport
+    from tapescope.viz.check import CheckReport
 
     e = np.array([[1.0, 2.0, 3.0], [4.0, 1e-7, 6.0]], np.float32)
     a = e.copy()

@@ -128,7 +128,7 @@ def test_the_forms_follow_the_backends_declared_fact():
     registered = contextlib.contextmanager(registered_as_gpu)
 
     class Gpu(backends.Backend):
-        name, device_type = "formsgpu", "gpu"
+        name, device_type, dialect = "formsgpu", "gpu", "c"
         sequential_forms = True
 
         def run_compiled(self, tape, inputs, shape, out=None, donatable=None):

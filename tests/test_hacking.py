@@ -8,7 +8,10 @@ in backquotes in the rest of the page name files of the repository. The add-an-o
 (its section) names what exists: its ``<family>`` folders hold family modules (the rules,
 the autodiff and vmap rules, the ops), every keyword it gives a definition (``monoid=``) is
 one ``define`` takes, and every function it calls (``defvjp(...)``, ``defvmap(...)``) is
-defined in a module the section names. Planted names that do not exist are reported.
+defined in a module the section names. The other way round, every module of the package
+(outside the folders of one module per op family) is named in the map, so a new module
+comes with its line. Planted names that do not exist, and a planted module the map does
+not name, are reported.
 """
 
 from __future__ import annotations
@@ -154,3 +157,34 @@ def test_a_planted_missing_file_is_reported():
     assert any("kernels/no_such_cache.py" in f for f in found), found
     assert any("tests/test_no_such_file.py" in f for f in found), found
     assert len(found) == 2, found
+
+
+# one module per op family: the map names the folder and its convention, not each module
+FAMILY_FOLDERS = ("interactive/core/ops/", "interactive/core/autodiff/", "interactive/core/vmap/",
+                  "kernels/rules/")
+
+
+def unnamed(text: str, files: list) -> list:
+    """The package's modules (Python, C) outside the family folders that the map does not
+    name."""
+    lines = text.split("\n")
+    fences = [i for i, l in enumerate(lines) if l.startswith("```")]
+    layout = "\n".join(lines[fences[0] + 1:fences[1]])
+    out = []
+    for f in files:
+        name = f.rsplit("/", 1)[-1]
+        if (not f.startswith(("interactive/", "kernels/", "viz/")) or f.startswith(FAMILY_FOLDERS)
+                or name == "__init__.py" or not name.endswith((".py", ".c", ".h"))):
+            continue
+        if not re.search(rf"(?<![\w.-]){re.escape(name)}\b", layout):
+            out.append(f)
+    return sorted(out)
+
+
+def test_the_map_names_every_module():
+    assert unnamed((ROOT / "HACKING.md").read_text(), _files(ROOT)) == []
+
+
+def test_a_planted_module_the_map_does_not_name_is_reported():
+    files = _files(ROOT) + ["kernels/planted_module.py", "kernels/rules/planted_family.py"]
+    assert unnamed((ROOT / "HACKING.md").read_text(), files) == ["kernels/planted_module.py"]

@@ -1,6 +1,7 @@
 """The import contract: the layers import downwards only.
 
-Every ``import`` in the package's source (module level or inside a function, read with
+Every ``import`` in the package's source (module level or inside a function, or a call of
+``importlib.import_module`` / ``__import__`` naming its module, read with
 ``ast``, through setup.py's package-dir mapping: interactive/ is ``tapescope``, kernels/ is
 ``tapescope.kernels``, viz/ is ``tapescope.viz``) is checked against the layers, lowest first:
 kernels < core < viz < the notebook layer (the rest of ``tapescope``). A module may import its
@@ -68,7 +69,17 @@ def imports(path: Path, root: Path) -> list:
             for a in node.names:
                 sub = f"{target}.{a.name}"
                 out.append((node.lineno, sub if _is_module(sub, root) else target))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str) and _dynamic_import(node.func)):
+            out.append((node.lineno, node.args[0].value))  # import_module("tapescope.viz.x")
     return [(line, t) for line, t in out if t == "tapescope" or t.startswith("tapescope.")]
+
+
+def _dynamic_import(func: ast.AST) -> bool:
+    """Whether a call of ``func`` imports the module its first argument names
+    (``importlib.import_module``, ``import_module``, ``__import__``)."""
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return name in ("import_module", "__import__")
 
 
 def _is_module(name: str, root: Path) -> bool:
@@ -116,15 +127,21 @@ def test_a_planted_upward_import_and_a_new_backend_crossing_are_reported(tmp_pat
     core = tmp_path / "interactive" / "core" / "fast.py"
     core.write_text(core.read_text() + "\nfrom tapescope import magic\n")
     viz = tmp_path / "viz" / "theme.py"
-    viz.write_text(viz.read_text() + "\nfrom .. import cell_report\n")
+    viz.write_text(viz.read_text() + "\nfrom .. import cell_recording\n")
     metal = tmp_path / "kernels" / "metal" / "kernels.py"
     metal.write_text(metal.read_text() + "\nfrom ..cuda import device\n")
+    cuda = tmp_path / "kernels" / "cuda" / "casts.py"
+    cuda.write_text(cuda.read_text() + (
+        "\n\ndef _planted():\n    import importlib\n\n"
+        "    return importlib.import_module(\"tapescope.kernels.cpu.gemm\")\n"))
     found = violations(tmp_path)
-    assert len(found) == 4, found
+    assert len(found) == 5, found
     assert any("kernels.rules.elementwise -> tapescope.viz.theme (kernels imports viz" in f for f in found)
     assert any("core.fast -> tapescope.magic (core imports notebook" in f for f in found)
-    assert any("viz.theme -> tapescope.cell_report (viz imports notebook" in f for f in found)
+    assert any("viz.theme -> tapescope.cell_recording (viz imports notebook" in f for f in found)
     assert any("metal.kernels -> tapescope.kernels.cuda.device (the metal backend imports the cuda"
+               in f for f in found)
+    assert any("cuda.casts -> tapescope.kernels.cpu.gemm (the cuda backend imports the cpu"
                in f for f in found)
 
 

@@ -156,7 +156,7 @@ def test_events_widget_lanes_arrows_and_counts_follow_the_timeline(tmp_path):
 
 @needs_dot  # the pick keys are in the rendered SVG
 def test_clicking_a_fused_kernel_in_the_graph_shows_its_tape_and_every_dialect():
-    from tapescope import cell_report as cr
+    from tapescope.viz import cell as cr
     from tapescope.viz.panel import CellPanel
     from tapescope.viz.report import sections as report_sections
 

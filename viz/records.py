@@ -112,7 +112,7 @@ def user_frames(err: BaseException, filename: Optional[str]) -> list:
 
 
 def progress_text(run) -> str:
-    """Why a run (a ``cell_report.DeviceRun``) stopped early: how far its interrupted eval got."""
+    """Why a run (a ``viz.cell.DeviceRun``) stopped early: how far its interrupted eval got."""
     evals = eval_progress(run.records)
     stopped = [e for e in evals if e["interrupted"]]
     if run.interrupted and stopped:

@@ -1,7 +1,7 @@
 """A ``%%mlx`` cell's report as static HTML: the summary, the Graph, Kernels, Check, Memory,
 Cache and Events sections, and the pieces the live panel and the ``%mlx_*`` line magics
-show. It reads a ``cell_report.CellReport`` (the notebook layer's record of what the cell
-did) and the timeline records it holds; nothing here reaches the notebook layer."""
+show. It reads a ``viz.cell.CellReport`` (the record of what the cell did, which the magic
+fills) and the timeline records it holds; nothing here reaches the notebook layer."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from tapescope.kernels.primitives import REGISTRY
 from tapescope.kernels.roofline import summary as roofline_summary
 
+from .check import CheckReport, check_html
 from .records import (
     ALLOC_KINDS, EVENT_KINDS, cache_summary, distinct_kernels, eval_progress, memory_summary,
     primitive_counts, progress_text,
@@ -276,7 +277,7 @@ def look_at(rep, r) -> list:
     kernels = distinct_kernels(r.graphs)
     cs = cache_summary(r.records)
     check = r.check
-    if check is not None and hasattr(check, "passed") and not check.passed:
+    if isinstance(check, CheckReport) and not check.passed:
         out.append("<b>Check</b>: tapescope and JAX disagree — the Check tab names the first "
                    "node that diverges.")
     build_ms = sum(ms for *_, ms in cs["builds"])
@@ -332,9 +333,9 @@ def summary_html(rep, r=None) -> str:
         rows.append(("memory", f"peak {_bytes(r.memory_after.peak)}, active {_bytes(r.memory_after.active)}"
                      f", cache {_bytes(r.memory_after.cache)}"))
     if r.check is not None:
-        if hasattr(r.check, "passed"):
+        if isinstance(r.check, CheckReport):
             ok = r.check.passed
-            verdict = r.check.verdict() if hasattr(r.check, "verdict") else ""
+            verdict = r.check.verdict()
             rows.append(("check", f"<span class='{'ts-ok' if ok else 'ts-bad'}'>"
                          f"{'agrees with JAX' if ok else 'differs from JAX'}</span>"
                          + (f" <span class='ts-muted'>({_e(verdict)})</span>" if verdict else "")))
@@ -395,7 +396,7 @@ def sections(rep, r, pickable: bool = False) -> list:
     if kern:
         out.append(("Kernels", kern))
     if "check" in rep.show and r.check is not None:
-        body = r.check._repr_html_() if hasattr(r.check, "_repr_html_") else f"<p>{_e(r.check)}</p>"
+        body = check_html(r.check) if isinstance(r.check, CheckReport) else f"<p>{_e(r.check)}</p>"
         out.append(("Check", body))
     if "memory" in rep.show and r.memory_after is not None and (
             any(x.kind in ALLOC_KINDS for x in r.records) or r.error is None):
@@ -422,7 +423,7 @@ def run_html(rep, r) -> str:
 
 
 def report_html(rep) -> str:
-    """A ``cell_report.CellReport`` as one static HTML page: the headline, the results, and
+    """A ``viz.cell.CellReport`` as one static HTML page: the headline, the results, and
     each device's summary and sections."""
     parts = [style_tag(), "<div class='tapescope-cell'>",
              f"<div class='ts-headline'>%%mlx{' (compiled)' if rep.compiled else ''}: "

@@ -80,11 +80,6 @@ def esc(text: object) -> str:
             .replace('"', "&quot;"))
 
 
-def quote(text: object) -> str:
-    """A double-quoted DOT string."""
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
 def legend_label(groups: list, lazy: bool, evaluated: bool, kernels: bool, inputs: bool = True,
                  constants: bool = True, backward: bool = False) -> str:
     """An HTML table naming every kind of node the picture uses (only those it uses)."""

@@ -1,6 +1,7 @@
 """What every tapescope HTML view shares: units, escaping, tables, and one stylesheet drawn
 with JupyterLab's CSS variables (so light and dark themes both read), with fallbacks for
-nbconvert and GitHub where those variables are not defined."""
+nbconvert and GitHub where those variables are not defined; whether a kernel shows widgets
+(``in_kernel``) and a widget shown after its snapshot (``show``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from typing import Any, Iterable, Optional
 
 __all__ = ["CSS", "style_tag", "esc", "fmt_bytes", "fmt_delta_bytes", "fmt_ns", "table",
-           "short_name", "details", "plot_html"]
+           "short_name", "details", "plot_html", "in_kernel", "show"]
 
 
 def esc(x: Any) -> str:
@@ -248,6 +249,21 @@ def snapshot_output(snapshot_html: str) -> dict:
     """The mime bundle of a widget's snapshot output (shown until the live view renders)."""
     return {"text/html": f"<style>{FALLBACK_CSS}</style><div class='tapescope-snapshot'>{snapshot_html}</div>",
             "text/plain": "(tapescope: a static snapshot of the widget below)"}
+
+
+def in_kernel() -> bool:
+    """Whether an IPython kernel (with a frontend that can show widgets) runs this code."""
+    import sys
+
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        return shell is not None and getattr(shell, "kernel", None) is not None
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def show(widget: Any, snapshot_html: str, what: str, handle: Any = None) -> None:

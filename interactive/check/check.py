@@ -24,7 +24,7 @@ called uncompiled (without captured state only).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -32,7 +32,10 @@ from tapescope.kernels.backends import host_array
 
 from . import transforms
 from .jax_rules import NoReference, rule_for
-from .report import FAIL, CheckReport, compare, preview
+from .compare import compare, preview
+
+if TYPE_CHECKING:  # the report's record is viz's (imported where used: importing tapescope imports no viz)
+    from tapescope.viz.check import CheckReport
 
 
 def _flatten(tree: Any, label: str, out: list) -> list:
@@ -205,6 +208,8 @@ def _uncompiled(fun: Callable, args: tuple, n: int) -> Optional[list]:
 def _check(flat: list, ref: Optional[list], walks: list, held, rtol, atol, every_node: bool,
            jdev) -> CheckReport:
     import jax
+
+    from tapescope.viz.check import FAIL, CheckReport
 
     from tapescope.core.array import array
     from tapescope.core.eval_api import eval as mx_eval

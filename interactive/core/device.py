@@ -351,7 +351,7 @@ def set_default_device(device: DeviceLike) -> None:
 
 
 def streams() -> list[Stream]:
-    """Every stream made so far (for the scheduler and the widgets)."""
+    """Every stream made so far (``mx.synchronize`` and the memory API walk them)."""
     with _lock:
         return list(_streams)
 

@@ -292,6 +292,13 @@ def _fused_launch(node: Node, prim, be, ins: list, t0: int, path: int) -> bool:
     if target is None:  # nobody wants the result
         _detach(node)
         return True
+    return _launch_into(node, prim, be, ln, ins, target, t0, path)
+
+
+def _launch_into(node: Node, prim, be, ln, ins: list, target, t0: int, path: int) -> bool:
+    """Plan ``ln`` launched on ``ins`` into ``target``'s output buffer (a dying input's or a
+    fresh one: ``_output_buffer``) through ``Backend.launch_fused``, counted on ``path`` and
+    recorded from ``t0`` (0: not recorded); False where the plan does not take the buffer."""
     out, out_handle = _output_buffer(node, target, be)
     if not ln.takes(out):
         return False
@@ -334,17 +341,8 @@ def _eager_launch(node: Node, prim, be, path: int) -> bool:
     ln = be.eager_kernel(prim, ins, target.dtype.np, target.shape)
     if ln is None:
         return False
-    t0 = timeline.now() if timeline.enabled else 0
-    out, out_handle = _output_buffer(node, target, be)
-    if not ln.takes(out):
-        return False
-    be.launch_fused(prim.stream, ln, ins, out)
-    _counts[path] += 1
-    target.set_data(out, out_handle)
-    _detach(node)
-    if t0:
-        _record(prim, node, t0, out.nbytes)
-    return True
+    return _launch_into(node, prim, be, ln, ins, target, timeline.now() if timeline.enabled else 0,
+                        path)
 
 
 def _host_view(node: Node, prim) -> None:

@@ -8,7 +8,7 @@ keeps its node and inputs (``ArrayDesc.kept``), so ``mx.eval`` / ``.item()`` / p
 inside a function being differentiated do not cut the gradient. When the function returns,
 the transformation clears the flag on everything it walked (``untrace``); a later eval that
 reaches an evaluated array which is no longer a tracer detaches it (``before_eval``). While a
-VJP rule runs (``retain_graph()``) every array counts as a tracer.
+VJP rule runs (``RetainEach``: MLX's ``RetainGraph``) every array counts as a tracer.
 
 Kept graphs matter only to transformations, so when the outermost one on a thread ends they
 are all dropped (memory goes back as MLX's next eval would give it back), unless
@@ -120,43 +120,12 @@ def on_placeholders() -> bool:
     return _state().placeholders > 0
 
 
-class _RetainGraph:
-    """``retain_graph()``'s context: a plain object (a VJP rule per node of a reverse walk
-    enters it; a generator-based context cost more than the rule's own bookkeeping)."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:  # _enter("retain"), inline: it runs once per VJP rule
-        global _active
-        s = _local if "depth" in _local.__dict__ else _state()
-        s.retain += 1
-        with _lock:
-            _active += 1
-
-    def __exit__(self, *exc) -> None:
-        global _active
-        s = _local  # (__enter__ made the state)
-        s.retain -= 1
-        with _lock:
-            _active -= 1
-        if s.kept and s.retain == 0 and s.depth == 0 and s.hold == 0:
-            _exit_kept(s)
-
-
-_RETAIN = _RetainGraph()
-
-
-def retain_graph() -> _RetainGraph:
-    """A VJP rule runs: every array is a tracer (MLX's ``RetainGraph``)."""
-    return _RETAIN
-
-
 class RetainEach:
-    """``retain_graph()`` around each of many VJP rules of one walk, cheaply: ``with
+    """MLX's ``RetainGraph`` around each VJP rule of one reverse walk, cheaply: ``with
     RetainEach() as s`` counts the walk as running (``_active``) and gives this thread's
-    state, whose ``retain`` the walk moves around each rule as ``retain_graph``'s enter /
-    exit do, then ``released(s)`` (an ``_active`` that stays up between the rules only sends
-    other threads' ops down the slow path of the same answer)."""
+    state; the walk raises ``s.retain`` around each rule (while it is up every array counts
+    as a tracer), lowers it after and calls ``released(s)`` (an ``_active`` that stays up
+    between the rules only sends other threads' ops down the slow path of the same answer)."""
 
     __slots__ = ()
 
@@ -175,7 +144,7 @@ class RetainEach:
 
 def released(s) -> None:
     """After a rule's ``s.retain -= 1`` (``RetainEach``): the kept graphs go when nothing
-    holds them (``retain_graph``'s exit)."""
+    holds them (as the end of MLX's ``RetainGraph`` scope lets them go)."""
     if s.kept and s.retain == 0 and s.depth == 0 and s.hold == 0:
         _exit_kept(s)
 

@@ -7,21 +7,11 @@ takes (``rows``, ``cols``, the full outputs' ``o_sr`` / ``o_sc``, per array inpu
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
-
-def _collapse(shape: tuple, strides: tuple) -> Optional[int]:
-    """The one element stride that walks ``shape`` (row-major order) with ``strides``, or
-    None when no single stride does."""
-    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    if not dims:
-        return 0
-    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
-        if s0 != s1 * n1:
-            return None
-    return dims[-1][1]
+from .strides import one_stride
 
 
 def view_strides(a: Any, target: tuple, mode: str, k: int, xp: Any = np) -> tuple:
@@ -33,7 +23,7 @@ def view_strides(a: Any, target: tuple, mode: str, k: int, xp: Any = np) -> tupl
         n = len(target)
         red = slice(0, k) if mode == "first" else slice(n - k, n)
         kept = slice(k, n) if mode == "first" else slice(0, n - k)
-        sr, sc = _collapse(target[kept], st[kept]), _collapse(target[red], st[red])
+        sr, sc = one_stride(target[kept], st[kept]), one_stride(target[red], st[red])
         if sr is not None and sc is not None and all(s % b.itemsize == 0 for s in b.strides):
             return b, sr, sc
         b = xp.ascontiguousarray(b)

@@ -19,20 +19,13 @@ import numpy as np
 from ..codegen.norm_kernels import ROPE_HALF_MAX, VJP_GROUPS, NormSpec
 from ..primitives import REGISTRY
 from ..rules.fast import rope_bhld
-from .reductions import Call, _collapse
+from .reductions import Call
+from .strides import collapse, elem_strides  # noqa: F401  (elem_strides: the planners' too)
 
 # the primitives whose definitions name these kernels (``PrimitiveDef.kernel``) -> the kernel
 NORMS = {n: d.kernel for n, d in REGISTRY.items() if d.kernel in ("rms", "layer_norm")}
 VJPS = {n: d.kernel for n, d in REGISTRY.items() if d.kernel in ("vjp_rms", "vjp_layer_norm")}
 PRIMITIVES = (*NORMS, *VJPS, *(n for n, d in REGISTRY.items() if d.kernel == "rope"))
-
-
-def elem_strides(a) -> Optional[tuple]:
-    """An array's strides in elements (None: not whole elements)."""
-    it = a.itemsize
-    if any(s % it for s in a.strides):
-        return None
-    return tuple(s // it for s in a.strides)
 
 
 def _float(dtype) -> Optional[str]:
@@ -48,7 +41,7 @@ def norm_call(name: str, dtype, shape: tuple, strides: tuple, vec_strides: tuple
     ``vec_strides`` (None: MLX's scalar stand-in, no weight / bias). ``copy``: the leading
     axes do not collapse, the caller makes ``x`` row-contiguous and asks again."""
     cols = int(shape[-1])
-    kept = _collapse(list(zip(shape[:-1], strides[:-1])))
+    kept = collapse(list(zip(shape[:-1], strides[:-1])))
     rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
     if len(kept) > 1:
         return Call(None, {}, out_shape=tuple(shape), out_dtype=np.dtype(dtype), copy=True)
@@ -92,7 +85,7 @@ def rope_call(dtype, shape: tuple, strides: tuple, offset_size: int, offset_stri
     if len(shape) == 3:
         sb, sh, sl, sd = strides[0], 0, strides[1], strides[2]
     else:
-        heads = _collapse(list(zip(shape[1:-2], strides[1:-2])))
+        heads = collapse(list(zip(shape[1:-2], strides[1:-2])))
         if len(heads) > 1:
             return Call(None, {}, out_shape=tuple(shape), out_dtype=np.dtype(dtype), copy=True)
         sb, sh, sl, sd = strides[0], heads[0][1] if heads else 0, strides[-2], strides[-1]

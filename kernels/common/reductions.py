@@ -15,8 +15,10 @@ from typing import Optional
 
 import numpy as np
 
+from ..codegen.layout import row_strides
 from ..codegen.reduce_kernels import COL_BLOCK, COL_LANES, KernelSpec, acc_dtype
 from ..primitives import REGISTRY
+from .strides import collapse
 
 ALL_PART = 1 << 14  # elements per part of an ``all`` reduction (parts run in parallel)
 MAX_PARTS = 64
@@ -54,27 +56,13 @@ def sum_dtype(dt) -> np.dtype:
     return dt
 
 
-def _collapse(dims: list) -> list:
-    """(size, stride) pairs, size-1 dims dropped, neighbours merged where one stride walks
-    both (row-major order kept)."""
-    out: list = []
-    for n, s in dims:
-        if n == 1:
-            continue
-        if out and out[-1][1] == s * n:
-            out[-1] = (out[-1][0] * n, s)
-        else:
-            out.append((n, s))
-    return out
-
-
 def _split(shape, strides, axes) -> tuple:
     axes = set(axes)
-    kept = _collapse([(n, s) for i, (n, s) in enumerate(zip(shape, strides)) if i not in axes])
+    kept = collapse([(n, s) for i, (n, s) in enumerate(zip(shape, strides)) if i not in axes])
     # the reduced elements' order does not matter: the largest strides first collapse most
     red = sorted([(n, s) for i, (n, s) in enumerate(zip(shape, strides)) if i in axes and n != 1],
                  key=lambda d: -abs(d[1]))
-    return kept, _collapse(red)
+    return kept, collapse(red)
 
 
 def reduce_call(op: str, in_dtype, shape, strides, axes) -> Call:
@@ -123,7 +111,7 @@ def softmax_call(family: str, in_dtype, shape, strides, precise: bool = False) -
     others collapse to one stride (the caller copies the input, as MLX's backends do)."""
     in_dtype = np.dtype(in_dtype)
     cols = int(shape[-1]) if shape else 1
-    kept = _collapse(list(zip(shape[:-1], strides[:-1])))
+    kept = collapse(list(zip(shape[:-1], strides[:-1])))
     if len(kept) > 1 or (cols > 1 and strides[-1] != 1):
         return None
     rows = kept[0][0] if kept else 1
@@ -139,8 +127,8 @@ def scan_call(op: str, in_dtype, shape, strides, axis: int, inclusive: bool,
     (non-trivial) axis, else ``strided``; None when the dims around it do not collapse."""
     in_dtype = np.dtype(in_dtype)
     out_dtype = np.dtype(np.int32) if op == "sum" and in_dtype.kind == "b" else in_dtype
-    outer = _collapse(list(zip(shape[:axis], strides[:axis])))
-    inner = _collapse(list(zip(shape[axis + 1:], strides[axis + 1:])))
+    outer = collapse(list(zip(shape[:axis], strides[:axis])))
+    inner = collapse(list(zip(shape[axis + 1:], strides[axis + 1:])))
     if len(outer) > 1 or len(inner) > 1:
         return None
     n = int(shape[axis])
@@ -198,14 +186,6 @@ KERNELS = ("reduce", "arg_reduce", "softmax", "logsumexp", "scan")
 PRIMITIVES = tuple(n for n, d in REGISTRY.items() if d.kernel in KERNELS)
 
 
-def _row_strides(shape) -> tuple:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= int(n)
-    return tuple(reversed(out))
-
-
 def plan_for(name: str, dtype, shape, strides: Optional[tuple], kw: dict):
     """The ``Call`` that runs primitive ``name`` (with its parameters ``kw``) on an input of
     this dtype, shape and element strides (None: not whole elements), or a string saying
@@ -231,7 +211,7 @@ def plan_for(name: str, dtype, shape, strides: Optional[tuple], kw: dict):
         precise = bool(kw.get("precise"))
         call = softmax_call(family, dtype, shape, strides, precise)
         if call is None:
-            call = softmax_call(family, dtype, shape, _row_strides(shape), precise)
+            call = softmax_call(family, dtype, shape, row_strides(shape), precise)
             call.copy = True
         return call
     if kernel == "scan":
@@ -241,7 +221,7 @@ def plan_for(name: str, dtype, shape, strides: Optional[tuple], kw: dict):
         args = (defn.monoid, dtype, shape, strides, axis, bool(kw["inclusive"]), bool(kw["reverse"]))
         call = scan_call(*args)
         if call is None:
-            call = scan_call(*args[:3], _row_strides(shape), *args[4:])
+            call = scan_call(*args[:3], row_strides(shape), *args[4:])
             call.copy = True
         return call
     return f"{name} has no generated kernel"

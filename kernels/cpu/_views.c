@@ -1,6 +1,6 @@
-/* The CPU's view rules in C: cpu/views.py's ``broadcast``, ``reshape`` and ``transpose``,
- * the same steps without a Python frame (views.py is the reference and runs where this
- * extension is not built). The eval loop calls a node's rule with its parameters as
+/* The CPU's view rules in C: cpu/views.py's ``broadcast`` and the definitions' ``reshape``
+ * and ``transpose`` (rules/shape.py: the array's own method), the same steps without a
+ * Python frame (those are the reference and run where this extension is not built). The eval loop calls a node's rule with its parameters as
  * keywords (core/_loop.c call_rule); a training step runs a dozen or more views. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -53,14 +53,14 @@ static PyObject *method_or_module(PyObject *xp, PyObject *a, PyObject *name, PyO
     return PyObject_VectorcallMethod(name, fargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-/* views.reshape: a.reshape(shape) (np.reshape's method), xp.reshape off numpy */
+/* rules/shape.reshape: a.reshape(shape) (np.reshape's method), xp.reshape off numpy */
 static PyObject *reshape(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyObject *shape;
     if (unpack("reshape", args, nargsf, kwnames, s_shape, &shape) < 0) return NULL;
     return method_or_module(args[0], args[1], s_reshape, shape);
 }
 
-/* views.transpose: a.transpose(axes), xp.transpose off numpy */
+/* rules/shape.transpose: a.transpose(axes), xp.transpose off numpy */
 static PyObject *transpose(PyObject *self, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames) {
     PyObject *axes;
@@ -131,9 +131,9 @@ done:
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)configure, METH_O, "Hand over np.ndarray."},
     {"reshape", (PyCFunction)(void (*)(void))reshape, METH_FASTCALL | METH_KEYWORDS,
-     "reshape(xp, a, *, shape, **_): views.reshape in C."},
+     "reshape(xp, a, *, shape, **_): rules/shape.reshape in C."},
     {"transpose", (PyCFunction)(void (*)(void))transpose, METH_FASTCALL | METH_KEYWORDS,
-     "transpose(xp, a, *, axes): views.transpose in C."},
+     "transpose(xp, a, *, axes): rules/shape.transpose in C."},
     {"broadcast", (PyCFunction)(void (*)(void))broadcast, METH_FASTCALL | METH_KEYWORDS,
      "broadcast(xp, a, *, shape): views.broadcast in C."},
     {NULL, NULL, 0, NULL},

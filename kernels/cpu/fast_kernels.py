@@ -22,7 +22,6 @@ a fallback, RoPE's ``freqs``, an offset that is not int32) runs the rule below i
 
 from __future__ import annotations
 
-import ctypes
 from typing import Callable
 
 import numpy as np
@@ -30,40 +29,25 @@ import numpy as np
 from .. import timeline
 from ..common import attention
 from ..common import norms as plan
+from ..fallback import run_rule
 from ..kernel_call import KernelRule, kernel_call, takes_out
 from ..common.reductions import THREADS, arguments
-from ..primitives import REGISTRY, by_kernel
+from ..primitives import by_kernel
 from ..rules.fast import inv_freqs
 from . import compiler
-from .primitive_kernels import _entry
+from .primitive_kernels import _entry, call_recorded
 
 _SMALL = 1 << 15  # elements below which the kernel runs holding the GIL (no release cost)
 CPU_VJP_GROUPS = 4 * THREADS  # the VJP's row groups on the CPU: a few per core, few partials
 
 
 def _fallback(prim_name: str, why: str, xp, ins, kw, out=None, variant: str = ""):
-    t0 = timeline.now() if timeline.enabled else 0
-    rule = REGISTRY[prim_name].rule
-    res = rule(xp, *ins, **kw) if out is None else rule(xp, *ins, out=out, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "variant": variant,
-                             "primitive": prim_name})
-    return res
+    return run_rule(prim_name, why, xp, ins, kw, out, variant=variant)
 
 
 def _run(spec, prim_name: str, bufs: dict, ints: dict, size: int) -> None:
-    entry = _entry(spec)
     ptrs = arguments(spec.kernel_params(), {k: v.ctypes.data for k, v in bufs.items()}, ints, {})
-    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    fn = entry.fast_fn(gil=size < _SMALL)
-    t0 = timeline.now() if timeline.enabled else 0
-    fn(argv)
-    if t0:
-        timeline.add("kernel_launch", t0, timeline.now(), name=spec.name, device="cpu",
-                     detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
-                             "tier": "kernel"})
-    entry.hits += 1
+    call_recorded(_entry(spec), spec, prim_name, ptrs, size < _SMALL)
 
 
 def _built(spec):

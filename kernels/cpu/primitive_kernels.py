@@ -24,6 +24,7 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..common import reductions as plan
+from ..fallback import run_rule
 from ..kernel_call import KernelRule, kernel_call
 from ..primitives import REGISTRY
 from . import compiler
@@ -58,13 +59,7 @@ def _entry(spec):
 
 
 def _fallback(prim_name: str, name: str, variant: str, why: str, xp, a, kw, out=None):
-    t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "variant": variant,
-                             "primitive": prim_name})
-    return out
+    return run_rule(prim_name, why, xp, (a,), kw, out, name=name, variant=variant)
 
 
 def _into(out, call, a) -> Optional[np.ndarray]:
@@ -96,8 +91,17 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
         bufs["part"] = part.ctypes.data
     ptrs = plan.arguments(spec.kernel_params(), bufs, call.ints,
                           {k: v.ctypes.data for k, v in call.arrays.items()})
+    call_recorded(entry, spec, prim_name, ptrs, a.size < _SMALL)
+    del part
+    return out
+
+
+def call_recorded(entry, spec, prim_name: str, ptrs: list, gil: bool) -> None:
+    """Call the loaded kernel ``entry`` of ``spec`` on its argument pointers (holding the GIL
+    where ``gil``: a small call, no release cost), recorded as a ``kernel_launch`` of
+    ``prim_name`` while the timeline records."""
     argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    fn = entry.fast_fn(gil=a.size < _SMALL)
+    fn = entry.fast_fn(gil=gil)
     t0 = timeline.now() if timeline.enabled else 0
     fn(argv)
     if t0:
@@ -105,8 +109,6 @@ def _launch(call, a: np.ndarray, prim_name: str, xp, kw, out=None):
                      detail={"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
                              "tier": "kernel"})
     entry.hits += 1
-    del part
-    return out
 
 
 def _rule(prim_name: str) -> Callable:

@@ -23,6 +23,8 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
+from ..common.strides import batch_offsets as _batch_offsets
+from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode
 from . import compiler
@@ -76,16 +78,6 @@ def _matrix_rows(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _batch_offsets(a: np.ndarray, unit: int) -> np.ndarray:
-    """The offset (in ``unit`` bytes) of each matrix of ``a``'s batch, flattened in order."""
-    offs = np.zeros(a.shape[:-2], np.int64)
-    for d, (n, st) in enumerate(zip(a.shape[:-2], a.strides[:-2])):
-        shape = [1] * (a.ndim - 2)
-        shape[d] = n
-        offs = offs + (np.arange(n, dtype=np.int64) * (st // unit)).reshape(shape)
-    return offs.reshape(-1)
-
-
 class _Operands:
     """x, w, scales, biases as the kernels read them: float32 x / scales / biases, the
     matrix offsets of each batch entry, and the shapes."""
@@ -125,13 +117,7 @@ def _spec(o: _Operands, form: str) -> QuantSpec:
     return QuantSpec(form, "affine" if o.mode == "affine" else "table", o.bits, o.scale)
 
 
-def _fallback(prim_name: str, why: str, xp, args, kw):
-    t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, *args, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "primitive": prim_name})
-    return out
+_fallback = run_rule  # (prim_name, why, xp, args, kw): the definition's rule, recorded
 
 
 def _record(spec: QuantSpec, prim_name: str, t0: int) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.render import LIBMVEC_2_35
+from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
 from . import compiler
 
@@ -144,13 +145,7 @@ def _call(entry, ptrs: list, small: bool, name: str, prim: str) -> None:
     entry.hits += 1
 
 
-def _fallback(prim: str, why: str, xp, args, kw):
-    t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim].rule(xp, *args, **kw)
-    if t0:
-        timeline.add("kernel_fallback", t0, timeline.now(), name=prim, device="cpu",
-                     detail={"reason": why, "runtime": "numpy", "primitive": prim})
-    return out
+_fallback = run_rule  # (prim, why, xp, args, kw): the definition's rule, recorded
 
 
 def random_bits(xp, keys, *, shape, width):

@@ -1,9 +1,9 @@
 """The CPU's own rules for views whose array-module form costs more than the view: a
 ``Broadcast`` of a contiguous numpy array is one ``np.ndarray`` constructor with stride 0
 along the broadcast dimensions (numpy's ``broadcast_to`` spends ~5 us in Python making the
-same view); the reshape family and ``Transpose`` call the array's own method (``np.reshape``
-and ``np.transpose`` reach it through ~3 us of Python); ``_views.c`` has the same three in
-C, which the eval loop calls (``CpuBackend.kernel_rules``) where built."""
+same view). ``_views.c`` makes it in C, and the reshape family's and ``Transpose``'s views as
+their definitions' rules make them (the array's own method) without a Python frame; the
+eval loop calls those (``CpuBackend.kernel_rules``) where the extension is built."""
 
 from __future__ import annotations
 
@@ -29,43 +29,24 @@ def broadcast(xp, a, *, shape):
     return v
 
 
+def _rules() -> dict:
+    """The broadcast family's primitives (MLX's Broadcast), found by their definitions'
+    family; and where ``_views.c`` is built, its ``reshape`` and ``transpose`` for those whose
+    definition's rule they do without a Python frame (the reshape family: Reshape,
+    ExpandDims, Squeeze, Flatten, Unflatten; Transpose), found by the rule. Elsewhere those
+    run their definition's rule, the array's own method (``rules/shape.py``)."""
+    from ..rules import shape
 
-
-def reshape(xp, a, *, shape, **_):
-    """The reshape family's view (``rules/shape.reshape``: ``np.reshape`` is the array's own
-    method, a copy where the strides allow no view), without ``np.reshape``'s Python."""
-    if type(a) is not np.ndarray:
-        return xp.reshape(a, shape)
-    return a.reshape(shape)
-
-
-def transpose(xp, a, *, axes):
-    """``Transpose``'s view (``rules/shape.transpose``: ``np.transpose`` is the array's method)."""
-    if type(a) is not np.ndarray:
-        return xp.transpose(a, axes)
-    return a.transpose(axes)
-
-
-def _c_rules() -> tuple:
-    """_views.c's ``broadcast``, ``reshape`` and ``transpose`` (the same steps in C) where
-    that extension is built, else the Python functions above."""
+    broadcast_rule, mine = broadcast, {}
     try:
         from . import _views
     except ImportError:
-        return broadcast, reshape, transpose
-    _views.configure(np.ndarray)
-    return _views.broadcast, _views.reshape, _views.transpose
-
-
-def _rules() -> dict:
-    """The broadcast family's primitives (MLX's Broadcast), found by their definitions'
-    family; those whose definition's rule is one these replace (the reshape family:
-    Reshape, ExpandDims, Squeeze, Flatten, Unflatten; Transpose), found by the rule."""
-    from ..rules import shape
-
-    c_broadcast, c_reshape, c_transpose = _c_rules()
-    mine = {shape.reshape: c_reshape, shape.transpose: c_transpose}
-    return {**{n: c_broadcast for n, d in REGISTRY.items() if d.family == BROADCAST},
+        pass
+    else:
+        _views.configure(np.ndarray)
+        broadcast_rule, mine = _views.broadcast, {shape.reshape: _views.reshape,
+                                                  shape.transpose: _views.transpose}
+    return {**{n: broadcast_rule for n, d in REGISTRY.items() if d.family == BROADCAST},
             **{n: mine[d.rule] for n, d in REGISTRY.items() if d.rule in mine}}
 
 

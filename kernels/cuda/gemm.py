@@ -23,6 +23,7 @@ from typing import Any, Optional
 import cupy
 import numpy as np
 
+from ..common.strides import one_stride
 from ..primitives import by_kernel
 from ..settings import settings
 from . import bfloat16 as bf16
@@ -88,14 +89,7 @@ def _matrix(x: Any) -> tuple:
 def _batch_stride(x: Any) -> Optional[int]:
     """One stride in elements over ``x``'s leading (batch) axes, or None where they do not
     collapse (MLX's ``collapse_batches``); 0 for a broadcast batch."""
-    item = x.itemsize
-    dims = [(n, s // item) for n, s in zip(x.shape[:-2], x.strides[:-2]) if n != 1]
-    if not dims:
-        return 0
-    for (_, s0), (n1, s1) in zip(dims, dims[1:]):
-        if s0 != s1 * n1:
-            return None
-    return dims[-1][1]
+    return one_stride(x.shape[:-2], [s // x.itemsize for s in x.strides[:-2]])
 
 
 def _target(given: Any, shape: tuple, A: Any, B: Any) -> Any:

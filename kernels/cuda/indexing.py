@@ -28,6 +28,7 @@ import cupy
 import numpy as np
 
 from .. import kernel_registry, timeline
+from ..common.strides import elem_strides as _elem_strides
 from ..primitives import REGISTRY, by_kernel
 from ..rules.indexing import out_of_bounds
 from . import compiled
@@ -77,13 +78,6 @@ extern "C" __global__ void {name}({args}, unsigned long long* bad, long long n,
   }}
 }}
 """
-
-
-def _elem_strides(a) -> Optional[tuple]:
-    it = a.dtype.itemsize
-    if any(s % it for s in a.strides):
-        return None
-    return tuple(s // it for s in a.strides)
 
 
 def _fallback(name: str, why: str, xp, ins, kw):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen.quantized import MAX_ROWS, QuantSpec, cuda_source
+from ..common.strides import batch_offsets
 from ..primitives import by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
 
@@ -33,12 +34,7 @@ def _kernel(spec: QuantSpec, dequant: bool = False):
 
 
 def _offsets(xp, a, unit: int):
-    offs = np.zeros(a.shape[:-2], np.int64)
-    for d, (n, st) in enumerate(zip(a.shape[:-2], a.strides[:-2])):
-        shape = [1] * (a.ndim - 2)
-        shape[d] = n
-        offs = offs + (np.arange(n, dtype=np.int64) * (st // unit)).reshape(shape)
-    return offs.reshape(-1)
+    return batch_offsets(a, unit)
 
 
 _consts: dict = {}  # (device, what) -> a small device array made once (tables, offsets)

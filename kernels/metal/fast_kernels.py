@@ -15,25 +15,11 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.c_ops import Unsupported
-from ..codegen.render import renderer
 from ..common import norms as plan
 from ..common.reductions import arguments
-from ..primitives import REGISTRY
+from ..fallback import run_rule
 from ..rules.fast import inv_freqs
-
-_sources: dict = {}  # kernel name -> its MSL, or the reason the Metal dialect refuses it
-
-
-def _msl(spec):
-    got = _sources.get(spec.name)
-    if got is None:
-        try:
-            got = spec.source(renderer("metal"))
-        except Unsupported as e:
-            got = Unsupported(str(e))
-        _sources[spec.name] = got
-    return got
-
+from .kernels import msl as _msl
 
 def _call(prim_name: str, ins: tuple, kw: dict):
     """(the Call, its buffers by name besides the outputs) or the reason no kernel takes it."""
@@ -74,14 +60,8 @@ def run(be: Any, queue: Any, prim_name: str, ins: tuple, out, kw: dict):
     ins = tuple(np.ascontiguousarray(a) for a in ins)
     got = _call(prim_name, ins, kw)
     if isinstance(got, str):
-        t0 = timeline.now() if timeline.enabled else 0
-        queue.synchronize()
-        rule = REGISTRY[prim_name].rule
-        res = rule(np, *ins, **kw) if out is None else rule(np, *ins, out=out, **kw)
-        if t0:
-            timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
-                         detail={"reason": got, "runtime": "cpu", "primitive": prim_name})
-        return res
+        queue.synchronize()  # (the host reads the queue's results)
+        return run_rule(prim_name, got, np, ins, kw, out, device="gpu", runtime="cpu")
     call, bufs = got
 
     def metal_array(shape, dt):

@@ -26,12 +26,13 @@ from typing import Optional, Sequence
 import ml_dtypes
 import numpy as np
 
+from ..codegen.c_ops import Unsupported
 from ..codegen.gpu import variant_suffix
 from ..codegen.layout import is_col_contiguous, is_row_contiguous
 from ..codegen.render import renderer
 from ..codegen.tape import Tape, TapeInput, TapeOp
 from ..codegen.layout import plan
-from ..primitives import ASTYPE, REGISTRY
+from ..primitives import ASTYPE, REGISTRY, UNARY
 
 # MLX's Metal type names in kernel names (mlx/backend/metal/utils.h type_to_name)
 TYPE_NAMES = {np.dtype(np.bool_): "bool_", np.dtype(np.uint8): "uint8",
@@ -174,7 +175,7 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype, scalars: Sequenc
     tn = [TYPE_NAMES[d] for d in in_dtypes]
     if cast:
         stem = f"copy{tn[0]}{TYPE_NAMES[out_dtype]}"
-    elif defn.family == "unary":
+    elif defn.family == UNARY:
         stem = f"{prim}{tn[0]}{TYPE_NAMES[out_dtype]}"
     else:  # binary and ternary kernels are named by the (last) input type, as MLX's
         stem = f"{prim}{tn[-1]}"
@@ -185,3 +186,19 @@ def elementwise_tape(prim: str, in_dtypes: Sequence, out_dtype, scalars: Sequenc
 def msl_module(tape: Tape) -> str:
     """Every variant of ``tape`` in one MSL source (what the runtime compiles once)."""
     return renderer("metal").module(tape, tape.lib_name)
+
+
+_sources: dict = {}  # kernel name -> its MSL, or the reason the Metal dialect refuses it
+
+
+def msl(spec):
+    """A generated kernel's (a reduction's, a fast primitive's ``KernelSpec``) MSL, made once
+    per kernel name; the ``Unsupported`` saying why where the Metal dialect refuses it."""
+    got = _sources.get(spec.name)
+    if got is None:
+        try:
+            got = spec.source(renderer("metal"))
+        except Unsupported as e:
+            got = Unsupported(str(e))
+        _sources[spec.name] = got
+    return got

@@ -14,23 +14,9 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.c_ops import Unsupported
-from ..codegen.render import renderer
 from ..common import reductions as plan
-from ..primitives import REGISTRY
-
-_sources: dict = {}  # kernel name -> its MSL, or the reason the Metal dialect refuses it
-
-
-def _msl(spec):
-    got = _sources.get(spec.name)
-    if got is None:
-        try:
-            got = spec.source(renderer("metal"))
-        except Unsupported as e:
-            got = Unsupported(str(e))
-        _sources[spec.name] = got
-    return got
-
+from ..fallback import run_rule
+from .kernels import msl as _msl
 
 def run(be: Any, queue: Any, prim_name: str, a: np.ndarray, out, kw: dict):
     """``prim_name`` on ``a`` as Metal kernels on ``queue`` (the node's), into ``out`` (the
@@ -45,13 +31,8 @@ def run(be: Any, queue: Any, prim_name: str, a: np.ndarray, out, kw: dict):
     why = call if isinstance(call, str) else next(
         (str(_msl(s)) for s, *_ in steps if isinstance(_msl(s), Unsupported)), None)
     if why is not None:
-        t0 = timeline.now() if timeline.enabled else 0
-        queue.synchronize()
-        res = REGISTRY[prim_name].rule(np, a, out=out, **kw)
-        if t0:
-            timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
-                         detail={"reason": why, "runtime": "cpu", "primitive": prim_name})
-        return res
+        queue.synchronize()  # (the host reads the queue's results)
+        return run_rule(prim_name, why, np, (a,), kw, out, device="gpu", runtime="cpu")
 
     def metal_array(shape, dt):
         """The allocator's memory when it is Metal's (its cache may hold adopted host

@@ -238,7 +238,7 @@ def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
                         [wrap(o) if o is not None else None for o in outs], **prim.kw)
         finally:
             state.retain -= 1
-            if state.kept:  # (retain_graph's exit: the kept graphs go when nothing holds them)
+            if state.kept:  # (RetainGraph's end: the kept graphs go when nothing holds them)
                 released(state)
         if vjps.__class__ is not list:
             vjps = list(vjps)

@@ -18,6 +18,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, incompatible, resolve_stream
 from .convert import _fmt_shape
+from .reduction import _sum_dtype
 
 __all__ = ["einsum", "einsum_path"]
 
@@ -335,14 +336,6 @@ def _prepare(node: _Node) -> list:
 
 def _can_dot(finals: list, output: str) -> bool:
     return len(finals) == 2 and any(c not in output for c in finals[0])
-
-
-def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
-    if d in (_dt.bool_, _dt.int8, _dt.int16):
-        return _dt.int32
-    if d in (_dt.uint8, _dt.uint16):
-        return _dt.uint32
-    return d
 
 
 def _check_plan(path: list, operands: tuple) -> list:

@@ -1,11 +1,12 @@
-"""What a ``%%mlx`` cell did, read off the timeline (its HTML is ``tapescope.viz.report``'s).
+"""What a ``%%mlx`` cell did, as the report draws it: plain records the notebook layer fills.
 
-A ``CellReport`` holds one ``DeviceRun`` per device the cell ran on: the timeline records made
-while it ran (``tapescope.record()``), the arrays it assigned or evaluated, the compiled
-functions it traced, memory and kernel-cache figures before and after, the check report and
-the error that ended it. Every section (graph, tapes, kernels, check, memory, cache, events)
-is computed from those records and public functions only; nothing here reaches into the
-scheduler or the allocator.
+A ``CellReport`` holds one ``DeviceRun`` per device the cell ran on: the timeline records
+made while it ran, the arrays it assigned or evaluated (``ArrayResult``), the graphs it drew
+(``viz/graph.py``'s), memory (``Memory``) and kernel-cache figures before and after, the
+check's report (``viz/check.py``'s) and the error that ended it. Its text form is here, its
+HTML ``viz/report.py``'s, its live panel ``viz/panel.py``'s; the ``%%mlx`` magic fills it
+(``magic.py``, from what ``cell_recording.py`` collects) and nothing here reads the notebook
+layer.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["SECTIONS", "Memory", "ArrayResult", "DeviceRun", "CellReport", "memory_now",
-           "cache_counts", "Collector"]
+__all__ = ["SECTIONS", "Memory", "ArrayResult", "DeviceRun", "CellReport"]
 
 SECTIONS = ("graph", "tapes", "kernels", "check", "memory", "cache", "events")
 
@@ -28,21 +28,6 @@ class Memory:
     active: int
     peak: int
     cache: int
-
-
-def memory_now() -> Memory:
-    """The allocator's active / peak / cache memory now (``mx.get_*_memory``)."""
-    import tapescope.core as mx
-
-    return Memory(mx.get_active_memory(), mx.get_peak_memory(), mx.get_cache_memory())
-
-
-def cache_counts() -> dict:
-    """Kernel-cache entries now: name -> (hits, misses), the counts ``tapescope.kernel_cache()``
-    lists (read without its roofline column)."""
-    from tapescope.kernels.cpu import compiler
-
-    return {e.name: (e.hits, e.misses) for e in compiler.entries()}
 
 
 @dataclass
@@ -63,8 +48,8 @@ class DeviceRun:
     device: str
     records: list = field(default_factory=list)
     arrays: list = field(default_factory=list)  # ArrayResult
-    graphs: list = field(default_factory=list)  # (title, tapescope.Graph)
-    check: Any = None  # CheckReport, or a str saying why there is none
+    graphs: list = field(default_factory=list)  # (title, viz.graph.Graph)
+    check: Any = None  # viz.check.CheckReport, or a str saying why there is none
     error: Optional[BaseException] = None
     wall_s: float = 0.0
     memory_before: Optional[Memory] = None
@@ -108,11 +93,8 @@ class CellReport:
         out = []
         for x in a.arrays:
             y = b.array(x.name)
-            if y is None or x.data is None or y.data is None:
-                out.append((x.name, False, None, False))
-                continue
-            same = x.data.shape == y.data.shape and x.dtype == y.dtype
-            if not same:
+            if (y is None or x.data is None or y.data is None or x.data.shape != y.data.shape
+                    or x.dtype != y.dtype):
                 out.append((x.name, False, None, False))
                 continue
             wide = np.complex128 if np.iscomplexobj(x.data) else np.float64
@@ -124,7 +106,7 @@ class CellReport:
     # -- text ------------------------------------------------------------------------------
     def run_lines(self, r: DeviceRun) -> list:
         """The text lines of one device's run: what ran, its notes, how far it got, its arrays."""
-        from tapescope.viz.records import primitive_counts, progress_text
+        from .records import primitive_counts, progress_text
 
         if r.unavailable:
             return [f"[{r.device}] {r.unavailable}"]
@@ -143,7 +125,7 @@ class CellReport:
 
     def error_where(self, r: DeviceRun) -> Optional[tuple]:
         """(line number in the cell, its text) where the cell's error was raised, or None."""
-        from tapescope.viz.records import user_frames
+        from .records import user_frames
 
         frames = user_frames(r.error, self.filename)
         return frames[-1] if frames else None
@@ -158,17 +140,19 @@ class CellReport:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        from tapescope.viz.report import report_html
+        from .report import report_html
 
         return report_html(self)
 
     def _repr_mimebundle_(self, **kw: Any) -> dict:
         """The live tabbed panel (in a kernel with ipywidgets) with this static HTML as its
         snapshot; only the HTML elsewhere."""
+        from .theme import in_kernel
+
         bundle = {"text/html": self._repr_html_(), "text/plain": repr(self)}
-        if _in_kernel():
+        if in_kernel():
             try:
-                from tapescope.viz.panel import CellPanel
+                from .panel import CellPanel
 
                 self.panel = CellPanel(self)
                 view = self.panel.widget._repr_mimebundle_(**kw) or {}
@@ -176,75 +160,3 @@ class CellReport:
             except ImportError:
                 pass
         return bundle
-
-
-def _in_kernel() -> bool:
-    """Whether an IPython kernel (with a frontend that can show widgets) runs this code."""
-    import sys
-
-    if "ipykernel" not in sys.modules:
-        return False
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        return shell is not None and getattr(shell, "kernel", None) is not None
-    except Exception:  # noqa: BLE001
-        return False
-
-
-class Collector:
-    """Records the timeline while a cell runs, draining the ring on a thread every ``interval``
-    seconds so that a long cell keeps every record (up to ``limit``), not only the ring's last
-    ``timeline.CAPACITY``."""
-
-    def __init__(self, interval: float = 0.05, limit: int = 2_000_000):
-        self.interval, self.limit = interval, limit
-        self.records: list = []
-        self.dropped = 0
-        self._last = -1
-        self._stop = None
-        self._thread = None
-        self._listener = None
-
-    def _drain(self) -> None:
-        from tapescope.kernels import timeline
-
-        new = []
-        for r in reversed(timeline.records()):
-            if r.seq <= self._last:
-                break
-            new.append(r)
-        if not new:
-            return
-        new.reverse()
-        self._last = new[-1].seq
-        room = self.limit - len(self.records)
-        if room < len(new):
-            self.dropped += len(new) - max(room, 0)
-            new = new[:max(room, 0)]
-        self.records.extend(new)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._drain()
-
-    def __enter__(self) -> "Collector":
-        import threading
-
-        from tapescope.kernels import timeline
-
-        self._listener = timeline.record().__enter__()
-        recs = timeline.records()
-        self._last = recs[-1].seq if recs else -1
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tapescope-cell", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._stop.set()
-        self._thread.join()
-        self._drain()
-        self._listener.__exit__(None, None, None)
-        return False
