@@ -1003,11 +1003,17 @@ static int run_host(PyObject *node) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
-        if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
+        /* a device's plans read bfloat16 storage themselves: its eager op's plan (or
+         * eager_kernel) and a kernel rule's plan are keyed by the inputs' types, and take
+         * them or decline (the Python path); elsewhere the rule computes in float32
+         * (evaluate._run's upcast) */
+        int device_plan = !bi->host && (eager || kdev);
+        if (elementwise && !device_plan && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
         if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
-            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
+            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray) &&
+            !device_plan) /* (a bfloat16 array's storage type: cuda/bfloat16.BF16Array) */
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
         if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
