@@ -96,7 +96,13 @@ class CudaBuffer(Buffer):
         last = self.last
         if last is not None and last[1] is dtype and last[0] == shape:
             return last[2]
-        v = Buffer.view(self, nbytes, dtype, shape)
+        raw = self.raw
+        if type(raw) is cupy.ndarray and raw.ndim == 1 and raw.dtype == np.uint8:
+            # (the allocator's own memory: the constructor here, no frames of Buffer.view)
+            v = (BF16Array(cupy.ndarray(shape, U16, raw.data)) if dtype == BF16
+                 else cupy.ndarray(shape, dtype, raw.data))
+        else:
+            v = Buffer.view(self, nbytes, dtype, shape)
         self.last = (shape, dtype, v)
         return v
 
