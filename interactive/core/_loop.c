@@ -1030,13 +1030,15 @@ static int run_host(PyObject *node) {
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         /* a device's plans read its storage type (bfloat16's) themselves: its eager op's
          * plan (or eager_kernel) and a kernel rule's plan are keyed by the inputs' types,
-         * and take them or decline (the Python path); elsewhere a bfloat16 elementwise
-         * rule computes in float32 (evaluate._run's upcast) */
+         * and take them or decline (the Python path), a host scalar by value too (its
+         * bfloat16 bits, which have no buffer form, through launch_fused); elsewhere a
+         * bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
         int storage = !bi->host && (eager || kdev) && bi->storage_type != NULL &&
                       Py_TYPE(data) == (PyTypeObject *)bi->storage_type;
-        if (elementwise && !storage && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
+        int by_value = !bi->host && eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray;
+        if (elementwise && !storage && !by_value && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
         if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
             !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray) && !storage)
             return 0;
