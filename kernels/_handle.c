@@ -653,11 +653,19 @@ typedef struct {
     PyObject *round; /* None / NULL: a buffer is the request's size (the CPU's policy) */
     Cache *cache;
     Lock *lock;
+    /* stream-ordered frees (a device's: cuda/memory.py): while the set ``defer`` is not
+     * empty (the device streams whose enqueued work may still run) a freed buffer is held
+     * in the list ``held``, counted active, until ``_seal`` (Python) orders the batch after
+     * that work by one event per stream; every ``batch`` buffers or ``batch_bytes`` bytes
+     * it is called. ``held_batches``: sealed batches not yet given back (Python keeps it) */
+    PyObject *defer, *held;
+    Py_ssize_t batch, held_batches;
+    long long batch_bytes, held_bytes;
 } Alloc;
 
 static PyObject *a_timeline_dict = NULL;
 static PyObject *s_enabled, *s__record, *s_buffer_type, *s_nbytes, *s__release, *s__evict,
-    *s__malloc, *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name;
+    *s__malloc, *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name, *s__seal;
 
 static int call_none(PyObject *r) {
     if (r == NULL) return -1;
@@ -744,17 +752,53 @@ static PyObject *alloc_malloc(Alloc *a, PyObject *size) {
     return buf;
 }
 
-static PyObject *alloc_free(Alloc *a, PyObject *buf) {
+/* the buffer's size; 0: nothing to give back (size 0, or released: raw None); -1 error */
+static long long freed_size(PyObject *buf) {
     PyObject *size = buffer_field(buf, size_off, s_size), *raw = size ? buffer_field(buf, raw_off, s_raw) : NULL;
-    if (raw == NULL) { Py_XDECREF(size); return NULL; }
+    if (raw == NULL) { Py_XDECREF(size); return -1; }
     long long n = PyLong_Check(size) ? PyLong_AsLongLong(size) : -1;
     int skip = raw == Py_None || n == 0;
     Py_DECREF(raw);
     if (!skip && n < 0 && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "a buffer's size is a non-negative int");
     Py_DECREF(size);
-    if (skip) { PyErr_Clear(); Py_RETURN_NONE; }
-    if (n < 0 || !alloc_ready(a)) return NULL;
+    if (skip) { PyErr_Clear(); return 0; }
+    return n;
+}
+
+static PyObject *free_now(Alloc *a, PyObject *buf, long long n);
+
+/* free: held while the device may still read it (``defer`` not empty), else given back;
+ * the first free after the device's streams were all seen finished gives back what is
+ * held first (``_seal``: no event needed then) */
+static PyObject *alloc_free(Alloc *a, PyObject *buf) {
+    long long n = freed_size(buf);
+    if (n <= 0) { if (n < 0) return NULL; Py_RETURN_NONE; }
+    PyObject *d = a->defer;
+    if (d != NULL && PyAnySet_Check(d) && a->held != NULL && PyList_CheckExact(a->held)) {
+        if (PySet_GET_SIZE(d) > 0) {
+            if (PyList_Append(a->held, buf) < 0) return NULL;
+            a->held_bytes += n;
+            if (PyList_GET_SIZE(a->held) >= a->batch || a->held_bytes >= a->batch_bytes)
+                return PyObject_CallMethodNoArgs((PyObject *)a, s__seal);
+            Py_RETURN_NONE;
+        }
+        if ((PyList_GET_SIZE(a->held) || a->held_batches) &&
+            call_none(PyObject_CallMethodNoArgs((PyObject *)a, s__seal)) < 0)
+            return NULL;
+    }
+    return free_now(a, buf, n);
+}
+
+/* _free_now: the buffer back to the cache (or the system) at once */
+static PyObject *alloc_free_now(Alloc *a, PyObject *buf) {
+    long long n = freed_size(buf);
+    if (n <= 0) { if (n < 0) return NULL; Py_RETURN_NONE; }
+    return free_now(a, buf, n);
+}
+
+static PyObject *free_now(Alloc *a, PyObject *buf, long long n) {
+    if (!alloc_ready(a)) return NULL;
     Cache *c = a->cache;
     if (lock_take(a->lock) < 0) return NULL;
     a->active -= n;
@@ -792,6 +836,8 @@ static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
 }
 
 static int alloc_traverse(Alloc *a, visitproc visit, void *arg) {
+    Py_VISIT(a->defer);
+    Py_VISIT(a->held);
     Py_VISIT(a->round);
     Py_VISIT(a->cache);
     Py_VISIT(a->lock);
@@ -799,6 +845,8 @@ static int alloc_traverse(Alloc *a, visitproc visit, void *arg) {
 }
 
 static int alloc_clear(Alloc *a) {
+    Py_CLEAR(a->defer);
+    Py_CLEAR(a->held);
     Py_CLEAR(a->round);
     Py_CLEAR(a->cache);
     Py_CLEAR(a->lock);
@@ -855,6 +903,14 @@ static PyMemberDef alloc_members[] = {
     {"_trim_after_malloc", Py_T_BOOL, offsetof(Alloc, trim_after_malloc), 0,
      "the cache is cut back to its limit after every malloc"},
     {"_round", Py_T_OBJECT_EX, offsetof(Alloc, round), 0, "the policy's rounding, None: none"},
+    {"_defer", Py_T_OBJECT_EX, offsetof(Alloc, defer), 0,
+     "a set: while it is not empty frees are held (stream-ordered), None: never"},
+    {"_held", Py_T_OBJECT_EX, offsetof(Alloc, held), 0, "the buffers freed and held, a list"},
+    {"_batch", Py_T_PYSSIZET, offsetof(Alloc, batch), 0, "held buffers that call _seal"},
+    {"_batch_bytes", Py_T_LONGLONG, offsetof(Alloc, batch_bytes), 0, "held bytes that call _seal"},
+    {"_held_bytes", Py_T_LONGLONG, offsetof(Alloc, held_bytes), 0, "the held buffers' bytes"},
+    {"_held_batches", Py_T_PYSSIZET, offsetof(Alloc, held_batches), 0,
+     "sealed batches not given back yet"},
     {NULL},
 };
 
@@ -862,7 +918,10 @@ static PyMethodDef alloc_methods[] = {
     {"malloc", (PyCFunction)alloc_malloc, METH_O,
      "A buffer of at least ``size`` bytes, from the cache when one fits."},
     {"free", (PyCFunction)alloc_free, METH_O,
-     "Return a buffer: to the cache when the policy's limit allows, else to the system."},
+     "Return a buffer: held while the device may read it (``_defer``), else to the cache "
+     "when the policy's limit allows, else to the system."},
+    {"_free_now", (PyCFunction)alloc_free_now, METH_O,
+     "Return a buffer to the cache (or the system) at once."},
     {"adopt", (PyCFunction)alloc_adopt, METH_O,
      "Account for memory numpy allocated by itself (``owner`` owns its data)."},
     {NULL},
@@ -937,6 +996,7 @@ PyMODINIT_FUNC PyInit__handle(void) {
     I(s__malloc, "_malloc") I(s_enabled, "enabled") I(s__record, "_record")
     I(s_buffer_type, "buffer_type") I(s_nbytes, "nbytes") I(s_alloc, "alloc")
     I(s_cache_reuse, "cache_reuse") I(s_free_to_cache, "free_to_cache") I(s_free_name, "free")
+    I(s__seal, "_seal")
 #undef I
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

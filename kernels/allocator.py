@@ -215,6 +215,14 @@ def policy_for(device: str) -> AllocatorPolicy:
     return POLICIES["cpu" if device == "cpu" else "metal"]
 
 
+# a device's frees held (``PyAllocator.free``) are ordered by events in batches of this many
+# buffers or bytes, as MLX's CUDA command buffer keeps its temporaries until it completes
+# (mlx/backend/cuda/device.cpp: a commit every 100 ops or 1000 MB on an H100); a cache miss
+# seals the batch at once
+HELD_BATCH = 32
+HELD_BATCH_BYTES = 256 << 20
+
+
 class PyAllocator:
     """The allocator of one device under one MLX backend's policy (the CPU's for ``"cpu"``),
     all in Python: the whole allocator where kernels/_handle.c is not built. ``Allocator``
@@ -246,6 +254,13 @@ class PyAllocator:
         self._round = None if p.round_size is _exact else p.round_size
         self._recycle_if_fits = bool(p.recycle_if_fits)
         self._trim_after_malloc = bool(p.trim_after_malloc)
+        # stream-ordered frees (``free``): a device's allocator sets ``_defer`` to the set of
+        # its streams whose enqueued work may still run; the host's never holds a buffer
+        self._defer: Optional[set] = None
+        self._held: list = []  # buffers freed while ``_defer`` was not empty, counted active
+        self._held_bytes = 0
+        self._held_batches = 0  # batches ``_seal`` ordered by events, not given back yet
+        self._batch, self._batch_bytes = HELD_BATCH, HELD_BATCH_BYTES
 
     # -- raw memory -----------------------------------------------------------------------
     def _raw_alloc(self, size: int) -> Any:
@@ -276,6 +291,8 @@ class PyAllocator:
         """A buffer of at least ``size`` bytes, from the cache when one fits."""
         if size == 0:
             return self.buffer_type(self._raw_alloc(0), 0)
+        if self._held or self._held_batches:  # (with the C steps: a miss of the cache)
+            self._seal()
         if self._round is not None:
             size = self._round(size, self.page_size)
         cache = self.cache
@@ -333,7 +350,37 @@ class PyAllocator:
         return buf
 
     def _free(self, buf: Buffer) -> None:
-        """Return a buffer: to the cache when the policy's limit allows, else to the system."""
+        """Return a buffer: held while a device stream may still read it (``_defer`` not
+        empty; ``_seal`` every ``_batch`` buffers or ``_batch_bytes`` bytes), else to the
+        cache when the policy's limit allows, else to the system."""
+        if buf.size == 0 or buf.raw is None:
+            return
+        if self._defer:
+            self._held.append(buf)
+            self._held_bytes += buf.size
+            if len(self._held) >= self._batch or self._held_bytes >= self._batch_bytes:
+                self._seal()
+            return
+        if self._defer is not None and (self._held or self._held_batches):
+            self._seal()  # the streams were all seen finished: what is held goes back now
+        self._free_now(buf)
+
+    def _seal(self) -> None:
+        """Order the held buffers after the device work that may read them (a device's
+        allocator: ``cuda/memory.py``, one event per stream for the batch) and give back
+        those whose work has finished; here, with no device, all of them at once."""
+        held = self._take_held()
+        for buf in held:
+            self._free_now(buf)
+
+    def _take_held(self) -> list:
+        """The held buffers, no longer held."""
+        held, self._held = self._held, []
+        self._held_bytes = 0
+        return held
+
+    def _free_now(self, buf: Buffer) -> None:
+        """Return a buffer to the cache when the policy's limit allows, else to the system."""
         size = buf.size
         if size == 0 or buf.raw is None:
             return
@@ -352,7 +399,8 @@ class PyAllocator:
         if not keep:
             self._release(buf)
 
-    malloc, adopt, free = _malloc, _adopt, _free  # (AllocatorBase's in C come first)
+    malloc, adopt, free = _malloc, _adopt, _free  # (AllocatorBase's in C come first,
+    # and its _free_now)
 
     # -- statistics and limits (MLX's memory API) -----------------------------------------
     def get_cache_memory(self) -> int:

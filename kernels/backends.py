@@ -124,6 +124,11 @@ class Backend(abc.ABC):
     #: host's ``stream_workers.Event`` is made and signalled by the eval loop in C
     event_type = Event
     array_type = np.ndarray  # the type of the device's arrays; others are moved in (to_device)
+    #: a device array type whose storage (``x.raw``, an ``array_type``) CuPy-like rules view
+    #: and plans read as it is, ``storage_type(raw)`` wrapping a view of it (CUDA's bfloat16:
+    #: ``BF16Array`` over uint16); the eval loop in C takes it for a device's views and its
+    #: plans' inputs. None: none
+    storage_type: Optional[type] = None
     #: None: the host (the eval loop runs the rules on the caller's thread); a GPU's
     #: function ``(stream, node) -> DeviceContext``: the context a node's rule runs in, which
     #: names the device's own rule for the node
@@ -212,7 +217,7 @@ CONTRACT = {
     "methods": ("run_compiled", "to_device", "launch_fused", "new_stream", "synchronize",
                 "info", "machine"),
     "facts": ("name", "device_type", "dialect", "reduction_tapes", "event_type", "array_type",
-              "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
+              "storage_type", "device_context", "sequential_forms", "kernel_rules", "compiled_launch",
               "compiled_prebuild", "eager_kernel", "device_api", "xp", "allocator"),
     "derived": ("quiet",),
 }

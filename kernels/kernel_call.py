@@ -194,6 +194,12 @@ class KernelRule:
         p(*ins, out)
         return out
 
+    @property
+    def takes_bfloat16(self) -> bool:
+        """Whether it takes a device's bfloat16 storage as it is (its ``slow`` rule does;
+        its plans are keyed by the inputs' types): ``cuda/backend.py`` widens no input."""
+        return getattr(self.slow, "takes_bfloat16", False)
+
     def __repr__(self) -> str:
         return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
 

@@ -49,3 +49,39 @@ def test_a_buffer_freed_by_a_finalizer_while_the_stream_record_is_locked_does_no
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        cwd=HERE.parent)
     assert r.returncode == 0 and "no deadlock" in r.stdout, r.stdout + r.stderr
+
+
+def test_frees_while_a_stream_runs_are_held_and_come_back_in_batches_ordered_by_one_event():
+    """A buffer freed while a GPU stream may still read it is held (counted active, not in
+    the cache, not handed out again) until the batch's covering event has completed: one
+    event per batch of frees, not one per free (MLX keeps an eval's temporaries until its
+    command buffer completes). Over the stand-in CuPy with events that complete late
+    (fake_cupy.LAG), in a fresh process."""
+    code = (
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
+        "import tapescope.core as mx; from tapescope.kernels.backends import backend;"
+        "from tapescope.kernels.cuda import device; from tapescope.kernels import allocator as A;"
+        "mx.set_default_device(mx.gpu); a = backend(mx.gpu).allocator; s = mx.default_stream(mx.gpu);"
+        "device.cuda_stream(s.index);"
+        "records = [0]; rec = fake_cupy.Event.record;"
+        "fake_cupy.Event.record = lambda self, st=None: (records.__setitem__(0, records[0] + 1), rec(self, st))[1];"
+        "w = device.work(s.index); device.enter_work(w); device.leave_work(w);"  # work enqueued
+        "fake_cupy.LAG[0] = 100;"
+        "bufs = [a.malloc(4096) for _ in range(A.HELD_BATCH + 1)]; ids = [b.id for b in bufs];"
+        "active = a.active; r0 = records[0];"
+        "[a.free(b) for b in bufs]; del bufs;"
+        "assert a.active == active, (a.active, active);"  # held: still active
+        "assert records[0] - r0 == 1, records[0] - r0;"  # one event for the sealed batch
+        "held = {b.id for b in a.held_buffers()}; assert held == set(ids), held;"
+        "fresh = a.malloc(4096); assert fresh.id not in ids, 'handed out while the kernels run';"
+        "assert records[0] - r0 == 1, records[0] - r0;"  # the miss sealed the rest: no new work
+        "[e.synchronize() for evs, _ in a._pending for e in evs];"  # the kernels end
+        "a.settle(); assert not a.held_buffers(), a.held_buffers();"
+        "n = a.round_size(4096); assert a.active == active - A.HELD_BATCH * n, (a.active, active);"
+        "again = a.malloc(4096); assert again.id in ids, 'the batch is in the cache again';"
+        "print('ok')" % str(HERE))
+    env = dict(os.environ, TAPESCOPE_CUDA="1")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=HERE.parent)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

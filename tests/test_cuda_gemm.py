@@ -187,3 +187,30 @@ def test_into_the_evaluators_buffer_and_a_donated_c(dtype):
     _check(got1, 0.5 * (a @ b) + 2.0 * c, dtype)
     _check(got2, a @ b, dtype)
     _check(got3, c @ c, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_planned_product_is_launched_by_the_loop_from_its_second_call(dtype):
+    """A layout's first product makes its plan (``gemm.GemmPlan``); from the second on the
+    eval loop launches that plan from C (through ``launch_fused``: its gpu_work record names
+    the cuBLAS call), with the same results as float64 numpy, AddMM's c copied in first."""
+    from tapescope.kernels import timeline
+    from tapescope.kernels.cuda.gemm import GemmPlan
+
+    rng = np.random.default_rng(7)
+    a, b = _exact(rng, (23, 41), dtype), _exact(rng, (41, 15), dtype)  # (layouts no other
+    c = _exact(rng, (15,), dtype)  # test plans)
+    kinds = []
+    with settings(tf32=False):
+        for _ in range(3):
+            x, y, z = _on_gpu(a, dtype), _on_gpu(b, dtype), _on_gpu(c, dtype)
+            mx.eval(x, y, z)
+            with timeline.record() as rec:
+                p = mx.matmul(x, y, stream=mx.gpu)
+                q = mx.addmm(z, x, y, alpha=0.5, beta=2.0, stream=mx.gpu)
+                mx.eval(p, q)
+            _check(p, a @ b, dtype)
+            _check(q, 0.5 * (a @ b) + 2.0 * c, dtype)
+            kinds.append(sorted(r.name for r in rec.records if r.kind == "gpu_work"
+                                and (r.detail or {}).get("kernel") == GemmPlan.name))
+    assert kinds[0] == [] and kinds[1] == kinds[2] == ["AddMM", "Matmul"], kinds

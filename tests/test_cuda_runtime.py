@@ -130,9 +130,11 @@ def test_a_buffer_freed_while_a_kernel_reads_it_is_not_reused_before_the_kernel_
     del a
     gc.collect()
     deadline = time.monotonic() + 5  # the worker frees a once it has launched the matmul
-    while buf.id not in {b.id for _, b in alloc._pending} and time.monotonic() < deadline:
+    while buf.id not in {b.id for b in alloc.held_buffers()} and time.monotonic() < deadline:
         time.sleep(0.0005)
-    assert buf.id in {b.id for _, b in alloc._pending}, "freed while a kernel reads it"
+    assert buf.id in {b.id for b in alloc.held_buffers()}, "freed while a kernel reads it"
+    alloc.settle()  # sealed in a batch: its event not complete while the kernels run
+    assert buf.id in {b.id for b in alloc.held_buffers()}
     fresh = alloc.malloc(buf.size)
     try:
         assert fresh.id != buf.id  # not handed out while the kernels run
@@ -140,8 +142,8 @@ def test_a_buffer_freed_while_a_kernel_reads_it_is_not_reused_before_the_kernel_
         alloc.free(fresh)
     mx.eval(y)
     mx.synchronize(s)
-    alloc._collect()
-    assert buf.id not in {b.id for _, b in alloc._pending}
+    alloc.settle()
+    assert buf.id not in {b.id for b in alloc.held_buffers()}
 
 
 def test_cpu_gpu_cpu_pipeline_across_streams_is_exact_with_device_side_waits():

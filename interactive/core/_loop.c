@@ -44,7 +44,7 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
 static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
-    *s_min_size;
+    *s_min_size, *s_storage_type;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes, *s_c_contiguous;
 static int loop_configured = 0;
@@ -145,6 +145,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_device_api = PyUnicode_InternFromString("device_api")) ||
                            !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel")) ||
                            !(s_min_size = PyUnicode_InternFromString("min_size")) ||
+                           !(s_storage_type = PyUnicode_InternFromString("storage_type")) ||
                            !(s_plans = PyUnicode_InternFromString("plans")) ||
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
@@ -178,6 +179,7 @@ typedef struct {
     PyObject *eager_for;  /* Backend.eager_kernel (a device's with api only); NULL: none */
     PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
     long long eager_min;  /* its ``min_size``: outputs of fewer elements run their rule */
+    PyObject *storage_type; /* Backend.storage_type (its ``raw`` an array_type); NULL: none */
 } BackendInfo;
 #define MAX_BACKENDS 16
 static BackendInfo seen[MAX_BACKENDS];
@@ -199,7 +201,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -236,6 +238,8 @@ static BackendInfo *backend_info(PyObject *be) {
         if (b.eager_min < 0 || PyErr_Occurred()) { PyErr_Clear(); b.eager_min = 0; }
     }
     if (b.host && b.eager_plans == NULL) Py_CLEAR(b.eager_for); /* the host's: plans in C only */
+    if (!b.host && (b.storage_type = PyObject_GetAttr(be, s_storage_type)) == NULL) PyErr_Clear();
+    if (b.storage_type != NULL && !PyType_Check(b.storage_type)) Py_CLEAR(b.storage_type);
     Py_INCREF(be);
     seen[n_seen] = b;
     return &seen[n_seen++];
@@ -892,11 +896,18 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
         return 0;
     PyObject *args[MAX_RULE_ARGS];
     args[0] = bi->xp;
+    int wrapped = 0; /* inputs of the backend's storage type: the rule views their ``raw`` */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         PyObject *data = SLOT(d, desc_off[D_DATA]);
-        if (data == NULL || Py_TYPE(data) != (PyTypeObject *)bi->array_type) return 0;
+        if (data == NULL) return 0;
+        if (bi->storage_type != NULL && Py_TYPE(data) == (PyTypeObject *)bi->storage_type &&
+            (i == 0 || wrapped)) {
+            wrapped = 1;
+            continue;
+        }
+        if (Py_TYPE(data) != (PyTypeObject *)bi->array_type || wrapped) return 0;
         args[1 + i] = data;
     }
     PyObject *d0 = PyList_GET_ITEM(inputs, 0), *handle = SLOT(d0, desc_off[D_BUFFER]);
@@ -904,8 +915,18 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
     PyObject *target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
     if (target == NULL) { PyErr_Clear(); return 0; }
     if (target == Py_None || (PyObject *)Py_TYPE(target) != c_desc_type) return 0;
+    for (Py_ssize_t i = 0; wrapped && i < n; i++) { /* the storage: new references */
+        PyObject *raw = PyObject_GetAttr(SLOT(PyList_GET_ITEM(inputs, i), desc_off[D_DATA]), s_raw);
+        if (raw == NULL || Py_TYPE(raw) != (PyTypeObject *)bi->array_type) {
+            for (Py_ssize_t j = 0; j < i; j++) Py_DECREF(args[1 + j]);
+            Py_XDECREF(raw);
+            PyErr_Clear();
+            return 0;
+        }
+        args[1 + i] = raw;
+    }
     Py_INCREF(target);
-    for (Py_ssize_t i = 0; i <= n; i++) Py_INCREF(args[i]);
+    for (Py_ssize_t i = 0; i <= n; i++) if (!wrapped || i == 0) Py_INCREF(args[i]);
     Py_INCREF(handle);
     int rc = -1;
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL, *res = NULL;
@@ -914,6 +935,10 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
     res = call_rule(SLOT(defn, defn_off[F_RULE]), args, n + 1, NULL, kw);
     if (res == NULL) goto done;
     if (Py_TYPE(res) != (PyTypeObject *)bi->array_type) { rc = 0; goto done; } /* Python: _store */
+    if (wrapped) { /* the view of the storage, as the storage type (a bfloat16 array's bits) */
+        Py_SETREF(res, PyObject_CallOneArg(bi->storage_type, res));
+        if (res == NULL) goto done;
+    }
     PyObject *dt = PyObject_GetAttr(res, s_dtype), *sh = dt ? PyObject_GetAttr(res, s_shape) : NULL;
     PyObject *want = SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]);
     int same = sh != NULL && (dt == want || PyObject_RichCompareBool(dt, want, Py_EQ) == 1) &&
@@ -1003,11 +1028,19 @@ static int run_host(PyObject *node) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
-        if (elementwise && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0; /* upcast */
+        /* a device's plans read its storage type (bfloat16's) themselves: its eager op's
+         * plan (or eager_kernel) and a kernel rule's plan are keyed by the inputs' types,
+         * and take them or decline (the Python path), a host scalar by value too (its
+         * bfloat16 bits, which have no buffer form, through launch_fused); elsewhere a
+         * bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
+        int storage = !bi->host && (eager || kdev) && bi->storage_type != NULL &&
+                      Py_TYPE(data) == (PyTypeObject *)bi->storage_type;
+        int by_value = !bi->host && eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray;
+        if (elementwise && !storage && !by_value && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
         if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
-            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray))
+            !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray) && !storage)
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
         if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&

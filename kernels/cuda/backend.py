@@ -117,6 +117,7 @@ class CudaBackend(Backend):
     dialect = "cuda"
     event_type = CudaEvent
     array_type = cupy.ndarray
+    storage_type = bf16.BF16Array  # bfloat16: its uint16 storage (cuda/bfloat16.py)
     sequential_forms = False  # CuPy's ufuncs lack most accumulate / at forms (rules/forms.py)
 
     def __init__(self, device_id: Optional[int] = None):

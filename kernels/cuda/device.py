@@ -174,9 +174,16 @@ def host_syncs() -> int:
 
 
 def synchronize(index: int) -> None:
-    """Block the host until the mx stream's CUDA stream has done its work (counted)."""
+    """Block the host until the mx stream's CUDA stream has done its work (counted); the
+    stream is then noted finished when nothing was enqueued there meanwhile (its buffers
+    freed from now on need no event, those held go back without one)."""
     _host_syncs[0] += 1
+    w = work(index)
+    gen = w[0]
     cuda_stream(index).synchronize()
+    with _work_lock:
+        if w[0] == gen and not w[1]:
+            _unfinished.discard(index)
 
 
 _uploads: dict = {}  # mx stream index -> the event after its latest host-to-device copy

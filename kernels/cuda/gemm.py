@@ -24,6 +24,7 @@ import cupy
 import numpy as np
 
 from ..common.strides import one_stride
+from ..kernel_call import KernelRule
 from ..primitives import by_kernel
 from ..settings import settings
 from . import bfloat16 as bf16
@@ -192,5 +193,133 @@ def _fallback(xp, a, b, c, alpha, beta):
     return matmul_rule(addmm)(xp, a, b, c, alpha=alpha, beta=beta)
 
 
+class GemmPlan:
+    """One GEMM call's cuBLAS arguments for one call layout (the operands' types, dtypes,
+    shapes and strides, ``alpha`` / ``beta``: ``KernelRule``'s key), made once: later calls
+    of that layout are launched by the eval loop from C (core/_loop.c run_node, a device's
+    planned rule) into a fresh allocator buffer through ``CudaBackend.launch_fused``, with
+    none of the rule's layout checks (MLX's ``Matmul::eval_gpu`` is one C++ call). A
+    layout the GEMM cannot read in place (a copy first), an empty product or sum, or a
+    dtype without a cuBLAS type has no plan: ``gemm`` runs."""
+
+    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "scalars", "primitive")
+    lane = False  # (not a kernel of ours: cuda/_driver.c's launch declines it)
+    name = variant = "cublas_gemm_strided_batched"
+    entry = None
+
+    def __init__(self, args: tuple, beta: float, tf32: bool, out_shape: tuple, out_dtype,
+                 scalars: tuple):
+        self.args, self.beta, self.tf32, self.scalars = args, beta, tf32, scalars
+        self.out_shape, self.out_dtype = out_shape, out_dtype
+        self.primitive = "Matmul"  # (the primitive it was planned for: the timeline's name)
+
+    def takes(self, out) -> bool:
+        """Whether ``out`` is a buffer the GEMM writes as it is (the loop's fresh buffer)."""
+        t = bf16.storage(out)
+        return (tuple(out.shape) == self.out_shape and out.dtype == self.out_dtype
+                and type(t) is cupy.ndarray and t.flags.c_contiguous)
+
+    def __call__(self, *arrays) -> None:
+        """``plan(a, b[, c], out)`` on the current CUDA stream."""
+        self.run(arrays[:-1], bf16.storage(arrays[-1]))
+
+    def call(self, inputs, outs, stream=None) -> None:
+        """The GEMM on ``stream`` (``launch_fused``'s call: the loop's fresh output)."""
+        if stream is None:
+            self.run(inputs, bf16.storage(outs[0]))
+            return
+        with stream:  # cuBLAS and the copy of ``c`` on the node's stream
+            self.run(inputs, bf16.storage(outs[0]))
+
+    def run(self, ins, res) -> None:
+        if self.beta:
+            res[...] = bf16.storage(ins[2])  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
+        a, b = bf16.storage(ins[0]), bf16.storage(ins[1])
+        (opb, opa, n, m, k, alpha, ldb, sb, lda, sa, beta, ldc, sc, count, dtype_id,
+         compute) = self.args
+        if self.tf32 and settings.tf32:
+            compute = _COMPUTE_32F_FAST_TF32
+        _cublas.gemmStridedBatchedEx(
+            cupy.cuda.device.get_cublas_handle(), opb, opa, n, m, k, alpha,
+            b.data.ptr, dtype_id, ldb, sb, a.data.ptr, dtype_id, lda, sa, beta,
+            res.data.ptr, dtype_id, ldc, sc, count, compute, _GEMM_DEFAULT)
+
+
+def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
+              beta: float = 0.0) -> Optional[GemmPlan]:
+    """The plan of a GEMM call of these operands' layouts (None: ``gemm`` runs it)."""
+    dt = a.dtype
+    got = _TYPES.get(dt)
+    if got is None or b.dtype != dt or not available() or (c is None and beta != 0.0):
+        return None
+    dtype_id, compute, kind, tf32 = got
+    A, B = bf16.storage(a), bf16.storage(b)
+    M, K = A.shape[-2], A.shape[-1]
+    N = B.shape[-1]
+    out_shape = tuple(A.shape[:-2]) + (M, N)
+    count = 1
+    for s in out_shape[:-2]:
+        count *= s
+    if not (M and N and K and count):
+        return None
+    la, lb = _layout(A), _layout(B)
+    if la is None or lb is None:  # a copy first: the rule makes it
+        return None
+    if c is None:
+        beta = 0.0
+    scalars = (_scalar(alpha, kind), _scalar(beta, kind))
+    args = (_OP_T if lb[0] else _OP_N, _OP_T if la[0] else _OP_N, N, M, K,
+            scalars[0].ctypes.data, lb[1], lb[2], la[1], la[2], scalars[1].ctypes.data,
+            N, M * N, count, dtype_id, compute)
+    return GemmPlan(args, float(beta), tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()),
+                    out_shape, dt, scalars)
+
+
+def _layout(x: Any) -> Optional[tuple]:
+    """(transposed, leading dimension, batch stride) of ``x`` as cuBLAS reads it in place
+    (``_matrix`` without its copy), or None."""
+    item = x.itemsize
+    r, c = x.shape[-2], x.shape[-1]
+    sr, sc = x.strides[-2] // item, x.strides[-1] // item
+    if (sc == 1 or c == 1) and (sr == c or r == 1):
+        layout = (False, max(c, 1))
+    elif (sr == 1 or r == 1) and (sc == r or c == 1):
+        layout = (True, max(r, 1))
+    else:
+        return None
+    batch = _batch_stride(x)
+    return None if batch is None else layout + (batch,)
+
+
+def _fits(out: Any, shape: tuple, dtype: Any, ins: tuple) -> bool:
+    """Whether the evaluator's buffer takes the product (``_target``'s checks)."""
+    return out is not None and _target(out, tuple(shape), bf16.storage(ins[0]),
+                                       bf16.storage(ins[1])) is not None and out.dtype == dtype
+
+
+def _empty(shape: tuple, dtype: Any) -> Any:
+    return bf16.BF16Array(cupy.empty(shape, bf16.U16)) if dtype == bf16.BF16 else cupy.empty(
+        shape, dtype=dtype)
+
+
+def _slow(xp: Any, *ins, out: Any = None, **kw) -> Any:
+    return gemm(xp, *ins, out=out, **kw)
+
+
+_slow.takes_bfloat16 = True
+
+
 # none over a CuPy without cuBLAS bindings: the definitions' rules run (cuda/backend.py)
-RULES: dict = by_kernel({"gemm": gemm}) if available() else {}
+def _plan_of(primitive: str):
+    def plan(*ins, **kw) -> Optional[GemmPlan]:
+        p = gemm_plan(*ins, **kw)
+        if p is not None:
+            p.primitive = primitive
+        return p
+
+    return plan
+
+
+# (one KernelRule per primitive: its plans are keyed by the primitive's name, as the loop's)
+RULES: dict = {n: KernelRule(n, _plan_of(n), _slow, _fits, _empty)
+               for n in by_kernel({"gemm": gemm})} if available() else {}

@@ -6,15 +6,18 @@
   off, so arrays CuPy makes inside a rule are plain ``cudaMalloc`` too and are adopted.
 - The figures are the device's: total memory from ``cudaMemGetInfo``, the memory limit by the
   CUDA policy (``allocator.POLICIES["cuda"]``).
-- **Stream-ordered reuse.** A buffer is freed from Python as soon as no array holds it, while
-  kernels already enqueued on a GPU stream may still read it. MLX keeps such buffers alive in
-  a completion handler until the stream's work has finished; here ``free`` records a CUDA
-  event on every GPU stream and the buffer stays *active* until those events complete; only
-  then does it go to the cache (``malloc`` collects the finished ones first). The event of
-  a stream is reused by the frees (and the eval signal) that follow while the stream has
-  had no new work (``device.covering_event``), and a stream whose work the host has seen
-  finished needs none (``device.unfinished``): then ``Allocator.free``'s steps run (in C
-  where kernels/_handle.c is built).
+- **Stream-ordered reuse.** A buffer is freed as soon as no array holds it, while kernels
+  already enqueued on a GPU stream may still read it. MLX keeps such buffers alive in its
+  command encoder's temporaries until the command buffer completes (a completion handler
+  on its worker thread: mlx/backend/cuda/device.cpp ``CommandEncoder::commit``,
+  worker.cpp). Here ``Allocator.free`` (C, kernels/_handle.c) *holds* a buffer freed while
+  any GPU stream may still run (``device.unfinished``, the allocator's ``_defer``): no
+  Python code, no event per free. Every ``HELD_BATCH`` buffers (or bytes), at a cache miss
+  and before the counters are read, ``_seal`` orders the held batch after that work by one
+  covering CUDA event per unfinished stream (``device.covering_event``, shared with the
+  eval's signal) and gives the batches whose events have completed to the cache. Held
+  buffers stay *active* until then. A free after every stream was seen finished (an eval's
+  host wait) needs no event: it gives back what is held, then itself.
 - ``cudaFree`` synchronises the device, so raw frees happen on one registered thread (MLX's
   ``cuda_free`` re-posts frees from other threads to its worker), never on a stream's thread.
 - **CuPy allocates from the cache.** Inside a node's device context (a rule: a matmul, a
@@ -93,7 +96,13 @@ class CudaBuffer(Buffer):
         last = self.last
         if last is not None and last[1] is dtype and last[0] == shape:
             return last[2]
-        v = Buffer.view(self, nbytes, dtype, shape)
+        raw = self.raw
+        if type(raw) is cupy.ndarray and raw.ndim == 1 and raw.dtype == np.uint8:
+            # (the allocator's own memory: the constructor here, no frames of Buffer.view)
+            v = (BF16Array(cupy.ndarray(shape, U16, raw.data)) if dtype == BF16
+                 else cupy.ndarray(shape, dtype, raw.data))
+        else:
+            v = Buffer.view(self, nbytes, dtype, shape)
         self.last = (shape, dtype, v)
         return v
 
@@ -125,8 +134,10 @@ class CudaAllocator(Allocator):
         self.buffer_type = CudaBuffer if hasattr(cupy.cuda, "MemoryPointer") else StandInBuffer
         _, total = device.memory_info(device_id)
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
-        # (events, buffer) in order of freeing: freed, maybe still read by enqueued kernels
+        # (events, buffers) batches in order of sealing: freed, maybe still read by
+        # enqueued kernels until the events complete (``_seal``)
         self._pending: collections.deque = collections.deque()
+        self._defer = device.unfinished()  # frees are held while a stream may still run
         self._freer = _Freer()
         self._lent: dict = {}  # device pointer -> the buffer lent to CuPy there
         using = getattr(cupy.cuda, "using_allocator", None)  # (not in the tests' stand-in)
@@ -151,8 +162,17 @@ class CudaAllocator(Allocator):
             # buffers freed while kernels still read them are not in the cache yet: let the
             # device finish, so the caller's evict-and-retry can reach them too
             cupy.cuda.runtime.deviceSynchronize()
-            self._collect()
+            self._give_back_all()
             raise MemoryError(str(e)) from None
+
+    def _give_back_all(self) -> None:
+        """After the whole device is idle: every held buffer to the cache."""
+        with self._lock:
+            batches = list(self._pending)
+            self._pending.clear()
+            self._held_batches = 0
+        for buf in self._take_held() + [b for _, bufs in batches for b in bufs]:
+            self._free_now(buf)
 
     def _release(self, buf: Buffer) -> None:
         raw = buf.raw
@@ -191,46 +211,48 @@ class CudaAllocator(Allocator):
         return Allocator.adopt(self, owner)
 
     # -- stream-ordered reuse -------------------------------------------------------------
-    def free(self, buf: Buffer) -> None:
-        if buf.size == 0 or buf.raw is None:
-            return
-        events = []
-        for index in list(device.unfinished()):  # streams seen finished cannot read it
-            ev = device.covering_event(index)
-            if ev.done:
-                device.note_finished(index, ev)
-            else:
-                events.append(ev)
-        if not events:  # no enqueued kernel can still read it (the usual case after an eval's wait)
-            Allocator.free(self, buf)
-            return
-        with self._lock:
-            self._pending.append((events, buf))
-        self._collect()
+    def _seal(self) -> None:
+        """The held buffers (``Allocator.free``: freed while a GPU stream had unfinished
+        work) ordered as one batch after that work: one covering event per stream that
+        may still run (``device.covering_event``; none for a stream seen finished), then
+        every batch whose events have completed given back to the cache."""
+        held = self._take_held()
+        if held:
+            events = _unfinished_events()
+            if events:
+                with self._lock:
+                    self._pending.append((events, held))
+                    self._held_batches = len(self._pending)
+            else:  # no enqueued kernel can still read them
+                for buf in held:
+                    self._free_now(buf)
+        if self._pending:
+            self._collect()
 
     def _collect(self) -> None:
-        """Give the buffers whose kernels have finished to the cache (or back to CUDA)."""
+        """Give the batches whose kernels have finished to the cache (or back to CUDA)."""
         done = []
         with self._lock:
             # events complete in about the order they were recorded: stop at the first busy one
             while self._pending and all(e.done for e in self._pending[0][0]):
-                done.append(self._pending.popleft())
-        for _, buf in done:
-            Allocator.free(self, buf)
+                done.extend(self._pending.popleft()[1])
+            self._held_batches = len(self._pending)
+        for buf in done:
+            self._free_now(buf)
 
     def settle(self) -> None:
-        if self._pending:
-            self._collect()
+        if self._held or self._pending:
+            self._seal()
 
-    def malloc(self, size: int) -> Buffer:
-        if self._pending:
-            self._collect()
-        return super().malloc(size)
+    def held_buffers(self) -> list:
+        """The buffers freed by their arrays that may still be read by enqueued kernels
+        (held, or sealed in a batch whose events have not completed): counted active."""
+        with self._lock:
+            return list(self._held) + [b for _, bufs in self._pending for b in bufs]
 
     def pending_bytes(self) -> int:
         """Bytes freed by their arrays but still read by enqueued kernels (counted active)."""
-        with self._lock:
-            return sum(b.size for _, b in self._pending)
+        return sum(b.size for b in self.held_buffers())
 
     # -- the device's arrays and their memory (Allocator's, for CUDA memory) -------------
     def import_host(self, data: Any, stream: Any) -> tuple:
@@ -301,20 +323,35 @@ class CudaAllocator(Allocator):
         return cupy.ndarray((mem.size,), np.uint8, cupy.cuda.MemoryPointer(mem, 0))
 
     def synchronize(self) -> None:
-        """After the device is idle every pending buffer can be reused."""
-        self._collect()
+        """After the device is idle every held buffer can be reused."""
+        self._seal()
         with self._lock:
             rest = [item for item in self._pending if all(e.done for e in item[0])]
             for item in rest:
                 self._pending.remove(item)
-        for _, buf in rest:
-            Allocator.free(self, buf)
+            self._held_batches = len(self._pending)
+        for _, bufs in rest:
+            for buf in bufs:
+                self._free_now(buf)
 
     def clear_cache(self) -> None:
-        self._collect()
+        self._seal()
         super().clear_cache()
         if timeline.enabled:
             timeline.add("clear_cache", timeline.now(), device=self.device)
+
+
+def _unfinished_events() -> list:
+    """A covering event of every GPU stream whose work may still run (those that have
+    finished are noted so: their buffers need none)."""
+    events = []
+    for index in list(device.unfinished()):
+        ev = device.covering_event(index)
+        if ev.done:
+            device.note_finished(index, ev)
+        else:
+            events.append(ev)
+    return events
 
 
 def _memory(data: Any) -> Any:

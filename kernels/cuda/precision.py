@@ -17,6 +17,7 @@ CuPy of the tests) or a device before sm_80 (no TF32) computes in float32.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -26,8 +27,10 @@ from ..settings import settings
 _WIDE = (np.dtype(np.float32), np.dtype(np.complex64))
 
 
+@functools.lru_cache(maxsize=None)
 def _table() -> Any:
-    """CuPy's compute-type table module, or None where this CuPy has none."""
+    """CuPy's compute-type table module, or None where this CuPy has none (looked up once:
+    a failed import searches the whole path again each time)."""
     try:
         from cupy._core import _routines_linalg
     except ImportError:
