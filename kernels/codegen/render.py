@@ -477,10 +477,13 @@ class CpuSchedule:
         # 10-20% slower on the benchmark chains).
         idx = "size_t"
         size_type = "int64_t" if large else "uint32_t"
-        lines = [d.preamble(tape), f"{d.kernel_prefix} {kernel_name}(void** args) {{"]
         ins = tape.non_constant_inputs
         outs = d.outputs(tape)
         args = d.arguments(tape, contiguous)
+        lines = [d.preamble(tape)]
+        if contiguous:
+            lines += self._range(d, tape, ins, outs, idx)
+        lines.append(f"{d.kernel_prefix} {kernel_name}(void** args) {{")
         for k, (kind, name, dt) in enumerate(args[:-1]):  # the void** calling convention
             if kind == "in":
                 lines.append(f"  const {d.storage_type(dt)}* {name} = "
@@ -491,33 +494,64 @@ class CpuSchedule:
                 lines.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
         k = len(args) - 1
         if contiguous:
+            def run(out_ptrs, lo, hi, oo="0"):
+                a = [x.name for x in ins] + list(out_ptrs) + [lo, hi, oo]
+                return f"ts_range({', '.join(a)});"
+
+            direct = [o for o, _, _ in outs]
             lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
-            lines += self._streaming(d, tape, ins, outs, idx)
-            loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-            loop = [f"  for ({idx} i = 0; i < size; ++i) {{"]
-            loop += d.body(tape, loads, "    ")
-            loop += [f"    {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-            loop.append("  }")
+            lines += self._streaming(d, outs, idx, run)
             # below the threshold (or with one core free) one thread, and no parallel region
             # at all: an OpenMP ``if`` clause on ``parallel for simd`` also turns the simd
             # part off (OpenMP 5: it applies to every construct of the combination), and a
-            # parallel region of one thread still costs ~0.5 us a call in libgomp
-            lines.append(f"  const int nt = size < {self.omp_min_size} ? 1 : ts_threads();")
-            lines.append("  if (nt == 1) {")
-            lines.append("  #pragma omp simd")
-            lines += loop
-            lines += ["  return;", "  }", "  #pragma omp parallel for simd schedule(static) num_threads(nt)"]
-            lines += loop
+            # parallel region of one thread still costs ~0.5 us a call in libgomp. Else one
+            # static share per thread, in whole cache lines of every output.
+            lines += [f"  const int nt = size < {self.omp_min_size} ? 1 : ts_threads();",
+                      "  if (nt == 1) {",
+                      f"    {run(direct, '0', 'size')}",
+                      "    return;",
+                      "  }",
+                      f"  const {idx} share = ((size + nt - 1) / nt + 63) & ~({idx})63;",
+                      "  #pragma omp parallel for schedule(static) num_threads(nt)",
+                      "  for (int t = 0; t < nt; ++t) {",
+                      f"    const {idx} lo = ({idx})t * share < size ? ({idx})t * share : size;",
+                      f"    {run(direct, 'lo', 'size - lo < share ? size : lo + share')}",
+                      "  }"]
         else:
             lines += self._strided(d, tape, ins, outs, k, ndim)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _streaming(self, d, tape, ins, outs, idx) -> list:
+    def _range(self, d, tape, ins, outs, idx) -> list:
+        """The contiguous kernel's one loop: elements ``lo`` to ``hi`` of every output, the
+        k-th stored at ``out[k - oo]`` (``oo`` the first element of a staging block, else
+        0). Every part of the kernel calls it (the serial and the threaded loop, the
+        streaming path's head, blocks and tail), so gcc vectorises the body once: written
+        out in each part, the body's copies were most of the first call's compile time.
+        ``noinline, noclone`` keep it one function (-O3 would inline it or clone it per
+        constant argument); a call costs a few ns against a block of 512 elements."""
+        params = ([f"const {d.storage_type(x.dtype)}* {x.name}" for x in ins]
+                  + [f"{d.storage_type(dt)}* {o}" for o, _, dt in outs]
+                  + [f"{idx} lo", f"{idx} hi", f"{idx} oo"])
+        loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+        L = ["#if defined(__GNUC__) && !defined(__clang__)",
+             "__attribute__((noinline, noclone))",
+             "#elif defined(__GNUC__)",
+             "__attribute__((noinline))",
+             "#endif",
+             f"static void ts_range({', '.join(params)}) {{"]
+        L += ["  #pragma omp simd", f"  for ({idx} i = lo; i < hi; ++i) {{"]
+        L += d.body(tape, loads, "    ")
+        L += [f"    {o}[i - oo] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["  }", "}"]
+        return L
+
+    def _streaming(self, d, outs, idx, run) -> list:
         """The contiguous kernel's path for large outputs: a scalar head up to the vector
         alignment of the outputs, then blocks computed into a stack buffer and streamed out
         (dynamically scheduled, so a thread that starts late takes fewer blocks), then the
-        tail. Only when all outputs share an itemsize (one alignment phase for all)."""
+        tail; each part a call of the kernel's range loop (``run``). Only when all outputs
+        share an itemsize (one alignment phase for all)."""
         sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
         if len(sizes) != 1:
             return []
@@ -526,37 +560,27 @@ class CpuSchedule:
         n_out = len(outs)
         phase = " && ".join([f"((uintptr_t)out0 % {isz}) == 0"] + [
             f"(((uintptr_t){o} - (uintptr_t)out0) % TS_VW) == 0" for o, _, _ in outs[1:]])
-        loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+        direct = [o for o, _, _ in outs]
         L = ["#if TS_STREAM",
              f"  if ((uint64_t)size * {isz * n_out} >= {self.stream_min_bytes}ULL && {phase}) {{",
              f"    {idx} head = (({idx})((TS_VW - (uintptr_t)out0 % TS_VW) % TS_VW)) / {isz};",
              "    if (head > size) head = size;",
              f"    const {idx} nb = (size - head) / {blk};",
-             f"    for ({idx} i = 0; i < head; ++i) {{"]
-        L += d.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["    }",
-              "    #pragma omp parallel num_threads(ts_threads())",
-              "    {",
-              "    #pragma omp for schedule(dynamic, 64) nowait",
-              f"    for ({idx} b = 0; b < nb; ++b) {{",
-              f"      const {idx} i0 = head + b * {blk};"]
+             f"    {run(direct, '0', 'head')}",
+             "    #pragma omp parallel num_threads(ts_threads())",
+             "    {",
+             "    #pragma omp for schedule(dynamic, 64) nowait",
+             f"    for ({idx} b = 0; b < nb; ++b) {{",
+             f"      const {idx} i0 = head + b * {blk};"]
         L += [f"      {d.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
               for o, _, dt in outs]
-        L += ["      #pragma omp simd",
-              f"      for ({idx} k = 0; k < {blk}; ++k) {{",
-              f"        const {idx} i = i0 + k;"]
-        L += d.body(tape, loads, "        ")
-        L += [f"        ts_{o}[k] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["      }"]
-        L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
+        L += [f"      {run([f'ts_{o}' for o in direct], 'i0', f'i0 + {blk}', 'i0')}"]
+        L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o in direct]
         L += ["    }",
               "    ts_sfence();  /* each thread orders its own streaming stores */",
               "    }",
-              f"    for ({idx} i = head + nb * {blk}; i < size; ++i) {{"]
-        L += d.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["    }", "    return;", "  }", "#endif"]
+              f"    {run(direct, f'head + nb * {blk}', 'size')}",
+              "    return;", "  }", "#endif"]
         return L
 
     def _strided(self, d, tape, ins, outs, k, ndim) -> list:
