@@ -458,6 +458,12 @@ static inline float ts_expf_neg(float xf) {
 """}
 
 
+# A loop function that every part of a kernel calls (``CpuSchedule._range`` / ``_nest_fn``):
+# kept one function, which -O3 would inline into each caller or clone per constant argument
+_NOINLINE = ["#if defined(__GNUC__) && !defined(__clang__)", "__attribute__((noinline, noclone))",
+             "#elif defined(__GNUC__)", "__attribute__((noinline))", "#endif"]
+
+
 class CpuSchedule:
     """The CPU's loops: OpenMP over large loops, streaming stores for large outputs, 2-D
     tiles when an input is transposed; ``void <name>(void** args)`` (ctypes calls it)."""
@@ -480,18 +486,22 @@ class CpuSchedule:
         ins = tape.non_constant_inputs
         outs = d.outputs(tape)
         args = d.arguments(tape, contiguous)
+        decode = []
+        for k, (kind, name, dt) in enumerate(args[:-1]):  # the void** calling convention
+            if kind == "in":
+                decode.append(f"  const {d.storage_type(dt)}* {name} = "
+                              f"(const {d.storage_type(dt)}*)args[{k}];")
+            elif kind == "strides":
+                decode.append(f"  const int64_t* {name} = (const int64_t*)args[{k}];")
+            else:
+                decode.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
         lines = [d.preamble(tape)]
         if contiguous:
             lines += self._range(d, tape, ins, outs, idx)
+        else:
+            lines += self._nest_fn(d, tape, ins, outs, len(args) - 1, ndim, decode)
         lines.append(f"{d.kernel_prefix} {kernel_name}(void** args) {{")
-        for k, (kind, name, dt) in enumerate(args[:-1]):  # the void** calling convention
-            if kind == "in":
-                lines.append(f"  const {d.storage_type(dt)}* {name} = "
-                             f"(const {d.storage_type(dt)}*)args[{k}];")
-            elif kind == "strides":
-                lines.append(f"  const int64_t* {name} = (const int64_t*)args[{k}];")
-            else:
-                lines.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
+        lines += decode
         k = len(args) - 1
         if contiguous:
             def run(out_ptrs, lo, hi, oo="0"):
@@ -518,7 +528,7 @@ class CpuSchedule:
                       f"    {run(direct, 'lo', 'size - lo < share ? size : lo + share')}",
                       "  }"]
         else:
-            lines += self._strided(d, tape, ins, outs, k, ndim)
+            lines += self._strided(ins, outs, k, ndim)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -534,12 +544,7 @@ class CpuSchedule:
                   + [f"{d.storage_type(dt)}* {o}" for o, _, dt in outs]
                   + [f"{idx} lo", f"{idx} hi", f"{idx} oo"])
         loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-        L = ["#if defined(__GNUC__) && !defined(__clang__)",
-             "__attribute__((noinline, noclone))",
-             "#elif defined(__GNUC__)",
-             "__attribute__((noinline))",
-             "#endif",
-             f"static void ts_range({', '.join(params)}) {{"]
+        L = _NOINLINE + [f"static void ts_range({', '.join(params)}) {{"]
         L += ["  #pragma omp simd", f"  for ({idx} i = lo; i < hi; ++i) {{"]
         L += d.body(tape, loads, "    ")
         L += [f"    {o}[i - oo] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
@@ -583,8 +588,9 @@ class CpuSchedule:
               "    return;", "  }", "#endif"]
         return L
 
-    def _strided(self, d, tape, ins, outs, k, ndim) -> list:
-        """The strided loop nest: outer dims flattened, the last two walked in tiles."""
+    def _setup(self, ins, outs, k, ndim, stream: bool) -> list:
+        """The strided kernel's shape, strides and tiling (and with ``stream``, whether its
+        rows stream their output)."""
         L = [f"  const int* shape = (const int*)args[{k}];"]
         arr = [x for x in ins if not x.scalar]
         if ndim == 1:
@@ -605,6 +611,8 @@ class CpuSchedule:
         L.append(f"  const int unit = {unit};")
         L.append(f"  const int64_t t_rows = tiled ? {self.tile} : 1, t_cols = tiled ? {self.tile} : n_cols;")
         L.append("  const int64_t n_rt = (n_rows + t_rows - 1) / t_rows, n_ct = (n_cols + t_cols - 1) / t_cols;")
+        if not stream:
+            return L
         sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
         blk = self.stream_block
         if len(sizes) == 1:
@@ -621,29 +629,42 @@ class CpuSchedule:
             L.append("#endif")
         else:
             L.append("  const int stream = 0;")
-        # the nest, written twice: on one thread below the threshold or with one core free
-        # (no parallel region: libgomp's costs ~0.5 us a call even with an ``if`` clause
-        # false), else in a region of the free cores' threads
-        L.append(f"  const int nt = n_outer * n_rows * n_cols < {self.omp_min_size} ? 1 : ts_threads();")
-        L.append("  if (nt == 1) {")
-        nest = self._nest(d, tape, ins, outs, arr, ndim, blk)
-        L += nest
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();")
-        L.append("#endif")
-        L += ["  } else {", "  #pragma omp parallel num_threads(nt)", "  {",
-              "  #pragma omp for collapse(2) schedule(static) nowait"]
-        L += nest
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
-        L.append("#endif")
-        L += ["  }", "  }"]
+        return L
+
+    def _nest_fn(self, d, tape, ins, outs, k, ndim, decode) -> list:
+        """The strided kernel's one loop nest: ``ts_nest(args, f0, f1)`` walks the (outer
+        index, row tile) pairs ``f0`` to ``f1`` of ``n_outer * n_rt``, in order; a thread's
+        streaming stores are ordered at its end. The serial call and each thread's share
+        (``_strided``) call it, so gcc compiles the body once (``_range``'s reason)."""
+        arr = [x for x in ins if not x.scalar]
+        L = _NOINLINE + ["static void ts_nest(void** args, int64_t f0, int64_t f1) {"]
+        L += decode + self._setup(ins, outs, k, ndim, True)
+        L += self._nest(d, tape, ins, outs, arr, ndim, self.stream_block)
+        L += ["#if TS_STREAM", "  if (stream) ts_sfence();  /* each thread orders its own streaming stores */",
+              "#endif", "}"]
+        return L
+
+    def _strided(self, ins, outs, k, ndim) -> list:
+        """The strided kernel: on one thread below the threshold or with one core free (no
+        parallel region: libgomp's costs ~0.5 us a call even with an ``if`` clause false),
+        else a static share of the (outer index, row tile) pairs per thread of the free
+        cores' (``collapse(2) schedule(static)`` over the two loops, as before)."""
+        L = self._setup(ins, outs, k, ndim, False)
+        L += ["  const int64_t n_f = n_outer * n_rt;",
+              f"  const int nt = n_outer * n_rows * n_cols < {self.omp_min_size} ? 1 : ts_threads();",
+              "  if (nt == 1) {",
+              "    ts_nest(args, 0, n_f);",
+              "    return;",
+              "  }",
+              "  #pragma omp parallel for schedule(static) num_threads(nt)",
+              "  for (int t = 0; t < nt; ++t) ts_nest(args, n_f * t / nt, n_f * (t + 1) / nt);"]
         return L
 
     def _nest(self, d, tape, ins, outs, arr, ndim, blk) -> list:
-        """The strided kernel's loops over (outer index, row tile, column tile, row)."""
-        L = ["  for (int64_t o = 0; o < n_outer; ++o) {"]
-        L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
+        """The strided kernel's loops over (outer index, row tile) pairs ``f0`` to ``f1``,
+        column tiles and rows."""
+        L = ["  for (int64_t f = f0; f < f1; ++f) {",
+             "    const int64_t o = f / n_rt, rt = f % n_rt;"]
         # base offsets of this outer index
         for x in arr:
             L.append(f"    int64_t {x.name}_o = 0;")
@@ -685,7 +706,6 @@ class CpuSchedule:
         L.append("      }")
         L.append("    }")
         L.append("    }")
-        L.append("  }")
         L.append("  }")
         return L
 
