@@ -474,6 +474,12 @@ static inline float ts_expf_neg(float xf) {
 """}
 
 
+# A loop function that every part of a kernel calls (``CpuSchedule._range`` / ``_nest_fn``):
+# kept one function, which -O3 would inline into each caller or clone per constant argument
+_NOINLINE = ["#if defined(__GNUC__) && !defined(__clang__)", "__attribute__((noinline, noclone))",
+             "#elif defined(__GNUC__)", "__attribute__((noinline))", "#endif"]
+
+
 class CpuSchedule:
     """The CPU's loops: OpenMP over large loops, streaming stores for large outputs, 2-D
     tiles when an input is transposed; ``void <name>(void** args)`` (ctypes calls it)."""
@@ -493,47 +499,81 @@ class CpuSchedule:
         # 10-20% slower on the benchmark chains).
         idx = "size_t"
         size_type = "int64_t" if large else "uint32_t"
-        lines = [d.preamble(tape), f"{d.kernel_prefix} {kernel_name}(void** args) {{"]
         ins = tape.non_constant_inputs
         outs = d.outputs(tape)
         args = d.arguments(tape, contiguous)
+        decode = []
         for k, (kind, name, dt) in enumerate(args[:-1]):  # the void** calling convention
             if kind == "in":
-                lines.append(f"  const {d.storage_type(dt)}* {name} = "
-                             f"(const {d.storage_type(dt)}*)args[{k}];")
+                decode.append(f"  const {d.storage_type(dt)}* {name} = "
+                              f"(const {d.storage_type(dt)}*)args[{k}];")
             elif kind == "strides":
-                lines.append(f"  const int64_t* {name} = (const int64_t*)args[{k}];")
+                decode.append(f"  const int64_t* {name} = (const int64_t*)args[{k}];")
             else:
-                lines.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
+                decode.append(f"  {d.storage_type(dt)}* {name} = ({d.storage_type(dt)}*)args[{k}];")
+        lines = [d.preamble(tape)]
+        if contiguous:
+            lines += self._range(d, tape, ins, outs, idx)
+        else:
+            lines += self._nest_fn(d, tape, ins, outs, len(args) - 1, ndim, decode)
+        lines.append(f"{d.kernel_prefix} {kernel_name}(void** args) {{")
+        lines += decode
         k = len(args) - 1
         if contiguous:
+            def run(out_ptrs, lo, hi, oo="0"):
+                a = [x.name for x in ins] + list(out_ptrs) + [lo, hi, oo]
+                return f"ts_range({', '.join(a)});"
+
+            direct = [o for o, _, _ in outs]
             lines.append(f"  const {idx} size = ({idx})({size_type})(uintptr_t)args[{k}];")
-            lines += self._streaming(d, tape, ins, outs, idx)
-            loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
-            loop = [f"  for ({idx} i = 0; i < size; ++i) {{"]
-            loop += d.body(tape, loads, "    ")
-            loop += [f"    {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-            loop.append("  }")
+            lines += self._streaming(d, outs, idx, run)
             # below the threshold (or with one core free) one thread, and no parallel region
             # at all: an OpenMP ``if`` clause on ``parallel for simd`` also turns the simd
             # part off (OpenMP 5: it applies to every construct of the combination), and a
-            # parallel region of one thread still costs ~0.5 us a call in libgomp
-            lines.append(f"  const int nt = size < {self.omp_min_size} ? 1 : ts_threads();")
-            lines.append("  if (nt == 1) {")
-            lines.append("  #pragma omp simd")
-            lines += loop
-            lines += ["  return;", "  }", "  #pragma omp parallel for simd schedule(static) num_threads(nt)"]
-            lines += loop
+            # parallel region of one thread still costs ~0.5 us a call in libgomp. Else one
+            # static share per thread, in whole cache lines of every output.
+            lines += [f"  const int nt = size < {self.omp_min_size} ? 1 : ts_threads();",
+                      "  if (nt == 1) {",
+                      f"    {run(direct, '0', 'size')}",
+                      "    return;",
+                      "  }",
+                      f"  const {idx} share = ((size + nt - 1) / nt + 63) & ~({idx})63;",
+                      "  #pragma omp parallel for schedule(static) num_threads(nt)",
+                      "  for (int t = 0; t < nt; ++t) {",
+                      f"    const {idx} lo = ({idx})t * share < size ? ({idx})t * share : size;",
+                      f"    {run(direct, 'lo', 'size - lo < share ? size : lo + share')}",
+                      "  }"]
         else:
-            lines += self._strided(d, tape, ins, outs, k, ndim)
+            lines += self._strided(ins, outs, k, ndim)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _streaming(self, d, tape, ins, outs, idx) -> list:
+    def _range(self, d, tape, ins, outs, idx) -> list:
+        """The contiguous kernel's one loop: elements ``lo`` to ``hi`` of every output,
+        element i stored at ``out[i - oo]`` (``oo`` the first element of a staging block,
+        else 0). Every part of the kernel calls it (the serial and the threaded loop, the
+        streaming path's head, blocks and tail), so gcc vectorises the body once: written
+        out in each of the five parts, the copies were most of a first call's compile time
+        (the GELU kernel's gcc run: 673M instructions with five copies, 435M with one).
+        ``noinline, noclone`` keep it one function (-O3 would inline it into each caller or
+        clone it per constant argument); a call costs a few ns against a block of 512."""
+        params = ([f"const {d.storage_type(x.dtype)}* {x.name}" for x in ins]
+                  + [f"{d.storage_type(dt)}* {o}" for o, _, dt in outs]
+                  + [f"{idx} lo", f"{idx} hi", f"{idx} oo"])
+        loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+        L = _NOINLINE + [f"static void ts_range({', '.join(params)}) {{"]
+        L += ["  #pragma omp simd", f"  for ({idx} i = lo; i < hi; ++i) {{"]
+        L += d.body(tape, loads, "    ")
+        L += [f"    {o}[i - oo] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
+        L += ["  }", "}"]
+        return L
+
+    def _streaming(self, d, outs, idx, run) -> list:
         """The contiguous kernel's path for large outputs: a scalar head up to the vector
         alignment of the outputs, then blocks computed into a stack buffer and streamed out
         (dynamically scheduled, so a thread that starts late takes fewer blocks), then the
-        tail. Only when all outputs share an itemsize (one alignment phase for all)."""
+        tail; each part a call of the kernel's range loop (``run``). Only when all outputs
+        share an itemsize (one alignment phase for all)."""
         sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
         if len(sizes) != 1:
             return []
@@ -542,41 +582,32 @@ class CpuSchedule:
         n_out = len(outs)
         phase = " && ".join([f"((uintptr_t)out0 % {isz}) == 0"] + [
             f"(((uintptr_t){o} - (uintptr_t)out0) % TS_VW) == 0" for o, _, _ in outs[1:]])
-        loads = {x.name: (f"{x.name}[0]" if x.scalar else f"{x.name}[i]") for x in ins}
+        direct = [o for o, _, _ in outs]
         L = ["#if TS_STREAM",
              f"  if ((uint64_t)size * {isz * n_out} >= {self.stream_min_bytes}ULL && {phase}) {{",
              f"    {idx} head = (({idx})((TS_VW - (uintptr_t)out0 % TS_VW) % TS_VW)) / {isz};",
              "    if (head > size) head = size;",
              f"    const {idx} nb = (size - head) / {blk};",
-             f"    for ({idx} i = 0; i < head; ++i) {{"]
-        L += d.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["    }",
-              "    #pragma omp parallel num_threads(ts_threads())",
-              "    {",
-              "    #pragma omp for schedule(dynamic, 64) nowait",
-              f"    for ({idx} b = 0; b < nb; ++b) {{",
-              f"      const {idx} i0 = head + b * {blk};"]
+             f"    {run(direct, '0', 'head')}",
+             "    #pragma omp parallel num_threads(ts_threads())",
+             "    {",
+             "    #pragma omp for schedule(dynamic, 64) nowait",
+             f"    for ({idx} b = 0; b < nb; ++b) {{",
+             f"      const {idx} i0 = head + b * {blk};"]
         L += [f"      {d.storage_type(dt)} ts_{o}[{blk}] __attribute__((aligned(64)));"
               for o, _, dt in outs]
-        L += ["      #pragma omp simd",
-              f"      for ({idx} k = 0; k < {blk}; ++k) {{",
-              f"        const {idx} i = i0 + k;"]
-        L += d.body(tape, loads, "        ")
-        L += [f"        ts_{o}[k] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["      }"]
-        L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o, _, _ in outs]
+        L += [f"      {run([f'ts_{o}' for o in direct], 'i0', f'i0 + {blk}', 'i0')}"]
+        L += [f"      ts_stream({o} + i0, ts_{o}, sizeof(ts_{o}));" for o in direct]
         L += ["    }",
               "    ts_sfence();  /* each thread orders its own streaming stores */",
               "    }",
-              f"    for ({idx} i = head + nb * {blk}; i < size; ++i) {{"]
-        L += d.body(tape, loads, "      ")
-        L += [f"      {o}[i] = {d.store(dt, f'tmp_{n}')};" for o, n, dt in outs]
-        L += ["    }", "    return;", "  }", "#endif"]
+              f"    {run(direct, f'head + nb * {blk}', 'size')}",
+              "    return;", "  }", "#endif"]
         return L
 
-    def _strided(self, d, tape, ins, outs, k, ndim) -> list:
-        """The strided loop nest: outer dims flattened, the last two walked in tiles."""
+    def _setup(self, ins, outs, k, ndim, stream: bool) -> list:
+        """The strided kernel's shape, strides and tiling (and with ``stream``, whether its
+        rows stream their output)."""
         L = [f"  const int* shape = (const int*)args[{k}];"]
         arr = [x for x in ins if not x.scalar]
         if ndim == 1:
@@ -597,6 +628,8 @@ class CpuSchedule:
         L.append(f"  const int unit = {unit};")
         L.append(f"  const int64_t t_rows = tiled ? {self.tile} : 1, t_cols = tiled ? {self.tile} : n_cols;")
         L.append("  const int64_t n_rt = (n_rows + t_rows - 1) / t_rows, n_ct = (n_cols + t_cols - 1) / t_cols;")
+        if not stream:
+            return L
         sizes = {np.dtype(dt).itemsize for _, _, dt in outs}
         blk = self.stream_block
         if len(sizes) == 1:
@@ -613,29 +646,42 @@ class CpuSchedule:
             L.append("#endif")
         else:
             L.append("  const int stream = 0;")
-        # the nest, written twice: on one thread below the threshold or with one core free
-        # (no parallel region: libgomp's costs ~0.5 us a call even with an ``if`` clause
-        # false), else in a region of the free cores' threads
-        L.append(f"  const int nt = n_outer * n_rows * n_cols < {self.omp_min_size} ? 1 : ts_threads();")
-        L.append("  if (nt == 1) {")
-        nest = self._nest(d, tape, ins, outs, arr, ndim, blk)
-        L += nest
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();")
-        L.append("#endif")
-        L += ["  } else {", "  #pragma omp parallel num_threads(nt)", "  {",
-              "  #pragma omp for collapse(2) schedule(static) nowait"]
-        L += nest
-        L.append("#if TS_STREAM")
-        L.append("  if (stream) ts_sfence();  /* each thread orders its own streaming stores */")
-        L.append("#endif")
-        L += ["  }", "  }"]
+        return L
+
+    def _nest_fn(self, d, tape, ins, outs, k, ndim, decode) -> list:
+        """The strided kernel's one loop nest: ``ts_nest(args, f0, f1)`` walks the (outer
+        index, row tile) pairs ``f0`` to ``f1`` of ``n_outer * n_rt``, in order; a thread's
+        streaming stores are ordered at its end. The serial call and each thread's share
+        (``_strided``) call it, so gcc compiles the body once (``_range``'s reason)."""
+        arr = [x for x in ins if not x.scalar]
+        L = _NOINLINE + ["static void ts_nest(void** args, int64_t f0, int64_t f1) {"]
+        L += decode + self._setup(ins, outs, k, ndim, True)
+        L += self._nest(d, tape, ins, outs, arr, ndim, self.stream_block)
+        L += ["#if TS_STREAM", "  if (stream) ts_sfence();  /* each thread orders its own streaming stores */",
+              "#endif", "}"]
+        return L
+
+    def _strided(self, ins, outs, k, ndim) -> list:
+        """The strided kernel: on one thread below the threshold or with one core free (no
+        parallel region: libgomp's costs ~0.5 us a call even with an ``if`` clause false),
+        else a static share of the (outer index, row tile) pairs per thread of the free
+        cores' (``collapse(2) schedule(static)`` over the two loops, as before)."""
+        L = self._setup(ins, outs, k, ndim, False)
+        L += ["  const int64_t n_f = n_outer * n_rt;",
+              f"  const int nt = n_outer * n_rows * n_cols < {self.omp_min_size} ? 1 : ts_threads();",
+              "  if (nt == 1) {",
+              "    ts_nest(args, 0, n_f);",
+              "    return;",
+              "  }",
+              "  #pragma omp parallel for schedule(static) num_threads(nt)",
+              "  for (int t = 0; t < nt; ++t) ts_nest(args, n_f * t / nt, n_f * (t + 1) / nt);"]
         return L
 
     def _nest(self, d, tape, ins, outs, arr, ndim, blk) -> list:
-        """The strided kernel's loops over (outer index, row tile, column tile, row)."""
-        L = ["  for (int64_t o = 0; o < n_outer; ++o) {"]
-        L.append("  for (int64_t rt = 0; rt < n_rt; ++rt) {")
+        """The strided kernel's loops over (outer index, row tile) pairs ``f0`` to ``f1``,
+        column tiles and rows."""
+        L = ["  for (int64_t f = f0; f < f1; ++f) {",
+             "    const int64_t o = f / n_rt, rt = f % n_rt;"]
         # base offsets of this outer index
         for x in arr:
             L.append(f"    int64_t {x.name}_o = 0;")
@@ -677,7 +723,6 @@ class CpuSchedule:
         L.append("      }")
         L.append("    }")
         L.append("    }")
-        L.append("  }")
         L.append("  }")
         return L
 
