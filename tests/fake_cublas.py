@@ -68,7 +68,5 @@ def install() -> None:
     cupy.ndarray.data = property(lambda a: types.SimpleNamespace(ptr=a.ctypes.data))
     if not hasattr(cupy.cuda, "device"):
         cupy.cuda.device = types.SimpleNamespace(get_cublas_handle=lambda: 0)
-    if not hasattr(cupy.cuda.runtime, "getDevice"):
-        cupy.cuda.runtime.getDevice = lambda: 0
     if not hasattr(cupy.cuda.Device, "compute_capability"):
         cupy.cuda.Device.compute_capability = "90"

@@ -99,7 +99,6 @@ def install() -> None:
     cupy.ndarray.data = property(lambda self: types.SimpleNamespace(ptr=self.__array_interface__["data"][0]))
     cupy.Stream.ptr = property(lambda self: id(self))
     cupy.cuda.driver = types.SimpleNamespace(launchKernel=_py_launch)
-    cupy.cuda.runtime.getDevice = lambda: 0  # (a thread's first call makes the context current)
     from tapescope.kernels.cuda import compiled
 
     compiled.get_kernel = _get_kernel

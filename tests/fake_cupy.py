@@ -163,6 +163,8 @@ class CUDARuntimeError(RuntimeError):
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError,
     getDeviceCount=lambda: 1,
+    getDevice=lambda: 0,
+    setDevice=lambda device: None,
     deviceSynchronize=_synchronized,
     memGetInfo=lambda: (TOTAL // 2, TOTAL),
     getDeviceProperties=lambda i=0: {"name": b"Fake GPU", "totalGlobalMem": TOTAL, "major": 9,

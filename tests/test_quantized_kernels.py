@@ -271,8 +271,8 @@ def test_quantize_kernel_equals_the_rule_bit_for_bit(gs, bits, dtype, rows, grou
 def test_mx_quantize_runs_the_kernel():
     w = np.random.default_rng(5).standard_normal((4, 128)).astype(np.float32)
     before = kernel_hits()
-    wq, s, b = mx.quantize(mx.array(w), 64, 4)
-    mx.eval(wq, s, b)
+    wq, s, b = mx.quantize(mx.array(w), 64, 4, stream=mx.cpu)  # the CPU's kernel, whatever
+    mx.eval(wq, s, b)  # the default device (a GPU under TAPESCOPE_CUDA=1)
     assert ran_kernel(before, "quantize")
     w64 = reference_weight(np.array(wq), np.array(s), np.array(b), 64, 4, "affine")
     # within a scale of the input (the bound of MLX's test_quantize_dequantize)

@@ -55,6 +55,7 @@ static cu_write_value_t cu_write_value;
 static cu_host_alloc_t cu_host_alloc;
 static cu_host_device_ptr_t cu_host_device_ptr;
 #define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_NOT_INITIALIZED 3
 
 #define WORDS 1024
 static volatile uint32_t *word_host; /* the page, as the host reads it */
@@ -528,6 +529,16 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         cu_host_device_ptr = (cu_host_device_ptr_t)dlsym(lib, "cuMemHostGetDevicePointer_v2");
     }
     if (cu_launch == NULL || cu_stream_query == NULL) Py_RETURN_NONE; /* no driver: Python hooks */
+    /* a driver another library loaded (a CUDA-aware MPI) that nobody initialised: CuPy is
+       not using it (the tests' stand-in CuPy), so its calls would fail NOT_INITIALIZED */
+    typedef int (*cu_ctx_get_t)(void **);
+    cu_ctx_get_t cu_ctx_get = lib != NULL ? (cu_ctx_get_t)dlsym(lib, "cuCtxGetCurrent") : NULL;
+    void *ctx = NULL;
+    if (cu_ctx_get == NULL || cu_ctx_get(&ctx) == CUDA_ERROR_NOT_INITIALIZED) {
+        cu_launch = NULL;
+        cu_stream_query = NULL;
+        Py_RETURN_NONE;
+    }
     configured = 1;
     return PyCapsule_New(&api, DEVICE_API_NAME, NULL);
 }

@@ -228,6 +228,9 @@ class CudaBackend(Backend):
             from . import _driver
         except ImportError:
             return None
+        from .compiled import current_context
+
+        current_context()  # the driver initialised where CuPy is the real one
         return _driver.configure({
             "streams": device._streams, "work": device._work, "work_of": device.work,
             "work_lock": device._work_lock, "unfinished": device._unfinished,

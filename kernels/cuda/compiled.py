@@ -287,8 +287,8 @@ class PackedLaunch:
 
     def _pack(self) -> tuple:
         """This thread's argument slots (the constant ones filled in) and their pointers.
-        The driver needs the primary context current: a thread's first CUDA call sets it."""
-        cupy.cuda.runtime.getDevice()
+        The driver needs the primary context current on this thread (``current_context``)."""
+        current_context()
         vals = (ctypes.c_uint64 * len(self.packed))(*self.packed)
         base = ctypes.addressof(vals)
         ptrs = (ctypes.c_void_p * len(self.offsets))(*[base + 8 * o for o in self.offsets])
@@ -384,10 +384,18 @@ def _function_ptr(fn) -> int:
     return int(inner.ptr)
 
 
+def current_context() -> None:
+    """Make this thread's device's primary context current for the driver API calls that
+    follow (``cudaSetDevice`` initialises it on a thread that has made no CUDA call yet; a
+    driver call there fails with CUDA_ERROR_INVALID_CONTEXT)."""
+    cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
+
+
 def _block_size(fn, limit: int) -> int:
     """Threads per block: the occupancy calculator's choice for this kernel, at most the
     kernel's launch bounds (``cuOccupancyMaxPotentialBlockSize``)."""
     block = 0
+    current_context()  # a plan made on a stream's thread before its first CUDA call
     try:
         _, block = cupy.cuda.driver.occupancyMaxPotentialBlockSize(_function_ptr(fn), 0, limit)
     except AttributeError:  # an older CuPy without the driver call
