@@ -30,11 +30,11 @@ denominator with no value, as ``sdpa_vector`` starts them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from .c_ops import Unsupported, _is_float
+from .ir_spec import IRKernelSpec
 from .loop_ir import INDEX, Assign, Fmt, If, Kernel, Let, Lit, Load, Local, Math, Monoid, Param, Range, Reduce, Store
 from .norm_kernels import F32, _bf16, sums
 
@@ -73,7 +73,7 @@ def _lanes(d: int) -> int:
 
 
 @dataclass(frozen=True)
-class SdpaSpec:
+class SdpaSpec(IRKernelSpec):
     """One generated attention kernel: ``mode`` (``vector``: MLX's decode kernel; ``full``:
     the tiled one), the element dtype, the head size ``head`` (query, key and value),
     ``mask`` (``none``, ``bool``, ``add``), ``causal`` and ``sinks``."""
@@ -107,12 +107,6 @@ class SdpaSpec:
                               "thread per block)")
         return attention_kernel(self, dt)
 
-    def kernel_params(self) -> list:
-        got = _PARAMS.get(self)
-        if got is None:
-            got = _PARAMS[self] = self.kernel().params
-        return got
-
     def source(self, dialect) -> str:
         from .lower import render_kernel
 
@@ -123,24 +117,7 @@ class SdpaSpec:
             return vector_source(self)
         return render_kernel(self.kernel(gpu), dialect)
 
-    def sources(self, built: Optional[dict] = None) -> dict:
-        """runtime -> source (cpu: C), or a comment saying why not."""
-        from .render import RUNTIME_DIALECT, renderer
 
-        out = {}
-        for runtime, dialect in RUNTIME_DIALECT.items():
-            if built and built.get(runtime):
-                out[runtime] = built[runtime]
-                continue
-            d = renderer(dialect)
-            try:
-                out[runtime] = self.source(d)
-            except Unsupported as e:
-                out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
-        return out
-
-
-_PARAMS: dict = {}
 INTS = ("B", "H", "Hk", "L", "kL", "qsb", "qsh", "qsl", "ksb", "ksh", "ksl", "vsb", "vsh", "vsl")
 MASK_INTS = ("msb", "msh", "msl", "msk")
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from .c_ops import Unsupported
+from .ir_spec import IRKernelSpec
 from .loop_ir import (INDEX, Cast, Fmt, Kernel, Let, Lit, Load, Math, Param, Range, Reduce,
                       Store, Vec, row_threads)
 from .reduce_kernels import online_softmax
@@ -42,7 +42,6 @@ SLOTS = 4  # 16-byte vectors a thread keeps of its row: rows up to 16384 scores 
 PAR_MIN = 1 << 15  # the CPU schedule (tests): rows run in parallel past this many scores
 OUT_DTYPES = ("float32", "float16", "bfloat16")
 MASK_DTYPES = ("bool", "float16", "bfloat16", "float32")
-_PARAMS: dict = {}
 
 
 def _dtype(name: str) -> np.dtype:
@@ -54,7 +53,7 @@ def _dtype(name: str) -> np.dtype:
 
 
 @dataclass(frozen=True)
-class ScoresSoftmaxSpec:
+class ScoresSoftmaxSpec(IRKernelSpec):
     """One score-softmax kernel: ``dtype`` (p's), ``mask`` (``none``, ``bool``, ``add``) and
     the mask's dtype, ``causal``, ``sinks``."""
 
@@ -78,33 +77,6 @@ class ScoresSoftmaxSpec:
 
     def kernel(self, gpu: bool = False) -> Kernel:
         return softmax_kernel(self)
-
-    def kernel_params(self) -> list:
-        got = _PARAMS.get(self)
-        if got is None:
-            got = _PARAMS[self] = self.kernel().params
-        return got
-
-    def source(self, dialect) -> str:
-        from .lower import render_kernel
-
-        return render_kernel(self.kernel(getattr(dialect, "ir_threads", None) is not None), dialect)
-
-    def sources(self, built: Optional[dict] = None) -> dict:
-        """runtime -> source (cpu: C, cuda, metal: MSL), or why a dialect cannot express it."""
-        from .render import RUNTIME_DIALECT, renderer
-
-        out = {}
-        for runtime, dialect in RUNTIME_DIALECT.items():
-            if built and built.get(runtime):
-                out[runtime] = built[runtime]
-                continue
-            d = renderer(dialect)
-            try:
-                out[runtime] = self.source(d)
-            except Unsupported as e:
-                out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
-        return out
 
 
 INTS = ("rows", "cols", "bl", "heads", "qoff")

@@ -31,11 +31,11 @@ integer parameters are the only scalars every dialect passes by value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from .c_ops import Unsupported, _is_float
+from .ir_spec import IRKernelSpec
 from .loop_ir import (INDEX, Barrier, Cast, Fmt, Kernel, Let, Lit, Load, Local, Math, Monoid, Param,
                       Range, Reduce, Round, Store, Vec, row_threads)
 
@@ -280,12 +280,11 @@ def rope_kernel(name: str, dt, traditional: bool, forward: bool, gpu: bool) -> K
 
 # -- the specs ------------------------------------------------------------------------------
 
-_PARAMS: dict = {}
 _KERNELS: dict = {}  # (spec, gpu) -> its Kernel
 
 
 @dataclass(frozen=True)
-class NormSpec:
+class NormSpec(IRKernelSpec):
     """One generated kernel of a fast primitive: ``family`` (rms, layer_norm, vjp_rms,
     vjp_layer_norm, rope), the element dtype, the input layout (``row``: unit column
     stride; ``strided``), whether a weight / bias is given (else MLX's scalar 1 / 0), and
@@ -334,33 +333,6 @@ class NormSpec:
         if self.family == "vjp_layer_norm":
             return vjp_layer_kernel(n, dt, self.has_w, self.has_b)
         return rope_kernel(n, dt, self.traditional, self.forward, gpu)
-
-    def kernel_params(self) -> list:
-        got = _PARAMS.get(self)
-        if got is None:
-            got = _PARAMS[self] = self.kernel().params
-        return got
-
-    def source(self, dialect) -> str:
-        from .lower import render_kernel
-
-        return render_kernel(self.kernel(getattr(dialect, "ir_threads", None) is not None), dialect)
-
-    def sources(self, built: Optional[dict] = None) -> dict:
-        """runtime -> source (cpu: C, cuda, metal: MSL), or a comment saying why not."""
-        from .render import RUNTIME_DIALECT, renderer
-
-        out = {}
-        for runtime, dialect in RUNTIME_DIALECT.items():
-            if built and built.get(runtime):
-                out[runtime] = built[runtime]
-                continue
-            d = renderer(dialect)
-            try:
-                out[runtime] = self.source(d)
-            except Unsupported as e:
-                out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
-        return out
 
 
 def _bf16():

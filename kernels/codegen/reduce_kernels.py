@@ -26,12 +26,12 @@ ArgReduce takes the first extreme (NaN counts as one), And / Or test ``!= 0``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import ml_dtypes
 import numpy as np
 
 from .c_ops import Unsupported, _is_float, _is_half
+from .ir_spec import IRKernelSpec
 from .loop_ir import (INDEX, Assign, Barrier, Cast, First, Fmt, Fold, If, Kernel, Let, Lit, Load,
                       Local, Math, Merge, Monoid, Param, Range, Reduce, Store, ThreadId, Vec,
                       row_threads, state_vars)
@@ -487,11 +487,8 @@ def dtype_name(dt) -> str:
     return np.dtype(dt).name
 
 
-_PARAMS: dict = {}
-
-
 @dataclass(frozen=True)
-class KernelSpec:
+class KernelSpec(IRKernelSpec):
     """One generated kernel of a reduction primitive: ``family`` (reduce, softmax,
     logsumexp, scan) and what its builder takes; ``name`` is its kernel name."""
 
@@ -527,36 +524,6 @@ class KernelSpec:
             return softmax_kernel(n, self.in_dtype, self.out_dtype, self.family == "logsumexp", gpu)
         return scan_kernel(n, self.op, self.in_dtype, self.out_dtype, self.inclusive, self.reverse,
                            self.layout == "contig", gpu)
-
-    def kernel_params(self) -> list:
-        """The kernel's parameters (the same for the CPU and GPU schedules), computed once."""
-        got = _PARAMS.get(self)
-        if got is None:
-            got = _PARAMS[self] = self.kernel().params
-        return got
-
-    def source(self, dialect) -> str:
-        """The kernel in dialect ``dialect`` (a ``render.CFamily``), preamble included."""
-        from .lower import render_kernel
-
-        return render_kernel(self.kernel(getattr(dialect, "ir_threads", None) is not None), dialect)
-
-    def sources(self, built: Optional[dict] = None) -> dict:
-        """runtime -> source (cpu: C, cuda, metal: MSL), or a comment saying why a dialect
-        cannot express it; ``built`` gives the ones a runtime's cache holds."""
-        from .render import RUNTIME_DIALECT, renderer
-
-        out = {}
-        for runtime, dialect in RUNTIME_DIALECT.items():
-            if built and built.get(runtime):
-                out[runtime] = built[runtime]
-                continue
-            d = renderer(dialect)
-            try:
-                out[runtime] = self.source(d)
-            except Unsupported as e:
-                out[runtime] = f"// no {d.name} kernel: the {d.name} dialect cannot express it ({e})"
-        return out
 
 
 REDUCE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
