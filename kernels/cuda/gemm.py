@@ -66,25 +66,30 @@ def _scalar(value: complex, kind: type) -> np.ndarray:
 
 
 def _matrix(x: Any) -> tuple:
-    """(transposed, leading dimension, array) of ``x``'s last two axes as cuBLAS reads them
-    (MLX's ``check_transpose``), with batch axes that collapse to one stride; a copy in
-    row-major order where they do not."""
-    for attempt in (x, None):
-        if attempt is None:
-            x = cupy.ascontiguousarray(x)
-        item = x.itemsize
-        r, c = x.shape[-2], x.shape[-1]
-        sr, sc = x.strides[-2] // item, x.strides[-1] // item
-        if (sc == 1 or c == 1) and (sr == c or r == 1):
-            layout = (False, max(c, 1))
-        elif (sr == 1 or r == 1) and (sc == r or c == 1):
-            layout = (True, max(r, 1))
-        else:
-            continue
-        batch = _batch_stride(x)
-        if batch is not None:
-            return layout[0], layout[1], batch, x
-    raise AssertionError("a contiguous array's layout is always readable")  # pragma: no cover
+    """(transposed, leading dimension, batch stride, array) of ``x``'s last two axes as cuBLAS
+    reads them (MLX's ``check_transpose``); a copy in row-major order where ``_layout`` finds
+    no in-place reading."""
+    got = _layout(x)
+    if got is None:
+        x = cupy.ascontiguousarray(x)
+        got = _layout(x)
+    return got + (x,)
+
+
+def _layout(x: Any) -> Optional[tuple]:
+    """(transposed, leading dimension, batch stride) of ``x`` as cuBLAS reads it in place
+    (MLX's ``check_transpose`` and ``collapse_batches``), or None."""
+    item = x.itemsize
+    r, c = x.shape[-2], x.shape[-1]
+    sr, sc = x.strides[-2] // item, x.strides[-1] // item
+    if (sc == 1 or c == 1) and (sr == c or r == 1):
+        layout = (False, max(c, 1))
+    elif (sr == 1 or r == 1) and (sc == r or c == 1):
+        layout = (True, max(r, 1))
+    else:
+        return None
+    batch = _batch_stride(x)
+    return None if batch is None else layout + (batch,)
 
 
 def _batch_stride(x: Any) -> Optional[int]:
@@ -274,21 +279,6 @@ def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
     return GemmPlan(args, float(beta), tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()),
                     out_shape, dt, scalars)
 
-
-def _layout(x: Any) -> Optional[tuple]:
-    """(transposed, leading dimension, batch stride) of ``x`` as cuBLAS reads it in place
-    (``_matrix`` without its copy), or None."""
-    item = x.itemsize
-    r, c = x.shape[-2], x.shape[-1]
-    sr, sc = x.strides[-2] // item, x.strides[-1] // item
-    if (sc == 1 or c == 1) and (sr == c or r == 1):
-        layout = (False, max(c, 1))
-    elif (sr == 1 or r == 1) and (sc == r or c == 1):
-        layout = (True, max(r, 1))
-    else:
-        return None
-    batch = _batch_stride(x)
-    return None if batch is None else layout + (batch,)
 
 
 def _fits(out: Any, shape: tuple, dtype: Any, ins: tuple) -> bool:
