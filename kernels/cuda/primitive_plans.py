@@ -144,23 +144,32 @@ class PlanSequence(KernelPlan):
             p._launch_one(inputs, outs[0], scratch, stream, hit)
 
 
+def _built_step(spec, ints: dict, primitive: str) -> Optional[tuple]:
+    """(step, its loaded kernel) of ``spec`` with these integer arguments, or None where the
+    CUDA dialect cannot express it or it has no build."""
+    from .reductions import step_for
+
+    step = step_for(spec, ints, primitive)
+    if isinstance(step, tuple):
+        return None
+    try:
+        return step, step.entry()
+    except kernel_registry.BuildError:
+        return None
+
+
 def sequence_of(launches: list, primitive: str, out_shape, out_dtype, scratch_size: int,
                 scratch_dtype) -> Optional[PlanSequence]:
     """The ``PlanSequence`` of ``launches`` (``common.reductions.gpu_launches``: (spec,
     ints, source, destination) each, buffers ``x`` the input, ``part`` the scratch, ``out``
     the output), or None where a kernel cannot be expressed or built (the rule's
     ``run_steps`` then notes the fallback)."""
-    from .reductions import step_for
-
     made = []
     for spec, ints, src, dst in launches:
-        step = step_for(spec, ints, primitive)
-        if isinstance(step, tuple):
+        built = _built_step(spec, ints, primitive)
+        if built is None:
             return None
-        try:
-            entry = step.entry()
-        except kernel_registry.BuildError:
-            return None
+        step, entry = built
         # the kernel's buffers as run_steps binds them: ``x`` the source, ``out`` the
         # destination, ``part`` (the parts kernel's own) the scratch
         bound = {"part": "part", "x": src, "out": dst}
@@ -175,15 +184,10 @@ def plan_of(spec, ints: dict, primitive: str, inputs: dict, consts: dict, out_sh
     """The plan of ``spec``'s kernel with these integer arguments (its ``Step`` made once),
     or None where the CUDA dialect cannot express it or it has no build (the rule's
     ``run_steps`` then notes the fallback)."""
-    from .reductions import step_for
-
-    step = step_for(spec, ints, primitive)
-    if isinstance(step, tuple):
+    built = _built_step(spec, ints, primitive)
+    if built is None:
         return None
-    try:
-        entry = step.entry()
-    except kernel_registry.BuildError:
-        return None
+    step, entry = built
     if consts:  # made on this stream; the plan runs on any: the copies done first
         cupy.cuda.get_current_stream().synchronize()
     return KernelPlan(step, entry, inputs, consts, out_shape, out_dtype, primitive)
