@@ -108,7 +108,12 @@ def squeeze_axes(x: array, axes: tuple, keepdims: bool, s) -> array:
         return x
     # the axes are reduce_shape's (sorted, unique, in range) and of size 1: the node squeeze
     # records, without its checks
-    out = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    shape = x._d.shape
+    if len(axes) == 1:
+        (ax,) = axes
+        out = shape[:ax] + shape[ax + 1:]
+    else:
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
     return array._make1(out, x._d.dtype, Primitive("Squeeze", s, shape=out, axes=tuple(axes)), [x])
 
 
@@ -123,59 +128,48 @@ def _sum_dtype(d: _dt.Dtype) -> _dt.Dtype:
 _monoids: dict = {}  # primitive name -> its monoid (the definition's, asked once)
 
 
-def _reduce_axis(name: str, a: array, ax: int, shape: tuple, keepdims: bool, stream) -> array:
-    """``_reduce`` of one axis ``ax`` (in range, longer than 1) of an array: the same nodes
-    with none of the general case's steps (axes lists, their checks, a no-op test)."""
-    s = resolve_stream(stream)
-    monoid = _monoids.get(name)
-    if monoid is None:
-        monoid = _monoids[name] = REGISTRY[name].monoid
-    d = a._d.dtype
-    x = a
-    if monoid in ("sum", "prod"):
-        out_dtype = _sum_dtype(d)
-        if out_dtype is not d and d is not _dt.bool_:
-            x = cast(a, out_dtype, s)
-    else:
-        out_dtype = _dt.bool_ if monoid in ("and", "or") else d
-    out = array._make1(shape[:ax] + (1,) + shape[ax + 1:], out_dtype,
-                       Primitive(name, s, axes=(ax,)), [x])
-    if keepdims:
-        return out
-    kept = shape[:ax] + shape[ax + 1:]
-    return array._make1(kept, out_dtype, Primitive("Squeeze", s, shape=kept, axes=(ax,)), [out])
+def _one_axis(shape: tuple, axis: int) -> Optional[tuple]:
+    """``reduce_shape``'s (axes, kept shape, no-op) for one int ``axis`` in range and longer
+    than 1 (the common case), without its lists and checks; None otherwise."""
+    ax = axis + len(shape) if axis < 0 else axis
+    if 0 <= ax < len(shape) and shape[ax] > 1:
+        return (ax,), shape[:ax] + (1,) + shape[ax + 1:], False
+    return None
 
 
 def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
-    if a.__class__ is array and axis.__class__ is int:  # the common case: one axis
-        shape = a._d.shape
-        ax = axis + len(shape) if axis < 0 else axis
-        if 0 <= ax < len(shape) and shape[ax] > 1:
-            return _reduce_axis(name, a, ax, shape, keepdims, stream)
-    if a.__class__ is not array:  # (the signature formatted only for the error)
-        require_array(fname, _SIG.format(fname), a)
-    axes, kept, noop = reduce_shape(a, axes_list(fname, a, axis))
+    monoid = _monoids.get(name)
+    if monoid is None:
+        monoid = _monoids[name] = REGISTRY[name].monoid
+    got = None
+    if a.__class__ is array and axis.__class__ is int:
+        got = _one_axis(a._d.shape, axis)  # (an axis longer than 1: never an empty max)
+    if got is None:
+        if a.__class__ is not array:  # (the signature formatted only for the error)
+            require_array(fname, _SIG.format(fname), a)
+        got = reduce_shape(a, axes_list(fname, a, axis))
+        if monoid in ("max", "min") and a.size == 0:
+            for ax in got[0]:
+                if a.shape[ax] == 0:
+                    raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
+    axes, kept, noop = got
     s = resolve_stream(stream)
-    monoid = REGISTRY[name].monoid
+    d = a._d.dtype
     arithmetic, logical = monoid in ("sum", "prod"), monoid in ("and", "or")
     if arithmetic:
-        out_dtype = _sum_dtype(a.dtype)
+        out_dtype = _sum_dtype(d)
     elif logical:
         out_dtype = _dt.bool_
     else:
-        out_dtype = a.dtype
-    if monoid in ("max", "min") and a.size == 0:
-        for ax in axes:
-            if a.shape[ax] == 0:
-                raise ValueError(f"[{fname}] Cannot {fname} reduce over axis {ax} with size 0.")
+        out_dtype = d
     if not axes:  # nothing to reduce: sum/prod/max/min give the input, all/any a bool cast
         return cast(a, _dt.bool_, s) if logical else a._handle()
     if noop:
         return squeeze_axes(cast(a, out_dtype, s), axes, keepdims, s)
     x = a
-    if a.dtype != _dt.bool_ and arithmetic:
+    if arithmetic and out_dtype is not d and d is not _dt.bool_:
         x = cast(a, out_dtype, s)
-    out = array._make([kept], [out_dtype], Primitive(name, s, axes=axes), [x])[0]
+    out = array._make1(kept, out_dtype, Primitive(name, s, axes=axes), [x])
     return squeeze_axes(out, axes, keepdims, s)
 
 
