@@ -1,6 +1,8 @@
-"""The CUDA attention prefill's host path (``kernels/cuda/attention.py``: cuBLAS GEMMs and
-the score softmax kernel per query block) over the stand-in CuPy and cuBLAS, in a fresh
-process (``cuda_sdpa_fake_cases.py``); the GPU runs the real ones in ``test_cuda_fast.py``."""
+"""The CUDA backend's cuBLAS host paths over the stand-in CuPy and cuBLAS, each case file in
+a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GEMMs and the
+score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
+(``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``). The GPU runs the real ones in
+``test_cuda_fast.py`` and the GPU suites."""
 
 import os
 import subprocess
@@ -19,12 +21,13 @@ except Exception:  # noqa: BLE001
 
 
 @pytest.mark.skipif(not _cc, reason="the softmax kernel's CPU build needs a C compiler")
-def test_cuda_attention_prefill_over_a_stand_in_cupy_and_cublas():
+@pytest.mark.parametrize("cases", ["cuda_sdpa_fake_cases.py", "cuda_gemm_fake_cases.py"])
+def test_cuda_cublas_paths_over_a_stand_in_cupy_and_cublas(cases):
     code = (
         "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
         "import fake_cublas; fake_cublas.install();"
         "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
-        " '-x', %r]))" % (str(HERE), str(HERE / "cuda_sdpa_fake_cases.py")))
+        " '-x', %r]))" % (str(HERE), str(HERE / cases)))
     env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
     env.pop("TAPESCOPE_DISABLE_GPU", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

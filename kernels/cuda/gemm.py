@@ -65,17 +65,6 @@ def _scalar(value: complex, kind: type) -> np.ndarray:
     return np.array(value, dtype=kind)
 
 
-def _matrix(x: Any) -> tuple:
-    """(transposed, leading dimension, batch stride, array) of ``x``'s last two axes as cuBLAS
-    reads them (MLX's ``check_transpose``); a copy in row-major order where ``_layout`` finds
-    no in-place reading."""
-    got = _layout(x)
-    if got is None:
-        x = cupy.ascontiguousarray(x)
-        got = _layout(x)
-    return got + (x,)
-
-
 def _layout(x: Any) -> Optional[tuple]:
     """(transposed, leading dimension, batch stride) of ``x`` as cuBLAS reads it in place
     (MLX's ``check_transpose`` and ``collapse_batches``), or None."""
@@ -119,39 +108,24 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
     got = _TYPES.get(dt)
     if got is None or b.dtype != dt or not available():
         return _fallback(xp, a, b, c, alpha, beta)
-    dtype_id, compute, kind, tf32 = got
     A, B = bf16.storage(a), bf16.storage(b)
     M, K = A.shape[-2], A.shape[-1]
-    N = B.shape[-1]
-    out_shape = tuple(A.shape[:-2]) + (M, N)
+    out_shape = tuple(A.shape[:-2]) + (M, B.shape[-1])
     target = _target(out, out_shape, A, B)
     res = target if target is not None else cupy.empty(out_shape, dtype=A.dtype)
-    count = res.size // (M * N) if M * N else 0
-    if c is not None and beta != 0.0:
-        res[...] = bf16.storage(c)  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
-    else:
-        beta = 0.0
-    if count:
-        if K == 0:  # an empty sum: beta * c, or zeros
-            if beta == 0.0:
-                res.fill(0)
-            elif beta != 1.0:
-                scaled = cupy.broadcast_to(bf16.value(c) * kind(beta), out_shape)
-                return bf16.narrow(scaled) if dt == bf16.BF16 else scaled.astype(dt)
+    if res.size and K:
+        # a copy in row-major order where cuBLAS cannot read an operand in place
+        A = A if _layout(A) is not None else cupy.ascontiguousarray(A)
+        B = B if _layout(B) is not None else cupy.ascontiguousarray(B)
+        _plan(A, B, dt, c is not None and beta != 0.0, alpha, beta).run((A, B, c), res)
+    elif res.size:  # an empty sum: beta * c, or zeros
+        if c is None or beta == 0.0:
+            res.fill(0)
+        elif beta != 1.0:
+            scaled = cupy.broadcast_to(bf16.value(c) * got[2](beta), out_shape)
+            return bf16.narrow(scaled) if dt == bf16.BF16 else scaled.astype(dt)
         else:
-            ta, lda, sa, A = _matrix(A)
-            tb, ldb, sb, B = _matrix(B)
-            if tf32 and settings.tf32 and _tf32_capable(res.device.id):
-                compute = _COMPUTE_32F_FAST_TF32
-            _cublas.gemmStridedBatchedEx(
-                cupy.cuda.device.get_cublas_handle(),
-                _OP_T if tb else _OP_N, _OP_T if ta else _OP_N, N, M, K,
-                _scalar(alpha, kind).ctypes.data,
-                B.data.ptr, dtype_id, ldb, sb,
-                A.data.ptr, dtype_id, lda, sa,
-                _scalar(beta, kind).ctypes.data,
-                res.data.ptr, dtype_id, N, M * N,
-                count, compute, _GEMM_DEFAULT)
+            res[...] = bf16.storage(c)
     if target is not None:
         return out  # the evaluator's own array (a BF16Array over ``target`` for bfloat16)
     return bf16.BF16Array(res) if dt == bf16.BF16 else res
@@ -177,14 +151,15 @@ def compute_type(dtype) -> int:
 def strided_batched(trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float,
                     a: int, a_type: int, lda: int, sa: int, b: int, b_type: int, ldb: int,
                     sb: int, c: int, c_type: int, ldc: int, sc: int, count: int,
-                    compute: int, beta: float = 0.0) -> None:
+                    compute: int, beta: float = 0.0, kind: type = np.float32) -> None:
     """One ``cublasGemmStridedBatchedEx`` in cuBLAS's column-major terms (pointers as
     integers, strides in elements) on the current CuPy stream: ``C = alpha op(A) op(B) +
-    beta C`` for ``count`` matrices; float32 scalars."""
+    beta C`` for ``count`` matrices, the scalars of numpy type ``kind``. Every GEMM of the
+    CUDA backend is this call."""
     _cublas.gemmStridedBatchedEx(
         cupy.cuda.device.get_cublas_handle(), _OP_T if trans_a else _OP_N,
-        _OP_T if trans_b else _OP_N, m, n, k, _scalar(alpha, np.float32).ctypes.data,
-        a, a_type, lda, sa, b, b_type, ldb, sb, _scalar(beta, np.float32).ctypes.data,
+        _OP_T if trans_b else _OP_N, m, n, k, _scalar(alpha, kind).ctypes.data,
+        a, a_type, lda, sa, b, b_type, ldb, sb, _scalar(beta, kind).ctypes.data,
         c, c_type, ldc, sc, count, compute, _GEMM_DEFAULT)
 
 
@@ -207,14 +182,13 @@ class GemmPlan:
     layout the GEMM cannot read in place (a copy first), an empty product or sum, or a
     dtype without a cuBLAS type has no plan: ``gemm`` runs."""
 
-    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "scalars", "primitive")
+    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "primitive")
     lane = False  # (not a kernel of ours: cuda/_driver.c's launch declines it)
     name = variant = "cublas_gemm_strided_batched"
     entry = None
 
-    def __init__(self, args: tuple, beta: float, tf32: bool, out_shape: tuple, out_dtype,
-                 scalars: tuple):
-        self.args, self.beta, self.tf32, self.scalars = args, beta, tf32, scalars
+    def __init__(self, args: tuple, beta: float, tf32: bool, out_shape: tuple, out_dtype):
+        self.args, self.beta, self.tf32 = args, beta, tf32
         self.out_shape, self.out_dtype = out_shape, out_dtype
         self.primitive = "Matmul"  # (the primitive it was planned for: the timeline's name)
 
@@ -237,28 +211,32 @@ class GemmPlan:
             self.run(inputs, bf16.storage(outs[0]))
 
     def run(self, ins, res) -> None:
+        """``res = alpha a @ b (+ beta c)`` for operands of the planned layout."""
         if self.beta:
             res[...] = bf16.storage(ins[2])  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
         a, b = bf16.storage(ins[0]), bf16.storage(ins[1])
-        (opb, opa, n, m, k, alpha, ldb, sb, lda, sa, beta, ldc, sc, count, dtype_id,
-         compute) = self.args
+        tb, ta, n, m, k, alpha, ldb, sb, lda, sa, ldc, sc, count, t, compute, kind = self.args
         if self.tf32 and settings.tf32:
             compute = _COMPUTE_32F_FAST_TF32
-        _cublas.gemmStridedBatchedEx(
-            cupy.cuda.device.get_cublas_handle(), opb, opa, n, m, k, alpha,
-            b.data.ptr, dtype_id, ldb, sb, a.data.ptr, dtype_id, lda, sa, beta,
-            res.data.ptr, dtype_id, ldc, sc, count, compute, _GEMM_DEFAULT)
+        # (row-major C = A B is column-major C^T = B^T A^T: B comes first)
+        strided_batched(tb, ta, n, m, k, alpha, b.data.ptr, t, ldb, sb, a.data.ptr, t, lda,
+                        sa, res.data.ptr, t, ldc, sc, count, compute, self.beta, kind)
 
 
 def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
               beta: float = 0.0) -> Optional[GemmPlan]:
     """The plan of a GEMM call of these operands' layouts (None: ``gemm`` runs it)."""
     dt = a.dtype
-    got = _TYPES.get(dt)
-    if got is None or b.dtype != dt or not available() or (c is None and beta != 0.0):
+    if dt not in _TYPES or b.dtype != dt or not available() or (c is None and beta != 0.0):
         return None
-    dtype_id, compute, kind, tf32 = got
-    A, B = bf16.storage(a), bf16.storage(b)
+    return _plan(bf16.storage(a), bf16.storage(b), dt, c is not None, alpha, beta)
+
+
+def _plan(A: Any, B: Any, dt: Any, with_c: bool, alpha: float, beta: float
+          ) -> Optional[GemmPlan]:
+    """The plan over storage operands ``A`` and ``B`` of dtype ``dt``: None for an empty
+    product or sum, or an operand that cuBLAS cannot read in place (a copy first)."""
+    dtype_id, compute, kind, tf32 = _TYPES[dt]
     M, K = A.shape[-2], A.shape[-1]
     N = B.shape[-1]
     out_shape = tuple(A.shape[:-2]) + (M, N)
@@ -268,17 +246,12 @@ def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
     if not (M and N and K and count):
         return None
     la, lb = _layout(A), _layout(B)
-    if la is None or lb is None:  # a copy first: the rule makes it
+    if la is None or lb is None:
         return None
-    if c is None:
-        beta = 0.0
-    scalars = (_scalar(alpha, kind), _scalar(beta, kind))
-    args = (_OP_T if lb[0] else _OP_N, _OP_T if la[0] else _OP_N, N, M, K,
-            scalars[0].ctypes.data, lb[1], lb[2], la[1], la[2], scalars[1].ctypes.data,
-            N, M * N, count, dtype_id, compute)
-    return GemmPlan(args, float(beta), tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()),
-                    out_shape, dt, scalars)
-
+    args = (lb[0], la[0], N, M, K, alpha, lb[1], lb[2], la[1], la[2], N, M * N, count,
+            dtype_id, compute, kind)
+    return GemmPlan(args, float(beta) if with_c else 0.0,
+                    tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()), out_shape, dt)
 
 
 def _fits(out: Any, shape: tuple, dtype: Any, ins: tuple) -> bool:
