@@ -76,6 +76,29 @@ def test_argreduce_first_index_uint32(case, keepdims, name, use_axis):
     np.testing.assert_array_equal(np.array(got), want)
 
 
+@requires_mlx
+@SETTINGS
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=3), st.integers(-4, 3), st.booleans(),
+       st.sampled_from(["argmax", "argmin"]))
+def test_argreduce_one_int_axis_agrees_with_mlx(shape, axis, keepdims, name):
+    """One int axis (lengths 0 and 1, out of range, negative): MLX's values, shape and
+    dtype, or its error and message."""
+    import mlx.core as mlx_core
+
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)[..., ::-1].copy()
+    try:
+        want = getattr(mlx_core, name)(mlx_core.array(x), axis, keepdims)
+        mlx_core.eval(want)
+    except (ValueError, IndexError) as e:
+        with pytest.raises(type(e)) as info:
+            getattr(mx, name)(mx.array(x), axis, keepdims)
+        assert str(info.value) == str(e)
+        return
+    got = getattr(mx, name)(mx.array(x), axis, keepdims)
+    assert got.shape == tuple(want.shape) and got.dtype == mx.uint32
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
 @SETTINGS
 @given(array_and_axes(), st.booleans())
 def test_logsumexp_matches_numpy(case, keepdims):

@@ -300,6 +300,14 @@ _ASIG = ("{0}(a: array, /, axis: None | int = None, keepdims: bool = False, *, "
 
 
 def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+    if a.__class__ is array and axis.__class__ is int:
+        got = _one_axis(a._d.shape, axis)  # the common case, as _reduce takes it
+        if got is not None and 0 not in a._d.shape:
+            axes, kept, _ = got
+            s = resolve_stream(stream)
+            out = array._make1(kept, _dt.uint32,
+                               Primitive("ArgReduce", s, reduce_type=fname, axis=axes[0]), [a])
+            return squeeze_axes(out, axes, keepdims, s)
     require_array(fname, _ASIG.format(fname), a)
     if axis is not None and (isinstance(axis, (list, tuple)) or isinstance(axis, float)):
         require_array(fname, _ASIG.format(fname), axis)
@@ -314,9 +322,9 @@ def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, strea
                 out if a.ndim == 1 else op("squeeze")(out, stream=s))
         return op("squeeze")(out, stream=s)
     axis = check_int(fname, axis)
-    axes, kept, noop = reduce_shape(a, [axis])
-    if a.size == 0:
+    if a.size == 0:  # before the axis's check, as MLX's argmax / argmin
         raise ValueError(f"[{fname}] Cannot {fname} reduce zero size array.")
+    axes, kept, noop = reduce_shape(a, [axis])
     if noop:
         out = op("zeros")(kept, _dt.uint32, stream=s)
     else:
