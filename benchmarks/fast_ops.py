@@ -9,6 +9,12 @@ sdpa (no mask, scale D^-0.5; shape rows are (B, heads, L, kL, D)) for prefill at
 2048, 64 / 128) and for decoding at (4, 16, 1, 4096, 64 / 128); jax.jit's is the written-out
 softmax(q kᵀ) v at ``highest`` precision, PyTorch's ``F.scaled_dot_product_attention`` (TF32
 off) on the GPU, where the prefill rows add L = 8192.
+``qmm`` rows (shape (M, K, N)): 4-bit affine ``quantized_matmul`` of an (M, K) x by a
+(N, K) weight (transpose=True, group size 64, MLX's defaults) at M = 1 and 512, K = N = 4096,
+against MLX (its CPU, or its CUDA backend on the GPU; JAX and PyTorch have no such product);
+the bandwidth column counts x, the packed weight, its scales and biases and the output, and
+the 1-row GPU row also prints that bandwidth over the device's copy bandwidth
+(``roofline.machine("gpu")``).
 ``--device gpu`` (``TAPESCOPE_CUDA=1``, CuPy, a GPU): the norms at (16384, 4096) and the same
 ropes on ``mx.gpu`` against jax.jit on the GPU (float32 at ``highest`` precision),
 PyTorch's ``F.layer_norm`` / ``F.rms_norm`` / a written-out rope, and MLX's CUDA backend,
@@ -44,18 +50,31 @@ def cases(device: str) -> list:
     if device == "gpu":
         return [("layer_norm", (16384, 4096)), ("rms_norm", (16384, 4096)),
                 ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))] + SDPA + [
-                ("sdpa", (4, 16, 8192, 8192, 64)), ("sdpa", (4, 16, 8192, 8192, 128))]
+                ("sdpa", (4, 16, 8192, 8192, 64)), ("sdpa", (4, 16, 8192, 8192, 128))] + QMM
     return [("layer_norm", (1024, 4096)), ("layer_norm", (4096, 4096)),
             ("rms_norm", (1024, 4096)), ("rms_norm", (4096, 4096)),
-            ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))] + SDPA
+            ("rope", (4, 16, 2048, 64)), ("rope", (4, 16, 2048, 128))] + SDPA + QMM
 
 
 SDPA = [("sdpa", (4, 16, 2048, 2048, 64)), ("sdpa", (4, 16, 2048, 2048, 128)),
         ("sdpa", (4, 16, 1, 4096, 64)), ("sdpa", (4, 16, 1, 4096, 128))]
+QMM = [("qmm", (1, 4096, 4096)), ("qmm", (512, 4096, 4096))]
+QBITS, QGROUP = 4, 64  # the qmm rows' quantization (MLX's default group size)
+
+
+def qmm_bytes(shape: tuple, itemsize: int) -> int:
+    """Bytes a qmm row moves: x and the output in the row's dtype, the packed weight, its
+    scales and biases (one each per group, in the row's dtype)."""
+    M, K, N = shape
+    return (M * K + M * N) * itemsize + N * K * QBITS // 8 + 2 * N * (K // QGROUP) * itemsize
 
 
 def inputs(op: str, shape: tuple, dtype) -> tuple:
     rng = np.random.default_rng(0)
+    if op == "qmm":  # (x, the float weight, unused): each side quantizes w itself
+        M, K, N = shape
+        return (rng.standard_normal((M, K)).astype(dtype),
+                (rng.standard_normal((N, K)) * K ** -0.5).astype(dtype), np.zeros(1, dtype))
     if op == "sdpa":  # (q, k, v)
         B, H, L, kL, D = shape
         return (rng.standard_normal((B, H, L, D)).astype(dtype),
@@ -72,7 +91,12 @@ def tapescope_fn(op, x, w, b, device):
     if device == "gpu":
         a, wa, ba = (mx.add(v, 0, stream=s) for v in (a, wa, ba))
     mx.eval(a, wa, ba)
-    f = {"layer_norm": lambda: mx.fast.layer_norm(a, wa, ba, EPS, stream=s),
+    if op == "qmm":
+        wq, sc, bi = mx.quantize(wa, group_size=QGROUP, bits=QBITS, stream=s)
+        mx.eval(wq, sc, bi)
+    f = {"qmm": lambda: mx.quantized_matmul(a, wq, sc, bi, transpose=True, group_size=QGROUP,
+                                            bits=QBITS, stream=s),
+         "layer_norm": lambda: mx.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: mx.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: mx.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
                                       offset=0, stream=s),
@@ -88,6 +112,8 @@ def jax_fn(op, x, w, b, device):
         import jax
         import jax.numpy as jnp
     except ImportError:
+        return None
+    if op == "qmm":  # no quantized product in JAX
         return None
     try:
         dev = jax.devices("gpu")[0] if device == "gpu" else jax.devices("cpu")[0]
@@ -135,7 +161,12 @@ def mlx_fn(op, x, w, b, device):
     s = m.gpu if device == "gpu" else m.cpu
     a, wa, ba = (m.array(v) for v in (x, w, b))
     m.eval(a, wa, ba)
-    f = {"layer_norm": lambda: m.fast.layer_norm(a, wa, ba, EPS, stream=s),
+    if op == "qmm":
+        wq, sc, bi = m.quantize(wa, group_size=QGROUP, bits=QBITS, stream=s)
+        m.eval(wq, sc, bi)
+    f = {"qmm": lambda: m.quantized_matmul(a, wq, sc, bi, transpose=True, group_size=QGROUP,
+                                           bits=QBITS, stream=s),
+         "layer_norm": lambda: m.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: m.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: m.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
                                      offset=0, stream=s),
@@ -145,7 +176,7 @@ def mlx_fn(op, x, w, b, device):
 
 
 def torch_fn(op, x, w, b, device):
-    if device != "gpu":
+    if device != "gpu" or op == "qmm":
         return None
     try:
         import torch
@@ -258,7 +289,8 @@ def run(device: str, reps: int, dtype, ops=None, peers=None) -> list:
         jx = t.get("jax.jit")
         best = min((v for k, v in t.items() if k != "tapescope"), default=None)
         cells = "  ".join(f"{k} {v:8.3f}" for k, v in t.items())
-        moved = 2 * x.nbytes if op != "sdpa" else x.nbytes * 2 + w.nbytes + b.nbytes
+        moved = (qmm_bytes(shape, x.itemsize) if op == "qmm" else
+                 x.nbytes * 2 + w.nbytes + b.nbytes if op == "sdpa" else 2 * x.nbytes)
         gbs = moved / (t["tapescope"] * 1e-3) / 1e9
         ratio = f"x jax {t['tapescope'] / jx:5.2f}" if jx else ""
         rb = f"x best {t['tapescope'] / best:5.2f}" if best else ""
@@ -271,6 +303,14 @@ def run(device: str, reps: int, dtype, ops=None, peers=None) -> list:
             kg = f"  {moved / (kt * 1e-3) / 1e9:6.1f} GB/s" if kt else ""
             host = f"  (tapescope host per call ~{t['tapescope'] - kt:6.3f})" if kt else ""
             print(f"{device} {op:<10} {str(shape):<20} kernel ms: {kc}{kg}{host}", flush=True)
+            if op == "qmm" and shape[0] == 1 and kt:
+                from tapescope.kernels.roofline import machine as limits
+
+                lim = limits("gpu")
+                if lim is not None:
+                    print(f"{device} {op:<10} {str(shape):<20} kernel bandwidth / copy "
+                          f"bandwidth {moved / (kt * 1e-3) / lim.copy_bytes_per_s:5.2f}",
+                          flush=True)
     return out
 
 
@@ -295,9 +335,10 @@ def main():
         ops = set(filter(None, args.ops.split(",")))
         peers = set(filter(None, args.peers.split(",")))
         res = run("cpu", args.reps, dtype, ops, peers)
-        worst = max((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
-                    if "jax.jit" in t)
-        print(f"cpu: worst tapescope / jax.jit {worst[0]:.2f} ({worst[1]} at {worst[2]})")
+        worst = max(((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
+                     if "jax.jit" in t), default=None)
+        if worst:
+            print(f"cpu: worst tapescope / jax.jit {worst[0]:.2f} ({worst[1]} at {worst[2]})")
         print("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.device in ("gpu", "both"):
         if not mx.cuda.is_available():
