@@ -12,6 +12,7 @@ driver's ``fake_measured`` instruments and dumps ``--calls`` calls of each op al
 file each; ``callgrind_totals`` below reads them).
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_host_cost.py [ops...] [--calls 200] [--callgrind]
+        [--no-plan]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ fake_cuda_driver.install()
 import numpy as np  # noqa: E402
 
 
-def ops(mx, x, y, t):
+def ops(mx, x, y, t, qkv=None):
     def softmax(v):
         e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
         return e / mx.sum(e, axis=-1, keepdims=True)
@@ -63,6 +64,9 @@ def ops(mx, x, y, t):
         "softmax": lambda: mx.softmax(x, axis=-1),
         "softmax_written": lambda: sm(x),
         "xent_written": lambda: xe(x, t),
+        # decoding attention, fast_ops.py's (4, 16, 1, 4096, 128) row with 256 keys (the
+        # host's work does not depend on the cache's length)
+        "sdpa_decode": lambda: mx.fast.scaled_dot_product_attention(*qkv, scale=128 ** -0.5),
     }
 
 
@@ -84,6 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--shape", default="4096,128")
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--no-plan", action="store_true",
+                    help="decoding attention without its plan: the rule's Python launch each call")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
     args = ap.parse_args(argv)
     import tapescope
@@ -97,8 +103,15 @@ def main(argv=None) -> int:
     t = mx.add(mx.array(np.full((rows, cols), 1.0 / cols, np.float32)), 0)
     y = mx.add(mx.array(rng.standard_normal(16).astype(np.float32)), 0)
     mx.eval(x, y, t)
+    qkv = [mx.add(mx.array(rng.standard_normal(s).astype(np.float32)), 0)
+           for s in ((4, 16, 1, 128), (4, 16, 256, 128), (4, 16, 256, 128))]
+    mx.eval(*qkv)
+    if args.no_plan:
+        from tapescope.kernels.cuda import attention
+
+        attention.RULES["ScaledDotProductAttention"].plan = lambda *a, **k: None
     tapescope.set_fusion("extended")
-    fns = ops(mx, x, y, t)
+    fns = ops(mx, x, y, t, qkv)
     names = args.ops or list(fns)
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     n = args.calls

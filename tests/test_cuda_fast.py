@@ -201,6 +201,36 @@ def test_gpu_sdpa_matches_float64_numpy(c):
 
 
 @pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=30, deadline=None)
+@given(sdpa_case())
+def test_gpu_sdpa_decoding_planned_calls_match_float64_numpy(c):
+    """Decoding's later calls of a layout (the vector kernel's plan, launched by the eval
+    loop from C; bfloat16 in its own bits) give the first call's answer: float64 numpy's."""
+    from tapescope.kernels.cuda import attention
+
+    B, kv, reps, L, kL, D, mask, sinks, dtype, layout, _ = c
+    L = min(L, 8)
+    c = (B, kv, reps, L, max(kL, L) if mask == "causal" else kL, D, mask, sinks, dtype,
+         layout, c[-1])
+    q, k, v, m, s = sdpa_inputs(c)
+    t = SDPA_MXD[dtype]
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    sa = mx.array(s, dtype=t) if s is not None else None
+    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    tol = SDPA_TOL[dtype]
+    rule = attention.RULES["ScaledDotProductAttention"]
+    for _ in range(3):
+        out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
+                                                   sinks=sa)
+        mx.eval(out)
+        np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
+                                   atol=tol * max(1.0, np.abs(want).max()))
+    assert any(p is not None for p in rule.plans.values())  # (unit-stride head rows: planned)
+
+
+@pytest.mark.usefixtures("gpu_default_device")
 @pytest.mark.parametrize("B,H,Hk,L,kL,D,mask,dtype", [
     (2, 8, 2, 300, 300, 64, "causal", "float32"),
     (1, 4, 4, 129, 1000, 128, None, "float32"),

@@ -34,3 +34,18 @@ def test_cuda_cublas_paths_over_a_stand_in_cupy_and_cublas(cases):
                        timeout=600, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+
+
+@pytest.mark.skipif(not _cc, reason="the stand-in libcuda and the CPU kernel need a C compiler")
+def test_cuda_attention_decoding_planned_over_a_stand_in_cupy_and_driver():
+    code = (
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
+        "import fake_cuda_driver; fake_cuda_driver.install();"
+        "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
+        " '-x', %r]))" % (str(HERE), str(HERE / "cuda_sdpa_vector_fake_cases.py")))
+    env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=HERE.parent)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]

@@ -6,6 +6,10 @@ memory, disk, ``kernel_cache()``), one launch on the node's CUDA stream, as MLX'
 backend runs ``kernel_sdpav_1pass`` (mlx/backend/cuda/scaled_dot_product_attention.cu).
 The kernel reads the inputs through their strides with unit-stride head rows (others are
 copied first, as MLX copies them); the mask (broadcast to (B, H, L, kL)) through its own.
+A decoding layout that needs no copy is a ``KernelPlan`` (``vector_plan``: the launch's
+words packed once, bfloat16 read in its own 16 bits), so later calls of that layout are
+launched by the eval loop from C (``primitive_plans.py``) with no Python code, as MLX's
+``sdpa_vector`` is one C++ launch; the dispatch by query length is ``RULES``'s one rule.
 
 Longer queries (prefill) run MLX's fallback composition as its CUDA backend runs it for
 float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
@@ -17,8 +21,8 @@ one key head through the batch strides, no repeated keys), the score softmax in 
 ``p v`` as a second GEMM into the output's rows. Float32 GEMMs run in TF32 where
 ``settings.tf32`` (MLX_ENABLE_TF32), as MLX's matmuls; float16 and bfloat16 keep their
 values in their 16 bits (bfloat16 as ``BF16Array`` storage: float32 scores and accumulation,
-``p`` rounded to the inputs' type for ``p v`` as cuDNN rounds it; decoding reads float32
-copies of bfloat16, ``bfloat16.rule``'s way). Float64, an empty input, a CuPy
+``p`` rounded to the inputs' type for ``p v`` as cuDNN rounds it; decoding's rule path
+(a copy first) reads float32 copies of bfloat16, ``bfloat16.rule``'s way). Float64, an empty input, a CuPy
 without cuBLAS bindings or a softmax kernel without a build run the array-module rule
 (``rules/fast.py``, blocks of query rows, two matmuls and the softmax passes per block),
 recorded as a ``kernel_fallback`` with the reason; so does a decoding call the vector kernel
@@ -38,6 +42,8 @@ from ..common.norms import elem_strides
 from .. import kernel_registry
 from ..primitives import REGISTRY, by_kernel
 from . import bfloat16 as bf16, compiled, gemm
+from ..kernel_call import KernelRule
+from .primitive_plans import KernelPlan, fits
 from .reductions import launch_recorded, step_for
 
 SCORES = 1 << 28  # float32 scores of one query block (1 GiB): one block for most prompts
@@ -71,8 +77,9 @@ def _unit_rows(a):
     return a if st is not None and st[-1] == 1 else cupy.ascontiguousarray(a)
 
 
-def rule(xp, q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """The vector kernel for decoding, else the prefill's GEMMs and score softmax."""
+def rule(xp, q, k, v, *rest, out=None, scale, causal, has_mask, has_sinks):
+    """The vector kernel for decoding, else the prefill's GEMMs and score softmax (``out``:
+    the evaluator's buffer, unused: the vector plan writes a fresh one)."""
     import cupy
 
     kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
@@ -292,5 +299,82 @@ def _prefill(xp, ins, kw):
 rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
-# primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel)
-RULES: dict = by_kernel({"attention": rule})
+class _VectorStep:
+    """The vector kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid
+    (a block per (batch, query head, query row)) and block, its arguments in the
+    signature's order (int64 values; the scale as its float32 bits in the word's low four
+    bytes, which the kernel's ``float`` parameter reads; None where a buffer goes) and
+    where each buffer goes."""
+
+    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
+
+    def __init__(self, spec, call, scale: float):
+        B, H, L = call.out_shape[:3]
+        self.spec, self.grid, self.block = spec, B * H * L, THREADS
+        self.args, self.bufs, self.arrays = [], [], []
+        for i, (kind, name) in enumerate(params(spec)):
+            if kind in ("in", "out"):
+                self.bufs.append((i, name))
+                self.args.append(None)
+            elif kind == "int":
+                self.args.append(int(call.ints[name]))
+            else:
+                self.args.append(int(np.float32(scale).view(np.uint32)))
+
+
+def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """Decoding's ``KernelPlan`` (the vector kernel's one launch, its arguments packed once
+    per layout; later calls launched by the eval loop from C), or None where the rule runs
+    it: prefill, bfloat16 storage, a copy first (head rows not unit-stride, an additive
+    mask of another dtype, sinks not contiguous in the inputs' dtype), no kernel. bfloat16
+    is read in its own 16 bits (``BF16Array`` storage; float32 math in the kernel)."""
+    import cupy
+
+    ins = (q, k, v, *rest)
+    if q.shape[2] > VECTOR_MAX_L or any(type(a) is not cupy.ndarray and
+                                        type(a) is not bf16.BF16Array for a in ins):
+        return None
+    if attention.why_not(q, k, v):
+        return None
+    st = [elem_strides(a) for a in (q, k, v)]
+    if any(s is None or s[-1] != 1 for s in st):
+        return None
+    mask = rest[0] if has_mask else None
+    kind, mst = "none", None
+    if mask is not None:
+        kind = "bool" if mask.dtype == np.bool_ else "add"
+        mst = elem_strides(mask)
+        if mst is None or (kind == "add" and mask.dtype != q.dtype):
+            return None
+    if has_sinks and (rest[-1].dtype != q.dtype or not rest[-1].flags.c_contiguous):
+        return None
+    call = attention.sdpa_call(q.dtype, q.shape, st[0], k.shape, st[1], st[2], kind, mst,
+                               causal, has_sinks)
+    spec = call.spec
+    if not takes(spec):
+        return None
+    try:
+        entry = compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
+                                    key=spec.name, tape=spec)
+    except kernel_registry.BuildError:
+        return None
+    inputs = {"q": 0, "k": 1, "v": 2}
+    if has_mask:
+        inputs["mask"] = 3
+    if has_sinks:
+        inputs["sinks"] = len(ins) - 1
+    return KernelPlan(_VectorStep(spec, call, scale), entry, inputs, {}, call.out_shape,
+                      call.out_dtype, NAME)
+
+
+def _empty(shape, dtype):
+    import cupy
+
+    if dtype == bf16.BF16:
+        return bf16.BF16Array(cupy.empty(shape, dtype=bf16.U16))
+    return cupy.empty(shape, dtype=dtype)
+
+
+# primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel):
+# decoding's plans launched from C, every other call the rule (kernel_call.KernelRule)
+RULES: dict = by_kernel({"attention": KernelRule(NAME, vector_plan, rule, fits, _empty)})
