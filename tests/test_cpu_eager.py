@@ -108,6 +108,33 @@ def test_unary_ops_match_numpy(op, size):
     assert counts["eager_kernel"] == (size >= MIN), counts
 
 
+@settings(max_examples=12, deadline=None)
+@given(size=st.sampled_from([MIN - 1, MIN, MIN + 1, MIN + 63, MIN + 65, 2 * MIN + 1]),
+       busy=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_kernel_split_over_the_free_cores_matches_numpy(size, busy, seed):
+    """Around the threading threshold, and with another of this process's threads runnable
+    (which the kernels' thread count does not take for another process's load), every
+    element of a multiply-add is numpy's float64 result within float32's rounding."""
+    import threading
+
+    rng = np.random.default_rng(seed)
+    x, y = (rng.standard_normal(size).astype(np.float32) for _ in range(2))
+    stop = threading.Event()
+    spin = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
+    if busy:
+        spin.start()
+    try:
+        got, counts = _counts(lambda: mx.array(x) * mx.array(y) + mx.array(x))
+    finally:
+        stop.set()
+        if busy:
+            spin.join()
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    bound = 2.0**-22 * (np.abs(x64 * y64) + np.abs(x64))  # two float32 roundings, or one fused
+    assert np.all(np.abs(got.astype(np.float64) - (x64 * y64 + x64)) <= bound)
+    assert counts["eager_kernel"] >= (size >= MIN), counts
+
+
 def test_a_ternary_op_and_a_cast_through_their_kernels():
     rng = np.random.default_rng(3)
     c = rng.random(MIN) > 0.5

@@ -339,12 +339,27 @@ static inline void ts_sfence(void) { __builtin_ia32_sfence(); }
 # the 2-core machine of record at load 4.5 took 1.2-1.4 ms on the mean with two threads
 # against 0.46-0.65 on one (its median about equal), 0.28 against 0.48 when a core is free.
 _C_THREADS = r"""#ifdef _OPENMP
+#include <dirent.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 int omp_get_max_threads(void);
-/* OpenMP's thread count less the other runnable tasks (/proc/loadavg's running count, this
-   thread among them), at least 1; sampled at most every 0.1 s */
+/* 1 when the thread whose stat file is at `path` is runnable (its state field 'R') */
+static int ts_runnable(const char* path) {
+  const int fd = open(path, O_RDONLY);
+  if (fd < 0) return 0;
+  char buf[512];
+  const ssize_t k = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (k <= 0) return 0;
+  buf[k] = 0;
+  const char* p = buf + k;
+  while (p > buf && *p != ')') --p;  /* "pid (comm) S ...": comm may hold spaces */
+  return p[0] == ')' && p[1] == ' ' && p[2] == 'R';
+}
+/* The cores other processes' runnable tasks leave free (/proc/loadavg's running count less
+   this process's own runnable threads, as cpu/threads.py's free_cores), at most OpenMP's
+   count, at least 1; sampled at most every 0.1 s */
 static int ts_threads(void) {
   static int cached = 0;
   static long long at = 0;
@@ -353,7 +368,7 @@ static int ts_threads(void) {
   const long long now = (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
   const int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c > 0 && now - __atomic_load_n(&at, __ATOMIC_RELAXED) < 100) return c;
-  const int max = omp_get_max_threads();
+  const int max = omp_get_max_threads();  /* libgomp's: the cores of this process's affinity */
   int n = max;
   const int fd = open("/proc/loadavg", O_RDONLY);
   if (fd >= 0) {
@@ -366,7 +381,22 @@ static int ts_threads(void) {
       for (int sp = 0; *p && sp < 3; ++p) sp += *p == ' ';
       int running = 0;
       while (*p >= '0' && *p <= '9') running = running * 10 + (*p++ - '0');
-      if (running > 0) n = max - (running - 1);
+      int own = 1;  /* this thread, runnable while it reads */
+      DIR* dir = opendir("/proc/self/task");
+      if (dir) {
+        own = 0;
+        char path[64] = "/proc/self/task/";
+        for (struct dirent* e; (e = readdir(dir)) != NULL;) {
+          int j = 16;
+          for (const char* q = e->d_name; *q >= '0' && *q <= '9' && j < 40; ++q) path[j++] = *q;
+          if (j == 16) continue;
+          __builtin_memcpy(path + j, "/stat", 6);
+          own += ts_runnable(path);
+        }
+        closedir(dir);
+        if (own < 1) own = 1;
+      }
+      if (running > 0) n = max - (running > own ? running - own : 0);
     }
   }
   if (n > max) n = max;
