@@ -1,8 +1,10 @@
-"""The CUDA backend's cuBLAS host paths over the stand-in CuPy and cuBLAS, each case file in
+"""The CUDA backend's attention and GEMM host paths over the stand-in CuPy, each case file in
 a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GEMMs and the
 score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
-(``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``). The GPU runs the real ones in
-``test_cuda_fast.py`` and the GPU suites."""
+(``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``) over the stand-in cuBLAS, and
+decoding's planned launches from C over the stand-in driver
+(``cuda_sdpa_vector_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
+and the GPU suites."""
 
 import os
 import subprocess
@@ -20,29 +22,19 @@ except Exception:  # noqa: BLE001
     _cc = False
 
 
-@pytest.mark.skipif(not _cc, reason="the softmax kernel's CPU build needs a C compiler")
-@pytest.mark.parametrize("cases", ["cuda_sdpa_fake_cases.py", "cuda_gemm_fake_cases.py"])
-def test_cuda_cublas_paths_over_a_stand_in_cupy_and_cublas(cases):
+@pytest.mark.skipif(not _cc, reason="the kernels' CPU builds and the stand-in libcuda need a "
+                    "C compiler")
+@pytest.mark.parametrize("cases, stand_in", [
+    ("cuda_sdpa_fake_cases.py", "fake_cublas"),  # prefill: cuBLAS GEMMs + the softmax kernel
+    ("cuda_gemm_fake_cases.py", "fake_cublas"),  # Matmul / AddMM
+    ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
+])
+def test_cuda_host_paths_over_a_stand_in_cupy(cases, stand_in):
     code = (
         "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
-        "import fake_cublas; fake_cublas.install();"
+        "import %s; %s.install();"
         "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
-        " '-x', %r]))" % (str(HERE), str(HERE / cases)))
-    env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
-    env.pop("TAPESCOPE_DISABLE_GPU", None)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=HERE.parent)
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
-
-
-@pytest.mark.skipif(not _cc, reason="the stand-in libcuda and the CPU kernel need a C compiler")
-def test_cuda_attention_decoding_planned_over_a_stand_in_cupy_and_driver():
-    code = (
-        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
-        "import fake_cuda_driver; fake_cuda_driver.install();"
-        "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
-        " '-x', %r]))" % (str(HERE), str(HERE / "cuda_sdpa_vector_fake_cases.py")))
+        " '-x', %r]))" % (str(HERE), stand_in, stand_in, str(HERE / cases)))
     env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
     env.pop("TAPESCOPE_DISABLE_GPU", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
