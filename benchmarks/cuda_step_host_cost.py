@@ -1,5 +1,5 @@
 """The host side of cuda_eager.py's MLP Adam step (eager), measured without a GPU: the CUDA
-backend over ``tests/fake_cupy.py`` and ``tests/fake_cuda_driver.py`` (launches run nothing),
+backend over ``tests/fake_cupy.py``, ``tests/fake_cublas.py`` and ``tests/fake_cuda_driver.py`` (launches run nothing),
 as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function calls
 (cProfile), launches from C (cuLaunchKernel) and from Python, the eval loop's dispatch paths
 (per node), and with ``--callgrind`` the instructions per step (run under ``valgrind
@@ -26,6 +26,9 @@ sys.path.insert(0, HERE)
 import fake_cupy  # noqa: E402
 
 fake_cupy.install()
+import fake_cublas  # noqa: E402  (cuda/gemm.py's cuBLAS GEMM, as on a GPU)
+
+fake_cublas.install()
 import fake_cuda_driver  # noqa: E402
 
 fake_cuda_driver.install()
