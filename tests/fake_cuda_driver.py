@@ -99,6 +99,8 @@ def install() -> None:
     cupy.ndarray.data = property(lambda self: types.SimpleNamespace(ptr=self.__array_interface__["data"][0]))
     cupy.Stream.ptr = property(lambda self: id(self))
     cupy.cuda.driver = types.SimpleNamespace(launchKernel=_py_launch)
+    # cudaMemsetAsync on the stand-in's host memory (the stream runs nothing: done at once)
+    cupy.cuda.runtime.memsetAsync = lambda ptr, value, size, stream: ctypes.memset(ptr, value, size)
     from tapescope.kernels.cuda import compiled
 
     compiled.get_kernel = _get_kernel

@@ -32,7 +32,8 @@ from tapescope.kernels import backends as bk
 assert bk.backend("gpu").device_api is not None
 x = mx.add(mx.array(np.ones((4096, 130), np.float32)), 0)
 t = mx.add(mx.array(np.ones((4096, 130), np.float32)), 0)
-mx.eval(x, t)
+xb = x.astype(mx.bfloat16)
+mx.eval(x, t, xb)
 tapescope.set_fusion("extended")
 
 def softmax(v):
@@ -48,7 +49,10 @@ sm, xe = mx.compile(softmax), mx.compile(xent)
 ops = {"sum_first": lambda: mx.sum(x, axis=0), "max_first": lambda: mx.max(x, axis=0),
        "sum_all": lambda: mx.sum(x), "sum_last": lambda: mx.sum(x, axis=-1),
        "softmax": lambda: mx.softmax(x, axis=-1), "softmax_written": lambda: sm(x),
-       "xent_written": lambda: xe(x, t)}
+       "xent_written": lambda: xe(x, t),
+       "bf16_sum_first": lambda: mx.sum(xb, axis=0), "bf16_sum_last": lambda: mx.sum(xb, axis=-1),
+       "bf16_max_last": lambda: mx.max(xb, axis=-1),
+       "bf16_logsumexp": lambda: mx.logsumexp(xb, axis=-1)}
 ran = []
 real = kernel_call.KernelRule.__call__
 def spy(self, *a, **k):
@@ -135,6 +139,17 @@ def test_a_two_pass_reduction_is_two_launches_from_c_and_no_python_rule(counts, 
     assert counts["splits"] > 1  # the first axis is reduced in splits, then merged
     got = counts[op]
     assert got["c"] == 2 and got["py"] == 0 and got["rules"] == [], got
+
+
+@pytest.mark.parametrize("op", ["bf16_sum_first", "bf16_sum_last", "bf16_max_last",
+                                "bf16_logsumexp"])
+def test_a_bfloat16_reduction_reads_its_storage_launched_from_c(counts, op):
+    """No widening casts (they launch from Python) and no float32 rule: the kernel reads the
+    bfloat16 storage and is planned as float32's (two launches for split columns)."""
+    got = counts[op]
+    assert got["c"] == (2 if op == "bf16_sum_first" else 1) and got["py"] == 0, got
+    f32 = counts["sum_first" if op == "bf16_sum_first" else "sum_last"]
+    assert got["rules"] == [] and got["paths"] == f32["paths"], (got, f32)
 
 
 @pytest.mark.parametrize("op", ["sum_last", "softmax"])

@@ -8,8 +8,14 @@ context). The layout picks the kernel as on the CPU (``kernels/common/reductions
 and so is a column reduction whose reduced run is split over the grid (the splits, then
 their merge): both planned as one ``PlanSequence`` the eval loop issues from C.
 
+bfloat16 inputs come as ``BF16Array``s (``takes_bfloat16``: cuda/backend.py does not widen
+them): the kernels read the 16-bit storage and accumulate in float32, the result rounded to
+nearest even once (MLX's CUDA reduce: mlx/backend/cuda/reduce/reduce_ops.cuh,
+``ReduceResult<Sum, bfloat16>`` is float), so a bfloat16 reduction is one launch, no casts.
+
 A call no kernel takes, or one whose kernel NVRTC cannot build, runs the primitive's CuPy
-rule, recorded on the timeline as a ``kernel_fallback`` with the reason.
+rule (bfloat16 through float32), recorded on the timeline as a ``kernel_fallback`` with the
+reason.
 """
 
 from __future__ import annotations
@@ -26,14 +32,32 @@ from .. import kernel_registry
 from ..primitives import REGISTRY
 from ..kernel_call import KernelRule
 from . import compiled
-from .primitive_plans import fits, plan_of, sequence_of
+from . import bfloat16 as bf16
+from .primitive_plans import fits as _fits_storage, plan_of, sequence_of
 
 _arrays: dict = {}  # id of a Call -> its int64 arrays on the device (Calls live in common's cache)
 
 
+def fits(out, shape, dtype, ins) -> bool:
+    """``primitive_plans.fits`` over the arrays' storage (bfloat16's uint16)."""
+    return out is not None and out.dtype == dtype and _fits_storage(
+        bf16.storage(out), shape, bf16.storage(out).dtype, [bf16.storage(a) for a in ins])
+
+
+def _empty(shape: tuple, dtype) -> object:
+    """A new device array of ``dtype``, bfloat16 as a ``BF16Array``."""
+    if dtype == bf16.BF16:
+        return bf16.BF16Array(cupy.empty(shape, bf16.U16))
+    return cupy.empty(shape, dtype=dtype)
+
+
 def _fallback(prim_name: str, why: str, xp, a, kw, out=None):
     t0 = timeline.now() if timeline.enabled else 0
-    out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
+    if type(a) is bf16.BF16Array:  # the definition's rule on float32, rounded back once
+        res = REGISTRY[prim_name].rule(xp, bf16.value(a), **kw)
+        out = bf16.cast(res, bf16.BF16) if res.dtype.kind == "f" else res
+    else:
+        out = REGISTRY[prim_name].rule(xp, a, out=out, **kw)
     if t0:
         timeline.add("kernel_fallback", t0, timeline.now(), name=prim_name, device="gpu",
                      detail={"reason": why, "runtime": "cupy", "primitive": prim_name})
@@ -140,8 +164,8 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
     exclusive scan stores ``out[c]`` before folding ``x[c]``: a donated input gave
     [-inf, -inf] for cummax([0, 0]))."""
     takes = fits(given, call.out_shape, call.out_dtype, (a,))
-    out = given if takes else cupy.empty(call.out_shape, dtype=call.out_dtype)
-    bufs = {"x": a, "out": out}
+    out = given if takes else _empty(call.out_shape, call.out_dtype)
+    bufs = {"x": bf16.storage(a), "out": bf16.storage(out)}
     if plan.gpu_part_size(call):
         bufs["part"] = cupy.empty(plan.gpu_part_size(call), dtype=call.part_dtype)
     arrays = _arrays.get(id(call))
@@ -160,13 +184,18 @@ def _launch(call, a, prim_name: str, xp, kw, given=None):
 def _rule(prim_name: str) -> Callable:
     def rule(xp, a, out=None, **kw):
         if a.size == 0:
+            if type(a) is bf16.BF16Array:
+                return _fallback(prim_name, "an empty input", xp, a, kw, out)
             return REGISTRY[prim_name].rule(xp, a, out=out, **kw)
         call = plan.call_for(prim_name, a.dtype, a.shape, a.itemsize, a.strides, kw)
         if isinstance(call, str):
             return _fallback(prim_name, call, xp, a, kw, out)
         if call.copy:
-            a = cupy.ascontiguousarray(a)
+            a = (bf16.BF16Array(cupy.ascontiguousarray(a.raw)) if type(a) is bf16.BF16Array
+                 else cupy.ascontiguousarray(a))
         return _launch(call, a, prim_name, xp, kw, out)
+
+    rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
     return rule
 
 
@@ -190,5 +219,5 @@ def _plan(prim_name: str) -> Callable:
     return plan_call
 
 
-RULES: dict = {name: KernelRule(name, _plan(name), _rule(name), fits, cupy.empty)
+RULES: dict = {name: KernelRule(name, _plan(name), _rule(name), fits, _empty)
                for name in plan.PRIMITIVES}

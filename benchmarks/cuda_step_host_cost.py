@@ -1,0 +1,94 @@
+"""The host side of cuda_eager.py's MLP Adam step (eager), measured without a GPU: the CUDA
+backend over ``tests/fake_cupy.py``, ``tests/fake_cublas.py`` and ``tests/fake_cuda_driver.py`` (launches run nothing),
+as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function calls
+(cProfile), launches from C (cuLaunchKernel) and from Python, the eval loop's dispatch paths
+(per node), and with ``--callgrind`` the instructions per step (run under ``valgrind
+--tool=callgrind --instr-atstart=no --collect-atstart=no``).
+
+    python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--callgrind]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import os
+import pstats
+import sys
+
+os.environ["TAPESCOPE_CUDA"] = "1"
+os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+
+import fake_cupy  # noqa: E402
+
+fake_cupy.install()
+import fake_cublas  # noqa: E402  (cuda/gemm.py's cuBLAS GEMM, as on a GPU)
+
+fake_cublas.install()
+import fake_cuda_driver  # noqa: E402
+
+fake_cuda_driver.install()
+
+from cuda_host_cost import callgrind_totals  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dtypes", nargs="*")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
+    args = ap.parse_args(argv)
+    import cuda_eager as ce
+    import tapescope
+
+    tapescope.as_mlx()
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    from tapescope.core import evaluate as ev
+
+    measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
+    names = args.dtypes or ["float32", "bfloat16"]
+    n = args.steps
+    for dtype in names:
+        fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
+        f = next(v for k, v in fns.items() if "eager" in k)
+        for _ in range(3):
+            f()
+        ev.reset_dispatch_counts()
+        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        f()
+        paths = {k: v for k, v in ev.dispatch_counts().items() if v}
+        c_l, p_l = fake_cuda_driver.launches() - c0, fake_cuda_driver.PY_LAUNCHES[0] - p0
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(n):
+            f()
+        pr.disable()
+        st = pstats.Stats(pr)
+        nodes = sum(paths.values())
+        print(f"{dtype:9s} python calls/step {st.total_calls / n:8.0f}  nodes {nodes}"
+              f"  calls/node {st.total_calls / n / max(nodes, 1):6.1f}"
+              f"  launches/step C {c_l} Python {p_l}  paths {paths}", flush=True)
+        if args.profile:
+            st.sort_stats("tottime").print_stats(args.profile)
+        if measured is not None:
+            def body():
+                for _ in range(n):
+                    f()
+
+            measured(ctypes.CFUNCTYPE(None)(body))
+    if args.callgrind:
+        for (fname, ir), dtype in zip(callgrind_totals(), names):
+            print(f"{dtype:9s} instructions/step {ir / n:12.0f}   ({fname})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
