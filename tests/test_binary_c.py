@@ -209,3 +209,30 @@ def test_allocator_buffers_and_handles_leave_the_collector():
     assert gc.is_tracked(sub)
     assert gc.is_tracked(type(h)(sub, alloc))
     del h  # the adopted buffer goes back to the allocator (its accounting unchanged)
+
+
+# values a double rounds to differently than its float32 does: halfway in the 16-bit type
+# once rounded to float32, just above halfway as a double
+_TWICE_ROUNDED = [1 + 2**-11 + 2**-30, 1 + 2**-8 + 2**-30, -(1 + 2**-8 + 2**-29),
+                  2.0**-14 * (1 + 2**-11 + 2**-40), 65519.99, 3.3895313892515355e38]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(v=st.one_of(st.floats(allow_nan=False, allow_infinity=True, width=64),
+                   st.sampled_from(_TWICE_ROUNDED)),
+       dtype=st.sampled_from(["float16", "bfloat16"]))
+def test_a_python_float_rounds_to_16_bits_through_float32_as_mlx(mlx, v, dtype):
+    """MLX makes the float a float32, then the 16-bit type: the result's bits, each path."""
+    a, r = _pair(mx, dtype, np.ones(2)), _pair(mlx, dtype, np.ones(2))
+
+    def bits(mod, x):
+        return np.array(x.view(mod.uint16)).tolist()
+
+    with np.errstate(all="ignore"):
+        ref = [bits(mlx, r * v), bits(mlx, v - r)]
+        assert [bits(mx, a * v), bits(mx, v - a)] == ref
+        py = convert._scalar.__wrapped__  # the GPU streams' version
+        if math.isfinite(v) and abs(v) <= (65504 if dtype == "float16" else 3.3895313892515355e38):
+            dt = getattr(mx, dtype)
+            assert bits(mx, py(v, dt) * a) == ref[0]
+            assert bits(mx, _call.scalar(v, dt) * a) == ref[0]

@@ -117,6 +117,18 @@ last = [fake_cuda_driver.launch(k) for k in (n - 4, n - 3, n - 2, n - 1)]
 out["second_stream"] = {"scratches": sorted(seq.scratches), "streams": [l[3] for l in last],
                         "s2": device.cuda_stream(s2.index).ptr,
                         "s1": device.cuda_stream(mx.default_stream(mx.gpu).index).ptr}
+# an eager chain's intermediates give their buffers to the next op (16-bit storage too)
+out["chain_peak"] = {}
+for dt in ("float32", "bfloat16", "float16"):
+    v = v0 = mx.add(mx.array(np.ones(1 << 16, np.float32)), 0).astype(getattr(mx, dt))
+    mx.eval(v0)
+    for _ in range(10):
+        v = v * 1.0001 + 0.5
+    mx.clear_cache()
+    a0 = mx.get_active_memory()
+    mx.reset_peak_memory()
+    mx.eval(v)
+    out["chain_peak"][dt] = (mx.get_peak_memory() - a0) / v0.nbytes
 print("RESULT" + json.dumps(out))
 """
 
@@ -190,3 +202,9 @@ def test_a_reduction_tape_plan_launches_what_its_first_call_launched(counts):
     got = counts["tape_words"]
     assert got["c"] == got["python"], got
     assert set(got["inputs"]) <= set(got["c"]), got
+
+
+def test_an_eager_chain_donates_its_intermediates_in_every_storage_type(counts):
+    """20 ops, one output buffer: each op writes over its input's (MLX's donation), bfloat16's
+    uint16 storage as float32's."""
+    assert counts["chain_peak"] == {"float32": 1.0, "bfloat16": 1.0, "float16": 1.0}

@@ -9,7 +9,8 @@
  *
  *   a Python float next to an array takes the array's dtype when it is inexact, else
  *   float32 (convert.py ``_weak_float``), and when it fits that dtype (float32 / complex64
- *   / float64 / float16; NaN, inf, bfloat16 and any other operand go through convert.py's
+ *   / float64 / float16 / bfloat16, the 16-bit ones rounded from the float32; NaN, inf and
+ *   any other operand go through convert.py's
  *   ``to_array``) its 0-d array is made here as ``_scalar`` makes it (an ArrayDesc over
  *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when that
  *   stream's memory is the host's);
@@ -31,7 +32,7 @@ PyObject *bare_of(PyObject *type);
 
 static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
     *b_broadcast_shapes, *b_resolve, *b_allocator, *b_handle_type, *b_np_array, *b_host_stream,
-    *b_array_type, *b_f16, *b_f32, *b_f64, *b_c64, *b_inexact, *b_dtype_type;
+    *b_array_type, *b_f16, *b_bf16, *b_f32, *b_f64, *b_c64, *b_inexact, *b_dtype_type;
 static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast, *b_adopt, *b_cpu_alloc;
 static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
     dt_np_off;
@@ -44,11 +45,11 @@ PyObject *configure_binary(PyObject *self, PyObject *kw) {
     static const char *const names[] = {
         "primitive_type", "registry", "promote_types", "to_array", "cast", "broadcast_shapes",
         "resolve_stream", "allocator", "handle_type", "np_array", "host_stream", "array_type",
-        "float16", "float32", "float64", "complex64", "inexact", "dtype_type"};
+        "float16", "bfloat16", "float32", "float64", "complex64", "inexact", "dtype_type"};
     PyObject *dtype_type = NULL;
     PyObject **const slots[] = {&b_prim_type, &b_registry, &b_promote, &b_to_array, &b_cast,
                                 &b_broadcast_shapes, &b_resolve, &b_allocator, &b_handle_type,
-                                &b_np_array, &b_host_stream, &b_array_type, &b_f16, &b_f32,
+                                &b_np_array, &b_host_stream, &b_array_type, &b_f16, &b_bf16, &b_f32,
                                 &b_f64, &b_c64, &b_inexact, &dtype_type};
     binary_configured = 0;
     if (take_all(kw, "configure_binary", names, slots, sizeof(names) / sizeof(names[0])) < 0)
@@ -190,8 +191,17 @@ static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
     if (stream == NULL) return -1;
     int host = host_memory(stream);
     if (host != 1) { Py_DECREF(stream); return host; }
+    /* MLX makes a Python float a float32 first (python/src/convert.cpp): a 16-bit float
+     * rounds from that float32, not from the double */
+    PyObject *v32 = NULL;
+    if ((dt == b_f16 || dt == b_bf16) && PyFloat_Check(v)) {
+        v32 = PyFloat_FromDouble((double)(float)PyFloat_AS_DOUBLE(v));
+        if (v32 == NULL) { Py_DECREF(stream); return -1; }
+        v = v32;
+    }
     PyObject *args[2] = {v, SLOT(dt, dt_np_off)};
     PyObject *data = args[1] ? PyObject_Vectorcall(b_np_array, args, 2, NULL) : NULL;
+    Py_XDECREF(v32);
     /* the host's allocator, made once per process (allocator.allocator("cpu")): asked once */
     if (data != NULL && b_cpu_alloc == NULL) b_cpu_alloc = PyObject_CallOneArg(b_allocator, b_cpu);
     PyObject *alloc = data ? Py_XNewRef(b_cpu_alloc) : NULL;
@@ -225,6 +235,7 @@ static int weak_float_desc(PyObject *v, PyObject *like, PyObject **out) {
     if (dt == b_f32 || dt == b_c64) lim = 3.4028234663852886e38;
     else if (dt == b_f64) lim = 1.7976931348623157e308;
     else if (dt == b_f16) lim = 65504.0;
+    else if (dt == b_bf16) lim = 3.3895313892515355e38; /* (NaN: the constructor's rule) */
     else return 0;
     if (!(-lim <= x && x <= lim)) return 0; /* (NaN too) */
     return scalar_desc(v, dt, out);

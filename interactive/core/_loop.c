@@ -553,11 +553,13 @@ static int donates(PyObject *d, PyObject *shape, long long itemsize, long long n
 /* ``donates`` for a device's array (evaluate._donor's checks): the array type's own, its
  * row-contiguous flag (the one-op kernels write C order) instead of the buffer protocol */
 static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes,
-                          PyObject *array_type) {
+                          PyObject *array_type, PyObject *storage_type) {
     if (Py_REFCNT(d) != 1) return 0;
     PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
-    if (h == NULL || h == Py_None || data == NULL || Py_TYPE(data) != (PyTypeObject *)array_type ||
-        Py_REFCNT(h) != 1)
+    /* (the storage type too: a bfloat16 array's bits, viewed again as the storage type) */
+    if (h == NULL || h == Py_None || data == NULL || Py_REFCNT(h) != 1 ||
+        (Py_TYPE(data) != (PyTypeObject *)array_type &&
+         (storage_type == NULL || Py_TYPE(data) != (PyTypeObject *)storage_type)))
         return 0;
     PyObject *dt = SLOT(d, desc_off[D_DTYPE]);
     PyObject *sz = dt ? SLOT(dt, dtype_off[T_SIZE]) : NULL;
@@ -1129,7 +1131,8 @@ static int run_host(PyObject *node) {
         for (Py_ssize_t i = 0; (bi->host || eager) && i < n && donor == NULL; i++) {
             PyObject *d = PyList_GET_ITEM(inputs, i);
             if (bi->host ? donates(d, shape, itemsize, nbytes)
-                         : device_donates(d, shape, itemsize, nbytes, bi->array_type))
+                         : device_donates(d, shape, itemsize, nbytes, bi->array_type,
+                                          bi->storage_type))
                 donor = d;
         }
         if (donor != NULL) {

@@ -80,17 +80,20 @@ def _baseline_refcounts() -> tuple[int, int]:
 _DESC_REFS, _HANDLE_REFS = _baseline_refcounts()
 
 
-def _donor(node: Node, out: ArrayDesc, nbytes: int, at: type) -> Optional[ArrayDesc]:
+def _donor(node: Node, out: ArrayDesc, nbytes: int, at: type,
+           st: Optional[type] = None) -> Optional[ArrayDesc]:
     """An input whose buffer nobody else holds and that can become ``out``'s (MLX's rules);
-    ``nbytes`` is the output's size in bytes, ``at`` the device's array type (a host input
-    of a GPU node is not its memory). A tracer's node keeps its inputs: none."""
+    ``nbytes`` is the output's size in bytes, ``at`` the device's array type and ``st`` its
+    storage type (a host input of a GPU node is not its memory). A tracer's node keeps its
+    inputs: none."""
     if node.keep:
         return None
     for d in node.inputs:
         if sys.getrefcount(d) != _DESC_REFS:  # held elsewhere: the cheap, usual rejection
             continue
         data = d.data
-        if (d.buffer is not None and type(data) is at and d.dtype.size == out.dtype.size
+        if (d.buffer is not None and (type(data) is at or type(data) is st)
+                and d.dtype.size == out.dtype.size
                 and data.shape == out.shape
                 and (data.flags.c_contiguous or data.flags.f_contiguous)
                 and getattr(data.flags, "writeable", True)  # broadcast views are read-only
@@ -108,7 +111,7 @@ def _output_buffer(node: Node, out: ArrayDesc, be):
     for s in out.shape:
         nbytes *= s
     alloc = be.allocator
-    donor = _donor(node, out, nbytes, be.array_type)
+    donor = _donor(node, out, nbytes, be.array_type, be.storage_type)
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
     buf = alloc.malloc(nbytes)

@@ -49,15 +49,20 @@ def _wrap_int(v: int, bits: int) -> int:
     return v - m if v >= m // 2 else v
 
 
-# Python floats that convert to these dtypes without overflow (bfloat16 has its own NaN rule
-# in the constructor, so it always takes the constructor's path)
+# Python floats that convert to these dtypes without overflow (NaN fails the range test, so
+# bfloat16's NaN rule stays the constructor's)
 _FAST_FLOAT_LIMIT = {_dt.float32: float(np.finfo(np.float32).max),
                      _dt.complex64: float(np.finfo(np.float32).max),
-                     _dt.float64: float(np.finfo(np.float64).max), _dt.float16: 65504.0}
+                     _dt.float64: float(np.finfo(np.float64).max), _dt.float16: 65504.0,
+                     _dt.bfloat16: float(np.finfo(_dt.bfloat16.np).max)}
+# MLX makes a Python float a float32 first, then casts it: a 16-bit float rounds twice
+_THROUGH_FLOAT32 = (_dt.float16, _dt.bfloat16)
 
 
 def _scalar(v: Any, dtype: _dt.Dtype) -> array:
     """A 0-d array of a Python scalar already known to fit ``dtype`` (the fast path)."""
+    if dtype in _THROUGH_FLOAT32 and v.__class__ is not int:
+        v = np.float32(v)
     return array._wrap(ArrayDesc((), dtype, resolve_stream(None), data=np.array(v, dtype=dtype.np)))
 
 

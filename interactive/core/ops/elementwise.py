@@ -107,7 +107,7 @@ def _c_binary() -> None:
         "resolve_stream": resolve_stream, "allocator": allocator, "handle_type": BufferHandle,
         "np_array": np.array, "array_type": array, "dtype_type": _dt.Dtype,
         "host_stream": lambda s: stream_backend(s).array_type is np.ndarray,
-        "float16": _dt.float16, "float32": _dt.float32, "float64": _dt.float64,
+        "float16": _dt.float16, "bfloat16": _dt.bfloat16, "float32": _dt.float32, "float64": _dt.float64,
         "complex64": _dt.complex64,
         "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})
     globals()["binary"] = _call.binary
@@ -123,6 +123,7 @@ def _c_binary() -> None:
         return a if a is not None else scalar_py(v, dtype)
 
     _scalar.__doc__ = scalar_py.__doc__
+    _scalar.__wrapped__ = scalar_py  # (the Python version, which GPU streams take)
     convert._scalar = _scalar
 
 
