@@ -221,6 +221,36 @@ def test_a_planned_eager_op_is_found_by_the_loop_in_c_without_plan_for(monkeypat
         assert np.array_equal(np.array(w), x0 * 2)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_an_eager_op_of_a_transposed_array_is_a_column_order_kernel_launched_from_c(dtype, monkeypatch):
+    """An op of column-contiguous operands (a matmul's transposed gradient, an Adam update of
+    it) writes its output in column order, as MLX's copies the operands' strides: the one-op
+    kernel writes into a column-order buffer (a fresh one, or the dying operand's), found in
+    the loop's plans from the second call on, and the values are the CPU's bits."""
+    from tapescope.kernels import backends as bk
+    from tapescope.kernels.cuda import eager
+
+    rng = np.random.default_rng(3)
+    x0, y0 = _host((33, 70), dtype, rng), _host((33, 70), dtype, rng)
+
+    def fn(x, y):
+        t = mx.transpose(x)
+        return mx.sqrt(mx.square(t * 0.9 + 0.1)) - mx.transpose(y) * 2.0
+
+    g, c = _gpu_and_cpu(fn, x0, y0)
+    _same(g, c)
+    c_launch = not _fake() and bk.backend("gpu").device_api is not None
+    called = []
+    real = eager.plan_for
+    monkeypatch.setattr(eager, "plan_for", lambda *a: called.append(a[0].name) or real(*a))
+    evaluate.reset_dispatch_counts()
+    g2, _ = _gpu_and_cpu(fn, x0, y0)
+    _same(g2, c)
+    if c_launch:
+        assert called == [], called
+        assert evaluate.dispatch_counts()["eager_kernel_device"] == 6
+
+
 def test_a_device_view_that_never_copies_runs_in_the_loops_c_part(monkeypatch):
     """A transpose, broadcast, size-1 axes added or dropped (a reduction without keepdims'
     Squeeze) of a device array (a definition with ``view_strides``) is the array module's

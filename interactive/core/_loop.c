@@ -46,7 +46,7 @@ static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_alloc
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
     *s_min_size, *s_storage_type;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
-    *s_nbytes, *s_c_contiguous;
+    *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_COUNT };
@@ -132,6 +132,9 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_adopt = PyUnicode_InternFromString("adopt")) ||
                            !(s_nbytes = PyUnicode_InternFromString("nbytes")) ||
                            !(s_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
+                           !(s_f_contiguous = PyUnicode_InternFromString("f_contiguous")) ||
+                           !(s_T = PyUnicode_InternFromString("T")) ||
+                           !(s_F = PyUnicode_InternFromString("F")) ||
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
@@ -551,9 +554,10 @@ static int donates(PyObject *d, PyObject *shape, long long itemsize, long long n
 }
 
 /* ``donates`` for a device's array (evaluate._donor's checks): the array type's own, its
- * row-contiguous flag (the one-op kernels write C order) instead of the buffer protocol */
+ * contiguous flag in the order the one-op kernel writes (``forder``: column order, a
+ * transposed input's kernel) instead of the buffer protocol */
 static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes,
-                          PyObject *array_type, PyObject *storage_type) {
+                          PyObject *array_type, PyObject *storage_type, int forder) {
     if (Py_REFCNT(d) != 1) return 0;
     PyObject *h = SLOT(d, desc_off[D_BUFFER]), *data = SLOT(d, desc_off[D_DATA]);
     /* (the storage type too: a bfloat16 array's bits, viewed again as the storage type) */
@@ -567,7 +571,7 @@ static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long
     int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
     if (same <= 0) { PyErr_Clear(); return 0; }
     PyObject *flags = PyObject_GetAttr(data, s_flags);
-    PyObject *c = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    PyObject *c = flags ? PyObject_GetAttr(flags, forder ? s_f_contiguous : s_c_contiguous) : NULL;
     int contiguous = c == Py_True;
     Py_XDECREF(flags); Py_XDECREF(c);
     if (!contiguous) { PyErr_Clear(); return 0; }
@@ -1057,6 +1061,7 @@ static int run_host(PyObject *node) {
              *ins = NULL, *ln = NULL, *plan = NULL;
     long long nbytes = 0;
     int out_c = 0; /* out is row-contiguous and writeable (a plan may write it) */
+    int forder = 0; /* a device's one-op kernel writes column order (a transposed input's) */
     if (takes_out) {
         target = PyWeakref_GetObject(PyList_GET_ITEM(outputs, 0));
         if (target == NULL) { PyErr_Clear(); return 0; }
@@ -1112,6 +1117,12 @@ static int run_host(PyObject *node) {
         if (ln == NULL) ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None && !bi->host) { rc = 0; goto done; } /* no kernel: the rule, in Python */
+        if (!bi->host) { /* the order the kernel writes (cuda/compiled.py PackedLaunch.order) */
+            PyObject *o = PyObject_GetAttr(ln, s_order);
+            if (o == NULL) PyErr_Clear();
+            forder = o != NULL && (o == s_F || (PyUnicode_Check(o) && PyUnicode_Compare(o, s_F) == 0));
+            Py_XDECREF(o);
+        }
         if (ln == Py_None) { /* the host's without a plan (yet): its rule, here */
             Py_CLEAR(ln);
             eager = from_plan = 0;
@@ -1132,7 +1143,7 @@ static int run_host(PyObject *node) {
             PyObject *d = PyList_GET_ITEM(inputs, i);
             if (bi->host ? donates(d, shape, itemsize, nbytes)
                          : device_donates(d, shape, itemsize, nbytes, bi->array_type,
-                                          bi->storage_type))
+                                          bi->storage_type, forder))
                 donor = d;
         }
         if (donor != NULL) {
@@ -1147,11 +1158,20 @@ static int run_host(PyObject *node) {
         } else {
             PyObject *size = PyLong_FromLongLong(nbytes);
             PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
-            if (buf != NULL) {
+            if (buf != NULL && forder) { /* column order: the reversed shape's view, transposed */
+                Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+                PyObject *rev = PyTuple_New(nd), *v = NULL;
+                for (Py_ssize_t i = 0; rev != NULL && i < nd; i++)
+                    PyTuple_SET_ITEM(rev, i, Py_NewRef(PyTuple_GET_ITEM(shape, nd - 1 - i)));
+                v = rev ? buffer_view(buf, size, npdt, rev) : NULL;
+                out = v ? PyObject_GetAttr(v, s_T) : NULL;
+                Py_XDECREF(rev); Py_XDECREF(v);
+            } else if (buf != NULL) {
                 out = buffer_view(buf, size, npdt, shape);
                 out_c = 1; /* the allocator's buffer viewed in the output's shape */
-                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
             }
+            if (out != NULL)
+                handle = PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL);
             Py_XDECREF(buf);
             Py_XDECREF(size);
         }

@@ -103,9 +103,10 @@ def _donor(node: Node, out: ArrayDesc, nbytes: int, at: type,
     return None
 
 
-def _output_buffer(node: Node, out: ArrayDesc, be):
+def _output_buffer(node: Node, out: ArrayDesc, be, order: str = "C"):
     """Memory for a single output: a donated input's buffer or a fresh buffer of the
-    backend's allocator."""
+    backend's allocator, viewed in ``order`` ("F": column order, as a one-op kernel of a
+    transposed input writes it)."""
     dtype = out.dtype
     nbytes = dtype.size
     for s in out.shape:
@@ -115,6 +116,8 @@ def _output_buffer(node: Node, out: ArrayDesc, be):
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
     buf = alloc.malloc(nbytes)
+    if order == "F":
+        return buf.view(nbytes, dtype.np, out.shape[::-1]).T, BufferHandle(buf, alloc)
     return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, alloc)
 
 
@@ -302,7 +305,7 @@ def _launch_into(node: Node, prim, be, ln, ins: list, target, t0: int, path: int
     """Plan ``ln`` launched on ``ins`` into ``target``'s output buffer (a dying input's or a
     fresh one: ``_output_buffer``) through ``Backend.launch_fused``, counted on ``path`` and
     recorded from ``t0`` (0: not recorded); False where the plan does not take the buffer."""
-    out, out_handle = _output_buffer(node, target, be)
+    out, out_handle = _output_buffer(node, target, be, getattr(ln, "order", "C"))
     if not ln.takes(out):
         return False
     be.launch_fused(prim.stream, ln, ins, out)

@@ -157,6 +157,7 @@ struct Record {
     Record *then[MAX_THEN];   /* their records (each kept by its plan's lane) */
     PyObject *then_plans;     /* strong: the tuple of those plans */
     int scratch;              /* some launch's slot takes the scratch buffer */
+    int forder;               /* it writes its output in column order (a transposed input's) */
     void *scratch_st;         /* the CUDA stream the scratch pointer is for */
     uint64_t scratch_ptr;
 };
@@ -203,12 +204,14 @@ static Record *plan_record(PyObject *ln) {
     PyObject *values = slots ? PyObject_GetAttr(ln, s_values) : NULL;
     int err = values == NULL;
     int plain = !err && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) == 1 &&
-                PyUnicode_Check(order) && PyUnicode_Compare(order, s_C) == 0 &&
+                PyUnicode_Check(order) &&
+                (PyUnicode_Compare(order, s_C) == 0 || PyUnicode_CompareWithASCIIString(order, "F") == 0) &&
                 PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_SLOTS &&
                 PyTuple_Check(values) && PyTuple_GET_SIZE(values) <= MAX_SLOTS;
     long long v;
     if (plain) {
         r->npdt = Py_NewRef(PyList_GET_ITEM(dtypes, 0));
+        r->forder = PyUnicode_Compare(order, s_C) != 0;
         r->nslots = PyTuple_GET_SIZE(slots);
         for (Py_ssize_t k = 0; k < r->nslots && !err; k++) {
             PyObject *ij = PyTuple_GET_ITEM(slots, k);
@@ -333,6 +336,12 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
     PyObject *dt = PyObject_GetAttr(out, s_dtype), *sh = dt ? PyObject_GetAttr(out, s_shape) : NULL;
     int takes = sh != NULL && same(dt, r->npdt) && same(sh, r->shape);
     Py_XDECREF(dt); Py_XDECREF(sh);
+    if (takes && r->forder) { /* a column-order kernel: the loop's out in that order */
+        PyObject *fl = PyObject_GetAttrString(out, "flags");
+        PyObject *f = fl ? PyObject_GetAttrString(fl, "f_contiguous") : NULL;
+        takes = f == Py_True;
+        Py_XDECREF(fl); Py_XDECREF(f);
+    }
     if (!takes) { PyErr_Clear(); return 0; }
     void *st = stream_ptr(index);
     PyObject *w = st ? work_of(index) : NULL;
