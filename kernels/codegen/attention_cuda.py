@@ -120,7 +120,7 @@ def block_threads(spec) -> int:
     return SPLIT_THREADS if spec.mode == "vector_2pass_1" else THREADS
 
 
-_PRELUDE = """#include <cuda_fp16.h>
+PRELUDE = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -202,7 +202,7 @@ def vector_source(spec) -> str:
     O[g * D + d] = {store.format('acc * inv')};
   }}
 """
-    return _PRELUDE + f"""
+    return PRELUDE + f"""
 extern "C" __global__ void __launch_bounds__({nw * 32}) {spec.name}({", ".join(args)}) {{
   constexpr int D = {D}, LPK = {lpk}, VPT = {vpt}, KPW = {kpw}, NW = {nw}, U = {UNROLL};
   // lanes a key, elements a lane, keys a warp, warps a block, steps loaded at once
@@ -284,7 +284,7 @@ def _merge_source(spec) -> str:
     T, _ = TYPES[spec.dtype]
     store = STORE[spec.dtype]
     D = spec.head
-    return _PRELUDE + f"""
+    return PRELUDE + f"""
 extern "C" __global__ void __launch_bounds__({block_threads(spec)}) {spec.name}(const float* __restrict__ PART, {T}* __restrict__ O, long long rows, long long NB) {{
   constexpr int D = {D};
   const int lane = threadIdx.x & 31;
