@@ -12,7 +12,7 @@ driver's ``fake_measured`` instruments and dumps ``--calls`` calls of each op al
 file each; ``callgrind_totals`` below reads them).
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_host_cost.py [ops...] [--calls 200] [--callgrind]
-        [--no-plan]
+        [--no-plan] [--keys 256]
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def ops(mx, x, y, t, qkv=None):
         "softmax": lambda: mx.softmax(x, axis=-1),
         "softmax_written": lambda: sm(x),
         "xent_written": lambda: xe(x, t),
-        # decoding attention, fast_ops.py's (4, 16, 1, 4096, 128) row with 256 keys (the
-        # host's work does not depend on the cache's length)
+        # decoding attention, fast_ops.py's (4, 16, 1, 4096, 128) row with 256 keys (--keys:
+        # the host's work depends on the cache's length only through one launch or two)
         "sdpa_decode": lambda: mx.fast.scaled_dot_product_attention(*qkv, scale=128 ** -0.5),
     }
 
@@ -90,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--no-plan", action="store_true",
                     help="decoding attention without its plan: the rule's Python launch each call")
+    ap.add_argument("--keys", type=int, default=256,
+                    help="decoding attention's cached keys (past 1024: the split keys' two launches)")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
     args = ap.parse_args(argv)
     import tapescope
@@ -104,12 +106,21 @@ def main(argv=None) -> int:
     y = mx.add(mx.array(rng.standard_normal(16).astype(np.float32)), 0)
     mx.eval(x, y, t)
     qkv = [mx.add(mx.array(rng.standard_normal(s).astype(np.float32)), 0)
-           for s in ((4, 16, 1, 128), (4, 16, 256, 128), (4, 16, 256, 128))]
+           for s in ((4, 16, 1, 128), (4, 16, args.keys, 128), (4, 16, args.keys, 128))]
     mx.eval(*qkv)
-    if args.no_plan:
+    if args.no_plan:  # no plan kept: the rule plans and launches from Python each call
         from tapescope.kernels.cuda import attention
 
-        attention.RULES["ScaledDotProductAttention"].plan = lambda *a, **k: None
+        rule = attention.RULES["ScaledDotProductAttention"]
+        rule.plan = lambda *a, **k: None
+
+        def python_launch(xp, *ins, out=None, **kw):
+            p = attention.vector_plan(*ins, **kw)
+            res = attention._empty(p.out_shape, p.out_dtype)
+            p(*ins, res)
+            return res
+
+        rule.slow = python_launch
     tapescope.set_fusion("extended")
     fns = ops(mx, x, y, t, qkv)
     names = args.ops or list(fns)

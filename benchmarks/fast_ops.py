@@ -24,7 +24,7 @@ On the GPU a second line per row gives each one's kernel time with the host out 
 median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
-        [--ops sdpa,rope] [--peers jax.jit,mlx]
+        [--ops sdpa,rope] [--peers jax.jit,mlx] [--shape 4,16,1,4096,64 ...]
 """
 
 from __future__ import annotations
@@ -271,10 +271,10 @@ def _runs(name: str, f, op: str, shape) -> bool:
         return False
 
 
-def run(device: str, reps: int, dtype, ops=None, peers=None) -> list:
+def run(device: str, reps: int, dtype, ops=None, peers=None, shapes=None) -> list:
     out = []
     for op, shape in cases(device):
-        if ops and op not in ops:
+        if (ops and op not in ops) or (shapes and shape not in shapes):
             continue
         x, w, b = inputs(op, shape, dtype)
         impls = {"tapescope": tapescope_fn(op, x, w, b, device)}
@@ -320,6 +320,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--ops", default="", help="comma-separated ops to run (default: all)")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="only this row's shape, e.g. 4,16,1,4096,64 (repeatable; default: all)")
     ap.add_argument("--peers", default="", help="comma-separated peers (jax.jit, mlx, torch; "
                     "default: all; MLX's CPU prefill attention takes ~20 s a call)")
     args = ap.parse_args()
@@ -331,10 +333,11 @@ def main():
     # =0 for the rows against jax.jit at "highest" and PyTorch with TF32 off
     print(f"float32 GEMMs in TF32 (MLX_ENABLE_TF32, tapescope and MLX): {settings.tf32}", flush=True)
     dtype = np.dtype(args.dtype)
+    shapes = {tuple(int(n) for n in sh.split(",")) for sh in args.shape}
     if args.device in ("cpu", "both"):
         ops = set(filter(None, args.ops.split(",")))
         peers = set(filter(None, args.peers.split(",")))
-        res = run("cpu", args.reps, dtype, ops, peers)
+        res = run("cpu", args.reps, dtype, ops, peers, shapes)
         worst = max(((t["tapescope"] / t["jax.jit"], op, shape) for op, shape, t in res
                      if "jax.jit" in t), default=None)
         if worst:
@@ -345,7 +348,7 @@ def main():
             print("gpu: no CUDA runtime (TAPESCOPE_CUDA=1, CuPy and a GPU are needed)")
         else:
             run("gpu", args.reps, dtype, set(filter(None, args.ops.split(","))),
-                set(filter(None, args.peers.split(","))))
+                set(filter(None, args.peers.split(","))), shapes)
 
 
 if __name__ == "__main__":

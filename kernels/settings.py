@@ -98,6 +98,10 @@ SETTINGS = (
     Setting("tf32", "MLX_ENABLE_TF32", "switch", True,
             "MLX's variable: float32 matmuls and convolutions on CUDA in TensorFloat-32 "
             "(kernels/cuda/precision.py); 0 computes them in full float32."),
+    Setting("sdpa_blocks", "MLX_SDPA_BLOCKS", "text", None,
+            "MLX's variable: the key runs a row of decoding attention's two-pass kernels on "
+            "CUDA (a positive integer; unset: the device's SMs pick them), read when a "
+            "layout is planned (kernels/codegen/attention_cuda.py: splits)."),
     Setting("eager_kernels", "TAPESCOPE_EAGER_KERNELS", "switch", True,
             "Eager elementwise ops as one-op kernels of the renderer, launched from the eval "
             "loop (a GPU's: kernels/cuda/eager.py; the CPU's from 65536 elements on: "

@@ -230,6 +230,82 @@ def test_gpu_sdpa_decoding_planned_calls_match_float64_numpy(c):
     assert any(p is not None for p in rule.plans.values())  # (unit-stride head rows: planned)
 
 
+@st.composite
+def sdpa_long_case(draw):
+    """Decoding over long caches: key lengths around the split (one pass at ``SPLIT_KEYS``,
+    runs of a few steps past it, the last one short, many runs further on)."""
+    from tapescope.kernels.codegen.attention_cuda import SPLIT_KEYS
+
+    c = list(draw(sdpa_case()))
+    c[3] = draw(st.sampled_from([1, 2, 8]))
+    c[4] = draw(st.sampled_from([SPLIT_KEYS, SPLIT_KEYS + 1, SPLIT_KEYS + 100, 2 * SPLIT_KEYS + 3,
+                                 4 * SPLIT_KEYS, 9000]))
+    c[5] = draw(st.sampled_from([8, 64, 80, 128, 256]))
+    return tuple(c)
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=30, deadline=None)
+@given(sdpa_long_case())
+def test_gpu_sdpa_decoding_over_long_caches_splits_the_keys_and_matches_float64_numpy(c):
+    """Past ``SPLIT_KEYS`` keys decoding is two launches (the split keys' pass and their
+    merge: a ``PlanSequence``, launched from C after the first call), at ``SPLIT_KEYS`` one;
+    every call against float64 numpy (every mask kind, causal, sinks, grouped heads, every
+    dtype in its own bits, transposed and strided inputs)."""
+    from tapescope.kernels.codegen.attention_cuda import SPLIT_KEYS
+    from tapescope.kernels.cuda import attention
+    from tapescope.kernels.cuda.primitive_plans import PlanSequence
+
+    B, kv, reps, L, kL, D, mask, sinks, dtype, layout, _ = c
+    q, k, v, m, s = sdpa_inputs(c)
+    t = SDPA_MXD[dtype]
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    sa = mx.array(s, dtype=t) if s is not None else None
+    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    tol = SDPA_TOL[dtype]
+    rule = attention.RULES["ScaledDotProductAttention"]
+    rule.plans.clear()
+    for _ in range(3):
+        with kernel_launches("cuda") as rec:
+            out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
+                                                       sinks=sa)
+            mx.eval(out)
+        assert not rec.fallbacks, rec.fallbacks
+        np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
+                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+    split = [p for p in rule.plans.values() if isinstance(p, PlanSequence)]
+    assert bool(split) == (kL > SPLIT_KEYS), c  # (rows this few never fill the device alone)
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_sdpa_decoding_at_the_benchmark_shape_is_two_launches(D, dtype):
+    """benchmarks/fast_ops.py's decoding rows, (4, 16, 1, 4096, D): the split keys' pass over
+    many blocks (64 rows alone would leave most SMs idle), then the merge."""
+    from tapescope.kernels.cuda import attention
+    from tapescope.kernels.cuda.primitive_plans import PlanSequence
+
+    rng = np.random.default_rng(D)
+    q, k, v = (rng.standard_normal(sh).astype(SDPA_NPD[dtype])
+               for sh in ((4, 16, 1, D), (4, 16, 4096, D), (4, 16, 4096, D)))
+    t = SDPA_MXD[dtype]
+    qa, ka, va = (mx.array(a, dtype=t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    rule = attention.RULES["ScaledDotProductAttention"]
+    rule.plans.clear()
+    for _ in range(3):
+        out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5)
+        mx.eval(out)
+        want = sdpa_ref(q, k, v, D ** -0.5)
+        np.testing.assert_allclose(sdpa_host(out), want, rtol=SDPA_TOL[dtype],
+                                   atol=SDPA_TOL[dtype] * max(1.0, np.abs(want).max()))
+    (plan,) = [p for p in rule.plans.values() if p is not None]
+    assert isinstance(plan, PlanSequence) and plan.grid >= 4 * 16 * 2 and plan.then[0].grid == 64
+
+
 @pytest.mark.usefixtures("gpu_default_device")
 @pytest.mark.parametrize("B,H,Hk,L,kL,D,mask,dtype", [
     (2, 8, 2, 300, 300, 64, "causal", "float32"),

@@ -14,6 +14,8 @@ says why; the kernels are in ``kernel_cache()`` with their C.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -180,6 +182,33 @@ def test_spec_names_follow_mlx_s():
     assert SdpaSpec("full", "bfloat16", 64, "bool", True, True).name == \
         "sdpa_full_bfloat16_bq32_bk64_bd64_boolmask_causal_sinks"
     assert SdpaSpec("full", "float32", 80, "add").name == "sdpa_full_float32_bq32_bk64_bd80_floatmask"
+    assert SdpaSpec("vector_2pass_1", "float16", 64, "bool", True).name == \
+        "sdpa_vector_2pass_1_float16_64_64_boolmask_causal"
+    assert SdpaSpec("vector_2pass_2", "bfloat16", 128).name == "sdpa_vector_2pass_2_bfloat16_128"
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the CUDA sources are rendered only")
+def test_the_cuda_decoding_kernels_compile_with_nvcc(tmp_path):
+    """MLX's sdpa_vector written out (``attention_cuda.py``): one pass, the split keys' pass
+    and their merge, every dtype, head sizes that divide a warp, fill whole warps or part of
+    the last lane's elements, each mask kind, causal and sinks across them."""
+    from tapescope.kernels.codegen.attention_cuda import PRELUDE, vector_source
+
+    specs, i = [], 0
+    for mode in ("vector", "vector_2pass_1", "vector_2pass_2"):
+        for dt in ("float32", "float16", "bfloat16"):
+            for d in (8, 80, 128, 256):
+                i += 1
+                specs.append(SdpaSpec(mode, dt, d) if mode == "vector_2pass_2" else SdpaSpec(
+                    mode, dt, d, ("none", "bool", "add")[i % 3], i % 2 == 0, i % 4 < 2))
+    cu = tmp_path / "sdpa_vector.cu"
+    cu.write_text(PRELUDE + "".join(vector_source(s).replace(PRELUDE, "") for s in specs))
+    r = subprocess.run([NVCC, "-arch=sm_90", "--cubin", str(cu), "-o", str(tmp_path / "s.cubin")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
 
 
 def test_every_attention_kernel_renders_in_c_and_says_why_not_on_a_gpu():

@@ -25,6 +25,16 @@ a boolean mask's False gives the score float32's lowest (so a row with every key
 averages the values, as the fallback does); an additive mask is added to the scaled score;
 ``sinks`` (one per query head) start ``m`` at the sink and ``l`` at 1 (a logit in the
 denominator with no value, as ``sdpa_vector`` starts them).
+
+Decoding with long caches splits the keys (MLX's ``sdpa_vector_2pass``, "flash decoding"):
+``vector_2pass_1`` is the vector kernel over one run of ``chunk`` keys per block (``NB`` runs
+a row, the sinks in the first), writing each row's partial state (the output at its own max,
+unnormalised, its max ``m`` and sum ``l``, float32) to ``part``; ``vector_2pass_2`` merges a
+row's ``NB`` states (``o = sum_c o_c exp(m_c - M) / sum_c l_c exp(m_c - M)``, ``M`` their max)
+and rounds once to the inputs' type. ``part`` holds, for ``P = B * H * L * NB`` partial rows
+numbered ``((b * H + h) * L + l) * NB + c``: ``P`` output rows of ``head`` floats, then the
+``P`` maxes, then the ``P`` sums. Its maxes are in the kernel's own base: natural here, base 2
+in the CUDA kernels (``attention_cuda.py``), each dialect's two passes alike.
 """
 
 from __future__ import annotations
@@ -75,7 +85,8 @@ def _lanes(d: int) -> int:
 @dataclass(frozen=True)
 class SdpaSpec(IRKernelSpec):
     """One generated attention kernel: ``mode`` (``vector``: MLX's decode kernel; ``full``:
-    the tiled one), the element dtype, the head size ``head`` (query, key and value),
+    the tiled one; ``vector_2pass_1`` / ``vector_2pass_2``: decoding's split keys and their
+    merge, MLX's ``sdpa_vector_2pass``), the element dtype, the head size ``head`` (query, key and value),
     ``mask`` (``none``, ``bool``, ``add``), ``causal`` and ``sinks``."""
 
     mode: str
@@ -87,7 +98,9 @@ class SdpaSpec(IRKernelSpec):
 
     @property
     def name(self) -> str:
-        stem = (f"sdpa_vector_{self.dtype}_{self.head}_{self.head}" if self.mode == "vector"
+        if self.mode == "vector_2pass_2":  # (no mask, causal or sinks: the merge only)
+            return f"sdpa_vector_2pass_2_{self.dtype}_{self.head}"
+        stem = (f"sdpa_{self.mode}_{self.dtype}_{self.head}_{self.head}" if self.mode != "full"
                 else f"sdpa_full_{self.dtype}_bq{BQ}_bk{BK}_bd{self.head}")
         return (stem + {"none": "", "bool": "_boolmask", "add": "_floatmask"}[self.mask]
                 + ("_causal" if self.causal else "") + ("_sinks" if self.sinks else ""))
@@ -105,6 +118,8 @@ class SdpaSpec(IRKernelSpec):
         if gpu:
             raise Unsupported("the attention kernels are CPU schedules (SIMD lanes, one "
                               "thread per block)")
+        if self.mode == "vector_2pass_2":
+            return merge_kernel(self, dt)
         return attention_kernel(self, dt)
 
     def source(self, dialect) -> str:
@@ -120,6 +135,8 @@ class SdpaSpec(IRKernelSpec):
 
 INTS = ("B", "H", "Hk", "L", "kL", "qsb", "qsh", "qsl", "ksb", "ksh", "ksl", "vsb", "vsh", "vsl")
 MASK_INTS = ("msb", "msh", "msl", "msk")
+SPLIT_INTS = ("NB", "chunk")  # the split kernel's: key runs a row, keys a run
+MERGE_INTS = ("rows", "NB")  # the merge's: rows (B * H * L), partial states a row
 
 
 def _params(spec: SdpaSpec, dt) -> list:
@@ -128,8 +145,10 @@ def _params(spec: SdpaSpec, dt) -> list:
         ps.append(Param("in", "mask", np.dtype(np.bool_) if spec.mask == "bool" else dt))
     if spec.sinks:
         ps.append(Param("in", "sinks", dt))
-    ps += [Param("in", "fp", F32), Param("out", "out", dt)]
-    return ps + [Param("int", n) for n in INTS + (MASK_INTS if spec.mask != "none" else ())]
+    ps.append(Param("in", "fp", F32))
+    ps.append(Param("out", "part", F32) if spec.mode == "vector_2pass_1" else Param("out", "out", dt))
+    ints = INTS + (SPLIT_INTS if spec.mode == "vector_2pass_1" else ())
+    return ps + [Param("int", n) for n in ints + (MASK_INTS if spec.mask != "none" else ())]
 
 
 def _rows(spec: SdpaSpec, dt, bq: int) -> list:
@@ -144,7 +163,10 @@ def _rows(spec: SdpaSpec, dt, bq: int) -> list:
             Assign("oo[r]", f"((b * H + h) * L + li) * {D}"), Assign("lim[r]", "li + kL - L")]
     if spec.mask != "none":
         live.append(Assign("mo[r]", "b * msb + h * msh + li * msl"))
-    if spec.sinks:
+    if spec.sinks and spec.mode == "vector_2pass_1":  # the first run of keys holds the sink
+        live += [Store("m", "r", Fmt("(c == 0 ? {0} : {1})", (Load("sinks", "h", dt), Lit(LOWEST, F32))), F32),
+                 Store("l", "r", Fmt("(c == 0 ? {0} : {1})", (Lit(1, F32), Lit(0, F32))), F32)]
+    elif spec.sinks:
         live += [Store("m", "r", Load("sinks", "h", dt), F32), Store("l", "r", Lit(1, F32), F32)]
     else:
         live += [Store("m", "r", Lit(LOWEST, F32), F32), Store("l", "r", Lit(0, F32), F32)]
@@ -261,9 +283,11 @@ def _vector_blocks(spec: SdpaSpec, dt) -> list:
 
 
 def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
-    """The kernel of ``spec``: one OpenMP block per (batch, kv head, block of rows)."""
+    """The kernel of ``spec``: one OpenMP block per (batch, kv head, block of rows), and per
+    run of keys where it splits them (``vector_2pass_1``: its partial states to ``part``)."""
     D = spec.head
     full = spec.mode == "full"
+    split = spec.mode == "vector_2pass_1"
     bq, bk = (BQ, BK) if full else (VQ, VK)
     locs = [Local("qs", F32, bq * D), Local("o", F32, bq * D), Local("sc", F32, bq * bk),
             Local("m", F32, bq), Local("l", F32, bq), Local("fac", F32, bq),
@@ -276,8 +300,10 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
         locs.append(Local("pp", F32, bq * bk))
     head = [Let("reps", INDEX, "H / Hk"), Let("nrows", INDEX, "reps * L"),
             Let("nqb", INDEX, f"(nrows + {bq - 1}) / {bq}"),
-            Let("b", INDEX, "g / (Hk * nqb)"), Let("hk", INDEX, "(g / nqb) % Hk"),
-            Let("q0", INDEX, f"(g % nqb) * {bq}"),
+            Let("gr", INDEX, "g / NB" if split else "g"),  # the block of rows
+            Let("c", INDEX, "g % NB" if split else "0"),  # its run of keys
+            Let("b", INDEX, "gr / (Hk * nqb)"), Let("hk", INDEX, "(gr / nqb) % Hk"),
+            Let("q0", INDEX, f"(gr % nqb) * {bq}"),
             Let("nr", INDEX, f"(nrows - q0 < {bq} ? nrows - q0 : {bq})"),
             Let("nrt", INDEX, f"((nr + {R - 1}) / {R}) * {R}"),
             Let("nrw", INDEX, f"((nr + {W - 1}) / {W}) * {W}"),
@@ -286,28 +312,62 @@ def attention_kernel(spec: SdpaSpec, dt) -> Kernel:
         # block holds the end of one head's rows and the start of the next)
         head += [Let("last", INDEX, "q0 + nr - 1"),
                  Let("maxl", INDEX, "(q0 / L == last / L ? last % L : L - 1)"),
-                 Let("kend", INDEX, "(maxl + kL - L + 1 < kL ? maxl + kL - L + 1 : kL)")]
+                 Let("kall", INDEX, "(maxl + kL - L + 1 < kL ? maxl + kL - L + 1 : kL)")]
     else:
-        head.append(Let("kend", INDEX, "kL"))
+        head.append(Let("kall", INDEX, "kL"))
+    if split:  # keys [k0, kend): the run's, up to the block's last visible one
+        head += [Let("k0", INDEX, "c * chunk"),
+                 Let("kend", INDEX, "(k0 + chunk < kall ? k0 + chunk : kall)")]
+    else:
+        head += [Let("k0", INDEX, "0"), Let("kend", INDEX, "kall")]
     blocks = _full_blocks(spec, dt) if full else _vector_blocks(spec, dt)
-    keys = Range("kb", 0, "kend", [Let("nk", INDEX, f"(kend - kb < {bk} ? kend - kb : {bk})")] + blocks,
+    keys = Range("kb", "k0", "kend", [Let("nk", INDEX, f"(kend - kb < {bk} ? kend - kb : {bk})")] + blocks,
                  step=bk)
     if not full:  # the last key block's values (the pipeline's tail)
         keys = [Let("np", INDEX, "0", mutable=True), keys,
-                Range("j", 0, "np", _pv_rows(D, dt, "j", f"((kend - 1) / {VK}) * {VK}", "pp"))]
+                Range("j", 0, "np", _pv_rows(D, dt, "j", f"k0 + ((kend - k0 - 1) / {VK}) * {VK}", "pp"))]
     else:
         keys = [keys]
-    write = Range("r", 0, "nr", [Range("d", 0, D, [Store("out", "oo[r] + d", f"o[r * {D} + d] / l[r]", dt)],
-                                       "threads")])
+    if split:  # the rows' partial states: the output at the row's max, the max, the sum
+        write = Range("r", 0, "nr", [
+            Let("pr", INDEX, f"(oo[r] / {D}) * NB + c"), Let("P", INDEX, "B * H * L * NB"),
+            Range("d", 0, D, [Store("part", f"pr * {D} + d", f"o[r * {D} + d]", F32)], "threads"),
+            Store("part", f"P * {D} + pr", "m[r]", F32), Store("part", f"P * {D} + P + pr", "l[r]", F32)])
+    else:
+        write = Range("r", 0, "nr", [Range("d", 0, D, [Store("out", "oo[r] + d", f"o[r * {D} + d] / l[r]", dt)],
+                                           "threads")])
     setup = _rows(spec, dt, bq)
     if full:  # the block's queries transposed, once: the scores' GEMM reads 16 rows a lane
         setup.append(Range("d", 0, D, [Range("r", 0, bq, [Store("qt", f"d * {bq} + r", f"qs[r * {D} + d]", F32)],
                                              "threads")]))
     body = head + locs + setup + keys + [write]
-    groups = f"B * Hk * ((H / Hk * L + {bq - 1}) / {bq})"
+    groups = f"B * Hk * ((H / Hk * L + {bq - 1}) / {bq})" + (" * NB" if split else "")
     par = f"{groups} > 1 && B * H * L * kL * {D} >= {PAR_MIN}"
     return Kernel(spec.name, _params(spec, dt), [Range("g", 0, groups, body, "blocks", par)],
                   wide=True)
+
+
+def merge_kernel(spec: SdpaSpec, dt) -> Kernel:
+    """``vector_2pass_2``: each row's ``NB`` partial states merged (their max ``M``, the
+    weights ``exp(m_c - M)``), the output ``sum_c w_c o_c / sum_c w_c l_c`` (0 where that sum
+    is 0: no key visible) rounded once to the inputs' type."""
+    D = spec.head
+    at = lambda i: Load("part", i, F32)  # noqa: E731
+    body = [Let("P", INDEX, "rows * NB"),
+            Reduce("c", 0, "NB", [], _max("x"), "a", {"x": f"part[P * {D} + g * NB + c]"}),  # (float32)
+            Local("acc", F32, D),
+            Range("d", 0, D, [Store("acc", "d", Lit(0, F32), F32)], "threads"),
+            Let("S", F32, Lit(0, F32), mutable=True),
+            Range("c", 0, "NB", [
+                Let("w", F32, Math("exp", F32, (Fmt("{0} - a_x", (at(f"P * {D} + g * NB + c"),)),), "nonpositive")),
+                Assign("S", Fmt("S + {0} * w", (at(f"P * {D} + P + g * NB + c"),))),
+                Range("d", 0, D, [Store("acc", "d", _fma(at(f"(g * NB + c) * {D} + d"), "w", "acc[d]"), F32)],
+                      "threads")]),
+            Let("inv", F32, Fmt("(S == {0} ? {0} : {1} / S)", (Lit(0, F32), Lit(1, F32)))),
+            Range("d", 0, D, [Store("out", f"g * {D} + d", "acc[d] * inv", dt)], "threads")]
+    params = [Param("in", "part", F32), Param("out", "out", dt)] + [Param("int", n) for n in MERGE_INTS]
+    return Kernel(spec.name, params, [Range("g", 0, "rows", body, "blocks",
+                                            f"rows > 1 && rows * NB * {D} >= {PAR_MIN}")])
 
 
 MODES = ("vector", "full")

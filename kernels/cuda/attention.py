@@ -1,15 +1,21 @@
 """MLX's ``ScaledDotProductAttention`` on an NVIDIA GPU.
 
 Decoding (query length up to 8, MLX's ``sdpa_vector``): ``codegen/attention_cuda.py``'s
-kernel, compiled by NVRTC through the fused kernels' cache (``compiled.get_kernel``:
-memory, disk, ``kernel_cache()``), one launch on the node's CUDA stream, as MLX's CUDA
-backend runs ``kernel_sdpav_1pass`` (mlx/backend/cuda/scaled_dot_product_attention.cu).
-The kernel reads the inputs through their strides with unit-stride head rows (others are
+kernels, compiled by NVRTC through the fused kernels' cache (``compiled.get_kernel``:
+memory, disk, ``kernel_cache()``), launched on the node's CUDA stream as MLX's CUDA backend
+runs ``kernel_sdpav_1pass``, or for long caches ``kernel_sdpav_2pass_1`` / ``_2``
+(mlx/backend/cuda/scaled_dot_product_attention.cu): the keys split into runs (how many:
+``attention_cuda.splits`` from the key length, the device's SM count and the split kernel's
+blocks an SM holds), each run's partial state to a float32 scratch, then their merge.
+The kernels read the inputs through their strides with unit-stride head rows (others are
 copied first, as MLX copies them); the mask (broadcast to (B, H, L, kL)) through its own.
-A decoding layout that needs no copy is a ``KernelPlan`` (``vector_plan``: the launch's
-words packed once, bfloat16 read in its own 16 bits), so later calls of that layout are
-launched by the eval loop from C (``primitive_plans.py``) with no Python code, as MLX's
-``sdpa_vector`` is one C++ launch; the dispatch by query length is ``RULES``'s one rule.
+Every decoding call runs a plan (``vector_plan``: a ``KernelPlan``, or for two passes a
+``PlanSequence`` with its scratch per CUDA stream; the launches' words packed once, bfloat16
+read in its own 16 bits). A layout that needs no copy is planned for its own inputs, so
+later calls of that layout are launched by the eval loop from C (``primitive_plans.py``)
+with no Python code, as MLX's ``sdpa_vector`` is one or two C++ launches; one that needs a
+copy runs the rule, which copies and runs the plan of the copies' layout. The dispatch by
+query length is ``RULES``'s one rule.
 
 Longer queries (prefill) run MLX's fallback composition as its CUDA backend runs it for
 float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
@@ -34,8 +40,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import timeline
-from ..codegen.attention_cuda import THREADS, params, takes, vector_source
-from ..codegen.attention_kernels import VECTOR_MAX_L
+from ..codegen.attention_cuda import (BLOCKS_PER_SM, SPLIT_KEYS, SPLIT_THREADS, block_threads,
+                                      params, splits, takes, vector_source)
+from ..codegen.attention_kernels import VECTOR_MAX_L, SdpaSpec
 from ..codegen.attention_softmax import MASK_INTS, ScoresSoftmaxSpec
 from ..common import attention
 from ..common.norms import elem_strides
@@ -43,8 +50,9 @@ from .. import kernel_registry
 from ..primitives import REGISTRY, by_kernel
 from . import bfloat16 as bf16, compiled, gemm
 from ..kernel_call import KernelRule
-from .primitive_plans import KernelPlan, fits
-from .reductions import launch_recorded, step_for
+from ..settings import settings
+from .primitive_plans import SCRATCH, KernelPlan, PlanSequence, fits
+from .reductions import step_for
 
 SCORES = 1 << 28  # float32 scores of one query block (1 GiB): one block for most prompts
 NAME = "ScaledDotProductAttention"
@@ -92,45 +100,23 @@ def rule(xp, q, k, v, *rest, out=None, scale, causal, has_mask, has_sinks):
     if why:
         return _composed(xp, ins, kw, why)
     q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
-    mask = rest[0] if has_mask else None
-    kind = "none" if mask is None else ("bool" if mask.dtype == np.bool_ else "add")
-    mst = None
-    if mask is not None:
-        if kind == "add" and mask.dtype != q.dtype:
+    rest = list(rest)
+    if has_mask:
+        mask = rest[0]
+        if mask.dtype != np.bool_ and mask.dtype != q.dtype:
             mask = mask.astype(q.dtype)
-        mst = elem_strides(mask)
-        if mst is None:
+        if elem_strides(mask) is None:
             mask = cupy.ascontiguousarray(mask)
-            mst = elem_strides(mask)
-    call = attention.sdpa_call(q.dtype, q.shape, elem_strides(q), k.shape, elem_strides(k),
-                               elem_strides(v), kind, mst, causal, has_sinks)
-    spec = call.spec
-    if not takes(spec):
-        return _composed(xp, ins, kw, f"no CUDA attention kernel for head size {spec.head} "
-                                      f"in {spec.dtype}")
-    try:
-        entry = compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
-                                    key=spec.name, tape=spec)
-    except kernel_registry.BuildError as e:
-        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
-        return _composed(xp, ins, kw, str(e))
-    out = cupy.empty(call.out_shape, dtype=call.out_dtype)
-    bufs = {"q": q, "k": k, "v": v, "out": out}
-    if mask is not None:
-        bufs["mask"] = mask
+        rest[0] = mask
     if has_sinks:
-        bufs["sinks"] = cupy.ascontiguousarray(rest[-1].astype(q.dtype, copy=False))
-    args = []
-    for kind_, name in params(spec):
-        if kind_ in ("in", "out"):
-            args.append(bufs[name])
-        elif kind_ == "int":
-            args.append(np.int64(call.ints[name]))
-        else:
-            args.append(np.float32(scale))
-    B, H, L = call.out_shape[:3]
-    launch_recorded(entry, B * H * L, THREADS, tuple(args), spec.name,
-                    {"variant": spec.layout, "primitive": NAME})
+        rest[-1] = cupy.ascontiguousarray(rest[-1].astype(q.dtype, copy=False))
+    ins = (q, k, v, *rest)
+    plan = RULES[NAME].planned(ins, kw)  # (the copies' layout: planned once too)
+    if plan is None:
+        return _composed(xp, ins, kw, f"no CUDA attention kernel for head size {q.shape[-1]} "
+                                      f"in {q.dtype.name}")
+    out = cupy.empty(plan.out_shape, dtype=plan.out_dtype)
+    plan(*ins, out)
     return out
 
 
@@ -300,34 +286,80 @@ rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Array
 
 
 class _VectorStep:
-    """The vector kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid
-    (a block per (batch, query head, query row)) and block, its arguments in the
-    signature's order (int64 values; the scale as its float32 bits in the word's low four
-    bytes, which the kernel's ``float`` parameter reads; None where a buffer goes) and
-    where each buffer goes."""
+    """One decoding kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid
+    (``grid`` blocks of ``attention_cuda.block_threads``), its arguments in the signature's
+    order (int64 values; the scale as its float32 bits in the word's low four bytes, which
+    the kernel's ``float`` parameter reads; None where a buffer goes) and where each buffer
+    goes."""
 
     __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
 
-    def __init__(self, spec, call, scale: float):
-        B, H, L = call.out_shape[:3]
-        self.spec, self.grid, self.block = spec, B * H * L, THREADS
+    def __init__(self, spec, ints: dict, grid: int, scale: float):
+        self.spec, self.grid, self.block = spec, int(grid), block_threads(spec)
         self.args, self.bufs, self.arrays = [], [], []
         for i, (kind, name) in enumerate(params(spec)):
             if kind in ("in", "out"):
                 self.bufs.append((i, name))
                 self.args.append(None)
             elif kind == "int":
-                self.args.append(int(call.ints[name]))
+                self.args.append(int(ints[name]))
             else:
                 self.args.append(int(np.float32(scale).view(np.uint32)))
 
 
+def _built(spec):
+    """``spec``'s loaded kernel, or None where it does not build (the cache notes why)."""
+    try:
+        return compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
+                                   key=spec.name, tape=spec)
+    except kernel_registry.BuildError as e:
+        kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
+        return None
+
+
+_sms: dict = {}  # device -> its SM count
+
+
+def slots(entry) -> int:
+    """First-pass blocks the device runs at once: its SMs (``multiProcessorCount``) times the
+    blocks of ``entry``'s kernel an SM holds (``cuOccupancyMaxActiveBlocksPerMultiprocessor``;
+    ``BLOCKS_PER_SM`` where this CuPy lacks the call)."""
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    sms = _sms.get(dev)
+    if sms is None:
+        sms = _sms[dev] = int(cupy.cuda.runtime.getDeviceProperties(dev)["multiProcessorCount"])
+    per = 0
+    compiled.current_context()
+    try:
+        per = int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            compiled._function_ptr(entry.fn), SPLIT_THREADS, 0))
+    except Exception:  # noqa: BLE001  (an older CuPy without the call, a driver refusing it)
+        pass
+    return sms * (per if per > 0 else BLOCKS_PER_SM)
+
+
+def _blocks() -> int:
+    """MLX_SDPA_BLOCKS's runs a row (0: unset, the device picks)."""
+    raw = settings.sdpa_blocks
+    if not raw:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"[settings] MLX_SDPA_BLOCKS={raw!r}: expected a positive integer.") from None
+    return max(n, 0)
+
+
 def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
-    """Decoding's ``KernelPlan`` (the vector kernel's one launch, its arguments packed once
-    per layout; later calls launched by the eval loop from C), or None where the rule runs
-    it: prefill, bfloat16 storage, a copy first (head rows not unit-stride, an additive
-    mask of another dtype, sinks not contiguous in the inputs' dtype), no kernel. bfloat16
-    is read in its own 16 bits (``BF16Array`` storage; float32 math in the kernel)."""
+    """Decoding's plan: the vector kernel's one launch (a ``KernelPlan``), or above
+    ``SPLIT_KEYS`` keys the split keys' pass and the merge (a ``PlanSequence``, their
+    partial states in its float32 scratch), the arguments packed once per layout and later
+    calls launched by the eval loop from C; None where the rule copies first (head rows not
+    unit-stride, an additive mask of another dtype, sinks not contiguous in the inputs'
+    dtype), for prefill, or with no kernel. bfloat16 is read in its own 16 bits
+    (``BF16Array`` storage; float32 math in the kernels)."""
     import cupy
 
     ins = (q, k, v, *rest)
@@ -353,18 +385,31 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     spec = call.spec
     if not takes(spec):
         return None
-    try:
-        entry = compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
-                                    key=spec.name, tape=spec)
-    except kernel_registry.BuildError:
-        return None
+    B, H, L, D = call.out_shape
+    rows, kL = B * H * L, k.shape[2]
     inputs = {"q": 0, "k": 1, "v": 2}
     if has_mask:
         inputs["mask"] = 3
     if has_sinks:
         inputs["sinks"] = len(ins) - 1
-    return KernelPlan(_VectorStep(spec, call, scale), entry, inputs, {}, call.out_shape,
-                      call.out_dtype, NAME)
+    if kL > SPLIT_KEYS:  # two passes where the split kernels build and the device wants them
+        first = SdpaSpec("vector_2pass_1", spec.dtype, D, kind, bool(causal), bool(has_sinks))
+        merge = SdpaSpec("vector_2pass_2", spec.dtype, D)
+        e1 = _built(first)
+        e2 = _built(merge) if e1 is not None else None
+        n, chunk = splits(rows, kL, D, slots(e1), _blocks()) if e2 is not None else (1, kL)
+        if n > 1:
+            return PlanSequence(
+                (_VectorStep(first, dict(call.ints, NB=n, chunk=chunk), rows * n, scale), e1,
+                 dict(inputs, part=SCRATCH), None),
+                [(_VectorStep(merge, {"rows": rows, "NB": n}, rows, scale), e2,
+                  {"part": SCRATCH}, "out")],
+                rows * n * (D + 2), np.float32, call.out_shape, call.out_dtype, NAME)
+    entry = _built(spec)
+    if entry is None:
+        return None
+    return KernelPlan(_VectorStep(spec, call.ints, rows, scale), entry, inputs, {},
+                      call.out_shape, call.out_dtype, NAME)
 
 
 def _empty(shape, dtype):
