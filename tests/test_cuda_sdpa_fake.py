@@ -2,8 +2,8 @@
 a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GEMMs and the
 score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
 (``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``) over the stand-in cuBLAS, and
-decoding's planned launches from C over the stand-in driver
-(``cuda_sdpa_vector_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
+decoding's and the quantized qmv's planned launches from C over the stand-in driver
+(``cuda_sdpa_vector_fake_cases.py``, ``cuda_qmv_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
 and the GPU suites."""
 
 import os
@@ -28,6 +28,7 @@ except Exception:  # noqa: BLE001
     ("cuda_sdpa_fake_cases.py", "fake_cublas"),  # prefill: cuBLAS GEMMs + the softmax kernel
     ("cuda_gemm_fake_cases.py", "fake_cublas"),  # Matmul / AddMM
     ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
+    ("cuda_qmv_fake_cases.py", "fake_cuda_driver"),  # quantized_matmul's qmv: from C
 ])
 def test_cuda_host_paths_over_a_stand_in_cupy(cases, stand_in):
     code = (
