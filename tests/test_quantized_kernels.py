@@ -312,6 +312,38 @@ def test_cuda_sources_are_valid_code(tmp_path, kind, bits):
         assert r.returncode == 0, r.stderr
 
 
+_QMV_PRELUDE = _CU_PRELUDE + """
+#define __launch_bounds__(n)
+#define __restrict__
+struct __half { unsigned short x; };
+struct __nv_bfloat16 { unsigned short x; };
+float __half2float(__half); __half __float2half_rn(float); __half __ushort_as_half(unsigned short);
+float __bfloat162float(__nv_bfloat16); __nv_bfloat16 __float2bfloat16_rn(float);
+inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_qmv_sources_are_valid_code(tmp_path, dtype):
+    """The qmv kernel's CUDA (``codegen/qmv_cuda.py``) parses as C++ with CUDA's builtins
+    declared and its headers empty, for each width and a few row counts (the GPU compiles
+    and runs it in ``test_cuda_fast.py``)."""
+    from tapescope.kernels.codegen.qmv_cuda import QmvSpec, cuda_source
+
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    for h in ("cuda_fp16.h", "cuda_bf16.h"):
+        (inc / h).write_text("")
+    for bits in (4, 8):
+        for rows in (1, 8):
+            src = tmp_path / f"q_{bits}_{rows}.cpp"
+            src.write_text(_QMV_PRELUDE + cuda_source(QmvSpec(dtype, bits, 64, rows)))
+            r = subprocess.run(["g++", "-fsyntax-only", "-w", f"-I{inc}", str(src)],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+
+
 def test_every_c_source_renders():
     from tapescope.kernels.codegen.quantized import c_source
 
