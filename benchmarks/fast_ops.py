@@ -240,7 +240,7 @@ def kernel_ms(name: str, run, op: str):
             timeline.set_recording(False)
         ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
         KERNELS.clear()
-        KERNELS.update((r.name, None) for r in recs if r.kind == "gpu_work")
+        KERNELS.update((r.detail.get("kernel", r.name), None) for r in recs if r.kind == "gpu_work")
         return sum(ms) / QUEUED if ms else None
     if name == "torch":
         import torch
