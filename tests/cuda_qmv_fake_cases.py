@@ -170,9 +170,57 @@ def test_qmv_is_one_planned_launch_from_c_and_matches_float64_numpy(c):
     assert len(seen) == 1  # one plan for the layout, made once
 
 
-def test_many_rows_other_modes_and_no_biases_have_no_plan():
-    """More rows than qmv takes, an untransposed weight and the fp modes run the rule (no
-    plan)."""
+@st.composite
+def prefill(draw):
+    dtype, bits, gs, K, N, _, batch, seed = draw(decode())
+    M = draw(st.sampled_from([qmv_cuda.MAX_ROWS + 1, 20]))
+    return dtype, bits, gs, K, N, M, "strided" if batch == "vector" else batch, seed
+
+
+@settings(max_examples=12, deadline=None)
+@given(prefill())
+def test_qmm_is_a_dequant_launch_and_one_gemm_and_matches_float64_numpy(c):
+    """More rows (``QmmPlan``): the dequant kernel's launch (its words given to its C build,
+    which fills the tile the plan keeps for the stream) and one cuBLAS GEMM (the stand-in's,
+    in float64 from the pointers, leading dimensions and strides it is given) a call; the
+    calls after the first launched by the eval loop (``launch_fused``), no rule run."""
+    import fake_cublas
+
+    dtype, bits, gs, K, N, M, batch, _ = c
+    x, w, s, b, want = _inputs(c)
+    t = MXD[dtype]
+    xa = _gpu(x, t, strided=batch == "strided")
+    wa, sa, ba = mx.array(w), _gpu(s, t), _gpu(b, t)
+    mx.eval(xa, wa, sa, ba)
+    tol = TOL[dtype]
+    rule = quantized.RULES[PRIM]
+    rule.plans.clear()
+    for run in range(3):
+        c0, p0, g0 = (fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0],
+                      fake_cublas.CALLS[0])
+        out = mx.quantized_matmul(xa, wa, sa, ba, transpose=True, group_size=gs, bits=bits)
+        mx.eval(out)
+        assert out.dtype == t and out.shape == want.shape
+        kernels = fake_cuda_driver.launches() - c0 + fake_cuda_driver.PY_LAUNCHES[0] - p0
+        assert (kernels, fake_cublas.CALLS[0] - g0) == (1, 1)
+        plans = [p for p in rule.plans.values() if isinstance(p, quantized.QmmPlan)]
+        assert len(plans) == 1
+        dq = plans[0].dequant
+        spec = dq.entry.tape
+        assert (spec.form, spec.dtype, spec.bits, spec.group_size) == ("dequant", dtype, bits, gs)
+        ptrs, words = _decoded(dq, spec)
+        assert {k: v for k, v in ptrs.items() if k != "out"} == {
+            "w": _ptr(wa), "scales": _ptr(sa), "biases": _ptr(ba)}
+        _run_on_cpu(spec, ptrs, words)  # the tile the next call's GEMM reads
+        if run:
+            np.testing.assert_allclose(_host(out), want, rtol=tol,
+                                       atol=tol * max(1.0, np.abs(want).max()),
+                                       err_msg=str((c, run)))
+
+
+def test_untransposed_other_modes_and_no_biases_have_no_plan():
+    """An untransposed weight and the fp modes run the rule (no plan); more rows than qmv
+    takes are a ``QmmPlan``."""
     rng = np.random.default_rng(0)
     _, w = _packed(rng, 4, (16, 64))
     s = mx.array(rng.standard_normal((16, 1)).astype(np.float32))
@@ -180,12 +228,13 @@ def test_many_rows_other_modes_and_no_biases_have_no_plan():
     wa = mx.array(w)
     rule = quantized.RULES[PRIM]
     kw = dict(group_size=64, bits=4, mode="affine", transpose=True)
-    for m, extra in ((qmv_cuda.MAX_ROWS + 1, {}), (1, {"transpose": False}),
-                     (1, {"mode": "mxfp4"})):
-        x = mx.array(rng.standard_normal((m, 64)).astype(np.float32))
+    for extra in ({"transpose": False}, {"mode": "mxfp4"}):
+        x = mx.array(rng.standard_normal((1, 64)).astype(np.float32))
         mx.eval(x, wa, s, b)
         assert rule.planned((x._d.data, wa._d.data, s._d.data, b._d.data),
                             dict(kw, **extra)) is None
-    x = mx.array(rng.standard_normal((1, 64)).astype(np.float32))
-    mx.eval(x)
-    assert rule.planned((x._d.data, wa._d.data, s._d.data, b._d.data), kw) is not None
+    for m, kind in ((1, KernelPlan), (qmv_cuda.MAX_ROWS + 1, quantized.QmmPlan)):
+        x = mx.array(rng.standard_normal((m, 64)).astype(np.float32))
+        mx.eval(x)
+        p = rule.planned((x._d.data, wa._d.data, s._d.data, b._d.data), kw)
+        assert type(p) is kind

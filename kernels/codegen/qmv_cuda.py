@@ -33,13 +33,15 @@ BITS = (4, 8)
 GROUP_SIZES = (32, 64, 128)
 TYPES = ("float32", "float16", "bfloat16")
 INTS = ("B", "N", "K", "x_rs", "x_bs", "w_bs", "s_bs", "b_bs")
+DEQUANT_INTS = ("total", "N", "K", "w_bs", "s_bs", "b_bs")
+DEQUANT_THREADS = 256
 
 
 @dataclass(frozen=True)
 class QmvSpec:
-    """One qmv kernel: the storage type of x / scales / biases / output, the code width,
-    the group size and the rows per call (all compile-time, as MLX's template
-    parameters)."""
+    """One kernel: the storage type of x / scales / biases / output, the code width, the
+    group size and the rows per call (all compile-time, as MLX's template parameters);
+    ``rows`` 0 is the ``dequant`` form (the weight as a (batch, N, K) matrix of the type)."""
 
     dtype: str
     bits: int
@@ -47,17 +49,26 @@ class QmvSpec:
     rows: int
 
     @property
+    def form(self) -> str:
+        return "qmv" if self.rows else "dequant"
+
+    @property
     def name(self) -> str:  # MLX's kernel naming (affine_qmv_float16_t_gs_64_b_4)
-        return f"affine_qmv_{self.dtype}_gs_{self.group_size}_b_{self.bits}_m_{self.rows}"
+        tail = f"_m_{self.rows}" if self.rows else ""
+        return f"affine_{self.form}_{self.dtype}_gs_{self.group_size}_b_{self.bits}{tail}"
 
     @property
     def layout(self) -> str:
-        return f"qmv {self.dtype} {self.bits}-bit gs {self.group_size} x {self.rows} rows"
+        rows = f" x {self.rows} rows" if self.rows else ""
+        return f"{self.form} {self.dtype} {self.bits}-bit gs {self.group_size}{rows}"
 
     lib_name = property(lambda self: self.name)
 
     def params(self) -> list:
         """(kind, name) in argument order: ``in`` / ``out`` pointers, then int64 values."""
+        if not self.rows:
+            return ([("in", "w"), ("in", "scales"), ("in", "biases"), ("out", "out")]
+                    + [("int", n) for n in DEQUANT_INTS])
         return ([("in", "x"), ("in", "w"), ("in", "scales"), ("in", "biases"), ("out", "out")]
                 + [("int", n) for n in INTS])
 
@@ -69,7 +80,8 @@ class QmvSpec:
 
 
 def takes(dtype: str, bits: int, group_size: int, rows: int) -> bool:
-    return dtype in TYPES and bits in BITS and group_size in GROUP_SIZES and 0 < rows <= MAX_ROWS
+    """Whether a kernel of this type, width and group size exists for ``rows`` (0: dequant)."""
+    return dtype in TYPES and bits in BITS and group_size in GROUP_SIZES and 0 <= rows <= MAX_ROWS
 
 
 # The kernel's text: the dialects define T, LOAD / STORE (a T to and from float), LOAD16 (16
@@ -143,6 +155,47 @@ KERNEL_HEAD {{
 }}
 """
 
+# The dequant form: a thread per run of EPT codes (16 bytes of the weight), its values
+# c * s + b rounded once to T and stored as 16-byte words (the tile is row-contiguous and
+# 16-byte aligned: a fresh buffer); FOR_THREAD is the thread's index (C: every index).
+_DEQUANT = """
+#define BITS {bits}
+#define GS {gs}
+#define EPT (128 / BITS)
+#define XV (EPT * (int)sizeof(T) / 16)
+#define MASK ((1u << BITS) - 1u)
+
+KERNEL_HEAD {{
+  const long long G = K / GS, wrow = K * BITS / 32, per_row = K / EPT;
+  const int vec = (ADDR(W) & 15) == 0 && ((w_bs * 4) & 15) == 0;
+  FOR_THREAD(t) {{
+    if (t < total) {{
+      const long long row = t / per_row, k0 = (t % per_row) * EPT, bb = row / N, n = row % N;
+      const uint32_t* wr = W + bb * w_bs + n * wrow + k0 * BITS / 32;
+      uint32_t wd[4];
+      if (vec) {{
+        LOAD16W(wd, wr);
+      }} else {{
+        for (int q = 0; q < 4; q++) wd[q] = wr[q];
+      }}
+      const long long g = k0 / GS;
+      const float s = LOAD(S[bb * s_bs + n * G + g]), b = LOAD(BI[bb * b_bs + n * G + g]);
+      uint32_t ow[4 * XV];
+      UNROLL
+      for (int q = 0; q < 4 * XV; q++) ow[q] = 0u;
+      UNROLL
+      for (int j = 0; j < EPT; j++) {{
+        const float c = (float)((wd[(j * BITS) / 32] >> ((j * BITS) % 32)) & MASK);
+        TO_WORDS(ow, j, fmaf(c, s, b));
+      }}
+      uint32_t* o = (uint32_t*)(OUT + row * K + k0);
+      UNROLL
+      for (int q = 0; q < XV; q++) STORE16W(o + 4 * q, ow + 4 * q);
+    }}
+  }}
+}}
+"""
+
 # (the storage type, a T as float, a float rounded to T, element j of x's 16-byte words as float)
 _CU_TYPES = {
     "float32": ("float", "({})", "({})", "__uint_as_float((w)[j])"),
@@ -158,24 +211,41 @@ _C_TYPES = {
     "bfloat16": ("uint16_t", "bf16_float({})", "float_bf16({})",
                  "u32_float(((j) & 1) ? ((w)[(j) >> 1] & 0xffff0000u) : ((w)[(j) >> 1] << 16))"),
 }
+# a float rounded to T as its bits (a word for float32, half a word for the 16-bit types)
+_CU_BITS = {"float32": "__float_as_uint({})",
+            "float16": "(uint32_t)__half_as_ushort(__float2half_rn({}))",
+            "bfloat16": "(uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn({}))"}
+_C_BITS = {"float32": "float_u32({})", "float16": "half_u16({})", "bfloat16": "(uint32_t)float_bf16({})"}
 
 
-def _signature(T: str) -> str:
-    ints = ", ".join(f"long long {n}" for n in INTS)
-    return (f"const {T}* __restrict__ X, const uint32_t* __restrict__ W, "
-            f"const {T}* __restrict__ S, const {T}* __restrict__ BI, {T}* __restrict__ OUT, {ints}")
+def _to_words(dtype: str, bits: dict) -> str:
+    v = bits[dtype].format("(v)")
+    if dtype == "float32":
+        return f"#define TO_WORDS(w, j, v) ((w)[j] = {v})\n"
+    return f"#define TO_WORDS(w, j, v) ((w)[(j) >> 1] |= {v} << (16 * ((j) & 1)))\n"
+
+
+_BUFS = {"x": ("X", "const T*"), "w": ("W", "const uint32_t*"), "scales": ("S", "const T*"),
+         "biases": ("BI", "const T*"), "out": ("OUT", "T*")}
+
+
+def _signature(spec: QmvSpec) -> str:
+    return ", ".join(f"{_BUFS[n][1]} __restrict__ {_BUFS[n][0]}" if k != "int" else f"long long {n}"
+                     for k, n in spec.params())
 
 
 def _body(spec: QmvSpec, head: str) -> str:
-    return _BODY.format(rows=spec.rows, bits=spec.bits, gs=spec.group_size,
-                        warps=WARPS).replace("KERNEL_HEAD {", head, 1)
+    text = _BODY if spec.rows else _DEQUANT
+    return text.format(rows=spec.rows, bits=spec.bits, gs=spec.group_size,
+                       warps=WARPS).replace("KERNEL_HEAD {", head, 1)
 
 
 def cuda_source(spec: QmvSpec) -> str:
     """The CUDA of ``spec``: ``WARPS * 32`` threads a block, a one-dimensional grid."""
     T, load, store, words = _CU_TYPES[spec.dtype]
-    head = (f'extern "C" __global__ void __launch_bounds__({WARPS * 32}) '
-            f"{spec.name}({_signature('T')}) {{")
+    threads = WARPS * 32 if spec.rows else DEQUANT_THREADS
+    head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
+            f"{spec.name}({_signature(spec)}) {{")
     return f"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 typedef unsigned int uint32_t;
@@ -191,7 +261,10 @@ typedef unsigned int uint32_t;
   for (long long blk = blockIdx.x, warp = threadIdx.x >> 5, _once = 1; _once; _once = 0)
 #define FOR_LANE(lane) for (int lane = threadIdx.x & 31, _one = 1; _one; _one = 0)
 #define LEADER if ((threadIdx.x & 31) == 0)
-static __device__ __forceinline__ float WARP_SUM(float v) {{
+#define FOR_THREAD(t) \\
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, _once = 1; _once; _once = 0)
+#define STORE16W(dst, words) (*(uint4*)(dst) = make_uint4((words)[0], (words)[1], (words)[2], (words)[3]))
+""" + _to_words(spec.dtype, _CU_BITS) + f"""static __device__ __forceinline__ float WARP_SUM(float v) {{
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }}
@@ -202,11 +275,13 @@ def c_source(spec: QmvSpec) -> str:
     """The C of ``spec``: the same loops over every block, warp and lane in order (the
     kernels' ``void** args`` entry: pointers, then the int64 values)."""
     T, load, store, words = _C_TYPES[spec.dtype]
-    unpack = [f"const {T}* X = (const {T}*)args[0];", "const uint32_t* W = (const uint32_t*)args[1];",
-              f"const {T}* S = (const {T}*)args[2];", f"const {T}* BI = (const {T}*)args[3];",
-              f"{T}* OUT = ({T}*)args[4];"]
-    unpack += [f"const long long {n} = (long long)(intptr_t)args[{5 + i}];"
-               for i, n in enumerate(INTS)]
+    unpack = []
+    for i, (k, n) in enumerate(spec.params()):
+        if k == "int":
+            unpack.append(f"const long long {n} = (long long)(intptr_t)args[{i}];")
+        else:
+            name, ty = _BUFS[n]
+            unpack.append(f"{ty} {name} = ({ty})args[{i}];")
     head = f"void {spec.name}(void** args) {{\n  " + "\n  ".join(unpack)
     return f"""#include <stdint.h>
 #include <string.h>
@@ -222,6 +297,17 @@ static inline float u16_half(uint16_t u) {{
   return (float)h;
 }}
 static inline float bf16_float(uint16_t h) {{ return u32_float((uint32_t)h << 16); }}
+static inline uint32_t float_u32(float f) {{
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}}
+static inline uint32_t half_u16(float f) {{
+  const _Float16 h = (_Float16)f;
+  uint16_t u;
+  memcpy(&u, &h, 2);
+  return u;
+}}
 static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kept quiet */
   uint32_t u;
   memcpy(&u, &f, 4);
@@ -242,4 +328,6 @@ static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kep
 #define FOR_LANE(lane) for (int lane = 0; lane < 32; lane++)
 #define LEADER
 #define WARP_SUM(v) (v)
-""" + _body(spec, head)
+#define FOR_THREAD(t) for (long long t = 0; t < total; t++)
+#define STORE16W(dst, words) memcpy((dst), (words), 16)
+""" + _to_words(spec.dtype, _C_BITS) + _body(spec, head)

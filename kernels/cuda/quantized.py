@@ -21,6 +21,8 @@ Float32 compute, rounded once to the output type by the evaluator.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from .. import kernel_registry
@@ -30,7 +32,7 @@ from ..common.strides import batch_offsets, elem_strides, one_stride
 from ..kernel_call import KernelRule
 from ..primitives import by_kernel
 from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
-from . import bfloat16 as bf16, compiled
+from . import bfloat16 as bf16, compiled, gemm
 from .primitive_plans import KernelPlan, fits
 
 _kernels: dict = {}
@@ -198,10 +200,10 @@ def _rows(a) -> bool:
 
 
 def qmv_call(x, w, scales, biases, *, group_size, bits, transpose):
-    """(spec, integer arguments, output shape) of a qmv launch for these device arrays, or
-    None where the kernel does not take the call (more than ``MAX_ROWS`` rows, a weight not
-    transposed, a type or width it has no copy for, a layout one stride per operand does
-    not walk)."""
+    """(spec, integer arguments, output shape) of the call's qmv launch, or of its dequant
+    launch (``spec.rows`` 0: more than ``MAX_ROWS`` rows, ``QmmPlan``'s first step) for these
+    device arrays; None where neither takes the call (a weight not transposed, a type or
+    width with no kernel, a layout one stride per operand does not walk)."""
     import cupy
 
     ops = (x, w, scales, biases)
@@ -236,17 +238,26 @@ def qmv_call(x, w, scales, biases, *, group_size, bits, transpose):
     rows, B = M, nb
     if nb > 1 and w_bs == s_bs == b_bs == 0 and (M == 1 or x_bs == M * x_rs):
         rows, B, x_rs, x_bs = nb * M, 1, (x_bs if M == 1 else x_rs), 0  # one weight: rows
-    if not qmv_cuda.takes(dt.name, bits, group_size, rows):
-        return None
-    spec = qmv_cuda.QmvSpec(dt.name, bits, group_size, rows)
     ints = dict(B=B, N=N, K=K, x_rs=x_rs, x_bs=x_bs, w_bs=w_bs, s_bs=s_bs, b_bs=b_bs)
-    return spec, ints, tuple(x.shape[:-1]) + (N,)
+    form_rows = rows if rows <= qmv_cuda.MAX_ROWS else 0
+    if not qmv_cuda.takes(dt.name, bits, group_size, form_rows):
+        return None
+    return qmv_cuda.QmvSpec(dt.name, bits, group_size, form_rows), ints, tuple(x.shape[:-1]) + (N,)
+
+
+def _entry(spec):
+    try:
+        return compiled.get_kernel(spec.name, spec.layout, lambda: qmv_cuda.cuda_source(spec),
+                                   key=spec.name, tape=spec)
+    except kernel_registry.BuildError:
+        return None
 
 
 def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
-    """The qmv call's ``KernelPlan`` (its launch words packed once per layout; later calls
-    launched by the eval loop from C), or None where the rule runs the call: another mode,
-    no biases, a call ``qmv_call`` declines, no kernel."""
+    """The call's plan: a qmv ``KernelPlan`` (up to ``MAX_ROWS`` rows: its launch words
+    packed once per layout, later calls launched by the eval loop from C) or a
+    ``QmmPlan`` (more rows); None where the rule runs the call: another mode, no biases, a
+    call ``qmv_call`` declines, no kernel or no cuBLAS."""
     if mode != "affine" or len(biases) != 1:
         return None
     call = qmv_call(x, w, scales, biases[0], group_size=group_size, bits=bits,
@@ -254,13 +265,117 @@ def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
     if call is None:
         return None
     spec, ints, out_shape = call
-    try:
-        entry = compiled.get_kernel(spec.name, spec.layout, lambda: qmv_cuda.cuda_source(spec),
-                                    key=spec.name, tape=spec)
-    except kernel_registry.BuildError:
+    entry = _entry(spec)
+    if entry is None:
         return None
+    if spec.rows == 0:
+        return _qmm_plan(x, spec, entry, ints, out_shape)
     return KernelPlan(_QmvStep(spec, ints), entry, {"x": 0, "w": 1, "scales": 2, "biases": 3},
                       {}, out_shape, x.dtype, "QuantizedMatmul")
+
+
+class _DequantStep:
+    """The dequant kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: a thread
+    per run of ``128 / bits`` codes of each weight matrix the batch reads."""
+
+    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
+
+    def __init__(self, spec, ints: dict):
+        self.spec, self.block = spec, qmv_cuda.DEQUANT_THREADS
+        self.grid = -(-ints["total"] // self.block)
+        self.args, self.bufs, self.arrays = [], [], []
+        for i, (kind, name) in enumerate(spec.params()):
+            if kind == "int":
+                self.args.append(int(ints[name]))
+            else:
+                self.bufs.append((i, name))
+                self.args.append(None)
+
+
+_tiles: dict = {}  # CUDA stream pointer -> the dequantized weight tile its qmm calls share
+
+
+def _tile(stream, size: int, dtype):
+    """A device buffer of at least ``size`` elements of ``dtype`` for this CUDA stream (the
+    qmm calls on one stream run in order, so each reuses it; made on that stream, so CuPy's
+    pool never hands a replaced one to another stream before this one is done with it)."""
+    import cupy
+
+    key = (stream.ptr, np.dtype(dtype).str)
+    got = _tiles.get(key)
+    if got is None or got.size < size:
+        with stream:
+            got = _tiles[key] = cupy.empty(size, dtype=dtype)
+    return got
+
+
+class QmmPlan:
+    """Many rows (MLX's ``qmm``): each weight matrix the batch reads dequantized into a tile
+    of x's type (the dequant kernel, its launch packed once: float32 values rounded once),
+    then one cuBLAS strided-batched GEMM over the batch, float32 accumulation (full float32
+    for float32, as MLX's ``qmm_naive``), into the output. Launched by the eval loop through
+    ``CudaBackend.launch_fused`` (``lane`` False: cuBLAS is no kernel of ours), as a
+    ``gemm.GemmPlan`` is."""
+
+    __slots__ = ("dequant", "tile_size", "tile_dtype", "args", "out_shape", "out_dtype",
+                 "name", "variant")
+    lane = False
+    primitive = "QuantizedMatmul"
+    entry = None
+
+    def __init__(self, dequant: KernelPlan, tile_size: int, args: tuple, out_shape, out_dtype):
+        self.dequant, self.tile_size, self.args = dequant, tile_size, args
+        self.tile_dtype = bf16.U16 if np.dtype(out_dtype) == bf16.BF16 else np.dtype(out_dtype)
+        self.out_shape, self.out_dtype = tuple(out_shape), np.dtype(out_dtype)
+        self.name, self.variant = dequant.name + "+cublas_gemm", dequant.variant
+
+    def takes(self, out) -> bool:
+        """Whether ``out`` is a buffer the GEMM writes as it is (the loop's fresh buffer)."""
+        import cupy
+
+        t = bf16.storage(out)
+        return (tuple(out.shape) == self.out_shape and out.dtype == self.out_dtype
+                and type(t) is cupy.ndarray and t.flags.c_contiguous)
+
+    def __call__(self, *arrays) -> None:
+        self.call(arrays[:-1], arrays[-1:])
+
+    def call(self, inputs, outs, stream=None) -> None:
+        import cupy
+
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        tile = _tile(stream, self.tile_size, self.tile_dtype)
+        self.dequant._launch_one(inputs, tile, 0, stream, True)
+        (N, R, K, ldb, sa, sb, sc, count, t, compute) = self.args
+        x, out = bf16.storage(inputs[0]), bf16.storage(outs[0])
+        with stream:  # (row-major out = x tileᵀ is column-major outᵀ = tile xᵀ)
+            gemm.strided_batched(True, False, N, R, K, 1.0, int(tile.data.ptr), t, K, sa,
+                                 int(x.data.ptr), t, ldb, sb, int(out.data.ptr), t, N, sc,
+                                 count, compute)
+
+    def launch_detail(self) -> dict:
+        return {"runtime": "cuda", "variant": self.variant, "primitive": self.primitive}
+
+
+def _qmm_plan(x, spec, entry, ints: dict, out_shape) -> Optional[QmmPlan]:
+    """The ``QmmPlan`` of a call of more than ``MAX_ROWS`` rows (None: no cuBLAS, or x's
+    rows closer than K apart)."""
+    B, N, K, x_rs = ints["B"], ints["N"], ints["K"], ints["x_rs"]
+    rows = int(np.prod(out_shape[:-1], dtype=np.int64)) // B
+    if not gemm.available() or (rows > 1 and x_rs < K):
+        return None
+    one = ints["w_bs"] == ints["s_bs"] == ints["b_bs"] == 0  # one weight matrix for all
+    nw = 1 if one else B
+    dints = dict(total=nw * N * K // (128 // spec.bits), N=N, K=K, w_bs=ints["w_bs"],
+                 s_bs=ints["s_bs"], b_bs=ints["b_bs"])
+    dq = KernelPlan(_DequantStep(spec, dints), entry, {"w": 1, "scales": 2, "biases": 3}, {},
+                    (nw, N, K), x.dtype, "QuantizedMatmul")
+    dt = np.dtype(x.dtype)
+    compute = gemm.full_compute_type(dt)  # float32 accumulation, TF32 never (MLX's qmm)
+    args = (N, rows, K, max(x_rs, K) if rows == 1 else x_rs, 0 if one else N * K,
+            ints["x_bs"], rows * N, B, gemm.data_type(dt), compute)
+    return QmmPlan(dq, nw * N * K, args, out_shape, dt)
 
 
 def _empty(shape, dtype):
