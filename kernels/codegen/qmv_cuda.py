@@ -110,6 +110,7 @@ KERNEL_HEAD {{
       float acc[ROWS];
       for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
       FOR_LANE(lane) {{
+        UNROLL_RUNS  /* the runs' loads independent: issued ahead of their products */
         for (long long k0 = (long long)lane * EPT; k0 < K; k0 += 32 * EPT) {{
           uint32_t wd[4];
           if (vec) {{
@@ -257,6 +258,7 @@ typedef unsigned int uint32_t;
   (words)[0] = u_.x; (words)[1] = u_.y; (words)[2] = u_.z; (words)[3] = u_.w; }} while (0)
 #define ADDR(p) ((unsigned long long)(p))
 #define UNROLL _Pragma("unroll")
+#define UNROLL_RUNS _Pragma("unroll 4")
 #define FOR_BLOCK_WARP(blk, warp) \\
   for (long long blk = blockIdx.x, warp = threadIdx.x >> 5, _once = 1; _once; _once = 0)
 #define FOR_LANE(lane) for (int lane = threadIdx.x & 31, _one = 1; _one; _one = 0)
@@ -322,6 +324,7 @@ static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kep
 #define LOAD16W(words, src) memcpy((words), (src), 16)
 #define ADDR(p) ((uintptr_t)(p))
 #define UNROLL
+#define UNROLL_RUNS
 #define FOR_BLOCK_WARP(blk, warp) \\
   for (long long blk = 0; blk < B * ((N + WARPS - 1) / WARPS); blk++) \\
     for (long long warp = 0; warp < WARPS; warp++)
