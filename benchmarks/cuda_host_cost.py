@@ -41,7 +41,7 @@ fake_cuda_driver.install()
 import numpy as np  # noqa: E402
 
 
-def ops(mx, x, y, t, qkv=None):
+def ops(mx, x, y, t, qkv=None, qw=None):
     def softmax(v):
         e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
         return e / mx.sum(e, axis=-1, keepdims=True)
@@ -67,6 +67,8 @@ def ops(mx, x, y, t, qkv=None):
         # decoding attention, fast_ops.py's (4, 16, 1, 4096, 128) row with 256 keys (the
         # host's work does not depend on the cache's length)
         "sdpa_decode": lambda: mx.fast.scaled_dot_product_attention(*qkv, scale=128 ** -0.5),
+        # decoding's quantized product, fast_ops.py's 1-row qmm row (4-bit, group size 64)
+        "qmv_decode": lambda: mx.quantized_matmul(*qw, transpose=True, group_size=64, bits=4),
     }
 
 
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="4096,128")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--no-plan", action="store_true",
-                    help="decoding attention without its plan: the rule's Python launch each call")
+                    help="decoding attention and quantized_matmul without their plans: the "
+                    "rules' Python launches each call")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
     args = ap.parse_args(argv)
     import tapescope
@@ -106,12 +109,20 @@ def main(argv=None) -> int:
     qkv = [mx.add(mx.array(rng.standard_normal(s).astype(np.float32)), 0)
            for s in ((4, 16, 1, 128), (4, 16, 256, 128), (4, 16, 256, 128))]
     mx.eval(*qkv)
+    qw = [mx.add(mx.array(rng.standard_normal((1, 4096)).astype(np.float32)), 0),
+          mx.array(np.zeros((4096, 512), np.uint32))] + [
+        mx.add(mx.array(rng.standard_normal((4096, 64)).astype(np.float32)), 0) for _ in "sb"]
+    mx.eval(*qw)
     if args.no_plan:
-        from tapescope.kernels.cuda import attention
+        from tapescope.kernels.cuda import attention, quantized
 
         attention.RULES["ScaledDotProductAttention"].plan = lambda *a, **k: None
+        quantized.RULES["QuantizedMatmul"].plan = lambda *a, **k: None
+        import cupy  # (the rule's RawKernels: stand-in kernels, counted as Python launches)
+
+        cupy.RawKernel = lambda source, name: fake_cuda_driver.FakeFunction(name)
     tapescope.set_fusion("extended")
-    fns = ops(mx, x, y, t, qkv)
+    fns = ops(mx, x, y, t, qkv, qw)
     names = args.ops or list(fns)
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     n = args.calls
