@@ -238,3 +238,21 @@ def test_untransposed_other_modes_and_no_biases_have_no_plan():
         mx.eval(x)
         p = rule.planned((x._d.data, wa._d.data, s._d.data, b._d.data), kw)
         assert type(p) is kind
+
+
+def test_the_kernels_tab_shows_the_qmv_kernel_in_cuda_and_c():
+    """The qmv kernel's cache entry renders its CUDA (the source built), its C build and a
+    Metal line saying why there is none (``kernel_cache()``, ``entry_sources``)."""
+    import tapescope
+    from tapescope.kernels.cache_entries import entry_sources
+
+    c = ("bfloat16", 4, 64, 128, 8, 1, "none", 1)
+    x, w, s, b, _ = _inputs(c)
+    xa, wa, sa, ba = _gpu(x, mx.bfloat16), mx.array(w), _gpu(s, mx.bfloat16), _gpu(b, mx.bfloat16)
+    mx.eval(mx.quantized_matmul(xa, wa, sa, ba, transpose=True, group_size=64, bits=4))
+    name = qmv_cuda.QmvSpec("bfloat16", 4, 64, 1).name
+    entry = next(e for e in tapescope.kernel_cache() if e["name"] == name)
+    src = entry_sources(entry)
+    assert f"void __launch_bounds__(256) {name}(" in src["cuda"]
+    assert f"void {name}(void** args)" in src["cpu"]
+    assert "no MSL" in src["metal"]
