@@ -253,6 +253,6 @@ def test_the_kernels_tab_shows_the_qmv_kernel_in_cuda_and_c():
     name = qmv_cuda.QmvSpec("bfloat16", 4, 64, 1).name
     entry = next(e for e in tapescope.kernel_cache() if e["name"] == name)
     src = entry_sources(entry)
-    assert f"void __launch_bounds__(256) {name}(" in src["cuda"]
+    assert f"void __launch_bounds__(256, 4) {name}(" in src["cuda"]
     assert f"void {name}(void** args)" in src["cpu"]
     assert "no MSL" in src["metal"]

@@ -96,6 +96,11 @@ _BODY = """
 #define EPT (128 / BITS)          /* codes per lane per step: 16 bytes of the weight */
 #define XV (EPT * (int)sizeof(T) / 16)  /* 16-byte vectors of x per run */
 #define MASK ((1u << BITS) - 1u)
+/* the 16 bytes of the weight row's run at code k (vec: one 16-byte load) */
+#define LOAD_RUN(words, k) do {{ \\
+    if (vec) {{ LOAD16W(words, wr + (k) * BITS / 32); }} \\
+    else {{ for (int q_ = 0; q_ < 4; q_++) (words)[q_] = wr[(k) * BITS / 32 + q_]; }} \\
+  }} while (0)
 
 KERNEL_HEAD {{
   const long long nblk = (N + WARPS - 1) / WARPS, G = K / GS, wrow = K * BITS / 32;
@@ -110,14 +115,14 @@ KERNEL_HEAD {{
       float acc[ROWS];
       for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
       FOR_LANE(lane) {{
-        UNROLL_RUNS  /* the runs' loads independent: issued ahead of their products */
+        /* the next run's weight words are loaded before this run's products (a second
+           load in flight per lane for four registers, not an unrolled loop's dozens) */
+        uint32_t wn[4] = {{0u, 0u, 0u, 0u}};
+        if ((long long)lane * EPT < K) LOAD_RUN(wn, (long long)lane * EPT);
         for (long long k0 = (long long)lane * EPT; k0 < K; k0 += 32 * EPT) {{
           uint32_t wd[4];
-          if (vec) {{
-            LOAD16W(wd, wr + k0 * BITS / 32);
-          }} else {{
-            for (int q = 0; q < 4; q++) wd[q] = wr[k0 * BITS / 32 + q];
-          }}
+          for (int q = 0; q < 4; q++) wd[q] = wn[q];
+          if (k0 + 32 * EPT < K) LOAD_RUN(wn, k0 + 32 * EPT);
           float c[EPT];
           UNROLL
           for (int j = 0; j < EPT; j++) c[j] = (float)((wd[(j * BITS) / 32] >> ((j * BITS) % 32)) & MASK);
@@ -245,7 +250,10 @@ def cuda_source(spec: QmvSpec) -> str:
     """The CUDA of ``spec``: ``WARPS * 32`` threads a block, a one-dimensional grid."""
     T, load, store, words = _CU_TYPES[spec.dtype]
     threads = WARPS * 32 if spec.rows else DEQUANT_THREADS
-    head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
+    # one row: four blocks an SM (64 registers; ptxas spills a word or two), so the 512
+    # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three)
+    bounds = f"{threads}, 4" if spec.rows == 1 else f"{threads}"
+    head = (f'extern "C" __global__ void __launch_bounds__({bounds}) '
             f"{spec.name}({_signature(spec)}) {{")
     return f"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -258,7 +266,6 @@ typedef unsigned int uint32_t;
   (words)[0] = u_.x; (words)[1] = u_.y; (words)[2] = u_.z; (words)[3] = u_.w; }} while (0)
 #define ADDR(p) ((unsigned long long)(p))
 #define UNROLL _Pragma("unroll")
-#define UNROLL_RUNS _Pragma("unroll 4")
 #define FOR_BLOCK_WARP(blk, warp) \\
   for (long long blk = blockIdx.x, warp = threadIdx.x >> 5, _once = 1; _once; _once = 0)
 #define FOR_LANE(lane) for (int lane = threadIdx.x & 31, _one = 1; _one; _one = 0)
@@ -324,7 +331,6 @@ static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kep
 #define LOAD16W(words, src) memcpy((words), (src), 16)
 #define ADDR(p) ((uintptr_t)(p))
 #define UNROLL
-#define UNROLL_RUNS
 #define FOR_BLOCK_WARP(blk, warp) \\
   for (long long blk = 0; blk < B * ((N + WARPS - 1) / WARPS); blk++) \\
     for (long long warp = 0; warp < WARPS; warp++)
