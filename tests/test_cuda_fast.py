@@ -308,8 +308,8 @@ def test_gpu_qmv_planned_calls_match_float64_numpy(data):
 @pytest.mark.parametrize("m", [1, 512])
 def test_gpu_quantized_matmul_of_the_benchmark_shape_matches_mlx_quantize(dtype, bits, m):
     """The benchmark's 4096 x 4096 weight (group size 64), quantized by ``mx.quantize`` on
-    the GPU, for one row (qmv, from C after the first call) and 512 rows (the rule's
-    dequantized tile and cuBLAS GEMM) against float64 numpy of ``mx.dequantize``."""
+    the GPU, for one row (qmv, from C after the first call) and 512 rows (``QmmPlan``: the
+    dequant kernel's tile and one cuBLAS GEMM) against float64 numpy of ``mx.dequantize``."""
     rng = np.random.default_rng(m + bits)
     t = MXD[dtype]
     wf = mx.array(rng.standard_normal((4096, 4096)).astype(np.float32) * 0.02, dtype=t)
@@ -320,7 +320,13 @@ def test_gpu_quantized_matmul_of_the_benchmark_shape_matches_mlx_quantize(dtype,
     want = np.asarray(x.astype(mx.float32)).astype(np.float64) @ \
         np.asarray(wd.astype(mx.float32)).astype(np.float64).T
     tol = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
+    from tapescope.kernels.cuda import quantized
+
+    rule = quantized.RULES["QuantizedMatmul"]
+    rule.plans.clear()
     for _ in range(2):
         out = mx.quantized_matmul(x, wq, sc, bi, transpose=True, group_size=64, bits=bits)
         got = np.asarray(out.astype(mx.float32)).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    kind = quantized.QmmPlan if m > 8 else quantized.KernelPlan
+    assert [type(p) for p in rule.plans.values() if p is not None] == [kind]
