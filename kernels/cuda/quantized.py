@@ -8,14 +8,20 @@ words packed once per layout), so later calls of that layout are launched by the
 from C (``primitive_plans.py``) with no Python code, as MLX's CUDA backend launches its
 ``qmv_kernel`` (mlx/backend/cuda/quantized/qmm/qmv.cu) from C++. A batch whose operands each
 walk it with one stride is one launch; rows of a batch over one weight matrix are folded
-into the call's rows.
+into the call's rows. More rows are a ``QmmPlan``: the kernel's dequant form writes each
+weight matrix the batch reads into a tile of x's type (kept per CUDA stream), then one
+cuBLAS strided-batched GEMM at full float32 (MLX's ``qmm_naive`` computes float32 in
+float32; its sm80 / sm90 kernels take the half types), launched by the eval loop through
+``launch_fused`` from the second call, as ``gemm.GemmPlan`` is.
 
-Every other call runs the rule below (``codegen/quantized.py``'s sources, compiled through
-CuPy's ``RawKernel``, which caches the cubins on disk), planned as the CPU's (``kernels/cpu/quantized.py``, MLX's ``qmm.cu`` dispatch): each matrix of
-the broadcast or gathered batch is an offset into x, w, scales and biases; up to
-``MAX_ROWS`` rows of a transposed product run ``qmv`` (a warp per output, MLX's
-``qmv_kernel``), everything else each entry's weight matrix dequantized once into a float32
-tile and multiplied by cuBLAS (the CPU's ``_qmm`` with BLAS).
+Every other call (the fp modes, an untransposed weight, other widths and group sizes, a
+batch no one stride walks, ``GatherQMM``) runs the rule below (``codegen/quantized.py``'s
+sources, compiled through CuPy's ``RawKernel``, which caches the cubins on disk), planned as
+the CPU's (``kernels/cpu/quantized.py``, MLX's ``qmm.cu`` dispatch): each matrix of the
+broadcast or gathered batch is an offset into x, w, scales and biases; up to ``MAX_ROWS``
+rows of a transposed product run ``qmv`` (a warp per output, MLX's ``qmv_kernel``),
+everything else each entry's weight matrix dequantized once into a float32 tile and
+multiplied by cuBLAS (the CPU's ``_qmm`` with BLAS); bfloat16 through float32 copies.
 Float32 compute, rounded once to the output type by the evaluator.
 """
 
