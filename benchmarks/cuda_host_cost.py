@@ -34,6 +34,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import fake_cupy  # noqa: E402
 
 fake_cupy.install()
+import fake_cublas  # noqa: E402  (qmm_prefill's GEMM, computed on the host: its shape is small)
+
+fake_cublas.install()
 import fake_cuda_driver  # noqa: E402
 
 fake_cuda_driver.install()
@@ -68,7 +71,9 @@ def ops(mx, x, y, t, qkv=None, qw=None):
         # host's work does not depend on the cache's length)
         "sdpa_decode": lambda: mx.fast.scaled_dot_product_attention(*qkv, scale=128 ** -0.5),
         # decoding's quantized product, fast_ops.py's 1-row qmm row (4-bit, group size 64)
-        "qmv_decode": lambda: mx.quantized_matmul(*qw, transpose=True, group_size=64, bits=4),
+        "qmv_decode": lambda: mx.quantized_matmul(*qw[:4], transpose=True, group_size=64, bits=4),
+        # more rows (the qmm plan: the dequant kernel and one GEMM), 16 x 256 by 256 x 256
+        "qmm_prefill": lambda: mx.quantized_matmul(*qw[4:], transpose=True, group_size=64, bits=4),
     }
 
 
@@ -112,6 +117,9 @@ def main(argv=None) -> int:
     qw = [mx.add(mx.array(rng.standard_normal((1, 4096)).astype(np.float32)), 0),
           mx.array(np.zeros((4096, 512), np.uint32))] + [
         mx.add(mx.array(rng.standard_normal((4096, 64)).astype(np.float32)), 0) for _ in "sb"]
+    qw += [mx.add(mx.array(rng.standard_normal((16, 256)).astype(np.float32)), 0),
+           mx.array(np.zeros((256, 32), np.uint32))] + [
+        mx.add(mx.array(rng.standard_normal((256, 4)).astype(np.float32)), 0) for _ in "sb"]
     mx.eval(*qw)
     if args.no_plan:
         from tapescope.kernels.cuda import attention, quantized
