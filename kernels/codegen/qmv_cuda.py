@@ -84,10 +84,11 @@ def takes(dtype: str, bits: int, group_size: int, rows: int) -> bool:
     return dtype in TYPES and bits in BITS and group_size in GROUP_SIZES and 0 <= rows <= MAX_ROWS
 
 
-# The kernel's text: the dialects define T, LOAD / STORE (a T to and from float), LOAD16 (16
-# bytes), the grid's loops (FOR_BLOCK_WARP, FOR_LANE), WARP_SUM and LEADER (lane 0 of the
-# warp). In CUDA the loops run once per thread (its block, warp and lane); in C they walk
-# every block, warp and lane, the lanes' sums falling into one accumulator.
+# The kernel's text: the dialects define T, LOAD / STORE (a T to and from float), LOAD16W (16
+# bytes into four words), FROM_WORDS (element j of such words as float), the grid's loops
+# (FOR_BLOCK_WARP, FOR_LANE), WARP_SUM and LEADER (lane 0 of the warp). In CUDA the loops run
+# once per thread (its block, warp and lane); in C they walk every block, warp and lane, the
+# lanes' sums falling into one accumulator.
 _BODY = """
 #define ROWS {rows}
 #define BITS {bits}
