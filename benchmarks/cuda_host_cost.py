@@ -34,6 +34,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import fake_cupy  # noqa: E402
 
 fake_cupy.install()
+import fake_cublas  # noqa: E402  (qmm_prefill's GEMM, computed on the host: its shape is small)
+
+fake_cublas.install()
 import fake_cuda_driver  # noqa: E402
 
 fake_cuda_driver.install()
@@ -41,7 +44,7 @@ fake_cuda_driver.install()
 import numpy as np  # noqa: E402
 
 
-def ops(mx, x, y, t, qkv=None):
+def ops(mx, x, y, t, qkv=None, qw=None):
     def softmax(v):
         e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
         return e / mx.sum(e, axis=-1, keepdims=True)
@@ -67,6 +70,10 @@ def ops(mx, x, y, t, qkv=None):
         # decoding attention, fast_ops.py's (4, 16, 1, 4096, 128) row with 256 keys (--keys:
         # the host's work depends on the cache's length only through one launch or two)
         "sdpa_decode": lambda: mx.fast.scaled_dot_product_attention(*qkv, scale=128 ** -0.5),
+        # decoding's quantized product, fast_ops.py's 1-row qmm row (4-bit, group size 64)
+        "qmv_decode": lambda: mx.quantized_matmul(*qw[:4], transpose=True, group_size=64, bits=4),
+        # more rows (the qmm plan: the dequant kernel and one GEMM), 16 x 256 by 256 x 256
+        "qmm_prefill": lambda: mx.quantized_matmul(*qw[4:], transpose=True, group_size=64, bits=4),
     }
 
 
@@ -89,7 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="4096,128")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--no-plan", action="store_true",
-                    help="decoding attention without its plan: the rule's Python launch each call")
+                    help="decoding attention and quantized_matmul without their plans: the "
+                    "rules' Python launches each call")
     ap.add_argument("--keys", type=int, default=256,
                     help="decoding attention's cached keys (past 1024: the split keys' two launches)")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
@@ -108,8 +116,15 @@ def main(argv=None) -> int:
     qkv = [mx.add(mx.array(rng.standard_normal(s).astype(np.float32)), 0)
            for s in ((4, 16, 1, 128), (4, 16, args.keys, 128), (4, 16, args.keys, 128))]
     mx.eval(*qkv)
-    if args.no_plan:  # no plan kept: the rule plans and launches from Python each call
-        from tapescope.kernels.cuda import attention
+    qw = [mx.add(mx.array(rng.standard_normal((1, 4096)).astype(np.float32)), 0),
+          mx.array(np.zeros((4096, 512), np.uint32))] + [
+        mx.add(mx.array(rng.standard_normal((4096, 64)).astype(np.float32)), 0) for _ in "sb"]
+    qw += [mx.add(mx.array(rng.standard_normal((16, 256)).astype(np.float32)), 0),
+           mx.array(np.zeros((256, 32), np.uint32))] + [
+        mx.add(mx.array(rng.standard_normal((256, 4)).astype(np.float32)), 0) for _ in "sb"]
+    mx.eval(*qw)
+    if args.no_plan:  # no plan kept: the rules plan and launch from Python each call
+        from tapescope.kernels.cuda import attention, quantized
 
         rule = attention.RULES["ScaledDotProductAttention"]
         rule.plan = lambda *a, **k: None
@@ -121,8 +136,12 @@ def main(argv=None) -> int:
             return res
 
         rule.slow = python_launch
+        quantized.RULES["QuantizedMatmul"].plan = lambda *a, **k: None
+        import cupy  # (the rule's RawKernels: stand-in kernels, counted as Python launches)
+
+        cupy.RawKernel = lambda source, name: fake_cuda_driver.FakeFunction(name)
     tapescope.set_fusion("extended")
-    fns = ops(mx, x, y, t, qkv)
+    fns = ops(mx, x, y, t, qkv, qw)
     names = args.ops or list(fns)
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     n = args.calls

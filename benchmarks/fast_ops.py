@@ -212,6 +212,7 @@ def torch_fn(op, x, w, b, device):
 
 
 QUEUED = 20  # calls queued back to back for a kernel time
+KERNELS: dict = {}  # the last row's tapescope kernels (gpu_work names), printed on the GPU
 
 
 def kernel_ms(name: str, run, op: str):
@@ -238,6 +239,8 @@ def kernel_ms(name: str, run, op: str):
             recs = timeline.records_since(seq)
             timeline.set_recording(False)
         ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
+        KERNELS.clear()
+        KERNELS.update((r.detail.get("kernel", r.name), None) for r in recs if r.kind == "gpu_work")
         return sum(ms) / QUEUED if ms else None
     if name == "torch":
         import torch
@@ -303,6 +306,9 @@ def run(device: str, reps: int, dtype, ops=None, peers=None, shapes=None) -> lis
             kg = f"  {moved / (kt * 1e-3) / 1e9:6.1f} GB/s" if kt else ""
             host = f"  (tapescope host per call ~{t['tapescope'] - kt:6.3f})" if kt else ""
             print(f"{device} {op:<10} {str(shape):<20} kernel ms: {kc}{kg}{host}", flush=True)
+            if op == "qmm":  # which kernels ran (qmv's plan: affine_qmv_<dtype>_gs_64_b_4_m_1)
+                print(f"{device} {op:<10} {str(shape):<20} kernels: {', '.join(KERNELS)}",
+                      flush=True)
             if op == "qmm" and shape[0] == 1 and kt:
                 from tapescope.kernels.roofline import machine as limits
 

@@ -346,3 +346,63 @@ def test_gpu_sdpa_prefill_in_query_blocks_matches_float64_numpy(monkeypatch, B, 
     np.testing.assert_allclose(sdpa_host(out), want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
     assert not rec.fallbacks, rec.fallbacks
     assert "ScaledDotProductAttention" in rec.primitives
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_gpu_qmv_planned_calls_match_float64_numpy(data):
+    """Affine 4- / 8-bit ``quantized_matmul`` of a few rows (the qmv kernel's plan,
+    ``kernels/cuda/quantized.py``, launched by the eval loop from C after the first call;
+    float16 / bfloat16 in their own bits) against float64 numpy over the dequantized weight,
+    for the stand-in cases' shapes, batches and layouts (``cuda_qmv_fake_cases.py``)."""
+    from cuda_qmv_fake_cases import MXD as QMXD, PRIM, TOL as QTOL, _gpu, _host, _inputs, decode
+    from tapescope.kernels.cuda import quantized
+
+    c = data.draw(decode())
+    dtype, bits, gs, K, N, M, batch, _ = c
+    x, w, s, b, want = _inputs(c)
+    t = QMXD[dtype]
+    xa = _gpu(x, t, strided=batch == "strided")
+    wa, sa, ba = mx.array(w), _gpu(s, t), _gpu(b, t)
+    mx.eval(xa, wa, sa, ba)
+    rule = quantized.RULES[PRIM]
+    rule.plans.clear()
+    tol = QTOL[dtype]
+    for _ in range(3):
+        out = mx.quantized_matmul(xa, wa, sa, ba, transpose=True, group_size=gs, bits=bits)
+        mx.eval(out)
+        assert out.dtype == t
+        np.testing.assert_allclose(_host(out), want, rtol=tol,
+                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+    assert any(p is not None for p in rule.plans.values())  # (one stride a batch: planned)
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("m", [1, 512])
+def test_gpu_quantized_matmul_of_the_benchmark_shape_matches_mlx_quantize(dtype, bits, m):
+    """The benchmark's 4096 x 4096 weight (group size 64), quantized by ``mx.quantize`` on
+    the GPU, for one row (qmv, from C after the first call) and 512 rows (``QmmPlan``: the
+    dequant kernel's tile and one cuBLAS GEMM) against float64 numpy of ``mx.dequantize``."""
+    rng = np.random.default_rng(m + bits)
+    t = MXD[dtype]
+    wf = mx.array(rng.standard_normal((4096, 4096)).astype(np.float32) * 0.02, dtype=t)
+    x = mx.array(rng.standard_normal((m, 4096)).astype(np.float32), dtype=t)
+    wq, sc, bi = mx.quantize(wf, group_size=64, bits=bits)
+    wd = mx.dequantize(wq, sc, bi, group_size=64, bits=bits)
+    mx.eval(x, wq, sc, bi, wd)
+    want = np.asarray(x.astype(mx.float32)).astype(np.float64) @ \
+        np.asarray(wd.astype(mx.float32)).astype(np.float64).T
+    tol = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
+    from tapescope.kernels.cuda import quantized
+
+    rule = quantized.RULES["QuantizedMatmul"]
+    rule.plans.clear()
+    for _ in range(2):
+        out = mx.quantized_matmul(x, wq, sc, bi, transpose=True, group_size=64, bits=bits)
+        got = np.asarray(out.astype(mx.float32)).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    kind = quantized.QmmPlan if m > 8 else quantized.KernelPlan
+    assert [type(p) for p in rule.plans.values() if p is not None] == [kind]

@@ -2,8 +2,8 @@
 a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GEMMs and the
 score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
 (``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``) over the stand-in cuBLAS, and
-decoding's planned launches from C over the stand-in driver
-(``cuda_sdpa_vector_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
+decoding's and the quantized qmv's planned launches from C over the stand-in driver
+(``cuda_sdpa_vector_fake_cases.py``, ``cuda_qmv_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
 and the GPU suites."""
 
 import os
@@ -28,13 +28,15 @@ except Exception:  # noqa: BLE001
     ("cuda_sdpa_fake_cases.py", "fake_cublas"),  # prefill: cuBLAS GEMMs + the softmax kernel
     ("cuda_gemm_fake_cases.py", "fake_cublas"),  # Matmul / AddMM
     ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
+    # quantized_matmul: qmv launched from C, qmm's dequant kernel and cuBLAS GEMM
+    ("cuda_qmv_fake_cases.py", "fake_cublas,fake_cuda_driver"),
 ])
 def test_cuda_host_paths_over_a_stand_in_cupy(cases, stand_in):
+    installs = "".join(f"import {m}; {m}.install();" for m in stand_in.split(","))
     code = (
-        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();"
-        "import %s; %s.install();"
+        "import sys; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install();%s"
         "import pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-o', 'addopts=',"
-        " '-x', %r]))" % (str(HERE), stand_in, stand_in, str(HERE / cases)))
+        " '-x', %r]))" % (str(HERE), installs, str(HERE / cases)))
     env = dict(os.environ, TAPESCOPE_CUDA="1", MLX_ENABLE_TF32="0")
     env.pop("TAPESCOPE_DISABLE_GPU", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

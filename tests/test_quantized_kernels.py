@@ -312,6 +312,58 @@ def test_cuda_sources_are_valid_code(tmp_path, kind, bits):
         assert r.returncode == 0, r.stderr
 
 
+_QMV_PRELUDE = _CU_PRELUDE + """
+#define __launch_bounds__(...)
+#define __restrict__
+struct __half { unsigned short x; };
+struct __nv_bfloat16 { unsigned short x; };
+float __half2float(__half); __half __float2half_rn(float); __half __ushort_as_half(unsigned short);
+float __bfloat162float(__nv_bfloat16); __nv_bfloat16 __float2bfloat16_rn(float);
+inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
+unsigned short __half_as_ushort(__half); unsigned short __bfloat16_as_ushort(__nv_bfloat16);
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_qmv_sources_are_valid_code(tmp_path, dtype):
+    """The qmv kernel's CUDA (``codegen/qmv_cuda.py``) parses as C++ with CUDA's builtins
+    declared and its headers empty, for each width and a few row counts (the GPU compiles
+    and runs it in ``test_cuda_fast.py``)."""
+    from tapescope.kernels.codegen.qmv_cuda import QmvSpec, cuda_source
+
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    for h in ("cuda_fp16.h", "cuda_bf16.h"):
+        (inc / h).write_text("")
+    for bits in (4, 8):
+        for rows in (0, 1, 8):  # (0: the dequant form)
+            src = tmp_path / f"q_{bits}_{rows}.cpp"
+            src.write_text(_QMV_PRELUDE + cuda_source(QmvSpec(dtype, bits, 64, rows)))
+            r = subprocess.run(["g++", "-fsyntax-only", "-w", f"-I{inc}", str(src)],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA compiler")
+def test_cuda_qmv_sources_compile_for_an_h100(tmp_path):
+    """Where nvcc is installed: the decoding qmv and the dequant form compile for sm_90 with
+    no local-memory arrays (ptxas's stack frame stays within a spilled word or two)."""
+    import re
+
+    from tapescope.kernels.codegen.qmv_cuda import QmvSpec, cuda_source
+
+    for dtype, rows, bits in (("float32", 1, 4), ("bfloat16", 8, 8), ("float16", 0, 4)):
+        src = tmp_path / f"q_{rows}_{bits}.cu"
+        src.write_text(cuda_source(QmvSpec(dtype, bits, 64, rows)))
+        r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
+                            str(tmp_path / "q.cubin"), str(src)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        frames = [int(v) for v in re.findall(r"(\d+) bytes stack frame", r.stderr)]
+        assert frames and max(frames) <= 16, r.stderr
+
+
 def test_every_c_source_renders():
     from tapescope.kernels.codegen.quantized import c_source
 

@@ -139,6 +139,12 @@ def data_type(dtype) -> int:
     return _TYPES[np.dtype(dtype)][0]
 
 
+def full_compute_type(dtype) -> int:
+    """The compute type of a GEMM over ``dtype`` values at full float32 (never TF32: the
+    quantized products, as MLX's ``qmm`` kernels compute)."""
+    return _TYPES[np.dtype(dtype)][1]
+
+
 def compute_type(dtype) -> int:
     """The compute type of a GEMM over ``dtype`` values: float32 accumulation, TF32 for
     float32 where ``settings.tf32`` (MLX_ENABLE_TF32) and the GPU has it."""
