@@ -348,16 +348,28 @@ def test_gpu_sdpa_prefill_in_query_blocks_matches_float64_numpy(monkeypatch, B, 
     assert "ScaledDotProductAttention" in rec.primitives
 
 
+@pytest.fixture(scope="module")
+def qmv_cases():
+    """The stand-in cases' module, imported outside any test's @given (its own tests are
+    decorated at import: under a running @given that is a nested one)."""
+    import cuda_qmv_fake_cases
+
+    return cuda_qmv_fake_cases
+
+
 @pytest.mark.usefixtures("gpu_default_device")
 @settings(max_examples=40, deadline=None)
 @given(st.data())
-def test_gpu_qmv_planned_calls_match_float64_numpy(data):
+def test_gpu_qmv_planned_calls_match_float64_numpy(qmv_cases, data):
     """Affine 4- / 8-bit ``quantized_matmul`` of a few rows (the qmv kernel's plan,
     ``kernels/cuda/quantized.py``, launched by the eval loop from C after the first call;
     float16 / bfloat16 in their own bits) against float64 numpy over the dequantized weight,
     for the stand-in cases' shapes, batches and layouts (``cuda_qmv_fake_cases.py``)."""
-    from cuda_qmv_fake_cases import MXD as QMXD, PRIM, TOL as QTOL, _gpu, _host, _inputs, decode
     from tapescope.kernels.cuda import quantized
+
+    qc = qmv_cases
+    QMXD, PRIM, QTOL, _gpu, _host, _inputs, decode = (
+        qc.MXD, qc.PRIM, qc.TOL, qc._gpu, qc._host, qc._inputs, qc.decode)
 
     c = data.draw(decode())
     dtype, bits, gs, K, N, M, batch, _ = c
