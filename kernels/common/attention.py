@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from ..codegen.attention_kernels import HEAD_MAX, VECTOR_MAX_L, SdpaSpec
+from .norms import elem_strides
 from .reductions import Call
 
 KERNEL_DTYPES = ("float16", "bfloat16", "float32")
@@ -50,3 +51,27 @@ def sdpa_call(dtype, q_shape: tuple, q_strides: tuple, k_shape: tuple, k_strides
         ints.update(zip(("msb", "msh", "msl", "msk"), mask_strides))
     spec = SdpaSpec(mode, np.dtype(dtype).name, D, mask, causal, sinks)
     return Call(spec, ints, out_shape=(B, H, L, D), out_dtype=np.dtype(dtype))
+
+
+def call_in_place(q, k, v, *rest, causal, has_mask, has_sinks) -> Optional[Call]:
+    """``sdpa_call`` for inputs a kernel reads where they are: unit-stride head rows, a mask
+    of whole element strides (an additive one of the inputs' dtype), sinks contiguous in the
+    inputs' dtype; None where the rule copies first or falls back (``why_not``). Each
+    runtime's plan asks this (cpu/fast_kernels.py ``sdpa_plan``, cuda/attention.py
+    ``vector_plan``)."""
+    if why_not(q, k, v):
+        return None
+    sts = [elem_strides(a) for a in (q, k, v)]
+    if any(st is None or st[-1] != 1 for st in sts):
+        return None
+    kind, mst = "none", None
+    if has_mask:
+        mask = rest[0]
+        kind = "bool" if mask.dtype == np.bool_ else "add"
+        mst = elem_strides(mask)
+        if mst is None or (kind == "add" and mask.dtype != q.dtype):
+            return None
+    if has_sinks and (rest[-1].dtype != q.dtype or not rest[-1].flags.c_contiguous):
+        return None
+    return sdpa_call(q.dtype, q.shape, sts[0], k.shape, sts[1], sts[2], kind, mst, causal,
+                     has_sinks)

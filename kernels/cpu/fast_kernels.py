@@ -248,23 +248,10 @@ def sdpa_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     """The attention kernel's call for inputs with unit-stride head rows, a mask of whole
     element strides and of the kernel's dtype, sinks contiguous in the inputs' dtype; None
     where the rule copies first or falls back."""
-    if attention.why_not(q, k, v):
+    call = attention.call_in_place(q, k, v, *rest, causal=causal, has_mask=has_mask,
+                                   has_sinks=has_sinks)
+    if call is None:
         return None
-    mask = rest[0] if has_mask else None
-    sinks = rest[-1] if has_sinks else None
-    sts = [plan.elem_strides(a) for a in (q, k, v)]
-    if any(st is None or st[-1] != 1 for st in sts):
-        return None
-    kind, mst = "none", None
-    if mask is not None:
-        kind = "bool" if mask.dtype == np.bool_ else "add"
-        mst = plan.elem_strides(mask)
-        if mst is None or (kind == "add" and mask.dtype != q.dtype):
-            return None
-    if sinks is not None and (sinks.dtype != q.dtype or not sinks.flags.c_contiguous):
-        return None
-    call = attention.sdpa_call(q.dtype, q.shape, sts[0], k.shape, sts[1], sts[2], kind, mst,
-                               causal, has_sinks)
     names = ("q", "k", "v") + (("mask",) if has_mask else ()) + (("sinks",) if has_sinks else ())
     return _planned(call.spec, "ScaledDotProductAttention", names + ("out",), {"fp": _fp(scale)},
                     call.ints, q.size + k.size * q.shape[2], call.out_shape, call.out_dtype)

@@ -366,22 +366,10 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     if q.shape[2] > VECTOR_MAX_L or any(type(a) is not cupy.ndarray and
                                         type(a) is not bf16.BF16Array for a in ins):
         return None
-    if attention.why_not(q, k, v):
+    call = attention.call_in_place(q, k, v, *rest, causal=causal, has_mask=has_mask,
+                                   has_sinks=has_sinks)
+    if call is None:
         return None
-    st = [elem_strides(a) for a in (q, k, v)]
-    if any(s is None or s[-1] != 1 for s in st):
-        return None
-    mask = rest[0] if has_mask else None
-    kind, mst = "none", None
-    if mask is not None:
-        kind = "bool" if mask.dtype == np.bool_ else "add"
-        mst = elem_strides(mask)
-        if mst is None or (kind == "add" and mask.dtype != q.dtype):
-            return None
-    if has_sinks and (rest[-1].dtype != q.dtype or not rest[-1].flags.c_contiguous):
-        return None
-    call = attention.sdpa_call(q.dtype, q.shape, st[0], k.shape, st[1], st[2], kind, mst,
-                               causal, has_sinks)
     spec = call.spec
     if not takes(spec):
         return None
