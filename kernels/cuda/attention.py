@@ -381,7 +381,7 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     if has_sinks:
         inputs["sinks"] = len(ins) - 1
     if kL > SPLIT_KEYS:  # two passes where the split kernels build and the device wants them
-        first = SdpaSpec("vector_2pass_1", spec.dtype, D, kind, bool(causal), bool(has_sinks))
+        first = SdpaSpec("vector_2pass_1", spec.dtype, D, spec.mask, bool(causal), bool(has_sinks))
         merge = SdpaSpec("vector_2pass_2", spec.dtype, D)
         e1 = _built(first)
         e2 = _built(merge) if e1 is not None else None
