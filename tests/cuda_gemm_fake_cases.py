@@ -19,12 +19,7 @@ DT = {"float32": (mx.float32, 2e-5), "float16": (mx.float16, 2e-3),
       "bfloat16": (mx.bfloat16, 1.6e-2), "complex64": (mx.complex64, 2e-5)}
 
 
-@pytest.fixture(autouse=True)
-def on_the_gpu():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    yield
-    mx.set_default_device(old)
+pytestmark = pytest.mark.usefixtures("gpu_default_device")  # (conftest.py's)
 
 
 def _operand(rng, shape, dtype, layout):

@@ -32,12 +32,7 @@ MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 TOL = {"float32": 2e-5, "float16": 3e-3, "bfloat16": 2e-2}
 
 
-@pytest.fixture(autouse=True)
-def on_gpu():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    yield
-    mx.set_default_device(old)
+pytestmark = pytest.mark.usefixtures("gpu_default_device")  # (conftest.py's)
 
 
 @st.composite

@@ -39,12 +39,7 @@ SLOTS = 132 * BLOCKS_PER_SM  # the stand-in's SMs, the blocks an SM holds with n
 MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
-@pytest.fixture(autouse=True)
-def on_gpu():
-    old = mx.default_device()
-    mx.set_default_device(mx.gpu)
-    yield
-    mx.set_default_device(old)
+pytestmark = pytest.mark.usefixtures("gpu_default_device")  # (conftest.py's)
 
 
 @st.composite
