@@ -177,6 +177,19 @@ def _rule(xp, *ins, out=None, **kw):
 _rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
+def _arguments(spec, ints: dict) -> tuple:
+    """A step's arguments in the signature's order (int64 values; None where a buffer goes)
+    and where each buffer goes: (position, name)."""
+    args, bufs = [], []
+    for i, (kind, name) in enumerate(spec.params()):
+        if kind == "int":
+            args.append(int(ints[name]))
+        else:
+            bufs.append((i, name))
+            args.append(None)
+    return args, bufs
+
+
 class _QmvStep:
     """The qmv kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid (a
     block per ``qmv_cuda.WARPS`` output columns of each batch entry), block, arguments in
@@ -189,13 +202,8 @@ class _QmvStep:
         self.spec = spec
         self.grid = ints["B"] * -(-ints["N"] // qmv_cuda.WARPS)
         self.block = 32 * qmv_cuda.WARPS
-        self.args, self.bufs, self.arrays = [], [], []
-        for i, (kind, name) in enumerate(spec.params()):
-            if kind == "int":
-                self.args.append(int(ints[name]))
-            else:
-                self.bufs.append((i, name))
-                self.args.append(None)
+        self.args, self.bufs = _arguments(spec, ints)
+        self.arrays = []
 
 
 def _rows(a) -> bool:
@@ -289,13 +297,8 @@ class _DequantStep:
     def __init__(self, spec, ints: dict):
         self.spec, self.block = spec, qmv_cuda.DEQUANT_THREADS
         self.grid = -(-ints["total"] // self.block)
-        self.args, self.bufs, self.arrays = [], [], []
-        for i, (kind, name) in enumerate(spec.params()):
-            if kind == "int":
-                self.args.append(int(ints[name]))
-            else:
-                self.bufs.append((i, name))
-                self.args.append(None)
+        self.args, self.bufs = _arguments(spec, ints)
+        self.arrays = []
 
 
 _tiles: dict = {}  # CUDA stream pointer -> the dequantized weight tile its qmm calls share
