@@ -16,6 +16,7 @@ from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
 from tapescope.kernels.kernel_call import KernelRule
+from tapescope.kernels.primitives import ASTYPE
 from tapescope.kernels.settings import settings
 
 from . import dtypes as _dt
@@ -149,15 +150,13 @@ def _run_node(node: Node) -> None:
     be = stream_backend(prim.stream)
     defn = prim.defn
     if be.device_context is None:  # the host: a generated kernel where the backend has one
-        if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
-                                                                              EAGER):
+        if _one_op(defn, be) and _eager_launch(node, prim, be, EAGER):
             return
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
     if defn.takes_runtime and _gpu_fused_launch(node, prim, be):
         return
-    if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
-                                                                          EAGER_DEVICE):
+    if _one_op(defn, be) and _eager_launch(node, prim, be, EAGER_DEVICE):
         return
     if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
         _host_view(node, prim)
@@ -323,6 +322,13 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
             return False
     return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
                        FUSED_DEVICE)
+
+
+def _one_op(defn, be) -> bool:
+    """Whether the backend's eager one-op kernels (``Backend.eager_kernel``) may run a node
+    of ``defn``: an elementwise op, or a cast where they plan casts (``casts``)."""
+    ek = be.eager_kernel
+    return ek is not None and (defn.elementwise or (defn.family == ASTYPE and getattr(ek, "casts", False)))
 
 
 def _eager_launch(node: Node, prim, be, path: int) -> bool:

@@ -13,8 +13,13 @@ A Python scalar's array stays on the host (``CudaAllocator.import_host``; its Br
 host view, ``evaluate``'s host views): the kernel takes its value as a parameter
 (``TapeInput.by_value``), so an eager ``v * 1.0001`` uploads nothing. bfloat16 and float16
 are the kernels' 16-bit storage types (bfloat16's ``BF16Array`` storage is read through
-its pointer). An op whose kernel cannot be built (a dtype or op the CUDA dialect cannot
-spell, parameters, no NVRTC) runs its CuPy rule, recorded as a ``kernel_fallback``.
+its pointer). A cast (``AsType``: its one parameter is the output dtype, which the plan's
+key holds already) is planned the same way, as MLX's copy kernel per type pair casts
+(mlx/backend/cuda/device/cast_op.cuh, ``CastOp``): bfloat16 and float16 through
+float with one round to nearest even (``codegen/cuda.py``'s ``half_store``), a float to bool by
+value (``x != 0``: NVRTC keeps subnormals, so a subnormal is true as ``cuda/casts.py``'s bit
+test gives). An op whose kernel cannot be built (a dtype or op the CUDA dialect cannot spell,
+other parameters, no NVRTC) runs its CuPy rule, recorded as a ``kernel_fallback``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 from .. import timeline
 from ..kernel_call import EagerPlans
 from ..codegen.layout import Layout
+from ..primitives import ASTYPE
 from . import compiled
 from .bfloat16 import BF16Array, elementwise_tape
 
@@ -47,9 +53,11 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
     """The loaded plan of ``prim``'s one-op kernel reading ``ins`` (device arrays, or host
     scalars taken by value) and writing ``dtype`` of ``shape`` (a ``compiled.Launch``),
     or None: the op's rule runs (recorded as a ``kernel_fallback`` when it has no kernel).
-    (Called by the eval loop for every eager elementwise node on a GPU stream: kept short.)"""
-    if prim.kw or not ins or not _eager.on:  # (kw: parameters the one-op
-        return None  # spelling does not take; the setting off: the rules)
+    (Called by the eval loop for every eager elementwise node and cast on a GPU stream:
+    kept short.)"""
+    if (prim.kw and prim.defn.family != ASTYPE) or not ins or not _eager.on:
+        return None  # (kw: parameters the one-op spelling does not take, but a cast's
+        # dtype, which is ``dtype`` here; the setting off: the rules)
     key = [prim.name, dtype]
     layouts = []
     for x in ins:
@@ -90,10 +98,12 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
 
 class EagerKernels:
     """``Backend.eager_kernel``: ``plan_for`` as a callable, and ``plans``, the plans it has
-    made by their call's layouts, which the eval loop's C part finds without calling it."""
+    made by their call's layouts, which the eval loop's C part finds without calling it;
+    ``casts``: it plans ``AsType`` too."""
 
     __slots__ = ()
     plans = plans
+    casts = True
 
     def __call__(self, prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
         return plan_for(prim, ins, dtype, shape)
