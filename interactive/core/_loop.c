@@ -1039,13 +1039,14 @@ static int run_host(PyObject *node) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         /* a device's plans read its storage type (bfloat16's) themselves: its eager op's
-         * plan (or eager_kernel) and a kernel rule's plan are keyed by the inputs' types,
-         * and take them or decline (the Python path), a host scalar by value too (its
-         * bfloat16 bits, which have no buffer form, through launch_fused); elsewhere a
-         * bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
+         * plan (or eager_kernel), a kernel rule's plan and a fused call's are keyed by the
+         * inputs' types (a fused call's by its tape), and take them or decline (the Python
+         * path), a host scalar by value too (its bfloat16 bits, which have no buffer form,
+         * read by the C launch at the array's data: cuda/_driver.c scalar_bits); elsewhere
+         * a bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
-        int storage = !bi->host && (eager || kdev) && bi->storage_type != NULL &&
+        int storage = !bi->host && (eager || kdev || fused) && bi->storage_type != NULL &&
                       Py_TYPE(data) == (PyTypeObject *)bi->storage_type;
         int by_value = !bi->host && eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray;
         if (elementwise && !storage && !by_value && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
@@ -1054,7 +1055,7 @@ static int run_host(PyObject *node) {
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
         if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
-            Py_TYPE(data) == (PyTypeObject *)bi->array_type)
+            (Py_TYPE(data) == (PyTypeObject *)bi->array_type || storage))
             return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
         args[1 + i] = data;
     }

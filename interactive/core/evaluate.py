@@ -315,10 +315,11 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
     context (``launch_fused`` names the stream): the small-call path of
     ``benchmarks/cuda_fusion.py``. Recorded like any node (its host-side span: the
     launch is asynchronous)."""
-    at, host = be.array_type, backend("cpu").array_type
+    at, host, st = be.array_type, backend("cpu").array_type, be.storage_type
     ins = [d.data for d in node.inputs]
-    for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines)
-        if type(x) is not at and type(x) is not host:
+    for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines;
+        t = type(x)  # the storage type, bfloat16's, the kernels read as it is)
+        if t is not at and t is not host and t is not st:
             return False
     return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
                        FUSED_DEVICE)
