@@ -161,6 +161,58 @@ def test_unary_ops_on_the_gpu_match_float64(op, dtype, shape, seed):
     np.testing.assert_allclose(g.astype(np.float64), ref, rtol=tol, atol=tol)
 
 
+CAST_DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"]
+_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 26), 1 << 26)}
+
+
+def _cast_source(shape, src: str, dst: str, rng) -> np.ndarray:
+    """Values of ``src`` to cast to ``dst``: specials (zeros of both signs, infinities, NaN,
+    float32 / float16 subnormals, bfloat16 ties) where both are floats, finite values in
+    the target's range where it is an integer (outside it the conversion is undefined in C:
+    CUDA saturates, the host does not), integers past float32's and float16's exact range."""
+    if src == "bool":
+        return rng.random(shape) < 0.5
+    if src in _RANGE:
+        lo, hi = _RANGE[src]
+        if dst in _RANGE:
+            lo, hi = max(lo, _RANGE[dst][0]), min(hi, _RANGE[dst][1])
+        v = rng.integers(lo, hi + 1, shape).astype(src)
+        if src == "int32" and v.size and dst not in _RANGE:
+            v.reshape(-1)[:3] = [0x1008001, -70001, 0][: v.size]  # two roundings to bfloat16
+        return v
+    v = rng.standard_normal(shape) * 40
+    if dst in _RANGE:
+        lo, hi = _RANGE[dst]
+        v = np.clip(v, lo, hi)
+    elif v.size:
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 6e-8, 1 + 2 ** -8, 70000.0]
+        flat = v.reshape(-1)
+        k = min(flat.size, len(special))
+        flat[:k] = rng.permutation(special)[:k]
+    v = v.astype(np.float32)
+    return v.astype(BF16) if src == "bfloat16" else v.astype(src)
+
+
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(CAST_DTYPES), dst=st.sampled_from(CAST_DTYPES), shape=shapes,
+       transpose=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_casts_on_the_gpu_are_the_cpus_bits(src, dst, shape, transpose, seed):
+    """``astype`` between bfloat16, float16, float32, integers and bool, of a row-major or
+    transposed array: the GPU's bits are the CPU's (one rounding to nearest even into a
+    16-bit float, a float to bool by value: a subnormal is true, NaN is true); on a GPU each
+    cast is its one-op kernel launched by the eval loop (``eager_kernel_device``)."""
+    rng = np.random.default_rng(seed)
+    a = _cast_source(shape, src, dst, rng)
+    want = mx.bfloat16 if dst == "bfloat16" else getattr(mx, dst if dst != "bool" else "bool_")
+    view = (lambda x: x.T) if transpose else None
+    evaluate.reset_dispatch_counts()
+    g, c = _gpu_and_cpu(lambda x: x.astype(want), a, view=view)
+    _same(g, c)
+    counts = evaluate.dispatch_counts()
+    if not _fake() and src != dst and a.size:
+        assert counts["eager_kernel_device"] >= 1, counts
+
+
 def test_where_with_broadcast_and_a_python_scalar_is_the_cpus():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((5, 8)).astype(np.float32)

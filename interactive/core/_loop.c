@@ -1041,9 +1041,9 @@ static int run_host(PyObject *node) {
         /* a device's plans read its storage type (bfloat16's) themselves: its eager op's
          * plan (or eager_kernel), a kernel rule's plan and a fused call's are keyed by the
          * inputs' types (a fused call's by its tape), and take them or decline (the Python
-         * path), a host scalar by value too (its bfloat16 bits, which have no buffer form,
-         * read by the C launch at the array's data: cuda/_driver.c scalar_bits); elsewhere
-         * a bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
+         * path), a host scalar by value too (the C launch reads its bits through the buffer
+         * protocol without a format, which bfloat16's numpy array gives); elsewhere a
+         * bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
         int storage = !bi->host && (eager || kdev || fused) && bi->storage_type != NULL &&

@@ -70,7 +70,7 @@ static long long waits_by_word = 0, waits_by_query = 0, launches = 0;
 static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c_timeline,
     *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
 static int configured = 0;
-static PyObject *s_values, *s_itemsize, *s_size;
+static PyObject *s_values;
 static PyObject *s_then, *s_scratch_for;
 static PyObject *s_lane, *s_dtypes, *s_order, *s_slots, *s_gen, *s_shape, *s_entry, *s_packs,
     *s_pack, *s_hits, *s_data, *s_ptr, *s_dtype, *s_C, *s_enabled, *s_acquire, *s_release;
@@ -288,33 +288,6 @@ static uint64_t **thread_pack(PyObject *ln, Record *r) {
     return ptrs;
 }
 
-/* a host scalar's bits (its first element, ``size`` bytes) into ``bits``: 1, or 0 when ``x``
- * is not a host array of that item size (no error set). Through the buffer protocol; a
- * numpy array of a type that has no buffer form (ml_dtypes' bfloat16) read at its data
- * pointer, the head of numpy's array struct (numpy/ndarraytypes.h PyArrayObject_fields,
- * the same in numpy 1 and 2), its item size asked of the array */
-typedef struct { PyObject_HEAD char *data; } NpHead;
-static PyTypeObject *np_ndarray;
-static int scalar_bits(PyObject *x, Py_ssize_t size, uint64_t *bits) {
-    Py_buffer v;
-    *bits = 0;
-    if (PyObject_GetBuffer(x, &v, PyBUF_STRIDES) == 0) {
-        int ok = v.len > 0 && v.itemsize == size;
-        if (ok) memcpy(bits, v.buf, (size_t)size);
-        PyBuffer_Release(&v);
-        return ok;
-    }
-    PyErr_Clear();
-    if (np_ndarray == NULL || Py_TYPE(x) != np_ndarray) return 0;
-    PyObject *n = PyObject_GetAttr(x, s_itemsize), *e = n ? PyObject_GetAttr(x, s_size) : NULL;
-    long long item = n ? PyLong_AsLongLong(n) : -1, count = e ? PyLong_AsLongLong(e) : -1;
-    Py_XDECREF(n); Py_XDECREF(e);
-    PyErr_Clear();
-    if (item != size || count < 1) return 0;
-    memcpy(bits, ((NpHead *)x)->data, (size_t)size);
-    return 1;
-}
-
 /* a CuPy array's device pointer (x.data.ptr); 0 with an error set on failure */
 static uint64_t device_ptr(PyObject *x) {
     PyObject *mp = PyObject_GetAttr(x, s_data);
@@ -397,9 +370,13 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
         for (Py_ssize_t k = 0; k < s->nvalues; k++) { /* a host scalar's bits (its first element) */
             Py_ssize_t i = s->vi[k];
             if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch value past the inputs"); return -1; }
-            uint64_t bits;
-            if (!scalar_bits(ins[i], s->vsize[k], &bits)) return 0; /* not the plan's scalar:
-                                                                      launch_fused */
+            Py_buffer v;
+            if (PyObject_GetBuffer(ins[i], &v, PyBUF_STRIDES) < 0) { PyErr_Clear(); return 0; }
+            uint64_t bits = 0;
+            if (v.len > 0 && v.itemsize == s->vsize[k]) memcpy(&bits, v.buf, (size_t)s->vsize[k]);
+            int ok = v.len > 0 && v.itemsize == s->vsize[k];
+            PyBuffer_Release(&v);
+            if (!ok) return 0; /* not the plan's scalar: launch_fused */
             vals[s->vj[k]] = bits;
         }
         if (s->n_out_at >= 0) vals[s->n_out_at] = outp; /* (-1: writes only the scratch) */
@@ -600,12 +577,6 @@ PyMODINIT_FUNC PyInit__driver(void) {
     I(s_gen, "gen") I(s_shape, "shape") I(s_entry, "entry") I(s_packs, "packs")
     I(s_pack, "_pack") I(s_hits, "hits") I(s_data, "data") I(s_ptr, "ptr") I(s_dtype, "dtype")
     I(s_C, "C") I(s_enabled, "enabled") I(s_acquire, "acquire") I(s_release, "release")
-    I(s_itemsize, "itemsize") I(s_size, "size")
 #undef I
-    PyObject *np = PyImport_ImportModule("numpy"); /* (its ndarray type: scalar_bits) */
-    PyObject *nd = np ? PyObject_GetAttrString(np, "ndarray") : NULL;
-    Py_XDECREF(np);
-    if (nd == NULL) return NULL;
-    np_ndarray = (PyTypeObject *)nd; /* kept for the process's life */
     return PyModule_Create(&module);
 }

@@ -1,0 +1,132 @@
+"""Casts and bfloat16 fused calls on the CUDA backend launched by the eval loop from C, over
+``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels load without NVRTC, a
+stand-in libcuda counts the launches and runs nothing): an eager ``astype`` between
+bfloat16, float16, float32, integers and bool is its one-op kernel's plan, launched from C
+once planned (no Python launch, no CuPy rule), its argument words the input's and the
+output's addresses and the element count; a fused call reading bfloat16 storage launches
+from C; a bfloat16 host scalar is packed as its bits (ml_dtypes'), read through the buffer
+protocol without a format (numpy gives bfloat16 none). The
+values need the GPU (``test_cuda_eager.py``'s casts against the CPU's bits)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+CODE = r"""
+import json, sys, threading
+sys.path.insert(0, %r)
+import fake_cupy; fake_cupy.install()
+import fake_cuda_driver; fake_cuda_driver.install()
+import numpy as np, ml_dtypes
+import tapescope.core as mx
+from tapescope.core import evaluate as ev
+from tapescope.kernels import kernel_call
+from tapescope.kernels.cuda import eager
+
+mx.set_default_device(mx.gpu)
+from tapescope.kernels import backends as bk
+assert bk.backend("gpu").device_api is not None
+NAMES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32,
+         "int32": mx.int32, "int8": mx.int8, "uint8": mx.uint8, "bool": mx.bool_}
+base = mx.add(mx.array(np.ones((64, 33), np.float32)), 0)
+src = {k: mx.add(base.astype(v), 0) if k != "bool" else base > 0 for k, v in NAMES.items()}
+mx.eval(*src.values())
+addr = lambda a: a.__array_interface__["data"][0]
+raw = lambda d: getattr(d, "raw", d)  # (BF16Array: its uint16 storage)
+
+
+def measure(f):
+    mx.eval(f())  # the first call plans
+    ev.reset_dispatch_counts()
+    c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+    for _ in range(3):
+        y = f()
+        mx.eval(y)
+    return y, {"c": (fake_cuda_driver.launches() - c0) / 3,
+               "py": (fake_cuda_driver.PY_LAUNCHES[0] - p0) / 3,
+               "paths": {k: v for k, v in ev.dispatch_counts().items() if v}}
+
+
+out = {}
+for a, b in [("float32", "bfloat16"), ("bfloat16", "float32"), ("float16", "bfloat16"),
+             ("bfloat16", "float16"), ("int32", "bfloat16"), ("bfloat16", "int32"),
+             ("bool", "bfloat16"), ("bfloat16", "bool"), ("float32", "bool"),
+             ("float32", "int8"), ("uint8", "float32"), ("float32", "float16")]:
+    x = src[a]
+    y, row = measure(lambda: x.astype(NAMES[b]))
+    xd, yd = x._d.data, y._d.data
+    key = kernel_call.plan_key("AsType", [xd], {"dtype": np.dtype(yd.dtype)})
+    ln = eager.plans.get(key)
+    if ln is not None:
+        words = list(ln.packs[threading.get_ident()][0])
+        row["words"] = {"input": words[ln.slots[0][1]], "output": words[ln.n_out_at],
+                        "count": words[ln.n_out_at + 1], "variant": ln.variant}
+    row["addr"] = {"input": addr(raw(xd)), "output": addr(raw(yd))}
+    row["dtype"] = y.dtype.name
+    out[a + "->" + b] = row
+
+# a fused call on bfloat16 storage (a constant and a bfloat16 array operand)
+xb, yb = src["bfloat16"], mx.add(src["bfloat16"], 1)
+mx.eval(yb)
+g = mx.compile(lambda u, v: mx.maximum(u, 0.5) * v + u)
+_, out["compiled_bf16"] = measure(lambda: g(xb, yb))
+
+# an eager op with a bfloat16 host scalar taken by value: its bits in the packed word
+s = 0.3
+y, row = measure(lambda: xb * s)
+ln = next(p for k, p in eager.plans.items() if k[0] == "Multiply" and p.values)
+words = list(ln.packs[threading.get_ident()][0])
+row["value_word"] = words[ln.values[0][1]]
+row["want_bits"] = int(np.array(s, ml_dtypes.bfloat16).view(np.uint16))
+out["scalar_bf16"] = row
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def counts():
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler for the stand-in driver")
+    env = dict(os.environ, TAPESCOPE_CUDA="1")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", CODE % str(HERE)], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=HERE.parent)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
+    return json.loads(line[-1][len("RESULT"):])
+
+
+CASTS = ["float32->bfloat16", "bfloat16->float32", "float16->bfloat16", "bfloat16->float16",
+         "int32->bfloat16", "bfloat16->int32", "bool->bfloat16", "bfloat16->bool",
+         "float32->bool", "float32->int8", "uint8->float32", "float32->float16"]
+
+
+@pytest.mark.parametrize("cast", CASTS)
+def test_a_planned_cast_is_one_launch_from_c_into_the_output(counts, cast):
+    got = counts[cast]
+    assert got["dtype"] == cast.split("->")[1]
+    assert got["c"] == 1 and got["py"] == 0, got
+    assert got["paths"] == {"eager_kernel_device": 3}, got  # (three calls)
+    w = got["words"]  # the plan's words as the C launch left them: this call's arrays
+    assert w["variant"] == "contiguous"
+    assert w["input"] == got["addr"]["input"] and w["output"] == got["addr"]["output"]
+    assert w["count"] == 64 * 33
+
+
+def test_a_fused_call_on_bfloat16_storage_launches_from_c(counts):
+    got = counts["compiled_bf16"]
+    assert got["c"] == 1 and got["py"] == 0, got
+    assert got["paths"] == {"fused_kernel_device": 3}, got
+
+
+def test_a_bfloat16_host_scalar_is_packed_as_its_bits_by_the_c_launch(counts):
+    got = counts["scalar_bf16"]
+    assert got["c"] == 1 and got["py"] == 0, got
+    assert got["value_word"] == got["want_bits"] == 0x3E9A
