@@ -1,12 +1,14 @@
-"""Casts and bfloat16 fused calls on the CUDA backend launched by the eval loop from C, over
+"""Casts and bfloat16 on the CUDA backend without Python launches or float32 copies, over
 ``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels load without NVRTC, a
 stand-in libcuda counts the launches and runs nothing): an eager ``astype`` between
-bfloat16, float16, float32, integers and bool is its one-op kernel's plan, launched from C
-once planned (no Python launch, no CuPy rule), its argument words the input's and the
-output's addresses and the element count; a fused call reading bfloat16 storage launches
-from C; a bfloat16 host scalar is packed as its bits (ml_dtypes'), read through the buffer
-protocol without a format (numpy gives bfloat16 none). The
-values need the GPU (``test_cuda_eager.py``'s casts against the CPU's bits)."""
+bfloat16, float16, float32, integers and bool is its one-op kernel's plan, launched by the
+eval loop from C once planned (no Python launch, no CuPy rule), its argument words the
+input's and the output's addresses and the element count; a fused call reading bfloat16
+storage launches from C; a bfloat16 host scalar is packed as its bits (ml_dtypes'), read
+through the buffer protocol without a format (numpy gives bfloat16 none); a bfloat16
+``ScatterAxis`` (sum) is one kernel on the 16-bit storage, no cast around it. The values
+need the GPU (``test_cuda_eager.py``'s casts, ``test_cuda_indexing.py``'s bfloat16 scatter,
+against the CPU's bits)."""
 
 import json
 import os
@@ -86,6 +88,21 @@ words = list(ln.packs[threading.get_ident()][0])
 row["value_word"] = words[ln.values[0][1]]
 row["want_bits"] = int(np.array(s, ml_dtypes.bfloat16).view(np.uint16))
 out["scalar_bf16"] = row
+
+# the VJP of take_along_axis in bfloat16: ScatterAxis (sum) on the storage
+idx = mx.array(np.tile(np.arange(33, dtype=np.int32)[::-1], (64, 1)))
+mx.eval(idx)
+names = []
+real = fake_cuda_driver.FakeFunction.__call__
+fake_cuda_driver.FakeFunction.__call__ = lambda self, *a, **k: names.append(self.name) or real(self, *a, **k)
+g, row = measure(lambda: mx.vjp(lambda v: mx.take_along_axis(v, idx, axis=1), [xb], [yb])[1][0])
+fake_cuda_driver.FakeFunction.__call__ = real
+fn, grid, block, args = fake_cuda_driver.PY_CALLS[-1]
+row["names"] = sorted(set(names))
+row["args"] = [addr(a) for a in args[:3]]
+row["want"] = [addr(idx._d.data), addr(yb._d.data.raw), addr(g._d.data.raw)]
+row["dtype"] = g.dtype.name
+out["scatter_bf16"] = row
 print("RESULT" + json.dumps(out))
 """
 
@@ -130,3 +147,11 @@ def test_a_bfloat16_host_scalar_is_packed_as_its_bits_by_the_c_launch(counts):
     got = counts["scalar_bf16"]
     assert got["c"] == 1 and got["py"] == 0, got
     assert got["value_word"] == got["want_bits"] == 0x3E9A
+
+
+def test_a_bfloat16_scatter_sum_is_one_kernel_on_the_storage(counts):
+    got = counts["scatter_bf16"]
+    assert got["dtype"] == "bfloat16"
+    assert [n for n in got["names"] if "AsType" in n] == [], got["names"]  # no cast around it
+    assert got["names"] == ["scatter_axis_sum___nv_bfloat16_int_2d_axis1"], got["names"]
+    assert got["py"] == 1 and got["args"] == got["want"], got  # indices, updates' bits, output
