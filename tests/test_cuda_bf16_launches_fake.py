@@ -89,6 +89,17 @@ row["value_word"] = words[ln.values[0][1]]
 row["want_bits"] = int(np.array(s, ml_dtypes.bfloat16).view(np.uint16))
 out["scalar_bf16"] = row
 
+# eager ops on a column-major operand (a matmul gradient's transpose): row-major outputs
+# written by the strided kernel, launched from C
+for name, v in (("bf16", xb), ("f32", src["float32"])):
+    vt = v.T
+    for op, f in (("square", lambda: mx.square(vt)), ("scale", lambda: vt * 0.25),
+                  ("cast", lambda: vt.astype(mx.float16))):
+        y, row = measure(f)
+        row["strides"] = list(raw(y._d.data).strides)
+        row["itemsize"] = raw(y._d.data).itemsize
+        out[f"colmajor_{name}_{op}"] = row
+
 # the VJP of take_along_axis in bfloat16: ScatterAxis (sum) on the storage
 idx = mx.array(np.tile(np.arange(33, dtype=np.int32)[::-1], (64, 1)))
 mx.eval(idx)
@@ -118,6 +129,17 @@ def counts():
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
     assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
     return json.loads(line[-1][len("RESULT"):])
+
+
+@pytest.mark.parametrize("case", [f"colmajor_{d}_{op}" for d in ("bf16", "f32")
+                                  for op in ("square", "scale", "cast")])
+def test_an_eager_op_on_a_column_major_operand_writes_rows_from_c(counts, case):
+    """The loop's output buffer is row-major: the plan for a transposed (column-major)
+    operand is the strided kernel writing rows, so the loop launches it from C."""
+    got = counts[case]
+    assert got["c"] == 1 and got["py"] == 0, got
+    assert got["paths"].pop("eager_kernel_device") == 3 and set(got["paths"]) <= {"view"}, got
+    assert got["strides"] == [64 * got["itemsize"], got["itemsize"]]  # (33, 64), row-major
 
 
 CASTS = ["float32->bfloat16", "bfloat16->float32", "float16->bfloat16", "bfloat16->float16",

@@ -161,6 +161,26 @@ def test_unary_ops_on_the_gpu_match_float64(op, dtype, shape, seed):
     np.testing.assert_allclose(g.astype(np.float64), ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_eager_ops_on_column_major_operands_are_the_cpus_bits(dtype):
+    """Transposed (column-major) operands, as a matmul gradient's transpose: each op's
+    row-major result (the strided kernel, on a GPU) is the CPU's bit for bit."""
+    rng = np.random.default_rng(11)
+    a, b = _host((7, 33), dtype, rng), _host((7, 33), dtype, rng)
+    fns = [lambda x, y: x * y, lambda x, y: mx.square(x), lambda x, y: x * 0.375 + y,
+           lambda x, y: mx.maximum(x, y).astype(mx.float32)]
+    for fn in fns:
+        outs = []
+        for dev in (mx.gpu, mx.cpu):
+            with mx.stream(dev):
+                x, y = mx.array(a), mx.array(b)
+                mx.eval(x, y)
+                r = fn(x.T, y.T)
+                mx.eval(r)
+                outs.append(_np(r))
+        _same(*outs)
+
+
 CAST_DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"]
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 26), 1 << 26)}
 

@@ -181,12 +181,16 @@ def use_large_index(inputs: Sequence, out_sizes: Sequence[int], contiguous: bool
     return max(out_sizes, default=0) > UINT32_MAX
 
 
-def plan(tape, inputs: Sequence[np.ndarray], shape: Sequence[int]) -> tuple:
-    """``(contiguous, collapsed shape, strides per non-scalar input, large)`` for a call."""
+def plan(tape, inputs: Sequence[np.ndarray], shape: Sequence[int], row_major: bool = False) -> tuple:
+    """``(contiguous, collapsed shape, strides per non-scalar input, large)`` for a call;
+    ``row_major``: its output is row-major whatever the inputs' order (column-major inputs
+    then take the strided path, which reads them by their strides)."""
     shape = tuple(int(s) for s in shape)
     nc = [(x, a) for x, a in zip(tape.inputs, inputs) if not x.is_constant]
     arrays = [a for _, a in nc]
     contiguous = check_contiguity(arrays, shape)
+    if contiguous and row_major and not all(a.ndim == 0 or is_row_contiguous(a) for a in arrays):
+        contiguous = False
     size = int(np.prod(shape, dtype=np.int64))
     if contiguous:
         cshape, strides = list(shape), []

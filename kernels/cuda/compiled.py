@@ -403,8 +403,8 @@ def _block_size(fn, limit: int) -> int:
     return int(block) if block > 0 else limit
 
 
-def _prepare(tape: Tape, inputs: Sequence, shape: tuple):
-    contiguous, cshape, strides, large = plan(tape, inputs, shape)
+def _prepare(tape: Tape, inputs: Sequence, shape: tuple, row_major: bool = False):
+    contiguous, cshape, strides, large = plan(tape, inputs, shape, row_major)
     ndim = len(cshape)
     d = _dialect()
     suffix = variant_suffix(contiguous, ndim, large, d.schedule.max_static_ndim)
@@ -511,25 +511,29 @@ def _interpret(tape: Tape, inputs: Sequence, shape: tuple) -> list:
             for o in interpret(tape, host, shape, np)]
 
 
-def kernel_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
+def kernel_for(tape: Tape, inputs: Sequence, shape: tuple,
+               row_major: bool = False) -> Optional[Launch]:
     """The call plan of ``tape`` for these device layouts, its kernel built or loaded
     (``run_compiled``'s), or None where it has no kernel (the reason noted once in the
-    kernel cache): the one-op kernels of bfloat16's eager ops (``cuda/bfloat16.py``)."""
+    kernel cache): the one-op kernels of eager ops (``cuda/eager.py``, ``cuda/bfloat16.py``).
+    ``row_major``: a plan writing a row-major output (the eval loop's buffers) for inputs of
+    any order (``layout.plan``'s)."""
     shape = tuple(int(s) for s in shape)
     arrays = tape.launches.get("cuda")
     if arrays is None:
         arrays = tape.launches["cuda"] = tuple(i for i, x in enumerate(tape.inputs) if not x.is_constant)
-    key = ("cuda", shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
+    tag = "cuda-rows" if row_major else "cuda"
+    key = (tag, shape, *[(inputs[i].shape, inputs[i].strides) for i in arrays])
     launches = tape.launches
     ln = launches.get(key)
     if ln is None or ln.gen != kernel_registry.generation():
-        if ("cuda-none",) + key[1:] in launches:
+        if (tag + "-none",) + key[1:] in launches:
             return None
-        ln = _prepare(tape, inputs, shape)
+        ln = _prepare(tape, inputs, shape, row_major)
         if isinstance(ln, tuple):
             err, name, variant = ln
             kernel_registry.note_fallback("cuda:" + name, variant, "", str(err), tape=tape)
-            launches[("cuda-none",) + key[1:]] = True
+            launches[(tag + "-none",) + key[1:]] = True
             return None
         launches[key] = ln
     return ln

@@ -88,7 +88,7 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
         by_value=tuple(k[1] is None for k in kinds)))
     if tape is None:
         return None
-    ln = compiled.kernel_for(tape, layouts, shape)
+    ln = compiled.kernel_for(tape, layouts, shape, row_major=True)  # (the loop's buffers)
     if ln is None:
         _fallback(tape.lib_name, "the CUDA dialect cannot express it, or NVRTC is missing")
     elif ln.out_dtype is not None:  # found by the loop from now on
