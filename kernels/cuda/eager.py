@@ -5,7 +5,8 @@ and types (mlx/backend/cuda/unary.cu, binary.cu, ternary.cu), not through a libr
 call. Here an eager elementwise node on a GPU stream is the one-op tape of its primitive
 (``bfloat16.elementwise_tape``: the renderer's code, as a compiled function's fused
 kernels), its call plan for the inputs' layout class built once through the kernel cache
-(``compiled.kernel_for``: NVRTC, cached in memory and on disk) and launched by the eval
+(``compiled.kernel_for``: NVRTC, cached in memory and on disk; the output row-major, the
+loop's buffer, column-major operands read by the strided variant) and launched by the eval
 loop as a loaded fused call is (core/_loop.c run_node through the backend's C launch,
 cuda/_driver.c; else ``CudaBackend.launch_fused``), with no CuPy call on the way.
 
