@@ -177,3 +177,50 @@ def test_a_bfloat16_scatter_sum_is_one_kernel_on_the_storage(counts):
     assert [n for n in got["names"] if "AsType" in n] == [], got["names"]  # no cast around it
     assert got["names"] == ["scatter_axis_sum___nv_bfloat16_int_2d_axis1"], got["names"]
     assert got["py"] == 1 and got["args"] == got["want"], got  # indices, updates' bits, output
+
+
+STEP = r"""
+import json, os, sys
+sys.path.insert(0, %r); sys.path.insert(0, %r)
+import fake_cupy; fake_cupy.install()
+import fake_cublas; fake_cublas.install()
+import fake_cuda_driver; fake_cuda_driver.install()
+import cuda_eager as ce, tapescope
+tapescope.as_mlx()
+import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+from tapescope.core import evaluate as ev
+out = {}
+for dtype in ("float32", "bfloat16"):
+    f = next(v for k, v in ce.mlp_steps(mx, nn, optim, dtype, 8).items() if "eager" in k)
+    f(); f()
+    ev.reset_dispatch_counts()
+    c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+    f()
+    out[dtype] = {"paths": {k: v for k, v in ev.dispatch_counts().items() if v},
+                  "c": fake_cuda_driver.launches() - c0, "py": fake_cuda_driver.PY_LAUNCHES[0] - p0}
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_the_mlp_adam_step_takes_the_same_paths_with_the_c_loop_off():
+    """``cuda_eager.py``'s eager MLP Adam step (batch 8): every node takes the same dispatch
+    path through the eval loop's C part and through its Python reference (a column-major
+    matmul gradient that dies is not the output buffer of a plan writing rows); in bfloat16
+    every elementwise op and cast is a kernel (``rule`` is GatherAxis and ScatterAxis only),
+    and from C only those two launch from Python."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler for the stand-in driver")
+    got = {}
+    for c_call in ("1", "0"):  # (the loop's C part is chosen once per process)
+        env = dict(os.environ, TAPESCOPE_CUDA="1", TAPESCOPE_C_CALL=c_call)
+        env.pop("TAPESCOPE_DISABLE_GPU", None)
+        r = subprocess.run([sys.executable, "-c", STEP % (str(HERE), str(HERE.parent / "benchmarks"))],
+                           env=env, capture_output=True, text=True, timeout=300, cwd=HERE.parent)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+        assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
+        got[c_call] = json.loads(line[-1][len("RESULT"):])
+    for dtype in ("float32", "bfloat16"):
+        on, off = got["1"][dtype], got["0"][dtype]
+        assert on["paths"] == off["paths"], (dtype, on, off)
+        assert on["paths"]["rule"] == 2 and on["py"] == 2, (dtype, on)
+        assert on["c"] + on["py"] == off["c"] + off["py"], (dtype, on, off)

@@ -108,12 +108,17 @@ def _output_buffer(node: Node, out: ArrayDesc, be):
     nbytes = dtype.size
     for s in out.shape:
         nbytes *= s
-    alloc = be.allocator
     donor = _donor(node, out, nbytes, be.array_type)
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
+    return _fresh_buffer(out, nbytes, be)
+
+
+def _fresh_buffer(out: ArrayDesc, nbytes: int, be):
+    """A row-major buffer of the backend's allocator for ``out`` (``nbytes`` long)."""
+    alloc = be.allocator
     buf = alloc.malloc(nbytes)
-    return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, alloc)
+    return buf.view(nbytes, out.dtype.np, out.shape), BufferHandle(buf, alloc)
 
 
 def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> None:
@@ -299,8 +304,10 @@ def _launch_into(node: Node, prim, be, ln, ins: list, target, t0: int, path: int
     fresh one: ``_output_buffer``) through ``Backend.launch_fused``, counted on ``path`` and
     recorded from ``t0`` (0: not recorded); False where the plan does not take the buffer."""
     out, out_handle = _output_buffer(node, target, be)
-    if not ln.takes(out):
-        return False
+    if not ln.takes(out):  # a donor's layout (column-major) the plan does not write: a fresh one
+        out, out_handle = _fresh_buffer(target, out.nbytes, be)
+        if not ln.takes(out):
+            return False
     be.launch_fused(prim.stream, ln, ins, out)
     _counts[path] += 1
     target.set_data(out, out_handle)
