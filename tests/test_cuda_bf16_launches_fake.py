@@ -100,6 +100,21 @@ for name, v in (("bf16", xb), ("f32", src["float32"])):
         row["itemsize"] = raw(y._d.data).itemsize
         out[f"colmajor_{name}_{op}"] = row
 
+# a fused call with a host scalar argument (a Python scalar's 0-d array stays on the host):
+# taken by value, its bits packed by the C launch, a new value in the same plan
+for name, dt, v in (("bf16", mx.bfloat16, xb), ("f32", mx.float32, src["float32"])):
+    h = mx.compile(lambda u, t: u * t + 1)
+    scal = [mx.array(0.3, dtype=dt)]
+    y, row = measure(lambda: h(v, scal[0]))
+    scal[0] = mx.array(-2.75, dtype=dt)
+    mx.eval(h(v, scal[0]))
+    ln = next(p for k, p in eager.plans.items() if k[0] == "Compiled" and str(p.dtypes[0]) == str(np.dtype(dt.np)))
+    words = list(ln.packs[threading.get_ident()][0])
+    row["host"] = type(scal[0]._d.data).__name__
+    row["value_word"] = words[ln.values[0][1]]
+    row["want_bits"] = int(np.array(-2.75, dt.np).view(np.uint16 if dt == mx.bfloat16 else np.uint32))
+    out[f"compiled_scalar_{name}"] = row
+
 # the VJP of take_along_axis in bfloat16: ScatterAxis (sum) on the storage
 idx = mx.array(np.tile(np.arange(33, dtype=np.int32)[::-1], (64, 1)))
 mx.eval(idx)
@@ -163,6 +178,17 @@ def test_a_fused_call_on_bfloat16_storage_launches_from_c(counts):
     got = counts["compiled_bf16"]
     assert got["c"] == 1 and got["py"] == 0, got
     assert got["paths"] == {"fused_kernel_device": 3}, got
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+def test_a_fused_calls_host_scalar_is_taken_by_value_from_c(counts, dt):
+    """A compiled function's host scalar argument is a parameter's value (no upload): later
+    calls are one launch from C, a new scalar's bits in the same plan's word."""
+    got = counts[f"compiled_scalar_{dt}"]
+    assert got["host"] == "ndarray"
+    assert got["c"] == 1 and got["py"] == 0, got
+    assert got["paths"] == {"fused_kernel_device": 3}, got
+    assert got["value_word"] == got["want_bits"]
 
 
 def test_a_bfloat16_host_scalar_is_packed_as_its_bits_by_the_c_launch(counts):

@@ -181,6 +181,34 @@ def test_eager_ops_on_column_major_operands_are_the_cpus_bits(dtype):
         _same(*outs)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_compiled_calls_host_scalars_are_taken_by_value_and_are_the_cpus_bits(dtype):
+    """A compiled function's scalar array arguments (on a GPU a Python scalar's array stays
+    on the host) are its kernel's parameters: every call, with a new value each time, is the
+    CPU's bits; on a GPU the later calls launch from C (``fused_kernel_device``)."""
+    rng = np.random.default_rng(12)
+    a = _host((9, 17), dtype, rng)
+    dt = getattr(mx, dtype)
+    fn = mx.compile(lambda x, s, t: (x * s + t) * x)
+    vals = [(0.3, -1.5), (-2.75, 1e-3), (7.0, 0.0)]
+    outs = {}
+    for dev in (mx.gpu, mx.cpu):
+        with mx.stream(dev):
+            x = mx.array(a)
+            mx.eval(x)
+            evaluate.reset_dispatch_counts()
+            rs = []
+            for s, t in vals:
+                r = fn(x, mx.array(s, dtype=dt), mx.array(t, dtype=dt))
+                mx.eval(r)
+                rs.append(_np(r))
+            outs[dev] = rs
+            if dev == mx.gpu and not _fake():
+                assert evaluate.dispatch_counts()["fused_kernel_device"] == len(vals)
+    for g, c in zip(outs[mx.gpu], outs[mx.cpu]):
+        _same(g, c)
+
+
 CAST_DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"]
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 26), 1 << 26)}
 

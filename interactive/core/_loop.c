@@ -1094,6 +1094,15 @@ static int run_host(PyObject *node) {
         PyObject *largs[3] = {tape, ins, shape}; /* (a PlanLookup: C, kernel_call.py) */
         ln = PyObject_Vectorcall(bi->launch_for, largs, 3, NULL);
         if (ln == NULL) goto done;
+        if (ln == Py_None && bi->eager_plans != NULL && target != NULL) {
+            /* host scalars taken by value: the plan a call of these layouts made
+             * (eager_kernel.fused, kept in its plans), else the Python path makes it */
+            Py_DECREF(ln);
+            ln = plan_in(bi->eager_plans, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw,
+                         SLOT(target, desc_off[D_SHAPE]),
+                         SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
+            if (ln == NULL) { rc = 0; goto done; }
+        }
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
         if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
             rc = run_outputs(node, ln, args, n, inputs, outputs, bi, enabled == Py_True,

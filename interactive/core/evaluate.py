@@ -324,12 +324,23 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
     launch is asynchronous)."""
     at, host, st = be.array_type, backend("cpu").array_type, be.storage_type
     ins = [d.data for d in node.inputs]
+    hosted = False
     for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines;
         t = type(x)  # the storage type, bfloat16's, the kernels read as it is)
-        if t is not at and t is not host and t is not st:
+        if t is host:
+            hosted = True
+        elif t is not at and t is not st:
             return False
-    return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
-                       FUSED_DEVICE)
+    t0 = timeline.now() if timeline.enabled else 0
+    if _fused_launch(node, prim, be, ins, t0, FUSED_DEVICE):
+        return True
+    # host scalars taken by value (the backend's eager plans), not uploaded per call
+    fused = getattr(be.eager_kernel, "fused", None) if hosted else None
+    target = node.outputs[0]() if fused is not None and len(node.outputs) == 1 else None
+    if target is None:
+        return False
+    ln = fused(prim, ins, target.dtype.np, target.shape)
+    return ln is not None and _launch_into(node, prim, be, ln, ins, target, t0, FUSED_DEVICE)
 
 
 def _one_op(defn, be) -> bool:

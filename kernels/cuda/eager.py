@@ -97,10 +97,69 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
     return ln
 
 
+def fused_plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
+    """The loaded plan of a fused call (``Compiled``, one output) reading host scalars (a
+    Python scalar's 0-d array, which a GPU keeps on the host, or a host broadcast of one)
+    by value, its other inputs device arrays: its tape with those inputs taken as
+    parameters' values (``TapeInput.by_value``, as an eager op's scalar), writing a row-major
+    ``dtype`` of ``shape``; kept in ``plans``, where the eval loop's C part finds it from the
+    next call on. None: ``run_compiled`` (the scalars uploaded)."""
+    kw = prim.kw
+    tape = kw.get("tape")
+    if tape is None or len(tape.outputs) != 1 or tape.reduction is not None or not _eager.on:
+        return None
+    for s in shape:
+        if s == 0:
+            return None
+    mask, layouts = [], []
+    for x, a in zip(tape.inputs, ins):
+        t = type(a)
+        if x.is_constant:
+            mask.append(False)
+            layouts.append(a)
+        elif t is np.ndarray and host_scalar(a) and a.dtype == x.dtype:
+            mask.append(True)
+            lay = _SCALAR.get(a.dtype)
+            if lay is None:
+                lay = _SCALAR[a.dtype] = Layout((), a.dtype)
+            layouts.append(lay)
+        elif t is cupy.ndarray or t is BF16Array:
+            mask.append(False)
+            layouts.append(a)
+        else:
+            return None
+    if not any(mask) or len(ins) != len(tape.inputs):
+        return None
+    variant = _by_value(tape, tuple(mask))
+    ln = compiled.kernel_for(variant, layouts, shape, row_major=True)
+    if ln is None or ln.out_dtype != np.dtype(dtype):
+        return None
+    try:
+        _eager.remember(prim.name, ins, kw, ln)
+    except TypeError:  # (a constant the key cannot hash: planned again next call)
+        pass
+    return ln
+
+
+def _by_value(tape: Any, mask: tuple) -> Any:
+    """``tape`` with the inputs ``mask`` names taken by value (kept on the tape)."""
+    key = ("cuda-by-value", mask)
+    v = tape.launches.get(key)
+    if v is None:
+        from ..codegen.tape import Tape, TapeInput
+
+        inputs = tuple(TapeInput(x.name, x.dtype, scalar=True, by_value=True) if m else x
+                       for x, m in zip(tape.inputs, mask))
+        tag = "".join("v" if m else "_" for m in mask)
+        v = tape.launches[key] = Tape(inputs, tape.ops, tape.outputs, f"{tape.lib_name}_hv{tag}")
+    return v
+
+
 class EagerKernels:
     """``Backend.eager_kernel``: ``plan_for`` as a callable, and ``plans``, the plans it has
     made by their call's layouts, which the eval loop's C part finds without calling it;
-    ``casts``: it plans ``AsType`` too."""
+    ``casts``: it plans ``AsType`` too; ``fused``: a fused call's plan with host scalars
+    taken by value (``fused_plan_for``), kept in ``plans`` as well."""
 
     __slots__ = ()
     plans = plans
@@ -108,6 +167,9 @@ class EagerKernels:
 
     def __call__(self, prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
         return plan_for(prim, ins, dtype, shape)
+
+    def fused(self, prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
+        return fused_plan_for(prim, ins, dtype, shape)
 
 
 def _fallback(name: str, why: str) -> None:
