@@ -1094,9 +1094,9 @@ static int run_host(PyObject *node) {
         PyObject *largs[3] = {tape, ins, shape}; /* (a PlanLookup: C, kernel_call.py) */
         ln = PyObject_Vectorcall(bi->launch_for, largs, 3, NULL);
         if (ln == NULL) goto done;
-        if (ln == Py_None && bi->eager_plans != NULL && target != NULL) {
-            /* host scalars taken by value: the plan a call of these layouts made
-             * (eager_kernel.fused, kept in its plans), else the Python path makes it */
+        if (ln == Py_None && !bi->host && bi->eager_plans != NULL && target != NULL) {
+            /* a device's call with host scalars taken by value: the plan a call of these
+             * layouts made (eager_kernel.fused, kept in its plans), else the Python path */
             Py_DECREF(ln);
             ln = plan_in(bi->eager_plans, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw,
                          SLOT(target, desc_off[D_SHAPE]),
