@@ -1,14 +1,17 @@
-"""Casts and bfloat16 on the CUDA backend without Python launches or float32 copies, over
-``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels load without NVRTC, a
-stand-in libcuda counts the launches and runs nothing): an eager ``astype`` between
-bfloat16, float16, float32, integers and bool is its one-op kernel's plan, launched by the
-eval loop from C once planned (no Python launch, no CuPy rule), its argument words the
-input's and the output's addresses and the element count; a fused call reading bfloat16
-storage launches from C; a bfloat16 host scalar is packed as its bits (ml_dtypes'), read
-through the buffer protocol without a format (numpy gives bfloat16 none); a bfloat16
-``ScatterAxis`` (sum) is one kernel on the 16-bit storage, no cast around it. The values
-need the GPU (``test_cuda_eager.py``'s casts, ``test_cuda_indexing.py``'s bfloat16 scatter,
-against the CPU's bits)."""
+"""Casts, bfloat16 and host scalars on the CUDA backend without Python launches or float32
+copies, over ``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels load
+without NVRTC, a stand-in libcuda counts the launches and runs nothing): an eager
+``astype`` between bfloat16, float16, float32, integers and bool is its one-op kernel's
+plan, launched by the eval loop from C once planned (no Python launch, no CuPy rule), its
+argument words the input's and the output's addresses and the element count; an eager op
+on a column-major operand writes the loop's row-major buffer from C; a fused call reading
+bfloat16 storage launches from C, and one with host scalar arguments takes them by value
+(their bits in its words, a new value in the same plan); a bfloat16 host scalar is packed
+as its bits (ml_dtypes'), read through the buffer protocol without a format (numpy gives
+bfloat16 none); a bfloat16 ``ScatterAxis`` (sum) is one kernel on the 16-bit storage; the
+MLP Adam step takes the same paths with the loop's C part on and off. The values need the
+GPU (``test_cuda_eager.py``'s casts, column-major operands and compiled scalars,
+``test_cuda_indexing.py``'s bfloat16 scatter, against the CPU's bits)."""
 
 import json
 import os
