@@ -111,11 +111,13 @@ for name, dt, v in (("bf16", mx.bfloat16, xb), ("f32", mx.float32, src["float32"
     y, row = measure(lambda: h(v, scal[0]))
     scal[0] = mx.array(-2.75, dtype=dt)
     mx.eval(h(v, scal[0]))
-    ln = next(p for k, p in eager.plans.items() if k[0] == "Compiled" and str(p.dtypes[0]) == str(np.dtype(dt.np)))
+    ln = next(p for k, p in eager.plans.items()
+              if k[0] == "Compiled" and p.dtypes[0] == np.dtype(dt.np))
     words = list(ln.packs[threading.get_ident()][0])
     row["host"] = type(scal[0]._d.data).__name__
     row["value_word"] = words[ln.values[0][1]]
-    row["want_bits"] = int(np.array(-2.75, dt.np).view(np.uint16 if dt == mx.bfloat16 else np.uint32))
+    bits = np.uint16 if dt == mx.bfloat16 else np.uint32
+    row["want_bits"] = int(np.array(-2.75, dt.np).view(bits))
     out[f"compiled_scalar_{name}"] = row
 
 # the VJP of take_along_axis in bfloat16: ScatterAxis (sum) on the storage
@@ -123,7 +125,8 @@ idx = mx.array(np.tile(np.arange(33, dtype=np.int32)[::-1], (64, 1)))
 mx.eval(idx)
 names = []
 real = fake_cuda_driver.FakeFunction.__call__
-fake_cuda_driver.FakeFunction.__call__ = lambda self, *a, **k: names.append(self.name) or real(self, *a, **k)
+fake_cuda_driver.FakeFunction.__call__ = (
+    lambda self, *a, **k: names.append(self.name) or real(self, *a, **k))
 g, row = measure(lambda: mx.vjp(lambda v: mx.take_along_axis(v, idx, axis=1), [xb], [yb])[1][0])
 fake_cuda_driver.FakeFunction.__call__ = real
 fn, grid, block, args = fake_cuda_driver.PY_CALLS[-1]
@@ -243,8 +246,9 @@ def test_the_mlp_adam_step_takes_the_same_paths_with_the_c_loop_off():
     for c_call in ("1", "0"):  # (the loop's C part is chosen once per process)
         env = dict(os.environ, TAPESCOPE_CUDA="1", TAPESCOPE_C_CALL=c_call)
         env.pop("TAPESCOPE_DISABLE_GPU", None)
-        r = subprocess.run([sys.executable, "-c", STEP % (str(HERE), str(HERE.parent / "benchmarks"))],
-                           env=env, capture_output=True, text=True, timeout=300, cwd=HERE.parent)
+        code = STEP % (str(HERE), str(HERE.parent / "benchmarks"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=HERE.parent)
         line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
         assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
         got[c_call] = json.loads(line[-1][len("RESULT"):])

@@ -347,7 +347,8 @@ def _one_op(defn, be) -> bool:
     """Whether the backend's eager one-op kernels (``Backend.eager_kernel``) may run a node
     of ``defn``: an elementwise op, or a cast where they plan casts (``casts``)."""
     ek = be.eager_kernel
-    return ek is not None and (defn.elementwise or (defn.family == ASTYPE and getattr(ek, "casts", False)))
+    return ek is not None and (defn.elementwise
+                               or (defn.family == ASTYPE and getattr(ek, "casts", False)))
 
 
 def _eager_launch(node: Node, prim, be, path: int) -> bool:

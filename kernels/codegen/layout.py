@@ -181,7 +181,8 @@ def use_large_index(inputs: Sequence, out_sizes: Sequence[int], contiguous: bool
     return max(out_sizes, default=0) > UINT32_MAX
 
 
-def plan(tape, inputs: Sequence[np.ndarray], shape: Sequence[int], row_major: bool = False) -> tuple:
+def plan(tape, inputs: Sequence[np.ndarray], shape: Sequence[int],
+         row_major: bool = False) -> tuple:
     """``(contiguous, collapsed shape, strides per non-scalar input, large)`` for a call;
     ``row_major``: its output is row-major whatever the inputs' order (column-major inputs
     then take the strided path, which reads them by their strides)."""
