@@ -150,7 +150,8 @@ class Backend(abc.ABC):
     compiled_prebuild: Optional[Callable] = None
     #: a device's eager elementwise op as a plan of its own one-op kernel, ``eager_kernel(
     #: prim, inputs, dtype, shape) -> plan or None``, launched as a loaded fused call is
-    #: (``device_api``, else ``launch_fused``); None: the op's rule runs
+    #: (``device_api``, else ``launch_fused``); None: the op's rule runs. Its ``casts``:
+    #: whether it plans ``AsType`` (a cast) as well
     eager_kernel: Optional[Callable] = None
     #: the backend's launch and host wait in C (a capsule of the table in
     #: kernels/_device_api.h), which the eval loop (core/_loop.c) calls for a device's

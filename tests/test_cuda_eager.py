@@ -161,6 +161,107 @@ def test_unary_ops_on_the_gpu_match_float64(op, dtype, shape, seed):
     np.testing.assert_allclose(g.astype(np.float64), ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_eager_ops_on_column_major_operands_are_the_cpus_bits(dtype):
+    """Transposed (column-major) operands, as a matmul gradient's transpose: each op's
+    column-major result (the contiguous kernel in column order, on a GPU) is the CPU's bit
+    for bit."""
+    rng = np.random.default_rng(11)
+    a, b = _host((7, 33), dtype, rng), _host((7, 33), dtype, rng)
+    fns = [lambda x, y: x * y, lambda x, y: mx.square(x), lambda x, y: x * 0.375 + y,
+           lambda x, y: mx.maximum(x, y).astype(mx.float32)]
+    for fn in fns:
+        outs = []
+        for dev in (mx.gpu, mx.cpu):
+            with mx.stream(dev):
+                x, y = mx.array(a), mx.array(b)
+                mx.eval(x, y)
+                r = fn(x.T, y.T)
+                mx.eval(r)
+                outs.append(_np(r))
+        _same(*outs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_compiled_calls_host_scalars_are_taken_by_value_and_are_the_cpus_bits(dtype):
+    """A compiled function's scalar array arguments (on a GPU a Python scalar's array stays
+    on the host) are its kernel's parameters: every call, with a new value each time, is the
+    CPU's bits; on a GPU the later calls launch from C (``fused_kernel_device``)."""
+    rng = np.random.default_rng(12)
+    a = _host((9, 17), dtype, rng)
+    dt = getattr(mx, dtype)
+    fn = mx.compile(lambda x, s, t: (x * s + t) * x)
+    vals = [(0.3, -1.5), (-2.75, 1e-3), (7.0, 0.0)]
+    outs = {}
+    for dev in (mx.gpu, mx.cpu):
+        with mx.stream(dev):
+            x = mx.array(a)
+            mx.eval(x)
+            evaluate.reset_dispatch_counts()
+            rs = []
+            for s, t in vals:
+                r = fn(x, mx.array(s, dtype=dt), mx.array(t, dtype=dt))
+                mx.eval(r)
+                rs.append(_np(r))
+            outs[dev] = rs
+            if dev == mx.gpu and not _fake():
+                assert evaluate.dispatch_counts()["fused_kernel_device"] == len(vals)
+    for g, c in zip(outs[mx.gpu], outs[mx.cpu]):
+        _same(g, c)
+
+
+CAST_DTYPES = ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"]
+_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 26), 1 << 26)}
+
+
+def _cast_source(shape, src: str, dst: str, rng) -> np.ndarray:
+    """Values of ``src`` to cast to ``dst``: specials (zeros of both signs, infinities, NaN,
+    float32 / float16 subnormals, bfloat16 ties) where both are floats, finite values in
+    the target's range where it is an integer (outside it the conversion is undefined in C:
+    CUDA saturates, the host does not), integers past float32's and float16's exact range."""
+    if src == "bool":
+        return rng.random(shape) < 0.5
+    if src in _RANGE:
+        lo, hi = _RANGE[src]
+        if dst in _RANGE:
+            lo, hi = max(lo, _RANGE[dst][0]), min(hi, _RANGE[dst][1])
+        v = rng.integers(lo, hi + 1, shape).astype(src)
+        if src == "int32" and v.size and dst not in _RANGE:
+            v.reshape(-1)[:3] = [0x1008001, -70001, 0][: v.size]  # two roundings to bfloat16
+        return v
+    v = rng.standard_normal(shape) * 40
+    if dst in _RANGE:
+        lo, hi = _RANGE[dst]
+        v = np.clip(v, lo, hi)
+    elif v.size:
+        special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 6e-8, 1 + 2 ** -8, 70000.0]
+        flat = v.reshape(-1)
+        k = min(flat.size, len(special))
+        flat[:k] = rng.permutation(special)[:k]
+    v = v.astype(np.float32)
+    return v.astype(BF16) if src == "bfloat16" else v.astype(src)
+
+
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=st.sampled_from(CAST_DTYPES), dst=st.sampled_from(CAST_DTYPES), shape=shapes,
+       transpose=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_casts_on_the_gpu_are_the_cpus_bits(src, dst, shape, transpose, seed):
+    """``astype`` between bfloat16, float16, float32, integers and bool, of a row-major or
+    transposed array: the GPU's bits are the CPU's (one rounding to nearest even into a
+    16-bit float, a float to bool by value: a subnormal is true, NaN is true); on a GPU each
+    cast is its one-op kernel launched by the eval loop (``eager_kernel_device``)."""
+    rng = np.random.default_rng(seed)
+    a = _cast_source(shape, src, dst, rng)
+    want = mx.bfloat16 if dst == "bfloat16" else getattr(mx, dst if dst != "bool" else "bool_")
+    view = (lambda x: x.T) if transpose else None
+    evaluate.reset_dispatch_counts()
+    g, c = _gpu_and_cpu(lambda x: x.astype(want), a, view=view)
+    _same(g, c)
+    counts = evaluate.dispatch_counts()
+    if not _fake() and src != dst and a.size:
+        assert counts["eager_kernel_device"] >= 1, counts
+
+
 def test_where_with_broadcast_and_a_python_scalar_is_the_cpus():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((5, 8)).astype(np.float32)

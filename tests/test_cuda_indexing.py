@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapescope.core as mx
-from tapescope.kernels import backends
+from tapescope.kernels import backends, timeline
 
 from conftest import kernel_launches
 
@@ -80,11 +81,12 @@ def test_take_along_axis_on_the_gpu_matches_numpy(c):
 @given(case())
 def test_take_along_axis_vjp_scatters_on_the_gpu_as_numpy_adds(c):
     """The VJP of ``take_along_axis`` is ``ScatterAxis`` with ``reduce="sum"``: repeated
-    indices add (float32 and float16 kernels; the other dtypes are not differentiable)."""
+    indices add (float32, float16 and bfloat16 kernels, bfloat16 on its storage; the other
+    dtypes are not differentiable)."""
     shape, axis, n_ax, dt, it, transposed, seed = c
     a, idx, ax = _inputs(c)
-    ft = mx.float16 if dt == "float16" else mx.float32
-    npt = np.float16 if dt == "float16" else np.float32
+    ft = {"float16": mx.float16, "bfloat16": mx.bfloat16}.get(dt, mx.float32)
+    npt = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}.get(dt, np.float32)
     rng = np.random.default_rng(seed + 1)
     ct = rng.standard_normal(idx.shape).astype(npt)
     ma, mi = mx.array(a.astype(npt), dtype=ft), mx.array(idx.astype(INDEX[it][1]), dtype=INDEX[it][0])
@@ -96,9 +98,42 @@ def test_take_along_axis_vjp_scatters_on_the_gpu_as_numpy_adds(c):
     grid = list(np.indices(idx.shape, sparse=True))
     grid[ax] = pos
     np.add.at(want, tuple(grid), ct.astype(np.float64))
-    tol = 2e-3 if dt == "float16" else 1e-5
+    tol = {"float16": 2e-3, "bfloat16": 1.6e-2}.get(dt, 1e-5)  # (a rounding per add)
     np.testing.assert_allclose(np.array(g.astype(mx.float32)), want, rtol=tol, atol=tol * max(1, n_ax))
     assert "ScatterAxis" in rec.primitives, rec.fallbacks
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+def test_a_bfloat16_scatter_is_the_cpus_bits_and_takes_no_float32_copies():
+    """bfloat16 ``ScatterAxis`` (sum: the VJP of ``take_along_axis``) adds into its 16-bit
+    storage, one rounding per add: two updates per position give the CPU's bits in any
+    order (one rounding of their sum), more are the float64 sum within a rounding per add;
+    no ``AsType`` widens or narrows it."""
+    rng = np.random.default_rng(5)
+    upd = rng.standard_normal((6, 80)).astype(ml_dtypes.bfloat16)
+    two = np.concatenate([np.stack([rng.permutation(40) for _ in range(6)]) for _ in range(2)],
+                         axis=1).astype(np.int32)  # each position twice
+    many = rng.integers(0, 3, (6, 80)).astype(np.int32)  # ~27 updates on each of three
+    for idx, exact in ((two, True), (many, False)):
+        outs = []
+        for dev in (mx.gpu, mx.cpu):
+            with mx.stream(dev):
+                x, u, i = mx.zeros((6, 40), dtype=mx.bfloat16), mx.array(upd), mx.array(idx)
+                mx.eval(x, u, i)
+                with timeline.record() as rec:
+                    _, (g,) = mx.vjp(lambda v: mx.take_along_axis(v, i, axis=1), [x], [u])
+                    mx.eval(g)
+                if dev == mx.gpu:  # (a cast's kernel is named ew_AsType_...)
+                    names = [r.name for r in rec.records if r.kind == "kernel_launch"]
+                    assert any(n.startswith("scatter_axis_sum___nv_bfloat16") for n in names), names
+                    assert not any("AsType" in n for n in names), names
+                outs.append(np.array(g.view(mx.uint16)))
+        if exact:
+            np.testing.assert_array_equal(outs[0], outs[1])
+        want = np.zeros((6, 40))
+        np.add.at(want, (np.arange(6)[:, None], idx), upd.astype(np.float64))
+        got = outs[0].view(ml_dtypes.bfloat16).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2 ** -8 * 30, atol=2 ** -8 * 30)
 
 
 @pytest.mark.usefixtures("gpu_default_device")

@@ -44,12 +44,13 @@ static PyObject *l_python_run, *l_by_stream, *l_handle_type,
 static PyObject *s_plans, *s_out_shape, *s_out_dtype, *s_out_strides, *s_strides, *s_kernel_call, *s_order;
 static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_allocator, *s_array_type,
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
-    *s_min_size, *s_storage_type;
+    *s_min_size, *s_storage_type, *s_casts, *s_astype;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
     *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
-enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_COUNT };
+enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_FAMILY,
+       F_COUNT };
 enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
@@ -110,7 +111,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     static const char *const p_slots[P_COUNT] = {"kw", "stream", "defn", "name"};
     static const char *const f_slots[F_COUNT] = {"rule", "takes_out", "takes_donatable",
                                                  "takes_runtime", "view", "elementwise",
-                                                 "view_strides"};
+                                                 "view_strides", "family"};
     static const char *const t_slots[T_COUNT] = {"size", "np"};
     for (int i = 0; i < P_COUNT; i++)
         if ((prim_off[i] = slot_offset(prim_type, p_slots[i])) < 0) return NULL;
@@ -148,6 +149,8 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_device_api = PyUnicode_InternFromString("device_api")) ||
                            !(s_eager_kernel = PyUnicode_InternFromString("eager_kernel")) ||
                            !(s_min_size = PyUnicode_InternFromString("min_size")) ||
+                           !(s_casts = PyUnicode_InternFromString("casts")) ||
+                           !(s_astype = PyUnicode_InternFromString("astype")) ||
                            !(s_storage_type = PyUnicode_InternFromString("storage_type")) ||
                            !(s_plans = PyUnicode_InternFromString("plans")) ||
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
@@ -182,6 +185,7 @@ typedef struct {
     PyObject *eager_for;  /* Backend.eager_kernel (a device's with api only); NULL: none */
     PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
     long long eager_min;  /* its ``min_size``: outputs of fewer elements run their rule */
+    int eager_casts;      /* its ``casts``: it plans AsType (a cast) too */
     PyObject *storage_type; /* Backend.storage_type (its ``raw`` an array_type); NULL: none */
 } BackendInfo;
 #define MAX_BACKENDS 16
@@ -204,7 +208,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, NULL};
+    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL};
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
@@ -239,6 +243,10 @@ static BackendInfo *backend_info(PyObject *be) {
         b.eager_min = m != NULL ? PyLong_AsLongLong(m) : 0;
         Py_XDECREF(m);
         if (b.eager_min < 0 || PyErr_Occurred()) { PyErr_Clear(); b.eager_min = 0; }
+        PyObject *c = PyObject_GetAttr(b.eager_for, s_casts);
+        b.eager_casts = c == Py_True;
+        Py_XDECREF(c);
+        PyErr_Clear();
     }
     if (b.host && b.eager_plans == NULL) Py_CLEAR(b.eager_for); /* the host's: plans in C only */
     if (!b.host && (b.storage_type = PyObject_GetAttr(be, s_storage_type)) == NULL) PyErr_Clear();
@@ -1000,10 +1008,12 @@ static int run_host(PyObject *node) {
     BackendInfo *bi = stream_info(stream);
     if (bi == NULL) return PyErr_Occurred() ? -1 : 0; /* (an interrupt kept by the probe) */
     int elementwise = SLOT(defn, defn_off[F_ELEMENTWISE]) == Py_True;
-    /* an eager elementwise op with a one-op kernel of the backend (eager_kernel), planned
-     * and launched as a loaded fused call is (evaluate._eager_launch): a device's, or the
-     * host's from its min_size on (the rule where it has no plan) */
-    int eager = !fused && elementwise && bi->eager_for != NULL && PyList_GET_SIZE(outputs) == 1 &&
+    /* an eager elementwise op (or a cast, where the backend's plans take casts) with a
+     * one-op kernel of the backend (eager_kernel), planned and launched as a loaded fused
+     * call is (evaluate._one_op, _eager_launch): a device's, or the host's from its min_size
+     * on (the rule where it has no plan) */
+    int one_op = elementwise || (bi->eager_casts && SLOT(defn, defn_off[F_FAMILY]) == s_astype);
+    int eager = !fused && one_op && bi->eager_for != NULL && PyList_GET_SIZE(outputs) == 1 &&
                 (!bi->host || out_elems(outputs) >= bi->eager_min);
     /* a device's node whose backend has a generated kernel's rule (Backend.kernel_rules, a
      * KernelRule: cuda/primitive_plans.py): launched from the plan a call of this layout
@@ -1035,13 +1045,14 @@ static int run_host(PyObject *node) {
         PyObject *d = PyList_GET_ITEM(inputs, i);
         if ((PyObject *)Py_TYPE(d) != c_desc_type) return 0;
         /* a device's plans read its storage type (bfloat16's) themselves: its eager op's
-         * plan (or eager_kernel) and a kernel rule's plan are keyed by the inputs' types,
-         * and take them or decline (the Python path), a host scalar by value too (its
-         * bfloat16 bits, which have no buffer form, through launch_fused); elsewhere a
+         * plan (or eager_kernel), a kernel rule's plan and a fused call's are keyed by the
+         * inputs' types (a fused call's by its tape), and take them or decline (the Python
+         * path), a host scalar by value too (the C launch reads its bits through the buffer
+         * protocol without a format, which bfloat16's numpy array gives); elsewhere a
          * bfloat16 elementwise rule computes in float32 (evaluate._run's upcast) */
         PyObject *data = SLOT(d, desc_off[D_DATA]);
         if (data == NULL) return 0;
-        int storage = !bi->host && (eager || kdev) && bi->storage_type != NULL &&
+        int storage = !bi->host && (eager || kdev || fused) && bi->storage_type != NULL &&
                       Py_TYPE(data) == (PyTypeObject *)bi->storage_type;
         int by_value = !bi->host && eager && Py_TYPE(data) == (PyTypeObject *)l_ndarray;
         if (elementwise && !storage && !by_value && SLOT(d, desc_off[D_DTYPE]) == l_bf16) return 0;
@@ -1050,7 +1061,7 @@ static int run_host(PyObject *node) {
             return 0;
         /* on a device, an input only the node holds may donate: evaluate._donor decides */
         if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
-            Py_TYPE(data) == (PyTypeObject *)bi->array_type)
+            (Py_TYPE(data) == (PyTypeObject *)bi->array_type || storage))
             return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
         args[1 + i] = data;
     }
@@ -1090,6 +1101,15 @@ static int run_host(PyObject *node) {
         PyObject *largs[3] = {tape, ins, shape}; /* (a PlanLookup: C, kernel_call.py) */
         ln = PyObject_Vectorcall(bi->launch_for, largs, 3, NULL);
         if (ln == NULL) goto done;
+        if (ln == Py_None && !bi->host && bi->eager_plans != NULL && target != NULL) {
+            /* a device's call with host scalars taken by value: the plan a call of these
+             * layouts made (eager_kernel.fused, kept in its plans), else the Python path */
+            Py_DECREF(ln);
+            ln = plan_in(bi->eager_plans, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw,
+                         SLOT(target, desc_off[D_SHAPE]),
+                         SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
+            if (ln == NULL) { rc = 0; goto done; }
+        }
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
         if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
             rc = run_outputs(node, ln, args, n, inputs, outputs, bi, enabled == Py_True,
@@ -1117,17 +1137,19 @@ static int run_host(PyObject *node) {
         if (ln == NULL) ln = PyObject_Vectorcall(bi->eager_for, eargs, 4, NULL);
         if (ln == NULL) goto done;
         if (ln == Py_None && !bi->host) { rc = 0; goto done; } /* no kernel: the rule, in Python */
-        if (!bi->host) { /* the order the kernel writes (cuda/compiled.py PackedLaunch.order) */
-            PyObject *o = PyObject_GetAttr(ln, s_order);
-            if (o == NULL) PyErr_Clear();
-            forder = o != NULL && (o == s_F || (PyUnicode_Check(o) && PyUnicode_Compare(o, s_F) == 0));
-            Py_XDECREF(o);
-        }
         if (ln == Py_None) { /* the host's without a plan (yet): its rule, here */
             Py_CLEAR(ln);
             eager = from_plan = 0;
             takes_out = SLOT(defn, defn_off[F_OUT]) == Py_True;
         }
+    }
+    if (!bi->host && (eager || fused) && ln != NULL && ln != Py_None) {
+        /* the order a device plan writes (cuda/compiled.py PackedLaunch.order): "F" for
+         * column-contiguous operands, whose strides MLX's output keeps */
+        PyObject *o = PyObject_GetAttr(ln, s_order);
+        if (o == NULL) PyErr_Clear();
+        forder = o != NULL && (o == s_F || (PyUnicode_Check(o) && PyUnicode_Compare(o, s_F) == 0));
+        Py_XDECREF(o);
     }
     if (takes_out) {
         PyObject *shape = SLOT(target, desc_off[D_SHAPE]), *dtype = SLOT(target, desc_off[D_DTYPE]);

@@ -16,6 +16,7 @@ from tapescope.kernels.allocator import BufferHandle
 from tapescope.kernels.backends import backend, stream_backend
 from tapescope.kernels.codegen.layout import Layout
 from tapescope.kernels.kernel_call import KernelRule
+from tapescope.kernels.primitives import ASTYPE
 from tapescope.kernels.settings import settings
 
 from . import dtypes as _dt
@@ -111,14 +112,20 @@ def _output_buffer(node: Node, out: ArrayDesc, be, order: str = "C"):
     nbytes = dtype.size
     for s in out.shape:
         nbytes *= s
-    alloc = be.allocator
     donor = _donor(node, out, nbytes, be.array_type, be.storage_type)
     if donor is not None:
         return donor.data.view(dtype.np), donor.buffer
+    return _fresh_buffer(out, nbytes, be, order)
+
+
+def _fresh_buffer(out: ArrayDesc, nbytes: int, be, order: str = "C"):
+    """A buffer of the backend's allocator for ``out`` (``nbytes`` long), viewed in
+    ``order`` ("F": column order)."""
+    alloc = be.allocator
     buf = alloc.malloc(nbytes)
     if order == "F":
-        return buf.view(nbytes, dtype.np, out.shape[::-1]).T, BufferHandle(buf, alloc)
-    return buf.view(nbytes, dtype.np, out.shape), BufferHandle(buf, alloc)
+        return buf.view(nbytes, out.dtype.np, out.shape[::-1]).T, BufferHandle(buf, alloc)
+    return buf.view(nbytes, out.dtype.np, out.shape), BufferHandle(buf, alloc)
 
 
 def _store(value, desc: ArrayDesc, inputs: list[ArrayDesc], out_handle, be) -> None:
@@ -155,15 +162,13 @@ def _run_node(node: Node) -> None:
     be = stream_backend(prim.stream)
     defn = prim.defn
     if be.device_context is None:  # the host: a generated kernel where the backend has one
-        if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
-                                                                              EAGER):
+        if _one_op(defn, be) and _eager_launch(node, prim, be, EAGER):
             return
         _run(node, prim, be, be.kernel_rules.get(prim.name))
         return
     if defn.takes_runtime and _gpu_fused_launch(node, prim, be):
         return
-    if defn.elementwise and be.eager_kernel is not None and _eager_launch(node, prim, be,
-                                                                          EAGER_DEVICE):
+    if _one_op(defn, be) and _eager_launch(node, prim, be, EAGER_DEVICE):
         return
     if defn.view and _host_values(node):  # a Python scalar's Broadcast: a host view of it
         _host_view(node, prim)
@@ -305,9 +310,12 @@ def _launch_into(node: Node, prim, be, ln, ins: list, target, t0: int, path: int
     """Plan ``ln`` launched on ``ins`` into ``target``'s output buffer (a dying input's or a
     fresh one: ``_output_buffer``) through ``Backend.launch_fused``, counted on ``path`` and
     recorded from ``t0`` (0: not recorded); False where the plan does not take the buffer."""
-    out, out_handle = _output_buffer(node, target, be, getattr(ln, "order", "C"))
-    if not ln.takes(out):
-        return False
+    order = getattr(ln, "order", "C")
+    out, out_handle = _output_buffer(node, target, be, order)
+    if not ln.takes(out):  # a donor's layout the plan does not write: a fresh one
+        out, out_handle = _fresh_buffer(target, out.nbytes, be, order)
+        if not ln.takes(out):
+            return False
     be.launch_fused(prim.stream, ln, ins, out)
     _counts[path] += 1
     target.set_data(out, out_handle)
@@ -322,13 +330,33 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
     context (``launch_fused`` names the stream): the small-call path of
     ``benchmarks/cuda_fusion.py``. Recorded like any node (its host-side span: the
     launch is asynchronous)."""
-    at, host = be.array_type, backend("cpu").array_type
+    at, host, st = be.array_type, backend("cpu").array_type, be.storage_type
     ins = [d.data for d in node.inputs]
-    for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines)
-        if type(x) is not at and type(x) is not host:
+    hosted = False
+    for x in ins:  # (a host array, a Python scalar's: a constant, or launch_for declines;
+        t = type(x)  # the storage type, bfloat16's, the kernels read as it is)
+        if t is host:
+            hosted = True
+        elif t is not at and t is not st:
             return False
-    return _fused_launch(node, prim, be, ins, timeline.now() if timeline.enabled else 0,
-                       FUSED_DEVICE)
+    t0 = timeline.now() if timeline.enabled else 0
+    if _fused_launch(node, prim, be, ins, t0, FUSED_DEVICE):
+        return True
+    # host scalars taken by value (the backend's eager plans), not uploaded per call
+    fused = getattr(be.eager_kernel, "fused", None) if hosted else None
+    target = node.outputs[0]() if fused is not None and len(node.outputs) == 1 else None
+    if target is None:
+        return False
+    ln = fused(prim, ins, target.dtype.np, target.shape)
+    return ln is not None and _launch_into(node, prim, be, ln, ins, target, t0, FUSED_DEVICE)
+
+
+def _one_op(defn, be) -> bool:
+    """Whether the backend's eager one-op kernels (``Backend.eager_kernel``) may run a node
+    of ``defn``: an elementwise op, or a cast where they plan casts (``casts``)."""
+    ek = be.eager_kernel
+    return ek is not None and (defn.elementwise
+                               or (defn.family == ASTYPE and getattr(ek, "casts", False)))
 
 
 def _eager_launch(node: Node, prim, be, path: int) -> bool:

@@ -73,11 +73,14 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
 class EagerKernels:
     """``Backend.eager_kernel``: ``plan_for`` as a callable; ``plans``, the plans it has made
     by their call's layouts, which the eval loop's C part finds without calling it; and
-    ``min_size``, the output elements below which the loop does not ask."""
+    ``min_size``, the output elements below which the loop does not ask; ``casts``: no
+    ``AsType`` (numpy's cast is one call, and C's float-to-integer conversion outside the
+    range is not numpy's)."""
 
     __slots__ = ()
     plans = plans
     min_size = MIN_SIZE
+    casts = False
 
     def __call__(self, prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
         return plan_for(prim, ins, dtype, shape)

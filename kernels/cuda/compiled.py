@@ -514,7 +514,9 @@ def _interpret(tape: Tape, inputs: Sequence, shape: tuple) -> list:
 def kernel_for(tape: Tape, inputs: Sequence, shape: tuple) -> Optional[Launch]:
     """The call plan of ``tape`` for these device layouts, its kernel built or loaded
     (``run_compiled``'s), or None where it has no kernel (the reason noted once in the
-    kernel cache): the one-op kernels of bfloat16's eager ops (``cuda/bfloat16.py``)."""
+    kernel cache): the one-op kernels of eager ops (``cuda/eager.py``, ``cuda/bfloat16.py``).
+    Operands all column-contiguous make a column-order plan (``order`` "F", as MLX keeps
+    their strides): the eval loop gives it a column-order output."""
     shape = tuple(int(s) for s in shape)
     arrays = tape.launches.get("cuda")
     if arrays is None:

@@ -9,8 +9,13 @@ time for a (64, 10) gather on the H200. Here a thread walks output (gather) or u
 (scatter) elements in a grid-stride loop: it unravels its position over the indices' shape,
 reads its index (any integer type), wraps a negative one by the axis's size and moves the
 element (gather: by its byte size, so every dtype, bfloat16's bits too) or adds it
-atomically into a contiguous copy of the input (scatter; float32, float16, float64 and the
-32 / 64-bit integers: the dtypes with a CUDA ``atomicAdd``).
+atomically into a contiguous copy of the input (scatter; float32, float16, bfloat16, float64
+and the 32 / 64-bit integers: the dtypes with a CUDA ``atomicAdd``). bfloat16 scatters on
+its storage (``takes_bfloat16``: cuda/backend.py hands the ``BF16Array``s over unwidened),
+each update added as ``atomicAdd`` on ``__nv_bfloat16`` adds it (float math, one round to
+nearest even per add), as MLX's CUDA scatter does (device/scatter_ops.cuh, ``ScatterSum``
+through atomic_ops.cuh) and as the CPU adds bfloat16 one update at a time; what its kernel
+does not take goes the float32 way (``bfloat16.rule``'s: widened, the rule, rounded back).
 
 The house's bounds semantics are kept (the rules' IndexError with numpy's message for an
 index outside ``[-size, size)``; MLX reads or writes out of bounds there): a thread with a
@@ -32,6 +37,7 @@ from ..common.strides import elem_strides as _elem_strides
 from ..primitives import REGISTRY, by_kernel
 from ..rules.indexing import out_of_bounds
 from . import compiled
+from . import bfloat16 as bf16
 from .bfloat16 import BF16Array
 from .reductions import launch_recorded
 
@@ -40,7 +46,8 @@ _MOVE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigne
 _INDEX = {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
           "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int"}
 # (uint64 indices run the rule: one above 2^63 would read as negative here)
-_ADD = {"float32": "float", "float16": "__half", "float64": "double", "int32": "int",
+_ADD = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
+        "float64": "double", "int32": "int",
         "uint32": "unsigned int", "int64": "unsigned long long",
         "uint64": "unsigned long long"}  # (int64 adds as its two's-complement bits)
 _NONE = (1 << 64) - 1  # the bad-position word before any thread lowers it
@@ -63,6 +70,7 @@ def _source(name: str, scatter: bool, elem: str, index: str, ndim: int, axis: in
                 f"{elem}* __restrict__ out")
         move = "    out[t] = a[ao];"
     return f"""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 extern "C" __global__ void {name}({args}, unsigned long long* bad, long long n,
     long long size, {dims}) {{
@@ -169,24 +177,43 @@ def gather_axis(xp, a, indices, *, axis):
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     kw = {"axis": axis, "reduce": reduce}
     ins = (a, indices, updates)
-    if (reduce != "sum" or not _usable(a, indices, updates) or a.dtype.name not in _ADD
+    half = type(a) is BF16Array  # (bfloat16: its storage, ``raw``)
+    ra, ru = (a.raw, bf16.storage(updates)) if half else (a, updates)
+    if (reduce != "sum" or not _usable(ra, indices, ru) or a.dtype.name not in _ADD
             or updates.dtype != a.dtype or indices.dtype.name not in _INDEX):
-        return _fallback("ScatterAxis", "no CUDA scatter_axis kernel for these inputs", xp, ins, kw)
-    out = cupy.array(a, order="C")  # the input copied, never written (rules/indexing.py)
+        return _scatter_rule("no CUDA scatter_axis kernel for these inputs", xp, ins, kw)
+    out = cupy.array(ra, order="C")  # the input copied, never written (rules/indexing.py)
     if indices.size == 0:
-        return out
-    si, su = _elem_strides(indices), _elem_strides(updates)
+        return BF16Array(out) if half else out
+    si, su = _elem_strides(indices), _elem_strides(ru)
     if si is None or su is None or updates.shape != indices.shape:
-        return _fallback("ScatterAxis", "updates not of the indices' shape", xp, ins, kw)
+        return _scatter_rule("updates not of the indices' shape", xp, ins, kw)
     so = _elem_strides(out)
     try:
         why = _run("ScatterAxis", True, _ADD[a.dtype.name], indices.dtype, axis, indices.shape,
-                   (indices, updates, out), (so, si, su), a.shape[axis])
+                   (indices, ru, out), (so, si, su), a.shape[axis])
     except _IndexOut as e:
         _raise_first(indices, e.args[0], a.shape[axis], axis)
     if why:
+        return _scatter_rule(why, xp, ins, kw)
+    return BF16Array(out) if half else out
+
+
+scatter_axis.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
+
+
+def _scatter_rule(why: str, xp, ins: tuple, kw: dict):
+    """The definition's rule where the kernel does not take the call; bfloat16 the way
+    ``bfloat16.rule`` takes it (assigning: its bits moved; a reduction: on float32 copies,
+    rounded back)."""
+    a, indices, updates = ins
+    if type(a) is not BF16Array and type(updates) is not BF16Array:
         return _fallback("ScatterAxis", why, xp, ins, kw)
-    return out
+    if kw["reduce"] == "none":
+        return BF16Array(_fallback("ScatterAxis", why, xp,
+                                   (bf16.storage(a), indices, bf16.storage(updates)), kw))
+    res = _fallback("ScatterAxis", why, xp, (bf16.value(a), indices, bf16.value(updates)), kw)
+    return bf16.cast(res, bf16.BF16)
 
 
 # primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
