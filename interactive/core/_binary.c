@@ -35,7 +35,7 @@ static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
 static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast, *b_adopt, *b_cpu_alloc;
 static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
     dt_np_off;
-static int binary_configured = 0;
+int binary_configured = 0;
 /* the last default stream asked about and whether its memory is the host's */
 static PyObject *host_stream_seen;
 static int host_stream_ok;
@@ -84,7 +84,7 @@ PyObject *configure_binary(PyObject *self, PyObject *kw) {
 }
 
 /* primitive.Primitive(name, stream, **kw) (``kw`` a new dict, stolen; NULL: no parameters) */
-static PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
+PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
     PyObject *defn = PyDict_GetItemWithError(b_registry, name);
     if (defn == NULL) {
         if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "unregistered primitive %U", name);
@@ -139,8 +139,9 @@ PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     return p;
 }
 
-/* the desc of a one-output node of ``prim`` (stolen) over ``descs`` (a new list, stolen) */
-static PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
+/* the desc (``handle`` 0) or the array (1) of a one-output node of ``prim`` (stolen) over
+ * ``descs`` (a new list, stolen) */
+PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
                          int handle) {
     PyObject *flag = NULL, *out = NULL;
     PyObject *node = prim ? record_node_descs(prim, descs, &flag, &dtype, 1) : NULL;

@@ -58,7 +58,7 @@ static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host 
 static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
 /* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
  * layout_view */
-static PyObject *l_transpose_view, *l_reshape_view, *s_axes;
+static PyObject *l_transpose_view, *l_reshape_view, *s_axes, *s_reshape, *s_transpose;
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -96,6 +96,9 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional, and the next */
     Py_XSETREF(l_broadcast_view, bview ? Py_NewRef(bview) : NULL);
     if (s_axes == NULL && (s_axes = PyUnicode_InternFromString("axes")) == NULL) return NULL;
+    if (s_reshape == NULL && (s_reshape = PyUnicode_InternFromString("reshape")) == NULL) return NULL;
+    if (s_transpose == NULL && (s_transpose = PyUnicode_InternFromString("transpose")) == NULL)
+        return NULL;
     PyObject *tview = PyDict_GetItemString(kw, "transpose_view");
     Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
     PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
@@ -932,7 +935,17 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL, *res = NULL;
     if (enabled == NULL) goto done;
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
-    res = call_rule(SLOT(defn, defn_off[F_RULE]), args, n + 1, NULL, kw);
+    PyObject *rule = SLOT(defn, defn_off[F_RULE]);
+    /* rules/shape.py's reshape and transpose: the array's method they call, called here */
+    PyObject *p = n != 1 ? NULL : rule == l_reshape_view ? PyDict_GetItemWithError(kw, s_shape)
+                : rule == l_transpose_view ? PyDict_GetItemWithError(kw, s_axes) : NULL;
+    if (p != NULL) {
+        PyObject *margs[2] = {args[1], p};
+        res = PyObject_VectorcallMethod(rule == l_reshape_view ? s_reshape : s_transpose, margs,
+                                        2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    } else {
+        res = PyErr_Occurred() ? NULL : call_rule(rule, args, n + 1, NULL, kw);
+    }
     if (res == NULL) goto done;
     if (Py_TYPE(res) != (PyTypeObject *)bi->array_type) { rc = 0; goto done; } /* Python: _store */
     if (wrapped) { /* the view of the storage, as the storage type (a bfloat16 array's bits) */

@@ -137,7 +137,9 @@ def _one_axis(shape: tuple, axis: int) -> Optional[tuple]:
     return None
 
 
-def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+def _reduce_py(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+    """Record reduction ``name`` (a Reduce primitive) over ``axis``, then its Squeeze unless
+    ``keepdims``: MLX's axes checks and errors, output dtype and no-op cases."""
     monoid = _monoids.get(name)
     if monoid is None:
         monoid = _monoids[name] = REGISTRY[name].monoid
@@ -299,7 +301,9 @@ _ASIG = ("{0}(a: array, /, axis: None | int = None, keepdims: bool = False, *, "
          "stream: StreamOrDevice = None) -> array")
 
 
-def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+def _arg_reduce_py(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+    """Record ArgReduce ``fname`` (uint32 indices) over ``axis`` (None: the flattened array),
+    then its Squeeze unless ``keepdims``, with MLX's checks and errors."""
     if a.__class__ is array and axis.__class__ is int:
         got = _one_axis(a._d.shape, axis)  # the common case, as _reduce takes it
         if got is not None and 0 not in a._d.shape:
@@ -333,6 +337,36 @@ def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, strea
     return squeeze_axes(out, axes, keepdims, s)
 
 
+_reduce, _arg_reduce = _reduce_py, _arg_reduce_py
+
+
+def _c_reduce() -> None:
+    """``_reduce`` / ``_arg_reduce`` in C (core/_reduce.c: their common case, the same nodes
+    and descs; every other case, errors included, calls the Python versions), where the
+    extension is built and ``settings.c_call`` is on."""
+    from tapescope.kernels.settings import settings
+
+    from . import elementwise  # (its _c_binary: the primitives and nodes made in C)
+
+    if not settings.c_call or elementwise.binary is elementwise.binary_py:
+        return
+    from .. import _call
+
+    every = [d for d in vars(_dt).values() if isinstance(d, _dt.Dtype)]
+    # the input dtypes whose output needs no cast node: a bool sum counts in int32 itself
+    arithmetic = {d: _sum_dtype(d) for d in every if _sum_dtype(d) is d or d is _dt.bool_}
+    same = {d: d for d in every}
+    logical = {d: _dt.bool_ for d in every}
+    tables = {"sum": arithmetic, "prod": arithmetic, "max": same, "min": same, "and": logical,
+              "or": logical}
+    _call.configure_reduce({
+        "array_type": array, "resolve_stream": resolve_stream, "uint32": _dt.uint32,
+        "out_dtypes": {name: tables[REGISTRY[name].monoid]
+                       for name in ("Sum", "Prod", "Max", "Min", "And", "Or")},
+        "reduce_py": _reduce_py, "arg_reduce_py": _arg_reduce_py})
+    globals().update(_reduce=_call.reduce, _arg_reduce=_call.arg_reduce)
+
+
 def argmax(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
            stream: StreamOrDevice = None) -> array:
     """Indices (uint32) of the maxima along ``axis``; ties go to the lowest index."""
@@ -343,6 +377,9 @@ def argmin(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
            stream: StreamOrDevice = None) -> array:
     """Indices (uint32) of the minima along ``axis``; ties go to the lowest index."""
     return _arg_reduce("argmin", a, axis, keepdims, stream)
+
+
+_c_reduce()
 
 
 def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
