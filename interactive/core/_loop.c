@@ -886,16 +886,30 @@ done:
     return rc;
 }
 
+/* whether ``a``'s flags say it is C-contiguous (0 with no error otherwise) */
+static int c_contiguous(PyObject *a) {
+    PyObject *flags = PyObject_GetAttr(a, s_flags);
+    PyObject *c = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    int yes = c == Py_True;
+    Py_XDECREF(flags); Py_XDECREF(c);
+    if (!yes) PyErr_Clear();
+    return yes;
+}
+
 /* A device's view of its first input that never copies (its definition's view strides
- * follow from the parameters: Broadcast, Transpose): the definition's rule with the
- * device's array module, no device context (no kernel runs), the result in the input's
- * buffer (evaluate._store finds that handle by the memory). 1 ran, 0 declined, -1 error. */
+ * follow from the parameters: Broadcast, Transpose, Squeeze, ExpandDims; or a reshape of a
+ * C-contiguous input: Reshape, Flatten, Unflatten): the definition's rule with the device's
+ * array module, no device context (no kernel runs), the result in the input's buffer
+ * (evaluate._store finds that handle by the memory). 1 ran, 0 declined, -1 error. */
 static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject *inputs,
                        PyObject *outputs, BackendInfo *bi) {
     Py_ssize_t n = PyList_GET_SIZE(inputs);
     PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    /* a reshape without view strides may copy: only a C-contiguous input's (checked below) */
+    int reshape = SLOT(defn, defn_off[F_VIEW_STRIDES]) == Py_None;
     if (n < 1 || n + 1 > MAX_RULE_ARGS || PyList_GET_SIZE(outputs) != 1 ||
-        SLOT(defn, defn_off[F_VIEW_STRIDES]) == Py_None || kw == NULL || !PyDict_Check(kw))
+        (reshape && (n != 1 || SLOT(defn, defn_off[F_RULE]) != l_reshape_view)) || kw == NULL ||
+        !PyDict_Check(kw))
         return 0;
     PyObject *args[MAX_RULE_ARGS];
     args[0] = bi->xp;
@@ -927,6 +941,10 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
             return 0;
         }
         args[1 + i] = raw;
+    }
+    if (reshape && !c_contiguous(args[1])) {
+        if (wrapped) Py_DECREF(args[1]);
+        return PyErr_Occurred() ? -1 : 0;
     }
     Py_INCREF(target);
     for (Py_ssize_t i = 0; i <= n; i++) if (!wrapped || i == 0) Py_INCREF(args[i]);

@@ -5,11 +5,13 @@
  * MLX's sum / prod / max / min / all / any (mlx/ops.cpp) record one Reduce primitive over the
  * sorted axes, kept as size 1 (compute_reduce_shape), then ``squeeze(out, sorted_axes)``
  * unless keepdims; argmax / argmin (mlx/ops.cpp argmax) an ArgReduce over one axis, uint32,
- * and the same squeeze. Here, for an mx.array (exactly) and ``keepdims`` True or False:
+ * and the same squeeze; logsumexp over the last axis a LogSumExp (no parameters) and the
+ * same squeeze. Here, for an mx.array (exactly) and ``keepdims`` True or False:
  *
- *   ``axis`` an int (exactly) naming an axis longer than 1, or, for a Reduce, None over an
- *   array with no empty axis and some axis longer than 1 (all axes, a kept shape of ones);
- *   a Reduce's output dtype from the op's table (``out_dtypes[name]``: the input dtypes whose
+ *   ``axis`` an int (exactly) naming an axis longer than 1 (LogSumExp: the last axis, of an
+ *   array with no empty axis), or, for a Reduce, None over an array with no empty axis and
+ *   some axis longer than 1 (all axes, a kept shape of ones);
+ *   the output dtype from the op's table (``out_dtypes[name]``: the input dtypes whose
  *   output needs no cast node; bool sums to int32 as the primitive does), an ArgReduce's
  *   uint32 over an array with no empty axis;
  *   the node recorded as array._make1 records it (_binary.c record1), its primitive as
@@ -19,7 +21,7 @@
 #include "_core.h"
 
 static PyObject *r_array_type, *r_resolve, *r_out_dtypes, *r_uint32, *r_reduce_py, *r_arg_py;
-static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce;
+static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce, *r_lse;
 static Py_ssize_t r_d_off;
 static int reduce_configured = 0;
 
@@ -42,7 +44,8 @@ PyObject *configure_reduce(PyObject *self, PyObject *kw) {
         (r_reduce_type == NULL &&
          (r_reduce_type = PyUnicode_InternFromString("reduce_type")) == NULL) ||
         (r_squeeze == NULL && (r_squeeze = PyUnicode_InternFromString("Squeeze")) == NULL) ||
-        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL))
+        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL) ||
+        (r_lse == NULL && (r_lse = PyUnicode_InternFromString("LogSumExp")) == NULL))
         return NULL;
     reduce_configured = 1;
     Py_RETURN_NONE;
@@ -136,6 +139,19 @@ static PyObject *fall_back(PyObject *fn, PyObject *const *args, Py_ssize_t nargs
     return PyObject_Vectorcall(fn, args, nargs, NULL);
 }
 
+/* whether no axis of ``shape`` is empty (its dimensions Python ints) */
+static int none_empty(PyObject *shape) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        PyObject *n = PyTuple_GET_ITEM(shape, i);
+        int ov = 0;
+        if (!PyLong_CheckExact(n) || (PyLong_AsLongLongAndOverflow(n, &ov) == 0 && !ov)) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* reduce(name, fname, a, axis, keepdims, stream): ops/reduction.py _reduce */
 PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!reduce_configured) {
@@ -153,7 +169,9 @@ PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *shape = d ? SLOT(d, desc_off[D_SHAPE]) : NULL;
     if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(r_reduce_py, args, nargs);
     Py_ssize_t nd = PyTuple_GET_SIZE(shape), axis = axis_of(args[3], nd, 1);
-    if (axis == -2) return fall_back(r_reduce_py, args, nargs);
+    int lse = name == r_lse || (PyUnicode_Check(name) && PyUnicode_Compare(name, r_lse) == 0);
+    if (axis == -2 || (lse && (axis != nd - 1 || !none_empty(shape))))
+        return fall_back(r_reduce_py, args, nargs);
     PyObject *table = PyDict_GetItemWithError(r_out_dtypes, name);
     PyObject *odt = table ? PyDict_GetItemWithError(table, SLOT(d, desc_off[D_DTYPE])) : NULL;
     if (odt == NULL) {
@@ -165,7 +183,8 @@ PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (r <= 0) return r < 0 ? NULL : fall_back(r_reduce_py, args, nargs);
     PyObject *out = NULL, *kw = NULL, *s = PyObject_CallOneArg(r_resolve, args[5]);
     PyObject *axes = s ? axes_tuple(axis, nd) : NULL;
-    if (axes != NULL && (kw = PyDict_New()) != NULL && PyDict_SetItem(kw, r_axes, axes) == 0) {
+    if (axes != NULL && (kw = PyDict_New()) != NULL &&
+        (lse || PyDict_SetItem(kw, r_axes, axes) == 0)) {
         out = record_reduction(new_primitive(name, s, kw), d, kept, odt, axes, squeezed,
                                keep == Py_True, s);
         kw = NULL; /* (new_primitive took it) */
@@ -192,14 +211,7 @@ PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(r_arg_py, args, nargs);
     Py_ssize_t nd = PyTuple_GET_SIZE(shape), axis = axis_of(args[2], nd, 0);
     if (axis < 0) return fall_back(r_arg_py, args, nargs);
-    for (Py_ssize_t i = 0; i < nd; i++) { /* (an empty array: the Python's error) */
-        PyObject *n = PyTuple_GET_ITEM(shape, i);
-        int ov = 0;
-        if (!PyLong_CheckExact(n) || (PyLong_AsLongLongAndOverflow(n, &ov) == 0 && !ov)) {
-            PyErr_Clear();
-            return fall_back(r_arg_py, args, nargs);
-        }
-    }
+    if (!none_empty(shape)) return fall_back(r_arg_py, args, nargs); /* (the Python's error) */
     PyObject *kept, *squeezed;
     int r = shapes_of(shape, axis, &kept, &squeezed);
     if (r <= 0) return r < 0 ? NULL : fall_back(r_arg_py, args, nargs);

@@ -138,8 +138,11 @@ def _one_axis(shape: tuple, axis: int) -> Optional[tuple]:
 
 
 def _reduce_py(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
-    """Record reduction ``name`` (a Reduce primitive) over ``axis``, then its Squeeze unless
-    ``keepdims``: MLX's axes checks and errors, output dtype and no-op cases."""
+    """Record reduction ``name`` (a Reduce primitive, or LogSumExp: logsumexp's) over
+    ``axis``, then its Squeeze unless ``keepdims``: MLX's axes checks and errors, output
+    dtype and no-op cases."""
+    if name == "LogSumExp":
+        return _logsumexp(a, axis, keepdims, stream)
     monoid = _monoids.get(name)
     if monoid is None:
         monoid = _monoids[name] = REGISTRY[name].monoid
@@ -217,6 +220,10 @@ def _float_dtype(d: _dt.Dtype) -> _dt.Dtype:
 
 def _count(fname: str, a: array, axis: Axis) -> tuple[list, int]:
     """Axes validated as MLX's mean does, and how many elements they cover."""
+    if axis.__class__ is int:  # the common case: one axis in range
+        shape = a._d.shape
+        if -len(shape) <= axis < len(shape):
+            return [axis], shape[axis]
     axes = axes_list(fname, a, axis)
     for ax in axes:
         if ax < -a.ndim or ax >= a.ndim:
@@ -257,8 +264,10 @@ def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     if a.__class__ is not array:
         require_array("mean", _SIG.format("mean"), a)
     axes, n = _count("mean", a, axis)
-    dtype = _float_dtype(a.dtype)
-    total = sum(a, axes, keepdims, stream=stream)
+    dtype = _float_dtype(a._d.dtype)
+    # (``axis`` itself where it is an int or None: the axes it names, sum's common case)
+    total = _reduce("Sum", "sum", a, axis if axis is None or axis.__class__ is int else axes,
+                    keepdims, stream)
     return op("multiply")(total, number_of_elements(a, axes, True, dtype, n, stream), stream=stream)
 
 
@@ -323,8 +332,8 @@ def _arg_reduce_py(fname: str, a: array, axis: Optional[int], keepdims: bool, st
         out = _arg_reduce(fname, flat, 0, True, s)
         if keepdims:
             return op("expand_dims")(out, list(range(1, a.ndim)), stream=s) if a.ndim > 1 else (
-                out if a.ndim == 1 else op("squeeze")(out, stream=s))
-        return op("squeeze")(out, stream=s)
+                out if a.ndim == 1 else squeeze_axes(out, (0,), False, s))
+        return squeeze_axes(out, (0,), False, s)  # (squeeze(out)'s node: the (1,) to ())
     axis = check_int(fname, axis)
     if a.size == 0:  # before the axis's check, as MLX's argmax / argmin
         raise ValueError(f"[{fname}] Cannot {fname} reduce zero size array.")
@@ -359,12 +368,14 @@ def _c_reduce() -> None:
     logical = {d: _dt.bool_ for d in every}
     tables = {"sum": arithmetic, "prod": arithmetic, "max": same, "min": same, "and": logical,
               "or": logical}
-    _call.configure_reduce({
-        "array_type": array, "resolve_stream": resolve_stream, "uint32": _dt.uint32,
-        "out_dtypes": {name: tables[REGISTRY[name].monoid]
-                       for name in ("Sum", "Prod", "Max", "Min", "And", "Or")},
-        "reduce_py": _reduce_py, "arg_reduce_py": _arg_reduce_py})
-    globals().update(_reduce=_call.reduce, _arg_reduce=_call.arg_reduce)
+    out_dtypes = {name: tables[REGISTRY[name].monoid]
+                  for name in ("Sum", "Prod", "Max", "Min", "And", "Or")}
+    # logsumexp computes in at_least_float: the inexact dtypes but complex (its composition)
+    out_dtypes["LogSumExp"] = {d: d for d in every if _dt.is_inexact(d) and d is not _dt.complex64}
+    config = {"array_type": array, "resolve_stream": resolve_stream, "uint32": _dt.uint32,
+              "out_dtypes": out_dtypes, "reduce_py": _reduce_py, "arg_reduce_py": _arg_reduce_py}
+    _call.configure_reduce(config)
+    globals().update(_reduce=_call.reduce, _arg_reduce=_call.arg_reduce, _reduce_config=config)
 
 
 def argmax(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
@@ -385,6 +396,12 @@ _c_reduce()
 def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
               stream: StreamOrDevice = None) -> array:
     """``log(sum(exp(a)))`` computed stably; where the maximum is +-inf, the maximum."""
+    return _reduce("LogSumExp", "logsumexp", a, axis, keepdims, stream)
+
+
+def _logsumexp(a: array, axis: Axis, keepdims: bool, stream) -> array:
+    """logsumexp's recording: MLX's LogSumExp primitive over the last axis, its composition
+    otherwise, MLX's checks and errors."""
     if a.__class__ is not array:
         require_array("logsumexp", _SIG.format("logsumexp"), a)
     axes = axes_list("logsumexp", a, axis)
