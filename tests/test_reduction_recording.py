@@ -25,7 +25,7 @@ from conftest import mlx_ref, requires_mlx
 
 SETTINGS = settings(max_examples=60, deadline=None)
 REDUCE = {"sum": "Sum", "prod": "Prod", "max": "Max", "min": "Min", "all": "And", "any": "Or",
-          "logsumexp": "LogSumExp"}
+          "logsumexp": "LogSumExp"}  # (the op, the primitive it records)
 DTYPES = ["bool_", "uint8", "int8", "int16", "int32", "uint32", "float16", "float32",
           "bfloat16", "complex64"]
 
@@ -82,8 +82,12 @@ def test_reduce_records_what_the_python_reference_records(case, fname):
     shape, dtype, axis, keepdims = case
     a = _input(shape, dtype)
     name = REDUCE[fname]
-    got = recorded(lambda: red._reduce(name, fname, a, axis, keepdims, None))
-    want = recorded(lambda: red._reduce_py(name, fname, a, axis, keepdims, None))
+    if fname == "logsumexp":
+        got = recorded(lambda: red._last_reduce(name, a, axis, keepdims, None))
+        want = recorded(lambda: red._last_reduce_py(name, a, axis, keepdims, None))
+    else:
+        got = recorded(lambda: red._reduce(name, fname, a, axis, keepdims, None))
+        want = recorded(lambda: red._reduce_py(name, fname, a, axis, keepdims, None))
     assert got == want
 
 
@@ -103,7 +107,7 @@ def test_the_c_recording_takes_the_common_cases():
     """The common cases are C's (no Python frame of the reference runs), the others the
     reference's: the C's declines call it."""
     calls = []
-    py, arg_py = red._reduce_py, red._arg_reduce_py
+    py, arg_py, last_py = red._reduce_py, red._arg_reduce_py, red._last_reduce_py
     from tapescope.core import _call
 
     def spy(f):
@@ -114,7 +118,8 @@ def test_the_c_recording_takes_the_common_cases():
 
     a = _input((3, 4), "float32")
     try:
-        _call.configure_reduce({**red._reduce_config, "reduce_py": spy(py), "arg_reduce_py": spy(arg_py)})
+        _call.configure_reduce({**red._reduce_config, "reduce_py": spy(py),
+                                "arg_reduce_py": spy(arg_py), "last_reduce_py": spy(last_py)})
         mx.sum(a, -1), mx.max(a, axis=0, keepdims=True), mx.sum(a), mx.argmax(a, 1)
         mx.logsumexp(a, -1), mx.mean(a, -1), mx.all(a, 1)
         assert calls == []
@@ -128,8 +133,30 @@ def test_the_c_recording_takes_the_common_cases():
         _call.configure_reduce(red._reduce_config)
 
 
+@SETTINGS
+@given(cases(), st.sampled_from(["softmax", "mean", "logsumexp", "sum", "argmax"]),
+       st.booleans())
+def test_an_int_axis_records_what_its_list_records(case, fname, precise):
+    """softmax / mean / logsumexp / sum / argmax over an int axis (their common cases) record
+    the graph that the same axis given as a one-element list records (the general path)."""
+    shape, dtype, axis, keepdims = case
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        axis = -1
+    a = _input(shape, dtype)
+    if fname == "softmax":
+        call = lambda ax: mx.softmax(a, ax, precise=precise)  # noqa: E731
+    elif fname == "argmax":  # (its general path: axis as an __index__ object)
+        call = lambda ax: mx.argmax(a, ax if ax == axis else np.int64(axis), bool(keepdims))  # noqa: E731
+    else:
+        call = lambda ax: getattr(mx, fname)(a, ax, bool(keepdims))  # noqa: E731
+    assert recorded(lambda: call(axis)) == recorded(lambda: call([axis] if fname != "argmax" else None))
+
+
 def _ref(fname, x, axis, keepdims):
     x64 = x.astype(np.float64)
+    if fname == "softmax":
+        e = np.exp(x64 - np.max(x64, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
     if fname == "logsumexp":
         m = np.max(x64, axis=axis, keepdims=True)
         out = np.log(np.sum(np.exp(x64 - m), axis=axis, keepdims=True)) + m
@@ -139,13 +166,16 @@ def _ref(fname, x, axis, keepdims):
 
 @SETTINGS
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data(), st.booleans(),
-       st.sampled_from(["sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin"]))
+       st.sampled_from(["sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin",
+                        "softmax"]))
 def test_values_match_numpy_float64(shape, data, keepdims, fname):
     nd = len(shape)
-    axis = data.draw(st.one_of(st.integers(-nd, nd - 1), st.none()) if fname != "logsumexp"
+    last = fname in ("logsumexp", "softmax")
+    axis = data.draw(st.one_of(st.integers(-nd, nd - 1), st.none()) if not last
                      else st.sampled_from([-1, nd - 1]))
     x = np.random.default_rng(sum(shape)).uniform(-2, 2, shape).astype(np.float32)
-    got = getattr(mx, fname)(mx.array(x), axis=axis, keepdims=keepdims)
+    got = (mx.softmax(mx.array(x), axis=axis) if fname == "softmax"
+           else getattr(mx, fname)(mx.array(x), axis=axis, keepdims=keepdims))
     want = _ref(fname, x, axis, keepdims)
     assert got.shape == np.shape(want)
     if fname.startswith("arg"):
@@ -166,6 +196,27 @@ def test_shapes_dtypes_and_errors_match_mlx(case, fname):
     def run(m):
         x = m.array(np.ones(shape, np.float32)).astype(getattr(m, dtype))
         return getattr(m, fname)(x, axis=axis, keepdims=keepdims)
+
+    try:
+        want = run(mlx_ref)
+        mlx_ref.eval(want)
+    except Exception as e:  # noqa: BLE001
+        with pytest.raises(type(e)):
+            mx.eval(run(mx))
+        return
+    got = run(mx)
+    assert got.shape == tuple(want.shape) and str(got.dtype) == str(want.dtype)
+
+
+@requires_mlx
+@SETTINGS
+@given(cases(), st.booleans())
+def test_softmax_shapes_dtypes_and_errors_match_mlx(case, precise):
+    shape, dtype, axis, _ = case
+
+    def run(m):
+        x = m.array(np.ones(shape, np.float32)).astype(getattr(m, dtype))
+        return m.softmax(x, axis=axis, precise=precise)
 
     try:
         want = run(mlx_ref)

@@ -847,6 +847,8 @@ static PyMethodDef methods[] = {
      "Hand over ops/reduction.py's tables and Python paths (a dict; _reduce.c)."},
     {"reduce", (PyCFunction)(void (*)(void))py_reduce, METH_FASTCALL,
      "reduce(name, fname, a, axis, keepdims, stream): ops/reduction.py _reduce (_reduce.c)."},
+    {"last_reduce", (PyCFunction)(void (*)(void))py_last_reduce, METH_FASTCALL,
+     "last_reduce(name, a, axis, keepdims, stream): ops/reduction.py _last_reduce (_reduce.c)."},
     {"arg_reduce", (PyCFunction)(void (*)(void))py_arg_reduce, METH_FASTCALL,
      "arg_reduce(fname, a, axis, keepdims, stream): ops/reduction.py _arg_reduce (_reduce.c)."},
     {"handles", (PyCFunction)handles, METH_O,

@@ -51,6 +51,7 @@ PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dt
 PyObject *configure_reduce(PyObject *self, PyObject *kw);
 PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_last_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _fields.c */
 PyObject *configure_fields(PyObject *self, PyObject *kw);

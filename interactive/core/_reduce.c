@@ -11,31 +11,36 @@
  *   ``axis`` an int (exactly) naming an axis longer than 1 (LogSumExp: the last axis, of an
  *   array with no empty axis), or, for a Reduce, None over an array with no empty axis and
  *   some axis longer than 1 (all axes, a kept shape of ones);
- *   the output dtype from the op's table (``out_dtypes[name]``: the input dtypes whose
- *   output needs no cast node; bool sums to int32 as the primitive does), an ArgReduce's
- *   uint32 over an array with no empty axis;
+ *   a Reduce's output dtype from its table (``out_dtypes[name]``, from the definitions'
+ *   monoids: the input dtypes whose output needs no cast node; bool sums to int32 as the
+ *   primitive does), a LogSumExp's its input's (``float_dtypes``: inexact but complex), an
+ *   ArgReduce's uint32 over an array with no empty axis;
  *   the node recorded as array._make1 records it (_binary.c record1), its primitive as
  *   Primitive(name, stream, axes=axes) (ArgReduce: reduce_type=fname, axis=ax) makes it, the
  *   Squeeze's as squeeze_axes makes it (shape=the squeezed shape, axes=the sorted axes).
  */
 #include "_core.h"
 
-static PyObject *r_array_type, *r_resolve, *r_out_dtypes, *r_uint32, *r_reduce_py, *r_arg_py;
-static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce, *r_lse;
+static PyObject *r_array_type, *r_resolve, *r_out_dtypes, *r_float_dtypes, *r_uint32,
+    *r_reduce_py, *r_last_py, *r_arg_py;
+static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce;
 static Py_ssize_t r_d_off;
 static int reduce_configured = 0;
 
 PyObject *configure_reduce(PyObject *self, PyObject *kw) {
-    static const char *const names[] = {"array_type", "resolve_stream", "out_dtypes", "uint32",
-                                        "reduce_py", "arg_reduce_py"};
-    PyObject **const slots[] = {&r_array_type, &r_resolve, &r_out_dtypes, &r_uint32,
-                                &r_reduce_py, &r_arg_py};
+    static const char *const names[] = {"array_type", "resolve_stream", "out_dtypes",
+                                        "float_dtypes", "uint32", "reduce_py",
+                                        "last_reduce_py", "arg_reduce_py"};
+    PyObject **const slots[] = {&r_array_type, &r_resolve, &r_out_dtypes, &r_float_dtypes,
+                                &r_uint32, &r_reduce_py, &r_last_py, &r_arg_py};
     reduce_configured = 0;
     if (take_all(kw, "configure_reduce", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
-    if (!PyType_Check(r_array_type) || !PyDict_Check(r_out_dtypes) || !binary_configured) {
+    if (!PyType_Check(r_array_type) || !PyDict_Check(r_out_dtypes) ||
+        !PyDict_Check(r_float_dtypes) || !binary_configured) {
         PyErr_SetString(PyExc_TypeError, "configure_reduce: the array type, the out dtypes (a "
-                                         "dict of dicts), after configure_binary");
+                                         "dict of dicts), the float dtypes (a dict), after "
+                                         "configure_binary");
         return NULL;
     }
     if ((r_d_off = slot_offset(r_array_type, "_d")) < 0) return NULL;
@@ -44,8 +49,7 @@ PyObject *configure_reduce(PyObject *self, PyObject *kw) {
         (r_reduce_type == NULL &&
          (r_reduce_type = PyUnicode_InternFromString("reduce_type")) == NULL) ||
         (r_squeeze == NULL && (r_squeeze = PyUnicode_InternFromString("Squeeze")) == NULL) ||
-        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL) ||
-        (r_lse == NULL && (r_lse = PyUnicode_InternFromString("LogSumExp")) == NULL))
+        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL))
         return NULL;
     reduce_configured = 1;
     Py_RETURN_NONE;
@@ -152,39 +156,40 @@ static int none_empty(PyObject *shape) {
     return 1;
 }
 
-/* reduce(name, fname, a, axis, keepdims, stream): ops/reduction.py _reduce */
-PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (!reduce_configured) {
-        PyErr_SetString(PyExc_RuntimeError, "reduce: not configured");
-        return NULL;
-    }
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "reduce(name, fname, a, axis, keepdims, stream)");
-        return NULL;
-    }
-    PyObject *name = args[0], *a = args[2], *keep = args[4];
+enum { AXES, LAST, ARG }; /* a Reduce (its axes), LogSumExp (the last axis), an ArgReduce */
+
+/* the common case of a reduction of kind ``kind`` of ``a`` over ``axis`` into ``name``'s
+ * node (``fname``: an ArgReduce's reduce_type), else ``py(*args)`` */
+static PyObject *reduction(int kind, PyObject *name, PyObject *fname, PyObject *a,
+                           PyObject *axis_arg, PyObject *keep, PyObject *stream, PyObject *py,
+                           PyObject *const *args, Py_ssize_t nargs) {
     if ((PyObject *)Py_TYPE(a) != r_array_type || (keep != Py_True && keep != Py_False))
-        return fall_back(r_reduce_py, args, nargs);
+        return fall_back(py, args, nargs);
     PyObject *d = SLOT(a, r_d_off);
     PyObject *shape = d ? SLOT(d, desc_off[D_SHAPE]) : NULL;
-    if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(r_reduce_py, args, nargs);
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape), axis = axis_of(args[3], nd, 1);
-    int lse = name == r_lse || (PyUnicode_Check(name) && PyUnicode_Compare(name, r_lse) == 0);
-    if (axis == -2 || (lse && (axis != nd - 1 || !none_empty(shape))))
-        return fall_back(r_reduce_py, args, nargs);
-    PyObject *table = PyDict_GetItemWithError(r_out_dtypes, name);
-    PyObject *odt = table ? PyDict_GetItemWithError(table, SLOT(d, desc_off[D_DTYPE])) : NULL;
-    if (odt == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        return fall_back(r_reduce_py, args, nargs); /* (a cast first, or no table) */
+    if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(py, args, nargs);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), axis = axis_of(axis_arg, nd, kind == AXES);
+    if (axis == -2 || (kind == LAST && axis != nd - 1) ||
+        (kind != AXES && !none_empty(shape))) /* (an empty array: the Python's error) */
+        return fall_back(py, args, nargs);
+    PyObject *odt = r_uint32;
+    if (kind != ARG) {
+        PyObject *table = kind == LAST ? r_float_dtypes : PyDict_GetItemWithError(r_out_dtypes, name);
+        odt = table ? PyDict_GetItemWithError(table, SLOT(d, desc_off[D_DTYPE])) : NULL;
+        if (odt == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            return fall_back(py, args, nargs); /* (a cast first, or no table) */
+        }
     }
     PyObject *kept, *squeezed;
     int r = shapes_of(shape, axis, &kept, &squeezed);
-    if (r <= 0) return r < 0 ? NULL : fall_back(r_reduce_py, args, nargs);
-    PyObject *out = NULL, *kw = NULL, *s = PyObject_CallOneArg(r_resolve, args[5]);
+    if (r <= 0) return r < 0 ? NULL : fall_back(py, args, nargs);
+    PyObject *out = NULL, *kw = NULL, *s = PyObject_CallOneArg(r_resolve, stream);
     PyObject *axes = s ? axes_tuple(axis, nd) : NULL;
     if (axes != NULL && (kw = PyDict_New()) != NULL &&
-        (lse || PyDict_SetItem(kw, r_axes, axes) == 0)) {
+        (kind == LAST || (kind == AXES && PyDict_SetItem(kw, r_axes, axes) == 0) ||
+         (kind == ARG && PyDict_SetItem(kw, r_reduce_type, fname) == 0 &&
+          PyDict_SetItem(kw, r_axis, PyTuple_GET_ITEM(axes, 0)) == 0))) {
         out = record_reduction(new_primitive(name, s, kw), d, kept, odt, axes, squeezed,
                                keep == Py_True, s);
         kw = NULL; /* (new_primitive took it) */
@@ -193,37 +198,37 @@ PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return out;
 }
 
+static int usable(const char *who, Py_ssize_t nargs, Py_ssize_t want, const char *usage) {
+    if (!reduce_configured) {
+        PyErr_Format(PyExc_RuntimeError, "%s: not configured", who);
+        return 0;
+    }
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    return 1;
+}
+
+/* reduce(name, fname, a, axis, keepdims, stream): ops/reduction.py _reduce */
+PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!usable("reduce", nargs, 6, "reduce(name, fname, a, axis, keepdims, stream)")) return NULL;
+    return reduction(AXES, args[0], args[1], args[2], args[3], args[4], args[5], r_reduce_py,
+                     args, nargs);
+}
+
+/* last_reduce(name, a, axis, keepdims, stream): ops/reduction.py _last_reduce */
+PyObject *py_last_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!usable("last_reduce", nargs, 5, "last_reduce(name, a, axis, keepdims, stream)"))
+        return NULL;
+    return reduction(LAST, args[0], NULL, args[1], args[2], args[3], args[4], r_last_py, args,
+                     nargs);
+}
+
 /* arg_reduce(fname, a, axis, keepdims, stream): ops/reduction.py _arg_reduce */
 PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (!reduce_configured) {
-        PyErr_SetString(PyExc_RuntimeError, "arg_reduce: not configured");
+    if (!usable("arg_reduce", nargs, 5, "arg_reduce(fname, a, axis, keepdims, stream)"))
         return NULL;
-    }
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "arg_reduce(fname, a, axis, keepdims, stream)");
-        return NULL;
-    }
-    PyObject *fname = args[0], *a = args[1], *keep = args[3];
-    if ((PyObject *)Py_TYPE(a) != r_array_type || (keep != Py_True && keep != Py_False))
-        return fall_back(r_arg_py, args, nargs);
-    PyObject *d = SLOT(a, r_d_off);
-    PyObject *shape = d ? SLOT(d, desc_off[D_SHAPE]) : NULL;
-    if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(r_arg_py, args, nargs);
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape), axis = axis_of(args[2], nd, 0);
-    if (axis < 0) return fall_back(r_arg_py, args, nargs);
-    if (!none_empty(shape)) return fall_back(r_arg_py, args, nargs); /* (the Python's error) */
-    PyObject *kept, *squeezed;
-    int r = shapes_of(shape, axis, &kept, &squeezed);
-    if (r <= 0) return r < 0 ? NULL : fall_back(r_arg_py, args, nargs);
-    PyObject *out = NULL, *kw = NULL, *s = PyObject_CallOneArg(r_resolve, args[4]);
-    PyObject *axes = s ? axes_tuple(axis, nd) : NULL;
-    if (axes != NULL && (kw = PyDict_New()) != NULL &&
-        PyDict_SetItem(kw, r_reduce_type, fname) == 0 &&
-        PyDict_SetItem(kw, r_axis, PyTuple_GET_ITEM(axes, 0)) == 0) {
-        out = record_reduction(new_primitive(r_argreduce, s, kw), d, kept, r_uint32, axes,
-                               squeezed, keep == Py_True, s);
-        kw = NULL;
-    }
-    Py_XDECREF(kw); Py_XDECREF(axes); Py_XDECREF(s); Py_DECREF(kept); Py_DECREF(squeezed);
-    return out;
+    return reduction(ARG, r_argreduce, args[0], args[1], args[2], args[3], args[4], r_arg_py,
+                     args, nargs);
 }
