@@ -1234,10 +1234,13 @@ static int run_host(PyObject *node) {
     } else if (from_plan) {
         /* launched by the backend's C launch above */
     } else if (view) { /* the host's Broadcast, Transpose and reshapes made here, else the rule */
+        /* (Transpose and the reshape family found by their definition's rule: the backend's
+         * own rule in C, cpu/_views.c's, makes the same view through the array's method) */
+        PyObject *drule = SLOT(defn, defn_off[F_RULE]);
         res = !bi->host || n != 1 ? NULL
               : rule == l_broadcast_view ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape))
-              : rule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
-              : rule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
+              : drule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
+              : drule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
               : NULL;
         if (res == NULL && !PyErr_Occurred()) res = call_rule(rule, args, n + 1, NULL, kw);
     } else if (out != NULL &&
