@@ -54,6 +54,7 @@ def ops(mx, x, y, t, qkv=None):
     sm, xe = mx.compile(softmax), mx.compile(xent)
     return {
         "add16": lambda: y + y,
+        "mul_scalar16": lambda: y * 0.5,
         "sum_last": lambda: mx.sum(x, axis=-1),
         "sum_last_keep": lambda: mx.sum(x, axis=-1, keepdims=True),
         "max_last": lambda: mx.max(x, axis=-1),

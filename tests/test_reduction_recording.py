@@ -254,6 +254,22 @@ for name, f in ops.items():
     out[name] = {"paths": {k: v for k, v in ev.dispatch_counts().items() if v},
                  "shape": list(y.shape), "shares": y._d.buffer is a._d.buffer, "value": None if name in ("sum", "argmax_all")
                  else np.array(y).astype(np.float64).ravel().tolist()}
+# a Python scalar's 0-d array on the GPU stream, made in C (core/_binary.c), against the
+# Python path's desc (convert.py _scalar: ArrayDesc over numpy's 0-d array, import_host)
+from tapescope.core.array import ArrayDesc
+from tapescope.core.ops import convert
+from tapescope.kernels.allocator import allocator
+from tapescope.core import _call
+made = _call.scalar(0.25, mx.float32)  # (None: declined, convert.py's Python makes it)
+out["c_made"] = made is not None
+c = (made if made is not None else convert._scalar(0.25, mx.float32))._d
+py = ArrayDesc((), mx.float32, mx.default_stream(mx.gpu), data=np.array(0.25, np.float32))
+y = a * 0.25
+w = y._d.node.inputs[1].node.inputs[0]  # the weak float under its Broadcast
+out["scalar"] = [[type(d.data).__name__, d.data.shape, float(d.data), str(d.stream),
+                  d.buffer.allocator is allocator("cpu"), d.node is None] for d in (c, py, w)]
+mx.eval(y)
+out["times"] = np.array(y).astype(np.float64).ravel().tolist()
 print("RESULT" + json.dumps(out))
 """
 
@@ -262,7 +278,8 @@ def test_device_reshape_views_are_made_in_c_and_match_numpy():
     """Over the stand-in CUDA stack (its kernels run nothing: the views' values are the
     device copy's): Squeeze, ExpandDims, and Flatten / Reshape of a contiguous array are
     views made by the eval loop in C (the 'view' path, no Python rule); a Reshape of a
-    transposed array copies (the Python path's rule, its own buffer), as before."""
+    transposed array copies (the Python path's rule, its own buffer), as before; a Python
+    scalar's 0-d array on the GPU stream is made in C as the Python path makes it."""
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("no C compiler for the stand-in driver")
     env = dict(os.environ, TAPESCOPE_CUDA="1")
@@ -289,3 +306,9 @@ def test_device_reshape_views_are_made_in_c_and_match_numpy():
     for k in ("flatten", "reshape", "expand", "squeeze"):
         assert got[k]["shares"], k  # the input's buffer
     assert not got["transposed"]["shares"]  # a copy of its own: the Python path's
+    # a Python scalar on the GPU stream: C's desc is the Python path's (host data, adopted
+    # by the CPU's allocator, on the GPU stream); the product's values need a real kernel
+    assert got["c_made"]
+    c, py, weak = got["scalar"]
+    assert c == py == weak == ["ndarray", [], 0.25, "Stream(Device(gpu, 0), 0)", True, True]
+    assert len(got["times"]) == 24

@@ -11,8 +11,9 @@
  *   float32 (convert.py ``_weak_float``), and when it fits that dtype (float32 / complex64
  *   / float64 / float16; NaN, inf, bfloat16 and any other operand go through convert.py's
  *   ``to_array``) its 0-d array is made here as ``_scalar`` makes it (an ArrayDesc over
- *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when that
- *   stream's memory is the host's);
+ *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when a scalar's
+ *   array there is host data: the host's streams, and a device's whose allocator keeps
+ *   its scalars on the host, ``scalars_on_host``: CUDA's);
  *   the compute dtype is ``dtype`` (the caller's) or the operands' (promote_types when they
  *   differ), an operand of another dtype cast (convert.py ``cast``);
  *   equal shapes need nothing; a 0-d operand broadcasts to the other's shape; otherwise
@@ -166,8 +167,9 @@ static PyObject *list2(PyObject *x, PyObject *y) { /* a new list of x (and y), n
     return l;
 }
 
-/* whether ``stream``'s memory is the host's (host_stream(stream), remembered for the last
- * stream asked about); -1 on error */
+/* whether a scalar's 0-d array on ``stream`` is host data (host_stream(stream): the host's
+ * memory, or a device's that keeps scalars there), remembered for the last stream asked
+ * about; -1 on error */
 static int host_memory(PyObject *stream) {
     if (stream == host_stream_seen) return host_stream_ok;
     PyObject *r = PyObject_CallOneArg(b_host_stream, stream);
@@ -184,8 +186,8 @@ static int host_memory(PyObject *stream) {
 static PyObject *the_default_stream(void) { return PyObject_CallOneArg(b_resolve, Py_None); }
 
 /* convert.py ``_scalar(v, dt)``'s desc (``v`` known to fit ``dt``): 1 and ``*out`` (a new
- * reference), 0 when the default stream's memory is not the host's (``_scalar`` makes it
- * there), -1 on error */
+ * reference), 0 when a scalar's array on the default stream is not host data (``_scalar``
+ * makes it there), -1 on error */
 static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
     PyObject *stream = the_default_stream();
     if (stream == NULL) return -1;
