@@ -274,6 +274,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
+@in_c
 def test_device_reshape_views_are_made_in_c_and_match_numpy():
     """Over the stand-in CUDA stack (its kernels run nothing: the views' values are the
     device copy's): Squeeze, ExpandDims, and Flatten / Reshape of a contiguous array are

@@ -353,9 +353,9 @@ def _multiply(a: array, b: array, stream) -> array:
 
 
 def _c_reduce() -> None:
-    """``_reduce`` / ``_arg_reduce`` in C (core/_reduce.c: their common case, the same nodes
-    and descs; every other case, errors included, calls the Python versions), where the
-    extension is built and ``settings.c_call`` is on."""
+    """``_reduce`` / ``_arg_reduce`` / ``_last_reduce`` in C (core/_reduce.c: their common
+    case, the same nodes and descs; every other case, errors included, calls the Python
+    versions), where the extension is built and ``settings.c_call`` is on."""
     from tapescope.kernels.settings import settings
 
     if not settings.c_call or elementwise.binary is elementwise.binary_py:
