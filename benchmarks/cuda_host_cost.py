@@ -12,7 +12,7 @@ driver's ``fake_measured`` instruments and dumps ``--calls`` calls of each op al
 file each; ``callgrind_totals`` below reads them).
 
     TAPESCOPE_CUDA=1 python benchmarks/cuda_host_cost.py [ops...] [--calls 200] [--callgrind]
-        [--no-plan] [--keys 256]
+        [--no-plan] [--keys 256] [--device cpu]
 """
 
 from __future__ import annotations
@@ -57,10 +57,13 @@ def ops(mx, x, y, t, qkv=None, qw=None):
     sm, xe = mx.compile(softmax), mx.compile(xent)
     return {
         "add16": lambda: y + y,
+        "mul_scalar16": lambda: y * 0.5,
         "sum_last": lambda: mx.sum(x, axis=-1),
         "sum_last_keep": lambda: mx.sum(x, axis=-1, keepdims=True),
         "max_last": lambda: mx.max(x, axis=-1),
         "argmax_last": lambda: mx.argmax(x, axis=-1),
+        "argmax_all": lambda: mx.argmax(x),
+        "mean_last": lambda: mx.mean(x, axis=-1),
         "sum_first": lambda: mx.sum(x, axis=0),
         "sum_all": lambda: mx.sum(x),
         "logsumexp": lambda: mx.logsumexp(x, axis=-1),
@@ -95,6 +98,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--shape", default="4096,128")
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                    help="the default device the ops run on (cpu: the same recording and the"
+                         " CPU's eval loop, still measured through the stand-in driver's hook)")
     ap.add_argument("--no-plan", action="store_true",
                     help="decoding attention and quantized_matmul without their plans: the "
                     "rules' Python launches each call")
@@ -106,7 +112,7 @@ def main(argv=None) -> int:
     import tapescope.core as mx
     from tapescope.core import evaluate as ev
 
-    mx.set_default_device(mx.gpu)
+    mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
     rows, cols = (int(v) for v in args.shape.split(","))
     rng = np.random.default_rng(0)
     x = mx.add(mx.array(rng.standard_normal((rows, cols)).astype(np.float32)), 0)

@@ -451,6 +451,10 @@ class PyAllocator:
         o = _owner(data)
         return o if isinstance(o, np.ndarray) and o.flags.owndata else None
 
+    # whether import_host keeps a 0-d array on the host, adopted by the CPU's allocator (as
+    # this allocator's own arrays are numpy's, or a device's that keeps its scalars there)
+    scalars_on_host = False
+
     def import_host(self, data: Any, stream: Any) -> tuple:
         """Host data of a new array of this device, as (device array, BufferHandle); asked
         only of a device whose arrays are not numpy's (host data is adopted as is)."""

@@ -12,8 +12,9 @@
  *   / float64 / float16 / bfloat16, the 16-bit ones rounded from the float32; NaN, inf and
  *   any other operand go through convert.py's
  *   ``to_array``) its 0-d array is made here as ``_scalar`` makes it (an ArrayDesc over
- *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when that
- *   stream's memory is the host's);
+ *   numpy's 0-d array, adopted by the CPU allocator, on the default stream when a scalar's
+ *   array there is host data: the host's streams, and a device's whose allocator keeps
+ *   its scalars on the host, ``scalars_on_host``: CUDA's);
  *   the compute dtype is ``dtype`` (the caller's) or the operands' (promote_types when they
  *   differ), an operand of another dtype cast (convert.py ``cast``);
  *   equal shapes need nothing; a 0-d operand broadcasts to the other's shape; otherwise
@@ -36,7 +37,7 @@ static PyObject *b_prim_type, *b_registry, *b_promote, *b_to_array, *b_cast,
 static PyObject *b_cpu, *b_shape_key, *b_empty, *b_zero, *b_broadcast, *b_adopt, *b_cpu_alloc;
 static Py_ssize_t p_name_off, p_params_off, p_kw_off, p_stream_off, p_defn_off, b_d_off,
     dt_np_off;
-static int binary_configured = 0;
+int binary_configured = 0;
 /* the last default stream asked about and whether its memory is the host's */
 static PyObject *host_stream_seen;
 static int host_stream_ok;
@@ -85,7 +86,7 @@ PyObject *configure_binary(PyObject *self, PyObject *kw) {
 }
 
 /* primitive.Primitive(name, stream, **kw) (``kw`` a new dict, stolen; NULL: no parameters) */
-static PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
+PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw) {
     PyObject *defn = PyDict_GetItemWithError(b_registry, name);
     if (defn == NULL) {
         if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "unregistered primitive %U", name);
@@ -140,8 +141,9 @@ PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     return p;
 }
 
-/* the desc of a one-output node of ``prim`` (stolen) over ``descs`` (a new list, stolen) */
-static PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
+/* the desc (``handle`` 0) or the array (1) of a one-output node of ``prim`` (stolen) over
+ * ``descs`` (a new list, stolen) */
+PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype,
                          int handle) {
     PyObject *flag = NULL, *out = NULL;
     PyObject *node = prim ? record_node_descs(prim, descs, &flag, &dtype, 1) : NULL;
@@ -166,8 +168,9 @@ static PyObject *list2(PyObject *x, PyObject *y) { /* a new list of x (and y), n
     return l;
 }
 
-/* whether ``stream``'s memory is the host's (host_stream(stream), remembered for the last
- * stream asked about); -1 on error */
+/* whether a scalar's 0-d array on ``stream`` is host data (host_stream(stream): the host's
+ * memory, or a device's that keeps scalars there), remembered for the last stream asked
+ * about; -1 on error */
 static int host_memory(PyObject *stream) {
     if (stream == host_stream_seen) return host_stream_ok;
     PyObject *r = PyObject_CallOneArg(b_host_stream, stream);
@@ -184,8 +187,8 @@ static int host_memory(PyObject *stream) {
 static PyObject *the_default_stream(void) { return PyObject_CallOneArg(b_resolve, Py_None); }
 
 /* convert.py ``_scalar(v, dt)``'s desc (``v`` known to fit ``dt``): 1 and ``*out`` (a new
- * reference), 0 when the default stream's memory is not the host's (``_scalar`` makes it
- * there), -1 on error */
+ * reference), 0 when a scalar's array on the default stream is not host data (``_scalar``
+ * makes it there), -1 on error */
 static int scalar_desc(PyObject *v, PyObject *dt, PyObject **out) {
     PyObject *stream = the_default_stream();
     if (stream == NULL) return -1;

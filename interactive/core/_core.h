@@ -41,6 +41,17 @@ PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyO
 PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames);
+/* Primitive(name, stream, **kw) (kw stolen, NULL: none) and a one-output node's desc or array
+ * (record1: prim and descs stolen), the ops in C share them (after configure_binary) */
+extern int binary_configured;
+PyObject *new_primitive(PyObject *name, PyObject *stream, PyObject *kw);
+PyObject *record1(PyObject *prim, PyObject *descs, PyObject *shape, PyObject *dtype, int handle);
+
+/* _reduce.c */
+PyObject *configure_reduce(PyObject *self, PyObject *kw);
+PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_last_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _fields.c */
 PyObject *configure_fields(PyObject *self, PyObject *kw);

@@ -59,7 +59,7 @@ static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host 
 static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
 /* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
  * layout_view */
-static PyObject *l_transpose_view, *l_reshape_view, *s_axes;
+static PyObject *l_transpose_view, *l_reshape_view, *s_axes, *s_reshape, *s_transpose;
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -97,6 +97,9 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     PyObject *bview = PyDict_GetItemString(kw, "broadcast_view"); /* optional, and the next */
     Py_XSETREF(l_broadcast_view, bview ? Py_NewRef(bview) : NULL);
     if (s_axes == NULL && (s_axes = PyUnicode_InternFromString("axes")) == NULL) return NULL;
+    if (s_reshape == NULL && (s_reshape = PyUnicode_InternFromString("reshape")) == NULL) return NULL;
+    if (s_transpose == NULL && (s_transpose = PyUnicode_InternFromString("transpose")) == NULL)
+        return NULL;
     PyObject *tview = PyDict_GetItemString(kw, "transpose_view");
     Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
     PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
@@ -897,16 +900,30 @@ done:
     return rc;
 }
 
+/* whether ``a``'s flags say it is C-contiguous (0 with no error otherwise) */
+static int c_contiguous(PyObject *a) {
+    PyObject *flags = PyObject_GetAttr(a, s_flags);
+    PyObject *c = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    int yes = c == Py_True;
+    Py_XDECREF(flags); Py_XDECREF(c);
+    if (!yes) PyErr_Clear();
+    return yes;
+}
+
 /* A device's view of its first input that never copies (its definition's view strides
- * follow from the parameters: Broadcast, Transpose): the definition's rule with the
- * device's array module, no device context (no kernel runs), the result in the input's
- * buffer (evaluate._store finds that handle by the memory). 1 ran, 0 declined, -1 error. */
+ * follow from the parameters: Broadcast, Transpose, Squeeze, ExpandDims; or a reshape of a
+ * C-contiguous input: Reshape, Flatten, Unflatten): the definition's rule with the device's
+ * array module, no device context (no kernel runs), the result in the input's buffer
+ * (evaluate._store finds that handle by the memory). 1 ran, 0 declined, -1 error. */
 static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject *inputs,
                        PyObject *outputs, BackendInfo *bi) {
     Py_ssize_t n = PyList_GET_SIZE(inputs);
     PyObject *kw = SLOT(prim, prim_off[P_KW]);
+    /* a reshape without view strides may copy: only a C-contiguous input's (checked below) */
+    int reshape = SLOT(defn, defn_off[F_VIEW_STRIDES]) == Py_None;
     if (n < 1 || n + 1 > MAX_RULE_ARGS || PyList_GET_SIZE(outputs) != 1 ||
-        SLOT(defn, defn_off[F_VIEW_STRIDES]) == Py_None || kw == NULL || !PyDict_Check(kw))
+        (reshape && (n != 1 || SLOT(defn, defn_off[F_RULE]) != l_reshape_view)) || kw == NULL ||
+        !PyDict_Check(kw))
         return 0;
     PyObject *args[MAX_RULE_ARGS];
     args[0] = bi->xp;
@@ -939,6 +956,10 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
         }
         args[1 + i] = raw;
     }
+    if (reshape && !c_contiguous(args[1])) {
+        if (wrapped) Py_DECREF(args[1]);
+        return PyErr_Occurred() ? -1 : 0;
+    }
     Py_INCREF(target);
     for (Py_ssize_t i = 0; i <= n; i++) if (!wrapped || i == 0) Py_INCREF(args[i]);
     Py_INCREF(handle);
@@ -946,7 +967,17 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL, *res = NULL;
     if (enabled == NULL) goto done;
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) goto done;
-    res = call_rule(SLOT(defn, defn_off[F_RULE]), args, n + 1, NULL, kw);
+    PyObject *rule = SLOT(defn, defn_off[F_RULE]);
+    /* rules/shape.py's reshape and transpose: the array's method they call, called here */
+    PyObject *p = n != 1 ? NULL : rule == l_reshape_view ? PyDict_GetItemWithError(kw, s_shape)
+                : rule == l_transpose_view ? PyDict_GetItemWithError(kw, s_axes) : NULL;
+    if (p != NULL) {
+        PyObject *margs[2] = {args[1], p};
+        res = PyObject_VectorcallMethod(rule == l_reshape_view ? s_reshape : s_transpose, margs,
+                                        2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    } else {
+        res = PyErr_Occurred() ? NULL : call_rule(rule, args, n + 1, NULL, kw);
+    }
     if (res == NULL) goto done;
     if (Py_TYPE(res) != (PyTypeObject *)bi->array_type) { rc = 0; goto done; } /* Python: _store */
     if (wrapped) { /* the view of the storage, as the storage type (a bfloat16 array's bits) */
@@ -1248,10 +1279,13 @@ static int run_host(PyObject *node) {
     } else if (from_plan) {
         /* launched by the backend's C launch above */
     } else if (view) { /* the host's Broadcast, Transpose and reshapes made here, else the rule */
+        /* (Transpose and the reshape family found by their definition's rule: the backend's
+         * own rule in C, cpu/_views.c's, makes the same view through the array's method) */
+        PyObject *drule = SLOT(defn, defn_off[F_RULE]);
         res = !bi->host || n != 1 ? NULL
               : rule == l_broadcast_view ? broadcast_view(args[1], PyDict_GetItemWithError(kw, s_shape))
-              : rule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
-              : rule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
+              : drule == l_transpose_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_axes), 0)
+              : drule == l_reshape_view ? layout_view(args[1], PyDict_GetItemWithError(kw, s_shape), 1)
               : NULL;
         if (res == NULL && !PyErr_Occurred()) res = call_rule(rule, args, n + 1, NULL, kw);
     } else if (out != NULL &&

@@ -7,7 +7,8 @@ import weakref
 from typing import Any, Optional
 
 from tapescope.kernels.primitives import (  # noqa: F401 - the families, for the op layer
-    ASTYPE, BINARY, BROADCAST, COMPILED, PLACEHOLDER, REGISTRY, TERNARY, UNARY, PrimitiveDef,
+    ASTYPE, BINARY, BROADCAST, COMPILED, PLACEHOLDER, REDUCE, REGISTRY, TERNARY, UNARY,
+    PrimitiveDef,
 )
 
 

@@ -127,6 +127,10 @@ class StandInBuffer(Buffer):
 
 
 class CudaAllocator(Allocator):
+    # import_host keeps a 0-d array (a Python scalar's) on the host, adopted by the CPU's
+    # allocator: core/_binary.c makes a scalar's desc for this device as it does for the host
+    scalars_on_host = True
+
     def __init__(self, device_id: int = 0):
         self.device_id = device_id
         cupy.cuda.set_allocator(None)  # no CuPy pool under ours: plain cudaMalloc / cudaFree

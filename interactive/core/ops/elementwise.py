@@ -106,7 +106,10 @@ def _c_binary() -> None:
         "to_array": to_array, "cast": cast, "broadcast_shapes": broadcast_shapes,
         "resolve_stream": resolve_stream, "allocator": allocator, "handle_type": BufferHandle,
         "np_array": np.array, "array_type": array, "dtype_type": _dt.Dtype,
-        "host_stream": lambda s: stream_backend(s).array_type is np.ndarray,
+        # where a Python scalar's 0-d array is host data the CPU's allocator adopts: the
+        # host's streams, and a device's that keeps its scalars there (CUDA's import_host)
+        "host_stream": lambda s: (stream_backend(s).array_type is np.ndarray
+                                  or stream_backend(s).allocator.scalars_on_host),
         "float16": _dt.float16, "bfloat16": _dt.bfloat16, "float32": _dt.float32, "float64": _dt.float64,
         "complex64": _dt.complex64,
         "inexact": {d for d in _dt.__dict__.values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d)}})

@@ -14,9 +14,10 @@ from typing import Any, Optional, Sequence, Union
 
 from .. import dtypes as _dt
 from ..array import array
+from ..compile_trace import in_dynamic_tracing
 from ..device import StreamOrDevice, resolve_stream
-from ..primitive import REGISTRY, Primitive
-from . import convert
+from ..primitive import REDUCE, REGISTRY, Primitive
+from . import convert, elementwise
 from .convert import cast
 
 __all__ = ["sum", "prod", "max", "min", "all", "any", "mean", "var", "std", "argmax",
@@ -96,8 +97,6 @@ def reduce_shape(a: array, axes: list) -> tuple[tuple, tuple, bool]:
     if noop and seen:
         # a size-1 axis at trace time may be larger on replay: a shapeless compile's trace
         # keeps the reduction (MLX's compute_reduce_shape under in_dynamic_tracing)
-        from ..compile_trace import in_dynamic_tracing
-
         noop = not in_dynamic_tracing()
     return tuple(sorted(seen)), kept, noop
 
@@ -137,7 +136,9 @@ def _one_axis(shape: tuple, axis: int) -> Optional[tuple]:
     return None
 
 
-def _reduce(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+def _reduce_py(name: str, fname: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+    """Record reduction ``name`` (a Reduce primitive) over ``axis``, then its Squeeze unless
+    ``keepdims``: MLX's axes checks and errors, output dtype and no-op cases."""
     monoid = _monoids.get(name)
     if monoid is None:
         monoid = _monoids[name] = REGISTRY[name].monoid
@@ -209,12 +210,19 @@ def any(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     return _reduce("Or", "any", a, axis, keepdims, stream)
 
 
+_INEXACT = frozenset(d for d in vars(_dt).values() if isinstance(d, _dt.Dtype) and _dt.is_inexact(d))
+
+
 def _float_dtype(d: _dt.Dtype) -> _dt.Dtype:
-    return d if _dt.is_inexact(d) else _dt.float32
+    return d if d in _INEXACT else _dt.float32
 
 
 def _count(fname: str, a: array, axis: Axis) -> tuple[list, int]:
     """Axes validated as MLX's mean does, and how many elements they cover."""
+    if axis.__class__ is int:  # the common case: one axis in range
+        shape = a._d.shape
+        if -len(shape) <= axis < len(shape):
+            return [axis], shape[axis]
     axes = axes_list(fname, a, axis)
     for ax in axes:
         if ax < -a.ndim or ax >= a.ndim:
@@ -236,8 +244,6 @@ def number_of_elements(a: array, axes: Sequence[int], inverted: bool, dtype: _dt
                        n: int, s) -> array:
     """MLX's normalizer: the constant ``n`` (or 1/n), or while a shapeless compile traces a
     NumberOfElements node (under StopGradient) that counts on the shapes it is given."""
-    from ..compile_trace import in_dynamic_tracing
-
     if not in_dynamic_tracing():
         v = _inv(n) if inverted else n
         if dtype in _SCALAR_DTYPES:  # (MLX's array(v, dtype): v fits, as float / int)
@@ -255,9 +261,12 @@ def mean(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     if a.__class__ is not array:
         require_array("mean", _SIG.format("mean"), a)
     axes, n = _count("mean", a, axis)
-    dtype = _float_dtype(a.dtype)
-    total = sum(a, axes, keepdims, stream=stream)
-    return op("multiply")(total, number_of_elements(a, axes, True, dtype, n, stream), stream=stream)
+    d = a._d.dtype
+    dtype = d if d in _INEXACT else _dt.float32
+    # (``axis`` itself where it is an int or None: the axes it names, sum's common case)
+    total = _reduce("Sum", "sum", a, axis if axis is None or axis.__class__ is int else axes,
+                    keepdims, stream)
+    return _multiply(total, number_of_elements(a, axes, True, dtype, n, stream), stream)
 
 
 _VSIG = ("{0}(a: array, /, axis: None | int | Sequence[int] = None, keepdims: bool = False, "
@@ -299,7 +308,9 @@ _ASIG = ("{0}(a: array, /, axis: None | int = None, keepdims: bool = False, *, "
          "stream: StreamOrDevice = None) -> array")
 
 
-def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+def _arg_reduce_py(fname: str, a: array, axis: Optional[int], keepdims: bool, stream) -> array:
+    """Record ArgReduce ``fname`` (uint32 indices) over ``axis`` (None: the flattened array),
+    then its Squeeze unless ``keepdims``, with MLX's checks and errors."""
     if a.__class__ is array and axis.__class__ is int:
         got = _one_axis(a._d.shape, axis)  # the common case, as _reduce takes it
         if got is not None and 0 not in a._d.shape:
@@ -319,8 +330,8 @@ def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, strea
         out = _arg_reduce(fname, flat, 0, True, s)
         if keepdims:
             return op("expand_dims")(out, list(range(1, a.ndim)), stream=s) if a.ndim > 1 else (
-                out if a.ndim == 1 else op("squeeze")(out, stream=s))
-        return op("squeeze")(out, stream=s)
+                out if a.ndim == 1 else squeeze_axes(out, (0,), False, s))
+        return squeeze_axes(out, (0,), False, s)  # (squeeze(out)'s node: the (1,) to ())
     axis = check_int(fname, axis)
     if a.size == 0:  # before the axis's check, as MLX's argmax / argmin
         raise ValueError(f"[{fname}] Cannot {fname} reduce zero size array.")
@@ -331,6 +342,45 @@ def _arg_reduce(fname: str, a: array, axis: Optional[int], keepdims: bool, strea
         out = array._make([kept], [_dt.uint32],
                           Primitive("ArgReduce", s, reduce_type=fname, axis=axes[0]), [a])[0]
     return squeeze_axes(out, axes, keepdims, s)
+
+
+_reduce, _arg_reduce = _reduce_py, _arg_reduce_py
+
+
+def _multiply(a: array, b: array, stream) -> array:
+    """``multiply(a, b)`` of two arrays: elementwise.binary's Multiply (ops/binary.py's)."""
+    return elementwise.binary("Multiply", a, b, stream)
+
+
+def _c_reduce() -> None:
+    """``_reduce`` / ``_arg_reduce`` / ``_last_reduce`` in C (core/_reduce.c: their common
+    case, the same nodes and descs; every other case, errors included, calls the Python
+    versions), where the extension is built and ``settings.c_call`` is on."""
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call or elementwise.binary is elementwise.binary_py:
+        return
+    from .. import _call
+
+    every = [d for d in vars(_dt).values() if isinstance(d, _dt.Dtype)]
+    # the input dtypes whose output needs no cast node, by the Reduce's monoid (_reduce_py's
+    # rule): a bool sum counts in int32 itself
+    arithmetic = {d: _sum_dtype(d) for d in every if _sum_dtype(d) is d or d is _dt.bool_}
+    same = {d: d for d in every}
+    logical = {d: _dt.bool_ for d in every}
+    by_monoid = {"sum": arithmetic, "prod": arithmetic, "max": same, "min": same,
+                 "and": logical, "or": logical}
+    out_dtypes = {name: by_monoid[defn.monoid] for name, defn in REGISTRY.items()
+                  if defn.family == REDUCE and defn.monoid in by_monoid}
+    config = {"array_type": array, "resolve_stream": resolve_stream, "uint32": _dt.uint32,
+              "out_dtypes": out_dtypes, "reduce_py": _reduce_py, "arg_reduce_py": _arg_reduce_py,
+              # logsumexp computes in at_least_float: the inexact dtypes but complex (which
+              # take its composition)
+              "float_dtypes": {d: d for d in _INEXACT if d is not _dt.complex64},
+              "last_reduce_py": _last_reduce_py}
+    _call.configure_reduce(config)
+    globals().update(_reduce=_call.reduce, _arg_reduce=_call.arg_reduce,
+                     _last_reduce=_call.last_reduce, _reduce_config=config)
 
 
 def argmax(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
@@ -345,9 +395,24 @@ def argmin(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
     return _arg_reduce("argmin", a, axis, keepdims, stream)
 
 
+def _over_last(a: array, axes: list) -> bool:
+    """Whether ``axes`` (as given) reduce over the last axis after axes of size 1, each
+    following the one before as written: [-1], or [0, 1] of a (1, n) array. MLX's LogSumExp
+    and Softmax primitives run there, the compositions elsewhere (mlx/ops.cpp logsumexp,
+    softmax)."""
+    return bool(axes) and (axes[-1] == a.ndim - 1 or axes[-1] == -1) and _py_all(
+        axes[i] + 1 == axes[i + 1] and a.shape[axes[i]] == 1 for i in range(len(axes) - 1))
+
+
 def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
               stream: StreamOrDevice = None) -> array:
     """``log(sum(exp(a)))`` computed stably; where the maximum is +-inf, the maximum."""
+    return _last_reduce("LogSumExp", a, axis, keepdims, stream)
+
+
+def _last_reduce_py(name: str, a: array, axis: Axis, keepdims: bool, stream) -> array:
+    """logsumexp's recording: MLX's LogSumExp primitive (``name``) over the last axis, its
+    composition otherwise, MLX's checks and errors."""
     if a.__class__ is not array:
         require_array("logsumexp", _SIG.format("logsumexp"), a)
     axes = axes_list("logsumexp", a, axis)
@@ -356,14 +421,10 @@ def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     if a.ndim == 0 and axes:
         raise ValueError("[logsumexp] Received non-empty axes for array with 0 dimensions.")
     s = resolve_stream(stream)
-    # MLX's LogSumExp primitive where the reduction is over the last axis, after axes of
-    # size 1 (consecutive): [-1], or [0, 1] of a (1, n) array (mlx/ops.cpp logsumexp)
-    last = bool(axes) and (axes[-1] == a.ndim - 1 or axes[-1] == -1) and _py_all(
-        axes[i] + 1 == axes[i + 1] and a.shape[axes[i]] == 1 for i in range(len(axes) - 1))
-    if last and a.dtype != _dt.complex64:
+    if _over_last(a, axes) and a.dtype != _dt.complex64:
         dtype = _float_dtype(a.dtype)
         kept = a.shape[:-1] + (1,)
-        out = array._make([kept], [dtype], Primitive("LogSumExp", s), [cast(a, dtype, s)])[0]
+        out = array._make([kept], [dtype], Primitive(name, s), [cast(a, dtype, s)])[0]
         return squeeze_axes(out, reduce_shape(a, axes)[0], keepdims, s)
     maxval = op("stop_gradient")(max(a, axes, True, stream=s), stream=s)
     e = op("exp")(op("subtract")(a, maxval, stream=s), stream=s)
@@ -374,9 +435,21 @@ def logsumexp(a: array, /, axis: Axis = None, keepdims: bool = False, *,
     return op("where")(op("isinf")(maxval, stream=s), maxval, out, stream=s)
 
 
+_last_reduce = _last_reduce_py
+_c_reduce()
+
+
 def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
             stream: StreamOrDevice = None) -> array:
     """``exp(a - max) / sum(exp(a - max))`` over ``axis`` (float32 math when ``precise``)."""
+    if a.__class__ is array and axis.__class__ is int:  # the common case: the last axis
+        shape = a._d.shape
+        if shape and (axis == -1 or axis == len(shape) - 1) and 0 not in shape:
+            s = resolve_stream(stream)
+            d = a._d.dtype
+            dtype = d if d in _INEXACT else _dt.float32
+            return array._make1(shape, dtype, Primitive("Softmax", s, precise=bool(precise)),
+                                [cast(a, dtype, s)])
     require_array("softmax", "softmax(a: array, /, axis: None | int | Sequence[int] = None, *, "
                   "precise: bool = False, stream: StreamOrDevice = None) -> array", a)
     axes = axes_list("softmax", a, axis)
@@ -385,7 +458,7 @@ def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
     if a.ndim == 0 and axes:
         raise ValueError("[softmax] Received non-empty axes for array with 0 dimensions.")
     s = resolve_stream(stream)
-    if len(axes) == 1 and (a.ndim == axes[0] + 1 or axes[0] == -1):
+    if _over_last(a, axes):
         dtype = _float_dtype(a.dtype)
         return array._make([a.shape], [dtype], Primitive("Softmax", s, precise=bool(precise)),
                            [cast(a, dtype, s)])[0]
