@@ -168,3 +168,24 @@ def with_and_without_c_call(workload: str) -> list:
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return runs
+
+
+def stand_in_result(code: str, timeout: int = 300) -> dict:
+    """The JSON a script printed after ``RESULT``, run in a fresh process with the CUDA
+    runtime on (``code`` installs the stand-in CuPy and driver itself); skipped where there
+    is no C compiler for the stand-in driver."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which(_os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler for the stand-in driver")
+    env = dict(_os.environ, TAPESCOPE_CUDA="1")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=timeout, cwd=Path(__file__).parent.parent)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
+    return json.loads(line[-1][len("RESULT"):])

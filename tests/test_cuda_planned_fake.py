@@ -5,14 +5,11 @@ planned, and how many launches each makes. The values need the GPU
 (``test_cuda_reductions.py``); here only the host's path and the launch counts are checked,
 in a fresh process whose ``import cupy`` is the stand-in."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import stand_in_result
 
 HERE = Path(__file__).parent
 
@@ -135,15 +132,7 @@ print("RESULT" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def counts():
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("no C compiler for the stand-in driver")
-    env = dict(os.environ, TAPESCOPE_CUDA="1")
-    env.pop("TAPESCOPE_DISABLE_GPU", None)
-    r = subprocess.run([sys.executable, "-c", CODE % str(HERE)], env=env, capture_output=True,
-                       text=True, timeout=300, cwd=HERE.parent)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
-    assert r.returncode == 0 and line, r.stdout[-4000:] + r.stderr[-4000:]
-    return json.loads(line[-1][len("RESULT"):])
+    return stand_in_result(CODE % str(HERE))
 
 
 @pytest.mark.parametrize("op", ["sum_first", "max_first", "sum_all"])
