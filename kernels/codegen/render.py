@@ -345,8 +345,17 @@ _C_THREADS = r"""#ifdef _OPENMP
 #include <time.h>
 #include <unistd.h>
 int omp_get_max_threads(void);
+/* ts_runnable and ts_threads run at most every 0.1 s and wait on /proc's syscalls: unoptimised,
+   they take gcc a quarter less of the GELU kernel's build (cc1: 432M -> 330M instructions) */
+#if defined(__clang__)
+#define TS_UNOPTIMISED __attribute__((optnone, noinline))
+#elif defined(__GNUC__)
+#define TS_UNOPTIMISED __attribute__((optimize("O0")))
+#else
+#define TS_UNOPTIMISED
+#endif
 /* 1 when the thread whose stat file is at `path` is runnable (its state field 'R') */
-static int ts_runnable(const char* path) {
+TS_UNOPTIMISED static int ts_runnable(const char* path) {
   const int fd = open(path, O_RDONLY);
   if (fd < 0) return 0;
   char buf[512];
@@ -363,7 +372,7 @@ static int ts_runnable(const char* path) {
    own runnable threads), counting no more of them than the 1-minute load average holds
    besides this process (rounded, less 1): a quiet machine's passing task (a kworker, the
    nice-19 khugepaged) takes no core. At least 1; sampled at most every 0.1 s */
-static int ts_threads(void) {
+TS_UNOPTIMISED static int ts_threads(void) {
   static int cached = 0;
   static long long at = 0;
   struct timespec t;
