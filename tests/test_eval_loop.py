@@ -514,3 +514,35 @@ def test_a_node_recorded_in_c_leaves_the_collector_its_parameters_too():
     assert not gc.is_tracked(node) and not gc.is_tracked(node.primitive)
     assert not gc.is_tracked(node.primitive.kw) and not gc.is_tracked(node.inputs)
     np.testing.assert_array_equal(np.array(y), np.broadcast_to(np.arange(6).reshape(2, 3).sum(0), (4, 3)))
+
+
+@pytest.mark.parametrize("first", ["compiled", "rule"])
+def test_the_loops_quiet_state_is_taken_at_its_first_rule_and_given_back(first):
+    """numpy's floating-point warnings are silenced for every rule of an eval (MLX has none),
+    whether a compiled call's kernel or a rule runs first, and numpy's own state is the
+    caller's again after the eval (float64 numpy under errstate is the reference)."""
+    import warnings
+
+    x_np = np.array([-1.0, 0.0, 0.5, 4.0], np.float32)
+    g = mx.compile(lambda v: v * 2.0 - 1.0)
+    x = mx.array(x_np)
+    mx.eval(x, g(x))
+    with np.errstate(all="ignore"):
+        k = x_np.astype(np.float64) * 2.0 - 1.0
+        ref = np.log(k) / k if first == "compiled" else np.log(x_np.astype(np.float64)) / 0.0
+    state = np.geterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="warn"):
+            inner = np.geterr()
+            if first == "compiled":
+                y = g(x)
+                out = mx.log(y) / y
+            else:
+                out = mx.log(x) / mx.array(np.zeros(4, np.float32))
+            mx.eval(out)
+            assert np.geterr() == inner
+            mx.eval(g(x))  # a loop of one compiled call alone
+            assert np.geterr() == inner
+    assert np.geterr() == state
+    np.testing.assert_allclose(np.array(out), ref.astype(np.float32), rtol=1e-6, atol=0)

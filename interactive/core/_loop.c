@@ -55,7 +55,11 @@ enum { T_SIZE, T_NP, T_COUNT };
 static Py_ssize_t prim_off[P_COUNT], defn_off[F_COUNT], dtype_off[T_COUNT], buf_size_off,
     buf_raw_off;
 static PyObject *l_buffer_type; /* kernels.allocator.Buffer */
-static int loop_quiet = 0; /* eager_eval's loop holds the quiet state: run_host sets none */
+/* eager_eval's loop takes the quiet state at its first rule (loop_token) and holds it to the
+ * loop's end: a loop of plans and views (a compiled call's) sets none; outside that loop
+ * run_host sets it around each rule. Per thread, as the context variable is. */
+static _Thread_local int loop_quiet = 0;
+static _Thread_local PyObject *loop_token = NULL;
 static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broadcast_view */
 /* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
  * layout_view */
@@ -1302,9 +1306,14 @@ static int run_host(PyObject *node) {
         PyObject *uf = bi->host && nkw == 0 && out != NULL && Py_TYPE(out) == (PyTypeObject *)l_ndarray &&
                        (((NpHead *)out)->flags & NP_WRITEABLE) ? host_ufunc(rule, bi->xp) : NULL;
         if (uf == NULL && PyErr_Occurred()) goto done;
-        /* (eager_eval's loop runs under the quiet state: set here otherwise) */
-        PyObject *token = loop_quiet ? NULL : PyContextVar_Set(l_quiet_var, l_quiet_value);
-        if (token == NULL && !loop_quiet) goto done;
+        /* (eager_eval's loop takes the quiet state once, at its first rule: here otherwise) */
+        PyObject *token = NULL;
+        if (!loop_quiet) {
+            if ((token = PyContextVar_Set(l_quiet_var, l_quiet_value)) == NULL) goto done;
+        } else if (loop_token == NULL &&
+                   (loop_token = PyContextVar_Set(l_quiet_var, l_quiet_value)) == NULL) {
+            goto done;
+        }
         if (uf != NULL) {
             args[n + 1] = out;
             res = PyObject_Vectorcall(uf, &args[1], n, l_kwnames_out);
@@ -1899,12 +1908,12 @@ int eager_eval(PyObject *descs) {
         Py_XDECREF(si);
         if (t0 == NULL) keep_error(&type, &value, &tb);
     }
-    /* the backend's quiet floating-point state once for the loop (run_host's rules, the
-     * Python path's) */
-    PyObject *quiet_token = PyContextVar_Set(l_quiet_var, l_quiet_value);
-    if (quiet_token == NULL) goto done;
+    /* the backend's quiet floating-point state once for the loop, taken by run_host at the
+     * loop's first rule (the Python path's _compute sets its own) */
     int was_quiet = loop_quiet;
+    PyObject *was_token = loop_token;
     loop_quiet = 1;
+    loop_token = NULL;
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
         if ((i & 31) == 31 && !interrupted && type == NULL && yield_point(&next_yield) < 0)
@@ -1921,9 +1930,12 @@ int eager_eval(PyObject *descs) {
             put(nd, node_off[N_EVENT], Py_None);
         }
     }
+    if (loop_token != NULL) {
+        if (PyContextVar_Reset(l_quiet_var, loop_token) < 0) keep_error(&type, &value, &tb);
+        Py_DECREF(loop_token);
+    }
     loop_quiet = was_quiet;
-    if (PyContextVar_Reset(l_quiet_var, quiet_token) < 0) keep_error(&type, &value, &tb);
-    Py_DECREF(quiet_token);
+    loop_token = was_token;
     if (state != NULL) { /* what the end record says */
         if (value != NULL && PyObject_SetAttr(state, s_error, value) < 0) PyErr_Clear();
         if (interrupted && PyObject_SetAttr(state, s_interrupted, Py_True) < 0) PyErr_Clear();

@@ -333,19 +333,29 @@ static inline void ts_sfence(void) { __builtin_ia32_sfence(); }
 #endif
 """
 
-# The threads a parallel loop of a CPU kernel takes: the cores other runnable tasks leave
-# free, as cpu/threads.py fits BLAS's. A parallel loop of more threads than free cores waits
-# at its end for a thread the scheduler preempted: an in-place 2^20-element multiply-add on
-# the 2-core machine of record at load 4.5 took 1.2-1.4 ms on the mean with two threads
-# against 0.46-0.65 on one (its median about equal), 0.28 against 0.48 when a core is free.
+# The threads a parallel loop of a CPU kernel takes: the cores other processes' sustained load
+# leaves free, as cpu/threads.py fits BLAS's (``free_cores``: one rule, its docstring says why).
+# A parallel loop of more threads than free cores waits at its end for a thread the scheduler
+# preempted: an in-place 2^20-element multiply-add on the 2-core machine of record at load 4.5
+# took 1.2-1.4 ms on the mean with two threads against 0.46-0.65 on one (its median about
+# equal), 0.28 against 0.48 when a core is free.
 _C_THREADS = r"""#ifdef _OPENMP
 #include <dirent.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 int omp_get_max_threads(void);
+/* ts_runnable and ts_threads run at most every 0.1 s and wait on /proc's syscalls: unoptimised,
+   they take gcc a quarter less of the GELU kernel's build (cc1: 432M -> 330M instructions) */
+#if defined(__clang__)
+#define TS_UNOPTIMISED __attribute__((optnone, noinline))
+#elif defined(__GNUC__)
+#define TS_UNOPTIMISED __attribute__((optimize("O0")))
+#else
+#define TS_UNOPTIMISED
+#endif
 /* 1 when the thread whose stat file is at `path` is runnable (its state field 'R') */
-static int ts_runnable(const char* path) {
+TS_UNOPTIMISED static int ts_runnable(const char* path) {
   const int fd = open(path, O_RDONLY);
   if (fd < 0) return 0;
   char buf[512];
@@ -357,10 +367,12 @@ static int ts_runnable(const char* path) {
   while (p > buf && *p != ')') --p;  /* "pid (comm) S ...": comm may hold spaces */
   return p[0] == ')' && p[1] == ' ' && p[2] == 'R';
 }
-/* The cores other processes' runnable tasks leave free (/proc/loadavg's running count less
-   this process's own runnable threads, as cpu/threads.py's free_cores), at most OpenMP's
-   count, at least 1; sampled at most every 0.1 s */
-static int ts_threads(void) {
+/* The cores other processes leave free, as cpu/threads.py's free_cores: OpenMP's count less
+   the other processes' runnable tasks now (/proc/loadavg's running count less this process's
+   own runnable threads), counting no more of them than the 1-minute load average holds
+   besides this process (rounded, less 1): a quiet machine's passing task (a kworker, the
+   nice-19 khugepaged) takes no core. At least 1; sampled at most every 0.1 s */
+TS_UNOPTIMISED static int ts_threads(void) {
   static int cached = 0;
   static long long at = 0;
   struct timespec t;
@@ -375,28 +387,35 @@ static int ts_threads(void) {
     char buf[128];
     const ssize_t k = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    if (k > 0) {  /* "0.50 0.40 0.30 R/T last": R runnable tasks */
+    if (k > 0) {  /* "0.50 0.40 0.30 R/T last": the 1-minute average, R runnable tasks */
       buf[k] = 0;
       const char* p = buf;
+      int sustained = 0;  /* round(1-minute average) - 1 */
+      while (*p >= '0' && *p <= '9') sustained = sustained * 10 + (*p++ - '0');
+      if (*p == '.' && p[1] >= '5' && p[1] <= '9') ++sustained;
+      --sustained;
       for (int sp = 0; *p && sp < 3; ++p) sp += *p == ' ';
       int running = 0;
       while (*p >= '0' && *p <= '9') running = running * 10 + (*p++ - '0');
-      int own = 1;  /* this thread, runnable while it reads */
-      DIR* dir = opendir("/proc/self/task");
-      if (dir) {
-        own = 0;
-        char path[64] = "/proc/self/task/";
-        for (struct dirent* e; (e = readdir(dir)) != NULL;) {
-          int j = 16;
-          for (const char* q = e->d_name; *q >= '0' && *q <= '9' && j < 40; ++q) path[j++] = *q;
-          if (j == 16) continue;
-          __builtin_memcpy(path + j, "/stat", 6);
-          own += ts_runnable(path);
+      if (sustained > 0 && running > 1) {  /* else no other load counts: no task scan */
+        int own = 1;  /* this thread, runnable while it reads */
+        DIR* dir = opendir("/proc/self/task");
+        if (dir) {
+          own = 0;
+          char path[64] = "/proc/self/task/";
+          for (struct dirent* e; (e = readdir(dir)) != NULL;) {
+            int j = 16;
+            for (const char* q = e->d_name; *q >= '0' && *q <= '9' && j < 40; ++q) path[j++] = *q;
+            if (j == 16) continue;
+            __builtin_memcpy(path + j, "/stat", 6);
+            own += ts_runnable(path);
+          }
+          closedir(dir);
+          if (own < 1) own = 1;
         }
-        closedir(dir);
-        if (own < 1) own = 1;
+        const int others = running > own ? running - own : 0;
+        n = max - (others < sustained ? others : sustained);
       }
-      if (running > 0) n = max - (running > own ? running - own : 0);
     }
   }
   if (n > max) n = max;

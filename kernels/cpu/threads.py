@@ -17,8 +17,8 @@ a value the user set is kept.
 
 BLAS threads follow the cores that are free: before a numpy matmul, ``fit_blas_threads``
 sets OpenBLAS's thread count to the cores not taken by other processes' runnable threads
-(``/proc/loadavg``'s running count less this process's own, sampled at most every 0.1 s).
-On a quiet machine that is every core; on a shared, loaded one a two-thread GEMM whose
+(``/proc/loadavg``'s running count less this process's own, no more of them than its 1-minute
+average holds besides this process; sampled at most every 0.1 s). On a quiet machine that is every core; on a shared, loaded one a two-thread GEMM whose
 threads wait for each other at every step lost to a one-thread GEMM by 2-4x (measured:
 512x1024 @ 1024x1024, 73-90 ms against 17-28 at load 8 on 2 cores). An
 ``OPENBLAS_NUM_THREADS`` the user set is kept.
@@ -100,21 +100,43 @@ def _openblas_libs() -> list:
 
 
 def free_cores() -> int:
-    """The cores not taken by other processes' runnable threads right now (at least 1)."""
+    """The cores other processes leave free (at least 1): the cores less the other processes'
+    runnable threads now (``/proc/loadavg``'s running count less this process's own),
+    counting no more of them than the 1-minute load average holds besides this process
+    (``sustained``). The kernels' ``ts_threads`` (``codegen/render.py``) is the same rule."""
     cores = os.cpu_count() or 1
     try:
         with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-        own = 0
-        for stat in glob.glob("/proc/self/task/*/stat"):
-            try:
-                with open(stat) as f:
-                    own += f.read().rsplit(")", 1)[1].split()[0] == "R"
-            except OSError:
-                pass
+            fields = f.read().split()
+        load1, running = float(fields[0]), int(fields[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return cores
-    return max(1, min(cores, cores - max(0, running - own)))
+    if sustained(load1) == 0 or running <= 1:
+        return cores  # no other load counts: no task scan
+    own = 0
+    for stat in glob.glob("/proc/self/task/*/stat"):
+        try:
+            with open(stat) as f:
+                own += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except OSError:
+            pass
+    return free(cores, running, max(own, 1), load1)
+
+
+def sustained(load1: float) -> int:
+    """How many other processes' runnable tasks the 1-minute load average holds: its rounded
+    value less this process's own (one). One sample of the run queue also catches a quiet
+    machine's passing tasks (a kworker, khugepaged at nice 19): at the first launch of a new
+    kernel, with only the benchmark's processes and the kernel's own threads counted, one was
+    runnable in 2 of 5 fresh processes, and the GELU kernel ran on one of two idle cores."""
+    return max(0, int(load1 + 0.5) - 1)
+
+
+def free(cores: int, running: int, own: int, load1: float) -> int:
+    """``free_cores``' rule: ``cores`` less the other runnable tasks (``running - own``), no
+    more of them than ``sustained(load1)``; at least 1, at most ``cores``."""
+    others = max(0, running - own)
+    return max(1, min(cores, cores - min(others, sustained(load1))))
 
 
 def fit_blas_threads(force: bool = False) -> None:
