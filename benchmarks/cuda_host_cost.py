@@ -80,6 +80,38 @@ def ops(mx, x, y, t, qkv=None, qw=None):
     }
 
 
+def host_cost(call, n: int, warm: int, measured=None, profile: int = 0) -> tuple:
+    """``call()``'s host side over the stand-in stack: run ``warm`` times, once more counting
+    the eval loop's dispatch paths and the launches from C (cuLaunchKernel) and from Python,
+    then ``n`` times under cProfile (its top ``profile`` rows printed) and, with
+    ``measured`` (the stand-in driver's ``fake_measured``), ``n`` times under callgrind's
+    instrumentation. (Python calls per call, C launches, Python launches, paths.)"""
+    from tapescope.core import evaluate as ev
+
+    for _ in range(warm):
+        call()
+    ev.reset_dispatch_counts()
+    c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+    call()
+    paths = {k: v for k, v in ev.dispatch_counts().items() if v}
+    c_l, p_l = fake_cuda_driver.launches() - c0, fake_cuda_driver.PY_LAUNCHES[0] - p0
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        call()
+    pr.disable()
+    st = pstats.Stats(pr)
+    if profile:
+        st.sort_stats("tottime").print_stats(profile)
+    if measured is not None:
+        def body():
+            for _ in range(n):
+                call()
+
+        measured(ctypes.CFUNCTYPE(None)(body))
+    return st.total_calls / n, c_l, p_l, paths
+
+
 def callgrind_totals(pattern: str = "callgrind.out.*") -> list:
     """(dump file, instructions) of each callgrind dump, in order."""
     out = []
@@ -110,7 +142,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import tapescope
     import tapescope.core as mx
-    from tapescope.core import evaluate as ev
 
     mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
     rows, cols = (int(v) for v in args.shape.split(","))
@@ -153,30 +184,9 @@ def main(argv=None) -> int:
     n = args.calls
     for op in names:
         f = fns[op]
-        for _ in range(20):
-            mx.eval(f())
-        ev.reset_dispatch_counts()
-        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
-        mx.eval(f())
-        paths = {k: v for k, v in ev.dispatch_counts().items() if v}
-        c_l, p_l = fake_cuda_driver.launches() - c0, fake_cuda_driver.PY_LAUNCHES[0] - p0
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(n):
-            mx.eval(f())
-        pr.disable()
-        st = pstats.Stats(pr)
-        print(f"{op:16s} python calls/call {st.total_calls / n:7.1f}  launches/call C {c_l}"
+        calls, c_l, p_l, paths = host_cost(lambda: mx.eval(f()), n, 20, measured, args.profile)
+        print(f"{op:16s} python calls/call {calls:7.1f}  launches/call C {c_l}"
               f" Python {p_l}  paths {paths}", flush=True)
-        if args.profile:
-            st.sort_stats("tottime").print_stats(args.profile)
-        if measured is not None:
-            def body():
-                for _ in range(n):
-                    mx.eval(f())
-
-            cb = ctypes.CFUNCTYPE(None)(body)
-            measured(cb)
     if args.callgrind:
         for (fname, ir), op in zip(callgrind_totals(), names):
             print(f"{op:16s} instructions/call {ir / n:10.0f}   ({fname})")

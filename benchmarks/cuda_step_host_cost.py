@@ -11,10 +11,8 @@ as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function ca
 from __future__ import annotations
 
 import argparse
-import cProfile
 import ctypes
 import os
-import pstats
 import sys
 
 os.environ["TAPESCOPE_CUDA"] = "1"
@@ -33,7 +31,7 @@ import fake_cuda_driver  # noqa: E402
 
 fake_cuda_driver.install()
 
-from cuda_host_cost import callgrind_totals  # noqa: E402
+from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -51,7 +49,6 @@ def main(argv=None) -> int:
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
-    from tapescope.core import evaluate as ev
 
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     names = args.dtypes or ["float32", "bfloat16"]
@@ -59,31 +56,11 @@ def main(argv=None) -> int:
     for dtype in names:
         fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
         f = next(v for k, v in fns.items() if "eager" in k)
-        for _ in range(3):
-            f()
-        ev.reset_dispatch_counts()
-        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
-        f()
-        paths = {k: v for k, v in ev.dispatch_counts().items() if v}
-        c_l, p_l = fake_cuda_driver.launches() - c0, fake_cuda_driver.PY_LAUNCHES[0] - p0
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(n):
-            f()
-        pr.disable()
-        st = pstats.Stats(pr)
+        calls, c_l, p_l, paths = host_cost(f, n, 3, measured, args.profile)
         nodes = sum(paths.values())
-        print(f"{dtype:9s} python calls/step {st.total_calls / n:8.0f}  nodes {nodes}"
-              f"  calls/node {st.total_calls / n / max(nodes, 1):6.1f}"
+        print(f"{dtype:9s} python calls/step {calls:8.0f}  nodes {nodes}"
+              f"  calls/node {calls / max(nodes, 1):6.1f}"
               f"  launches/step C {c_l} Python {p_l}  paths {paths}", flush=True)
-        if args.profile:
-            st.sort_stats("tottime").print_stats(args.profile)
-        if measured is not None:
-            def body():
-                for _ in range(n):
-                    f()
-
-            measured(ctypes.CFUNCTYPE(None)(body))
     if args.callgrind:
         for (fname, ir), dtype in zip(callgrind_totals(), names):
             print(f"{dtype:9s} instructions/step {ir / n:12.0f}   ({fname})")
