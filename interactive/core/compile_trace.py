@@ -339,10 +339,15 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple],
 
 # -- replay ------------------------------------------------------------------------------
 
-def _broadcast_shapes(*shapes) -> tuple:
-    from .ops.convert import broadcast_shape_of
+_broadcast_shape_of: list = []  # ops.convert's, once imported (ops imports this module)
 
-    return broadcast_shape_of(shapes)
+
+def _broadcast_shapes(*shapes) -> tuple:
+    if not _broadcast_shape_of:
+        from .ops.convert import broadcast_shape_of
+
+        _broadcast_shape_of.append(broadcast_shape_of)
+    return _broadcast_shape_of[0](shapes)
 
 
 def _partners(prog: Program) -> dict:
