@@ -9,8 +9,11 @@ removed from ``sys.modules`` (the objects stay alive, bound to the real MLX) and
 again after ``tapescope.as_mlx()``, so they bind ``tapescope.core``.
 
 Rows: decode tokens / s (the prompt's forward pass and the first token excluded) and the
-prompt's time, medians over ``--reps`` runs of each implementation in turns; the greedy
-tokens of the two must be equal. ``--quantize`` adds a row of the llama with its linear
+prompt's time, medians over ``--reps`` runs of each implementation in turns, and the median
+of each turn's MLX / tapescope ratio; the greedy tokens of the two must be equal.
+``--callgrind ARCH`` (under ``valgrind --tool=callgrind --instr-atstart=no
+--separate-threads=yes``) counts the instructions of ``--measured`` decode steps of
+tapescope alone, every thread: the main thread's recording, the stream worker's eval. ``--quantize`` adds a row of the llama with its linear
 layers quantized by ``mlx.nn.quantize`` (4-bit, groups of 32).
 
     .venv/bin/python benchmarks/mlx_lm_decode.py [--reps 5] [--prompt 32] [--tokens 64]
@@ -147,8 +150,11 @@ def run_rows(stacks, rows, reps: int, prompt_len: int, tokens: int) -> list:
                 toks[k] = out
         same = toks["mlx"] == toks["tapescope"]
         name = f"{arch}{' 4-bit' if quant else ''}"
+        # each repetition's MLX / tapescope ratio (the two ran back to back): steadier than
+        # the ratio of medians while the machine's load moves
+        ratio = statistics.median(m / t for m, t in zip(times["mlx"], times["tapescope"]))
         results.append((name, same, {k: statistics.median(v) for k, v in times.items()},
-                        {k: statistics.median(v) for k, v in prompts.items()}))
+                        {k: statistics.median(v) for k, v in prompts.items()}, ratio))
     return results
 
 
@@ -258,9 +264,9 @@ def main() -> None:
     print(f"{args.prompt}-token prompt, {args.tokens} tokens greedy, medians of {args.reps}")
     print(f"{'model':14s} {'tapescope tok/s':>16s} {'mlx tok/s':>10s} {'mlx / ts':>9s} "
           f"{'ts prompt ms':>13s} {'mlx prompt ms':>14s}  tokens")
-    for name, same, tps, pr in res:
+    for name, same, tps, pr, ratio in res:  # mlx / ts: the median of the per-turn ratios
         print(f"{name:14s} {tps['tapescope']:16.1f} {tps['mlx']:10.1f} "
-              f"{tps['mlx'] / tps['tapescope']:8.2f}x {pr['tapescope'] * 1e3:13.2f} "
+              f"{ratio:8.2f}x {pr['tapescope'] * 1e3:13.2f} "
               f"{pr['mlx'] * 1e3:14.2f}  {'same' if same else 'DIFFERENT'}")
     with open("/proc/loadavg") as f:
         print(f"load after: {' '.join(f.read().split()[:3])}")
