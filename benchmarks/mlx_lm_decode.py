@@ -200,10 +200,10 @@ void measure_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; 
 """
 
 
-def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, measured: int) -> None:
+def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, measured: int,
+              impl: str = "tapescope") -> None:
     """Under ``valgrind --tool=callgrind --instr-atstart=no``: instructions of ``measured``
-    decode steps of tapescope (after ``tokens - measured`` warm ones, every thread), dumped
-    as one file; prints the instructions a token."""
+    decode steps of ``impl`` (after ``tokens - measured`` warm ones, every thread)."""
     import ctypes
     import subprocess
     import tempfile
@@ -215,7 +215,7 @@ def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, meas
                     os.path.join(d, "m.c")], check=True)
     lib = ctypes.CDLL(os.path.join(d, "m.so"))
     prompt_np = np.random.default_rng(2).integers(0, 512, prompt_len).astype(np.int32)
-    s = stacks["tapescope"]
+    s = stacks[impl]
     model = build(s, arch, quant)
     generate(s, model, prompt_np, tokens)
     mx, gen = s[0], s[3]
@@ -240,6 +240,8 @@ def main() -> None:
                     help="run under valgrind --tool=callgrind --instr-atstart=no: the "
                          "instructions of --measured decode steps (every thread)")
     ap.add_argument("--measured", type=int, default=16)
+    ap.add_argument("--impl", choices=("tapescope", "mlx"), default="tapescope",
+                    help="--callgrind's implementation")
     args = ap.parse_args()
     extra = {a for a in (args.profile, args.callgrind) if a}
     archs = sorted(set(args.arch) | extra)
@@ -248,13 +250,14 @@ def main() -> None:
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit = lambda *a: None
-    stacks = load_stacks(archs, with_mlx=not args.callgrind)
+    stacks = load_stacks(archs, with_mlx=not args.callgrind or args.impl == "mlx")
     import mlx_lm
 
     print(f"machine: {machine()}; mlx {importlib.metadata.version('mlx')}, "
           f"mlx-lm {mlx_lm.__version__}")
     if args.callgrind:
-        callgrind(stacks, args.callgrind, args.quantize, args.prompt, args.tokens, args.measured)
+        callgrind(stacks, args.callgrind, args.quantize, args.prompt, args.tokens, args.measured,
+                  args.impl)
         return
     if args.profile:
         profile(stacks, args.profile, args.quantize, args.prompt, args.tokens)
