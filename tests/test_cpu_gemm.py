@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import tapescope
 import tapescope.core as mx
 from tapescope.kernels.cpu import gemm
 
@@ -68,6 +69,39 @@ def test_small_products_are_numpys(case, compiled):
     for _ in range(2):  # the second call runs the plan the first made
         _close(mm(a, b), want_mm, dtype)
         _close(add(c, a, b), want_add, dtype)
+
+
+@st.composite
+def vector_products(draw):
+    """``products`` with one row (a decoding step's ``x @ W.T``) or one column."""
+    k = draw(st.integers(1, 40))
+    m, n = (1, draw(st.integers(1, 40))) if draw(st.booleans()) else (draw(st.integers(1, 40)), 1)
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    a, an = _operand(draw, m, k, dtype, rng)
+    b, bn = _operand(draw, k, n, dtype, rng)
+    cn = rng.standard_normal(draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1)]))).astype(dtype)
+    return a, an, b, bn, _mx(cn), cn, draw(st.sampled_from([1.0, -2.0])), \
+        draw(st.sampled_from([1.0, 0.0, 0.5]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(vector_products())
+def test_one_row_or_column_products_are_one_gemv_and_numpys(case):
+    a, an, b, bn, c, cn, alpha, beta = case
+    dtype = an.dtype
+    want_mm = an.astype(np.float64) @ bn.astype(np.float64)
+    want_add = alpha * want_mm + beta * np.broadcast_to(cn, want_mm.shape)
+    prefix = "d" if dtype == np.float64 else "s"
+    for _ in range(2):
+        with tapescope.record() as rec:
+            mm, add = a @ b, mx.addmm(c, a, b, alpha=alpha, beta=beta)
+            mx.eval(mm, add)
+        _close(mm, want_mm, dtype)
+        _close(add, want_add, dtype)
+    launched = [r.name for r in rec.records if r.kind == "kernel_launch"]
+    if gemm.cblas(prefix, "gemv") is not None:
+        assert launched == [f"{prefix}gemv"] * 2
 
 
 def test_the_product_is_planned_and_writes_into_a_donated_operand():

@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import tapescope
@@ -623,6 +623,79 @@ def test_eager_steps_donate_on_every_path(clean_memory):
             mx.async_eval(x) if stream is not None else mx.eval(x)
             mx.synchronize(s)
             assert x._d.buffer.buffer is buf
+
+
+_UPDATE_DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(4, 40), st.integers(1, 5),
+       st.sampled_from(sorted(_UPDATE_DTYPES)), st.sampled_from(["none", "add", "maximum"]),
+       st.booleans(), st.integers(0, 999))
+def test_a_cache_updated_in_steps_writes_into_its_own_buffer(b, h, n, d, dtype, reduce, dynamic,
+                                                            seed):
+    """mlx_lm's KV cache: ``cache[..., i:i + 1, :] = kv`` then an eval, step after step. The
+    old cache is held by nobody but the update, so the SliceUpdate (or DynamicSliceUpdate)
+    takes its buffer and writes only the window, as MLX's does; the values are numpy's."""
+    rng = np.random.default_rng(seed)
+    np_dt = _UPDATE_DTYPES[dtype]
+    want = rng.integers(-50, 50, (b, h, n, d)).astype(np.float64)
+    cache = mx.array(want.astype(np_dt)) + mx.array(np.zeros((), np_dt))  # an allocator buffer
+    mx.eval(cache)
+    buf = cache._d.buffer.buffer
+    for step in range(min(n, 6)):
+        i = (step * 7) % n
+        kv = rng.integers(-50, 50, (b, h, 1, d)).astype(np.float64)
+        u = mx.array(kv.astype(np_dt))
+        if dynamic:  # mx.slice_update with a start array: DynamicSliceUpdate
+            cache = mx.slice_update(cache, u, mx.array([i]), axes=(2,))
+            want[..., i:i + 1, :] = kv
+        elif reduce == "none":
+            cache[..., i:i + 1, :] = u
+            want[..., i:i + 1, :] = kv
+        else:
+            cache = getattr(cache.at[..., i:i + 1, :], reduce)(u)
+            want[..., i:i + 1, :] = getattr(np, reduce)(want[..., i:i + 1, :], kv)
+        mx.eval(cache)
+        assert cache._d.buffer.buffer is buf
+    np.testing.assert_array_equal(np.array(cache).astype(np.float64), want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_held_cache_is_never_written_by_an_update(clean_memory, dynamic):
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a = mx.array(base) * 1.0
+    mx.eval(a)
+    held = a  # another holder of the old array: the update copies it
+    u = mx.array(np.full((2, 1, 4), -1.0, np.float32))
+    if dynamic:
+        a = mx.slice_update(a, u, mx.array([1]), axes=(1,))
+    else:
+        a = mx.array(a)
+        a[:, 1:2, :] = u
+    mx.eval(a)
+    want = base.copy()
+    want[:, 1:2, :] = -1.0
+    np.testing.assert_array_equal(np.array(a), want)
+    np.testing.assert_array_equal(np.array(held), base)
+    assert a._d.buffer is not held._d.buffer
+
+
+def test_an_update_of_the_whole_array_may_take_the_updates_buffer(clean_memory):
+    """``a[::-1] = u`` (a window of ``a``'s shape) with ``a`` held and ``u`` not: the output
+    may take ``u``'s buffer, which is then read before it is written."""
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = mx.array(base) * 1.0
+    u = mx.exp(mx.array(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)))
+    mx.eval(a, u)
+    ref_u = np.array(u).copy()
+    held = a
+    a = mx.array(a)
+    a[::-1] = u
+    del u
+    mx.eval(a)
+    np.testing.assert_array_equal(np.array(a), ref_u[::-1])
+    np.testing.assert_array_equal(np.array(held), base)
 
 
 def test_multi_output_compiled_tape_takes_an_unheld_input_buffer(clean_memory):

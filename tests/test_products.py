@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import re
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapescope.core as mx
-from mlx_compare import raises_exactly
+from mlx_compare import primitive_names, raises_exactly
 
-from conftest import requires_mlx
+from conftest import mlx_ref, requires_mlx
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -83,6 +87,37 @@ def test_matmul_dtypes_match_mlx(mlx, da, db):
     assert str(got.dtype) == str(ref.dtype)
     np.testing.assert_allclose(np.array(got.astype(mx.float32)),
                                np.array(ref.astype(mlx.float32)))
+
+
+def _mlx_graph(*outs) -> Counter:
+    """Primitive names in MLX's own graph of ``outs`` (from ``export_to_dot``)."""
+    f = io.StringIO()
+    mlx_ref.export_to_dot(f, *outs)
+    return Counter(re.findall(r'label ="([A-Za-z]+)"', f.getvalue()))
+
+
+@requires_mlx
+@SETTINGS
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.integers(1, 5), st.integers(1, 5),
+       st.sampled_from(["float32", "float16"]), st.booleans(), st.integers(0, 2**16))
+def test_a_linear_layers_product_records_mlxs_graph_and_numpys_values(lead, k, n, dtype,
+                                                                      transposed, seed):
+    """``x @ w.T`` with ``x`` of shape (..., K) (an ``nn.Linear``): MLX's Flatten, Matmul,
+    Unflatten (its Transpose too), and numpy's product."""
+    a = _rand(tuple(lead) + (k,), seed)
+    w = _rand((n, k) if transposed else (k, n), seed + 1)
+    got = mx.array(a, getattr(mx, dtype)) @ (mx.array(w, getattr(mx, dtype)).T if transposed
+                                             else mx.array(w, getattr(mx, dtype)))
+    ref = mlx_ref.array(a, getattr(mlx_ref, dtype)) @ (
+        mlx_ref.array(w, getattr(mlx_ref, dtype)).T if transposed
+        else mlx_ref.array(w, getattr(mlx_ref, dtype)))
+    assert Counter(primitive_names(got)) == _mlx_graph(ref)
+    assert got.shape == ref.shape and str(got.dtype) == str(ref.dtype)
+    a64 = a.astype(getattr(np, dtype)).astype(np.float64)
+    w64 = w.astype(getattr(np, dtype)).astype(np.float64)
+    want = a64 @ (w64.T if transposed else w64)
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(np.array(got.astype(mx.float32)), want, rtol=tol, atol=tol)
 
 
 ERRORS = [

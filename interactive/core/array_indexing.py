@@ -18,9 +18,10 @@ from .primitive import Primitive
 from .ops.convert import broadcast, cast, _fmt_shape, to_array
 from .ops.creation import arange
 from .ops.indexing import _check_index, _gather, _scatter, _slice, _slice_update
-from .ops.shape import expand_dims, reshape, squeeze, transpose
+from .ops.shape import expand_dims, reshape, reshape_known, squeeze, transpose
 
 _INVALID = "Cannot index mlx array using the given type."
+_2_31 = 2**31
 
 
 def _is_int(x: Any) -> bool:
@@ -44,7 +45,9 @@ def _entry(x: Any) -> Any:
     """One index entry validated and normalised: int, slice, None, Ellipsis or an array."""
     t = type(x)
     if t is slice:  # the common entries first, by exact type (a bool is not an int here)
-        _bound(x.start), _bound(x.stop), _bound(x.step)
+        for v in (x.start, x.stop, x.step):
+            if v is not None and (type(v) is not int or not -_2_31 <= v < _2_31):
+                _bound(v)
         return x
     if t is int:
         return _int32_index(x)
@@ -100,7 +103,10 @@ def _check_entries(a: array, entries: tuple) -> None:
     outside ``[-n, n)`` of the axis of ``a`` it indexes (ints first, as numpy). A lazy index
     array is checked when its Gather / Scatter runs; that message names the axis of the
     primitive's operand, which counts the axes that None entries added before it."""
-    if all(type(e) is slice or e is None for e in entries):  # nothing to check
+    for e in entries:
+        if type(e) is not slice and e is not None:
+            break
+    else:  # nothing to check
         return
     axes = [(e, d) for d, e in enumerate(e for e in entries if e is not None)]
     for e, d in sorted(axes, key=lambda ed: not isinstance(ed[0], int)):
@@ -116,22 +122,25 @@ def _int_bounds(i: int, n: int) -> tuple:
 
 def _basic(a: array, entries: tuple, s) -> array:
     """Slice, then Squeeze the int axes, then ExpandDims the None axes."""
-    start, stop, step, ints = [], [], [], []
-    ax = 0
+    shape = a._d.shape
+    start, stop, step, ints, nones = [], [], [], [], []
+    ax = kept = 0  # kept: the position among the entries that are not ints
     for e in entries:
         if e is None:
+            nones.append(kept)
+            kept += 1
             continue
-        if isinstance(e, int):
-            b, f = _int_bounds(e, a.shape[ax])
-            start.append(b), stop.append(f), step.append(1), ints.append(ax)
-        else:
-            b, f, st = e.indices(a.shape[ax])
+        if e.__class__ is slice:
+            b, f, st = e.indices(shape[ax])
             start.append(b), stop.append(f), step.append(st)
+            kept += 1
+        else:  # an int
+            b, f = _int_bounds(e, shape[ax])
+            start.append(b), stop.append(f), step.append(1), ints.append(ax)
         ax += 1
     out = _slice(a, start, stop, step, s)
     if ints:
         out = squeeze(out, ints, stream=s)
-    nones = [i for i, e in enumerate(x for x in entries if not isinstance(x, int)) if e is None]
     return expand_dims(out, nones, stream=s) if nones else out
 
 
@@ -189,13 +198,16 @@ def _getitem(a: array, idx: Any) -> array:
         return squeeze(_gather(a, [array(int(idx), _dt.int32)], (0,), sizes, s), 0, stream=s)
     entries = _expand(a, idx)
     _check_entries(a, entries)
-    if any(isinstance(e, array) for e in entries):
-        return _advanced(a, entries, s)
+    for e in entries:
+        if isinstance(e, array):
+            return _advanced(a, entries, s)
     return _basic(a, entries, s)
 
 
 def _fit(value: array, shape: tuple, s) -> array:
     """``value`` broadcast to ``shape`` (extra leading size-1 axes dropped, as numpy)."""
+    if value._d.shape == shape:
+        return value
     while value.ndim > len(shape) and value.shape[0] == 1:
         value = squeeze(value, 0, stream=s)
     return broadcast(value, shape, stream=s)
@@ -295,9 +307,10 @@ def setitem(a: array, idx: Any, value: Any) -> None:
     entries = _expand(a, idx) if not _is_int(idx) or a.ndim else None
     if entries is None:
         raise ValueError("too many indices for array: array is 0-dimensional")
-    if any(isinstance(e, array) for e in entries):
-        a._d = _scatter_update(a, idx, v, "none")._d
-        return
+    for e in entries:
+        if isinstance(e, array):
+            a._d = _scatter_update(a, idx, v, "none")._d
+            return
     a._d = _basic_update(a, entries, v, "none", s)._d
 
 
@@ -306,26 +319,26 @@ def _basic_update(a: array, entries: tuple, v: array, reduce: str, s) -> array:
     sum, prod, max, min): a SliceUpdate of the window, MLX's ``slice_update[_add|...]``
     (replacing the whole array: just ``v`` broadcast)."""
     _check_entries(a, entries)
-    start, stop, step, ints = [], [], [], []
+    shape = a._d.shape
+    start, stop, step = [], [], []
+    window, target = [], []  # the window's shape; the shape ``a[entries]`` has (None: 1)
     ax = 0
     for e in entries:
         if e is None:
+            target.append(1)
             continue
-        if isinstance(e, int):
-            b, f = _int_bounds(e, a.shape[ax])
-            st = 1
-            ints.append(ax)
-        else:
-            b, f, st = e.indices(a.shape[ax])
-        start.append(b), stop.append(f), step.append(st)
+        if e.__class__ is slice:
+            b, f, st = e.indices(shape[ax])
+            n = len(range(b, f, st))
+            target.append(n)
+        else:  # an int
+            b, f = _int_bounds(e, shape[ax])
+            st = n = 1
+        start.append(b), stop.append(f), step.append(st), window.append(n)
         ax += 1
-    window = tuple(len(range(b, f, st)) for b, f, st in zip(start, stop, step))
-    target = tuple(n for d, n in enumerate(window) if d not in ints)
-    nones = [i for i, e in enumerate(x for x in entries if not isinstance(x, int)) if e is None]
-    for i in nones:
-        target = target[:i] + (1,) + target[i:]
-    upd = reshape(_fit(v, target, s), window, stream=s)
-    if reduce == "none" and window == a.shape and all(st == 1 for st in step):
+    window, target = tuple(window), tuple(target)
+    upd = reshape_known(_fit(v, target, s), window, s)  # (target holds window's elements)
+    if reduce == "none" and window == shape and step.count(1) == len(step):
         return upd
     return _slice_update(a, upd, start, stop, step, s, reduce)
 

@@ -164,7 +164,7 @@ def capture(tracers: Sequence[array], outputs: Sequence[ArrayDesc],
         tape.append(g)
     outs = [val_of(d) for d in outputs]
     prog = Program(inputs, outs, tape)
-    table = getattr(_dynamic, "partners", None)
+    table = _dynamic.partners
     if table:
         prog.partners = _capture_partners(table, ops, val_of, make_op, is_tracer)
     return prog
@@ -264,13 +264,21 @@ def simplify(prog: Program) -> Program:
     return prog
 
 
-_dynamic = threading.local()  # .on while a shapeless compile traces (MLX's in_dynamic_tracing)
+class _Dynamic(threading.local):
+    """``.on`` while a shapeless compile traces on this thread (MLX's in_dynamic_tracing),
+    ``.partners`` its table: class defaults, so reading them raises nothing."""
+
+    on = False
+    partners = None
+
+
+_dynamic = _Dynamic()
 
 
 def in_dynamic_tracing() -> bool:
     """Whether a ``compile(shapeless=True)`` is tracing on this thread: ops whose constants
     depend on shapes (mean's 1/n) record them as primitives instead (mlx/ops.cpp)."""
-    return getattr(_dynamic, "on", False)
+    return _dynamic.on
 
 
 class dynamic_tracing:
@@ -282,7 +290,7 @@ class dynamic_tracing:
 
     def __enter__(self) -> None:
         self.saved = in_dynamic_tracing()
-        self.saved_table = getattr(_dynamic, "partners", None)
+        self.saved_table = _dynamic.partners
         _dynamic.on = self.on or self.saved
         if _dynamic.on and self.saved_table is None:
             _dynamic.partners = {}
@@ -298,7 +306,7 @@ def note_partners(out: array, partners: Sequence, keep: int = 0) -> None:
     left as its input's. MLX records the partners as stop-gradient inputs of the Broadcast
     (``broadcast_arrays`` under ``in_dynamic_tracing``; ``BroadcastAxes`` for matmul's batch
     axes, mlx/ops.cpp); here they stay beside the graph, in the trace's table."""
-    table = getattr(_dynamic, "partners", None)
+    table = _dynamic.partners
     node = out._d.node
     if table is None or node is None or node.primitive.kind != BROADCAST:
         return
@@ -308,7 +316,7 @@ def note_partners(out: array, partners: Sequence, keep: int = 0) -> None:
 def noted_partners(node) -> Optional[tuple]:
     """(partner descs, trailing axes kept) that ``note_partners`` noted for the Broadcast
     ``node`` in the shapeless trace running now, or None (not noted, or no such trace)."""
-    table = getattr(_dynamic, "partners", None)
+    table = _dynamic.partners
     hit = table.get(id(node)) if table else None
     return None if hit is None or hit[0] is not node else (hit[1], hit[2])
 
@@ -331,10 +339,15 @@ def trace(fun: Callable[[list], list], avals: Sequence[tuple],
 
 # -- replay ------------------------------------------------------------------------------
 
-def _broadcast_shapes(*shapes) -> tuple:
-    from .ops.convert import broadcast_shape_of
+_broadcast_shape_of: list = []  # ops.convert's, once imported (ops imports this module)
 
-    return broadcast_shape_of(shapes)
+
+def _broadcast_shapes(*shapes) -> tuple:
+    if not _broadcast_shape_of:
+        from .ops.convert import broadcast_shape_of
+
+        _broadcast_shape_of.append(broadcast_shape_of)
+    return _broadcast_shape_of[0](shapes)
 
 
 def _partners(prog: Program) -> dict:

@@ -162,13 +162,20 @@ class _Table:
         return "".join(lines)
 
 
-_exporting = threading.local()  # .on while export_function traces (MLX's in_export_tracing)
+class _Exporting(threading.local):
+    """``.on`` while export_function traces on this thread (MLX's in_export_tracing); a class
+    default, so reading it raises nothing."""
+
+    on = False
+
+
+_exporting = _Exporting()
 
 
 def in_export_tracing() -> bool:
     """Whether ``export_function`` is tracing on this thread: a ``metal_kernel`` call is
     recorded without Metal then (mlx/backend/common/metal_kernel.cpp)."""
-    return getattr(_exporting, "on", False)
+    return _exporting.on
 
 
 def _trace(fun: Callable, args: list, kwargs: dict, shapeless: bool) -> _Function:

@@ -23,10 +23,15 @@ from .fast_cuda import cuda_kernel, precompiled_cuda_kernel  # noqa: F401 - mx.f
 from .fast_metal import metal_kernel  # noqa: F401 - mx.fast.metal_kernel
 
 
-def _mx():
-    from . import ops
+_ops: list = []  # tapescope.core.ops, once imported (it imports this module)
 
-    return ops
+
+def _mx():
+    if not _ops:
+        from . import ops
+
+        _ops.append(ops)
+    return _ops[0]
 
 
 def _float_out(name: str, *arrays) -> _dt.Dtype:
@@ -144,12 +149,12 @@ def _int_offset(offset: int, s) -> array:
     device's memory, kept per (stream, value, backend), so the call's kernel is launched from
     its plan with no upload (MLX's scalar reaches its CUDA kernel through unified memory);
     the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    if s.device.type != DeviceType.gpu:
+        return array(offset, _dt.int32)
     import numpy as np
 
     from tapescope.kernels.backends import stream_backend
 
-    if s.device.type != DeviceType.gpu:
-        return array(offset, _dt.int32)
     try:
         be = stream_backend(s)
     except Exception:  # noqa: BLE001 - no device backend: the eval says so, as before

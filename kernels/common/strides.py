@@ -43,6 +43,8 @@ def one_stride(shape: Sequence[int], strides: Sequence[int]) -> Optional[int]:
 def batch_offsets(a, unit: int) -> np.ndarray:
     """The offset (in ``unit`` bytes) of each matrix of ``a``'s batch (its leading axes),
     flattened in order: int64, on the host."""
+    if a.ndim <= 2:  # one matrix (the common call)
+        return np.zeros(1, np.int64)
     offs = np.zeros(a.shape[:-2], np.int64)
     for d, (n, st) in enumerate(zip(a.shape[:-2], a.strides[:-2])):
         shape = [1] * (a.ndim - 2)

@@ -12,8 +12,10 @@
  * [3] m, [4] n, [5] k, [6] a transposed, [7] lda, [8] b transposed, [9] ldb,
  * [10] alpha and [11] beta (a double's bits), [12] 1: ``c`` is given, [13] / [14] c's row
  * and column strides (elements, 0 where broadcast), [15] a, [16] b, [17] c, [18] out
- * (row-major m x n). An ``out`` that overlaps ``a`` or ``b`` (a donated input) gets the
- * product in a temporary first. */
+ * (row-major m x n), [19] cblas_?gemv or 0. An ``out`` that overlaps ``a`` or ``b`` (a
+ * donated input) gets the product in a temporary first. A product of one row or one column
+ * (a decoding step's ``x @ W.T``) is one ?gemv where argv[19] has it: a single pass over the
+ * matrix, where ?gemm would first pack it into its panel layout. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -30,6 +32,15 @@ typedef void (*sgemm32)(int, int, int, int, int, int, float, const float *, int,
                         int, float, float *, int);
 typedef void (*dgemm32)(int, int, int, int, int, int, double, const double *, int,
                         const double *, int, double, double *, int);
+
+typedef void (*sgemv64)(int, int, int64_t, int64_t, float, const float *, int64_t, const float *,
+                        int64_t, float, float *, int64_t);
+typedef void (*dgemv64)(int, int, int64_t, int64_t, double, const double *, int64_t,
+                        const double *, int64_t, double, double *, int64_t);
+typedef void (*sgemv32)(int, int, int, int, float, const float *, int, const float *, int, float,
+                        float *, int);
+typedef void (*dgemv32)(int, int, int, int, double, const double *, int, const double *, int,
+                        double, double *, int);
 
 #define ARG(i) ((int64_t)(intptr_t)argv[i])
 
@@ -64,6 +75,25 @@ static void copy_c(char *dst, const char *c, int64_t m, int64_t n, int64_t cs0, 
     }
 }
 
+/* y (contiguous, ``rows`` of ``op(A) x``) = alpha op(A) x + beta y by ?gemv: A row-major
+ * ``r`` x ``c`` with leading dimension ``lda``, read transposed when ``trans`` */
+static void gemv(void *fn, int f64, int ilp64, int trans, int64_t r, int64_t c, double alpha,
+                 const char *a, int64_t lda, const char *x, int64_t incx, double beta, char *y) {
+    int t = trans ? TRANS : NO_TRANS;
+    if (f64 && ilp64)
+        ((dgemv64)fn)(ROW_MAJOR, t, r, c, alpha, (const double *)a, lda, (const double *)x, incx,
+                      beta, (double *)y, 1);
+    else if (f64)
+        ((dgemv32)fn)(ROW_MAJOR, t, (int)r, (int)c, alpha, (const double *)a, (int)lda,
+                      (const double *)x, (int)incx, beta, (double *)y, 1);
+    else if (ilp64)
+        ((sgemv64)fn)(ROW_MAJOR, t, r, c, (float)alpha, (const float *)a, lda, (const float *)x,
+                      incx, (float)beta, (float *)y, 1);
+    else
+        ((sgemv32)fn)(ROW_MAJOR, t, (int)r, (int)c, (float)alpha, (const float *)a, (int)lda,
+                      (const float *)x, (int)incx, (float)beta, (float *)y, 1);
+}
+
 static void gemm(void **argv) {
     int f64 = ARG(1) != 0, ilp64 = ARG(2) != 0, has_c = ARG(12) != 0;
     int64_t m = ARG(3), n = ARG(4), k = ARG(5), lda = ARG(7), ldb = ARG(9);
@@ -84,7 +114,16 @@ static void gemm(void **argv) {
     }
     if (has_c && c != dst) /* out = c through its strides (MLX: copy c, then gemm with beta) */
         copy_c(dst, c, m, n, cs0, cs1, f64);
-    if (f64 && ilp64)
+    void *gv = argv[19];
+    if (gv != NULL && (m == 1 || n == 1)) {
+        if (!has_c) memset(dst, 0, nout); /* beta 0: y is written, never read */
+        if (m == 1) /* out (n) = op(B)^T a: a's k elements 1 apart, or lda apart (transposed) */
+            gemv(gv, f64, ilp64, tb == NO_TRANS, tb == NO_TRANS ? k : n, tb == NO_TRANS ? n : k,
+                 alpha, b, ldb, a, ta == NO_TRANS ? 1 : lda, beta, dst);
+        else /* out (m) = op(A) b: b's k elements ldb apart, or 1 apart (transposed) */
+            gemv(gv, f64, ilp64, ta == TRANS, ta == TRANS ? k : m, ta == TRANS ? m : k, alpha, a,
+                 lda, b, tb == NO_TRANS ? ldb : 1, beta, dst);
+    } else if (f64 && ilp64)
         ((dgemm64)argv[0])(ROW_MAJOR, ta, tb, m, n, k, alpha, (const double *)a, lda,
                            (const double *)b, ldb, beta, (double *)dst, n);
     else if (f64)

@@ -3,8 +3,9 @@
 A 2-D product of float32 or float64 operands, each row- or column-major (a transposed
 view passes as BLAS's transpose flag), of at most ``SMALL_PRODUCT`` multiply-adds is a
 ``KernelRule`` plan (``kernels/kernel_call.py``): a ``KernelCall`` of ``_gemm.c``'s
-``gemm``, which calls numpy's own OpenBLAS (its CBLAS ``?gemm``) into the eval loop's
-output buffer, so the loop runs the node from C without the rule's Python, numpy's ufunc
+``gemm``, which calls numpy's own OpenBLAS (its CBLAS ``?gemm``, or ``?gemv`` for a product
+of one row or one column: a decoding step's ``x @ W.T`` reads the weight once instead of
+packing it first) into the eval loop's output buffer, so the loop runs the node from C without the rule's Python, numpy's ufunc
 machinery or a result to adopt. ``AddMM`` copies ``c`` into the output and passes ``beta``
 to the gemm, as MLX's CPU backend does (mlx/backend/cpu/matmul.cpp). OpenBLAS runs a
 product that small on one thread (interface/gemm.c: ``MNK <= 65536 * 4``), so the thread
@@ -43,20 +44,28 @@ def _openblas_paths() -> list:
 
 
 @functools.lru_cache(maxsize=None)
-def cblas(prefix: str) -> Optional[tuple]:
-    """(address, 64-bit integers) of the CBLAS ``?gemm`` (``prefix`` "s" or "d") of numpy's
-    OpenBLAS, or None where none is found."""
+def cblas(prefix: str, routine: str = "gemm") -> Optional[tuple]:
+    """(address, 64-bit integers) of the CBLAS ``?gemm`` (``prefix`` "s" or "d"; ``routine``
+    "gemv": ``?gemv``) of numpy's OpenBLAS, or None where none is found."""
     for path in _openblas_paths():
         try:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name, ilp64 in ((f"scipy_cblas_{prefix}gemm64_", 1), (f"cblas_{prefix}gemm64_", 1),
-                            (f"scipy_cblas_{prefix}gemm", 0), (f"cblas_{prefix}gemm", 0)):
+        r = f"{prefix}{routine}"
+        for name, ilp64 in ((f"scipy_cblas_{r}64_", 1), (f"cblas_{r}64_", 1),
+                            (f"scipy_cblas_{r}", 0), (f"cblas_{r}", 0)):
             fn = getattr(lib, name, None)
             if fn is not None:
                 return ctypes.cast(fn, ctypes.c_void_p).value, ilp64
     return None
+
+
+def _gemv(prefix: str, ilp64: int) -> int:
+    """The ``?gemv`` of the library ``?gemm`` came from (the same integers), else 0: a
+    product of one row or column is one matrix-vector pass (_gemm.c)."""
+    gv = cblas(prefix, "gemv")
+    return gv[0] if gv is not None and gv[1] == ilp64 else 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,11 +113,11 @@ def _plan(name: str, a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0):
     has_c = c is not None and beta != 0.0  # beta 0: c is not read (the rule's, BLAS's)
     cs = tuple(s // c.itemsize for s in c.strides) if has_c else (0, 0)
     argv = (fn[0], f64, fn[1], m, n, k, fa[0], fa[1], fb[0], fb[1], _bits(alpha), _bits(beta),
-            int(has_c), cs[0], cs[1], 0, 0, 0, 0)
+            int(has_c), cs[0], cs[1], 0, 0, 0, 0, _gemv(prefix, fn[1]))
     slots = (_A, _B, _C, _OUT) if c is not None else (_A, _B, _OUT)
     detail = {"runtime": "blas", "variant": f"{'nt'[fa[0]]}{'nt'[fb[0]]}", "primitive": name,
               "tier": "kernel"}
-    kernel = f"{prefix}gemm"
+    kernel = f"{prefix}gemv" if (m == 1 or n == 1) and argv[-1] else f"{prefix}gemm"
 
     def note(t0: int, t1: int, arrays: tuple) -> None:
         timeline.add("kernel_launch", t0, t1, name=kernel, device="cpu", detail=dict(detail))

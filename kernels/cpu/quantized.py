@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.c_ops import Unsupported
+from ..kernel_call import KernelCall
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
 from ..common.strides import batch_offsets as _batch_offsets
 from ..fallback import run_rule
@@ -142,16 +143,43 @@ def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: st
         x, x_offs = o.x, o.x_offs[x_idx]
     keep = [np.ascontiguousarray(a, np.int64) for a in (x_offs, w_offs, s_offs, b_offs)]
     table = _table(o.mode, o.bits)
-    ptrs = [x.ctypes.data, o.w.ctypes.data, o.s.ctypes.data, o.b.ctypes.data,
-            table.ctypes.data, out.ctypes.data, *(a.ctypes.data for a in keep),
-            nb, o.M, o.N, o.K, o.gs]
-    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    fn = entry.fast_fn(gil=o.w.nbytes < _SMALL and nb * o.M * o.N < _SMALL)
-    t0 = timeline.now() if timeline.enabled else 0
-    fn(argv)
-    _record(spec, prim_name, t0)
-    entry.hits += 1
+    gil = o.w.nbytes < _SMALL and nb * o.M * o.N < _SMALL
+    # a KernelCall puts the ten arrays' data pointers into the argument vector in C (no
+    # ctypes array, no ``.ctypes`` object per array); it counts the entry's hit and calls
+    # ``note`` while the timeline records
+    call = KernelCall(_address(entry.fast_fn(gil=gil)), gil, _QMV_ARGV + (nb, o.M, o.N, o.K, o.gs),
+                      _QMV_SLOTS, None, entry, _launch_note(spec, prim_name), out.shape, out.dtype)
+    call(x, o.w, o.s, o.b, table, out, *keep)
     return out
+
+
+_QMV_ARGV = (0,) * 10  # the qmv kernels' pointers (codegen/quantized.py): x, w, scales,
+_QMV_SLOTS = tuple(range(10))  # biases, table, out, then the four offset arrays
+_addresses: dict = {}  # id(ctypes function) -> (the function, its address)
+_notes: dict = {}  # (kernel, primitive) -> its launch's timeline note
+
+
+def _address(fn) -> int:
+    got = _addresses.get(id(fn))
+    if got is None or got[0] is not fn:
+        got = _addresses[id(fn)] = (fn, ctypes.cast(fn, ctypes.c_void_p).value)
+    return got[1]
+
+
+def _launch_note(spec: QuantSpec, prim_name: str):
+    """``_record``'s timeline record as a KernelCall's ``note(t0, t1, arrays)``."""
+    key = (spec.name, prim_name)
+    note = _notes.get(key)
+    if note is None:
+        detail = {"runtime": "cpu", "variant": spec.layout, "primitive": prim_name,
+                  "tier": "kernel"}
+
+        def note(t0: int, t1: int, arrays) -> None:
+            timeline.add("kernel_launch", t0, t1, name=spec.name, device="cpu",
+                         detail=dict(detail))
+
+        _notes[key] = note
+    return note
 
 
 def _dequant(o: _Operands, entry, spec, w_off: int, s_off: int, b_off: int, tile, prim_name):

@@ -1,7 +1,8 @@
 """Rules for slicing, gathering and scattering primitives.
 
-Slice / DynamicSlice return views of their input. SliceUpdate, Scatter, ScatterAxis and
-DynamicSliceUpdate copy their input first and never write into it. Gather / Scatter and
+Slice / DynamicSlice return views of their input. SliceUpdate and DynamicSliceUpdate write
+into the eval loop's output buffer, their input's own where it was donated; Scatter and
+ScatterAxis copy their input first and never write into it. Gather / Scatter and
 their Axis forms raise IndexError for an index outside ``[-size, size)`` (numpy's message);
 MLX reads or writes out of bounds there (garbage values, or a crash) instead.
 """
@@ -46,11 +47,28 @@ def _slice_update_label(name: str, kw: dict) -> str:
     return f"{name} {kw['reduce'].capitalize()}" if "reduce" in kw else name
 
 
-@define("SliceUpdate", family=INDEXING, moves=True, label=_slice_update_label, shape=same_shape)
-def slice_update(xp, a, update, *, start_indices, end_indices, strides, reduce="none"):
+def _updated(xp, a, update, out):
+    """``(out, update)``: the array an update writes into and the update to write. ``out``
+    is the eval loop's buffer where it gives one: ``a``'s own when nobody else holds ``a``
+    (donated: only the window is written, as MLX's ``copy`` takes a donatable input's buffer
+    in SliceUpdate / DynamicSliceUpdate, mlx/backend/cpu/primitives.cpp, so a KV cache's
+    update costs the update, not the cache), else a fresh one ``a`` is copied into, or the
+    update's own (same shape: the update is read first)."""
+    if out is None:
+        return a.copy(), update
+    if not xp.may_share_memory(out, a):
+        if xp.may_share_memory(out, update):
+            update = update.copy()
+        out[...] = a
+    return out, update
+
+
+@define("SliceUpdate", family=INDEXING, out=True, moves=True, label=_slice_update_label,
+        shape=same_shape)
+def slice_update(xp, a, update, *, start_indices, end_indices, strides, reduce="none", out=None):
     """The slice of ``a`` replaced by ``update``, or (``reduce``: MLX's SliceUpdate Sum / Prod
-    / Max / Min) combined with it elementwise."""
-    out = a.copy()
+    / Max / Min) combined with it elementwise (into ``out``: ``_updated``)."""
+    out, update = _updated(xp, a, update, out)
     window = _slices(start_indices, end_indices, strides)
     if reduce == "none":
         out[window] = update
@@ -75,10 +93,12 @@ def dynamic_slice(xp, a, start, *, axes, slice_size):
     return a[_dynamic_window(a, start, axes, slice_size)]
 
 
-@define("DynamicSliceUpdate", family=INDEXING, moves=True)
-def dynamic_slice_update(xp, a, update, start, *, axes):
-    out = a.copy()
-    out[_dynamic_window(a, start, axes, update.shape)] = update
+@define("DynamicSliceUpdate", family=INDEXING, out=True, moves=True)
+def dynamic_slice_update(xp, a, update, start, *, axes, out=None):
+    """``update`` written at ``start`` on ``axes`` of ``a`` (into ``out``: ``_updated``)."""
+    window = _dynamic_window(a, start, axes, update.shape)
+    out, update = _updated(xp, a, update, out)
+    out[window] = update
     return out
 
 

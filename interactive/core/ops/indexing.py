@@ -26,7 +26,7 @@ _builtin_slice = slice
 
 # -- primitive helpers (used by array indexing too) -----------------------------------------
 def _slice_shape(start: Sequence[int], stop: Sequence[int], strides: Sequence[int]) -> tuple:
-    return tuple(len(range(b, e, st)) for b, e, st in zip(start, stop, strides))
+    return tuple([len(range(b, e, st)) for b, e, st in zip(start, stop, strides)])
 
 
 def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequence[int],
@@ -34,10 +34,11 @@ def _slice(a: array, start: Sequence[int], stop: Sequence[int], strides: Sequenc
     """Record a static Slice (a view); bounds are already normalised as ``slice.indices``."""
     start, stop, strides = tuple(map(int, start)), tuple(map(int, stop)), tuple(map(int, strides))
     shape = _slice_shape(start, stop, strides)
-    if shape == a._d.shape and all(st == 1 for st in strides):
+    d = a._d
+    if shape == d.shape and strides.count(1) == len(strides):
         return a
     prim = Primitive("Slice", s, start_indices=start, end_indices=stop, strides=strides)
-    return array._make([shape], [a.dtype], prim, [a])[0]
+    return array._make1(shape, d.dtype, prim, [a])
 
 
 def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[int],
@@ -45,13 +46,18 @@ def _slice_update(a: array, update: array, start: Sequence[int], stop: Sequence[
     """Record a SliceUpdate writing ``update`` (broadcast, cast) into the slice of ``a``, or
     with ``reduce`` (sum, prod, max, min) combining it with the slice (MLX's SliceUpdate
     Sum / Prod / Max / Min; the parameter is recorded only then)."""
-    start, stop, strides = (tuple(int(v) for v in x) for x in (start, stop, strides))
+    start, stop, strides = tuple(map(int, start)), tuple(map(int, stop)), tuple(map(int, strides))
     shape = _slice_shape(start, stop, strides)
-    update = broadcast(cast(update, a.dtype, s), shape, stream=s)
-    extra = {} if reduce == "none" else {"reduce": reduce}
-    prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides,
-                     **extra)
-    return array._make([a.shape], [a.dtype], prim, [a, update])[0]
+    d = a._d
+    update = cast(update, d.dtype, s)
+    if update._d.shape != shape:
+        update = broadcast(update, shape, stream=s)
+    if reduce == "none":
+        prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides)
+    else:
+        prim = Primitive("SliceUpdate", s, start_indices=start, end_indices=stop, strides=strides,
+                         reduce=reduce)
+    return array._make1(d.shape, d.dtype, prim, [a, update])
 
 
 def _check_indices(indices: Sequence[array]) -> None:

@@ -49,13 +49,29 @@ def _squeeze_1d(out: array, a_ndim: int, b_ndim: int, s) -> array:
 def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Matrix product over the last two axes, broadcasting batch axes; 1-D inputs are
     promoted to matrices and the added axis removed (inexact dtypes only)."""
-    if a.__class__ is array and b.__class__ is array:  # two matrices of one inexact dtype
+    if a.__class__ is array and b.__class__ is array:  # matrices of one inexact dtype
         ad, bd = a._d, b._d
         sa, sb = ad.shape, bd.shape
-        if (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and ad.dtype is bd.dtype and
+        nd = len(sa)
+        if (nd >= 2 and len(sb) == 2 and sa[-1] == sb[0] and ad.dtype is bd.dtype and
                 _dt.is_inexact(ad.dtype)):  # (what the steps below record for them)
-            return array._make1((sa[0], sb[1]), ad.dtype,
-                                Primitive("Matmul", resolve_stream(stream)), [a, b])
+            if nd == 2:
+                return array._make1((sa[0], sb[1]), ad.dtype,
+                                    Primitive("Matmul", resolve_stream(stream)), [a, b])
+            if not in_dynamic_tracing():  # a Linear's (..., K) @ (K, N): Flatten, Matmul, Unflatten
+                s = resolve_stream(stream)
+                lead = sa[:-1]
+                n = 1
+                for d in lead:
+                    n *= d
+                flat = (n, sa[-1])
+                dt = ad.dtype
+                x = array._make1(flat, dt, Primitive("Flatten", s, shape=flat, start_axis=0,
+                                                     end_axis=nd - 2), [a])
+                out = array._make1((n, sb[1]), dt, Primitive("Matmul", s), [x, b])
+                full = lead + (sb[1],)
+                return array._make1(full, dt, Primitive("Unflatten", s, shape=full, axis=0,
+                                                        spec=lead), [out])
     require_array("matmul", "matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) "
                   "-> array", a, b)
     sa, sb = _mm_shapes("matmul", a, b)

@@ -6,6 +6,7 @@ Each records the MLX primitive of the same name; the rules in
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Optional, Sequence, Union
 
@@ -45,23 +46,27 @@ def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None)
     """Reshape ``a`` to ``shape`` (one dimension may be -1); a view when MLX makes one."""
     a = to_array(a)
     shape = _int_tuple(shape)
-    infer = [i for i, d in enumerate(shape) if d == -1]
-    if len(infer) > 1:
-        raise ValueError("[reshape] Reshape can only infer one dimension.")
-    out = list(shape)
+    d = a._d
+    size = math.prod(d.shape)
+    out = shape
+    infer = shape.count(-1)
     if infer:
-        rest = _prod([d for d in shape if d != -1])
+        if infer > 1:
+            raise ValueError("[reshape] Reshape can only infer one dimension.")
+        rest = math.prod([n for n in shape if n != -1])
         if rest == 0:
             raise ValueError("[reshape] Cannot infer the shape of an empty array")
-        out[infer[0]] = a.size // rest
-    out = tuple(out)
-    if any(d < 0 for d in out) or _prod(out) != a.size:
-        raise ValueError(f"[reshape] Cannot reshape array of size {a.size} into shape {_fmt_shape(out)}.")
-    if out == a.shape:
+        out = list(shape)
+        out[shape.index(-1)] = size // rest
+        out = tuple(out)
+    if (out and min(out) < 0) or math.prod(out) != size:
+        raise ValueError(f"[reshape] Cannot reshape array of size {size} into shape {_fmt_shape(out)}.")
+    if out == d.shape:
         return a._handle()
+    s = resolve_stream(stream)
     if infer:  # the requested shape, as MLX's Reshape keeps it for shapeless compile
-        return _one("Reshape", a, out, stream, shape=out, spec=shape)
-    return _one("Reshape", a, out, stream, shape=out)
+        return array._make1(out, d.dtype, Primitive("Reshape", s, shape=out, spec=shape), [a])
+    return array._make1(out, d.dtype, Primitive("Reshape", s, shape=out), [a])
 
 
 def reshape_known(a: array, shape: tuple, stream: StreamOrDevice = None) -> array:
@@ -180,11 +185,11 @@ def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
         axes = _int_tuple(axes)
         if len(axes) != nd:
             raise ValueError(f"[transpose] Received {len(axes)} axes for array with {nd} dimensions.")
-        norm = tuple(ax + nd if ax < 0 else ax for ax in axes)
-        for ax, n in zip(axes, norm):
-            if not 0 <= n < nd:
-                raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {nd} dimensions.")
-        if len(set(norm)) != nd:
+        norm = tuple([ax + nd if ax < 0 else ax for ax in axes])
+        if sorted(norm) != list(range(nd)):  # not a permutation: which error, in MLX's order
+            for ax, n in zip(axes, norm):
+                if not 0 <= n < nd:
+                    raise IndexError(f"[transpose] Invalid axis ({ax}) for array with {nd} dimensions.")
             raise ValueError("[transpose] Repeat axes not allowed.")
     return _transposed(a, norm, stream)
 
