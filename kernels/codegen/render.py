@@ -282,7 +282,13 @@ LIBMVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
 LIBMVEC_2_35 = ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "exp2",
                 "expm1", "log10", "log1p", "log2", "sinh", "tan", "tanh")
 
-_C_PRELUDE = r"""#include <stdint.h>
+# Ubuntu's gcc defines _FORTIFY_SOURCE at -O1 and up: glibc's fortified ``open`` is a variadic
+# always-inline wrapper whose argument check folds only when the caller is optimised, so in
+# the unoptimised ts_runnable / ts_threads (TS_UNOPTIMISED) it fails the build ("call to
+# '__open_too_many_args' declared with attribute error"). The kernels call no libc function
+# that fortification checks: off, before the first header reads it.
+_C_PRELUDE = r"""#undef _FORTIFY_SOURCE
+#include <stdint.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <math.h>
