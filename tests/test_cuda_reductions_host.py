@@ -189,3 +189,28 @@ def test_random_rows_match_float64(rows, cols, off, scale, seed):
     np.testing.assert_array_equal(argmax(v, 1)[:, 0], v.argmax(1))
     close(run("LogSumExp", v)[:, 0], lse64(v)[:, 0], cols)
     close(run("Softmax", v, precise=False), softmax64(v), cols)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cols", [1, 5, 33, 1024, 1025, 4097, 16384, 16389])
+def test_attention_score_softmax_matches_float64(cols, causal):
+    """The prefill's score softmax (``codegen/attention_softmax.py``: the same online fold,
+    the row's vectors kept in registers between its two passes where the row is aligned and
+    fits, else read twice): a causal block's rows see keys ``c <= l + qoff``."""
+    from tapescope.kernels.codegen.attention_softmax import ScoresSoftmaxSpec
+
+    spec = ScoresSoftmaxSpec("float32", causal=causal)
+    bl, heads = 3, 1
+    rows, qoff = bl * heads, cols - bl
+    x = (np.random.default_rng(cols).standard_normal((rows, cols)) * 6).astype(np.float32)
+    out = np.full_like(x, 7)
+    k = spec.kernel(gpu=True)
+    ints = {"rows": rows, "cols": cols, "bl": bl, "heads": heads, "qoff": qoff}
+    grid, block = k.launch(ints)
+    args = [{"x": x, "out": out}[p.name] if p.kind in ("in", "out") else ints[p.name] for p in k.params]
+    launch(build(spec.source(renderer("cuda")), [k.name]), k.name, grid, block, args)
+    x64 = x.astype(np.float64)
+    if causal:
+        seen = np.arange(cols)[None, :] <= (np.arange(rows) % bl)[:, None] + qoff
+        x64 = np.where(seen, x64, -3.4028234663852886e38)
+    close(out, softmax64(x64), cols)

@@ -579,16 +579,21 @@ class Lowering:
         shared = {f: f"{names[f]}_g" for f in names}
         for f, dt in acc.fields:
             self.shared.append(d.ir_shared.format(t=self.ctype(dt), n=shared[f], size=WARP))
-        out.append(f"{ind}if ({t['lane']} == 0) {{")
-        out += [f"{ind}  {shared[f]}[{t['warp']}] = {names[f]};" for f in names]
-        out.append(f"{ind}}}")
-        out.append(f"{ind}{d.ir_barrier}")
+        # a group of one warp has its state now: the group-memory step only past one (the
+        # condition is the same in every thread, so its barriers are met by all)
+        i2 = ind + "  "
+        out.append(f"{ind}if ({t['group_size']} > {WARP}) {{")
+        out.append(f"{i2}if ({t['lane']} == 0) {{")
+        out += [f"{i2}  {shared[f]}[{t['warp']}] = {names[f]};" for f in names]
+        out.append(f"{i2}}}")
+        out.append(f"{i2}{d.ir_barrier}")
         n_warps = f"(({t['group_size']} + {WARP - 1}) / {WARP})"
         for (f, dt), ident in zip(acc.fields, acc.identity):
-            out.append(f"{ind}{names[f]} = {t['lane']} < {n_warps} ? {shared[f]}[{t['lane']}] : "
+            out.append(f"{i2}{names[f]} = {t['lane']} < {n_warps} ? {shared[f]}[{t['lane']}] : "
                        f"{self.expr(ident)};")
-        out += warp(names)
-        out.append(f"{ind}{d.ir_barrier}  // the group memory is free for the next merge")
+        out += [f"  {line}" for line in warp(names)]
+        out.append(f"{i2}{d.ir_barrier}  // the group memory is free for the next merge")
+        out.append(f"{ind}}}")
         return out
 
 
