@@ -151,7 +151,7 @@ def online_softmax(dt) -> Monoid:
     ``softmax_exp``); a vector's lanes fold at once (``chunk``: their max, one rescale of
     the sum, an exp per lane independent of the others, as MLX's kernels fold N_READS)."""
     def rescaled(s, m, mm):
-        return Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",)),))
+        return Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",), "nonpositive"),))
 
     def merge(a, b):
         mm = f"(({b['m']} > {a['m']} || {b['m']} != {b['m']}) ? {b['m']} : {a['m']})"
