@@ -186,8 +186,11 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
 typedef struct {
     PyObject *be, *xp, *alloc, *array_type, *launch_for, *kernel_rules;
     int host;
-    int plain_event; /* its event_type is stream_workers.Event: 1; else -1; 0 not known */
+    int plain_event; /* its event_type is stream_workers.Event, or a subclass that says which
+                      * of its own slots its __init__ sets to None (``none_slots``): 1; else
+                      * -1; 0 not known */
     PyObject *event_type; /* Backend.event_type, once plain_events has asked */
+    Py_ssize_t none_off[2]; /* those slots' offsets (-1: none) */
     const DeviceApi *api; /* NULL: the Python hooks */
     PyObject *eager_for;  /* Backend.eager_kernel (a device's with api only); NULL: none */
     PyObject *eager_plans; /* its ``plans`` (a dict keyed as KernelRule.plans); NULL: none */
@@ -1774,13 +1777,29 @@ static int plain_events(BackendInfo *bi) {
         PyObject *et = PyObject_GetAttr(bi->be, s_event_type);
         if (et == NULL) return -1;
         bi->event_type = et; /* (kept with the backend, for the process's life) */
-        bi->plain_event = et == g_event_type && ev_off[0] >= 0 ? 1 : -1;
+        bi->none_off[0] = bi->none_off[1] = -1;
+        int ok = et == g_event_type && ev_off[0] >= 0;
+        if (!ok && ev_off[0] >= 0 && PyType_Check(et) &&
+            PyType_IsSubtype((PyTypeObject *)et, (PyTypeObject *)g_event_type)) {
+            /* a subclass (CudaEvent) whose __init__ only sets its ``none_slots`` to None */
+            PyObject *names = PyObject_GetAttrString(et, "none_slots");
+            ok = names != NULL && PyTuple_CheckExact(names) && PyTuple_GET_SIZE(names) <= 2;
+            for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(names); i++) {
+                const char *n = PyUnicode_Check(PyTuple_GET_ITEM(names, i))
+                                    ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i)) : NULL;
+                ok = n != NULL && (bi->none_off[i] = slot_offset(et, n)) >= 0;
+            }
+            Py_XDECREF(names);
+            PyErr_Clear();
+        }
+        bi->plain_event = ok ? 1 : -1;
     }
     return bi->plain_event == 1;
 }
 
 /* be.event_type(index): a new event of the stream (Event.__init__'s slots for the host's:
- * its id next of stream_workers._event_ids, value 0, no condition yet) */
+ * its id next of stream_workers._event_ids, value 0, no condition yet; a subclass's
+ * ``none_slots`` None, as its __init__ sets them) */
 static PyObject *new_event(BackendInfo *bi, PyObject *index) {
     int plain = plain_events(bi);
     if (plain < 0) return NULL;
@@ -1790,13 +1809,16 @@ static PyObject *new_event(BackendInfo *bi, PyObject *index) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "event ids ran out");
         return NULL;
     }
-    PyObject *ev = ((PyTypeObject *)g_event_type)->tp_alloc((PyTypeObject *)g_event_type, 0);
+    PyTypeObject *et = (PyTypeObject *)bi->event_type;
+    PyObject *ev = et->tp_alloc(et, 0);
     if (ev == NULL) { Py_DECREF(id); return NULL; }
     PyObject *zero = PyLong_FromLong(0);
     put(ev, ev_off[0], id);
     put(ev, ev_off[1], index);
     put(ev, ev_off[2], zero);
     put(ev, ev_off[3], Py_None);
+    for (int i = 0; i < 2; i++)
+        if (bi->none_off[i] >= 0) put(ev, bi->none_off[i], Py_None);
     Py_DECREF(id);
     Py_DECREF(zero);
     return ev;

@@ -133,6 +133,10 @@ class CUDADialect(CFamily):
                  "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});",
                  "cache": True}
     ir_prelude = _IR_PRELUDE
+    # an exp of a value at most 0 (softmax's x - max): the hardware's exp2 on x * log2(e),
+    # MLX's softmax_exp (mlx/backend/cuda/softmax.cu, logsumexp.cu: "x is gonna be in
+    # (-oo, 0] anyway")
+    own_math_domain = {("exp", "nonpositive"): "__expf"}
 
     def __init__(self, **kw):
         pass

@@ -129,6 +129,13 @@ class Monoid:
     # ``step(state, elem) -> {field: expr}``: one element folded in directly, where that is
     # cheaper than ``merge(state, lift(elem))`` (online softmax: one exp, not two)
     step: Optional[Callable[[dict, dict], dict]] = None
+    # ``chunk(state, elems, tmp) -> (statements, {field: expr})``: the lanes of one vector
+    # folded at once (``elems``: a field -> variable dict per lane, typed as ``elem_fields``;
+    # ``tmp`` a prefix for the statements' names), where that is cheaper than a ``step`` per
+    # lane: online softmax's max of the lanes, one rescale and independent exps (MLX's CUDA
+    # softmax / logsumexp). A GPU dialect with vector loads folds each vector so.
+    chunk: Optional[Callable[[dict, list, str], tuple]] = None
+    elem_fields: tuple = ()  # ((field, dtype), ...) of the elements ``chunk`` takes
 
     def value(self, state: dict):
         return self.final(state) if self.final else state[self.fields[0][0]]

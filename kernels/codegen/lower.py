@@ -365,13 +365,21 @@ class Lowering:
         out = [f"{ind}{self.ctype(dt)} {names[f]} = {self.expr(ident)};"
                for (f, dt), ident in zip(acc.fields, acc.identity)]
         if s.vec is not None and self.expr(s.start) == "0" and self.vector_type(s.vec):
+            many = (lambda elems, at: self.chunk_fold(acc, names, elems, at)) if acc.chunk else None
             out += self.vector_loop(s.var, self.expr(s.stop), s.vec,
-                                    lambda got: got[0] + [Fold(acc, names, got[1])], s.unroll, ind)
+                                    lambda got: got[0] + [Fold(acc, names, got[1])], s.unroll, ind,
+                                    many=(acc.elem_fields, many) if many else None)
         else:
             out += self.range(Range(s.var, s.start, s.stop, list(s.body) + [
                 Fold(acc, names, s.elem)], "threads", unroll=s.unroll), ind)
         out += self.group_merge(acc, names, ind, t)
         return out
+
+    def chunk_fold(self, acc, names: dict, elems: list, ind: str) -> list:
+        """``acc.chunk``: one vector's lanes (``elems``, variables) folded into ``names``."""
+        self.n_tmp += 1
+        lets, new = acc.chunk(names, elems, f"k{self.n_tmp}_")
+        return self.block(lets, ind) + self.assign_state(acc, names, new, ind)
 
     def vector_type(self, v: Vec) -> Optional[str]:
         """The dialect's 16-byte vector type of the elements (float4, 8 halves), None
@@ -386,13 +394,17 @@ class Lowering:
         """Lane ``j`` of vector ``var``: the dialect's spelling (``.x`` .. ``.w`` of float4)."""
         return self.d.ir_vector["lane"](vt, var, j)
 
-    def vector_loop(self, var: str, stop: str, v: Vec, body, unroll: int, ind: str) -> list:
+    def vector_loop(self, var: str, stop: str, v: Vec, body, unroll: int, ind: str,
+                    many=None) -> list:
         """The group's threads over ``buf[base + var]``, ``var`` in [0, stop): a scalar head
         up to the row's first 16-byte boundary, 16-byte vector loads (16 / itemsize
         elements each) over the aligned body, a scalar tail; ``body(v.make(value, index))``
         is one element's statements. With ``v.cache`` the row's vectors are kept in
         registers when they fit (``v.slots`` a thread, the row aligned); with ``v.store``
-        each element's value is stored, a vector at once where the output is aligned."""
+        each element's value is stored, a vector at once where the output is aligned.
+        ``many``: ((field, dtype) of an element, ``fn(elems, indent) -> lines``): a vector's
+        lanes are made into variables first and folded at once by ``fn`` (a monoid's
+        ``chunk``); the scalar head and tail still take ``body`` per element."""
         t, vt, tab = self.d.ir_threads, self.vector_type(v), self.d.ir_vector
         n_l = self.vec_lanes(v.dtype)
         self.n_tmp += 1
@@ -414,6 +426,19 @@ class Lowering:
         def elem(value, index, at) -> list:
             return [f"{at}{{"] + self.block(stored(body(make(value, index)), index), at + "  ") + [f"{at}}}"]
 
+        def chunked(items: list, at: str) -> list:
+            """A vector's lanes ((value, index, aux) each) as variables, then ``many``'s fold."""
+            fields, fold = many
+            out, elems = [], []
+            for j, (value, index, aux) in enumerate(items):
+                stmts, el = make(value, index, aux)
+                vars_ = {f: f"ck{n}_{j}_{f}" for f, _ in fields}
+                out += [f"{at}{self.ctype(dt)} {vars_[f]};" for f, dt in fields]
+                out += [f"{at}{{"] + self.block(list(stmts) + [Assign(vars_[f], el[f]) for f, _ in fields],
+                                               at + "  ") + [f"{at}}}"]
+                elems.append(vars_)
+            return out + fold(elems, at)
+
         def lanes(src: str, at: str, q_: str) -> list:
             """One vector's elements from vector ``src``, stored as one vector when ``ov``."""
             out = []
@@ -431,6 +456,11 @@ class Lowering:
                 out += [f"{at}  {self.lane(vt, a, j)} = {buf}[({n_l} * {q_} + {j}) * {stride}];"
                         for j in range(n_l)]
                 out.append(f"{at}}}")
+            if many is not None and v.store is None:
+                return out + chunked([(self.d.load(v.dtype, self.lane(vt, src, j)),
+                                       f"({n_l} * {q_} + {j})" if h == "0" else f"({h} + {n_l} * {q_} + {j})",
+                                       {b: self.d.load(v.dtype, self.lane(vt, a, j)) for b, a in auxv.items()}
+                                       or None) for j in range(n_l)], at)
             for j in range(n_l):
                 idx = f"({n_l} * {q_} + {j})" if h == "0" else f"({h} + {n_l} * {q_} + {j})"
                 value = self.d.load(v.dtype, self.lane(vt, src, j))
@@ -495,8 +525,12 @@ class Lowering:
         out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
         # the uncached path stores element by element (the output's alignment is the row's
         # only when both are aligned alike)
-        for j in range(n_l):
-            out += elem(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", i2 + "  ")
+        if many is not None and v.store is None:
+            out += chunked([(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", None)
+                            for j in range(n_l)], i2 + "  ")
+        else:
+            for j in range(n_l):
+                out += elem(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", i2 + "  ")
         out += [f"{i2}}}",
                 f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
                 f"{var} += {t['group_size']}) {{"]
@@ -545,16 +579,21 @@ class Lowering:
         shared = {f: f"{names[f]}_g" for f in names}
         for f, dt in acc.fields:
             self.shared.append(d.ir_shared.format(t=self.ctype(dt), n=shared[f], size=WARP))
-        out.append(f"{ind}if ({t['lane']} == 0) {{")
-        out += [f"{ind}  {shared[f]}[{t['warp']}] = {names[f]};" for f in names]
-        out.append(f"{ind}}}")
-        out.append(f"{ind}{d.ir_barrier}")
+        # a group of one warp has its state now: the group-memory step only past one (the
+        # condition is the same in every thread, so its barriers are met by all)
+        i2 = ind + "  "
+        out.append(f"{ind}if ({t['group_size']} > {WARP}) {{")
+        out.append(f"{i2}if ({t['lane']} == 0) {{")
+        out += [f"{i2}  {shared[f]}[{t['warp']}] = {names[f]};" for f in names]
+        out.append(f"{i2}}}")
+        out.append(f"{i2}{d.ir_barrier}")
         n_warps = f"(({t['group_size']} + {WARP - 1}) / {WARP})"
         for (f, dt), ident in zip(acc.fields, acc.identity):
-            out.append(f"{ind}{names[f]} = {t['lane']} < {n_warps} ? {shared[f]}[{t['lane']}] : "
+            out.append(f"{i2}{names[f]} = {t['lane']} < {n_warps} ? {shared[f]}[{t['lane']}] : "
                        f"{self.expr(ident)};")
-        out += warp(names)
-        out.append(f"{ind}{d.ir_barrier}  // the group memory is free for the next merge")
+        out += [f"  {line}" for line in warp(names)]
+        out.append(f"{i2}{d.ir_barrier}  // the group memory is free for the next merge")
+        out.append(f"{ind}}}")
         return out
 
 

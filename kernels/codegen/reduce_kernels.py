@@ -69,8 +69,9 @@ def monoid(op: str, dt, nan_flag: bool = True, ordered: bool = False) -> Monoid:
     Float max / min keep a NaN flag beside the extreme (two fields OpenMP merges itself);
     ``nan_flag=False``: one field that propagates NaN (a scan's running value).
     ``ordered`` (ArgReduce): each state is folded its elements in increasing index order
-    (the CPU's lanes and column blocks), so one element replaces the state only when it is
-    strictly better, and the index is 32-bit (MLX's uint32 result)."""
+    (the CPU's lanes and column blocks, a GPU thread's strided share), so one element
+    replaces the state only when it is strictly better, and the index is 32-bit (MLX's
+    uint32 result)."""
     dt = np.dtype(dt)
     if dt.kind == "c":
         raise Unsupported("complex reductions")
@@ -138,11 +139,19 @@ def monoid(op: str, dt, nan_flag: bool = True, ordered: bool = False) -> Monoid:
     raise Unsupported(f"no {op} reduction")
 
 
+def _nmax(a: str, b: str) -> str:
+    """The larger of two values, NaN if either is."""
+    return f"(({b} > {a} || {b} != {b}) ? {b} : {a})"
+
+
 def online_softmax(dt) -> Monoid:
     """(running max, sum of exp(x - max)): two states merge by rescaling each sum to the
-    larger max (MLX's softmax kernels on CUDA and Metal)."""
+    larger max (MLX's softmax kernels on CUDA and Metal). Every exp of a fold is of a value
+    at most 0 (``Math.domain``: a dialect's faster exp there, CUDA's ``__expf`` as MLX's
+    ``softmax_exp``); a vector's lanes fold at once (``chunk``: their max, one rescale of
+    the sum, an exp per lane independent of the others, as MLX's kernels fold N_READS)."""
     def rescaled(s, m, mm):
-        return Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",)),))
+        return Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",), "nonpositive"),))
 
     def merge(a, b):
         mm = f"(({b['m']} > {a['m']} || {b['m']} != {b['m']}) ? {b['m']} : {a['m']})"
@@ -156,12 +165,36 @@ def online_softmax(dt) -> Monoid:
         larger (equal ones, -inf with -inf included, add 1 as the merge does)."""
         v, m, s = e["v"], st["m"], st["s"]
         big = f"({v} > {m})"
-        ex = Fmt(f"({v} == {m} ? {one} : {{0}})", (Math("exp", dt, (f"({big} ? {m} - {v} : {v} - {m})",)),))
+        ex = Fmt(f"({v} == {m} ? {one} : {{0}})",
+                 (Math("exp", dt, (f"({big} ? {m} - {v} : {v} - {m})",), "nonpositive"),))
         return {"m": f"(({big} || {v} != {v}) ? {v} : {m})",
                 "s": Fmt(f"({big} ? {s} * {{0}} + {one} : {s} + {{0}})", (ex,))}
 
+    def chunk(st, elems, t):
+        """The lanes' max (a tree of NaN-propagating maxima) and the state's, then the
+        sum rescaled once plus each lane's exp (equal values, -inf with -inf included, add
+        1 as ``step`` does; NaN anywhere gives NaN)."""
+        lets, vals = [], [e["v"] for e in elems]
+        while len(vals) > 1:
+            nxt = []
+            for j in range(0, len(vals) - 1, 2):
+                lets.append(Let(f"{t}x{len(lets)}", dt, _nmax(vals[j], vals[j + 1])))
+                nxt.append(lets[-1].name)
+            vals = nxt + vals[len(vals) - len(vals) % 2:]
+        m, s = st["m"], st["s"]
+        lets.append(Let(f"{t}m", dt, _nmax(m, vals[0])))
+        mm = f"{t}m"
+        terms = [Fmt(f"({m} == {mm} ? {s} : {s} * {{0}})", (Math("exp", dt, (f"{m} - {mm}",), "nonpositive"),))]
+        terms += [Fmt(f"({e['v']} == {mm} ? {one} : {{0}})",
+                      (Math("exp", dt, (f"{e['v']} - {mm}",), "nonpositive"),)) for e in elems]
+        while len(terms) > 1:  # a tree of sums: the lanes' exps in flight together
+            terms = [Fmt("({0} + {1})", (terms[j], terms[j + 1])) for j in range(0, len(terms) - 1, 2)] + \
+                terms[len(terms) - len(terms) % 2:]
+        return lets, {"m": mm, "s": terms[0]}
+
     return Monoid("softmax", (("m", dt), ("s", dt)), (Lit(float("-inf"), dt), Lit(0, dt)),
-                  lambda e: {"m": e["v"], "s": one}, merge, step=step)
+                  lambda e: {"m": e["v"], "s": one}, merge, step=step, chunk=chunk,
+                  elem_fields=(("v", dt),))
 
 
 # -- Reduce ---------------------------------------------------------------------------------
@@ -205,7 +238,11 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     adt = acc_dtype(in_dt) if arg or op in ("max", "min", "and", "or") else acc_dtype(out_dt)
     if op in ("and", "or"):
         adt = acc_dtype(in_dt)  # the values tested; the state is bool
-    acc = monoid(op, adt, ordered=arg and not gpu)
+    # ArgReduce folds each thread's elements in increasing index order on every schedule (a
+    # GPU thread's strided share too): a 32-bit index replaced only by a strictly better
+    # element, the index-ordered merge between threads (MLX's arg_reduce: reduce_many
+    # within a thread, the pair's merge across the block)
+    acc = monoid(op, adt, ordered=arg)
     if layout == "col" and not gpu:
         return _col_cpu(name, op, acc, in_dt, out_dt, adt)
     if layout == "col":
@@ -416,7 +453,7 @@ def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
     body.append(Let("inv", F32, Fmt("{0} / a_s", (Lit(1, F32),))))
     def scaled(v, i):
         return [Store("out", f"r * cols + {i}", Fmt("{0} * inv", (Math("exp", F32, (Fmt(
-            "{0} - a_m", (Cast(F32, v),)),)),)), out_dt)]
+            "{0} - a_m", (Cast(F32, v),)),), "nonpositive"),)), out_dt)]
 
     body.append(Range("c", 0, "cols", scaled(Load("x", "r * sr + c", in_dt), "c"), "threads",
                       unroll=UNROLL, vec=Vec("x", "r * sr", in_dt, scaled)))

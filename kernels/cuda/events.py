@@ -27,6 +27,9 @@ from . import device, timing
 
 class CudaEvent(Event):
     __slots__ = ("recorded",)
+    # the slots __init__ sets to None beyond Event's: an eval's event is made in C with them
+    # (interactive/core/_loop.c new_event), no Python __init__
+    none_slots = ("recorded",)
 
     def __init__(self, stream: Optional[int] = None):
         super().__init__(stream)

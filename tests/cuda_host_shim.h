@@ -1,0 +1,169 @@
+/* CUDA C++ on the host, as far as the loop IR's CUDA kernels use it (a test tool:
+ * tests/cuda_host.py compiles a rendered kernel against it with g++ and runs it on numpy
+ * buffers). A block's threads run as cooperative fibers (ucontext), one block at a time:
+ * __syncthreads releases the block once every thread is there, __shfl_xor_sync a warp once
+ * its 32 lanes are (each lane's value left in a slot, read after all have written, then a
+ * second meeting before the slots are reused), so the warp merges, group memory and
+ * barriers of a kernel run as a GPU orders them. __shared__ arrays are statics (one block
+ * at a time). Half types: __half through _Float16, __nv_bfloat16 as its 16 bits rounded to
+ * nearest even. Fast intrinsics are their libm functions (__expf is expf): values match a
+ * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs. */
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <ucontext.h>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static
+#define __CUDACC__ 1
+
+using std::isinf;
+using std::isnan;
+
+struct ts_dim3 { unsigned x = 0, y = 0, z = 0; };
+static ts_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+
+struct __half { _Float16 h; };
+static inline float __half2float(__half v) { return (float)v.h; }
+static inline __half __float2half_rn(float f) { __half r; r.h = (_Float16)f; return r; }
+struct __nv_bfloat16 { uint16_t b; };
+static inline float __bfloat162float(__nv_bfloat16 v) {
+  uint32_t u = (uint32_t)v.b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  __nv_bfloat16 r;
+  if (std::isnan(f)) { r.b = (uint16_t)((u >> 16) | 0x40); return r; }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  r.b = (uint16_t)(u >> 16); return r; }
+
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+/* (glibc declares __expf / __logf but does not export them) */
+#define __expf expf
+#define __logf logf
+static inline float __fdividef(float a, float b) { return a / b; }
+
+/* ---- a block as fibers ------------------------------------------------------------- */
+struct ts_block {
+  ucontext_t main;
+  ucontext_t* ctx = nullptr;
+  char* stacks = nullptr;
+  int* state = nullptr;  /* 0 runnable, 1 done, 2 at a warp collective, 3 at a barrier */
+  int n = 0, cur = -1;
+  unsigned char (*slot)[16] = nullptr;
+};
+static ts_block* ts_b = nullptr;
+
+static inline void ts_yield(int why) {
+  ts_b->state[ts_b->cur] = why;
+  swapcontext(&ts_b->ctx[ts_b->cur], &ts_b->main);
+}
+
+static inline void __syncthreads() { ts_yield(3); }
+static inline void __threadfence_system() {}
+
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
+  static_assert(sizeof(T) <= 16, "a lane's value");
+  std::memcpy(ts_b->slot[ts_b->cur], &v, sizeof(T));
+  ts_yield(2);
+  int lane = ts_b->cur & 31, src = (ts_b->cur - lane) + (lane ^ o);
+  T r = v;
+  if (src < ts_b->n) std::memcpy(&r, ts_b->slot[src], sizeof(T));
+  ts_yield(2);
+  return r;
+}
+
+typedef void (*ts_kernel_fn)(void**);
+static ts_kernel_fn ts_fn;
+static void** ts_args;
+static void ts_fiber() { ts_fn(ts_args); ts_b->state[ts_b->cur] = 1; }
+
+/* Run ``fn(args)`` over ``grid`` blocks of ``block`` threads. Returns 0, or -1 when the
+   block's threads wait on different meetings (a kernel that would hang or diverge). */
+static int ts_launch(unsigned grid, unsigned block, ts_kernel_fn fn, void** args) {
+  ts_fn = fn, ts_args = args;
+  gridDim.x = grid, gridDim.y = gridDim.z = 1;
+  blockDim.x = block, blockDim.y = blockDim.z = 1;
+  const size_t stack = 128 * 1024;
+  ts_block b;
+  b.n = (int)block;
+  b.ctx = new ucontext_t[block];
+  b.stacks = new char[(size_t)block * stack];
+  b.state = new int[block];
+  b.slot = new unsigned char[block][16];
+  ts_b = &b;
+  int rc = 0;
+  for (unsigned g = 0; g < grid && rc == 0; ++g) {
+    blockIdx.x = g;
+    for (int i = 0; i < b.n; ++i) {
+      b.state[i] = 0;
+      getcontext(&b.ctx[i]);
+      b.ctx[i].uc_stack.ss_sp = b.stacks + (size_t)i * stack;
+      b.ctx[i].uc_stack.ss_size = stack;
+      b.ctx[i].uc_link = &b.main;
+      makecontext(&b.ctx[i], ts_fiber, 0);
+    }
+    for (;;) {
+      bool ran = false;
+      for (int i = 0; i < b.n; ++i) {
+        if (b.state[i] != 0) continue;
+        b.cur = i;
+        threadIdx.x = (unsigned)i;
+        swapcontext(&b.main, &b.ctx[i]);
+        ran = true;
+      }
+      if (ran) continue;
+      bool done = true, barrier = true, released = false;
+      for (int i = 0; i < b.n; ++i) {
+        done = done && b.state[i] == 1;
+        barrier = barrier && (b.state[i] == 3 || b.state[i] == 1);
+      }
+      if (done) break;
+      for (int w = 0; w < b.n; w += 32) {  /* a warp whose every lane is at its collective */
+        int e = w + 32 < b.n ? w + 32 : b.n;
+        bool all = true;
+        for (int i = w; i < e; ++i) all = all && b.state[i] == 2;
+        if (all) {
+          for (int i = w; i < e; ++i) b.state[i] = 0;
+          released = true;
+        }
+      }
+      if (!released && barrier) {
+        for (int i = 0; i < b.n; ++i) if (b.state[i] == 3) b.state[i] = 0;
+        released = true;
+      }
+      if (!released) { rc = -1; break; }
+    }
+  }
+  ts_b = nullptr;
+  delete[] b.ctx; delete[] b.stacks; delete[] b.state; delete[] b.slot;
+  return rc;
+}
+
+/* A kernel's parameters from CUDA's launch form (params[i] points at argument i's value). */
+template <class... A, size_t... I>
+static void ts_invoke(void (*k)(A...), void** p, std::index_sequence<I...>) {
+  k(*(std::remove_cv_t<std::remove_reference_t<A>>*)p[I]...);
+}
+template <class... A> static void ts_invoke(void (*k)(A...), void** p) {
+  ts_invoke(k, p, std::index_sequence_for<A...>{});
+}
+
+/* ``TS_ENTRY(name)``: ``extern "C" int ts_run_<name>(grid, block, params)``. */
+#define TS_ENTRY(name)                                                              \
+  static void ts_body_##name(void** p) { ts_invoke(&name, p); }                     \
+  extern "C" int ts_run_##name(unsigned grid, unsigned block, void** params) {      \
+    return ts_launch(grid, block, ts_body_##name, params); }
