@@ -17,12 +17,15 @@ nearest even per add), as MLX's CUDA scatter does (device/scatter_ops.cuh, ``Sca
 through atomic_ops.cuh) and as the CPU adds bfloat16 one update at a time; what its kernel
 does not take goes the float32 way (``bfloat16.rule``'s: widened, the rule, rounded back).
 
-The house's bounds semantics are kept (the rules' IndexError with numpy's message for an
-index outside ``[-size, size)``; MLX reads or writes out of bounds there): a thread with a
-bad index moves nothing and lowers a device word to its position (``atomicMin``), and the
-host reads that word after the launch (one small device-to-host copy: the host waits for
-the stream once a call, as the rules' check did). What the kernels do not take (another
-scatter reduction, a dtype without an atomic add, host inputs, no NVRTC) runs the rule.
+An index outside ``[-size, size)`` is not checked on the host, as MLX's CUDA backend checks
+none (device/gather_axis.cuh and scatter_axis.cuh read ``absolute_index(idx, size)`` and move
+the element, however far out; mlx/backend/cpu/indexing.cpp does the same on MLX's CPU): no
+word is read back, so the host never waits for the stream here (a read back was a full
+synchronisation of the stream inside every cross-entropy step, twice: the gather and its
+VJP's scatter). Unlike MLX's, a thread with a bad index touches no memory outside the
+arrays: a gather writes 0 for that element, a scatter drops that update. The CPU keeps the
+rules' IndexError (numpy's message). What the kernels do not take (another scatter
+reduction, a dtype without an atomic add, host inputs, no NVRTC) runs the rule.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import numpy as np
 from .. import kernel_registry, timeline
 from ..common.strides import elem_strides as _elem_strides
 from ..primitives import REGISTRY, by_kernel
-from ..rules.indexing import out_of_bounds
 from . import compiled
 from . import bfloat16 as bf16
 from .bfloat16 import BF16Array
@@ -50,7 +52,6 @@ _ADD = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
         "float64": "double", "int32": "int",
         "uint32": "unsigned int", "int64": "unsigned long long",
         "uint64": "unsigned long long"}  # (int64 adds as its two's-complement bits)
-_NONE = (1 << 64) - 1  # the bad-position word before any thread lowers it
 
 
 def _source(name: str, scatter: bool, elem: str, index: str, ndim: int, axis: int) -> str:
@@ -65,21 +66,23 @@ def _source(name: str, scatter: bool, elem: str, index: str, ndim: int, axis: in
         args = (f"const {index}* __restrict__ idx, const {elem}* __restrict__ upd, "
                 f"{elem}* __restrict__ out")
         move = "    atomicAdd(out + ao, upd[uo]);"
+        bad = "continue;"  # (the update dropped)
     else:
         args = (f"const {elem}* __restrict__ a, const {index}* __restrict__ idx, "
                 f"{elem}* __restrict__ out")
         move = "    out[t] = a[ao];"
+        bad = f"out[t] = ({elem})0; continue;"  # (the element reads 0)
     return f"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-extern "C" __global__ void {name}({args}, unsigned long long* bad, long long n,
+extern "C" __global__ void {name}({args}, long long n,
     long long size, {dims}) {{
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n; t += step) {{
     long long r = t, ao = 0, io = 0{", uo = 0" if scatter else ""};
 {walk}
     long long j = (long long)idx[io];
-    if (j < -size || j >= size) {{ atomicMin(bad, (unsigned long long)t); continue; }}
+    if (j < -size || j >= size) {{ {bad} }}
     if (j < 0) j += size;
     ao += j * sa{axis};
 {move}
@@ -112,39 +115,12 @@ def _run(name: str, scatter: bool, elem: str, index, axis: int, shape: tuple, bu
     n = 1
     for s in shape:
         n *= int(s)
-    bad = _bad_word()
-    args = list(bufs) + [bad, np.int64(n), np.int64(size)]
+    args = list(bufs) + [np.int64(n), np.int64(size)]
     for d in range(ndim):
         args += [np.int64(shape[d])] + [np.int64(st[d]) for st in strides]
     grid = max(1, min(-(-n // BLOCK), 8192))
     launch_recorded(entry, grid, BLOCK, tuple(args), kname, {"variant": f"{ndim}d", "primitive": name})
-    first = int(bad.get()[0])  # (the host waits for the stream here)
-    if first != _NONE:
-        raise _IndexOut(first)
     return None
-
-
-_words: dict = {}  # (device, CUDA stream) -> its bad-position word
-
-
-def _bad_word():
-    """The current stream's bad-position word, set to none (the stream orders its users)."""
-    st = cupy.cuda.get_current_stream()
-    key = (cupy.cuda.runtime.getDevice(), st.ptr)
-    w = _words.get(key)
-    if w is None:
-        w = _words[key] = cupy.empty(1, dtype=cupy.uint64)
-    cupy.cuda.runtime.memsetAsync(w.data.ptr, 0xFF, 8, st.ptr)
-    return w
-
-
-class _IndexOut(Exception):
-    """A thread saw an index out of bounds at this position of the indices."""
-
-
-def _raise_first(indices, pos: int, size: int, axis: int):
-    at = np.unravel_index(pos, indices.shape)
-    raise out_of_bounds(int(indices[at]), size, axis) from None
 
 
 def _usable(*arrays) -> bool:
@@ -164,11 +140,8 @@ def gather_axis(xp, a, indices, *, axis):
     sa, si = _elem_strides(raw), _elem_strides(indices)
     if sa is None or si is None:
         return _fallback("GatherAxis", "strides that are not whole elements", xp, (a, indices), kw)
-    try:
-        why = _run("GatherAxis", False, _MOVE[raw.itemsize], indices.dtype, axis,
-                   indices.shape, (raw, indices, out), (sa, si), raw.shape[axis])
-    except _IndexOut as e:
-        _raise_first(indices, e.args[0], raw.shape[axis], axis)
+    why = _run("GatherAxis", False, _MOVE[raw.itemsize], indices.dtype, axis, indices.shape,
+               (raw, indices, out), (sa, si), raw.shape[axis])
     if why:
         return _fallback("GatherAxis", why, xp, (a, indices), kw)
     return BF16Array(out) if wrap else out
@@ -189,11 +162,8 @@ def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     if si is None or su is None or updates.shape != indices.shape:
         return _scatter_rule("updates not of the indices' shape", xp, ins, kw)
     so = _elem_strides(out)
-    try:
-        why = _run("ScatterAxis", True, _ADD[a.dtype.name], indices.dtype, axis, indices.shape,
-                   (indices, ru, out), (so, si, su), a.shape[axis])
-    except _IndexOut as e:
-        _raise_first(indices, e.args[0], a.shape[axis], axis)
+    why = _run("ScatterAxis", True, _ADD[a.dtype.name], indices.dtype, axis, indices.shape,
+               (indices, ru, out), (so, si, su), a.shape[axis])
     if why:
         return _scatter_rule(why, xp, ins, kw)
     return BF16Array(out) if half else out
