@@ -1,10 +1,12 @@
 """``GatherAxis`` / ``ScatterAxis`` (sum) on the CUDA backend make no host wait, over
 ``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py`` (kernels load without NVRTC, a
 stand-in libcuda runs nothing): a ``take_along_axis`` and its VJP evaluated on the GPU read
-nothing back from the device (no ``get``, no stream or device synchronisation) and launch
-one kernel each, whose arguments are the arrays, the element count, the axis's size and the
-per-dimension sizes and strides (no bounds word), as MLX's CUDA gather / scatter check no
-index. The values need the GPU (``test_cuda_indexing.py``)."""
+nothing back from the device (no ``get``, no stream or device synchronisation), as MLX's
+CUDA gather / scatter check no index, and once planned are launched by the eval loop from C
+(a gather one kernel, a scatter-sum the input's copy into the output and the scatter), with
+the arrays' pointers, the element count, the axis's size and the per-dimension sizes and
+strides as their arguments (no bounds word). The values need the GPU
+(``test_cuda_indexing.py``)."""
 
 from pathlib import Path
 
@@ -15,12 +17,14 @@ from conftest import stand_in_result
 HERE = Path(__file__).parent
 
 CODE = r"""
-import json, sys
+import json, sys, threading
 sys.path.insert(0, %r)
 import fake_cupy; fake_cupy.install()
 import fake_cuda_driver; fake_cuda_driver.install()
 import numpy as np
 import tapescope.core as mx
+from tapescope.core import evaluate as ev
+from tapescope.kernels.cuda import indexing
 
 mx.set_default_device(mx.gpu)
 reads = [0]
@@ -42,13 +46,20 @@ for name, dt in (("float32", mx.float32), ("bfloat16", mx.bfloat16)):
         mx.eval(y)  # (the first call builds)
         y = f()
         r0, s0, p0 = reads[0], fake_cupy._SYNCS[0], fake_cuda_driver.PY_LAUNCHES[0]
-        del fake_cuda_driver.PY_CALLS[:]
+        c0 = fake_cuda_driver.launches()
+        ev.reset_dispatch_counts()
+        first = y._d.node.inputs[0]  # (the gather's x; the scatter's zeros)
         mx.eval(y)
-        calls = [c for c in fake_cuda_driver.PY_CALLS if c[0]]
+        prim = "GatherAxis" if op == "gather" else "ScatterAxis"
+        plan = list(indexing.RULES[prim].plans.values())[-1]
+        words = [list(p.packs[threading.get_ident()][0]) for p in (plan, *plan.then)]
+        raw = lambda d: getattr(d, "raw", d)
+        ptr = lambda a: raw(a._d.data).__array_interface__["data"][0]
         out[f"{op}_{name}"] = {
             "reads": reads[0] - r0, "syncs": fake_cupy._SYNCS[0] - s0,
-            "launches": fake_cuda_driver.PY_LAUNCHES[0] - p0,
-            "nargs": [len(c[3]) for c in calls]}
+            "py": fake_cuda_driver.PY_LAUNCHES[0] - p0, "c": fake_cuda_driver.launches() - c0,
+            "paths": {k: v for k, v in ev.dispatch_counts().items() if v},
+            "words": words, "a": raw(first.data).__array_interface__["data"][0], "idx": ptr(idx), "up": ptr(up), "y": ptr(y)}
 print("RESULT" + json.dumps(out))
 """
 
@@ -60,11 +71,18 @@ def got():
 
 @pytest.mark.parametrize("case", [f"{op}_{dt}" for op in ("gather", "scatter")
                                   for dt in ("float32", "bfloat16")])
-def test_an_axis_gather_or_scatter_reads_nothing_back_from_the_device(got, case):
+def test_an_axis_gather_or_scatter_reads_nothing_back_and_launches_from_c(got, case):
     row = got[case]
     assert row["reads"] == 0 and row["syncs"] == 0, row
-    assert row["launches"] == 1, row
-    # 2-d: three arrays, the count and the axis's size, then per dimension its size and a
-    # stride per array (gather: a and the indices; scatter: output, indices, updates)
-    per_dim = 3 if case.startswith("gather") else 4
-    assert row["nargs"] == [3 + 2 + 2 * per_dim], row
+    assert row["py"] == 0, row  # (no Python launch: the plans from C)
+    if case.startswith("gather"):  # a, indices, out, count, axis size, (size, sa, si) x 2
+        assert row["c"] == 1, row
+        (w,) = row["words"]
+        assert w[:5] == [row["a"], row["idx"], row["y"], 64 * 3, 10], row
+        assert w[5:11] == [64, 10, 3, 3, 1, 1] and len(w) == 11 + 2, row
+    else:  # the input copied into the output, then indices, updates, out: the scatter
+        assert row["c"] == 2, row
+        copy, scatter = row["words"]
+        assert copy[:3] == [row["a"], row["y"], 64 * 10] and copy[3:7] == [64, 10, 10, 1], row
+        assert scatter[:5] == [row["idx"], row["up"], row["y"], 64 * 3, 10], row
+        assert scatter[5:13] == [64, 10, 3, 3, 3, 1, 1, 1], row

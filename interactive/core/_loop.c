@@ -1334,7 +1334,10 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        int path = eager ? (bi->host ? PATH_EAGER : PATH_EAGER_DEVICE) : !fused ? PATH_RULE_OUT
+        /* (a kernel rule's plan of a definition without out=: "rule", as the Python path
+         * counts its call, which allocates the result itself) */
+        int path = eager ? (bi->host ? PATH_EAGER : PATH_EAGER_DEVICE)
+                   : !fused ? (kdev && SLOT(defn, defn_off[F_OUT]) != Py_True ? PATH_RULE : PATH_RULE_OUT)
                    : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
         if (detach(node) < 0 || count_path(path) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;
