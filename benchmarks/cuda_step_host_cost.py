@@ -41,7 +41,11 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
+    ap.add_argument("--compute-gemm", action="store_true",
+                    help="the stand-in cuBLAS computes its GEMMs on the host (by default it "
+                    "only counts them: a GPU's cuBLAS call costs the host no arithmetic)")
     args = ap.parse_args(argv)
+    fake_cublas.COMPUTE[0] = args.compute_gemm
     import cuda_eager as ce
     import tapescope
 

@@ -10,8 +10,8 @@ run are not computed (the device never runs), so nothing here checks values.
 - a stand-in ``libcuda.so.1`` (``tests/fake_libcuda.c``, built here with ``cc``) is loaded
   globally, so ``_driver.configure`` finds cuLaunchKernel / cuStreamQuery as it finds the
   driver CuPy loads, and counts each launch (``launches()``, ``launch(k)``);
-- the stand-in arrays get device pointers (``x.data.ptr``: their host address) and the
-  stand-in streams a ``ptr``;
+- the stand-in arrays get device pointers (``x.data.ptr``: their host address, read in C by
+  ``tests/fake_ptr.c`` as CuPy reads its own) and the stand-in streams a ``ptr``;
 - ``compiled.get_kernel`` gives a kernel entry whose function is a ``FakeFunction`` (a
   ``ptr`` the C launch passes; callable as CuPy's ``RawKernel`` for the Python launches,
   counted in ``PY_LAUNCHES``), its source rendered as NVRTC would get it;
@@ -21,6 +21,7 @@ run are not computed (the device never runs), so nothing here checks values.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import itertools
 import os
@@ -66,6 +67,25 @@ def build(folder=None) -> str:
     return str(out)
 
 
+def build_ptr(folder=None) -> str:
+    """``fake_ptr.c``'s library (``x.data.ptr`` in C), built with the Python headers as
+    ``build`` builds the driver's."""
+    import sysconfig
+
+    src = HERE / "fake_ptr.c"
+    inc = sysconfig.get_paths()["include"]
+    tag = hashlib.sha256(src.read_bytes() + inc.encode()).hexdigest()[:16]
+    folder = Path(folder or Path(tempfile.gettempdir()) / f"tapescope_fake_ptr_{os.getuid()}_{tag}")
+    out = folder / "fake_ptr.so"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"fake_ptr.so.{os.getpid()}"
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", f"-I{inc}",
+                        "-o", str(tmp), str(src)], check=True)
+        os.replace(tmp, out)
+    return str(out)
+
+
 def _get_kernel(name, variant, source_fn, key, tape=None):
     from tapescope.kernels import kernel_registry
 
@@ -94,10 +114,14 @@ def install() -> None:
         lib.fake_launches.restype = ctypes.c_longlong
         lib.fake_launch.argtypes = [ctypes.c_longlong] + [ctypes.c_void_p] * 4
         _lib[0] = lib
-    # CuPy's MemoryPointer as far as the launches read it (``ptr``): one Python frame, as
-    # few as the measurement can have (CuPy's own is a C property)
-    cupy.ndarray.data = property(lambda self: types.SimpleNamespace(ptr=self.__array_interface__["data"][0]))
-    cupy.Stream.ptr = property(lambda self: id(self))
+    # CuPy's MemoryPointer as far as the launches read it (``ptr``): in C, as CuPy's own
+    # attributes are (fake_ptr.c), so the host's cost per read is CuPy's, not numpy's
+    # __array_interface__ dict; a stream's ``ptr`` kept on it after its first read
+    ptr = ctypes.PyDLL(build_ptr())
+    ptr.fake_data_descriptor.restype = ctypes.py_object
+    cupy.ndarray.data = ptr.fake_data_descriptor()
+    cupy.Stream.ptr = functools.cached_property(lambda self: id(self))
+    cupy.Stream.ptr.__set_name__(cupy.Stream, "ptr")
     cupy.cuda.driver = types.SimpleNamespace(launchKernel=_py_launch)
     # cudaMemsetAsync on the stand-in's host memory (the stream runs nothing: done at once)
     cupy.cuda.runtime.memsetAsync = lambda ptr, value, size, stream: ctypes.memset(ptr, value, size)

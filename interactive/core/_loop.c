@@ -868,14 +868,19 @@ static int host_view(PyObject *node, PyObject *prim, PyObject *inputs, PyObject 
     PyObject *dtype = SLOT(target, desc_off[D_DTYPE]);
     long long nbytes = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
     Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-    PyObject *zeros = PyTuple_New(nd), *zero = PyLong_FromLong(0), *npdt = NULL, *v = NULL;
+    PyObject *zeros = NULL, *zero = NULL, *npdt = NULL, *v = NULL;
     int rc = -1;
-    if (zeros == NULL || zero == NULL || nbytes < 0) goto done;
-    for (Py_ssize_t i = 0; i < nd; i++) {
-        PyTuple_SET_ITEM(zeros, i, Py_NewRef(zero));
-        nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-    }
-    if (PyErr_Occurred() || (npdt = PyObject_GetAttr(data, s_dtype)) == NULL) goto done;
+    if (nbytes < 0) goto done;
+    for (Py_ssize_t i = 0; i < nd; i++) nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (PyErr_Occurred()) goto done;
+    /* the read-only stride-0 view made by numpy's C API (broadcast_view), else
+     * np.ndarray(shape, dtype, buf, 0, strides) with its writeable flag off */
+    v = broadcast_view(data, shape);
+    if (v != NULL) goto made;
+    if (PyErr_Occurred() || (zeros = PyTuple_New(nd)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < nd; i++) PyTuple_SET_ITEM(zeros, i, Py_NewRef(zero));
+    if ((npdt = PyObject_GetAttr(data, s_dtype)) == NULL) goto done;
     PyObject *args[5] = {shape, npdt, data, zero, zeros}; /* np.ndarray(shape, dtype, buf, 0, strides) */
     v = PyObject_Vectorcall(l_ndarray, args, 5, NULL);
     if (v == NULL) { /* no buffer form (bfloat16): the Python path */
@@ -890,6 +895,7 @@ static int host_view(PyObject *node, PyObject *prim, PyObject *inputs, PyObject 
     int bad = flags == NULL || PyObject_SetAttrString(flags, "writeable", Py_False) < 0;
     Py_XDECREF(flags);
     if (bad) goto done;
+made:;
     PyObject *enabled = PyObject_GetAttr(l_timeline, s_enabled), *t0 = NULL;
     if (enabled == NULL) goto done;
     if (enabled == Py_True && (t0 = PyObject_CallNoArgs(l_now)) == NULL) { Py_DECREF(enabled); goto done; }
@@ -1337,7 +1343,10 @@ static int run_host(PyObject *node) {
         put(target, desc_off[D_DATA], out);
         put(target, desc_off[D_BUFFER], handle);
         put(target, desc_off[D_NODE], Py_None);
-        int path = eager ? (bi->host ? PATH_EAGER : PATH_EAGER_DEVICE) : !fused ? PATH_RULE_OUT
+        /* (a kernel rule's plan of a definition without out=: "rule", as the Python path
+         * counts its call, which allocates the result itself) */
+        int path = eager ? (bi->host ? PATH_EAGER : PATH_EAGER_DEVICE)
+                   : !fused ? (kdev && SLOT(defn, defn_off[F_OUT]) != Py_True ? PATH_RULE : PATH_RULE_OUT)
                    : bi->host ? PATH_FUSED : PATH_FUSED_DEVICE;
         if (detach(node) < 0 || count_path(path) < 0) goto done;
         if (enabled == Py_True && record(prim, node, t0, nbytes) < 0) goto done;

@@ -49,22 +49,23 @@ NO_KERNEL = ("bfloat16: no CUDA kernel for this elementwise op here ({why}), so 
 
 
 class BF16Array:
-    """A device bfloat16 array: ``raw`` is its CuPy uint16 storage (any strides)."""
+    """A device bfloat16 array: ``raw`` is its CuPy uint16 storage (any strides). Its
+    ``shape``, ``strides`` and ``data`` (the device pointer the kernels take) are the
+    storage's, kept as slots: the eval loop's C part reads them per node (plan keys,
+    launches) without a Python frame, as it reads a CuPy array's."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "shape", "strides", "data")
     dtype = BF16
     itemsize = 2
 
     def __init__(self, raw: Any):
         self.raw = raw
+        self.shape, self.strides, self.data = raw.shape, raw.strides, raw.data
 
-    shape = property(lambda self: self.raw.shape)
-    strides = property(lambda self: self.raw.strides)
     ndim = property(lambda self: self.raw.ndim)
     size = property(lambda self: self.raw.size)
     nbytes = property(lambda self: self.raw.nbytes)
     flags = property(lambda self: self.raw.flags)
-    data = property(lambda self: self.raw.data)  # the device pointer the kernels take
     T = property(lambda self: BF16Array(self.raw.T))
 
     def __len__(self) -> int:

@@ -188,7 +188,7 @@ class GemmPlan:
     layout the GEMM cannot read in place (a copy first), an empty product or sum, or a
     dtype without a cuBLAS type has no plan: ``gemm`` runs."""
 
-    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "primitive")
+    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "primitive", "scalars")
     lane = False  # (not a kernel of ours: cuda/_driver.c's launch declines it)
     name = variant = "cublas_gemm_strided_batched"
     entry = None
@@ -197,6 +197,11 @@ class GemmPlan:
         self.args, self.beta, self.tf32 = args, beta, tf32
         self.out_shape, self.out_dtype = out_shape, out_dtype
         self.primitive = "Matmul"  # (the primitive it was planned for: the timeline's name)
+        # the host addresses of alpha and beta as cuBLAS reads them (``_scalar``'s arrays,
+        # kept by its cache), taken once: ``.ctypes`` builds Python objects per read
+        kind = args[-1]
+        self.scalars = (int(_scalar(args[5], kind).ctypes.data),
+                        int(_scalar(beta, kind).ctypes.data))
 
     def takes(self, out) -> bool:
         """Whether ``out`` is a buffer the GEMM writes as it is (the loop's fresh buffer)."""
@@ -221,12 +226,16 @@ class GemmPlan:
         if self.beta:
             res[...] = bf16.storage(ins[2])  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
         a, b = bf16.storage(ins[0]), bf16.storage(ins[1])
-        tb, ta, n, m, k, alpha, ldb, sb, lda, sa, ldc, sc, count, t, compute, kind = self.args
+        tb, ta, n, m, k, _, ldb, sb, lda, sa, ldc, sc, count, t, compute, _ = self.args
         if self.tf32 and settings.tf32:
             compute = _COMPUTE_32F_FAST_TF32
-        # (row-major C = A B is column-major C^T = B^T A^T: B comes first)
-        strided_batched(tb, ta, n, m, k, alpha, b.data.ptr, t, ldb, sb, a.data.ptr, t, lda,
-                        sa, res.data.ptr, t, ldc, sc, count, compute, self.beta, kind)
+        alpha, beta = self.scalars
+        # (row-major C = A B is column-major C^T = B^T A^T: B comes first; strided_batched's
+        # call with the scalars' addresses already taken)
+        _cublas.gemmStridedBatchedEx(
+            cupy.cuda.device.get_cublas_handle(), _OP_T if tb else _OP_N, _OP_T if ta else _OP_N,
+            n, m, k, alpha, b.data.ptr, t, ldb, sb, a.data.ptr, t, lda, sa, beta,
+            res.data.ptr, t, ldc, sc, count, compute, _GEMM_DEFAULT)
 
 
 def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
