@@ -1,11 +1,13 @@
-"""The host side of cuda_eager.py's MLP Adam step (eager), measured without a GPU: the CUDA
+"""The host side of cuda_eager.py's MLP Adam step (eager, or ``--compiled``: the step under
+``mx.compile``), measured without a GPU: the CUDA
 backend over ``tests/fake_cupy.py``, ``tests/fake_cublas.py`` and ``tests/fake_cuda_driver.py`` (launches run nothing),
 as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function calls
 (cProfile), launches from C (cuLaunchKernel) and from Python, the eval loop's dispatch paths
 (per node), and with ``--callgrind`` the instructions per step (run under ``valgrind
 --tool=callgrind --instr-atstart=no --collect-atstart=no``).
 
-    python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--callgrind]
+    python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--compiled]
+        [--callgrind]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--compiled", action="store_true", help="the step under mx.compile")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
     args = ap.parse_args(argv)
     import cuda_eager as ce
@@ -55,10 +58,11 @@ def main(argv=None) -> int:
     n = args.steps
     for dtype in names:
         fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
-        f = next(v for k, v in fns.items() if "eager" in k)
+        mode = "compiled" if args.compiled else "eager"
+        f = next(v for k, v in fns.items() if mode in k)
         calls, c_l, p_l, paths = host_cost(f, n, 3, measured, args.profile)
         nodes = sum(paths.values())
-        print(f"{dtype:9s} python calls/step {calls:8.0f}  nodes {nodes}"
+        print(f"{dtype:9s} {mode:8s} python calls/step {calls:8.0f}  nodes {nodes}"
               f"  calls/node {calls / max(nodes, 1):6.1f}"
               f"  launches/step C {c_l} Python {p_l}  paths {paths}", flush=True)
     if args.callgrind:
