@@ -172,6 +172,9 @@ def _run_launch(params: int) -> None:
             arrays[i] = _at(int(words[slots[i]]), shape, strides, x.dtype)
             ins.append(arrays[i])
     res = interpret(_with_cast_dtypes(tape), ins, ln.shape, np)
+    of = {x.name: {x.name} for x in tape.inputs}  # per value: the inputs it reads
+    for op in tape.ops:
+        of[op.name] = set().union(*[of.get(n, set()) for n in op.inputs])
     it = [np.dtype(d).itemsize for d in ln.dtypes]
     outs = []
     for k, (r, dt) in enumerate(zip(res, ln.dtypes)):
@@ -183,7 +186,7 @@ def _run_launch(params: int) -> None:
         strides = strides[::-1] if ln.order == "C" else strides
         o = _at(int(words[ln.n_out_at + k]), ln.shape, tuple(strides), dt)
         for i, a in arrays.items():
-            if np.may_share_memory(o, a) and not (ln.reads[k] >> i) & 1:
+            if np.may_share_memory(o, a) and tape.inputs[i].name not in of[tape.outputs[k]]:
                 ALIASES.append((ln.name, k, i))
         outs.append((o, r))
     for o, r in outs:
