@@ -1,11 +1,14 @@
-"""The host side of cuda_eager.py's MLP Adam step (eager), measured without a GPU: the CUDA
+"""The host side of cuda_eager.py's MLP Adam step (eager, or ``--compiled``: the step under
+``mx.compile``), measured without a GPU: the CUDA
 backend over ``tests/fake_cupy.py``, ``tests/fake_cublas.py`` and ``tests/fake_cuda_driver.py`` (launches run nothing),
 as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function calls
 (cProfile), launches from C (cuLaunchKernel) and from Python, the eval loop's dispatch paths
 (per node), and with ``--callgrind`` the instructions per step (run under ``valgrind
---tool=callgrind --instr-atstart=no --collect-atstart=no``).
+--tool=callgrind --instr-atstart=no --collect-atstart=no``; the stand-in cuBLAS then
+computes nothing: its float64 GEMMs are no host cost).
 
-    python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--callgrind]
+    python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--compiled]
+        [--callgrind]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--compiled", action="store_true", help="the step under mx.compile")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
     ap.add_argument("--compute-gemm", action="store_true",
                     help="the stand-in cuBLAS computes its GEMMs on the host (by default it "
@@ -55,14 +59,20 @@ def main(argv=None) -> int:
     import mlx.optimizers as optim
 
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
+    if args.callgrind:  # the stand-in GEMM's float64 compute is no host cost: counted, not run
+        def gemm(*a, **k):
+            fake_cublas.CALLS[0] += 1
+
+        fake_cublas.gemmStridedBatchedEx = sys.modules["cupy_backends.cuda.libs.cublas"].gemmStridedBatchedEx = gemm
     names = args.dtypes or ["float32", "bfloat16"]
     n = args.steps
     for dtype in names:
         fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
-        f = next(v for k, v in fns.items() if "eager" in k)
+        mode = "compiled" if args.compiled else "eager"
+        f = next(v for k, v in fns.items() if mode in k)
         calls, c_l, p_l, paths = host_cost(f, n, 3, measured, args.profile)
         nodes = sum(paths.values())
-        print(f"{dtype:9s} python calls/step {calls:8.0f}  nodes {nodes}"
+        print(f"{dtype:9s} {mode:8s} python calls/step {calls:8.0f}  nodes {nodes}"
               f"  calls/node {calls / max(nodes, 1):6.1f}"
               f"  launches/step C {c_l} Python {p_l}  paths {paths}", flush=True)
     if args.callgrind:

@@ -10,8 +10,10 @@
  * - launch(plan, ins, n, out, index): the backend's loaded fused-call plan (what its
  *   ``compiled_launch`` returned) enqueued on the device stream of the mx stream ``index``,
  *   reading the device arrays ins[0..n) and writing ``out`` (a fresh buffer's view of the
- *   plan's dtype and shape). 1 launched; 0 declined, nothing done (the loop then calls
- *   ``launch_fused``); -1 an error, set.
+ *   plan's dtype and shape, or a donated input's; for a plan of several outputs, a fused
+ *   tape's, a tuple of one such array per output, in the tape's order). 1 launched; 0
+ *   declined, nothing done (the loop then calls ``launch_fused`` with the same ``out``);
+ *   -1 an error, set.
  * - wait(index): the host waits until everything enqueued on that stream so far has
  *   finished, and the stream is noted finished (its buffers free with no event). 1 done;
  *   0 declined, nothing done (the loop waits on the eval's event in Python); -1 error.

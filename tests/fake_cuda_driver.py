@@ -3,7 +3,8 @@ kernels "load" without being compiled and launches run nothing, so what is left 
 host side of every call exactly as on a GPU (plans, the eval loop's C launch through
 ``cuda/_driver.c``, the rules' Python launches). For host-cost measurements (cProfile call
 counts, callgrind instructions per call) and launch counts per op; the results of such a
-run are not computed (the device never runs), so nothing here checks values.
+run are not computed (the device never runs), except fused tapes' after
+``run_fused_tapes()`` (interpreted at the pointers their launch words hold).
 
 ``install()`` after ``fake_cupy.install()`` and before tapescope asks for a GPU:
 
@@ -103,6 +104,116 @@ def _get_kernel(name, variant, source_fn, key, tape=None):
 
 def _py_launch(*args) -> None:
     PY_LAUNCHES[0] += 1
+    if _RUNNER[0] is not None:  # (fn, grid, 1, 1, block, 1, 1, shared, stream, params, extra)
+        _run_launch(args[9])
+
+
+# -- fused tapes computed at their launch (run_fused_tapes) --------------------------------
+_RUNNER: list = [None]  # the ctypes callback given to the stand-in driver (kept alive)
+_PACKS: dict = {}  # a launch pack's pointer-array address -> (plan, its argument words)
+RAN = [0]  # fused-tape launches computed
+ALIASES: list = []  # (kernel, output, input) where an output's buffer was an input's it does not read
+LAST: list = [None]  # the last computed launch: (tape, {input: (pointer, shape)}, [output pointers])
+
+
+def run_fused_tapes() -> None:
+    """From now on a fused tape's launch (a ``compiled.Launch``, from C or from Python)
+    computes: its tape interpreted by numpy (``codegen/interpret.py``, the CPU's rules) over
+    the arrays at the pointers its argument words hold (the layouts it was planned for; a
+    by-value scalar's bits), written at its output words' pointers, every input read before
+    any output is written. So a wrong pointer, a wrong output order or a donation the kernel
+    cannot take gives a wrong value; an output written over an input it does not read (the
+    kernels' pointers are restrict: ``compiled._outputs``) is noted in ``ALIASES``. Other
+    launches (reductions' and other primitives' plans) still run nothing."""
+    from tapescope.kernels.cuda import compiled
+
+    if _RUNNER[0] is not None:
+        return
+    real = compiled.PackedLaunch._pack
+
+    def _pack(self):
+        pack = real(self)
+        _PACKS[pack[2]] = (self, pack[0])
+        return pack
+
+    compiled.PackedLaunch._pack = _pack
+    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda f, stream, params: _run_launch(params))
+    _lib[0].fake_set_runner(ctypes.cast(cb, ctypes.c_void_p))
+    _RUNNER[0] = cb
+
+
+def _at(ptr: int, shape: tuple, strides: tuple, dtype):
+    """The array of ``shape`` / ``strides`` (bytes) at the stand-in device pointer ``ptr``."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    extent = dtype.itemsize * (1 + sum((n - 1) * s for n, s in zip(shape, strides) if n))
+    buf = (ctypes.c_char * max(extent, dtype.itemsize)).from_address(ptr)
+    return np.ndarray(shape, dtype, buf, 0, strides)
+
+
+def _with_cast_dtypes(tape):
+    """``tape`` with each parameterless cast's dtype as its parameter (an eager cast's
+    one-op tape keeps it in the plan's key, its op's dtype: the interpreter's rule wants it)."""
+    from tapescope.kernels.codegen.tape import Tape, TapeOp
+
+    if all(op.primitive != "AsType" or op.params for op in tape.ops):
+        return tape
+    ops = tuple(TapeOp(op.name, op.primitive, op.dtype, op.inputs, (("dtype", op.dtype),))
+                if op.primitive == "AsType" and not op.params else op for op in tape.ops)
+    return Tape(tape.inputs, ops, tape.outputs, tape.lib_name)
+
+
+def _run_launch(params: int) -> None:
+    import numpy as np
+
+    from tapescope.kernels.codegen.interpret import interpret
+    from tapescope.kernels.cuda.compiled import Launch
+
+    got = _PACKS.get(params)
+    if got is None or type(got[0]) is not Launch:
+        return
+    ln, words = got
+    tape = ln.entry.tape
+    key = next(k for k, v in tape.launches.items() if v is ln)  # ("cuda", shape, layouts...)
+    layouts = dict(zip(tape.launches["cuda"], key[2:]))
+    slots, values = dict(ln.slots), {i: (j, size) for i, j, size in ln.values}
+    ins, arrays = [], {}
+    for i, x in enumerate(tape.inputs):
+        if x.is_constant:
+            ins.append(None)
+        elif i in values:
+            j, size = values[i]
+            raw = int(words[j]).to_bytes(8, "little")[:size]
+            ins.append(np.frombuffer(raw, x.dtype).reshape(()))
+        else:
+            shape, strides = layouts[i]
+            arrays[i] = _at(int(words[slots[i]]), shape, strides, x.dtype)
+            ins.append(arrays[i])
+    res = interpret(_with_cast_dtypes(tape), ins, ln.shape, np)
+    of = {x.name: {x.name} for x in tape.inputs}  # per value: the inputs it reads
+    for op in tape.ops:
+        of[op.name] = set().union(*[of.get(n, set()) for n in op.inputs])
+    it = [np.dtype(d).itemsize for d in ln.dtypes]
+    outs = []
+    for k, (r, dt) in enumerate(zip(res, ln.dtypes)):
+        strides, acc = [], it[k]
+        dims = ln.shape if ln.order == "C" else ln.shape[::-1]
+        for n in reversed(dims):
+            strides.append(acc)
+            acc *= n
+        strides = strides[::-1] if ln.order == "C" else strides
+        o = _at(int(words[ln.n_out_at + k]), ln.shape, tuple(strides), dt)
+        for i, a in arrays.items():
+            if np.may_share_memory(o, a) and tape.inputs[i].name not in of[tape.outputs[k]]:
+                ALIASES.append((ln.name, k, i))
+        outs.append((o, r))
+    for o, r in outs:
+        o[...] = r
+    RAN[0] += 1
+    LAST[0] = (tape, {i: (int(words[slots[i]]), a.shape) for i, a in arrays.items()},
+               [int(words[ln.n_out_at + k]) for k in range(len(outs))])
 
 
 def install() -> None:
@@ -113,6 +224,7 @@ def install() -> None:
         lib = ctypes.CDLL(build(), mode=ctypes.RTLD_GLOBAL)
         lib.fake_launches.restype = ctypes.c_longlong
         lib.fake_launch.argtypes = [ctypes.c_longlong] + [ctypes.c_void_p] * 4
+        lib.fake_set_runner.argtypes = [ctypes.c_void_p]
         _lib[0] = lib
     # CuPy's MemoryPointer as far as the launches read it (``ptr``): in C, as CuPy's own
     # attributes are (fake_ptr.c), so the host's cost per read is CuPy's, not numpy's

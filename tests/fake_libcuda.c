@@ -1,14 +1,19 @@
 /* A stand-in for the few entry points of libcuda.so.1 that kernels/cuda/_driver.c calls
  * (cuLaunchKernel, cuStreamQuery, cuGetErrorName), built with the soname libcuda.so.1 by
  * tests/fake_cuda_driver.py and loaded before the CUDA backend's ``device_api`` is asked,
- * so that the eval loop's C launch path runs over tests/fake_cupy.py. A launch runs nothing:
- * it is counted and its kernel, grid, block and stream kept, for host-cost measurements and
- * launch counts (the results of such a run are not computed). */
+ * so that the eval loop's C launch path runs over tests/fake_cupy.py. A launch runs nothing
+ * (unless a runner is set: fake_set_runner): it is counted and its kernel, grid, block and
+ * stream kept, for host-cost measurements and launch counts. */
 #include <stddef.h>
 #include <stdint.h>
 
 #define KEEP 64
 static long long n_launches = 0;
+/* what a launch runs where the test asked for it (fake_cuda_driver.run_fused_tapes): called
+ * with the kernel, the stream and the launch's argument pointers; NULL: nothing */
+typedef void (*runner_t)(void *f, void *stream, void **params);
+static runner_t runner = NULL;
+void fake_set_runner(runner_t r) { runner = r; }
 static void *fns[KEEP];
 static unsigned grids[KEEP], blocks[KEEP];
 static void *streams[KEEP];
@@ -19,6 +24,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     int k = (int)(n_launches % KEEP);
     fns[k] = f, grids[k] = gx, blocks[k] = bx, streams[k] = stream;
     n_launches++;
+    if (runner != NULL) runner(f, stream, params);
     return 0;
 }
 

@@ -46,7 +46,7 @@ static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_alloc
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
     *s_min_size, *s_storage_type, *s_casts, *s_astype;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
-    *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F;
+    *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F, *s_reads;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_FAMILY,
@@ -143,6 +143,7 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_f_contiguous = PyUnicode_InternFromString("f_contiguous")) ||
                            !(s_T = PyUnicode_InternFromString("T")) ||
                            !(s_F = PyUnicode_InternFromString("F")) ||
+                           !(s_reads = PyUnicode_InternFromString("reads")) ||
                            !(s_takes = PyUnicode_InternFromString("takes")) ||
                            !(s_launch_fused = PyUnicode_InternFromString("launch_fused")) ||
                            !(s_tape = PyUnicode_InternFromString("tape")) ||
@@ -845,6 +846,122 @@ done:
     return rc;
 }
 
+/* A device's loaded fused call, of one output or several (a compiled step's optimizer
+ * update: a parameter and its moments), from its plan (cuda/compiled.py Launch): each output,
+ * in the tape's order, into the buffer of the next input that may give it (inputs walked
+ * once, in order, as the CPU's run_outputs and cuda/compiled.py _outputs walk them: its
+ * value reads the input, the plan's ``reads`` mask, as the kernels' pointers are
+ * __restrict__; device_donates' tests in the order the plan writes), else a fresh allocator
+ * buffer in that order; then the backend's C launch (several outputs as a tuple), else its
+ * launch_fused (evaluate._gpu_fused_launch does the same steps in Python).
+ * 1: ran; 0: declined, nothing done (the Python path); -1: an error. */
+static int device_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t n,
+                          PyObject *inputs, PyObject *outputs, PyObject *ins, PyObject *stream,
+                          BackendInfo *bi, int recording, PyObject *prim, PyObject *t0) {
+    Py_ssize_t m = PyList_GET_SIZE(outputs);
+    if (m > MAX_RULE_ARGS) return 0;
+    PyObject *targets[MAX_RULE_ARGS], *outs[MAX_RULE_ARGS], *handles[MAX_RULE_ARGS];
+    unsigned long long masks[MAX_RULE_ARGS];
+    Py_ssize_t made = 0, next_donor = 0, held = 0;
+    long long total = 0;
+    int rc = 0, forder = 0, donors = 0, launched = 0;
+    PyObject *outarg = NULL, *index = NULL;
+    PyObject *order = PyObject_GetAttr(ln, s_order), *reads = NULL;
+    if (order == NULL || !PyUnicode_Check(order)) { PyErr_Clear(); goto done; }
+    forder = PyUnicode_Compare(order, s_F) == 0;
+    if (!forder && PyUnicode_CompareWithASCIIString(order, "C") != 0) goto done;
+    /* no ``reads`` (not a fused tape's plan): no input gives its buffer */
+    reads = PyObject_GetAttr(ln, s_reads);
+    if (reads == NULL) PyErr_Clear();
+    donors = reads != NULL && PyTuple_Check(reads) && PyTuple_GET_SIZE(reads) == m && n <= 64;
+    for (Py_ssize_t j = 0; donors && j < m; j++) {
+        masks[j] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(reads, j));
+        if (PyErr_Occurred()) { PyErr_Clear(); donors = 0; }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *t = PyWeakref_GetObject(PyList_GET_ITEM(outputs, j));
+        if (t == NULL) { PyErr_Clear(); goto done; }
+        if (t == Py_None || (PyObject *)Py_TYPE(t) != c_desc_type) goto done; /* Python */
+        targets[held++] = Py_NewRef(t);
+    }
+    for (; made < m; made++) {
+        PyObject *t = targets[made], *out = NULL, *handle = NULL;
+        PyObject *shape = SLOT(t, desc_off[D_SHAPE]), *dtype = SLOT(t, desc_off[D_DTYPE]);
+        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+        if (itemsize < 0 || !PyTuple_Check(shape)) { rc = -1; goto done; }
+        long long nbytes = itemsize;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (PyErr_Occurred()) { rc = -1; goto done; }
+        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        for (; donors && next_donor < n && out == NULL; next_donor++) {
+            if (!((masks[made] >> next_donor) & 1)) continue;
+            PyObject *d = PyList_GET_ITEM(inputs, next_donor);
+            if (!device_donates(d, shape, itemsize, nbytes, bi->array_type, bi->storage_type,
+                                forder))
+                continue;
+            PyObject *v = PyObject_CallMethodOneArg(SLOT(d, desc_off[D_DATA]), s_view, npdt);
+            if (v == NULL) { PyErr_Clear(); continue; }
+            out = v;
+            handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
+        }
+        if (out == NULL) {
+            PyObject *size = PyLong_FromLongLong(nbytes);
+            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
+            if (buf != NULL && forder) { /* column order: the reversed shape's view, transposed */
+                Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+                PyObject *rev = PyTuple_New(nd), *v = NULL;
+                for (Py_ssize_t i = 0; rev != NULL && i < nd; i++)
+                    PyTuple_SET_ITEM(rev, i, Py_NewRef(PyTuple_GET_ITEM(shape, nd - 1 - i)));
+                v = rev ? buffer_view(buf, size, npdt, rev) : NULL;
+                out = v ? PyObject_GetAttr(v, s_T) : NULL;
+                Py_XDECREF(rev); Py_XDECREF(v);
+            } else if (buf != NULL) {
+                out = buffer_view(buf, size, npdt, shape);
+            }
+            if (out != NULL)
+                handle = PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL);
+            Py_XDECREF(buf);
+            Py_XDECREF(size);
+        }
+        if (out == NULL || handle == NULL) { Py_XDECREF(out); Py_XDECREF(handle); rc = -1; goto done; }
+        outs[made] = out, handles[made] = handle;
+        total += nbytes;
+    }
+    if (m == 1) {
+        outarg = Py_NewRef(outs[0]);
+    } else {
+        if ((outarg = PyTuple_New(m)) == NULL) { rc = -1; goto done; }
+        for (Py_ssize_t j = 0; j < m; j++) PyTuple_SET_ITEM(outarg, j, Py_NewRef(outs[j]));
+    }
+    if (bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
+        if ((index = PyObject_GetAttr(stream, s_index)) == NULL) { rc = -1; goto done; }
+        launched = bi->api->launch(ln, &args[1], n, outarg, index);
+        if (launched < 0) { rc = -1; goto done; }
+    }
+    if (launched == 0) {
+        PyObject *largs[5] = {bi->be, stream, ln, ins, outarg};
+        if (call_none(PyObject_VectorcallMethod(s_launch_fused, largs,
+                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) < 0) {
+            rc = -1;
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        put(targets[j], desc_off[D_DATA], outs[j]);
+        put(targets[j], desc_off[D_BUFFER], handles[j]);
+        put(targets[j], desc_off[D_NODE], Py_None);
+    }
+    if (detach(node) < 0 || count_path(PATH_FUSED_DEVICE) < 0) { rc = -1; goto done; }
+    if (recording && record(prim, node, t0, total) < 0) { rc = -1; goto done; }
+    rc = 1;
+done:
+    for (Py_ssize_t j = 0; j < made; j++) { Py_DECREF(outs[j]); Py_DECREF(handles[j]); }
+    for (Py_ssize_t j = 0; j < held; j++) Py_DECREF(targets[j]);
+    Py_XDECREF(order); Py_XDECREF(reads); Py_XDECREF(outarg); Py_XDECREF(index);
+    return rc;
+}
+
 /* A device's view node of host data holding one value (a Python scalar's 0-d array, which
  * a GPU keeps on the host), of the same dtype: that value broadcast to the view's shape, a
  * read-only stride-0 host array over the input's memory keeping the input's buffer
@@ -1077,7 +1194,7 @@ static int run_host(PyObject *node) {
     }
     if (!bi->host && !fused && !eager && !kdev) return 0; /* a device's other nodes: Python */
     PyObject *be = bi->be;
-    if (fused ? bi->launch_for == Py_None || (!bi->host && PyList_GET_SIZE(outputs) != 1)
+    if (fused ? bi->launch_for == Py_None
               : !eager && SLOT(defn, defn_off[F_DONATABLE]) != Py_False)
         return 0;
     int from_plan = fused || eager || kdev; /* launched from a plan, not a rule */
@@ -1103,10 +1220,8 @@ static int run_host(PyObject *node) {
         if (Py_TYPE(data) != (PyTypeObject *)bi->array_type && /* a host scalar: by value */
             !((eager || fused) && Py_TYPE(data) == (PyTypeObject *)l_ndarray) && !storage)
             return 0;
-        /* on a device, an input only the node holds may donate: evaluate._donor decides */
-        if (!bi->host && !eager && !kdev && Py_REFCNT(d) == 1 && SLOT(d, desc_off[D_BUFFER]) != Py_None &&
-            (Py_TYPE(data) == (PyTypeObject *)bi->array_type || storage))
-            return 0; /* (an eager op's donor is chosen below, as evaluate._donor does) */
+        /* (on a device an input only the node holds may donate: an eager op's donor is
+         * chosen below, as evaluate._donor does, a fused call's by device_outputs) */
         args[1 + i] = data;
     }
     int view = !fused && SLOT(defn, defn_off[F_VIEW]) == Py_True;
@@ -1149,12 +1264,19 @@ static int run_host(PyObject *node) {
             /* a device's call with host scalars taken by value: the plan a call of these
              * layouts made (eager_kernel.fused, kept in its plans), else the Python path */
             Py_DECREF(ln);
+            /* (a plan of several outputs has no single out_dtype: None) */
             ln = plan_in(bi->eager_plans, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw,
                          SLOT(target, desc_off[D_SHAPE]),
-                         SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
+                         PyList_GET_SIZE(outputs) != 1 ? Py_None
+                         : SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
             if (ln == NULL) { rc = 0; goto done; }
         }
         if (ln == Py_None) { rc = 0; goto done; } /* run_compiled: the Python path */
+        if (!bi->host) { /* a device's: its outputs (donors, fresh buffers) and launch */
+            rc = device_outputs(node, ln, args, n, inputs, outputs, ins, stream, bi,
+                                enabled == Py_True, prim, t0);
+            goto done;
+        }
         if (PyList_GET_SIZE(outputs) != 1) { /* several outputs: the Launch's KernelCall */
             rc = run_outputs(node, ln, args, n, inputs, outputs, bi, enabled == Py_True,
                              prim, t0);

@@ -340,6 +340,8 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
         elif t is not at and t is not st:
             return False
     t0 = timeline.now() if timeline.enabled else 0
+    if len(node.outputs) != 1:
+        return _gpu_fused_outputs(node, prim, be, ins, hosted, t0)
     if _fused_launch(node, prim, be, ins, t0, FUSED_DEVICE):
         return True
     # host scalars taken by value (the backend's eager plans), not uploaded per call
@@ -349,6 +351,76 @@ def _gpu_fused_launch(node: Node, prim, be) -> bool:
         return False
     ln = fused(prim, ins, target.dtype.np, target.shape)
     return ln is not None and _launch_into(node, prim, be, ln, ins, target, t0, FUSED_DEVICE)
+
+
+def _gpu_fused_outputs(node: Node, prim, be, ins: list, hosted: bool, t0: int) -> bool:
+    """A GPU's fused call of several outputs (an optimizer's update: a parameter and its
+    moments) from its plan, host scalars by value (the backend's eager plans): each output
+    into a donor's buffer or a fresh one (``_fused_outputs``), launched through
+    ``launch_fused`` (core/_loop.c device_outputs does the same steps). False: no plan yet
+    (``run_compiled`` makes it), or an output nobody holds."""
+    targets = [r() for r in node.outputs]
+    for t in targets:
+        if t is None:
+            return False
+    kw = prim.kw
+    launch = be.compiled_launch
+    ln = None if launch is None else launch(kw["tape"], ins, kw["shape"])
+    fused = getattr(be.eager_kernel, "fused", None) if hosted and ln is None else None
+    if fused is not None:
+        ln = fused(prim, ins, None, targets[0].shape)
+    if ln is None:
+        return False
+    outs, handles = _fused_outputs(node, targets, ln, be)
+    be.launch_fused(prim.stream, ln, ins, tuple(outs))
+    _counts[FUSED_DEVICE] += 1
+    nbytes = 0
+    for t, o, h in zip(targets, outs, handles):
+        t.set_data(o, h)
+        nbytes += o.nbytes
+    _detach(node)
+    if t0:
+        _record(prim, node, t0, nbytes)
+    return True
+
+
+def _fused_outputs(node: Node, targets: list, ln, be) -> tuple:
+    """Each output's memory, in the tape's order: the buffer of the next input (inputs
+    walked once, in order: MLX's Compiled rules, ``cuda/compiled.py`` _outputs) whose value
+    that output reads (the plan's ``reads`` masks: the kernels' pointers are restrict) and
+    that ``_donor`` would give it, in the order the plan writes; else a fresh buffer."""
+    reads = getattr(ln, "reads", None)
+    order = getattr(ln, "order", "C")
+    at, st = be.array_type, be.storage_type
+    inputs = node.inputs
+    n = len(inputs) if reads is not None and not node.keep else 0
+    outs, handles, k = [], [], 0
+    for j in range(len(targets)):
+        out = targets[j]
+        nbytes = out.dtype.size
+        for s in out.shape:
+            nbytes *= s
+        got = None
+        while got is None and k < n:
+            i = k
+            k += 1
+            if not (reads[j] >> i) & 1:
+                continue
+            d = inputs[i]  # (no loop variable outlives the check: _donor's counts)
+            if (sys.getrefcount(d) == _DESC_REFS and d.buffer is not None
+                    and (type(d.data) is at or type(d.data) is st)
+                    and d.dtype.size == out.dtype.size and d.data.shape == out.shape
+                    and (d.data.flags.f_contiguous if order == "F" else d.data.flags.c_contiguous)
+                    and getattr(d.data.flags, "writeable", True)
+                    and d.buffer.buffer.size <= nbytes + DONATION_SLACK
+                    and sys.getrefcount(d.buffer) == _HANDLE_REFS):
+                got = (d.data.view(out.dtype.np), d.buffer)
+            d = None
+        if got is None:
+            got = _fresh_buffer(out, nbytes, be, order)
+        outs.append(got[0])
+        handles.append(got[1])
+    return outs, handles
 
 
 def _one_op(defn, be) -> bool:

@@ -139,9 +139,11 @@ static PyObject *work_of(PyObject *index) {
 }
 
 /* -- the launch --------------------------------------------------------------------------
- * What launch reads of a plan (compiled.Launch), once, kept in its ``lane`` slot: only a
- * plan with one C-order output gets one (Launch.takes); False remembers the others. */
+ * What launch reads of a plan (compiled.Launch), once, kept in its ``lane`` slot: a plan
+ * whose outputs are written in C or F order (Launch.takes; a fused tape's several outputs,
+ * one word each from n_out_at, as Launch.call writes them); False remembers the others. */
 #define MAX_SLOTS 64
+#define MAX_OUTS 24 /* a fused tape's outputs (codegen/tape.py MAX_COMPILE_ARRAYS at most) */
 #define MAX_THEN 4 /* later launches of a sequence */
 #define SCRATCH -1 /* a slot's input index: the sequence's scratch buffer */
 typedef struct Record Record;
@@ -151,6 +153,8 @@ struct Record {
     Py_ssize_t n_out_at, word_at, nslots, si[MAX_SLOTS], sj[MAX_SLOTS];
     Py_ssize_t nvalues, vi[MAX_SLOTS], vj[MAX_SLOTS], vsize[MAX_SLOTS]; /* by-value scalars */
     PyObject *npdt, *shape, *entry, *packs; /* strong references */
+    Py_ssize_t nouts;         /* its outputs (a fused tape's several: the words from n_out_at) */
+    PyObject *npdts[MAX_OUTS]; /* their dtypes (strong; npdts[0] is npdt) */
     unsigned long tid; /* the thread whose pack ``ptrs`` is (packs keeps it) */
     uint64_t **ptrs;
     Py_ssize_t nthen;         /* a sequence's later launches (PlanSequence.then) */
@@ -164,6 +168,7 @@ struct Record {
 #define RECORD_NAME "tapescope.kernels.cuda._driver.Record"
 
 static void record_release(Record *r) {
+    for (Py_ssize_t j = 0; j < r->nouts; j++) Py_XDECREF(r->npdts[j]);
     Py_XDECREF(r->npdt); Py_XDECREF(r->shape); Py_XDECREF(r->entry); Py_XDECREF(r->packs);
     Py_XDECREF(r->then_plans);
     PyMem_Free(r);
@@ -203,7 +208,8 @@ static Record *plan_record(PyObject *ln) {
     PyObject *slots = order ? PyObject_GetAttr(ln, s_slots) : NULL;
     PyObject *values = slots ? PyObject_GetAttr(ln, s_values) : NULL;
     int err = values == NULL;
-    int plain = !err && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) == 1 &&
+    int plain = !err && PyList_Check(dtypes) && PyList_GET_SIZE(dtypes) >= 1 &&
+                PyList_GET_SIZE(dtypes) <= MAX_OUTS &&
                 PyUnicode_Check(order) &&
                 (PyUnicode_Compare(order, s_C) == 0 || PyUnicode_CompareWithASCIIString(order, "F") == 0) &&
                 PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) <= MAX_SLOTS &&
@@ -211,6 +217,8 @@ static Record *plan_record(PyObject *ln) {
     long long v;
     if (plain) {
         r->npdt = Py_NewRef(PyList_GET_ITEM(dtypes, 0));
+        r->nouts = PyList_GET_SIZE(dtypes);
+        for (Py_ssize_t j = 0; j < r->nouts; j++) r->npdts[j] = Py_NewRef(PyList_GET_ITEM(dtypes, j));
         r->forder = PyUnicode_Compare(order, s_C) != 0;
         r->nslots = PyTuple_GET_SIZE(slots);
         for (Py_ssize_t k = 0; k < r->nslots && !err; k++) {
@@ -332,17 +340,27 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
     if (!configured) return 0;
     Record *r = plan_record(ln);
     if (r == NULL) return PyErr_Occurred() ? -1 : 0;
-    /* Launch.takes for the loop's output (a fresh buffer's view: C-contiguous) */
-    PyObject *dt = PyObject_GetAttr(out, s_dtype), *sh = dt ? PyObject_GetAttr(out, s_shape) : NULL;
-    int takes = sh != NULL && same(dt, r->npdt) && same(sh, r->shape);
-    Py_XDECREF(dt); Py_XDECREF(sh);
-    if (takes && r->forder) { /* a column-order kernel: the loop's out in that order */
-        PyObject *fl = PyObject_GetAttrString(out, "flags");
-        PyObject *f = fl ? PyObject_GetAttrString(fl, "f_contiguous") : NULL;
-        takes = f == Py_True;
-        Py_XDECREF(fl); Py_XDECREF(f);
+    /* the outputs: one array, or a tuple of one per output of a fused tape's plan */
+    int many = PyTuple_Check(out);
+    Py_ssize_t m = many ? PyTuple_GET_SIZE(out) : 1;
+    if (m != r->nouts) return 0;
+    uint64_t outp[MAX_OUTS];
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *o = many ? PyTuple_GET_ITEM(out, j) : out;
+        /* Launch.takes for the loop's output (a fresh buffer's view: C-contiguous) */
+        PyObject *dt = PyObject_GetAttr(o, s_dtype), *sh = dt ? PyObject_GetAttr(o, s_shape) : NULL;
+        int takes = sh != NULL && same(dt, r->npdts[j]) && same(sh, r->shape);
+        Py_XDECREF(dt); Py_XDECREF(sh);
+        if (takes && r->forder) { /* a column-order kernel: the loop's out in that order */
+            PyObject *fl = PyObject_GetAttrString(o, "flags");
+            PyObject *f = fl ? PyObject_GetAttrString(fl, "f_contiguous") : NULL;
+            takes = f == Py_True;
+            Py_XDECREF(fl); Py_XDECREF(f);
+        }
+        if (!takes) { PyErr_Clear(); return 0; }
+        outp[j] = device_ptr(o);
+        if (PyErr_Occurred()) return -1;
     }
-    if (!takes) { PyErr_Clear(); return 0; }
     void *st = stream_ptr(index);
     PyObject *w = st ? work_of(index) : NULL;
     if (w == NULL) return PyErr_Occurred() ? -1 : 0;
@@ -360,8 +378,6 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
         }
         scratch = r->scratch_ptr;
     }
-    uint64_t outp = device_ptr(out);
-    if (PyErr_Occurred()) return -1;
     Record *recs[1 + MAX_THEN];
     uint64_t **packs[1 + MAX_THEN];
     Py_ssize_t nrec = 1 + r->nthen;
@@ -388,7 +404,8 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
             if (!ok) return 0; /* not the plan's scalar: launch_fused */
             vals[s->vj[k]] = bits;
         }
-        if (s->n_out_at >= 0) vals[s->n_out_at] = outp; /* (-1: writes only the scratch) */
+        if (s->n_out_at >= 0) /* (-1: writes only the scratch) */
+            for (Py_ssize_t j = 0; j < (q == 0 ? m : 1); j++) vals[s->n_out_at + j] = outp[j];
         vals[s->word_at] = vals[s->word_at + 1] = 0; /* the kernel writes no completion word */
     }
     int rec = recording();

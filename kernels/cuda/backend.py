@@ -101,8 +101,11 @@ def _launch_name(launch: Any) -> str:
 
 def _launch_detail(launch: Any, inputs: list, out: Any) -> dict:
     """``_roofline_detail`` of a fused call launched by ``launch_fused`` (no device context,
-    no node at hand): its layouts and its kernel entry's tape."""
-    detail = {"io": (layouts(inputs), layouts([out])), "primitive": _launch_name(launch)}
+    no node at hand): its layouts and its kernel entry's tape (``out``: a tuple for a tape's
+    several outputs)."""
+    outs = list(out) if type(out) is tuple else [out]
+    out = outs[0]
+    detail = {"io": (layouts(inputs), layouts(outs)), "primitive": _launch_name(launch)}
     tape = getattr(launch.entry, "tape", None)
     if getattr(launch, "primitive", None) is not None:  # a primitive's kernel: its spec
         detail.update(kernel=launch.name, variant=launch.variant, shape=tuple(out.shape))
@@ -200,7 +203,8 @@ class CudaBackend(Backend):
         """The fused kernel on the mx stream's CUDA stream, without making it CuPy's
         current stream: the eval loop's hook for a loaded fused call (core/_loop.c
         run_node, ``evaluate._gpu_fused_launch``), the same code whether or not the timeline
-        records (which adds the timing events: the call's device time, the roofline)."""
+        records (which adds the timing events: the call's device time, the roofline).
+        ``out``: the output array, or a tuple of one per output of a fused tape's plan."""
         index = stream.index
         w = device.work(index)
         if self.device_id:  # this process's GPU is not 0 (a rank of mpirun)
@@ -209,7 +213,7 @@ class CudaBackend(Backend):
         ev0 = timing.start(cs) if timeline.enabled else None
         device.enter_work(w)
         try:
-            launch.call(inputs, (out,), stream=cs)
+            launch.call(inputs, out if type(out) is tuple else (out,), stream=cs)
         finally:
             device.leave_work(w)
         if ev0 is not None:  # recorded as _OnStream records a node: device time, roofline

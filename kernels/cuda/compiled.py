@@ -300,9 +300,11 @@ class Launch(PackedLaunch):
     """A fused tape's call: everything about it that depends only on the tape and the
     layouts. The shape and strides are parameters' values (MLX passes them by value), as is
     a by-value scalar (an eager op's Python scalar): a launch reads no memory that a copy,
-    on whichever stream, must have written first."""
+    on whichever stream, must have written first. ``reads``: per output, the inputs its
+    value reads as a bit mask over the input positions (the only inputs that may give it
+    their buffer: ``_outputs``; the eval loop's C part reads it too)."""
 
-    __slots__ = ("contiguous", "args")
+    __slots__ = ("contiguous", "args", "reads")
 
     def __init__(self, tape: Tape, inputs: Sequence, shape: tuple, entry, contiguous: bool,
                  cshape: list, strides: list, large: bool, name: str, variant: str):
@@ -357,6 +359,8 @@ class Launch(PackedLaunch):
         word_at = arg([0])
         arg([0])
         self.args = args
+        self.reads = tuple(sum(1 << i for i, x in enumerate(tape.inputs)
+                               if x.name in r and not x.is_constant) for r in _reads(tape))
         block = _block_size(entry.fn, d.schedule.block_size)
         threads = -(-size // wpt)
         self._set_pack(entry, words, offsets, slots, values, n_out_at, word_at,

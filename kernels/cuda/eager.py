@@ -98,15 +98,16 @@ def plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any
 
 
 def fused_plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Optional[Any]:
-    """The loaded plan of a fused call (``Compiled``, one output) reading host scalars (a
-    Python scalar's 0-d array, which a GPU keeps on the host, or a host broadcast of one)
-    by value, its other inputs device arrays: its tape with those inputs taken as
-    parameters' values (``TapeInput.by_value``, as an eager op's scalar), writing a row-major
-    ``dtype`` of ``shape``; kept in ``plans``, where the eval loop's C part finds it from the
-    next call on. None: ``run_compiled`` (the scalars uploaded)."""
+    """The loaded plan of a fused call (``Compiled``) reading host scalars (a Python
+    scalar's 0-d array, which a GPU keeps on the host, or a host broadcast of one) by value,
+    its other inputs device arrays: its tape with those inputs taken as parameters' values
+    (``TapeInput.by_value``, as an eager op's scalar), writing a row-major ``dtype`` of
+    ``shape`` (``dtype`` None: a tape of several outputs, each its own dtype); kept in
+    ``plans``, where the eval loop's C part finds it from the next call on. None:
+    ``run_compiled`` (the scalars uploaded)."""
     kw = prim.kw
     tape = kw.get("tape")
-    if tape is None or len(tape.outputs) != 1 or tape.reduction is not None or not _eager.on:
+    if tape is None or tape.reduction is not None or not _eager.on:
         return None
     for s in shape:
         if s == 0:
@@ -132,7 +133,7 @@ def fused_plan_for(prim: Any, ins: Sequence, dtype: Any, shape: tuple) -> Option
         return None
     variant = _by_value(tape, tuple(mask))
     ln = compiled.kernel_for(variant, layouts, shape)
-    if ln is None or ln.out_dtype != np.dtype(dtype):
+    if ln is None or (dtype is not None and ln.out_dtype != np.dtype(dtype)):
         return None
     try:
         _eager.remember(prim.name, ins, kw, ln)

@@ -144,14 +144,12 @@ def contiguous(xp, a, *, allow_col_major):
     return xp.ascontiguousarray(a)
 
 
-@define("Copy", family=SHAPE, out=True, moves=True, shape=same_shape)
-def copy(xp, a, out=None):
-    """``a`` in a buffer of its own: the evaluator's (``out``: an allocator buffer, or a
-    dying input's, which nobody else holds), else a new one."""
-    if out is None:
-        return a.copy()
-    out[...] = a
-    return out
+@define("Copy", family=SHAPE, view=True, view_strides=lambda strides, *_, **__: strides,
+        shape=same_shape)
+def copy(xp, a):
+    """``a``'s data, its buffer shared (MLX's ``Copy::eval``: ``copy_shared_buffer``; arrays
+    are immutable, and a shared buffer is donated only once one holder is left)."""
+    return a.view()
 
 
 def _concatenate_shape(shapes: list, *, axis, **_) -> list:
