@@ -219,7 +219,7 @@ static BackendInfo *backend_info(PyObject *be) {
     for (int i = 0; i < n_seen; i++)
         if (seen[i].be == be) return &seen[i];
     if (n_seen == MAX_BACKENDS) return NULL;
-    BackendInfo b = {be, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL};
+    BackendInfo b = {.be = be}; /* every other field 0 / NULL: found out below or when asked */
     PyObject *ctx = NULL, *api = NULL;
     if (!(b.xp = PyObject_GetAttr(be, s_xp)) || !(b.alloc = PyObject_GetAttr(be, s_allocator)) ||
         !(b.array_type = PyObject_GetAttr(be, s_array_type)) ||
