@@ -333,7 +333,7 @@ def test_cuda_qmv_sources_are_valid_code(tmp_path, dtype):
                     srcs.append(f"namespace k{len(srcs)} {{\n" + cuda_source(spec).replace(
                         'extern "C" ', "") + "\n}\n")
     src = tmp_path / "q.cpp"
-    src.write_text(_QMV_PRELUDE + "".join(s.replace("#include <cuda_fp16.h>", "").replace(
+    src.write_text("typedef unsigned int uint32_t;\n" + _QMV_PRELUDE + "".join(s.replace("#include <cuda_fp16.h>", "").replace(
         "#include <cuda_bf16.h>", "").replace("typedef unsigned int uint32_t;", "")
         for s in srcs))
     r = subprocess.run(["g++", "-fsyntax-only", "-w", f"-I{inc}", str(src)],
@@ -422,3 +422,35 @@ def test_cuda_gather_qmm_equals_float64(transpose, m):
     xs = x.astype(np.float64)[li.astype(np.int64)]
     ref = xs @ (np.swapaxes(w64, -1, -2) if transpose else w64)
     close(np.array(got), ref, xs, w64, transpose, "float32")
+
+
+@needs_cc
+def test_cuda_qmv_code_and_scale_decoders_equal_ml_dtypes_for_every_byte():
+    """The CUDA qmv kernels' decoders (``codegen/qmv_cuda.py``'s e2m1 / e4m3 codes and e8m0
+    / e4m3 scales by integer arithmetic, rendered here for the host) for every code against
+    ml_dtypes' formats, bit for bit (e4m3's 0x7F / 0xFF nan; e8m0's 255 as inf, 0 as 2^-127,
+    rules/quantized.py's fp_scale)."""
+    import ctypes
+
+    from tapescope.kernels.codegen.qmv_cuda import _FORMATS
+
+    src = ("#include <stdint.h>\n#include <string.h>\nstatic inline float u32_float(uint32_t u) "
+           "{ float f; memcpy(&f, &u, 4); return f; }\n#define FBITS(u) u32_float(u)\n"
+           "#define DEVFN static inline\n" + _FORMATS +
+           "void decode_all(void** args) { float* o = (float*)args[0];\n"
+           "  for (int i = 0; i < 16; i++) o[i] = e2m1_value(i);\n"
+           "  for (int i = 0; i < 256; i++) { o[16 + i] = e4m3_value(i); o[272 + i] = e8m0_value(i); }\n}\n")
+    entry = compiler.get_kernel("decode_all", "qmv decoders", lambda tc: src, key="qmv_decoders:" +
+                                str(hash(src)))
+    out = np.zeros(528, np.float32)
+    argv = (ctypes.c_void_p * 1)(out.ctypes.data)
+    entry.fast_fn(gil=True)(argv)
+    codes = np.arange(256, dtype=np.uint8)
+    e2m1 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    assert np.array_equal(out[:16].view(np.uint32), e2m1.view(np.uint32))
+    e4m3 = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    assert np.array_equal(np.isnan(out[16:272]), np.isnan(e4m3))
+    fin = ~np.isnan(e4m3)
+    assert np.array_equal(out[16:272][fin].view(np.uint32), e4m3[fin].view(np.uint32))
+    e8m0 = 2.0 ** (codes[:255].astype(np.float64) - 127)
+    assert np.array_equal(out[272:527], e8m0.astype(np.float32)) and np.isinf(out[527])

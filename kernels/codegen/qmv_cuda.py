@@ -83,7 +83,7 @@ class QmvSpec:
     @property
     def ept(self) -> int:
         """Codes per lane per step: a run of whole words inside one group."""
-        return min(self.group_size, 16 if self.bits == 8 else 32)
+        return min(self.group_size, 16 if self.bits in (6, 8) else 32)
 
     @property
     def name(self) -> str:  # MLX's kernel naming (affine_qmv_float16_t_gs_64_b_4)
@@ -162,12 +162,13 @@ _COMMON = """
 
 # the codes' and scales' formats: e2m1 / e4m3 codes, e8m0 / e4m3 scales as float32 by integer
 # arithmetic (the values of rules/quantized.py's FP4_LUT and fp8_decode, nan for e4m3's
-# 0x7F / 0xFF; e8m0 0 is 2^-127)
+# 0x7F / 0xFF; e8m0 0 is 2^-127); e2m1's form keeps the one-row fp4 qmv within 64 registers
+# (ptxas -v for sm_90: no spills, where the exponent / mantissa form spills 148 bytes)
 _FORMATS = """
-DEVFN float e2m1_value(uint32_t c) {
-  const uint32_t e = (c >> 1) & 3u, m = c & 1u;
-  const uint32_t bits = (e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3F000000u : 0u)) | ((c & 8u) << 28);
-  return FBITS(bits);
+DEVFN float e2m1_value(uint32_t c) {  /* magnitudes 2..7 are 0.5's bits plus q << 22 */
+  const uint32_t q = c & 7u;
+  const uint32_t mag = q < 2u ? (q ? 0x3F000000u : 0u) : (q << 22) + 0x3F000000u;
+  return FBITS(mag | ((c & 8u) << 28));
 }
 DEVFN float e4m3_value(uint32_t c) {
   const uint32_t e = (c >> 3) & 15u, m = c & 7u;
