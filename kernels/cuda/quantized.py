@@ -367,14 +367,14 @@ def _contiguous(a, index: bool = False):
     return cupy.ascontiguousarray(a)
 
 
-def _slow(name: str, composition):
-    """The rule of calls no plan takes as they come: the operands copied row-contiguous and
-    that layout's plan, else ``composition`` (the definitions' float32 rule; bfloat16
-    through float32 copies, rounded once)."""
+def _slow(name: str, composition, n_idx: int = 0):
+    """The rule of calls no plan takes as they come: the operands copied row-contiguous (the
+    last ``n_idx``, index arrays, as int64 where their type has no kernel) and that layout's
+    plan, else ``composition`` (the definitions' float32 rule; bfloat16 through float32
+    copies, rounded once)."""
 
     def run(xp, *ins, out=None, **kw):
         rule = RULES[name]
-        n_idx = 2 if name == "GatherQMM" else 0
         copies = tuple(_contiguous(a, i >= len(ins) - n_idx) for i, a in enumerate(ins))
         p = rule.planned(copies, kw) if any(c is not a for c, a in zip(copies, ins)) else None
         if p is not None:
@@ -405,5 +405,5 @@ def _gather_composition(xp, x, w, scales, *rest, **kw):
 RULES: dict = by_kernel({
     "quantized_matmul": KernelRule("QuantizedMatmul", qmv_plan,
                                    _slow("QuantizedMatmul", qrules.quantized_matmul), fits, _empty),
-    "gather_qmm": KernelRule("GatherQMM", gather_plan, _slow("GatherQMM", _gather_composition),
+    "gather_qmm": KernelRule("GatherQMM", gather_plan, _slow("GatherQMM", _gather_composition, 2),
                              fits, _empty)})
