@@ -360,7 +360,7 @@ def _spec_defines(spec: QmvSpec, index_types: dict) -> str:
             f"#define SCALE(v) {_SCALE[scale].format('(v)')}\n"
             f"#define VALUE(c) {_VALUE[codes].format('(c)')}\n"
             + _COMMON.format(bits=spec.bits, gs=spec.group_size, ept=spec.ept, vw=vw,
-                             affine=int(spec.affine)) + _FORMATS)
+                             affine=int(spec.affine)) + ("" if spec.affine else _FORMATS))
 
 
 def _body(spec: QmvSpec, head: str) -> str:
