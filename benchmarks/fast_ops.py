@@ -10,7 +10,8 @@ sdpa (no mask, scale D^-0.5; shape rows are (B, heads, L, kL, D)) for prefill at
 softmax(q kᵀ) v at ``highest`` precision, PyTorch's ``F.scaled_dot_product_attention`` (TF32
 off) on the GPU, where the prefill rows add L = 8192.
 ``qmm`` rows (shape (M, K, N)): 4-bit affine ``quantized_matmul`` of an (M, K) x by a
-(N, K) weight (transpose=True, group size 64, MLX's defaults) at M = 1 and 512, K = N = 4096,
+(N, K) weight (transpose=True, group size 64, MLX's defaults; ``--qbits``, ``--qgroup``,
+``--qmode`` pick another of MLX's quantizations) at M = 1 and 512, K = N = 4096,
 against MLX (its CPU, or its CUDA backend on the GPU; JAX and PyTorch have no such product);
 the bandwidth column counts x, the packed weight, its scales and biases and the output, and
 the 1-row GPU row also prints that bandwidth over the device's copy bandwidth
@@ -25,6 +26,7 @@ median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
         [--ops sdpa,rope] [--peers jax.jit,mlx] [--shape 4,16,1,4096,64 ...]
+        [--qbits 4 --qgroup 64 --qmode affine]
 """
 
 from __future__ import annotations
@@ -326,6 +328,7 @@ def run(device: str, reps: int, dtype, ops=None, peers=None, shapes=None) -> lis
 
 
 def main():
+    global QBITS, QGROUP, QMODE
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
@@ -340,7 +343,6 @@ def main():
     ap.add_argument("--qmode", default=QMODE, help="the qmm rows' mode (affine, mxfp4, "
                     "mxfp8, nvfp4: give their bits and group size too)")
     args = ap.parse_args()
-    global QBITS, QGROUP, QMODE
     QBITS, QGROUP, QMODE = args.qbits, args.qgroup, args.qmode
     print(f"machine: {machine()}")
     print("load average: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
