@@ -376,8 +376,10 @@ def cuda_source(spec: QmvSpec) -> str:
     T, load, store, words = _CU_TYPES[spec.dtype]
     threads = WARPS * 32 if spec.rows else DEQUANT_THREADS
     # one row: four blocks an SM (64 registers; ptxas spills a word or two), so the 512
-    # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three)
-    bounds = f"{threads}, 4" if spec.rows == 1 else f"{threads}"
+    # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three);
+    # a gather's grid is several weights' blocks, many waves anyway: no cap (its index
+    # arithmetic spilled 24 bytes under it)
+    bounds = f"{threads}, 4" if spec.rows == 1 and not spec.index else f"{threads}"
     head = (f'extern "C" __global__ void __launch_bounds__({bounds}) '
             f"{spec.name}({_signature(spec)}) {{")
     return f"""#include <cuda_fp16.h>
