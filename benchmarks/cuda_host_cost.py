@@ -44,7 +44,7 @@ fake_cuda_driver.install()
 import numpy as np  # noqa: E402
 
 
-def ops(mx, x, y, t, qkv=None, qw=None):
+def ops(mx, x, y, t, qkv=None, qw=None, qg=None):
     def softmax(v):
         e = mx.exp(v - mx.max(v, axis=-1, keepdims=True))
         return e / mx.sum(e, axis=-1, keepdims=True)
@@ -77,6 +77,10 @@ def ops(mx, x, y, t, qkv=None, qw=None):
         "qmv_decode": lambda: mx.quantized_matmul(*qw[:4], transpose=True, group_size=64, bits=4),
         # more rows (the qmm plan: the dequant kernel and one GEMM), 16 x 256 by 256 x 256
         "qmm_prefill": lambda: mx.quantized_matmul(*qw[4:], transpose=True, group_size=64, bits=4),
+        # a mixture of experts' decoding step (mlx_lm's SwitchGLU): one token's x against its
+        # top-2 of 8 experts' 4-bit (512 x 4096) weights, lhs the op's default
+        "gather_qmv_decode": lambda: mx.gather_qmm(*qg[:4], rhs_indices=qg[4], transpose=True,
+                                                   group_size=64, bits=4),
     }
 
 
@@ -160,6 +164,11 @@ def main(argv=None) -> int:
            mx.array(np.zeros((256, 32), np.uint32))] + [
         mx.add(mx.array(rng.standard_normal((256, 4)).astype(np.float32)), 0) for _ in "sb"]
     mx.eval(*qw)
+    qg = [mx.add(mx.array(rng.standard_normal((1, 1, 1, 1, 4096)).astype(np.float32)), 0),
+          mx.array(np.zeros((8, 512, 512), np.uint32))] + [
+        mx.add(mx.array(rng.standard_normal((8, 512, 64)).astype(np.float32)), 0) for _ in "sb"]
+    qg.append(mx.array(np.array([[[3, 5]]], np.uint32)))
+    mx.eval(*qg)
     if args.no_plan:  # no plan kept: the rules plan and launch from Python each call
         from tapescope.kernels.cuda import attention, quantized
 
@@ -174,11 +183,12 @@ def main(argv=None) -> int:
 
         rule.slow = python_launch
         quantized.RULES["QuantizedMatmul"].plan = lambda *a, **k: None
+        quantized.RULES["GatherQMM"].plan = lambda *a, **k: None  # (the composition runs)
         import cupy  # (the rule's RawKernels: stand-in kernels, counted as Python launches)
 
         cupy.RawKernel = lambda source, name: fake_cuda_driver.FakeFunction(name)
     tapescope.set_fusion("extended")
-    fns = ops(mx, x, y, t, qkv, qw)
+    fns = ops(mx, x, y, t, qkv, qw, qg)
     names = args.ops or list(fns)
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     n = args.calls

@@ -10,7 +10,8 @@ sdpa (no mask, scale D^-0.5; shape rows are (B, heads, L, kL, D)) for prefill at
 softmax(q kᵀ) v at ``highest`` precision, PyTorch's ``F.scaled_dot_product_attention`` (TF32
 off) on the GPU, where the prefill rows add L = 8192.
 ``qmm`` rows (shape (M, K, N)): 4-bit affine ``quantized_matmul`` of an (M, K) x by a
-(N, K) weight (transpose=True, group size 64, MLX's defaults) at M = 1 and 512, K = N = 4096,
+(N, K) weight (transpose=True, group size 64, MLX's defaults; ``--qbits``, ``--qgroup``,
+``--qmode`` pick another of MLX's quantizations) at M = 1 and 512, K = N = 4096,
 against MLX (its CPU, or its CUDA backend on the GPU; JAX and PyTorch have no such product);
 the bandwidth column counts x, the packed weight, its scales and biases and the output, and
 the 1-row GPU row also prints that bandwidth over the device's copy bandwidth
@@ -25,6 +26,7 @@ median minus its kernel time).
 
     .venv/bin/python benchmarks/fast_ops.py [--reps 15] [--device cpu|gpu|both] [--dtype float32]
         [--ops sdpa,rope] [--peers jax.jit,mlx] [--shape 4,16,1,4096,64 ...]
+        [--qbits 4 --qgroup 64 --qmode affine]
 """
 
 from __future__ import annotations
@@ -59,14 +61,17 @@ def cases(device: str) -> list:
 SDPA = [("sdpa", (4, 16, 2048, 2048, 64)), ("sdpa", (4, 16, 2048, 2048, 128)),
         ("sdpa", (4, 16, 1, 4096, 64)), ("sdpa", (4, 16, 1, 4096, 128))]
 QMM = [("qmm", (1, 4096, 4096)), ("qmm", (512, 4096, 4096))]
-QBITS, QGROUP = 4, 64  # the qmm rows' quantization (MLX's default group size)
+QBITS, QGROUP, QMODE = 4, 64, "affine"  # the qmm rows' quantization (MLX's defaults;
+# --qbits / --qgroup / --qmode change it: affine 2, 3, 4, 5, 6, 8 bits; mxfp4, mxfp8, nvfp4)
 
 
 def qmm_bytes(shape: tuple, itemsize: int) -> int:
     """Bytes a qmm row moves: x and the output in the row's dtype, the packed weight, its
-    scales and biases (one each per group, in the row's dtype)."""
+    scales and biases (one each per group, in the row's dtype; the fp modes: one scale byte
+    per group, no biases)."""
     M, K, N = shape
-    return (M * K + M * N) * itemsize + N * K * QBITS // 8 + 2 * N * (K // QGROUP) * itemsize
+    groups = N * (K // QGROUP) * (2 * itemsize if QMODE == "affine" else 1)
+    return (M * K + M * N) * itemsize + N * K * QBITS // 8 + groups
 
 
 def inputs(op: str, shape: tuple, dtype) -> tuple:
@@ -92,10 +97,11 @@ def tapescope_fn(op, x, w, b, device):
         a, wa, ba = (mx.add(v, 0, stream=s) for v in (a, wa, ba))
     mx.eval(a, wa, ba)
     if op == "qmm":
-        wq, sc, bi = mx.quantize(wa, group_size=QGROUP, bits=QBITS, stream=s)
-        mx.eval(wq, sc, bi)
+        wq, sc, *bi = mx.quantize(wa, group_size=QGROUP, bits=QBITS, mode=QMODE, stream=s)
+        bi = bi[0] if bi else None
+        mx.eval(wq, sc, *([] if bi is None else [bi]))
     f = {"qmm": lambda: mx.quantized_matmul(a, wq, sc, bi, transpose=True, group_size=QGROUP,
-                                            bits=QBITS, stream=s),
+                                            bits=QBITS, mode=QMODE, stream=s),
          "layer_norm": lambda: mx.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: mx.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: mx.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
@@ -162,10 +168,11 @@ def mlx_fn(op, x, w, b, device):
     a, wa, ba = (m.array(v) for v in (x, w, b))
     m.eval(a, wa, ba)
     if op == "qmm":
-        wq, sc, bi = m.quantize(wa, group_size=QGROUP, bits=QBITS, stream=s)
-        m.eval(wq, sc, bi)
+        wq, sc, *bi = m.quantize(wa, group_size=QGROUP, bits=QBITS, mode=QMODE, stream=s)
+        bi = bi[0] if bi else None
+        m.eval(wq, sc, *([] if bi is None else [bi]))
     f = {"qmm": lambda: m.quantized_matmul(a, wq, sc, bi, transpose=True, group_size=QGROUP,
-                                           bits=QBITS, stream=s),
+                                           bits=QBITS, mode=QMODE, stream=s),
          "layer_norm": lambda: m.fast.layer_norm(a, wa, ba, EPS, stream=s),
          "rms_norm": lambda: m.fast.rms_norm(a, wa, EPS, stream=s),
          "rope": lambda: m.fast.rope(a, x.shape[-1], traditional=False, base=10000.0, scale=1.0,
@@ -321,6 +328,7 @@ def run(device: str, reps: int, dtype, ops=None, peers=None, shapes=None) -> lis
 
 
 def main():
+    global QBITS, QGROUP, QMODE
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
@@ -330,7 +338,12 @@ def main():
                     help="only this row's shape, e.g. 4,16,1,4096,64 (repeatable; default: all)")
     ap.add_argument("--peers", default="", help="comma-separated peers (jax.jit, mlx, torch; "
                     "default: all; MLX's CPU prefill attention takes ~20 s a call)")
+    ap.add_argument("--qbits", type=int, default=QBITS, help="the qmm rows' code width")
+    ap.add_argument("--qgroup", type=int, default=QGROUP, help="the qmm rows' group size")
+    ap.add_argument("--qmode", default=QMODE, help="the qmm rows' mode (affine, mxfp4, "
+                    "mxfp8, nvfp4: give their bits and group size too)")
     args = ap.parse_args()
+    QBITS, QGROUP, QMODE = args.qbits, args.qgroup, args.qmode
     print(f"machine: {machine()}")
     print("load average: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     from tapescope.kernels.settings import settings
@@ -338,6 +351,7 @@ def main():
     # MLX_ENABLE_TF32 switches both tapescope's and MLX's float32 GEMMs (sdpa's prefill):
     # =0 for the rows against jax.jit at "highest" and PyTorch with TF32 off
     print(f"float32 GEMMs in TF32 (MLX_ENABLE_TF32, tapescope and MLX): {settings.tf32}", flush=True)
+    print(f"qmm rows: {QMODE} {QBITS}-bit, group size {QGROUP}", flush=True)
     dtype = np.dtype(args.dtype)
     shapes = {tuple(int(n) for n in sh.split(",")) for sh in args.shape}
     if args.device in ("cpu", "both"):

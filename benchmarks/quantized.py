@@ -110,37 +110,21 @@ def torch_fn(x, q, gs, bits, mode, device):
 
 
 def kernel_ms(run, calls: int = 20):
-    """tapescope's device time of one call by CUDA events recorded on the stream right
-    before and after each of its launches (the qmv kernel; the dequantize kernel and the
-    cuBLAS product): the host's per-call work left out. Median over ``calls`` calls."""
-    import statistics
+    """tapescope's device time of one call from the timeline's CUDA events around each of
+    its launches (``gpu_work`` records: the qmv kernel; the dequantize kernel and the
+    cuBLAS product), the host's per-call work left out: the mean over ``calls`` calls."""
+    from tapescope.kernels import timeline
 
-    import cupy
-    from tapescope.kernels.cuda import quantized as cq
-
-    spans, orig_kernel, orig_matmul = [], cq._kernel, cupy.matmul
-
-    def timed(f):
-        def call(*a, **kw):
-            s = cupy.cuda.get_current_stream()
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record(s)
-            r = f(*a, **kw)
-            e1.record(s)
-            spans[-1].append((e0, e1))
-            return r
-        return call
-
-    cq._kernel = lambda *a, **kw: timed(orig_kernel(*a, **kw))
-    cupy.matmul = timed(orig_matmul)
+    timeline.set_recording(True)
+    seq = timeline.next_seq()
     try:
         for _ in range(calls):
-            spans.append([])
             run()
     finally:
-        cq._kernel, cupy.matmul = orig_kernel, orig_matmul
-    per = [sum(cupy.cuda.get_elapsed_time(a, b) for a, b in sp) for sp in spans if sp]
-    return statistics.median(per) if per else None
+        recs = timeline.records_since(seq)
+        timeline.set_recording(False)
+    ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
+    return sum(ms) / calls if ms else None
 
 
 def main():

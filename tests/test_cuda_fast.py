@@ -358,35 +358,41 @@ def qmv_cases():
 
 
 @pytest.mark.usefixtures("gpu_default_device")
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_gpu_qmv_planned_calls_match_float64_numpy(qmv_cases, data):
-    """Affine 4- / 8-bit ``quantized_matmul`` of a few rows (the qmv kernel's plan,
-    ``kernels/cuda/quantized.py``, launched by the eval loop from C after the first call;
-    float16 / bfloat16 in their own bits) against float64 numpy over the dequantized weight,
-    for the stand-in cases' shapes, batches and layouts (``cuda_qmv_fake_cases.py``)."""
+    """``quantized_matmul`` of a few rows for every quantization MLX's CUDA backend takes
+    (the qmv kernel's plan, ``kernels/cuda/quantized.py``, launched by the eval loop from C
+    after the first call; float16 / bfloat16 in their own bits), of many rows and
+    untransposed (``QmmPlan``), and ``gather_qmm`` (the gather form) against float64 numpy
+    over the dequantized weight and MLX's CPU, for the stand-in cases' shapes, batches and
+    layouts (``cuda_qmv_fake_cases.py``)."""
     from tapescope.kernels.cuda import quantized
 
     qc = qmv_cases
-    QMXD, PRIM, QTOL, _gpu, _host, _inputs, decode = (
-        qc.MXD, qc.PRIM, qc.TOL, qc._gpu, qc._host, qc._inputs, qc.decode)
-
-    c = data.draw(decode())
-    dtype, bits, gs, K, N, M, batch, _ = c
-    x, w, s, b, want = _inputs(c)
-    t = QMXD[dtype]
-    xa = _gpu(x, t, strided=batch == "strided")
-    wa, sa, ba = mx.array(w), _gpu(s, t), _gpu(b, t)
-    mx.eval(xa, wa, sa, ba)
-    rule = quantized.RULES[PRIM]
+    kind = data.draw(st.sampled_from(["decode", "prefill", "gather"]))
+    if kind == "gather":
+        c = data.draw(qc.gathered())
+        got, want, ref, dtype = qc.gather_case(c)
+        qc._check(got, want, dtype, ref, str(c))
+        assert any(p is not None for p in quantized.RULES["GatherQMM"].plans.values())
+        return
+    if kind == "decode":
+        c, transpose = data.draw(qc.decode()), True
+    else:
+        c, transpose = data.draw(qc.prefill())
+    dtype, mode, bits, gs, K, N, M, batch, _ = c
+    x, w, s, b, want = qc._inputs(c, transpose)
+    ops = qc._operands(x, w, s, b, dtype, strided=batch == "strided")
+    kw = dict(transpose=transpose, group_size=gs, bits=bits, mode=mode)
+    ref = qc._mlx_result(qc.mlx.quantized_matmul, x, w, s, b, **kw) if qc.mlx else None
+    rule = quantized.RULES[qc.PRIM]
     rule.plans.clear()
-    tol = QTOL[dtype]
     for _ in range(3):
-        out = mx.quantized_matmul(xa, wa, sa, ba, transpose=True, group_size=gs, bits=bits)
+        out = mx.quantized_matmul(*ops, **kw)
         mx.eval(out)
-        assert out.dtype == t
-        np.testing.assert_allclose(_host(out), want, rtol=tol,
-                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+        assert out.dtype == qc.MXD[dtype]
+        qc._check(qc._host(out), want, dtype, ref, str(c))
     assert any(p is not None for p in rule.plans.values())  # (one stride a batch: planned)
 
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 import tapescope.core as mx
 from conftest import mlx_ref
 from tapescope.kernels import backends
-from tapescope.kernels.codegen.quantized import FORMS, QuantSpec, cuda_source
+from tapescope.kernels.codegen.quantized import FORMS, QuantSpec
 from tapescope.kernels.cpu import compiler
 from tapescope.kernels.cpu import quantized as cpu_quantized
 
@@ -284,6 +284,7 @@ _CU_PRELUDE = """
 struct dim3_ { unsigned x, y, z; };
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 extern dim3_ blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
 #define __device__
@@ -295,21 +296,6 @@ extern "C" float fmaf(float, float, float);
 unsigned __float_as_uint(float);
 float __uint_as_float(unsigned);
 """
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
-@pytest.mark.parametrize("kind,bits", [("affine", 4), ("affine", 3), ("table", 4),
-                                       ("table", 8)])
-def test_cuda_sources_are_valid_code(tmp_path, kind, bits):
-    """Each CUDA source parses as C++ with CUDA's builtins declared (the H200 compiles and
-    runs them below)."""
-    spec = QuantSpec("qmv_t", kind, bits)
-    for dequant in (False, True):
-        src = tmp_path / f"k_{dequant}.cpp"
-        src.write_text(_CU_PRELUDE + cuda_source(spec, dequant))
-        r = subprocess.run(["g++", "-fsyntax-only", "-w", str(src)], capture_output=True,
-                           text=True)
-        assert r.returncode == 0, r.stderr
 
 
 _QMV_PRELUDE = _CU_PRELUDE + """
@@ -328,22 +314,31 @@ inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_qmv_sources_are_valid_code(tmp_path, dtype):
-    """The qmv kernel's CUDA (``codegen/qmv_cuda.py``) parses as C++ with CUDA's builtins
-    declared and its headers empty, for each width and a few row counts (the GPU compiles
-    and runs it in ``test_cuda_fast.py``)."""
-    from tapescope.kernels.codegen.qmv_cuda import QmvSpec, cuda_source
+    """The qmv kernel's CUDA (``codegen/qmv_cuda.py``: one generator over the modes and
+    widths) parses as C++ with CUDA's builtins declared and its headers empty, for each
+    mode, width and group size, a few row counts and the gather form (the GPU compiles and
+    runs it in ``test_cuda_fast.py``)."""
+    from tapescope.kernels.codegen.qmv_cuda import MODES, QmvSpec, cuda_source
 
     inc = tmp_path / "inc"
     inc.mkdir()
     for h in ("cuda_fp16.h", "cuda_bf16.h"):
         (inc / h).write_text("")
-    for bits in (4, 8):
-        for rows in (0, 1, 8):  # (0: the dequant form)
-            src = tmp_path / f"q_{bits}_{rows}.cpp"
-            src.write_text(_QMV_PRELUDE + cuda_source(QmvSpec(dtype, bits, 64, rows)))
-            r = subprocess.run(["g++", "-fsyntax-only", "-w", f"-I{inc}", str(src)],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
+    srcs = []
+    for mode, (widths, groups, _, _) in MODES.items():
+        for bits in widths:
+            for gs in groups:
+                for rows, index in ((0, ""), (1, ""), (8, ""), (2, "int64")):  # (0: dequant)
+                    spec = QmvSpec(dtype, bits, gs, rows, mode, index)
+                    srcs.append(f"namespace k{len(srcs)} {{\n" + cuda_source(spec).replace(
+                        'extern "C" ', "") + "\n}\n")
+    src = tmp_path / "q.cpp"
+    src.write_text("typedef unsigned int uint32_t;\n" + _QMV_PRELUDE + "".join(s.replace("#include <cuda_fp16.h>", "").replace(
+        "#include <cuda_bf16.h>", "").replace("typedef unsigned int uint32_t;", "")
+        for s in srcs))
+    r = subprocess.run(["g++", "-fsyntax-only", "-w", f"-I{inc}", str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[:4000]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA compiler")
@@ -354,9 +349,12 @@ def test_cuda_qmv_sources_compile_for_an_h100(tmp_path):
 
     from tapescope.kernels.codegen.qmv_cuda import QmvSpec, cuda_source
 
-    for dtype, rows, bits in (("float32", 1, 4), ("bfloat16", 8, 8), ("float16", 0, 4)):
-        src = tmp_path / f"q_{rows}_{bits}.cu"
-        src.write_text(cuda_source(QmvSpec(dtype, bits, 64, rows)))
+    for spec in (QmvSpec("float32", 4, 64, 1), QmvSpec("bfloat16", 8, 64, 8),
+                 QmvSpec("float16", 4, 64, 0), QmvSpec("bfloat16", 3, 64, 1),
+                 QmvSpec("float16", 6, 128, 1), QmvSpec("bfloat16", 4, 32, 1, "mxfp4"),
+                 QmvSpec("bfloat16", 4, 16, 1, "nvfp4", "uint32")):
+        src = tmp_path / f"{spec.name}.cu"
+        src.write_text(cuda_source(spec))
         r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
                             str(tmp_path / "q.cubin"), str(src)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
@@ -424,3 +422,35 @@ def test_cuda_gather_qmm_equals_float64(transpose, m):
     xs = x.astype(np.float64)[li.astype(np.int64)]
     ref = xs @ (np.swapaxes(w64, -1, -2) if transpose else w64)
     close(np.array(got), ref, xs, w64, transpose, "float32")
+
+
+@needs_cc
+def test_cuda_qmv_code_and_scale_decoders_equal_ml_dtypes_for_every_byte():
+    """The CUDA qmv kernels' decoders (``codegen/qmv_cuda.py``'s e2m1 / e4m3 codes and e8m0
+    / e4m3 scales by integer arithmetic, rendered here for the host) for every code against
+    ml_dtypes' formats, bit for bit (e4m3's 0x7F / 0xFF nan; e8m0's 255 as inf, 0 as 2^-127,
+    rules/quantized.py's fp_scale)."""
+    import ctypes
+
+    from tapescope.kernels.codegen.qmv_cuda import _FORMATS
+
+    src = ("#include <stdint.h>\n#include <string.h>\nstatic inline float u32_float(uint32_t u) "
+           "{ float f; memcpy(&f, &u, 4); return f; }\n#define FBITS(u) u32_float(u)\n"
+           "#define DEVFN static inline\n" + _FORMATS +
+           "void decode_all(void** args) { float* o = (float*)args[0];\n"
+           "  for (int i = 0; i < 16; i++) o[i] = e2m1_value(i);\n"
+           "  for (int i = 0; i < 256; i++) { o[16 + i] = e4m3_value(i); o[272 + i] = e8m0_value(i); }\n}\n")
+    entry = compiler.get_kernel("decode_all", "qmv decoders", lambda tc: src, key="qmv_decoders:" +
+                                str(hash(src)))
+    out = np.zeros(528, np.float32)
+    argv = (ctypes.c_void_p * 1)(out.ctypes.data)
+    entry.fast_fn(gil=True)(argv)
+    codes = np.arange(256, dtype=np.uint8)
+    e2m1 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    assert np.array_equal(out[:16].view(np.uint32), e2m1.view(np.uint32))
+    e4m3 = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    assert np.array_equal(np.isnan(out[16:272]), np.isnan(e4m3))
+    fin = ~np.isnan(e4m3)
+    assert np.array_equal(out[16:272][fin].view(np.uint32), e4m3[fin].view(np.uint32))
+    e8m0 = 2.0 ** (codes[:255].astype(np.float64) - 127)
+    assert np.array_equal(out[272:527], e8m0.astype(np.float32)) and np.isinf(out[527])

@@ -1,26 +1,39 @@
-"""MLX's affine ``qmv`` (a few rows times a transposed 4- or 8-bit weight) as one kernel text
-rendered twice: CUDA (the GPU's kernel, ``cuda/quantized.py``'s plan) and C (the same
-loops with the grid, its warps and lanes walked in order: the stand-in driver's build of a
-packed launch, and the Kernels tab's C).
+"""MLX's ``qmv`` (a few rows times a transposed quantized weight) and the weight's
+``dequant`` tile (``cuda/quantized.py``'s ``QmmPlan``: the tile, then one cuBLAS GEMM), for
+every quantization MLX's CUDA backend takes, as one kernel text rendered twice: CUDA (the
+GPU's kernel) and C (the same loops with the grid, its warps and lanes walked in order: the
+stand-in driver's build of a packed launch, and the Kernels tab's C).
 
-The mechanism is MLX's CUDA ``qmv_kernel`` (mlx/backend/cuda/quantized/qmm/qmv.cu): a block
-of ``WARPS`` warps, each warp one output column ``n`` (a row of the packed weight), its
-lanes striding over K in runs of ``EPT`` codes (16 bytes of the weight: 32 4-bit or 16
-8-bit codes, inside one group since every group size is a multiple), a warp reduction at
-the end. Unlike MLX's kernel, which gives each row of x its own block (``grid.y``), a warp
-here multiplies its weight row into every one of the call's ``ROWS`` rows (at most
-``MAX_ROWS``) while the decoded codes sit in registers, so the weight is read once for all
-of them. A run is ``sum_j x_j (c_j s + b) = s sum_j x_j c_j + b sum_j x_j`` (MLX's
-``qdot``, mlx/backend/metal/kernels/quantized.h), in float32 whatever the storage type;
-x, scales, biases and the output are one type (``quantized_matmul`` casts them to the
-output's), read in their own bits (float16, bfloat16) and the result rounded once.
+The quantizations are MLX's ``dispatch_quant_types`` (mlx/backend/cuda/quantized/qmm/qmv.cu):
+affine codes of 2, 3, 4, 5, 6 or 8 bits in groups of 32, 64 or 128 (``code * scale + bias``,
+scales and biases of x's type); mxfp4 (e2m1 codes, e8m0 scales, groups of 32), mxfp8 (e4m3
+codes, e8m0 scales, groups of 32) and nvfp4 (e2m1 codes, e4m3 scales, groups of 16): the
+code's value times the scale, no bias. The packed weight is a little-endian stream of
+``bits``-wide codes read as uint32 words (``rules/quantized.py``'s packing: codes of 3, 5 and
+6 bits straddle words), so a run of ``EPT`` codes (32; 16 for 8-bit codes and nvfp4's
+groups of 16) is ``EPT * bits / 32`` whole words inside one group, decoded by compile-time
+shifts (a straddling code ORs its high bits from the next word). One generator, the width
+and the mode its parameters, as MLX's templates over ``Q`` / ``S``.
+
+The mechanism is MLX's CUDA ``qmv_kernel``: a block of ``WARPS`` warps, each warp one output
+column ``n`` (a row of the packed weight), its lanes striding over K in runs of ``EPT``
+codes, a warp reduction at the end. Unlike MLX's kernel, which gives each row of x its own
+block (``grid.y``), a warp here multiplies its weight row into every one of the call's
+``ROWS`` rows (at most ``MAX_ROWS``) while the decoded codes sit in registers, so the weight
+is read once for all of them. A run is ``sum_j x_j (c_j s + b) = s sum_j x_j c_j + b sum_j
+x_j`` (MLX's ``qdot``, mlx/backend/metal/kernels/quantized.h; ``s sum_j x_j v(c_j)`` for the
+fp modes), in float32 whatever the storage type; x, affine scales and biases and the output
+are one type, read in their own bits (float16, bfloat16) and the result rounded once.
 
 One launch covers a batch: the grid is one dimension, ``B * ceil(N / WARPS)`` blocks; entry
 ``bb``'s x, weight, scales and biases start ``bb`` times their batch stride in (0: a
-broadcast operand). x's rows are ``x_rs`` elements apart with unit-stride columns; the
-weight, scales and biases are row-contiguous matrices. Where x's rows, the weight and x's
-row stride are 16-byte aligned the runs are read as ``uint4`` vectors, else element by
-element (a warp-uniform choice, made per launch from the pointers).
+broadcast operand). ``gather`` (MLX's ``gather_qmv_kernel``) reads entry ``bb``'s matrices'
+indices from ``lhs`` / ``rhs`` instead (the index arrays' layout as up to three strided
+dimensions; an index outside the batch is clamped into it, where MLX's kernel reads out of
+bounds). x's rows are ``x_rs`` elements apart with unit-stride columns; the weight, scales
+and biases are row-contiguous matrices. Where x's rows, the weight and x's row stride are
+aligned the runs are read as vectors (16 bytes of x; 16 or 8 bytes of the weight), else
+word by word (a warp-uniform choice, made per launch from the pointers).
 """
 
 from __future__ import annotations
@@ -29,48 +42,75 @@ from dataclasses import dataclass
 
 MAX_ROWS = 8  # rows one qmv call multiplies (MLX's CUDA qmv below M * B = 8)
 WARPS = 8  # output columns (warps) per block, MLX's rows_per_block
-BITS = (4, 8)
-GROUP_SIZES = (32, 64, 128)
 TYPES = ("float32", "float16", "bfloat16")
-INTS = ("B", "N", "K", "x_rs", "x_bs", "w_bs", "s_bs", "b_bs")
-DEQUANT_INTS = ("total", "N", "K", "w_bs", "s_bs", "b_bs")
+# mode -> (code widths, group sizes, the scales' format, the codes' format) (MLX's
+# dispatch_quant_types and dispatch_groups)
+MODES = {
+    "affine": ((2, 3, 4, 5, 6, 8), (32, 64, 128), "T", "uint"),
+    "mxfp4": ((4,), (32,), "e8m0", "e2m1"),
+    "mxfp8": ((8,), (32,), "e8m0", "e4m3"),
+    "nvfp4": ((4,), (16,), "e4m3", "e2m1"),
+}
+BITS = MODES["affine"][0]
+GROUP_SIZES = MODES["affine"][1]
+INDEX_TYPES = ("int32", "uint32", "int64", "uint64")  # the gather's index arrays
+GATHER_INTS = ("nx", "nw", "i1", "i2", "l0", "l1", "l2", "r0", "r1", "r2")
 DEQUANT_THREADS = 256
 
 
 @dataclass(frozen=True)
 class QmvSpec:
-    """One kernel: the storage type of x / scales / biases / output, the code width, the
-    group size and the rows per call (all compile-time, as MLX's template parameters);
-    ``rows`` 0 is the ``dequant`` form (the weight as a (batch, N, K) matrix of the type)."""
+    """One kernel: the storage type of x / the output (and affine scales / biases), the
+    mode, the code width, the group size and the rows per call (all compile-time, as MLX's
+    template parameters); ``rows`` 0 is the ``dequant`` form (the weight as a (batch, N, K)
+    matrix of the type); ``index`` the gather's index type ("": no gather)."""
 
     dtype: str
     bits: int
     group_size: int
     rows: int
+    mode: str = "affine"
+    index: str = ""
 
     @property
     def form(self) -> str:
-        return "qmv" if self.rows else "dequant"
+        return ("gather_qmv" if self.index else "qmv") if self.rows else "dequant"
+
+    @property
+    def affine(self) -> bool:
+        return self.mode == "affine"
+
+    @property
+    def ept(self) -> int:
+        """Codes per lane per step: a run of whole words inside one group."""
+        return min(self.group_size, 16 if self.bits in (6, 8) else 32)
 
     @property
     def name(self) -> str:  # MLX's kernel naming (affine_qmv_float16_t_gs_64_b_4)
         tail = f"_m_{self.rows}" if self.rows else ""
-        return f"affine_{self.form}_{self.dtype}_gs_{self.group_size}_b_{self.bits}{tail}"
+        tail += f"_i_{self.index}" if self.index else ""
+        return f"{self.mode}_{self.form}_{self.dtype}_gs_{self.group_size}_b_{self.bits}{tail}"
 
     @property
     def layout(self) -> str:
         rows = f" x {self.rows} rows" if self.rows else ""
-        return f"{self.form} {self.dtype} {self.bits}-bit gs {self.group_size}{rows}"
+        gather = f" gather {self.index}" if self.index else ""
+        return f"{self.form} {self.dtype} {self.mode} {self.bits}-bit gs {self.group_size}{rows}{gather}"
 
     lib_name = property(lambda self: self.name)
 
     def params(self) -> list:
         """(kind, name) in argument order: ``in`` / ``out`` pointers, then int64 values."""
+        bias = [("in", "biases")] if self.affine else []
+        b_bs = [("int", "b_bs")] if self.affine else []
         if not self.rows:
-            return ([("in", "w"), ("in", "scales"), ("in", "biases"), ("out", "out")]
-                    + [("int", n) for n in DEQUANT_INTS])
-        return ([("in", "x"), ("in", "w"), ("in", "scales"), ("in", "biases"), ("out", "out")]
-                + [("int", n) for n in INTS])
+            return ([("in", "w"), ("in", "scales")] + bias + [("out", "out")]
+                    + [("int", n) for n in ("total", "N", "K", "w_bs", "s_bs")] + b_bs)
+        idx = [("in", "lhs"), ("in", "rhs")] if self.index else []
+        gints = [("int", n) for n in GATHER_INTS] if self.index else []
+        return ([("in", "x"), ("in", "w"), ("in", "scales")] + bias + idx + [("out", "out")]
+                + [("int", n) for n in ("B", "N", "K", "x_rs", "x_bs", "w_bs", "s_bs")]
+                + b_bs + gints)
 
     def sources(self, built: dict) -> dict:
         """The Kernels tab's three: CUDA, its C build, and why there is no Metal one."""
@@ -79,56 +119,116 @@ class QmvSpec:
                 "metal": "// no MSL qmv kernel: Metal runs the quantized products' rule"}
 
 
-def takes(dtype: str, bits: int, group_size: int, rows: int) -> bool:
-    """Whether a kernel of this type, width and group size exists for ``rows`` (0: dequant)."""
-    return dtype in TYPES and bits in BITS and group_size in GROUP_SIZES and 0 <= rows <= MAX_ROWS
+def takes(dtype: str, mode: str, bits: int, group_size: int, rows: int, index: str = "") -> bool:
+    """Whether a kernel of this type, mode, width and group size exists for ``rows`` (0:
+    dequant; a gather only as qmv)."""
+    m = MODES.get(mode)
+    return (m is not None and dtype in TYPES and bits in m[0] and group_size in m[1]
+            and 0 <= rows <= MAX_ROWS and (not index or (index in INDEX_TYPES and rows > 0)))
 
 
-# The kernel's text: the dialects define T, LOAD / STORE (a T to and from float), LOAD16W (16
-# bytes into four words), FROM_WORDS (element j of such words as float), the grid's loops
-# (FOR_BLOCK_WARP, FOR_LANE), WARP_SUM and LEADER (lane 0 of the warp). In CUDA the loops run
-# once per thread (its block, warp and lane); in C they walk every block, warp and lane, the
-# lanes' sums falling into one accumulator.
-_BODY = """
-#define ROWS {rows}
+# The kernel's text: the dialects define T, LOAD / STORE (a T to and from float), FBITS (a
+# word's bits as float), LOADW4 / LOADW2 (16 / 8 bytes into words), FROM_WORDS (element j
+# of x's words as float), the grid's loops (FOR_BLOCK_WARP, FOR_LANE), WARP_SUM and LEADER
+# (lane 0 of the warp); the spec: SCALE (a group's scale as float), VALUE (a code's value
+# before the scale), the entry's matrix indices (XI, WI). In CUDA the loops run once per
+# thread (its block, warp and lane); in C they walk every block, warp and lane, the lanes'
+# sums falling into one accumulator.
+_COMMON = """
 #define BITS {bits}
 #define GS {gs}
-#define WARPS {warps}
-#define EPT (128 / BITS)          /* codes per lane per step: 16 bytes of the weight */
-#define XV (EPT * (int)sizeof(T) / 16)  /* 16-byte vectors of x per run */
+#define EPT {ept}                 /* codes per lane per step, inside one group */
+#define WPR (EPT * BITS / 32)     /* the run's weight words */
+#define VW {vw}                   /* words per weight vector load (1: word by word) */
+#define XV (EPT * (int)sizeof(T) / 16)  /* 16-byte vectors of x (or out) per run */
 #define MASK ((1u << BITS) - 1u)
-/* the 16 bytes of the weight row's run at code k (vec: one 16-byte load) */
-#define LOAD_RUN(words, k) do {{ \\
-    if (vec) {{ LOAD16W(words, wr + (k) * BITS / 32); }} \\
-    else {{ for (int q_ = 0; q_ < 4; q_++) (words)[q_] = wr[(k) * BITS / 32 + q_]; }} \\
+#define AFFINE {affine}
+/* the run's weight words at code k (vec: vector loads) */
+#define LOAD_RUN(words, base, k) do {{ \\
+    const uint32_t* src_ = (base) + (k) * BITS / 32; \\
+    if (VW > 1 && vec) {{ \\
+      UNROLL \\
+      for (int q_ = 0; q_ < WPR; q_ += VW) {{ if (VW == 4) LOADW4((words) + q_, src_ + q_); \\
+                                             else LOADW2((words) + q_, src_ + q_); }} \\
+    }} else {{ \\
+      UNROLL \\
+      for (int q_ = 0; q_ < WPR; q_++) (words)[q_] = src_[q_]; \\
+    }} \\
   }} while (0)
+/* code j of a run's words (a code straddling two words takes its high bits from the next) */
+#define CODE(wd, j) ((((wd)[((j) * BITS) >> 5] >> (((j) * BITS) & 31)) | \\
+    ((((j) * BITS & 31) + BITS > 32) ? ((wd)[(((j) * BITS) >> 5) + 1] << (32 - (((j) * BITS) & 31))) : 0u)) & MASK)
+"""
+
+# the codes' and scales' formats: e2m1 / e4m3 codes, e8m0 / e4m3 scales as float32 by integer
+# arithmetic (the values of rules/quantized.py's FP4_LUT and fp8_decode, nan for e4m3's
+# 0x7F / 0xFF; e8m0 0 is 2^-127); e2m1's form keeps the one-row fp4 qmv within 64 registers
+# (ptxas -v for sm_90: no spills, where the exponent / mantissa form spills 148 bytes)
+_FORMATS = """
+DEVFN float e2m1_value(uint32_t c) {  /* magnitudes 2..7 are 0.5's bits plus q << 22 */
+  const uint32_t q = c & 7u;
+  const uint32_t mag = q < 2u ? (q ? 0x3F000000u : 0u) : (q << 22) + 0x3F000000u;
+  return FBITS(mag | ((c & 8u) << 28));
+}
+DEVFN float e4m3_value(uint32_t c) {
+  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
+  float v = e ? FBITS(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
+  v = ((c & 0x7Fu) == 0x7Fu) ? FBITS(0x7FC00000u) : v;
+  return (c & 0x80u) ? -v : v;
+}
+DEVFN float e8m0_value(uint32_t s) { return FBITS(s ? (s << 23) : 0x00400000u); }
+"""
+_SCALE = {"T": "LOAD({})", "e8m0": "e8m0_value({})", "e4m3": "e4m3_value({})"}
+_VALUE = {"uint": "((float)({}))", "e2m1": "e2m1_value({})", "e4m3": "e4m3_value({})"}
+
+_BODY = """
+#define ROWS {rows}
+#define GATHER {gather}
 
 KERNEL_HEAD {{
   const long long nblk = (N + WARPS - 1) / WARPS, G = K / GS, wrow = K * BITS / 32;
   FOR_BLOCK_WARP(blk, warp) {{
     const long long bb = blk / nblk, n = (blk % nblk) * WARPS + warp;
     if (n < N) {{  /* warp-uniform */
-      const uint32_t* wr = W + bb * w_bs + n * wrow;
-      const T* sr = S + bb * s_bs + n * G;
-      const T* br = BI + bb * b_bs + n * G;
-      const T* xb = X + bb * x_bs;
-      const int vec = ((ADDR(wr) | ADDR(xb)) & 15) == 0 && ((x_rs * (long long)sizeof(T)) & 15) == 0;
+#if GATHER
+      /* entry bb's matrices: its indices, clamped into the batches */
+      const long long j2 = bb % i2, j1 = (bb / i2) % i1, j0 = bb / (i1 * i2);
+      long long xi = (long long)LHS[j0 * l0 + j1 * l1 + j2 * l2];
+      long long wi = (long long)RHS[j0 * r0 + j1 * r1 + j2 * r2];
+      xi = xi < 0 ? 0 : (xi >= nx ? nx - 1 : xi);
+      wi = wi < 0 ? 0 : (wi >= nw ? nw - 1 : wi);
+#else
+      const long long xi = bb, wi = bb;
+#endif
+      const uint32_t* wr = W + wi * w_bs + n * wrow;
+      const ST* sr = S + wi * s_bs + n * G;
+#if AFFINE
+      const T* br = BI + wi * b_bs + n * G;
+#endif
+      const T* xb = X + xi * x_bs;
+      const int vec = ((ADDR(wr) & (4 * VW - 1)) | (ADDR(xb) & 15)) == 0
+                      && ((x_rs * (long long)sizeof(T)) & 15) == 0;
       float acc[ROWS];
       for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
       FOR_LANE(lane) {{
         /* the next run's weight words are loaded before this run's products (a second
-           load in flight per lane for four registers, not an unrolled loop's dozens) */
-        uint32_t wn[4] = {{0u, 0u, 0u, 0u}};
-        if ((long long)lane * EPT < K) LOAD_RUN(wn, (long long)lane * EPT);
+           load in flight per lane, not an unrolled loop's dozens) */
+        uint32_t wn[WPR];
+        for (int q = 0; q < WPR; q++) wn[q] = 0u;
+        if ((long long)lane * EPT < K) LOAD_RUN(wn, wr, (long long)lane * EPT);
         for (long long k0 = (long long)lane * EPT; k0 < K; k0 += 32 * EPT) {{
-          uint32_t wd[4];
-          for (int q = 0; q < 4; q++) wd[q] = wn[q];
-          if (k0 + 32 * EPT < K) LOAD_RUN(wn, k0 + 32 * EPT);
+          uint32_t wd[WPR];
+          UNROLL
+          for (int q = 0; q < WPR; q++) wd[q] = wn[q];
+          if (k0 + 32 * EPT < K) LOAD_RUN(wn, wr, k0 + 32 * EPT);
           float c[EPT];
           UNROLL
-          for (int j = 0; j < EPT; j++) c[j] = (float)((wd[(j * BITS) / 32] >> ((j * BITS) % 32)) & MASK);
+          for (int j = 0; j < EPT; j++) c[j] = VALUE(CODE(wd, j));
           const long long g = k0 / GS;
-          const float s = LOAD(sr[g]), b = LOAD(br[g]);
+          const float s = SCALE(sr[g]);
+#if AFFINE
+          const float b = LOAD(br[g]);
+#endif
           UNROLL
           for (int m = 0; m < ROWS; m++) {{
             const T* xr = xb + m * x_rs + k0;
@@ -136,20 +236,29 @@ KERNEL_HEAD {{
             if (vec) {{
               uint32_t xw[4 * XV];
               UNROLL
-              for (int q = 0; q < XV; q++) LOAD16W(xw + 4 * q, (const uint32_t*)xr + 4 * q);
+              for (int q = 0; q < XV; q++) LOADW4(xw + 4 * q, (const uint32_t*)xr + 4 * q);
               UNROLL
               for (int j = 0; j < EPT; j++) xf[j] = FROM_WORDS(xw, j);
             }} else {{
               UNROLL
               for (int j = 0; j < EPT; j++) xf[j] = LOAD(xr[j]);
             }}
-            float dot = 0.0f, xsum = 0.0f;
+            float dot = 0.0f;
+#if AFFINE
+            float xsum = 0.0f;
+#endif
             UNROLL
             for (int j = 0; j < EPT; j++) {{
               dot = fmaf(xf[j], c[j], dot);
+#if AFFINE
               xsum += xf[j];
+#endif
             }}
+#if AFFINE
             acc[m] += fmaf(s, dot, b * xsum);
+#else
+            acc[m] = fmaf(s, dot, acc[m]);
+#endif
           }}
         }}
       }}
@@ -162,38 +271,33 @@ KERNEL_HEAD {{
 }}
 """
 
-# The dequant form: a thread per run of EPT codes (16 bytes of the weight), its values
-# c * s + b rounded once to T and stored as 16-byte words (the tile is row-contiguous and
-# 16-byte aligned: a fresh buffer); FOR_THREAD is the thread's index (C: every index).
+# The dequant form: a thread per run of EPT codes, its values (c s + b, or v(c) s) rounded
+# once to T and stored as 16-byte words (the tile is row-contiguous and 16-byte aligned: an
+# allocator buffer); FOR_THREAD is the thread's index (C: every index).
 _DEQUANT = """
-#define BITS {bits}
-#define GS {gs}
-#define EPT (128 / BITS)
-#define XV (EPT * (int)sizeof(T) / 16)
-#define MASK ((1u << BITS) - 1u)
-
 KERNEL_HEAD {{
   const long long G = K / GS, wrow = K * BITS / 32, per_row = K / EPT;
-  const int vec = (ADDR(W) & 15) == 0 && ((w_bs * 4) & 15) == 0;
+  const int vec = (ADDR(W) & (4 * VW - 1)) == 0 && ((w_bs * 4) & (4 * VW - 1)) == 0;
   FOR_THREAD(t) {{
     if (t < total) {{
       const long long row = t / per_row, k0 = (t % per_row) * EPT, bb = row / N, n = row % N;
-      const uint32_t* wr = W + bb * w_bs + n * wrow + k0 * BITS / 32;
-      uint32_t wd[4];
-      if (vec) {{
-        LOAD16W(wd, wr);
-      }} else {{
-        for (int q = 0; q < 4; q++) wd[q] = wr[q];
-      }}
+      uint32_t wd[WPR];
+      LOAD_RUN(wd, W + bb * w_bs + n * wrow, k0);
       const long long g = k0 / GS;
-      const float s = LOAD(S[bb * s_bs + n * G + g]), b = LOAD(BI[bb * b_bs + n * G + g]);
+      const float s = SCALE(S[bb * s_bs + n * G + g]);
+#if AFFINE
+      const float b = LOAD(BI[bb * b_bs + n * G + g]);
+#endif
       uint32_t ow[4 * XV];
       UNROLL
       for (int q = 0; q < 4 * XV; q++) ow[q] = 0u;
       UNROLL
       for (int j = 0; j < EPT; j++) {{
-        const float c = (float)((wd[(j * BITS) / 32] >> ((j * BITS) % 32)) & MASK);
-        TO_WORDS(ow, j, fmaf(c, s, b));
+#if AFFINE
+        TO_WORDS(ow, j, fmaf(VALUE(CODE(wd, j)), s, b));
+#else
+        TO_WORDS(ow, j, VALUE(CODE(wd, j)) * s);
+#endif
       }}
       uint32_t* o = (uint32_t*)(OUT + row * K + k0);
       UNROLL
@@ -223,6 +327,9 @@ _CU_BITS = {"float32": "__float_as_uint({})",
             "float16": "(uint32_t)__half_as_ushort(__float2half_rn({}))",
             "bfloat16": "(uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn({}))"}
 _C_BITS = {"float32": "float_u32({})", "float16": "half_u16({})", "bfloat16": "(uint32_t)float_bf16({})"}
+_CU_INDEX = {"int32": "int", "uint32": "unsigned int", "int64": "long long",
+             "uint64": "unsigned long long"}
+_C_INDEX = {"int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t"}
 
 
 def _to_words(dtype: str, bits: dict) -> str:
@@ -232,8 +339,9 @@ def _to_words(dtype: str, bits: dict) -> str:
     return f"#define TO_WORDS(w, j, v) ((w)[(j) >> 1] |= {v} << (16 * ((j) & 1)))\n"
 
 
-_BUFS = {"x": ("X", "const T*"), "w": ("W", "const uint32_t*"), "scales": ("S", "const T*"),
-         "biases": ("BI", "const T*"), "out": ("OUT", "T*")}
+_BUFS = {"x": ("X", "const T*"), "w": ("W", "const uint32_t*"), "scales": ("S", "const ST*"),
+         "biases": ("BI", "const T*"), "lhs": ("LHS", "const IT*"), "rhs": ("RHS", "const IT*"),
+         "out": ("OUT", "T*")}
 
 
 def _signature(spec: QmvSpec) -> str:
@@ -241,10 +349,26 @@ def _signature(spec: QmvSpec) -> str:
                      for k, n in spec.params())
 
 
+def _spec_defines(spec: QmvSpec, index_types: dict) -> str:
+    """The spec's macros: the scales' and index types, SCALE, VALUE, the common ones."""
+    _, _, scale, codes = MODES[spec.mode]
+    wpr = spec.ept * spec.bits // 32
+    vw = 4 if wpr % 4 == 0 else 2 if wpr % 2 == 0 else 1
+    st = "T" if scale == "T" else "unsigned char"
+    it = index_types[spec.index] if spec.index else "int"
+    return (f"#define ST {st}\n#define IT {it}\n#define WARPS {WARPS}\n"
+            f"#define SCALE(v) {_SCALE[scale].format('(v)')}\n"
+            f"#define VALUE(c) {_VALUE[codes].format('(c)')}\n"
+            + _COMMON.format(bits=spec.bits, gs=spec.group_size, ept=spec.ept, vw=vw,
+                             affine=int(spec.affine)) + ("" if spec.affine else _FORMATS))
+
+
 def _body(spec: QmvSpec, head: str) -> str:
-    text = _BODY if spec.rows else _DEQUANT
-    return text.format(rows=spec.rows, bits=spec.bits, gs=spec.group_size,
-                       warps=WARPS).replace("KERNEL_HEAD {", head, 1)
+    if spec.rows:
+        text = _BODY.format(rows=spec.rows, gather=int(bool(spec.index)))
+    else:
+        text = _DEQUANT.format()
+    return text.replace("KERNEL_HEAD {", head, 1)
 
 
 def cuda_source(spec: QmvSpec) -> str:
@@ -252,8 +376,10 @@ def cuda_source(spec: QmvSpec) -> str:
     T, load, store, words = _CU_TYPES[spec.dtype]
     threads = WARPS * 32 if spec.rows else DEQUANT_THREADS
     # one row: four blocks an SM (64 registers; ptxas spills a word or two), so the 512
-    # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three)
-    bounds = f"{threads}, 4" if spec.rows == 1 else f"{threads}"
+    # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three);
+    # a gather's grid is several weights' blocks, many waves anyway: no cap (its index
+    # arithmetic spilled 24 bytes under it)
+    bounds = f"{threads}, 4" if spec.rows == 1 and not spec.index else f"{threads}"
     head = (f'extern "C" __global__ void __launch_bounds__({bounds}) '
             f"{spec.name}({_signature(spec)}) {{")
     return f"""#include <cuda_fp16.h>
@@ -262,9 +388,13 @@ typedef unsigned int uint32_t;
 #define T {T}
 #define LOAD(v) {load.format('v')}
 #define STORE(v) {store.format('v')}
+#define FBITS(u) __uint_as_float(u)
+#define DEVFN static __device__ __forceinline__
 #define FROM_WORDS(w, j) {words}
-#define LOAD16W(words, src) do {{ const uint4 u_ = *(const uint4*)(src); \\
+#define LOADW4(words, src) do {{ const uint4 u_ = *(const uint4*)(src); \\
   (words)[0] = u_.x; (words)[1] = u_.y; (words)[2] = u_.z; (words)[3] = u_.w; }} while (0)
+#define LOADW2(words, src) do {{ const uint2 u_ = *(const uint2*)(src); \\
+  (words)[0] = u_.x; (words)[1] = u_.y; }} while (0)
 #define ADDR(p) ((unsigned long long)(p))
 #define UNROLL _Pragma("unroll")
 #define FOR_BLOCK_WARP(blk, warp) \\
@@ -278,7 +408,7 @@ typedef unsigned int uint32_t;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }}
-""" + _body(spec, head)
+""" + _spec_defines(spec, _CU_INDEX) + _body(spec, head)
 
 
 def c_source(spec: QmvSpec) -> str:
@@ -328,8 +458,11 @@ static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kep
 #define T {T}
 #define LOAD(v) {load.format('v')}
 #define STORE(v) {store.format('v')}
+#define FBITS(u) u32_float(u)
+#define DEVFN static inline
 #define FROM_WORDS(w, j) {words}
-#define LOAD16W(words, src) memcpy((words), (src), 16)
+#define LOADW4(words, src) memcpy((words), (src), 16)
+#define LOADW2(words, src) memcpy((words), (src), 8)
 #define ADDR(p) ((uintptr_t)(p))
 #define UNROLL
 #define FOR_BLOCK_WARP(blk, warp) \\
@@ -340,4 +473,4 @@ static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kep
 #define WARP_SUM(v) (v)
 #define FOR_THREAD(t) for (long long t = 0; t < total; t++)
 #define STORE16W(dst, words) memcpy((dst), (words), 16)
-""" + _to_words(spec.dtype, _C_BITS) + _body(spec, head)
+""" + _to_words(spec.dtype, _C_BITS) + _spec_defines(spec, _C_INDEX) + _body(spec, head)

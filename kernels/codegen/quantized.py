@@ -1,28 +1,26 @@
-"""MLX's quantized products as generated C and CUDA: ``qmv`` (a few rows: the packed weight
-read once, each group dequantized in registers and multiplied into every row), ``qvm`` (the
-same for an untransposed weight: rows of the weight scaled into a block of outputs) and
-``dequant`` (a block of the weight dequantized to float32, the tile a blocked product then
-reads: MLX's ``qmm``); and ``quantize``, MLX's affine ``Quantize`` (codes, scales, biases of
-each group, ``quantize`` in ``mlx/backend/cpu/quantized.cpp``).
+"""MLX's quantized products as generated C (the CPU's; CUDA's are ``qmv_cuda.py``'s):
+``qmv`` (a few rows: the packed weight read once, each group dequantized in registers and
+multiplied into every row), ``qvm`` (the same for an untransposed weight: rows of the weight
+scaled into a block of outputs) and ``dequant`` (a block of the weight dequantized to
+float32, the tile a blocked product then reads: MLX's ``qmm``); and ``quantize``, MLX's
+affine ``Quantize`` (codes, scales, biases of each group, ``quantize`` in
+``mlx/backend/cpu/quantized.cpp``).
 
 The mechanism is MLX's (``mlx/backend/cpu/quantized.cpp``: ``_qmm_t`` / ``_qmm`` /
-``fp_qmm_t``; ``mlx/backend/cuda/quantized/qmm/qmv.cu``: one warp per output row, lanes
-striding over K, a warp reduction). The packed weight is a little-endian bit stream of
-``bits``-wide codes, so eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit
-packs of MLX included): one unpacking rule for every width. A code's value is
-``code * scale + bias`` (affine) or ``value(code) * scale`` (mxfp4 / nvfp4: e2m1, in C a
-word's eight codes by one table lookup, in CUDA by integer arithmetic; mxfp8: e4m3, by
-integer arithmetic); the C kernels decode e8m0 / e4m3 scale bytes once per group, the CUDA
-ones read float32 scales. Products accumulate in float32. Other widths that divide 32 unpack
-"slot by slot" in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one
-vector shift, mask and convert per slot; ``qmv_t`` then reads x permuted the same way,
-``qmv_n`` puts its outputs back in order), and each kernel's work item is instanced per
-group size its mode takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the
-OpenMP region.
+``fp_qmm_t``). The packed weight is a little-endian bit stream of ``bits``-wide codes, so
+eight codes are always ``bits`` whole bytes (the 3-, 5- and 6-bit packs of MLX included):
+one unpacking rule for every width. A code's value is ``code * scale + bias`` (affine) or
+``value(code) * scale`` (mxfp4 / nvfp4: e2m1, a word's eight codes by one table lookup;
+mxfp8: e4m3, by integer arithmetic); the kernels decode e8m0 / e4m3 scale bytes once per
+group. Products accumulate in float32. Other widths that divide 32 unpack "slot by slot"
+in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift,
+mask and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
+outputs back in order), and each kernel's work item is instanced per group size its mode
+takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the OpenMP region.
 
-A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source`` and
-``cuda_source`` render it. The kernels take ``void** args``: pointers, then 64-bit integers
-by value, in ``spec.params()``'s order.
+A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source``
+renders it. The kernels take ``void** args``: pointers, then 64-bit integers by value, in
+``spec.params()``'s order.
 """
 
 from __future__ import annotations
@@ -90,7 +88,7 @@ def _value(kind: str, code: str, scale: str, bias: str) -> str:
     return f"(fp_value({code}) * {scale})"
 
 
-# e2m1 (4 bits: CUDA's; the C kernels look e2m1 up, ``dequant_group_fp4``) / e4m3 (8 bits)
+# e2m1 (4 bits; the word-at-a-time kernels look e2m1 up, ``dequant_group_fp4``) / e4m3 (8 bits)
 # codes as float32 bits, by integer arithmetic (no table gather, so the slot loops
 # vectorize); the values of ``rules/quantized.py``'s tables, nan for e4m3's 0x7F / 0xFF
 _C_FP_VALUE = """
@@ -503,133 +501,3 @@ def _entry(spec: QuantSpec) -> str:
     cases = "".join(f"    case {g}: RUN({g}) break;\n" for g in spec.group_sizes)
     return _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1, cases=cases,
                            tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
-
-
-# -- CUDA ---------------------------------------------------------------------------------------
-_CU_HEAD = """#define BITS {bits}
-#define MASK {mask}u
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-
-/* code i of a packed row: eight codes are BITS whole bytes */
-__device__ __forceinline__ float code_value(const uint8_t* row, int64_t i, float s, float b,
-                                            const float* table) {{
-  const int64_t bit = i * BITS;
-  const uint32_t lo = row[bit >> 3];
-  const uint32_t hi = ((bit & 7) + BITS > 8) ? row[(bit >> 3) + 1] : 0u;
-  const uint32_t c = ((lo | (hi << 8)) >> (bit & 7)) & MASK;
-  return {value};
-}}
-"""
-
-_CU_QMV_T = """
-/* one warp per output row (MLX's qmv_kernel), a shuffle reduction; blockIdx.y: the row of
-   x, blockIdx.z: the batch entry. Where 32 divides K and the group size, each lane takes
-   runs of 32 codes (BITS words of the packed row, one group's scale and bias), decodes them
-   by constant shifts and dots them with 32 x values read as float4s: sum x (c s + b) =
-   s sum(x c) + b sum(x) (MLX's qdot); other sizes go code by code */
-extern "C" __global__ void {name}(const float* x, const uint8_t* w, const float* scales,
-    const float* biases, const float* table, float* out, const int64_t* x_off,
-    const int64_t* w_off, const int64_t* s_off, const int64_t* b_off, int64_t B, int64_t M,
-    int64_t N, int64_t K, int64_t gs) {{
-  const int64_t n = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t m = blockIdx.y, bb = blockIdx.z;
-  if (n >= N) return;
-  const int64_t G = K / gs;
-  const uint8_t* row = w + w_off[bb] + n * (K * BITS / 8);
-  const float* xr = x + x_off[bb] + m * K;
-  const float* sr = scales + s_off[bb] + n * G;
-  const float* br = biases + b_off[bb] + n * G;
-  float acc = 0.0f;
-  if ((K & 31) == 0 && (gs & 31) == 0 && ((unsigned long long)row & 3) == 0) {{
-    const uint32_t* wr = (const uint32_t*)row;
-    const int runs = (int)(K >> 5), per_group = (int)(gs >> 5);
-    const bool x16 = ((unsigned long long)xr & 15) == 0;
-    const bool w16 = ((unsigned long long)row & 15) == 0;
-    #pragma unroll 4
-    for (int r = lane; r < runs; r += 32) {{
-      uint32_t wd[BITS];
-#if BITS % 4 == 0
-      if (w16) {{
-        #pragma unroll
-        for (int q = 0; q < BITS / 4; ++q) {{
-          const uint4 u = reinterpret_cast<const uint4*>(wr + (int64_t)r * BITS)[q];
-          wd[4 * q] = u.x; wd[4 * q + 1] = u.y; wd[4 * q + 2] = u.z; wd[4 * q + 3] = u.w;
-        }}
-      }} else
-#endif
-      {{
-        #pragma unroll
-        for (int j = 0; j < BITS; ++j) wd[j] = wr[(int64_t)r * BITS + j];
-      }}
-      float xs[32];
-      if (x16) {{
-        #pragma unroll
-        for (int j = 0; j < 8; ++j) {{
-          const float4 v = reinterpret_cast<const float4*>(xr + 32 * (int64_t)r)[j];
-          xs[4 * j] = v.x; xs[4 * j + 1] = v.y; xs[4 * j + 2] = v.z; xs[4 * j + 3] = v.w;
-        }}
-      }} else {{
-        #pragma unroll
-        for (int j = 0; j < 32; ++j) xs[j] = xr[32 * (int64_t)r + j];
-      }}
-      float dot = 0.0f, xsum = 0.0f;
-      #pragma unroll
-      for (int j = 0; j < 32; ++j) {{
-        const int bit = j * BITS;
-        uint32_t c = wd[bit >> 5] >> (bit & 31);
-        if ((bit & 31) + BITS > 32) c |= wd[(bit >> 5) + 1] << (32 - (bit & 31));
-        dot = fmaf(xs[j], {run_value}, dot);
-        xsum += xs[j];
-      }}
-      const int g = r / per_group;
-      acc += {run_acc};
-    }}
-  }} else {{
-    for (int64_t k = lane; k < K; k += 32) {{
-      const int64_t g = k / gs;
-      acc = fmaf(xr[k], code_value(row, k, sr[g], {bias_load}, table), acc);
-    }}
-  }}
-  for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[(bb * M + m) * N + n] = acc;
-}}
-"""
-
-_CU_DEQUANT = """
-/* the weight matrix as float32 (the CPU's dequant form): out[r, c] = code c of packed row r
-   (R rows of C codes, scales and biases (R, C / gs)); a thread per code, blockIdx.y and its
-   stride over the rows */
-extern "C" __global__ void {name}(const uint8_t* w, const float* scales, const float* biases,
-    const float* table, float* out, int64_t R, int64_t C, int64_t gs) {{
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int64_t g = (int64_t)((unsigned int)c / (unsigned int)gs), G = C / gs;
-  for (int64_t r = blockIdx.y; r < R; r += gridDim.y) {{
-    out[r * C + c] = code_value(w + r * (C * BITS / 8), c, scales[r * G + g], {bias}, table);
-  }}
-}}
-"""
-
-
-def cuda_source(spec: QuantSpec, dequant: bool = False) -> str:
-    """The CUDA of a quantized product: ``qmv_t`` a warp per output, or (``dequant``) the
-    weight matrix dequantized to float32 for a dense product (either orientation)."""
-    affine = spec.kind == "affine"
-    head = _CU_HEAD.format(bits=spec.bits, mask=(1 << spec.bits) - 1,
-                           value=_value(spec.kind, "c", "s", "b"))
-    if not affine:  # the C decoding, with CUDA's bit casts
-        fp = (_C_FP_VALUE.replace("static inline float", "__device__ __forceinline__ float")
-              .replace("uint32_t sb;\n  memcpy(&sb, &sub, 4);", "const uint32_t sb = __float_as_uint(sub);")
-              .replace("float v;\n  memcpy(&v, &bits, 4);\n  return v;", "return __uint_as_float(bits);"))
-        head = head.replace("/* code i of a packed row", fp + "\n/* code i of a packed row", 1)
-    if dequant:
-        return head + _CU_DEQUANT.format(name=spec.name + "_dequant",
-                                         bias="biases[r * G + g]" if affine else "0.0f")
-    return head + _CU_QMV_T.format(
-        name=spec.name, bias_load="br[g]" if affine else "0.0f",
-        run_value="(float)(c & MASK)" if affine else "fp_value(c & MASK)",
-        run_acc="fmaf(sr[g], dot, br[g] * xsum)" if affine else "sr[g] * dot")

@@ -1,180 +1,50 @@
-"""MLX's ``QuantizedMatmul`` and ``GatherQMM`` as generated CUDA.
+"""MLX's ``QuantizedMatmul`` and ``GatherQMM`` as generated CUDA, planned once per call
+layout and launched by the eval loop from C.
 
-An affine 4- or 8-bit ``quantized_matmul`` of up to ``qmv_cuda.MAX_ROWS`` rows with a
-transposed weight (decoding) is a ``KernelPlan`` (``qmv_plan``: ``codegen/qmv_cuda.py``'s
-kernel, compiled by NVRTC through the fused kernels' cache, x / scales / biases / output read
-and written in their own type, bfloat16 as its 16 bits, float32 accumulation; its launch
-words packed once per layout), so later calls of that layout are launched by the eval loop
-from C (``primitive_plans.py``) with no Python code, as MLX's CUDA backend launches its
-``qmv_kernel`` (mlx/backend/cuda/quantized/qmm/qmv.cu) from C++. A batch whose operands each
-walk it with one stride is one launch; rows of a batch over one weight matrix are folded
-into the call's rows. More rows are a ``QmmPlan``: the kernel's dequant form writes each
-weight matrix the batch reads into a tile of x's type (kept per CUDA stream), then one
-cuBLAS strided-batched GEMM at full float32 (MLX's ``qmm_naive`` computes float32 in
-float32; its sm80 / sm90 kernels take the half types), launched by the eval loop through
-``launch_fused`` from the second call, as ``gemm.GemmPlan`` is.
+Every quantization MLX's CUDA backend takes (affine 2, 3, 4, 5, 6 and 8 bits in groups of
+32, 64 and 128; mxfp4, mxfp8, nvfp4: ``codegen/qmv_cuda.py``'s ``MODES``) goes through one
+kernel generator and two plans, as MLX's ``QuantizedMatmul::eval_gpu`` /
+``GatherQMM::eval_gpu`` (mlx/backend/cuda/quantized/quantized.cpp) dispatch:
 
-Every other call (the fp modes, an untransposed weight, other widths and group sizes, a
-batch no one stride walks, ``GatherQMM``) runs the rule below (``codegen/quantized.py``'s
-sources, compiled through CuPy's ``RawKernel``, which caches the cubins on disk), planned as
-the CPU's (``kernels/cpu/quantized.py``, MLX's ``qmm.cu`` dispatch): each matrix of the
-broadcast or gathered batch is an offset into x, w, scales and biases; up to ``MAX_ROWS``
-rows of a transposed product run ``qmv`` (a warp per output, MLX's ``qmv_kernel``),
-everything else each entry's weight matrix dequantized once into a float32 tile and
-multiplied by cuBLAS (the CPU's ``_qmm`` with BLAS); bfloat16 through float32 copies.
-Float32 compute, rounded once to the output type by the evaluator.
+- up to ``qmv_cuda.MAX_ROWS`` rows of a transposed weight (decoding) are a ``KernelPlan`` of
+  the ``qmv`` kernel (``qmv_plan``; MLX's ``qmv_kernel``, mlx/backend/cuda/quantized/qmm/
+  qmv.cu), compiled by NVRTC through the fused kernels' cache, x / scales / biases / output
+  read and written in their own type, bfloat16 as its 16 bits, float32 accumulation; its
+  launch words packed once per layout, so later calls are launched by the eval loop from C
+  (``primitive_plans.py``) with no Python code. A batch whose operands each walk it with one
+  stride is one launch; rows of a batch over one weight matrix are folded into the call's
+  rows. ``GatherQMM`` of up to ``MAX_ROWS`` rows an entry is the same kernel's gather form
+  (MLX's ``gather_qmv_kernel``): the index arrays are two more inputs of the plan, read by
+  the kernel, so a mixture-of-experts step's calls launch from C as well.
+- more rows, or an untransposed weight, are a ``QmmPlan`` (MLX's ``qmm``): the kernel's
+  dequant form writes each weight matrix the batch reads into a tile of x's type, then one
+  cuBLAS strided-batched GEMM at full float32 (MLX's ``qmm_naive`` computes float32 in
+  float32; its sm80 / sm90 kernels take the half types). The tile is an allocator buffer
+  taken per call and freed right after the GEMM is enqueued (stream-ordered: the allocator
+  holds it until the stream has run, then caches it for the next call).
+
+A call no plan takes as it comes (a batch no one stride walks, x's columns strided, a
+lazily widened bfloat16 input, index arrays of another integer type) runs the rule: its
+operands copied row-contiguous (indices as int64), then the plan of that layout; what no
+plan takes at all (1-bit codes, a ``GatherQMM`` of more than ``MAX_ROWS`` rows an entry,
+no cuBLAS) runs the definitions' composition (``rules/quantized.py``) in float32.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+import cupy
 import numpy as np
 
 from .. import kernel_registry
 from ..codegen import qmv_cuda
-from ..codegen.quantized import MAX_ROWS, QuantSpec, cuda_source
-from ..common.strides import batch_offsets, elem_strides, one_stride
+from ..common.strides import collapse, elem_strides, one_stride
 from ..kernel_call import KernelRule
 from ..primitives import by_kernel
-from ..rules.quantized import FP4_LUT, fp8_decode, fp_scale
+from ..rules import quantized as qrules
 from . import bfloat16 as bf16, compiled, gemm
 from .primitive_plans import KernelPlan, fits
-
-_kernels: dict = {}
-WARPS = 4  # output rows per qmv block
-
-
-def _kernel(spec: QuantSpec, dequant: bool = False):
-    import cupy
-
-    key = (spec.name, dequant)
-    k = _kernels.get(key)
-    if k is None:
-        k = _kernels[key] = cupy.RawKernel(cuda_source(spec, dequant),
-                                           spec.name + ("_dequant" if dequant else ""))
-    return k
-
-
-def _offsets(xp, a, unit: int):
-    return batch_offsets(a, unit)
-
-
-_consts: dict = {}  # (device, what) -> a small device array made once (tables, offsets)
-
-
-def _const(xp, key, make):
-    """A small read-only device array made once per device and key (a call's uploads and
-    small kernels cost more than the one-row product itself)."""
-    key = (xp.cuda.runtime.getDevice(),) + key
-    got = _consts.get(key)
-    if got is None:
-        if len(_consts) > 512:
-            _consts.clear()
-        got = make()
-        xp.cuda.get_current_stream().synchronize()  # other streams may read it next
-        _consts[key] = got
-    return got
-
-
-def _table(xp, mode: str, bits: int):
-    if mode == "affine":
-        return _const(xp, ("zeros",), lambda: xp.zeros((1, 1), xp.float32))
-    if bits == 4:
-        return _const(xp, ("fp4",), lambda: xp.asarray(FP4_LUT, dtype=xp.float32))
-    return _const(xp, ("fp8",), lambda: xp.ascontiguousarray(
-        fp8_decode(xp, xp.arange(256, dtype=xp.uint8))))
-
-
-def _launch(xp, x, w, scales, b, x_idx, w_sel, *, group_size, bits, mode, transpose,
-            gathered=False):
-    """out (entries, M, N) float32: entry i is matrix ``x_idx[i]`` of x times matrix
-    ``w_sel[i]`` of w."""
-    f32 = xp.float32
-    x = xp.ascontiguousarray(x.astype(f32, copy=False) if x.ndim >= 2
-                             else x.astype(f32, copy=False).reshape(1, -1))
-    w = xp.ascontiguousarray(w)
-    s = xp.ascontiguousarray(scales.astype(f32, copy=False) if mode == "affine"
-                             else fp_scale(xp, scales, group_size))
-    bb = xp.ascontiguousarray(b.astype(f32, copy=False)) if b is not None else _table(xp, "affine", 0)
-    M, K = x.shape[-2], x.shape[-1]
-    N = w.shape[-2] if transpose else w.shape[-1] * 32 // bits
-
-    def sel(a, unit):
-        offs = _offsets(xp, a, unit)
-        return offs[w_sel] if len(offs) > 1 else np.zeros(len(w_sel), np.int64) + offs[0]
-
-    def uploads():
-        return [xp.asarray(o) for o in (_offsets(xp, x, 4)[x_idx], sel(w, 1), sel(s, 4), sel(bb, 4))]
-
-    nb = len(x_idx)
-    spec = QuantSpec("qmv_t", "affine" if mode == "affine" else "table", bits)
-    if not (transpose and M <= MAX_ROWS):
-        return _dense(xp, x, w, s, bb, x_idx, sel, spec, M, N, K, nb, group_size, transpose)
-    if gathered:
-        offs = uploads()
-    else:  # the batch's offsets follow from the shapes and strides alone: uploaded once
-        offs = _const(xp, ("offsets", nb) + tuple((a.shape, a.strides) for a in (x, w, s, bb)),
-                      uploads)
-    out = xp.empty((nb, M, N), f32)
-    ints = [np.int64(v) for v in (nb, M, N, K, group_size)]
-    args = (x, w, s, bb, _table(xp, mode, bits), out, *offs, *ints)
-    grid = ((N + WARPS - 1) // WARPS, M, nb)
-    _kernel(spec)(grid, (32 * WARPS,), args)
-    return out
-
-
-def _dense(xp, x, w, s, bb, x_idx, sel, spec, M, N, K, nb, gs, transpose):
-    """More rows than qmv takes (or w not transposed): each entry's weight matrix
-    dequantized once into a float32 tile (again only where the next entry's differs) and
-    multiplied with cuBLAS, as the CPU does with BLAS (``kernels/cpu/quantized.py``'s
-    ``_qmm``)."""
-    f32 = xp.float32
-    x_offs = _offsets(xp, x, 4)[x_idx]
-    w_offs, s_offs, b_offs = sel(w, 1), sel(s, 4), sel(bb, 4)
-    R, C = (N, K) if transpose else (K, N)
-    tile = xp.empty((R, C), f32)
-    out = xp.empty((nb, M, N), f32)
-    wb, sf, bf = w.view(xp.uint8).reshape(-1), s.reshape(-1), bb.reshape(-1)
-    xf = x.reshape(-1)
-    table = _table(xp, "affine" if spec.kind == "affine" else "fp", spec.bits)
-    kern = _kernel(spec, dequant=True)
-    block = 256
-    grid = ((C + block - 1) // block, min(R, 65535))
-    last = None
-    for i in range(nb):
-        key = (int(w_offs[i]), int(s_offs[i]), int(b_offs[i]))
-        if key != last:
-            kern(grid, (block,), (wb[key[0]:], sf[key[1]:], bf[key[2]:],
-                                  table, tile, np.int64(R), np.int64(C), np.int64(gs)))
-            last = key
-        xm = xf[int(x_offs[i]): int(x_offs[i]) + M * K].reshape(M, K)
-        xp.matmul(xm, tile.T if transpose else tile, out=out[i])
-    return out
-
-
-def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
-    b = biases[0] if biases else None
-    if x.ndim <= 2 < w.ndim:  # MLX's kernel reads w's first matrix for an unbatched x
-        w, scales = w.reshape(-1, *w.shape[-2:])[0], scales.reshape(-1, *scales.shape[-2:])[0]
-        b = None if b is None else b.reshape(-1, *b.shape[-2:])[0]
-    nb = int(np.prod(x.shape[:-2], dtype=np.int64)) if x.ndim > 2 else 1
-    idx = np.arange(nb)
-    out = _launch(xp, x, w, scales, b, idx, idx, group_size=group_size, bits=bits, mode=mode,
-                  transpose=transpose)
-    n = out.shape[-1]
-    return out.reshape(*x.shape[:-1], n)
-
-
-def _rule(xp, *ins, out=None, **kw):
-    """The rule's path (``out``, the evaluator's buffer, unused): bfloat16 through float32
-    copies, rounded once (``bfloat16.rule``'s way)."""
-    if any(type(a) is bf16.BF16Array or type(a) is bf16.Widened for a in ins):
-        return bf16.narrow(quantized_matmul(xp, *[bf16.value(a) for a in ins], **kw))
-    return quantized_matmul(xp, *ins, **kw)
-
-
-_rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
 def _arguments(spec, ints: dict) -> tuple:
@@ -190,18 +60,20 @@ def _arguments(spec, ints: dict) -> tuple:
     return args, bufs
 
 
-class _QmvStep:
-    """The qmv kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid (a
-    block per ``qmv_cuda.WARPS`` output columns of each batch entry), block, arguments in
-    the signature's order (int64 values; None where a buffer goes) and where each buffer
-    goes."""
+class _Step:
+    """A kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid (qmv: a
+    block per ``qmv_cuda.WARPS`` output columns of each batch entry; dequant: a thread per
+    run of codes), block, arguments in the signature's order and where each buffer goes."""
 
     __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
 
     def __init__(self, spec, ints: dict):
         self.spec = spec
-        self.grid = ints["B"] * -(-ints["N"] // qmv_cuda.WARPS)
-        self.block = 32 * qmv_cuda.WARPS
+        if spec.rows:
+            self.grid, self.block = ints["B"] * -(-ints["N"] // qmv_cuda.WARPS), 32 * qmv_cuda.WARPS
+        else:
+            self.block = qmv_cuda.DEQUANT_THREADS
+            self.grid = -(-ints["total"] // self.block)
         self.args, self.bufs = _arguments(spec, ints)
         self.arrays = []
 
@@ -213,28 +85,57 @@ def _rows(a) -> bool:
             and (a.shape[-2] == 1 or st[-2] == a.shape[-1]))
 
 
-def qmv_call(x, w, scales, biases, *, group_size, bits, transpose):
-    """(spec, integer arguments, output shape) of the call's qmv launch, or of its dequant
-    launch (``spec.rows`` 0: more than ``MAX_ROWS`` rows, ``QmmPlan``'s first step) for these
-    device arrays; None where neither takes the call (a weight not transposed, a type or
-    width with no kernel, a layout one stride per operand does not walk)."""
-    import cupy
-
-    ops = (x, w, scales, biases)
+def _types_ok(ops, x, w, scales, biases, mode) -> bool:
+    """The operands' kinds and dtypes a kernel takes: device arrays (bfloat16 as its bits),
+    x of a kernel type, a uint32 weight, affine scales and biases of x's type, fp scales
+    uint8."""
     if any(type(a) is not cupy.ndarray and type(a) is not bf16.BF16Array for a in ops):
-        return None
+        return False
     dt = x.dtype
-    if (not transpose or w.dtype != np.uint32 or scales.dtype != dt or biases.dtype != dt
-            or w.ndim < 2 or x.ndim < 1 or 0 in x.shape or 0 in w.shape):
-        return None
-    K, N = x.shape[-1], w.shape[-2]
+    if dt.name not in qmv_cuda.TYPES or w.dtype != np.uint32 or w.ndim < 2 or x.ndim < 1:
+        return False
+    if mode == "affine":
+        return biases is not None and scales.dtype == dt and biases.dtype == dt
+    return biases is None and scales.dtype == np.uint8
+
+
+def _dims(x, w, scales, group_size, bits, transpose) -> Optional[tuple]:
+    """(M, N, K, R, C): x's rows, the product's columns and inner size, and the packed
+    weight matrix's rows and codes a row; None where the shapes do not agree."""
+    K = x.shape[-1]
     M = x.shape[-2] if x.ndim >= 2 else 1
-    if w.shape[-1] * 32 != K * bits or scales.shape[-1] * group_size != K:
+    R, C = w.shape[-2], w.shape[-1] * 32 // bits
+    if w.shape[-1] * 32 != C * bits or scales.shape[-1] * group_size != C or scales.shape[-2] != R:
         return None
+    N = R if transpose else C
+    if (C if transpose else R) != K or 0 in (M, N, K):
+        return None
+    return M, N, K, R, C
+
+
+def _x_layout(x, M: int, K: int) -> Optional[int]:
+    """x's row stride (0: one row), None where its columns are not unit-stride."""
     xs = elem_strides(x)
-    if xs is None or (K > 1 and xs[-1] != 1) or not all(_rows(a) for a in ops[1:]):
+    if xs is None or (K > 1 and xs[-1] != 1):
         return None
-    x_rs = xs[-2] if x.ndim >= 2 and M > 1 else 0
+    return xs[-2] if x.ndim >= 2 and M > 1 else 0
+
+
+def _call(x, w, scales, biases, *, group_size, bits, mode, transpose):
+    """(spec, integer arguments, output shape) of a ``QuantizedMatmul``'s launch: its qmv
+    launch, or (``spec.rows`` 0: more than ``MAX_ROWS`` rows or an untransposed weight,
+    ``QmmPlan``'s first step) its dequant launch, with the GEMM's ``x_rs`` / ``x_bs`` /
+    ``rows`` / ``B`` beside the dequant's integers; None where neither takes the call."""
+    ops = (x, w, scales) + ((biases,) if biases is not None else ())
+    if not _types_ok(ops, x, w, scales, biases, mode):
+        return None
+    dims = _dims(x, w, scales, group_size, bits, transpose)
+    if dims is None or not all(_rows(a) for a in ops[1:]):
+        return None
+    M, N, K, R, C = dims
+    x_rs = _x_layout(x, M, K)
+    if x_rs is None:
+        return None
     batch = tuple(x.shape[:-2])
     nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
 
@@ -248,15 +149,26 @@ def qmv_call(x, w, scales, biases, *, group_size, bits, transpose):
     bs = [stride(a) for a in ops]
     if any(b is None for b in bs):
         return None
-    x_bs, w_bs, s_bs, b_bs = bs
+    x_bs, w_bs, s_bs = bs[:3]
+    b_bs = bs[3] if biases is not None else 0
     rows, B = M, nb
-    if nb > 1 and w_bs == s_bs == b_bs == 0 and (M == 1 or x_bs == M * x_rs):
+    one = w_bs == s_bs == b_bs == 0  # one weight matrix for every entry
+    if nb > 1 and one and (M == 1 or x_bs == M * x_rs):
         rows, B, x_rs, x_bs = nb * M, 1, (x_bs if M == 1 else x_rs), 0  # one weight: rows
-    ints = dict(B=B, N=N, K=K, x_rs=x_rs, x_bs=x_bs, w_bs=w_bs, s_bs=s_bs, b_bs=b_bs)
-    form_rows = rows if rows <= qmv_cuda.MAX_ROWS else 0
-    if not qmv_cuda.takes(dt.name, bits, group_size, form_rows):
+    out_shape = tuple(x.shape[:-1]) + (N,)
+    dt = x.dtype.name
+    if transpose and rows <= qmv_cuda.MAX_ROWS:
+        if not qmv_cuda.takes(dt, mode, bits, group_size, rows):
+            return None
+        ints = dict(B=B, N=N, K=K, x_rs=x_rs, x_bs=x_bs, w_bs=w_bs, s_bs=s_bs, b_bs=b_bs)
+        return qmv_cuda.QmvSpec(dt, bits, group_size, rows, mode), ints, out_shape
+    if not qmv_cuda.takes(dt, mode, bits, group_size, 0):
         return None
-    return qmv_cuda.QmvSpec(dt.name, bits, group_size, form_rows), ints, tuple(x.shape[:-1]) + (N,)
+    spec = qmv_cuda.QmvSpec(dt, bits, group_size, 0, mode)
+    nw = 1 if one else B
+    ints = dict(total=nw * R * C // spec.ept, N=R, K=C, w_bs=w_bs, s_bs=s_bs, b_bs=b_bs,
+                x_rs=x_rs, x_bs=x_bs, rows=rows, B=B, nw=nw, M=N, Kx=K)
+    return spec, ints, out_shape
 
 
 def _entry(spec):
@@ -267,15 +179,21 @@ def _entry(spec):
         return None
 
 
+def _places(spec) -> dict:
+    """Buffer name -> the call's input index (x, w, scales[, biases][, lhs, rhs])."""
+    names = ["x", "w", "scales"] + (["biases"] if spec.affine else [])
+    if spec.index:
+        names += ["lhs", "rhs"]
+    return {n: i for i, n in enumerate(names)}
+
+
 def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
-    """The call's plan: a qmv ``KernelPlan`` (up to ``MAX_ROWS`` rows: its launch words
-    packed once per layout, later calls launched by the eval loop from C) or a
-    ``QmmPlan`` (more rows); None where the rule runs the call: another mode, no biases, a
-    call ``qmv_call`` declines, no kernel or no cuBLAS."""
-    if mode != "affine" or len(biases) != 1:
-        return None
-    call = qmv_call(x, w, scales, biases[0], group_size=group_size, bits=bits,
-                    transpose=transpose)
+    """The call's plan: a qmv ``KernelPlan`` (up to ``MAX_ROWS`` rows of a transposed
+    weight: its launch words packed once per layout, later calls launched by the eval loop
+    from C) or a ``QmmPlan`` (more rows, or untransposed); None where the rule runs the
+    call: a layout or type ``_call`` declines, no kernel or no cuBLAS."""
+    call = _call(x, w, scales, biases[0] if biases else None, group_size=group_size,
+                 bits=bits, mode=mode, transpose=transpose)
     if call is None:
         return None
     spec, ints, out_shape = call
@@ -283,65 +201,33 @@ def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
     if entry is None:
         return None
     if spec.rows == 0:
-        return _qmm_plan(x, spec, entry, ints, out_shape)
-    return KernelPlan(_QmvStep(spec, ints), entry, {"x": 0, "w": 1, "scales": 2, "biases": 3},
-                      {}, out_shape, x.dtype, "QuantizedMatmul")
-
-
-class _DequantStep:
-    """The dequant kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: a thread
-    per run of ``128 / bits`` codes of each weight matrix the batch reads."""
-
-    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
-
-    def __init__(self, spec, ints: dict):
-        self.spec, self.block = spec, qmv_cuda.DEQUANT_THREADS
-        self.grid = -(-ints["total"] // self.block)
-        self.args, self.bufs = _arguments(spec, ints)
-        self.arrays = []
-
-
-_tiles: dict = {}  # CUDA stream pointer -> the dequantized weight tile its qmm calls share
-
-
-def _tile(stream, size: int, dtype):
-    """A device buffer of at least ``size`` elements of ``dtype`` for this CUDA stream (the
-    qmm calls on one stream run in order, so each reuses it; made on that stream, so CuPy's
-    pool never hands a replaced one to another stream before this one is done with it)."""
-    import cupy
-
-    key = (stream.ptr, np.dtype(dtype).str)
-    got = _tiles.get(key)
-    if got is None or got.size < size:
-        with stream:
-            got = _tiles[key] = cupy.empty(size, dtype=dtype)
-    return got
+        return _qmm_plan(x, spec, entry, ints, out_shape, transpose)
+    return KernelPlan(_Step(spec, ints), entry, _places(spec), {}, out_shape, x.dtype,
+                      "QuantizedMatmul")
 
 
 class QmmPlan:
-    """Many rows (MLX's ``qmm``): each weight matrix the batch reads dequantized into a tile
-    of x's type (the dequant kernel, its launch packed once: float32 values rounded once),
-    then one cuBLAS strided-batched GEMM over the batch, float32 accumulation (full float32
-    for float32, as MLX's ``qmm_naive``), into the output. Launched by the eval loop through
-    ``CudaBackend.launch_fused`` (``lane`` False: cuBLAS is no kernel of ours), as a
-    ``gemm.GemmPlan`` is."""
+    """Many rows, or an untransposed weight (MLX's ``qmm``): each weight matrix the batch
+    reads dequantized into a tile of x's type (the dequant kernel, its launch packed once:
+    float32 values rounded once), then one cuBLAS strided-batched GEMM over the batch,
+    float32 accumulation (full float32 for float32, as MLX's ``qmm_naive``), into the
+    output. The tile is an allocator buffer taken per call and freed once the GEMM is
+    enqueued (the allocator holds a buffer freed while a stream runs, then caches it).
+    Launched by the eval loop through ``CudaBackend.launch_fused`` (``lane`` False: cuBLAS
+    is no kernel of ours), as a ``gemm.GemmPlan`` is."""
 
-    __slots__ = ("dequant", "tile_size", "tile_dtype", "args", "out_shape", "out_dtype",
-                 "name", "variant")
+    __slots__ = ("dequant", "tile_bytes", "args", "out_shape", "out_dtype", "name", "variant")
     lane = False
     primitive = "QuantizedMatmul"
     entry = None
 
-    def __init__(self, dequant: KernelPlan, tile_size: int, args: tuple, out_shape, out_dtype):
-        self.dequant, self.tile_size, self.args = dequant, tile_size, args
-        self.tile_dtype = bf16.U16 if np.dtype(out_dtype) == bf16.BF16 else np.dtype(out_dtype)
+    def __init__(self, dequant: KernelPlan, tile_bytes: int, args: tuple, out_shape, out_dtype):
+        self.dequant, self.tile_bytes, self.args = dequant, tile_bytes, args
         self.out_shape, self.out_dtype = tuple(out_shape), np.dtype(out_dtype)
         self.name, self.variant = dequant.name + "+cublas_gemm", dequant.variant
 
     def takes(self, out) -> bool:
         """Whether ``out`` is a buffer the GEMM writes as it is (the loop's fresh buffer)."""
-        import cupy
-
         t = bf16.storage(out)
         return (tuple(out.shape) == self.out_shape and out.dtype == self.out_dtype
                 and type(t) is cupy.ndarray and t.flags.c_contiguous)
@@ -350,67 +236,174 @@ class QmmPlan:
         self.call(arrays[:-1], arrays[-1:])
 
     def call(self, inputs, outs, stream=None) -> None:
-        import cupy
+        from ..backends import backend
 
         if stream is None:
             stream = cupy.cuda.get_current_stream()
-        tile = _tile(stream, self.tile_size, self.tile_dtype)
-        self.dequant._launch_one(inputs, tile, 0, stream, True)
-        (N, R, K, ldb, sa, sb, sc, count, t, compute) = self.args
-        x, out = bf16.storage(inputs[0]), bf16.storage(outs[0])
-        with stream:  # (row-major out = x tileᵀ is column-major outᵀ = tile xᵀ)
-            gemm.strided_batched(True, False, N, R, K, 1.0, int(tile.data.ptr), t, K, sa,
-                                 int(x.data.ptr), t, ldb, sb, int(out.data.ptr), t, N, sc,
-                                 count, compute)
+        alloc = backend("gpu").allocator
+        buf = alloc.malloc(self.tile_bytes)
+        try:
+            tile = buf.raw
+            self.dequant._launch_one(inputs, tile, 0, stream, True)
+            (ta, N, R, K, lda, ldb, sa, sb, sc, count, t, compute) = self.args
+            x, out = bf16.storage(inputs[0]), bf16.storage(outs[0])
+            with stream:  # (row-major out = x tile(ᵀ) is column-major outᵀ = tile(ᵀ) xᵀ)
+                gemm.strided_batched(ta, False, N, R, K, 1.0, int(tile.data.ptr), t, lda, sa,
+                                     int(x.data.ptr), t, ldb, sb, int(out.data.ptr), t, N,
+                                     sc, count, compute)
+        finally:
+            alloc.free(buf)  # held until the stream has run the GEMM, then cached
 
     def launch_detail(self) -> dict:
         return {"runtime": "cuda", "variant": self.variant, "primitive": self.primitive}
 
 
-def _qmm_plan(x, spec, entry, ints: dict, out_shape) -> Optional[QmmPlan]:
-    """The ``QmmPlan`` of a call of more than ``MAX_ROWS`` rows (None: no cuBLAS, or x's
-    rows closer than K apart)."""
-    B, N, K, x_rs = ints["B"], ints["N"], ints["K"], ints["x_rs"]
-    rows = int(np.prod(out_shape[:-1], dtype=np.int64)) // B
+def _qmm_plan(x, spec, entry, ints: dict, out_shape, transpose: bool) -> Optional[QmmPlan]:
+    """The ``QmmPlan`` of the call (None: no cuBLAS, or x's rows closer than K apart)."""
+    R, C, rows, B, nw = ints["N"], ints["K"], ints["rows"], ints["B"], ints["nw"]
+    N, K, x_rs = ints["M"], ints["Kx"], ints["x_rs"]
     if not gemm.available() or (rows > 1 and x_rs < K):
         return None
-    one = ints["w_bs"] == ints["s_bs"] == ints["b_bs"] == 0  # one weight matrix for all
-    nw = 1 if one else B
-    dints = dict(total=nw * N * K // (128 // spec.bits), N=N, K=K, w_bs=ints["w_bs"],
-                 s_bs=ints["s_bs"], b_bs=ints["b_bs"])
-    dq = KernelPlan(_DequantStep(spec, dints), entry, {"w": 1, "scales": 2, "biases": 3}, {},
-                    (nw, N, K), x.dtype, "QuantizedMatmul")
+    dq = KernelPlan(_Step(spec, ints), entry, {n: i for n, i in _places(spec).items() if n != "x"},
+                    {}, (nw, R, C), x.dtype, "QuantizedMatmul")
     dt = np.dtype(x.dtype)
     compute = gemm.full_compute_type(dt)  # float32 accumulation, TF32 never (MLX's qmm)
-    args = (N, rows, K, max(x_rs, K) if rows == 1 else x_rs, 0 if one else N * K,
-            ints["x_bs"], rows * N, B, gemm.data_type(dt), compute)
-    return QmmPlan(dq, nw * N * K, args, out_shape, dt)
+    # the tile (nw, R, C) row-major: transposed (N = R, K = C) it is column-major Kx N (op T,
+    # lda K); untransposed (K = R, N = C) column-major N x K (op N, lda N)
+    args = (transpose, N, rows, K, C, max(x_rs, K) if rows == 1 else x_rs,
+            0 if nw == 1 else R * C, ints["x_bs"], rows * N, B, gemm.data_type(dt), compute)
+    return QmmPlan(dq, nw * R * C * dt.itemsize, args, out_shape, dt)
+
+
+def _joint_dims(shape, s1, s2) -> Optional[list]:
+    """The index arrays' shared shape as (size, stride in lhs, stride in rhs), size-1 dims
+    dropped and neighbours merged where both walk them with one stride, padded to three;
+    None past three."""
+    out: list = []
+    for n, a, b in zip(shape, s1, s2):
+        if n == 1:
+            continue
+        if out and out[-1][1] == a * n and out[-1][2] == b * n:
+            out[-1] = (out[-1][0] * n, a, b)
+        else:
+            out.append((n, a, b))
+    if len(out) > 3:
+        return None
+    return [(1, 0, 0)] * (3 - len(out)) + out
+
+
+def _gather_call(x, w, scales, biases, lhs, rhs, *, group_size, bits, mode, transpose):
+    """(spec, integer arguments, output shape) of a ``GatherQMM``'s gather-qmv launch, or
+    None: more than ``MAX_ROWS`` rows an entry, untransposed, or a layout or type no one
+    launch takes."""
+    ops = (x, w, scales) + ((biases,) if biases is not None else ())
+    if not transpose or x.ndim < 2 or not _types_ok(ops, x, w, scales, biases, mode):
+        return None
+    if any(type(i) is not cupy.ndarray or i.dtype.name not in qmv_cuda.INDEX_TYPES
+           or i.shape != lhs.shape for i in (lhs, rhs)):
+        return None
+    dims = _dims(x, w, scales, group_size, bits, transpose)
+    if dims is None or not all(_rows(a) for a in ops[1:]) or lhs.size == 0:
+        return None
+    M, N, K, _, _ = dims
+    x_rs = _x_layout(x, M, K)
+    if x_rs is None or M > qmv_cuda.MAX_ROWS:
+        return None
+
+    def stride(a):  # the one element stride walking a's flattened batch
+        return one_stride(a.shape[:-2], elem_strides(a)[:-2]) if a.ndim > 2 else 0
+
+    bs = [stride(a) for a in ops]
+    ist = [elem_strides(i) for i in (lhs, rhs)]
+    if any(b is None for b in bs) or None in ist:
+        return None
+    jd = _joint_dims(lhs.shape, *ist)
+    if jd is None:
+        return None
+    index = lhs.dtype.name if lhs.dtype == rhs.dtype else None
+    if index is None or not qmv_cuda.takes(x.dtype.name, mode, bits, group_size, M, index):
+        return None
+    nx = int(np.prod(x.shape[:-2], dtype=np.int64))
+    nw = int(np.prod(w.shape[:-2], dtype=np.int64))
+    (_, l0, r0), (i1, l1, r1), (i2, l2, r2) = jd
+    ints = dict(B=int(lhs.size), N=N, K=K, x_rs=x_rs, x_bs=bs[0], w_bs=bs[1], s_bs=bs[2],
+                b_bs=bs[3] if biases is not None else 0, nx=nx, nw=nw, i1=i1, i2=i2,
+                l0=l0, l1=l1, l2=l2, r0=r0, r1=r1, r2=r2)
+    spec = qmv_cuda.QmvSpec(x.dtype.name, bits, group_size, M, mode, index)
+    return spec, ints, tuple(lhs.shape) + (M, N)
+
+
+def gather_plan(x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
+                right_sorted):
+    """The ``GatherQMM`` call's plan: the gather-qmv ``KernelPlan`` (the index arrays its
+    last two inputs), or None where the rule runs it."""
+    *b, lhs, rhs = rest
+    call = _gather_call(x, w, scales, b[0] if b else None, lhs, rhs, group_size=group_size,
+                        bits=bits, mode=mode, transpose=transpose)
+    if call is None:
+        return None
+    spec, ints, out_shape = call
+    entry = _entry(spec)
+    if entry is None:
+        return None
+    return KernelPlan(_Step(spec, ints), entry, _places(spec), {}, out_shape, x.dtype, "GatherQMM")
 
 
 def _empty(shape, dtype):
-    import cupy
-
     if dtype == bf16.BF16:
         return bf16.BF16Array(cupy.empty(shape, dtype=bf16.U16))
     return cupy.empty(shape, dtype=dtype)
 
 
-def gather_qmm(xp, x, w, scales, *rest, group_size, bits, mode, transpose, left_sorted,
-               right_sorted):
-    *b, lhs, rhs = rest
-    li = xp.asnumpy(lhs).reshape(-1).astype(np.int64)
-    ri = xp.asnumpy(rhs).reshape(-1).astype(np.int64)
+def _contiguous(a, index: bool = False):
+    """An operand as a row-contiguous device array (bfloat16 as its bits; an index array
+    as int64)."""
+    if type(a) is bf16.Widened:
+        return a.value()
+    if type(a) is bf16.BF16Array:
+        return a if a.raw.flags.c_contiguous else bf16.BF16Array(cupy.ascontiguousarray(a.raw))
+    if index and a.dtype.name not in qmv_cuda.INDEX_TYPES:
+        return cupy.ascontiguousarray(a.astype(np.int64))
+    return cupy.ascontiguousarray(a)
+
+
+def _slow(name: str, composition, n_idx: int = 0):
+    """The rule of calls no plan takes as they come: the operands copied row-contiguous (the
+    last ``n_idx``, index arrays, as int64 where their type has no kernel) and that layout's
+    plan, else ``composition`` (the definitions' float32 rule; bfloat16 through float32
+    copies, rounded once)."""
+
+    def run(xp, *ins, out=None, **kw):
+        rule = RULES[name]
+        copies = tuple(_contiguous(a, i >= len(ins) - n_idx) for i, a in enumerate(ins))
+        p = rule.planned(copies, kw) if any(c is not a for c, a in zip(copies, ins)) else None
+        if p is not None:
+            res = _empty(p.out_shape, p.out_dtype)
+            p(*copies, res)
+            return res
+        if any(type(a) is bf16.BF16Array or type(a) is bf16.Widened for a in ins):
+            return bf16.narrow(composition(xp, *[bf16.value(a) for a in ins], **kw))
+        return composition(xp, *ins, **kw)
+
+    run.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
+    return run
+
+
+def _gather_composition(xp, x, w, scales, *rest, **kw):
+    """The definitions' ``gather_qmm`` with the indices checked first (an index outside the
+    batch would wrap)."""
+    *_, lhs, rhs = rest
     nx = int(np.prod(x.shape[:-2], dtype=np.int64))
     nw = int(np.prod(w.shape[:-2], dtype=np.int64))
-    if li.size and (li.min() < 0 or li.max() >= nx or ri.min() < 0 or ri.max() >= nw):
-        raise IndexError("[gather_qmm] an index lies outside the batch")
-    out = _launch(xp, x, w, scales, b[0] if b else None, li, ri, group_size=group_size,
-                  bits=bits, mode=mode, transpose=transpose, gathered=True)
-    return out.reshape(*lhs.shape, *out.shape[-2:])
+    for i, n in ((lhs, nx), (rhs, nw)):
+        if i.size and (int(i.min()) < 0 or int(i.max()) >= n):
+            raise IndexError("[gather_qmm] an index lies outside the batch")
+    return qrules.gather_qmm(xp, x, w, scales, *rest, **kw)
 
 
 # primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
-# (QuantizedMatmul: decoding's qmv plans launched from C, every other call the rule)
-RULES: dict = by_kernel({"quantized_matmul": KernelRule("QuantizedMatmul", qmv_plan, _rule,
-                                                        fits, _empty),
-                         "gather_qmm": gather_qmm})
+RULES: dict = by_kernel({
+    "quantized_matmul": KernelRule("QuantizedMatmul", qmv_plan,
+                                   _slow("QuantizedMatmul", qrules.quantized_matmul), fits, _empty),
+    "gather_qmm": KernelRule("GatherQMM", gather_plan, _slow("GatherQMM", _gather_composition, 2),
+                             fits, _empty)})
