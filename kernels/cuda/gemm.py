@@ -297,16 +297,18 @@ class _GemvStep:
 
 def _gemv_plan(A: Any, B: Any, dt: Any, la: tuple, lb: tuple, N: int, K: int, count: int,
                out_shape: tuple):
-    """The gemv's ``KernelPlan`` for a row ``A`` (unit stride along K) times ``B`` read
-    transposed (the weight's rows unit-stride along K, ``lb``'s leading dimension apart), or
-    None: the GEMM (another layout or dtype, no build)."""
+    """The gemv's ``KernelPlan`` for a row ``A`` (unit stride along K) times ``B`` whose
+    columns are unit-stride along K (a row-major weight's transpose: its rows), or None: the
+    GEMM (another layout or dtype, no build)."""
     from ..codegen.gemv_cuda import TYPES, GemvSpec, cuda_source
     from .. import kernel_registry
     from . import compiled
     from .primitive_plans import KernelPlan
 
     name = "bfloat16" if dt == bf16.BF16 else np.dtype(dt).name
-    if name not in TYPES or not lb[0] or (K > 1 and A.strides[-1] != A.itemsize):
+    item = B.itemsize
+    if (name not in TYPES or (K > 1 and (A.strides[-1] != item or B.strides[-2] != item))
+            or B.strides[-1] % item):
         return None
     spec = GemvSpec(name)
     try:
@@ -314,7 +316,7 @@ def _gemv_plan(A: Any, B: Any, dt: Any, la: tuple, lb: tuple, N: int, K: int, co
                                     key=spec.name, tape=spec)
     except kernel_registry.BuildError:
         return None
-    ints = dict(B=count, N=N, K=K, w_rs=lb[1], x_bs=la[2], w_bs=lb[2])
+    ints = dict(B=count, N=N, K=K, w_rs=B.strides[-1] // item, x_bs=la[2], w_bs=lb[2])
     return KernelPlan(_GemvStep(spec, ints), entry, {"x": 0, "w": 1}, {}, out_shape, dt,
                       "Matmul")
 
