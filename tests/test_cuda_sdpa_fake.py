@@ -34,7 +34,7 @@ except Exception:  # noqa: BLE001
     # one row times a transposed weight: the gemv launched from C (others: cuBLAS)
     ("cuda_gemv_fake_cases.py", "fake_cublas,fake_cuda_driver"),
     # bfloat16 RMSNorm / RoPE: their storage planned and launched from C
-    ("cuda_fast_bf16_fake_cases.py", "fake_cuda_driver"),
+    ("cuda_fast_decode_fake_cases.py", "fake_cuda_driver"),
 ])
 def test_cuda_host_paths_over_a_stand_in_cupy(cases, stand_in):
     installs = "".join(f"import {m}; {m}.install();" for m in stand_in.split(","))

@@ -1,5 +1,7 @@
-"""bfloat16 ``RMSNorm`` and ``RoPE`` on CUDA (``kernels/cuda/fast_kernels.py``: the plans
-take ``BF16Array`` storage as float32 arrays are taken) over the stand-in CuPy and driver
+"""Decoding's fast primitives on CUDA: bfloat16 ``RMSNorm`` and ``RoPE``
+(``kernels/cuda/fast_kernels.py``: the plans take ``BF16Array`` storage as float32 arrays are
+taken), and RoPE's growing offset (``core/fast.py``: a view of one table of offsets per
+stream, no upload per token), over the stand-in CuPy and driver
 (``fake_cupy.py``, ``fake_cuda_driver.py``: kernels load without NVRTC, launches run
 nothing), collected by ``test_cuda_sdpa_fake.py`` in a fresh process. A layout's first call
 makes the plan (the rule, a launch from Python); later calls are one launch from C, no
@@ -114,3 +116,54 @@ def test_bfloat16_rope_with_an_offset_is_one_planned_launch_from_c(shape, offset
     want = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
     _three_calls("RoPE", lambda: mx.fast.rope(xa, D, traditional=False, base=10000.0, scale=1.0,
                                               offset=offset), want)
+
+
+def _rope_want(x, offset):
+    half = x.shape[-1] // 2
+    inv = 10000.0 ** (-np.arange(half) / half)
+    theta = (offset + np.arange(x.shape[2]))[:, None] * inv[None, :]
+    cos, sin = np.cos(theta), np.sin(theta)
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+def test_a_decoding_loops_offsets_are_one_plan_from_c_and_no_upload_each(monkeypatch):
+    """Each token's new offset (a Python int, as ``nn.RoPE`` passes the cache's) is a view
+    of the stream's table of offsets: no host-to-device copy per token, one plan (the offset
+    read through its pointer), launched from C, the right rotation at every offset (the CPU
+    build over the decoded words); an offset past the table is its own upload."""
+    from tapescope.core import fast as core_fast
+    from tapescope.kernels.cuda import memory
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 1, 32)).astype(np.float32).astype(np.float64)
+    xa = mx.array(x, dtype=mx.float32)
+    mx.eval(xa)
+    uploads = []
+    real = memory.CudaAllocator.import_host
+
+    def counted(self, *a, **k):
+        uploads.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(memory.CudaAllocator, "import_host", counted)
+    core_fast._OFFSETS.clear()
+    cuda_fast.RULES["RoPE"].plans.clear()
+    mx.eval(mx.fast.rope(xa, 32, traditional=False, base=10000.0, scale=1.0, offset=7))
+    seen = set()
+    for offset in (8, 9, 10, 300, core_fast._TABLE - 1, core_fast._TABLE + 5):
+        del uploads[:]
+        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        out = mx.fast.rope(xa, 32, traditional=False, base=10000.0, scale=1.0, offset=offset)
+        mx.eval(out)
+        c1, p1 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        assert (c1 - c0, p1 - p0) == (1, 0), offset
+        assert len(uploads) == (offset >= core_fast._TABLE), offset
+        plan = _plan_writing("RoPE", _ptr(out))
+        _run_on_cpu(plan, "RoPE")
+        # (float32 angles: MLX's, off by about offset * 2^-24 radians)
+        tol = 2e-5 + 1.2e-7 * offset * np.abs(x).max()
+        np.testing.assert_allclose(np.asarray(out._d.data.get()).astype(np.float64),
+                                   _rope_want(x, offset), rtol=2e-5, atol=tol, err_msg=str(offset))
+        seen.add(id(plan))
+    assert len(seen) == 1
