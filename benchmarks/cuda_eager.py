@@ -9,7 +9,13 @@ Rows (medians of per-call milliseconds, the implementations taking turns per rou
   and with the step compiled as MLX's examples do (``partial(mx.compile, inputs=state,
   outputs=state)``); tapescope runs MLX's ``mlx.nn`` / ``mlx.optimizers`` through
   ``tapescope.as_mlx()`` (the mlx wheel's Python files only), PyTorch the same model
-  (``torch.nn`` + ``torch.optim.Adam``).
+  (``torch.nn`` + ``torch.optim.Adam``);
+- the tiny llama-style model of ``benchmarks/eager.py`` (``eager.llama_decoder``: ``mlx.nn``,
+  2 layers, width 64, RMSNorm, RoPE, ``mx.fast.scaled_dot_product_attention``, mlx_lm's KV
+  cache) decoding greedily, milliseconds per decoded token (prompt excluded; each token
+  evaluated and read before the next), tapescope through ``as_mlx()`` against MLX's CUDA
+  backend (in its own process, as the MLP step's), the same weights: the row says whether
+  the tokens are the same.
 
 float32 products run at one precision on every side: full float32 by default (PyTorch's TF32
 off, ``MLX_ENABLE_TF32=0`` for tapescope and MLX), or TF32 everywhere with ``--tf32`` (MLX's
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from functools import partial
 
@@ -32,14 +39,21 @@ import numpy as np  # noqa: E402
 
 
 TF32 = [False]  # --tf32: float32 products in TensorFloat-32 on every side
+HERE = os.path.dirname(os.path.abspath(__file__))
+LLAMA = "llama decode, per token"
 
 
 def _timed(fn, n: int) -> float:
-    """Milliseconds per call of ``fn`` (which waits for its own result), over ``n`` calls."""
+    """Milliseconds per call of ``fn`` (which waits for its own result), over ``n`` calls;
+    a function that times itself (returns its milliseconds per unit: the llama row's per
+    decoded token) gives the mean of what it returned."""
+    own = []
     t0 = time.perf_counter()
     for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) * 1e3 / n
+        r = fn()
+        if r is not None:
+            own.append(r)
+    return sum(own) / len(own) if own else (time.perf_counter() - t0) * 1e3 / n
 
 
 def _tapescope(dtype: str):
@@ -186,6 +200,41 @@ def mlp_steps(mx, nn, optim, dtype: str, batch: int) -> dict:
     return {f"MLP Adam step eager (b{batch})": eager, f"MLP Adam step compiled (b{batch})": comp}
 
 
+def llama_decode(mx, nn, dtype: str, device=None) -> tuple:
+    """The llama row over whichever ``mlx.core`` / ``mlx.nn`` it is given: ({row: a function
+    decoding one sequence, returning its ms per decoded token}, {"tokens": the last
+    sequence's tokens}). ``device``: the default device (the GPU unless given: a smoke test
+    of MLX's side on a machine without its CUDA backend passes ``mx.cpu``)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    from eager import llama_decoder  # (the one model: benchmarks/eager.py's decode row's)
+
+    mx.set_default_device(mx.gpu if device is None else device)
+    generate = llama_decoder(mx, nn, dtype)[2]
+    seen: dict = {}
+
+    def decode():
+        us, seen["tokens"] = generate()
+        return us / 1e3
+
+    return {LLAMA: decode}, seen
+
+
+def _llama_tapescope(dtype: str):
+    """The llama row through MLX's mlx.nn over tapescope (None without the mlx package)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.nn") is None:
+        return None
+    import tapescope
+
+    tapescope.as_mlx()
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    return llama_decode(mx, nn, dtype)
+
+
 def _mlp_tapescope(dtype: str, batch: int):
     """The MLP step through MLX's mlx.nn over tapescope (None without the mlx package)."""
     import importlib.util
@@ -233,27 +282,23 @@ MLX_MLP = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[5])
 import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
-from cuda_eager import mlp_steps
+from cuda_eager import _timed, llama_decode, mlp_steps
 dtype, batch, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llama, seen = llama_decode(mx, nn, dtype)
 out = {}
-for name, fn in mlp_steps(mx, nn, optim, dtype, batch).items():
+for name, fn in {**mlp_steps(mx, nn, optim, dtype, batch), **llama}.items():
     for _ in range(3):
         fn()
-    ts = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        ts.append((time.perf_counter() - t) / steps * 1e3)
-    out[name] = ts
-print(json.dumps(out))
+    out[name] = [_timed(fn, 1 if name in llama else steps) for _ in range(rounds)]
+print(json.dumps({"times": out, "tokens": seen["tokens"]}))
 """
 
 
 def _mlp_mlx_cuda(dtype: str, batch: int, rounds: int, steps: int) -> dict:
-    """MLX's own MLP step times (ms per step, per round), measured in a process of its own
-    (``as_mlx()`` takes the name ``mlx`` over in this one), just before the others; {}
-    without MLX's CUDA backend."""
+    """MLX's own MLP step and llama decode times (ms per step / per decoded token, per
+    round) and its llama's tokens, ``{"times": ..., "tokens": ...}``, measured in a process
+    of its own (``as_mlx()`` takes the name ``mlx`` over in this one), just before the
+    others; {} without MLX's CUDA backend."""
     import json
     import subprocess
     import sys
@@ -294,6 +339,9 @@ def main(argv=None) -> int:
         contenders = {"tapescope": _tapescope(dtype), "PyTorch": _torch(dtype),
                       "CuPy": _cupy(dtype), "MLX CUDA": _mlx_cuda(dtype)}
         mlp = {"tapescope": _mlp_tapescope(dtype, args.batch), "PyTorch": _mlp_torch(dtype, args.batch)}
+        llama = _llama_tapescope(dtype)
+        if llama is not None:
+            mlp["tapescope"] = {**(mlp["tapescope"] or {}), **llama[0]}
         for name, cases in mlp.items():
             if cases and contenders.get(name) is not None:
                 contenders[name] = {**contenders[name], **cases}
@@ -305,7 +353,8 @@ def main(argv=None) -> int:
             for r, fn in live[k].items():
                 for _ in range(3):
                     fn()
-        for r, ts in _mlp_mlx_cuda(dtype, args.batch, args.rounds, args.steps).items():
+        mlx_own = _mlp_mlx_cuda(dtype, args.batch, args.rounds, args.steps)
+        for r, ts in mlx_own.get("times", {}).items():
             if "MLX CUDA" not in live:
                 live["MLX CUDA"] = {}
                 missing.remove("MLX CUDA")
@@ -315,7 +364,8 @@ def main(argv=None) -> int:
                 for k in live:
                     fn = live[k].get(r)
                     if fn is not None:
-                        n = args.steps if "MLP" in r else (args.calls if "16" in r else 20)
+                        n = args.steps if "MLP" in r else (
+                            1 if r == LLAMA else args.calls if "16" in r else 20)
                         times[(k, r)].append(_timed(fn, n))
         print(f"\n{dtype}" + (f" (not importable or no {dtype}: {', '.join(missing)})" if missing else ""))
         print(f"| work | " + " | ".join(live) + " |")
@@ -329,6 +379,9 @@ def main(argv=None) -> int:
                     continue
                 m = statistics.median(times[(k, r)])
                 cells.append(f"{m:.3f}" + (f" ({m / base:.2f}x)" if base and k != "tapescope" else ""))
+            if r == LLAMA and llama is not None and mlx_own.get("tokens"):
+                same = llama[1].get("tokens") == mlx_own["tokens"]
+                r = f"{r} ({'same' if same else 'DIFFERENT'} tokens)"
             print(f"| {dtype} {r} | " + " | ".join(cells) + " |")
     return 0
 

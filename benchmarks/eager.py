@@ -217,11 +217,17 @@ def _llama(mx, nn):
     return Llama, KVCache
 
 
-def decode_worker(mx, nn) -> dict:
-    """µs per decoded token (prompt excluded) and the greedy tokens."""
+def llama_decoder(mx, nn, dtype: str = "float32", tokens: int = TOKENS):
+    """The tiny llama on ``mx``'s default device, its weights seeded (then cast to
+    ``dtype``), and ``generate()``: a fresh KV cache, the prompt, then ``tokens - 1`` greedy
+    tokens, each evaluated and read (``.item()``) before the next is asked, as a decoding
+    loop does; it returns (µs per decoded token, prompt excluded; the tokens). The one
+    model of this file's decode row and of ``cuda_eager.py``'s llama row."""
     Llama, KVCache = _llama(mx, nn)
     model = Llama()
     _seeded(model, mx, 1)
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
     mx.eval(model.parameters())
     prompt = mx.array(np.random.default_rng(2).integers(0, VOCAB, (1, PROMPT)).astype(np.int32))
 
@@ -231,12 +237,18 @@ def decode_worker(mx, nn) -> dict:
         mx.eval(y)
         out = [y.item()]
         t0 = time.perf_counter()
-        for _ in range(TOKENS - 1):
+        for _ in range(tokens - 1):
             y = mx.argmax(model(y[:, None], caches)[:, -1, :], axis=-1)
             mx.eval(y)
             out.append(y.item())
-        return (time.perf_counter() - t0) * 1e6 / (TOKENS - 1), out
+        return (time.perf_counter() - t0) * 1e6 / (tokens - 1), out
 
+    return model, KVCache, generate
+
+
+def decode_worker(mx, nn) -> dict:
+    """µs per decoded token (prompt excluded) and the greedy tokens."""
+    generate = llama_decoder(mx, nn)[2]
     generate()  # warm (kernel builds, caches)
     runs = [generate() for _ in range(5)]
     return {"us": statistics.median(r[0] for r in runs), "tokens": runs[0][1]}

@@ -31,12 +31,17 @@ from . import timeline
 _MAX_PLANS = 4096  # per rule; past it the plans are dropped and made again
 
 
-def plan_key(name: str, ins, kw: dict) -> tuple:
+def plan_key(name: str, ins, kw: dict, free=()) -> tuple:
     """A call's key: the primitive, each input's (type, dtype, shape, strides), then the
-    parameters as name, value pairs (``core/_loop.c`` builds the same tuple)."""
+    parameters as name, value pairs (``core/_loop.c`` builds the same tuple); ``free``:
+    (input, axis) pairs whose sizes the key leaves out (-1 there: a rule's ``free`` axes)."""
     key = [name]
-    for a in ins:
-        key += (type(a), a.dtype, a.shape, a.strides)
+    for i, a in enumerate(ins):
+        shape = a.shape
+        for j, ax in free:
+            if j == i:
+                shape = shape[:ax] + (-1,) + shape[ax + 1:]
+        key += (type(a), a.dtype, shape, a.strides)
     for k, v in kw.items():
         key += (k, v)
     return tuple(key)
@@ -161,15 +166,22 @@ class KernelRule:
     ``out`` where it takes it (``fits(out, shape, dtype, ins)``: ``takes_out`` on the host),
     else into a new array (``empty``: numpy's on the host); ``slow`` (the same signature)
     where there is no plan. A device's plans (``cuda/primitive_plans.py``) are launched
-    by the eval loop from C once made."""
+    by the eval loop from C once made.
 
-    __slots__ = ("name", "plan", "slow", "plans", "fits", "empty")
+    ``free``: (input, axis) pairs whose sizes a plan may take per call (a decoding cache's
+    growing length): a plan with ``dims`` (``(input, axis, word, most)``: the size goes into
+    its launch word ``word`` each call, up to ``most``) is kept under the key without those
+    sizes too (``plan_key``'s ``free``), where a call of another size finds it (the C loop
+    looks there after the exact key)."""
+
+    __slots__ = ("name", "plan", "slow", "plans", "fits", "empty", "free")
 
     def __init__(self, name: str, plan: Callable, slow: Callable, fits: Optional[Callable] = None,
                  empty: Optional[Callable] = None) -> None:
         self.name, self.plan, self.slow = name, plan, slow
         self.fits, self.empty = fits or takes_out, empty or np.empty
         self.plans: dict = {}
+        self.free: tuple = ()
         _rules.append(self)
 
     def planned(self, ins, kw: dict) -> Optional[object]:
@@ -179,10 +191,17 @@ class KernelRule:
             p = self.plans.get(key, _NONE)
         except TypeError:  # an unhashable parameter: no plan
             return None
+        if p is _NONE and self.free:
+            fkey = plan_key(self.name, ins, kw, self.free)
+            got = self.plans.get(fkey)
+            if got is not None and sized(got, ins):
+                return got
         if p is _NONE:
             if len(self.plans) >= _MAX_PLANS:
                 self.plans.clear()
             p = self.plans[key] = self.plan(*ins, **kw)
+            if self.free and getattr(p, "dims", ()):
+                self.plans[plan_key(self.name, ins, kw, self.free)] = p
         return p
 
     def __call__(self, xp, *ins, out=None, **kw):
@@ -202,6 +221,12 @@ class KernelRule:
 
     def __repr__(self) -> str:
         return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
+
+
+def sized(plan, ins) -> bool:
+    """Whether a plan's per-call sizes (its ``dims``) take these inputs' (the C loop's test
+    too, core/_loop.c)."""
+    return all(ins[i].shape[ax] <= most for i, ax, _, most in plan.dims)
 
 
 _caches: list = []  # other plan dicts keyed by plan_key (EagerPlans'), for forget()

@@ -31,7 +31,7 @@ from tapescope.kernels.cpu import fast_kernels
 from tapescope.kernels.cuda import attention
 from tapescope.kernels.cuda.primitive_plans import KernelPlan, PlanSequence
 
-from test_sdpa import NPD, TOL, ref
+from test_sdpa import NPD, TOL, host, ref
 from test_sdpa_kernels import _inputs, _layout
 
 PRIM = "ScaledDotProductAttention"
@@ -256,3 +256,41 @@ def test_prefill_and_a_copy_first_have_no_plan():
     assert kd._d.data.strides[-1] != kd.itemsize
     assert rule.planned((q1._d.data, kd._d.data, kd._d.data),
                         dict(scale=0.25, causal=False, has_mask=False, has_sinks=False)) is None
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from(["float32", "bfloat16"]), st.sampled_from([1, 2]),
+       st.sampled_from([16, 64]), st.integers(0, 2 ** 16))
+def test_a_growing_cache_is_one_plan_launched_from_c_at_every_length(dtype, kv, D, seed):
+    """mlx_lm's KV cache: keys and values preallocated (256 positions), each token's call
+    reading a longer slice of them. One plan takes every length up to ``SPLIT_KEYS``
+    (``KernelRule.free``, the plan's ``dims``: the length written into its ``kL`` word per
+    call): after the first call, every length is one launch from C, the word the call's
+    length (the CPU build over the decoded words against float64 numpy)."""
+    rng = np.random.default_rng(seed)
+    t = MXD[dtype]
+    H = 2 * kv
+    cache = [host(mx.array(rng.standard_normal((1, kv, 256, D)), dtype=t)) for _ in "kv"]
+    q = host(mx.array(rng.standard_normal((1, H, 1, D)), dtype=t))
+    qa, ka, va = (mx.array(a, dtype=t) for a in (q, *cache))
+    mx.eval(qa, ka, va)
+    scale = D ** -0.5
+    attention.RULES[PRIM].plans.clear()
+    seen = set()
+    for run, kL in enumerate((5, 6, 7, 40, 41, SPLIT_KEYS // 8)):
+        kL = min(kL, 256)
+        c0, p0 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        out = _call(qa, ka[:, :, :kL, :], va[:, :, :kL, :], None, None, scale)
+        c1, p1 = fake_cuda_driver.launches(), fake_cuda_driver.PY_LAUNCHES[0]
+        assert (c1 - c0, p1 - p0) == ((1, 0) if run else (0, 1)), (run, c1 - c0, p1 - p0)
+        plan = _plan_writing(_ptr(out))
+        ptrs, ints, got_scale = _decoded(plan, plan.entry.tape)
+        assert ints["kL"] == kL and ptrs == {"q": _ptr(qa), "k": _ptr(ka), "v": _ptr(va),
+                                             "out": _ptr(out)}
+        _run_on_cpu(plan.entry.tape, ptrs, ints, got_scale)
+        want = ref(q, cache[0][:, :, :kL], cache[1][:, :, :kL], scale)
+        tol = TOL[dtype]
+        np.testing.assert_allclose(_host(out), want, rtol=tol,
+                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str((kL, run)))
+        seen.add(id(plan))
+    assert len(seen) == 1  # one plan for every length

@@ -2,8 +2,9 @@
 a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GEMMs and the
 score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
 (``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``) over the stand-in cuBLAS, and
-decoding's and the quantized qmv's planned launches from C over the stand-in driver
-(``cuda_sdpa_vector_fake_cases.py``, ``cuda_qmv_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
+decoding's, the quantized qmv's and the one-row gemv's planned launches from C over the
+stand-in driver (``cuda_sdpa_vector_fake_cases.py``, ``cuda_qmv_fake_cases.py``,
+``cuda_gemv_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
 and the GPU suites."""
 
 import os
@@ -30,6 +31,10 @@ except Exception:  # noqa: BLE001
     ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
     # quantized_matmul: qmv launched from C, qmm's dequant kernel and cuBLAS GEMM
     ("cuda_qmv_fake_cases.py", "fake_cublas,fake_cuda_driver"),
+    # one row times a transposed weight: the gemv launched from C (others: cuBLAS)
+    ("cuda_gemv_fake_cases.py", "fake_cublas,fake_cuda_driver"),
+    # bfloat16 RMSNorm / RoPE: their storage planned and launched from C
+    ("cuda_fast_decode_fake_cases.py", "fake_cuda_driver"),
 ])
 def test_cuda_host_paths_over_a_stand_in_cupy(cases, stand_in):
     installs = "".join(f"import {m}; {m}.install();" for m in stand_in.split(","))

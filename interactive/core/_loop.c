@@ -717,8 +717,42 @@ static int record(PyObject *prim, PyObject *node, PyObject *t0, long long nbytes
  * strides, then the parameters as name, value pairs), when the rule is a KernelRule that
  * has made one and it writes ``out`` (its shape and dtype; ``out`` row-contiguous): a new
  * reference. NULL with no error: no plan (the rule runs, and makes the plan on a miss). */
-static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
-                         PyObject *kw, PyObject *shape, PyObject *npdt) {
+/* (a shape with -1 at ``ax``: a rule's free axis, kernel_call.plan_key's ``free``) */
+static PyObject *freed(PyObject *shape, Py_ssize_t ax) {
+    if (!PyTuple_Check(shape) || ax < 0 || ax >= PyTuple_GET_SIZE(shape)) return Py_NewRef(shape);
+    PyObject *t = PyTuple_New(PyTuple_GET_SIZE(shape)), *m1 = PyLong_FromLong(-1);
+    if (t == NULL || m1 == NULL) { Py_XDECREF(t); Py_XDECREF(m1); return NULL; }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(i == ax ? m1 : PyTuple_GET_ITEM(shape, i)));
+    Py_DECREF(m1);
+    return t;
+}
+
+/* whether a plan's per-call sizes take these inputs (kernel_call.sized: each ``dims``
+ * entry (input, axis, word, most) has its input's size there at most ``most``) */
+static int sized(PyObject *plan, PyObject **ins, Py_ssize_t n) {
+    PyObject *dims = PyObject_GetAttrString(plan, "dims");
+    if (dims == NULL) { PyErr_Clear(); return 0; }
+    int ok = PyTuple_Check(dims);
+    for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(dims); k++) {
+        PyObject *d = PyTuple_GET_ITEM(dims, k);
+        Py_ssize_t i = PyTuple_Check(d) && PyTuple_GET_SIZE(d) == 4 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 0)) : -1;
+        Py_ssize_t ax = i >= 0 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 1)) : -1;
+        long long most = i >= 0 ? PyLong_AsLongLong(PyTuple_GET_ITEM(d, 3)) : -1;
+        ok = i >= 0 && i < n && ax >= 0 && !PyErr_Occurred();
+        PyObject *sh = ok ? PyObject_GetAttr(ins[i], s_shape) : NULL;
+        ok = sh != NULL && PyTuple_Check(sh) && ax < PyTuple_GET_SIZE(sh) &&
+             PyLong_AsLongLong(PyTuple_GET_ITEM(sh, ax)) <= most && !PyErr_Occurred();
+        Py_XDECREF(sh);
+    }
+    PyErr_Clear();
+    Py_DECREF(dims);
+    return ok;
+}
+
+/* ``free``: NULL, or the rule's (input, axis) pairs left out of the key (their sizes -1) */
+static PyObject *plan_in_free(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
+                              PyObject *kw, PyObject *shape, PyObject *npdt, PyObject *free) {
     PyObject *key = PyTuple_New(1 + 4 * n + 2 * PyDict_GET_SIZE(kw)), *plan = NULL;
     if (key == NULL) goto fail;
     PyTuple_SET_ITEM(key, 0, Py_NewRef(name));
@@ -729,6 +763,15 @@ static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssi
         if (!(v = PyObject_GetAttr(a, s_dtype))) goto fail;
         PyTuple_SET_ITEM(key, k++, v);
         if (!(v = PyObject_GetAttr(a, s_shape))) goto fail;
+        for (Py_ssize_t f = 0; free != NULL && f < PyTuple_GET_SIZE(free); f++) {
+            PyObject *ia = PyTuple_GET_ITEM(free, f);
+            if (!PyTuple_Check(ia) || PyTuple_GET_SIZE(ia) != 2 ||
+                PyLong_AsSsize_t(PyTuple_GET_ITEM(ia, 0)) != i)
+                continue;
+            PyObject *w = freed(v, PyLong_AsSsize_t(PyTuple_GET_ITEM(ia, 1)));
+            Py_DECREF(v);
+            if ((v = w) == NULL) goto fail;
+        }
         PyTuple_SET_ITEM(key, k++, v);
         if (!(v = PyObject_GetAttr(a, s_strides))) goto fail;
         PyTuple_SET_ITEM(key, k++, v);
@@ -744,13 +787,18 @@ static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssi
     int ok = os != NULL && od != NULL && PyObject_RichCompareBool(os, shape, Py_EQ) == 1 &&
              (od == npdt || PyObject_RichCompareBool(od, npdt, Py_EQ) == 1);
     Py_XDECREF(os); Py_XDECREF(od);
-    if (!ok) goto fail;
+    if (!ok || (free != NULL && !sized(plan, ins, n))) goto fail;
     Py_DECREF(key);
     return Py_NewRef(plan);
 fail:
     PyErr_Clear();
     Py_XDECREF(key);
     return NULL;
+}
+
+static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
+                         PyObject *kw, PyObject *shape, PyObject *npdt) {
+    return plan_in_free(plans, name, ins, n, kw, shape, npdt, NULL);
 }
 
 static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
@@ -761,6 +809,13 @@ static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssiz
     PyObject *plans = PyObject_GetAttr(rule, s_plans);
     if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
     PyObject *plan = plan_in(plans, name, ins, n, kw, shape, npdt);
+    if (plan == NULL) { /* a plan taking some sizes per call (KernelRule.free, its dims) */
+        PyObject *free = PyObject_GetAttrString(rule, "free");
+        if (free != NULL && PyTuple_Check(free) && PyTuple_GET_SIZE(free) > 0)
+            plan = plan_in_free(plans, name, ins, n, kw, shape, npdt, free);
+        if (free == NULL) PyErr_Clear();
+        Py_XDECREF(free);
+    }
     Py_DECREF(plans);
     return plan;
 }

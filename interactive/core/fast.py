@@ -142,13 +142,17 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
 
 
 _OFFSETS: dict = {}  # (stream, offset, backend) -> RoPE's int32 offset on that GPU stream
+_TABLE = 8192  # the offsets a device stream's table holds
+_TABLES: dict = {}  # (stream, backend) -> the int32 offsets 0 .. _TABLE - 1 on that stream
 
 
 def _int_offset(offset: int, s) -> array:
     """A Python int offset as RoPE's int32 input: on a device stream one element in the
     device's memory, kept per (stream, value, backend), so the call's kernel is launched from
-    its plan with no upload (MLX's scalar reaches its CUDA kernel through unified memory);
-    the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    its plan with no upload (MLX's scalar reaches its CUDA kernel through unified memory): a
+    one-element view (a Slice) of the stream's table of offsets, uploaded once, so a decoding
+    loop's new offset each token costs no copy to the device; an offset past the table its
+    own upload; the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
     if s.device.type != DeviceType.gpu:
         return array(offset, _dt.int32)
     import numpy as np
@@ -166,7 +170,18 @@ def _int_offset(offset: int, s) -> array:
     if got is None:
         if len(_OFFSETS) >= 1024:  # a decoding loop's growing offsets: a bounded few
             _OFFSETS.clear()
-        got = _OFFSETS[key] = array._from_data(np.array([offset], np.int32), _dt.int32, s)
+        offset = int(offset)
+        if 0 <= offset < _TABLE:
+            table = _TABLES.get((s, be))
+            if table is None:
+                table = _TABLES[(s, be)] = array._from_data(np.arange(_TABLE, dtype=np.int32),
+                                                            _dt.int32, s)
+            got = array._make1((1,), _dt.int32, Primitive(
+                "Slice", s, start_indices=(offset,), end_indices=(offset + 1,), strides=(1,)),
+                [table])
+        else:
+            got = array._from_data(np.array([offset], np.int32), _dt.int32, s)
+        _OFFSETS[key] = got
     return got
 
 

@@ -152,6 +152,7 @@ struct Record {
     unsigned grid, block;
     Py_ssize_t n_out_at, word_at, nslots, si[MAX_SLOTS], sj[MAX_SLOTS];
     Py_ssize_t nvalues, vi[MAX_SLOTS], vj[MAX_SLOTS], vsize[MAX_SLOTS]; /* by-value scalars */
+    Py_ssize_t ndims, di[MAX_SLOTS], dax[MAX_SLOTS], dj[MAX_SLOTS]; /* sizes per call (dims) */
     PyObject *npdt, *shape, *entry, *packs; /* strong references */
     Py_ssize_t nouts;         /* its outputs (a fused tape's several: the words from n_out_at) */
     PyObject *npdts[MAX_OUTS]; /* their dtypes (strong; npdts[0] is npdt) */
@@ -236,6 +237,20 @@ static Record *plan_record(PyObject *ln) {
             r->vsize[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, 2));
             err = PyErr_Occurred() != NULL || r->vi[k] < 0 || r->vsize[k] < 1 || r->vsize[k] > 8;
         }
+        PyObject *dims = err ? NULL : PyObject_GetAttrString(ln, "dims"); /* (KernelPlan.dims) */
+        if (dims == NULL) PyErr_Clear();
+        else if (!PyTuple_Check(dims) || PyTuple_GET_SIZE(dims) > MAX_SLOTS) err = 1;
+        else r->ndims = PyTuple_GET_SIZE(dims);
+        for (Py_ssize_t k = 0; !err && k < r->ndims; k++) { /* (input, axis, word, most) */
+            PyObject *d = PyTuple_GET_ITEM(dims, k);
+            err = !PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 4;
+            if (err) break;
+            r->di[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 0));
+            r->dax[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 1));
+            r->dj[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(d, 2));
+            err = PyErr_Occurred() != NULL || r->di[k] < 0 || r->dax[k] < 0 || r->dj[k] < 0;
+        }
+        Py_XDECREF(dims);
         if (!err) err = (r->shape = PyObject_GetAttr(ln, s_shape)) == NULL ||
                         (r->entry = PyObject_GetAttr(ln, s_entry)) == NULL ||
                         (r->packs = PyObject_GetAttr(ln, s_packs)) == NULL ||
@@ -403,6 +418,17 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
             PyBuffer_Release(&v);
             if (!ok) return 0; /* not the plan's scalar: launch_fused */
             vals[s->vj[k]] = bits;
+        }
+        for (Py_ssize_t k = 0; k < s->ndims; k++) { /* a size the launch takes per call */
+            Py_ssize_t i = s->di[k];
+            if (i >= n) { PyErr_SetString(PyExc_IndexError, "a launch size past the inputs"); return -1; }
+            PyObject *sh = PyObject_GetAttr(ins[i], s_shape);
+            if (sh == NULL) return -1;
+            long long v = PyTuple_Check(sh) && s->dax[k] < PyTuple_GET_SIZE(sh)
+                          ? PyLong_AsLongLong(PyTuple_GET_ITEM(sh, s->dax[k])) : -1;
+            Py_DECREF(sh);
+            if (v < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "a launch size's axis"); return -1; }
+            vals[s->dj[k]] = (uint64_t)v;
         }
         if (s->n_out_at >= 0) /* (-1: writes only the scratch) */
             for (Py_ssize_t j = 0; j < (q == 0 ? m : 1); j++) vals[s->n_out_at + j] = outp[j];

@@ -396,8 +396,12 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     entry = _built(spec)
     if entry is None:
         return None
-    return KernelPlan(_VectorStep(spec, call.ints, rows, scale), entry, inputs, {},
+    plan = KernelPlan(_VectorStep(spec, call.ints, rows, scale), entry, inputs, {},
                       call.out_shape, call.out_dtype, NAME)
+    if not has_mask and kL <= SPLIT_KEYS:  # one plan for every cache length up to the split
+        at = next(i for i, p in enumerate(params(spec)) if p == ("int", "kL"))
+        plan.dims = ((1, 2, plan.offsets[at], SPLIT_KEYS),)
+    return plan
 
 
 def _empty(shape, dtype):
@@ -411,3 +415,5 @@ def _empty(shape, dtype):
 # primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel):
 # decoding's plans launched from C, every other call the rule (kernel_call.KernelRule)
 RULES: dict = by_kernel({"attention": KernelRule(NAME, vector_plan, rule, fits, _empty)})
+# a decoding cache's keys and values grow each token: their length is the plan's per call
+RULES[NAME].free = ((1, 2), (2, 2))

@@ -4,7 +4,10 @@ the CUDA dialect (a block per row, its 16-byte vectors kept in registers between
 passes where they fit: warp shuffles and shared memory merge the row's sums, then the block
 writes the row 16 bytes at a time; RoPE: a block per (batch, position), its cos / sin in
 shared memory, a thread per (head, pair)), compiled by NVRTC through the fused kernels' cache and launched on the node's CUDA
-stream, with the layouts of ``kernels/common/norms.py`` (the CPU's). The VJPs' weight / bias
+stream, with the layouts of ``kernels/common/norms.py`` (the CPU's). bfloat16 is read and
+written in its own 16 bits (``BF16Array`` storage; float32 math, MLX's roundings: the
+kernels' ``Round``), planned and launched from C as float32 is; where no plan takes a
+bfloat16 call the rule runs on float32 copies, rounded once (``bfloat16.rule``'s way). The VJPs' weight / bias
 gradients are CuPy's column sums of the kernel's per-group rows (MLX's ``gw_temp``, 512
 groups). What no kernel takes, or NVRTC cannot build, runs the primitive's CuPy rule,
 recorded on the timeline as a ``kernel_fallback`` with the reason.
@@ -22,8 +25,9 @@ from ..common import norms as plan
 from ..primitives import REGISTRY, by_kernel
 from ..rules.fast import inv_freqs
 from ..kernel_call import KernelRule
+from . import bfloat16 as bf16
 from .primitive_plans import fits, plan_of
-from .reductions import run_steps, step_for
+from .reductions import _empty, fits as storage_fits, run_steps, step_for
 
 _fps: dict = {}  # a float parameter's value -> its one-element device buffer
 _invs: dict = {}  # (device, dims, base) -> RoPE's inverse frequencies on the device
@@ -144,6 +148,19 @@ def rope_rule(xp, x, offset, *freqs, dims, traditional, base, scale, forward, ou
     return _fallback("RoPE", why, xp, ins, kw, out) if why else res
 
 
+def _on_float32(rule: Callable) -> Callable:
+    """``rule``, which takes the plans' ``BF16Array``s (``takes_bfloat16``: cuda/backend.py
+    widens nothing): a bfloat16 call no plan took runs ``rule`` on float32 copies, its result
+    rounded once (``bfloat16.rule``'s way), into a fresh array."""
+    def run(xp, *ins, out=None, **kw):
+        if any(type(a) is bf16.BF16Array for a in ins):
+            return bf16.narrow(rule(xp, *[bf16.value(a) for a in ins], **kw))
+        return rule(xp, *ins, out=out, **kw)
+
+    run.takes_bfloat16 = True
+    return run
+
+
 def _norm_plan(prim_name: str) -> Callable:
     """A norm call's ``KernelPlan`` (one launch over ``x`` as it lies), or None: the rule."""
     def plan_call(x, *vecs, eps):
@@ -175,7 +192,8 @@ def rope_plan(x, offset, *freqs, dims, traditional, base, scale, forward):
                    call.out_shape, call.out_dtype)
 
 
-RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _norm_rule(n), fits, cupy.empty)
+RULES: dict = {**{n: KernelRule(n, _norm_plan(n), _on_float32(_norm_rule(n)), storage_fits, _empty)
                   for n in plan.NORMS},
                **{n: _vjp_rule(n) for n in plan.VJPS},
-               **by_kernel({"rope": KernelRule("RoPE", rope_plan, rope_rule, fits, cupy.empty)})}
+               **by_kernel({"rope": KernelRule("RoPE", rope_plan, _on_float32(rope_rule),
+                                               storage_fits, _empty)})}

@@ -13,6 +13,13 @@ Row-major ``C = A @ B`` is column-major ``C^T = B^T A^T``: cuBLAS is called with
 operands swapped and ``m, n = N, M``. bfloat16 arrays are ``BF16Array``s (``bfloat16.py``):
 their uint16 storage is handed to cuBLAS as ``CUDA_R_16BF``, so no float32 copy is made.
 Without cuBLAS bindings (the stand-in CuPy of the tests) the definitions' rules run.
+
+One row times a transposed weight (``x @ w.T`` with M = 1 and no ``c``: an ``nn.Linear`` in
+decoding) is MLX's gemv instead (``gemms/gemv.cu``, which MLX takes for M = 1 before
+cuBLAS): ``codegen/gemv_cuda.py``'s kernel, a ``primitive_plans.KernelPlan`` the eval loop
+launches from C by cuLaunchKernel (a cuBLAS call has no such launch: its plan goes through
+``launch_fused``'s Python), float32 accumulation in every dtype, never TF32 (MLX's gemv
+has no TF32 either); where the kernel does not build, the GEMM.
 """
 
 from __future__ import annotations
@@ -117,7 +124,11 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
         # a copy in row-major order where cuBLAS cannot read an operand in place
         A = A if _layout(A) is not None else cupy.ascontiguousarray(A)
         B = B if _layout(B) is not None else cupy.ascontiguousarray(B)
-        _plan(A, B, dt, c is not None and beta != 0.0, alpha, beta).run((A, B, c), res)
+        p = _plan(A, B, dt, c is not None and beta != 0.0, alpha, beta)
+        if isinstance(p, GemmPlan):
+            p.run((A, B, c), res)
+        else:  # the gemv's KernelPlan
+            p(A, B, res)
     elif res.size:  # an empty sum: beta * c, or zeros
         if c is None or beta == 0.0:
             res.fill(0)
@@ -263,10 +274,60 @@ def _plan(A: Any, B: Any, dt: Any, with_c: bool, alpha: float, beta: float
     la, lb = _layout(A), _layout(B)
     if la is None or lb is None:
         return None
+    if M == 1 and not with_c and alpha == 1.0:
+        p = _gemv_plan(A, B, dt, la, lb, N, K, count, out_shape)
+        if p is not None:
+            return p
     args = (lb[0], la[0], N, M, K, alpha, lb[1], lb[2], la[1], la[2], N, M * N, count,
             dtype_id, compute, kind)
     return GemmPlan(args, float(beta) if with_c else 0.0,
                     tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()), out_shape, dt)
+
+
+class _GemvStep:
+    """The gemv kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: a block per
+    ``gemv_cuda.WARPS`` output columns of each batch entry, its arguments in the signature's
+    order (int64 values; None where a buffer goes) and where each buffer goes."""
+
+    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
+
+    def __init__(self, spec, ints: dict):
+        from ..codegen.gemv_cuda import WARPS
+
+        self.spec, self.grid, self.block = spec, ints["B"] * -(-ints["N"] // WARPS), 32 * WARPS
+        self.args, self.bufs, self.arrays = [], [], []
+        for i, (kind, name) in enumerate(spec.params()):
+            if kind == "int":
+                self.args.append(int(ints[name]))
+            else:
+                self.bufs.append((i, name))
+                self.args.append(None)
+
+
+def _gemv_plan(A: Any, B: Any, dt: Any, la: tuple, lb: tuple, N: int, K: int, count: int,
+               out_shape: tuple):
+    """The gemv's ``KernelPlan`` for a row ``A`` (unit stride along K) times ``B`` whose
+    columns are unit-stride along K (a row-major weight's transpose: its rows), or None: the
+    GEMM (another layout or dtype, no build)."""
+    from ..codegen.gemv_cuda import TYPES, GemvSpec, cuda_source
+    from .. import kernel_registry
+    from . import compiled
+    from .primitive_plans import KernelPlan
+
+    name = "bfloat16" if dt == bf16.BF16 else np.dtype(dt).name
+    item = B.itemsize
+    if (name not in TYPES or (K > 1 and (A.strides[-1] != item or B.strides[-2] != item))
+            or B.strides[-1] % item):
+        return None
+    spec = GemvSpec(name)
+    try:
+        entry = compiled.get_kernel(spec.name, spec.layout, lambda: cuda_source(spec),
+                                    key=spec.name, tape=spec)
+    except kernel_registry.BuildError:
+        return None
+    ints = dict(B=count, N=N, K=K, w_rs=B.strides[-1] // item, x_bs=la[2], w_bs=lb[2])
+    return KernelPlan(_GemvStep(spec, ints), entry, {"x": 0, "w": 1}, {}, out_shape, dt,
+                      "Matmul")
 
 
 def _fits(out: Any, shape: tuple, dtype: Any, ins: tuple) -> bool:

@@ -43,9 +43,11 @@ class KernelPlan(PackedLaunch):
     output's at ``n_out_at`` (-1: a launch of a sequence that writes only the scratch;
     ``out`` names the buffer the output goes to). ``plan(*inputs, out)`` launches it on
     the current CUDA stream (a rule's call, inside the node's device context); the eval
-    loop's C launch reads the packed words."""
+    loop's C launch reads the packed words. ``dims``: (input, axis, word, most) per size the
+    launch takes from its input each call (``KernelRule.free``: a decoding cache's length,
+    up to ``most``), written into that word by both launches."""
 
-    __slots__ = ("primitive", "keep")
+    __slots__ = ("primitive", "keep", "dims")
 
     def __init__(self, step, entry, inputs: dict, consts: dict, out_shape: tuple, out_dtype,
                  primitive: str, out: Optional[str] = "out"):
@@ -72,7 +74,7 @@ class KernelPlan(PackedLaunch):
             raise ValueError(f"[KernelPlan] {step.spec.name} has no output buffer")
         word_at = len(words)  # two spare words the C launch clears (no completion word)
         words += [0, 0]
-        self.primitive, self.keep = primitive, keep
+        self.primitive, self.keep, self.dims = primitive, keep, ()
         self._set_pack(entry, words, offsets, slots, (), n_out_at, word_at, int(step.grid),
                        int(step.block), [np.dtype(out_dtype)], "C", tuple(out_shape),
                        step.spec.name, step.spec.layout)
@@ -97,6 +99,8 @@ class KernelPlan(PackedLaunch):
             vals[j] = scratch if i == SCRATCH else inputs[i].data.ptr
         if self.n_out_at >= 0:
             vals[self.n_out_at] = out.data.ptr
+        for i, ax, j, _ in self.dims:
+            vals[j] = int(inputs[i].shape[ax])
         t0 = timeline.now() if timeline.enabled else 0
         _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0, stream.ptr, pack[2], 0)
         if t0:
