@@ -175,7 +175,7 @@ class AxisPlan(KernelPlan):
         nptr = len(ins) + 1
         words = [0] * nptr + [int(v) & _MASK for v in ints] + [0, 0]  # (two spare words)
         slots = [(i, j) for j, i in enumerate(ins)]
-        self.primitive, self.keep, self.then = primitive, [], then
+        self.primitive, self.keep, self.then, self.dims = primitive, [], then, ()
         grid = max(1, min(-(-n // BLOCK), 8192))
         self._set_pack(entry, words, list(range(nptr + len(ints))), slots, (), out_at,
                        nptr + len(ints), grid, BLOCK, [np.dtype(out_dtype)], "C",
