@@ -222,7 +222,10 @@ def main():
     ap.add_argument("--device", choices=["cpu", "gpu", "both"], default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--quick", action="store_true", help="the smallest and largest shapes only")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="only this rows,cols (repeatable; the GPU's random shape left out)")
     args = ap.parse_args()
+    only = [tuple(int(n) for n in sh.split(",")) for sh in args.shape]
     print(f"machine: {machine()}")
     dtype = np.dtype(args.dtype)
     worst = []
@@ -230,7 +233,7 @@ def main():
         grid = [(r, c) for r in (1024, 4096) for c in (128, 1000, 4096)]
         if args.quick:
             grid = [grid[0], grid[-1]]
-        res = run("cpu", grid, args.reps, dtype)
+        res = run("cpu", only or grid, args.reps, dtype)
         worst += [(t["tapescope"] / t["jax.jit"], shape, op) for shape, op, t in res if "jax.jit" in t]
     if args.device in ("gpu", "both"):
         if not mx.cuda.is_available():
@@ -241,7 +244,7 @@ def main():
                     if r * c <= 1 << 30]
             r = int(rng.integers(1, 40000))
             grid.append((r, int(rng.integers(1, min(40000, (1 << 28) // r + 1)))))
-            run("gpu", grid, args.reps, dtype, fused=True)
+            run("gpu", only or grid, args.reps, dtype, fused=True)
     if worst:
         w = max(worst)
         print(f"cpu: worst tapescope / jax.jit {w[0]:.2f} ({w[2]} at {w[1][0]} x {w[1][1]})")
