@@ -194,6 +194,73 @@ def test_softmax_rows_of_infinities_follow_the_rule():
     assert np.isnan(sm[0]).all() and np.isnan(sm[2]).all()
 
 
+def _around(v: float, n: int = 3) -> list:
+    """float32 values within ``n`` ulps of ``v``."""
+    f = np.float32(v)
+    out = [f]
+    lo = hi = f
+    for _ in range(n):
+        lo, hi = np.nextafter(lo, np.float32(-np.inf)), np.nextafter(hi, np.float32(np.inf))
+        out += [lo, hi]
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from([1, 7, 64, 1000]))
+def test_softmax_exp_near_underflow_matches_float64(seed, rows):
+    """A row [0, x] with x <= -17 has softmax [1, exp(x)] exactly in float32 (the sum is 1):
+    the CPU's exp of x - max seen alone, around its thresholds (the clamp at -88, k = -127
+    from -87.68, the smallest normal result at -87.3365) and over [-87.33, -17]: within
+    1.04 ulp where exp(x) is a normal float, 0 or a value below the smallest normal under
+    it, 0 below -87.68, 0 for -inf."""
+    rng = np.random.default_rng(seed)
+    edges = sum((_around(v) for v in (-88.0, -87.6832, -87.33654, -103.28, -17.0)), [])
+    x = np.concatenate([np.array(edges, np.float32), [-np.inf, -1e30],
+                        rng.uniform(-87.33, -17.0, 64).astype(np.float32),
+                        rng.uniform(-104.0, -87.0, 64).astype(np.float32)]).astype(np.float32)
+    x = np.resize(x, max(rows, 1))[:, None]
+    a = mx.array(np.concatenate([np.zeros_like(x), x], 1))
+    with launched() as rec:
+        got = mx.softmax(a, axis=-1)
+        mx.eval(got)
+    assert "Softmax" in rec.primitives
+    g = np.asarray(got)
+    assert (g[:, 0] == 1).all()
+    e = np.exp(x[:, 0].astype(np.float64))
+    tiny = np.finfo(np.float32).tiny
+    normal = e >= tiny
+    ulp = np.spacing(e[normal].astype(np.float32)).astype(np.float64)
+    assert (np.abs(g[normal, 1] - e[normal]) / ulp <= 1.04).all()
+    sub = g[~normal, 1]
+    assert ((sub >= 0) & (sub < tiny)).all()
+    assert (g[x[:, 0] < -87.6832, 1] == 0).all()
+
+
+@pytest.mark.parametrize("cols", [1, 7, 8, 9, 33, 1000])
+def test_logsumexp_rows_with_a_nan_anywhere_are_nan(cols):
+    """LogSumExp's exp pass does not carry NaN (a NaN makes the row's max, and so its
+    result, NaN): a NaN at every position of a row, beside +inf / -inf, gives NaN, and the
+    other rows their float64 value."""
+    rng = np.random.default_rng(cols)
+    rows = []
+    for j in range(cols):
+        for other in (0.0, np.inf, -np.inf):
+            r = rng.standard_normal(cols).astype(np.float32)
+            r[(j + 1) % cols] = other if cols > 1 else r[0]
+            r[j] = np.nan
+            rows.append(r)
+    x = np.concatenate([np.stack(rows), rng.standard_normal((3, cols)).astype(np.float32)])
+    with launched() as rec:
+        got = mx.logsumexp(mx.array(x), axis=-1)
+        mx.eval(got)
+    assert "LogSumExp" in rec.primitives
+    g = np.asarray(got)
+    assert np.isnan(g[:-3]).all()
+    x64 = x[-3:].astype(np.float64)
+    m = x64.max(-1)
+    np.testing.assert_allclose(g[-3:], m + np.log(np.exp(x64 - m[:, None]).sum(-1)), rtol=1e-6)
+
+
 SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
          "cummin": np.minimum.accumulate}
 
