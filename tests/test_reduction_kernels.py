@@ -236,6 +236,44 @@ def test_softmax_exp_near_underflow_matches_float64(seed, rows):
     assert (g[x[:, 0] < -87.6832, 1] == 0).all()
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 17])
+@pytest.mark.parametrize("cols", [3, 1000, 2**13 + 1])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_logsumexp_rows_around_the_row_tile(rows, cols, dtype):
+    """The CPU's LogSumExp folds ROW_TILE (4) rows per loop from 8 rows on (both passes),
+    the rest one by one (threaded from PAR_MIN_EXP elements on): every row's result against
+    float64, a NaN in a tiled row and in the last row, rows of -inf and +inf, a row stride
+    wider than the row (a slice)."""
+    from tapescope.kernels.codegen.reduce_kernels import PAR_MIN_EXP, ROW_TILE
+
+    assert ROW_TILE == 4 and (rows * cols >= PAR_MIN_EXP) == (cols > 1000 and rows >= 4)
+    rng = np.random.default_rng(rows * cols)
+    wide = values(rng, (rows, cols + 5), dtype)
+    wide[rows // 2, cols // 2] = np.nan
+    wide[-1, 0] = np.nan
+    if rows > 3:
+        wide[1, :] = -np.inf
+        wide[2, cols // 3] = np.inf
+    for sliced in (False, True):
+        x = wide[:, :cols] if sliced else np.ascontiguousarray(wide[:, :cols])
+        a = array(np.ascontiguousarray(wide))[:, :cols] if sliced else array(x)
+        x64 = x.astype(np.float64)
+        with launched() as rec:
+            got = mx.logsumexp(a, axis=-1)
+            mx.eval(got)
+        assert "LogSumExp" in rec.primitives
+        with np.errstate(invalid="ignore"):
+            m = x64.max(-1, keepdims=True)
+            z = np.where(np.isinf(m), 0, m)
+            want = (z + np.log(np.exp(x64 - z).sum(-1, keepdims=True)))[:, 0]
+            want = np.where(np.isinf(m[:, 0]), m[:, 0], want)
+        g = host(got)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+        fin = ~np.isnan(want)
+        check_close = np.isclose(g[fin], want[fin], rtol=TOL[dtype] * 4, atol=TOL[dtype] * 4)
+        assert check_close.all(), (sliced, g[fin][~check_close], want[fin][~check_close])
+
+
 @pytest.mark.parametrize("cols", [1, 7, 8, 9, 33, 1000])
 def test_logsumexp_rows_with_a_nan_anywhere_are_nan(cols):
     """LogSumExp's exp pass does not carry NaN (a NaN makes the row's max, and so its
