@@ -194,6 +194,111 @@ def test_softmax_rows_of_infinities_follow_the_rule():
     assert np.isnan(sm[0]).all() and np.isnan(sm[2]).all()
 
 
+def _around(v: float, n: int = 3) -> list:
+    """float32 values within ``n`` ulps of ``v``."""
+    f = np.float32(v)
+    out = [f]
+    lo = hi = f
+    for _ in range(n):
+        lo, hi = np.nextafter(lo, np.float32(-np.inf)), np.nextafter(hi, np.float32(np.inf))
+        out += [lo, hi]
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from([1, 7, 64, 1000]))
+def test_softmax_exp_near_underflow_matches_float64(seed, rows):
+    """A row [0, x] with x <= -17 has softmax [1, exp(x)] exactly in float32 (the sum is 1):
+    the CPU's exp of x - max seen alone, around its thresholds (the clamp at -88, k = -127
+    from -87.68, the smallest normal result at -87.3365) and over [-87.33, -17]: within
+    1.04 ulp where exp(x) is a normal float, 0 or a value below the smallest normal under
+    it, 0 below -87.68, 0 for -inf."""
+    rng = np.random.default_rng(seed)
+    edges = sum((_around(v) for v in (-88.0, -87.6832, -87.33654, -103.28, -17.0)), [])
+    x = np.concatenate([np.array(edges, np.float32), [-np.inf, -1e30],
+                        rng.uniform(-87.33, -17.0, 64).astype(np.float32),
+                        rng.uniform(-104.0, -87.0, 64).astype(np.float32)]).astype(np.float32)
+    x = np.resize(x, max(rows, 1))[:, None]
+    a = mx.array(np.concatenate([np.zeros_like(x), x], 1))
+    with launched() as rec:
+        got = mx.softmax(a, axis=-1)
+        mx.eval(got)
+    assert "Softmax" in rec.primitives
+    g = np.asarray(got)
+    assert (g[:, 0] == 1).all()
+    e = np.exp(x[:, 0].astype(np.float64))
+    tiny = np.finfo(np.float32).tiny
+    normal = e >= tiny
+    ulp = np.spacing(e[normal].astype(np.float32)).astype(np.float64)
+    assert (np.abs(g[normal, 1] - e[normal]) / ulp <= 1.04).all()
+    sub = g[~normal, 1]
+    assert ((sub >= 0) & (sub < tiny)).all()
+    assert (g[x[:, 0] < -87.6832, 1] == 0).all()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 17])
+@pytest.mark.parametrize("cols", [3, 1000, 2**13 + 1])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_logsumexp_rows_around_the_row_tile(rows, cols, dtype):
+    """The CPU's LogSumExp folds ROW_TILE (4) rows per loop from 8 rows on (both passes),
+    the rest one by one (threaded from PAR_MIN_EXP elements on): every row's result against
+    float64, a NaN in a tiled row and in the last row, rows of -inf and +inf, a row stride
+    wider than the row (a slice)."""
+    from tapescope.kernels.codegen.reduce_kernels import PAR_MIN_EXP, ROW_TILE
+
+    assert ROW_TILE == 4 and (rows * cols >= PAR_MIN_EXP) == (cols > 1000 and rows >= 4)
+    rng = np.random.default_rng(rows * cols)
+    wide = values(rng, (rows, cols + 5), dtype)
+    wide[rows // 2, cols // 2] = np.nan
+    wide[-1, 0] = np.nan
+    if rows > 3:
+        wide[1, :] = -np.inf
+        wide[2, cols // 3] = np.inf
+    for sliced in (False, True):
+        x = wide[:, :cols] if sliced else np.ascontiguousarray(wide[:, :cols])
+        a = array(np.ascontiguousarray(wide))[:, :cols] if sliced else array(x)
+        x64 = x.astype(np.float64)
+        with launched() as rec:
+            got = mx.logsumexp(a, axis=-1)
+            mx.eval(got)
+        assert "LogSumExp" in rec.primitives
+        with np.errstate(invalid="ignore"):
+            m = x64.max(-1, keepdims=True)
+            z = np.where(np.isinf(m), 0, m)
+            want = (z + np.log(np.exp(x64 - z).sum(-1, keepdims=True)))[:, 0]
+            want = np.where(np.isinf(m[:, 0]), m[:, 0], want)
+        g = host(got)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+        fin = ~np.isnan(want)
+        check_close = np.isclose(g[fin], want[fin], rtol=TOL[dtype] * 4, atol=TOL[dtype] * 4)
+        assert check_close.all(), (sliced, g[fin][~check_close], want[fin][~check_close])
+
+
+@pytest.mark.parametrize("cols", [1, 7, 8, 9, 33, 1000])
+def test_logsumexp_rows_with_a_nan_anywhere_are_nan(cols):
+    """LogSumExp's exp pass does not carry NaN (a NaN makes the row's max, and so its
+    result, NaN): a NaN at every position of a row, beside +inf / -inf, gives NaN, and the
+    other rows their float64 value."""
+    rng = np.random.default_rng(cols)
+    rows = []
+    for j in range(cols):
+        for other in (0.0, np.inf, -np.inf):
+            r = rng.standard_normal(cols).astype(np.float32)
+            r[(j + 1) % cols] = other if cols > 1 else r[0]
+            r[j] = np.nan
+            rows.append(r)
+    x = np.concatenate([np.stack(rows), rng.standard_normal((3, cols)).astype(np.float32)])
+    with launched() as rec:
+        got = mx.logsumexp(mx.array(x), axis=-1)
+        mx.eval(got)
+    assert "LogSumExp" in rec.primitives
+    g = np.asarray(got)
+    assert np.isnan(g[:-3]).all()
+    x64 = x[-3:].astype(np.float64)
+    m = x64.max(-1)
+    np.testing.assert_allclose(g[-3:], m + np.log(np.exp(x64 - m[:, None]).sum(-1)), rtol=1e-6)
+
+
 SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
          "cummin": np.minimum.accumulate}
 

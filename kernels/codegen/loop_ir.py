@@ -64,7 +64,9 @@ class Math:
     dtype: Any
     args: tuple
     # what the argument is known to be, for a dialect's faster function over that domain
-    # (``"nonpositive"``: softmax's x - max; the C dialect's ``ts_expf_neg``)
+    # (``"nonpositive"``: softmax's x - max; the C dialect's ``ts_expf_neg``;
+    # ``"nonpositive_nan_unused"``: the same where a NaN argument's result is not used, a
+    # caller whose result is NaN then anyway: ``ts_expf_neg_any``)
     domain: str = ""
 
 

@@ -421,7 +421,10 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
             Let("mx", F32, mx.value(state_vars("m", mx)))]
     if log:
         body.append(Let("z", F32, Fmt("(isinf(mx) ? {0} : mx)", (Lit(0, F32),))))
-        body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),), "nonpositive"))],
+        # a NaN in the row makes z NaN, and the result z + log(s) NaN whatever s is: the exp
+        # need not pass NaN on (two instructions of ~30 a vector)
+        body.append(Reduce("c", 0, "cols", [Let("e", F32, Math("exp", F32, (Fmt("{0} - z", (Cast(F32, x),)),),
+                                                                "nonpositive_nan_unused"))],
                            sm, "s", {"v": "e"}))
         body.append(First([Store("out", "r", Fmt("(isinf(mx) ? mx : z + {0})",
                                                  (Math("log", F32, ("s_s",)),)), out_dt)]))
@@ -465,10 +468,44 @@ def softmax_kernel(name: str, in_dt, out_dt, log: bool, gpu: bool) -> Kernel:
         raise Unsupported(f"{'LogSumExp' if log else 'Softmax'} on {np.dtype(in_dt)}")
     wide = np.dtype(np.float64) if np.dtype(in_dt) == np.float64 else F32  # MLX: float math, double for double
     rows = (_row_softmax_gpu if gpu else _row_softmax_cpu)(in_dt, out_dt, log, wide)
-    return Kernel(name, _params("row", in_dt, out_dt)[:-1],  # rows, cols, sr (the last axis is unit)
+    params = _params("row", in_dt, out_dt)[:-1]  # rows, cols, sr (the last axis is unit)
+    if log and not gpu:
+        # the CPU: ROW_TILE rows a loop where there are two tiles at least (as the row
+        # reductions), the rest one at a time
+        T = ROW_TILE
+        return Kernel(name, params,
+                      [Let("nt", INDEX, f"rows >= {2 * T} ? rows / {T} : 0"),
+                       Range("rt", 0, "nt", _lse_tile_cpu(in_dt, out_dt, wide), "blocks",
+                             f"rows * cols >= {PAR_MIN_EXP}"),
+                       Range("r", f"nt * {T}", "rows", rows, "blocks",
+                             f"nt == 0 && rows > 1 && rows * cols >= {PAR_MIN_EXP}")], wide=True)
+    return Kernel(name, params,
                   [Range("r", 0, "rows", rows, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN_EXP}")],
                   block=1024, groups=lambda v: min(v["rows"], 1 << 30),
                   threads=lambda v: row_threads(v["cols"]), wide=True)
+
+
+def _lse_tile_cpu(in_dt, out_dt, F32) -> list:
+    """LogSumExp of ROW_TILE rows (``rt * ROW_TILE + j``): their max pass in one loop,
+    then their exp pass in one loop (that many independent exp chains, and the passes'
+    starts and ends paid once a tile: 4096 x 128 one thread 0.82 -> 0.72 ns an element,
+    1000-long rows 4% less), each row's z from a per-tile array."""
+    T = ROW_TILE
+    x = Load("x", "r * sr + c", in_dt)
+    mx, sm = monoid("max", F32), monoid("sum", F32)
+    tiles = tuple(f"rt * {T} + {j}" for j in range(T))
+    body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"},
+                   tiles=tiles, tile_var="r"),
+            Local("zt", F32, T)]
+    for j in range(T):
+        body += [Let(f"mx{j}", F32, mx.value(state_vars(f"m{j}", mx))),
+                 Assign(f"zt[{j}]", Fmt(f"(isinf(mx{j}) ? {{0}} : mx{j})", (Lit(0, F32),)))]
+    e = Math("exp", F32, (Fmt("{0} - zt[r - rt * %d]" % T, (Cast(F32, x),)),), "nonpositive_nan_unused")
+    body.append(Reduce("c", 0, "cols", [Let("e", F32, e)], sm, "s", {"v": "e"}, tiles=tiles, tile_var="r"))
+    body += [Store("out", t, Fmt(f"(isinf(mx{j}) ? mx{j} : zt[{j}] + {{0}})",
+                                 (Math("log", F32, (f"s{j}_s",)),)), out_dt)
+             for j, t in enumerate(tiles)]
+    return body
 
 
 # -- Scan -----------------------------------------------------------------------------------

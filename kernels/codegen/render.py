@@ -495,19 +495,28 @@ static inline float ts_expf(float xf) {
 #define ts_fmaf(a, b, c) ((a) * (b) + (c))
 #endif
 /* exp for x <= 0 (or NaN), within 1.01 ulp where the result is a normal float (ts_expf's
-   reduction and polynomial, its steps fused, 2^k put in the exponent bits at once);
-   x < -87.3365 (a result below FLT_MIN) gives 0, NaN passes. The exp pass is bound by
-   this chain's latency (the vector unit's queue holds two or three elements' chains), so
-   the reduction is fused too: t = x/ln2 + shift in one step (k the same integer), r = x -
-   k*ln2 in two (k*ln2's high part is exact either way): the same worst error, 1.0108 ulp
-   at -5.89055 over every 7th float of [-87.33, 0], 17% less time a pass on AMD Zen 3.
-   The clamp is a max (``x > -88 ? x : -88``: one vmaxps, where the other order became
-   three blends); NaN gives -88 there and passes at the end. Horner's order and the
-   final unfused ``1 + (r + r*r*q)`` stay: Estrin's order and a fused last step were
-   faster still and reached 1.03-1.04 ulp. */
-static inline float ts_expf_neg(float xf) {
+   reduction and polynomial, its steps fused); x < -87.68 gives 0, NaN passes. The exp pass
+   is bound by this chain's latency and its instruction count (the vector unit's queue holds
+   two or three elements' chains), so the reduction is fused too: t = x/ln2 + shift in one
+   step (k the same integer), r = x - k*ln2 in two (k*ln2's high part is exact either way):
+   the same worst error (1.0108 ulp at -5.89055 over every 7th float of [-87.33, 0], 1.0333
+   over every float), 17% less time a pass on AMD Zen 3. The clamp is a max (``x > -88 ?
+   x : -88``); NaN gives -88 there and passes at the end. 2^k is made from t's bits at once: the shift's low bits
+   are 127 (XNNPACK's "magic bias"), so t's low mantissa bits hold k + 127 and ``ti << 23``
+   is the float 2^k, and y = p * 2^k: one shift and one multiply where the exponent add took
+   three integer steps and the flush a compare and a mask (the clamp keeps k >= -127, whose
+   2^k bits are 0: y = 0 below -87.68; k = -126 gives p * 2^-126, a subnormal rounded once).
+   Every normal result is bit for bit the exponent add's (checked over all floats of
+   [-inf, 0]); the pass 9% faster on Zen 3. Horner's order and the final unfused
+   ``1 + (r + r*r*q)`` stay: Estrin's order and a fused last step were faster still and
+   reached 1.03-1.04 ulp. */
+#ifndef TS_EXPF_NEG_ANY
+#define TS_EXPF_NEG_ANY
+/* the same without NaN's pass (a NaN argument gives some number): for a caller whose
+   result is NaN anyway when an argument is (logsumexp's z + log(sum): z is NaN then) */
+static inline float ts_expf_neg_any(float xf) {
   const float x = xf > -88.0f ? xf : -88.0f;
-  const float shift = 12582912.0f;
+  const float shift = 12583039.0f;  /* 1.5 * 2^23 + 127 */
   const float t = ts_fmaf(x, 1.44269502f, shift);
   const float k = t - shift;
   int32_t ti; memcpy(&ti, &t, 4);
@@ -520,13 +529,22 @@ static inline float ts_expf_neg(float xf) {
   q = ts_fmaf(q, r, 1.66666667e-1f);
   q = ts_fmaf(q, r, 0.5f);
   const float p = 1.0f + (r + (r * r) * q);
-  int32_t pb; memcpy(&pb, &p, 4);
-  pb += (ti - 0x4b400000) * (1 << 23);
-  float y; memcpy(&y, &pb, 4);
-  y = xf < -87.3365479f ? 0.0f : y;
+  const int32_t sb = (int32_t)((uint32_t)ti << 23);
+  float s; memcpy(&s, &sb, 4);
+  return p * s;
+}
+#endif
+#ifndef TS_EXPF_NEG
+#define TS_EXPF_NEG
+static inline float ts_expf_neg(float xf) {
+  const float y = ts_expf_neg_any(xf);
   return xf != xf ? xf : y;
 }
+#endif
 """}
+# exp of x <= 0 whose NaN arguments need no NaN result (the first part of ts_expf_neg's
+# source: the two may be in one kernel, each definition guarded)
+_C_OWN_MATH["ts_expf_neg_any"] = _C_OWN_MATH["ts_expf_neg"].split("#ifndef TS_EXPF_NEG\n")[0]
 
 
 # A loop function that every part of a kernel calls (``CpuSchedule._range`` / ``_nest_fn``):
@@ -846,8 +864,9 @@ class CDialect(CFamily):
     # (the double-precision ``exp`` would cost 2.3x).
     own_math = {"exp": "ts_expf"}
     # exp of x <= 0 (softmax's and logsumexp's x - max): one scaling step, no overflow
-    # clamp; results below FLT_MIN flush to 0 (1.5x ts_expf's speed)
-    own_math_domain = {("exp", "nonpositive"): "ts_expf_neg"}
+    # clamp; 0 for x below -87.68, subnormal results above it rounded once
+    own_math_domain = {("exp", "nonpositive"): "ts_expf_neg",
+                       ("exp", "nonpositive_nan_unused"): "ts_expf_neg_any"}
     own_source = _C_OWN_MATH
     exact_small_powers = True
     ir_cpu_threads = _C_CORES  # the loop IR's parallel ranges: one thread per core
