@@ -43,6 +43,11 @@ CONFIGS = {
     "qwen2": dict(model_type="qwen2", hidden_size=128, num_hidden_layers=4,
                   intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                   rms_norm_eps=1e-6, vocab_size=512, tie_word_embeddings=True),
+    # a mixture of experts: mlx_lm's SwitchGLU (gather_mm; gather_qmm quantized), 2 of 4
+    "mixtral": dict(model_type="mixtral", hidden_size=128, num_hidden_layers=4,
+                    intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+                    num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                    vocab_size=512),
     "gemma": dict(model_type="gemma", hidden_size=128, num_hidden_layers=4,
                   intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                   head_dim=32, rms_norm_eps=1e-6, vocab_size=512),
