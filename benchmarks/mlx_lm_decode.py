@@ -206,9 +206,10 @@ void measure_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; 
 
 
 def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, measured: int,
-              impl: str = "tapescope") -> None:
+              impl: str = "tapescope", prompt_phase: bool = False) -> None:
     """Under ``valgrind --tool=callgrind --instr-atstart=no``: instructions of ``measured``
-    decode steps of ``impl`` (after ``tokens - measured`` warm ones, every thread)."""
+    decode steps of ``impl`` (after ``tokens - measured`` warm ones, every thread), or
+    (``prompt_phase``) of the prompt's forward pass and first token, after a warm run."""
     import ctypes
     import subprocess
     import tempfile
@@ -224,6 +225,13 @@ def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, meas
     model = build(s, arch, quant)
     generate(s, model, prompt_np, tokens)
     mx, gen = s[0], s[3]
+    if prompt_phase:  # the prompt's forward pass and its first token
+        lib.measure_start()
+        for tok, _ in gen.generate_step(mx.array(prompt_np), model, max_tokens=1):
+            int(tok)
+        lib.measure_stop()
+        print(f"callgrind: the {prompt_len}-token prompt measured")
+        return
     start = tokens - measured
     for i, (tok, _) in enumerate(gen.generate_step(mx.array(prompt_np), model, max_tokens=tokens)):
         if i == start:
@@ -247,6 +255,8 @@ def main() -> None:
     ap.add_argument("--measured", type=int, default=16)
     ap.add_argument("--impl", choices=("tapescope", "mlx"), default="tapescope",
                     help="--callgrind's implementation")
+    ap.add_argument("--prompt-phase", action="store_true",
+                    help="--callgrind measures the prompt's forward pass instead of decoding")
     args = ap.parse_args()
     extra = {a for a in (args.profile, args.callgrind) if a}
     archs = sorted(set(args.arch) | extra)
@@ -262,7 +272,7 @@ def main() -> None:
           f"mlx-lm {mlx_lm.__version__}")
     if args.callgrind:
         callgrind(stacks, args.callgrind, args.quantize, args.prompt, args.tokens, args.measured,
-                  args.impl)
+                  args.impl, args.prompt_phase)
         return
     if args.profile:
         profile(stacks, args.profile, args.quantize, args.prompt, args.tokens)
