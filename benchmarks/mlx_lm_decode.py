@@ -43,6 +43,11 @@ CONFIGS = {
     "qwen2": dict(model_type="qwen2", hidden_size=128, num_hidden_layers=4,
                   intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                   rms_norm_eps=1e-6, vocab_size=512, tie_word_embeddings=True),
+    # a mixture of experts: mlx_lm's SwitchGLU (gather_mm; gather_qmm quantized), 2 of 4
+    "mixtral": dict(model_type="mixtral", hidden_size=128, num_hidden_layers=4,
+                    intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+                    num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                    vocab_size=512),
     "gemma": dict(model_type="gemma", hidden_size=128, num_hidden_layers=4,
                   intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                   head_dim=32, rms_norm_eps=1e-6, vocab_size=512),
@@ -201,9 +206,10 @@ void measure_stop(void) { CALLGRIND_DUMP_STATS; CALLGRIND_STOP_INSTRUMENTATION; 
 
 
 def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, measured: int,
-              impl: str = "tapescope") -> None:
+              impl: str = "tapescope", prompt_phase: bool = False) -> None:
     """Under ``valgrind --tool=callgrind --instr-atstart=no``: instructions of ``measured``
-    decode steps of ``impl`` (after ``tokens - measured`` warm ones, every thread)."""
+    decode steps of ``impl`` (after ``tokens - measured`` warm ones, every thread), or
+    (``prompt_phase``) of the prompt's forward pass and first token, after a warm run."""
     import ctypes
     import subprocess
     import tempfile
@@ -219,6 +225,13 @@ def callgrind(stacks, arch: str, quant: bool, prompt_len: int, tokens: int, meas
     model = build(s, arch, quant)
     generate(s, model, prompt_np, tokens)
     mx, gen = s[0], s[3]
+    if prompt_phase:  # the prompt's forward pass and its first token
+        lib.measure_start()
+        for tok, _ in gen.generate_step(mx.array(prompt_np), model, max_tokens=1):
+            int(tok)
+        lib.measure_stop()
+        print(f"callgrind: the {prompt_len}-token prompt measured")
+        return
     start = tokens - measured
     for i, (tok, _) in enumerate(gen.generate_step(mx.array(prompt_np), model, max_tokens=tokens)):
         if i == start:
@@ -242,6 +255,8 @@ def main() -> None:
     ap.add_argument("--measured", type=int, default=16)
     ap.add_argument("--impl", choices=("tapescope", "mlx"), default="tapescope",
                     help="--callgrind's implementation")
+    ap.add_argument("--prompt-phase", action="store_true",
+                    help="--callgrind measures the prompt's forward pass instead of decoding")
     args = ap.parse_args()
     extra = {a for a in (args.profile, args.callgrind) if a}
     archs = sorted(set(args.arch) | extra)
@@ -257,7 +272,7 @@ def main() -> None:
           f"mlx-lm {mlx_lm.__version__}")
     if args.callgrind:
         callgrind(stacks, args.callgrind, args.quantize, args.prompt, args.tokens, args.measured,
-                  args.impl)
+                  args.impl, args.prompt_phase)
         return
     if args.profile:
         profile(stacks, args.profile, args.quantize, args.prompt, args.tokens)

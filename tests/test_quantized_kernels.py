@@ -236,6 +236,37 @@ def test_kernels_agree_with_mlx(mode, gs, bits, m):
     np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-4, atol=1e-4)
 
 
+@needs_cc
+@pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
+@pytest.mark.parametrize("mode,gs,bits", [("affine", 32, 4), ("affine", 64, 8), ("affine", 64, 3),
+                                          ("mxfp4", 32, 4), ("mxfp8", 32, 8)])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_planned_calls_agree_with_mlx_into_a_donated_input(mode, gs, bits, transpose):
+    """A decoding step's products: the plan made at the first call (kernels/kernel_call.py)
+    and called by the eval loop from then on, its output the buffer of a dying x of the
+    same shape (N == K: the loop donates it, the kernel reads x to the end), repeated over
+    fresh x's as MLX's own results."""
+    rng = np.random.default_rng(7)
+    K = 128
+    w, s, b = packed(rng, (), K, K, gs, bits, mode, "float32")
+    ours_w = [mx.array(a) for a in (w, s) + (() if b is None else (b,))]
+    theirs_w = [mlx_ref.array(a) for a in (w, s) + (() if b is None else (b,))]
+    if b is None:
+        ours_w.insert(2, None)
+        theirs_w.insert(2, None)
+    rule = cpu_quantized.RULES["QuantizedMatmul"]
+    for step in range(3):
+        x = rng.standard_normal((1, 1, K)).astype(np.float32)
+        before = kernel_hits()
+        ours = mx.quantized_matmul(mx.exp(mx.array(x)), *ours_w, transpose, gs, bits, mode)
+        mx.eval(ours)
+        theirs = mlx_ref.quantized_matmul(mlx_ref.exp(mlx_ref.array(x)), *theirs_w, transpose,
+                                          gs, bits, mode, stream=mlx_ref.cpu)
+        np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-4, atol=1e-4)
+        assert ran_kernel(before, "qmv_t" if transpose else "qmv_n")
+    assert any(p is not None for p in rule.plans.values())  # the call was planned
+
+
 # -- quantize -------------------------------------------------------------------------------------
 @needs_cc
 @settings(max_examples=2 * EXAMPLES, deadline=None)

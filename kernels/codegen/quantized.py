@@ -149,6 +149,7 @@ static inline float e4m3_value(uint32_t c) {
 }
 
 _C_HEAD = """#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #define BITS {bits}
@@ -207,6 +208,7 @@ static inline __attribute__((always_inline)) void dequant_group_fp4(const uint8_
 }}
 #define dequant_group(wb, gs, s, b, table, v) dequant_group_fp4(wb, gs, s, table, v)
 #define dequant_group_slots dequant_group
+#define dequant_group_words dequant_group
 #define SLOTS 0
 #elif 32 % BITS == 0
 #define PF (32 / BITS)
@@ -226,9 +228,25 @@ static inline __attribute__((always_inline)) void dequant_group_slots(const uint
     }}
   }}
 }}
+/* the same values in order (code j * PF + p of the group is word j's p-th code): each
+   word's PF codes by one vector shift (lanes p), mask and convert; qmv_t's x stays in order */
+static inline __attribute__((always_inline)) void dequant_group_words(const uint8_t* wb, int64_t gs, float s, float b,
+                                       const float* table, float* v) {{
+  const uint32_t* w32 = (const uint32_t*)wb;
+  for (int64_t j = 0; j < gs / PF; j++) {{
+    const uint32_t wd = w32[j];
+    float* vj = v + j * PF;
+    #pragma omp simd
+    for (int p = 0; p < PF; p++) {{
+      uint32_t c = (wd >> (p * BITS)) & MASK;
+      vj[p] = {value};
+    }}
+  }}
+}}
 #define SLOTS 1
 #else
 #define dequant_group_slots dequant_group
+#define dequant_group_words dequant_group
 #define SLOTS 0
 #endif
 """
@@ -264,7 +282,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
       for (int64_t n = n0; n < n1; n++) {{
         float acc[MAX_ROWS] = {{0}};
         for (int64_t g = 0; g < G; g++) {{
-          dequant_group_slots(wb + n * row_bytes + g * gs * BITS / 8, gs,
+          dequant_group_words(wb + n * row_bytes + g * gs * BITS / 8, gs,
                               SCALE(sb[n * G + g]), {bias_expr}, table, v);
           for (int64_t m = 0; m < mm; m++) {{
             const float* xr = xb + (m0 + m) * K + g * gs;
@@ -459,13 +477,54 @@ _C_ENTRY = """
 #define RUN(GS) \\
   _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
   for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
-void {name}(void** args) {{
+{guard}void {name}(void** args) {{
   const int64_t gs = (int64_t)args[{gs_arg}];
   const int64_t tasks = {tasks}, work = {work};
-  switch (gs) {{
+{enter}  switch (gs) {{
 {cases}    default: RUN(gs)
   }}
-}}
+{leave}}}
+"""
+
+# a product's output sharing memory with an input (the eval loop gives an out= rule a dying
+# input's buffer, as MLX's donation does): every input is read to the end, so the products
+# go to a temporary first, copied out after (as _gemm.c does); where malloc fails, in place
+_C_QMV_GUARD = """
+static int64_t span_of(const int64_t* off, int64_t B, int64_t size) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < B; i++) m = off[i] > m ? off[i] : m;
+  return m + size;
+}
+static int overlaps(const void* a, int64_t na, const void* o, int64_t no) {
+  const char *pa = (const char*)a, *po = (const char*)o;
+  return pa < po + no && po < pa + na;
+}
+static int out_overlaps(void** args, int64_t gs) {
+  const int64_t B = (int64_t)args[10], M = (int64_t)args[11], N = (int64_t)args[12];
+  const int64_t K = (int64_t)args[13], G = N * (K / gs), ob = B * M * N * 4;
+  const void* o = args[5];
+  return overlaps(args[0], 4 * span_of((const int64_t*)args[6], B, M * K), o, ob) ||
+         overlaps(args[1], span_of((const int64_t*)args[7], B, N * K * BITS / 8), o, ob) ||
+         overlaps(args[2], sizeof(SCALE_T) * span_of((const int64_t*)args[8], B, G), o, ob) ||
+         overlaps(args[3], 4 * span_of((const int64_t*)args[9], B, G), o, ob);
+}
+"""
+_C_QMV_ENTER = """  void* local[15];
+  float* dest = NULL;
+  const int64_t out_bytes = (int64_t)args[10] * (int64_t)args[11] * (int64_t)args[12] * 4;
+  if (out_overlaps(args, gs)) {
+    memcpy(local, args, sizeof local);
+    local[5] = malloc(out_bytes > 0 ? out_bytes : 1);
+    if (local[5] != NULL) {
+      dest = (float*)args[5];
+      args = local;
+    }
+  }
+"""
+_C_QMV_LEAVE = """  if (dest != NULL) {
+    memcpy(dest, args[5], out_bytes);
+    free(args[5]);
+  }
 """
 
 _TASKS = {
@@ -499,5 +558,8 @@ def c_source(spec: QuantSpec) -> str:
 
 def _entry(spec: QuantSpec) -> str:
     cases = "".join(f"    case {g}: RUN({g}) break;\n" for g in spec.group_sizes)
+    qmv = spec.form in ("qmv_t", "qmv_n")
     return _C_ENTRY.format(name=spec.name, gs_arg=len(spec.params()) - 1, cases=cases,
-                           tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1])
+                           tasks=_TASKS[spec.form][0], work=_TASKS[spec.form][1],
+                           guard=_C_QMV_GUARD if qmv else "", enter=_C_QMV_ENTER if qmv else "",
+                           leave=_C_QMV_LEAVE if qmv else "")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import timeline
 from ..codegen.c_ops import Unsupported
-from ..kernel_call import KernelCall
+from ..kernel_call import KernelCall, KernelRule
 from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
 from ..common.strides import batch_offsets as _batch_offsets
 from ..fallback import run_rule
@@ -132,29 +132,33 @@ def _qmv(o: _Operands, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name: st
     """Every batch entry's rows through the vector kernel: out (entries, M, N) float32."""
     nb = len(x_idx)
     out = np.empty((nb, o.M, o.N), _F32)
-    if spec.form == "qmv_t" and spec.slots:
-        # the kernel's slot order (codegen/quantized.py): x's columns g * gs + j * PF + p at
-        # g * gs + p * W + j, each group's words read as vectors
-        pf = 32 // o.bits
-        x = np.ascontiguousarray(o.x.reshape(-1, o.M, o.K // o.gs, o.gs // pf, pf)
-                                 .swapaxes(-1, -2))
-        x_offs = np.asarray(x_idx, np.int64) * (o.M * o.K)
-    else:
-        x, x_offs = o.x, o.x_offs[x_idx]
-    keep = [np.ascontiguousarray(a, np.int64) for a in (x_offs, w_offs, s_offs, b_offs)]
-    table = _table(o.mode, o.bits)
-    gil = o.w.nbytes < _SMALL and nb * o.M * o.N < _SMALL
-    # a KernelCall puts the ten arrays' data pointers into the argument vector in C (no
-    # ctypes array, no ``.ctypes`` object per array); it counts the entry's hit and calls
-    # ``note`` while the timeline records
-    call = KernelCall(_address(entry.fast_fn(gil=gil)), gil, _QMV_ARGV + (nb, o.M, o.N, o.K, o.gs),
-                      _QMV_SLOTS, None, entry, _launch_note(spec, prim_name), out.shape, out.dtype)
-    call(x, o.w, o.s, o.b, table, out, *keep)
+    _qmv_call(o, entry, spec, o.x_offs[x_idx], w_offs, s_offs, b_offs, prim_name,
+              out.shape)(o.x, o.w, o.s, o.b, out)
     return out
 
 
-_QMV_ARGV = (0,) * 10  # the qmv kernels' pointers (codegen/quantized.py): x, w, scales,
-_QMV_SLOTS = tuple(range(10))  # biases, table, out, then the four offset arrays
+def _qmv_call(o: _Operands, entry, spec, x_offs, w_offs, s_offs, b_offs, prim_name: str,
+              out_shape: tuple, biases: bool = True):
+    """The vector kernel's KernelCall over these matrix offsets: x, w, scales, biases
+    (``biases`` False: not an array of the call, the zero _Operands made is its constant)
+    and the output (``out_shape``: the (entries, M, N) products in order, float32)."""
+    nb = len(x_offs)
+    keep = [np.ascontiguousarray(a, np.int64) for a in (x_offs, w_offs, s_offs, b_offs)]
+    table = _table(o.mode, o.bits)
+    gil = o.w.nbytes < _SMALL and nb * o.M * o.N < _SMALL
+    # a KernelCall puts the arrays' data pointers into the argument vector in C (no ctypes
+    # array, no ``.ctypes`` object per array); it counts the entry's hit and calls ``note``
+    # while the timeline records; the table and the offsets are constants of the call
+    argv = (0, 0, 0, 0 if biases else o.b.ctypes.data, table.ctypes.data, 0,
+            *(a.ctypes.data for a in keep), nb, o.M, o.N, o.K, o.gs)
+    return KernelCall(_address(entry.fast_fn(gil=gil)), gil, argv,
+                      _QMV_SLOTS if biases else _QMV_SLOTS_NO_BIASES, (table, o.b, *keep),
+                      entry, _launch_note(spec, prim_name), tuple(out_shape), _F32)
+
+
+_QMV_SLOTS = (0, 1, 2, 3, 5)  # the qmv kernels' arrays (codegen/quantized.py): x, w, scales,
+_QMV_SLOTS_NO_BIASES = (0, 1, 2, 5)  # biases, out (the table and the four offset arrays
+# are the call's constants)
 _addresses: dict = {}  # id(ctypes function) -> (the function, its address)
 _notes: dict = {}  # (kernel, primitive) -> its launch's timeline note
 
@@ -229,11 +233,9 @@ def _run(o: _Operands, x_idx, w_offs, s_offs, b_offs, prim_name: str, xp, args, 
     return run(o, entry, spec, x_idx, w_offs, s_offs, b_offs, prim_name), None
 
 
-def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
-    kw = dict(group_size=group_size, bits=bits, mode=mode, transpose=transpose)
-    args = (x, w, scales, *biases)
-    if x.size == 0 or w.size == 0:
-        return REGISTRY["QuantizedMatmul"].rule(xp, *args, **kw)
+def _operands(x, w, scales, biases: tuple, kw: dict):
+    """The operands of a QuantizedMatmul call and each of x's batch entries' offsets into
+    w, scales and biases."""
     b = biases[0] if biases else None
     if x.ndim <= 2 < w.ndim:  # MLX's kernel reads w's first matrix for an unbatched x
         w, scales = w.reshape(-1, *w.shape[-2:])[0], scales.reshape(-1, *scales.shape[-2:])[0]
@@ -244,8 +246,45 @@ def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpos
     def each(offs):  # a 2-D operand serves every entry of x's batch
         return offs if len(offs) == nb else np.zeros(nb, np.int64) + offs[0]
 
-    out, why = _run(o, np.arange(nb), each(o.w_offs), each(o.s_offs), each(o.b_offs),
-                    "QuantizedMatmul", xp, args, kw)
+    return o, each(o.w_offs), each(o.s_offs), each(o.b_offs)
+
+
+def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
+    """The vector kernel's KernelCall for a QuantizedMatmul of this layout (float32 x of
+    at most ``MAX_ROWS`` rows a matrix, every operand's matrices row-contiguous: no copy,
+    the kernel built), or None: the rule runs it. The eval loop calls it from C."""
+    kw = dict(group_size=group_size, bits=bits, mode=mode, transpose=transpose)
+    ins = (x, w, scales, *biases)
+    if (any(type(a) is not np.ndarray for a in ins) or x.dtype != _F32 or x.ndim < 2
+            or x.size == 0 or w.size == 0 or (mode == "affine" and biases
+                                              and (scales.dtype != _F32 or biases[0].dtype != _F32))):
+        return None
+    o, w_offs, s_offs, b_offs = _operands(x, w, scales, biases, kw)
+    copied = (o.x is not x or o.w is not w or o.s is not scales
+              or (biases and o.b is not biases[0]))
+    if copied or o.M > MAX_ROWS or _why_not(o) is not None:
+        return None
+    spec = _spec(o, "qmv_t" if transpose else "qmv_n")
+    entry = _entry(spec)
+    if isinstance(entry, compiler.BuildError):
+        return None
+    return _qmv_call(o, entry, spec, o.x_offs, w_offs, s_offs, b_offs, "QuantizedMatmul",
+                     tuple(x.shape[:-1]) + (o.N,), biases=bool(biases))
+
+
+def _rule(xp, *ins, out=None, **kw):
+    """QuantizedMatmul's rule where no plan takes the call (``out`` unused)."""
+    return quantized_matmul(xp, *ins, **kw)
+
+
+def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
+    kw = dict(group_size=group_size, bits=bits, mode=mode, transpose=transpose)
+    args = (x, w, scales, *biases)
+    if x.size == 0 or w.size == 0:
+        return REGISTRY["QuantizedMatmul"].rule(xp, *args, **kw)
+    o, w_offs, s_offs, b_offs = _operands(x, w, scales, biases, kw)
+    out, why = _run(o, np.arange(len(o.x_offs)), w_offs, s_offs, b_offs, "QuantizedMatmul",
+                    xp, args, kw)
     if out is None:
         return _fallback("QuantizedMatmul", why, xp, args, kw)
     return out.reshape(*x.shape[:-1], o.N)
@@ -305,5 +344,7 @@ def quantize(xp, w, *, group_size, bits, mode="affine"):
 
 
 # primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
-RULES: dict = by_kernel({"quantized_matmul": quantized_matmul, "gather_qmm": gather_qmm,
-                         "quantize": quantize})
+# (QuantizedMatmul: a layout's vector-kernel call planned once, called by the eval loop
+# from C; every other call the rule)
+RULES: dict = by_kernel({"quantized_matmul": KernelRule("QuantizedMatmul", qmv_plan, _rule),
+                         "gather_qmm": gather_qmm, "quantize": quantize})

@@ -7,6 +7,7 @@ backend runs GatherMM / BlockMaskedMM in float32 only (its GPU backend takes eve
 from __future__ import annotations
 
 from ..primitives import MATMUL, broadcast_shapes, define
+from .forms import on_host
 from .products import _wide
 
 
@@ -40,10 +41,14 @@ def gather_mm(xp, a, b, lhs_indices, rhs_indices, *, left_sorted, right_sorted):
     if lhs_indices.size == 0 or stack_a.shape[0] == 0 or stack_b.shape[0] == 0:
         return xp.zeros(out_shape, dtype=_wide(xp, a).dtype)
     left = _wide(xp, _gathered(xp, stack_a, lhs_indices))
-    if rhs_indices.size > stack_b.shape[0]:  # fewer matrices than products: one per matrix
+    host = on_host(xp)
+    if host or rhs_indices.size > stack_b.shape[0]:
+        # one product per distinct matrix of b, read where it lies (MLX's CPU GatherMM
+        # multiplies each pair in place, mlx/backend/cpu/masked_mm.cpp): no gathered copy of
+        # the matrices (a mixture of experts' weights, each selected expert's whole matrix)
         flat = xp.clip(xp.reshape(rhs_indices, (-1,)).astype(xp.int64), 0, stack_b.shape[0] - 1)
         out = xp.empty((flat.size, m, n), dtype=left.dtype)
-        for r in range(stack_b.shape[0]):
+        for r in (xp.unique(flat).tolist() if host else range(stack_b.shape[0])):
             sel = xp.nonzero(flat == r)[0]
             if sel.size:
                 out[sel] = xp.matmul(left[sel], _wide(xp, stack_b[r]))

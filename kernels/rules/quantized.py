@@ -184,9 +184,11 @@ def _gather_qmm_shape(shapes: list, *, mode, transpose, bits, **_) -> list:
     return [tuple(lhs) + (x[-2], _outer(w, transpose, bits))]
 
 
-@define("QuantizedMatmul", family=QUANTIZED, kernel="quantized_matmul", shape=_qmm_shape)
-def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose):
-    """``x @ dequantize(w).T`` (or ``x @ dequantize(w)``), rounded to x's type once."""
+@define("QuantizedMatmul", family=QUANTIZED, kernel="quantized_matmul", shape=_qmm_shape,
+        out=True)
+def quantized_matmul(xp, x, w, scales, *biases, group_size, bits, mode, transpose, out=None):
+    """``x @ dequantize(w).T`` (or ``x @ dequantize(w)``), rounded to x's type once (``out``,
+    the evaluator's buffer, unused: a backend's kernel writes into it)."""
     b = biases[0] if biases else None
     if x.ndim <= 2 < w.ndim:  # MLX's kernel reads w's first matrix for an unbatched x
         w, scales = w.reshape(-1, *w.shape[-2:])[0], scales.reshape(-1, *scales.shape[-2:])[0]

@@ -23,7 +23,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import BadArgs, StreamOrDevice, binding, resolve_stream
 from ..primitive import Primitive
-from .convert import _fmt_shape
+from .convert import _fmt_shape, _scalar
 
 __all__ = ["quantize", "dequantize", "quantized_matmul", "gather_qmm", "qqmm", "gather_qqmm",
            "to_fp8", "from_fp8"]
@@ -182,6 +182,10 @@ def _matmul_dims(tag: str, x: array, w: array, scales: array, biases: Optional[a
 
 
 def _const(v, dtype) -> array:
+    """``array(v, dtype)``: a 0-d constant (an int of an integer type it fits, the shifts'
+    and masks' common case, made directly: the constructor's value dispatch left out)."""
+    if type(v) is int and dtype.kind in "ui" and 0 <= v < (1 << (8 * dtype.size - 1)):
+        return _scalar(v, dtype)
     return array(v, dtype)
 
 
