@@ -1,6 +1,5 @@
-"""The CUDA dialect: tables over the shared C-family renderer (kernels/cuda/ runs it). MLX's
-CUDA conventions: ``__half`` / ``__nv_bfloat16`` storage computed in float, ``extern "C"
-__global__`` kernels, a thread's rank ``blockIdx.x * blockDim.x + threadIdx.x``, 32-bit unless ``_large``."""
+"""The CUDA dialect: tables over the shared C-family renderer (kernels/cuda/ runs it). MLX's CUDA
+conventions: ``__half`` / ``__nv_bfloat16`` computed in float, ``extern "C" __global__`` kernels."""
 
 from __future__ import annotations
 
@@ -133,10 +132,7 @@ class CUDADialect(CFamily):
                  "load": "const {vt} {n} = *reinterpret_cast<const {vt}*>({p} + {i});",
                  "cache": True}
     ir_prelude = _IR_PRELUDE
-    # an exp of a value at most 0 (softmax's x - max): the hardware's exp2 on x * log2(e),
-    # MLX's softmax_exp (mlx/backend/cuda/softmax.cu, logsumexp.cu: "x is gonna be in
-    # (-oo, 0] anyway")
-    own_math_domain = {("exp", "nonpositive"): "__expf"}
+    own_math_domain = {("exp", "nonpositive"): "__expf"}  # x - max <= 0: MLX's softmax_exp
 
     def __init__(self, **kw):
         pass
