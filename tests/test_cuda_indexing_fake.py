@@ -24,6 +24,7 @@ import fake_cuda_driver; fake_cuda_driver.install()
 import numpy as np
 import tapescope.core as mx
 from tapescope.core import evaluate as ev
+from tapescope.kernels import timeline
 from tapescope.kernels.cuda import indexing
 
 mx.set_default_device(mx.gpu)
@@ -49,7 +50,8 @@ for name, dt in (("float32", mx.float32), ("bfloat16", mx.bfloat16)):
         c0 = fake_cuda_driver.launches()
         ev.reset_dispatch_counts()
         first = y._d.node.inputs[0]  # (the gather's x; the scatter's zeros)
-        mx.eval(y)
+        with timeline.record() as rec:
+            mx.eval(y)
         prim = "GatherAxis" if op == "gather" else "ScatterAxis"
         plan = list(indexing.RULES[prim].plans.values())[-1]
         words = [list(p.packs[threading.get_ident()][0]) for p in (plan, *plan.then)]
@@ -59,6 +61,7 @@ for name, dt in (("float32", mx.float32), ("bfloat16", mx.bfloat16)):
             "reads": reads[0] - r0, "syncs": fake_cupy._SYNCS[0] - s0,
             "py": fake_cuda_driver.PY_LAUNCHES[0] - p0, "c": fake_cuda_driver.launches() - c0,
             "paths": {k: v for k, v in ev.dispatch_counts().items() if v},
+            "names": [r.name for r in rec.records if r.kind == "kernel_launch"],
             "words": words, "a": raw(first.data).__array_interface__["data"][0], "idx": ptr(idx), "up": ptr(up), "y": ptr(y)}
 print("RESULT" + json.dumps(out))
 """
@@ -76,12 +79,13 @@ def test_an_axis_gather_or_scatter_reads_nothing_back_and_launches_from_c(got, c
     assert row["reads"] == 0 and row["syncs"] == 0, row
     assert row["py"] == 0, row  # (no Python launch: the plans from C)
     if case.startswith("gather"):  # a, indices, out, count, axis size, (size, sa, si) x 2
-        assert row["c"] == 1, row
+        assert row["c"] == 1 and len(row["names"]) == 1, row
         (w,) = row["words"]
         assert w[:5] == [row["a"], row["idx"], row["y"], 64 * 3, 10], row
         assert w[5:11] == [64, 10, 3, 3, 1, 1] and len(w) == 11 + 2, row
     else:  # the input copied into the output, then indices, updates, out: the scatter
-        assert row["c"] == 2, row
+        assert row["c"] == 2, row  # the timeline names both launches of the sequence
+        assert row["names"][0].startswith("copy_") and row["names"][1].startswith("scatter_axis_sum"), row
         copy, scatter = row["words"]
         assert copy[:3] == [row["a"], row["y"], 64 * 10] and copy[3:7] == [64, 10, 10, 1], row
         assert scatter[:5] == [row["idx"], row["up"], row["y"], 64 * 3, 10], row

@@ -328,8 +328,8 @@ def _launch_end(index: int, ev0: Any, launch: Any, inputs: list, out: Any) -> No
     timing.end(device.cuda_stream(index), ev0, name=_launch_name(launch), node=None,
                stream=index, detail=_launch_detail(launch, inputs, out))
     t = timeline.now()
-    timeline.add("kernel_launch", t, t, name=launch.name, device="gpu",
-                 detail=launch.launch_detail())
+    for p in (launch, *getattr(launch, "then", ())):  # a sequence: each of its launches
+        timeline.add("kernel_launch", t, t, name=p.name, device="gpu", detail=p.launch_detail())
 
 
 def _wait_record(index: int, t0: int) -> None:
