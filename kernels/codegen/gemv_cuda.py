@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# (the storage type, a T as float, a float rounded to T, element j of 16-byte words as
-# float): qmv's tables, the same loads and stores
-from .qmv_cuda import _C_TYPES, _CU_TYPES
+from .warp_text import c_head, c_prelude, cuda_prelude
 
 WARPS = 8  # output columns (warps) per block
 TYPES = ("float32", "float16", "bfloat16")
@@ -57,7 +55,7 @@ class GemvSpec:
 
 
 # The kernel's text: the dialects define T, LOAD (a T as float), STORE (a float rounded to
-# T), LOAD16 (16 bytes into four words), FROM_WORDS (element j of such words as float), the
+# T), LOADW4 (16 bytes into four words), FROM_WORDS (element j of such words as float), the
 # grid's loops (FOR_BLOCK_WARP, FOR_LANE), WARP_SUM and LEADER (lane 0 of the warp). In CUDA
 # the loops run once per thread; in C they walk every block, warp and lane in order, the
 # lanes' sums falling into one accumulator.
@@ -79,8 +77,8 @@ KERNEL_HEAD {{
         if (vec) {{
           for (long long k0 = (long long)lane * EPV; k0 < K; k0 += 32 * EPV) {{
             uint32_t xw[4], ww[4];
-            LOAD16(xw, xr + k0);
-            LOAD16(ww, wr + k0);
+            LOADW4(xw, xr + k0);
+            LOADW4(ww, wr + k0);
             UNROLL
             for (int j = 0; j < EPV; j++) acc = fmaf(FROM_WORDS(xw, j), FROM_WORDS(ww, j), acc);
           }}
@@ -109,75 +107,12 @@ def _body(head: str) -> str:
 
 def cuda_source(spec: GemvSpec) -> str:
     """The CUDA of ``spec``: ``WARPS * 32`` threads a block, a one-dimensional grid."""
-    T, load, store, words = _CU_TYPES[spec.dtype]
     head = (f'extern "C" __global__ void __launch_bounds__({WARPS * 32}) '
             f"{spec.name}({_signature(spec)}) {{")
-    return f"""#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-typedef unsigned int uint32_t;
-#define T {T}
-#define LOAD(v) {load.format('v')}
-#define STORE(v) {store.format('v')}
-#define FROM_WORDS(w, j) {words}
-#define LOAD16(words, src) do {{ const uint4 u_ = *(const uint4*)(src); \\
-  (words)[0] = u_.x; (words)[1] = u_.y; (words)[2] = u_.z; (words)[3] = u_.w; }} while (0)
-#define ADDR(p) ((unsigned long long)(p))
-#define UNROLL _Pragma("unroll")
-#define FOR_BLOCK_WARP(blk, warp) \\
-  for (long long blk = blockIdx.x, warp = threadIdx.x >> 5, _once = 1; _once; _once = 0)
-#define FOR_LANE(lane) for (int lane = threadIdx.x & 31, _one = 1; _one; _one = 0)
-#define LEADER if ((threadIdx.x & 31) == 0)
-static __device__ __forceinline__ float WARP_SUM(float v) {{
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}}
-""" + _body(head)
+    return cuda_prelude(spec.dtype) + _body(head)
 
 
 def c_source(spec: GemvSpec) -> str:
     """The C of ``spec``: the same loops over every block, warp and lane in order (the
     kernels' ``void** args`` entry: pointers, then the int64 values)."""
-    T, load, store, words = _C_TYPES[spec.dtype]
-    unpack = []
-    for i, (k, n) in enumerate(spec.params()):
-        if k == "int":
-            unpack.append(f"const long long {n} = (long long)(intptr_t)args[{i}];")
-        else:
-            name, ty = _BUFS[n]
-            unpack.append(f"{ty} {name} = ({ty})args[{i}];")
-    head = f"void {spec.name}(void** args) {{\n  " + "\n  ".join(unpack)
-    return f"""#include <stdint.h>
-#include <string.h>
-#include <math.h>
-static inline float u32_float(uint32_t u) {{
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}}
-static inline float u16_half(uint16_t u) {{
-  _Float16 h;
-  memcpy(&h, &u, 2);
-  return (float)h;
-}}
-static inline float bf16_float(uint16_t h) {{ return u32_float((uint32_t)h << 16); }}
-static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kept quiet */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}}
-#define T {T}
-#define LOAD(v) {load.format('v')}
-#define STORE(v) {store.format('v')}
-#define FROM_WORDS(w, j) {words}
-#define LOAD16(words, src) memcpy((words), (src), 16)
-#define ADDR(p) ((uintptr_t)(p))
-#define UNROLL
-#define FOR_BLOCK_WARP(blk, warp) \\
-  for (long long blk = 0; blk < B * ((N + WARPS - 1) / WARPS); blk++) \\
-    for (long long warp = 0; warp < WARPS; warp++)
-#define FOR_LANE(lane) for (int lane = 0; lane < 32; lane++)
-#define LEADER
-#define WARP_SUM(v) (v)
-""" + _body(head)
+    return c_prelude(spec.dtype) + _body(c_head(spec.name, spec.params(), _BUFS))

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .warp_text import c_head, c_prelude, cuda_prelude
+
 MAX_ROWS = 8  # rows one qmv call multiplies (MLX's CUDA qmv below M * B = 8)
 WARPS = 8  # output columns (warps) per block, MLX's rows_per_block
 TYPES = ("float32", "float16", "bfloat16")
@@ -307,21 +309,6 @@ KERNEL_HEAD {{
 }}
 """
 
-# (the storage type, a T as float, a float rounded to T, element j of x's 16-byte words as float)
-_CU_TYPES = {
-    "float32": ("float", "({})", "({})", "__uint_as_float((w)[j])"),
-    "float16": ("__half", "__half2float({})", "__float2half_rn({})",
-                "__half2float(__ushort_as_half((unsigned short)((w)[(j) >> 1] >> (16 * ((j) & 1)))))"),
-    "bfloat16": ("__nv_bfloat16", "__bfloat162float({})", "__float2bfloat16_rn({})",
-                 "__uint_as_float(((j) & 1) ? ((w)[(j) >> 1] & 0xffff0000u) : ((w)[(j) >> 1] << 16))"),
-}
-_C_TYPES = {
-    "float32": ("float", "({})", "({})", "u32_float((w)[j])"),
-    "float16": ("_Float16", "((float)({}))", "((_Float16)({}))",
-                "u16_half((uint16_t)((w)[(j) >> 1] >> (16 * ((j) & 1))))"),
-    "bfloat16": ("uint16_t", "bf16_float({})", "float_bf16({})",
-                 "u32_float(((j) & 1) ? ((w)[(j) >> 1] & 0xffff0000u) : ((w)[(j) >> 1] << 16))"),
-}
 # a float rounded to T as its bits (a word for float32, half a word for the 16-bit types)
 _CU_BITS = {"float32": "__float_as_uint({})",
             "float16": "(uint32_t)__half_as_ushort(__float2half_rn({}))",
@@ -373,7 +360,6 @@ def _body(spec: QmvSpec, head: str) -> str:
 
 def cuda_source(spec: QmvSpec) -> str:
     """The CUDA of ``spec``: ``WARPS * 32`` threads a block, a one-dimensional grid."""
-    T, load, store, words = _CU_TYPES[spec.dtype]
     threads = WARPS * 32 if spec.rows else DEQUANT_THREADS
     # one row: four blocks an SM (64 registers; ptxas spills a word or two), so the 512
     # blocks of a 4096-column weight are one wave on an H100's 132 SMs (69 registers: three);
@@ -382,95 +368,14 @@ def cuda_source(spec: QmvSpec) -> str:
     bounds = f"{threads}, 4" if spec.rows == 1 and not spec.index else f"{threads}"
     head = (f'extern "C" __global__ void __launch_bounds__({bounds}) '
             f"{spec.name}({_signature(spec)}) {{")
-    return f"""#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-typedef unsigned int uint32_t;
-#define T {T}
-#define LOAD(v) {load.format('v')}
-#define STORE(v) {store.format('v')}
-#define FBITS(u) __uint_as_float(u)
-#define DEVFN static __device__ __forceinline__
-#define FROM_WORDS(w, j) {words}
-#define LOADW4(words, src) do {{ const uint4 u_ = *(const uint4*)(src); \\
-  (words)[0] = u_.x; (words)[1] = u_.y; (words)[2] = u_.z; (words)[3] = u_.w; }} while (0)
-#define LOADW2(words, src) do {{ const uint2 u_ = *(const uint2*)(src); \\
-  (words)[0] = u_.x; (words)[1] = u_.y; }} while (0)
-#define ADDR(p) ((unsigned long long)(p))
-#define UNROLL _Pragma("unroll")
-#define FOR_BLOCK_WARP(blk, warp) \\
-  for (long long blk = blockIdx.x, warp = threadIdx.x >> 5, _once = 1; _once; _once = 0)
-#define FOR_LANE(lane) for (int lane = threadIdx.x & 31, _one = 1; _one; _one = 0)
-#define LEADER if ((threadIdx.x & 31) == 0)
-#define FOR_THREAD(t) \\
+    return (cuda_prelude(spec.dtype) + """#define FOR_THREAD(t) \\
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, _once = 1; _once; _once = 0)
-#define STORE16W(dst, words) (*(uint4*)(dst) = make_uint4((words)[0], (words)[1], (words)[2], (words)[3]))
-""" + _to_words(spec.dtype, _CU_BITS) + f"""static __device__ __forceinline__ float WARP_SUM(float v) {{
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}}
-""" + _spec_defines(spec, _CU_INDEX) + _body(spec, head)
+""" + _to_words(spec.dtype, _CU_BITS) + _spec_defines(spec, _CU_INDEX) + _body(spec, head))
 
 
 def c_source(spec: QmvSpec) -> str:
     """The C of ``spec``: the same loops over every block, warp and lane in order (the
     kernels' ``void** args`` entry: pointers, then the int64 values)."""
-    T, load, store, words = _C_TYPES[spec.dtype]
-    unpack = []
-    for i, (k, n) in enumerate(spec.params()):
-        if k == "int":
-            unpack.append(f"const long long {n} = (long long)(intptr_t)args[{i}];")
-        else:
-            name, ty = _BUFS[n]
-            unpack.append(f"{ty} {name} = ({ty})args[{i}];")
-    head = f"void {spec.name}(void** args) {{\n  " + "\n  ".join(unpack)
-    return f"""#include <stdint.h>
-#include <string.h>
-#include <math.h>
-static inline float u32_float(uint32_t u) {{
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}}
-static inline float u16_half(uint16_t u) {{
-  _Float16 h;
-  memcpy(&h, &u, 2);
-  return (float)h;
-}}
-static inline float bf16_float(uint16_t h) {{ return u32_float((uint32_t)h << 16); }}
-static inline uint32_t float_u32(float f) {{
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}}
-static inline uint32_t half_u16(float f) {{
-  const _Float16 h = (_Float16)f;
-  uint16_t u;
-  memcpy(&u, &h, 2);
-  return u;
-}}
-static inline uint16_t float_bf16(float f) {{  /* round to nearest even, NaN kept quiet */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}}
-#define T {T}
-#define LOAD(v) {load.format('v')}
-#define STORE(v) {store.format('v')}
-#define FBITS(u) u32_float(u)
-#define DEVFN static inline
-#define FROM_WORDS(w, j) {words}
-#define LOADW4(words, src) memcpy((words), (src), 16)
-#define LOADW2(words, src) memcpy((words), (src), 8)
-#define ADDR(p) ((uintptr_t)(p))
-#define UNROLL
-#define FOR_BLOCK_WARP(blk, warp) \\
-  for (long long blk = 0; blk < B * ((N + WARPS - 1) / WARPS); blk++) \\
-    for (long long warp = 0; warp < WARPS; warp++)
-#define FOR_LANE(lane) for (int lane = 0; lane < 32; lane++)
-#define LEADER
-#define WARP_SUM(v) (v)
-#define FOR_THREAD(t) for (long long t = 0; t < total; t++)
-#define STORE16W(dst, words) memcpy((dst), (words), 16)
-""" + _to_words(spec.dtype, _C_BITS) + _spec_defines(spec, _C_INDEX) + _body(spec, head)
+    return (c_prelude(spec.dtype) + "#define FOR_THREAD(t) for (long long t = 0; t < total; t++)\n"
+            + _to_words(spec.dtype, _C_BITS) + _spec_defines(spec, _C_INDEX)
+            + _body(spec, c_head(spec.name, spec.params(), _BUFS)))
