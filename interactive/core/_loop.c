@@ -543,6 +543,33 @@ static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, Py
     return PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* a fresh output of ``nbytes`` from ``alloc``, viewed in ``shape`` (column order: the reversed
+ * shape's view, transposed) and its handle: (new view, *handle) or NULL with an error set */
+static PyObject *fresh_out(PyObject *alloc, long long nbytes, PyObject *npdt, PyObject *shape,
+                           int forder, PyObject **handle) {
+    PyObject *out = NULL, *size = PyLong_FromLongLong(nbytes);
+    PyObject *buf = size ? PyObject_CallMethodOneArg(alloc, s_malloc, size) : NULL;
+    *handle = NULL;
+    if (buf != NULL && forder) {
+        Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+        PyObject *rev = PyTuple_New(nd), *v = NULL;
+        for (Py_ssize_t i = 0; rev != NULL && i < nd; i++)
+            PyTuple_SET_ITEM(rev, i, Py_NewRef(PyTuple_GET_ITEM(shape, nd - 1 - i)));
+        v = rev ? buffer_view(buf, size, npdt, rev) : NULL;
+        out = v ? PyObject_GetAttr(v, s_T) : NULL;
+        Py_XDECREF(rev); Py_XDECREF(v);
+    } else if (buf != NULL) {
+        out = buffer_view(buf, size, npdt, shape);
+    }
+    if (out != NULL) {
+        *handle = PyObject_CallFunctionObjArgs(l_handle_type, buf, alloc, NULL);
+        if (*handle == NULL) Py_CLEAR(out);
+    }
+    Py_XDECREF(buf);
+    Py_XDECREF(size);
+    return out;
+}
+
 /* whether ``d`` (an input desc) may give its buffer to an output of ``shape``, ``itemsize``
  * and ``nbytes`` (evaluate._donor's checks, in its order) */
 static int donates(PyObject *d, PyObject *shape, long long itemsize, long long nbytes) {
@@ -868,16 +895,7 @@ static int run_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t
             out = v;
             handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
         }
-        if (out == NULL) {
-            PyObject *size = PyLong_FromLongLong(nbytes);
-            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
-            if (buf != NULL) {
-                out = buffer_view(buf, size, npdt, shape);
-                handle = out ? PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL) : NULL;
-            }
-            Py_XDECREF(buf);
-            Py_XDECREF(size);
-        }
+        if (out == NULL) out = fresh_out(bi->alloc, nbytes, npdt, shape, 0, &handle);
         if (out == NULL || handle == NULL) { Py_XDECREF(out); Py_XDECREF(handle); rc = -1; goto done; }
         outs[made] = out, handles[made] = handle;
         total += nbytes;
@@ -960,25 +978,7 @@ static int device_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssiz
             out = v;
             handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
         }
-        if (out == NULL) {
-            PyObject *size = PyLong_FromLongLong(nbytes);
-            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
-            if (buf != NULL && forder) { /* column order: the reversed shape's view, transposed */
-                Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-                PyObject *rev = PyTuple_New(nd), *v = NULL;
-                for (Py_ssize_t i = 0; rev != NULL && i < nd; i++)
-                    PyTuple_SET_ITEM(rev, i, Py_NewRef(PyTuple_GET_ITEM(shape, nd - 1 - i)));
-                v = rev ? buffer_view(buf, size, npdt, rev) : NULL;
-                out = v ? PyObject_GetAttr(v, s_T) : NULL;
-                Py_XDECREF(rev); Py_XDECREF(v);
-            } else if (buf != NULL) {
-                out = buffer_view(buf, size, npdt, shape);
-            }
-            if (out != NULL)
-                handle = PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL);
-            Py_XDECREF(buf);
-            Py_XDECREF(size);
-        }
+        if (out == NULL) out = fresh_out(bi->alloc, nbytes, npdt, shape, forder, &handle);
         if (out == NULL || handle == NULL) { Py_XDECREF(out); Py_XDECREF(handle); rc = -1; goto done; }
         outs[made] = out, handles[made] = handle;
         total += nbytes;
@@ -1399,24 +1399,8 @@ static int run_host(PyObject *node) {
             }
             PyErr_Clear();
         } else {
-            PyObject *size = PyLong_FromLongLong(nbytes);
-            PyObject *buf = size ? PyObject_CallMethodOneArg(bi->alloc, s_malloc, size) : NULL;
-            if (buf != NULL && forder) { /* column order: the reversed shape's view, transposed */
-                Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-                PyObject *rev = PyTuple_New(nd), *v = NULL;
-                for (Py_ssize_t i = 0; rev != NULL && i < nd; i++)
-                    PyTuple_SET_ITEM(rev, i, Py_NewRef(PyTuple_GET_ITEM(shape, nd - 1 - i)));
-                v = rev ? buffer_view(buf, size, npdt, rev) : NULL;
-                out = v ? PyObject_GetAttr(v, s_T) : NULL;
-                Py_XDECREF(rev); Py_XDECREF(v);
-            } else if (buf != NULL) {
-                out = buffer_view(buf, size, npdt, shape);
-                out_c = 1; /* the allocator's buffer viewed in the output's shape */
-            }
-            if (out != NULL)
-                handle = PyObject_CallFunctionObjArgs(l_handle_type, buf, bi->alloc, NULL);
-            Py_XDECREF(buf);
-            Py_XDECREF(size);
+            out = fresh_out(bi->alloc, nbytes, npdt, shape, forder, &handle);
+            out_c = out != NULL && !forder; /* the allocator's buffer viewed in the output's shape */
         }
         if (out == NULL || handle == NULL) goto done;
     }
