@@ -31,6 +31,14 @@ using std::isnan;
 struct ts_dim3 { unsigned x = 0, y = 0, z = 0; };
 static ts_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
+/* the fibers of a block take turns (no preemption between them): a read-modify-write is
+ * atomic as it stands */
+static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {
+  unsigned long long old = *a;
+  if (v < old) *a = v;
+  return old;
+}
+
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };

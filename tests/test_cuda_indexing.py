@@ -146,3 +146,43 @@ def test_an_index_out_of_bounds_on_the_gpu_raises_and_leaves_the_node_lazy():
     assert out._d.node is not None
     ok = mx.take_along_axis(a, mx.array(np.array([[3], [-4], [0]], np.int32)), axis=1)
     np.testing.assert_array_equal(np.array(ok), [[3], [4], [8]])
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=30, deadline=None)
+@given(case())
+def test_one_index_gather_on_the_gpu_matches_numpy(c):
+    """``a[idx]`` and ``take`` (MLX's ``Gather`` with one index array, an embedding's lookup)
+    run the gather_axis kernel (``cuda/indexing.py``'s ``gather``) for every element dtype,
+    bfloat16's bits too, and strided inputs."""
+    shape, axis, n_ax, dt, it, transposed, seed = c
+    a, _, ax = _inputs(c)
+    rng = np.random.default_rng(seed + 2)
+    lo = 0 if INDEX[it][1](0).dtype.kind == "u" else -shape[ax]
+    idx = rng.integers(lo, shape[ax], (n_ax, 2)[: 1 + seed % 2])
+    t, npt = DTYPES[dt]
+    host = a.astype(npt)
+    ma = mx.array(np.ascontiguousarray(np.swapaxes(host, 0, -1)) if transposed else host).astype(t)
+    if transposed:
+        ma = mx.swapaxes(ma, 0, -1)
+    mi = mx.array(idx.astype(INDEX[it][1]), dtype=INDEX[it][0])
+    mx.eval(ma, mi)
+    with kernel_launches("cuda") as rec:
+        out = mx.take(ma, mi, axis=axis)
+        mx.eval(out)
+    wide = dt in ("bfloat16", "float16")
+    values = np.array(ma.astype(mx.float32)) if wide else np.array(ma)
+    want = np.take(values, np.where(idx < 0, idx + shape[ax], idx), axis=ax)
+    got = np.array(out.astype(mx.float32)) if wide else np.array(out)
+    np.testing.assert_array_equal(got, want)
+    assert "Gather" in rec.primitives, rec.fallbacks
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+def test_a_gathers_index_out_of_bounds_on_the_gpu_raises_numpys_error():
+    w = mx.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    out = w[mx.array(np.array([[0, 2], [3, 1]], np.int32))]
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        mx.eval(out)
+    ok = mx.take(w, mx.array(np.array([-1, 0], np.int32)), axis=1)
+    np.testing.assert_array_equal(np.array(ok), np.take(np.arange(12).reshape(3, 4), [3, 0], axis=1))

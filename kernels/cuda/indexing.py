@@ -174,6 +174,55 @@ def gather_axis(xp, a, indices, *, axis):
     return BF16Array(out) if wrap else out
 
 
+def gather_walk(a_strides: tuple, idx_shape: tuple, idx_strides: tuple, axis: int,
+                slice_sizes: tuple) -> tuple:
+    """MLX's one-index ``Gather`` as the gather_axis kernel's walk: (walk shape, the moved
+    array's strides along it, the indices' strides along it, the window's element count).
+    The walk is the indices' shape then the window's other axes; its first axis is the
+    kernel's gathered one (the index times ``a``'s stride on ``axis``); the indices' other
+    axes move nothing in ``a`` and the window's axes nothing in the indices, so the output
+    comes out in Gather's order (the indices' shape, then the window). Element strides."""
+    ishape, istr = (tuple(idx_shape), tuple(idx_strides)) if idx_shape else ((1,), (0,))
+    others = [d for d in range(len(a_strides)) if d != axis]
+    window = 1
+    for d in others:
+        window *= int(slice_sizes[d])
+    walk = ishape + tuple(int(slice_sizes[d]) for d in others)
+    moved = (a_strides[axis],) + (0,) * (len(ishape) - 1) + tuple(a_strides[d] for d in others)
+    return walk, moved, istr + (0,) * len(others), window
+
+
+def gather(xp, a, *indices, axes, slice_sizes):
+    """MLX's ``Gather`` with one index array (``a[idx]``, ``take``: an embedding's lookup)
+    as one launch of the gather_axis kernel over ``gather_walk``'s walk (MLX's CUDA backend
+    has one general kernel, mlx/backend/cuda/device/gather.cuh, whose per-element walk this
+    is for one index array). Several index arrays, a window wider than 1 on the gathered
+    axis, or what the kernel does not take run the rule."""
+    kw = {"axes": axes, "slice_sizes": slice_sizes}
+    wrap = type(a) is BF16Array
+    raw = a.raw if wrap else a
+    if (len(indices) != 1 or slice_sizes[axes[0]] != 1 or not _usable(raw, indices[0])
+            or indices[0].dtype.name not in _INDEX or raw.itemsize not in _MOVE):
+        return _fallback("Gather", "no CUDA gather kernel for these inputs", xp, (a, *indices), kw)
+    (idx,), k = indices, axes[0]
+    sa, si = _elem_strides(raw), _elem_strides(idx)
+    if sa is None or si is None:
+        return _fallback("Gather", "strides that are not whole elements", xp, (a, *indices), kw)
+    walk, moved, istr, window = gather_walk(sa, idx.shape, si, k, slice_sizes)
+    out = cupy.empty(walk, dtype=raw.dtype)
+    if out.size:
+        try:
+            why = _run("Gather", False, _MOVE[raw.itemsize], idx.dtype, 0, walk,
+                       (raw, idx, out), (moved, istr), raw.shape[k])
+        except _IndexOut as e:
+            _raise_first(idx.reshape(walk[:max(idx.ndim, 1)]), e.args[0] // window,
+                         raw.shape[k], k)
+        if why:
+            return _fallback("Gather", why, xp, (a, *indices), kw)
+    out = out.reshape(tuple(idx.shape) + tuple(slice_sizes))
+    return BF16Array(out) if wrap else out
+
+
 def scatter_axis(xp, a, indices, updates, *, axis, reduce):
     kw = {"axis": axis, "reduce": reduce}
     ins = (a, indices, updates)
@@ -217,4 +266,5 @@ def _scatter_rule(why: str, xp, ins: tuple, kw: dict):
 
 
 # primitive name -> rule, for the definitions that name these kernels (PrimitiveDef.kernel)
-RULES: dict = by_kernel({"gather_axis": gather_axis, "scatter_axis": scatter_axis})
+RULES: dict = by_kernel({"gather": gather, "gather_axis": gather_axis,
+                         "scatter_axis": scatter_axis})

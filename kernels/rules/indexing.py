@@ -152,7 +152,8 @@ def _gather_shape(shapes: list, *, slice_sizes, **_) -> list:
     return [tuple(idx) + tuple(slice_sizes)]
 
 
-@define("Gather", family=INDEXING, moves=True, export=export_axes_first, shape=_gather_shape)
+@define("Gather", family=INDEXING, moves=True, kernel="gather", export=export_axes_first,
+        shape=_gather_shape)
 def gather(xp, a, *indices, axes, slice_sizes):
     # Output: indices' shape followed by one window of ``slice_sizes``.
     return a[_grid(xp, a.shape, list(indices), list(axes), slice_sizes)]
