@@ -26,25 +26,13 @@ import ctypes
 import os
 import sys
 
-os.environ["TAPESCOPE_CUDA"] = "1"
-os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-import fake_cupy  # noqa: E402
-
-fake_cupy.install()
-import fake_cublas  # noqa: E402  (cuda/gemm.py's cuBLAS GEMM, as on a GPU)
-
-fake_cublas.install()
+from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402  (the stand-in stack first)
+import fake_cublas  # noqa: E402
 import fake_cuda_driver  # noqa: E402
-
-fake_cuda_driver.install()
-
 import numpy as np  # noqa: E402
-
-from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402
 
 
 def python_nodes() -> collections.Counter:
