@@ -262,8 +262,11 @@ class GemmPlan:
 
     def run(self, ins, res) -> None:
         """``res = alpha a @ b (+ beta c)`` for operands of the planned layout."""
-        if self.beta:
-            res[...] = bf16.storage(ins[2])  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
+        if self.beta:  # the GEMM adds beta * res (MLX's copy_gpu(c, out)): the copy kernel
+            if self.copy is not None:  # (the one _driver.c launches)
+                self.copy.call((ins[2],), (res,))
+            else:
+                res[...] = bf16.storage(ins[2])
         a, b = bf16.storage(ins[0]), bf16.storage(ins[1])
         tb, ta, n, m, k, _, ldb, sb, lda, sa, ldc, sc, count, t, compute, _ = self.args
         if self.tf32 and settings.tf32:
