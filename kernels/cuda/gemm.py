@@ -17,9 +17,16 @@ Without cuBLAS bindings (the stand-in CuPy of the tests) the definitions' rules 
 One row times a transposed weight (``x @ w.T`` with M = 1 and no ``c``: an ``nn.Linear`` in
 decoding) is MLX's gemv instead (``gemms/gemv.cu``, which MLX takes for M = 1 before
 cuBLAS): ``codegen/gemv_cuda.py``'s kernel, a ``primitive_plans.KernelPlan`` the eval loop
-launches from C by cuLaunchKernel (a cuBLAS call has no such launch: its plan goes through
-``launch_fused``'s Python), float32 accumulation in every dtype, never TF32 (MLX's gemv
-has no TF32 either); where the kernel does not build, the GEMM.
+launches from C by cuLaunchKernel, float32 accumulation in every dtype, never TF32 (MLX's
+gemv has no TF32 either); where the kernel does not build, the GEMM.
+
+A planned GEMM is launched from C as well (``cuda/_driver.c``: ``GemmPlan.cublas``'s words,
+cublasSetStream_v2 + cublasGemmStridedBatchedEx of the libcublas CuPy's binding links, with
+CuPy's handle; AddMM's ``c`` copied in first by its copy kernel's plan, ``GemmPlan.copy``,
+launched there too), as MLX's ``Matmul::eval_gpu`` calls cuBLAS from C++. CuPy's binding stays
+for what has no plan: the first call of a layout (``gemm``), an operand copied first, an
+empty product, a ``c`` whose copy kernel does not build, the attention prefill's and the
+quantized qmm's GEMMs (``strided_batched``), and a backend without the C launch.
 """
 
 from __future__ import annotations
@@ -206,8 +213,9 @@ class GemmPlan:
     """One GEMM call's cuBLAS arguments for one call layout (the operands' types, dtypes,
     shapes and strides, ``alpha`` / ``beta``: ``KernelRule``'s key), made once: later calls
     of that layout are launched by the eval loop from C (core/_loop.c run_node, a device's
-    planned rule) into a fresh allocator buffer through ``CudaBackend.launch_fused``, with
-    none of the rule's layout checks (MLX's ``Matmul::eval_gpu`` is one C++ call). A
+    planned rule) into a fresh allocator buffer: ``cuda/_driver.c``'s cuBLAS call (else
+    ``CudaBackend.launch_fused``, this class's ``call``), with none of the rule's layout
+    checks (MLX's ``Matmul::eval_gpu`` is one C++ call). A
     layout the GEMM cannot read in place (a copy first), an empty product or sum, or a
     dtype without a cuBLAS type has no plan: ``gemm`` runs."""
 
