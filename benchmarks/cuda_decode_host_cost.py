@@ -16,6 +16,7 @@ arrays made beforehand (the graph is the decoding loop's, its input a ready arra
 than ``y[:, None]``'s view). The cache grows one position per token, as in the row.
 
     python benchmarks/cuda_decode_host_cost.py [float32 bfloat16] [--tokens 24] [--callgrind]
+        [--python-gemm]
 """
 
 from __future__ import annotations
@@ -26,25 +27,13 @@ import ctypes
 import os
 import sys
 
-os.environ["TAPESCOPE_CUDA"] = "1"
-os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-import fake_cupy  # noqa: E402
-
-fake_cupy.install()
-import fake_cublas  # noqa: E402  (cuda/gemm.py's cuBLAS GEMM, as on a GPU)
-
-fake_cublas.install()
+from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402  (the stand-in stack first)
+import fake_cublas  # noqa: E402
 import fake_cuda_driver  # noqa: E402
-
-fake_cuda_driver.install()
-
 import numpy as np  # noqa: E402
-
-from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402
 
 
 def python_nodes() -> collections.Counter:
@@ -93,8 +82,14 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=24, help="tokens measured (after 4 warm)")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
+    ap.add_argument("--python-gemm", action="store_true",
+                    help="GEMM plans declined by cuda/_driver.c (the Python launch_fused)")
     args = ap.parse_args(argv)
+    fake_cublas.compute(False)  # (counted: a GPU's cuBLAS call costs the host no arithmetic)
     import tapescope
+    from tapescope.kernels.cuda import _driver
+
+    _driver.use_cublas(not args.python_gemm)
 
     tapescope.as_mlx()
     import mlx.core as mx
@@ -110,11 +105,16 @@ def main(argv=None) -> int:
         for _ in range(warm):
             step()
         seen.clear()
+        g_c, g_p = fake_cublas.c_gemms(), fake_cublas.PY_CALLS[0]
         calls, c_l, p_l, paths = host_cost(step, n, 0, measured, args.profile)
+        runs = 1 + n * (2 if measured else 1)
+        g_c = (fake_cublas.c_gemms() - g_c) / runs
+        g_p = (fake_cublas.PY_CALLS[0] - g_p) / runs
         per = {k: round(v / (n + 1), 1) for k, v in sorted(seen.items())}
         nodes = sum(paths.values())
         print(f"{dtype:9s} python calls/token {calls:8.0f}  nodes {nodes}"
-              f"  launches/token C {c_l} Python {p_l}  paths {paths}", flush=True)
+              f"  launches/token C {c_l} Python {p_l}  GEMMs/token C {g_c:.1f} Python {g_p:.1f}"
+              f"  paths {paths}", flush=True)
         print(f"{'':9s} nodes/token through Python run_node: {per}", flush=True)
     if args.callgrind:
         for (fname, ir), dtype in zip(callgrind_totals(), names):

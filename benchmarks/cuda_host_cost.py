@@ -26,21 +26,32 @@ import pstats
 import re
 import sys
 
-os.environ["TAPESCOPE_CUDA"] = "1"
-os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import fake_cupy  # noqa: E402
 
-fake_cupy.install()
-import fake_cublas  # noqa: E402  (qmm_prefill's GEMM, computed on the host: its shape is small)
+def stand_in_stack() -> None:
+    """The CUDA backend on, over the stand-in stack: ``tests/fake_cupy.py``,
+    ``tests/fake_cublas.py`` (the GEMMs, from Python and from C: its libcublas) and
+    ``tests/fake_cuda_driver.py`` (its libcuda), installed before tapescope is imported
+    (this module's import does it; cuda_step_host_cost.py and cuda_decode_host_cost.py
+    import it first)."""
+    os.environ["TAPESCOPE_CUDA"] = "1"
+    os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
+    tests = os.path.join(HERE, "..", "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import fake_cublas
+    import fake_cuda_driver
+    import fake_cupy
 
-fake_cublas.install()
+    fake_cupy.install()
+    fake_cublas.install()  # (qmm_prefill's GEMM computed on the host: its shape is small)
+    fake_cuda_driver.install()
+
+
+stand_in_stack()
+
 import fake_cuda_driver  # noqa: E402
-
-fake_cuda_driver.install()
-
 import numpy as np  # noqa: E402
 
 

@@ -8,7 +8,11 @@ as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function ca
 computes nothing: its float64 GEMMs are no host cost).
 
     python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--compiled]
-        [--callgrind]
+        [--callgrind] [--python-gemm]
+
+GEMMs per step are counted by path: launched from C (the stand-in libcublas's calls) and
+through CuPy's Python binding (``fake_cublas.PY_CALLS``); ``--python-gemm`` declines the C
+launch (``_driver.use_cublas(False)``), the path before it, for before/after in one tree.
 """
 
 from __future__ import annotations
@@ -18,23 +22,12 @@ import ctypes
 import os
 import sys
 
-os.environ["TAPESCOPE_CUDA"] = "1"
-os.environ.pop("TAPESCOPE_DISABLE_GPU", None)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-import fake_cupy  # noqa: E402
-
-fake_cupy.install()
-import fake_cublas  # noqa: E402  (cuda/gemm.py's cuBLAS GEMM, as on a GPU)
-
-fake_cublas.install()
+from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402  (the stand-in stack first)
+import fake_cublas  # noqa: E402
 import fake_cuda_driver  # noqa: E402
-
-fake_cuda_driver.install()
-
-from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,8 +41,11 @@ def main(argv=None) -> int:
     ap.add_argument("--compute-gemm", action="store_true",
                     help="the stand-in cuBLAS computes its GEMMs on the host (by default it "
                     "only counts them: a GPU's cuBLAS call costs the host no arithmetic)")
+    ap.add_argument("--python-gemm", action="store_true",
+                    help="GEMM plans declined by cuda/_driver.c (_driver.use_cublas(False)): "
+                    "launched through launch_fused's Python, as before the C launch")
     args = ap.parse_args(argv)
-    fake_cublas.COMPUTE[0] = args.compute_gemm
+    fake_cublas.compute(args.compute_gemm)
     import cuda_eager as ce
     import tapescope
 
@@ -58,23 +54,28 @@ def main(argv=None) -> int:
     import mlx.nn as nn
     import mlx.optimizers as optim
 
-    measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
-    if args.callgrind:  # the stand-in GEMM's float64 compute is no host cost: counted, not run
-        def gemm(*a, **k):
-            fake_cublas.CALLS[0] += 1
+    from tapescope.kernels.cuda import _driver
 
-        fake_cublas.gemmStridedBatchedEx = sys.modules["cupy_backends.cuda.libs.cublas"].gemmStridedBatchedEx = gemm
+    _driver.use_cublas(not args.python_gemm)
+    measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     names = args.dtypes or ["float32", "bfloat16"]
     n = args.steps
     for dtype in names:
         fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
         mode = "compiled" if args.compiled else "eager"
         f = next(v for k, v in fns.items() if mode in k)
-        calls, c_l, p_l, paths = host_cost(f, n, 3, measured, args.profile)
+        for _ in range(3):  # (warm: the first calls plan; host_cost's own warm-up none)
+            f()
+        g_c, g_p = fake_cublas.c_gemms(), fake_cublas.PY_CALLS[0]
+        calls, c_l, p_l, paths = host_cost(f, n, 0, measured, args.profile)
+        runs = 1 + n * (2 if measured else 1)  # (host_cost's counted call, then n, n more)
+        g_c = (fake_cublas.c_gemms() - g_c) / runs
+        g_p = (fake_cublas.PY_CALLS[0] - g_p) / runs
         nodes = sum(paths.values())
         print(f"{dtype:9s} {mode:8s} python calls/step {calls:8.0f}  nodes {nodes}"
               f"  calls/node {calls / max(nodes, 1):6.1f}"
-              f"  launches/step C {c_l} Python {p_l}  paths {paths}", flush=True)
+              f"  launches/step C {c_l} Python {p_l}  GEMMs/step C {g_c:.0f} Python {g_p:.0f}"
+              f"  paths {paths}", flush=True)
     if args.callgrind:
         for (fname, ir), dtype in zip(callgrind_totals(), names):
             print(f"{dtype:9s} instructions/step {ir / n:12.0f}   ({fname})")

@@ -2,20 +2,32 @@
 ``tests/fake_cupy.py``'s numpy memory: ``gemmStridedBatchedEx`` computed in float64 from the
 raw pointers, leading dimensions and strides it is given, in cuBLAS's column-major terms, so
 the CUDA backend's GEMM calls (``kernels/cuda/gemm.py``, the attention prefill's) are checked
-against float64 numpy without a GPU. ``CALLS`` counts them. Install after ``fake_cupy``,
-before tapescope is imported."""
+against float64 numpy without a GPU. ``CALLS`` counts them, ``PY_CALLS`` those made through
+the Python binding. A stand-in ``libcublas.so.12`` (``fake_libcublas.c``, built here with
+``cc``) is loaded too, so ``cuda/_driver.c``'s launch of a GemmPlan in C finds its entry
+points as it finds CuPy's libcublas; its GEMMs (``c_gemms()``, their words ``LAST``) are
+computed by the same float64 code through a runner while ``compute(True)`` (the default).
+Install after ``fake_cupy``, before tapescope is imported."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import subprocess
 import sys
+import tempfile
 import types
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
-CALLS = [0]
+CALLS = [0]  # every GEMM, from Python or from C
+PY_CALLS = [0]  # those through the Python binding (gemmStridedBatchedEx below)
 COMPUTE = [True]  # False: calls counted, nothing computed (host-cost measurements)
+LAST: list = [None]  # the last C call's 24 words (fake_libcublas.c: arguments, then stream)
+_lib: list = [None, None]  # the stand-in library, its runner callback (kept alive)
 _TYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 4: np.dtype(np.complex64),
           14: np.dtype(ml_dtypes.bfloat16)}
 
@@ -35,8 +47,22 @@ def gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 
                          Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, count, compute,
                          algo):
     CALLS[0] += 1
-    if not COMPUTE[0]:
-        return
+    PY_CALLS[0] += 1
+    if COMPUTE[0]:
+        _compute(transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
+                 strideB, beta, C, Ctype, ldc, strideC, count)
+
+
+def _from_c() -> None:
+    """The stand-in library's runner: its last GEMM computed from its argument words."""
+    w = list(_lib[0].fake_cublas_args()[:24])
+    LAST[0] = w
+    CALLS[0] += 1
+    _compute(*w[1:21])
+
+
+def _compute(transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+             beta, C, Ctype, ldc, strideC, count):
     a_t, b_t, c_t = _TYPES[Atype], _TYPES[Btype], _TYPES[Ctype]
     scal = ctypes.c_float if c_t.kind != "c" and a_t.kind != "c" else None
     al = scal.from_address(alpha).value if scal else complex(*(ctypes.c_float * 2).from_address(alpha))
@@ -56,10 +82,45 @@ def gemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 
     c[...] = res.astype(c_t)
 
 
+def build(folder=None) -> str:
+    """The stand-in libcublas's path, built from ``fake_libcublas.c`` once per source."""
+    src = Path(__file__).parent / "fake_libcublas.c"
+    tag = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    folder = Path(folder or Path(tempfile.gettempdir()) / f"tapescope_fake_libcublas_{os.getuid()}_{tag}")
+    out = folder / "libcublas.so.12"
+    if not out.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"libcublas.so.12.{os.getpid()}"
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+                        "-Wl,-soname,libcublas.so.12", "-o", str(tmp), str(src)], check=True)
+        os.replace(tmp, out)
+    return str(out)
+
+
+def compute(on: bool) -> None:
+    """GEMMs computed on the host (``on``) or only counted (host-cost measurements: no
+    Python runs for a GEMM launched from C)."""
+    COMPUTE[0] = bool(on)
+    if _lib[0] is not None:
+        _lib[0].fake_cublas_set_runner(ctypes.cast(_lib[1], ctypes.c_void_p) if on else None)
+
+
+def c_gemms() -> int:
+    """GEMMs made through the stand-in library (launched from C) so far."""
+    return int(_lib[0].fake_cublas_gemms()) if _lib[0] is not None else 0
+
+
 def install() -> None:
     """``cupy_backends.cuda.libs.cublas`` and the few CuPy calls around it (the handle, the
     device's number and compute capability) on the stand-in CuPy."""
     cupy = sys.modules["cupy"]
+    if _lib[0] is None:
+        lib = ctypes.CDLL(build(), mode=ctypes.RTLD_GLOBAL)
+        lib.fake_cublas_gemms.restype = ctypes.c_longlong
+        lib.fake_cublas_args.restype = ctypes.POINTER(ctypes.c_longlong)
+        lib.fake_cublas_set_runner.argtypes = [ctypes.c_void_p]
+        _lib[0], _lib[1] = lib, ctypes.CFUNCTYPE(None)(_from_c)
+        compute(COMPUTE[0])
     names = ["cupy_backends", "cupy_backends.cuda", "cupy_backends.cuda.libs"]
     for name in names:
         sys.modules.setdefault(name, types.ModuleType(name))

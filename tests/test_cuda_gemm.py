@@ -192,10 +192,17 @@ def test_into_the_evaluators_buffer_and_a_donated_c(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_planned_product_is_launched_by_the_loop_from_its_second_call(dtype):
     """A layout's first product makes its plan (``gemm.GemmPlan``); from the second on the
-    eval loop launches that plan from C (through ``launch_fused``: its gpu_work record names
-    the cuBLAS call), with the same results as float64 numpy, AddMM's c copied in first."""
+    eval loop launches that plan from C (``cuda/_driver.c``'s cuBLAS call where the backend
+    has its C launch, else ``launch_fused``: its gpu_work record names the cuBLAS call), with
+    the same results as float64 numpy, AddMM's c copied in first."""
     from tapescope.kernels import timeline
     from tapescope.kernels.cuda.gemm import GemmPlan
+
+    in_c = backends.backend("gpu").device_api is not None
+    if in_c:
+        from tapescope.kernels.cuda import _driver
+
+        g0 = _driver.stats()["gemms"]
 
     rng = np.random.default_rng(7)
     a, b = _exact(rng, (23, 41), dtype), _exact(rng, (41, 15), dtype)  # (layouts no other
@@ -214,3 +221,5 @@ def test_a_planned_product_is_launched_by_the_loop_from_its_second_call(dtype):
             kinds.append(sorted(r.name for r in rec.records if r.kind == "gpu_work"
                                 and (r.detail or {}).get("kernel") == GemmPlan.name))
     assert kinds[0] == [] and kinds[1] == kinds[2] == ["AddMM", "Matmul"], kinds
+    if in_c:  # the two planned calls' GEMMs, each launched by _driver.c (CuPy's libcublas)
+        assert _driver.stats()["gemms"] - g0 == 4 and _driver.stats()["cublas"] == "found"

@@ -28,6 +28,8 @@ except Exception:  # noqa: BLE001
 @pytest.mark.parametrize("cases, stand_in", [
     ("cuda_sdpa_fake_cases.py", "fake_cublas"),  # prefill: cuBLAS GEMMs + the softmax kernel
     ("cuda_gemm_fake_cases.py", "fake_cublas"),  # Matmul / AddMM
+    # Matmul / AddMM's plans launched from C (the stand-in libcublas)
+    ("cuda_gemm_c_fake_cases.py", "fake_cublas,fake_cuda_driver"),
     ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
     # quantized_matmul: qmv launched from C, qmm's dequant kernel and cuBLAS GEMM
     ("cuda_qmv_fake_cases.py", "fake_cublas,fake_cuda_driver"),

@@ -31,10 +31,22 @@
  *   polling cuStreamQuery, 8.5 by the stream's write. The stream is then noted finished
  *   (device.note_finished's check: nothing enqueued since the write), the timing records
  *   flushed (timing.flush) and, while the timeline records, the wait recorded.
+ * - a GEMM plan's launch (cuda/gemm.py GemmPlan: its ``cublas`` words read once into a
+ *   record kept in its ``lane`` slot, as a kernel's): cublasSetStream_v2 and
+ *   cublasGemmStridedBatchedEx on the mx stream's CUDA stream with CuPy's handle for this
+ *   thread (cupy.cuda.device.get_cublas_handle, asked once per thread), from the libcublas
+ *   CuPy's binding links (dlsym through the binding module's own handle, so its dependency,
+ *   never a second cuBLAS; else the one libcublas.so loaded in the process), inside the
+ *   stream's work record as a kernel's launch; the compute type TF32 only where the plan's
+ *   dtype takes it and the ``tf32`` switch (a list kept by settings.watch) is on. AddMM's
+ *   ``c`` is first copied into the output by its copy plan (a one-op kernel, launched here
+ *   as any other) for the GEMM's beta. MLX's Matmul::eval_gpu calls cuBLAS(Lt) from C++
+ *   (mlx/backend/cuda/gemms/cublas_gemm.cpp); no cuBLAS is linked to build this.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -54,6 +66,16 @@ static cu_error_name_t cu_error_name;
 static cu_write_value_t cu_write_value;
 static cu_host_alloc_t cu_host_alloc;
 static cu_host_device_ptr_t cu_host_device_ptr;
+/* cuBLAS (cublas_api.h), resolved at the first GEMM launch */
+typedef int (*cublas_gemm_t)(void *, int, int, int, int, int, const void *, const void *, int,
+                             int, long long, const void *, int, int, long long, const void *,
+                             void *, int, int, long long, int, int, int);
+typedef int (*cublas_set_stream_t)(void *, void *);
+static cublas_gemm_t cublas_gemm;
+static cublas_set_stream_t cublas_set_stream;
+static int cublas_state = 0; /* 0 not looked for yet, 1 found, -1 not there (Python path) */
+static long long gemms = 0;
+static int cublas_wanted = 1; /* use_cublas(False): GEMM plans declined (the Python hook) */
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_INITIALIZED 3
 
@@ -69,9 +91,11 @@ static long long waits_by_word = 0, waits_by_query = 0, launches = 0;
 /* configure's objects (device.py's and timing's, kept for the process's life) */
 static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c_timeline,
     *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
+/* (optional) CuPy's cuBLAS handle getter, the binding module's file, the TF32 switch's list */
+static PyObject *c_cublas_handle, *c_cublas_module, *c_tf32;
 static int configured = 0;
 static PyObject *s_values;
-static PyObject *s_then, *s_scratch_for;
+static PyObject *s_then, *s_scratch_for, *s_cublas, *s_copy;
 static PyObject *s_lane, *s_dtypes, *s_order, *s_slots, *s_gen, *s_shape, *s_entry, *s_packs,
     *s_pack, *s_hits, *s_data, *s_ptr, *s_dtype, *s_C, *s_enabled, *s_acquire, *s_release;
 
@@ -350,9 +374,187 @@ static int hit(PyObject *entry) { /* entry.hits += 1 */
     return rc;
 }
 
+
+/* -- a GEMM plan's launch (cuBLAS) -------------------------------------------------------
+ * What gemm_launch reads of a GemmPlan, once: its ``cublas`` words (cuBLAS's column-major
+ * arguments, B first: transa, transb, m, n, k, lda, strideA, ldb, strideB, ldc, strideC,
+ * count, data type, compute type, whether TF32 applies, alpha's and beta's host addresses,
+ * whether c is copied in), its ``copy`` plan, its output's shape and dtype. */
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldc, count, type, compute, tf32, with_c;
+    long long sa, sb, sc;
+    const void *alpha, *beta;
+    PyObject *copy, *shape, *npdt; /* strong */
+    unsigned long tid;             /* the thread whose handle ``handle`` is */
+    void *handle;
+} Gemm;
+#define GEMM_NAME "tapescope.kernels.cuda._driver.Gemm"
+#define CUBLAS_COMPUTE_32F_FAST_TF32 77
+#define GEMM_WORDS 17
+
+static void gemm_free(PyObject *capsule) {
+    Gemm *g = PyCapsule_GetPointer(capsule, GEMM_NAME);
+    if (g == NULL) { PyErr_Clear(); return; }
+    Py_XDECREF(g->copy); Py_XDECREF(g->shape); Py_XDECREF(g->npdt);
+    PyMem_Free(g);
+}
+
+/* the plan's record, made on its first launch (NULL, no error: not a GEMM plan we take) */
+static Gemm *gemm_record(PyObject *ln, PyObject *cap) {
+    if (cap != Py_None) return PyCapsule_IsValid(cap, GEMM_NAME) ? PyCapsule_GetPointer(cap, GEMM_NAME) : NULL;
+    PyObject *w = PyObject_GetAttr(ln, s_cublas);
+    if (w == NULL) return NULL;
+    Gemm *g = PyMem_Calloc(1, sizeof(Gemm));
+    int err = g == NULL;
+    long long v[GEMM_WORDS];
+    err = err || !PyTuple_Check(w) || PyTuple_GET_SIZE(w) != GEMM_WORDS;
+    for (Py_ssize_t i = 0; !err && i < GEMM_WORDS; i++) {
+        v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(w, i));
+        err = PyErr_Occurred() != NULL;
+    }
+    Py_DECREF(w);
+    if (!err) {
+        g->ta = (int)v[0], g->tb = (int)v[1], g->m = (int)v[2], g->n = (int)v[3], g->k = (int)v[4];
+        g->lda = (int)v[5], g->sa = v[6], g->ldb = (int)v[7], g->sb = v[8];
+        g->ldc = (int)v[9], g->sc = v[10], g->count = (int)v[11], g->type = (int)v[12];
+        g->compute = (int)v[13], g->tf32 = (int)v[14];
+        g->alpha = (const void *)(intptr_t)v[15], g->beta = (const void *)(intptr_t)v[16];
+        err = (g->copy = PyObject_GetAttr(ln, s_copy)) == NULL ||
+              (g->shape = PyObject_GetAttrString(ln, "out_shape")) == NULL ||
+              (g->npdt = PyObject_GetAttrString(ln, "out_dtype")) == NULL;
+        if (!err) g->with_c = g->copy != Py_None;
+    }
+    PyObject *kept = err ? NULL : PyCapsule_New(g, GEMM_NAME, gemm_free);
+    if (kept == NULL) {
+        if (g != NULL) {
+            Py_XDECREF(g->copy); Py_XDECREF(g->shape); Py_XDECREF(g->npdt);
+            PyMem_Free(g);
+        }
+        return NULL;
+    }
+    int rc = PyObject_SetAttr(ln, s_lane, kept);
+    Py_DECREF(kept);
+    return rc < 0 ? NULL : g;
+}
+
+/* the libcublas of CuPy's binding (dl_iterate_phdr's fallback: the one loaded, if one) */
+typedef struct { char path[4096]; int found; } CublasScan;
+
+static int cublas_scan(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    CublasScan *c = data;
+    const char *name = info->dlpi_name, *base = name ? strrchr(name, '/') : NULL;
+    base = base ? base + 1 : name;
+    if (base == NULL || strncmp(base, "libcublas.so", 12) != 0) return 0;
+    if (c->found++ == 0) snprintf(c->path, sizeof(c->path), "%s", name);
+    return 0;
+}
+
+static void resolve_cublas(void) {
+    cublas_state = -1;
+    void *lib = NULL;
+    if (c_cublas_module != NULL && PyUnicode_Check(c_cublas_module)) {
+        /* the binding's extension module: dlsym through it finds what it links */
+        const char *path = PyUnicode_AsUTF8(c_cublas_module);
+        if (path != NULL) lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        PyErr_Clear();
+        if (lib != NULL && dlsym(lib, "cublasGemmStridedBatchedEx") == NULL) lib = NULL;
+    }
+    if (lib == NULL) {
+        CublasScan c = {{0}, 0};
+        dl_iterate_phdr(cublas_scan, &c);
+        if (c.found == 1) lib = dlopen(c.path, RTLD_NOW | RTLD_NOLOAD); /* never a second one */
+    }
+    if (lib == NULL) return;
+    cublas_gemm = (cublas_gemm_t)dlsym(lib, "cublasGemmStridedBatchedEx");
+    cublas_set_stream = (cublas_set_stream_t)dlsym(lib, "cublasSetStream_v2");
+    if (cublas_set_stream == NULL) cublas_set_stream = (cublas_set_stream_t)dlsym(lib, "cublasSetStream");
+    if (cublas_gemm != NULL && cublas_set_stream != NULL) cublas_state = 1;
+}
+
+static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
+                  PyObject *index);
+
+/* 1 launched, 0 declined (nothing done: the Python hook runs it all), -1 an error */
+static int gemm_launch(Gemm *g, PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
+                       PyObject *index) {
+    if (!cublas_wanted || n < 2 + g->with_c || PyTuple_Check(out)) return 0;
+    unsigned long tid = PyThread_get_thread_ident();
+    if (g->tid != tid || g->handle == NULL) { /* CuPy's handle for this thread's device */
+        if (c_cublas_handle == NULL) return 0;
+        PyObject *h = PyObject_CallNoArgs(c_cublas_handle);
+        if (h == NULL) return -1;
+        g->handle = PyLong_AsVoidPtr(h);
+        Py_DECREF(h);
+        if (PyErr_Occurred()) return -1;
+        g->tid = tid;
+    }
+    if (cublas_state == 0) resolve_cublas();
+    if (cublas_state != 1) return 0;
+    PyObject *dt = PyObject_GetAttr(out, s_dtype), *sh = dt ? PyObject_GetAttr(out, s_shape) : NULL;
+    int takes = sh != NULL && same(dt, g->npdt) && same(sh, g->shape);
+    Py_XDECREF(dt); Py_XDECREF(sh);
+    if (!takes) { PyErr_Clear(); return 0; }
+    uint64_t pa = device_ptr(ins[0]);
+    uint64_t pb = PyErr_Occurred() ? 0 : device_ptr(ins[1]);
+    uint64_t pc = PyErr_Occurred() ? 0 : device_ptr(out);
+    if (PyErr_Occurred()) return -1;
+    void *st = stream_ptr(index);
+    PyObject *w = st ? work_of(index) : NULL;
+    if (w == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (g->with_c) { /* c into the output first (MLX's copy_gpu(c, out)), the GEMM adds beta c */
+        int rc = launch(g->copy, ins + 2, 1, out, index);
+        if (rc != 1) return rc;
+    }
+    int compute = g->compute;
+    if (g->tf32 && c_tf32 != NULL && PyList_Check(c_tf32) && PyList_GET_SIZE(c_tf32) > 0 &&
+        PyList_GET_ITEM(c_tf32, 0) == Py_True)
+        compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    int rec = recording();
+    PyObject *ev0 = NULL;
+    if (rec && (ev0 = PyObject_CallOneArg(c_launch_start, index)) == NULL) return -1;
+    if (lock(c_work_lock) < 0) { Py_XDECREF(ev0); return -1; }
+    /* row-major C = A B is column-major C^T = B^T A^T: the plan's words have B first */
+    int st1 = cublas_set_stream(g->handle, st);
+    int st2 = st1 ? 0 : cublas_gemm(g->handle, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
+                                    (const void *)(uintptr_t)pb, g->type, g->lda, g->sa,
+                                    (const void *)(uintptr_t)pa, g->type, g->ldb, g->sb, g->beta,
+                                    (void *)(uintptr_t)pc, g->type, g->ldc, g->sc, g->count,
+                                    compute, -1 /* CUBLAS_GEMM_DEFAULT */);
+    int ok = st1 == 0 && st2 == 0;
+    if (ok) ok = PySet_Add(c_unfinished, index) == 0 && bump(w, 0, +1) == 0;
+    else PyErr_Format(PyExc_RuntimeError, "[cuda] %s failed: cuBLAS status %d",
+                      st1 ? "cublasSetStream_v2" : "cublasGemmStridedBatchedEx", st1 ? st1 : st2);
+    unlock(c_work_lock);
+    if (ok) gemms++;
+    if (ok && ev0 != NULL) {
+        PyObject *insl = PyList_New(n);
+        for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
+        PyObject *args[5] = {index, ev0, ln, insl, out};
+        PyObject *res = insl ? PyObject_Vectorcall(c_launch_end, args, 5, NULL) : NULL;
+        Py_XDECREF(insl);
+        ok = res != NULL;
+        Py_XDECREF(res);
+    }
+    Py_XDECREF(ev0);
+    return ok ? 1 : -1;
+}
+
 static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
                   PyObject *index) {
     if (!configured) return 0;
+    {   /* a GEMM plan (its lane a Gemm capsule, or None and a ``cublas`` attribute) */
+        PyObject *cap = PyObject_GetAttr(ln, s_lane);
+        if (cap == NULL) { PyErr_Clear(); return 0; }
+        int gemm = cap == Py_None ? PyObject_HasAttr(ln, s_cublas) : PyCapsule_IsValid(cap, GEMM_NAME);
+        if (gemm) {
+            Gemm *g = gemm_record(ln, cap);
+            Py_DECREF(cap);
+            if (g == NULL) return PyErr_Occurred() ? -1 : 0;
+            return gemm_launch(g, ln, ins, n, out, index);
+        }
+        Py_DECREF(cap);
+    }
     Record *r = plan_record(ln);
     if (r == NULL) return PyErr_Occurred() ? -1 : 0;
     /* the outputs: one array, or a tuple of one per output of a fused tape's plan */
@@ -566,6 +768,13 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         }
         Py_XSETREF(*slots[i], Py_NewRef(v));
     }
+    const char *const optional[] = {"cublas_handle", "cublas_module", "tf32"};
+    PyObject **const oslots[] = {&c_cublas_handle, &c_cublas_module, &c_tf32};
+    for (size_t i = 0; i < 3; i++) {
+        PyObject *v = PyDict_GetItemString(kw, optional[i]);
+        Py_XSETREF(*oslots[i], v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
+    }
+    cublas_state = 0; /* (looked for again at the next GEMM) */
     if (!PyDict_Check(c_streams) || !PyDict_Check(c_work) || !PySet_Check(c_unfinished)) {
         PyErr_SetString(PyExc_TypeError, "configure: streams and work dicts, unfinished a set");
         return NULL;
@@ -596,10 +805,11 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
 }
 
 static PyObject *stats(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("{s:s,s:L,s:L,s:L}", "completion_word",
+    return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:s}", "completion_word",
                          word_state == 1 ? "on" : word_state == 0 ? "not made" : "off",
                          "waits_by_word", waits_by_word, "waits_by_query", waits_by_query,
-                         "launches", launches);
+                         "launches", launches, "gemms", gemms, "cublas",
+                         cublas_state == 1 ? "found" : cublas_state == 0 ? "not looked for" : "not found");
 }
 
 static PyObject *use_completion_word(PyObject *self, PyObject *on) {
@@ -609,11 +819,20 @@ static PyObject *use_completion_word(PyObject *self, PyObject *on) {
     Py_RETURN_NONE;
 }
 
+static PyObject *use_cublas(PyObject *self, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    cublas_wanted = v;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"use_cublas", (PyCFunction)use_cublas, METH_O,
+     "use_cublas(on): GEMM plans launched here through cuBLAS (default) or declined"},
     {"configure", (PyCFunction)configure, METH_O,
      "configure(dict) -> the device_api capsule, or None without a loaded CUDA driver"},
     {"stats", (PyCFunction)stats, METH_NOARGS,
-     "stats() -> {completion_word, waits_by_word, waits_by_query, launches}"},
+     "stats() -> {completion_word, waits_by_word, waits_by_query, launches, gemms, cublas}"},
     {"use_completion_word", (PyCFunction)use_completion_word, METH_O,
      "use_completion_word(on): waits read the completion word (default) or poll the stream"},
     {NULL, NULL, 0, NULL},
@@ -625,7 +844,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_driver",
 
 PyMODINIT_FUNC PyInit__driver(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
-    I(s_values, "values") I(s_then, "then") I(s_scratch_for, "scratch_for") I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
+    I(s_values, "values") I(s_then, "then") I(s_cublas, "cublas") I(s_copy, "copy") I(s_scratch_for, "scratch_for") I(s_lane, "lane") I(s_dtypes, "dtypes") I(s_order, "order") I(s_slots, "slots")
     I(s_gen, "gen") I(s_shape, "shape") I(s_entry, "entry") I(s_packs, "packs")
     I(s_pack, "_pack") I(s_hits, "hits") I(s_data, "data") I(s_ptr, "ptr") I(s_dtype, "dtype")
     I(s_C, "C") I(s_enabled, "enabled") I(s_acquire, "acquire") I(s_release, "release")

@@ -223,7 +223,8 @@ class CudaBackend(Backend):
     @functools.cached_property
     def device_api(self):
         """The launch and host wait in C (``kernels/cuda/_driver.c``: cuLaunchKernel, the
-        completion word, through the driver CuPy loaded), or None where the extension is not
+        completion word, through the driver CuPy loaded; a GemmPlan's cuBLAS call through
+        the libcublas CuPy's binding links, with CuPy's handle), or None where the extension is not
         built or no CUDA driver is loaded (the tests' stand-in CuPy): then the loop calls
         ``launch_fused`` and the events' ``wait``."""
         if self.device_id:  # this process's GPU is not 0: launch_fused sets it per thread
@@ -235,7 +236,12 @@ class CudaBackend(Backend):
         from .compiled import current_context
 
         current_context()  # the driver initialised where CuPy is the real one
+        from . import gemm  # (a GemmPlan's launch in C: CuPy's handle and cuBLAS, TF32)
+
         return _driver.configure({
+            "cublas_handle": getattr(getattr(cupy.cuda, "device", None), "get_cublas_handle",
+                                     None),
+            "cublas_module": getattr(gemm._cublas, "__file__", None), "tf32": gemm.TF32,
             "streams": device._streams, "work": device._work, "work_of": device.work,
             "work_lock": device._work_lock, "unfinished": device._unfinished,
             "timeline": timeline, "timing_pending": timing._pending,

@@ -17,9 +17,16 @@ Without cuBLAS bindings (the stand-in CuPy of the tests) the definitions' rules 
 One row times a transposed weight (``x @ w.T`` with M = 1 and no ``c``: an ``nn.Linear`` in
 decoding) is MLX's gemv instead (``gemms/gemv.cu``, which MLX takes for M = 1 before
 cuBLAS): ``codegen/gemv_cuda.py``'s kernel, a ``primitive_plans.KernelPlan`` the eval loop
-launches from C by cuLaunchKernel (a cuBLAS call has no such launch: its plan goes through
-``launch_fused``'s Python), float32 accumulation in every dtype, never TF32 (MLX's gemv
-has no TF32 either); where the kernel does not build, the GEMM.
+launches from C by cuLaunchKernel, float32 accumulation in every dtype, never TF32 (MLX's
+gemv has no TF32 either); where the kernel does not build, the GEMM.
+
+A planned GEMM is launched from C as well (``cuda/_driver.c``: ``GemmPlan.cublas``'s words,
+cublasSetStream_v2 + cublasGemmStridedBatchedEx of the libcublas CuPy's binding links, with
+CuPy's handle; AddMM's ``c`` copied in first by its copy kernel's plan, ``GemmPlan.copy``,
+launched there too), as MLX's ``Matmul::eval_gpu`` calls cuBLAS from C++. CuPy's binding stays
+for what has no plan: the first call of a layout (``gemm``), an operand copied first, an
+empty product, a ``c`` whose copy kernel does not build, the attention prefill's and the
+quantized qmm's GEMMs (``strided_batched``), and a backend without the C launch.
 """
 
 from __future__ import annotations
@@ -54,6 +61,18 @@ _TYPES = {
     bf16.BF16: (_R_16BF, _COMPUTE_32F, np.float32, False),
     np.dtype(np.complex64): (_C_32F, _COMPUTE_32F, np.complex64, True),
 }  # float64 never reaches a GPU stream (MLX refuses it there: core/array.py)
+
+
+# settings.tf32 as cuda/_driver.c reads it per GEMM launched in C (a list settings.watch
+# keeps: the switch as last assigned or read)
+TF32: list = [True]
+
+
+def _watch_tf32(value: Any) -> None:
+    TF32[0] = bool(value)
+
+
+settings.watch("tf32", _watch_tf32)
 
 
 def available() -> bool:
@@ -124,7 +143,7 @@ def gemm(xp: Any, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
         # a copy in row-major order where cuBLAS cannot read an operand in place
         A = A if _layout(A) is not None else cupy.ascontiguousarray(A)
         B = B if _layout(B) is not None else cupy.ascontiguousarray(B)
-        p = _plan(A, B, dt, c is not None and beta != 0.0, alpha, beta)
+        p = _plan(A, B, dt, c is not None and beta != 0.0, alpha, beta, c)
         if isinstance(p, GemmPlan):
             p.run((A, B, c), res)
         else:  # the gemv's KernelPlan
@@ -194,17 +213,19 @@ class GemmPlan:
     """One GEMM call's cuBLAS arguments for one call layout (the operands' types, dtypes,
     shapes and strides, ``alpha`` / ``beta``: ``KernelRule``'s key), made once: later calls
     of that layout are launched by the eval loop from C (core/_loop.c run_node, a device's
-    planned rule) into a fresh allocator buffer through ``CudaBackend.launch_fused``, with
-    none of the rule's layout checks (MLX's ``Matmul::eval_gpu`` is one C++ call). A
+    planned rule) into a fresh allocator buffer: ``cuda/_driver.c``'s cuBLAS call (else
+    ``CudaBackend.launch_fused``, this class's ``call``), with none of the rule's layout
+    checks (MLX's ``Matmul::eval_gpu`` is one C++ call). A
     layout the GEMM cannot read in place (a copy first), an empty product or sum, or a
     dtype without a cuBLAS type has no plan: ``gemm`` runs."""
 
-    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "primitive", "scalars")
-    lane = False  # (not a kernel of ours: cuda/_driver.c's launch declines it)
+    __slots__ = ("args", "beta", "tf32", "out_shape", "out_dtype", "primitive", "scalars",
+                 "cublas", "copy", "lane")
     name = variant = "cublas_gemm_strided_batched"
     entry = None
 
-    def __init__(self, args: tuple, beta: float, tf32: bool, out_shape: tuple, out_dtype):
+    def __init__(self, args: tuple, beta: float, tf32: bool, out_shape: tuple, out_dtype,
+                 c: Any = None):
         self.args, self.beta, self.tf32 = args, beta, tf32
         self.out_shape, self.out_dtype = out_shape, out_dtype
         self.primitive = "Matmul"  # (the primitive it was planned for: the timeline's name)
@@ -213,6 +234,21 @@ class GemmPlan:
         kind = args[-1]
         self.scalars = (int(_scalar(args[5], kind).ctypes.data),
                         int(_scalar(beta, kind).ctypes.data))
+        # cuda/_driver.c's launch in C: cublasGemmStridedBatchedEx's arguments in its
+        # column-major terms (B first), the compute type without TF32 and whether TF32
+        # applies (the switch read per call), the scalars' addresses; ``lane``: its record
+        tb, ta, n, m, k, _, ldb, sb, lda, sa, ldc, sc, count, t, compute, _ = args
+        self.cublas = (_OP_T if tb else _OP_N, _OP_T if ta else _OP_N, n, m, k, ldb, sb,
+                       lda, sa, ldc, sc, count, t, compute, int(bool(tf32)), *self.scalars)
+        # AddMM's c copied into the output first: the one-op copy kernel's plan for c's
+        # layout (MLX's copy_gpu(c, out)); none to be had, no launch in C (``lane`` False)
+        self.copy = _copy_plan(c, out_shape, out_dtype) if beta else None
+        self.lane = False if beta and self.copy is None else None
+
+    def launch_detail(self) -> dict:
+        """The timeline's ``kernel_launch`` detail of a launch from C (cuBLAS's sizes)."""
+        tb, ta, n, m, k = self.args[:5]
+        return {"m": m, "n": n, "k": k, "batch": self.args[12], "library": "cublas"}
 
     def takes(self, out) -> bool:
         """Whether ``out`` is a buffer the GEMM writes as it is (the loop's fresh buffer)."""
@@ -234,8 +270,11 @@ class GemmPlan:
 
     def run(self, ins, res) -> None:
         """``res = alpha a @ b (+ beta c)`` for operands of the planned layout."""
-        if self.beta:
-            res[...] = bf16.storage(ins[2])  # the GEMM adds beta * res (MLX's copy_gpu(c, out))
+        if self.beta:  # the GEMM adds beta * res (MLX's copy_gpu(c, out)): the copy kernel
+            if self.copy is not None:  # (the one _driver.c launches)
+                self.copy.call((ins[2],), (res,))
+            else:
+                res[...] = bf16.storage(ins[2])
         a, b = bf16.storage(ins[0]), bf16.storage(ins[1])
         tb, ta, n, m, k, _, ldb, sb, lda, sa, ldc, sc, count, t, compute, _ = self.args
         if self.tf32 and settings.tf32:
@@ -249,16 +288,31 @@ class GemmPlan:
             res.data.ptr, t, ldc, sc, count, compute, _GEMM_DEFAULT)
 
 
+def _copy_plan(c: Any, shape: tuple, dtype: Any):
+    """The loaded plan of the copy kernel writing ``c`` (a device array, broadcast) into a
+    row-major ``dtype`` of ``shape`` (``bfloat16.elementwise_tape``'s ``AsType``), or None."""
+    from . import compiled
+
+    if type(c) is not cupy.ndarray and type(c) is not bf16.BF16Array:
+        return None
+    try:
+        tape = bf16.elementwise_tape("AsType", [c.dtype], dtype, [c.ndim == 0])
+        ln = compiled.kernel_for(tape, [c], shape)
+    except Exception:  # (no kernel to be had: the Python copy)
+        return None
+    return ln if ln is not None and ln.order == "C" else None
+
+
 def gemm_plan(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0,
               beta: float = 0.0) -> Optional[GemmPlan]:
     """The plan of a GEMM call of these operands' layouts (None: ``gemm`` runs it)."""
     dt = a.dtype
     if dt not in _TYPES or b.dtype != dt or not available() or (c is None and beta != 0.0):
         return None
-    return _plan(bf16.storage(a), bf16.storage(b), dt, c is not None, alpha, beta)
+    return _plan(bf16.storage(a), bf16.storage(b), dt, c is not None, alpha, beta, c)
 
 
-def _plan(A: Any, B: Any, dt: Any, with_c: bool, alpha: float, beta: float
+def _plan(A: Any, B: Any, dt: Any, with_c: bool, alpha: float, beta: float, c: Any = None
           ) -> Optional[GemmPlan]:
     """The plan over storage operands ``A`` and ``B`` of dtype ``dt``: None for an empty
     product or sum, or an operand that cuBLAS cannot read in place (a copy first)."""
@@ -281,7 +335,7 @@ def _plan(A: Any, B: Any, dt: Any, with_c: bool, alpha: float, beta: float
     args = (lb[0], la[0], N, M, K, alpha, lb[1], lb[2], la[1], la[2], N, M * N, count,
             dtype_id, compute, kind)
     return GemmPlan(args, float(beta) if with_c else 0.0,
-                    tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()), out_shape, dt)
+                    tf32 and _tf32_capable(cupy.cuda.runtime.getDevice()), out_shape, dt, c)
 
 
 class _GemvStep:
