@@ -259,7 +259,9 @@ def _usable(*arrays) -> bool:
     return all(type(a) is cupy.ndarray for a in arrays)
 
 
-def gather_axis(xp, a, indices, *, axis):
+def gather_axis(xp, a, indices, *, axis, out=None):
+    """The rule where no plan takes the call (``out``, the evaluator's buffer, unused: the
+    result is a new array, as a ``KernelRule``'s may be)."""
     kw = {"axis": axis}
     wrap = type(a) is BF16Array
     raw = a.raw if wrap else a
@@ -279,7 +281,9 @@ def gather_axis(xp, a, indices, *, axis):
     return BF16Array(out) if wrap else out
 
 
-def scatter_axis(xp, a, indices, updates, *, axis, reduce):
+def scatter_axis(xp, a, indices, updates, *, axis, reduce, out=None):
+    """The rule where no plan takes the call (another reduction, a dtype or layout the
+    kernel does not take; ``out`` unused, as ``gather_axis``'s)."""
     kw = {"axis": axis, "reduce": reduce}
     ins = (a, indices, updates)
     half = type(a) is BF16Array  # (bfloat16: its storage, ``raw``)
