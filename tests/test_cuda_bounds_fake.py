@@ -11,6 +11,8 @@ memory) and the fused tapes computed (``run_fused_tapes``):
 - the failed eval's arrays raise the same error when read or used, the record is cleared
   and the next eval on the stream is right;
 - take / ``a[idx]`` / put_along_axis / ``.at[]`` (the rules' checks) raise numpy's error;
+- gather_qmm's gather-qmv kernel (its C build, the same text, run at its launch) raises
+  numpy's error for an index outside x's or w's batch, as the CPU stream does;
 - an eager chain of gathers and scatters makes no host synchronisation: one wait per eval,
   no read-back (counted through the timeline and the stand-in).
 The GPU's own cases are ``test_cuda_indexing.py``'s."""
@@ -51,6 +53,26 @@ def run(params):
         return
     real_run(params)
 fake_cuda_driver._run_launch = run
+
+# the gather-qmv kernel's C build (the same text, blocks and lanes walked in order) at its launch
+import threading
+from tapescope.kernels.codegen import qmv_cuda
+from tapescope.kernels.cpu import compiler
+def run_qmv(plan):
+    spec = plan.entry.tape
+    vals = plan.packs[threading.get_ident()][0]
+    args = [int(vals[plan.offsets[i]]) for i in range(len(spec.params()))]
+    entry = compiler.get_kernel(spec.name, spec.layout, lambda tc: qmv_cuda.c_source(spec),
+                                key="qmv_c:" + spec.name)
+    entry.fast_fn(gil=True)((ctypes.c_void_p * len(args))(*args))
+    ran["qmv"] = ran.get("qmv", 0) + 1
+real_run2 = fake_cuda_driver._run_launch
+def run2(params):
+    got = fake_cuda_driver._PACKS.get(params)
+    if got is not None and isinstance(getattr(got[0].entry, "tape", None), qmv_cuda.QmvSpec):
+        return run_qmv(got[0])
+    real_run2(params)
+fake_cuda_driver._run_launch = run2
 
 mx.set_default_device(mx.gpu)
 reads = [0]
@@ -126,6 +148,31 @@ for name, f, g in (
          lambda: np.add.at(a_np.copy(), i_np, 1.0))):
     out[name] = [error(f), numpy_error(g)]
 
+# gather_qmm: an index outside x's or w's batch (numpy's error for x[lhs], then w[rhs])
+wf = rng.standard_normal((2, 32, 64)).astype(np.float32)
+with mx.stream(mx.cpu):
+    wq, ws, wb = [np.array(t) for t in mx.quantize(mx.array(wf), group_size=32, bits=4)]
+xq_np = rng.standard_normal((1, 1, 64)).astype(np.float32)
+def gqmm(lhs, rhs, stream=None):
+    ops = [mx.array(t) for t in (xq_np, wq, ws, wb)]
+    if stream is not None:
+        with mx.stream(stream):
+            return mx.gather_qmm(*ops, lhs_indices=mx.array(np.array(lhs, np.uint32)),
+                                 rhs_indices=mx.array(np.array(rhs, np.uint32)), group_size=32, bits=4)
+    return mx.gather_qmm(*ops, lhs_indices=mx.array(np.array(lhs, np.uint32)),
+                         rhs_indices=mx.array(np.array(rhs, np.uint32)), group_size=32, bits=4)
+for call in ("first", "second", "third"):
+    out["qmm_good_" + call] = np.array(gqmm([0, 0, 0], [1, 0, 1])).tolist()
+    for name, lhs, rhs in (("rhs", [0, 0, 0], [1, 5, 7]), ("lhs", [0, 3, 0], [1, 0, 1]),
+                           ("both", [0, 0, 2], [9, 0, 1])):
+        out[f"qmm_{name}_{call}"] = error(lambda: mx.eval(gqmm(lhs, rhs)))
+for name, lhs, rhs in (("rhs", [0, 0, 0], [1, 5, 7]), ("lhs", [0, 3, 0], [1, 0, 1]),
+                       ("both", [0, 0, 2], [9, 0, 1])):
+    out[f"qmm_{name}_cpu"] = error(lambda: mx.eval(gqmm(lhs, rhs, mx.cpu)))
+    out[f"qmm_{name}_numpy"] = numpy_error(lambda: (xq_np[np.array(lhs)], wf[np.array(rhs)]))
+out["qmm_good_cpu"] = np.array(gqmm([0, 0, 0], [1, 0, 1], mx.cpu)).tolist()
+out["qmv_launches"] = ran.get("qmv", 0)
+
 # an eager chain with the check: no host synchronisation, one wait per eval
 idx = mx.array(good_np)
 mx.eval(idx)
@@ -186,6 +233,20 @@ def test_the_rules_checks_raise_numpys_error(got, name):
     mine, numpy = got[name]
     assert numpy is not None and numpy[0] == "IndexError"
     assert mine == numpy
+
+
+@pytest.mark.parametrize("call", ["first", "second", "third"])
+@pytest.mark.parametrize("name", ["rhs", "lhs", "both"])
+def test_gather_qmm_outside_the_batch_raises_numpys_error_as_the_cpu_does(got, name, call):
+    """The gather-qmv kernel notes the index (x's batch before w's, numpy's order) instead
+    of clamping it; the eval raises numpy's error, the CPU stream's too; in range it is
+    the CPU's product."""
+    assert got["qmv_launches"] >= 12, got["qmv_launches"]  # (the kernel's own text ran)
+    want = got[f"qmm_{name}_numpy"]
+    assert want is not None and want[0] == "IndexError"
+    assert got[f"qmm_{name}_{call}"] == want
+    assert got[f"qmm_{name}_cpu"] == want
+    np.testing.assert_allclose(got["qmm_good_" + call], got["qmm_good_cpu"], rtol=1e-5, atol=1e-5)
 
 
 def test_an_eager_chain_with_the_check_makes_no_host_synchronisation(got):
