@@ -116,6 +116,20 @@ out["gather_want"] = np.take_along_axis(a_np, good_np, axis=1).tolist()
 out["gather_numpy"] = numpy_error(lambda: np.take_along_axis(a_np, bad_np, axis=1))
 out["axis_launches"] = ran["axis"]
 
+# failed evals leak nothing: the allocator's active memory does not grow
+import gc
+bad_idx = mx.array(bad_np)
+mx.eval(bad_idx)
+gc.collect()
+m0 = mx.get_active_memory()
+for _ in range(4):
+    b = mx.take_along_axis(a, bad_idx, axis=1)
+    error(lambda: mx.eval(b))
+    del b
+gc.collect()
+out["active_growth"] = mx.get_active_memory() - m0
+del bad_idx
+
 # an intermediate of the failed eval is not readable either
 h = mx.take_along_axis(a, mx.array(bad_np), axis=1)
 y = mx.sum(h * 2.0)
@@ -213,6 +227,10 @@ def test_the_failed_evals_arrays_raise_the_same_error_and_the_record_is_cleared(
     assert got["read_after_" + call] == got["gather_numpy"]
     assert got["use_after_" + call] == got["gather_numpy"]
     assert got["record_after_" + call] is None
+
+
+def test_failed_evals_leak_no_device_memory(got):
+    assert got["active_growth"] == 0, got["active_growth"]
 
 
 def test_an_intermediate_of_the_failed_eval_is_not_readable(got):
