@@ -173,6 +173,7 @@ def _host_alloc(size: int, flags: int = 0) -> int:
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError,
     hostAlloc=_host_alloc,
+    malloc=_host_alloc,  # (device memory is the host's)
     # (the stream runs nothing: a copy is done when it is enqueued)
     memcpyAsync=lambda dst, src, size, kind, stream: ctypes.memmove(dst, src, size),
     getDeviceCount=lambda: 1,

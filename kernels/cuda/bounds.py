@@ -42,7 +42,7 @@ _MEMCPY_HOST_TO_DEVICE = 1
 
 # CUDA stream pointer -> its record's host address; the C wait reads it (``_driver.c``)
 records: dict = {}
-_words: dict = {}  # CUDA stream pointer -> (its bounds word: a device array, address)
+_words: dict = {}  # CUDA stream pointer -> (its record's host address, its bounds word's device address)
 _pages: list = []  # [host address of a page, records used]
 _lock = threading.Lock()
 
@@ -74,10 +74,11 @@ def word_for(stream_ptr: int) -> int:
             rec = _new_record()
             w = _words_at(rec)
             w[bt.LOCK_INIT], w[bt.ADDRESS] = 0, rec  # (mapped: the device reads it here)
-            word = cupy.empty(2, dtype=cupy.uint64)
-            cupy.cuda.runtime.memcpyAsync(int(word.data.ptr), rec + 8 * bt.LOCK_INIT, 16,
+            # (cudaMalloc'd, never freed: no allocator cache or stream order to share it)
+            word = int(cupy.cuda.runtime.malloc(16))
+            cupy.cuda.runtime.memcpyAsync(word, rec + 8 * bt.LOCK_INIT, 16,
                                           _MEMCPY_HOST_TO_DEVICE, stream_ptr)
-            got = _words[stream_ptr] = (word, int(word.data.ptr))
+            got = _words[stream_ptr] = (rec, word)
             records[stream_ptr] = rec
     return got[1]
 
