@@ -346,6 +346,9 @@ float __uint_as_float(unsigned);
 _QMV_PRELUDE = _CU_PRELUDE + """
 #define __launch_bounds__(...)
 #define __restrict__
+#define __noinline__
+unsigned atomicCAS(unsigned*, unsigned, unsigned); unsigned atomicExch(unsigned*, unsigned);
+void __threadfence(); void __threadfence_system();
 struct __half { unsigned short x; };
 struct __nv_bfloat16 { unsigned short x; };
 float __half2float(__half); __half __float2half_rn(float); __half __ushort_as_half(unsigned short);
