@@ -10,12 +10,17 @@ IndexError where it waits for that stream: the eval loop's wait in C (``_driver.
 ``CudaEvent``'s host wait, ``device.synchronize``; the record is then cleared. So a
 launch costs no host synchronisation, and:
 
-- ``mx.eval`` (or the first host wait on the stream after ``mx.async_eval``, the read of
-  an array) raises ``IndexError("index 7 is out of bounds for axis 0 with size 5")``;
+- ``mx.eval`` raises ``IndexError("index 7 is out of bounds for axis 0 with size 5")``
+  (numpy's type and message: the first bad index of the first launch that saw one);
 - the arrays that eval computed are not readable: each holds the error
   (``kernels/failed.py``), and reading it, or evaluating an op on it, raises the same
   IndexError (``core/eval_loop.py``'s ``fail_outputs``);
-- the stream, its record and the allocator are as before: the next eval runs as usual.
+- the stream, its record and the allocator are as before: the next eval runs as usual;
+- after ``mx.async_eval`` the error is raised by the next host wait on that stream
+  (``mx.synchronize()``, the next ``mx.eval`` there, whose arrays are then the failed
+  ones); a read of the async eval's array before that wait is not checked (the read does
+  not wait for the stream: CuPy's copy on the legacy stream), and its bad elements read 0
+  (a gather) or miss their update (a scatter).
 
 Per stream: a *bounds word* of two device words (a lock the kernels take while they
 write the record, and the record's address), passed to the kernels as a pointer (a plan's
