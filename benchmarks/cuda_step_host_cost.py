@@ -27,7 +27,35 @@ sys.path.insert(0, HERE)
 
 from cuda_host_cost import callgrind_totals, host_cost  # noqa: E402  (the stand-in stack first)
 import fake_cublas  # noqa: E402
+import fake_cupy  # noqa: E402
 import fake_cuda_driver  # noqa: E402
+
+
+def host_waits(call, n: int) -> tuple:
+    """Per ``call()``: the device-to-host reads (CuPy's ``get``: a host synchronisation each,
+    a bounds word read back among them) and the host's waits on a stream (the timeline's
+    host ``event_wait`` records, the eval's own among them, and the stand-in's stream or
+    device synchronisations)."""
+    from tapescope.kernels import timeline
+
+    reads = [0]
+    real = fake_cupy.ndarray.get
+
+    def get(self, *a, **k):
+        reads[0] += 1
+        return real(self, *a, **k)
+
+    fake_cupy.ndarray.get = get
+    s0 = fake_cupy._SYNCS[0]
+    try:
+        with timeline.record() as rec:
+            for _ in range(n):
+                call()
+    finally:
+        fake_cupy.ndarray.get = real
+    waits = sum(1 for r in rec.records if r.kind == "event_wait"
+                and not (r.detail or {}).get("device_wait"))
+    return reads[0] / n, (waits + fake_cupy._SYNCS[0] - s0) / n
 
 
 def main(argv=None) -> int:
@@ -76,6 +104,9 @@ def main(argv=None) -> int:
               f"  calls/node {calls / max(nodes, 1):6.1f}"
               f"  launches/step C {c_l} Python {p_l}  GEMMs/step C {g_c:.0f} Python {g_p:.0f}"
               f"  paths {paths}", flush=True)
+        reads, waits = host_waits(f, n)
+        print(f"{dtype:9s} {mode:8s} host waits/step {waits:4.1f}  device-to-host reads/step "
+              f"{reads:4.1f}", flush=True)
     if args.callgrind:
         for (fname, ir), dtype in zip(callgrind_totals(), names):
             print(f"{dtype:9s} instructions/step {ir / n:12.0f}   ({fname})")

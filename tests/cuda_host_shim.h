@@ -6,7 +6,8 @@
  * second meeting before the slots are reused), so the warp merges, group memory and
  * barriers of a kernel run as a GPU orders them. __shared__ arrays are statics (one block
  * at a time). Half types: __half through _Float16, __nv_bfloat16 as its 16 bits rounded to
- * nearest even. Fast intrinsics are their libm functions (__expf is expf): values match a
+ * nearest even. Atomics are plain read-modify-writes (a fiber yields only at a meeting).
+ * Fast intrinsics are their libm functions (__expf is expf): values match a
  * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs. */
 #pragma once
 #include <cmath>
@@ -20,6 +21,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
@@ -30,14 +32,6 @@ using std::isnan;
 
 struct ts_dim3 { unsigned x = 0, y = 0, z = 0; };
 static ts_dim3 threadIdx, blockIdx, blockDim, gridDim;
-
-/* the fibers of a block take turns (no preemption between them): a read-modify-write is
- * atomic as it stands */
-static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {
-  unsigned long long old = *a;
-  if (v < old) *a = v;
-  return old;
-}
 
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
@@ -82,6 +76,12 @@ static inline void ts_yield(int why) {
 
 static inline void __syncthreads() { ts_yield(3); }
 static inline void __threadfence_system() {}
+static inline void __threadfence() {}
+/* atomics: a fiber yields only at a meeting, so a read-modify-write is one step */
+template <class T> static inline T atomicCAS(T* p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+template <class T> static inline T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+template <class T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+template <class T> static inline T atomicMin(T* p, T v) { T o = *p; if (v < o) *p = v; return o; }
 
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
   static_assert(sizeof(T) <= 16, "a lane's value");

@@ -11,6 +11,7 @@ stream-ordering tests need the real GPU. The rules' array-module behaviour is te
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 import types
@@ -160,8 +161,21 @@ class CUDARuntimeError(RuntimeError):
         super().__init__(f"cudaError {status}")
 
 
+_HOST_PAGES: list = []  # hostAlloc's memory (pinned and mapped: the device's address is the host's)
+
+
+def _host_alloc(size: int, flags: int = 0) -> int:
+    buf = ctypes.create_string_buffer(size)
+    _HOST_PAGES.append(buf)
+    return ctypes.addressof(buf)
+
+
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError,
+    hostAlloc=_host_alloc,
+    malloc=_host_alloc,  # (device memory is the host's)
+    # (the stream runs nothing: a copy is done when it is enqueued)
+    memcpyAsync=lambda dst, src, size, kind, stream: ctypes.memmove(dst, src, size),
     getDeviceCount=lambda: 1,
     getDevice=lambda: 0,
     setDevice=lambda device: None,

@@ -4,7 +4,7 @@ the CUDA source the runtime gives NVRTC built by g++ against ``tests/cuda_host_s
 (``cuda_host.py``), launched with the walk's strides, against numpy's ``take`` over shapes,
 gathered axes, windows narrower than the array, index shapes (a scalar index too), negative
 indices, transposed inputs and index dtypes; an index out of bounds lowers the bad-position
-word at its walk position, whose index position names numpy's error. The GPU runs the same
+word at its walk position, whose index position and the array's axis name numpy's error. The GPU runs the same
 rule in ``test_cuda_indexing.py``."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import fake_cupy
 from cuda_host import CXX, build, launch
+from tapescope.kernels.codegen import bounds_text
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no g++ to build the CUDA source for the host")
 
@@ -28,22 +29,24 @@ def indexing():
 
 
 def _gather(ix, a: np.ndarray, idx: np.ndarray, axis: int, sizes: tuple):
-    """(out in Gather's shape, the first bad walk position or None)."""
+    """(out in Gather's shape, (the first bad index position, the axis it names) or None)."""
     sa = tuple(s // a.itemsize for s in a.strides)
     si = tuple(s // idx.itemsize for s in idx.strides)
     walk, moved, istr, window = ix.gather_walk(sa, idx.shape, si, axis, sizes)
     elem, index = ix._MOVE[a.itemsize], ix._INDEX[idx.dtype.name]
     name = f"g_{a.itemsize}_{idx.dtype.name}_{len(walk)}"
-    lib = build(ix._source(name, False, elem, index, len(walk), 0), [name])
+    lib = build(ix._source(name, False, elem, index, len(walk), 0, axis), [name])
     out = np.full(walk, 77, a.dtype)
-    bad = np.array([ix._NONE], np.uint64)
+    record = np.zeros(bounds_text.WORDS, np.uint64)  # (bounds_text's layout)
+    word = np.array([0, record.ctypes.data], np.uint64)  # (a free lock, the record)
     n = int(np.prod(walk))
-    args = [a, idx, out, bad, n, a.shape[axis]]
+    args = [a, idx, out, word, n, a.shape[axis]]
     for d in range(len(walk)):
         args += [walk[d], moved[d], istr[d]]
     launch(lib, name, max(1, -(-n // 64)), 64, args)
-    first = None if int(bad[0]) == ix._NONE else int(bad[0]) // window
-    return out.reshape(idx.shape + tuple(sizes)), first
+    if not record[bounds_text.STATE]:
+        return out.reshape(idx.shape + tuple(sizes)), None
+    return None, (int(record[bounds_text.POS]) // window, int(record[bounds_text.AXIS]))
 
 
 @st.composite
@@ -79,6 +82,8 @@ def test_an_index_out_of_bounds_names_its_position(indexing):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     idx = np.array([[0, 2], [3, -4]], np.int32)
     _, bad = _gather(indexing, a, idx, 0, (1, 4))
-    assert bad == 2  # the first bad index in the indices' order: idx[1, 0] = 3
+    assert bad == (2, 0)  # the first bad index in the indices' order: idx[1, 0] = 3
     _, bad = _gather(indexing, a, np.array([-3, 1], np.int32), 0, (1, 4))
     assert bad is None
+    _, bad = _gather(indexing, a, np.array([[1], [4]], np.int32), 1, (3, 1))
+    assert bad == (1, 1)  # the array's axis named, not the walk's first

@@ -1,7 +1,8 @@
 """``GatherAxis`` and ``ScatterAxis`` (sum) as CUDA kernels (``kernels/cuda/indexing.py``):
 ``take_along_axis`` and its VJP on the GPU against numpy, over shapes, axes, negative and
 repeated indices, index dtypes, transposed inputs and the element dtypes; an index out of
-bounds raises the rules' IndexError and leaves the node lazy."""
+bounds raises numpy's IndexError at the eval's wait (the deferred check, ``cuda/bounds.py``),
+and the failed eval's arrays raise it again when read."""
 
 from __future__ import annotations
 
@@ -137,15 +138,31 @@ def test_a_bfloat16_scatter_is_the_cpus_bits_and_takes_no_float32_copies():
 
 
 @pytest.mark.usefixtures("gpu_default_device")
-def test_an_index_out_of_bounds_on_the_gpu_raises_and_leaves_the_node_lazy():
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_an_index_out_of_bounds_on_the_gpu_raises_at_the_eval_and_its_arrays_raise_again(dtype):
+    """numpy's IndexError (its message: the first bad index in the walk, here 4 before 5)
+    from the eval, for the gather, its plan's launch from C and the VJP's scatter; the
+    failed eval's arrays raise it again when read; the next eval is right."""
     a = mx.array(np.arange(12, dtype=np.float32).reshape(3, 4))
-    i = mx.array(np.array([[0, 1], [2, 4], [-5, 0]], np.int32))  # 4 is the first out of bounds
-    out = mx.take_along_axis(a, i, axis=1)
-    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
-        mx.eval(out)
-    assert out._d.node is not None
-    ok = mx.take_along_axis(a, mx.array(np.array([[3], [-4], [0]], np.int32)), axis=1)
-    np.testing.assert_array_equal(np.array(ok), [[3], [4], [8]])
+    i_np = np.array([[0, 1], [2, 4], [5, 0]], dtype)
+    i = mx.array(i_np)
+    want = "index 4 is out of bounds for axis 1 with size 4"
+    with pytest.raises(IndexError) as info:
+        np.take_along_axis(np.zeros((3, 4)), i_np, axis=1)
+    assert str(info.value) == want
+    for _ in range(3):  # the rule's first call, then the plan launched from C
+        out = mx.take_along_axis(a, i, axis=1)
+        with pytest.raises(IndexError) as info:
+            mx.eval(out)
+        assert type(info.value) is IndexError and str(info.value) == want
+        with pytest.raises(IndexError, match=want):
+            np.array(out)
+        upd = mx.ones((3, 2))
+        g = mx.vjp(lambda v: mx.take_along_axis(v, i, axis=1), [a], [upd])[1][0]
+        with pytest.raises(IndexError, match=want):
+            mx.eval(g)
+        ok = mx.take_along_axis(a, mx.array(np.array([[3], [-4], [0]], np.int32)), axis=1)
+        np.testing.assert_array_equal(np.array(ok), [[3], [4], [8]])
 
 
 @pytest.mark.usefixtures("gpu_default_device")
@@ -180,9 +197,14 @@ def test_one_index_gather_on_the_gpu_matches_numpy(c):
 
 @pytest.mark.usefixtures("gpu_default_device")
 def test_a_gathers_index_out_of_bounds_on_the_gpu_raises_numpys_error():
+    """The one-index Gather's check names the array's axis, not its walk's; the rule's first
+    call and the plan launched from C alike."""
     w = mx.array(np.arange(12, dtype=np.float32).reshape(3, 4))
-    out = w[mx.array(np.array([[0, 2], [3, 1]], np.int32))]
-    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
-        mx.eval(out)
+    for axis, size in ((0, 3), (1, 4)):
+        for _ in range(2):
+            out = mx.take(w, mx.array(np.array([[0, 2], [size, 1]], np.int32)), axis=axis)
+            with pytest.raises(IndexError, match=f"index {size} is out of bounds for axis {axis} "
+                                                 f"with size {size}"):
+                mx.eval(out)
     ok = mx.take(w, mx.array(np.array([-1, 0], np.int32)), axis=1)
     np.testing.assert_array_equal(np.array(ok), np.take(np.arange(12).reshape(3, 4), [3, 0], axis=1))

@@ -180,10 +180,17 @@ def test_gather_qmm_kernels_equal_float64(cfg, transpose, m, n_idx, sort, lhs, s
 @needs_cc
 def test_gather_qmm_index_outside_the_batch_runs_the_rule():
     """An index past the batch never reaches the CPU's kernel (it would read outside w): the
-    rule runs instead and raises, and the next call is unaffected. (The CUDA gather-qmv plan
-    reads its indices on the device, where it clamps them: no error there yet.)"""
+    rule runs instead and raises numpy's IndexError, and the next call is unaffected."""
     with mx.stream(mx.cpu):
         _gather_qmm_index_outside_the_batch()
+
+
+@needs_cc
+def test_gather_qmm_index_outside_the_batch_raises_numpys_error_on_the_default_device():
+    """The same on the default device: on a GPU the gather-qmv kernel notes the index in its
+    stream's bounds record and the eval raises numpy's error at its wait
+    (``cuda/bounds.py``); the next call is unaffected."""
+    _gather_qmm_index_outside_the_batch()
 
 
 def _gather_qmm_index_outside_the_batch():
@@ -192,8 +199,9 @@ def _gather_qmm_index_outside_the_batch():
     x = mx.array(rng.standard_normal((1, 1, 64)).astype(np.float32))
     bad = mx.gather_qmm(x, mx.array(w), mx.array(s), mx.array(b), None,
                         mx.array(np.array([5], np.uint32)))
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError) as info:
         mx.eval(bad)
+    assert str(info.value) == "index 5 is out of bounds for axis 0 with size 2"  # numpy's w[5]
     ok = mx.gather_qmm(x, mx.array(w), mx.array(s), mx.array(b), None,
                        mx.array(np.array([1], np.uint32)))
     w64 = reference_weight(w, s, b, 64, 4, "affine")[1]
@@ -338,6 +346,9 @@ float __uint_as_float(unsigned);
 _QMV_PRELUDE = _CU_PRELUDE + """
 #define __launch_bounds__(...)
 #define __restrict__
+#define __noinline__
+unsigned atomicCAS(unsigned*, unsigned, unsigned); unsigned atomicExch(unsigned*, unsigned);
+void __threadfence(); void __threadfence_system();
 struct __half { unsigned short x; };
 struct __nv_bfloat16 { unsigned short x; };
 float __half2float(__half); __half __float2half_rn(float); __half __ushort_as_half(unsigned short);

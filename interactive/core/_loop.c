@@ -1687,7 +1687,7 @@ done:
  * helpers). Anything else is declined before anything is done, and the Python eval runs. */
 static PyObject *g_tracer, *g_interrupt, *g_sigint, *g_lock, *g_workers, *g_begin, *g_end,
     *g_state_type, *g_thread_ident, *g_interrupted, *g_prebuild, *g_sigint_state, *g_getsignal,
-    *g_main_thread, *g_event_type, *g_event_ids;
+    *g_main_thread, *g_event_type, *g_event_ids, *g_fail_outputs;
 static PyObject *s__flag, *s_begin, *s_end, *s_acquire, *s_release, *s_signal, *s__owner,
     *s_error, *s_interrupted, *s_one, *s_wait, *s__sigint_installed, *s_sigint_number,
     *s_event_type;
@@ -1708,16 +1708,30 @@ static void slot_offsets(PyObject *type, const char *const *names, Py_ssize_t *o
         }
 }
 
+/* the device's wait raised (the error set): eval_loop.fail_outputs(order, error), the
+ * eval's arrays holding the error instead of values its failed work wrote; the error kept */
+static void fail_outputs(PyObject *order) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL) {
+        PyObject *r = PyObject_CallFunctionObjArgs(g_fail_outputs, order, value, NULL);
+        if (r == NULL) PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
 PyObject *configure_eager(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"tracer", "interrupt", "install_sigint", "schedule_lock",
                                         "workers", "eval_begin", "eval_end", "state_type",
                                         "thread_ident", "interrupted_message", "prebuild",
                                         "sigint_state", "getsignal", "main_thread",
-                                        "event_type", "event_ids"};
+                                        "event_type", "event_ids", "fail_outputs"};
     PyObject **const slots[] = {&g_tracer, &g_interrupt, &g_sigint, &g_lock, &g_workers,
                                 &g_begin, &g_end, &g_state_type, &g_thread_ident,
                                 &g_interrupted, &g_prebuild, &g_sigint_state, &g_getsignal,
-                                &g_main_thread, &g_event_type, &g_event_ids};
+                                &g_main_thread, &g_event_type, &g_event_ids, &g_fail_outputs};
     eager_configured = 0;
     if (!loop_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_eager: configure_loop first");
@@ -2140,7 +2154,7 @@ int eager_eval(PyObject *descs) {
     int waited = 0;
     if (!bi->host && bi->api != NULL) {
         waited = bi->api->wait(index);
-        if (waited < 0) keep_error(&type, &value, &tb);
+        if (waited < 0) fail_outputs(order), keep_error(&type, &value, &tb);
     }
     if (waited != 0 ? signal_done(ev, recording) < 0 : signal_host(ev) < 0)
         keep_error(&type, &value, &tb);
@@ -2149,7 +2163,7 @@ int eager_eval(PyObject *descs) {
         if (call_none(PyObject_Vectorcall(g_end, eargs, 4, NULL)) < 0) keep_error(&type, &value, &tb);
     }
     if (!bi->host && waited == 0 && call_none(PyObject_CallMethodOneArg(ev, s_wait, s_one)) < 0)
-        keep_error(&type, &value, &tb);
+        fail_outputs(order), keep_error(&type, &value, &tb);
     rc = 1;
 done:
     if (begun && interrupt_step(-1) < 0) keep_error(&type, &value, &tb);

@@ -278,8 +278,12 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
                 return
             _run_inline(order, state, events[inline], asynchronous)
         if order and not asynchronous:
-            for ev in events.values():
-                ev.wait(1)
+            try:
+                for ev in events.values():
+                    ev.wait(1)
+            except BaseException as e:  # the device failed after its work was enqueued
+                fail_outputs(order, e)
+                raise
             _raise_for(state)
         if asynchronous:
             return
@@ -290,6 +294,21 @@ def _evaluate(descs: list[ArrayDesc], asynchronous: bool) -> None:
         if not pending or all(d.node is None for d in descs):
             return
     raise RuntimeError("[eval] The graph could not be evaluated (interrupted repeatedly).")
+
+
+def fail_outputs(order: list[Node], error: BaseException) -> None:
+    """An eval whose wait raised (the deferred bounds check's IndexError, a device error):
+    every array its nodes set holds ``Failed(error)`` instead of its data, its buffer given
+    back, so that no read of it gives the values of failed work (a read, or an op's eval
+    on it, raises the error again). Core/_loop.c's eager eval calls it the same way."""
+    from tapescope.kernels.failed import Failed
+
+    failed = Failed(error)
+    for node in order:
+        for ref in node.outputs:
+            d = ref()
+            if d is not None and d.node is None and d.data is not None:
+                d.data, d.buffer = failed, None
 
 
 def _raise_for(state: EvalState) -> None:
@@ -490,7 +509,7 @@ if c_loop is not None:  # an eager op's eval in C (core/_call.c: eager_eval), th
         "schedule_lock": _schedule_lock, "workers": _stream_workers._workers,
         "eval_begin": _eval_begin, "eval_end": _record_end, "state_type": EvalState,
         "thread_ident": threading.get_ident, "interrupted_message": _INTERRUPTED,
-        "prebuild": prebuild_kernels,
+        "prebuild": prebuild_kernels, "fail_outputs": fail_outputs,
         # _install_sigint's test (in C: its globals read there), the host's events
         "sigint_state": globals(), "getsignal": _getsignal, "main_thread": _MAIN_THREAD,
         "event_type": _stream_workers.Event, "event_ids": _stream_workers._event_ids})

@@ -29,8 +29,10 @@ One launch covers a batch: the grid is one dimension, ``B * ceil(N / WARPS)`` bl
 ``bb``'s x, weight, scales and biases start ``bb`` times their batch stride in (0: a
 broadcast operand). ``gather`` (MLX's ``gather_qmv_kernel``) reads entry ``bb``'s matrices'
 indices from ``lhs`` / ``rhs`` instead (the index arrays' layout as up to three strided
-dimensions; an index outside the batch is clamped into it, where MLX's kernel reads out of
-bounds). x's rows are ``x_rs`` elements apart with unit-stride columns; the weight, scales
+dimensions; a negative index counts from the batch's end, as numpy's; an index outside the
+batch, where MLX's kernel reads out of bounds, is noted in the stream's bounds record
+(``bounds_text.py``: numpy's error for ``x[lhs]`` first, then ``w[rhs]``, raised at the
+host's wait) and the entry reads matrix 0). x's rows are ``x_rs`` elements apart with unit-stride columns; the weight, scales
 and biases are row-contiguous matrices. Where x's rows, the weight and x's row stride are
 aligned the runs are read as vectors (16 bytes of x; 16 or 8 bytes of the weight), else
 word by word (a warp-uniform choice, made per launch from the pointers).
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import bounds_text
 from .warp_text import c_head, c_prelude, cuda_prelude
 
 MAX_ROWS = 8  # rows one qmv call multiplies (MLX's CUDA qmv below M * B = 8)
@@ -108,7 +111,7 @@ class QmvSpec:
         if not self.rows:
             return ([("in", "w"), ("in", "scales")] + bias + [("out", "out")]
                     + [("int", n) for n in ("total", "N", "K", "w_bs", "s_bs")] + b_bs)
-        idx = [("in", "lhs"), ("in", "rhs")] if self.index else []
+        idx = [("in", "lhs"), ("in", "rhs"), ("in", "bounds")] if self.index else []
         gints = [("int", n) for n in GATHER_INTS] if self.index else []
         return ([("in", "x"), ("in", "w"), ("in", "scales")] + bias + idx + [("out", "out")]
                 + [("int", n) for n in ("B", "N", "K", "x_rs", "x_bs", "w_bs", "s_bs")]
@@ -193,12 +196,19 @@ KERNEL_HEAD {{
     const long long bb = blk / nblk, n = (blk % nblk) * WARPS + warp;
     if (n < N) {{  /* warp-uniform */
 #if GATHER
-      /* entry bb's matrices: its indices, clamped into the batches */
+      /* entry bb's matrices: its indices (negative: from the end); one outside its batch
+         noted (x's before w's: numpy's order) and read as 0 */
       const long long j2 = bb % i2, j1 = (bb / i2) % i1, j0 = bb / (i1 * i2);
-      long long xi = (long long)LHS[j0 * l0 + j1 * l1 + j2 * l2];
-      long long wi = (long long)RHS[j0 * r0 + j1 * r1 + j2 * r2];
-      xi = xi < 0 ? 0 : (xi >= nx ? nx - 1 : xi);
-      wi = wi < 0 ? 0 : (wi >= nw ? nw - 1 : wi);
+      const IT lraw = LHS[j0 * l0 + j1 * l1 + j2 * l2], rraw = RHS[j0 * r0 + j1 * r1 + j2 * r2];
+      long long xi = (long long)lraw, wi = (long long)rraw;
+      const int xbad = IT_SIGNED ? (xi < -nx || xi >= nx) : ((unsigned long long)lraw >= (unsigned long long)nx);
+      const int wbad = IT_SIGNED ? (wi < -nw || wi >= nw) : ((unsigned long long)rraw >= (unsigned long long)nw);
+      if (xbad || wbad)
+        bounds_note(BOUNDS, xbad ? (unsigned long long)bb : (unsigned long long)(B + bb),
+                    xbad ? (unsigned long long)lraw : (unsigned long long)rraw, 0, xbad ? nx : nw,
+                    ADDR(LHS), !IT_SIGNED);
+      xi = xbad ? 0 : (xi < 0 ? xi + nx : xi);
+      wi = wbad ? 0 : (wi < 0 ? wi + nw : wi);
 #else
       const long long xi = bb, wi = bb;
 #endif
@@ -328,7 +338,7 @@ def _to_words(dtype: str, bits: dict) -> str:
 
 _BUFS = {"x": ("X", "const T*"), "w": ("W", "const uint32_t*"), "scales": ("S", "const ST*"),
          "biases": ("BI", "const T*"), "lhs": ("LHS", "const IT*"), "rhs": ("RHS", "const IT*"),
-         "out": ("OUT", "T*")}
+         "bounds": ("BOUNDS", "unsigned long long*"), "out": ("OUT", "T*")}
 
 
 def _signature(spec: QmvSpec) -> str:
@@ -343,7 +353,7 @@ def _spec_defines(spec: QmvSpec, index_types: dict) -> str:
     vw = 4 if wpr % 4 == 0 else 2 if wpr % 2 == 0 else 1
     st = "T" if scale == "T" else "unsigned char"
     it = index_types[spec.index] if spec.index else "int"
-    return (f"#define ST {st}\n#define IT {it}\n#define WARPS {WARPS}\n"
+    return (f"#define ST {st}\n#define IT {it}\n#define IT_SIGNED ((IT)-1 < (IT)0)\n#define WARPS {WARPS}\n"
             f"#define SCALE(v) {_SCALE[scale].format('(v)')}\n"
             f"#define VALUE(c) {_VALUE[codes].format('(c)')}\n"
             + _COMMON.format(bits=spec.bits, gs=spec.group_size, ept=spec.ept, vw=vw,
@@ -370,7 +380,8 @@ def cuda_source(spec: QmvSpec) -> str:
             f"{spec.name}({_signature(spec)}) {{")
     return (cuda_prelude(spec.dtype) + """#define FOR_THREAD(t) \\
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, _once = 1; _once; _once = 0)
-""" + _to_words(spec.dtype, _CU_BITS) + _spec_defines(spec, _CU_INDEX) + _body(spec, head))
+""" + _to_words(spec.dtype, _CU_BITS) + _spec_defines(spec, _CU_INDEX)
+            + (bounds_text.CUDA if spec.index else "") + _body(spec, head))
 
 
 def c_source(spec: QmvSpec) -> str:
@@ -378,4 +389,5 @@ def c_source(spec: QmvSpec) -> str:
     kernels' ``void** args`` entry: pointers, then the int64 values)."""
     return (c_prelude(spec.dtype) + "#define FOR_THREAD(t) for (long long t = 0; t < total; t++)\n"
             + _to_words(spec.dtype, _C_BITS) + _spec_defines(spec, _C_INDEX)
+            + (bounds_text.C if spec.index else "")
             + _body(spec, c_head(spec.name, spec.params(), _BUFS)))

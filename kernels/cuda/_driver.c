@@ -30,7 +30,10 @@
  *   on the H200's host in C, a 16-element kernel from launch to seen finished: 9.1-10.0 us
  *   polling cuStreamQuery, 8.5 by the stream's write. The stream is then noted finished
  *   (device.note_finished's check: nothing enqueued since the write), the timing records
- *   flushed (timing.flush) and, while the timeline records, the wait recorded.
+ *   flushed (timing.flush) and, while the timeline records, the wait recorded. Then the
+ *   deferred bounds check: the stream's record (cuda/bounds.py, mapped pinned memory the
+ *   gather / scatter kernels write an index out of bounds into) read, and where it holds
+ *   one, bounds.check raises numpy's IndexError from the wait (no read-back at launch).
  * - a GEMM plan's launch (cuda/gemm.py GemmPlan: its ``cublas`` words read once into a
  *   record kept in its ``lane`` slot, as a kernel's): cublasSetStream_v2 and
  *   cublasGemmStridedBatchedEx on the mx stream's CUDA stream with CuPy's handle for this
@@ -90,7 +93,8 @@ static long long waits_by_word = 0, waits_by_query = 0, launches = 0;
 
 /* configure's objects (device.py's and timing's, kept for the process's life) */
 static PyObject *c_streams, *c_work, *c_work_of, *c_work_lock, *c_unfinished, *c_timeline,
-    *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now;
+    *c_timing_pending, *c_timing_flush, *c_launch_start, *c_launch_end, *c_wait_record, *c_now,
+    *c_bounds, *c_bounds_check;
 /* (optional) CuPy's cuBLAS handle getter, the binding module's file, the TF32 switch's list */
 static PyObject *c_cublas_handle, *c_cublas_module, *c_tf32;
 static int configured = 0;
@@ -682,6 +686,27 @@ static int word_page(void) {
     return word_state == 1;
 }
 
+/* the deferred bounds check (cuda/bounds.py): the stream's record, in mapped pinned host
+ * memory, read once the stream has finished; a bad index its kernels noted is raised by
+ * bounds.check (numpy's IndexError, the record cleared) */
+static int bounds_seen(void *st) {
+    PyObject *key = PyLong_FromVoidPtr(st);
+    if (key == NULL) return -1;
+    PyObject *addr = PyDict_GetItemWithError(c_bounds, key);
+    int rc = 0;
+    if (addr != NULL) {
+        volatile uint64_t *rec = (volatile uint64_t *)PyLong_AsVoidPtr(addr);
+        if (rec != NULL && rec[0] != 0) {
+            PyObject *r = PyObject_CallOneArg(c_bounds_check, key);
+            rc = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+    }
+    if (PyErr_Occurred()) rc = -1;
+    Py_DECREF(key);
+    return rc;
+}
+
 static int wait(PyObject *index) {
     if (!configured) return 0;
     void *st = stream_ptr(index);
@@ -741,6 +766,7 @@ static int wait(PyObject *index) {
         Py_XDECREF(res);
     }
     Py_XDECREF(t0);
+    if (!err && PyDict_GET_SIZE(c_bounds)) err = bounds_seen(st) < 0;
     return err ? -1 : 1;
 }
 
@@ -751,10 +777,12 @@ static DeviceApi api = {DEVICE_API_ABI, launch, wait};
 static PyObject *configure(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"streams", "work", "work_of", "work_lock", "unfinished",
                                         "timeline", "timing_pending", "timing_flush",
-                                        "launch_start", "launch_end", "wait_record", "now"};
+                                        "launch_start", "launch_end", "wait_record", "now",
+                                        "bounds", "bounds_check"};
     PyObject **const slots[] = {&c_streams, &c_work, &c_work_of, &c_work_lock, &c_unfinished,
                                 &c_timeline, &c_timing_pending, &c_timing_flush,
-                                &c_launch_start, &c_launch_end, &c_wait_record, &c_now};
+                                &c_launch_start, &c_launch_end, &c_wait_record, &c_now,
+                                &c_bounds, &c_bounds_check};
     if (!PyDict_Check(kw)) {
         PyErr_SetString(PyExc_TypeError, "configure takes a dict");
         return NULL;
@@ -775,8 +803,9 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         Py_XSETREF(*oslots[i], v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
     }
     cublas_state = 0; /* (looked for again at the next GEMM) */
-    if (!PyDict_Check(c_streams) || !PyDict_Check(c_work) || !PySet_Check(c_unfinished)) {
-        PyErr_SetString(PyExc_TypeError, "configure: streams and work dicts, unfinished a set");
+    if (!PyDict_Check(c_streams) || !PyDict_Check(c_work) || !PySet_Check(c_unfinished) ||
+        !PyDict_Check(c_bounds)) {
+        PyErr_SetString(PyExc_TypeError, "configure: streams, work and bounds dicts, unfinished a set");
         return NULL;
     }
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* only if CuPy loaded it */

@@ -233,6 +233,7 @@ class CudaBackend(Backend):
             from . import _driver
         except ImportError:
             return None
+        from . import bounds
         from .compiled import current_context
 
         current_context()  # the driver initialised where CuPy is the real one
@@ -246,7 +247,8 @@ class CudaBackend(Backend):
             "work_lock": device._work_lock, "unfinished": device._unfinished,
             "timeline": timeline, "timing_pending": timing._pending,
             "timing_flush": timing.flush, "launch_start": _launch_start,
-            "launch_end": _launch_end, "wait_record": _wait_record, "now": timeline.now})
+            "launch_end": _launch_end, "wait_record": _wait_record, "now": timeline.now,
+            "bounds": bounds.records, "bounds_check": bounds.check})
 
     @functools.cached_property
     def eager_kernel(self):

@@ -16,6 +16,8 @@ import threading
 
 import cupy
 
+from . import bounds
+
 _lock = threading.Lock()
 _streams: dict[int, "cupy.cuda.Stream"] = {}
 # per mx stream index: [work generation, nodes running on it now]. A generation ends each
@@ -176,14 +178,18 @@ def host_syncs() -> int:
 def synchronize(index: int) -> None:
     """Block the host until the mx stream's CUDA stream has done its work (counted); the
     stream is then noted finished when nothing was enqueued there meanwhile (its buffers
-    freed from now on need no event, those held go back without one)."""
+    freed from now on need no event, those held go back without one); then the IndexError
+    its checking kernels recorded, if any (``cuda/bounds.py``)."""
     _host_syncs[0] += 1
     w = work(index)
     gen = w[0]
-    cuda_stream(index).synchronize()
+    cs = cuda_stream(index)
+    cs.synchronize()
     with _work_lock:
         if w[0] == gen and not w[1]:
             _unfinished.discard(index)
+    if bounds.records:  # the deferred bounds check's error, raised at the host's wait
+        bounds.check(cs.ptr)
 
 
 _uploads: dict = {}  # mx stream index -> the event after its latest host-to-device copy

@@ -10,7 +10,9 @@ a signal from a GPU stream also records a CUDA event on that stream (its work *d
   enqueues anything that depends on it), then on the device for the CUDA event;
 - the host (a CPU stream, or ``eval``'s caller) waits for both: the data is ready to read;
 - ``is_signaled`` is true only once the device work is done (MLX's ``completed()``), so the
-  scheduler drops an input's event only when its data is really there.
+  scheduler drops an input's event only when its data is really there;
+- a host wait raises the IndexError the stream's checking kernels recorded
+  (``cuda/bounds.py``: the deferred bounds check).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import cupy
 
 from .. import timeline
 from ..stream_workers import Event
-from . import device, timing
+from . import bounds, device, timing
 
 
 class CudaEvent(Event):
@@ -59,6 +61,8 @@ class CudaEvent(Event):
             host_wait(ev)
             device.note_finished(self.stream, ev)
             timing.flush()
+            if bounds.records:  # an index its kernels found out of bounds: raised here
+                bounds.check(device.cuda_stream(self.stream).ptr)
         if t0:
             timeline.add("event_wait", t0, timeline.now(), stream=stream,
                          detail={"event": self.id, "value": value, "signaled_by": self.stream,

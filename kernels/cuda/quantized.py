@@ -43,8 +43,9 @@ from ..common.strides import collapse, elem_strides, one_stride
 from ..kernel_call import KernelRule
 from ..primitives import by_kernel
 from ..rules import quantized as qrules
-from . import bfloat16 as bf16, compiled, gemm
-from .primitive_plans import KernelPlan, fits
+from ..rules.indexing import check_bounds
+from . import bfloat16 as bf16, bounds, compiled, gemm
+from .primitive_plans import SCRATCH, KernelPlan, fits
 
 
 def _arguments(spec, ints: dict) -> tuple:
@@ -180,11 +181,46 @@ def _entry(spec):
 
 
 def _places(spec) -> dict:
-    """Buffer name -> the call's input index (x, w, scales[, biases][, lhs, rhs])."""
+    """Buffer name -> the call's input index (x, w, scales[, biases][, lhs, rhs]); a
+    gather's bounds word is the stream's (``SCRATCH``: ``GatherQmvPlan.scratch_for``)."""
     names = ["x", "w", "scales"] + (["biases"] if spec.affine else [])
     if spec.index:
         names += ["lhs", "rhs"]
-    return {n: i for i, n in enumerate(names)}
+    places = {n: i for i, n in enumerate(names)}
+    if spec.index:
+        places["bounds"] = SCRATCH
+    return places
+
+
+class GatherQmvPlan(KernelPlan):
+    """The gather-qmv ``KernelPlan``: its bounds word (an index outside the batch noted
+    there, raised at the host's wait: ``cuda/bounds.py``) the launching stream's, in its
+    ``SCRATCH`` slot, from C (``scratch_for``) and from Python (``call``)."""
+
+    __slots__ = ()
+    scratch_for = staticmethod(bounds.word_for)
+
+    def call(self, inputs, outs, hit: bool = True, stream=None) -> None:
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        self._launch_one(inputs, outs[0], bounds.word_for(stream.ptr), stream, hit)
+
+
+def _planned(call, dtype, primitive: str, qmm=None):
+    """The plan of a ``_call`` / ``_gather_call`` answer (spec, integer arguments, output
+    shape): the kernel's ``KernelPlan`` (a gather's ``GatherQmvPlan``), its launch words
+    packed once per layout, or ``qmm(spec, entry, ints, out_shape)`` for the dequant form;
+    None without an answer or a kernel."""
+    if call is None:
+        return None
+    spec, ints, out_shape = call
+    entry = _entry(spec)
+    if entry is None:
+        return None
+    if spec.rows == 0:
+        return qmm(spec, entry, ints, out_shape)
+    return (GatherQmvPlan if spec.index else KernelPlan)(
+        _Step(spec, ints), entry, _places(spec), {}, out_shape, dtype, primitive)
 
 
 def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
@@ -194,16 +230,8 @@ def qmv_plan(x, w, scales, *biases, group_size, bits, mode, transpose):
     call: a layout or type ``_call`` declines, no kernel or no cuBLAS."""
     call = _call(x, w, scales, biases[0] if biases else None, group_size=group_size,
                  bits=bits, mode=mode, transpose=transpose)
-    if call is None:
-        return None
-    spec, ints, out_shape = call
-    entry = _entry(spec)
-    if entry is None:
-        return None
-    if spec.rows == 0:
-        return _qmm_plan(x, spec, entry, ints, out_shape, transpose)
-    return KernelPlan(_Step(spec, ints), entry, _places(spec), {}, out_shape, x.dtype,
-                      "QuantizedMatmul")
+    return _planned(call, x.dtype, "QuantizedMatmul",
+                    lambda spec, entry, ints, shape: _qmm_plan(x, spec, entry, ints, shape, transpose))
 
 
 class QmmPlan:
@@ -340,13 +368,7 @@ def gather_plan(x, w, scales, *rest, group_size, bits, mode, transpose, left_sor
     *b, lhs, rhs = rest
     call = _gather_call(x, w, scales, b[0] if b else None, lhs, rhs, group_size=group_size,
                         bits=bits, mode=mode, transpose=transpose)
-    if call is None:
-        return None
-    spec, ints, out_shape = call
-    entry = _entry(spec)
-    if entry is None:
-        return None
-    return KernelPlan(_Step(spec, ints), entry, _places(spec), {}, out_shape, x.dtype, "GatherQMM")
+    return _planned(call, x.dtype, "GatherQMM")
 
 
 def _empty(shape, dtype):
@@ -390,14 +412,15 @@ def _slow(name: str, composition, n_idx: int = 0):
 
 
 def _gather_composition(xp, x, w, scales, *rest, **kw):
-    """The definitions' ``gather_qmm`` with the indices checked first (an index outside the
-    batch would wrap)."""
+    """The definitions' ``gather_qmm`` with the indices checked first, numpy's error for
+    ``x[lhs]`` then ``w[rhs]`` over the flattened batches (the rule's fancy indexing would
+    raise CuPy's, or wrap)."""
     *_, lhs, rhs = rest
     nx = int(np.prod(x.shape[:-2], dtype=np.int64))
     nw = int(np.prod(w.shape[:-2], dtype=np.int64))
     for i, n in ((lhs, nx), (rhs, nw)):
-        if i.size and (int(i.min()) < 0 or int(i.max()) >= n):
-            raise IndexError("[gather_qmm] an index lies outside the batch")
+        if i.size:
+            check_bounds(i.reshape(-1), n, 0)
     return qrules.gather_qmm(xp, x, w, scales, *rest, **kw)
 
 
