@@ -303,6 +303,63 @@ SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumu
          "cummin": np.minimum.accumulate}
 
 
+@pytest.mark.parametrize("cols", [1, 7, 8, 9, 33, 1000])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_softmax_rows_with_a_nan_anywhere_are_nan(cols, dtype):
+    """Softmax's CPU max pass skips NaN and its exp pass carries it: a NaN at every position
+    of a row, beside +inf / -inf / a row of NaN, makes every output of that row NaN (as
+    MLX's NaN max does: exp(x - NaN)), and the other rows their float64 value; float16 /
+    bfloat16 outputs recompute the exp in the last pass, float32 ones store it."""
+    rng = np.random.default_rng(cols)
+    rows = []
+    for j in range(cols):
+        for other in (0.0, np.inf, -np.inf, np.nan):
+            r = rng.standard_normal(cols)
+            r[(j + 1) % cols] = other if cols > 1 else r[0]
+            r[j] = np.nan
+            rows.append(r)
+    rows.append(np.full(cols, np.nan))
+    x = np.concatenate([np.stack(rows), rng.standard_normal((3, cols))]).astype(
+        BF16 if dtype == "bfloat16" else dtype)
+    for precise in (False, True):
+        with launched() as rec:
+            got = mx.softmax(array(x), axis=-1, precise=precise)
+            mx.eval(got)
+        assert "Softmax" in rec.primitives
+        g = host(got)
+        assert np.isnan(g[:-3]).all()
+        x64 = host(array(x[-3:]))
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        check(got[-3:], e / e.sum(-1, keepdims=True), dtype, rel=4)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sampled_from([8, 9, 12, 13, 36, 64]), st.sampled_from([9, 16, 17, 63, 129, 1000, 4099]),
+       st.sampled_from(["float32", "float16", "bfloat16", "float64"]), st.sampled_from(["max", "min"]),
+       st.sampled_from(["plain", "sliced", "transposed"]), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 63), st.integers(0, 4098)), max_size=4),
+       st.lists(st.sampled_from([np.inf, -np.inf, 0.0, -0.0]), max_size=4), st.integers(0, 2**16))
+def test_row_tiles_flag_a_nan_before_other_elements(rows, cols, dtype, op, kind, keepdims, nans,
+                                                    others, seed):
+    """The row tile folds ``m > v ? m : v`` (a NaN element enters the extreme and leaves at
+    the next one) and sets its NaN flag from the new extremes: a NaN anywhere in a row,
+    followed by larger, smaller, infinite or zero elements, still gives that row NaN and
+    only that row; the threaded tiles (64 x 4099: past PAR_MIN) too; against float64 numpy
+    (zeros of either sign compare equal)."""
+    rng = np.random.default_rng(seed)
+    x = values(rng, (rows, cols), dtype)
+    for v in others:
+        x[rng.integers(0, rows), rng.integers(0, cols)] = v
+    for r, c in nans:
+        x[r % rows, c % cols] = np.nan
+    with launched() as rec:
+        got = getattr(mx, op)(layout(x, kind), axis=-1, keepdims=keepdims)
+        mx.eval(got)
+    assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    x64 = host(array(x))
+    check(got, getattr(np, op)(x64, axis=-1, keepdims=keepdims), dtype)
+
+
 def np_scan(name, x, axis, reverse, inclusive):
     if reverse:
         x = np.flip(x, axis)

@@ -279,12 +279,16 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
 
 
 def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
-    """ROW_TILE rows of a float max / min in one loop, each row's extreme NaN-blind (``v > m
-    ? v : m`` keeps m) and one NaN flag for the tile, set by unordered compares of row pairs
-    (one compare per two rows' vectors, one flag to merge: a flag per row cost a compare,
-    a select and an or per element and a merge per row, 1024 x 128 max 13.7 -> 9.2 us).
-    A tile whose flag is set folds each of its rows again with the exact monoid (a row
-    with NaN gives NaN, as MLX's max / min do)."""
+    """ROW_TILE rows of a float max / min in one loop and one NaN flag for the tile (one
+    flag to merge: a flag per row cost a compare, a select and an or per element and a
+    merge per row, 1024 x 128 max 13.7 -> 9.2 us). Each element is folded as ``m > v ? m :
+    v`` (x86's ``maxps m, v``: a NaN element enters m, a NaN m leaves at the next element),
+    and the flag is set by unordered compares of the new extremes of row pairs: one compare
+    per two rows' vectors, of values already in registers (compares of the loaded elements
+    made gcc load each vector twice, once for the max and once for the compare's memory
+    operand: 8 loads per 4 vectors). Once the flag is set the extremes are not used: a
+    tile whose flag is set folds each of its rows again with the exact monoid (a row with
+    NaN gives NaN, as MLX's max / min do)."""
     import re
 
     T = ROW_TILE
@@ -303,9 +307,15 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
         return {**{m: f"({b[m]} {cmp} {a[m]} ? {b[m]} : {a[m]})" for m in ms},
                 "n": f"({a['n']} | {b['n']})"}
 
+    def step(st, e):
+        new = {m: f"({st[m]} {cmp} {e[f'v{j}']} ? {st[m]} : {e[f'v{j}']})" for j, m in enumerate(ms)}
+        pairs = " | ".join(f"__builtin_isunordered({new[ms[j]]}, {new[ms[j + 1]]})"
+                           for j in range(0, T, 2))
+        return {**new, "n": f"({st['n']} | ({pairs}))"}
+
     tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + (("n", i32),),
                   tuple(acc.identity[0] for _ in ms) + (Lit(0, i32),), lift, merge,
-                  omp=tuple(op for _ in ms) + ("|",))
+                  omp=tuple(op for _ in ms) + ("|",), step=step)
     body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
     loads = [Let(f"v{j}", adt, _load(in_dt, adt, f"b{j} + {off}")) for j in range(T)]
     body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"v{j}": f"v{j}" for j in range(T)}))
@@ -412,11 +422,22 @@ def _all(name, op, acc, in_dt, out_dt, adt, gpu) -> Kernel:
 
 # -- Softmax and LogSumExp ------------------------------------------------------------------
 
+def _max_skipping_nan(dt) -> Monoid:
+    """The largest number of the elements (NaN ones skipped: ``v > m ? v : m`` keeps m,
+    x86's ``maxps v, m``); -inf when there is none."""
+    return Monoid("max", (("m", dt),), (Lit(float("-inf"), dt),), lambda e: {"m": e["v"]},
+                  lambda a, b: {"m": f"({b['m']} > {a['m']} ? {b['m']} : {a['m']})"},
+                  omp=("max",))
+
+
 def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
     """The CPU's rows: a max pass, an exp-sum pass (softmax: exp stored when the output is
     float32, recomputed otherwise), then the scaling pass; LogSumExp: max, then sum."""
     x = Load("x", "r * sr + c", in_dt)
-    mx, sm = monoid("max", F32), monoid("sum", F32)
+    # softmax's max may skip NaN (a compare, an and and an or of each vector less): a NaN
+    # of the row makes its exp, the sum and so every output NaN (the exp passes NaN), as
+    # MLX's NaN max does; logsumexp's exp does not pass NaN, so its max must give it
+    mx, sm = (monoid("max", F32) if log else _max_skipping_nan(F32)), monoid("sum", F32)
     body = [Reduce("c", 0, "cols", [Let("v", F32, Cast(F32, x))], mx, "m", {"v": "v"}),
             Let("mx", F32, mx.value(state_vars("m", mx)))]
     if log:
