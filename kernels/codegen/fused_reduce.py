@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..primitives import BROADCAST, REGISTRY
 from .c_ops import Unsupported, _is_float
 from dataclasses import replace
 
@@ -103,7 +104,18 @@ def product(parts: list) -> Monoid:
                   chunk=chunk if chunked else None, elem_fields=elem_fields if chunked else ())
 
 
-_ALIASES = ("Broadcast",)  # ops whose value is their input's (a row value seen full)
+def _computes(it, c_text: str, n_args: int) -> bool:
+    """Whether op item ``it`` computes ``c_text`` of its arguments ``a`` (and ``b``), as its
+    definition spells it in C (``exp(a)``, ``(a - b)``)."""
+    if it.kind != "op" or not it.prim or len(it.args) != n_args:
+        return False
+    sp = REGISTRY[it.prim].spellings.get("c")
+    if isinstance(sp, str):
+        return f"{sp}(a)" == c_text
+    try:
+        return callable(sp) and sp(None, ["a", "b"][:n_args], it.dtype, it.dtype) == c_text
+    except Exception:  # a spelling that needs a dialect or refuses these types
+        return False
 
 
 def online_pairs(items: list, by: dict) -> dict:
@@ -118,7 +130,8 @@ def online_pairs(items: list, by: dict) -> dict:
 
     def alias(n: str) -> str:
         it = by[n]
-        while it.kind == "op" and it.prim in _ALIASES and len(it.args) == 1 and it.dtype == by[it.args[0]].dtype:
+        while it.kind == "op" and it.prim and REGISTRY[it.prim].family == BROADCAST and \
+                len(it.args) == 1 and it.dtype == by[it.args[0]].dtype:
             it = by[it.args[0]]
         return it.name
 
@@ -130,10 +143,10 @@ def online_pairs(items: list, by: dict) -> dict:
             out[it.name] = it.online
             continue
         e = by[it.args[0]]
-        if e.kind != "op" or e.prim != "Exp" or e.dtype != f32 or len(e.args) != 1:
+        if not _computes(e, "exp(a)", 1) or e.dtype != f32:
             continue
         dd = by[e.args[0]]
-        if dd.kind != "op" or dd.prim != "Subtract" or dd.dtype != f32 or len(dd.args) != 2:
+        if not _computes(dd, "(a - b)", 2) or dd.dtype != f32:
             continue
         m = by[alias(dd.args[1])]
         if m.kind == "red" and m.fold == "max" and m.dtype == f32 and m.args[0] == dd.args[0] \
