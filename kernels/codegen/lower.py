@@ -529,20 +529,29 @@ class Lowering:
                 f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
         out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
         out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / {n_l};"]
-        if unroll > 1 and not cached:  # a cached row's fallback: kept small (its registers)
-            out.append(f"{i2}{self.d.ir_unroll.format(unroll)}")
+        pragma = [f"{i2}{self.d.ir_unroll.format(unroll)}"] if unroll > 1 and not cached else []
+        # (a cached row's fallback is kept small: its registers)
+        vst = self._vstore(v, n_l)
+        if vst:  # an output row aligned as the input's (its head as long): 16-byte stores
+            out += [f"{i2}if (d_aligned({vst[1]} + {h}, 16)) {{"] + [f"  {x}" for x in pragma]
+            out.append(f"{i2}  for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
+            out.append(f"{i2}    {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
+            out += lanes(vv, i2 + "    ", q)
+            out += [f"{i2}  }}", f"{i2}}} else {{"]
+        out += pragma
         out.append(f"{i2}for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
         out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
-        # the uncached path stores element by element (the output's alignment is the row's
-        # only when both are aligned alike)
+        # otherwise element by element (the output's alignment differs from the row's)
         if many is not None and v.store is None:
             out += chunked([(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", None)
                             for j in range(n_l)], i2 + "  ")
         else:
             for j in range(n_l):
                 out += elem(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", i2 + "  ")
-        out += [f"{i2}}}",
-                f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
+        out.append(f"{i2}}}")
+        if vst:
+            out.append(f"{i2}}}")
+        out += [f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
                 f"{var} += {t['group_size']}) {{"]
         out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
         out += [f"{i2}}}", f"{ind}}}"]
