@@ -214,3 +214,39 @@ def test_attention_score_softmax_matches_float64(cols, causal):
         seen = np.arange(cols)[None, :] <= (np.arange(rows) % bl)[:, None] + qoff
         x64 = np.where(seen, x64, -3.4028234663852886e38)
     close(out, softmax64(x64), cols)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [3, 5, 9, 33, 1025, 4099, 8193])
+def test_norms_rows_off_a_16_byte_boundary_match_float64(cols, dtype):
+    """RMSNorm / LayerNorm keep the row in registers between passes from its first 16-byte
+    boundary (a scalar head and tail beside the cached vectors), the weight / bias read by
+    vectors where they are aligned as the row is: rows and weights sliced off a boundary."""
+    from tapescope.kernels.codegen.norm_kernels import NormSpec
+
+    dt = BF16 if dtype == "bfloat16" else np.dtype(np.float32)
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols + 7)) * 3).astype(dt)
+    wb = rng.standard_normal((2, cols + 7)).astype(dt)
+    d = renderer("cuda")
+    eps = np.array([1e-5], np.float32)
+    for off, woff in ((0, 0), (1, 1), (3, 0), (5, 2)):
+        v, w, b = x[:, off:off + cols], wb[0, woff:woff + cols], wb[1, woff:woff + cols]
+        v64, w64, b64 = (a.astype(np.float64) for a in (v, w, b))
+        for fam in ("rms", "layer_norm"):
+            spec = NormSpec(fam, dtype, "row", has_w=True, has_b=fam == "layer_norm")
+            k = spec.kernel(gpu=True)
+            out = np.full((3, cols), 7, dt)
+            ints = {"rows": 3, "cols": cols, "sr": x.shape[1], "sc": 1, "ws": 1, "bs": 1}
+            bufs = {"x": v, "w": w, "b": b, "fp": eps, "out": out}
+            args = [bufs[p.name] if p.kind in ("in", "out") else ints[p.name] for p in k.params]
+            grid, block = k.launch(ints)
+            launch(build(spec.source(d), [k.name]), k.name, grid, block, args)
+            if fam == "rms":
+                want = w64 * v64 / np.sqrt((v64 ** 2).mean(-1, keepdims=True) + 1e-5)
+            else:
+                mu = v64.mean(-1, keepdims=True)
+                want = w64 * (v64 - mu) / np.sqrt(((v64 - mu) ** 2).mean(-1, keepdims=True) + 1e-5) + b64
+            tol = 2e-2 if dtype == "bfloat16" else 2e-5
+            np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol,
+                                       err_msg=f"{fam} off {off} woff {woff}")

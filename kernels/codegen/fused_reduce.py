@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..primitives import BROADCAST, REGISTRY
 from .c_ops import Unsupported, _is_float
-from .loop_ir import (INDEX, First, Fmt, Fold, Kernel, Let, Monoid, Param, Range, Reduce,
+from dataclasses import replace
+
+from .loop_ir import (INDEX, First, Fmt, Fold, Kernel, Let, Lit, Monoid, Param, Range, Reduce,
                       Store, Vec, row_threads, state_vars)
-from .reduce_kernels import UNROLL, monoid
+from .reduce_kernels import UNROLL, monoid, online_softmax
 from .reduction import SCHEDULE, lower
 from .tape import Tape
 
@@ -36,7 +39,10 @@ from .tape import Tape
 
 def product(parts: list) -> Monoid:
     """One accumulator holding several (prefix, Monoid): fields ``<prefix>_<field>``; an
-    element gives each part its own value (``<prefix>`` -> value, ``i`` -> the index)."""
+    element gives each part its own value (``<prefix>`` -> value, ``i`` -> the index). Each
+    part folds an element with its own ``step`` where it has one, and a vector's lanes with
+    its own ``chunk`` (the others fold the lanes one after another), so online softmax's
+    one-exp fold and its per-vector fold hold inside a product too."""
     fields, identity = [], []
     for pre, m in parts:
         fields += [(f"{pre}_{f}", dt) for f, dt in m.fields]
@@ -45,10 +51,13 @@ def product(parts: list) -> Monoid:
     def sub(st: dict, pre: str, m: Monoid) -> dict:
         return {f: st[f"{pre}_{f}"] for f, _ in m.fields}
 
+    def ev(e: dict, pre: str) -> dict:
+        return {"v": e[pre], "i": e.get("i")}
+
     def lift(e: dict) -> dict:
         out = {}
         for pre, m in parts:
-            out.update({f"{pre}_{f}": v for f, v in m.lift({"v": e[pre], "i": e.get("i")}).items()})
+            out.update({f"{pre}_{f}": v for f, v in m.lift(ev(e, pre)).items()})
         return out
 
     def merge(a: dict, b: dict) -> dict:
@@ -57,9 +66,99 @@ def product(parts: list) -> Monoid:
             out.update({f"{pre}_{f}": v for f, v in m.merge(sub(a, pre, m), sub(b, pre, m)).items()})
         return out
 
+    def fold1(m: Monoid, st: dict, e: dict) -> dict:
+        return m.step(st, e) if m.step is not None else m.merge(st, m.lift(e))
+
+    def step(st: dict, e: dict) -> dict:
+        out = {}
+        for pre, m in parts:
+            out.update({f"{pre}_{f}": v for f, v in fold1(m, sub(st, pre, m), ev(e, pre)).items()})
+        return out
+
+    def chunk(st: dict, elems: list, t: str) -> tuple:
+        lets, out = [], {}
+        for pre, m in parts:
+            cur = sub(st, pre, m)
+            if m.chunk is not None:
+                more, cur = m.chunk(cur, [ev(e, pre) for e in elems], f"{t}{pre}")
+                lets += more
+            else:  # the lanes in order, each state a named value
+                for j, e in enumerate(elems):
+                    new = fold1(m, cur, ev(e, pre))
+                    cur = {}
+                    for f, dt in m.fields:
+                        lets.append(Let(f"{t}{pre}_{j}_{f}", dt, new[f]))
+                        cur[f] = f"{t}{pre}_{j}_{f}"
+            out.update({f"{pre}_{f}": v for f, v in cur.items()})
+        return lets, out
+
     one = parts[0][1] if len(parts) == 1 else None
+    chunked = any(m.chunk is not None for _, m in parts)
+    elem_fields = tuple((pre, m.elem_fields[0][1] if m.elem_fields else m.fields[0][1])
+                        for pre, m in parts)
+    if any(m.name in ("argmax", "argmin") for _, m in parts):
+        elem_fields += (("i", INDEX),)
     return Monoid("+".join(m.name for _, m in parts), tuple(fields), tuple(identity), lift, merge,
-                  simd=one.simd if one else None)
+                  simd=one.simd if one else None,
+                  step=step if any(m.step is not None for _, m in parts) else None,
+                  chunk=chunk if chunked else None, elem_fields=elem_fields if chunked else ())
+
+
+def _computes(it, c_text: str, n_args: int) -> bool:
+    """Whether op item ``it`` computes ``c_text`` of its arguments ``a`` (and ``b``), as its
+    definition spells it in C (``exp(a)``, ``(a - b)``)."""
+    if it.kind != "op" or not it.prim or len(it.args) != n_args:
+        return False
+    sp = REGISTRY[it.prim].spellings.get("c")
+    if isinstance(sp, str):
+        return f"{sp}(a)" == c_text
+    try:
+        return callable(sp) and sp(None, ["a", "b"][:n_args], it.dtype, it.dtype) == c_text
+    except Exception:  # a spelling that needs a dialect or refuses these types
+        return False
+
+
+def online_pairs(items: list, by: dict) -> dict:
+    """Sums that fold with their max in one online pass: sum name -> max name, for every
+    float32 ``sum(exp(v - m))`` whose ``m`` is the max of the same ``v`` over the row (a
+    softmax or a logsumexp written out, and the two kernels' expansions, ``Item.online``):
+    the pair becomes online softmax's (running max, rescaled sum), so the row is walked
+    once for both, as ``mx.softmax``'s kernel does (MLX's CUDA softmax / logsumexp). No
+    value in the chain is rounded (float32 throughout): the fold's sum is the tape's up to
+    the order of its additions."""
+    f32 = np.dtype(np.float32)
+
+    def alias(n: str) -> str:
+        it = by[n]
+        while it.kind == "op" and it.prim and REGISTRY[it.prim].family == BROADCAST and \
+                len(it.args) == 1 and it.dtype == by[it.args[0]].dtype:
+            it = by[it.args[0]]
+        return it.name
+
+    out = {}
+    for it in items:
+        if it.kind != "red" or it.fold != "sum" or it.dtype != f32:
+            continue
+        if it.online:
+            out[it.name] = it.online
+            continue
+        e = by[it.args[0]]
+        if not _computes(e, "exp(a)", 1) or e.dtype != f32:
+            continue
+        dd = by[e.args[0]]
+        if not _computes(dd, "(a - b)", 2) or dd.dtype != f32:
+            continue
+        m = by[alias(dd.args[1])]
+        if m.kind == "red" and m.fold == "max" and m.dtype == f32 and m.args[0] == dd.args[0] \
+                and by[m.args[0]].dtype == f32:
+            out[it.name] = m.name
+    return out
+
+
+def _online_final(m: str, s: str) -> Fmt:
+    """The tape's sum of exp(v - max) from the online state: NaN where the max is not
+    finite (an exp of inf - inf, -inf - -inf or NaN is NaN), else the rescaled sum."""
+    return Fmt(f"((isinf({m}) || {m} != {m}) ? {{0}} : {s})", (Lit(float("nan"), np.dtype(np.float32)),))
 
 
 def _acc_monoid(it, by, d) -> Monoid:
@@ -101,6 +200,11 @@ def fused_reduction_kernel(tape: Tape, name: str, d, unit: "str | None" = None) 
     red = tape.reduction
     items = lower(tape, d)
     by = {it.name: it for it in items}
+    pairs = online_pairs(items, by) if red.mode == "last" else {}
+    if pairs:  # each paired sum folds in its max's pass, over the max's own values
+        items = [replace(it, level=by[pairs[it.name]].level, args=by[pairs[it.name]].args)
+                 if it.name in pairs else it for it in items]
+        by = {it.name: it for it in items}
     ins = tape.non_constant_inputs
     outs = d.outputs(tape)
     arrays = [x for x in ins if not x.scalar]
@@ -184,9 +288,12 @@ def fused_reduction_kernel(tape: Tape, name: str, d, unit: "str | None" = None) 
             body.append(Range("c", 0, "cols", elems, "serial" if first else "threads", unroll=UNROLL,
                               vec=vec(elems, None)))
             continue
-        parts = [(f"p{j}", _acc_monoid(it, by, d)) for j, it in enumerate(reds)]
+        mine = {m: n for n, m in pairs.items() if any(it.name == n for it in reds)}
+        folded = [it for it in reds if it.name not in pairs]  # a paired sum rides on its max
+        parts = [(f"p{j}", online_softmax(np.dtype(np.float32)) if it.name in mine
+                  else _acc_monoid(it, by, d)) for j, it in enumerate(folded)]
         acc = product(parts)
-        elem = {pre: f"tmp_{it.args[0]}" for (pre, _), it in zip(parts, reds)}
+        elem = {pre: f"tmp_{it.args[0]}" for (pre, _), it in zip(parts, folded)}
         elem["i"] = "c"
         name_p = f"r{p}"
         st = state_vars(name_p, acc)
@@ -196,8 +303,14 @@ def fused_reduction_kernel(tape: Tape, name: str, d, unit: "str | None" = None) 
         else:
             body.append(Reduce("c", 0, "cols", elems, acc, name_p, elem, unroll=UNROLL,
                                vec=vec(elems, elem)))
-        for (pre, m), it in zip(parts, reds):
+        for (pre, m), it in zip(parts, folded):
             sub = {f: st[f"{pre}_{f}"] for f, _ in m.fields}
+            if it.name in mine:  # online softmax's state: the max, then the paired sum
+                body.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype), sub["m"]))
+                body.append(Let(f"tmp_{mine[it.name]}", d.compute_dtype(np.float32),
+                                _online_final(f"tmp_{it.name}", sub["s"])))
+                done.update((it.name, mine[it.name]))
+                continue
             body.append(Let(f"tmp_{it.name}", d.compute_dtype(it.dtype),
                             Fmt(d.round_to(it.dtype, "{0}"), (_final(it, m, sub, d),))))
             done.add(it.name)

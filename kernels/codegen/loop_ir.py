@@ -313,12 +313,14 @@ class Kernel:
 
 def row_threads(n: int, per_thread: int = 16, most: int = 1024) -> int:
     """Threads for a group that walks ``n`` elements: about ``per_thread`` each (four 16-byte
-    loads of float32), a whole number of warps (32) up to ``most`` (MLX's row reductions
-    size their blocks so); more, smaller groups per multiprocessor hide each one's merge."""
-    t = 32
-    while t < most and t * per_thread < n:
-        t *= 2
-    return t
+    loads of float32), a whole number of warps (32) up to ``most``, as MLX's CUDA
+    row_reduce sizes its blocks (``warps = ceil(vectors / 32) / 4``): a row just past a
+    power of two (8193) gets 17 warps of ~15 elements, not 32 warps of 8 (each thread's
+    fixed cost, its state's init and the group merge, over half the elements, and two
+    blocks of 1024 filling a multiprocessor); more, smaller groups per multiprocessor hide
+    each one's merge."""
+    warps = -(-n // (per_thread * 32))
+    return max(32, min(most, 32 * warps))
 
 
 def state_vars(acc_name: str, acc: Monoid) -> dict:

@@ -449,11 +449,12 @@ class Lowering:
             for buf, stride in v.aux:  # the weight's vector beside the row's
                 a = f"{buf}_a{n}"
                 auxv[buf] = a
+                hb = "" if h == "0" else f" + {h}"
                 out += [f"{at}{vt} {a};",
-                        f"{at}if ({stride} == 1 && d_aligned({buf}, 16)) {{",
-                        f"{at}  {a} = *reinterpret_cast<const {vt}*>({buf} + {n_l} * {q_});",
+                        f"{at}if ({stride} == 1 && d_aligned({buf}{hb}, 16)) {{",
+                        f"{at}  {a} = *reinterpret_cast<const {vt}*>({buf}{hb} + {n_l} * {q_});",
                         f"{at}}} else {{"]
-                out += [f"{at}  {self.lane(vt, a, j)} = {buf}[({n_l} * {q_} + {j}) * {stride}];"
+                out += [f"{at}  {self.lane(vt, a, j)} = {buf}[({n_l} * {q_} + {j}{hb}) * {stride}];"
                         for j in range(n_l)]
                 out.append(f"{at}}}")
             if many is not None and v.store is None:
@@ -474,40 +475,49 @@ class Lowering:
                 else:
                     out += [f"{at}{{"] + self.block(stored(body(make(value, idx, aux)), idx), at + "  ") + [f"{at}}}"]
             if vst:
-                out.append(f"{at}*reinterpret_cast<{vst[0]}*>({vst[1]} + {n_l} * {q_}) = ov{n};")
+                hb = "" if h == "0" else f" + {h}"
+                out.append(f"{at}*reinterpret_cast<{vst[0]}*>({vst[1]}{hb} + {n_l} * {q_}) = ov{n};")
             return out
 
         out = []
         cached = v.cache is not None and self.d.ir_vector.get("cache")
         if cached and v.cache not in self.caches:
-            # the first loop over the row: each thread's vectors into registers
-            ok = f"{v.cache}_ok"
+            # the first loop over the row: each thread's vectors into registers, from the
+            # row's first 16-byte boundary (``_h`` elements of scalar head before it; a
+            # row of odd length or start is cached too, its head and tail read as scalars)
+            ok, ch, cp = f"{v.cache}_ok", f"{v.cache}_h", f"{v.cache}_p"
             self.caches[v.cache] = ok
             out += [f"{ind}{vt} {v.cache}[{v.slots}];",
-                    f"{ind}const bool {ok} = d_aligned({v.buf} + ({base}), 16) && "
-                    f"({stop}) / {n_l} <= {v.slots} * {t['group_size']};",
+                    f"{ind}{tab['ptr'].format(t=ct, n=cp, buf=v.buf, base=base)}",
+                    f"{ind}int64_t {ch} = {tab['head'].format(p=cp, size=np.dtype(v.dtype).itemsize)};",
+                    f"{ind}if ({ch} > {stop}) {ch} = {stop};",
+                    f"{ind}const bool {ok} = ({stop} - {ch}) / {n_l} <= {v.slots} * {t['group_size']};",
                     f"{ind}if ({ok}) {{",
                     f"{i2}{self.d.ir_unroll.format(v.slots)}",
                     f"{i2}for (int {v.cache}_s = 0; {v.cache}_s < {v.slots}; ++{v.cache}_s) {{",
                     f"{i2}  const int64_t {v.cache}_q = {t['thread']} + {v.cache}_s * {t['group_size']};",
-                    f"{i2}  if ({v.cache}_q < ({stop}) / {n_l}) {v.cache}[{v.cache}_s] = "
-                    f"*reinterpret_cast<const {vt}*>({v.buf} + ({base}) + {n_l} * {v.cache}_q);",
+                    f"{i2}  if ({v.cache}_q < ({stop} - {ch}) / {n_l}) {v.cache}[{v.cache}_s] = "
+                    f"*reinterpret_cast<const {vt}*>({cp} + {ch} + {n_l} * {v.cache}_q);",
                     f"{i2}}}",
                     f"{ind}}}"]
         if cached:
             ok = self.caches[v.cache]
             vst = self._vstore(v, n_l)
-            cond = ok + (f" && d_aligned({vst[1]}, 16)" if vst else "")
-            h_save, h = h, "0"
+            h_save, h = h, f"{v.cache}_h"
+            # a vector store where the output row is aligned as the input's (its head as long)
+            cond = ok + (f" && d_aligned({vst[1]} + {h}, 16)" if vst else "")
             out += [f"{ind}if ({cond}) {{",
-                    f"{i2}const int64_t {nv} = ({stop}) / {n_l};",
+                    f"{i2}const int64_t {nv} = ({stop} - {h}) / {n_l};",
+                    f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
+            out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
+            out += [f"{i2}}}",
                     f"{i2}{self.d.ir_unroll.format(v.slots)}",
                     f"{i2}for (int vs{n} = 0; vs{n} < {v.slots}; ++vs{n}) {{",
                     f"{i2}  const int64_t {q} = {t['thread']} + vs{n} * {t['group_size']};",
                     f"{i2}  if ({q} < {nv}) {{"]
             out += lanes(f"{v.cache}[vs{n}]", i2 + "    ", q)
             out += [f"{i2}  }}", f"{i2}}}",
-                    f"{i2}for (int64_t {var} = {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
+                    f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
                     f"{var} += {t['group_size']}) {{"]
             out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
             out += [f"{i2}}}", f"{ind}}} else {{"]
@@ -519,20 +529,29 @@ class Lowering:
                 f"{i2}for (int64_t {var} = {t['thread']}; {var} < {h}; {var} += {t['group_size']}) {{"]
         out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
         out += [f"{i2}}}", f"{i2}const int64_t {nv} = ({stop} - {h}) / {n_l};"]
-        if unroll > 1 and not cached:  # a cached row's fallback: kept small (its registers)
-            out.append(f"{i2}{self.d.ir_unroll.format(unroll)}")
+        pragma = [f"{i2}{self.d.ir_unroll.format(unroll)}"] if unroll > 1 and not cached else []
+        # (a cached row's fallback is kept small: its registers)
+        vst = self._vstore(v, n_l)
+        if vst:  # an output row aligned as the input's (its head as long): 16-byte stores
+            out += [f"{i2}if (d_aligned({vst[1]} + {h}, 16)) {{"] + [f"  {x}" for x in pragma]
+            out.append(f"{i2}  for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
+            out.append(f"{i2}    {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
+            out += lanes(vv, i2 + "    ", q)
+            out += [f"{i2}  }}", f"{i2}}} else {{"]
+        out += pragma
         out.append(f"{i2}for (int64_t {q} = {t['thread']}; {q} < {nv}; {q} += {t['group_size']}) {{")
         out.append(f"{i2}  {tab['load'].format(vt=vt, n=vv, p=p, i=f'{h} + {n_l} * {q}')}")
-        # the uncached path stores element by element (the output's alignment is the row's
-        # only when both are aligned alike)
+        # otherwise element by element (the output's alignment differs from the row's)
         if many is not None and v.store is None:
             out += chunked([(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", None)
                             for j in range(n_l)], i2 + "  ")
         else:
             for j in range(n_l):
                 out += elem(self.d.load(v.dtype, self.lane(vt, vv, j)), f"({h} + {n_l} * {q} + {j})", i2 + "  ")
-        out += [f"{i2}}}",
-                f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
+        out.append(f"{i2}}}")
+        if vst:
+            out.append(f"{i2}}}")
+        out += [f"{i2}for (int64_t {var} = {h} + {n_l} * {nv} + {t['thread']}; {var} < {stop}; "
                 f"{var} += {t['group_size']}) {{"]
         out += elem(Load(v.buf, Fmt(f"{base} + {var}"), v.dtype), var, i2 + "  ")
         out += [f"{i2}}}", f"{ind}}}"]

@@ -465,22 +465,29 @@ def _row_softmax_cpu(in_dt, out_dt, log: bool, F32) -> list:
 
 def _row_softmax_gpu(in_dt, out_dt, log: bool, F32) -> list:
     """A GPU's rows: one online pass (running max and rescaled sum, merged across the block),
-    then softmax's output pass."""
+    then softmax's output pass. The row's 16-byte vectors stay in registers between the two
+    where they fit (``Vec.cache``: x read from memory once, as extended fusion's softmax
+    does) and the output is stored 16 bytes at a time where its row is aligned as x's."""
     x = Cast(F32, Load("x", "r * sr + c", in_dt))
+    cache = None if log else "xr"
     body = [Reduce("c", 0, "cols", [Let("v", F32, x)], online_softmax(F32), "a", {"v": "v"},
                    unroll=UNROLL, vec=Vec("x", "r * sr", in_dt,
-                                          lambda v, i: ([Let("v", F32, Cast(F32, v))], {"v": "v"})))]
+                                          lambda v, i: ([Let("v", F32, Cast(F32, v))], {"v": "v"}),
+                                          cache=cache))]
     if log:
         body.append(First([Store("out", "r", Fmt("(isinf(a_m) ? a_m : a_m + {0})",
                                                  (Math("log", F32, ("a_s",)),)), out_dt)]))
         return body
     body.append(Let("inv", F32, Fmt("{0} / a_s", (Lit(1, F32),))))
-    def scaled(v, i):
-        return [Store("out", f"r * cols + {i}", Fmt("{0} * inv", (Math("exp", F32, (Fmt(
-            "{0} - a_m", (Cast(F32, v),)),), "nonpositive"),)), out_dt)]
 
-    body.append(Range("c", 0, "cols", scaled(Load("x", "r * sr + c", in_dt), "c"), "threads",
-                      unroll=UNROLL, vec=Vec("x", "r * sr", in_dt, scaled)))
+    def scaled(v, i):
+        return [Let("o", F32, Fmt("{0} * inv", (Math("exp", F32, (Fmt("{0} - a_m", (Cast(F32, v),)),),
+                                                     "nonpositive"),)))]
+
+    plain = scaled(Load("x", "r * sr + c", in_dt), "c") + [Store("out", "r * cols + c", "o", out_dt)]
+    body.append(Range("c", 0, "cols", plain, "threads", unroll=UNROLL,
+                      vec=Vec("x", "r * sr", in_dt, scaled, cache=cache,
+                              store=("out", "r * cols", out_dt, "o"))))
     return body
 
 

@@ -93,6 +93,9 @@ class Item:
     expr: Optional[str] = None  # a ready expression (expansions), else the op's spelling
     level: int = 0
     fold: str = ""  # a reduction's: ``fold_of`` its primitive (``sum``, ..., ``arg``)
+    # an expansion's sum of exp(v - max) over the values of max ``online`` (its name): a
+    # GPU folds the two in one online pass (``fused_reduce.online_pairs``)
+    online: str = ""
 
 
 def lower(tape: Tape, d) -> list:
@@ -135,13 +138,13 @@ def lower(tape: Tape, d) -> list:
                 z = f"{op.name}_z"
                 add(Item(z, True, "op", wide, (m,), expr=f"(isinf(tmp_{m}) ? ({ct})0 : tmp_{m})"))
                 add(Item(e, False, "op", wide, (src, z), expr=f"{exp}(({ct})tmp_{src} - tmp_{z})"))
-                add(Item(s, True, "red", wide, (e,), fold="sum"))
+                add(Item(s, True, "red", wide, (e,), fold="sum", online=m))
                 log = d._fn_name("log", wide)
                 add(Item(op.name, True, "op", dt, (m, z, s), expr=d.round_to(
                     dt, f"(isinf(tmp_{m}) ? tmp_{m} : tmp_{z} + {log}(tmp_{s}))")))
             else:
                 add(Item(e, False, "op", wide, (src, m), expr=f"{exp}(({ct})tmp_{src} - tmp_{m})"))
-                add(Item(s, True, "red", wide, (e,), fold="sum"))
+                add(Item(s, True, "red", wide, (e,), fold="sum", online=m))
                 add(Item(op.name, False, "op", dt, (e, s),
                          expr=d.round_to(dt, f"tmp_{e} / tmp_{s}")))
             continue
