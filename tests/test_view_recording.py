@@ -22,15 +22,20 @@ in_c = pytest.mark.skipif(sh.reshape is sh.python_ops["reshape"], reason="core/_
 
 
 def node_of(out, a):
-    """(primitive, parameters in order, shape, dtype, whether its input is ``a``'s desc), or
-    ("handle", shape, whether ``out`` is a new handle on ``a``'s desc)."""
+    """Every node from ``out`` back to ``a``: (primitive, parameters in order, shape, dtype,
+    whether its input is ``a``'s desc, stream), or ("handle", shape, whether ``out`` is a new
+    handle on ``a``'s desc)."""
     d = out._d
     if d is a._d:
         return ("handle", d.shape, out is not a)
-    n = d.node
-    kw = [(k, v.str if isinstance(v, np.dtype) else v) for k, v in n.primitive.kw.items()]
-    return (n.primitive.name, kw, d.shape, d.dtype, [i is a._d for i in n.inputs],
-            n.primitive.stream)
+    rows = []
+    while d is not a._d and d.node is not None:
+        n = d.node
+        kw = [(k, v.str if isinstance(v, np.dtype) else v) for k, v in n.primitive.kw.items()]
+        rows.append((n.primitive.name, kw, d.shape, d.dtype, [i is a._d for i in n.inputs],
+                     n.primitive.stream, len(n.inputs)))
+        d = n.inputs[0]
+    return rows
 
 
 def recorded(fn, a):
@@ -309,3 +314,24 @@ def test_transformations_through_the_c_recorded_ops():
     v = mx.vmap(lambda r: r.reshape(2, 4).T.reshape(-1), in_axes=0)(a.reshape(3, 8))
     np.testing.assert_array_equal(np.array(v), np.stack([r.reshape(2, 4).T.reshape(-1)
                                                          for r in x.reshape(3, 8)]))
+
+
+bound = st.one_of(st.none(), st.integers(-7, 7), st.just(2**31), st.booleans())
+index_entry = st.one_of(
+    st.integers(-5, 5), st.none(), st.just(Ellipsis),
+    st.builds(slice, bound, bound, st.one_of(st.none(), st.integers(-3, 3))),
+    st.just(np.int32(1)), st.just(1.5), st.just([0]))
+
+
+@in_c
+@settings(max_examples=200, deadline=None)
+@given(shapes, st.one_of(index_entry, st.lists(index_entry, max_size=5).map(tuple)))
+def test_basic_indexing_records_what_the_python_reference_records(shape, idx):
+    a, x = _array(shape)
+    got = recorded(lambda: a[idx], a)
+    want = recorded(lambda: am.python_methods["__getitem__"](a, idx), a)
+    assert got == want
+    if got[1] is None:  # and numpy's values
+        out = a[idx]
+        mx.eval(out)
+        np.testing.assert_array_equal(np.array(out), x[idx])

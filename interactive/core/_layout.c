@@ -26,10 +26,10 @@ PyObject *bare_of(PyObject *type); /* (_call.c) */
 static PyObject *l_array_type, *l_dtype_type;
 static PyObject *l_reshape, *l_transpose, *l_expand_dims, *l_squeeze, *l_swapaxes,
     *l_moveaxis, *l_m_reshape, *l_m_transpose, *l_m_squeeze, *l_m_swapaxes, *l_m_moveaxis,
-    *l_m_astype, *l_t_py, *l_mt_py;
+    *l_m_astype, *l_t_py, *l_mt_py, *l_getitem_py;
 static PyObject *k_spec, *k_axes, *k_dtype, *k_stream, *k_shape_arg, *k_axis, *k_axis1,
     *k_axis2, *k_source, *k_destination, *n_reshape, *n_transpose, *n_expand, *n_squeeze,
-    *n_astype, *k_np;
+    *n_astype, *k_np, *n_slice, *k_start, *k_end, *k_strides;
 static Py_ssize_t l_d_off;
 static int layout_configured = 0, methods_configured = 0;
 
@@ -468,6 +468,136 @@ static PyObject *py_m_astype(FN_ARGS) {
     TAKE(do_astype(self, pos[0], st), l_m_astype, self);
 }
 
+/* ---- a[idx] of ints, slices, None and one Ellipsis (array_indexing.py getitem _basic) -- */
+
+/* the Slice of ``d`` (``shape`` its result's), then the Squeeze of the int axes, then the
+ * ExpandDims of the None positions, as _basic records them; NULL and no error: the
+ * Python's case */
+static PyObject *basic_index(PyObject *a, PyObject *idx) {
+    long long dims[MAXD], start[MAXD], stop[MAXD], step[MAXD], out[MAXD], ints[MAXD],
+        nones[MAXD], sq[MAXD], ex[MAXD];
+    Py_ssize_t nd, n, used = 0, ell = -1, ni = 0, nn = 0;
+    PyObject *d = desc_dims(a, dims, &nd);
+    if (d == NULL) return NULL;
+    PyObject *one[1] = {idx}, *const *items = one;
+    if (PyTuple_CheckExact(idx)) {
+        n = PyTuple_GET_SIZE(idx);
+        items = &PyTuple_GET_ITEM(idx, 0);
+    } else if (PySlice_Check(idx) || idx == Py_None) {
+        n = 1;
+    } else {
+        return NULL; /* (a lone int: a Gather; Ellipsis, arrays, lists: the Python's) */
+    }
+    if (n == 0 || n > MAXD) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        long long v = 0;
+        if (e == Py_Ellipsis) {
+            if (ell >= 0) return NULL;
+            ell = i;
+        } else if (e == Py_None) {
+        } else if (PySlice_Check(e)) {
+            PySliceObject *sl = (PySliceObject *)e;
+            PyObject *b[3] = {sl->start, sl->stop, sl->step};
+            for (int k = 0; k < 3; k++)
+                if (b[k] != Py_None && !int32_of(b[k], &v)) return NULL;
+            if (sl->step != Py_None && v == 0) return NULL; /* (v: the step, read last) */
+            used++;
+        } else if (int32_of(e, &v)) {
+            used++;
+        } else {
+            return NULL;
+        }
+    }
+    if (used > nd) return NULL;
+    Py_ssize_t ax = 0, kept = 0, m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (e == Py_Ellipsis) { /* full slices over the axes no entry names */
+            for (Py_ssize_t k = 0; k < nd - used; k++, ax++, kept++) {
+                start[ax] = 0, stop[ax] = dims[ax], step[ax] = 1, out[m++] = dims[ax];
+            }
+        } else if (e == Py_None) {
+            nones[nn++] = kept++;
+        } else if (PySlice_Check(e)) {
+            Py_ssize_t b, f, st;
+            if (PySlice_Unpack(e, &b, &f, &st) < 0) { PyErr_Clear(); return NULL; }
+            Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)dims[ax], &b, &f, st);
+            start[ax] = b, stop[ax] = f, step[ax] = st, out[m++] = len;
+            ax++, kept++;
+        } else {
+            long long v = 0;
+            int32_of(e, &v);
+            if (v < -dims[ax] || v >= dims[ax]) return NULL; /* (numpy's IndexError) */
+            if (v < 0) v += dims[ax];
+            start[ax] = v, stop[ax] = v + 1, step[ax] = 1, out[m++] = 1;
+            ints[ni++] = ax++;
+        }
+    }
+    for (; ax < nd; ax++) /* (no Ellipsis: the rest are full slices) */
+        start[ax] = 0, stop[ax] = dims[ax], step[ax] = 1, out[m++] = dims[ax];
+    int whole = 1;
+    for (Py_ssize_t i = 0; whole && i < nd; i++) whole = out[i] == dims[i] && step[i] == 1;
+    PyObject *none = Py_None, *s = resolve_stream(NULL, &none, 1), *r;
+    if (s == NULL) return NULL;
+    if (whole) {
+        r = handle_on(d);
+    } else {
+        PyObject *kw = PyDict_New();
+        PyObject *t0 = tuple_of(start, nd), *t1 = tuple_of(stop, nd), *t2 = tuple_of(step, nd);
+        r = NULL;
+        if (kw && t0 && t1 && t2 && PyDict_SetItem(kw, k_start, t0) == 0 &&
+            PyDict_SetItem(kw, k_end, t1) == 0 && PyDict_SetItem(kw, k_strides, t2) == 0) {
+            PyObject *descs = PyList_New(1), *shape = tuple_of(out, nd);
+            if (descs && shape) {
+                PyList_SET_ITEM(descs, 0, Py_NewRef(d));
+                r = record1(new_primitive(n_slice, s, kw), descs, shape,
+                            SLOT(d, desc_off[D_DTYPE]), 1);
+                kw = NULL;
+            } else {
+                Py_XDECREF(descs);
+            }
+            Py_XDECREF(shape);
+        }
+        Py_XDECREF(kw); Py_XDECREF(t0); Py_XDECREF(t1); Py_XDECREF(t2);
+    }
+    if (r != NULL && ni > 0) { /* squeeze(out, ints) */
+        Py_ssize_t k = 0;
+        for (Py_ssize_t i = 0, j = 0; i < nd; i++) {
+            if (j < ni && ints[j] == i) { j++; continue; }
+            sq[k++] = out[i];
+        }
+        PyObject *x = SLOT(r, l_d_off);
+        Py_INCREF(x);
+        Py_DECREF(r);
+        r = record_view(n_squeeze, s, x, tuple_of(sq, k), NULL, k_shape_arg, tuple_of(sq, k),
+                        k_axes, tuple_of(ints, ni));
+        Py_DECREF(x);
+        m = k;
+        memcpy(out, sq, k * sizeof(long long));
+    }
+    if (r != NULL && nn > 0) { /* expand_dims(out, nones) */
+        Py_ssize_t total = m + nn;
+        for (Py_ssize_t i = 0, j = 0, k = 0; i < total; i++)
+            ex[i] = j < nn && nones[j] == i ? (j++, 1) : out[k++];
+        PyObject *x = SLOT(r, l_d_off);
+        Py_INCREF(x);
+        Py_DECREF(r);
+        r = record_view(n_expand, s, x, tuple_of(ex, total), NULL, k_shape_arg,
+                        tuple_of(ex, total), k_axes, tuple_of(nones, nn));
+        Py_DECREF(x);
+    }
+    Py_DECREF(s);
+    return r;
+}
+
+static PyObject *py_getitem(PyObject *self, PyObject *idx) {
+    if (!ready_methods()) return NULL;
+    PyObject *r = basic_index(self, idx);
+    return r != NULL || PyErr_Occurred() ? r : PyObject_CallFunctionObjArgs(l_getitem_py, self,
+                                                                            idx, NULL);
+}
+
 /* ``a.T`` / ``a.mT`` (the properties' getters) */
 static PyObject *py_T(PyObject *self, PyObject *a) {
     if (!ready_methods()) return NULL;
@@ -518,6 +648,7 @@ static PyMethodDef meths[] = {
        "``mx.moveaxis`` of this array."),
     FN("astype", py_m_astype, "astype($self, /, dtype, stream=None)\n--\n\n"
        "Convert the array to ``dtype`` (a new handle when it has that dtype already)."),
+    {"__getitem__", (PyCFunction)py_getitem, METH_O, "``a[idx]`` with MLX's semantics."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -542,7 +673,9 @@ PyObject *configure_layout(PyObject *self, PyObject *kw) {
         intern(&k_axis1, "axis1") || intern(&k_axis2, "axis2") || intern(&k_source, "source") ||
         intern(&k_destination, "destination") || intern(&n_reshape, "Reshape") ||
         intern(&n_transpose, "Transpose") || intern(&n_expand, "ExpandDims") ||
-        intern(&n_squeeze, "Squeeze") || intern(&n_astype, "AsType") || intern(&k_np, "np"))
+        intern(&n_squeeze, "Squeeze") || intern(&n_astype, "AsType") || intern(&k_np, "np") ||
+        intern(&n_slice, "Slice") || intern(&k_start, "start_indices") ||
+        intern(&k_end, "end_indices") || intern(&k_strides, "strides"))
         return NULL;
     PyObject *out = PyDict_New();
     for (int i = 0; out != NULL && fns[i].ml_name != NULL; i++) {
@@ -559,9 +692,9 @@ PyObject *configure_layout(PyObject *self, PyObject *kw) {
  * properties {"T", "mT"} out */
 PyObject *configure_layout_methods(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"reshape", "transpose", "squeeze", "swapaxes",
-                                        "moveaxis", "astype", "T", "mT"};
+                                        "moveaxis", "astype", "T", "mT", "__getitem__"};
     PyObject **const slots[] = {&l_m_reshape, &l_m_transpose, &l_m_squeeze, &l_m_swapaxes,
-                                &l_m_moveaxis, &l_m_astype, &l_t_py, &l_mt_py};
+                                &l_m_moveaxis, &l_m_astype, &l_t_py, &l_mt_py, &l_getitem_py};
     methods_configured = 0;
     if (!layout_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_layout_methods: after configure_layout");

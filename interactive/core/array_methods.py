@@ -308,7 +308,7 @@ def _c_shape_methods() -> None:
 
     A = array
     py = {name: A.__dict__[name] for name in ("reshape", "transpose", "squeeze", "swapaxes",
-                                              "moveaxis", "astype")}
+                                              "moveaxis", "astype", "__getitem__")}
     py.update(T=A.__dict__["T"].fget, mT=A.__dict__["mT"].fget)
     got = _call.configure_layout_methods(py)
     python_methods.update(py)
@@ -318,8 +318,6 @@ def _c_shape_methods() -> None:
         else:
             setattr(A, name, got[name])
 
-
-_c_shape_methods()
 
 
 # ---- indexing, the bit view, the interchange protocols ---------------------------------
@@ -350,3 +348,6 @@ def _install_protocols() -> None:
 
 
 _install_protocols()
+
+
+_c_shape_methods()  # (last: over the Python methods above, __getitem__ among them)
