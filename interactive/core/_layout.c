@@ -473,12 +473,24 @@ static PyObject *py_m_astype(FN_ARGS) {
 /* the Slice of ``d`` (``shape`` its result's), then the Squeeze of the int axes, then the
  * ExpandDims of the None positions, as _basic records them; NULL and no error: the
  * Python's case */
-static PyObject *basic_index(PyObject *a, PyObject *idx) {
+/* a basic index read against an array: its desc, dimensions, the Slice's bounds and
+ * shape (``out``: the window), the int entries' axes, the None entries' positions among
+ * the entries that are not ints */
+typedef struct {
+    PyObject *d;
+    Py_ssize_t nd, ni, nn;
     long long dims[MAXD], start[MAXD], stop[MAXD], step[MAXD], out[MAXD], ints[MAXD],
-        nones[MAXD], sq[MAXD], ex[MAXD];
+        nones[MAXD];
+} Basic;
+
+/* ``idx`` as _expand / _check_entries / _basic read it: 1 and ``B``, or 0 for the
+ * Python's case (an error of its, a lone int, arrays, anything else) */
+static int parse_basic(PyObject *a, PyObject *idx, Basic *B) {
+    long long *dims = B->dims, *start = B->start, *stop = B->stop, *step = B->step,
+              *out = B->out, *ints = B->ints, *nones = B->nones;
     Py_ssize_t nd, n, used = 0, ell = -1, ni = 0, nn = 0;
     PyObject *d = desc_dims(a, dims, &nd);
-    if (d == NULL) return NULL;
+    if (d == NULL) return 0;
     PyObject *one[1] = {idx}, *const *items = one;
     if (PyTuple_CheckExact(idx)) {
         n = PyTuple_GET_SIZE(idx);
@@ -486,30 +498,30 @@ static PyObject *basic_index(PyObject *a, PyObject *idx) {
     } else if (PySlice_Check(idx) || idx == Py_None) {
         n = 1;
     } else {
-        return NULL; /* (a lone int: a Gather; Ellipsis, arrays, lists: the Python's) */
+        return 0; /* (a lone int: a Gather; Ellipsis, arrays, lists: the Python's) */
     }
-    if (n == 0 || n > MAXD) return NULL;
+    if (n == 0 || n > MAXD) return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = items[i];
         long long v = 0;
         if (e == Py_Ellipsis) {
-            if (ell >= 0) return NULL;
+            if (ell >= 0) return 0;
             ell = i;
         } else if (e == Py_None) {
         } else if (PySlice_Check(e)) {
             PySliceObject *sl = (PySliceObject *)e;
             PyObject *b[3] = {sl->start, sl->stop, sl->step};
             for (int k = 0; k < 3; k++)
-                if (b[k] != Py_None && !int32_of(b[k], &v)) return NULL;
-            if (sl->step != Py_None && v == 0) return NULL; /* (v: the step, read last) */
+                if (b[k] != Py_None && !int32_of(b[k], &v)) return 0;
+            if (sl->step != Py_None && v == 0) return 0; /* (v: the step, read last) */
             used++;
         } else if (int32_of(e, &v)) {
             used++;
         } else {
-            return NULL;
+            return 0;
         }
     }
-    if (used > nd) return NULL;
+    if (used > nd) return 0;
     Py_ssize_t ax = 0, kept = 0, m = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = items[i];
@@ -521,14 +533,14 @@ static PyObject *basic_index(PyObject *a, PyObject *idx) {
             nones[nn++] = kept++;
         } else if (PySlice_Check(e)) {
             Py_ssize_t b, f, st;
-            if (PySlice_Unpack(e, &b, &f, &st) < 0) { PyErr_Clear(); return NULL; }
+            if (PySlice_Unpack(e, &b, &f, &st) < 0) { PyErr_Clear(); return 0; }
             Py_ssize_t len = PySlice_AdjustIndices((Py_ssize_t)dims[ax], &b, &f, st);
             start[ax] = b, stop[ax] = f, step[ax] = st, out[m++] = len;
             ax++, kept++;
         } else {
             long long v = 0;
             int32_of(e, &v);
-            if (v < -dims[ax] || v >= dims[ax]) return NULL; /* (numpy's IndexError) */
+            if (v < -dims[ax] || v >= dims[ax]) return 0; /* (numpy's IndexError) */
             if (v < 0) v += dims[ax];
             start[ax] = v, stop[ax] = v + 1, step[ax] = 1, out[m++] = 1;
             ints[ni++] = ax++;
@@ -536,6 +548,18 @@ static PyObject *basic_index(PyObject *a, PyObject *idx) {
     }
     for (; ax < nd; ax++) /* (no Ellipsis: the rest are full slices) */
         start[ax] = 0, stop[ax] = dims[ax], step[ax] = 1, out[m++] = dims[ax];
+    B->d = d, B->nd = nd, B->ni = ni, B->nn = nn;
+    return 1;
+}
+
+static PyObject *basic_index(PyObject *a, PyObject *idx) {
+    Basic B;
+    long long sq[MAXD], ex[MAXD];
+    if (!parse_basic(a, idx, &B)) return NULL;
+    PyObject *d = B.d;
+    Py_ssize_t nd = B.nd, ni = B.ni, nn = B.nn, m = nd;
+    long long *dims = B.dims, *start = B.start, *stop = B.stop, *step = B.step, *out = B.out,
+              *ints = B.ints, *nones = B.nones;
     int whole = 1;
     for (Py_ssize_t i = 0; whole && i < nd; i++) whole = out[i] == dims[i] && step[i] == 1;
     PyObject *none = Py_None, *s = resolve_stream(NULL, &none, 1), *r;
