@@ -660,17 +660,17 @@ static PyMethodDef getters[] = {
     {NULL, NULL, 0, NULL},
 };
 static PyMethodDef meths[] = {
-    FN("reshape", py_m_reshape, "reshape($self, /, *shape, stream=None)\n--\n\n"
+    FN("reshape", py_m_reshape, "reshape(self, *shape, stream=None)\n--\n\n"
        "``mx.reshape``; the shape may be given as one sequence or as ints."),
-    FN("transpose", py_m_transpose, "transpose($self, /, *axes, stream=None)\n--\n\n"
+    FN("transpose", py_m_transpose, "transpose(self, *axes, stream=None)\n--\n\n"
        "``mx.transpose``; the axes may be given as one sequence or as ints."),
-    FN("squeeze", py_m_squeeze, "squeeze($self, /, axis=None, *, stream=None)\n--\n\n"
+    FN("squeeze", py_m_squeeze, "squeeze(self, axis=None, *, stream=None)\n--\n\n"
        "``mx.squeeze`` of this array."),
-    FN("swapaxes", py_m_swapaxes, "swapaxes($self, /, axis1, axis2, *, stream=None)\n--\n\n"
+    FN("swapaxes", py_m_swapaxes, "swapaxes(self, axis1, axis2, *, stream=None)\n--\n\n"
        "``mx.swapaxes`` of this array."),
-    FN("moveaxis", py_m_moveaxis, "moveaxis($self, /, source, destination, *, stream=None)\n--\n\n"
+    FN("moveaxis", py_m_moveaxis, "moveaxis(self, source, destination, *, stream=None)\n--\n\n"
        "``mx.moveaxis`` of this array."),
-    FN("astype", py_m_astype, "astype($self, /, dtype, stream=None)\n--\n\n"
+    FN("astype", py_m_astype, "astype(self, dtype, stream=None)\n--\n\n"
        "Convert the array to ``dtype`` (a new handle when it has that dtype already)."),
     {"__getitem__", (PyCFunction)py_getitem, METH_O, "``a[idx]`` with MLX's semantics."},
     {NULL, NULL, 0, NULL},
