@@ -1,5 +1,5 @@
 """Instructions per call of the view ops' recording (reshape, transpose, ``.T``, expand_dims,
-squeeze, swapaxes, moveaxis, astype, basic indexing), each called ``--calls`` times on an
+squeeze, swapaxes, moveaxis, astype, basic indexing and the KV cache's write), each called ``--calls`` times on an
 array of a decode step's sizes (recorded and freed, nothing evaluated).
 
 Run under ``valgrind --tool=callgrind --instr-atstart=no`` with ``--callgrind``: one dump
@@ -33,7 +33,12 @@ def ops(mx) -> dict:
     k = mx.zeros((1, 4, 1, 32))
     w = mx.zeros((256, 128))
     c = mx.zeros((1, 2, 256, 32))
-    mx.eval(x, q, k, w, c)
+    kv = mx.zeros((1, 2, 1, 32))
+    mx.eval(x, q, k, w, c, kv)
+
+    def cache_write():
+        c2 = c[...]  # (a new handle: the write rebinds it, not c)
+        c2[..., 100:101, :] = kv
     return {
         "reshape": lambda: x.reshape(1, 1, 4, -1),
         "mx.reshape": lambda: mx.reshape(x, (1, 1, 4, 32)),
@@ -48,6 +53,7 @@ def ops(mx) -> dict:
         "astype": lambda: x.astype(mx.float16),
         "x[..., :n, :]": lambda: c[..., :100, :],
         "x[:, -1, :]": lambda: q[:, -1, :],
+        "x[..., i:j, :] = v": cache_write,
     }
 
 

@@ -335,3 +335,48 @@ def test_basic_indexing_records_what_the_python_reference_records(shape, idx):
         out = a[idx]
         mx.eval(out)
         np.testing.assert_array_equal(np.array(out), x[idx])
+
+
+def _update_graph(a_shape, idx, v_shape, v_dtype, setter):
+    """The nodes ``a[idx] = v`` recorded (each: primitive, parameters, shape, dtype, its
+    inputs' shapes, whether the first is ``a``'s old desc), or the error."""
+    a, _ = _array(a_shape)
+    v = mx.array(np.full(v_shape, 7, np.float32)).astype(getattr(mx, v_dtype))
+    old = a._d
+    try:
+        setter(a, idx, v)
+    except Exception as e:  # noqa: BLE001
+        return None, (type(e), str(e))
+    rows, stack = [], [a._d]
+    while stack:
+        d = stack.pop()
+        if d is old or d is v._d or d.node is None:
+            continue
+        n = d.node
+        rows.append((n.primitive.name, list(n.primitive.kw.items()), d.shape, d.dtype,
+                     [i.shape for i in n.inputs], [i is old for i in n.inputs],
+                     [i is v._d for i in n.inputs]))
+        stack.extend(n.inputs)
+    return rows, a._d is v._d
+
+
+@in_c
+@settings(max_examples=200, deadline=None)
+@given(shapes.filter(lambda s: len(s) > 0),
+       st.one_of(index_entry, st.lists(index_entry, max_size=4).map(tuple)),
+       st.sampled_from(["float32", "float16"]), st.booleans())
+def test_basic_update_records_what_the_python_reference_records(shape, idx, v_dtype, fit):
+    a, x = _array(shape)
+    try:
+        want_shape = x[idx].shape if fit else (1,)
+    except Exception:  # noqa: BLE001 (numpy refuses the index: compare the errors)
+        want_shape = (1,)
+    got = _update_graph(shape, idx, want_shape, v_dtype, lambda a, i, v: a.__setitem__(i, v))
+    want = _update_graph(shape, idx, want_shape, v_dtype, am.python_methods["__setitem__"])
+    assert got == want
+    if got[0] is not None and fit:  # numpy's values
+        a, x = _array(shape)
+        v = np.full(want_shape, 7, np.float32)
+        a[idx] = mx.array(v).astype(getattr(mx, v_dtype))
+        x[idx] = v
+        np.testing.assert_array_equal(np.array(a.astype(mx.float32)), x)

@@ -26,10 +26,10 @@ PyObject *bare_of(PyObject *type); /* (_call.c) */
 static PyObject *l_array_type, *l_dtype_type;
 static PyObject *l_reshape, *l_transpose, *l_expand_dims, *l_squeeze, *l_swapaxes,
     *l_moveaxis, *l_m_reshape, *l_m_transpose, *l_m_squeeze, *l_m_swapaxes, *l_m_moveaxis,
-    *l_m_astype, *l_t_py, *l_mt_py, *l_getitem_py;
+    *l_m_astype, *l_t_py, *l_mt_py, *l_getitem_py, *l_setitem_py;
 static PyObject *k_spec, *k_axes, *k_dtype, *k_stream, *k_shape_arg, *k_axis, *k_axis1,
     *k_axis2, *k_source, *k_destination, *n_reshape, *n_transpose, *n_expand, *n_squeeze,
-    *n_astype, *k_np, *n_slice, *k_start, *k_end, *k_strides;
+    *n_astype, *k_np, *n_slice, *n_slice_update, *k_start, *k_end, *k_strides;
 static Py_ssize_t l_d_off;
 static int layout_configured = 0, methods_configured = 0;
 
@@ -622,6 +622,76 @@ static PyObject *py_getitem(PyObject *self, PyObject *idx) {
                                                                             idx, NULL);
 }
 
+/* ``a[idx] = v`` of ints, slices and one Ellipsis with ``v`` an mx.array of ``a``'s dtype and
+ * of the indexed shape (array_indexing.py setitem _basic_update: v's Reshape to the window
+ * where ints dropped axes, then the SliceUpdate, or v itself for the whole array): 1 done, 0
+ * the Python's case, -1 an error */
+static int basic_update(PyObject *a, PyObject *idx, PyObject *v) {
+    Basic B;
+    long long target[MAXD];
+    if ((PyObject *)Py_TYPE(v) != l_array_type || !parse_basic(a, idx, &B) || B.nn > 0) return 0;
+    PyObject *vd = SLOT(v, l_d_off), *d = B.d;
+    PyObject *vshape = vd ? SLOT(vd, desc_off[D_SHAPE]) : NULL;
+    if (vshape == NULL || !PyTuple_CheckExact(vshape) ||
+        SLOT(vd, desc_off[D_DTYPE]) != SLOT(d, desc_off[D_DTYPE]))
+        return 0;
+    Py_ssize_t nt = 0, nd = B.nd;
+    for (Py_ssize_t i = 0, j = 0; i < nd; i++) {
+        if (j < B.ni && B.ints[j] == i) { j++; continue; }
+        target[nt++] = B.out[i];
+    }
+    if (PyTuple_GET_SIZE(vshape) != nt) return 0;
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        PyObject *x = PyTuple_GET_ITEM(vshape, i);
+        int ov = 0;
+        if (!PyLong_CheckExact(x) || PyLong_AsLongLongAndOverflow(x, &ov) != target[i] || ov) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    PyObject *none = Py_None, *s = resolve_stream(NULL, &none, 1);
+    if (s == NULL) return -1;
+    PyObject *upd = Py_NewRef(vd);
+    if (B.ni > 0) { /* reshape_known(v, window) */
+        PyObject *r = record_view(n_reshape, s, vd, tuple_of(B.out, nd), NULL, k_shape_arg,
+                                  tuple_of(B.out, nd), NULL, NULL);
+        Py_SETREF(upd, r ? Py_NewRef(SLOT(r, l_d_off)) : NULL);
+        Py_XDECREF(r);
+    }
+    int whole = 1;
+    for (Py_ssize_t i = 0; whole && i < nd; i++) whole = B.out[i] == B.dims[i] && B.step[i] == 1;
+    PyObject *out = NULL;
+    if (upd != NULL && whole) {
+        out = Py_NewRef(upd);
+    } else if (upd != NULL) {
+        PyObject *kw = PyDict_New(), *t0 = tuple_of(B.start, nd), *t1 = tuple_of(B.stop, nd),
+                 *t2 = tuple_of(B.step, nd), *descs = PyList_New(2);
+        if (kw && t0 && t1 && t2 && descs && PyDict_SetItem(kw, k_start, t0) == 0 &&
+            PyDict_SetItem(kw, k_end, t1) == 0 && PyDict_SetItem(kw, k_strides, t2) == 0) {
+            PyList_SET_ITEM(descs, 0, Py_NewRef(d));
+            PyList_SET_ITEM(descs, 1, Py_NewRef(upd));
+            out = record1(new_primitive(n_slice_update, s, kw), descs, SLOT(d, desc_off[D_SHAPE]),
+                          SLOT(d, desc_off[D_DTYPE]), 0);
+            kw = descs = NULL; /* (taken) */
+        }
+        Py_XDECREF(kw); Py_XDECREF(t0); Py_XDECREF(t1); Py_XDECREF(t2); Py_XDECREF(descs);
+    }
+    Py_XDECREF(upd); Py_DECREF(s);
+    if (out == NULL) return -1;
+    put(a, l_d_off, out);
+    Py_DECREF(out);
+    return 1;
+}
+
+static PyObject *py_setitem(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!ready_methods()) return NULL;
+    if (nargs != 2) return fall_back(l_setitem_py, self, args, nargs, NULL);
+    int r = basic_update(self, args[0], args[1]);
+    if (r < 0) return NULL;
+    if (r > 0) Py_RETURN_NONE;
+    return fall_back(l_setitem_py, self, args, nargs, NULL);
+}
+
 /* ``a.T`` / ``a.mT`` (the properties' getters) */
 static PyObject *py_T(PyObject *self, PyObject *a) {
     if (!ready_methods()) return NULL;
@@ -673,6 +743,8 @@ static PyMethodDef meths[] = {
     FN("astype", py_m_astype, "astype(self, dtype, stream=None)\n--\n\n"
        "Convert the array to ``dtype`` (a new handle when it has that dtype already)."),
     {"__getitem__", (PyCFunction)py_getitem, METH_O, "``a[idx]`` with MLX's semantics."},
+    {"__setitem__", (PyCFunction)(void (*)(void))py_setitem, METH_FASTCALL,
+     "``a[idx] = v``: ``a`` now refers to a new lazy array."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -698,7 +770,7 @@ PyObject *configure_layout(PyObject *self, PyObject *kw) {
         intern(&k_destination, "destination") || intern(&n_reshape, "Reshape") ||
         intern(&n_transpose, "Transpose") || intern(&n_expand, "ExpandDims") ||
         intern(&n_squeeze, "Squeeze") || intern(&n_astype, "AsType") || intern(&k_np, "np") ||
-        intern(&n_slice, "Slice") || intern(&k_start, "start_indices") ||
+        intern(&n_slice, "Slice") || intern(&n_slice_update, "SliceUpdate") || intern(&k_start, "start_indices") ||
         intern(&k_end, "end_indices") || intern(&k_strides, "strides"))
         return NULL;
     PyObject *out = PyDict_New();
@@ -716,9 +788,11 @@ PyObject *configure_layout(PyObject *self, PyObject *kw) {
  * properties {"T", "mT"} out */
 PyObject *configure_layout_methods(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"reshape", "transpose", "squeeze", "swapaxes",
-                                        "moveaxis", "astype", "T", "mT", "__getitem__"};
+                                        "moveaxis", "astype", "T", "mT", "__getitem__",
+                                        "__setitem__"};
     PyObject **const slots[] = {&l_m_reshape, &l_m_transpose, &l_m_squeeze, &l_m_swapaxes,
-                                &l_m_moveaxis, &l_m_astype, &l_t_py, &l_mt_py, &l_getitem_py};
+                                &l_m_moveaxis, &l_m_astype, &l_t_py, &l_mt_py, &l_getitem_py,
+                                &l_setitem_py};
     methods_configured = 0;
     if (!layout_configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure_layout_methods: after configure_layout");

@@ -308,7 +308,8 @@ def _c_shape_methods() -> None:
 
     A = array
     py = {name: A.__dict__[name] for name in ("reshape", "transpose", "squeeze", "swapaxes",
-                                              "moveaxis", "astype", "__getitem__")}
+                                              "moveaxis", "astype", "__getitem__",
+                                              "__setitem__")}
     py.update(T=A.__dict__["T"].fget, mT=A.__dict__["mT"].fget)
     got = _call.configure_layout_methods(py)
     python_methods.update(py)
