@@ -40,6 +40,7 @@ def _extensions() -> list:
     exts = [Extension("tapescope.core._call", ["interactive/core/_call.c", "interactive/core/_loop.c",
                                              "interactive/core/_binary.c",
                                              "interactive/core/_reduce.c",
+                                             "interactive/core/_layout.c",
                                              "interactive/core/_stream.c",
                                              "interactive/core/_fields.c"],
                       depends=["interactive/core/_core.h", "kernels/_device_api.h"], optional=True),

@@ -53,6 +53,10 @@ PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_last_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* _layout.c */
+PyObject *configure_layout(PyObject *self, PyObject *kw);
+PyObject *configure_layout_methods(PyObject *self, PyObject *kw);
+
 /* _fields.c */
 PyObject *configure_fields(PyObject *self, PyObject *kw);
 

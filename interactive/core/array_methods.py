@@ -292,6 +292,35 @@ def _install_shape_methods() -> None:
 _install_shape_methods()
 
 
+# the Python method forms the C ones fall back on (the tests' reference), where C's are in
+python_methods: dict = {}
+
+
+def _c_shape_methods() -> None:
+    """The layout ops' method forms, ``astype`` and the ``T`` / ``mT`` getters in C
+    (core/_layout.c: the common case, the same nodes as ops/shape.py's; the Python methods
+    above run every other case), where ops/shape.py's functions are C's."""
+    from .ops import shape as _shape
+
+    if _shape.reshape is _shape.python_ops["reshape"]:
+        return
+    from . import _call
+
+    A = array
+    py = {name: A.__dict__[name] for name in ("reshape", "transpose", "squeeze", "swapaxes",
+                                              "moveaxis", "astype", "__getitem__",
+                                              "__setitem__")}
+    py.update(T=A.__dict__["T"].fget, mT=A.__dict__["mT"].fget)
+    got = _call.configure_layout_methods(py)
+    python_methods.update(py)
+    for name in py:
+        if name in ("T", "mT"):
+            setattr(A, name, property(got[name], doc=A.__dict__[name].__doc__))
+        else:
+            setattr(A, name, got[name])
+
+
+
 # ---- indexing, the bit view, the interchange protocols ---------------------------------
 def _view(self: array, dtype: _dt.Dtype, *, stream: StreamOrDevice = None) -> array:
     """View the array's bits as ``dtype`` (see ``mx.view``)."""
@@ -320,3 +349,6 @@ def _install_protocols() -> None:
 
 
 _install_protocols()
+
+
+_c_shape_methods()  # (last: over the Python methods above, __getitem__ among them)

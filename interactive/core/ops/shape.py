@@ -45,7 +45,9 @@ def _int_tuple(v: Union[int, Sequence[int]]) -> tuple:
 def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Reshape ``a`` to ``shape`` (one dimension may be -1); a view when MLX makes one."""
     a = to_array(a)
-    shape = _int_tuple(shape)
+    if isinstance(shape, int):  # (a sequence: MLX's binding refuses an int)
+        raise BadArgs("shape")
+    shape = int32s(shape)
     d = a._d
     size = math.prod(d.shape)
     out = shape
@@ -173,10 +175,14 @@ def expand_dims(a: array, /, axis: Union[int, Sequence[int]], *,
     return _one("ExpandDims", a, out, stream, shape=out, axes=tuple(axes))
 
 
+@binding("transpose(a: array, /, axes: Sequence[int] | None = None, *, stream: StreamOrDevice = "
+         "None) -> array")
 def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *,
               stream: StreamOrDevice = None) -> array:
     """Permute the axes (reverse them by default); a view."""
     a = to_array(a)
+    if isinstance(axes, int):  # (a sequence or None: MLX's binding refuses an int)
+        raise BadArgs("axes")
     shape = a._d.shape
     nd = len(shape)
     if axes is None:
@@ -630,3 +636,27 @@ def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
     xa = broadcast(reshape(a, ia, stream=stream), shape, stream=stream)
     xb = broadcast(reshape(b, ib, stream=stream), shape, stream=stream)
     return reshape(multiply(xa, xb, stream=stream), out, stream=stream)
+
+
+# the Python versions: the reference, and every case the C recording does not take
+python_ops = {"reshape": reshape, "transpose": transpose, "expand_dims": expand_dims,
+              "squeeze": squeeze, "swapaxes": swapaxes, "moveaxis": moveaxis}
+
+
+def _c_layout() -> None:
+    """reshape / transpose / expand_dims / squeeze / swapaxes / moveaxis in C (core/_layout.c:
+    their common case, the same nodes; every other case, errors included, calls the Python
+    versions in ``python_ops``), where the extension is built and ``settings.c_call`` is on."""
+    from tapescope.kernels.settings import settings
+
+    from . import elementwise
+
+    if not settings.c_call or elementwise.binary is elementwise.binary_py:
+        return
+    from .. import _call
+
+    fns = _call.configure_layout({"array_type": array, "dtype_type": _dt.Dtype, **python_ops})
+    globals().update(fns)
+
+
+_c_layout()
