@@ -5,7 +5,8 @@ threads as fibers; ``mma.sync`` as a warp collective over the PTX ISA's fragment
 arguments (``attention_flash.launch``, as ``cuda/attention.py``'s plan) and checked against float64 numpy over
 hypothesis shapes: query and key lengths off the 64-row / key tiles, head sizes 16..128,
 grouped and multi-query heads, every mask kind (broadcast boolean, additive), causal with
-more keys than queries, sinks, transposed and strided inputs (16-byte tile loads or not),
+more keys than queries, sinks, transposed and strided inputs (16-byte tile loads, or rows
+off 16 bytes: the kernel's element loads),
 float32 at TF32 and at full accuracy (3xTF32), float16, bfloat16. What it checks is the
 kernel's logic and the fragments' bookkeeping; nothing here says how fast a GPU runs it."""
 
@@ -38,13 +39,15 @@ def _elem_strides(a: np.ndarray) -> tuple:
 
 def _layout(a: np.ndarray, layout: str) -> np.ndarray:
     """``a`` (B, H, L, D) as a view: row-major, a (B, L, H, D) buffer transposed, or a slice
-    of rows 8 elements into a wider buffer."""
+    of rows 8 (``strided``) or 1 (``offset``: rows off 16 bytes) elements into a wider
+    buffer."""
     if layout == "transposed":
         return np.ascontiguousarray(a.swapaxes(1, 2)).swapaxes(1, 2)
-    if layout == "strided":
+    if layout in ("strided", "offset"):
+        at = 8 if layout == "strided" else 1
         wide = np.zeros(a.shape[:-1] + (a.shape[-1] + 16,), a.dtype)
-        wide[..., 8:8 + a.shape[-1]] = a
-        return wide[..., 8:8 + a.shape[-1]]
+        wide[..., at:at + a.shape[-1]] = a
+        return wide[..., at:at + a.shape[-1]]
     return a
 
 
@@ -60,8 +63,7 @@ def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision="")
     spec, ints, grid, block = af.launch(q.dtype.name, q.shape, _elem_strides(q), k.shape,
                                         _elem_strides(k), _elem_strides(v), kind,
                                         None if mask is None else _elem_strides(mask),
-                                        causal, sinks is not None, precision,
-                                        [a.ctypes.data for a in (k, v)])
+                                        causal, sinks is not None, precision)
     out = np.full((B, H, L, D), np.nan, q.dtype)
     bufs = {"q": _bits(q), "k": _bits(k), "v": _bits(v), "out": _bits(out)}
     if mask is not None:
@@ -93,7 +95,7 @@ def case(draw):
     if mask == "causal":
         kL = draw(st.sampled_from([kL, L, L + 37]))
     sinks = draw(st.booleans())
-    layout = draw(st.sampled_from(["contiguous", "transposed", "strided"]))
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided", "offset"]))
     return dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, draw(st.integers(0, 2 ** 16))
 
 

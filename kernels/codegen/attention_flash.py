@@ -7,7 +7,8 @@ A CTA of ``WARPS`` warps takes ``BQ`` = 16 * ``WARPS`` query rows of one (batch,
 warp ``w`` owns rows ``16 w .. 16 w + 15`` and keeps their query fragments, its 16 x ``BK``
 score tile and its 16 x D output accumulator in registers. The CTA walks the keys in tiles of
 ``BK``: the tile's key and value rows are copied to shared memory (rows padded so the
-fragment loads hit distinct banks; 16-byte loads where ``vec``: every row and base aligned),
+fragment loads hit distinct banks; 16-byte loads where ``vec`` and the call's rows start on
+16 bytes),
 each warp computes ``S = Q Kᵀ`` with ``mma.sync`` (m16n8k8 TF32 for float32, m16n8k16 for
 float16 / bfloat16 with float32 accumulators), scales it to base 2 (``scale * log2 e``),
 applies causal / the mask / the key tail, takes the online softmax step (the row max over
@@ -63,7 +64,8 @@ LOWEST = "(-3.402823466e+38f)"
 class FlashSpec(SdpaSpec):
     """One fused prefill kernel: ``SdpaSpec``'s fields (mode ``full``: the CPU's C is the
     tiled kernel of the same semantics), ``precision`` (float32: ``tf32`` or ``f32x3``;
-    ``""`` for the half types) and ``vec`` (16-byte tile loads)."""
+    ``""`` for the half types) and ``vec`` (16-byte tile loads where the keys' and values'
+    strides allow them; the kernel takes them where the call's base addresses do too)."""
 
     precision: str = ""
     vec: bool = False
@@ -295,15 +297,21 @@ def flash_source(spec: FlashSpec) -> str:
         edge += " || (j0 + BK - 1 > qb * BQ + kL - L)"
     if spec.mask != "none":
         edge = " || true"
-    tile_load = f"""    for (int i = threadIdx.x; i < BK * (D / VW); i += NT) {{  // the tile's key and value rows
-      const int row = i / (D / VW), c = (i % (D / VW)) * VW;
-      const long long j = j0 + row;
-      {LT} kv{{}}, vv{{}};
-      if (j < kL) {{ kv = *(const {LT}*)(kr + j * ksl + c); vv = *(const {LT}*)(vr + j * vsl + c); }}
-      *({LT}*)(Ks + row * DP + c) = kv;
-      *({LT}*)(Vs + row * DP + c) = vv;
-    }}
-"""
+    def tile_load(vw: int, lt: str, pad: str) -> str:
+        return (f"{pad}for (int i = threadIdx.x; i < BK * (D / {vw}); i += NT) {{\n"
+                f"{pad}  const int row = i / (D / {vw}), c = (i % (D / {vw})) * {vw};\n"
+                f"{pad}  const long long j = j0 + row;\n"
+                f"{pad}  {lt} kv{{}}, vv{{}};\n"
+                f"{pad}  if (j < kL) {{ kv = *(const {lt}*)(kr + j * ksl + c); vv = *(const {lt}*)(vr + j * vsl + c); }}\n"
+                f"{pad}  *({lt}*)(Ks + row * DP + c) = kv;\n"
+                f"{pad}  *({lt}*)(Vs + row * DP + c) = vv;\n"
+                f"{pad}}}\n")
+
+    if spec.vec:  # 16-byte loads where this call's rows start on 16 bytes (the strides do)
+        tiles = ("    if (vec) {  // the tile's key and value rows\n" + tile_load(VW, LT, "      ")
+                 + "    } else {\n" + tile_load(1, S, "      ") + "    }\n")
+    else:
+        tiles = tile_load(1, S, "    ")
     store = STORE[spec.dtype]
     return ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n" + PTX + pack + f"""
 extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({", ".join(args)}) {{
@@ -319,6 +327,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({", ".join(a
   const long long r0 = qb * BQ + warp * 16 + g, r1 = r0 + 8;  // the lane's two rows
   const {S}* kr = (const {S}*)(K + b * ksb + hk * ksh);
   const {S}* vr = (const {S}*)(V + b * vsb + hk * vsh);
+  const bool vec = ((unsigned long long)kr % 16 == 0) && ((unsigned long long)vr % 16 == 0);
   const {T}* q0p = Q + b * qsb + h * qsh + (r0 < L ? r0 : L - 1) * qsl;
   const {T}* q1p = Q + b * qsb + h * qsh + (r1 < L ? r1 : L - 1) * qsl;
 {qload}{mask_rows}  const float sl = scale * {LOG2E!r}f;
@@ -328,7 +337,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({", ".join(a
   float m[2] = {{LOWEST, LOWEST}}, l[2] = {{0.f, 0.f}};  // rows r0, r1: running max (base 2), the lane's partial sum
 {sink}{kend}  for (long long j0 = 0; j0 < kend; j0 += BK) {{
     __syncthreads();  // (the last tile's reads done)
-{tile_load}    __syncthreads();
+{tiles}    __syncthreads();
     float s[BK / 8][4];
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -396,23 +405,21 @@ def all_specs() -> list:
     return out
 
 
-def aligned(ptrs, strides, item: int) -> bool:
-    """Whether 16-byte tile loads read these rows: every base address and row / head /
-    batch stride a multiple of 16 bytes."""
-    return all(p % 16 == 0 for p in ptrs) and all((s * item) % 16 == 0 for st in strides
-                                                   for s in st[:-1])
+def aligned(strides, item: int) -> bool:
+    """Whether 16-byte tile loads can read rows of these strides: every row / head / batch
+    stride a multiple of 16 bytes (the kernel checks each call's base addresses itself)."""
+    return all((s * item) % 16 == 0 for st in strides for s in st[:-1])
 
 
 def launch(dtype: str, q_shape: tuple, q_strides: tuple, k_shape: tuple, k_strides: tuple,
            v_strides: tuple, mask: str, mask_strides, causal: bool, sinks: bool,
-           precision: str, kv_ptrs) -> tuple:
+           precision: str) -> tuple:
     """``(spec, ints, grid, block)`` of one call (strides in elements, each input's last 1;
-    ``mask``: ``none``, ``bool``, ``add``; ``kv_ptrs``: the keys' and values' addresses,
-    for ``vec``)."""
+    ``mask``: ``none``, ``bool``, ``add``)."""
     B, H, L, D = (int(n) for n in q_shape)
     Hk, kL = int(k_shape[1]), int(k_shape[2])
     item = 4 if dtype == "float32" else 2
-    vec = aligned(kv_ptrs, (k_strides, v_strides), item)
+    vec = aligned((k_strides, v_strides), item)
     spec = FlashSpec("full", dtype, D, mask, bool(causal), bool(sinks),
                      precision if dtype == "float32" else "", vec)
     ints = {"B": B, "H": H, "Hk": Hk, "L": L, "kL": kL,
