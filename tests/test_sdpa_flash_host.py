@@ -139,3 +139,32 @@ def test_full_float32_is_more_accurate_than_tf32():
     e3 = np.abs(run_flash(q, k, v, 0.125, precision="f32x3") - want).max()
     e1 = np.abs(run_flash(q, k, v, 0.125, precision="tf32") - want).max()
     assert e3 < 1e-5 < e1, (e3, e1)
+
+
+NVCC = __import__("shutil").which("nvcc")
+# what ptxas reports for the kernels (sm_90, as NVRTC builds them: --fmad=false): 3xTF32 at
+# head sizes above 64 spills (a few hundred bytes to L1), the others fit their registers
+NVCC_SPECS = [af.FlashSpec("full", "float32", 64, "none", False, False, "tf32", True),
+              af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
+              af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
+              af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
+              af.FlashSpec("full", "float16", 80, "add", False, False, "", True)]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc")
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("spec", NVCC_SPECS, ids=lambda s: s.name)
+def test_the_fused_kernel_compiles_for_sm_90_without_spills(spec, tmp_path):
+    import re
+    import subprocess
+
+    cu = tmp_path / "flash.cu"
+    cu.write_text(af.flash_source(spec))
+    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "--fmad=false", "-Xptxas", "-v",
+                        "-o", str(tmp_path / "flash.cubin"), str(cu)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
+    smem = int(re.search(r"(\d+) bytes smem", r.stderr).group(1))
+    assert smem <= 48 * 1024
+    assert (spill > 0) == (spec.precision == "f32x3" and spec.head > 64), r.stderr
