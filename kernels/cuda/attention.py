@@ -316,10 +316,11 @@ class _VectorStep:
                 self.args.append(int(np.float32(scale).view(np.uint32)))
 
 
-def _built(spec):
-    """``spec``'s loaded kernel, or None where it does not build (the cache notes why)."""
+def _built(spec, source=vector_source):
+    """``spec``'s loaded kernel (its CUDA ``source(spec)``), or None where it does not build
+    (the cache notes why)."""
     try:
-        return compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
+        return compiled.get_kernel(spec.name, spec.layout, lambda: source(spec),
                                    key=spec.name, tape=spec)
     except kernel_registry.BuildError as e:
         kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
@@ -472,7 +473,7 @@ def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
         "tf32" if settings.tf32 else "f32x3")
     if not attention_flash.takes(spec):
         return None
-    entry = _built(spec)
+    entry = _built(spec, attention_flash.flash_source)
     if entry is None:
         return None
     inputs = {"q": 0, "k": 1, "v": 2}
