@@ -16,7 +16,9 @@ the four lanes that share a row, by shuffles; each lane's partial row sum, merge
 the end) and accumulates ``O += P V`` with a second ``mma.sync`` (P from the score
 accumulators in registers: for m16n8k16 the accumulator layout is the A operand's; for
 m16n8k8 the key order of the contraction is permuted so lane ``t``'s keys ``2t, 2t + 1``
-are the A operand's columns ``t, t + 4``, and V's rows are read in the same order). Half
+are the A operand's columns ``t, t + 4``, and V's rows are read in the same order; the head
+dimension of ``Q Kᵀ`` is permuted the same way, so a lane's two elements of a key row are
+one 8-byte shared load). Half
 types round P to their type before ``P V`` (as cuDNN does).
 
 Float32 precision (``precision``): ``tf32`` rounds each operand to TF32 (``cvt.rna``;
@@ -189,11 +191,11 @@ def flash_source(spec: FlashSpec) -> str:
 
     # the query fragments, the scores, the output
     if f32:
-        qload = """  float qf[D / 8][4];  // A fragments of Q (rows g, g + 8; columns t, t + 4 of each 8)
+        qload = """  float qf[D / 8][4];  // A fragments of Q (rows g, g + 8; columns t, t + 4: d 2t, 2t + 1 of each 8)
 #pragma unroll
   for (int kk = 0; kk < D / 8; kk++) {
-    qf[kk][0] = q0p[kk * 8 + t]; qf[kk][1] = q1p[kk * 8 + t];
-    qf[kk][2] = q0p[kk * 8 + t + 4]; qf[kk][3] = q1p[kk * 8 + t + 4];
+    qf[kk][0] = q0p[kk * 8 + 2 * t]; qf[kk][1] = q1p[kk * 8 + 2 * t];
+    qf[kk][2] = q0p[kk * 8 + 2 * t + 1]; qf[kk][3] = q1p[kk * 8 + 2 * t + 1];
   }
 """
         split = ("      unsigned ah[4], al[4];\n"
@@ -208,8 +210,9 @@ def flash_source(spec: FlashSpec) -> str:
         scores = f"""#pragma unroll
     for (int kk = 0; kk < D / 8; kk++) {{
 {split}#pragma unroll
-      for (int n = 0; n < BK / 8; n++) {{  // B = Kᵀ: (d t, key g), (d t + 4, key g)
-        const float k0 = Ks[(n * 8 + g) * DP + kk * 8 + t], k1 = Ks[(n * 8 + g) * DP + kk * 8 + t + 4];
+      for (int n = 0; n < BK / 8; n++) {{  // B = Kᵀ: key g's d 2t, 2t + 1 (one 8-byte load)
+        const float2 kp = *(const float2*)(Ks + (n * 8 + g) * DP + kk * 8 + 2 * t);
+        const float k0 = kp.x, k1 = kp.y;
         unsigned bh[2] = {{ts_tf32(k0), ts_tf32(k1)}};
 {prod}        ts_mma_tf32_16x8x8(s[n], ah, bh);
       }}
