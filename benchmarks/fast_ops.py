@@ -8,7 +8,8 @@ rope at (4, 16, 2048, 64) and (4, 16, 2048, 128) (dims = head size, base 10000, 
 sdpa (no mask, scale D^-0.5; shape rows are (B, heads, L, kL, D)) for prefill at (4, 16, 2048,
 2048, 64 / 128) and for decoding at (4, 16, 1, 4096, 64 / 128); jax.jit's is the written-out
 softmax(q kᵀ) v at ``highest`` precision, PyTorch's ``F.scaled_dot_product_attention`` (TF32
-off) on the GPU, where the prefill rows add L = 8192.
+off) on the GPU, where the prefill rows add L = 8192; ``--dtype bfloat16`` (or float16) runs
+every side in that type.
 ``qmm`` rows (shape (M, K, N)): 4-bit affine ``quantized_matmul`` of an (M, K) x by a
 (N, K) weight (transpose=True, group size 64, MLX's defaults; ``--qbits``, ``--qgroup``,
 ``--qmode`` pick another of MLX's quantizations) at M = 1 and 512, K = N = 4096,
@@ -35,6 +36,7 @@ import argparse
 import os
 import sys
 
+import ml_dtypes  # noqa: F401  (np.dtype("bfloat16") for --dtype bfloat16)
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -165,7 +167,10 @@ def mlx_fn(op, x, w, b, device):
     if device == "gpu" and not (hasattr(m, "cuda") and m.cuda.is_available()):
         return None
     s = m.gpu if device == "gpu" else m.cpu
-    a, wa, ba = (m.array(v) for v in (x, w, b))
+    if x.dtype.name == "bfloat16":  # (through float32: exact)
+        a, wa, ba = (m.array(v.astype(np.float32)).astype(m.bfloat16) for v in (x, w, b))
+    else:
+        a, wa, ba = (m.array(v) for v in (x, w, b))
     m.eval(a, wa, ba)
     if op == "qmm":
         wq, sc, *bi = m.quantize(wa, group_size=QGROUP, bits=QBITS, mode=QMODE, stream=s)
@@ -193,7 +198,11 @@ def torch_fn(op, x, w, b, device):
     if not torch.cuda.is_available():
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
-    a, wa, ba = (torch.from_numpy(v).cuda() for v in (x, w, b))
+    if x.dtype.name == "bfloat16":  # (the bits: torch takes no ml_dtypes array)
+        a, wa, ba = (torch.from_numpy(v.view(np.uint16).view(np.int16)).cuda().view(torch.bfloat16)
+                     for v in (x, w, b))
+    else:
+        a, wa, ba = (torch.from_numpy(v).cuda() for v in (x, w, b))
     D = x.shape[-1]
     if op == "sdpa":
         def f():

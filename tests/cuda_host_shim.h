@@ -24,8 +24,10 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define __CUDACC__ 1
+#define TS_CUDA_HOST_SHIM 1  /* kernels' inline PTX gives way to the emulations below */
 
 using std::isinf;
 using std::isnan;
@@ -51,6 +53,7 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   r.b = (uint16_t)(u >> 16); return r; }
 
+static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 /* (glibc declares __expf / __logf but does not export them) */
@@ -66,6 +69,7 @@ struct ts_block {
   int* state = nullptr;  /* 0 runnable, 1 done, 2 at a warp collective, 3 at a barrier */
   int n = 0, cur = -1;
   unsigned char (*slot)[16] = nullptr;
+  uint32_t (*frag)[8] = nullptr;  /* a lane's mma operands (tensor-core emulation) */
 };
 static ts_block* ts_b = nullptr;
 
@@ -112,6 +116,7 @@ static int ts_launch(unsigned grid, unsigned block, ts_kernel_fn fn, void** args
   b.stacks = new char[(size_t)block * stack];
   b.state = new int[block];
   b.slot = new unsigned char[block][16];
+  b.frag = new uint32_t[block][8];
   ts_b = &b;
   int rc = 0;
   for (unsigned g = 0; g < grid && rc == 0; ++g) {
@@ -157,7 +162,7 @@ static int ts_launch(unsigned grid, unsigned block, ts_kernel_fn fn, void** args
     }
   }
   ts_b = nullptr;
-  delete[] b.ctx; delete[] b.stacks; delete[] b.state; delete[] b.slot;
+  delete[] b.ctx; delete[] b.stacks; delete[] b.state; delete[] b.slot; delete[] b.frag;
   return rc;
 }
 
@@ -175,3 +180,69 @@ template <class... A> static void ts_invoke(void (*k)(A...), void** p) {
   static void ts_body_##name(void** p) { ts_invoke(&name, p); }                     \
   extern "C" int ts_run_##name(unsigned grid, unsigned block, void** params) {      \
     return ts_launch(grid, block, ts_body_##name, params); }
+
+/* ---- the tensor cores: mma.sync as a warp collective ---------------------------------
+ * Each lane leaves its A (4 registers) and B (2) fragments in its slot, the warp meets,
+ * each lane computes its four accumulators from every lane's fragments (PTX ISA's layouts:
+ * g = lane / 4, t = lane % 4; D (g, 2t + {0, 1}) and (g + 8, ...)), the warp meets again
+ * before the slots are reused. Products are exact (TF32 x TF32 and half x half fit a
+ * double), summed in double and added to the float32 accumulator once. */
+static inline float ts_tf32_value(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
+static inline unsigned ts_tf32(float x) {  /* cvt.rna.tf32.f32: to nearest, ties away */
+  uint32_t u; std::memcpy(&u, &x, 4);
+  if (std::isnan(x) || std::isinf(x)) return u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+static inline float ts_exp2(float x) { return exp2f(x); }
+static inline unsigned short ts_bits(__half x) { uint16_t u; std::memcpy(&u, &x.h, 2); return u; }
+static inline unsigned short ts_bits(__nv_bfloat16 x) { return x.b; }
+
+static inline void ts_mma_meet(const unsigned* a, const unsigned* b) {
+  uint32_t* f = ts_b->frag[ts_b->cur];
+  for (int i = 0; i < 4; i++) f[i] = a[i];
+  f[4] = b[0], f[5] = b[1];
+  ts_yield(2);
+}
+/* A 16x8 (a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)), B 8x8 (b0 (t, g),
+   b1 (t + 4, g)), TF32 in 32-bit registers */
+static inline void ts_mma_tf32_16x8x8(float* d, const unsigned* a, const unsigned* b) {
+  ts_mma_meet(a, b);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+    double acc = 0;
+    for (int k = 0; k < 8; k++) {
+      float av = ts_tf32_value(ts_b->frag[w + (r % 8) * 4 + k % 4][(r / 8) + 2 * (k / 4)]);
+      float bv = ts_tf32_value(ts_b->frag[w + c * 4 + k % 4][4 + k / 4]);
+      acc += (double)av * (double)bv;
+    }
+    d[i] = (float)((double)d[i] + acc);
+  }
+  ts_yield(2);
+}
+template <class H> static inline float ts_half_value(uint32_t reg, int hi);
+template <> inline float ts_half_value<__half>(uint32_t reg, int hi) {
+  __half x; uint16_t u = (uint16_t)(hi ? reg >> 16 : reg); std::memcpy(&x.h, &u, 2); return (float)x.h; }
+template <> inline float ts_half_value<__nv_bfloat16>(uint32_t reg, int hi) {
+  __nv_bfloat16 x; x.b = (uint16_t)(hi ? reg >> 16 : reg); return __bfloat162float(x); }
+/* A 16x16 (a0 (g, 2t..2t+1), a1 (g + 8, ..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..)), B 16x8
+   (b0 (2t..2t+1, g), b1 (2t + 8.., g)): two 16-bit values a register, the lower k low */
+template <class H> static inline void ts_mma_16x8x16(float* d, const unsigned* a, const unsigned* b) {
+  ts_mma_meet(a, b);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+    double acc = 0;
+    for (int k = 0; k < 16; k++) {
+      float av = ts_half_value<H>(ts_b->frag[w + (r % 8) * 4 + (k % 8) / 2][(r / 8) + 2 * (k / 8)], k & 1);
+      float bv = ts_half_value<H>(ts_b->frag[w + c * 4 + (k % 8) / 2][4 + k / 8], k & 1);
+      acc += (double)av * (double)bv;
+    }
+    d[i] = (float)((double)d[i] + acc);
+  }
+  ts_yield(2);
+}
+static inline void ts_mma_bf16_16x8x16(float* d, const unsigned* a, const unsigned* b) {
+  ts_mma_16x8x16<__nv_bfloat16>(d, a, b); }
+static inline void ts_mma_f16_16x8x16(float* d, const unsigned* a, const unsigned* b) {
+  ts_mma_16x8x16<__half>(d, a, b); }

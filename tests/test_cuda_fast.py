@@ -166,7 +166,7 @@ def test_gpu_rope_matches_float64_numpy_for_every_dtype_and_layout(B, H, L, D, d
     assert "RoPE" in rec.primitives, rec.fallbacks
 
 
-# -- attention: MLX's sdpa_vector for decoding, the large-block composition above -----------
+# -- attention: MLX's sdpa_vector for decoding, the fused prefill kernel above ---------------
 
 from test_sdpa import MXD as SDPA_MXD, NPD as SDPA_NPD, TOL as SDPA_TOL, host as sdpa_host, ref as sdpa_ref  # noqa: E402
 from test_sdpa_kernels import _inputs as sdpa_inputs, _layout as sdpa_layout, case as sdpa_case  # noqa: E402
@@ -180,7 +180,8 @@ def test_gpu_sdpa_matches_float64_numpy(c):
     vector kernel (head sizes that divide a warp, fill whole warps or part of the last lane's
     elements; every mask kind, sinks, grouped heads,
     transposed and strided inputs, float32 / float16, bfloat16 through float32), the rest
-    the composition in large blocks; both against float64 numpy."""
+    the fused prefill kernel (the composition in large blocks for head sizes it does not
+    take); both against float64 numpy."""
     B, kv, reps, L, kL, D, mask, sinks, dtype, layout, _ = c
     q, k, v, m, s = sdpa_inputs(c)
     t = SDPA_MXD[dtype]
@@ -323,6 +324,8 @@ def test_gpu_sdpa_prefill_in_query_blocks_matches_float64_numpy(monkeypatch, B, 
 
     if blocks > 1:
         monkeypatch.setattr(attention, "SCORES", B * H * kL * -(-L // blocks))
+    monkeypatch.setattr(attention, "flash_plan", lambda *a, **kw: None)  # (the GEMMs' path)
+    attention.RULES["ScaledDotProductAttention"].plans.clear()
     rng = np.random.default_rng(L * kL)
     t = SDPA_NPD[dtype]
     q = rng.standard_normal((B, H, L, D)).astype(t)
@@ -346,6 +349,89 @@ def test_gpu_sdpa_prefill_in_query_blocks_matches_float64_numpy(monkeypatch, B, 
     np.testing.assert_allclose(sdpa_host(out), want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
     assert not rec.fallbacks, rec.fallbacks
     assert "ScaledDotProductAttention" in rec.primitives
+    attention.RULES["ScaledDotProductAttention"].plans.clear()  # (no GEMM-path plans kept)
+
+
+from test_sdpa_flash_host import TOL as FLASH_TOL, _inputs as flash_inputs, case as flash_case  # noqa: E402
+
+
+def _flash_plans():
+    from tapescope.kernels.cuda import attention
+
+    return [p for p in attention.RULES["ScaledDotProductAttention"].plans.values() if p is not None]
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@settings(max_examples=60, deadline=None)
+@given(flash_case())
+def test_gpu_sdpa_prefill_is_the_fused_kernel_and_matches_float64_numpy(c):
+    """Prefill (query lengths past 8) runs the fused kernel (``attention_flash.py``: one
+    launch, its plan launched by the eval loop from C on the later calls) for the host
+    test's cases: lengths off the tiles, head sizes 16..128, grouped heads, every mask kind,
+    causal with more keys than queries, sinks, transposed and strided inputs, float32 at TF32
+    and at full accuracy (3xTF32: ``settings.tf32`` off), float16, bfloat16 in its own bits;
+    every call against float64 numpy."""
+    from tapescope.kernels.cuda import attention
+    from tapescope.kernels.settings import settings as ts
+
+    dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, _ = c
+    layout = "contiguous" if layout == "offset" else layout
+    q, k, v, m, s = flash_inputs(c)
+    t = SDPA_MXD[dtype]
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    sa = mx.array(s, dtype=t) if s is not None else None
+    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    tol = FLASH_TOL[dtype, precision]
+    attention.RULES["ScaledDotProductAttention"].plans.clear()
+    with ts(tf32=precision != "f32x3"):
+        for _ in range(3):
+            with kernel_launches("cuda") as rec:
+                out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
+                                                           sinks=sa)
+                mx.eval(out)
+            assert not rec.fallbacks, rec.fallbacks
+            np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
+                                       atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+        (plan,) = _flash_plans()
+        assert plan.name.startswith(f"sdpa_flash_{dtype}{'_' + precision if precision else ''}_"), plan.name
+
+
+@pytest.mark.usefixtures("gpu_default_device")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype, tf32", [("float32", True), ("float32", False),
+                                         ("float16", True), ("bfloat16", True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_sdpa_prefill_at_the_benchmark_shape_is_one_fused_launch(D, dtype, tf32, causal):
+    """benchmarks/fast_ops.py's prefill rows, (4, 16, 2048, 2048, D): one launch of the fused
+    kernel (TF32 or 3xTF32 for float32 as ``settings.tf32``), two heads of it against float64
+    numpy."""
+    from tapescope.kernels.settings import settings as ts
+    from tapescope.kernels.cuda import attention
+
+    rng = np.random.default_rng(D)
+    q, k, v = (rng.standard_normal((4, 16, 2048, D)).astype(SDPA_NPD[dtype]) for _ in range(3))
+    t = SDPA_MXD[dtype]
+    qa, ka, va = (mx.array(a, dtype=t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    attention.RULES["ScaledDotProductAttention"].plans.clear()
+    tol = FLASH_TOL[dtype, ("tf32" if tf32 else "f32x3") if dtype == "float32" else ""]
+    with ts(tf32=tf32):
+        for _ in range(2):
+            with kernel_launches("cuda") as rec:
+                out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5,
+                                                           mask="causal" if causal else None)
+                mx.eval(out)
+            assert not rec.fallbacks, rec.fallbacks
+            got = sdpa_host(out)
+            for b, h in ((0, 0), (3, 15)):
+                want = sdpa_ref(q[b:b + 1, h:h + 1], k[b:b + 1, h:h + 1], v[b:b + 1, h:h + 1],
+                                D ** -0.5, None, causal)
+                np.testing.assert_allclose(got[b:b + 1, h:h + 1], want, rtol=tol,
+                                           atol=tol * max(1.0, np.abs(want).max()))
+        (plan,) = _flash_plans()
+        assert plan.name.startswith("sdpa_flash_") and plan.grid == 4 * 16 * 2048 // 64
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ a fresh process: the attention prefill (``kernels/cuda/attention.py``: cuBLAS GE
 score softmax kernel per query block; ``cuda_sdpa_fake_cases.py``) and Matmul / AddMM
 (``kernels/cuda/gemm.py``; ``cuda_gemm_fake_cases.py``) over the stand-in cuBLAS, and
 decoding's, the quantized qmv's and the one-row gemv's planned launches from C over the
-stand-in driver (``cuda_sdpa_vector_fake_cases.py``, ``cuda_qmv_fake_cases.py``,
+stand-in driver (``cuda_sdpa_vector_fake_cases.py``, the prefill's fused kernel run on the
+host at the packed words' pointers: ``cuda_sdpa_flash_fake_cases.py``, ``cuda_qmv_fake_cases.py``,
 ``cuda_gemv_fake_cases.py``). The GPU runs the real ones in ``test_cuda_fast.py``
 and the GPU suites."""
 
@@ -31,6 +32,7 @@ except Exception:  # noqa: BLE001
     # Matmul / AddMM's plans launched from C (the stand-in libcublas)
     ("cuda_gemm_c_fake_cases.py", "fake_cublas,fake_cuda_driver"),
     ("cuda_sdpa_vector_fake_cases.py", "fake_cuda_driver"),  # decoding: launched from C
+    ("cuda_sdpa_flash_fake_cases.py", "fake_cuda_driver"),  # prefill's fused kernel: from C
     # quantized_matmul: qmv launched from C, qmm's dequant kernel and cuBLAS GEMM
     ("cuda_qmv_fake_cases.py", "fake_cublas,fake_cuda_driver"),
     # one row times a transposed weight: the gemv launched from C (others: cuBLAS)

@@ -17,8 +17,16 @@ with no Python code, as MLX's ``sdpa_vector`` is one or two C++ launches; one th
 copy runs the rule, which copies and runs the plan of the copies' layout. The dispatch by
 query length is ``RULES``'s one rule.
 
-Longer queries (prefill) run MLX's fallback composition as its CUDA backend runs it for
-float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
+Longer queries (prefill) run one fused kernel (``codegen/attention_flash.py``: tiles of 64
+query rows a CTA over key / value tiles in shared memory, the online softmax in registers,
+``mma.sync`` on the tensor cores: TF32 for float32 where ``settings.tf32``, 3xTF32 (float32's
+accuracy) where not, float16 / bfloat16 in their own 16 bits with float32 accumulation),
+planned once per layout (``flash_plan``: a ``KernelPlan``, later calls launched by the eval
+loop from C), on devices with ``mma.sync`` (sm_80 on), head sizes of
+``attention_flash.HEADS``, inputs it reads in place (``attention.call_in_place``); a float32
+plan is dropped when ``settings.tf32`` changes. The other prefill calls (a head size it does
+not take, a layout the kernel would need a copy of, an older GPU) run MLX's fallback
+composition as its CUDA backend runs it for float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
 attention takes the half types there): in blocks of query rows holding at most ``SCORES``
 float32 scores, the block's scores ``q kᵀ * scale`` as one cuBLAS
 ``gemmStridedBatchedEx`` (``gemm.strided_batched``: the scale as alpha, the query heads of
@@ -40,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import timeline
+from ..codegen import attention_flash
 from ..codegen.attention_cuda import (BLOCKS_PER_SM, SPLIT_KEYS, SPLIT_THREADS, block_threads,
                                       params, splits, takes, vector_source)
 from ..codegen.attention_kernels import VECTOR_MAX_L, SdpaSpec
@@ -307,10 +316,11 @@ class _VectorStep:
                 self.args.append(int(np.float32(scale).view(np.uint32)))
 
 
-def _built(spec):
-    """``spec``'s loaded kernel, or None where it does not build (the cache notes why)."""
+def _built(spec, source=vector_source):
+    """``spec``'s loaded kernel (its CUDA ``source(spec)``), or None where it does not build
+    (the cache notes why)."""
     try:
-        return compiled.get_kernel(spec.name, spec.layout, lambda: vector_source(spec),
+        return compiled.get_kernel(spec.name, spec.layout, lambda: source(spec),
                                    key=spec.name, tape=spec)
     except kernel_registry.BuildError as e:
         kernel_registry.note_fallback(spec.name, spec.layout, "", str(e), tape=spec)
@@ -404,6 +414,85 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     return plan
 
 
+class _FlashStep:
+    """The fused prefill kernel's launch as ``KernelPlan`` reads a ``reductions.Step``
+    (``attention_flash.launch``'s grid, block and integers; the scale's float32 bits in its
+    word's low four bytes)."""
+
+    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
+
+    def __init__(self, spec, ints: dict, grid: int, block: int, scale: float):
+        self.spec, self.grid, self.block = spec, int(grid), int(block)
+        self.args, self.bufs, self.arrays = [], [], []
+        for i, (kind, name) in enumerate(attention_flash.params(spec)):
+            if kind in ("in", "out"):
+                self.bufs.append((i, name))
+                self.args.append(None)
+            elif kind == "int":
+                self.args.append(int(ints[name]))
+            else:
+                self.args.append(int(np.float32(scale).view(np.uint32)))
+
+
+_mma_devices: dict = {}  # device -> whether it runs mma.sync (sm_80 on)
+
+
+def _has_mma() -> bool:
+    import cupy
+
+    try:
+        dev = cupy.cuda.runtime.getDevice()
+        got = _mma_devices.get(dev)
+        if got is None:
+            got = _mma_devices[dev] = int(cupy.cuda.Device(dev).compute_capability) >= 80
+        return got
+    except Exception:  # noqa: BLE001  (no device: the stand-in CuPy)
+        return False
+
+
+def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """Prefill's plan: the fused kernel's one launch (a ``KernelPlan``; bfloat16 in its own
+    16 bits), or None where the rule runs (a layout it would copy, a head size or device
+    it does not take, no build)."""
+    import cupy
+
+    ins = (q, k, v, *rest)
+    if any(type(a) is not cupy.ndarray and type(a) is not bf16.BF16Array for a in ins):
+        return None
+    if q.shape[-1] not in attention_flash.HEADS or not _has_mma():
+        return None
+    call = attention.call_in_place(q, k, v, *rest, causal=causal, has_mask=has_mask,
+                                   has_sinks=has_sinks)
+    if call is None:
+        return None
+    sp = call.spec
+    qs, ks, vs = (elem_strides(a) for a in (q, k, v))
+    mst = tuple(call.ints[n] for n in attention_flash.MASK_PARAMS) if sp.mask != "none" else None
+    spec, ints, grid, block = attention_flash.launch(
+        sp.dtype, q.shape, qs, k.shape, ks, vs, sp.mask, mst, causal, has_sinks,
+        "tf32" if settings.tf32 else "f32x3")
+    if not attention_flash.takes(spec):
+        return None
+    entry = _built(spec, attention_flash.flash_source)
+    if entry is None:
+        return None
+    inputs = {"q": 0, "k": 1, "v": 2}
+    if has_mask:
+        inputs["mask"] = 3
+    if has_sinks:
+        inputs["sinks"] = len(ins) - 1
+    return KernelPlan(_FlashStep(spec, ints, grid, block, scale), entry, inputs, {},
+                      call.out_shape, call.out_dtype, NAME)
+
+
+def plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
+    """A call's plan: decoding's vector kernel, prefill's fused kernel."""
+    kw = dict(scale=scale, causal=causal, has_mask=has_mask, has_sinks=has_sinks)
+    if q.shape[2] > VECTOR_MAX_L:
+        return flash_plan(q, k, v, *rest, **kw)
+    return vector_plan(q, k, v, *rest, **kw)
+
+
 def _empty(shape, dtype):
     import cupy
 
@@ -414,6 +503,18 @@ def _empty(shape, dtype):
 
 # primitive name -> rule, for the definition that names this kernel (PrimitiveDef.kernel):
 # decoding's plans launched from C, every other call the rule (kernel_call.KernelRule)
-RULES: dict = by_kernel({"attention": KernelRule(NAME, vector_plan, rule, fits, _empty)})
+RULES: dict = by_kernel({"attention": KernelRule(NAME, plan, rule, fits, _empty)})
 # a decoding cache's keys and values grow each token: their length is the plan's per call
 RULES[NAME].free = ((1, 2), (2, 2))
+
+
+def _forget_float32_flash(_value) -> None:
+    """Drop the float32 fused plans (their TF32 or 3xTF32 kernel is the setting's at plan
+    time) when ``settings.tf32`` changes."""
+    plans = RULES[NAME].plans
+    for key in [k for k, p in plans.items() if p is not None
+                and str(getattr(p, "name", "")).startswith("sdpa_flash_float32")]:
+        del plans[key]
+
+
+settings.watch("tf32", _forget_float32_flash)

@@ -1,0 +1,170 @@
+"""The fused prefill attention kernel (``codegen/attention_flash.py``) run on the host: the
+exact CUDA text NVRTC gets, compiled by g++ against ``tests/cuda_host_shim.h`` (a block's
+threads as fibers; ``mma.sync`` as a warp collective over the PTX ISA's fragment layouts,
+``cvt.rna.tf32`` rounding as the GPU's), launched with the plan's grid, block and integer
+arguments (``attention_flash.launch``, as ``cuda/attention.py``'s plan) and checked against float64 numpy over
+hypothesis shapes: query and key lengths off the 64-row / key tiles, head sizes 16..128,
+grouped and multi-query heads, every mask kind (broadcast boolean, additive), causal with
+more keys than queries, sinks, transposed and strided inputs (16-byte tile loads, or rows
+off 16 bytes: the kernel's element loads),
+float32 at TF32 and at full accuracy (3xTF32), float16, bfloat16. What it checks is the
+kernel's logic and the fragments' bookkeeping; nothing here says how fast a GPU runs it."""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cuda_host import CXX, build, launch
+from tapescope.kernels.codegen import attention_flash as af
+from test_sdpa import ref
+
+pytestmark = pytest.mark.skipif(CXX is None, reason="no g++ to build the CUDA source for the host")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NPD = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16}
+# TF32 keeps 10 bits of each operand; 3xTF32 is float32's accuracy (float64 products here)
+TOL = {("float32", "tf32"): 4e-3, ("float32", "f32x3"): 2e-5, ("float16", ""): 4e-3,
+       ("bfloat16", ""): 3e-2}
+EXAMPLES = 200 if os.environ.get("TAPESCOPE_REDUCTION_SWEEP") == "1" else 14
+
+
+def _elem_strides(a: np.ndarray) -> tuple:
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """``a`` (B, H, L, D) as a view: row-major, a (B, L, H, D) buffer transposed, or a slice
+    of rows 8 (``strided``) or 1 (``offset``: rows off 16 bytes) elements into a wider
+    buffer."""
+    if layout == "transposed":
+        return np.ascontiguousarray(a.swapaxes(1, 2)).swapaxes(1, 2)
+    if layout in ("strided", "offset"):
+        at = 8 if layout == "strided" else 1
+        wide = np.zeros(a.shape[:-1] + (a.shape[-1] + 16,), a.dtype)
+        wide[..., at:at + a.shape[-1]] = a
+        return wide[..., at:at + a.shape[-1]]
+    return a
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16) if a.dtype.itemsize == 2 else a
+
+
+def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision=""):
+    """The fused kernel over these host arrays (any strides, unit-stride head rows), as the
+    CUDA plan launches it (``attention_flash.launch``)."""
+    B, H, L, D = q.shape
+    kind = "none" if mask is None else "bool" if mask.dtype == np.bool_ else "add"
+    spec, ints, grid, block = af.launch(q.dtype.name, q.shape, _elem_strides(q), k.shape,
+                                        _elem_strides(k), _elem_strides(v), kind,
+                                        None if mask is None else _elem_strides(mask),
+                                        causal, sinks is not None, precision)
+    out = np.full((B, H, L, D), np.nan, q.dtype)
+    bufs = {"q": _bits(q), "k": _bits(k), "v": _bits(v), "out": _bits(out)}
+    if mask is not None:
+        bufs["mask"] = _bits(mask)
+    if sinks is not None:
+        bufs["sinks"] = _bits(sinks)
+    args = []
+    for kind, name in af.params(spec):
+        if kind in ("in", "out"):
+            args.append(bufs[name])
+        elif kind == "int":
+            args.append(ints[name])
+        else:
+            args.append(int(np.float32(scale).view(np.uint32)))
+    launch(build(af.flash_source(spec), [spec.name]), spec.name, grid, block, args)
+    return out
+
+
+@st.composite
+def case(draw):
+    dtype, precision = draw(st.sampled_from(sorted(TOL)))
+    B = draw(st.sampled_from([1, 2]))
+    kv = draw(st.sampled_from([1, 2]))
+    reps = draw(st.sampled_from([1, 3]))  # (a multiple of the key heads: grouped queries)
+    L = draw(st.sampled_from([9, 16, 63, 64, 65, 100]))
+    kL = draw(st.sampled_from([1, 15, 16, 33, 64, 65, 130]))
+    D = draw(st.sampled_from([16, 64, 80, 96, 128]))
+    mask = draw(st.sampled_from([None, "causal", "bool", "bool_bcast", "additive"]))
+    if mask == "causal":
+        kL = draw(st.sampled_from([kL, L, L + 37]))
+    sinks = draw(st.booleans())
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided", "offset"]))
+    return dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, draw(st.integers(0, 2 ** 16))
+
+
+def _inputs(c):
+    dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, seed = c
+    rng = np.random.default_rng(seed)
+    t = NPD[dtype]
+    q = rng.standard_normal((B, kv * reps, L, D)).astype(t)
+    k = rng.standard_normal((B, kv, kL, D)).astype(t)
+    v = rng.standard_normal((B, kv, kL, D)).astype(t)
+    m = None
+    if mask == "bool":
+        m = rng.random((B, kv * reps, L, kL)) > 0.3
+        m[:, :, 0] = False  # (a fully masked row: MLX's fallback averages the values)
+    elif mask == "bool_bcast":
+        m = np.broadcast_to(rng.random((L, kL)) > 0.5, (B, kv * reps, L, kL))
+    elif mask == "additive":
+        m = np.broadcast_to(rng.standard_normal((1, kv * reps, L, kL)).astype(t), (B, kv * reps, L, kL))
+    s = rng.standard_normal(kv * reps).astype(t) if sinks else None
+    return q, k, v, m, s
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case())
+def test_the_fused_kernel_on_the_host_matches_float64_numpy(c):
+    dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, _ = c
+    q, k, v, m, s = _inputs(c)
+    qa, ka, va = (_layout(a, layout) for a in (q, k, v))
+    got = run_flash(qa, ka, va, D ** -0.5, m, mask == "causal", s, precision)
+    want = ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    tol = TOL[dtype, precision]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol,
+                               atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+
+
+def test_full_float32_is_more_accurate_than_tf32():
+    """3xTF32's error is float32's (well under TF32's), on the same inputs."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(sh).astype(np.float32) for sh in ((1, 1, 70, 64), (1, 1, 90, 64), (1, 1, 90, 64)))
+    want = ref(q, k, v, 0.125)
+    e3 = np.abs(run_flash(q, k, v, 0.125, precision="f32x3") - want).max()
+    e1 = np.abs(run_flash(q, k, v, 0.125, precision="tf32") - want).max()
+    assert e3 < 1e-5 < e1, (e3, e1)
+
+
+NVCC = __import__("shutil").which("nvcc")
+# what ptxas reports for the kernels (sm_90, as NVRTC builds them: --fmad=false): 3xTF32 at
+# head sizes above 64 spills (a few hundred bytes to L1), the others fit their registers
+NVCC_SPECS = [af.FlashSpec("full", "float32", 64, "none", False, False, "tf32", True),
+              af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
+              af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
+              af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
+              af.FlashSpec("full", "float16", 80, "add", False, False, "", True)]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc")
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("spec", NVCC_SPECS, ids=lambda s: s.name)
+def test_the_fused_kernel_compiles_for_sm_90_without_spills(spec, tmp_path):
+    import re
+    import subprocess
+
+    cu = tmp_path / "flash.cu"
+    cu.write_text(af.flash_source(spec))
+    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "--fmad=false", "-Xptxas", "-v",
+                        "-o", str(tmp_path / "flash.cubin"), str(cu)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
+    smem = int(re.search(r"(\d+) bytes smem", r.stderr).group(1))
+    assert smem <= 48 * 1024
+    assert (spill > 0) == (spec.precision == "f32x3" and spec.head > 64), r.stderr
