@@ -22,8 +22,8 @@ query rows a CTA over key / value tiles in shared memory, the online softmax in 
 ``mma.sync`` on the tensor cores: TF32 for float32 where ``settings.tf32``, 3xTF32 (float32's
 accuracy) where not, float16 / bfloat16 in their own 16 bits with float32 accumulation),
 planned once per layout (``flash_plan``: a ``KernelPlan``, later calls launched by the eval
-loop from C), on devices with ``mma.sync`` (sm_80 on), head sizes of
-``attention_flash.HEADS``, inputs it reads in place (``attention.call_in_place``); a float32
+loop from C), on devices with ``mma.sync`` (sm_80 on), head sizes of ``FLASH_HEADS``
+(``attention_flash.HEADS`` up to 64), inputs it reads in place (``attention.call_in_place``); a float32
 plan is dropped when ``settings.tf32`` changes. The other prefill calls (a head size it does
 not take, a layout the kernel would need a copy of, an older GPU) run MLX's fallback
 composition as its CUDA backend runs it for float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
@@ -450,6 +450,15 @@ def _has_mma() -> bool:
         return False
 
 
+# The head sizes prefill takes the fused kernel for: those of attention_flash.HEADS up to 64.
+# Measured on an H100 (BENCHMARKS.md, "The merged tree of 2026-12-07 (third session)"): at
+# head 64 the kernel beat the GEMM composition (TF32 (4, 16, 2048, 2048) 1.26 ms against its
+# 2.06, 8192 keys 14.4 against 26.4); at head 128 it lost (2.97 against 2.06; 45.7 against
+# 28.4 at 8192: 206 registers a thread with TF32, 255 and spills with 3xTF32), so the
+# composition runs there until the kernel's larger heads are tuned.
+FLASH_HEADS = tuple(h for h in attention_flash.HEADS if h <= 64)
+
+
 def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     """Prefill's plan: the fused kernel's one launch (a ``KernelPlan``; bfloat16 in its own
     16 bits), or None where the rule runs (a layout it would copy, a head size or device
@@ -459,7 +468,7 @@ def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     ins = (q, k, v, *rest)
     if any(type(a) is not cupy.ndarray and type(a) is not bf16.BF16Array for a in ins):
         return None
-    if q.shape[-1] not in attention_flash.HEADS or not _has_mma():
+    if q.shape[-1] not in FLASH_HEADS or not _has_mma():
         return None
     call = attention.call_in_place(q, k, v, *rest, causal=causal, has_mask=has_mask,
                                    has_sinks=has_sinks)
