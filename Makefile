@@ -95,7 +95,8 @@ test-fuzz: $(VENV)/.dev
 	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_reduction_kernels.py \
 	  tests/test_reduction_dialects.py
 	@# the heaviest sweeps `make test` samples (tests/conftest.py: sweep), in full
-	TAPESCOPE_FULL_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_eval_loop.py tests/test_check.py
+	TAPESCOPE_FULL_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_eval_loop.py tests/test_check.py \
+	  tests/test_sdpa_flash_host.py
 
 # MLX's own Python tests (python/tests of ml-explore/mlx at 846d17622, fetched by hand: CI
 # cannot) against tapescope.core, one file at a time: per file, how many of the tests MLX

@@ -80,7 +80,7 @@ def _counts():
     return fake_cublas.c_gemms(), fake_cublas.PY_CALLS[0]
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(products())
 def test_a_planned_gemm_is_one_c_call_matching_float64_numpy(case):
     batch, m, k, n, dtype, layouts, c, alpha, beta, seed = case

@@ -141,14 +141,19 @@ def test_full_float32_is_more_accurate_than_tf32():
     assert e3 < 1e-5 < e1, (e3, e1)
 
 
+from conftest import sweep  # noqa: E402
+
 NVCC = __import__("shutil").which("nvcc")
 # what ptxas reports for the kernels (sm_90, as NVRTC builds them: --fmad=false): 3xTF32 at
 # head sizes above 64 spills (a few hundred bytes to L1), the others fit their registers
-NVCC_SPECS = [af.FlashSpec("full", "float32", 64, "none", False, False, "tf32", True),
-              af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
-              af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
-              af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
-              af.FlashSpec("full", "float16", 80, "add", False, False, "", True)]
+# (`make test` builds two of them, `make test-fuzz` all: conftest.sweep)
+NVCC_SPECS = sweep([af.FlashSpec("full", "float32", 64, "none", False, False, "tf32", True),
+                    af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
+                    af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
+                    af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
+                    af.FlashSpec("full", "float16", 80, "add", False, False, "", True)],
+                   [af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
+                    af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True)])
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
