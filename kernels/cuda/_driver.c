@@ -479,6 +479,19 @@ static void resolve_cublas(void) {
 static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
                   PyObject *index);
 
+/* the launch's timing record closed (timing's launch_end with the inputs as a list): 1 or 0
+ * with an error set */
+static int launch_ended(PyObject *index, PyObject *ev0, PyObject *ln, PyObject *const *ins,
+                        Py_ssize_t n, PyObject *out) {
+    PyObject *insl = PyList_New(n);
+    for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
+    PyObject *args[5] = {index, ev0, ln, insl, out};
+    PyObject *res = insl ? PyObject_Vectorcall(c_launch_end, args, 5, NULL) : NULL;
+    Py_XDECREF(insl);
+    Py_XDECREF(res);
+    return res != NULL;
+}
+
 /* 1 launched, 0 declined (nothing done: the Python hook runs it all), -1 an error */
 static int gemm_launch(Gemm *g, PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
                        PyObject *index) {
@@ -531,15 +544,7 @@ static int gemm_launch(Gemm *g, PyObject *ln, PyObject *const *ins, Py_ssize_t n
                       st1 ? "cublasSetStream_v2" : "cublasGemmStridedBatchedEx", st1 ? st1 : st2);
     unlock(c_work_lock);
     if (ok) gemms++;
-    if (ok && ev0 != NULL) {
-        PyObject *insl = PyList_New(n);
-        for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
-        PyObject *args[5] = {index, ev0, ln, insl, out};
-        PyObject *res = insl ? PyObject_Vectorcall(c_launch_end, args, 5, NULL) : NULL;
-        Py_XDECREF(insl);
-        ok = res != NULL;
-        Py_XDECREF(res);
-    }
+    if (ok && ev0 != NULL) ok = launch_ended(index, ev0, ln, ins, n, out);
     Py_XDECREF(ev0);
     return ok ? 1 : -1;
 }
@@ -655,15 +660,7 @@ static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *ou
     }
     unlock(c_work_lock);
     for (Py_ssize_t q = 0; ok && q < nrec; q++) { launches++; ok = hit(recs[q]->entry) == 0; }
-    if (ok && ev0 != NULL) {
-        PyObject *insl = PyList_New(n);
-        for (Py_ssize_t i = 0; insl != NULL && i < n; i++) PyList_SET_ITEM(insl, i, Py_NewRef(ins[i]));
-        PyObject *args[5] = {index, ev0, ln, insl, out};
-        PyObject *res = insl ? PyObject_Vectorcall(c_launch_end, args, 5, NULL) : NULL;
-        Py_XDECREF(insl);
-        ok = res != NULL;
-        Py_XDECREF(res);
-    }
+    if (ok && ev0 != NULL) ok = launch_ended(index, ev0, ln, ins, n, out);
     Py_XDECREF(ev0);
     return ok ? 1 : -1;
 }
