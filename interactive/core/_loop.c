@@ -543,6 +543,23 @@ static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, Py
     return PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* an output desc's byte count, its shape, numpy dtype and item size (borrowed); -1 with an
+ * error set where its dtype or shape cannot be read */
+static long long target_bytes(PyObject *t, PyObject **shape, PyObject **npdt, long long *itemsize) {
+    PyObject *dtype = SLOT(t, desc_off[D_DTYPE]);
+    *shape = SLOT(t, desc_off[D_SHAPE]);
+    *npdt = SLOT(dtype, dtype_off[T_NP]);
+    *itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
+    if (*itemsize < 0 || !PyTuple_Check(*shape)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an output without a shape tuple");
+        return -1;
+    }
+    long long nbytes = *itemsize;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(*shape); i++)
+        nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(*shape, i));
+    return PyErr_Occurred() ? -1 : nbytes;
+}
+
 /* a fresh output of ``nbytes`` from ``alloc``, viewed in ``shape`` (column order: the reversed
  * shape's view, transposed) and its handle: (new view, *handle) or NULL with an error set */
 static PyObject *fresh_out(PyObject *alloc, long long nbytes, PyObject *npdt, PyObject *shape,
@@ -875,14 +892,9 @@ static int run_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssize_t
     }
     for (; made < m; made++) {
         PyObject *t = targets[made], *out = NULL, *handle = NULL;
-        PyObject *shape = SLOT(t, desc_off[D_SHAPE]), *dtype = SLOT(t, desc_off[D_DTYPE]);
-        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
-        if (itemsize < 0 || !PyTuple_Check(shape)) { rc = -1; goto done; }
-        long long nbytes = itemsize;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
-            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-        if (PyErr_Occurred()) { rc = -1; goto done; }
-        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        PyObject *shape, *npdt;
+        long long itemsize, nbytes = target_bytes(t, &shape, &npdt, &itemsize);
+        if (nbytes < 0) { rc = -1; goto done; }
         for (; next_donor < n && out == NULL; next_donor++) {
             PyObject *d = PyList_GET_ITEM(inputs, next_donor);
             if (!donates(d, shape, itemsize, nbytes)) continue;
@@ -959,14 +971,9 @@ static int device_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssiz
     }
     for (; made < m; made++) {
         PyObject *t = targets[made], *out = NULL, *handle = NULL;
-        PyObject *shape = SLOT(t, desc_off[D_SHAPE]), *dtype = SLOT(t, desc_off[D_DTYPE]);
-        long long itemsize = PyLong_AsLongLong(SLOT(dtype, dtype_off[T_SIZE]));
-        if (itemsize < 0 || !PyTuple_Check(shape)) { rc = -1; goto done; }
-        long long nbytes = itemsize;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++)
-            nbytes *= PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-        if (PyErr_Occurred()) { rc = -1; goto done; }
-        PyObject *npdt = SLOT(dtype, dtype_off[T_NP]);
+        PyObject *shape, *npdt;
+        long long itemsize, nbytes = target_bytes(t, &shape, &npdt, &itemsize);
+        if (nbytes < 0) { rc = -1; goto done; }
         for (; donors && next_donor < n && out == NULL; next_donor++) {
             if (!((masks[made] >> next_donor) & 1)) continue;
             PyObject *d = PyList_GET_ITEM(inputs, next_donor);

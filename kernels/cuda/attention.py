@@ -294,19 +294,19 @@ def _prefill(xp, ins, kw):
 rule.takes_bfloat16 = True  # cuda/backend.py: bfloat16 inputs come as BF16Arrays
 
 
-class _VectorStep:
-    """One decoding kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid
-    (``grid`` blocks of ``attention_cuda.block_threads``), its arguments in the signature's
-    order (int64 values; the scale as its float32 bits in the word's low four bytes, which
-    the kernel's ``float`` parameter reads; None where a buffer goes) and where each buffer
-    goes."""
+class _Step:
+    """One attention kernel's launch as ``KernelPlan`` reads a ``reductions.Step``: its grid
+    and block, its arguments in the signature's order (``sig``: (kind, name) pairs; int64
+    values; the scale as its float32 bits in the word's low four bytes, which the kernel's
+    ``float`` parameter reads; None where a buffer goes) and where each buffer goes.
+    ``vector`` makes a decoding kernel's (``attention_cuda``'s block and signature)."""
 
     __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
 
-    def __init__(self, spec, ints: dict, grid: int, scale: float):
-        self.spec, self.grid, self.block = spec, int(grid), block_threads(spec)
+    def __init__(self, spec, sig, ints: dict, grid: int, block: int, scale: float):
+        self.spec, self.grid, self.block = spec, int(grid), int(block)
         self.args, self.bufs, self.arrays = [], [], []
-        for i, (kind, name) in enumerate(params(spec)):
+        for i, (kind, name) in enumerate(sig):
             if kind in ("in", "out"):
                 self.bufs.append((i, name))
                 self.args.append(None)
@@ -314,6 +314,10 @@ class _VectorStep:
                 self.args.append(int(ints[name]))
             else:
                 self.args.append(int(np.float32(scale).view(np.uint32)))
+
+    @classmethod
+    def vector(cls, spec, ints: dict, grid: int, scale: float) -> "_Step":
+        return cls(spec, params(spec), ints, grid, block_threads(spec), scale)
 
 
 def _built(spec, source=vector_source):
@@ -398,40 +402,20 @@ def vector_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
         n, chunk = splits(rows, kL, D, slots(e1), _blocks()) if e2 is not None else (1, kL)
         if n > 1:
             return PlanSequence(
-                (_VectorStep(first, dict(call.ints, NB=n, chunk=chunk), rows * n, scale), e1,
+                (_Step.vector(first, dict(call.ints, NB=n, chunk=chunk), rows * n, scale), e1,
                  dict(inputs, part=SCRATCH), None),
-                [(_VectorStep(merge, {"rows": rows, "NB": n}, rows, scale), e2,
+                [(_Step.vector(merge, {"rows": rows, "NB": n}, rows, scale), e2,
                   {"part": SCRATCH}, "out")],
                 rows * n * (D + 2), np.float32, call.out_shape, call.out_dtype, NAME)
     entry = _built(spec)
     if entry is None:
         return None
-    plan = KernelPlan(_VectorStep(spec, call.ints, rows, scale), entry, inputs, {},
+    plan = KernelPlan(_Step.vector(spec, call.ints, rows, scale), entry, inputs, {},
                       call.out_shape, call.out_dtype, NAME)
     if not has_mask and kL <= SPLIT_KEYS:  # one plan for every cache length up to the split
         at = next(i for i, p in enumerate(params(spec)) if p == ("int", "kL"))
         plan.dims = ((1, 2, plan.offsets[at], SPLIT_KEYS),)
     return plan
-
-
-class _FlashStep:
-    """The fused prefill kernel's launch as ``KernelPlan`` reads a ``reductions.Step``
-    (``attention_flash.launch``'s grid, block and integers; the scale's float32 bits in its
-    word's low four bytes)."""
-
-    __slots__ = ("spec", "grid", "block", "args", "bufs", "arrays")
-
-    def __init__(self, spec, ints: dict, grid: int, block: int, scale: float):
-        self.spec, self.grid, self.block = spec, int(grid), int(block)
-        self.args, self.bufs, self.arrays = [], [], []
-        for i, (kind, name) in enumerate(attention_flash.params(spec)):
-            if kind in ("in", "out"):
-                self.bufs.append((i, name))
-                self.args.append(None)
-            elif kind == "int":
-                self.args.append(int(ints[name]))
-            else:
-                self.args.append(int(np.float32(scale).view(np.uint32)))
 
 
 _mma_devices: dict = {}  # device -> whether it runs mma.sync (sm_80 on)
@@ -490,7 +474,7 @@ def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
         inputs["mask"] = 3
     if has_sinks:
         inputs["sinks"] = len(ins) - 1
-    return KernelPlan(_FlashStep(spec, ints, grid, block, scale), entry, inputs, {},
+    return KernelPlan(_Step(spec, attention_flash.params(spec), ints, grid, block, scale), entry, inputs, {},
                       call.out_shape, call.out_dtype, NAME)
 
 
