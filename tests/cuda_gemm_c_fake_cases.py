@@ -24,43 +24,13 @@ import tapescope
 import tapescope.core as mx
 from tapescope.kernels.cuda import _driver
 
-
-
-def host(a):
-    """``a``'s values on the host, float64 (complex128 for a complex array)."""
-    v = np.asarray(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
-    return v.astype(np.complex128 if v.dtype.kind == "c" else np.float64)
+from cuda_gemm_fake_cases import DT, _operand, host  # (one stand-in operand maker)
 
 fake_cuda_driver.run_fused_tapes()  # (AddMM's copy kernel computes: the GEMM adds beta c)
 
-DT = {"float32": (mx.float32, 2e-5), "float16": (mx.float16, 2e-3),
-      "bfloat16": (mx.bfloat16, 1.6e-2), "complex64": (mx.complex64, 2e-5)}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77
 
 pytestmark = pytest.mark.usefixtures("gpu_default_device")  # (conftest.py's)
-
-
-def _operand(rng, shape, dtype, layout):
-    """A float64 value of ``shape`` and an mx array of it in ``layout``: row-major, the last
-    two axes' transpose of a row-major buffer, a slice of a wider buffer (no plan: a copy
-    first), or broadcast over the leading batch axis."""
-    x = rng.standard_normal(shape)
-    if dtype == "complex64":
-        x = x + 1j * rng.standard_normal(shape)
-    t = DT[dtype][0]
-    x = host(mx.array(x, dtype=t)).astype(np.complex128 if dtype == "complex64" else np.float64)
-    if layout == "transposed":
-        a = mx.swapaxes(mx.array(np.ascontiguousarray(np.swapaxes(x, -1, -2)), dtype=t), -1, -2)
-    elif layout == "sliced":
-        wide = np.zeros(shape[:-1] + (shape[-1] + 3,), x.dtype)
-        wide[..., 1:1 + shape[-1]] = x
-        a = mx.array(wide, dtype=t)[..., 1:1 + shape[-1]]
-    elif layout == "broadcast" and len(shape) == 3:
-        x = np.broadcast_to(x[:1], shape)
-        a = mx.broadcast_to(mx.array(np.ascontiguousarray(x[:1]), dtype=t), shape)
-    else:
-        a = mx.array(x, dtype=t)
-    return x, a
 
 
 @st.composite

@@ -13,7 +13,12 @@ from hypothesis import given, settings, strategies as st
 import fake_cublas
 import tapescope.core as mx
 
-from test_sdpa import host
+
+
+def host(a):
+    """``a``'s values on the host, float64 (complex128 for a complex array)."""
+    v = np.asarray(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)
+    return v.astype(np.complex128 if v.dtype.kind == "c" else np.float64)
 
 DT = {"float32": (mx.float32, 2e-5), "float16": (mx.float16, 2e-3),
       "bfloat16": (mx.bfloat16, 1.6e-2), "complex64": (mx.complex64, 2e-5)}
