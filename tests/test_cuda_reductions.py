@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from hypothesis import given, settings, strategies as st
 import pytest
 
 import tapescope.core as mx
@@ -368,3 +369,62 @@ def test_an_extended_fusion_reduction_tape_is_launched_from_its_plan_in_c(monkey
     finally:
         tapescope.set_fusion(old)
     close(got[0], e / e.sum(-1, keepdims=True))
+
+
+def _bf16_within(got, want, scale, n):
+    """Within one rounding to bfloat16 of the float64 result (2^-8 relative) plus float32
+    accumulation (2^-22 x n of the terms' magnitude ``scale``)."""
+    g = np.asarray(got.astype(mx.float32)).astype(np.float64)
+    bound = 2.0 ** -8 * np.abs(want) + 2.0 ** -22 * max(n, 1) * np.asarray(scale)
+    bad = ~(np.abs(g - want) <= bound)
+    assert not bad.any(), (g[bad][:5], np.broadcast_to(want, g.shape)[bad][:5])
+
+
+def _bf16_grid_ops(x, off):
+    """benchmarks/reductions.py's six ops of bfloat16 rows (sliced ``off`` elements in: a
+    row starting off a 16-byte boundary) on the GPU against float64 numpy."""
+    import ml_dtypes
+
+    v = x[:, off:]
+    w = v.astype(np.float64)
+    rows, cols = v.shape
+    a = on_gpu(x)
+    assert a.dtype == mx.bfloat16
+    s = a[:, off:]
+    with kernel_launches("cuda") as rec:
+        outs = [mx.sum(s, axis=-1), mx.max(s, axis=-1), mx.sum(s, axis=0), mx.argmax(s, axis=-1),
+                mx.logsumexp(s, axis=-1), mx.softmax(s, axis=-1)]
+        mx.eval(*outs)
+    assert all(o.dtype == mx.bfloat16 for i, o in enumerate(outs) if i != 3)
+    _bf16_within(outs[0], w.sum(-1), np.abs(w).sum(-1), cols)
+    np.testing.assert_array_equal(np.asarray(outs[1].astype(mx.float32)), w.max(-1))
+    _bf16_within(outs[2], w.sum(0), np.abs(w).sum(0), rows)
+    np.testing.assert_array_equal(np.asarray(outs[3]), w.argmax(-1))
+    m = w.max(-1, keepdims=True)
+    e = np.exp(w - m)
+    lse = (m + np.log(e.sum(-1, keepdims=True)))[:, 0]
+    _bf16_within(outs[4], lse, np.maximum(np.abs(lse), 1.0), cols)
+    _bf16_within(outs[5], e / e.sum(-1, keepdims=True), 1.0, cols)
+    assert {"Sum", "Max", "ArgReduce", "LogSumExp", "Softmax"} <= rec.primitives, rec.fallbacks
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("cols", [1, 8, 9, 128, 1000, 4096, 8193, 32768])
+@pytest.mark.parametrize("off", [0, 3])
+def test_bfloat16_grid_ops_match_float64(cols, off):
+    import ml_dtypes
+
+    rows = 3 if cols > 8193 else 37
+    x = (np.random.default_rng(cols + off).standard_normal((rows, cols + off)) * 3).astype(
+        ml_dtypes.bfloat16)
+    _bf16_grid_ops(x, off)
+
+
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(1, 70), cols=st.integers(1, 9000), off=st.integers(0, 7),
+       seed=st.integers(0, 2 ** 16))
+def test_bfloat16_grid_ops_of_random_shapes_match_float64(rows, cols, off, seed):
+    import ml_dtypes
+
+    x = np.random.default_rng(seed).standard_normal((rows, cols + off)).astype(ml_dtypes.bfloat16)
+    _bf16_grid_ops(x, off)

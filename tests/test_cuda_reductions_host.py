@@ -250,3 +250,84 @@ def test_norms_rows_off_a_16_byte_boundary_match_float64(cols, dtype):
             tol = 2e-2 if dtype == "bfloat16" else 2e-5
             np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol,
                                        err_msg=f"{fam} off {off} woff {woff}")
+
+
+def _bf16_close(got, want, scale, n):
+    """Within one rounding to bfloat16 of the float64 result (a half-step: 2^-8 relative)
+    plus float32 accumulation (2^-22 x n of the terms' magnitude ``scale``)."""
+    got = got.astype(np.float64)
+    bound = 2.0 ** -8 * np.abs(want) + 2.0 ** -22 * max(n, 1) * np.asarray(scale)
+    bad = ~(np.abs(got - want) <= bound)
+    assert not bad.any(), (got[bad][:5], np.broadcast_to(want, got.shape)[bad][:5])
+
+
+def _bf16_six(v: np.ndarray) -> None:
+    """The grid's six ops (benchmarks/reductions.py) of bfloat16 rows ``v`` through their
+    CUDA launches against float64 numpy of the same values."""
+    w = v.astype(np.float64)
+    rows, cols = v.shape
+    mag = np.abs(w).sum(-1, keepdims=True)
+    _bf16_close(run("Sum", v, axes=(1,)).reshape(rows, 1), w.sum(-1, keepdims=True), mag, cols)
+    np.testing.assert_array_equal(run("Max", v, axes=(1,)).reshape(-1).astype(np.float64), w.max(-1))
+    _bf16_close(run("Sum", v, axes=(0,)).reshape(-1), w.sum(0), np.abs(w).sum(0), rows)
+    np.testing.assert_array_equal(argmax(v, 1).reshape(-1), w.argmax(1))
+    lse = lse64(w)
+    _bf16_close(run("LogSumExp", v).reshape(rows, 1), lse, np.maximum(np.abs(lse), 1.0), cols)
+    _bf16_close(run("Softmax", v, precise=False), softmax64(w), 1.0, cols)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 4), cols=st.integers(1, 2100), off=st.integers(0, 7),
+       scale=st.sampled_from([0.25, 1.0, 8.0]), seed=st.integers(0, 2 ** 16))
+def test_bfloat16_rows_of_the_six_ops_match_float64(rows, cols, off, scale, seed):
+    """bfloat16 storage read directly (8 values a 16-byte vector, a scalar head for a row
+    starting off a boundary: ``off``), float32 accumulation, one rounding of the result:
+    Sum / Max over the last axis, Sum over the first, argmax, LogSumExp, Softmax."""
+    x = (np.random.default_rng(seed).standard_normal((rows, cols + off)) * scale).astype(BF16)
+    _bf16_six(x[:, off:])
+
+
+@pytest.mark.parametrize("cols", [7, 8, 9, 255, 257, 1025, 4096, 8193])
+def test_bfloat16_rows_around_the_vectors_match_float64(cols):
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols + 5)) * 3).astype(BF16)
+    for off in (0, 1, 5):
+        _bf16_six(x[:, off:off + cols])
+
+
+def test_bfloat16_sums_accumulate_in_float32():
+    """Ones: a bfloat16 accumulator stops at 256 (256 + 1 rounds back to 256), a float32
+    one gives the count: rows of 2^19 give each of a block's 1024 threads 512 of them."""
+    got = run("Sum", np.ones((2, 1 << 19), BF16), axes=(1,)).reshape(-1)
+    np.testing.assert_array_equal(got.astype(np.float64), [float(1 << 19)] * 2)
+    got = run("LogSumExp", np.zeros((2, 1 << 19), BF16)).reshape(-1).astype(np.float64)
+    np.testing.assert_allclose(got, [np.log(1 << 19)] * 2, rtol=2.0 ** -8)
+
+
+@pytest.mark.parametrize("name,kw", [("Sum", {"axes": (1,)}), ("Max", {"axes": (1,)}),
+                                     ("ArgReduce", {"reduce_type": "argmax", "axis": 1}),
+                                     ("LogSumExp", {}), ("Softmax", {"precise": False})])
+def test_bfloat16_row_kernels_load_16_bytes_and_fold_in_float32(name, kw):
+    """The CUDA text of a bfloat16 row kernel (MLX's: reduce/row_reduce.cuh, logsumexp.cu,
+    softmax.cu, arg_reduce.cu read N_READS = 16 / sizeof(T) a load, accumulate in float):
+    its row loop loads 8 bfloat16 at a time from the 16-bit storage, its state is float,
+    its result rounded once."""
+    call = plan.plan_for(name, BF16, (64, 4096), (4096, 1), kw)
+    [(spec, ints, _, _)] = plan.gpu_launches(call)
+    src = spec.source(renderer("cuda"))
+    assert "*reinterpret_cast<const ts_vec<__nv_bfloat16, 8>*>" in src
+    assert "const __nv_bfloat16* __restrict__ x" in src
+    states = [ln.split("=")[0].split()[0] for ln in src.splitlines()
+              if ln.strip().startswith(("float a_", "__nv_bfloat16 a_"))]
+    assert states and set(states) == {"float"}, states
+    if name != "ArgReduce":
+        assert "__float2bfloat16_rn(" in src
+
+
+def test_bfloat16_column_lanes_keep_16_bytes_in_flight():
+    """Sum over the first axis: a lane's loop unrolled 16 bytes' worth (8 bfloat16, 4
+    float32), as MLX's col_reduce reads N_READS = 16 / sizeof(T)."""
+    for dt, n in ((BF16, 8), (np.dtype(np.float32), 4)):
+        call = plan.plan_for("Sum", dt, (32768, 4096), (4096, 1), {"axes": (0,)})
+        spec = plan.gpu_launches(call)[0][0]
+        assert f"#pragma unroll {n}\n" in spec.source(renderer("cuda"))

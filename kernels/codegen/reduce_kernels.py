@@ -369,6 +369,13 @@ def _col_cpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
 COL_LANES, COL_WARPS = 32, 8  # a GPU column group: 32 kept elements x 8 slices of the reduced run
 
 
+def col_unroll(in_dt) -> int:
+    """A GPU column lane's unrolled loads: UNROLL float32s, as many 16 bytes of a narrower
+    dtype (8 bfloat16 / float16, 16 int8), so a 16-bit column reduction keeps as many bytes
+    in flight per lane as a float32 one."""
+    return max(UNROLL, 16 // max(1, np.dtype(in_dt).itemsize))
+
+
 def _col_gpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
     """A group per 32 kept elements (a warp's lanes, coalesced loads) and per ``cb`` reduced
     elements (a split of the reduced run: ``ceil(cols / cb)`` of them side by side in the
@@ -383,9 +390,11 @@ def _col_gpu(name, op, acc, in_dt, out_dt, adt) -> Kernel:
             Let("w", INDEX, ThreadId("warp")),
             Let("c1", INDEX, "(sp + 1) * cb < cols ? (sp + 1) * cb : cols")]
     body += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
+    # a lane's loads in flight: 16 bytes of them whatever the dtype (4 float32, 8 bfloat16),
+    # as MLX's col_reduce reads N_READS = 16 / sizeof(T) per thread (reduce/col_reduce.cu)
     body.append(If("k < rows", [Range("c", "sp * cb + w", "c1", [
         Let("v", adt, _load(in_dt, adt, "k + c * sc")), Fold(acc, st, {"v": "v", "i": "c"})],
-        step=W, unroll=UNROLL)]))
+        step=W, unroll=col_unroll(in_dt))]))
     body += [Local(sh[f], dt, L * W, shared=True) for f, dt in acc.fields]
     body += [Assign(f"{sh[f]}[w * {L} + (k - kb * {L})]", st[f]) for f, _ in acc.fields]
     body.append(Barrier())
