@@ -103,28 +103,57 @@ def test_arg_reduce_records_what_the_python_reference_records(case, fname):
 
 
 @in_c
+@SETTINGS
+@given(cases(), st.sampled_from([False, True, 0, 1, None]))
+def test_softmax_records_what_the_python_reference_records(case, precise):
+    """core/_reduce.c's softmax: the same node (Softmax, precise, the input's shape and
+    dtype) or the same error as ``_softmax_py`` for every axis, dtype and shape."""
+    shape, dtype, axis, _ = case
+    a = _input(shape, dtype)
+    got = recorded(lambda: red._softmax(a, axis, precise, None))
+    want = recorded(lambda: red._softmax_py(a, axis, precise, None))
+    assert got == want
+
+
+@in_c
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "bool_"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 1, 5), (1, 1)])
+def test_softmax_common_cases_record_what_the_python_reference_records(shape, dtype):
+    a = _input(shape, dtype)
+    for axis in (-1, len(shape) - 1, 0):
+        for precise in (False, True):
+            got = recorded(lambda: red._softmax(a, axis, precise, None))
+            assert got == recorded(lambda: red._softmax_py(a, axis, precise, None)), (axis, precise)
+
+
+@in_c
 def test_the_c_recording_takes_the_common_cases():
     """The common cases are C's (no Python frame of the reference runs), the others the
     reference's: the C's declines call it."""
     calls = []
-    py, arg_py, last_py = red._reduce_py, red._arg_reduce_py, red._last_reduce_py
+    py, arg_py, last_py, soft_py = (red._reduce_py, red._arg_reduce_py, red._last_reduce_py,
+                                    red._softmax_py)
     from tapescope.core import _call
 
-    def spy(f):
+    def spy(f, tag=None):
         def g(*args):
-            calls.append(args[0])
+            calls.append(tag or args[0])
             return f(*args)
         return g
 
     a = _input((3, 4), "float32")
     try:
         _call.configure_reduce({**red._reduce_config, "reduce_py": spy(py),
-                                "arg_reduce_py": spy(arg_py), "last_reduce_py": spy(last_py)})
+                                "arg_reduce_py": spy(arg_py), "last_reduce_py": spy(last_py),
+                                "softmax_py": spy(soft_py, "softmax")})
         mx.sum(a, -1), mx.max(a, axis=0, keepdims=True), mx.sum(a), mx.argmax(a, 1)
         mx.logsumexp(a, -1), mx.mean(a, -1), mx.all(a, 1)
+        mx.softmax(a, -1), mx.softmax(a, axis=1, precise=True)
         assert calls == []
         for f, first in [(lambda: mx.sum(a, [0, 1]), "Sum"), (lambda: mx.argmax(a), "argmax"),
                          (lambda: mx.logsumexp(a, 0), "LogSumExp"),
+                         (lambda: mx.softmax(a, 0), "softmax"),
+                         (lambda: mx.softmax(a.astype(mx.int8), -1), "softmax"),
                          (lambda: mx.sum(a.astype(mx.int8), 0), "Sum")]:
             del calls[:]
             f()

@@ -851,6 +851,8 @@ static PyMethodDef methods[] = {
      "last_reduce(name, a, axis, keepdims, stream): ops/reduction.py _last_reduce (_reduce.c)."},
     {"arg_reduce", (PyCFunction)(void (*)(void))py_arg_reduce, METH_FASTCALL,
      "arg_reduce(fname, a, axis, keepdims, stream): ops/reduction.py _arg_reduce (_reduce.c)."},
+    {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL,
+     "softmax(a, axis, precise, stream): ops/reduction.py _softmax (_reduce.c)."},
     {"configure_layout", (PyCFunction)configure_layout, METH_O,
      "Hand over ops/shape.py's Python layout ops; the C ones back (a dict; _layout.c)."},
     {"configure_layout_methods", (PyCFunction)configure_layout_methods, METH_O,

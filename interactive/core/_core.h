@@ -52,6 +52,7 @@ PyObject *configure_reduce(PyObject *self, PyObject *kw);
 PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_last_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _layout.c */
 PyObject *configure_layout(PyObject *self, PyObject *kw);

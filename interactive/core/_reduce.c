@@ -18,21 +18,28 @@
  *   the node recorded as array._make1 records it (_binary.c record1), its primitive as
  *   Primitive(name, stream, axes=axes) (ArgReduce: reduce_type=fname, axis=ax) makes it, the
  *   Squeeze's as squeeze_axes makes it (shape=the squeezed shape, axes=the sorted axes).
+ *
+ * And ops/reduction.py softmax's common case (``_softmax_py`` the reference): MLX's Softmax
+ * primitive (mlx/ops.cpp softmax over the last axis) of an mx.array with no empty axis, over
+ * ``axis`` an int naming the last axis, of a float dtype (``float_dtypes``: no cast node),
+ * ``precise`` True or False (exactly): one node of the input's shape and dtype, its primitive
+ * Primitive("Softmax", stream, precise=precise), no Squeeze.
  */
 #include "_core.h"
 
 static PyObject *r_array_type, *r_resolve, *r_out_dtypes, *r_float_dtypes, *r_uint32,
-    *r_reduce_py, *r_last_py, *r_arg_py;
-static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce;
+    *r_reduce_py, *r_last_py, *r_arg_py, *r_softmax_py;
+static PyObject *r_axes, *r_axis, *r_reduce_type, *r_squeeze, *r_argreduce, *r_softmax,
+    *r_precise;
 static Py_ssize_t r_d_off;
 static int reduce_configured = 0;
 
 PyObject *configure_reduce(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"array_type", "resolve_stream", "out_dtypes",
                                         "float_dtypes", "uint32", "reduce_py",
-                                        "last_reduce_py", "arg_reduce_py"};
+                                        "last_reduce_py", "arg_reduce_py", "softmax_py"};
     PyObject **const slots[] = {&r_array_type, &r_resolve, &r_out_dtypes, &r_float_dtypes,
-                                &r_uint32, &r_reduce_py, &r_last_py, &r_arg_py};
+                                &r_uint32, &r_reduce_py, &r_last_py, &r_arg_py, &r_softmax_py};
     reduce_configured = 0;
     if (take_all(kw, "configure_reduce", names, slots, sizeof(names) / sizeof(names[0])) < 0)
         return NULL;
@@ -49,7 +56,9 @@ PyObject *configure_reduce(PyObject *self, PyObject *kw) {
         (r_reduce_type == NULL &&
          (r_reduce_type = PyUnicode_InternFromString("reduce_type")) == NULL) ||
         (r_squeeze == NULL && (r_squeeze = PyUnicode_InternFromString("Squeeze")) == NULL) ||
-        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL))
+        (r_argreduce == NULL && (r_argreduce = PyUnicode_InternFromString("ArgReduce")) == NULL) ||
+        (r_softmax == NULL && (r_softmax = PyUnicode_InternFromString("Softmax")) == NULL) ||
+        (r_precise == NULL && (r_precise = PyUnicode_InternFromString("precise")) == NULL))
         return NULL;
     reduce_configured = 1;
     Py_RETURN_NONE;
@@ -231,4 +240,29 @@ PyObject *py_arg_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     return reduction(ARG, r_argreduce, args[0], args[1], args[2], args[3], args[4], r_arg_py,
                      args, nargs);
+}
+
+/* softmax(a, axis, precise, stream): ops/reduction.py _softmax (the common case above) */
+PyObject *py_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!usable("softmax", nargs, 4, "softmax(a, axis, precise, stream)")) return NULL;
+    PyObject *a = args[0], *precise = args[2];
+    if ((PyObject *)Py_TYPE(a) != r_array_type || (precise != Py_True && precise != Py_False))
+        return fall_back(r_softmax_py, args, nargs);
+    PyObject *d = SLOT(a, r_d_off);
+    PyObject *shape = d ? SLOT(d, desc_off[D_SHAPE]) : NULL;
+    if (shape == NULL || !PyTuple_CheckExact(shape)) return fall_back(r_softmax_py, args, nargs);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd == 0 || axis_of(args[1], nd, 0) != nd - 1 || !none_empty(shape))
+        return fall_back(r_softmax_py, args, nargs);
+    PyObject *dt = PyDict_GetItemWithError(r_float_dtypes, SLOT(d, desc_off[D_DTYPE]));
+    if (dt == NULL) return PyErr_Occurred() ? NULL : fall_back(r_softmax_py, args, nargs);
+    PyObject *s = PyObject_CallOneArg(r_resolve, args[3]), *kw = s ? PyDict_New() : NULL;
+    PyObject *descs = kw ? PyList_New(1) : NULL, *out = NULL;
+    if (descs != NULL && PyDict_SetItem(kw, r_precise, precise) == 0) {
+        PyList_SET_ITEM(descs, 0, Py_NewRef(d));
+        out = record1(new_primitive(r_softmax, s, kw), descs, shape, dt, 1);
+        kw = descs = NULL; /* (new_primitive took kw, record1 descs) */
+    }
+    Py_XDECREF(kw); Py_XDECREF(descs); Py_XDECREF(s);
+    return out;
 }

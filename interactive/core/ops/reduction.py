@@ -353,7 +353,7 @@ def _multiply(a: array, b: array, stream) -> array:
 
 
 def _c_reduce() -> None:
-    """``_reduce`` / ``_arg_reduce`` / ``_last_reduce`` in C (core/_reduce.c: their common
+    """``_reduce`` / ``_arg_reduce`` / ``_last_reduce`` / ``_softmax`` in C (core/_reduce.c: their common
     case, the same nodes and descs; every other case, errors included, calls the Python
     versions), where the extension is built and ``settings.c_call`` is on."""
     from tapescope.kernels.settings import settings
@@ -377,10 +377,11 @@ def _c_reduce() -> None:
               # logsumexp computes in at_least_float: the inexact dtypes but complex (which
               # take its composition)
               "float_dtypes": {d: d for d in _INEXACT if d is not _dt.complex64},
-              "last_reduce_py": _last_reduce_py}
+              "last_reduce_py": _last_reduce_py, "softmax_py": _softmax_py}
     _call.configure_reduce(config)
     globals().update(_reduce=_call.reduce, _arg_reduce=_call.arg_reduce,
-                     _last_reduce=_call.last_reduce, _reduce_config=config)
+                     _last_reduce=_call.last_reduce, _softmax=_call.softmax,
+                     _reduce_config=config)
 
 
 def argmax(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *,
@@ -435,13 +436,15 @@ def _last_reduce_py(name: str, a: array, axis: Axis, keepdims: bool, stream) -> 
     return op("where")(op("isinf")(maxval, stream=s), maxval, out, stream=s)
 
 
-_last_reduce = _last_reduce_py
-_c_reduce()
-
-
 def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
             stream: StreamOrDevice = None) -> array:
     """``exp(a - max) / sum(exp(a - max))`` over ``axis`` (float32 math when ``precise``)."""
+    return _softmax(a, axis, precise, stream)
+
+
+def _softmax_py(a: array, axis: Axis, precise: bool, stream) -> array:
+    """softmax's recording: MLX's Softmax primitive over the last axis, its composition
+    otherwise, MLX's checks and errors (core/_reduce.c's softmax: the common case in C)."""
     if a.__class__ is array and axis.__class__ is int:  # the common case: the last axis
         shape = a._d.shape
         if shape and (axis == -1 or axis == len(shape) - 1) and 0 not in shape:
@@ -467,3 +470,7 @@ def softmax(a: array, /, axis: Axis = None, *, precise: bool = False,
     ex = op("exp")(op("subtract")(x, a_max, stream=s), stream=s)
     out = op("divide")(ex, sum(ex, axes, True, stream=s), stream=s)
     return cast(out, a.dtype, s)
+
+
+_last_reduce, _softmax = _last_reduce_py, _softmax_py
+_c_reduce()
