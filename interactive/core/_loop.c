@@ -864,6 +864,20 @@ static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssiz
     return plan;
 }
 
+/* a donor's data as the output (its buffer given to it): on a device, the donor's array
+ * itself where it has the output's dtype already (its layout device_donates checked; the
+ * dying donor holds it only: no new CuPy array a donation), else its view in that dtype */
+static PyObject *donor_out(PyObject *data, PyObject *npdt, int device) {
+    if (device) {
+        PyObject *dt = PyObject_GetAttr(data, s_dtype);
+        int same = dt != NULL && dt == npdt;
+        Py_XDECREF(dt);
+        if (same) return Py_NewRef(data);
+        PyErr_Clear();
+    }
+    return PyObject_CallMethodOneArg(data, s_view, npdt);
+}
+
 /* A host fused call with several outputs (an optimizer's update: the parameter and its
  * moments), from its Launch's KernelCall (cpu/compiled.py): each output into a donor's
  * buffer where an input may give it (evaluate._donor's test, ``donates``, inputs in order,
@@ -980,7 +994,7 @@ static int device_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssiz
             if (!device_donates(d, shape, itemsize, nbytes, bi->array_type, bi->storage_type,
                                 forder))
                 continue;
-            PyObject *v = PyObject_CallMethodOneArg(SLOT(d, desc_off[D_DATA]), s_view, npdt);
+            PyObject *v = donor_out(SLOT(d, desc_off[D_DATA]), npdt, 1);
             if (v == NULL) { PyErr_Clear(); continue; }
             out = v;
             handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
@@ -1397,7 +1411,7 @@ static int run_host(PyObject *node) {
                 donor = d;
         }
         if (donor != NULL) {
-            out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
+            out = donor_out(SLOT(donor, desc_off[D_DATA]), npdt, !bi->host);
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
             Py_buffer v;
             if (out != NULL && PyObject_GetBuffer(out, &v, PyBUF_WRITABLE | PyBUF_STRIDES) == 0) {
