@@ -331,7 +331,6 @@ static Record *plan_record_of(PyObject *ln, PyObject *cap) {
     return rc < 0 ? NULL : r;
 }
 
-
 /* this thread's argument pack of the plan (Launch.packs, else Launch._pack, which also
  * makes the device's primary context current on the thread): its array of slot pointers */
 static uint64_t **thread_pack(PyObject *ln, Record *r) {
