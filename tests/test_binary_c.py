@@ -25,11 +25,12 @@ pytestmark = pytest.mark.skipif(elementwise.binary is elementwise.binary_py,
                                 reason="the C extension is not built (or c_call is off)")
 
 OPS = ["add", "subtract", "multiply", "maximum", "minimum", "less", "greater_equal",
-       "not_equal", "power", "floor_divide"]
+       "not_equal", "power", "floor_divide", "divide"]
 OPERATORS = {"add": "__add__", "subtract": "__sub__", "multiply": "__mul__",
-             "less": "__lt__", "floor_divide": "__floordiv__", "power": "__pow__"}
+             "less": "__lt__", "floor_divide": "__floordiv__", "power": "__pow__",
+             "divide": "__truediv__"}
 REFLECTED = {"add": "__radd__", "subtract": "__rsub__", "multiply": "__rmul__",
-             "floor_divide": "__rfloordiv__", "power": "__rpow__"}
+             "floor_divide": "__rfloordiv__", "power": "__rpow__", "divide": "__rtruediv__"}
 
 SCALARS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True, width=64),
@@ -236,3 +237,39 @@ def test_a_python_float_rounds_to_16_bits_through_float32_as_mlx(mlx, v, dtype):
             dt = getattr(mx, dtype)
             assert bits(mx, py(v, dt) * a) == ref[0]
             assert bits(mx, _call.scalar(v, dt) * a) == ref[0]
+
+
+C_OPERATORS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+               "__truediv__", "__rtruediv__"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(shapes=mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3),
+       da=st.sampled_from(SHAPE_DTYPES), db=st.sampled_from(SHAPE_DTYPES),
+       name=st.sampled_from(C_OPERATORS),
+       other=st.sampled_from(["array", "float", "int", "numpy", "list", "none", "str"]))
+def test_operators_in_c_record_the_python_operators_graph(shapes, da, db, name, other):
+    """``a + b`` etc. through core/_binary.c's operators: the same nodes, values and errors as
+    array_methods.py's Python ops (which they call for any operand but an array or a float)."""
+    from tapescope.core import array_methods
+
+    if name not in array_methods.PY_OPERATORS:
+        pytest.skip("the C operators are not installed")
+    (sa, sb), _ = shapes
+    rng = np.random.default_rng(1)
+    a = mx.array(rng.integers(1, 4, sa).astype(np.dtype(da.rstrip("_"))))
+    b_np = rng.integers(1, 4, sb).astype(np.dtype(db.rstrip("_")))
+    y = {"array": mx.array(b_np), "float": 0.75, "int": 3, "numpy": b_np, "list": [1.5, 2.0],
+         "none": None, "str": "x"}[other]
+    c_op, py_op = getattr(array, name), array_methods.PY_OPERATORS[name]
+    assert c_op is not py_op
+    with np.errstate(all="ignore"):
+        out_c = _outcome(lambda: c_op(a, y))
+        out_py = _outcome(lambda: py_op(a, y))
+    assert out_c[0] == out_py[0], (out_c, out_py)
+    if out_c[0] == "error":
+        assert out_c[1:] == out_py[1:]
+        return
+    assert _graph(out_c[1]) == _graph(out_py[1])
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.array(out_c[1]), np.array(out_py[1]))

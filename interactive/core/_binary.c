@@ -434,3 +434,100 @@ PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_DECREF(d);
     return a;
 }
+
+/* -- The array's arithmetic operators in C ------------------------------------------------
+ * ``a + b``, ``a - b``, ``a * b``, ``a / b`` and their reflected forms (array_methods.py
+ * _operator's ``op``): where the other operand is an mx.array or a Python float, the op's
+ * ``binary(name, a, b, None)`` above without the Python frame (for ``/``: where ``a`` is
+ * inexact and the other a float or of a's dtype, as ``op`` tests); any other operand, and
+ * every error, through ``op`` itself (its MLX messages), kept here per operator. The
+ * commutative reflected ones keep the array first, as ``op`` does (MLX's ``2 * y`` is
+ * Multiply(y, 2)). Method descriptors of the array type: called as f(self, other). */
+enum { OP_ADD, OP_RADD, OP_SUB, OP_RSUB, OP_MUL, OP_RMUL, OP_DIV, OP_RDIV, OP_COUNT };
+static const char *const op_methods[OP_COUNT] = {"__add__", "__radd__", "__sub__", "__rsub__",
+                                                 "__mul__", "__rmul__", "__truediv__",
+                                                 "__rtruediv__"};
+static const char *const op_prims[OP_COUNT] = {"Add", "Add", "Subtract", "Subtract", "Multiply",
+                                               "Multiply", "Divide", "Divide"};
+static const int op_swapped[OP_COUNT] = {0, 0, 0, 1, 0, 0, 0, 1}; /* other first */
+static PyObject *op_names[OP_COUNT], *op_python[OP_COUNT];
+static PyObject *s_kind, *s_dtype_attr;
+
+static PyObject *op_call(int k, PyObject *self, PyObject *other) {
+    PyObject *py = op_python[k];
+    if (py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "array operators: not installed");
+        return NULL;
+    }
+    int given = binary_configured && (PyObject *)Py_TYPE(self) == b_array_type &&
+                ((PyObject *)Py_TYPE(other) == b_array_type || PyFloat_CheckExact(other));
+    if (given && (k == OP_DIV || k == OP_RDIV)) { /* inexact a; a float or a's dtype */
+        PyObject *d = SLOT(self, b_d_off);
+        PyObject *dt = d ? PyObject_GetAttr(d, s_dtype_attr) : NULL;
+        PyObject *kind = dt ? PyObject_GetAttr(dt, s_kind) : NULL;
+        const char *kc = kind && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : NULL;
+        given = kc != NULL && kc[0] != 0 && kc[1] == 0 && strchr("fVc", kc[0]) != NULL;
+        if (given && !PyFloat_CheckExact(other)) {
+            PyObject *od = SLOT(other, b_d_off);
+            PyObject *odt = od ? PyObject_GetAttr(od, s_dtype_attr) : NULL;
+            given = odt != NULL && odt == dt;
+            Py_XDECREF(odt);
+        }
+        Py_XDECREF(dt); Py_XDECREF(kind);
+        PyErr_Clear();
+    }
+    if (!given) {
+        PyObject *args[2] = {self, other};
+        return PyObject_Vectorcall(py, args, 2, NULL);
+    }
+    PyObject *args[4] = {op_names[k], op_swapped[k] ? other : self, op_swapped[k] ? self : other,
+                         Py_None};
+    return py_binary(NULL, args, 4, NULL);
+}
+
+#define OP_FN(K, fn) static PyObject *fn(PyObject *self, PyObject *other) { return op_call(K, self, other); }
+OP_FN(OP_ADD, op_add) OP_FN(OP_RADD, op_radd) OP_FN(OP_SUB, op_sub) OP_FN(OP_RSUB, op_rsub)
+OP_FN(OP_MUL, op_mul) OP_FN(OP_RMUL, op_rmul) OP_FN(OP_DIV, op_div) OP_FN(OP_RDIV, op_rdiv)
+#undef OP_FN
+static PyMethodDef op_defs[OP_COUNT] = {
+    {"__add__", op_add, METH_O, "``add`` as the ``__add__`` operator (in C: _binary.c)."},
+    {"__radd__", op_radd, METH_O, "``add`` as the ``__radd__`` operator (in C: _binary.c)."},
+    {"__sub__", op_sub, METH_O, "``subtract`` as the ``__sub__`` operator (in C: _binary.c)."},
+    {"__rsub__", op_rsub, METH_O, "``subtract`` as the ``__rsub__`` operator (in C: _binary.c)."},
+    {"__mul__", op_mul, METH_O, "``multiply`` as the ``__mul__`` operator (in C: _binary.c)."},
+    {"__rmul__", op_rmul, METH_O, "``multiply`` as the ``__rmul__`` operator (in C: _binary.c)."},
+    {"__truediv__", op_div, METH_O, "``divide`` as the ``__truediv__`` operator (in C: _binary.c)."},
+    {"__rtruediv__", op_rdiv, METH_O, "``divide`` as the ``__rtruediv__`` operator (in C: _binary.c)."},
+};
+
+/* install_operators({method name: the Python op}): each of the operators above that the
+ * dict names put on the array type (after configure_binary), its Python op kept as the
+ * fallback; returns the names installed */
+PyObject *install_operators(PyObject *self, PyObject *ops) {
+    if (!binary_configured || !PyDict_Check(ops)) {
+        PyErr_SetString(PyExc_TypeError, "install_operators(dict), after configure_binary");
+        return NULL;
+    }
+    if (s_kind == NULL && ((s_kind = PyUnicode_InternFromString("kind")) == NULL ||
+                           (s_dtype_attr = PyUnicode_InternFromString("dtype")) == NULL))
+        return NULL;
+    PyObject *done = PyList_New(0);
+    for (int k = 0; done != NULL && k < OP_COUNT; k++) {
+        PyObject *py = PyDict_GetItemString(ops, op_methods[k]);
+        if (py == NULL) continue;
+        if (op_names[k] == NULL && (op_names[k] = PyUnicode_InternFromString(op_prims[k])) == NULL)
+            goto fail;
+        Py_XSETREF(op_python[k], Py_NewRef(py));
+        PyObject *descr = PyDescr_NewMethod((PyTypeObject *)b_array_type, &op_defs[k]);
+        if (descr == NULL) goto fail;
+        int rc = PyObject_SetAttrString(b_array_type, op_methods[k], descr);
+        Py_DECREF(descr);
+        PyObject *name = rc < 0 ? NULL : PyUnicode_FromString(op_methods[k]);
+        if (name == NULL || PyList_Append(done, name) < 0) { Py_XDECREF(name); goto fail; }
+        Py_DECREF(name);
+    }
+    return done;
+fail:
+    Py_XDECREF(done);
+    return NULL;
+}

@@ -839,6 +839,8 @@ static PyMethodDef methods[] = {
      "device.resolve_stream: stream=None's default remembered per thread (_stream.c)."},
     {"configure_binary", (PyCFunction)configure_binary, METH_O,
      "Hand over the op layer's helpers for recording binary ops (a dict; _binary.c)."},
+    {"install_operators", (PyCFunction)install_operators, METH_O,
+     "install_operators({method: op}): the array's + - * / operators in C (_binary.c)."},
     {"binary", (PyCFunction)(void (*)(void))py_binary, METH_FASTCALL | METH_KEYWORDS,
      "binary(name, a, b, stream, dtype, out_dtype): ops/elementwise.py binary (_binary.c)."},
     {"scalar", (PyCFunction)(void (*)(void))py_scalar, METH_FASTCALL,

@@ -38,6 +38,7 @@ PyObject *module_attr(PyObject *mod, PyObject *name);
 /* _binary.c */
 PyObject *configure_binary(PyObject *self, PyObject *kw);
 PyObject *py_binary(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *install_operators(PyObject *self, PyObject *ops);
 PyObject *py_scalar(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_primitive(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames);

@@ -864,6 +864,20 @@ static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssiz
     return plan;
 }
 
+/* a donor's data as the output (its buffer given to it): on a device, the donor's array
+ * itself where it has the output's dtype already (its layout device_donates checked; the
+ * dying donor holds it only: no new CuPy array a donation), else its view in that dtype */
+static PyObject *donor_out(PyObject *data, PyObject *npdt, int device) {
+    if (device) {
+        PyObject *dt = PyObject_GetAttr(data, s_dtype);
+        int same = dt != NULL && dt == npdt;
+        Py_XDECREF(dt);
+        if (same) return Py_NewRef(data);
+        PyErr_Clear();
+    }
+    return PyObject_CallMethodOneArg(data, s_view, npdt);
+}
+
 /* A host fused call with several outputs (an optimizer's update: the parameter and its
  * moments), from its Launch's KernelCall (cpu/compiled.py): each output into a donor's
  * buffer where an input may give it (evaluate._donor's test, ``donates``, inputs in order,
@@ -980,7 +994,7 @@ static int device_outputs(PyObject *node, PyObject *ln, PyObject **args, Py_ssiz
             if (!device_donates(d, shape, itemsize, nbytes, bi->array_type, bi->storage_type,
                                 forder))
                 continue;
-            PyObject *v = PyObject_CallMethodOneArg(SLOT(d, desc_off[D_DATA]), s_view, npdt);
+            PyObject *v = donor_out(SLOT(d, desc_off[D_DATA]), npdt, 1);
             if (v == NULL) { PyErr_Clear(); continue; }
             out = v;
             handle = Py_NewRef(SLOT(d, desc_off[D_BUFFER]));
@@ -1397,7 +1411,7 @@ static int run_host(PyObject *node) {
                 donor = d;
         }
         if (donor != NULL) {
-            out = PyObject_CallMethodOneArg(SLOT(donor, desc_off[D_DATA]), s_view, npdt);
+            out = donor_out(SLOT(donor, desc_off[D_DATA]), npdt, !bi->host);
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
             Py_buffer v;
             if (out != NULL && PyObject_GetBuffer(out, &v, PyBUF_WRITABLE | PyBUF_STRIDES) == 0) {
@@ -1836,46 +1850,26 @@ static int interrupt_flag(void) {
 
 /* Every 32 nodes of a loop that may stay in C for long (a GPU stream's launches, the small
  * kernels that keep the GIL): the pending signal handlers run (the eval's SIGINT handler sets
- * the interrupt flag), and once per switch interval (sys.getswitchinterval) the GIL is
- * dropped for a moment so that a waiting thread (a timer's or a widget's interrupt_eval)
- * takes it. A bare release and re-take would not do: CPython's waiter asks for the GIL only
- * when no switch happened during its wait, and every re-take counts as one, so it would
- * starve (measured: a 1 ms ticker thread got 2 ticks in a 200 ms eval). Evals shorter than
- * the interval pay nothing; longer ones ~100 us per interval. -1: a handler raised. */
-static PyObject *g_switchinterval;
+ * the interrupt flag), then a Python function that does nothing is called, so that the
+ * interpreter's own eval breaker runs at its first instruction: where a thread waiting for
+ * the GIL (a timer's or a widget's interrupt_eval) has asked for it (CPython's waiter asks
+ * once a switch interval, sys.getswitchinterval, has passed without a switch) the GIL is
+ * handed to it there, as between any two bytecodes (Python/ceval.c
+ * eval_frame_handle_pending: drop_gil waits for the other thread to take it); an async
+ * exception set for this thread is raised there too. Nothing is dropped or slept when nobody
+ * asked (a bare release and re-take would not hand it over: every re-take counts as a switch,
+ * so the waiter would never ask, and starve). -1: a handler or the call raised. */
+static PyObject *g_yield_fn; /* (lambda: None, made once) */
 
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* sys.getswitchinterval() (5 ms unless changed) */
-static double switch_interval(void) {
-    if (g_switchinterval == NULL) {
-        PyObject *sys = PyImport_ImportModule("sys");
-        g_switchinterval = sys ? PyObject_GetAttrString(sys, "getswitchinterval") : NULL;
-        Py_XDECREF(sys);
-    }
-    PyObject *v = g_switchinterval ? PyObject_CallNoArgs(g_switchinterval) : NULL;
-    double iv = v != NULL ? PyFloat_AsDouble(v) : 0.005;
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return iv > 0 ? iv : 0.005;
-}
-
-/* ``next``: when the GIL is next dropped (0: the eval's first yield point, which sets it) */
-static int yield_point(double *next) {
+static int yield_point(void) {
     if (PyErr_CheckSignals() < 0) return -1;
-    double t = monotonic_s();
-    if (*next == 0.0) *next = t + switch_interval();
-    if (t < *next) return 0;
-    Py_BEGIN_ALLOW_THREADS
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-    Py_END_ALLOW_THREADS
-    *next = monotonic_s() + switch_interval();
-    return 0;
+    if (g_yield_fn == NULL) {
+        PyObject *globals = Py_BuildValue("{s:O}", "__builtins__", PyEval_GetBuiltins());
+        g_yield_fn = globals ? PyRun_String("lambda: None", Py_eval_input, globals, globals) : NULL;
+        Py_XDECREF(globals);
+        if (g_yield_fn == NULL) return -1;
+    }
+    return call_none(PyObject_CallNoArgs(g_yield_fn));
 }
 
 /* whether a fused node's tape has not run yet: fewer than two entries in its ``launches``
@@ -2110,7 +2104,6 @@ int eager_eval(PyObject *descs) {
     int recording = enabled == Py_True;
     Py_XDECREF(enabled);
     Py_ssize_t n = PyList_GET_SIZE(order);
-    double next_yield = 0.0; /* yield_point's clock */
     if (recording) { /* eval_loop._eval_begin / _record_end, as _run_inline records */
         PyObject *si = PyObject_GetAttr(ev, s_stream);
         state = si ? PyObject_CallOneArg(g_state_type, s_one) : NULL;
@@ -2129,7 +2122,7 @@ int eager_eval(PyObject *descs) {
     loop_token = NULL;
     for (Py_ssize_t i = 0; i < n; i++) { /* _run_inline's loop */
         PyObject *nd = PyList_GET_ITEM(order, i);
-        if ((i & 31) == 31 && !interrupted && type == NULL && yield_point(&next_yield) < 0)
+        if ((i & 31) == 31 && !interrupted && type == NULL && yield_point() < 0)
             keep_error(&type, &value, &tb);
         if (!interrupted && type == NULL) interrupted = interrupt_flag();
         if (interrupted || type != NULL) { /* stopped: the rest stay lazy, unscheduled */

@@ -184,6 +184,26 @@ def _install() -> None:
 _install()
 
 
+def _install_c_operators() -> None:
+    """``+ - * /`` and their reflected forms in C (core/_binary.c install_operators: the
+    same ``binary`` call for an array or float operand, these Python ops for any other and
+    every error), where ``binary`` is the C one."""
+    if _elementwise.binary is _elementwise.binary_py:
+        return
+    from . import _call
+
+    PY_OPERATORS.update((n, array.__dict__[n]) for n in (
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+        "__rtruediv__"))
+    _call.install_operators(dict(PY_OPERATORS))
+
+
+PY_OPERATORS: dict = {}  # (the Python ops the C operators replace: their reference)
+
+
+_install_c_operators()
+
+
 # ---- reductions and scans (owner: reductions/scans/products/sort) --------------------
 def _install_reductions() -> None:
     """Method forms of the reductions and scans, with MLX's method signatures."""

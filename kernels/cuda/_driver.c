@@ -116,8 +116,12 @@ static int cuda_error(const char *call, int rc) {
     return -1;
 }
 
+/* (the work lock's acquire and release, bound once at configure: no method lookup a call) */
+static PyObject *c_lock_acquire, *c_lock_release;
+
 static int lock(PyObject *l) {
-    PyObject *r = PyObject_CallMethodNoArgs(l, s_acquire);
+    PyObject *r = l == c_work_lock && c_lock_acquire != NULL ? PyObject_CallNoArgs(c_lock_acquire)
+                                                              : PyObject_CallMethodNoArgs(l, s_acquire);
     if (r == NULL) return -1;
     Py_DECREF(r);
     return 0;
@@ -126,7 +130,8 @@ static int lock(PyObject *l) {
 static void unlock(PyObject *l) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* released even while an error is set */
-    PyObject *r = PyObject_CallMethodNoArgs(l, s_release);
+    PyObject *r = l == c_work_lock && c_lock_release != NULL ? PyObject_CallNoArgs(c_lock_release)
+                                                              : PyObject_CallMethodNoArgs(l, s_release);
     if (r == NULL) PyErr_Clear();
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
@@ -141,13 +146,19 @@ static int recording(void) {
 }
 
 /* the stream's CUDA stream (device._streams[index].ptr), or NULL: none made (no error) */
+static PyObject *last_cs; /* (strong: the last CUDA stream object read, and its pointer) */
+static void *last_st;
+
 static void *stream_ptr(PyObject *index) {
     PyObject *cs = PyDict_GetItemWithError(c_streams, index);
     if (cs == NULL) { PyErr_Clear(); return NULL; }
+    if (cs == last_cs) return last_st; /* (a CuPy stream's pointer is fixed for its life) */
     PyObject *p = PyObject_GetAttr(cs, s_ptr);
     void *st = p ? PyLong_AsVoidPtr(p) : NULL;
     Py_XDECREF(p);
     if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    Py_XSETREF(last_cs, Py_NewRef(cs));
+    last_st = st;
     return st;
 }
 
@@ -217,19 +228,19 @@ static int as_long(PyObject *o, const char *attr, long long *out) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* the plan's record: NULL, no error, when it is not the plain case */
-static Record *plan_record(PyObject *ln) {
-    PyObject *cap = PyObject_GetAttr(ln, s_lane);
-    if (cap == NULL) { /* a plan without the slot: not ours */
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
-        return NULL;
-    }
-    if (cap != Py_None) {
-        Record *r = cap == Py_False ? NULL : PyCapsule_GetPointer(cap, RECORD_NAME);
+/* the plan's record: NULL, no error, when it is not the plain case; ``cap``: its ``lane``
+ * already read (borrowed), or NULL */
+static Record *plan_record_of(PyObject *ln, PyObject *cap) {
+    if (cap == NULL) {
+        cap = PyObject_GetAttr(ln, s_lane);
+        if (cap == NULL) { /* a plan without the slot: not ours */
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+            return NULL;
+        }
         Py_DECREF(cap); /* ln keeps it */
-        return r;
     }
-    Py_DECREF(cap);
+    if (cap != Py_None)
+        return cap == Py_False ? NULL : PyCapsule_GetPointer(cap, RECORD_NAME);
     Record *r = PyMem_Calloc(1, sizeof(Record));
     if (r == NULL) { PyErr_NoMemory(); return NULL; }
     PyObject *dtypes = PyObject_GetAttr(ln, s_dtypes);
@@ -295,7 +306,7 @@ static Record *plan_record(PyObject *ln) {
         } else if (then != NULL && then != Py_None) {
             plain = PyTuple_Check(then) && PyTuple_GET_SIZE(then) <= MAX_THEN;
             for (Py_ssize_t k = 0; plain && !err && k < PyTuple_GET_SIZE(then); k++) {
-                Record *q = plan_record(PyTuple_GET_ITEM(then, k));
+                Record *q = plan_record_of(PyTuple_GET_ITEM(then, k), NULL);
                 if (q == NULL) { err = PyErr_Occurred() != NULL; plain = 0; break; }
                 r->then[k] = q;
                 r->scratch |= q->scratch;
@@ -552,19 +563,24 @@ static int gemm_launch(Gemm *g, PyObject *ln, PyObject *const *ins, Py_ssize_t n
 static int launch(PyObject *ln, PyObject *const *ins, Py_ssize_t n, PyObject *out,
                   PyObject *index) {
     if (!configured) return 0;
-    {   /* a GEMM plan (its lane a Gemm capsule, or None and a ``cublas`` attribute) */
-        PyObject *cap = PyObject_GetAttr(ln, s_lane);
-        if (cap == NULL) { PyErr_Clear(); return 0; }
+    /* the plan's lane, read once: a kernel's Record or a GEMM plan's Gemm capsule, False (not
+     * ours), or None (not read yet: a GEMM plan has a ``cublas`` attribute) */
+    PyObject *cap = PyObject_GetAttr(ln, s_lane);
+    if (cap == NULL) { PyErr_Clear(); return 0; }
+    Py_DECREF(cap); /* ln keeps it */
+    Record *r = NULL;
+    if (cap == Py_False) return 0;
+    if (PyCapsule_CheckExact(cap) && PyCapsule_IsValid(cap, RECORD_NAME)) {
+        r = PyCapsule_GetPointer(cap, RECORD_NAME);
+    } else {
         int gemm = cap == Py_None ? PyObject_HasAttr(ln, s_cublas) : PyCapsule_IsValid(cap, GEMM_NAME);
         if (gemm) {
             Gemm *g = gemm_record(ln, cap);
-            Py_DECREF(cap);
             if (g == NULL) return PyErr_Occurred() ? -1 : 0;
             return gemm_launch(g, ln, ins, n, out, index);
         }
-        Py_DECREF(cap);
+        r = plan_record_of(ln, cap);
     }
-    Record *r = plan_record(ln);
     if (r == NULL) return PyErr_Occurred() ? -1 : 0;
     /* the outputs: one array, or a tuple of one per output of a fused tape's plan */
     int many = PyTuple_Check(out);
@@ -800,6 +816,10 @@ static PyObject *configure(PyObject *self, PyObject *kw) {
         Py_XSETREF(*oslots[i], v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
     }
     cublas_state = 0; /* (looked for again at the next GEMM) */
+    Py_CLEAR(last_cs);
+    Py_XSETREF(c_lock_acquire, PyObject_GetAttr(c_work_lock, s_acquire));
+    Py_XSETREF(c_lock_release, c_lock_acquire ? PyObject_GetAttr(c_work_lock, s_release) : NULL);
+    if (c_lock_release == NULL) return NULL;
     if (!PyDict_Check(c_streams) || !PyDict_Check(c_work) || !PySet_Check(c_unfinished) ||
         !PyDict_Check(c_bounds)) {
         PyErr_SetString(PyExc_TypeError, "configure: streams, work and bounds dicts, unfinished a set");

@@ -130,21 +130,28 @@ def _tape(outputs: Sequence[ArrayDesc], primals: Sequence[ArrayDesc], active: se
         d.tracer = False
     tape = []
     for node in order:
-        outs = [r() for r in node.outputs]
+        refs = node.outputs
+        if len(refs) == 1:  # the common case: one output
+            o = refs[0]()
+            outs = () if o is None else (o,)
+        else:
+            outs = [o for o in map(_call_ref, refs) if o is not None]
         for o in outs:
-            if o is not None:
-                o.tracer = False
+            o.tracer = False
         if node.primitive.defn.stops_gradient:
             continue
         for x in node.inputs:
             if id(x) in active:
                 tape.append(node)
                 for o in outs:
-                    if o is not None:
-                        active.add(id(o))
-                        keep.append(o)
+                    active.add(id(o))
+                keep.extend(outs)
                 break
     return tape
+
+
+def _call_ref(r):
+    return r()
 
 
 _OPS: list = []  # tapescope.core.ops, once imported (it imports this package)
@@ -227,15 +234,22 @@ def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
             cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
                     for o in outs]
         ins = node.inputs
-        args = [i for i, x in enumerate(ins) if id(x) in active]
+        if len(ins) == 1:  # (the common arities without a comprehension's frame)
+            args = [0] if id(ins[0]) in active else []
+        elif len(ins) == 2:
+            args = ([0, 1] if id(ins[1]) in active else [0]) if id(ins[0]) in active else \
+                   ([1] if id(ins[1]) in active else [])
+        else:
+            args = [i for i, x in enumerate(ins) if id(x) in active]
         prim = node.primitive
         rule = prim.defn.vjp
         if rule is None:
             raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
         state.retain += 1  # MLX's RetainGraph around Primitive::vjp
         try:
-            vjps = rule([wrap(x) for x in ins], cots, args,
-                        [wrap(o) if o is not None else None for o in outs], **prim.kw)
+            vjps = rule(list(map(wrap, ins)), cots, args,
+                        [wrap(o) if o is not None else None for o in outs] if len(outs) != 1
+                        else [wrap(outs[0])], **prim.kw)
         finally:
             state.retain -= 1
             if state.kept:  # (RetainGraph's end: the kept graphs go when nothing holds them)
