@@ -210,6 +210,29 @@ def _gather_qmm_index_outside_the_batch():
 
 
 @needs_cc
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("m", [2, 20])
+def test_a_group_size_without_a_kernel_runs_the_rule(transpose, m):
+    """The kernels have a copy per group size MLX's CPU templates take (affine 32 / 64 / 128)
+    and none other: group size 16 (which MLX's CPU rejects at eval) runs the rule, recorded
+    as a fallback with why, and still equals float64."""
+    import tapescope
+
+    rng = np.random.default_rng(5)
+    rows, cols = (24, 64) if transpose else (64, 32)
+    w, s, b = packed(rng, (), rows, cols, 16, 4, "affine", "float32")
+    x = rng.standard_normal((m, 64)).astype(np.float32)
+    with tapescope.record() as tl:
+        got = np.array(mx.quantized_matmul(mx.array(x), mx.array(w), mx.array(s), mx.array(b),
+                                           transpose, 16, 4, stream=mx.cpu))
+    reasons = [r.detail.get("reason", "") for r in tl.records if r.kind == "kernel_fallback"]
+    assert any("group size 16" in r for r in reasons), reasons
+    w64 = reference_weight(w, s, b, 16, 4, "affine")
+    ref = x.astype(np.float64) @ (w64.T if transpose else w64)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_cc
 def test_without_a_compiler_the_rule_computes_and_the_fallback_is_recorded(monkeypatch):
     import tapescope
 

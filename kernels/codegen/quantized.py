@@ -16,7 +16,9 @@ group. Products accumulate in float32. Other widths that divide 32 unpack "slot 
 in the vector kernels (code ``j * PF + p`` of a group to ``p * W + j``: one vector shift,
 mask and convert per slot; ``qmv_t`` then reads x permuted the same way, ``qmv_n`` puts its
 outputs back in order), and each kernel's work item is instanced per group size its mode
-takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the OpenMP region.
+takes (``QuantSpec.group_sizes``), as MLX's templates are, outside the OpenMP region, and
+for no other: MLX's CPU dispatch throws for another group size (``_qmm_dispatch_group``),
+and a generic copy cost a quarter to a half of every build; the caller runs the rule there.
 
 A ``QuantSpec`` names one kernel (MLX's kernel names: ``affine_qmv_t_b4``); ``c_source``
 renders it. The kernels take ``void** args``: pointers, then 64-bit integers by value, in
@@ -26,6 +28,8 @@ renders it. The kernels take ``void** args``: pointers, then 64-bit integers by 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .render import C_THREADS
 
 FORMS = ("qmv_t", "qmv_n", "dequant")  # the products' forms; "quantize" (affine) beside them
 MAX_ROWS = 8  # rows a qmv call multiplies at once (MLX's qmv / qvm limit on the CPU)
@@ -50,8 +54,8 @@ class QuantSpec:
 
     @property
     def group_sizes(self) -> tuple:
-        """The group sizes the kernel has its own copy of (``mlx/ops.cpp``'s: affine 32, 64,
-        128; mxfp4 / mxfp8 (e8m0 scales) 32; nvfp4 (e4m3) 16); others run the generic copy."""
+        """The group sizes the kernel has a copy of, and the only ones it computes (MLX's CPU
+        templates': affine 32, 64, 128; mxfp4 / mxfp8 (e8m0 scales) 32; nvfp4 (e4m3) 16)."""
         return {"e8m0": (32,), "e4m3": (16,)}.get(self.scale, (32, 64, 128))
 
     @property
@@ -330,8 +334,7 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
     float acc[MAX_ROWS][QVM_BLOCK];
     for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {{
       const int64_t mm = M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS;
-      for (int64_t m = 0; m < mm; m++)
-        for (int64_t i = 0; i < nw; i++) acc[m][i] = 0.0f;
+      for (int64_t m = 0; m < mm; m++) memset(acc[m], 0, nw * sizeof(float));
       for (int64_t k = 0; k < K; k++) {{
         for (int64_t j = 0; j < nw; j += gs) {{
           const int64_t g = (n0 + j) / gs;
@@ -348,10 +351,13 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
       for (int64_t m = 0; m < mm; m++) {{
         float* o = out + (bb * M + m0 + m) * N + n0;
 #if SLOTS
-        const int64_t W = gs / PF;  /* each group's values are slot-ordered: back in order */
+        /* each group's values are slot-ordered: back in order, once per row of a block (not
+           unrolled: the complete unrolling of this scatter was half of the kernel's build) */
+        const int64_t W = gs / PF;
         for (int64_t j = 0; j < nw; j += gs)
-          for (int p = 0; p < PF; p++)
-            for (int64_t q = 0; q < W; q++) o[j + q * PF + p] = acc[m][j + p * W + q];
+          _Pragma("GCC unroll 1") for (int p = 0; p < PF; p++)
+            _Pragma("GCC unroll 1") for (int64_t q = 0; q < W; q++)
+              o[j + q * PF + p] = acc[m][j + p * W + q];
 #else
         memcpy(o, acc[m], nw * sizeof(float));
 #endif
@@ -472,16 +478,20 @@ static inline __attribute__((always_inline)) void item(void** args, const int64_
 
 _C_ENTRY = """
 /* the work items over OpenMP threads, one copy of the item per group size the mode takes
-   (MLX's template instances: constant loop bounds), any other through the generic copy; the
-   switch sits outside the parallel region, which the compiler outlines before it inlines */
+   (MLX's template instances: constant loop bounds) and none for another (its caller runs the
+   rule); the switch sits outside the parallel region, which the compiler outlines before it
+   inlines */
 #define RUN(GS) \\
-  _Pragma("omp parallel for schedule(static) if (work > 65536)") \\
+  _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)") \\
   for (int64_t t = 0; t < tasks; t++) item(args, t, GS);
 {guard}void {name}(void** args) {{
   const int64_t gs = (int64_t)args[{gs_arg}];
   const int64_t tasks = {tasks}, work = {work};
+  /* the free cores (ts_threads: a loop of more threads than free cores waits at its end for
+     a preempted one), one thread below 65536 multiply-adds */
+  const int nt = work > 65536 ? ts_threads() : 1;
 {enter}  switch (gs) {{
-{cases}    default: RUN(gs)
+{cases}    default: break;
   }}
 {leave}}}
 """
@@ -539,6 +549,10 @@ _TASKS = {
 
 def c_source(spec: QuantSpec) -> str:
     """The C of ``spec`` (OpenMP over output blocks, ``omp simd`` inner products)."""
+    return "#undef _FORTIFY_SOURCE\n" + C_THREADS + _c_source(spec)
+
+
+def _c_source(spec: QuantSpec) -> str:
     if spec.form == "quantize":
         return _C_QUANTIZE.format(bits=spec.bits, max_group=MAX_GROUP) + _entry(spec)
     affine = spec.kind == "affine"

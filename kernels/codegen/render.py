@@ -434,6 +434,8 @@ TS_UNOPTIMISED static int ts_threads(void) {
 static int ts_threads(void) { return 1; }
 #endif
 """
+C_THREADS = _C_THREADS  # ts_threads() for the hand-written kernels' C (cpu/random_kernels.py,
+# codegen/quantized.py): the same rule for every parallel loop of the CPU
 
 
 # The threads of a loop-IR kernel's parallel range (``lower.Lowering.parallel``): OpenMP's

@@ -9,7 +9,8 @@ distinct weight matrix once into a float32 tile (``dequant``) and multiply it wi
 gathered batch whose consecutive entries share a weight, MLX's ``sorted_indices``, shares
 the tile). The kernels compute in float32; the result is rounded to the output type once.
 ``Quantize`` runs one row of groups per work item (the rule's float32 steps, bit for bit).
-A call no kernel takes (no compiler, a failed build, an index out of range) runs the
+A call no kernel takes (no compiler, a failed build, an index out of range, a group size
+MLX's CPU has no kernel for) runs the
 primitive's array-module rule, recorded as a ``kernel_fallback`` with why.
 """
 
@@ -23,7 +24,7 @@ import numpy as np
 from .. import timeline
 from ..codegen.c_ops import Unsupported
 from ..kernel_call import KernelCall, KernelRule
-from ..codegen.quantized import MAX_GROUP, MAX_ROWS, QuantSpec, c_source
+from ..codegen.quantized import MAX_ROWS, QuantSpec, c_source
 from ..common.strides import batch_offsets as _batch_offsets
 from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
@@ -109,8 +110,9 @@ class _Operands:
 
 
 def _why_not(o: _Operands) -> Optional[str]:
-    if o.gs > MAX_GROUP or o.gs % 8:
-        return f"group size {o.gs} (the kernels take multiples of 8 up to {MAX_GROUP})"
+    sizes = _spec(o, "dequant").group_sizes
+    if o.gs not in sizes:
+        return f"group size {o.gs} (the kernels of this mode take {', '.join(map(str, sizes))})"
     return None
 
 
@@ -320,7 +322,7 @@ def quantize(xp, w, *, group_size, bits, mode="affine"):
     scales and biases (the evaluator stores them in w's type)."""
     kw = dict(group_size=group_size, bits=bits, mode=mode)
     if (w.size == 0 or w.dtype.name not in ("float32", "float16", "bfloat16")
-            or group_size > MAX_GROUP or group_size % 32):
+            or group_size not in QuantSpec("quantize", "affine", bits).group_sizes):
         return REGISTRY["Quantize"].rule(xp, w, **kw)
     spec = QuantSpec("quantize", "affine", bits)
     entry = _entry(spec)

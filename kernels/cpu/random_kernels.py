@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 
 from .. import timeline
-from ..codegen.render import LIBMVEC_2_35
+from ..codegen.render import C_THREADS, LIBMVEC_2_35
 from ..fallback import run_rule
 from ..primitives import REGISTRY, by_kernel
 from . import compiler
@@ -26,7 +26,10 @@ from . import compiler
 _SMALL = 1 << 14
 _entries: dict = {}
 
-_THREEFRY = r"""
+# the threads of a parallel loop: the cores other processes leave free (render.py's ts_threads,
+# the elementwise kernels' rule: a loop of more threads than free cores waits at its end for a
+# preempted one)
+_THREEFRY = "#undef _FORTIFY_SOURCE\n" + C_THREADS + r"""
 #include <stdint.h>
 static inline void threefry(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1,
                             uint32_t* o0, uint32_t* o1) {
@@ -53,7 +56,9 @@ void random_bits_threefry(void** args) {
   uint32_t* out = (uint32_t*)args[1];
   const int64_t nk = (int64_t)args[2], words = (int64_t)args[3];
   const int64_t half = words / 2, odd = words % 2;
-  #pragma omp parallel for schedule(static) if (nk * words > 65536)
+  /* over keys, on the free cores (ts_threads); one key, or little work: no parallel region */
+  const int nt = nk > 1 && nk * words > 65536 ? ts_threads() : 1;
+  #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t k = 0; k < nk; k++) {
     const uint32_t k0 = keys[2 * k], k1 = keys[2 * k + 1];
     uint32_t* o = out + k * words;
@@ -92,20 +97,30 @@ static inline double giles(double y) {
   return (w < 5.0 ? p : q) * y;
 }
 
+static inline OUT_T erfinv_one(const double y) {
+  const int inside = fabs(y) < 1.0;
+  const double ys = inside ? y : 0.0;
+  double x = giles(ys);
+  for (int s = 0; s < STEPS; s++)
+    x = x - (erf(x) - ys) / (1.1283791670955126 * exp(-x * x));
+  return (OUT_T)(inside ? x : y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN);
+}
+
+/* below 16384 elements, or with one core free (ts_threads), one thread and no parallel
+   region: an ``if`` clause on ``parallel for simd`` would turn the simd off too (OpenMP 5
+   applies it to every construct of the combination: the loop ran scalar, ~5x slower) */
 void NAME(void** args) {
   const IN_T* a = (const IN_T*)args[0];
   OUT_T* out = (OUT_T*)args[1];
   const int64_t n = (int64_t)args[2];
-  #pragma omp parallel for simd schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; i++) {
-    const double y = (double)a[i];
-    const int inside = fabs(y) < 1.0;
-    const double ys = inside ? y : 0.0;
-    double x = giles(ys);
-    for (int s = 0; s < STEPS; s++)
-      x = x - (erf(x) - ys) / (1.1283791670955126 * exp(-x * x));
-    out[i] = (OUT_T)(inside ? x : y == 1.0 ? INFINITY : y == -1.0 ? -INFINITY : NAN);
+  const int nt = n <= 16384 ? 1 : ts_threads();
+  if (nt == 1) {
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) out[i] = erfinv_one((double)a[i]);
+    return;
   }
+  #pragma omp parallel for simd schedule(static) num_threads(nt)
+  for (int64_t i = 0; i < n; i++) out[i] = erfinv_one((double)a[i]);
 }
 """
 
@@ -117,7 +132,8 @@ def _erfinv_source(name: str, in_t: str, out_t: str, steps: int, vector_math: tu
         fns.append("erf")
     decls = "".join(f"#pragma omp declare simd notinbranch\ndouble {fn}(double);\n"
                     for fn in fns)
-    return (f"#define NAME {name}\n#define IN_T {in_t}\n#define OUT_T {out_t}\n"
+    return ("#undef _FORTIFY_SOURCE\n" + C_THREADS +
+            f"#define NAME {name}\n#define IN_T {in_t}\n#define OUT_T {out_t}\n"
             f"#define STEPS {steps}\n#include <math.h>\n" + decls + _ERFINV)
 
 
