@@ -1,10 +1,10 @@
-"""float16 and bfloat16 in the CPU's generated kernels: float16 is held as its bits and
-converted in vectorisable C (``render.py``'s ``ts_f16_to_f32`` / ``ts_f32_to_f16``), so
-every float16 value must load exactly and every float32 must store rounded to nearest even,
-as numpy's ``astype`` does; the reductions over them (sum, max, min, argmax, softmax,
-logsumexp over the last axis, sum over the first) accumulate in float32 as MLX does and
-must match float64 numpy for rows around the vector widths and the row tile, with
-subnormals, infinities and NaN anywhere (a NaN in a row makes its max / sum / softmax /
+"""float16 and bfloat16 in the CPU's generated kernels: the loop IR's kernels hold float16 as
+its bits and convert in vectorisable C (``render.py``'s ``CLoopDialect``: ``ts_f16_to_f32`` /
+``ts_f32_to_f16``), so every float16 value must load exactly and every float32 must store
+rounded to nearest even, as numpy's ``astype`` does; the reductions over them (sum, max, min,
+argmax, softmax, logsumexp over the last axis, sum over the first) accumulate in float32 as
+MLX does and must match float64 numpy for rows around the vector widths and the row tile,
+with subnormals, infinities and NaN anywhere (a NaN in a row makes its max / sum / softmax /
 logsumexp NaN, argmax its first NaN's index, as MLX's)."""
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_float32_stores_to_float16_rounded_to_nearest_even(seed, tmp_path):
 
 
 def test_float16_stores_of_a_kernel_keep_every_value(tmp_path):
-    """A fused kernel's float16 output (a product rounded by AsType, then stored) holds every
-    float16 value exactly: zeros, subnormals, infinities, NaN."""
+    """A fused elementwise kernel's float16 output (``_Float16`` there: a product rounded by
+    AsType, then stored) holds every float16 value exactly: zeros, subnormals, inf, NaN."""
     h = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
     f = mx.compile(lambda v: (v * 1.0).astype(mx.float16))
     with launched("cpu") as rec:

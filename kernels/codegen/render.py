@@ -874,18 +874,13 @@ class CDialect(CFamily):
     """
 
     name = "C"
-    # float16 is held as its bits, as bfloat16 is: loads and stores convert in code gcc
-    # vectorises (a _Float16 converts one value at a time: a float16 row sum ran scalar)
-    type_names = {**INTEGER_TYPES, np.dtype(np.float16): "uint16_t", _BF16: "uint16_t",
+    type_names = {**INTEGER_TYPES, np.dtype(np.float16): "_Float16", _BF16: "uint16_t",
                   np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
     code_for_op = C_OPS
     math_functions = C_MATH
-    half_load = {_BF16: "ts_bf16_to_f32({})", _F16: "ts_f16_to_f32({})"}
-    half_store = {_BF16: "ts_f32_to_bf16({})", _F16: "ts_f32_to_f16({})"}
-    # a float16 op's rounding through the bits too: gcc vectorises no loop holding a
-    # (_Float16) conversion (exp(-x) * sin(y) + 2xy - tanh(x) in float16: 276 -> 88
-    # instructions an element; a lone add 12 -> 15, F16C's one-instruction scalar round)
-    half_round = {_BF16: "ts_round_bf16({})", _F16: "ts_round_f16({})"}
+    half_load = {_BF16: "ts_bf16_to_f32({})", _F16: "(float){}"}
+    half_store = {_BF16: "ts_f32_to_bf16({})", _F16: "(_Float16)({})"}
+    half_round = {_BF16: "ts_round_bf16({})", _F16: "(float)(_Float16)({})"}
     prelude = _C_PRELUDE
     schedule = CpuSchedule()
     omp_min_size, stream_min_bytes = CpuSchedule.omp_min_size, CpuSchedule.stream_min_bytes
@@ -908,9 +903,9 @@ class CDialect(CFamily):
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
 
-    def half_from_double(self, dt: np.dtype, expr: str) -> str:
-        # float16's storage is its bits here: gcc's double -> _Float16 rounds once
-        return f"(float)(_Float16){expr}" if np.dtype(dt) == _F16 else super().half_from_double(dt, expr)
+    def loop_dialect(self) -> "CLoopDialect":
+        """The dialect the loop IR's kernels (reductions, norms, attention) render in."""
+        return CLoopDialect(self.vector_math)
 
     def math_decls(self, used: set) -> str:
         decls = []
@@ -920,6 +915,29 @@ class CDialect(CFamily):
                 ct = "double" if fn == stem else "float"
                 decls.append(f"#pragma omp declare simd notinbranch\n{ct} {fn}({ct});")
         return "\n".join(decls) + "\n" if decls else ""
+
+
+class CLoopDialect(CDialect):
+    """The C dialect of the loop IR's kernels: float16 held as its bits, as bfloat16 is, its
+    loads, stores and rounding through ``ts_f16_to_f32`` / ``ts_f32_to_f16`` /
+    ``ts_round_f16``, which gcc vectorises. gcc 12 converts a ``_Float16`` one value at a
+    time even with F16C, so a reduction over float16 ran scalar (a row sum 4.0 -> 2.3
+    instructions an element, softmax 73 -> 19, logsumexp 102 -> 8.5). The elementwise
+    kernels keep ``_Float16``: their loop body is one element's ops, where F16C's scalar
+    conversions (one instruction each) beat the vector ones (~1.8 an element): a float16 add
+    115 -> 266 us per 100k elements in bits (a chain of exp / sin / tanh 3824 -> 1713)."""
+
+    type_names = {**CDialect.type_names, _F16: "uint16_t"}
+    half_load = {**CDialect.half_load, _F16: "ts_f16_to_f32({})"}
+    half_store = {**CDialect.half_store, _F16: "ts_f32_to_f16({})"}
+    half_round = {**CDialect.half_round, _F16: "ts_round_f16({})"}
+
+    def loop_dialect(self) -> "CLoopDialect":
+        return self
+
+    def half_from_double(self, dt: np.dtype, expr: str) -> str:
+        # float16's storage is its bits here: gcc's double -> _Float16 rounds once
+        return f"(float)(_Float16){expr}" if np.dtype(dt) == _F16 else super().half_from_double(dt, expr)
 
 
 DIALECTS = ("c", "cuda", "metal")  # renderer dialects; ``kernel.sources`` keys: cpu, cuda, metal
