@@ -357,7 +357,7 @@ def astype(d, a, o, i):
         return f"({a[0]} == 0 ? ({ct})0 : ({ct}){a[0]})"
     if o == np.float16 and i == np.float64:
         # one rounding, as numpy's astype: double -> float -> half would round twice
-        return f"({d.compute_type(o)})({d.storage_type(o)}){a[0]}"
+        return d.half_from_double(o, a[0])
     return f"({d.compute_type(o)}){a[0]}"
 
 

@@ -80,7 +80,7 @@ class Lowering:
     """Renders one kernel in one dialect (a ``render.CFamily``)."""
 
     def __init__(self, d):
-        self.d = d
+        self.d = d.loop_dialect() if hasattr(d, "loop_dialect") else d  # (the C one's halves)
         self.gpu = getattr(d, "ir_threads", None) is not None
         self.used: set = set()  # math functions called (the C preamble declares them)
         self.n_tmp = 0
