@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import attention_flash16 as f16
 from .attention_kernels import SdpaSpec
 from .c_ops import Unsupported
 
@@ -67,15 +68,21 @@ class FlashSpec(SdpaSpec):
     """One fused prefill kernel: ``SdpaSpec``'s fields (mode ``full``: the CPU's C is the
     tiled kernel of the same semantics), ``precision`` (float32: ``tf32`` or ``f32x3``;
     ``""`` for the half types) and ``vec`` (16-byte tile loads where the keys' and values'
-    strides allow them; the kernel takes them where the call's base addresses do too)."""
+    strides allow them; the kernel takes them where the call's base addresses do too),
+    ``tile``: for float16 / bfloat16, ``""`` is this module's loop (scalar fragment loads,
+    64 query rows, no pipelining), a name of ``attention_flash16.TILES`` that module's kernel
+    (ldmatrix, cp.async, its warps, rows and key tile)."""
 
     precision: str = ""
     vec: bool = False
+    tile: str = ""
 
     @property
     def name(self) -> str:
         p = f"_{self.precision}" if self.precision else ""
-        return (f"sdpa_flash_{self.dtype}{p}_bq{BQ}_bk{tile_keys(self)}_bd{self.head}"
+        if self.tile:
+            p = f"_{self.tile}"
+        return (f"sdpa_flash_{self.dtype}{p}_bq{rows(self)}_bk{tile_keys(self)}_bd{self.head}"
                 + ("_vec" if self.vec else "")
                 + {"none": "", "bool": "_boolmask", "add": "_floatmask"}[self.mask]
                 + ("_causal" if self.causal else "") + ("_sinks" if self.sinks else ""))
@@ -94,14 +101,29 @@ class FlashSpec(SdpaSpec):
 
 def takes(spec: FlashSpec) -> bool:
     """Whether the fused kernel takes ``spec``: a head size of ``HEADS``, one of ``TYPES``,
-    float32 with a precision named."""
+    float32 with a precision named, a ``tile`` only for the half types (one that fits its
+    shared memory)."""
     return (spec.head in HEADS and spec.dtype in TYPES
             and (spec.precision in ("tf32", "f32x3")) == (spec.dtype == "float32")
-            and (spec.precision == "" or spec.dtype == "float32"))
+            and (spec.precision == "" or spec.dtype == "float32")
+            and (not spec.tile or (spec.dtype != "float32" and f16.fits(spec.head, spec.tile))))
+
+
+def rows(spec) -> int:
+    """Query rows a CTA."""
+    return f16.rows(spec.tile) if spec.tile else BQ
+
+
+def threads(spec) -> int:
+    """Threads a CTA."""
+    return f16.threads(spec.tile) if spec.tile else THREADS
 
 
 def tile_keys(spec) -> int:
-    """Keys a tile: 64, or 32 / 16 where two tiles of 64 would pass ``SMEM``."""
+    """Keys a tile: the ``tile``'s, else 64, or 32 / 16 where two tiles of 64 would pass
+    ``SMEM``."""
+    if spec.tile:
+        return f16.parse(spec.tile)[2]
     item = 4 if spec.dtype == "float32" else 2
     dp = spec.head + (4 if item == 4 else 8)
     bk = 64
@@ -123,9 +145,9 @@ def params(spec) -> list:
     return ps + [("float", "scale")]
 
 
-def grid(B: int, H: int, L: int) -> int:
-    """CTAs of a call: one per ``BQ`` query rows of each (batch, head)."""
-    return B * H * -(-L // BQ)
+def grid(B: int, H: int, L: int, bq: int = BQ) -> int:
+    """CTAs of a call: one per ``bq`` query rows of each (batch, head)."""
+    return B * H * -(-L // bq)
 
 
 PTX = r"""#ifndef TS_CUDA_HOST_SHIM
@@ -188,6 +210,12 @@ def flash_source(spec: FlashSpec) -> str:
     load = "{}" if f32 else ("__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})")
     mma = "ts_mma_tf32_16x8x8" if f32 else f"ts_mma_{'f16' if spec.dtype == 'float16' else 'bf16'}_16x8x16"
     x3 = spec.precision == "f32x3"
+    pack = "" if f32 else f"""static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
+  return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
+}}
+"""
+    if spec.tile:
+        return f16.source(spec, T, mma, PTX + pack, PARAMS, MASK_PARAMS)
 
     # the query fragments, the scores, the output
     if f32:
@@ -269,10 +297,6 @@ def flash_source(spec: FlashSpec) -> str:
         {mma}(o[dn], p, b);
       }}
     }}
-"""
-    pack = "" if f32 else f"""static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
-  return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
-}}
 """
     # the score element (row r, key j) as its softmax sees it
     elem = []
@@ -404,7 +428,10 @@ def all_specs() -> list:
                     for causal in (False, True):
                         for sinks in (False, True):
                             for vec in (False, True):
-                                out.append(FlashSpec("full", dt, D, mask, causal, sinks, p, vec))
+                                for tile in ("",) + (f16.TILES if not p else ()):
+                                    s = FlashSpec("full", dt, D, mask, causal, sinks, p, vec, tile)
+                                    if takes(s):
+                                        out.append(s)
     return out
 
 
@@ -416,19 +443,20 @@ def aligned(strides, item: int) -> bool:
 
 def launch(dtype: str, q_shape: tuple, q_strides: tuple, k_shape: tuple, k_strides: tuple,
            v_strides: tuple, mask: str, mask_strides, causal: bool, sinks: bool,
-           precision: str) -> tuple:
+           precision: str, tile: str = "") -> tuple:
     """``(spec, ints, grid, block)`` of one call (strides in elements, each input's last 1;
-    ``mask``: ``none``, ``bool``, ``add``)."""
+    ``mask``: ``none``, ``bool``, ``add``; ``tile``: the half types' kernel, ``FlashSpec``'s)."""
     B, H, L, D = (int(n) for n in q_shape)
     Hk, kL = int(k_shape[1]), int(k_shape[2])
     item = 4 if dtype == "float32" else 2
     vec = aligned((k_strides, v_strides), item)
     spec = FlashSpec("full", dtype, D, mask, bool(causal), bool(sinks),
-                     precision if dtype == "float32" else "", vec)
+                     precision if dtype == "float32" else "", vec,
+                     tile if dtype != "float32" else "")
     ints = {"B": B, "H": H, "Hk": Hk, "L": L, "kL": kL,
             "qsb": q_strides[0], "qsh": q_strides[1], "qsl": q_strides[2],
             "ksb": k_strides[0], "ksh": k_strides[1], "ksl": k_strides[2],
             "vsb": v_strides[0], "vsh": v_strides[1], "vsl": v_strides[2]}
     if mask != "none":
         ints.update(zip(MASK_PARAMS, mask_strides))
-    return spec, ints, grid(B, H, L), THREADS
+    return spec, ints, grid(B, H, L, rows(spec)), threads(spec)
