@@ -55,15 +55,15 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint16) if a.dtype.itemsize == 2 else a
 
 
-def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision=""):
+def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision="", tile=""):
     """The fused kernel over these host arrays (any strides, unit-stride head rows), as the
-    CUDA plan launches it (``attention_flash.launch``)."""
+    CUDA plan launches it (``attention_flash.launch``; ``tile``: the half types' kernel)."""
     B, H, L, D = q.shape
     kind = "none" if mask is None else "bool" if mask.dtype == np.bool_ else "add"
     spec, ints, grid, block = af.launch(q.dtype.name, q.shape, _elem_strides(q), k.shape,
                                         _elem_strides(k), _elem_strides(v), kind,
                                         None if mask is None else _elem_strides(mask),
-                                        causal, sinks is not None, precision)
+                                        causal, sinks is not None, precision, tile)
     out = np.full((B, H, L, D), np.nan, q.dtype)
     bufs = {"q": _bits(q), "k": _bits(k), "v": _bits(v), "out": _bits(out)}
     if mask is not None:
@@ -118,17 +118,26 @@ def _inputs(c):
     return q, k, v, m, s
 
 
+# the half types' kernels: the first loop ("") and each tile of attention_flash16
+TILES = ("",) + af.f16.TILES
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(case())
-def test_the_fused_kernel_on_the_host_matches_float64_numpy(c):
+@given(case(), st.sampled_from(TILES), st.sampled_from([1.0, 1.0, 1.0, -0.5, 0.0]))
+def test_the_fused_kernel_on_the_host_matches_float64_numpy(c, tile, sign):
+    """(``tile`` for float16 / bfloat16 only, where it fits the head size; ``sign`` times
+    D^-0.5 is the scale: a negative scale flips the ldmatrix kernel's query signs, zero
+    averages the values.)"""
     dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, _ = c
+    tile = tile if dtype != "float32" and (not tile or af.f16.fits(D, tile)) else ""
     q, k, v, m, s = _inputs(c)
     qa, ka, va = (_layout(a, layout) for a in (q, k, v))
-    got = run_flash(qa, ka, va, D ** -0.5, m, mask == "causal", s, precision)
-    want = ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    scale = sign * D ** -0.5
+    got = run_flash(qa, ka, va, scale, m, mask == "causal", s, precision, tile)
+    want = ref(q, k, v, scale, m, mask == "causal", s)
     tol = TOL[dtype, precision]
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol,
-                               atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+                               atol=tol * max(1.0, np.abs(want).max()), err_msg=str((c, tile, sign)))
 
 
 def test_full_float32_is_more_accurate_than_tf32():
@@ -151,9 +160,13 @@ NVCC_SPECS = sweep([af.FlashSpec("full", "float32", 64, "none", False, False, "t
                     af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
                     af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
                     af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
-                    af.FlashSpec("full", "float16", 80, "add", False, False, "", True)],
+                    af.FlashSpec("full", "float16", 80, "add", False, False, "", True),
+                    af.FlashSpec("full", "bfloat16", 64, "none", False, False, "", True, "w4m2k64"),
+                    af.FlashSpec("full", "float16", 128, "bool", True, True, "", True, "w4m1k64"),
+                    af.FlashSpec("full", "bfloat16", 128, "none", False, False, "", True, "w8m1k64"),
+                    af.FlashSpec("full", "float16", 64, "add", True, False, "", False, "w4m1k128")],
                    [af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
-                    af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True)])
+                    af.FlashSpec("full", "bfloat16", 64, "none", False, False, "", True, "w4m2k64")])
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")

@@ -71,7 +71,10 @@ def smem(head: int, tile: str) -> int:
 
 
 def fits(head: int, tile: str) -> bool:
-    return tile in TILES and head % 16 == 0 and smem(head, tile) <= SMEM
+    """Whether ``tile`` takes ``head``: its shared memory fits, and two 16-row blocks a warp
+    only up to head 64 (at 128 their accumulators spill: ptxas, sm_90)."""
+    return (tile in TILES and head % 16 == 0 and smem(head, tile) <= SMEM
+            and (parse(tile)[1] == 1 or head <= 64))
 
 
 PTX = r"""#ifndef TS_CUDA_HOST_SHIM
