@@ -1,7 +1,7 @@
 """Every prefill attention kernel tapescope has, timed side by side on one GPU, to pick
 ``kernels/cuda/attention.py``'s ``FLASH`` table: for each row (dtype, (B, H, L, kL, D), no
-mask, scale D^-0.5) the fused kernel's first loop (``first``), each tile of the half types'
-ldmatrix / cp.async kernel (``codegen/attention_flash16.py``: ``w<warps>m<blocks>k<keys>``),
+mask, scale D^-0.5) the fused kernel's first loop (``first``; for float32 also ``qreload``,
+its query fragments re-read each key tile), each tile of the half types' ldmatrix / cp.async kernel (``codegen/attention_flash16.py``: ``w<warps>m<blocks>k<keys>``),
 the cuBLAS GEMMs + softmax composition (``composed``) and PyTorch's
 ``F.scaled_dot_product_attention`` (FlashAttention / cuDNN for the half types; TF32 off for
 float32, its memory-efficient kernel). Times are device times (CUDA events: tapescope's
@@ -159,7 +159,7 @@ def main():
                     if dtype == "float32":
                         if prec == "f32x3" and L > 2048 and not args.full:
                             continue
-                        variants = ["first", "composed"]
+                        variants = ["first", "qreload", "composed"]
                     elif dtype == "float16" and not args.full:
                         if L > 2048:
                             continue

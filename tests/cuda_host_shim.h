@@ -8,7 +8,9 @@
  * at a time). Half types: __half through _Float16, __nv_bfloat16 as its 16 bits rounded to
  * nearest even. Atomics are plain read-modify-writes (a fiber yields only at a meeting).
  * Fast intrinsics are their libm functions (__expf is expf): values match a
- * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs. */
+ * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs.
+ * Tensor-core kernels' device functions (below): mma.sync and ldmatrix as warp collectives,
+ * cp.async as copies queued per thread that land at its wait. */
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -200,6 +202,7 @@ static inline unsigned ts_tf32(float x) {  /* cvt.rna.tf32.f32: to nearest, ties
   return (u + 0x1000u) & 0xffffe000u;
 }
 static inline float ts_exp2(float x) { return exp2f(x); }
+static inline float ts_ldg_f32(const float* p) { return *p; }
 static inline unsigned short ts_bits(__half x) { uint16_t u; std::memcpy(&u, &x.h, 2); return u; }
 static inline unsigned short ts_bits(__nv_bfloat16 x) { return x.b; }
 

@@ -71,7 +71,9 @@ class FlashSpec(SdpaSpec):
     strides allow them; the kernel takes them where the call's base addresses do too),
     ``tile``: for float16 / bfloat16, ``""`` is this module's loop (scalar fragment loads,
     64 query rows, no pipelining), a name of ``attention_flash16.TILES`` that module's kernel
-    (ldmatrix, cp.async, its warps, rows and key tile)."""
+    (ldmatrix, cp.async, its warps, rows and key tile); for float32, ``qreload`` re-reads the
+    query fragments from global memory (L1) for each key tile instead of holding them in
+    registers (at head 128: 64 registers a thread fewer, no spills with 3xTF32)."""
 
     precision: str = ""
     vec: bool = False
@@ -81,7 +83,7 @@ class FlashSpec(SdpaSpec):
     def name(self) -> str:
         p = f"_{self.precision}" if self.precision else ""
         if self.tile:
-            p = f"_{self.tile}"
+            p += f"_{self.tile}"
         return (f"sdpa_flash_{self.dtype}{p}_bq{rows(self)}_bk{tile_keys(self)}_bd{self.head}"
                 + ("_vec" if self.vec else "")
                 + {"none": "", "bool": "_boolmask", "add": "_floatmask"}[self.mask]
@@ -101,28 +103,29 @@ class FlashSpec(SdpaSpec):
 
 def takes(spec: FlashSpec) -> bool:
     """Whether the fused kernel takes ``spec``: a head size of ``HEADS``, one of ``TYPES``,
-    float32 with a precision named, a ``tile`` only for the half types (one that fits its
-    shared memory)."""
+    float32 with a precision named; a ``tile`` for the half types one that fits the head
+    size, for float32 ``qreload``."""
     return (spec.head in HEADS and spec.dtype in TYPES
             and (spec.precision in ("tf32", "f32x3")) == (spec.dtype == "float32")
             and (spec.precision == "" or spec.dtype == "float32")
-            and (not spec.tile or (spec.dtype != "float32" and f16.fits(spec.head, spec.tile))))
+            and (not spec.tile or (spec.tile == "qreload" if spec.dtype == "float32"
+                                   else f16.fits(spec.head, spec.tile))))
 
 
 def rows(spec) -> int:
     """Query rows a CTA."""
-    return f16.rows(spec.tile) if spec.tile else BQ
+    return f16.rows(spec.tile) if spec.tile and spec.dtype != "float32" else BQ
 
 
 def threads(spec) -> int:
     """Threads a CTA."""
-    return f16.threads(spec.tile) if spec.tile else THREADS
+    return f16.threads(spec.tile) if spec.tile and spec.dtype != "float32" else THREADS
 
 
 def tile_keys(spec) -> int:
     """Keys a tile: the ``tile``'s, else 64, or 32 / 16 where two tiles of 64 would pass
     ``SMEM``."""
-    if spec.tile:
+    if spec.tile and spec.dtype != "float32":
         return f16.parse(spec.tile)[2]
     item = 4 if spec.dtype == "float32" else 2
     dp = spec.head + (4 if item == 4 else 8)
@@ -176,6 +179,12 @@ static __device__ __forceinline__ void ts_mma_f16_16x8x16(float* d, const unsign
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// a read-only global load the compiler keeps in the loop (not hoisted into registers)
+static __device__ __forceinline__ float ts_ldg_f32(const float* p) {
+  float r;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+  return r;
+}
 static __device__ __forceinline__ float ts_exp2(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
@@ -214,7 +223,7 @@ def flash_source(spec: FlashSpec) -> str:
   return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
 }}
 """
-    if spec.tile:
+    if spec.tile and not f32:
         return f16.source(spec, T, mma, PTX + pack, PARAMS, MASK_PARAMS)
 
     # the query fragments, the scores, the output
@@ -226,13 +235,21 @@ def flash_source(spec: FlashSpec) -> str:
     qf[kk][2] = q0p[kk * 8 + 2 * t + 1]; qf[kk][3] = q1p[kk * 8 + 2 * t + 1];
   }
 """
-        split = ("      unsigned ah[4], al[4];\n"
+        if spec.tile == "qreload":  # (re-read each tile from L1: 64 registers at head 128)
+            qload = "  // the query fragments: re-read for each key tile (ts_ldg_f32, L1-resident)\n"
+            split = ("      const float qf[1][4] = {{ts_ldg_f32(q0p + kk * 8 + 2 * t), ts_ldg_f32(q1p + kk * 8 + 2 * t),\n"
+                     "                               ts_ldg_f32(q0p + kk * 8 + 2 * t + 1), ts_ldg_f32(q1p + kk * 8 + 2 * t + 1)}};\n")
+        else:
+            split = ""
+        split += ("      unsigned ah[4], al[4];\n"
                  "#pragma unroll\n"
                  "      for (int i = 0; i < 4; i++) { ah[i] = ts_tf32(qf[kk][i]); al[i] = ts_tf32(qf[kk][i] - __uint_as_float(ah[i])); }\n"
                  if x3 else
                  "      unsigned ah[4];\n"
                  "#pragma unroll\n"
                  "      for (int i = 0; i < 4; i++) ah[i] = ts_tf32(qf[kk][i]);\n")
+        if spec.tile == "qreload":
+            split = split.replace("qf[kk][i]", "qf[0][i]")
         prod = ("        { unsigned bl[2] = {ts_tf32(k0 - __uint_as_float(bh[0])), ts_tf32(k1 - __uint_as_float(bh[1]))};\n"
                 "          ts_mma_tf32_16x8x8(s[n], al, bh); ts_mma_tf32_16x8x8(s[n], ah, bl); }\n" if x3 else "")
         scores = f"""#pragma unroll
@@ -428,7 +445,7 @@ def all_specs() -> list:
                     for causal in (False, True):
                         for sinks in (False, True):
                             for vec in (False, True):
-                                for tile in ("",) + (f16.TILES if not p else ()):
+                                for tile in ("",) + (f16.TILES if not p else ("qreload",)):
                                     s = FlashSpec("full", dt, D, mask, causal, sinks, p, vec, tile)
                                     if takes(s):
                                         out.append(s)
@@ -452,7 +469,7 @@ def launch(dtype: str, q_shape: tuple, q_strides: tuple, k_shape: tuple, k_strid
     vec = aligned((k_strides, v_strides), item)
     spec = FlashSpec("full", dtype, D, mask, bool(causal), bool(sinks),
                      precision if dtype == "float32" else "", vec,
-                     tile if dtype != "float32" else "")
+                     tile)
     ints = {"B": B, "H": H, "Hk": Hk, "L": L, "kL": kL,
             "qsb": q_strides[0], "qsh": q_strides[1], "qsl": q_strides[2],
             "ksb": k_strides[0], "ksh": k_strides[1], "ksl": k_strides[2],

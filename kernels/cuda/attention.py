@@ -437,7 +437,9 @@ def _has_mma() -> bool:
 
 # Which prefill kernel runs, by (precision class, head size): a ``FlashSpec.tile`` (``""``:
 # attention_flash's first loop; for float16 / bfloat16 a name of attention_flash16.TILES, the
-# ldmatrix / cp.async kernel) or None: the GEMM composition. Precision classes: ``half``
+# ldmatrix / cp.async kernel; for float32 ``qreload``, the first loop with the query fragments
+# re-read each key tile: 128 / 167 registers at head 128 with TF32 / 3xTF32 against 206 / 255
+# and spills) or None: the GEMM composition. Precision classes: ``half``
 # (float16, bfloat16), ``tf32`` (float32 with settings.tf32), ``f32x3`` (float32 without).
 # float32: the first loop for heads up to 64, measured on an H100 (BENCHMARKS.md, "The merged
 # tree of 2026-12-07 (third session)"): at head 64 it beat the composition (TF32 (4, 16,
