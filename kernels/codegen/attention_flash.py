@@ -219,9 +219,19 @@ def flash_source(spec: FlashSpec) -> str:
     load = "{}" if f32 else ("__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})")
     mma = "ts_mma_tf32_16x8x8" if f32 else f"ts_mma_{'f16' if spec.dtype == 'float16' else 'bf16'}_16x8x16"
     x3 = spec.precision == "f32x3"
-    pack = "" if f32 else f"""static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
+    two = "__floats2half2_rn" if spec.dtype == "float16" else "__floats2bfloat162_rn"
+    pair = "__half2" if spec.dtype == "float16" else "__nv_bfloat162"
+    pack = "" if f32 else f"""// two floats rounded to {T} (to nearest even), lo in the low 16 bits: one cvt.rn.*x2.f32
+#ifndef TS_CUDA_HOST_SHIM
+static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
+  const {pair} v = {two}(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}}
+#else
+static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
   return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
 }}
+#endif
 """
     if spec.tile and not f32:
         return f16.source(spec, T, mma, PTX + pack, PARAMS, MASK_PARAMS)
