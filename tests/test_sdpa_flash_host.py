@@ -123,6 +123,7 @@ def _inputs(c):
 TILES = ("", "qreload") + af.f16.TILES
 
 
+@pytest.mark.timeout(3600 if EXAMPLES > 14 else 300)  # (the sweep builds a few hundred kernels)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(case(), st.sampled_from(TILES), st.sampled_from([1.0, 1.0, 1.0, -0.5, 0.0]))
 def test_the_fused_kernel_on_the_host_matches_float64_numpy(c, tile, sign):
