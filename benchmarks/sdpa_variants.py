@@ -36,8 +36,8 @@ import tapescope.core as mx  # noqa: E402
 
 PRIM = "ScaledDotProductAttention"
 # the tiles timed by default per head size (the others: --full)
-TILES = {64: ("w4m1k64", "w8m1k64", "w4m2k64", "w4m1k32", "w4m1k128"),
-         128: ("w4m1k64", "w8m1k64", "w4m1k32", "w8m1k32")}
+TILES = {64: ("w4m1k64", "w8m1k64", "w4m2k64", "w4m2k64q", "w4m1k32", "w4m1k128"),
+         128: ("w4m1k64", "w8m1k64", "w4m1k32", "w4m2k32q", "w4m1k64q")}
 
 
 def _queued(L: int) -> int:

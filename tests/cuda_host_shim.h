@@ -265,10 +265,20 @@ static inline const unsigned char* ts_ldsm_row(int w, int m, int r) {
   std::memcpy(&p, ts_b->slot[w + m * 8 + r], sizeof p);
   return p;
 }
+/* ldmatrix phases whose eight rows share a bank group (16-byte chunk index mod 8): bank
+   conflicts on the GPU; cuda_host.launch fails a launch that had any */
+static long ts_ldsm_conflict_count = 0;
+extern "C" long ts_ldsm_conflicts() { long n = ts_ldsm_conflict_count; ts_ldsm_conflict_count = 0; return n; }
 static inline void ts_ldsm_meet(const void* p) {
   if ((uintptr_t)p % 16) abort();
   std::memcpy(ts_b->slot[ts_b->cur], &p, sizeof p);
   ts_yield(2);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane;
+  if (lane < 4) {  /* (one lane a matrix checks it) */
+    unsigned seen = 0;
+    for (int r = 0; r < 8; r++) seen |= 1u << (((uintptr_t)ts_ldsm_row(w, lane, r) >> 4) & 7);
+    if (seen != 0xffu) ts_ldsm_conflict_count++;
+  }
 }
 static inline void ts_ldsm_x4(unsigned* r, const void* p) {
   ts_ldsm_meet(p);

@@ -4,13 +4,16 @@ MLX's CUDA backend takes cuDNN's fused attention for these types,
 mlx/backend/cuda/scaled_dot_product_attention.cpp).
 
 A CTA of ``warps`` warps takes ``16 * mt * warps`` query rows of one (batch, query head);
-warp ``w`` owns ``mt`` blocks of 16 rows and keeps their query fragments (read once from
-global memory), their 16 x ``BK`` score tiles and 16 x D float32 output accumulators in
-registers. Key and value tiles (``BK`` rows) live in shared memory, rows padded by 16 bytes:
-a row is an odd number of 16-byte chunks long, so the eight rows one ``ldmatrix`` phase reads
-(eight consecutive keys at one column) fall in eight distinct groups of four banks, no
-conflicts, for every head size (the same guarantee as CUTLASS's XOR swizzle, at one chunk a
-row of shared memory). Tiles arrive by ``cp.async`` (16 bytes a thread, zero-filled past the
+warp ``w`` owns ``mt`` blocks of 16 rows and keeps their 16 x ``BK`` score tiles and 16 x D
+float32 output accumulators in registers, and their query fragments: in registers (read once
+from global memory), or with a ``q`` tile in shared memory, read by ``ldmatrix`` for each key
+tile (FA2's default: at head 128 the registers then hold two 16-row blocks, 128 rows a CTA
+of 4 warps, without spills). Key and value tiles (``BK`` rows) live in shared memory. Rows
+of a multiple of 64 elements are XOR-swizzled (16-byte chunk ``c`` of row ``r`` at ``c ^ (r %
+8)``, CUTLASS's Swizzle<3, 3, 3>), others padded by one 16-byte chunk (an odd number of chunks
+a row); either way the eight rows one ``ldmatrix`` phase reads (eight consecutive keys or
+queries at one column) fall in eight distinct groups of four banks: no conflicts (the host
+shim counts the phases that have one). Tiles arrive by ``cp.async`` (16 bytes a thread, zero-filled past the
 keys), overlapped as FlashAttention-2 overlaps them: the value tile ``j`` loads while
 ``S = Q Kᵀ`` and the softmax of tile ``j`` run, the key tile ``j + 1`` while ``O += P V`` runs
 (one buffer of each, two waits and two barriers a tile). Layouts whose rows are not 16-byte
@@ -42,17 +45,31 @@ import re
 LOG2E = 1.4426950408889634
 LOWEST = "(-3.402823466e+38f)"
 SMEM = 48 * 1024  # static shared memory a CTA
-# the tile configurations the kernel takes: w<warps>m<16-row blocks a warp>k<keys a tile>
+# the tile configurations the kernel takes: w<warps>m<16-row blocks a warp>k<keys a tile>,
+# a trailing q: the query tile in shared memory too (ldmatrix'd each key tile; FA2's default)
 TILES = ("w4m1k64", "w8m1k64", "w4m2k64", "w4m1k32", "w4m2k32", "w8m1k32", "w4m1k128",
-         "w8m1k128")
+         "w8m1k128", "w4m2k32q", "w4m2k64q", "w4m1k64q")
 
 
 def parse(tile: str) -> tuple:
     """``(warps, mt, BK)`` of a tile name."""
-    m = re.fullmatch(r"w(\d+)m(\d+)k(\d+)", tile)
+    return parse_all(tile)[:3]
+
+
+def parse_all(tile: str) -> tuple:
+    """``(warps, mt, BK, q)`` of a tile name (``q``: the queries in shared memory)."""
+    m = re.fullmatch(r"w(\d+)m(\d+)k(\d+)(q?)", tile)
     if m is None:
         raise ValueError(f"not a tile of the 16-bit fused attention kernel: {tile!r}")
-    return tuple(int(x) for x in m.groups())
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4))
+
+
+def swizzled(head: int) -> bool:
+    """Rows of a multiple of 64 elements (128 bytes) are stored XOR-swizzled (16-byte chunk
+    ``c`` of row ``r`` at ``c ^ (r % 8)``: the eight rows an ldmatrix phase reads at one
+    column land in eight bank groups; CUTLASS's Swizzle<3, 3, 3>, as FA2's shared layouts);
+    others padded by one 16-byte chunk (an odd number of chunks a row: the same guarantee)."""
+    return head % 64 == 0
 
 
 def rows(tile: str) -> int:
@@ -66,15 +83,19 @@ def threads(tile: str) -> int:
 
 
 def smem(head: int, tile: str) -> int:
-    """Bytes of shared memory: one key and one value tile, rows padded by 16 bytes."""
-    return 2 * parse(tile)[2] * (head + 8) * 2
+    """Bytes of shared memory: one key and one value tile (and the query tile for ``q``)."""
+    w, mt, bk, q = parse_all(tile)
+    rs = head if swizzled(head) else head + 8
+    return (2 * bk + (16 * w * mt if q else 0)) * rs * 2
 
 
 def fits(head: int, tile: str) -> bool:
     """Whether ``tile`` takes ``head``: its shared memory fits, and two 16-row blocks a warp
-    only up to head 64 (at 128 their accumulators spill: ptxas, sm_90)."""
+    with the queries in registers only up to head 64 (at 128 their accumulators spill:
+    ptxas, sm_90)."""
+    w, mt, bk, q = parse_all(tile) if tile in TILES else (0, 0, 0, False)
     return (tile in TILES and head % 16 == 0 and smem(head, tile) <= SMEM
-            and (parse(tile)[1] == 1 or head <= 64))
+            and (mt == 1 or head <= 64 or q))
 
 
 PTX = r"""#ifndef TS_CUDA_HOST_SHIM
@@ -113,9 +134,18 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
     functions it shares with ``attention_flash`` (the mma, ``ts_exp2``, ``ts_pack``: two
     floats rounded to ``T``, packed), ``params`` /
     ``mask_params`` the integer parameters' names."""
-    W, MT, BK = parse(spec.tile)
+    W, MT, BK, QS = parse_all(spec.tile)
     D = spec.head
-    NT, BQ, DP = 32 * W, 16 * W * MT, D + 8
+    NT, BQ = 32 * W, 16 * W * MT
+    SW = swizzled(D)
+    RS = D if SW else D + 8  # a shared row's elements
+
+    def at(row: str, col: str, sub: bool = False) -> str:
+        """The shared offset of (row, col): col a multiple of 8 unless ``sub``."""
+        if not SW:
+            return f"({row}) * RS + ({col})"
+        return (f"({row}) * RS + (((({col}) >> 3) ^ (({row}) & 7)) << 3)"
+                + (f" + (({col}) & 7)" if sub else ""))
     mask_t = "bool" if spec.mask == "bool" else T
     load = "__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})"
     args = [f"const {T}* __restrict__ Q", f"const {T}* __restrict__ K", f"const {T}* __restrict__ V"]
@@ -135,6 +165,7 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
     elif spec.mask == "add":
         elem.append(f"x += {LOG2E!r}f * {load.format('mk[j * msk]')};")
     masked = " ".join(elem)
+    row = ("            const long long r = rw + 16 * mi + g + 8 * (i >> 1);\n" if spec.causal else "")
     mask_rows = (f"    mrow[mi][0] = MASK + b * msb + h * msh + (r0 < L ? r0 : L - 1) * msl;\n"
                  f"    mrow[mi][1] = MASK + b * msb + h * msh + (r1 < L ? r1 : L - 1) * msl;\n"
                  if spec.mask != "none" else "")
@@ -154,30 +185,63 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
     if spec.mask != "none":
         edge = " || true"
 
-    def tile(dst: str, src: str, stride: str) -> str:
-        async_ = (f"        for (int i = threadIdx.x; i < BK * (D / 8); i += NT) {{\n"
+    def tile(dst: str, src: str, stride: str, n: str = "BK", lim: str = "kL", ok: str = "vec") -> str:
+        async_ = (f"        for (int i = threadIdx.x; i < {n} * (D / 8); i += NT) {{\n"
                   f"          const int row = i / (D / 8), c = (i % (D / 8)) * 8;\n"
                   f"          const long long j = j0n + row;\n"
-                  f"          ts_cp_async16({dst} + row * DP + c, {src} + (j < kL ? j : 0) * {stride} + c, j < kL);\n"
+                  f"          ts_cp_async16({dst} + {at('row', 'c')}, {src} + (j < {lim} ? j : 0) * {stride} + c, j < {lim});\n"
                   f"        }}\n")
-        plain = (f"        for (int i = threadIdx.x; i < BK * D; i += NT) {{\n"
+        plain = (f"        for (int i = threadIdx.x; i < {n} * D; i += NT) {{\n"
                  f"          const int row = i / D, c = i % D;\n"
                  f"          const long long j = j0n + row;\n"
-                 f"          {dst}[row * DP + c] = j < kL ? {src}[j * {stride} + c] : (unsigned short)0;\n"
+                 f"          {dst}[{at('row', 'c', True)}] = j < {lim} ? {src}[j * {stride} + c] : (unsigned short)0;\n"
                  f"        }}\n")
-        return (f"      if (vec) {{\n{async_}      }} else {{\n{plain}      }}\n"
+        return (f"      if ({ok}) {{\n{async_}      }} else {{\n{plain}      }}\n"
                 "      ts_cp_async_commit();\n")
 
-    def load_tile(dst, src, stride, at):
-        return f"    {{  // the {'key' if dst == 'Ks' else 'value'} tile at {at}\n      const long long j0n = {at};\n" + tile(dst, src, stride) + "    }\n"
+    if QS:  # the query tile by cp.async with the first key tile, its fragments by ldmatrix
+        qdecl = ""
+        qregs = ""
+        qtile = ("  {  // the CTA's query rows (rows past L zero-filled)\n"
+                 "    const unsigned short* qr = (const unsigned short*)(Q + b * qsb + h * qsh);\n"
+                 "    const bool qvec = ((unsigned long long)qr % 16 == 0) && (qsl % 8 == 0);\n"
+                 "    const long long j0n = qb * BQ;\n"
+                 + tile("Qs", "qr", "qsl", "BQ", "L", "qvec")
+                 + "  }\n")
+        qfrag = ("        unsigned qa[MT][4];  // A of the warp's rows 16 mi .., d 16 kk ..: four 8x8 matrices\n"
+                 "#pragma unroll\n"
+                 "        for (int mi = 0; mi < MT; mi++) {\n"
+                 f"          ts_ldsm_x4(qa[mi], Qs + {at('warp * 16 * MT + 16 * mi + (lane & 15)', 'kk * 16 + (lane >> 4) * 8')});\n"
+                 "          qa[mi][0] ^= flip; qa[mi][1] ^= flip; qa[mi][2] ^= flip; qa[mi][3] ^= flip;\n"
+                 "        }\n")
+        qa = "qa[mi]"
+    else:
+        qdecl = "  unsigned qf[MT][D / 16][4];  // A fragments of Q, two 16-bit values a register\n"
+        qregs = """    const unsigned short* q0s = (const unsigned short*)(Q + b * qsb + h * qsh + (r0 < L ? r0 : L - 1) * qsl);
+    const unsigned short* q1s = (const unsigned short*)(Q + b * qsb + h * qsh + (r1 < L ? r1 : L - 1) * qsl);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const int c = kk * 16 + 2 * t;
+      qf[mi][kk][0] = ((unsigned)q0s[c] | ((unsigned)q0s[c + 1] << 16)) ^ flip;
+      qf[mi][kk][1] = ((unsigned)q1s[c] | ((unsigned)q1s[c + 1] << 16)) ^ flip;
+      qf[mi][kk][2] = ((unsigned)q0s[c + 8] | ((unsigned)q0s[c + 9] << 16)) ^ flip;
+      qf[mi][kk][3] = ((unsigned)q1s[c + 8] | ((unsigned)q1s[c + 9] << 16)) ^ flip;
+    }
+"""
+        qtile = qfrag = ""
+        qa = "qf[mi][kk]"
+
+    def load_tile(dst, src, stride, pos):
+        return f"    {{  // the {'key' if dst == 'Ks' else 'value'} tile at {pos}\n      const long long j0n = {pos};\n" + tile(dst, src, stride) + "    }\n"
 
     return ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n" + prelude + PTX + f"""
 extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}) {{
-  constexpr int D = {D}, MT = {MT}, BQ = {BQ}, BK = {BK}, DP = {DP}, NT = {NT};
+  constexpr int D = {D}, MT = {MT}, BQ = {BQ}, BK = {BK}, RS = {RS}, NT = {NT};
   // head size, 16-row blocks a warp, query rows a CTA, keys a tile, a shared row's elements
   const float LOWEST = {LOWEST};
-  __shared__ __align__(16) unsigned short Ks[BK * DP];
-  __shared__ __align__(16) unsigned short Vs[BK * DP];
+  __shared__ __align__(128) unsigned short Ks[BK * RS];
+  __shared__ __align__(128) unsigned short Vs[BK * RS];
+{"  __shared__ __align__(128) unsigned short Qs[BQ * RS];" + chr(10) if QS else ""}
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const long long nqb = (L + BQ - 1) / BQ;
   const long long qb = nqb - 1 - (long long)blockIdx.x % nqb, bh = (long long)blockIdx.x / nqb;  // (the longest causal blocks first)
@@ -190,23 +254,12 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
   float sl = scale * {LOG2E!r}f;
   unsigned flip = 0u;  // (a negative scale: the queries' signs flipped, the scale's dropped)
   if (sl < 0.f) {{ sl = -sl; flip = 0x80008000u; }}
-  unsigned qf[MT][D / 16][4];  // A fragments of Q, two 16-bit values a register
-{mrow_decl}  float o[MT][D / 8][4];
+{qdecl}{mrow_decl}  float o[MT][D / 8][4];
   float m[MT][2], l[MT][2];  // rows g, g + 8 of each block: running max (base 2), the lane's partial sum
 #pragma unroll
   for (int mi = 0; mi < MT; mi++) {{
     const long long r0 = rw + 16 * mi + g, r1 = r0 + 8;
-    const unsigned short* q0s = (const unsigned short*)(Q + b * qsb + h * qsh + (r0 < L ? r0 : L - 1) * qsl);
-    const unsigned short* q1s = (const unsigned short*)(Q + b * qsb + h * qsh + (r1 < L ? r1 : L - 1) * qsl);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {{
-      const int c = kk * 16 + 2 * t;
-      qf[mi][kk][0] = ((unsigned)q0s[c] | ((unsigned)q0s[c + 1] << 16)) ^ flip;
-      qf[mi][kk][1] = ((unsigned)q1s[c] | ((unsigned)q1s[c + 1] << 16)) ^ flip;
-      qf[mi][kk][2] = ((unsigned)q0s[c + 8] | ((unsigned)q0s[c + 9] << 16)) ^ flip;
-      qf[mi][kk][3] = ((unsigned)q1s[c + 8] | ((unsigned)q1s[c + 9] << 16)) ^ flip;
-    }}
-{mask_rows}#pragma unroll
+{qregs}{mask_rows}#pragma unroll
     for (int dn = 0; dn < D / 8; dn++) o[mi][dn][0] = o[mi][dn][1] = o[mi][dn][2] = o[mi][dn][3] = 0.f;
     m[mi][0] = m[mi][1] = LOWEST;
     l[mi][0] = l[mi][1] = 0.f;
@@ -214,7 +267,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
 {kend}  // ldmatrix's row addresses: lane i reads row i % 8 of matrix i / 8
   const int krow = (lane >> 4) * 8 + (lane & 7), kcol = ((lane >> 3) & 1) * 8;  // K: (keys +8, d +8)
   const int vrow = ((lane >> 3) & 1) * 8 + (lane & 7), vcol = (lane >> 4) * 8;  // V: (keys +8, d +8)
-  if (kend > 0) {{
+{qtile}  if (kend > 0) {{
 {load_tile("Ks", "kr", "ksl", "0")}  }}
   for (long long j0 = 0; j0 < kend; j0 += BK) {{
     ts_cp_async_wait_all();
@@ -226,14 +279,14 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
       for (int n = 0; n < BK / 8; n++) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {{
-#pragma unroll
+{qfrag}#pragma unroll
       for (int np = 0; np < BK / 16; np++) {{  // Kᵀ of keys 16 np .. 16 np + 15: two B operands
         unsigned kb[4];
-        ts_ldsm_x4(kb, Ks + (np * 16 + krow) * DP + kk * 16 + kcol);
+        ts_ldsm_x4(kb, Ks + {at("np * 16 + krow", "kk * 16 + kcol")});
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {{
-          {mma}(s[mi][2 * np], qf[mi][kk], kb);
-          {mma}(s[mi][2 * np + 1], qf[mi][kk], kb + 2);
+          {mma}(s[mi][2 * np], {qa}, kb);
+          {mma}(s[mi][2 * np + 1], {qa}, kb + 2);
         }}
       }}
     }}
@@ -248,8 +301,8 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
         for (int i = 0; i < 4; i++) {{
           if (edge) {{
             float x = s[mi][n][i] * sl;
-            const long long j = j0 + n * 8 + 2 * t + (i & 1), r = rw + 16 * mi + g + 8 * (i >> 1);
-{mk}            if (j >= kL) x = __int_as_float(0xff800000);
+            const long long j = j0 + n * 8 + 2 * t + (i & 1);
+{row}{mk}            if (j >= kL) x = __int_as_float(0xff800000);
             else {{ {masked} }}
             s[mi][n][i] = x;
           }}
@@ -296,7 +349,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
 #pragma unroll
       for (int dp = 0; dp < D / 16; dp++) {{  // V of keys 16 c .. 16 c + 15, d 16 dp ..: two B operands
         unsigned vb[4];
-        ts_ldsm_x4_t(vb, Vs + (c * 16 + vrow) * DP + dp * 16 + vcol);
+        ts_ldsm_x4_t(vb, Vs + {at("c * 16 + vrow", "dp * 16 + vcol")});
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {{
           {mma}(o[mi][2 * dp], p[mi], vb);

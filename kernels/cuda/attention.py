@@ -446,8 +446,11 @@ def _has_mma() -> bool:
 # 2048, 2048) 1.26 ms against 2.06, 8192 keys 14.4 against 26.4), at 128 it lost (2.97
 # against 2.06; 45.7 against 28.4 at 8192; 3xTF32 6.08 against 4.29). The half types' tiles
 # are not measured yet: benchmarks/sdpa_variants.py times every tile against the first loop,
-# the composition and PyTorch on the GPU, and prints the entries to put here.
-FLASH = {**{("half", h): ("w4m2k64" if h <= 64 else "w4m1k64") for h in attention_flash.HEADS},
+# the composition and PyTorch on the GPU, and prints the entries to put here; until then they
+# take FlashAttention-2's forward configurations (128 query rows a CTA of 4 warps: 64-key
+# tiles at heads up to 64, 32-key tiles with the queries in shared memory at 128).
+FLASH = {**{("half", h): ("w4m2k64" if h <= 64 else "w4m2k32q" if h == 128 else "w4m1k64")
+            for h in attention_flash.HEADS},
          **{(p, h): ("" if h <= 64 else None) for p in ("tf32", "f32x3") for h in attention_flash.HEADS}}
 
 
