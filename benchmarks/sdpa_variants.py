@@ -163,7 +163,7 @@ def main():
                     elif dtype == "float16" and not args.full:
                         if L > 2048:
                             continue
-                        variants = ["first", attention.FLASH["half", D] or "w4m1k64", "composed"]
+                        variants = [attention.FLASH["half", D] or "w4m1k64", "composed"]
                     else:
                         tiles = [t for t in (f16.TILES if args.full else TILES.get(D, f16.TILES))
                                  if f16.fits(D, t)]
