@@ -34,6 +34,12 @@ float32's lowest, an additive one is added (both read through their strides, bro
 ``(B, H, L, kL)``); ``sinks`` start a row's max at the sink's logit and its sum at 1;
 grouped heads read key head ``h / (H / Hk)``. Keys past ``kL`` weigh nothing.
 
+``FlashSpec.tile`` picks a variant: for float16 / bfloat16 a tile of ``attention_flash16``
+(the same loop on ``ldmatrix`` / ``cp.async``, swizzled shared rows, 64 or 128 query rows a
+CTA, the queries optionally in shared memory); for float32 ``qreload`` (the query fragments
+re-read from L1 each key tile instead of held in registers: head 128 without spills).
+``cuda/attention.py``'s ``FLASH`` table says which runs.
+
 The tensor-core operations are device functions (``ts_mma_tf32_16x8x8``,
 ``ts_mma_bf16_16x8x16``, ``ts_mma_f16_16x8x16``, ``ts_tf32``), inline PTX on the GPU; the
 host shim (tests/cuda_host_shim.h, ``TS_CUDA_HOST_SHIM``) gives warp-collective emulations
