@@ -170,7 +170,7 @@ NVCC_SPECS = sweep([af.FlashSpec("full", "float32", 64, "none", False, False, "t
                     af.FlashSpec("full", "bfloat16", 128, "none", False, False, "", True, "w4m2k32q"),
                     af.FlashSpec("full", "float16", 48, "bool", False, True, "", True, "w8m1k64"),
                     af.FlashSpec("full", "float16", 64, "add", True, False, "", False, "w4m1k128"),
-                    af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True, "qreload"),
+                    af.FlashSpec("full", "float32", 128, "add", True, False, "f32x3", True, "qreload"),
                     af.FlashSpec("full", "float32", 128, "none", False, False, "tf32", False, "qreload")],
                    [af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
                     af.FlashSpec("full", "bfloat16", 64, "none", False, False, "", True, "w4m2k64")])
