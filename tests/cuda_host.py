@@ -68,3 +68,10 @@ def launch(lib, name: str, grid: int, block: int, args: list) -> None:
     fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
     if fn(grid, block, params) != 0:
         raise RuntimeError(f"{name}: threads of a block wait at different meetings")
+    conflicts = getattr(lib, "ts_ldsm_conflicts", None)
+    if conflicts is not None:
+        conflicts.restype = ctypes.c_long
+        n = conflicts()
+        if n:
+            raise RuntimeError(f"{name}: {n} ldmatrix phases with a bank conflict (eight rows "
+                               "not in eight 16-byte bank groups)")

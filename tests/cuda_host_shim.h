@@ -8,14 +8,18 @@
  * at a time). Half types: __half through _Float16, __nv_bfloat16 as its 16 bits rounded to
  * nearest even. Atomics are plain read-modify-writes (a fiber yields only at a meeting).
  * Fast intrinsics are their libm functions (__expf is expf): values match a
- * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs. */
+ * GPU's to its intrinsics' error, no closer; nothing here says how fast a GPU runs.
+ * Tensor-core kernels' device functions (below): mma.sync and ldmatrix as warp collectives,
+ * cp.async as copies queued per thread that land at its wait. */
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <ucontext.h>
 #include <utility>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -62,6 +66,7 @@ static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); retur
 static inline float __fdividef(float a, float b) { return a / b; }
 
 /* ---- a block as fibers ------------------------------------------------------------- */
+struct ts_copy { void* dst; const void* src; bool ok; };
 struct ts_block {
   ucontext_t main;
   ucontext_t* ctx = nullptr;
@@ -70,6 +75,7 @@ struct ts_block {
   int n = 0, cur = -1;
   unsigned char (*slot)[16] = nullptr;
   uint32_t (*frag)[8] = nullptr;  /* a lane's mma operands (tensor-core emulation) */
+  std::vector<struct ts_copy>* copies = nullptr;  /* a thread's cp.async copies not yet waited on */
 };
 static ts_block* ts_b = nullptr;
 
@@ -117,12 +123,14 @@ static int ts_launch(unsigned grid, unsigned block, ts_kernel_fn fn, void** args
   b.state = new int[block];
   b.slot = new unsigned char[block][16];
   b.frag = new uint32_t[block][8];
+  b.copies = new std::vector<ts_copy>[block];
   ts_b = &b;
   int rc = 0;
   for (unsigned g = 0; g < grid && rc == 0; ++g) {
     blockIdx.x = g;
     for (int i = 0; i < b.n; ++i) {
       b.state[i] = 0;
+      b.copies[i].clear();  /* (a block's copies never waited on land nowhere) */
       getcontext(&b.ctx[i]);
       b.ctx[i].uc_stack.ss_sp = b.stacks + (size_t)i * stack;
       b.ctx[i].uc_stack.ss_size = stack;
@@ -162,7 +170,7 @@ static int ts_launch(unsigned grid, unsigned block, ts_kernel_fn fn, void** args
     }
   }
   ts_b = nullptr;
-  delete[] b.ctx; delete[] b.stacks; delete[] b.state; delete[] b.slot; delete[] b.frag;
+  delete[] b.ctx; delete[] b.stacks; delete[] b.state; delete[] b.slot; delete[] b.frag; delete[] b.copies;
   return rc;
 }
 
@@ -194,6 +202,7 @@ static inline unsigned ts_tf32(float x) {  /* cvt.rna.tf32.f32: to nearest, ties
   return (u + 0x1000u) & 0xffffe000u;
 }
 static inline float ts_exp2(float x) { return exp2f(x); }
+static inline float ts_ldg_f32(const float* p) { return *p; }
 static inline unsigned short ts_bits(__half x) { uint16_t u; std::memcpy(&u, &x.h, 2); return u; }
 static inline unsigned short ts_bits(__nv_bfloat16 x) { return x.b; }
 
@@ -246,3 +255,61 @@ static inline void ts_mma_bf16_16x8x16(float* d, const unsigned* a, const unsign
   ts_mma_16x8x16<__nv_bfloat16>(d, a, b); }
 static inline void ts_mma_f16_16x8x16(float* d, const unsigned* a, const unsigned* b) {
   ts_mma_16x8x16<__half>(d, a, b); }
+
+/* ---- ldmatrix: four 8x8 16-bit matrices as a warp collective ----------------------------
+ * Lane i leaves the address of row i % 8 of matrix i / 8 (16 bytes, 16-byte aligned, else
+ * abort: the GPU faults) in its slot; the warp meets; register m of lane (g, t) gets matrix
+ * m's row g, columns 2t, 2t + 1 (.trans: rows 2t, 2t + 1 of column g, row 2t low). */
+static inline const unsigned char* ts_ldsm_row(int w, int m, int r) {
+  const unsigned char* p;
+  std::memcpy(&p, ts_b->slot[w + m * 8 + r], sizeof p);
+  return p;
+}
+/* ldmatrix phases whose eight rows share a bank group (16-byte chunk index mod 8): bank
+   conflicts on the GPU; cuda_host.launch fails a launch that had any */
+static long ts_ldsm_conflict_count = 0;
+extern "C" long ts_ldsm_conflicts() { long n = ts_ldsm_conflict_count; ts_ldsm_conflict_count = 0; return n; }
+static inline void ts_ldsm_meet(const void* p) {
+  if ((uintptr_t)p % 16) abort();
+  std::memcpy(ts_b->slot[ts_b->cur], &p, sizeof p);
+  ts_yield(2);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane;
+  if (lane < 4) {  /* (one lane a matrix checks it) */
+    unsigned seen = 0;
+    for (int r = 0; r < 8; r++) seen |= 1u << (((uintptr_t)ts_ldsm_row(w, lane, r) >> 4) & 7);
+    if (seen != 0xffu) ts_ldsm_conflict_count++;
+  }
+}
+static inline void ts_ldsm_x4(unsigned* r, const void* p) {
+  ts_ldsm_meet(p);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane, g = lane >> 2, t = lane & 3;
+  for (int m = 0; m < 4; m++) std::memcpy(&r[m], ts_ldsm_row(w, m, g) + 4 * t, 4);
+  ts_yield(2);
+}
+static inline void ts_ldsm_x4_t(unsigned* r, const void* p) {
+  ts_ldsm_meet(p);
+  int lane = ts_b->cur & 31, w = ts_b->cur - lane, g = lane >> 2, t = lane & 3;
+  for (int m = 0; m < 4; m++) {
+    uint16_t lo, hi;
+    std::memcpy(&lo, ts_ldsm_row(w, m, 2 * t) + 2 * g, 2);
+    std::memcpy(&hi, ts_ldsm_row(w, m, 2 * t + 1) + 2 * g, 2);
+    r[m] = (unsigned)lo | ((unsigned)hi << 16);
+  }
+  ts_yield(2);
+}
+
+/* ---- cp.async: a thread's copies are queued and land at its wait ---------------------
+ * (16 bytes, both ends 16-byte aligned, else abort; zeros where !ok), so a kernel that
+ * reads a tile before its wait and barrier reads the old contents, as a GPU may. */
+static inline void ts_cp_async16(void* s, const void* g, bool ok) {
+  if ((uintptr_t)s % 16 || (ok && (uintptr_t)g % 16)) abort();
+  ts_b->copies[ts_b->cur].push_back(ts_copy{s, g, ok});
+}
+static inline void ts_cp_async_commit() {}
+static inline void ts_cp_async_wait_all() {
+  for (const ts_copy& c : ts_b->copies[ts_b->cur]) {
+    if (c.ok) std::memcpy(c.dst, c.src, 16);
+    else std::memset(c.dst, 0, 16);
+  }
+  ts_b->copies[ts_b->cur].clear();
+}

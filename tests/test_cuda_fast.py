@@ -398,7 +398,7 @@ def test_gpu_sdpa_prefill_is_the_fused_kernel_and_matches_float64_numpy(c):
                                        atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
         # (the GEMM composition: no fused plan; causal with fewer keys than queries is the
         # op's composition, as MLX's mlx/fast.cpp, no ScaledDotProductAttention node at all)
-        if D not in attention.FLASH_HEADS or (mask == "causal" and kL < L):
+        if attention.flash_tile(dtype, D) is None or (mask == "causal" and kL < L):
             assert not _flash_plans()
             return
         (plan,) = _flash_plans()
@@ -414,6 +414,7 @@ def test_gpu_sdpa_prefill_at_the_benchmark_shape_is_one_fused_launch(D, dtype, t
     """benchmarks/fast_ops.py's prefill rows, (4, 16, 2048, 2048, D): one launch of the fused
     kernel (TF32 or 3xTF32 for float32 as ``settings.tf32``), two heads of it against float64
     numpy."""
+    from tapescope.kernels.codegen import attention_flash as af
     from tapescope.kernels.settings import settings as ts
     from tapescope.kernels.cuda import attention
 
@@ -437,11 +438,12 @@ def test_gpu_sdpa_prefill_at_the_benchmark_shape_is_one_fused_launch(D, dtype, t
                                 D ** -0.5, None, causal)
                 np.testing.assert_allclose(got[b:b + 1, h:h + 1], want, rtol=tol,
                                            atol=tol * max(1.0, np.abs(want).max()))
-        if D not in attention.FLASH_HEADS:  # (the GEMM composition: no fused plan)
+        if attention.flash_tile(dtype, D) is None:  # (the GEMM composition: no fused plan)
             assert not _flash_plans()
             return
         (plan,) = _flash_plans()
-        assert plan.name.startswith("sdpa_flash_") and plan.grid == 4 * 16 * 2048 // 64
+        assert plan.name.startswith("sdpa_flash_")
+        assert plan.grid == af.grid(4, 16, 2048, af.rows(plan.entry.tape))
 
 
 @pytest.fixture(scope="module")

@@ -55,15 +55,15 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint16) if a.dtype.itemsize == 2 else a
 
 
-def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision=""):
+def run_flash(q, k, v, scale, mask=None, causal=False, sinks=None, precision="", tile=""):
     """The fused kernel over these host arrays (any strides, unit-stride head rows), as the
-    CUDA plan launches it (``attention_flash.launch``)."""
+    CUDA plan launches it (``attention_flash.launch``; ``tile``: the half types' kernel)."""
     B, H, L, D = q.shape
     kind = "none" if mask is None else "bool" if mask.dtype == np.bool_ else "add"
     spec, ints, grid, block = af.launch(q.dtype.name, q.shape, _elem_strides(q), k.shape,
                                         _elem_strides(k), _elem_strides(v), kind,
                                         None if mask is None else _elem_strides(mask),
-                                        causal, sinks is not None, precision)
+                                        causal, sinks is not None, precision, tile)
     out = np.full((B, H, L, D), np.nan, q.dtype)
     bufs = {"q": _bits(q), "k": _bits(k), "v": _bits(v), "out": _bits(out)}
     if mask is not None:
@@ -118,17 +118,30 @@ def _inputs(c):
     return q, k, v, m, s
 
 
+# the kernels: the first loop (""), float32's with the queries re-read each tile, each tile of
+# the half types' attention_flash16
+TILES = ("", "qreload") + af.f16.TILES
+
+
+@pytest.mark.timeout(3600 if EXAMPLES > 14 else 300)  # (the sweep builds a few hundred kernels)
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(case())
-def test_the_fused_kernel_on_the_host_matches_float64_numpy(c):
+@given(case(), st.sampled_from(TILES), st.sampled_from([1.0, 1.0, 1.0, -0.5, 0.0]))
+def test_the_fused_kernel_on_the_host_matches_float64_numpy(c, tile, sign):
+    """(``tile``: ``qreload`` for float32, the others for float16 / bfloat16 where they fit
+    the head size; ``sign`` times
+    D^-0.5 is the scale: a negative scale flips the ldmatrix kernel's query signs, zero
+    averages the values.)"""
     dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, _ = c
+    half = tile not in ("", "qreload")
+    tile = tile if (dtype == "float32") != half and (not half or af.f16.fits(D, tile)) else ""
     q, k, v, m, s = _inputs(c)
     qa, ka, va = (_layout(a, layout) for a in (q, k, v))
-    got = run_flash(qa, ka, va, D ** -0.5, m, mask == "causal", s, precision)
-    want = ref(q, k, v, D ** -0.5, m, mask == "causal", s)
+    scale = sign * D ** -0.5
+    got = run_flash(qa, ka, va, scale, m, mask == "causal", s, precision, tile)
+    want = ref(q, k, v, scale, m, mask == "causal", s)
     tol = TOL[dtype, precision]
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol,
-                               atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+                               atol=tol * max(1.0, np.abs(want).max()), err_msg=str((c, tile, sign)))
 
 
 def test_full_float32_is_more_accurate_than_tf32():
@@ -151,9 +164,16 @@ NVCC_SPECS = sweep([af.FlashSpec("full", "float32", 64, "none", False, False, "t
                     af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
                     af.FlashSpec("full", "float32", 96, "bool", False, False, "tf32", False),
                     af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True),
-                    af.FlashSpec("full", "float16", 80, "add", False, False, "", True)],
+                    af.FlashSpec("full", "float16", 80, "add", False, False, "", True),
+                    af.FlashSpec("full", "bfloat16", 64, "none", False, False, "", True, "w4m2k64"),
+                    af.FlashSpec("full", "float16", 128, "bool", True, True, "", True, "w4m1k64"),
+                    af.FlashSpec("full", "bfloat16", 128, "none", False, False, "", True, "w4m2k32q"),
+                    af.FlashSpec("full", "float16", 48, "bool", False, True, "", True, "w8m1k64"),
+                    af.FlashSpec("full", "float16", 64, "add", True, False, "", False, "w4m1k128"),
+                    af.FlashSpec("full", "float32", 128, "add", True, False, "f32x3", True, "qreload"),
+                    af.FlashSpec("full", "float32", 128, "none", False, False, "tf32", False, "qreload")],
                    [af.FlashSpec("full", "float32", 128, "add", True, True, "f32x3", True),
-                    af.FlashSpec("full", "bfloat16", 128, "bool", True, True, "", True)])
+                    af.FlashSpec("full", "bfloat16", 64, "none", False, False, "", True, "w4m2k64")])
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
@@ -172,4 +192,4 @@ def test_the_fused_kernel_compiles_for_sm_90_without_spills(spec, tmp_path):
     spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
     smem = int(re.search(r"(\d+) bytes smem", r.stderr).group(1))
     assert smem <= 48 * 1024
-    assert (spill > 0) == (spec.precision == "f32x3" and spec.head > 64), r.stderr
+    assert (spill > 0) == (spec.precision == "f32x3" and spec.head > 64 and not spec.tile), r.stderr

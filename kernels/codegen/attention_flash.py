@@ -34,6 +34,12 @@ float32's lowest, an additive one is added (both read through their strides, bro
 ``(B, H, L, kL)``); ``sinks`` start a row's max at the sink's logit and its sum at 1;
 grouped heads read key head ``h / (H / Hk)``. Keys past ``kL`` weigh nothing.
 
+``FlashSpec.tile`` picks a variant: for float16 / bfloat16 a tile of ``attention_flash16``
+(the same loop on ``ldmatrix`` / ``cp.async``, swizzled shared rows, 64 or 128 query rows a
+CTA, the queries optionally in shared memory); for float32 ``qreload`` (the query fragments
+re-read from L1 each key tile instead of held in registers: head 128 without spills).
+``cuda/attention.py``'s ``FLASH`` table says which runs.
+
 The tensor-core operations are device functions (``ts_mma_tf32_16x8x8``,
 ``ts_mma_bf16_16x8x16``, ``ts_mma_f16_16x8x16``, ``ts_tf32``), inline PTX on the GPU; the
 host shim (tests/cuda_host_shim.h, ``TS_CUDA_HOST_SHIM``) gives warp-collective emulations
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import attention_flash16 as f16
 from .attention_kernels import SdpaSpec
 from .c_ops import Unsupported
 
@@ -67,15 +74,23 @@ class FlashSpec(SdpaSpec):
     """One fused prefill kernel: ``SdpaSpec``'s fields (mode ``full``: the CPU's C is the
     tiled kernel of the same semantics), ``precision`` (float32: ``tf32`` or ``f32x3``;
     ``""`` for the half types) and ``vec`` (16-byte tile loads where the keys' and values'
-    strides allow them; the kernel takes them where the call's base addresses do too)."""
+    strides allow them; the kernel takes them where the call's base addresses do too),
+    ``tile``: for float16 / bfloat16, ``""`` is this module's loop (scalar fragment loads,
+    64 query rows, no pipelining), a name of ``attention_flash16.TILES`` that module's kernel
+    (ldmatrix, cp.async, its warps, rows and key tile); for float32, ``qreload`` re-reads the
+    query fragments from global memory (L1) for each key tile instead of holding them in
+    registers (at head 128: 64 registers a thread fewer, no spills with 3xTF32)."""
 
     precision: str = ""
     vec: bool = False
+    tile: str = ""
 
     @property
     def name(self) -> str:
         p = f"_{self.precision}" if self.precision else ""
-        return (f"sdpa_flash_{self.dtype}{p}_bq{BQ}_bk{tile_keys(self)}_bd{self.head}"
+        if self.tile:
+            p += f"_{self.tile}"
+        return (f"sdpa_flash_{self.dtype}{p}_bq{rows(self)}_bk{tile_keys(self)}_bd{self.head}"
                 + ("_vec" if self.vec else "")
                 + {"none": "", "bool": "_boolmask", "add": "_floatmask"}[self.mask]
                 + ("_causal" if self.causal else "") + ("_sinks" if self.sinks else ""))
@@ -94,14 +109,30 @@ class FlashSpec(SdpaSpec):
 
 def takes(spec: FlashSpec) -> bool:
     """Whether the fused kernel takes ``spec``: a head size of ``HEADS``, one of ``TYPES``,
-    float32 with a precision named."""
+    float32 with a precision named; a ``tile`` for the half types one that fits the head
+    size, for float32 ``qreload``."""
     return (spec.head in HEADS and spec.dtype in TYPES
             and (spec.precision in ("tf32", "f32x3")) == (spec.dtype == "float32")
-            and (spec.precision == "" or spec.dtype == "float32"))
+            and (spec.precision == "" or spec.dtype == "float32")
+            and (not spec.tile or (spec.tile == "qreload" if spec.dtype == "float32"
+                                   else f16.fits(spec.head, spec.tile))))
+
+
+def rows(spec) -> int:
+    """Query rows a CTA."""
+    return f16.rows(spec.tile) if spec.tile and spec.dtype != "float32" else BQ
+
+
+def threads(spec) -> int:
+    """Threads a CTA."""
+    return f16.threads(spec.tile) if spec.tile and spec.dtype != "float32" else THREADS
 
 
 def tile_keys(spec) -> int:
-    """Keys a tile: 64, or 32 / 16 where two tiles of 64 would pass ``SMEM``."""
+    """Keys a tile: the ``tile``'s, else 64, or 32 / 16 where two tiles of 64 would pass
+    ``SMEM``."""
+    if spec.tile and spec.dtype != "float32":
+        return f16.parse(spec.tile)[2]
     item = 4 if spec.dtype == "float32" else 2
     dp = spec.head + (4 if item == 4 else 8)
     bk = 64
@@ -123,9 +154,9 @@ def params(spec) -> list:
     return ps + [("float", "scale")]
 
 
-def grid(B: int, H: int, L: int) -> int:
-    """CTAs of a call: one per ``BQ`` query rows of each (batch, head)."""
-    return B * H * -(-L // BQ)
+def grid(B: int, H: int, L: int, bq: int = BQ) -> int:
+    """CTAs of a call: one per ``bq`` query rows of each (batch, head)."""
+    return B * H * -(-L // bq)
 
 
 PTX = r"""#ifndef TS_CUDA_HOST_SHIM
@@ -153,6 +184,12 @@ static __device__ __forceinline__ void ts_mma_f16_16x8x16(float* d, const unsign
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// a read-only global load the compiler keeps in the loop (not hoisted into registers)
+static __device__ __forceinline__ float ts_ldg_f32(const float* p) {
+  float r;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
+  return r;
 }
 static __device__ __forceinline__ float ts_exp2(float x) {
   float r;
@@ -188,6 +225,22 @@ def flash_source(spec: FlashSpec) -> str:
     load = "{}" if f32 else ("__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})")
     mma = "ts_mma_tf32_16x8x8" if f32 else f"ts_mma_{'f16' if spec.dtype == 'float16' else 'bf16'}_16x8x16"
     x3 = spec.precision == "f32x3"
+    two = "__floats2half2_rn" if spec.dtype == "float16" else "__floats2bfloat162_rn"
+    pair = "__half2" if spec.dtype == "float16" else "__nv_bfloat162"
+    pack = "" if f32 else f"""// two floats rounded to {T} (to nearest even), lo in the low 16 bits: one cvt.rn.*x2.f32
+#ifndef TS_CUDA_HOST_SHIM
+static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
+  const {pair} v = {two}(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}}
+#else
+static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
+  return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
+}}
+#endif
+"""
+    if spec.tile and not f32:
+        return f16.source(spec, T, mma, PTX + pack, PARAMS, MASK_PARAMS)
 
     # the query fragments, the scores, the output
     if f32:
@@ -198,13 +251,21 @@ def flash_source(spec: FlashSpec) -> str:
     qf[kk][2] = q0p[kk * 8 + 2 * t + 1]; qf[kk][3] = q1p[kk * 8 + 2 * t + 1];
   }
 """
-        split = ("      unsigned ah[4], al[4];\n"
+        if spec.tile == "qreload":  # (re-read each tile from L1: 64 registers at head 128)
+            qload = "  // the query fragments: re-read for each key tile (ts_ldg_f32, L1-resident)\n"
+            split = ("      const float qf[1][4] = {{ts_ldg_f32(q0p + kk * 8 + 2 * t), ts_ldg_f32(q1p + kk * 8 + 2 * t),\n"
+                     "                               ts_ldg_f32(q0p + kk * 8 + 2 * t + 1), ts_ldg_f32(q1p + kk * 8 + 2 * t + 1)}};\n")
+        else:
+            split = ""
+        split += ("      unsigned ah[4], al[4];\n"
                  "#pragma unroll\n"
                  "      for (int i = 0; i < 4; i++) { ah[i] = ts_tf32(qf[kk][i]); al[i] = ts_tf32(qf[kk][i] - __uint_as_float(ah[i])); }\n"
                  if x3 else
                  "      unsigned ah[4];\n"
                  "#pragma unroll\n"
                  "      for (int i = 0; i < 4; i++) ah[i] = ts_tf32(qf[kk][i]);\n")
+        if spec.tile == "qreload":
+            split = split.replace("qf[kk][i]", "qf[0][i]")
         prod = ("        { unsigned bl[2] = {ts_tf32(k0 - __uint_as_float(bh[0])), ts_tf32(k1 - __uint_as_float(bh[1]))};\n"
                 "          ts_mma_tf32_16x8x8(s[n], al, bh); ts_mma_tf32_16x8x8(s[n], ah, bl); }\n" if x3 else "")
         scores = f"""#pragma unroll
@@ -269,10 +330,6 @@ def flash_source(spec: FlashSpec) -> str:
         {mma}(o[dn], p, b);
       }}
     }}
-"""
-    pack = "" if f32 else f"""static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
-  return (unsigned)ts_bits({STORE[spec.dtype].format('lo')}) | ((unsigned)ts_bits({STORE[spec.dtype].format('hi')}) << 16);
-}}
 """
     # the score element (row r, key j) as its softmax sees it
     elem = []
@@ -404,7 +461,10 @@ def all_specs() -> list:
                     for causal in (False, True):
                         for sinks in (False, True):
                             for vec in (False, True):
-                                out.append(FlashSpec("full", dt, D, mask, causal, sinks, p, vec))
+                                for tile in ("",) + (f16.TILES if not p else ("qreload",)):
+                                    s = FlashSpec("full", dt, D, mask, causal, sinks, p, vec, tile)
+                                    if takes(s):
+                                        out.append(s)
     return out
 
 
@@ -416,19 +476,20 @@ def aligned(strides, item: int) -> bool:
 
 def launch(dtype: str, q_shape: tuple, q_strides: tuple, k_shape: tuple, k_strides: tuple,
            v_strides: tuple, mask: str, mask_strides, causal: bool, sinks: bool,
-           precision: str) -> tuple:
+           precision: str, tile: str = "") -> tuple:
     """``(spec, ints, grid, block)`` of one call (strides in elements, each input's last 1;
-    ``mask``: ``none``, ``bool``, ``add``)."""
+    ``mask``: ``none``, ``bool``, ``add``; ``tile``: the half types' kernel, ``FlashSpec``'s)."""
     B, H, L, D = (int(n) for n in q_shape)
     Hk, kL = int(k_shape[1]), int(k_shape[2])
     item = 4 if dtype == "float32" else 2
     vec = aligned((k_strides, v_strides), item)
     spec = FlashSpec("full", dtype, D, mask, bool(causal), bool(sinks),
-                     precision if dtype == "float32" else "", vec)
+                     precision if dtype == "float32" else "", vec,
+                     tile)
     ints = {"B": B, "H": H, "Hk": Hk, "L": L, "kL": kL,
             "qsb": q_strides[0], "qsh": q_strides[1], "qsl": q_strides[2],
             "ksb": k_strides[0], "ksh": k_strides[1], "ksl": k_strides[2],
             "vsb": v_strides[0], "vsh": v_strides[1], "vsl": v_strides[2]}
     if mask != "none":
         ints.update(zip(MASK_PARAMS, mask_strides))
-    return spec, ints, grid(B, H, L), THREADS
+    return spec, ints, grid(B, H, L, rows(spec)), threads(spec)

@@ -22,8 +22,9 @@ query rows a CTA over key / value tiles in shared memory, the online softmax in 
 ``mma.sync`` on the tensor cores: TF32 for float32 where ``settings.tf32``, 3xTF32 (float32's
 accuracy) where not, float16 / bfloat16 in their own 16 bits with float32 accumulation),
 planned once per layout (``flash_plan``: a ``KernelPlan``, later calls launched by the eval
-loop from C), on devices with ``mma.sync`` (sm_80 on), head sizes of ``FLASH_HEADS``
-(``attention_flash.HEADS`` up to 64), inputs it reads in place (``attention.call_in_place``); a float32
+loop from C), on devices with ``mma.sync`` (sm_80 on), the kernel and tile ``FLASH`` names for
+the call's precision and head size (float16 / bfloat16: ``codegen/attention_flash16.py``'s
+ldmatrix / cp.async kernel), inputs it reads in place (``attention.call_in_place``); a float32
 plan is dropped when ``settings.tf32`` changes. The other prefill calls (a head size it does
 not take, a layout the kernel would need a copy of, an older GPU) run MLX's fallback
 composition as its CUDA backend runs it for float32 (mlx/fast.cpp: ``matmul``, ``softmax(precise=True)``, ``matmul``; cuDNN's fused
@@ -434,13 +435,34 @@ def _has_mma() -> bool:
         return False
 
 
-# The head sizes prefill takes the fused kernel for: those of attention_flash.HEADS up to 64.
-# Measured on an H100 (BENCHMARKS.md, "The merged tree of 2026-12-07 (third session)"): at
-# head 64 the kernel beat the GEMM composition (TF32 (4, 16, 2048, 2048) 1.26 ms against its
-# 2.06, 8192 keys 14.4 against 26.4); at head 128 it lost (2.97 against 2.06; 45.7 against
-# 28.4 at 8192: 206 registers a thread with TF32, 255 and spills with 3xTF32), so the
-# composition runs there until the kernel's larger heads are tuned.
-FLASH_HEADS = tuple(h for h in attention_flash.HEADS if h <= 64)
+# Which prefill kernel runs, by (precision class, head size): a ``FlashSpec.tile`` (``""``:
+# attention_flash's first loop; for float16 / bfloat16 a name of attention_flash16.TILES, the
+# ldmatrix / cp.async kernel; for float32 ``qreload``, the first loop with the query fragments
+# re-read each key tile: 128 / 167 registers at head 128 with TF32 / 3xTF32 against 206 / 255
+# and spills) or None: the GEMM composition. Precision classes: ``half``
+# (float16, bfloat16), ``tf32`` (float32 with settings.tf32), ``f32x3`` (float32 without).
+# float32: the first loop for heads up to 64, measured on an H100 (BENCHMARKS.md, "The merged
+# tree of 2026-12-07 (third session)"): at head 64 it beat the composition (TF32 (4, 16,
+# 2048, 2048) 1.26 ms against 2.06, 8192 keys 14.4 against 26.4), at 128 it lost (2.97
+# against 2.06; 45.7 against 28.4 at 8192; 3xTF32 6.08 against 4.29). The half types' tiles
+# are not measured yet: benchmarks/sdpa_variants.py times every tile against the first loop,
+# the composition and PyTorch on the GPU, and prints the entries to put here; until then they
+# take FlashAttention-2's forward configurations (128 query rows a CTA of 4 warps: 64-key
+# tiles at heads up to 64, 32-key tiles with the queries in shared memory at 128).
+FLASH = {**{("half", h): ("w4m2k64" if h <= 64 else "w4m2k32q" if h == 128 else "w4m1k64")
+            for h in attention_flash.HEADS},
+         **{(p, h): ("" if h <= 64 else None) for p in ("tf32", "f32x3") for h in attention_flash.HEADS}}
+
+
+def flash_tile(dtype: str, head: int):
+    """The ``FLASH`` entry of a call (the float32 class from ``settings.tf32``), or None."""
+    cls = "half" if dtype != "float32" else ("tf32" if settings.tf32 else "f32x3")
+    return FLASH.get((cls, head))
+
+
+def flash_heads(dtype: str) -> tuple:
+    """The head sizes ``dtype`` runs the fused kernel for (under the current ``settings.tf32``)."""
+    return tuple(h for h in attention_flash.HEADS if flash_tile(dtype, h) is not None)
 
 
 def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
@@ -452,18 +474,21 @@ def flash_plan(q, k, v, *rest, scale, causal, has_mask, has_sinks):
     ins = (q, k, v, *rest)
     if any(type(a) is not cupy.ndarray and type(a) is not bf16.BF16Array for a in ins):
         return None
-    if q.shape[-1] not in FLASH_HEADS or not _has_mma():
+    if not _has_mma():
         return None
     call = attention.call_in_place(q, k, v, *rest, causal=causal, has_mask=has_mask,
                                    has_sinks=has_sinks)
     if call is None:
         return None
     sp = call.spec
+    tile = flash_tile(sp.dtype, q.shape[-1])
+    if tile is None:
+        return None
     qs, ks, vs = (elem_strides(a) for a in (q, k, v))
     mst = tuple(call.ints[n] for n in attention_flash.MASK_PARAMS) if sp.mask != "none" else None
     spec, ints, grid, block = attention_flash.launch(
         sp.dtype, q.shape, qs, k.shape, ks, vs, sp.mask, mst, causal, has_sinks,
-        "tf32" if settings.tf32 else "f32x3")
+        "tf32" if settings.tf32 else "f32x3", tile)
     if not attention_flash.takes(spec):
         return None
     entry = _built(spec, attention_flash.flash_source)
