@@ -3,7 +3,7 @@ KV cache written one position a call, in float32, bfloat16, float16 and int32, i
 written in place where nobody else holds it (the same device pointer) and copied first where
 a view holds it (the view keeps its values); random windows (steps, negative steps,
 broadcast and transposed updates, transposed inputs) equal numpy's assignment. The stand-in
-stack checks the launches and their words (``test_cuda_slice_update_fake.py``)."""
+stack checks the launches and their words (``test_cuda_slicing_fake.py``)."""
 
 from __future__ import annotations
 

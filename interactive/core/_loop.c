@@ -65,6 +65,7 @@ static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broad
 /* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
  * layout_view */
 static PyObject *l_transpose_view, *l_reshape_view, *s_axes, *s_reshape, *s_transpose;
+static PyObject *l_slice_view, *s_start_indices, *s_end_indices, *s_strides_kw; /* Slice's */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -109,6 +110,12 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
     PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
     Py_XSETREF(l_reshape_view, rview ? Py_NewRef(rview) : NULL);
+    PyObject *sview = PyDict_GetItemString(kw, "slice_view");
+    Py_XSETREF(l_slice_view, sview ? Py_NewRef(sview) : NULL);
+    if ((s_start_indices == NULL && (s_start_indices = PyUnicode_InternFromString("start_indices")) == NULL) ||
+        (s_end_indices == NULL && (s_end_indices = PyUnicode_InternFromString("end_indices")) == NULL) ||
+        (s_strides_kw == NULL && (s_strides_kw = PyUnicode_InternFromString("strides")) == NULL))
+        return NULL;
     PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
     Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
@@ -1163,6 +1170,40 @@ static int c_contiguous(PyObject *a) {
     return yes;
 }
 
+/* rules/indexing.py's Slice: a[_slices(start, end, strides)], the slices made here (with a
+ * negative step, a start of -1 is an empty slice and an end of -1 runs to index 0): a new
+ * reference, or NULL (an error set, or none: not Slice's parameters, the rule runs) */
+static PyObject *slice_view(PyObject *a, PyObject *kw) {
+    PyObject *st = PyDict_GetItemWithError(kw, s_start_indices);
+    PyObject *en = st ? PyDict_GetItemWithError(kw, s_end_indices) : NULL;
+    PyObject *sp = en ? PyDict_GetItemWithError(kw, s_strides_kw) : NULL;
+    if (sp == NULL || !PyTuple_Check(st) || !PyTuple_Check(en) || !PyTuple_Check(sp) ||
+        PyTuple_GET_SIZE(en) != PyTuple_GET_SIZE(st) || PyTuple_GET_SIZE(sp) != PyTuple_GET_SIZE(st))
+        return NULL;
+    Py_ssize_t nd = PyTuple_GET_SIZE(st);
+    PyObject *idx = PyTuple_New(nd), *res = NULL;
+    if (idx == NULL) return NULL;
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        PyObject *b = PyTuple_GET_ITEM(st, d), *e = PyTuple_GET_ITEM(en, d), *k = PyTuple_GET_ITEM(sp, d);
+        long long bv = PyLong_AsLongLong(b), ev = PyLong_AsLongLong(e), kv = PyLong_AsLongLong(k);
+        if (PyErr_Occurred()) goto done;
+        PyObject *sl;
+        if (kv < 0 && bv < 0) { /* (empty) */
+            PyObject *z = PyLong_FromLong(0);
+            sl = z ? PySlice_New(z, z, NULL) : NULL;
+            Py_XDECREF(z);
+        } else {
+            sl = PySlice_New(b, kv < 0 && ev < 0 ? Py_None : e, k);
+        }
+        if (sl == NULL) goto done;
+        PyTuple_SET_ITEM(idx, d, sl);
+    }
+    res = PyObject_GetItem(a, idx);
+done:
+    Py_DECREF(idx);
+    return res;
+}
+
 /* A device's view of its first input that never copies (its definition's view strides
  * follow from the parameters: Broadcast, Transpose, Squeeze, ExpandDims; or a reshape of a
  * C-contiguous input: Reshape, Flatten, Unflatten): the definition's rule with the device's
@@ -1228,6 +1269,11 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
         PyObject *margs[2] = {args[1], p};
         res = PyObject_VectorcallMethod(rule == l_reshape_view ? s_reshape : s_transpose, margs,
                                         2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    } else if (n == 1 && rule == l_slice_view && !PyErr_Occurred() &&
+               (res = slice_view(args[1], kw)) != NULL) {
+        /* (Slice: the array's own basic indexing, as the rule does it) */
+    } else if (PyErr_Occurred()) {
+        res = NULL;
     } else {
         res = PyErr_Occurred() ? NULL : call_rule(rule, args, n + 1, NULL, kw);
     }

@@ -1,4 +1,4 @@
-"""``SliceUpdate`` (``a[..., i:j, :] = v``, a KV cache's write) on the CUDA backend
+"""``Slice`` and ``SliceUpdate`` (``a[..., i:j, :] = v``, a KV cache's write) on the CUDA backend
 (``kernels/cuda/slicing.py``) over ``tests/fake_cupy.py`` with ``tests/fake_cuda_driver.py``,
 its copy kernels computed at their launch by their CUDA source's host build
 (``run_kernels_on_host``: the plan's own argument words), against numpy: a cache written one
@@ -6,8 +6,10 @@ position a call is launched from C once planned, with no Python ``run_node``; wh
 else holds the cache its buffer is written in place by the window's launch alone (the same
 pointer, no copy of the cache); where a view holds it, the cache is copied into a fresh
 buffer first and the held view keeps its values; random windows (steps, negative steps,
-broadcast and transposed updates, every item size) equal numpy's assignment. The GPU runs
-the same kernels in ``test_cuda_slice_update.py``."""
+broadcast and transposed updates, every item size) equal numpy's assignment. A Slice is
+the device array's own basic indexing, made by the eval loop in C (``core/_loop.c``
+slice_view: no Python rule frame), equal to numpy's for random bounds and steps, negative
+and out of range ones too. The GPU runs the same kernels in ``test_cuda_slice_update.py``."""
 
 from pathlib import Path
 
@@ -106,6 +108,28 @@ for k in range(40):
         got = np.array(b.astype(mx.float32))
     out["random"].append({"case": [name, list(shape), str(idx)],
                           "equal": bool(np.array_equal(got, want))})
+
+import cProfile, pstats
+from tapescope.kernels.rules import indexing as rules
+out["slices"] = {}
+for name in ("float32", "bfloat16"):
+    base = rng.integers(0, 50, (5, 6, 7)).astype(np.float32)
+    a = mx.array(base).astype(getattr(mx, name))
+    mx.eval(a)
+    bad, pr = [], cProfile.Profile()
+    for k in range(200):
+        idx = tuple(slice(*(int(v) for v in rng.integers(-n - 2, n + 2, 2)),
+                          int(rng.choice([1, 2, -1, -3]))) for n in base.shape)
+        y = a[idx]
+        pr.enable()
+        mx.eval(y)
+        pr.disable()
+        got = y._d.data.get().astype(np.float32)  # (the view's own elements, bfloat16's bits)
+        if got.shape != base[idx].shape or not np.array_equal(got, base[idx]):
+            bad.append(str(idx))
+    rule_calls = sum(v[1] for k, v in pstats.Stats(pr).stats.items()
+                     if k[2] in ("slice_", "_slices"))
+    out["slices"][name] = {"bad": bad, "rule_calls": rule_calls}
 print("RESULT" + json.dumps(out))
 """
 
@@ -144,3 +168,9 @@ def test_a_held_cache_is_copied_first_and_not_written(got, dtype):
 def test_random_windows_equal_numpy(got):
     bad = [r for r in got["random"] if not r["equal"]]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_slice_is_made_in_c_and_equals_numpy(got, dtype):
+    row = got["slices"][dtype]
+    assert row["bad"] == [] and row["rule_calls"] == 0, row
