@@ -141,6 +141,13 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
         raise ValueError("[rope] Neither base nor freqs has a value.")
     s = resolve_stream(stream)
     off = offset if isinstance(offset, array) else _int_offset(offset, s)
+    if offset.__class__ is int and freqs is None and a.__class__ is array and dims.__class__ is int:
+        ad = a._d  # (an nn.RoPE's call: _int_offset's one int32 element, no check that can fail)
+        sh = ad.shape
+        if len(sh) >= 3 and ad.dtype.kind in "fV" and 0 < dims <= sh[-1] and not dims % 2:
+            return array._make1(sh, ad.dtype, Primitive(
+                "RoPE", s, dims=dims, traditional=bool(traditional), base=float(base),
+                scale=float(scale), forward=True), [a, off])
     _check_rope(a, dims, off, freqs)
     if off.dtype.size != 4:
         off = _mx().astype(off, _dt.int32, stream=s)
