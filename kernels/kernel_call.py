@@ -31,10 +31,11 @@ from . import timeline
 _MAX_PLANS = 4096  # per rule; past it the plans are dropped and made again
 
 
-def plan_key(name: str, ins, kw: dict, free=()) -> tuple:
+def plan_key(name: str, ins, kw: dict, free=(), per_call=()) -> tuple:
     """A call's key: the primitive, each input's (type, dtype, shape, strides), then the
     parameters as name, value pairs (``core/_loop.c`` builds the same tuple); ``free``:
-    (input, axis) pairs whose sizes the key leaves out (-1 there: a rule's ``free`` axes)."""
+    (input, axis) pairs whose sizes the key leaves out (-1 there: a rule's ``free`` axes);
+    ``per_call``: parameters it leaves out (a rule's ``per_call``)."""
     key = [name]
     for i, a in enumerate(ins):
         shape = a.shape
@@ -43,7 +44,8 @@ def plan_key(name: str, ins, kw: dict, free=()) -> tuple:
                 shape = shape[:ax] + (-1,) + shape[ax + 1:]
         key += (type(a), a.dtype, shape, a.strides)
     for k, v in kw.items():
-        key += (k, v)
+        if k not in per_call:
+            key += (k, v)
     return tuple(key)
 
 
@@ -172,27 +174,42 @@ class KernelRule:
     growing length): a plan with ``dims`` (``(input, axis, word, most)``: the size goes into
     its launch word ``word`` each call, up to ``most``) is kept under the key without those
     sizes too (``plan_key``'s ``free``), where a call of another size finds it (the C loop
-    looks there after the exact key)."""
+    looks there after the exact key).
 
-    __slots__ = ("name", "plan", "slow", "plans", "fits", "empty", "free")
+    ``donor``: the input whose buffer may become the output (MLX's donation: a SliceUpdate's
+    input), written by the plan's ``in_place`` launch alone (the window, not the copy of the
+    input first); the eval loop's C part donates where ``evaluate._donor``'s test passes,
+    the Python path where the evaluator's ``out`` is that input's memory (``donated(out,
+    input)``). None: the plans write a fresh output.
+
+    ``per_call``: integer-tuple parameters the key leaves out (a SliceUpdate's start and end:
+    a KV cache's write moves one position a token), which a plan takes as one launch word
+    per call, ``per_call_value``: the plan's ``linear`` ((parameter, coefficients), ...)
+    summed into its host 0-d int64 array ``at``, passed as one more input after the call's
+    (read by value, its ``values`` entry)."""
+
+    __slots__ = ("name", "plan", "slow", "plans", "fits", "empty", "free", "donor", "donated",
+                 "per_call")
 
     def __init__(self, name: str, plan: Callable, slow: Callable, fits: Optional[Callable] = None,
-                 empty: Optional[Callable] = None) -> None:
+                 empty: Optional[Callable] = None, donor: Optional[int] = None,
+                 donated: Optional[Callable] = None, per_call: tuple = ()) -> None:
         self.name, self.plan, self.slow = name, plan, slow
         self.fits, self.empty = fits or takes_out, empty or np.empty
         self.plans: dict = {}
         self.free: tuple = ()
+        self.donor, self.donated, self.per_call = donor, donated, tuple(per_call)
         _rules.append(self)
 
     def planned(self, ins, kw: dict) -> Optional[object]:
         """The plan for these inputs and parameters (None: none takes them)."""
         try:
-            key = plan_key(self.name, ins, kw)
+            key = plan_key(self.name, ins, kw, (), self.per_call)
             p = self.plans.get(key, _NONE)
         except TypeError:  # an unhashable parameter: no plan
             return None
         if p is _NONE and self.free:
-            fkey = plan_key(self.name, ins, kw, self.free)
+            fkey = plan_key(self.name, ins, kw, self.free, self.per_call)
             got = self.plans.get(fkey)
             if got is not None and sized(got, ins):
                 return got
@@ -201,16 +218,21 @@ class KernelRule:
                 self.plans.clear()
             p = self.plans[key] = self.plan(*ins, **kw)
             if self.free and getattr(p, "dims", ()):
-                self.plans[plan_key(self.name, ins, kw, self.free)] = p
+                self.plans[plan_key(self.name, ins, kw, self.free, self.per_call)] = p
         return p
 
     def __call__(self, xp, *ins, out=None, **kw):
         p = self.planned(ins, kw)
         if p is None:
             return self.slow(xp, *ins, out=out, **kw)
+        args = (*ins, per_call_value(p, kw)) if self.per_call else ins
+        if (self.donor is not None and out is not None and p.in_place is not None
+                and self.donated(out, ins[self.donor])):  # the input's own buffer: in place
+            p.in_place(*args, out)
+            return out
         if not self.fits(out, p.out_shape, p.out_dtype, ins):
             out = self.empty(p.out_shape, dtype=p.out_dtype)
-        p(*ins, out)
+        p(*args, out)
         return out
 
     @property
@@ -221,6 +243,18 @@ class KernelRule:
 
     def __repr__(self) -> str:
         return f"KernelRule({self.name!r}, {len(self.plans)} plans)"
+
+
+def per_call_value(plan, kw: dict) -> np.ndarray:
+    """A plan's launch word from the call's ``per_call`` parameters (``KernelRule.per_call``):
+    ``sum(kw[name][d] * coefs[d])`` over its ``linear``, written into its ``at`` (the C
+    loop computes the same, ``core/_loop.c`` per_call_input)."""
+    v = 0
+    for name, coefs in plan.linear:
+        for x, c in zip(kw[name], coefs):
+            v += int(x) * int(c)
+    plan.at[()] = v
+    return plan.at
 
 
 def sized(plan, ins) -> bool:

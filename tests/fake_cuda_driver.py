@@ -165,6 +165,31 @@ def _with_cast_dtypes(tape):
     return Tape(tape.inputs, ops, tape.outputs, tape.lib_name)
 
 
+_HOST_KERNELS: list = []  # kernel-name prefixes whose launches run their CUDA source's host build
+
+
+def run_kernels_on_host(*prefixes: str) -> None:
+    """From now on a launch of a primitive's plan (not a fused tape's) whose kernel's name
+    starts with one of ``prefixes`` computes: its CUDA source (the entry's, as NVRTC would
+    get it) built by g++ against ``tests/cuda_host_shim.h`` (``tests/cuda_host.py``) and run
+    over the grid with the launch's own argument pack (the pointers and words the C launch
+    or the plan's Python call wrote), so the words a plan packs are checked, not only its
+    kernel. Fused tapes' launches compute too (``run_fused_tapes``)."""
+    _HOST_KERNELS.extend(prefixes)
+    run_fused_tapes()
+
+
+def _run_host_kernel(ln, params: int) -> None:
+    from cuda_host import build
+
+    name = ln.name
+    fn = getattr(build(ln.entry.source, [name]), f"ts_run_{name}")
+    fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+    if fn(ln.grid, ln.block, params) != 0:
+        raise RuntimeError(f"{name}: threads of a block wait at different meetings")
+    RAN[0] += 1
+
+
 def _run_launch(params: int) -> None:
     import numpy as np
 
@@ -172,7 +197,11 @@ def _run_launch(params: int) -> None:
     from tapescope.kernels.cuda.compiled import Launch
 
     got = _PACKS.get(params)
-    if got is None or type(got[0]) is not Launch:
+    if got is not None and type(got[0]) is not Launch:
+        if any(got[0].name.startswith(p) for p in _HOST_KERNELS):
+            _run_host_kernel(got[0], params)
+        return
+    if got is None:
         return
     ln, words = got
     tape = ln.entry.tape

@@ -39,7 +39,7 @@ run() {  # name, time limit (s), per-test limit (s), pytest arguments...
 run cpu_default 300 200 -n "$N" tests --ignore tests/test_browser.py
 export TAPESCOPE_CUDA=1
 run cuda_runtime 200 120 -n 8 tests/test_cuda_runtime.py tests/test_cuda_bf16.py tests/test_cuda_float64.py tests/test_cuda_subnormals.py tests/test_cuda_interop.py tests/test_cuda_donation.py \
-  tests/test_cuda_eager.py tests/test_cuda_fusion.py tests/test_cuda_eval_loop.py tests/test_cuda_kernel.py tests/test_cuda_indexing.py \
+  tests/test_cuda_eager.py tests/test_cuda_fusion.py tests/test_cuda_eval_loop.py tests/test_cuda_kernel.py tests/test_cuda_indexing.py tests/test_cuda_slice_update.py \
   tests/test_cuda_rules.py tests/test_cuda_gemm.py tests/test_distributed_nccl.py tests/test_allocator_c.py tests/test_compile_call_c.py \
   tests/test_cuda_reductions.py tests/test_reduction_dialects.py tests/test_cuda_fast.py tests/test_cuda_precision.py tests/test_quantized_kernels.py \
   tests/test_roofline.py::test_a_cuda_copy_kernel_reaches_the_measured_device_copy_bandwidth

@@ -126,7 +126,7 @@ def test_fast_path_skips_tracing_and_keeps_recompile_rules():
     assert n["t"] == 4 and len(g._fast) == 3  # keyword calls never enter the fast table
 
 
-def test_fast_path_not_used_with_captured_state_or_shapeless():
+def test_fast_path_not_used_with_captured_state():
     state = [mx.array(1.0)]
     g = mx.compile(lambda x: x + state[0], inputs=state)
     x = mx.ones((3,))
@@ -135,10 +135,23 @@ def test_fast_path_not_used_with_captured_state_or_shapeless():
     assert not g._fast
     state[0] = mx.array(5.0)
     np.testing.assert_array_equal(np.array(g(x)), np.full(3, 6.0, np.float32))
-    h = mx.compile(lambda x: x * 2.0, shapeless=True)
-    h(x)
-    h(mx.ones((7,)))
-    assert not h._fast and np.array(h(mx.ones((7,)))).shape == (7,)
+
+
+def test_a_shapeless_function_is_traced_once_and_fast_per_shape():
+    """A shapeless function traces once; each new shape's call is the trace replayed with
+    shapes inferred, kept in the fast table as that shape's plan (``_Entry.shaped``), which
+    later calls of the shape replay without inferring again."""
+    h = mx.compile(lambda x, y: mx.sigmoid(x) * y + 2.0, shapeless=True)
+    rng = np.random.default_rng(0)
+    for shape in [(3,), (7,), (2, 5), (7,), (3,), (2, 5)]:
+        a = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(shape[-1:]).astype(np.float32)
+        got = np.array(h(mx.array(a), mx.array(b)))
+        want = 1 / (1 + np.exp(-a.astype(np.float64))) * b + 2.0
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert h.traces == 2  # (one per rank: a shapeless trace is keyed by ndim and dtype)
+    assert sorted(k[2] for k in h._fast) == [(2, 5), (3,), (7,)]
+    assert all(e.program is None for e in h._fast.values())
 
 
 def test_disable_compile_bypasses_fast_path():

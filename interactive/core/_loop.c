@@ -46,7 +46,8 @@ static PyObject *s_takes, *s_launch_fused, *s_tape, *s_launches, *s_xp, *s_alloc
     *s_compiled_launch, *s_kernel_rules, *s_device_context, *s_device_api, *s_eager_kernel,
     *s_min_size, *s_storage_type, *s_casts, *s_astype;
 static PyObject *s_view, *s_malloc, *s_size, *s_base, *s_raw, *s_flags, *s_owndata, *s_adopt,
-    *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F, *s_reads;
+    *s_nbytes, *s_c_contiguous, *s_f_contiguous, *s_T, *s_F, *s_reads, *s_donor, *s_in_place,
+    *s_per_call, *s_linear, *s_at;
 static int loop_configured = 0;
 enum { P_KW, P_STREAM, P_DEFN, P_NAME, P_COUNT };
 enum { F_RULE, F_OUT, F_DONATABLE, F_RUNTIME, F_VIEW, F_ELEMENTWISE, F_VIEW_STRIDES, F_FAMILY,
@@ -64,6 +65,7 @@ static PyObject *l_broadcast_view; /* kernels/cpu/views.broadcast: made by broad
 /* rules/shape.py's transpose and reshape (the layout rules numpy makes views by), made by
  * layout_view */
 static PyObject *l_transpose_view, *l_reshape_view, *s_axes, *s_reshape, *s_transpose;
+static PyObject *l_slice_view, *s_start_indices, *s_end_indices, *s_strides_kw; /* Slice's */
 enum { PATH_RULE = 0, PATH_RULE_OUT = 1, PATH_VIEW = 2, PATH_FUSED = 3, PATH_FUSED_DEVICE = 4,
        PATH_EAGER_DEVICE = 6, PATH_EAGER = 7 };
 /* (evaluate.PATHS' indices) */
@@ -108,6 +110,12 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
     Py_XSETREF(l_transpose_view, tview ? Py_NewRef(tview) : NULL);
     PyObject *rview = PyDict_GetItemString(kw, "reshape_view");
     Py_XSETREF(l_reshape_view, rview ? Py_NewRef(rview) : NULL);
+    PyObject *sview = PyDict_GetItemString(kw, "slice_view");
+    Py_XSETREF(l_slice_view, sview ? Py_NewRef(sview) : NULL);
+    if ((s_start_indices == NULL && (s_start_indices = PyUnicode_InternFromString("start_indices")) == NULL) ||
+        (s_end_indices == NULL && (s_end_indices = PyUnicode_InternFromString("end_indices")) == NULL) ||
+        (s_strides_kw == NULL && (s_strides_kw = PyUnicode_InternFromString("strides")) == NULL))
+        return NULL;
     PyObject *kernel_rule = PyDict_GetItemString(kw, "kernel_rule_type"); /* optional */
     Py_XSETREF(l_kernel_rule, kernel_rule && PyType_Check(kernel_rule) ? Py_NewRef(kernel_rule) : NULL);
     if (!prim_type || !defn_type || !dtype_type || !buffer_type) {
@@ -161,6 +169,11 @@ PyObject *configure_loop(PyObject *self, PyObject *kw) {
                            !(s_astype = PyUnicode_InternFromString("astype")) ||
                            !(s_storage_type = PyUnicode_InternFromString("storage_type")) ||
                            !(s_plans = PyUnicode_InternFromString("plans")) ||
+                           !(s_donor = PyUnicode_InternFromString("donor")) ||
+                           !(s_in_place = PyUnicode_InternFromString("in_place")) ||
+                           !(s_per_call = PyUnicode_InternFromString("per_call")) ||
+                           !(s_linear = PyUnicode_InternFromString("linear")) ||
+                           !(s_at = PyUnicode_InternFromString("at")) ||
                            !(s_out_shape = PyUnicode_InternFromString("out_shape")) ||
                            !(s_out_dtype = PyUnicode_InternFromString("out_dtype")) ||
                            !(s_strides = PyUnicode_InternFromString("strides")) ||
@@ -794,10 +807,25 @@ static int sized(PyObject *plan, PyObject **ins, Py_ssize_t n) {
     return ok;
 }
 
-/* ``free``: NULL, or the rule's (input, axis) pairs left out of the key (their sizes -1) */
-static PyObject *plan_in_free(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
-                              PyObject *kw, PyObject *shape, PyObject *npdt, PyObject *free) {
-    PyObject *key = PyTuple_New(1 + 4 * n + 2 * PyDict_GET_SIZE(kw)), *plan = NULL;
+/* whether ``k`` is one of the names of the tuple ``skip`` (NULL: none) */
+static int skipped(PyObject *skip, PyObject *k) {
+    for (Py_ssize_t i = 0; skip != NULL && i < PyTuple_GET_SIZE(skip); i++) {
+        PyObject *s = PyTuple_GET_ITEM(skip, i);
+        if (s == k || (PyUnicode_Check(s) && PyUnicode_Check(k) && PyUnicode_Compare(s, k) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* ``free``: NULL, or the rule's (input, axis) pairs left out of the key (their sizes -1);
+ * ``skip``: NULL, or the parameters left out of it (KernelRule.per_call, a tuple) */
+static PyObject *plan_in_skip(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
+                              PyObject *kw, PyObject *shape, PyObject *npdt, PyObject *free,
+                              PyObject *skip) {
+    Py_ssize_t nkw = 0, kpos = 0;
+    PyObject *kk0, *vv0;
+    while (PyDict_Next(kw, &kpos, &kk0, &vv0)) nkw += !skipped(skip, kk0);
+    PyObject *key = PyTuple_New(1 + 4 * n + 2 * nkw), *plan = NULL;
     if (key == NULL) goto fail;
     PyTuple_SET_ITEM(key, 0, Py_NewRef(name));
     Py_ssize_t k = 1, pos = 0;
@@ -822,6 +850,7 @@ static PyObject *plan_in_free(PyObject *plans, PyObject *name, PyObject **ins, P
     }
     PyObject *kk, *vv;
     while (PyDict_Next(kw, &pos, &kk, &vv)) {
+        if (skipped(skip, kk)) continue;
         PyTuple_SET_ITEM(key, k++, Py_NewRef(kk));
         PyTuple_SET_ITEM(key, k++, Py_NewRef(vv));
     }
@@ -842,21 +871,22 @@ fail:
 
 static PyObject *plan_in(PyObject *plans, PyObject *name, PyObject **ins, Py_ssize_t n,
                          PyObject *kw, PyObject *shape, PyObject *npdt) {
-    return plan_in_free(plans, name, ins, n, kw, shape, npdt, NULL);
+    return plan_in_skip(plans, name, ins, n, kw, shape, npdt, NULL, NULL);
 }
 
+/* ``skip``: NULL, or the rule's ``per_call`` parameters (a non-empty tuple) */
 static PyObject *planned(PyObject *rule, PyObject *name, PyObject **ins, Py_ssize_t n,
                          PyObject *kw, PyObject *out, int out_c, PyObject *shape,
-                         PyObject *npdt) {
+                         PyObject *npdt, PyObject *skip) {
     if (l_kernel_rule == NULL || Py_TYPE(rule) != (PyTypeObject *)l_kernel_rule || !out_c)
         return NULL;
     PyObject *plans = PyObject_GetAttr(rule, s_plans);
     if (plans == NULL || !PyDict_Check(plans)) { Py_XDECREF(plans); PyErr_Clear(); return NULL; }
-    PyObject *plan = plan_in(plans, name, ins, n, kw, shape, npdt);
+    PyObject *plan = plan_in_skip(plans, name, ins, n, kw, shape, npdt, NULL, skip);
     if (plan == NULL) { /* a plan taking some sizes per call (KernelRule.free, its dims) */
         PyObject *free = PyObject_GetAttrString(rule, "free");
         if (free != NULL && PyTuple_Check(free) && PyTuple_GET_SIZE(free) > 0)
-            plan = plan_in_free(plans, name, ins, n, kw, shape, npdt, free);
+            plan = plan_in_skip(plans, name, ins, n, kw, shape, npdt, free, skip);
         if (free == NULL) PyErr_Clear();
         Py_XDECREF(free);
     }
@@ -876,6 +906,44 @@ static PyObject *donor_out(PyObject *data, PyObject *npdt, int device) {
         PyErr_Clear();
     }
     return PyObject_CallMethodOneArg(data, s_view, npdt);
+}
+
+/* A plan's launch word from the call's per-call parameters (KernelRule.per_call;
+ * kernel_call.per_call_value): sum(kw[name][d] * coefs[d]) over the plan's ``linear``,
+ * written into its host 0-d int64 array ``at``, which is returned (a new reference) to be
+ * passed after the call's inputs; NULL with an error set where the plan has none */
+static PyObject *per_call_input(PyObject *ln, PyObject *kw) {
+    PyObject *linear = PyObject_GetAttr(ln, s_linear);
+    PyObject *at = linear ? PyObject_GetAttr(ln, s_at) : NULL;
+    if (at == NULL) { Py_XDECREF(linear); return NULL; }
+    long long v = 0;
+    int ok = PyTuple_Check(linear);
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(linear); i++) {
+        PyObject *pc = PyTuple_GET_ITEM(linear, i);
+        ok = PyTuple_Check(pc) && PyTuple_GET_SIZE(pc) == 2;
+        PyObject *vals = ok ? PyDict_GetItemWithError(kw, PyTuple_GET_ITEM(pc, 0)) : NULL;
+        PyObject *coefs = ok ? PyTuple_GET_ITEM(pc, 1) : NULL;
+        ok = vals != NULL && PyTuple_Check(vals) && PyTuple_Check(coefs) &&
+             PyTuple_GET_SIZE(vals) == PyTuple_GET_SIZE(coefs);
+        for (Py_ssize_t d = 0; ok && d < PyTuple_GET_SIZE(vals); d++)
+            v += PyLong_AsLongLong(PyTuple_GET_ITEM(vals, d)) * PyLong_AsLongLong(PyTuple_GET_ITEM(coefs, d));
+        if (PyErr_Occurred()) ok = 0;
+    }
+    Py_buffer b;
+    if (ok && PyObject_GetBuffer(at, &b, PyBUF_WRITABLE | PyBUF_STRIDES) == 0) {
+        ok = b.len == (Py_ssize_t)sizeof v && b.itemsize == (Py_ssize_t)sizeof v;
+        if (ok) memcpy(b.buf, &v, sizeof v);
+        PyBuffer_Release(&b);
+    } else {
+        ok = 0;
+    }
+    Py_DECREF(linear);
+    if (!ok) {
+        Py_DECREF(at);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a plan's per-call word: no linear / at");
+        return NULL;
+    }
+    return at;
 }
 
 /* A host fused call with several outputs (an optimizer's update: the parameter and its
@@ -1116,6 +1184,40 @@ static int c_contiguous(PyObject *a) {
     return yes;
 }
 
+/* rules/indexing.py's Slice: a[_slices(start, end, strides)], the slices made here (with a
+ * negative step, a start of -1 is an empty slice and an end of -1 runs to index 0): a new
+ * reference, or NULL (an error set, or none: not Slice's parameters, the rule runs) */
+static PyObject *slice_view(PyObject *a, PyObject *kw) {
+    PyObject *st = PyDict_GetItemWithError(kw, s_start_indices);
+    PyObject *en = st ? PyDict_GetItemWithError(kw, s_end_indices) : NULL;
+    PyObject *sp = en ? PyDict_GetItemWithError(kw, s_strides_kw) : NULL;
+    if (sp == NULL || !PyTuple_Check(st) || !PyTuple_Check(en) || !PyTuple_Check(sp) ||
+        PyTuple_GET_SIZE(en) != PyTuple_GET_SIZE(st) || PyTuple_GET_SIZE(sp) != PyTuple_GET_SIZE(st))
+        return NULL;
+    Py_ssize_t nd = PyTuple_GET_SIZE(st);
+    PyObject *idx = PyTuple_New(nd), *res = NULL;
+    if (idx == NULL) return NULL;
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        PyObject *b = PyTuple_GET_ITEM(st, d), *e = PyTuple_GET_ITEM(en, d), *k = PyTuple_GET_ITEM(sp, d);
+        long long bv = PyLong_AsLongLong(b), ev = PyLong_AsLongLong(e), kv = PyLong_AsLongLong(k);
+        if (PyErr_Occurred()) goto done;
+        PyObject *sl;
+        if (kv < 0 && bv < 0) { /* (empty) */
+            PyObject *z = PyLong_FromLong(0);
+            sl = z ? PySlice_New(z, z, NULL) : NULL;
+            Py_XDECREF(z);
+        } else {
+            sl = PySlice_New(b, kv < 0 && ev < 0 ? Py_None : e, k);
+        }
+        if (sl == NULL) goto done;
+        PyTuple_SET_ITEM(idx, d, sl);
+    }
+    res = PyObject_GetItem(a, idx);
+done:
+    Py_DECREF(idx);
+    return res;
+}
+
 /* A device's view of its first input that never copies (its definition's view strides
  * follow from the parameters: Broadcast, Transpose, Squeeze, ExpandDims; or a reshape of a
  * C-contiguous input: Reshape, Flatten, Unflatten): the definition's rule with the device's
@@ -1181,6 +1283,11 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
         PyObject *margs[2] = {args[1], p};
         res = PyObject_VectorcallMethod(rule == l_reshape_view ? s_reshape : s_transpose, margs,
                                         2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    } else if (n == 1 && rule == l_slice_view && !PyErr_Occurred() &&
+               (res = slice_view(args[1], kw)) != NULL) {
+        /* (Slice: the array's own basic indexing, as the rule does it) */
+    } else if (PyErr_Occurred()) {
+        res = NULL;
     } else {
         res = PyErr_Occurred() ? NULL : call_rule(rule, args, n + 1, NULL, kw);
     }
@@ -1306,6 +1413,8 @@ static int run_host(PyObject *node) {
     PyObject *target = NULL, *out = NULL, *handle = NULL, *res = NULL, *t0 = NULL,
              *ins = NULL, *ln = NULL, *plan = NULL;
     long long nbytes = 0;
+    Py_ssize_t kdonor = -1; /* a kernel rule's input that may give its buffer (KernelRule.donor) */
+    PyObject *at = NULL; /* a kernel plan's per-call word, passed after the inputs */
     int out_c = 0; /* out is row-contiguous and writeable (a plan may write it) */
     int forder = 0; /* a device's one-op kernel writes column order (a transposed input's) */
     if (takes_out) {
@@ -1359,13 +1468,30 @@ static int run_host(PyObject *node) {
             goto done;
         }
     } else if (kdev) { /* the plan a call of this layout made (KernelRule.plans), or Python */
+        PyObject *per = PyObject_GetAttr(krule, s_per_call); /* (KernelRule.per_call) */
+        if (per == NULL) goto done;
+        int pc = PyTuple_Check(per) && PyTuple_GET_SIZE(per) > 0;
         ln = planned(krule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, NULL, 1,
                      SLOT(target, desc_off[D_SHAPE]),
-                     SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]));
+                     SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]), pc ? per : NULL);
+        Py_DECREF(per);
         if (ln == NULL) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
-        ins = PyList_New(n);
+        /* the plan's per-call word (its ``at``), one more input after the call's */
+        if (pc && (at = per_call_input(ln, kw)) == NULL) goto done;
+        /* a rule whose plans may write an input's own buffer (KernelRule.donor: a
+         * SliceUpdate's input, its plan's ``in_place`` launch): that input, tested below */
+        PyObject *dn = PyObject_GetAttr(krule, s_donor);
+        if (dn == NULL) goto done;
+        if (dn != Py_None) {
+            kdonor = PyLong_AsSsize_t(dn);
+            if (kdonor >= n) kdonor = -1;
+            if (PyErr_Occurred()) { Py_DECREF(dn); goto done; }
+        }
+        Py_DECREF(dn);
+        ins = PyList_New(n + (at != NULL));
         if (ins == NULL) goto done;
         for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(ins, i, Py_NewRef(args[1 + i]));
+        if (at != NULL) PyList_SET_ITEM(ins, n, Py_NewRef(at));
     } else if (eager) { /* the op's one-op kernel for these layouts (Backend.eager_kernel) */
         ins = PyList_New(n);
         if (ins == NULL) goto done;
@@ -1410,6 +1536,19 @@ static int run_host(PyObject *node) {
                                           bi->storage_type, forder))
                 donor = d;
         }
+        if (kdonor >= 0 && device_donates(PyList_GET_ITEM(inputs, kdonor), shape, itemsize, nbytes,
+                                          bi->array_type, bi->storage_type, 0)) {
+            /* the input's own buffer, written by the plan's in-place launch alone (MLX's
+             * copy_gpu into a donated buffer copies nothing: only the update is written) */
+            PyObject *ip = PyObject_GetAttr(ln, s_in_place);
+            if (ip == NULL) goto done;
+            if (ip != Py_None) {
+                Py_SETREF(ln, ip);
+                donor = PyList_GET_ITEM(inputs, kdonor);
+            } else {
+                Py_DECREF(ip);
+            }
+        }
         if (donor != NULL) {
             out = donor_out(SLOT(donor, desc_off[D_DATA]), npdt, !bi->host);
             handle = Py_NewRef(SLOT(donor, desc_off[D_BUFFER]));
@@ -1427,7 +1566,8 @@ static int run_host(PyObject *node) {
     }
     if (from_plan && bi->api != NULL) { /* the backend's launch in C (kernels/_device_api.h) */
         PyObject *index = PyObject_GetAttr(stream, s_index);
-        int launched = index ? bi->api->launch(ln, &args[1], n, out, index) : -1;
+        if (at != NULL) args[n + 1] = at;
+        int launched = index ? bi->api->launch(ln, &args[1], n + (at != NULL), out, index) : -1;
         Py_XDECREF(index);
         if (launched < 0) goto done;
         if (launched == 1) res = Py_NewRef(out);
@@ -1486,7 +1626,7 @@ static int run_host(PyObject *node) {
     } else if (out != NULL &&
                (plan = planned(rule, SLOT(prim, prim_off[P_NAME]), &args[1], n, kw, out, out_c,
                                SLOT(target, desc_off[D_SHAPE]),
-                               SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]))) != NULL) {
+                               SLOT(SLOT(target, desc_off[D_DTYPE]), dtype_off[T_NP]), NULL)) != NULL) {
         /* a generated kernel's plan (kernels/kernel_call.py): its C call, no rule code */
         args[n + 1] = out;
         res = PyObject_Vectorcall(plan, &args[1], n + 1, NULL);
@@ -1554,6 +1694,7 @@ done:
     for (Py_ssize_t i = 0; i <= n; i++) Py_DECREF(args[i]);
     Py_XDECREF(target); Py_DECREF(rule); Py_XDECREF(enabled); Py_XDECREF(t0);
     Py_XDECREF(out); Py_XDECREF(handle); Py_XDECREF(res); Py_XDECREF(ins); Py_XDECREF(ln);
+    Py_XDECREF(at);
     return rc;
 }
 

@@ -110,10 +110,13 @@ def _matmul(inplace: bool):
     method = "__imatmul__" if inplace else "__matmul__"
 
     def op(self: array, other: Any) -> array:
-        if not isinstance(other, (array, np.ndarray)):
+        if other.__class__ is array:  # (to_array's result for an array: itself)
+            out = ops.matmul(self, other)
+        elif not isinstance(other, (array, np.ndarray)):
             raise incompatible(method, f"{method}(self, other: mlx.core.array) -> mlx.core.array",
                                self, other)
-        out = ops.matmul(self, to_array(other))
+        else:
+            out = ops.matmul(self, to_array(other))
         if inplace:
             self._d = out._d
             return self

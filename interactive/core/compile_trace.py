@@ -495,6 +495,37 @@ class ReplayPlan:
         self.single = (len(steps) == 1 and len(steps[0][2]) == 1
                        and self.outs == (len(prog.inputs) + len(consts),))
 
+    @classmethod
+    def shaped(cls, prog: Program, real: Sequence[ArrayDesc]) -> "ReplayPlan":
+        """A shapeless program's plan for arguments of ``real``'s shapes: the nodes
+        ``replay(prog, real, True)`` records (its primitives and inferred shapes, made once),
+        as a plan of the traced shapes is, so a call of those shapes replays it (in C)."""
+        plan = cls.__new__(cls)
+        slot: dict = {id(v): i for i, v in enumerate(prog.inputs)}
+        consts: list = []
+        for v in [v for g in prog.tape for v in g.inputs] + list(prog.outputs):
+            if id(v) not in slot and v.op is None:  # (ReplayPlan's slots, in its order)
+                slot[id(v)] = len(prog.inputs) + len(consts)
+                consts.append(v.desc)
+        env: dict = {id(v): d for v, d in zip(prog.inputs, real)}
+        n = len(prog.inputs) + len(consts)
+        steps = []
+        for g in prog.tape:
+            ins = [env.get(id(v)) or v.desc for v in g.inputs]
+            shapes, prim = _infer_shapes(prog, g, ins, env)
+            for o, sh in zip(g.outputs, shapes):
+                env[id(o)] = _Shape(tuple(sh))
+            steps.append((prim, tuple(slot[id(v)] for v in g.inputs),
+                          tuple((tuple(sh), o.dtype) for sh, o in zip(shapes, g.outputs))))
+            for o in g.outputs:
+                slot[id(o)] = n
+                n += 1
+        plan.outs = tuple(slot[id(v)] for v in prog.outputs)
+        plan.steps, plan.consts = tuple(steps), consts
+        plan.single = (len(steps) == 1 and len(steps[0][2]) == 1
+                       and plan.outs == (len(prog.inputs) + len(consts),))
+        return plan
+
     def run(self, real: list) -> list:
         """Record the program's ops on ``real`` (argument descs); returns the output descs."""
         if self.single:

@@ -125,6 +125,8 @@ def _category_of(d: Dtype) -> DtypeCategory:
 
 def issubdtype(arg1, arg2) -> bool:
     """Whether ``arg1`` is a sub-type of ``arg2`` (Dtypes or DtypeCategories), as MLX."""
+    if arg1.__class__ is Dtype and arg2.__class__ is DtypeCategory:  # (a recorded op's ask)
+        return arg1.kind in _KINDS_IN[arg2._value_]
     if isinstance(arg1, Dtype) and isinstance(arg2, Dtype):
         return arg1 == arg2
     if isinstance(arg1, DtypeCategory) and isinstance(arg2, Dtype):
@@ -139,6 +141,19 @@ def issubdtype(arg1, arg2) -> bool:
             return True
         cat = _CATEGORY_PARENT[cat]
     return False
+
+
+def _categories_of(kind: str) -> list:
+    cat, out = _category_of(Dtype("", 0, kind, np.uint8)), []
+    while cat is not None:
+        out.append(cat)
+        cat = _CATEGORY_PARENT[cat]
+    return out
+
+
+# per category (by its value): the kinds whose dtypes are its sub-types, issubdtype's walk made once
+_KINDS_IN = tuple("".join(k for k in "buifVc" if c in _categories_of(k))
+                  for c in sorted(DtypeCategory, key=lambda c: c.value))
 
 
 # Type promotion: MLX's table, row/column order as ALL_DTYPES.

@@ -520,6 +520,7 @@ def _c_loop():
         from tapescope.kernels.primitives import PrimitiveDef
         from numpy._core._ufunc_config import _extobj_contextvar as quiet_var
         from tapescope.kernels.cpu.views import broadcast as broadcast_view
+        from tapescope.kernels.rules import indexing as indexing_rules
         from tapescope.kernels.rules import shape as shape_rules
     except ImportError:
         return None
@@ -538,7 +539,8 @@ def _c_loop():
         "node_type": Node, "desc_type": ArrayDesc, "primitive_type": Primitive,
         "definition_type": PrimitiveDef, "dtype_type": type(_BF16), "buffer_type": Buffer,
         "kernel_rule_type": KernelRule, "broadcast_view": broadcast_view,
-        "transpose_view": shape_rules.transpose, "reshape_view": shape_rules.reshape})
+        "transpose_view": shape_rules.transpose, "reshape_view": shape_rules.reshape,
+        "slice_view": indexing_rules.slice_})
     return _call
 
 

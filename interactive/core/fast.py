@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Union
 
+from tapescope.kernels.backends import existing_stream_backend
+
 from . import dtypes as _dt
 from .array import array
 from .device import BadArgs, DeviceType, StreamContext, StreamOrDevice, binding, resolve_stream
@@ -70,6 +72,13 @@ def rms_norm(x: array, weight: Optional[array], eps: float, *,
     """Root-mean-square normalization over the last axis, times ``weight``: MLX's ``RMSNorm``
     primitive (the statistics in float32, the result in the promoted type), its inputs ``x``
     and the weight cast to that type (MLX's scalar 1 without a weight)."""
+    if x.__class__ is array and weight.__class__ is array:  # (an nn.RMSNorm's call)
+        xd, wd = x._d, weight._d
+        dt, sx, sw = xd.dtype, xd.shape, wd.shape
+        if wd.dtype is dt and dt.kind in "fV" and sx and len(sw) == 1 and sw[0] == sx[-1]:
+            # what the steps below record for them: no cast, no check that can fail
+            return array._make1(sx, dt, Primitive("RMSNorm", resolve_stream(stream),
+                                                  eps=float(eps)), [x, weight])
     _check_input("rms_norm", x)
     _check_vector("rms_norm", "(*weight)", x, weight)
     out_type = _float_out("rms_norm", x, weight)
@@ -132,6 +141,13 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
         raise ValueError("[rope] Neither base nor freqs has a value.")
     s = resolve_stream(stream)
     off = offset if isinstance(offset, array) else _int_offset(offset, s)
+    if offset.__class__ is int and freqs is None and a.__class__ is array and dims.__class__ is int:
+        ad = a._d  # (an nn.RoPE's call: _int_offset's one int32 element, no check that can fail)
+        sh = ad.shape
+        if len(sh) >= 3 and ad.dtype.kind in "fV" and 0 < dims <= sh[-1] and not dims % 2:
+            return array._make1(sh, ad.dtype, Primitive(
+                "RoPE", s, dims=dims, traditional=bool(traditional), base=float(base),
+                scale=float(scale), forward=True), [a, off])
     _check_rope(a, dims, off, freqs)
     if off.dtype.size != 4:
         off = _mx().astype(off, _dt.int32, stream=s)
@@ -141,7 +157,7 @@ def rope(a: array, dims: int, *, traditional: bool, base: Optional[float], scale
                        forward=True)
 
 
-_OFFSETS: dict = {}  # (stream, offset, backend) -> RoPE's int32 offset on that GPU stream
+_OFFSETS: dict = {}  # (stream index, offset, backend) -> RoPE's int32 offset on that GPU stream
 _TABLE = 8192  # the offsets a device stream's table holds
 _TABLES: dict = {}  # (stream, backend) -> the int32 offsets 0 .. _TABLE - 1 on that stream
 
@@ -153,6 +169,10 @@ def _int_offset(offset: int, s) -> array:
     one-element view (a Slice) of the stream's table of offsets, uploaded once, so a decoding
     loop's new offset each token costs no copy to the device; an offset past the table its
     own upload; the host scalar MLX makes (``array(offset, int32)``) elsewhere."""
+    be = existing_stream_backend(s.index)  # (a stream that has run: its backend, if any)
+    got = _OFFSETS.get((s.index, offset, be)) if be is not None else None
+    if got is not None:  # a decoding loop's offset seen before: its view of the table
+        return got
     if s.device.type != DeviceType.gpu:
         return array(offset, _dt.int32)
     import numpy as np
@@ -165,7 +185,7 @@ def _int_offset(offset: int, s) -> array:
         return array(offset, _dt.int32)
     if be.array_type is np.ndarray:
         return array(offset, _dt.int32)
-    key = (s, int(offset), be)
+    key = (s.index, int(offset), be)  # (a stream is its index: Stream.__eq__)
     got = _OFFSETS.get(key)
     if got is None:
         if len(_OFFSETS) >= 1024:  # a decoding loop's growing offsets: a bounded few

@@ -277,8 +277,8 @@ class CudaBackend(Backend):
     def kernel_rules(self) -> dict:
         """Primitive name -> its generated CUDA kernel rule: MLX's reductions
         (``cuda/reductions.py``), fast primitives (``cuda/fast_kernels.py``,
-        ``cuda/attention.py``), quantized products (``cuda/quantized.py``) and axis gathers /
-        scatters (``cuda/indexing.py``), and Matmul / AddMM as one cuBLAS GEMM
+        ``cuda/attention.py``), quantized products (``cuda/quantized.py``), axis gathers /
+        scatters (``cuda/indexing.py``), SliceUpdate (``cuda/slicing.py``), and Matmul / AddMM as one cuBLAS GEMM
         (``cuda/gemm.py``); one lookup a
         node (asked for every node a GPU stream runs through the rules). The eval loop's C
         part launches the plans of those that are KernelRules (``cuda/primitive_plans.py``)
@@ -290,8 +290,9 @@ class CudaBackend(Backend):
         from .indexing import RULES as indexing
         from .quantized import RULES as quantized
         from .reductions import RULES as reductions
+        from .slicing import RULES as slicing
 
-        return {**quantized, **fast, **reductions, **indexing, **attention, **gemm}
+        return {**quantized, **fast, **reductions, **indexing, **slicing, **attention, **gemm}
 
     def _own_rule(self, prim: Any):
         rule = self.kernel_rules.get(prim.name)

@@ -30,7 +30,7 @@ import cupy
 import numpy as np
 
 from .. import kernel_registry, timeline
-from .compiled import PackedLaunch, _launch
+from .compiled import PackedLaunch, _launch, value_bits
 
 _MASK = (1 << 64) - 1
 SCRATCH = -1  # a slot's input index that means the plan's scratch buffer (PlanSequence)
@@ -101,6 +101,8 @@ class KernelPlan(PackedLaunch):
             vals[self.n_out_at] = out.data.ptr
         for i, ax, j, _ in self.dims:
             vals[j] = int(inputs[i].shape[ax])
+        for i, j, _ in self.values:  # a host scalar by value (a per-call word: KernelRule.per_call)
+            vals[j] = value_bits(inputs[i])
         t0 = timeline.now() if timeline.enabled else 0
         _launch(self.fn_ptr, self.grid, 1, 1, self.block, 1, 1, 0, stream.ptr, pack[2], 0)
         if t0:

@@ -27,6 +27,7 @@ __all__ = ["compile", "enable_compile", "disable_compile"]
 
 _LIST, _DICT, _ARRAY, _NONE = ("list",), ("dict",), ("array",), ("none",)
 _state = {"enabled": "MLX_DISABLE_COMPILE" not in os.environ}
+_SHAPED = 256  # a shapeless function's entries of concrete shapes kept (_Entry.shaped)
 
 
 def _call_base() -> type:
@@ -123,12 +124,23 @@ class _Entry:
         # the function returns exactly one array: the call hands back that handle
         self.lone = isinstance(template, array) and n_outputs == 1
 
+    @classmethod
+    def shaped(cls, entry: "_Entry", real: list) -> "_Entry":
+        """A shapeless function's entry for arguments of ``real``'s shapes (its ``_fast``
+        table's, which the call in C replays): ``entry``'s template, its plan for those
+        shapes (``ReplayPlan.shaped``), no program of its own."""
+        e = cls.__new__(cls)
+        e.program, e.template, e.n_outputs, e.lone = None, entry.template, entry.n_outputs, entry.lone
+        e.plan = ReplayPlan.shaped(entry.program, real)
+        return e
+
     def __del__(self):
         # a traced program's ops and values refer to each other (GOp.outputs, Val.op): cut
         # when its entry goes, the program (its constants' arrays among it) is freed by
         # reference counting then, not whenever the cyclic collector next runs
-        for g in self.program.tape:
-            g.outputs = []
+        if self.program is not None:  # (a shaped entry shares its function's program)
+            for g in self.program.tape:
+                g.outputs = []
 
 
 class CompiledFunction(_CallBase):
@@ -141,9 +153,10 @@ class CompiledFunction(_CallBase):
         self._shapeless = bool(shapeless)
         self._cache: dict = {}
         # signature (shape, dtype per positional array) -> entry, for calls that pass only
-        # arrays positionally to a function without captured state or shapeless mode
+        # arrays positionally to a function without captured state (a shapeless one's:
+        # its entry for those shapes, _Entry.shaped)
         self._fast: dict = {}
-        self._direct = inputs is None and outputs is None and not shapeless
+        self._direct = inputs is None and outputs is None
         # re-entrant: the function may call itself while it is traced (MLX allows it; the
         # inner call is a miss at its own signature, or recurses until RecursionError)
         self._lock = threading.RLock()
@@ -222,8 +235,12 @@ class CompiledFunction(_CallBase):
             for x in arrays:
                 fast_key.append(x.shape)
                 fast_key.append(x.dtype.name)
+            if self._shapeless:  # the plan of these shapes, made once (kept for a bounded few)
+                if len(self._fast) >= _SHAPED:
+                    self._fast.clear()
+                entry = _Entry.shaped(entry, descs)
             self._fast[tuple(fast_key)] = entry
-        if self._shapeless:
+        if self._shapeless and entry.program is not None:
             outs = replay(entry.program, descs, True)
         else:
             outs = entry.plan.run(descs)

@@ -10,7 +10,7 @@ from .. import dtypes as _dt
 from ..array import array
 from ..device import StreamOrDevice, resolve_stream
 from ..primitive import Primitive
-from ..compile_trace import in_dynamic_tracing, note_partners
+from ..compile_trace import _dynamic, in_dynamic_tracing, note_partners
 from .convert import broadcast, broadcast_known, broadcast_shapes, cast, _fmt_shape
 from .reduction import op, require_array
 
@@ -54,11 +54,11 @@ def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
         sa, sb = ad.shape, bd.shape
         nd = len(sa)
         if (nd >= 2 and len(sb) == 2 and sa[-1] == sb[0] and ad.dtype is bd.dtype and
-                _dt.is_inexact(ad.dtype)):  # (what the steps below record for them)
+                ad.dtype.kind in "fVc"):  # inexact (what the steps below record for them)
             if nd == 2:
                 return array._make1((sa[0], sb[1]), ad.dtype,
                                     Primitive("Matmul", resolve_stream(stream)), [a, b])
-            if not in_dynamic_tracing():  # a Linear's (..., K) @ (K, N): Flatten, Matmul, Unflatten
+            if not _dynamic.on:  # (in_dynamic_tracing) a Linear's (..., K) @ (K, N): Flatten, Matmul, Unflatten
                 s = resolve_stream(stream)
                 lead = sa[:-1]
                 n = 1
