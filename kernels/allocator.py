@@ -300,13 +300,25 @@ class PyAllocator:
         timeline.add(kind, timeline.now(), device=self.device, nbytes=buf.size, detail=detail)
 
     def _malloc(self, size: int) -> Buffer:
-        """A buffer of at least ``size`` bytes, from the cache when one fits."""
+        """A buffer of at least ``size`` bytes, from the cache when one fits; on a miss while
+        buffers are held or sealed, after a seal (those whose work has finished are back)."""
         if size == 0:
             return self.buffer_type(self._raw_alloc(0), 0)
-        if self._held or self._held_batches:  # (with the C steps: a miss of the cache)
-            self._seal()
         if self._round is not None:
             size = self._round(size, self.page_size)
+        buf = self._reuse(size)
+        if buf is None and (self._held or self._held_batches):
+            self._seal()
+            buf = self._reuse(size)
+        if buf is None:
+            return self._malloc_fresh(size)
+        if timeline.enabled:
+            self._record("cache_reuse", buf, size)
+        return buf
+
+    def _reuse(self, size: int) -> Optional[Buffer]:
+        """A cached buffer for a request of ``size`` bytes (rounded already), counted active
+        (and the cache trimmed where the policy trims after a malloc); None on a miss."""
         cache = self.cache
         with self._lock:
             buf = cache.reuse_from_cache(size)
@@ -316,10 +328,6 @@ class PyAllocator:
                     self.peak = active
                 if self._trim_after_malloc and cache.pool_size > self.cache_limit:
                     self._evict(cache.pool_size - self.cache_limit)
-        if buf is None:
-            return self._malloc_fresh(size)
-        if timeline.enabled:
-            self._record("cache_reuse", buf, size)
         return buf
 
     def _malloc_fresh(self, size: int) -> Buffer:
