@@ -919,6 +919,11 @@ static int seal_events_c(PyObject *src, PyObject **out) {
     for (Py_ssize_t i = 0; rc == 1 && i < k; i++) {
         PyObject *index = PyList_GET_ITEM(indices, i);
         PyObject *w = PyDict_GetItemWithError(work, index); /* (checked above) */
+        if (w == NULL || !PyList_CheckExact(w) || PyList_GET_SIZE(w) != 3) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "a stream's work record went");
+            rc = -1;
+            break;
+        }
         PyObject *gen = Py_NewRef(PyList_GET_ITEM(w, 0));
         int running = PyObject_IsTrue(PyList_GET_ITEM(w, 1));
         PyObject *mark = PyDict_GetItemWithError(marks, index), *ev = NULL;
@@ -1036,11 +1041,13 @@ static int collect_c(Alloc *a) {
     if (lock_take(a->lock) < 0) { Py_DECREF(done); return -1; }
     int rc = 0;
     while (rc == 0 && PyList_GET_SIZE(a->pending) > 0) {
-        PyObject *batch = PyList_GET_ITEM(a->pending, 0);
+        /* (held: an event's ``done`` may run a finalizer whose free seals, re-entrantly) */
+        PyObject *batch = Py_NewRef(PyList_GET_ITEM(a->pending, 0));
         PyObject *evs = PyTuple_Check(batch) && PyTuple_GET_SIZE(batch) == 2 ?
                         PySequence_Fast(PyTuple_GET_ITEM(batch, 0), "events") : NULL;
         if (evs == NULL) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a batch is (events, buffers)");
+            Py_DECREF(batch);
             rc = -1;
             break;
         }
@@ -1052,14 +1059,18 @@ static int collect_c(Alloc *a) {
         }
         Py_DECREF(evs);
         if (all < 0) rc = -1;
-        if (all != 1) break;
-        PyObject *bufs = PyTuple_GET_ITEM(batch, 1);
-        PyObject *fast = PySequence_Fast(bufs, "buffers");
-        if (fast == NULL) { rc = -1; break; }
+        if (all != 1) { Py_DECREF(batch); break; }
+        if (PyList_GET_SIZE(a->pending) == 0 || PyList_GET_ITEM(a->pending, 0) != batch) {
+            Py_DECREF(batch); /* given back meanwhile: look again */
+            continue;
+        }
+        PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(batch, 1), "buffers");
+        if (fast == NULL) { Py_DECREF(batch); rc = -1; break; }
         for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(fast); i++)
             rc = PyList_Append(done, PySequence_Fast_GET_ITEM(fast, i));
         Py_DECREF(fast);
         if (rc == 0) rc = PySequence_DelItem(a->pending, 0);
+        Py_DECREF(batch);
     }
     a->held_batches = PyList_GET_SIZE(a->pending);
     if (lock_give(a->lock) < 0) rc = -1;
