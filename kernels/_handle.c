@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include "_view_api.h"
 #if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
 #define Py_T_OBJECT_EX T_OBJECT_EX
@@ -18,6 +19,7 @@
 #define Py_T_ULONGLONG T_ULONGLONG
 #define Py_T_PYSSIZET T_PYSSIZET
 #define Py_T_BOOL T_BOOL
+#define Py_T_INT T_INT
 #define Py_READONLY READONLY
 #endif
 
@@ -661,11 +663,33 @@ typedef struct {
     PyObject *defer, *held;
     Py_ssize_t batch, held_batches;
     long long batch_bytes, held_bytes;
+    /* ``round_kind``: the policy's rounding done here (ROUND_*), 0: ``round`` called;
+     * ``pending``: the sealed batches, a list of (events, buffers) in order of sealing;
+     * ``event_source``: None, the Python ``_seal_events`` makes a seal's events; else the
+     * device's stream state (seal_events_c), so a seal calls no Python code */
+    int round_kind;
+    PyObject *pending, *event_source;
 } Alloc;
+
+enum { ROUND_CALL = 0, ROUND_EXACT = 1, ROUND_PAGES_ABOVE_ONE = 2, ROUND_CUDA = 3 };
+
+/* allocator.py's _exact / _whole_pages_above_one / _cuda_round (mlx/backend/metal/allocator.cpp,
+ * mlx/backend/cuda/allocator.cpp: 8 bytes at most from the scalar pool, under a page the next
+ * power of two, else whole pages) */
+static long long round_c(int kind, long long size, long long page) {
+    if (kind == ROUND_PAGES_ABOVE_ONE) return size > page ? (size + page - 1) / page * page : size;
+    if (kind == ROUND_CUDA) {
+        if (size <= 8) return 8;
+        if (size < page) return 1LL << (64 - __builtin_clzll((unsigned long long)(size - 1)));
+        return (size + page - 1) / page * page;
+    }
+    return size;
+}
 
 static PyObject *a_timeline_dict = NULL;
 static PyObject *s_enabled, *s__record, *s_buffer_type, *s_nbytes, *s__release, *s__evict,
-    *s__malloc, *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name, *s__seal;
+    *s__malloc, *s_alloc, *s_cache_reuse, *s_free_to_cache, *s_free_name, *s__seal,
+    *s__seal_events, *s_done, *s_record, *s__malloc_fresh, *s_acquire, *s_release;
 
 static int call_none(PyObject *r) {
     if (r == NULL) return -1;
@@ -706,16 +730,30 @@ static void count_active(Alloc *a, long long size) {
     if (a->active > a->peak) a->peak = a->active;
 }
 
+static int seal_c(Alloc *a);
+
+/* malloc: the policy's rounding (in C for MLX's policies, ``round_kind``; else the
+ * ``_round`` callable); under the lock, the cache's reuse (the exact size, else the
+ * smallest cached size inside the reuse window, its oldest buffer), the counters, the trim
+ * after a malloc where the policy trims (``_evict``). A miss while buffers are held or
+ * sealed first seals (``_seal``: those whose work has finished go to the cache) and tries
+ * the cache again, as PyAllocator._malloc; a miss after that is ``_malloc_fresh`` (Python:
+ * evict at the gc limit, allocate or raise, its record); size 0 (or not an int, or huge)
+ * is the Python _malloc. */
 static PyObject *alloc_malloc(Alloc *a, PyObject *size) {
     int overflow = 0;
     long long n = PyLong_Check(size) ? PyLong_AsLongLongAndOverflow(size, &overflow) : 0;
-    if (n <= 0 || overflow) { /* size 0 (or not an int, or huge): the Python malloc */
+    if (n <= 0 || overflow || n > (1LL << 60)) { /* the Python malloc */
         PyErr_Clear();
         return PyObject_CallMethodOneArg((PyObject *)a, s__malloc, size);
     }
     if (!alloc_ready(a)) return NULL;
     PyObject *rsize = NULL;
-    if (a->round != NULL && a->round != Py_None) { /* the policy's rounding */
+    if (a->round_kind > ROUND_EXACT) {
+        long long r = round_c(a->round_kind, n, a->page_size);
+        if (r != n && (rsize = PyLong_FromLongLong(r)) == NULL) return NULL;
+        n = r;
+    } else if (a->round_kind == ROUND_CALL && a->round != NULL && a->round != Py_None) {
         PyObject *page = PyLong_FromSsize_t(a->page_size);
         rsize = page ? PyObject_CallFunctionObjArgs(a->round, size, page, NULL) : NULL;
         Py_XDECREF(page);
@@ -729,19 +767,29 @@ static PyObject *alloc_malloc(Alloc *a, PyObject *size) {
         }
     }
     Cache *c = a->cache;
-    if (lock_take(a->lock) < 0) { Py_XDECREF(rsize); return NULL; }
-    long long real; /* the buffer's real size: the cached size (its ``size``) */
-    PyObject *buf = cache_reuse_c(c, n, &real);
-    int ok = 1;
-    if (buf != NULL) { /* active += the real size; peak; the trim */
-        count_active(a, real);
-        if (a->trim_after_malloc && (unsigned long long)c->pool_size > a->cache_limit)
-            ok = evict(a, c->pool_size - (long long)a->cache_limit) == 0;
+    PyObject *buf = NULL;
+    for (int sealed = 0;; sealed = 1) {
+        if (lock_take(a->lock) < 0) { Py_XDECREF(rsize); return NULL; }
+        long long real; /* the buffer's real size: the cached size (its ``size``) */
+        buf = cache_reuse_c(c, n, &real);
+        int ok = 1;
+        if (buf != NULL) { /* active += the real size; peak; the trim */
+            count_active(a, real);
+            if (a->trim_after_malloc && (unsigned long long)c->pool_size > a->cache_limit)
+                ok = evict(a, c->pool_size - (long long)a->cache_limit) == 0;
+        }
+        if (lock_give(a->lock) < 0) ok = 0;
+        if (!ok) { Py_XDECREF(buf); Py_XDECREF(rsize); return NULL; }
+        if (buf != NULL || sealed) break;
+        int held = a->held != NULL && PyList_Check(a->held) && PyList_GET_SIZE(a->held) > 0;
+        if (!held && !a->held_batches) break;
+        if (call_none(PyObject_CallMethodNoArgs((PyObject *)a, s__seal)) < 0) {
+            Py_XDECREF(rsize);
+            return NULL;
+        }
     }
-    if (lock_give(a->lock) < 0) ok = 0;
-    if (!ok) { Py_XDECREF(buf); Py_XDECREF(rsize); return NULL; }
-    if (buf == NULL) { /* a miss: the Python malloc allocates (its own lock, its record) */
-        buf = PyObject_CallMethodOneArg((PyObject *)a, s__malloc, rsize ? rsize : size);
+    if (buf == NULL) { /* a miss: allocated in Python (its own lock, its record) */
+        buf = PyObject_CallMethodOneArg((PyObject *)a, s__malloc_fresh, rsize ? rsize : size);
         untrack_buffer(buf);
     } else if (recording()) {
         PyObject *req = rsize ? Py_NewRef(rsize) : Py_NewRef(size);
@@ -815,6 +863,238 @@ static PyObject *free_now(Alloc *a, PyObject *buf, long long n) {
     Py_RETURN_NONE;
 }
 
+/* -- stream-ordered frees: the seal ---------------------------------------------------------
+ * PyAllocator._seal / _collect / _seal_events (the reference) in C: the held buffers become
+ * one batch ordered after the device work that may still read them (the events of a seal),
+ * or go to the cache at once where no stream may still run; then every sealed batch whose
+ * events have all completed goes to the cache, oldest first, stopping at the first one
+ * still running (events complete in about the order they were recorded). */
+
+/* _free_now(buf) for a buffer of the batch */
+static int give_back(Alloc *a, PyObject *buf) {
+    long long n = freed_size(buf);
+    if (n <= 0) return (int)n;
+    return call_none(free_now(a, buf, n));
+}
+
+/* -- a seal's events from the device's stream state (cuda/device.py's, in C) -------------
+ * ``event_source`` is (unfinished, work, marks, streams, work_lock, new_event): device.py's
+ * ``_unfinished`` set, ``_work`` (index -> [generation, running, index]), ``_marks``
+ * (index -> (generation, event)), ``_streams`` (index -> CUDA stream), ``_work_lock`` and
+ * a callable making an event (recorded by its ``record(stream)``). For each stream that may
+ * still run: its covering event (device.covering_event: the mark while no node has left
+ * the stream's context since and none runs there, else a new event recorded on the stream
+ * and marked); a completed one notes the stream finished (device.note_finished), the others
+ * are the seal's. 1 made (*out a new list), 0: a stream without its records (the Python
+ * ``_seal_events`` makes them), -1 an error. */
+static int seal_events_c(PyObject *src, PyObject **out) {
+    if (!PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 6) {
+        PyErr_SetString(PyExc_TypeError, "an event source is (unfinished, work, marks, streams, "
+                                         "work_lock, new_event)");
+        return -1;
+    }
+    PyObject *unfinished = PyTuple_GET_ITEM(src, 0), *work = PyTuple_GET_ITEM(src, 1),
+             *marks = PyTuple_GET_ITEM(src, 2), *streams = PyTuple_GET_ITEM(src, 3),
+             *wlock = PyTuple_GET_ITEM(src, 4), *new_event = PyTuple_GET_ITEM(src, 5);
+    if (!PyAnySet_Check(unfinished) || !PyDict_Check(work) || !PyDict_Check(marks) ||
+        !PyDict_Check(streams)) {
+        PyErr_SetString(PyExc_TypeError, "an event source's unfinished a set, work, marks and "
+                                         "streams dicts");
+        return -1;
+    }
+    PyObject *indices = PySequence_List(unfinished); /* (list(device.unfinished())) */
+    if (indices == NULL) return -1;
+    Py_ssize_t k = PyList_GET_SIZE(indices);
+    for (Py_ssize_t i = 0; i < k; i++) { /* every stream's records there, else Python */
+        PyObject *index = PyList_GET_ITEM(indices, i);
+        PyObject *w = PyDict_GetItemWithError(work, index);
+        PyObject *st = w ? PyDict_GetItemWithError(streams, index) : NULL;
+        if (st == NULL || !PyList_CheckExact(w) || PyList_GET_SIZE(w) != 3) {
+            Py_DECREF(indices);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    PyObject *events = PyList_New(0);
+    int rc = events ? 1 : -1;
+    for (Py_ssize_t i = 0; rc == 1 && i < k; i++) {
+        PyObject *index = PyList_GET_ITEM(indices, i);
+        PyObject *w = PyDict_GetItemWithError(work, index); /* (checked above) */
+        if (w == NULL || !PyList_CheckExact(w) || PyList_GET_SIZE(w) != 3) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "a stream's work record went");
+            rc = -1;
+            break;
+        }
+        PyObject *gen = Py_NewRef(PyList_GET_ITEM(w, 0));
+        int running = PyObject_IsTrue(PyList_GET_ITEM(w, 1));
+        PyObject *mark = PyDict_GetItemWithError(marks, index), *ev = NULL;
+        if (running < 0 || (mark == NULL && PyErr_Occurred())) { rc = -1; Py_DECREF(gen); break; }
+        int fresh = mark == NULL || !PyTuple_CheckExact(mark) || PyTuple_GET_SIZE(mark) != 2 ||
+                    running;
+        if (!fresh) {
+            int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(mark, 0), gen, Py_EQ);
+            if (eq < 0) { rc = -1; Py_DECREF(gen); break; }
+            fresh = !eq;
+        }
+        if (fresh) { /* a new event recorded on the stream after its work, marked */
+            PyObject *st = PyDict_GetItemWithError(streams, index);
+            ev = st ? PyObject_CallNoArgs(new_event) : NULL;
+            PyObject *r = ev ? PyObject_CallMethodOneArg(ev, s_record, st) : NULL;
+            PyObject *m = r ? PyTuple_Pack(2, gen, ev) : NULL;
+            Py_XDECREF(r);
+            if (m == NULL || PyDict_SetItem(marks, index, m) < 0) rc = -1;
+            Py_XDECREF(m);
+        } else {
+            ev = Py_NewRef(PyTuple_GET_ITEM(mark, 1));
+        }
+        Py_DECREF(gen);
+        PyObject *d = rc == 1 ? PyObject_GetAttr(ev, s_done) : NULL;
+        int done = d ? PyObject_IsTrue(d) : -1;
+        Py_XDECREF(d);
+        if (done < 0) rc = -1;
+        else if (!done) rc = PyList_Append(events, ev) < 0 ? -1 : 1;
+        else { /* device.note_finished(index, ev), under the work lock */
+            PyObject *r = PyObject_CallMethodNoArgs(wlock, s_acquire);
+            if (r == NULL) rc = -1;
+            Py_XDECREF(r);
+            if (rc == 1) {
+                PyObject *w2 = PyDict_GetItemWithError(work, index);
+                PyObject *m2 = w2 ? PyDict_GetItemWithError(marks, index) : NULL;
+                if (m2 != NULL && PyList_CheckExact(w2) && PyList_GET_SIZE(w2) == 3 &&
+                    PyTuple_CheckExact(m2) && PyTuple_GET_SIZE(m2) == 2 &&
+                    PyTuple_GET_ITEM(m2, 1) == ev) {
+                    int idle = PyObject_Not(PyList_GET_ITEM(w2, 1));
+                    int same = idle == 1 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(m2, 0),
+                                                                    PyList_GET_ITEM(w2, 0), Py_EQ) : 0;
+                    if (idle < 0 || same < 0 || (same == 1 && PySet_Discard(unfinished, index) < 0))
+                        rc = -1;
+                } else if (PyErr_Occurred()) {
+                    rc = -1;
+                }
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyObject *q = PyObject_CallMethodNoArgs(wlock, s_release);
+                if (q == NULL) { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); rc = -1; }
+                else { Py_DECREF(q); PyErr_Restore(type, value, tb); }
+            }
+        }
+        Py_XDECREF(ev);
+    }
+    Py_DECREF(indices);
+    if (rc < 0) { Py_XDECREF(events); return -1; }
+    *out = events;
+    return 1;
+}
+
+/* the events a seal orders its batch after (a new list): the event source's in C, else
+ * ``self._seal_events()`` */
+static PyObject *seal_events(Alloc *a) {
+    PyObject *events = NULL;
+    if (a->event_source != NULL && a->event_source != Py_None) {
+        int r = seal_events_c(a->event_source, &events);
+        if (r != 0) return r > 0 ? events : NULL;
+    }
+    PyObject *got = PyObject_CallMethodNoArgs((PyObject *)a, s__seal_events);
+    if (got == NULL || PyList_CheckExact(got)) return got;
+    Py_SETREF(got, PySequence_List(got));
+    return got;
+}
+
+static int collect_c(Alloc *a);
+
+static int seal_c(Alloc *a) {
+    if (!alloc_ready(a)) return -1;
+    if (a->pending == NULL || !PyList_Check(a->pending)) {
+        PyErr_SetString(PyExc_TypeError, "the allocator's _pending is a list");
+        return -1;
+    }
+    PyObject *held = a->held;
+    if (held != NULL && PyList_Check(held) && PyList_GET_SIZE(held) > 0) {
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL) return -1;
+        a->held = fresh; /* _take_held: the list is ours now */
+        a->held_bytes = 0;
+        PyObject *events = seal_events(a);
+        int rc = events ? 0 : -1;
+        if (rc == 0 && PyList_GET_SIZE(events) > 0) {
+            PyObject *batch = PyTuple_Pack(2, events, held);
+            if (batch == NULL || lock_take(a->lock) < 0) rc = -1;
+            else {
+                rc = PyList_Append(a->pending, batch);
+                a->held_batches = PyList_GET_SIZE(a->pending);
+                if (lock_give(a->lock) < 0) rc = -1;
+            }
+            Py_XDECREF(batch);
+        } else if (rc == 0) { /* no enqueued kernel can still read them */
+            for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(held); i++)
+                rc = give_back(a, PyList_GET_ITEM(held, i));
+        }
+        Py_XDECREF(events);
+        Py_DECREF(held);
+        if (rc < 0) return -1;
+    }
+    return PyList_GET_SIZE(a->pending) ? collect_c(a) : 0;
+}
+
+static int collect_c(Alloc *a) {
+    PyObject *done = PyList_New(0);
+    if (done == NULL) return -1;
+    if (lock_take(a->lock) < 0) { Py_DECREF(done); return -1; }
+    int rc = 0;
+    while (rc == 0 && PyList_GET_SIZE(a->pending) > 0) {
+        /* (held: an event's ``done`` may run a finalizer whose free seals, re-entrantly) */
+        PyObject *batch = Py_NewRef(PyList_GET_ITEM(a->pending, 0));
+        PyObject *evs = PyTuple_Check(batch) && PyTuple_GET_SIZE(batch) == 2 ?
+                        PySequence_Fast(PyTuple_GET_ITEM(batch, 0), "events") : NULL;
+        if (evs == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a batch is (events, buffers)");
+            Py_DECREF(batch);
+            rc = -1;
+            break;
+        }
+        int all = 1;
+        for (Py_ssize_t i = 0; all == 1 && i < PySequence_Fast_GET_SIZE(evs); i++) {
+            PyObject *d = PyObject_GetAttr(PySequence_Fast_GET_ITEM(evs, i), s_done);
+            all = d ? PyObject_IsTrue(d) : -1;
+            Py_XDECREF(d);
+        }
+        Py_DECREF(evs);
+        if (all < 0) rc = -1;
+        if (all != 1) { Py_DECREF(batch); break; }
+        if (PyList_GET_SIZE(a->pending) == 0 || PyList_GET_ITEM(a->pending, 0) != batch) {
+            Py_DECREF(batch); /* given back meanwhile: look again */
+            continue;
+        }
+        PyObject *fast = PySequence_Fast(PyTuple_GET_ITEM(batch, 1), "buffers");
+        if (fast == NULL) { Py_DECREF(batch); rc = -1; break; }
+        for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(fast); i++)
+            rc = PyList_Append(done, PySequence_Fast_GET_ITEM(fast, i));
+        Py_DECREF(fast);
+        if (rc == 0) rc = PySequence_DelItem(a->pending, 0);
+        Py_DECREF(batch);
+    }
+    a->held_batches = PyList_GET_SIZE(a->pending);
+    if (lock_give(a->lock) < 0) rc = -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(done); i++)
+        rc = give_back(a, PyList_GET_ITEM(done, i));
+    Py_DECREF(done);
+    return rc;
+}
+
+static PyObject *alloc_seal(Alloc *a, PyObject *unused) {
+    if (seal_c(a) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *alloc_collect(Alloc *a, PyObject *unused) {
+    if (!alloc_ready(a)) return NULL;
+    if (a->pending == NULL || !PyList_Check(a->pending)) {
+        PyErr_SetString(PyExc_TypeError, "the allocator's _pending is a list");
+        return NULL;
+    }
+    if (collect_c(a) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
     if (!alloc_ready(a)) return NULL;
     PyObject *bt = PyObject_GetAttr((PyObject *)a, s_buffer_type);
@@ -838,6 +1118,8 @@ static PyObject *alloc_adopt(Alloc *a, PyObject *owner) {
 static int alloc_traverse(Alloc *a, visitproc visit, void *arg) {
     Py_VISIT(a->defer);
     Py_VISIT(a->held);
+    Py_VISIT(a->pending);
+    Py_VISIT(a->event_source);
     Py_VISIT(a->round);
     Py_VISIT(a->cache);
     Py_VISIT(a->lock);
@@ -847,6 +1129,8 @@ static int alloc_traverse(Alloc *a, visitproc visit, void *arg) {
 static int alloc_clear(Alloc *a) {
     Py_CLEAR(a->defer);
     Py_CLEAR(a->held);
+    Py_CLEAR(a->pending);
+    Py_CLEAR(a->event_source);
     Py_CLEAR(a->round);
     Py_CLEAR(a->cache);
     Py_CLEAR(a->lock);
@@ -911,6 +1195,12 @@ static PyMemberDef alloc_members[] = {
     {"_held_bytes", Py_T_LONGLONG, offsetof(Alloc, held_bytes), 0, "the held buffers' bytes"},
     {"_held_batches", Py_T_PYSSIZET, offsetof(Alloc, held_batches), 0,
      "sealed batches not given back yet"},
+    {"_round_kind", Py_T_INT, offsetof(Alloc, round_kind), 0,
+     "the policy's rounding done in C: 1 none, 2 whole pages above one, 3 CUDA's; 0: _round"},
+    {"_pending", Py_T_OBJECT_EX, offsetof(Alloc, pending), 0,
+     "the sealed batches, a list of (events, buffers), oldest first"},
+    {"_event_source", Py_T_OBJECT_EX, offsetof(Alloc, event_source), 0,
+     "the device's stream state a seal's events come from in C; None: _seal_events"},
     {NULL},
 };
 
@@ -924,6 +1214,11 @@ static PyMethodDef alloc_methods[] = {
      "Return a buffer to the cache (or the system) at once."},
     {"adopt", (PyCFunction)alloc_adopt, METH_O,
      "Account for memory numpy allocated by itself (``owner`` owns its data)."},
+    {"_seal", (PyCFunction)alloc_seal, METH_NOARGS,
+     "The held buffers ordered as one batch after the device work that may read them (or to "
+     "the cache at once where none may still run), then the finished batches given back."},
+    {"_collect", (PyCFunction)alloc_collect, METH_NOARGS,
+     "The sealed batches whose events have completed given back, oldest first."},
     {NULL},
 };
 
@@ -943,6 +1238,166 @@ static PyTypeObject AllocatorBaseType = {
     .tp_members = alloc_members,
     .tp_getset = alloc_getset,
 };
+
+/* -- a buffer's typed view in C -------------------------------------------------------------
+ * A device's Buffer subclass registers how its view is made (``view_form``), so the eval
+ * loop makes a fresh output's view without the Python ``view`` (kernels/_view_api.h):
+ *
+ *   "pointer"  array_type(shape, dtype, raw.data): a CuPy array over the buffer's memory
+ *              pointer (cuda/memory.py CudaBuffer.view);
+ *   "slice"    raw[:nbytes].view(dtype).reshape(shape) (StandInBuffer._device_view);
+ *
+ * both only for a buffer whose ``raw`` is exactly ``array_type``, 1-d uint8 (the
+ * allocator's own memory; adopted memory takes the Python method, which flattens it). A
+ * dtype in ``wraps`` (bfloat16, which CuPy has no dtype for) is viewed as its storage
+ * dtype and wrapped: ``wrapper(view)``, its slots raw / shape / strides / data filled here
+ * as its __init__ fills them. A buffer type with a ``last`` slot keeps its last view as
+ * CudaBuffer.view does: (shape, dtype, view), handed out again for the same dtype object
+ * and an equal shape. */
+#define MAX_FORMS 8
+typedef struct {
+    PyTypeObject *type;
+    int pointer; /* 1 "pointer", 0 "slice" */
+    PyObject *array_type, *wraps, *u8;
+    Py_ssize_t last_off;
+} Form;
+static Form forms[MAX_FORMS];
+static int nforms = 0;
+static PyObject *s_data, *s_ndim, *s_dtype, *s_view, *s_reshape, *s_shape, *s_strides;
+
+static Py_ssize_t object_slot(PyTypeObject *t, const char *name) {
+    PyObject *m = PyObject_GetAttrString((PyObject *)t, name);
+    Py_ssize_t off = -1;
+    if (m != NULL && Py_IS_TYPE(m, &PyMemberDescr_Type) &&
+        ((PyMemberDescrObject *)m)->d_member->type == Py_T_OBJECT_EX)
+        off = ((PyMemberDescrObject *)m)->d_member->offset;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return off;
+}
+
+/* wrapper(v) for a wrapper class with the slots raw / shape / strides / data (a BF16Array:
+ * its __init__'s fields), else by its constructor */
+static PyObject *wrap_view(PyObject *wrapper, PyObject *v) {
+    PyTypeObject *t = (PyTypeObject *)wrapper;
+    Py_ssize_t o[4] = {-1, -1, -1, -1};
+    if (PyType_Check(wrapper) && t->tp_init != NULL) {
+        static const char *const names[4] = {"raw", "shape", "strides", "data"};
+        for (int i = 0; i < 4; i++) o[i] = object_slot(t, names[i]);
+    }
+    if (o[0] < 0 || o[1] < 0 || o[2] < 0 || o[3] < 0 || t->tp_dictoffset != 0)
+        return PyObject_CallOneArg(wrapper, v);
+    PyObject *shape = PyObject_GetAttr(v, s_shape);
+    PyObject *strides = shape ? PyObject_GetAttr(v, s_strides) : NULL;
+    PyObject *data = strides ? PyObject_GetAttr(v, s_data) : NULL;
+    PyObject *w = data ? t->tp_alloc(t, 0) : NULL;
+    if (w == NULL) { Py_XDECREF(shape); Py_XDECREF(strides); Py_XDECREF(data); return NULL; }
+    PyObject *vals[4] = {Py_NewRef(v), shape, strides, data};
+    for (int i = 0; i < 4; i++) *(PyObject **)((char *)w + o[i]) = vals[i];
+    return w;
+}
+
+/* buf's view of nbytes as dtype and shape; NULL with no error: not a registered case */
+static PyObject *view_c(PyObject *buf, Py_ssize_t nbytes, PyObject *npdt, PyObject *shape) {
+    Form *f = NULL;
+    for (int i = 0; i < nforms; i++)
+        if (forms[i].type == Py_TYPE(buf)) { f = &forms[i]; break; }
+    if (f == NULL || raw_off < 0 || !PyTuple_Check(shape)) return NULL;
+    PyObject **lastp = f->last_off >= 0 ? (PyObject **)((char *)buf + f->last_off) : NULL;
+    if (lastp != NULL && *lastp != NULL && PyTuple_CheckExact(*lastp) &&
+        PyTuple_GET_SIZE(*lastp) == 3 && PyTuple_GET_ITEM(*lastp, 1) == npdt) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(*lastp, 0), shape, Py_EQ);
+        if (eq < 0) return NULL;
+        if (eq) return Py_NewRef(PyTuple_GET_ITEM(*lastp, 2));
+    }
+    PyObject *raw = *(PyObject **)((char *)buf + raw_off);
+    if (raw == NULL || Py_TYPE(raw) != (PyTypeObject *)f->array_type) return NULL;
+    PyObject *nd = PyObject_GetAttr(raw, s_ndim);
+    PyObject *dt = nd ? PyObject_GetAttr(raw, s_dtype) : NULL;
+    int flat = dt != NULL && PyLong_Check(nd) && PyLong_AsLong(nd) == 1 &&
+               (dt == f->u8 || PyObject_RichCompareBool(dt, f->u8, Py_EQ) == 1);
+    Py_XDECREF(nd); Py_XDECREF(dt);
+    if (!flat) { PyErr_Clear(); return NULL; }
+    PyObject *w = PyDict_GetItemWithError(f->wraps, npdt), *as = npdt, *wrapper = NULL;
+    if (w == NULL && PyErr_Occurred()) return NULL;
+    if (w != NULL) {
+        if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a view form's wrap is (storage dtype, wrapper)");
+            return NULL;
+        }
+        as = PyTuple_GET_ITEM(w, 0), wrapper = PyTuple_GET_ITEM(w, 1);
+    }
+    PyObject *v;
+    if (f->pointer) {
+        PyObject *data = PyObject_GetAttr(raw, s_data);
+        PyObject *args[3] = {shape, as, data};
+        v = data ? PyObject_Vectorcall(f->array_type, args, 3, NULL) : NULL;
+        Py_XDECREF(data);
+    } else {
+        PyObject *end = PyLong_FromSsize_t(nbytes);
+        PyObject *sl = end ? PySlice_New(NULL, end, NULL) : NULL;
+        PyObject *part = sl ? PyObject_GetItem(raw, sl) : NULL;
+        PyObject *typed = part ? PyObject_CallMethodOneArg(part, s_view, as) : NULL;
+        v = typed ? PyObject_CallMethodOneArg(typed, s_reshape, shape) : NULL;
+        Py_XDECREF(end); Py_XDECREF(sl); Py_XDECREF(part); Py_XDECREF(typed);
+    }
+    if (v != NULL && wrapper != NULL) Py_SETREF(v, wrap_view(wrapper, v));
+    if (v != NULL && lastp != NULL) {
+        PyObject *last = PyTuple_Pack(3, shape, npdt, v);
+        if (last == NULL) { Py_DECREF(v); return NULL; }
+        Py_XSETREF(*lastp, last);
+    }
+    return v;
+}
+
+/* view_form(buffer_type, form, array_type, wraps, uint8): see above */
+static PyObject *view_form(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyUnicode_Check(args[1]) ||
+        !PyType_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "view_form(buffer type, 'pointer' | 'slice', array "
+                                         "type, wraps dict, uint8 dtype)");
+        return NULL;
+    }
+    int pointer = PyUnicode_CompareWithASCIIString(args[1], "pointer") == 0;
+    if (!pointer && PyUnicode_CompareWithASCIIString(args[1], "slice") != 0) {
+        PyErr_SetString(PyExc_ValueError, "a view form is 'pointer' or 'slice'");
+        return NULL;
+    }
+    if (buffer_base == NULL || !PyType_IsSubtype((PyTypeObject *)args[0], buffer_base)) {
+        PyErr_SetString(PyExc_TypeError, "view_form: a subclass of the configured Buffer");
+        return NULL;
+    }
+    Form *f = NULL;
+    for (int i = 0; i < nforms; i++)
+        if (forms[i].type == (PyTypeObject *)args[0]) f = &forms[i];
+    if (f == NULL) {
+        if (nforms == MAX_FORMS) { PyErr_SetString(PyExc_RuntimeError, "too many view forms"); return NULL; }
+        f = &forms[nforms++];
+        f->type = (PyTypeObject *)Py_NewRef(args[0]);
+    } else {
+        Py_CLEAR(f->array_type); Py_CLEAR(f->wraps); Py_CLEAR(f->u8);
+    }
+    f->pointer = pointer;
+    f->array_type = Py_NewRef(args[2]);
+    f->wraps = Py_NewRef(args[3]);
+    f->u8 = Py_NewRef(args[4]);
+    f->last_off = object_slot(f->type, "last");
+    Py_RETURN_NONE;
+}
+
+/* the view as a function (the tests compare it with the Python method) */
+static PyObject *view_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "view(buffer, nbytes, dtype, shape)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n < 0 && PyErr_Occurred()) return NULL;
+    PyObject *v = view_c(args[0], n, args[2], args[3]);
+    return v != NULL || PyErr_Occurred() ? v : Py_NewRef(Py_None);
+}
+
+static ViewApi view_api = {VIEW_API_ABI, view_c};
 
 /* configure(timeline, Buffer[, ids]): the timeline module (its ``enabled`` flag read from
  * its dict), the Buffer class (its ``raw`` / ``size`` / ``id`` slots' offsets) and the
@@ -979,6 +1434,12 @@ static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "Hand over kernels.timeline and allocator.Buffer."},
+    {"view_form", (PyCFunction)(void (*)(void))view_form, METH_FASTCALL,
+     "view_form(buffer type, 'pointer' | 'slice', array type, wraps, uint8 dtype): how that "
+     "Buffer subclass's views are made in C."},
+    {"view", (PyCFunction)(void (*)(void))view_py, METH_FASTCALL,
+     "view(buffer, nbytes, dtype, shape): the buffer's view made in C, None where its type "
+     "has no view form (or its raw memory is not the form's)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -996,7 +1457,10 @@ PyMODINIT_FUNC PyInit__handle(void) {
     I(s__malloc, "_malloc") I(s_enabled, "enabled") I(s__record, "_record")
     I(s_buffer_type, "buffer_type") I(s_nbytes, "nbytes") I(s_alloc, "alloc")
     I(s_cache_reuse, "cache_reuse") I(s_free_to_cache, "free_to_cache") I(s_free_name, "free")
-    I(s__seal, "_seal")
+    I(s__seal, "_seal") I(s__seal_events, "_seal_events") I(s_done, "done") I(s_record, "record")
+    I(s__malloc_fresh, "_malloc_fresh") I(s_acquire, "acquire") I(s_release, "release")
+    I(s_data, "data") I(s_ndim, "ndim") I(s_dtype, "dtype") I(s_view, "view")
+    I(s_reshape, "reshape") I(s_shape, "shape") I(s_strides, "strides")
 #undef I
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
@@ -1007,5 +1471,12 @@ PyMODINIT_FUNC PyInit__handle(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *cap = PyCapsule_New(&view_api, VIEW_API_NAME, NULL);
+    if (cap == NULL || PyModule_AddObjectRef(m, VIEW_API_ATTR, cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(cap);
     return m;
 }

@@ -152,6 +152,10 @@ def _cuda_round(size: int, page: int) -> int:
     return -(-size // page) * page
 
 
+# the roundings the C malloc does itself (kernels/_handle.c round_c), by its ROUND_* numbers
+_ROUND_KINDS = {_exact: 1, _whole_pages_above_one: 2, _cuda_round: 3}
+
+
 def _cpu_memory_limit(total: int, working_set: int) -> int:
     return int(0.8 * total) if total else 1 << 33
 
@@ -250,8 +254,10 @@ class PyAllocator:
         self.peak = 0
         self._lock = self.lock_type()
         self.cache = self.cache_type(self.page_size, None, self._release)
-        # the policy's rounding, None where it keeps the request (the CPU's): one call less
+        # the policy's rounding, None where it keeps the request (the CPU's): one call less;
+        # MLX's policies' roundings are done by the C malloc itself (``_round_kind``)
         self._round = None if p.round_size is _exact else p.round_size
+        self._round_kind = _ROUND_KINDS.get(p.round_size, 0)
         self._recycle_if_fits = bool(p.recycle_if_fits)
         self._trim_after_malloc = bool(p.trim_after_malloc)
         # stream-ordered frees (``free``): a device's allocator sets ``_defer`` to the set of
@@ -261,6 +267,12 @@ class PyAllocator:
         self._held_bytes = 0
         self._held_batches = 0  # batches ``_seal`` ordered by events, not given back yet
         self._batch, self._batch_bytes = HELD_BATCH, HELD_BATCH_BYTES
+        # (events, buffers) batches in order of sealing: freed, maybe still read by
+        # enqueued kernels until the events complete (``_seal``)
+        self._pending: list = []
+        # a device's stream state its seals' events are made from in C (_handle.c
+        # seal_events_c); None: ``_seal_events``
+        self._event_source = None
 
     # -- raw memory -----------------------------------------------------------------------
     def _raw_alloc(self, size: int) -> Any:
@@ -288,29 +300,53 @@ class PyAllocator:
         timeline.add(kind, timeline.now(), device=self.device, nbytes=buf.size, detail=detail)
 
     def _malloc(self, size: int) -> Buffer:
-        """A buffer of at least ``size`` bytes, from the cache when one fits."""
+        """A buffer of at least ``size`` bytes, from the cache when one fits; on a miss while
+        buffers are held or sealed, after a seal (those whose work has finished are back)."""
         if size == 0:
             return self.buffer_type(self._raw_alloc(0), 0)
-        if self._held or self._held_batches:  # (with the C steps: a miss of the cache)
-            self._seal()
         if self._round is not None:
             size = self._round(size, self.page_size)
+        buf = self._reuse(size)
+        if buf is None and (self._held or self._held_batches):
+            self._seal()
+            buf = self._reuse(size)
+        if buf is None:
+            return self._malloc_fresh(size)
+        if timeline.enabled:
+            self._record("cache_reuse", buf, size)
+        return buf
+
+    def _reuse(self, size: int) -> Optional[Buffer]:
+        """A cached buffer for a request of ``size`` bytes (rounded already), counted active
+        (and the cache trimmed where the policy trims after a malloc); None on a miss."""
         cache = self.cache
         with self._lock:
             buf = cache.reuse_from_cache(size)
-            reused = buf is not None
-            if buf is None:
-                required = self.active + cache.pool_size + size
-                if self.gc_limit is not None and required >= self.gc_limit:
-                    self._evict(required - self.gc_limit)
-                buf = self._allocate_or_raise(size)
+            if buf is not None:
+                active = self.active = self.active + buf.size
+                if active > self.peak:
+                    self.peak = active
+                if self._trim_after_malloc and cache.pool_size > self.cache_limit:
+                    self._evict(cache.pool_size - self.cache_limit)
+        return buf
+
+    def _malloc_fresh(self, size: int) -> Buffer:
+        """A new buffer of ``size`` bytes (rounded already) where the cache had none: where
+        the policy does, evict ``active + cache + size - gc limit`` bytes of cache when that
+        sum reaches it; allocate (or raise); the counters and the trim."""
+        cache = self.cache
+        with self._lock:
+            required = self.active + cache.pool_size + size
+            if self.gc_limit is not None and required >= self.gc_limit:
+                self._evict(required - self.gc_limit)
+            buf = self._allocate_or_raise(size)
             active = self.active = self.active + buf.size
             if active > self.peak:
                 self.peak = active
             if self._trim_after_malloc and cache.pool_size > self.cache_limit:
                 self._evict(cache.pool_size - self.cache_limit)
         if timeline.enabled:
-            self._record("cache_reuse" if reused else "alloc", buf, size)
+            self._record("alloc", buf, size)
         return buf
 
     def _evict(self, nbytes: int) -> None:
@@ -366,12 +402,38 @@ class PyAllocator:
         self._free_now(buf)
 
     def _seal(self) -> None:
-        """Order the held buffers after the device work that may read them (a device's
-        allocator: ``cuda/memory.py``, one event per stream for the batch) and give back
-        those whose work has finished; here, with no device, all of them at once."""
+        """The held buffers ordered as one batch after the device work that may still read
+        them (``_seal_events``: a device's allocator, ``cuda/memory.py``, one covering event
+        per stream that may still run; none on the host), or to the cache at once where
+        there is none; then every batch whose events have completed goes to the cache
+        (``_collect``). (The C steps' ``_seal`` is kernels/_handle.c's.)"""
         held = self._take_held()
-        for buf in held:
+        if held:
+            events = self._seal_events()
+            if events:
+                with self._lock:
+                    self._pending.append((events, held))
+                    self._held_batches = len(self._pending)
+            else:  # no enqueued kernel can still read them
+                for buf in held:
+                    self._free_now(buf)
+        if self._pending:
+            self._collect()
+
+    def _collect(self) -> None:
+        """Give the batches whose kernels have finished to the cache (or back to the system)."""
+        done = []
+        with self._lock:
+            # events complete in about the order they were recorded: stop at the first busy one
+            while self._pending and all(e.done for e in self._pending[0][0]):
+                done.extend(self._pending.pop(0)[1])
+            self._held_batches = len(self._pending)
+        for buf in done:
             self._free_now(buf)
+
+    def _seal_events(self) -> list:
+        """The events a batch of held buffers is ordered after: none on the host."""
+        return []
 
     def _take_held(self) -> list:
         """The held buffers, no longer held."""
@@ -400,7 +462,7 @@ class PyAllocator:
             self._release(buf)
 
     malloc, adopt, free = _malloc, _adopt, _free  # (AllocatorBase's in C come first,
-    # and its _free_now)
+    # and its _free_now, _seal and _collect)
 
     # -- statistics and limits (MLX's memory API) -----------------------------------------
     def get_cache_memory(self) -> int:

@@ -213,3 +213,261 @@ def test_threads_mallocing_and_freeing_one_allocator_leave_exact_counters():
     assert a.active == 0
     assert a.get_cache_memory() == sum(b.size for b in a.cache.buffers()) <= a.cache_limit
     assert a.peak > 0
+
+
+# -- MLX's roundings in C, around the size classes' boundaries ------------------------------
+
+def _mlx_round(policy: str, size: int, page: int) -> int:
+    """mlx/backend/cuda/allocator.cpp (8 bytes at most from the scalar pool; under a page the
+    next power of two, mlx/utils.h next_power_of_2; else whole pages) and
+    mlx/backend/metal/allocator.cpp (whole pages above one page), written out here."""
+    if policy == "cuda":
+        if size <= 8:
+            return 8
+        if size < page:
+            p = 1
+            while p < size:
+                p *= 2
+            return p
+    elif size <= page:
+        return size
+    return (size + page - 1) // page * page
+
+
+# sizes at and next to the powers of two and the page multiples (16 KiB: CUDA's page)
+boundary = st.builds(lambda base, d: max(1, base + d),
+                     st.one_of(st.sampled_from([1 << k for k in range(0, 23)]),
+                               st.integers(1, 64).map(lambda m: m * 16384),
+                               st.integers(1, 64).map(lambda m: m * 4096)),
+                     st.integers(-2, 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(boundary, min_size=1, max_size=8), st.sampled_from(["metal", "cuda"]))
+def test_the_c_malloc_rounds_as_mlx_around_the_size_classes(sizes, policy):
+    p = POLICIES[policy]
+    c, py = (cls("gpu", policy=p, total_memory=1 << 33, page_size=16384)
+             for cls in (Allocator, PyAllocator))
+    called = Allocator("gpu", policy=p, total_memory=1 << 33, page_size=16384)
+    called._round_kind = 0  # the policy's Python function, called from C
+    assert c._round_kind == (3 if policy == "cuda" else 2)
+    for n in sizes:
+        want = _mlx_round(policy, n, 16384)
+        got = [a.malloc(n).size for a in (c, py, called)]
+        assert got == [want] * 3, (n, got, want)
+        assert p.round_size(n, 16384) == want
+    assert c.active == py.active == called.active == sum(_mlx_round(policy, n, 16384) for n in sizes)
+
+
+# -- stream-ordered frees: the C seal against the Python one --------------------------------
+
+class _Event:
+    def __init__(self):
+        self.done = False
+
+
+def _deferring(cls):
+    """``cls`` as a device's allocator: frees are held while ``streams`` is not empty, and a
+    seal's events are one new event while a stream runs (as ``_unfinished_events`` makes
+    one per unfinished stream), kept in ``events`` in the order made."""
+
+    class Deferring(cls):
+        def __init__(self):
+            super().__init__("gpu", policy=POLICIES["cuda"], total_memory=1 << 30)
+            self._defer = set()
+            self._batch, self._batch_bytes = 3, 1 << 16
+            self.events: list = []
+
+        def _seal_events(self):
+            if not self._defer:
+                return []
+            ev = _Event()
+            self.events.append(ev)
+            return [ev]
+
+    return Deferring
+
+
+def _seal_state(a) -> tuple:
+    return (a.active, a.peak, a.get_cache_memory(), [b.size for b in a.cache.buffers()],
+            [b.size for b in a._held], a._held_bytes, a._held_batches,
+            [([e.done for e in evs], [b.size for b in bufs]) for evs, bufs in a._pending],
+            len(a.events))
+
+
+# ("malloc", size), ("free", k), ("run", 0): a stream has work, ("idle", 0): every stream
+# seen finished, ("finish", k): the k-th event made completes, ("seal", 0), ("clear", 0)
+seal_ops = st.lists(st.one_of(
+    st.tuples(st.just("malloc"), st.sampled_from([8, 100, 4096, 5000, 16384, 20000])),
+    st.tuples(st.just("malloc"), st.sampled_from([8, 100, 4096])),
+    st.tuples(st.just("free"), st.integers(0, 9)), st.tuples(st.just("free"), st.integers(0, 9)),
+    st.tuples(st.just("run"), st.just(0)), st.tuples(st.just("idle"), st.just(0)),
+    st.tuples(st.just("finish"), st.integers(0, 12)), st.tuples(st.just("seal"), st.just(0)),
+    st.tuples(st.just("clear"), st.just(0)),
+    st.tuples(st.just("cache_limit"), st.sampled_from([0, 20000, 1 << 20]))), max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seal_ops, st.booleans())
+def test_the_c_seal_holds_and_gives_back_as_the_python_seal(seq, record):
+    """Held frees, their batches' events, the cache and the counters, step by step, and the
+    buffers handed out: equal under the C steps (AllocatorBase's free / malloc / _seal) and
+    the Python reference; a buffer in a batch whose event has not completed is never
+    handed out again."""
+    got = []
+    for cls in (_deferring(Allocator), _deferring(PyAllocator)):
+        a = cls()
+        live, handed, states = [], [], []
+        ctx = timeline.record() if record else None
+        rec = ctx.__enter__() if ctx else None
+        for op, v in seq:
+            if op == "malloc":
+                buf = a.malloc(v)
+                busy = [b for evs, bufs in a._pending for b in bufs] + list(a._held)
+                assert all(buf is not b for b in busy)
+                first = next((i for i, b in enumerate(handed) if b is buf), None)
+                states.append(("got", len(handed) if first is None else first))
+                if first is None:
+                    handed.append(buf)
+                live.append(buf)
+            elif op == "free" and live:
+                a.free(live.pop(v % len(live)))
+            elif op == "run":
+                a._defer.add(0)
+            elif op == "idle":
+                a._defer.clear()
+                for ev in a.events:  # all the work is done
+                    ev.done = True
+            elif op == "finish" and a.events:
+                a.events[v % len(a.events)].done = True
+            elif op == "seal":
+                a._seal()
+            elif op == "clear":
+                a.clear_cache()
+            elif op == "cache_limit":
+                a.set_cache_limit(v)
+            states.append(_seal_state(a))
+        a._defer.clear()
+        for ev in a.events:
+            ev.done = True
+        for buf in live:
+            a.free(buf)
+        a._seal()
+        states.append(_seal_state(a))
+        if ctx:
+            ctx.__exit__(None, None, None)
+        got.append((states, _records(rec) if rec else None))
+    assert got[0] == got[1]
+    assert got[0][0][-1][0] == 0 and got[0][0][-1][4] == [] and got[0][0][-1][7] == []
+
+
+# -- out of memory: the cache emptied and the allocation tried again ------------------------
+
+def _bounded(cls, budget: int):
+    """``cls`` over a device of ``budget`` bytes: ``_raw_alloc`` raises MemoryError (as the
+    CUDA allocator's does after cudaMalloc fails) when the memory alive would pass it."""
+
+    class Bounded(cls):
+        def __init__(self):
+            super().__init__("gpu", policy=POLICIES["cuda"], total_memory=1 << 30)
+            self.alive = 0
+            self.failures = 0
+
+        def _raw_alloc(self, size):
+            if self.alive + size > budget:
+                self.failures += 1
+                raise MemoryError("out of device memory")
+            self.alive += size
+            return np.empty(size, np.uint8)
+
+        def _release(self, buf):
+            self.alive -= buf.size
+            super()._release(buf)
+
+    return Bounded
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("malloc"), st.sampled_from([100, 4096, 20000, 40000, 70000])),
+                          st.tuples(st.just("free"), st.integers(0, 9))), max_size=50))
+def test_out_of_memory_frees_the_cache_and_retries_as_the_python_allocator(seq):
+    """A failed allocation empties the cache and tries once more; one that still fails
+    raises MLX's ``[malloc] Unable to allocate`` and changes no counter: the same under the
+    C steps and the Python ones."""
+    got = []
+    for cls in (_bounded(Allocator, 100_000), _bounded(PyAllocator, 100_000)):
+        a = cls()
+        live, states = [], []
+        for op, v in seq:
+            if op == "malloc":
+                before = (a.active, a.peak)
+                try:
+                    live.append(a.malloc(v))
+                    states.append(("ok", live[-1].size))
+                except RuntimeError as e:
+                    assert str(e).startswith(f"[malloc] Unable to allocate {_mlx_round('cuda', v, 16384)} bytes")
+                    assert (a.active, a.peak) == before
+                    states.append(("raised",))
+            elif live:
+                a.free(live.pop(v % len(live)))
+            states.append((a.active, a.peak, a.get_cache_memory(), a.alive, a.failures))
+        got.append(states)
+    assert got[0] == got[1]
+
+
+# -- a buffer's view in C --------------------------------------------------------------------
+
+def test_a_registered_buffer_types_view_in_c_is_its_view_method():
+    """view_c makes what the Python ``view`` makes (type, dtype, shape, memory), keeps the
+    last view where the type has that slot, and declines what it does not know."""
+    from tapescope.kernels.allocator import Buffer
+
+    class Dev(np.ndarray):
+        pass
+
+    class Wrapped:
+        __slots__ = ("raw", "shape", "strides", "data")
+
+        def __init__(self, raw):
+            self.raw = raw
+            self.shape, self.strides, self.data = raw.shape, raw.strides, raw.data
+
+    class Sliced(Buffer):
+        __slots__ = ()
+
+        def view(self, nbytes, dtype, shape):
+            if dtype == np.dtype(np.float16):
+                return Wrapped(self.raw[:nbytes].view(np.uint16).reshape(shape))
+            return self.raw[:nbytes].view(dtype).reshape(shape)
+
+    class Kept(Sliced):
+        __slots__ = ("last",)
+
+        def __init__(self, raw, size):
+            super().__init__(raw, size)
+            self.last = None
+
+    wraps = {np.dtype(np.float16): (np.dtype(np.uint16), Wrapped)}
+    for t in (Sliced, Kept):
+        _handle.view_form(t, "slice", Dev, wraps, np.dtype(np.uint8))
+    raw = np.arange(4096, dtype=np.uint8).view(Dev)
+    for t in (Sliced, Kept):
+        b = t(raw, 4096)
+        for dtype, shape in ((np.float32, (4, 8)), (np.int16, (3,)), (np.float16, (2, 5)), (np.uint8, ())):
+            dt = np.dtype(dtype)
+            n = dt.itemsize * int(np.prod(shape))
+            made, ref = _handle.view(b, n, dt, shape), b.view(n, dt, shape)
+            assert type(made) is type(ref)
+            v = made
+            if type(v) is Wrapped:
+                assert (v.shape, v.strides, v.data) == (ref.shape, ref.strides, ref.data)
+                v, ref = v.raw, ref.raw
+            assert type(v) is Dev and v.dtype == ref.dtype and v.shape == ref.shape
+            assert v.ctypes.data == ref.ctypes.data and np.array_equal(v, ref)
+            again = _handle.view(b, n, dt, shape)  # the same object only where it is kept
+            assert (again is made) == (t is Kept)
+            if t is Kept:
+                assert b.last == (shape, dt, made)
+    assert _handle.view(Buffer(raw, 4096), 16, np.dtype(np.float32), (4,)) is None  # no form
+    flat_not = Sliced(np.zeros((4, 4), np.uint8).view(Dev), 16)
+    assert _handle.view(flat_not, 16, np.dtype(np.float32), (4,)) is None  # the method's case

@@ -85,3 +85,63 @@ def test_frees_while_a_stream_runs_are_held_and_come_back_in_batches_ordered_by_
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120, cwd=HERE.parent)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+_SEAL_TRACE = r"""
+import sys, random; sys.path.insert(0, %r); import fake_cupy; fake_cupy.install()
+import tapescope.core as mx
+from tapescope.kernels.backends import backend
+from tapescope.kernels.cuda import device
+mx.set_default_device(mx.gpu); a = backend(mx.gpu).allocator
+if %r:
+    a._event_source = None  # the Python _seal_events (memory._unfinished_events)
+for i in (0, 1):
+    device.cuda_stream(i)
+made = [0]; rec = fake_cupy.Event.record
+def counted(self, st=None):
+    made[0] += 1
+    return rec(self, st)
+fake_cupy.Event.record = counted
+rng = random.Random(%d); fake_cupy.LAG[0] = 2
+live, trace = [], []
+for step in range(400):
+    r = rng.random()
+    if r < 0.3:
+        buf = a.malloc(rng.choice([8, 100, 4096, 5000, 40000]))
+        busy = [b for _, bufs in a._pending for b in bufs] + list(a._held)
+        assert all(buf is not b for b in busy), "a buffer handed out while its readers may run"
+        live.append(buf)
+    elif r < 0.6 and live:
+        a.free(live.pop(rng.randrange(len(live))))
+    elif r < 0.75:  # a node enqueues work on stream 0 or 1
+        w = device.work(rng.randrange(2)); device.enter_work(w); device.leave_work(w)
+    elif r < 0.8:
+        device.synchronize(rng.randrange(2))
+    elif r < 0.85:
+        a.settle()
+    trace.append((a.active, a.peak, a.get_cache_memory(), len(a._held), a._held_batches,
+                  [len(evs) for evs, _ in a._pending], sorted(device.unfinished()), made[0],
+                  sorted((k, m[0]) for k, m in device._marks.items())))
+print(repr(trace))
+"""
+
+
+def test_the_seals_events_made_in_c_are_the_python_ones_and_reuse_waits_for_them():
+    """Over the stand-in CuPy with events that complete late and two streams at work: the
+    allocator's seals with their covering events made in C (kernels/_handle.c
+    seal_events_c over device.event_source()) and with the Python ``_unfinished_events``
+    leave the same counters, held buffers, batches, unfinished streams, events made and
+    marks, step by step; no malloc hands out a buffer of a batch whose events have not
+    completed (or one still held)."""
+    env = dict(os.environ, TAPESCOPE_CUDA="1")
+    env.pop("TAPESCOPE_DISABLE_GPU", None)
+    for seed in (1, 2, 3):
+        out = []
+        for python in (False, True):
+            r = subprocess.run([sys.executable, "-c", _SEAL_TRACE % (str(HERE), python, seed)],
+                               env=env, capture_output=True, text=True, timeout=120,
+                               cwd=HERE.parent)
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            out.append(r.stdout.strip().splitlines()[-1])
+        assert out[0] == out[1]
+        assert "[1]" in out[0] or "[1, 1]" in out[0]  # some batches waited for their events

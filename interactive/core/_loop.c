@@ -14,6 +14,7 @@
  * _core.h); configured by evaluate.py and eval_loop.py at import. */
 #include "_core.h"
 #include "../../kernels/_device_api.h"
+#include "../../kernels/_view_api.h"
 #include <signal.h> /* SIGINT */
 #include <time.h> /* clock_gettime, nanosleep */
 
@@ -526,10 +527,24 @@ static int numpy_api(void) {
     return np_api = ok;
 }
 
+/* kernels/_handle.c's view in C (kernels/_view_api.h), NULL where that extension is not
+ * built (looked for once) */
+static ViewApi *view_api(void) {
+    static int state = 0; /* 0 not looked for, 1 found, -1 not there */
+    static ViewApi *api = NULL;
+    if (state == 0) {
+        api = PyCapsule_Import(VIEW_API_NAME, 0);
+        state = api != NULL && api->abi == VIEW_API_ABI ? 1 : -1;
+        if (state < 0) { PyErr_Clear(); api = NULL; }
+    }
+    return api;
+}
+
 /* buf.view(nbytes, dtype, shape) (allocator.Buffer.view): for the host's Buffer over a flat
  * uint8 numpy array, ``np.ndarray(shape, dtype, raw)`` as the method makes it (np_view where
- * numpy's table is usable); any other buffer (a device's type, adopted memory not yet
- * flattened) through the method */
+ * numpy's table is usable); a device's buffer type with a view form (kernels/_handle.c
+ * view_c: a CUDA buffer's CuPy view over its pointer) in C; any other buffer (adopted
+ * memory not yet flattened) through the method */
 static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, PyObject *shape) {
     PyObject *raw = Py_TYPE(buf) == (PyTypeObject *)l_buffer_type ? SLOT(buf, buf_raw_off) : NULL;
     if (raw != NULL && Py_TYPE(raw) == (PyTypeObject *)l_ndarray && numpy_api() == 1) {
@@ -551,6 +566,12 @@ static PyObject *buffer_view(PyObject *buf, PyObject *nbytes, PyObject *npdt, Py
             PyObject *args[3] = {shape, npdt, raw};
             return PyObject_Vectorcall(l_ndarray, args, 3, NULL);
         }
+    }
+    ViewApi *va = raw == NULL ? view_api() : NULL; /* a device's buffer: its view in C */
+    if (va != NULL) {
+        Py_ssize_t n = PyLong_AsSsize_t(nbytes);
+        PyObject *v = n >= 0 ? va->view(buf, n, npdt, shape) : NULL;
+        if (v != NULL || PyErr_Occurred()) return v;
     }
     PyObject *vargs[4] = {buf, nbytes, npdt, shape};
     return PyObject_VectorcallMethod(s_view, vargs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);

@@ -155,6 +155,14 @@ def covering_event(index: int) -> "cupy.cuda.Event":
     return mark[1]
 
 
+def event_source() -> tuple:
+    """The state ``covering_event`` and ``note_finished`` work on, for the allocator's seal
+    in C (kernels/_handle.c seal_events_c, the same steps): (``_unfinished``, ``_work``,
+    ``_marks``, ``_streams``, ``_work_lock``, the event maker)."""
+    return (_unfinished, _work, _marks, _streams, _work_lock,
+            functools.partial(cupy.cuda.Event, block=False, disable_timing=True))
+
+
 def is_gpu_stream(index) -> bool:
     return index in _streams
 

@@ -32,7 +32,6 @@
 
 from __future__ import annotations
 
-import collections
 import queue
 import threading
 from typing import Any, Optional
@@ -41,7 +40,7 @@ import cupy
 import numpy as np
 
 from .. import timeline
-from ..allocator import POLICIES, Allocator, Buffer, BufferHandle, allocator, owner_of
+from ..allocator import POLICIES, Allocator, Buffer, BufferHandle, _handle, allocator, owner_of
 from . import device
 from .bfloat16 import BF16, U16, BF16Array
 
@@ -126,6 +125,13 @@ class StandInBuffer(Buffer):
         return raw[:nbytes].view(dtype).reshape(shape)
 
 
+if _handle is not None:  # these buffers' views made in C for the eval loop (_handle.c view_c)
+    _WRAPS = {BF16: (U16, BF16Array)}
+    if hasattr(cupy.cuda, "MemoryPointer"):
+        _handle.view_form(CudaBuffer, "pointer", cupy.ndarray, _WRAPS, np.dtype(np.uint8))
+    _handle.view_form(StandInBuffer, "slice", cupy.ndarray, _WRAPS, np.dtype(np.uint8))
+
+
 class CudaAllocator(Allocator):
     # import_host keeps a 0-d array (a Python scalar's) on the host, adopted by the CPU's
     # allocator: core/_binary.c makes a scalar's desc for this device as it does for the host
@@ -138,10 +144,10 @@ class CudaAllocator(Allocator):
         self.buffer_type = CudaBuffer if hasattr(cupy.cuda, "MemoryPointer") else StandInBuffer
         _, total = device.memory_info(device_id)
         super().__init__("gpu", policy=POLICIES["cuda"], total_memory=int(total))
-        # (events, buffers) batches in order of sealing: freed, maybe still read by
-        # enqueued kernels until the events complete (``_seal``)
-        self._pending: collections.deque = collections.deque()
         self._defer = device.unfinished()  # frees are held while a stream may still run
+        # a seal's covering events made in C from the streams' state (_handle.c
+        # seal_events_c: ``_unfinished_events``'s steps over device.py's records)
+        self._event_source = device.event_source()
         self._freer = _Freer()
         self._lent: dict = {}  # device pointer -> the buffer lent to CuPy there
         using = getattr(cupy.cuda, "using_allocator", None)  # (not in the tests' stand-in)
@@ -215,34 +221,13 @@ class CudaAllocator(Allocator):
         return Allocator.adopt(self, owner)
 
     # -- stream-ordered reuse -------------------------------------------------------------
-    def _seal(self) -> None:
-        """The held buffers (``Allocator.free``: freed while a GPU stream had unfinished
-        work) ordered as one batch after that work: one covering event per stream that
-        may still run (``device.covering_event``; none for a stream seen finished), then
-        every batch whose events have completed given back to the cache."""
-        held = self._take_held()
-        if held:
-            events = _unfinished_events()
-            if events:
-                with self._lock:
-                    self._pending.append((events, held))
-                    self._held_batches = len(self._pending)
-            else:  # no enqueued kernel can still read them
-                for buf in held:
-                    self._free_now(buf)
-        if self._pending:
-            self._collect()
-
-    def _collect(self) -> None:
-        """Give the batches whose kernels have finished to the cache (or back to CUDA)."""
-        done = []
-        with self._lock:
-            # events complete in about the order they were recorded: stop at the first busy one
-            while self._pending and all(e.done for e in self._pending[0][0]):
-                done.extend(self._pending.popleft()[1])
-            self._held_batches = len(self._pending)
-        for buf in done:
-            self._free_now(buf)
+    # ``_seal`` (kernels/_handle.c; PyAllocator._seal the reference): the held buffers
+    # (``Allocator.free``: freed while a GPU stream had unfinished work) ordered as one
+    # batch after that work, by one covering event per stream that may still run
+    # (``_seal_events``; none for a stream seen finished), then every batch whose events
+    # have completed given back to the cache (``_collect``).
+    def _seal_events(self) -> list:
+        return _unfinished_events()
 
     def settle(self) -> None:
         if self._held or self._pending:
