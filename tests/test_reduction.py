@@ -151,6 +151,25 @@ def test_reductions_of_a_transposed_view():
     np.testing.assert_array_equal(np.array(mx.argmax(t, axis=1)), x.T.argmax(axis=1))
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_general_sum_folds_each_run_on_its_own(transposed):
+    """Axes (1, 3) of a (4, 32, 4, 32) array (MLX's general layout: neither side collapses
+    to one stride) with 1.0 first and 1e-8 everywhere else: a sum folding each run of the
+    last reduced axis on its own (MLX's GeneralContiguousReduce) keeps the small terms
+    (error ~1e-6); one float32 accumulator over all 1024 elements loses every one of them
+    (1.0, error 1e-5). Transposed: the runs are strided (not unit-stride loads)."""
+    x = np.full((4, 32, 4, 32), 1e-8, np.float32)
+    x[:, 0, :, 0] = 1.0
+    a = mx.array(x)
+    if transposed:
+        x = np.ascontiguousarray(np.swapaxes(x, 1, 3))
+        a = mx.swapaxes(mx.array(x), 1, 3)
+        x = np.swapaxes(x, 1, 3)
+    got = np.asarray(mx.sum(a, axis=(1, 3)))
+    want = x.astype(np.float64).sum(axis=(1, 3))
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
+
+
 @requires_mlx
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "all", "any", "mean", "argmax",

@@ -260,6 +260,8 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
                       [Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")],
                       block=1024, groups=lambda v: min(v["rows"], 1 << 30),
                       threads=lambda v: row_threads(v["cols"]), wide=True)
+    if layout == "general" and acc.final is None:
+        return _general_cpu(name, acc, in_dt, out_dt, adt)
     # the CPU: ROW_TILE rows folded in one loop (that many streams in flight) where there
     # are two tiles at least, the rows past the last whole tile one at a time (fewer rows:
     # each its own, a thread per row as before)
@@ -276,6 +278,33 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
                    Range("rt", 0, "nt", tiled, "blocks", f"rows * cols >= {PAR_MIN}"),
                    Range("r", f"nt * {T}", "rows", row, "blocks",
                          f"nt == 0 && rows > 1 && rows * cols >= {PAR_MIN}")], wide=True)
+
+
+def _general_cpu(name, acc, in_dt, out_dt, adt) -> Kernel:
+    """The CPU's general layout as MLX's ``GeneralContiguousReduce`` (``backend/cpu/
+    reduce.cpp``): each output folds the runs of its last reduced axis (``n`` elements of
+    stride ``s``) one after another, a run's base offset from its index over the other
+    reduced axes, its elements under ``omp simd`` (vector lanes, unit stride its own loop).
+    An offset per element from its whole index (``ts_loc`` per load) kept gcc from
+    vectorising the loop: one sequential sum, three times float32's error of a lane-wise
+    one over 1024 elements (MLX's ``test_block_masked_matmul`` mask gradients missed its
+    tolerance)."""
+    st = {f: f"g_{f}" for f, _ in acc.fields}
+
+    def run(a: str, index: str) -> list:
+        return [Reduce("i", 0, "n", [Let(f"{a}v", adt, _load(in_dt, adt, index))], acc, a,
+                       {"v": f"{a}v", "i": "i"}),
+                Merge(acc, st, state_vars(a, acc))]
+
+    runs = [Let("ob", INDEX, "rb + ts_loc(o, rshape, rstrides, rnd - 1)"),
+            If("s == 1", run("p", "ob + i"), run("q", "ob + i * s"))]
+    row = [Let("rb", INDEX, "ts_loc(r, kshape, kstrides, knd)")]
+    row += [Let(st[f], dt, ident, mutable=True) for (f, dt), ident in zip(acc.fields, acc.identity)]
+    row += [Range("o", 0, "cols / n", runs), Store("out", "r", _final(acc, st), out_dt)]
+    body = [Let("n", INDEX, "rnd > 0 && rshape[rnd - 1] > 0 ? rshape[rnd - 1] : 1"),
+            Let("s", INDEX, "rnd > 0 ? rstrides[rnd - 1] : 0"),
+            Range("r", 0, "rows", row, "blocks", f"rows > 1 && rows * cols >= {PAR_MIN}")]
+    return Kernel(name, _params("general", in_dt, out_dt), body, wide=True)
 
 
 def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:

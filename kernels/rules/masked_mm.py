@@ -69,6 +69,9 @@ def _masked(xp, x, mask, block_size: int):
     full = _block_mask(xp, mask, x.shape[-2], x.shape[-1], block_size)
     if full.dtype == xp.bool_:
         return xp.where(full, x, xp.zeros((), dtype=x.dtype))
+    if on_host(xp):  # in x's memory order: a transposed operand stays one, so the BLAS call
+        # gets the layout (and gives the bits) of the unmasked product's (the VJP's products)
+        return xp.multiply(x, full.astype(x.dtype), order="K")
     return x * full.astype(x.dtype)
 
 
