@@ -1738,12 +1738,7 @@ PyObject *run_node(PyObject *self, PyObject *node) {
  * ``pending``, its inputs unvisited). Returns (order, pending). */
 /* Both start in storage on the C stack (``small``: an eval's graph is mostly a few nodes,
  * and a heap table per eval cost more than the walk), moving to the heap when they grow. */
-#define SMALL_STACK 32
-#define SMALL_SET 64
-typedef struct { PyObject **items; Py_ssize_t n, cap; PyObject *small[SMALL_STACK]; } Stack;
-typedef struct { void **slots; size_t cap, n; void *small[SMALL_SET]; } PtrSet;
-
-static int stack_push(Stack *s, PyObject *o) {
+int stack_push(Stack *s, PyObject *o) {
     if (s->n == s->cap) {
         Py_ssize_t cap = s->cap ? 2 * s->cap : SMALL_STACK;
         PyObject **items = s->cap == 0 ? s->small
@@ -1758,7 +1753,7 @@ static int stack_push(Stack *s, PyObject *o) {
 }
 
 /* 1 added, 0 already there, -1 no memory (open addressing over pointers, load <= 1/2) */
-static int set_add(PtrSet *s, void *p) {
+int set_add(PtrSet *s, void *p) {
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : SMALL_SET;
         void **slots = s->cap == 0 ? memset(s->small, 0, sizeof(s->small))
@@ -1784,7 +1779,7 @@ static int set_add(PtrSet *s, void *p) {
     return 1;
 }
 
-static int set_has(PtrSet *s, void *p) {
+int set_has(PtrSet *s, void *p) {
     if (s->cap == 0) return 0;
     size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
     while (s->slots[j] != NULL) {
