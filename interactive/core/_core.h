@@ -64,6 +64,12 @@ PyObject *configure_fields(PyObject *self, PyObject *kw);
 int fields_ready(void);           /* configure_fields ran */
 PyObject *handle_of(PyObject *d); /* a new array handle on the desc d (new ref) */
 
+/* _products.c */
+PyObject *configure_products(PyObject *self, PyObject *kw);
+PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_addmm(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *install_matmul(PyObject *self, PyObject *op);
+
 /* _autodiff.c */
 PyObject *configure_autodiff(PyObject *self, PyObject *kw);
 PyObject *vjp_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
