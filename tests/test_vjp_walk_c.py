@@ -265,3 +265,41 @@ def test_the_walk_clears_the_tracer_flags(monkeypatch):
         d = box["y"]._d
         seen.append((d.tracer, d.node.inputs[0].tracer, x._d.tracer))
     assert seen[0] == seen[1] == (False, False, False)
+
+
+def _containers_after(M):
+    """What grad leaves in its arguments' lists and dicts (MLX's tree_fill and restore):
+    per case, the identity of each slot's value with the original, and the values."""
+    out = []
+    a0, b0, c0 = M.array([1.0, 2.0]), M.array([3.0, 4.0]), M.array([0.5, 0.25])
+
+    def assigns(p, q):
+        p["a"] = p["a"] * 2.0  # the function's own value stays in the slot
+        q[1] = q[1] + 1.0
+        return M.sum(p["a"] * p["b"][0]) + M.sum(q[0] * q[1])
+
+    p, q = {"a": a0, "b": [b0]}, [c0, b0]
+    g = M.grad(assigns, argnums=[0, 1])(p, q)
+    out.append([p["a"] is a0, p["b"][0] is b0, q[0] is c0, q[1] is b0])
+    out.append([np.array(v).tolist() for v in (p["a"], q[-1], g[0]["a"], g[0]["b"][0], g[1][0],
+                                               g[1][1])])
+
+    def kw(x, *, y=None, z=None):
+        return M.sum(x * y["w"] * z[0])
+
+    y, z = {"w": b0}, (c0,)
+    g = M.grad(kw, argnums=0, argnames=["y", "z"])(a0, y=y, z=z)
+    out.append([y["w"] is b0, z[0] is c0])
+    out.append([np.array(v).tolist() for v in (g[0], g[1]["y"]["w"], g[1]["z"][0])])
+    return out
+
+
+def test_grad_leaves_the_argument_containers_as_mlx_does(monkeypatch):
+    from conftest import mlx_ref
+
+    got = _containers_after(mx)
+    _python_walk(monkeypatch)
+    assert _containers_after(mx) == got
+    if mlx_ref is None:
+        pytest.skip("mlx is not installed")
+    assert got == _containers_after(mlx_ref)

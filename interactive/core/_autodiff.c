@@ -20,7 +20,7 @@ static int ad_configured = 0;
 static PyObject *ad_add, *ad_astype, *ad_bool, *ad_released, *ad_zeros_like, *ad_no_vjp,
     *ad_check_vjp, *ad_array_type, *ad_prim_type, *ad_defn_type;
 static Py_ssize_t ad_defn_off, ad_kw_off, ad_vjp_off, ad_stops_off, ad_d_off;
-static PyObject *s_retain;
+static PyObject *s_retain, *s_dict;
 
 PyObject *configure_autodiff(PyObject *self, PyObject *kw) {
     static const char *const names[] = {"add", "astype", "bool", "released", "zeros_like",
@@ -169,15 +169,27 @@ done:
     return tape;
 }
 
+/* the walk's state: the object (``transform_tracers._state()``, this thread's
+ * threading.local) and its attributes' dict where it has one (a local's is this thread's:
+ * read and written there, without the local's getattr) */
+typedef struct { PyObject *obj, *dict; } State;
+
+static PyObject *state_get(State *st, PyObject *name) { /* new ref */
+    if (st->dict == NULL) return PyObject_GetAttr(st->obj, name);
+    PyObject *v = PyDict_GetItemWithError(st->dict, name);
+    if (v == NULL && !PyErr_Occurred()) return PyObject_GetAttr(st->obj, name); /* (its error) */
+    return Py_XNewRef(v);
+}
+
 /* state.retain += delta */
-static int bump_retain(PyObject *state, long delta) {
-    PyObject *r = PyObject_GetAttr(state, s_retain);
+static int bump_retain(State *st, long delta) {
+    PyObject *r = state_get(st, s_retain);
     if (r == NULL) return -1;
     PyObject *d = PyLong_FromLong(delta), *v = d ? PyNumber_Add(r, d) : NULL;
     Py_DECREF(r);
     Py_XDECREF(d);
     if (v == NULL) return -1;
-    int rc = PyObject_SetAttr(state, s_retain, v);
+    int rc = st->dict ? PyDict_SetItem(st->dict, s_retain, v) : PyObject_SetAttr(st->obj, s_retain, v);
     Py_DECREF(v);
     return rc;
 }
@@ -196,7 +208,7 @@ static PyObject *cot_dtype(PyObject *g) {
 }
 
 /* one tape node backwards (_walk_back's loop body); 0, or -1 with an error */
-static int node_back(PyObject *node, PyObject *cmap, PtrSet *active, PyObject *state) {
+static int node_back(PyObject *node, PyObject *cmap, PtrSet *active, State *state) {
     PyObject *outs = live_outputs(node), *cots = NULL, *ins_h = NULL, *outs_h = NULL,
              *args = NULL, *vjps = NULL, *call = NULL;
     int rc = -1;
@@ -276,11 +288,11 @@ static int node_back(PyObject *node, PyObject *cmap, PtrSet *active, PyObject *s
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         int ok = bump_retain(state, -1) == 0;
-        PyObject *kept = ok ? PyObject_GetAttr(state, s_kept) : NULL;
+        PyObject *kept = ok ? state_get(state, s_kept) : NULL;
         int truth = kept ? PyObject_IsTrue(kept) : -1;
         Py_XDECREF(kept);
         if (truth > 0) {
-            PyObject *r = PyObject_CallOneArg(ad_released, state);
+            PyObject *r = PyObject_CallOneArg(ad_released, state->obj);
             if (r == NULL) truth = -1;
             Py_XDECREF(r);
         }
@@ -351,8 +363,12 @@ PyObject *vjp_walk(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
                                          "lists of ArrayDescs, a dict, once configured");
         return NULL;
     }
-    PyObject *outputs = a[0], *primals = a[1], *active0 = a[2], *cmap = a[3], *state = a[4];
+    PyObject *outputs = a[0], *primals = a[1], *active0 = a[2], *cmap = a[3];
+    State state = {a[4], NULL};
     PyObject *keep = PyList_New(0), *tape = NULL, *result = NULL;
+    if (s_dict == NULL && (s_dict = PyUnicode_InternFromString("__dict__")) == NULL) return NULL;
+    state.dict = PyObject_GetAttr(state.obj, s_dict);
+    if (state.dict == NULL || !PyDict_Check(state.dict)) { PyErr_Clear(); Py_CLEAR(state.dict); }
     PtrSet cut, active;
     cut.slots = NULL, cut.cap = cut.n = 0;
     active.slots = NULL, active.cap = active.n = 0;
@@ -371,13 +387,14 @@ PyObject *vjp_walk(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
         else if (PyObject_SetAttr(d, s_tracer, Py_False) < 0) goto done;
     }
     for (Py_ssize_t k = PyList_GET_SIZE(tape) - 1; k >= 0; k--)
-        if (node_back(PyList_GET_ITEM(tape, k), cmap, &active, state) < 0) goto done;
+        if (node_back(PyList_GET_ITEM(tape, k), cmap, &active, &state) < 0) goto done;
     result = Py_NewRef(Py_None);
 done:
     if (cut.slots != cut.small) PyMem_Free(cut.slots);
     if (active.slots != active.small) PyMem_Free(active.slots);
     Py_XDECREF(tape);
     Py_XDECREF(keep);
+    Py_XDECREF(state.dict);
     return result;
 }
 
