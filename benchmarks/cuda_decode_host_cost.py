@@ -16,7 +16,10 @@ arrays made beforehand (the graph is the decoding loop's, its input a ready arra
 than ``y[:, None]``'s view). The cache grows one position per token, as in the row.
 
     python benchmarks/cuda_decode_host_cost.py [float32 bfloat16] [--tokens 24] [--callgrind]
-        [--python-gemm]
+        [--python-gemm] [--cpu]
+
+``--cpu``: the same decoding on the CPU (benchmarks/eager.py's CPU row: its recording, the
+CPU's eval loop and kernels), still measured through the stand-in driver's hook.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=24, help="tokens measured (after 4 warm)")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--profile", type=int, default=0, help="print the top N cProfile rows")
+    ap.add_argument("--cpu", action="store_true", help="decode on the CPU (eager.py's row)")
     ap.add_argument("--python-gemm", action="store_true",
                     help="GEMM plans declined by cuda/_driver.c (the Python launch_fused)")
     args = ap.parse_args(argv)
@@ -95,7 +99,7 @@ def main(argv=None) -> int:
     import mlx.core as mx
     import mlx.nn as nn
 
-    mx.set_default_device(mx.gpu)
+    mx.set_default_device(mx.cpu if args.cpu else mx.gpu)
     seen = python_nodes()
     measured = ctypes.CDLL(None).fake_measured if args.callgrind else None
     names = args.dtypes or ["float32", "bfloat16"]

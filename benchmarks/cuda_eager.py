@@ -162,18 +162,22 @@ def _mlx_cuda(dtype: str):
     return {"a + b (16)": add, "50-op chain (2^20)": chain}
 
 
-def mlp_steps(mx, nn, optim, dtype: str, batch: int) -> dict:
+def mlp_steps(mx, nn, optim, dtype: str, batch: int, device=None,
+              sizes: tuple = (784, 2048, 2048, 10)) -> dict:
     """The MLP Adam step, eager and compiled, over whichever ``mlx.core`` / ``mlx.nn`` /
-    ``mlx.optimizers`` it is given (tapescope's through ``as_mlx()``, or MLX's own)."""
-    mx.set_default_device(mx.gpu)
+    ``mlx.optimizers`` it is given (tapescope's through ``as_mlx()``, or MLX's own), on the
+    GPU unless ``device`` says; ``sizes``: the layers' widths (ReLU between)."""
+    mx.set_default_device(mx.gpu if device is None else device)
     rng = np.random.default_rng(0)
-    model = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
-                          nn.Linear(2048, 10))
+    layers = []
+    for k in range(len(sizes) - 1):
+        layers += [nn.Linear(sizes[k], sizes[k + 1])] + ([nn.ReLU()] if k < len(sizes) - 2 else [])
+    model = nn.Sequential(*layers)
     if dtype == "bfloat16":
         model.set_dtype(mx.bfloat16)
     opt = optim.Adam(learning_rate=1e-3)
-    x = mx.array(rng.standard_normal((batch, 784)).astype(np.float32)).astype(getattr(mx, dtype))
-    y = mx.array(rng.integers(0, 10, batch).astype(np.int32))
+    x = mx.array(rng.standard_normal((batch, sizes[0])).astype(np.float32)).astype(getattr(mx, dtype))
+    y = mx.array(rng.integers(0, sizes[-1], batch).astype(np.int32))
     mx.eval(model.parameters(), x, y)
 
     def loss_fn(m, x, y):

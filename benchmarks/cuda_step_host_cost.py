@@ -8,7 +8,11 @@ as ``cuda_host_cost.py`` measures one op. Per step and dtype: Python function ca
 computes nothing: its float64 GEMMs are no host cost).
 
     python benchmarks/cuda_step_host_cost.py [float32 bfloat16] [--steps 5] [--compiled]
-        [--callgrind] [--python-gemm]
+        [--callgrind] [--python-gemm] [--cpu]
+
+``--cpu``: benchmarks/eager.py's CPU row instead (its 32 -> 64 -> 10 MLP, batch 64, on the
+CPU: the same recording and backward walk, the CPU's eval loop and BLAS), still measured
+through the stand-in driver's ``fake_measured``.
 
 GEMMs per step are counted by path: launched from C (the stand-in libcublas's calls) and
 through CuPy's Python binding (``fake_cublas.PY_CALLS``); ``--python-gemm`` declines the C
@@ -69,6 +73,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compute-gemm", action="store_true",
                     help="the stand-in cuBLAS computes its GEMMs on the host (by default it "
                     "only counts them: a GPU's cuBLAS call costs the host no arithmetic)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="eager.py's CPU MLP row (32 -> 64 -> 10, batch 64) on the CPU")
     ap.add_argument("--python-gemm", action="store_true",
                     help="GEMM plans declined by cuda/_driver.c (_driver.use_cublas(False)): "
                     "launched through launch_fused's Python, as before the C launch")
@@ -89,7 +95,8 @@ def main(argv=None) -> int:
     names = args.dtypes or ["float32", "bfloat16"]
     n = args.steps
     for dtype in names:
-        fns = ce.mlp_steps(mx, nn, optim, dtype, args.batch)
+        fns = (ce.mlp_steps(mx, nn, optim, dtype, args.batch, mx.cpu, (32, 64, 10)) if args.cpu
+               else ce.mlp_steps(mx, nn, optim, dtype, args.batch))
         mode = "compiled" if args.compiled else "eager"
         f = next(v for k, v in fns.items() if mode in k)
         for _ in range(3):  # (warm: the first calls plan; host_cost's own warm-up none)

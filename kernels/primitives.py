@@ -86,6 +86,12 @@ FlopsRule = Callable[[list, list], int]
 
 def broadcast_shapes(*shapes: tuple) -> tuple:
     """numpy's broadcast of shapes (ValueError when they do not broadcast)."""
+    if len(shapes) == 2:  # the common cases: two equal shapes, or one of them ()
+        a, b = shapes
+        if a == b or not b:
+            return tuple(a)
+        if not a:
+            return tuple(b)
     nd = max((len(s) for s in shapes), default=0)
     out = [1] * nd
     for s in shapes:

@@ -61,10 +61,33 @@ PyObject *configure_layout_methods(PyObject *self, PyObject *kw);
 
 /* _fields.c */
 PyObject *configure_fields(PyObject *self, PyObject *kw);
+int fields_ready(void);           /* configure_fields ran */
+PyObject *handle_of(PyObject *d); /* a new array handle on the desc d (new ref) */
+
+/* _products.c */
+PyObject *configure_products(PyObject *self, PyObject *kw);
+PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_addmm(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *install_matmul(PyObject *self, PyObject *op);
+
+/* _autodiff.c */
+PyObject *configure_autodiff(PyObject *self, PyObject *kw);
+PyObject *vjp_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *vjp_mark(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _stream.c */
 PyObject *configure_stream(PyObject *self, PyObject *kw);
 PyObject *resolve_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* a stack of owned references and a set of pointers, small ones without an allocation
+ * (_loop.c; topo_order's and autodiff's walks) */
+#define SMALL_STACK 32
+#define SMALL_SET 64
+typedef struct { PyObject **items; Py_ssize_t n, cap; PyObject *small[SMALL_STACK]; } Stack;
+typedef struct { void **slots; size_t cap, n; void *small[SMALL_SET]; } PtrSet;
+int stack_push(Stack *s, PyObject *o); /* a new reference pushed; -1: no memory */
+int set_add(PtrSet *s, void *p);       /* 1 added, 0 there already, -1 no memory */
+int set_has(PtrSet *s, void *p);
 
 /* _loop.c */
 PyObject *configure_loop(PyObject *self, PyObject *kw);

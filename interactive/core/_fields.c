@@ -67,8 +67,11 @@ static PyTypeObject FieldType = {
     .tp_members = field_members,
 };
 
+/* whether configure_fields ran (handle_of can make handles) */
+int fields_ready(void) { return f_array != NULL; }
+
 /* a new handle (array.array) on ``d`` */
-static PyObject *handle_of(PyObject *d) {
+PyObject *handle_of(PyObject *d) {
     PyObject *h = f_array->tp_alloc(f_array, 0);
     if (h != NULL) put(h, f_d_off, d);
     return h;

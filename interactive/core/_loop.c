@@ -667,7 +667,11 @@ static int device_donates(PyObject *d, PyObject *shape, long long itemsize, long
     if (sz == NULL || PyLong_AsLongLong(sz) != itemsize) { PyErr_Clear(); return 0; }
     int same = PyObject_RichCompareBool(SLOT(d, desc_off[D_SHAPE]), shape, Py_EQ);
     if (same <= 0) { PyErr_Clear(); return 0; }
-    PyObject *flags = PyObject_GetAttr(data, s_flags);
+    /* (a storage type's flags are its raw's: read there, without its property's frame) */
+    PyObject *raw = Py_TYPE(data) == (PyTypeObject *)storage_type ? PyObject_GetAttr(data, s_raw)
+                                                                   : Py_NewRef(data);
+    PyObject *flags = raw ? PyObject_GetAttr(raw, s_flags) : NULL;
+    Py_XDECREF(raw);
     PyObject *c = flags ? PyObject_GetAttr(flags, forder ? s_f_contiguous : s_c_contiguous) : NULL;
     int contiguous = c == Py_True;
     Py_XDECREF(flags); Py_XDECREF(c);
@@ -1239,6 +1243,35 @@ done:
     return res;
 }
 
+/* ``storage_type(raw)`` for a storage type whose instances are their slots raw / shape /
+ * strides / data (a BF16Array: its __init__ fills them from raw), made here without its
+ * __init__'s frame (as _handle.c's wrap_view makes a fresh output's); any other type by its
+ * constructor. The offsets are found once per type. */
+static PyTypeObject *sw_type;
+static Py_ssize_t sw_off[4] = {-1, -1, -1, -1};
+
+static PyObject *storage_wrap(PyObject *type, PyObject *raw) {
+    PyTypeObject *t = (PyTypeObject *)type;
+    if (t != sw_type) {
+        static const char *const names[4] = {"raw", "shape", "strides", "data"};
+        sw_type = NULL;
+        for (int i = 0; i < 4; i++)
+            if ((sw_off[i] = slot_offset(type, names[i])) < 0) { PyErr_Clear(); break; }
+        if (t->tp_dictoffset != 0) sw_off[0] = -1;
+        sw_type = t; /* (borrowed: the backend's class, which lives as long as the process) */
+    }
+    if (sw_off[0] < 0 || sw_off[1] < 0 || sw_off[2] < 0 || sw_off[3] < 0)
+        return PyObject_CallOneArg(type, raw);
+    PyObject *shape = PyObject_GetAttr(raw, s_shape);
+    PyObject *strides = shape ? PyObject_GetAttr(raw, s_strides) : NULL;
+    PyObject *data = strides ? PyObject_GetAttr(raw, s_data) : NULL;
+    PyObject *w = data ? t->tp_alloc(t, 0) : NULL;
+    if (w == NULL) { Py_XDECREF(shape); Py_XDECREF(strides); Py_XDECREF(data); return NULL; }
+    PyObject *vals[4] = {Py_NewRef(raw), shape, strides, data};
+    for (int i = 0; i < 4; i++) put(w, sw_off[i], vals[i]), Py_DECREF(vals[i]);
+    return w;
+}
+
 /* A device's view of its first input that never copies (its definition's view strides
  * follow from the parameters: Broadcast, Transpose, Squeeze, ExpandDims; or a reshape of a
  * C-contiguous input: Reshape, Flatten, Unflatten): the definition's rule with the device's
@@ -1315,7 +1348,7 @@ static int device_view(PyObject *node, PyObject *prim, PyObject *defn, PyObject 
     if (res == NULL) goto done;
     if (Py_TYPE(res) != (PyTypeObject *)bi->array_type) { rc = 0; goto done; } /* Python: _store */
     if (wrapped) { /* the view of the storage, as the storage type (a bfloat16 array's bits) */
-        Py_SETREF(res, PyObject_CallOneArg(bi->storage_type, res));
+        Py_SETREF(res, storage_wrap(bi->storage_type, res));
         if (res == NULL) goto done;
     }
     PyObject *dt = PyObject_GetAttr(res, s_dtype), *sh = dt ? PyObject_GetAttr(res, s_shape) : NULL;
@@ -1738,12 +1771,7 @@ PyObject *run_node(PyObject *self, PyObject *node) {
  * ``pending``, its inputs unvisited). Returns (order, pending). */
 /* Both start in storage on the C stack (``small``: an eval's graph is mostly a few nodes,
  * and a heap table per eval cost more than the walk), moving to the heap when they grow. */
-#define SMALL_STACK 32
-#define SMALL_SET 64
-typedef struct { PyObject **items; Py_ssize_t n, cap; PyObject *small[SMALL_STACK]; } Stack;
-typedef struct { void **slots; size_t cap, n; void *small[SMALL_SET]; } PtrSet;
-
-static int stack_push(Stack *s, PyObject *o) {
+int stack_push(Stack *s, PyObject *o) {
     if (s->n == s->cap) {
         Py_ssize_t cap = s->cap ? 2 * s->cap : SMALL_STACK;
         PyObject **items = s->cap == 0 ? s->small
@@ -1758,7 +1786,7 @@ static int stack_push(Stack *s, PyObject *o) {
 }
 
 /* 1 added, 0 already there, -1 no memory (open addressing over pointers, load <= 1/2) */
-static int set_add(PtrSet *s, void *p) {
+int set_add(PtrSet *s, void *p) {
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : SMALL_SET;
         void **slots = s->cap == 0 ? memset(s->small, 0, sizeof(s->small))
@@ -1784,7 +1812,7 @@ static int set_add(PtrSet *s, void *p) {
     return 1;
 }
 
-static int set_has(PtrSet *s, void *p) {
+int set_has(PtrSet *s, void *p) {
     if (s->cap == 0) return 0;
     size_t j = ((uintptr_t)p >> 4) & (s->cap - 1);
     while (s->slots[j] != NULL) {

@@ -14,6 +14,7 @@ from . import interop as _interop
 from . import ops
 from .array import array
 from .ops import elementwise as _elementwise
+from .ops import products as _products
 from .device import StreamOrDevice
 from .ops.convert import incompatible, is_scalar_or_array, to_array, type_name
 
@@ -199,6 +200,9 @@ def _install_c_operators() -> None:
         "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
         "__rtruediv__"))
     _call.install_operators(dict(PY_OPERATORS))
+    if _products._matmul is _call.matmul:  # ``@``: core/_products.c's matmul (install_matmul)
+        PY_OPERATORS["__matmul__"] = array.__dict__["__matmul__"]
+        _call.install_matmul(PY_OPERATORS["__matmul__"])
 
 
 PY_OPERATORS: dict = {}  # (the Python ops the C operators replace: their reference)

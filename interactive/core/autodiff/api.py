@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence, Union
 from ..array import array
 from ..device import incompatible
 from ..transform_tracers import tracing
-from ..tree import tree_arrays, tree_unflatten, tree_update
+from ..tree import tree_arrays, tree_fill, tree_unflatten
 from . import engine
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp"]
@@ -84,35 +84,38 @@ def _value_and_grad_impl(fun: Callable, argnums: list, argnames: list, tag: str,
 
     def _differentiate(args: tuple, kwargs: dict) -> tuple:
         arrays: list = []
+        ends: list = []  # where each argument's arrays end in ``arrays``
         for i in argnums:
             tree_arrays(args[i], arrays, strict=True)
+            ends.append(len(arrays))
         for key in argnames:
             tree_arrays(kwargs[key], arrays, strict=True)
+            ends.append(len(arrays))
         primals = engine.make_primals(arrays)
         given = _handles(primals)
         # MLX's tree_fill: the primals go into the arguments' lists and dicts in place (an
         # nn.Module stays itself), and after the call the originals go back into the slots
-        # the function left alone (one it assigned keeps the new value)
+        # the function left alone (one it assigned keeps the new value); tree_fill is
+        # tree_update with the next of the values at each array, in the order tree_arrays
+        # lists them
         args_cpy, kwargs_cpy = list(args), dict(kwargs)
-        it = iter(given)
-        fill = lambda a: next(it)  # noqa: E731
-        for i in argnums:
-            args_cpy[i] = tree_update(args[i], fill)
-        for key in argnames:
-            kwargs_cpy[key] = tree_update(kwargs[key], fill)
+        slots = [(args_cpy, i, args[i]) for i in argnums] + [
+            (kwargs_cpy, key, kwargs[key]) for key in argnames]
+        start = 0
+        for (target, k, tree), end in zip(slots, ends):
+            target[k] = tree_fill(tree, given[start:end])
+            start = end
         try:
             out = fun(*args_cpy, **kwargs_cpy)
         finally:
-            back = iter(zip(given, arrays))
-
-            def restore(a: array) -> array:
-                primal, original = next(back, (None, None))
-                return original if a is primal else a
-
-            for i in argnums:
-                tree_update(args_cpy[i], restore)
-            for key in argnames:
-                tree_update(kwargs_cpy[key], restore)
+            n, k = len(given), 0  # the k-th array met pairs with the k-th primal
+            for target, key, _ in slots:
+                now = tree_arrays(target[key])
+                back = []
+                for a in now:
+                    back.append(arrays[k] if k < n and a is given[k] else a)
+                    k += 1
+                tree_fill(target[key], back)
         if not isinstance(out, array):
             if scalar_only:
                 raise ValueError(f"{tag} The return value of the function whose gradient we want "

@@ -236,8 +236,8 @@ def sum_to_shape(c, shape: tuple):
     lead = c.ndim - len(shape)
     axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
                                 if n == 1 and c.shape[lead + i] != 1]
-    if axes:
-        c = mx.sum(c, axis=axes, keepdims=True)
+    if axes:  # (one axis as an int: the same node, recorded by the C reduction)
+        c = mx.sum(c, axis=axes[0] if len(axes) == 1 else axes, keepdims=True)
     if lead:  # MLX's broadcast_vjp squeezes the added axes (a shapeless replay keeps it):
         # mx.squeeze's node of those size-1 axes, without its checks
         c = squeeze_axes(c, tuple(range(lead)), False, resolve_stream(None))

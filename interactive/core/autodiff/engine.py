@@ -184,33 +184,47 @@ def backward(outputs: Sequence[array], primals: Sequence[array], seeds: Sequence
     astype = _ops().astype
     start = next(_node_ids)  # every node this walk records has a larger id
     pdescs = [p._d for p in primals]
-    active = {id(pdescs[i]) for i in argnums}
-    keep: list = list(pdescs)
     out_descs = [o._d for o in outputs]
-    tape = _tape(out_descs, pdescs, active, keep)
-    cmap: dict = {}
+    cmap: dict = {}  # desc -> its cotangent (descs hash by identity)
     seeded: list = []  # (output desc, cotangent desc), for recording
     for i, cot in seeds:
         o = out_descs[i]
-        if id(o) not in cmap:  # MLX inserts: a repeated output keeps its first cotangent
-            cmap[id(o)] = astype(cot, o.dtype) if cot.dtype != o.dtype else cot
-            _SEEDS.add(cmap[id(o)]._d)
-            seeded.append((o, cmap[id(o)]._d))
-            keep.append(o)
+        if o not in cmap:  # MLX inserts: a repeated output keeps its first cotangent
+            cmap[o] = astype(cot, o.dtype) if cot.dtype != o.dtype else cot
+            _SEEDS.add(cmap[o]._d)
+            seeded.append((o, cmap[o]._d))
     with transform_tracers.RetainEach() as state:
-        _walk_back(tape, cmap, active, state)
+        _reverse(out_descs, pdescs, [pdescs[i] for i in argnums], cmap, state)
     grads = []
     for i in argnums:
-        g = cmap.get(id(pdescs[i]))
+        g = cmap.get(pdescs[i])
         grads.append(g if g is not None else _zeros_like(pdescs[i]))
     _mark(grads, start)
     _record(api, "vjp", out_descs, pdescs, argnums, seeded, [g._d for g in grads])
     return grads
 
 
+def _reverse_py(outputs: list, primals: list, active: list, cmap: dict, state) -> None:
+    """Reverse mode's walk: the tape between ``primals`` (descs; ``active``: the ones
+    differentiated) and ``outputs`` (``_tape``), then run backwards from the cotangents in
+    ``cmap`` ({desc: array}, grown and emptied in place: ``_walk_back``) under ``state``
+    (``transform_tracers.RetainEach``'s). core/_autodiff.c's ``vjp_walk`` is the same walk in C
+    where built (``_reverse``)."""
+    ids = {id(d) for d in active}
+    keep: list = list(primals)  # (the walked descs stay alive: their ids stay theirs)
+    tape = _tape(outputs, primals, ids, keep)
+    _walk_back(tape, cmap, ids, state)
+
+
+def _no_vjp(prim: Primitive) -> None:
+    """MLX's error for a primitive without a VJP rule."""
+    raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
+
+
 def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
     """The tape run backwards: each node's VJP rule under MLX's RetainGraph (``state``'s
-    retain count, ``transform_tracers.RetainEach``), its cotangents summed into ``cmap``."""
+    retain count, ``transform_tracers.RetainEach``), its cotangents summed into ``cmap``
+    ({desc: array}; ``active``: the ids of the descs that depend on a primal)."""
     ops = _ops()
     add, astype = ops.add, ops.astype
     wrap = array._wrap
@@ -220,18 +234,18 @@ def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
         refs = node.outputs
         if len(refs) == 1:  # the common case: one output
             o = refs[0]()
-            if o is None or id(o) not in cmap:
+            if o is None or o not in cmap:
                 continue
             outs = [o]
-            cots = [cmap.pop(id(o))]
+            cots = [cmap.pop(o)]
         else:
             outs = [r() for r in refs]
             for o in outs:
-                if o is not None and id(o) in cmap:
+                if o is not None and o in cmap:
                     break
             else:
                 continue
-            cots = [None if o is None else cmap.pop(id(o)) if id(o) in cmap else _zeros_like(o)
+            cots = [None if o is None else cmap.pop(o) if o in cmap else _zeros_like(o)
                     for o in outs]
         ins = node.inputs
         if len(ins) == 1:  # (the common arities without a comprehension's frame)
@@ -244,7 +258,7 @@ def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
         prim = node.primitive
         rule = prim.defn.vjp
         if rule is None:
-            raise ValueError(f"[Primitive::vjp] Not implemented for {printed_name(prim)}.")
+            _no_vjp(prim)
         state.retain += 1  # MLX's RetainGraph around Primitive::vjp
         try:
             vjps = rule(list(map(wrap, ins)), cots, args,
@@ -264,12 +278,11 @@ def _walk_back(tape: list, cmap: dict, active: set, state) -> None:
             # a sum of bools is int32)
             if g._d.dtype is not x.dtype and x.dtype is not _bool:
                 g = astype(g, x.dtype)
-            key = id(x)
-            prev = cmap.get(key)
-            cmap[key] = g if prev is None else add(prev, g)
+            prev = cmap.get(x)
+            cmap[x] = g if prev is None else add(prev, g)
 
 
-def _mark(grads: Sequence[array], start: int) -> None:
+def _mark_py(grads: Sequence[array], start: int) -> None:
     """Flag the nodes above ``grads`` that this walk recorded (``Node.backward``): node ids
     grow, so they are the ones from ``start`` on, and the walk stops at the first older node
     (the forward graph's, and everything below it). A flag on the node, not a table of weak
@@ -317,3 +330,40 @@ def forward(outputs: Sequence[array], primals: Sequence[array], tangents: Sequen
         res.append(t if t is not None else _zeros_like(d))
     _record(api, "jvp", out_descs, pdescs, argnums, [t._d for t in tangents], [r._d for r in res])
     return res
+
+
+def _c_walk():
+    """(reverse mode's walk, the backward flags): core/_autodiff.c's ``vjp_walk`` /
+    ``vjp_mark`` where the extension is built (with the array's fields in C) and
+    ``settings.c_call`` is on (the rules stay Python; the walk calls this module's helpers
+    for its errors), else ``_reverse_py`` / ``_mark_py``. Chosen at the first walk: the op
+    layer imports this package."""
+    from tapescope.kernels.primitives import PrimitiveDef
+    from tapescope.kernels.settings import settings
+
+    if not settings.c_call:
+        return _reverse_py, _mark_py
+    try:
+        from .. import _call
+    except ImportError:
+        return _reverse_py, _mark_py
+    ops = _ops()
+    try:
+        _call.configure_autodiff({
+            "add": ops.add, "astype": ops.astype, "bool": _dt.bool_,
+            "released": transform_tracers.released, "zeros_like": _zeros_like,
+            "no_vjp": _no_vjp, "check_vjp": _check_vjp, "array_type": array,
+            "primitive_type": Primitive, "definition_type": PrimitiveDef})
+    except TypeError:  # (the array's fields are Python's: no handles made in C)
+        return _reverse_py, _mark_py
+    return _call.vjp_walk, _call.vjp_mark
+
+
+def _reverse(*args) -> None:
+    """The first walk: picks the walk (``_c_walk``), then runs it."""
+    global _reverse, _mark
+    _reverse, _mark = _c_walk()
+    return _reverse(*args)
+
+
+_mark = _mark_py

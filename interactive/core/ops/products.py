@@ -49,6 +49,12 @@ def _squeeze_1d(out: array, a_ndim: int, b_ndim: int, s) -> array:
 def matmul(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Matrix product over the last two axes, broadcasting batch axes; 1-D inputs are
     promoted to matrices and the added axis removed (inexact dtypes only)."""
+    return _matmul(a, b, stream)
+
+
+def matmul_py(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """``matmul``'s steps in Python: the reference of core/_products.c's ``_matmul`` (its
+    common case) and every other case."""
     if a.__class__ is array and b.__class__ is array:  # matrices of one inexact dtype
         ad, bd = a._d, b._d
         sa, sb = ad.shape, bd.shape
@@ -119,6 +125,13 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
           stream: StreamOrDevice = None) -> array:
     """``alpha * (a @ b) + beta * c`` in one ``AddMM`` for real floats; complex64 is composed
     as ``matmul``, ``multiply`` and ``add``, as ``addmm`` in ``mlx/ops.cpp`` composes it."""
+    return _addmm(c, a, b, alpha, beta, stream)
+
+
+def addmm_py(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0, *,
+             stream: StreamOrDevice = None) -> array:
+    """``addmm``'s steps in Python: the reference of core/_products.c's ``_addmm`` (its
+    common case) and every other case."""
     if a.__class__ is array and b.__class__ is array and c.__class__ is array:
         ad, bd, cd = a._d, b._d, c._d
         sa, sb, sc = ad.shape, bd.shape, cd.shape
@@ -170,6 +183,40 @@ def addmm(c: array, a: array, b: array, /, alpha: float = 1.0, beta: float = 1.0
     prim = Primitive("AddMM", s, alpha=float(alpha), beta=float(beta))
     out = array._make([out_shape], [out_type], prim, [x, y, z])[0]
     return _squeeze_1d(out, a.ndim, b.ndim, s)
+
+
+def _matmul_py(a: array, b: array, stream) -> array:
+    return matmul_py(a, b, stream=stream)
+
+
+def _addmm_py(c: array, a: array, b: array, alpha, beta, stream) -> array:
+    return addmm_py(c, a, b, alpha, beta, stream=stream)
+
+
+_matmul, _addmm = _matmul_py, _addmm_py
+
+
+def _c_products() -> None:
+    """``_matmul`` / ``_addmm`` in C (core/_products.c: their common case, the same nodes and
+    descs; every other case, errors included, calls ``matmul_py`` / ``addmm_py``), where the
+    extension is built and ``settings.c_call`` is on."""
+    from tapescope.kernels.settings import settings
+    from . import elementwise
+
+    if not settings.c_call or elementwise.binary is elementwise.binary_py:
+        return
+    from .. import _call
+
+    every = [d for d in vars(_dt).values() if isinstance(d, _dt.Dtype)]
+    _call.configure_products({
+        "array_type": array, "resolve_stream": resolve_stream,
+        "inexact": {d for d in every if _dt.is_inexact(d)},
+        "floating": {d for d in every if _dt.is_floating(d)},
+        "dynamic": _dynamic, "matmul_py": matmul_py, "addmm_py": addmm_py})
+    globals().update(_matmul=_call.matmul, _addmm=_call.addmm)
+
+
+_c_products()
 
 
 def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
