@@ -279,16 +279,20 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
 
 
 def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
-    """ROW_TILE rows of a float max / min in one loop and one NaN flag for the tile (one
-    flag to merge: a flag per row cost a compare, a select and an or per element and a
-    merge per row, 1024 x 128 max 13.7 -> 9.2 us). Each element is folded as ``m > v ? m :
-    v`` (x86's ``maxps m, v``: a NaN element enters m, a NaN m leaves at the next element),
-    and the flag is set by unordered compares of the new extremes of row pairs: one compare
-    per two rows' vectors, of values already in registers (compares of the loaded elements
-    made gcc load each vector twice, once for the max and once for the compare's memory
-    operand: 8 loads per 4 vectors). Once the flag is set the extremes are not used: a
-    tile whose flag is set folds each of its rows again with the exact monoid (a row with
-    NaN gives NaN, as MLX's max / min do)."""
+    """ROW_TILE rows of a float max / min in one loop and a NaN witness for the tile. Each
+    element is folded as ``m > v ? m : v`` (x86's ``maxps m, v``: a NaN element enters m,
+    a NaN m leaves at the next element), so a NaN of the row lives in its new extreme for
+    the one step that loaded it; each step multiplies the new extremes of a row pair into
+    the pair's witness, ``w = fma(m0, m1, w)``: one instruction per two rows' vectors, and
+    a NaN in either stays in w (NaN times, plus anything is NaN). The witness can also turn
+    NaN without a NaN element (inf x 0, +inf + -inf, an overflowed product: an extreme of
+    +-inf or beyond 1e19 in both rows of a pair), and that is harmless: once a witness is
+    NaN the extremes are not used, and the tile folds each of its rows again with the exact
+    monoid (a row with NaN gives NaN, as MLX's max / min do; a row without, its extreme).
+    Before (8911c8d..cpured) the flag was an int or-ed with unordered compares of the new
+    extremes, which AVX-512 made two compares, a mask or, a masked move and an or per four
+    vectors: 12 instructions a loop (sum's is 7) and, streamed from memory, the max 1.3x
+    slower than the sum (BENCHMARKS.md, branch cpubars); with the witness 9."""
     import re
 
     T = ROW_TILE
@@ -296,26 +300,26 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
     base, off = _offsets(layout)
     rows = [f"rt * {T} + {j}" for j in range(T)]
     ms = [f"m{j}" for j in range(T)]
-    i32 = np.dtype(np.int32)
+    ws = [f"w{k}" for k in range(T // 2)]
+
+    def witness(m0, m1, w):
+        return Math("fma", adt, (m0, m1, w))
 
     def lift(e):
-        pairs = " | ".join(f"__builtin_isunordered({e[f'v{j}']}, {e[f'v{j + 1}']})"
-                           for j in range(0, T, 2))
-        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)}, "n": f"({pairs})"}
+        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)},
+                **{w: Fmt("({0} * {1})", (e[f"v{2 * k}"], e[f"v{2 * k + 1}"])) for k, w in enumerate(ws)}}
 
     def merge(a, b):
         return {**{m: f"({b[m]} {cmp} {a[m]} ? {b[m]} : {a[m]})" for m in ms},
-                "n": f"({a['n']} | {b['n']})"}
+                **{w: f"({a[w]} + {b[w]})" for w in ws}}
 
     def step(st, e):
         new = {m: f"({st[m]} {cmp} {e[f'v{j}']} ? {st[m]} : {e[f'v{j}']})" for j, m in enumerate(ms)}
-        pairs = " | ".join(f"__builtin_isunordered({new[ms[j]]}, {new[ms[j + 1]]})"
-                           for j in range(0, T, 2))
-        return {**new, "n": f"({st['n']} | ({pairs}))"}
+        return {**new, **{w: witness(new[ms[2 * k]], new[ms[2 * k + 1]], st[w]) for k, w in enumerate(ws)}}
 
-    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + (("n", i32),),
-                  tuple(acc.identity[0] for _ in ms) + (Lit(0, i32),), lift, merge,
-                  omp=tuple(op for _ in ms) + ("|",), step=step)
+    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + tuple((w, adt) for w in ws),
+                  tuple(acc.identity[0] for _ in ms) + tuple(Lit(0, adt) for _ in ws), lift, merge,
+                  omp=tuple(op for _ in ms) + tuple("+" for _ in ws), step=step)
     body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
     loads = [Let(f"v{j}", adt, _load(in_dt, adt, f"b{j} + {off}")) for j in range(T)]
     body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"v{j}": f"v{j}" for j in range(T)}))
@@ -324,7 +328,8 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
         exact = [Let("v", adt, _load(in_dt, adt, f"b{j} + {off}"))]
         again += [Reduce("c", 0, "cols", exact, acc, f"e{j}", {"v": "v", "i": "c"}),
                   Store("out", r, _final(acc, state_vars(f"e{j}", acc)), out_dt)]
-    body.append(If("a_n", again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    nan = " || ".join(f"a_{w} != a_{w}" for w in ws)
+    body.append(If(nan, again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
     return body
 
 
