@@ -511,6 +511,31 @@ def test_row_tiles_catch_a_nan_in_every_lane(dtype, op):
         check(got, getattr(np, op)(host(array(xt)), axis=-1), dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("cols", [9, 33, 1024])
+def test_half_row_tiles_of_every_bit_pattern(dtype, op, cols):
+    """float16 / bfloat16 max / min over rows of tiles fold the bits' order keys, never
+    converted: every one of the 65536 patterns (both zeros, subnormals, infinities, NaNs of
+    either sign and every payload) in rows with NaNs and rows where each NaN was replaced by
+    a zero; against float64 numpy, NaN exactly where a row holds one."""
+    rng = np.random.default_rng(cols)
+    bits = rng.permutation(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16))
+    bits = np.concatenate([bits, bits[: (-bits.size) % cols]])  # whole rows
+    x = bits.view(BF16 if dtype == "bfloat16" else np.float16).reshape(-1, cols).copy()
+    nan = np.isnan(x.astype(np.float32))
+    x[::2][nan[::2]] = 0  # even rows: no NaN
+    with launched() as rec:
+        got = getattr(mx, op)(array(x), axis=-1)
+        mx.eval(got)
+    assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    want = getattr(np, op)(x.astype(np.float64), axis=-1)
+    g = host(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+    np.testing.assert_array_equal(g[~np.isnan(want)], want[~np.isnan(want)])
+    assert np.isnan(want[1::2]).any() and not np.isnan(want[::2]).any()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 @pytest.mark.parametrize("op", ["max", "min"])
 @pytest.mark.parametrize("cols", [5, 17, 1000])

@@ -264,7 +264,9 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     # are two tiles at least, the rows past the last whole tile one at a time (fewer rows:
     # each its own, a thread per row as before)
     T = ROW_TILE
-    if acc.final is not None:  # float max / min: the tile's rows share one NaN flag
+    if acc.final is not None and _is_half(in_dt):  # float16 / bfloat16 max / min: on the bits
+        tiled = _half_extreme_tile(op, in_dt, layout)
+    elif acc.final is not None:  # float max / min: a NaN witness per pair of the tile's rows
         tiled = _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load)
     else:
         tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
@@ -330,6 +332,54 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
                   Store("out", r, _final(acc, state_vars(f"e{j}", acc)), out_dt)]
     nan = " || ".join(f"a_{w} != a_{w}" for w in ws)
     body.append(If(nan, again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    return body
+
+
+# the order key of a 16-bit float's bits (int16: the bits with the magnitude's bits flipped
+# where the sign is set, so the keys' integer order is the values' order, -0 just below +0)
+_KEY = "((int16_t)({0} ^ ((uint16_t)((int16_t){0} >> 15) & 0x7fffu)))"
+_HALF_INF = {np.dtype(np.float16): (0x7C00, 0x7E00), _BF16: (0x7F80, 0x7FC0)}  # +inf, a NaN
+
+
+def _half_extreme_tile(op, in_dt, layout) -> list:
+    """ROW_TILE rows of a float16 / bfloat16 max / min folded on the bits, never converted:
+    each element's order key (``_KEY``, three integer operations) into the row's largest
+    and smallest keys (int16 max / min: 32 lanes of AVX-512, 16 of AVX2), where a float32
+    fold converted every element first (float16's conversion from the bits is ~11 vector
+    operations for 16 elements). A row holds a NaN exactly when its largest key is beyond
+    +inf's (a NaN with the sign clear) or its smallest below -inf's (the sign set), so each
+    row's result is exact with no second pass: NaN then, else its key's bits. (The loop
+    IR's C kernels hold both 16-bit types as their bits: ``CLoopDialect``.)"""
+    import re
+
+    T = ROW_TILE
+    u16, i16 = np.dtype(np.uint16), np.dtype(np.int16)
+    inf, nan = _HALF_INF[np.dtype(in_dt)]
+    pos = inf  # the keys of +inf and of -inf
+    neg = int(np.array((0x8000 | inf) ^ 0x7FFF, np.uint16).view(np.int16))
+    base, off = _offsets(layout)
+    rows = [f"rt * {T} + {j}" for j in range(T)]
+    hi, lo = [f"h{j}" for j in range(T)], [f"l{j}" for j in range(T)]
+
+    def lift(e):
+        return {**{h: e[f"k{j}"] for j, h in enumerate(hi)}, **{l: e[f"k{j}"] for j, l in enumerate(lo)}}
+
+    def merge(a, b):
+        return {**{h: f"({b[h]} > {a[h]} ? {b[h]} : {a[h]})" for h in hi},
+                **{l: f"({b[l]} < {a[l]} ? {b[l]} : {a[l]})" for l in lo}}
+
+    tile = Monoid(f"{op}{T}_bits", tuple((f, i16) for f in hi + lo),
+                  tuple(Lit(-(1 << 15), i16) for _ in hi) + tuple(Lit((1 << 15) - 1, i16) for _ in lo),
+                  lift, merge, omp=tuple("max" for _ in hi) + tuple("min" for _ in lo))
+    body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
+    loads = []
+    for j in range(T):
+        loads += [Let(f"u{j}", u16, Load("x", f"b{j} + {off}", u16)), Let(f"k{j}", i16, _KEY.format(f"u{j}"))]
+    body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"k{j}": f"k{j}" for j in range(T)}))
+    for j, r in enumerate(rows):
+        k = f"a_h{j}" if op == "max" else f"a_l{j}"
+        bits = f"((uint16_t)({k} ^ ((uint16_t)((int16_t){k} >> 15) & 0x7fffu)))"
+        body.append(Store("out", r, f"((a_h{j} > {pos} || a_l{j} < {neg}) ? (uint16_t){nan}u : {bits})", u16))
     return body
 
 
