@@ -901,6 +901,7 @@ class CDialect(CFamily):
     own_source = _C_OWN_MATH
     exact_small_powers = True
     ir_cpu_threads = _C_CORES  # the loop IR's parallel ranges: one thread per core
+    ir_cpu_stream = _C_STREAM  # the loop IR's streamed ranges (``Range.stream``)
 
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
