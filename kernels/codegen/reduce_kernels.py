@@ -285,7 +285,7 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
     element is folded as ``m > v ? m : v`` (x86's ``maxps m, v``: a NaN element enters m,
     a NaN m leaves at the next element), so a NaN of the row lives in its new extreme for
     the one step that loaded it; each step multiplies the new extremes of a row pair into
-    the pair's witness, ``w = fma(m0, m1, w)``: one instruction per two rows' vectors, and
+    the pair's witness, ``w = fma(m0, m1, w)`` (``ts_fmadd``): one instruction per two rows' vectors, and
     a NaN in either stays in w (NaN times, plus anything is NaN). The witness can also turn
     NaN without a NaN element (inf x 0, +inf + -inf, an overflowed product: an extreme of
     +-inf or beyond 1e19 in both rows of a pair), and that is harmless: once a witness is
@@ -304,8 +304,8 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
     ms = [f"m{j}" for j in range(T)]
     ws = [f"w{k}" for k in range(T // 2)]
 
-    def witness(m0, m1, w):
-        return Math("fma", adt, (m0, m1, w))
+    def witness(m0, m1, w):  # (the C prelude's ts_fmadd: one FMA, or a multiply and an add)
+        return Fmt("ts_fmadd({0}, {1}, {2})", (m0, m1, w))
 
     def lift(e):
         return {**{m: e[f"v{j}"] for j, m in enumerate(ms)},

@@ -920,6 +920,18 @@ class CDialect(CFamily):
         return "\n".join(decls) + "\n" if decls else ""
 
 
+# ``a * b + c`` in one instruction where the target has FMA (fmaf / fma of the operands'
+# type), else as a multiply and an add (two roundings): for values whose rounding does not
+# matter (the max / min tile's NaN witness), never a libm call, which would leave the loop
+# scalar on a target without FMA
+_C_FMADD = r"""#if defined(__FMA__) || defined(__FMA4__) || defined(__ARM_FEATURE_FMA)
+#define ts_fmadd(a, b, c) _Generic((c), double: fma, default: fmaf)((a), (b), (c))
+#else
+#define ts_fmadd(a, b, c) ((a) * (b) + (c))
+#endif
+"""
+
+
 class CLoopDialect(CDialect):
     """The C dialect of the loop IR's kernels: float16 held as its bits, as bfloat16 is, its
     loads, stores and rounding through ``ts_f16_to_f32`` / ``ts_f32_to_f16`` /
@@ -934,6 +946,7 @@ class CLoopDialect(CDialect):
     half_load = {**CDialect.half_load, _F16: "ts_f16_to_f32({})"}
     half_store = {**CDialect.half_store, _F16: "ts_f32_to_f16({})"}
     half_round = {**CDialect.half_round, _F16: "ts_round_f16({})"}
+    ir_prelude = _C_FMADD
 
     def loop_dialect(self) -> "CLoopDialect":
         return self
