@@ -482,6 +482,31 @@ def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed
     check(got, getattr(np, op)(x64, axis=-1), dtype)
 
 
+@pytest.mark.parametrize("cols", [2, 3, 16, 17, 33, 1000, 1001])
+@pytest.mark.parametrize("kind", ["plain", "sliced", "shifted"])
+def test_bfloat16_row_sums_read_as_word_pairs(cols, kind):
+    """The CPU's bfloat16 row-tile sum reads two elements a 32-bit word where the rows start
+    on a word (an even row stride, x 4-byte aligned): even lengths (words only), odd ones
+    of an even stride (a slice: the last element after the words), odd strides and a view
+    one element in (not aligned: the element loop); rows of tiles and the tail rows; against
+    float64 numpy."""
+    rng = np.random.default_rng(cols)
+    rows = 13  # three tiles of four and a tail row
+    x = rng.standard_normal((rows, cols + 1)).astype(BF16)
+    if kind == "plain":
+        v, a = x[:, :cols].copy(), array(x[:, :cols].copy())
+    elif kind == "sliced":
+        big = np.concatenate([x[:, :cols], x[:, :cols]], -1)  # row stride 2 * cols: even
+        v, a = x[:, :cols], array(big)[:, :cols]
+    else:
+        v, a = x[:, 1:], array(x)[:, 1:]  # one element in: x + 1 is not 4-byte aligned
+    with launched() as rec:
+        got = mx.sum(a, axis=-1)
+        mx.eval(got)
+    assert "Sum" in rec.primitives, rec.fallbacks
+    check(got, v.astype(np.float64).sum(-1), "bfloat16", rel=max(1, cols / 64))
+
+
 LANE_COLS = [2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 1000]  # around 4 / 8 / 16 / 32 lanes
 
 

@@ -929,6 +929,13 @@ _C_FMADD = r"""#if defined(__FMA__) || defined(__FMA4__) || defined(__ARM_FEATUR
 #else
 #define ts_fmadd(a, b, c) ((a) * (b) + (c))
 #endif
+/* two bfloat16 as one 32-bit word (``may_alias``: read from the uint16_t storage): their
+   float32 sum, the low element (the first, little-endian) shifted up, the high one masked */
+typedef uint32_t ts_u32a __attribute__((may_alias));
+static inline float ts_bf16_pair(uint32_t w) {
+  union { uint32_t u; float f; } lo, hi; lo.u = w << 16; hi.u = w & 0xFFFF0000u;
+  return lo.f + hi.f;
+}
 """
 
 
