@@ -166,6 +166,36 @@ def test_norms_of_a_large_row_count_run_on_the_kernel_and_match():
     np.testing.assert_allclose(np.array(got), rms_ref(x, None) * 1.5, rtol=2e-6, atol=2e-6)
 
 
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["rms", "layer"])
+def test_norms_of_a_large_output_stream_their_rows_and_match(dtype, op):
+    """From 8 MiB of output the CPU's row write goes around the caches (``Range.stream``:
+    each row's elements up to the 32-byte boundary, staged blocks of 512 streamed out, the
+    tail): rows of 2053 elements start at every alignment, a row of 1023 (below two blocks)
+    and a sliced input; every element against float64 numpy."""
+    from tapescope.kernels.codegen.norm_kernels import STREAM_MIN
+
+    rng = np.random.default_rng(7)
+    isz = np_dtype(dtype).itemsize
+    for cols in (2053, 1023):
+        rows = -(-STREAM_MIN // (isz * cols)) + 3  # just past the threshold
+        x = values(rng, (rows, cols), dtype, 2.0)
+        w, b = values(rng, (cols,), dtype), values(rng, (cols,), dtype)
+        for sliced in (False, True):
+            a = mx.array(np.concatenate([x, x], -1), dtype=MXD[dtype])[:, :cols] if sliced \
+                else mx.array(x, dtype=MXD[dtype])
+            with launched() as rec:
+                if op == "rms":
+                    got, want = mx.fast.rms_norm(a, mx.array(w, dtype=MXD[dtype]), EPS), rms_ref(x, w)
+                else:
+                    got = mx.fast.layer_norm(a, mx.array(w, dtype=MXD[dtype]), mx.array(b, dtype=MXD[dtype]), EPS)
+                    want = layer_ref(x, w, b)
+                mx.eval(got)
+            assert ("RMSNorm" if op == "rms" else "LayerNorm") in rec.primitives, rec.fallbacks
+            check(got, want, dtype, rel=2.0)
+
+
 # -- the VJPs and JVPs against JAX ----------------------------------------------------------
 
 def _jax_norm(op, has_w, has_b):

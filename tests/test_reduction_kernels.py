@@ -342,7 +342,7 @@ def test_softmax_rows_with_a_nan_anywhere_are_nan(cols, dtype):
 def test_row_tiles_flag_a_nan_before_other_elements(rows, cols, dtype, op, kind, keepdims, nans,
                                                     others, seed):
     """The row tile folds ``m > v ? m : v`` (a NaN element enters the extreme and leaves at
-    the next one) and sets its NaN flag from the new extremes: a NaN anywhere in a row,
+    the next one) and multiplies the new extremes into its NaN witness: a NaN anywhere in a row,
     followed by larger, smaller, infinite or zero elements, still gives that row NaN and
     only that row; the threaded tiles (64 x 4099: past PAR_MIN) too; against float64 numpy
     (zeros of either sign compare equal)."""
@@ -457,10 +457,11 @@ def test_rows_around_the_row_tile(rows, cols):
        st.lists(st.tuples(st.integers(0, 32), st.integers(0, 128)), max_size=3),
        st.sampled_from([None, np.inf, -np.inf]), st.integers(0, 2**16))
 def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed):
-    """The CPU's float max / min over the last axis folds ROW_TILE rows with one NaN flag,
-    set by unordered compares of row pairs; a tile whose flag is set folds its rows again
-    exactly: only the rows holding a NaN give NaN (any row of a tile, the tail rows past
-    the last tile, infinities beside them), in the row, strided and general layouts."""
+    """The CPU's float max / min over the last axis folds ROW_TILE rows with a NaN witness
+    per row pair (a product of the pair's new extremes); a tile whose witness turns NaN
+    folds its rows again exactly: only the rows holding a NaN give NaN (any row of a tile,
+    the tail rows past the last tile, infinities beside them), in the row, strided and
+    general layouts."""
     rng = np.random.default_rng(seed)
     x = values(rng, (rows, cols), dtype)
     if inf is not None:
@@ -479,6 +480,118 @@ def test_row_tiles_share_a_nan_flag(rows, cols, dtype, op, kind, nans, inf, seed
         assert {"Max", "Min"} & rec.primitives, rec.fallbacks
     x64 = host(array(x))
     check(got, getattr(np, op)(x64, axis=-1), dtype)
+
+
+@pytest.mark.parametrize("cols", [2, 3, 16, 17, 33, 1000, 1001])
+@pytest.mark.parametrize("kind", ["plain", "sliced", "shifted"])
+def test_bfloat16_row_sums_read_as_word_pairs(cols, kind):
+    """The CPU's bfloat16 row-tile sum reads two elements a 32-bit word where the rows start
+    on a word (an even row stride, x 4-byte aligned): even lengths (words only), odd ones
+    of an even stride (a slice: the last element after the words), odd strides and a view
+    one element in (not aligned: the element loop); rows of tiles and the tail rows; against
+    float64 numpy."""
+    rng = np.random.default_rng(cols)
+    rows = 13  # three tiles of four and a tail row
+    x = rng.standard_normal((rows, cols + 1)).astype(BF16)
+    if kind == "plain":
+        v, a = x[:, :cols].copy(), array(x[:, :cols].copy())
+    elif kind == "sliced":
+        big = np.concatenate([x[:, :cols], x[:, :cols]], -1)  # row stride 2 * cols: even
+        v, a = x[:, :cols], array(big)[:, :cols]
+    else:
+        v, a = x[:, 1:], array(x)[:, 1:]  # one element in: x + 1 is not 4-byte aligned
+    with launched() as rec:
+        got = mx.sum(a, axis=-1)
+        mx.eval(got)
+    assert "Sum" in rec.primitives, rec.fallbacks
+    check(got, v.astype(np.float64).sum(-1), "bfloat16", rel=max(1, cols / 64))
+
+
+LANE_COLS = [2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 1000]  # around 4 / 8 / 16 / 32 lanes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_row_tiles_catch_a_nan_in_every_lane(dtype, op):
+    """A NaN at every column of a row's first 72 and last 40 (every lane of the first and
+    last vectors and every element of the scalar tail, for lengths around 8 / 16 / 32
+    lanes), in each row of a tile in turn, followed by
+    elements beyond it (a NaN element lives in the extreme for one step only, so the
+    witness must take it at that step): that row and only that row gives NaN."""
+    big = -1e4 if op == "min" else 1e4
+    for cols in LANE_COLS:
+        rows = 12  # three tiles of ROW_TILE = 4 rows, no tail
+        x = np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) % 7 - 3
+        at = sorted(set(range(min(cols, 72))) | set(range(max(0, cols - 40), cols)))  # every
+        # lane of the first vectors, the last vectors and the scalar tail
+        x = np.repeat(x[None], len(at), axis=0)  # one matrix per NaN column
+        for i, k in enumerate(at):
+            for r in range(rows):
+                if (r + k) % 3 == 0:
+                    x[i, r, k] = np.nan
+                    x[i, r, k + 1:] = big  # larger (for max) elements after the NaN
+        xt = x.reshape(len(at) * rows, cols).astype(BF16 if dtype == "bfloat16" else dtype)
+        with launched() as rec:
+            got = getattr(mx, op)(array(xt), axis=-1)
+            mx.eval(got)
+        if cols > 1:  # (an axis of one element is no reduction: MLX gives the input)
+            assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+        check(got, getattr(np, op)(host(array(xt)), axis=-1), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("cols", [9, 33, 1024])
+def test_half_row_tiles_of_every_bit_pattern(dtype, op, cols):
+    """float16 / bfloat16 max / min over rows of tiles fold the bits' order keys, never
+    converted: every one of the 65536 patterns (both zeros, subnormals, infinities, NaNs of
+    either sign and every payload) in rows with NaNs and rows where each NaN was replaced by
+    a zero; against float64 numpy, NaN exactly where a row holds one."""
+    rng = np.random.default_rng(cols)
+    bits = rng.permutation(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16))
+    bits = np.concatenate([bits, bits[: (-bits.size) % cols]])  # whole rows
+    x = bits.view(BF16 if dtype == "bfloat16" else np.float16).reshape(-1, cols).copy()
+    nan = np.isnan(x.astype(np.float32))
+    x[::2][nan[::2]] = 0  # even rows: no NaN
+    with launched() as rec:
+        got = getattr(mx, op)(array(x), axis=-1)
+        mx.eval(got)
+    assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    want = getattr(np, op)(x.astype(np.float64), axis=-1)
+    g = host(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+    np.testing.assert_array_equal(g[~np.isnan(want)], want[~np.isnan(want)])
+    assert np.isnan(want[1::2]).any() and not np.isnan(want[::2]).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("cols", [5, 17, 1000])
+def test_row_tiles_witness_turning_nan_without_a_nan_gives_the_extremes(dtype, op, cols):
+    """The witness multiplies a row pair's extremes, so it turns NaN without any NaN where
+    one extreme is 0 and the other infinite, where the pair's extremes are +inf and -inf,
+    or where the products overflow and change sign: such a tile folds its rows again and
+    gives their exact extremes, never NaN."""
+    huge = {"float32": 1e30, "bfloat16": 1e30, "float64": 1e200, "float16": 6e4}[dtype]
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((16, cols)).astype(np.float64)
+    x[0] = 0.0  # row 0 extremes 0, row 1 all +inf then -inf: 0 * inf
+    x[1] = np.inf if op == "max" else -np.inf
+    x[2] = -np.inf  # row 2 -inf (max) against row 3 +inf
+    x[3] = np.inf
+    x[2], x[3] = (x[2], x[3]) if op == "max" else (-x[2], -x[3])
+    x[4] = np.where(np.arange(cols) % 2 == 0, -huge, huge)  # products of +-huge, signs mixed
+    x[5] = np.where(np.arange(cols) % 3 == 0, huge, -huge)
+    x[6] = np.where(np.arange(cols) < cols // 2, -np.inf, 1.0)  # -inf lanes, then finite
+    x[7] = np.where(np.arange(cols) < cols // 2, 0.0, -1.0)
+    xt = x.astype(BF16 if dtype == "bfloat16" else dtype)
+    with launched() as rec:
+        got = getattr(mx, op)(array(xt), axis=-1)
+        mx.eval(got)
+    assert {"Max", "Min"} & rec.primitives, rec.fallbacks
+    g = host(got)
+    assert not np.isnan(g).any(), g
+    np.testing.assert_array_equal(g, getattr(np, op)(host(array(xt)), axis=-1))
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -246,6 +246,11 @@ class Range:
     # thread (the bytes in flight a GPU needs to reach its memory bandwidth)
     unroll: int = 1
     vec: Optional[Vec] = None  # a ``threads`` range over unit-stride elements (see Vec)
+    # the CPU: ``(buf, base, cond)``: this ``threads`` range writes ``buf[base + var]`` (unit
+    # stride, its only stores to ``buf``), streamed around the caches (staged blocks, x86's
+    # non-temporal stores: no read for ownership of each output line) where ``cond`` holds
+    # (the kernel's output is large) and ``buf + base`` is aligned to its element
+    stream: Optional[tuple] = None
 
 
 @dataclass

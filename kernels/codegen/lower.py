@@ -76,6 +76,17 @@ def parallel_loop(loop: list, n: str, cond: Optional[str], ind: str, tag: str,
             + inner + [f"{i2}}}", f"{ind}}}"])
 
 
+def _stores(stmts) -> list:
+    """The ``Store`` statements of ``stmts``, nested ones included."""
+    out = []
+    for st in stmts:
+        if isinstance(st, Store):
+            out.append(st)
+        for f in ("body", "then", "orelse"):
+            out += _stores(getattr(st, f, None) or [])
+    return out
+
+
 class Lowering:
     """Renders one kernel in one dialect (a ``render.CFamily``)."""
 
@@ -89,6 +100,8 @@ class Lowering:
         self.caches: dict = {}  # a Vec's register cache -> its "fits" flag (declared once)
         self.uses_wide = False
         self.uses_threads = False  # a CPU range over OpenMP threads (ts_threads) was rendered
+        self.uses_stream = False  # a CPU range streamed its stores (``Range.stream``)
+        self.staged: dict = {}  # buf -> (index its stores write, staging buffer, first index)
         # (variable, dtype) -> its narrowed spelling inside a CPU lane loop (reduce_lanes)
         self.narrow: dict = {}
 
@@ -176,8 +189,9 @@ class Lowering:
             if self.uses_loc else ""
         wide = WIDE if self.uses_wide else ""
         threads = getattr(d, "ir_cpu_threads", "") if self.uses_threads else ""
+        stream = getattr(d, "ir_cpu_stream", "") if self.uses_stream else ""
         return (d.prelude + own + d.math_decls(self.used) + getattr(d, "ir_prelude", "") + loc
-                + wide + threads)
+                + wide + threads + stream)
 
     # -- statements ----------------------------------------------------------------------
     def block(self, stmts, ind: str) -> list:
@@ -194,8 +208,13 @@ class Lowering:
             return [f"{ind}{s.name} = {self.expr(s.value)};"]
         if isinstance(s, Store):
             dt = np.dtype(s.dtype)
-            return [f"{ind}{s.buf}[{self.expr(s.index)}] = "
-                    f"{self.d.store(dt, self.expr(s.value))};"]
+            buf, index = s.buf, self.expr(s.index)
+            if buf in self.staged:  # a streamed range's block: its stage, from the block's start
+                want, buf, first = self.staged[s.buf]
+                if index != want:
+                    raise Unsupported(f"a streamed range stores {s.buf}[{index}], not [{want}]")
+                index = first
+            return [f"{ind}{buf}[{index}] = {self.d.store(dt, self.expr(s.value))};"]
         if isinstance(s, If):
             out = [f"{ind}if ({self.expr(s.cond)}) {{"] + self.block(s.then, ind + "  ")
             if s.orelse:
@@ -265,7 +284,53 @@ class Lowering:
         if s.kind in ("blocks", "global"):
             return self.parallel(s, head, body, ind)
         pragma = "#pragma omp simd" if s.kind == "threads" else None
-        return ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
+        plain = ([f"{ind}{pragma}"] if pragma else []) + [head] + body + [f"{ind}}}"]
+        if s.stream is not None and s.kind == "threads" and getattr(self.d, "ir_cpu_stream", ""):
+            return self.streamed(s, plain, ind)
+        return plain
+
+    STREAM_BLOCK = 512  # elements a streamed range stages per block (the elementwise kernels')
+
+    def streamed(self, s: Range, plain: list, ind: str) -> list:
+        """A CPU ``threads`` range whose stores to ``buf[base + var]`` go around the caches
+        (``Range.stream``): the elements up to ``buf``'s vector alignment as the plain loop,
+        then blocks of ``STREAM_BLOCK`` computed into an aligned stack buffer and streamed
+        out (``ts_stream``: the elementwise kernels' non-temporal stores), then the tail; the
+        plain loop where ``cond`` is false or ``buf + base`` is not aligned to its element.
+        Values are the plain loop's: only the store instructions differ."""
+        buf, base, cond = s.stream
+        dt = next((st.dtype for st in _stores(s.body) if st.buf == buf), None)
+        if dt is None:
+            raise Unsupported(f"a streamed range stores nothing to {buf}")
+        self.uses_stream = True
+        self.n_tmp += 1
+        v, a, b, blk, k = s.var, self.expr(s.start), self.expr(s.stop), self.STREAM_BLOCK, self.n_tmp
+        isz = np.dtype(dt).itemsize
+        dst, h, nb, c0, st = f"({buf} + {self.expr(base)})", f"ts_h{k}", f"ts_nb{k}", f"ts_c{k}", f"ts_st{k}"
+
+        def part(lo, hi, i):
+            r = Range(v, Fmt(lo), Fmt(hi), s.body, "threads", vec=s.vec)
+            return self.range(r, i)
+
+        i2, i4 = ind + "  ", ind + "    "
+        self.staged[buf] = (f"{self.expr(base)} + {v}", st, f"{v} - {c0}")
+        try:
+            block = part(c0, f"{c0} + {blk}", i4)
+        finally:
+            del self.staged[buf]
+        return (["#if TS_STREAM",
+                 f"{ind}if (({cond}) && {b} - {a} >= {2 * blk} && ((uintptr_t){dst} % {isz}) == 0) {{",
+                 f"{i2}const int64_t {h} = (int64_t)(((TS_VW - (uintptr_t)({dst} + {a}) % TS_VW) % TS_VW) / {isz});",
+                 f"{i2}const int64_t {nb} = ({b} - {a} - {h}) / {blk};"]
+                + part(a, f"{a} + {h}", i2)
+                + [f"{i2}for (int64_t ts_k{k} = 0; ts_k{k} < {nb}; ++ts_k{k}) {{",
+                   f"{i4}const int64_t {c0} = {a} + {h} + ts_k{k} * {blk};",
+                   f"{i4}{self.d.storage_type(np.dtype(dt))} {st}[{blk}] __attribute__((aligned(64)));"]
+                + block
+                + [f"{i4}ts_stream({dst} + {c0}, {st}, sizeof({st}));", f"{i2}}}"]
+                + part(f"{a} + {h} + {nb} * {blk}", b, i2)
+                + [f"{i2}ts_sfence();  /* this thread's streaming stores ordered */",
+                   f"{ind}}} else", "#endif", f"{ind}{{"] + plain + [f"{ind}}}"])
 
     def parallel(self, s: Range, head: str, body: list, ind: str) -> list:
         """A ``blocks`` / ``global`` range on the CPU: ``parallel_loop``."""

@@ -41,6 +41,8 @@ from .loop_ir import (INDEX, Barrier, Cast, Fmt, Kernel, Let, Lit, Load, Local, 
 
 F32 = np.dtype(np.float32)
 PAR_MIN = 1 << 16  # elements below which a row kernel runs on one thread (a wake-up costs more)
+STREAM_MIN = 1 << 23  # output bytes from which the CPU's row write streams around the caches
+# (the elementwise kernels' threshold: a read for ownership of each line saved)
 ROPE_HEADS = 4  # heads a GPU thread rotates with one cos / sin (MLX's rope_impl N)
 ROPE_HALF_MAX = 1024  # frequencies a RoPE group keeps in local memory (dims <= 2048)
 VJP_GROUPS = 512  # row groups of a VJP kernel (MLX's target_groups): rows of gw partials
@@ -92,7 +94,8 @@ def _pass(dt, layout: str, value, vecs: tuple) -> Range:
     body = make(Load("x", "r * sr + c" if layout == "row" else "r * sr + c * sc", dt), "c") + [
         Store("out", "r * cols + c", "o", dt)]
     return Range("c", 0, "cols", body, "threads", unroll=UNROLL,
-                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o"), vecs))
+                 vec=_vec(dt, layout, make, ("out", "r * cols", dt, "o"), vecs),
+                 stream=("out", "r * cols", f"rows * cols >= {STREAM_MIN // np.dtype(dt).itemsize}"))
 
 
 def _elem(buf: str, stride: str, dt, i, aux):

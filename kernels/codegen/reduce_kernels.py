@@ -266,13 +266,17 @@ def reduce_kernel(name: str, op: str, in_dt, out_dt, layout: str, gpu: bool) -> 
     # are two tiles at least, the rows past the last whole tile one at a time (fewer rows:
     # each its own, a thread per row as before)
     T = ROW_TILE
-    if acc.final is not None:  # float max / min: the tile's rows share one NaN flag
+    if acc.final is not None and _is_half(in_dt):  # float16 / bfloat16 max / min: on the bits
+        tiled = _half_extreme_tile(op, in_dt, layout)
+    elif acc.final is not None:  # float max / min: a NaN witness per pair of the tile's rows
         tiled = _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load)
     else:
         tiled = [Reduce("c", 0, "cols", load, acc, "a", {"v": "v", "i": "c"},
                         tiles=tuple(f"rt * {T} + {j}" for j in range(T)), tile_var="r")]
         tiled += [Store("out", f"rt * {T} + {j}", _final(acc, state_vars(f"a{j}", acc)), out_dt)
                   for j in range(T)]
+        if op == "sum" and in_dt == _BF16 and layout == "row":
+            tiled = [If("(sr % 2) == 0 && ((uintptr_t)x % 4) == 0", _bf16_pair_sum_tile(out_dt), tiled)]
     return Kernel(name, _params(layout, in_dt, out_dt),
                   [Let("nt", INDEX, f"rows >= {2 * T} ? rows / {T} : 0"),
                    Range("rt", 0, "nt", tiled, "blocks", f"rows * cols >= {PAR_MIN}"),
@@ -308,16 +312,20 @@ def _general_cpu(name, acc, in_dt, out_dt, adt) -> Kernel:
 
 
 def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
-    """ROW_TILE rows of a float max / min in one loop and one NaN flag for the tile (one
-    flag to merge: a flag per row cost a compare, a select and an or per element and a
-    merge per row, 1024 x 128 max 13.7 -> 9.2 us). Each element is folded as ``m > v ? m :
-    v`` (x86's ``maxps m, v``: a NaN element enters m, a NaN m leaves at the next element),
-    and the flag is set by unordered compares of the new extremes of row pairs: one compare
-    per two rows' vectors, of values already in registers (compares of the loaded elements
-    made gcc load each vector twice, once for the max and once for the compare's memory
-    operand: 8 loads per 4 vectors). Once the flag is set the extremes are not used: a
-    tile whose flag is set folds each of its rows again with the exact monoid (a row with
-    NaN gives NaN, as MLX's max / min do)."""
+    """ROW_TILE rows of a float max / min in one loop and a NaN witness for the tile. Each
+    element is folded as ``m > v ? m : v`` (x86's ``maxps m, v``: a NaN element enters m,
+    a NaN m leaves at the next element), so a NaN of the row lives in its new extreme for
+    the one step that loaded it; each step multiplies the new extremes of a row pair into
+    the pair's witness, ``w = fma(m0, m1, w)`` (``ts_fmadd``): one instruction per two rows' vectors, and
+    a NaN in either stays in w (NaN times, plus anything is NaN). The witness can also turn
+    NaN without a NaN element (inf x 0, +inf + -inf, an overflowed product: an extreme of
+    +-inf or beyond 1e19 in both rows of a pair), and that is harmless: once a witness is
+    NaN the extremes are not used, and the tile folds each of its rows again with the exact
+    monoid (a row with NaN gives NaN, as MLX's max / min do; a row without, its extreme).
+    Before (8911c8d..cpured) the flag was an int or-ed with unordered compares of the new
+    extremes, which AVX-512 made two compares, a mask or, a masked move and an or per four
+    vectors: 12 instructions a loop (sum's is 7) and, streamed from memory, the max 1.3x
+    slower than the sum (BENCHMARKS.md, branch cpubars); with the witness 9."""
     import re
 
     T = ROW_TILE
@@ -325,26 +333,26 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
     base, off = _offsets(layout)
     rows = [f"rt * {T} + {j}" for j in range(T)]
     ms = [f"m{j}" for j in range(T)]
-    i32 = np.dtype(np.int32)
+    ws = [f"w{k}" for k in range(T // 2)]
+
+    def witness(m0, m1, w):  # (the C prelude's ts_fmadd: one FMA, or a multiply and an add)
+        return Fmt("ts_fmadd({0}, {1}, {2})", (m0, m1, w))
 
     def lift(e):
-        pairs = " | ".join(f"__builtin_isunordered({e[f'v{j}']}, {e[f'v{j + 1}']})"
-                           for j in range(0, T, 2))
-        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)}, "n": f"({pairs})"}
+        return {**{m: e[f"v{j}"] for j, m in enumerate(ms)},
+                **{w: Fmt("({0} * {1})", (e[f"v{2 * k}"], e[f"v{2 * k + 1}"])) for k, w in enumerate(ws)}}
 
     def merge(a, b):
         return {**{m: f"({b[m]} {cmp} {a[m]} ? {b[m]} : {a[m]})" for m in ms},
-                "n": f"({a['n']} | {b['n']})"}
+                **{w: f"({a[w]} + {b[w]})" for w in ws}}
 
     def step(st, e):
         new = {m: f"({st[m]} {cmp} {e[f'v{j}']} ? {st[m]} : {e[f'v{j}']})" for j, m in enumerate(ms)}
-        pairs = " | ".join(f"__builtin_isunordered({new[ms[j]]}, {new[ms[j + 1]]})"
-                           for j in range(0, T, 2))
-        return {**new, "n": f"({st['n']} | ({pairs}))"}
+        return {**new, **{w: witness(new[ms[2 * k]], new[ms[2 * k + 1]], st[w]) for k, w in enumerate(ws)}}
 
-    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + (("n", i32),),
-                  tuple(acc.identity[0] for _ in ms) + (Lit(0, i32),), lift, merge,
-                  omp=tuple(op for _ in ms) + ("|",), step=step)
+    tile = Monoid(f"{op}{T}", tuple((m, adt) for m in ms) + tuple((w, adt) for w in ws),
+                  tuple(acc.identity[0] for _ in ms) + tuple(Lit(0, adt) for _ in ws), lift, merge,
+                  omp=tuple(op for _ in ms) + tuple("+" for _ in ws), step=step)
     body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
     loads = [Let(f"v{j}", adt, _load(in_dt, adt, f"b{j} + {off}")) for j in range(T)]
     body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"v{j}": f"v{j}" for j in range(T)}))
@@ -353,7 +361,80 @@ def _extreme_tile(op, acc, in_dt, out_dt, adt, layout, load) -> list:
         exact = [Let("v", adt, _load(in_dt, adt, f"b{j} + {off}"))]
         again += [Reduce("c", 0, "cols", exact, acc, f"e{j}", {"v": "v", "i": "c"}),
                   Store("out", r, _final(acc, state_vars(f"e{j}", acc)), out_dt)]
-    body.append(If("a_n", again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    nan = " || ".join(f"a_{w} != a_{w}" for w in ws)
+    body.append(If(nan, again, [Store("out", r, f"a_m{j}", out_dt) for j, r in enumerate(rows)]))
+    return body
+
+
+def _bf16_pair_sum_tile(out_dt) -> list:
+    """ROW_TILE rows of a bfloat16 sum read as 32-bit words, two elements each: the word's
+    two float32 values are its low half shifted up and its high half masked
+    (``ts_bf16_pair``: a shift, an and and an add for two elements, where widening each
+    element took a zero-extension, a shift and, for every other vector, an extract: 19
+    instructions per 128 elements of four rows, 36 before). Where the rows start on a word
+    (an even row stride, ``x`` 4-byte aligned); an odd length's last element after."""
+    T = ROW_TILE
+    u32 = np.dtype(np.uint32)
+    fields = tuple(f"s{j}" for j in range(T))
+    acc = Monoid("sum_pairs", tuple((f, F32) for f in fields), tuple(Lit(0, F32) for _ in fields),
+                 lambda e: {f: e[f] for f in fields}, lambda a, b: {f: f"({a[f]} + {b[f]})" for f in fields},
+                 omp=("+",) * T)
+    body = [Let(f"b{j}", INDEX, f"(rt * {T} + {j}) * sr") for j in range(T)]
+    loads = []
+    for j in range(T):
+        loads += [Let(f"w{j}", u32, f"((const ts_u32a*)(x + b{j}))[c]"), Let(f"p{j}", F32, f"ts_bf16_pair(w{j})")]
+    body.append(Reduce("c", 0, "cols / 2", loads, acc, "a", {f: f"p{j}" for j, f in enumerate(fields)}))
+    for j in range(T):
+        last = Fmt(f"(cols % 2 ? a_s{j} + {{0}} : a_s{j})", (Load("x", f"b{j} + cols - 1", _BF16),))
+        body.append(Store("out", f"rt * {T} + {j}", last, out_dt))
+    return body
+
+
+# the order key of a 16-bit float's bits (int16: the bits with the magnitude's bits flipped
+# where the sign is set, so the keys' integer order is the values' order, -0 just below +0)
+_KEY = "((int16_t)({0} ^ ((uint16_t)((int16_t){0} >> 15) & 0x7fffu)))"
+_HALF_INF = {np.dtype(np.float16): (0x7C00, 0x7E00), _BF16: (0x7F80, 0x7FC0)}  # +inf, a NaN
+
+
+def _half_extreme_tile(op, in_dt, layout) -> list:
+    """ROW_TILE rows of a float16 / bfloat16 max / min folded on the bits, never converted:
+    each element's order key (``_KEY``, three integer operations) into the row's largest
+    and smallest keys (int16 max / min: 32 lanes of AVX-512, 16 of AVX2), where a float32
+    fold converted every element first (float16's conversion from the bits is ~11 vector
+    operations for 16 elements). A row holds a NaN exactly when its largest key is beyond
+    +inf's (a NaN with the sign clear) or its smallest below -inf's (the sign set), so each
+    row's result is exact with no second pass: NaN then, else its key's bits. (The loop
+    IR's C kernels hold both 16-bit types as their bits: ``CLoopDialect``.)"""
+    import re
+
+    T = ROW_TILE
+    u16, i16 = np.dtype(np.uint16), np.dtype(np.int16)
+    inf, nan = _HALF_INF[np.dtype(in_dt)]
+    pos = inf  # the keys of +inf and of -inf
+    neg = int(np.array((0x8000 | inf) ^ 0x7FFF, np.uint16).view(np.int16))
+    base, off = _offsets(layout)
+    rows = [f"rt * {T} + {j}" for j in range(T)]
+    hi, lo = [f"h{j}" for j in range(T)], [f"l{j}" for j in range(T)]
+
+    def lift(e):
+        return {**{h: e[f"k{j}"] for j, h in enumerate(hi)}, **{l: e[f"k{j}"] for j, l in enumerate(lo)}}
+
+    def merge(a, b):
+        return {**{h: f"({b[h]} > {a[h]} ? {b[h]} : {a[h]})" for h in hi},
+                **{l: f"({b[l]} < {a[l]} ? {b[l]} : {a[l]})" for l in lo}}
+
+    tile = Monoid(f"{op}{T}_bits", tuple((f, i16) for f in hi + lo),
+                  tuple(Lit(-(1 << 15), i16) for _ in hi) + tuple(Lit((1 << 15) - 1, i16) for _ in lo),
+                  lift, merge, omp=tuple("max" for _ in hi) + tuple("min" for _ in lo))
+    body = [Let(f"b{j}", INDEX, re.sub(r"\br\b", f"({r})", base)) for j, r in enumerate(rows)]
+    loads = []
+    for j in range(T):
+        loads += [Let(f"u{j}", u16, Load("x", f"b{j} + {off}", u16)), Let(f"k{j}", i16, _KEY.format(f"u{j}"))]
+    body.append(Reduce("c", 0, "cols", loads, tile, "a", {f"k{j}": f"k{j}" for j in range(T)}))
+    for j, r in enumerate(rows):
+        k = f"a_h{j}" if op == "max" else f"a_l{j}"
+        bits = f"((uint16_t)({k} ^ ((uint16_t)((int16_t){k} >> 15) & 0x7fffu)))"
+        body.append(Store("out", r, f"((a_h{j} > {pos} || a_l{j} < {neg}) ? (uint16_t){nan}u : {bits})", u16))
     return body
 
 

@@ -901,6 +901,7 @@ class CDialect(CFamily):
     own_source = _C_OWN_MATH
     exact_small_powers = True
     ir_cpu_threads = _C_CORES  # the loop IR's parallel ranges: one thread per core
+    ir_cpu_stream = _C_STREAM  # the loop IR's streamed ranges (``Range.stream``)
 
     def __init__(self, vector_math: tuple = ()):
         self.vector_math = tuple(vector_math)  # libm stems declared ``omp declare simd``
@@ -919,6 +920,25 @@ class CDialect(CFamily):
         return "\n".join(decls) + "\n" if decls else ""
 
 
+# ``a * b + c`` in one instruction where the target has FMA (fmaf / fma of the operands'
+# type), else as a multiply and an add (two roundings): for values whose rounding does not
+# matter (the max / min tile's NaN witness), never a libm call, which would leave the loop
+# scalar on a target without FMA
+_C_FMADD = r"""#if defined(__FMA__) || defined(__FMA4__) || defined(__ARM_FEATURE_FMA)
+#define ts_fmadd(a, b, c) _Generic((c), double: fma, default: fmaf)((a), (b), (c))
+#else
+#define ts_fmadd(a, b, c) ((a) * (b) + (c))
+#endif
+/* two bfloat16 as one 32-bit word (``may_alias``: read from the uint16_t storage): their
+   float32 sum, the low element (the first, little-endian) shifted up, the high one masked */
+typedef uint32_t ts_u32a __attribute__((may_alias));
+static inline float ts_bf16_pair(uint32_t w) {
+  union { uint32_t u; float f; } lo, hi; lo.u = w << 16; hi.u = w & 0xFFFF0000u;
+  return lo.f + hi.f;
+}
+"""
+
+
 class CLoopDialect(CDialect):
     """The C dialect of the loop IR's kernels: float16 held as its bits, as bfloat16 is, its
     loads, stores and rounding through ``ts_f16_to_f32`` / ``ts_f32_to_f16`` /
@@ -933,6 +953,7 @@ class CLoopDialect(CDialect):
     half_load = {**CDialect.half_load, _F16: "ts_f16_to_f32({})"}
     half_store = {**CDialect.half_store, _F16: "ts_f32_to_f16({})"}
     half_round = {**CDialect.half_round, _F16: "ts_round_f16({})"}
+    ir_prelude = _C_FMADD
 
     def loop_dialect(self) -> "CLoopDialect":
         return self
