@@ -26,7 +26,7 @@ from tapescope.kernels.cpu import compiler
 from tapescope.kernels.cuda import gemm
 from tapescope.kernels.cuda.primitive_plans import KernelPlan
 
-from test_sdpa import NPD
+from sdpa_inputs import NPD
 
 MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}

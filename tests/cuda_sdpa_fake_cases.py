@@ -16,7 +16,8 @@ import tapescope.core as mx
 from tapescope.kernels import timeline
 from tapescope.kernels.cuda import attention, compiled
 
-from test_sdpa import MXD, NPD, TOL, host, ref
+from sdpa_inputs import MXD, NPD
+from test_sdpa import TOL, host, ref
 from test_sdpa_kernels import _inputs, _layout
 
 PRIM = "ScaledDotProductAttention"
