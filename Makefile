@@ -88,15 +88,21 @@ test-ub: $(VENV)/.dev
 	  tests/test_compile_ops.py tests/test_compile_variants.py tests/test_compile_fuzz.py
 	$(PY) tests/run_sanitized.py $(PY) tests/compile_fuzz.py --graphs 300 --variants all
 
+# The files whose sweeps `make test` samples: those importing tests/conftest.py's sweep (the
+# stand-in CUDA case files, tests/cuda_*_fake_cases.py, run in processes of their own from
+# tests/test_cuda_sdpa_fake.py), and those reading TAPESCOPE_REDUCTION_SWEEP.
+SWEEP_TESTS := $(shell grep -l "from conftest import.*sweep" tests/test_*.py) \
+  $(if $(shell grep -l "from conftest import.*sweep" tests/cuda_*_fake_cases.py),tests/test_cuda_sdpa_fake.py)
+REDUCTION_SWEEP_TESTS := $(shell grep -l "TAPESCOPE_REDUCTION_SWEEP" tests/test_*.py)
 test-fuzz: $(VENV)/.dev
 	$(PY) tests/compile_fuzz.py --graphs 2000 --variants none --huge
 	@# the file readers' mutation fuzzer: thousands of malformed files per format
 	TAPESCOPE_READER_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q -p no:cacheprovider tests/test_reader_fuzz.py
-	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_reduction_kernels.py \
-	  tests/test_reduction_dialects.py
+	TAPESCOPE_REDUCTION_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q $(REDUCTION_SWEEP_TESTS)
+	@# every autodiff case's check of its vjp and jvp (make test checks every twelfth)
+	TAPESCOPE_GRAD_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_check_grad.py
 	@# the heaviest sweeps `make test` samples (tests/conftest.py: sweep), in full
-	TAPESCOPE_FULL_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q tests/test_eval_loop.py tests/test_check.py \
-	  tests/test_sdpa_flash_host.py
+	TAPESCOPE_FULL_SWEEP=1 $(PY) -m pytest -p no:cacheprovider -q $(SWEEP_TESTS)
 
 # MLX's own Python tests (python/tests of ml-explore/mlx at 846d17622, fetched by hand: CI
 # cannot) against tapescope.core, one file at a time: per file, how many of the tests MLX

@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import device_time  # noqa: E402  (the timeline's and PyTorch's device times)
 import tapescope.core as mx  # noqa: E402
 from reductions import interleaved, machine  # noqa: E402  (the machine line, the timing loop)
 
@@ -237,38 +238,18 @@ def kernel_ms(name: str, run, op: str):
     mean over ``QUEUED`` calls; PyTorch's around
     ``QUEUED`` calls queued back to back; jax.jit has no events here: the wall time of
     ``QUEUED`` queued calls / calls (an upper bound)."""
-    import statistics
     import time
 
     issue = getattr(run, "issue", None)
     if issue is None:
         return None
     if name == "tapescope":  # the timeline's device time of each launch (gpu_work)
-        from tapescope.kernels import timeline
-
-        timeline.set_recording(True)
-        seq = timeline.next_seq()
-        try:
-            for _ in range(QUEUED):
-                run()
-        finally:
-            recs = timeline.records_since(seq)
-            timeline.set_recording(False)
-        ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
+        ms, names = device_time.tapescope_ms(run, QUEUED)
         KERNELS.clear()
-        KERNELS.update((r.detail.get("kernel", r.name), None) for r in recs if r.kind == "gpu_work")
-        return sum(ms) / QUEUED if ms else None
+        KERNELS.update((k, None) for k in names)
+        return ms
     if name == "torch":
-        import torch
-
-        torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(QUEUED):
-            issue()
-        e1.record()
-        torch.cuda.synchronize()
-        return e0.elapsed_time(e1) / QUEUED
+        return device_time.torch_ms(issue, QUEUED)
     if name == "jax.jit":
         outs = [issue()]  # warm
         outs[0].block_until_ready()

@@ -20,6 +20,7 @@ import argparse
 
 import numpy as np
 
+import device_time  # the timeline's device times
 import tapescope.core as mx
 from reductions import interleaved, machine  # noqa: E402  (the machine line, the timing loop)
 
@@ -113,18 +114,7 @@ def kernel_ms(run, calls: int = 20):
     """tapescope's device time of one call from the timeline's CUDA events around each of
     its launches (``gpu_work`` records: the qmv kernel; the dequantize kernel and the
     cuBLAS product), the host's per-call work left out: the mean over ``calls`` calls."""
-    from tapescope.kernels import timeline
-
-    timeline.set_recording(True)
-    seq = timeline.next_seq()
-    try:
-        for _ in range(calls):
-            run()
-    finally:
-        recs = timeline.records_since(seq)
-        timeline.set_recording(False)
-    ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
-    return sum(ms) / calls if ms else None
+    return device_time.tapescope_ms(run, calls)[0]
 
 
 def main():

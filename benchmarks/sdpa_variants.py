@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import device_time  # noqa: E402  (the timeline's and PyTorch's device times)
 import tapescope.core as mx  # noqa: E402
 
 PRIM = "ScaledDotProductAttention"
@@ -45,36 +46,11 @@ def _queued(L: int) -> int:
 
 
 def tapescope_ms(f, n: int) -> tuple:
-    """(mean device time of ``n`` calls, the kernels that ran): the timeline's ``gpu_work`` records."""
-    from tapescope.kernels import timeline
-
+    """(mean device time of ``n`` calls after two warm ones, the kernels that ran)."""
     mx.eval(f())
     mx.eval(f())
-    timeline.set_recording(True)
-    seq = timeline.next_seq()
-    try:
-        for _ in range(n):
-            mx.eval(f())
-    finally:
-        recs = timeline.records_since(seq)
-        timeline.set_recording(False)
-    ms = [r.detail.get("device_time_ms", 0.0) for r in recs if r.kind == "gpu_work"]
-    names = sorted({str(r.detail.get("kernel", r.name)) for r in recs if r.kind == "gpu_work"})
-    return (sum(ms) / n if ms else float("nan")), names
-
-
-def torch_ms(f, n: int) -> float:
-    import torch
-
-    f()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(n):
-        f()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) / n
+    ms, names = device_time.tapescope_ms(lambda: mx.eval(f()), n)
+    return (float("nan") if ms is None else ms), sorted(str(k) for k in names)
 
 
 def row(dtype: str, prec: str, shape: tuple, variants: list, causal: bool) -> dict:
@@ -95,7 +71,7 @@ def row(dtype: str, prec: str, shape: tuple, variants: list, causal: bool) -> di
     tf = lambda: F.scaled_dot_product_attention(*ta, scale=D ** -0.5, is_causal=causal)  # noqa: E731
     want = tf().float()
     scale_ref = float(want.abs().max())
-    out = {"torch": (torch_ms(tf, _queued(L)), 0.0, [])}
+    out = {"torch": (device_time.torch_ms(tf, _queued(L)), 0.0, [])}
     mt = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}[dtype]
     qa, ka, va = (mx.add(mx.array(a, dtype=mt), 0, stream=mx.gpu) for a in x)
     mx.eval(qa, ka, va)

@@ -25,7 +25,7 @@ from tapescope.kernels.cpu import fast_kernels
 from tapescope.kernels.cuda import fast_kernels as cuda_fast
 from tapescope.kernels.cuda.primitive_plans import KernelPlan
 
-from test_sdpa import NPD
+from sdpa_inputs import NPD
 
 TOL = 1.6e-2
 pytestmark = pytest.mark.usefixtures("gpu_default_device")  # (conftest.py's)

@@ -24,6 +24,7 @@ import tapescope
 import tapescope.core as mx
 from tapescope.kernels.cuda import _driver
 
+from conftest import sweep
 from cuda_gemm_fake_cases import DT, _operand, host  # (one stand-in operand maker)
 
 fake_cuda_driver.run_fused_tapes()  # (AddMM's copy kernel computes: the GEMM adds beta c)
@@ -50,7 +51,7 @@ def _counts():
     return fake_cublas.c_gemms(), fake_cublas.PY_CALLS[0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=sweep(60, 30), deadline=None)
 @given(products())
 def test_a_planned_gemm_is_one_c_call_matching_float64_numpy(case):
     batch, m, k, n, dtype, layouts, c, alpha, beta, seed = case

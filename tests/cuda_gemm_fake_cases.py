@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import fake_cublas
 import tapescope.core as mx
+from conftest import sweep
 
 
 
@@ -66,7 +67,7 @@ def products(draw):
     return batch, m, k, n, dtype, layouts, addmm, alpha, beta, draw(st.integers(0, 2 ** 16))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=sweep(80, 30), deadline=None)
 @given(products())
 def test_gemm_matches_float64_numpy_on_the_first_and_a_planned_call(c):
     batch, m, k, n, dtype, layouts, addmm, alpha, beta, seed = c

@@ -30,7 +30,7 @@ from tapescope.kernels.cpu import compiler
 from tapescope.kernels.cuda import quantized
 from tapescope.kernels.cuda.primitive_plans import KernelPlan
 
-from test_sdpa import NPD
+from sdpa_inputs import NPD
 
 try:
     import mlx.core as mlx

@@ -16,7 +16,9 @@ import tapescope.core as mx
 from tapescope.kernels import timeline
 from tapescope.kernels.cuda import attention, compiled
 
-from test_sdpa import MXD, NPD, TOL, host, ref
+from conftest import sweep
+from sdpa_inputs import MXD, NPD
+from test_sdpa import TOL, host, ref
 from test_sdpa_kernels import _inputs, _layout
 
 PRIM = "ScaledDotProductAttention"
@@ -108,7 +110,7 @@ def _run(c, block_rows=None, monkeypatch=None):
     return launches, fake_cublas.CALLS[0] - calls
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=sweep(60, 24), deadline=None)
 @given(prefill())
 def test_prefill_matches_float64_numpy(c):
     launches, gemms = _run(c)

@@ -27,12 +27,12 @@ from tapescope.kernels.cuda import attention
 from tapescope.kernels.cuda.primitive_plans import KernelPlan
 from tapescope.kernels.settings import settings as ts
 
-from test_sdpa import NPD, ref
+from sdpa_inputs import MXD, NPD, inputs
+from test_sdpa import ref
 from test_sdpa_flash_host import TOL
 from test_sdpa_kernels import _layout
 
 PRIM = "ScaledDotProductAttention"
-MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 fake_cupy.Device.compute_capability = "90"  # (mma.sync: the fused kernel's plans)
 
 pytestmark = [pytest.mark.usefixtures("gpu_default_device"),
@@ -89,17 +89,7 @@ def _decoded(plan, spec) -> list:
 
 def _check(c, runs: int = 3, clear: bool = True) -> KernelPlan:
     B, kv, reps, L, kL, D, mask, sinks, dtype, precision, layout, seed = c
-    rng = np.random.default_rng(seed)
-    t = NPD[dtype]
-    q = rng.standard_normal((B, kv * reps, L, D)).astype(t)
-    k = rng.standard_normal((B, kv, kL, D)).astype(t)
-    v = rng.standard_normal((B, kv, kL, D)).astype(t)
-    m = None
-    if mask == "bool":
-        m = rng.random((B, kv * reps, L, kL)) > 0.3
-    elif mask == "additive":
-        m = rng.standard_normal((1, kv * reps, L, kL)).astype(t)
-    s = rng.standard_normal(kv * reps).astype(t) if sinks else None
+    q, k, v, m, s = inputs(B, kv, reps, L, kL, D, mask, sinks, dtype, seed)
     qa, ka, va = (_layout(a, layout, MXD[dtype]) for a in (q, k, v))
     mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
     sa = mx.array(s, dtype=MXD[dtype]) if s is not None else None

@@ -31,7 +31,8 @@ from tapescope.kernels.cpu import fast_kernels
 from tapescope.kernels.cuda import attention
 from tapescope.kernels.cuda.primitive_plans import KernelPlan, PlanSequence
 
-from test_sdpa import NPD, TOL, host, ref
+from sdpa_inputs import NPD
+from test_sdpa import TOL, host, ref
 from test_sdpa_kernels import _inputs, _layout
 
 PRIM = "ScaledDotProductAttention"

@@ -23,6 +23,8 @@ import tapescope
 import tapescope.core as mx
 from tapescope.core.fusion import tapes
 
+from conftest import sweep
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 INTS = ["uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
@@ -254,7 +256,7 @@ def run_and_check(name: str, x: np.ndarray, y: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("name", ALL)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=sweep(30, 12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_compiled_equals_uncompiled_equals_numpy(name, data):
     x, y = data.draw(operands(name))
@@ -275,7 +277,7 @@ def test_every_pair_of_edge_values(name):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=sweep(30, 12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_nan_equal_compiled(name, data):
     """``array_equal(..., equal_nan=True)`` fuses its NaNEqual with the op before it."""

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tapescope
 import tapescope.core as mx
 from tapescope.core.fusion import tapes
 from tapescope.kernels.cpu import compiler
+
+from conftest import sweep
 
 needs_cc = pytest.mark.skipif(compiler.toolchain() is None, reason="no C compiler")
 
@@ -37,9 +39,10 @@ def test_broadcast_row_with_input_named_C_builds_strided_kernel():
 
 
 @needs_cc
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=sweep(30, 12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_in=st.integers(2, 20), layout=st.sampled_from(["row", "col", "transposed", "3d"]),
        seed=st.integers(0, 2**16))
+@example(n_in=20, layout="transposed", seed=5)  # (the most inputs, in make test's sample too)
 def test_many_input_strided_tapes_run_as_c(n_in, layout, seed):
     """Tapes with up to 20 inputs (letters A..T and beyond for ops) on strided layouts."""
     rng = np.random.default_rng(seed)

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 import tapescope
 import tapescope.core as mx
-from conftest import mlx_ref
+from conftest import mlx_ref, sweep
 from mlx_compare import primitive_names, same_error
 
 needs_mlx = pytest.mark.skipif(mlx_ref is None, reason="mlx is not installed")
@@ -239,30 +239,47 @@ def _jax_conv(x, w, nd, kw):
         feature_group_count=kw.get("groups", 1), precision=lax.Precision.HIGHEST)
 
 
-@pytest.mark.parametrize("nd,kw", GRAD_CASES)
-def test_grads_match_jax_grad_of_the_lax_conv(nd, kw):
-    import jax
-
+def _grad_inputs(nd: int, kw: dict) -> tuple:
+    """A gradient case's input, weight and output cotangent (float64 numpy)."""
     rng = np.random.default_rng(nd)
     g = kw.get("groups", 1)
     x = rng.standard_normal((2,) + (6,) * nd + (4,))
     w = rng.standard_normal((6,) + (3,) * nd + (4 // g,))
+    shape = mx.conv_general(mx.array(x, dtype=mx.float32), mx.array(w, dtype=mx.float32), **kw).shape
+    return x, w, rng.standard_normal(shape)
+
+
+def _conv_loss(kw: dict, ct):
+    return lambda a, b: mx.sum(mx.conv_general(a, b, **kw) * mx.array(ct, dtype=a.dtype))
+
+
+@pytest.mark.parametrize("nd,kw", GRAD_CASES)
+def test_grads_match_jax_grad_of_the_lax_conv(nd, kw):
+    import jax
+
+    x, w, ct = _grad_inputs(nd, kw)
     with jax.enable_x64(True):  # scoped: the other test files run JAX in float32
         out = _jax_conv(x, w, nd, kw)
-        ct = rng.standard_normal(out.shape)
         jx, jw = jax.grad(lambda a, b: (_jax_conv(a, b, nd, kw) * ct).sum(),
                           argnums=(0, 1))(x, w)
         jx, jw = np.asarray(jx), np.asarray(jw)
     d64 = lambda a: mx.array(a, dtype=mx.float64)
     ours = mx.conv_general(d64(x), d64(w), **kw)
     assert ours.shape == out.shape
-    f = lambda a, b: mx.sum(mx.conv_general(a, b, **kw) * mx.array(ct, dtype=a.dtype))
-    gx, gw = mx.grad(f, argnums=(0, 1))(d64(x), d64(w))
+    gx, gw = mx.grad(_conv_loss(kw, ct), argnums=(0, 1))(d64(x), d64(w))
     assert jx.dtype == np.float64
     np.testing.assert_allclose(np.array(gx), jx, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(np.array(gw), jw, rtol=1e-10, atol=1e-10)
-    # and tapescope.check's own reference (jax.vjp of the JAX forward graph) agrees
-    rep = tapescope.check(mx.grad(f, argnums=(0, 1)), mx.array(x.astype(np.float32)),
+
+
+# make test's: between them every parameter (1-d: all but negative padding; 2-d: negative
+# padding; 3-d); a check of a gradient takes seconds (jax.vjp of the JAX forward graph)
+@pytest.mark.parametrize("nd,kw", sweep(GRAD_CASES, [GRAD_CASES[i] for i in (0, 4, 5)]))
+def test_check_of_the_conv_gradients_passes(nd, kw):
+    """tapescope.check's own reference for the gradients (jax.vjp of the JAX forward graph)
+    agrees with them."""
+    x, w, ct = _grad_inputs(nd, kw)
+    rep = tapescope.check(mx.grad(_conv_loss(kw, ct), argnums=(0, 1)), mx.array(x.astype(np.float32)),
                           mx.array(w.astype(np.float32)), rtol=1e-4, atol=1e-5)
     assert rep.passed, rep
 

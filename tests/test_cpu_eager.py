@@ -17,6 +17,8 @@ import tapescope.core as mx
 from tapescope.core import evaluate
 from tapescope.kernels.cpu import eager, tiered
 
+from conftest import sweep
+
 MIN = eager.MIN_SIZE
 # shapes around the threshold (and the renderer's OpenMP one, the same): 65535, 65536,
 # 65600 and 196610 elements
@@ -64,7 +66,7 @@ BINARY = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract,
 KINDS = ["contiguous", "sliced", "transposed", "row", "scalar"]
 
 
-@settings(max_examples=30)
+@settings(max_examples=sweep(30, 14))  # (each example a kernel built: a compiler run)
 @given(op=st.sampled_from(sorted(BINARY)), dtype=st.sampled_from([np.float32, np.int32]),
        shape=st.sampled_from(SHAPES), kinds=st.tuples(st.sampled_from(KINDS[:3]),
                                                       st.sampled_from(KINDS)),

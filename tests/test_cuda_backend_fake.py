@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import sweep
+
 HERE = Path(__file__).parent
 
 
@@ -135,7 +137,7 @@ def test_the_seals_events_made_in_c_are_the_python_ones_and_reuse_waits_for_them
     completed (or one still held)."""
     env = dict(os.environ, TAPESCOPE_CUDA="1")
     env.pop("TAPESCOPE_DISABLE_GPU", None)
-    for seed in (1, 2, 3):
+    for seed in sweep((1, 2, 3), (1,)):  # (each trace two processes: make test runs one)
         out = []
         for python in (False, True):
             r = subprocess.run([sys.executable, "-c", _SEAL_TRACE % (str(HERE), python, seed)],

@@ -168,8 +168,34 @@ def test_gpu_rope_matches_float64_numpy_for_every_dtype_and_layout(B, H, L, D, d
 
 # -- attention: MLX's sdpa_vector for decoding, the fused prefill kernel above ---------------
 
-from test_sdpa import MXD as SDPA_MXD, NPD as SDPA_NPD, TOL as SDPA_TOL, host as sdpa_host, ref as sdpa_ref  # noqa: E402
+from sdpa_inputs import MXD as SDPA_MXD, NPD as SDPA_NPD  # noqa: E402
+from test_sdpa import TOL as SDPA_TOL, host as sdpa_host, ref as sdpa_ref  # noqa: E402
 from test_sdpa_kernels import _inputs as sdpa_inputs, _layout as sdpa_layout, case as sdpa_case  # noqa: E402
+
+
+def _gpu_args(q, k, v, m, s, mask, dtype: str, layout: str) -> tuple:
+    """A case's numpy inputs as the op takes them on the GPU: (q, k, v in ``layout``,
+    evaluated; the mask, ``causal`` or its array; the sinks in ``dtype``)."""
+    t = SDPA_MXD[dtype]
+    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
+    sa = mx.array(s, dtype=t) if s is not None else None
+    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
+    mx.eval(qa, ka, va)
+    return qa, ka, va, mk, sa
+
+
+def _each_call_matches(args: tuple, D: int, want, tol: float, c, calls: int = 3) -> None:
+    """``calls`` calls of the op on ``args`` (``_gpu_args``' tuple), scale D^-0.5: none falls
+    back to an array-module rule, each within ``tol`` of ``want``."""
+    qa, ka, va, mk, sa = args
+    for _ in range(calls):
+        with kernel_launches("cuda") as rec:
+            out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
+                                                       sinks=sa)
+            mx.eval(out)
+        assert not rec.fallbacks, rec.fallbacks
+        np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
+                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
 
 
 @pytest.mark.usefixtures("gpu_default_device")
@@ -216,11 +242,7 @@ def test_gpu_sdpa_decoding_planned_calls_match_float64_numpy(c):
     c = (B, kv, reps, L, max(kL, L) if mask == "causal" else kL, D, mask, sinks, dtype,
          layout, c[-1])
     q, k, v, m, s = sdpa_inputs(c)
-    t = SDPA_MXD[dtype]
-    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
-    sa = mx.array(s, dtype=t) if s is not None else None
-    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
-    mx.eval(qa, ka, va)
+    qa, ka, va, mk, sa = _gpu_args(q, k, v, m, s, mask, dtype, layout)
     want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
     tol = SDPA_TOL[dtype]
     rule = attention.RULES["ScaledDotProductAttention"]
@@ -261,23 +283,11 @@ def test_gpu_sdpa_decoding_over_long_caches_splits_the_keys_and_matches_float64_
 
     B, kv, reps, L, kL, D, mask, sinks, dtype, layout, _ = c
     q, k, v, m, s = sdpa_inputs(c)
-    t = SDPA_MXD[dtype]
-    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
-    sa = mx.array(s, dtype=t) if s is not None else None
-    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
-    mx.eval(qa, ka, va)
+    args = _gpu_args(q, k, v, m, s, mask, dtype, layout)
     want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
-    tol = SDPA_TOL[dtype]
     rule = attention.RULES["ScaledDotProductAttention"]
     rule.plans.clear()
-    for _ in range(3):
-        with kernel_launches("cuda") as rec:
-            out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
-                                                       sinks=sa)
-            mx.eval(out)
-        assert not rec.fallbacks, rec.fallbacks
-        np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
-                                   atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+    _each_call_matches(args, D, want, SDPA_TOL[dtype], c)
     split = [p for p in rule.plans.values() if isinstance(p, PlanSequence)]
     assert bool(split) == (kL > SPLIT_KEYS), c  # (rows this few never fill the device alone)
 
@@ -379,23 +389,11 @@ def test_gpu_sdpa_prefill_is_the_fused_kernel_and_matches_float64_numpy(c):
     dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, _ = c
     layout = "contiguous" if layout == "offset" else layout
     q, k, v, m, s = flash_inputs(c)
-    t = SDPA_MXD[dtype]
-    mk = "causal" if mask == "causal" else (mx.array(m) if m is not None else None)
-    sa = mx.array(s, dtype=t) if s is not None else None
-    qa, ka, va = (sdpa_layout(a, layout, t) for a in (q, k, v))
-    mx.eval(qa, ka, va)
+    args = _gpu_args(q, k, v, m, s, mask, dtype, layout)
     want = sdpa_ref(q, k, v, D ** -0.5, m, mask == "causal", s)
-    tol = FLASH_TOL[dtype, precision]
     attention.RULES["ScaledDotProductAttention"].plans.clear()
     with ts(tf32=precision != "f32x3"):
-        for _ in range(3):
-            with kernel_launches("cuda") as rec:
-                out = mx.fast.scaled_dot_product_attention(qa, ka, va, scale=D ** -0.5, mask=mk,
-                                                           sinks=sa)
-                mx.eval(out)
-            assert not rec.fallbacks, rec.fallbacks
-            np.testing.assert_allclose(sdpa_host(out), want, rtol=tol,
-                                       atol=tol * max(1.0, np.abs(want).max()), err_msg=str(c))
+        _each_call_matches(args, D, want, FLASH_TOL[dtype, precision], c)
         # (the GEMM composition: no fused plan; causal with fewer keys than queries is the
         # op's composition, as MLX's mlx/fast.cpp, no ScaledDotProductAttention node at all)
         if attention.flash_tile(dtype, D) is None or (mask == "causal" and kL < L):

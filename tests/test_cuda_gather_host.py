@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import fake_cupy
+from conftest import sweep
 from cuda_host import CXX, build, launch
 from tapescope.kernels.codegen import bounds_text
 
@@ -61,8 +62,9 @@ def case(draw):
             draw(st.booleans()), draw(st.integers(0, 2 ** 16)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=sweep(60, 20), deadline=None)  # (each example a g++ build)
 @given(case())
+@example(((3, 5, 2), 1, (3, 1, 2), (2, 2), "int16", np.float16, True, 11))  # (the sample's int16)
 def test_one_index_gather_equals_numpy(indexing, c):
     shape, axis, sizes, ishape, idt, dt, transposed, seed = c
     rng = np.random.default_rng(seed)

@@ -173,24 +173,45 @@ def _softmax_chain(n: int):
     return x
 
 
-def test_an_eval_that_stays_in_c_yields_to_an_interrupting_thread():
-    """The loop lets a thread waiting for the GIL run every few nodes: an interrupt_eval from
-    another thread stops an eval whose nodes never leave C (before, it finished first)."""
+HANDOVERS = 12  # times the waiting thread must get the GIL during one eval
+
+
+def test_an_eval_that_stays_in_c_hands_the_gil_to_a_waiting_thread_every_few_nodes():
+    """The loop hands the GIL to a thread waiting for it every few nodes (its yield point:
+    the interpreter's eval breaker), again and again through one eval whose nodes never
+    leave C: a thread that gives the GIL up and asks for it back (``time.sleep(0)``) gets it
+    ``HANDOVERS`` times while the eval runs, then its interrupt_eval stops the eval. Without
+    the yield point it gets the GIL back at most a couple of times in the whole eval (where
+    the eval runs Python), and the eval finishes first. Counted in handovers, not time: a
+    slower or busier machine makes the eval longer, which only adds handovers."""
     mx.eval(_softmax_chain(3))  # the kernel built
-    x = _softmax_chain(20000)
-    fired = threading.Event()
+    x = _softmax_chain(40000)
+    handovers = 0
+    done = threading.Event()
 
-    def fire():
-        while not tapescope.interrupt_eval():
-            time.sleep(0.0002)
-        fired.set()
+    def waiter():
+        nonlocal handovers
+        while handovers < HANDOVERS and not done.is_set():
+            time.sleep(0)  # the GIL given up: taking it back waits for the eval to hand it over
+            handovers += stream_workers.Interrupt.running()
+        while not done.is_set() and not tapescope.interrupt_eval():
+            time.sleep(0)
 
-    t = threading.Thread(target=fire)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)  # (a waiter asks for the GIL after 0.5 ms, not 5)
+    t = threading.Thread(target=waiter)
     t.start()
-    with pytest.raises(KeyboardInterrupt):
+    try:
         mx.eval(x)
-    t.join()
-    assert fired.is_set() and x._d.node is not None
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        done.set()
+        t.join()
+        sys.setswitchinterval(switch)
+    assert interrupted and handovers >= HANDOVERS, (interrupted, handovers)
+    assert x._d.node is not None
     mx.eval(x)  # resumes; a softmax of a softmax soon reaches the uniform row
     np.testing.assert_allclose(np.array(x), np.full((2, 8), 1 / 8), rtol=1e-6)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -21,12 +20,10 @@ from hypothesis import given, settings, strategies as st
 import tapescope.core as mx
 
 from conftest import mlx_ref
+from sdpa_inputs import BF16, MXD, inputs
 
 SWEEP = os.environ.get("TAPESCOPE_REDUCTION_SWEEP") == "1"
 EXAMPLES = 150 if SWEEP else 15
-BF16 = np.dtype(ml_dtypes.bfloat16)
-MXD = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
-NPD = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16}
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 LOW = np.finfo(np.float32).min
 
@@ -84,20 +81,7 @@ def case(draw):
 
 def _inputs(c):
     B, kv, reps, L, kL, D, mask, sinks, dtype, seed = c
-    rng = np.random.default_rng(seed)
-    t = NPD[dtype]
-    q = rng.standard_normal((B, kv * reps, L, D)).astype(t)
-    k = rng.standard_normal((B, kv, kL, D)).astype(t)
-    v = rng.standard_normal((B, kv, kL, D)).astype(t)
-    m = None
-    if mask == "bool":
-        m = rng.random((B, kv * reps, L, kL)) > 0.3
-    elif mask == "bool_bcast":
-        m = rng.random((L, kL)) > 0.5
-    elif mask == "additive":
-        m = rng.standard_normal((1, kv * reps, L, kL)).astype(t)
-    s = rng.standard_normal(kv * reps).astype(t) if sinks else None
-    return q, k, v, m, s
+    return inputs(B, kv, reps, L, kL, D, mask, sinks, dtype, seed)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

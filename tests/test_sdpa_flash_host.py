@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import os
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from cuda_host import CXX, build, launch
 from tapescope.kernels.codegen import attention_flash as af
+from sdpa_inputs import inputs
 from test_sdpa import ref
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no g++ to build the CUDA source for the host")
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-NPD = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16}
 # TF32 keeps 10 bits of each operand; 3xTF32 is float32's accuracy (float64 products here)
 TOL = {("float32", "tf32"): 4e-3, ("float32", "f32x3"): 2e-5, ("float16", ""): 4e-3,
        ("bfloat16", ""): 3e-2}
@@ -101,20 +99,11 @@ def case(draw):
 
 def _inputs(c):
     dtype, precision, B, kv, reps, L, kL, D, mask, sinks, layout, seed = c
-    rng = np.random.default_rng(seed)
-    t = NPD[dtype]
-    q = rng.standard_normal((B, kv * reps, L, D)).astype(t)
-    k = rng.standard_normal((B, kv, kL, D)).astype(t)
-    v = rng.standard_normal((B, kv, kL, D)).astype(t)
-    m = None
+    q, k, v, m, s = inputs(B, kv, reps, L, kL, D, mask, sinks, dtype, seed)
     if mask == "bool":
-        m = rng.random((B, kv * reps, L, kL)) > 0.3
         m[:, :, 0] = False  # (a fully masked row: MLX's fallback averages the values)
-    elif mask == "bool_bcast":
-        m = np.broadcast_to(rng.random((L, kL)) > 0.5, (B, kv * reps, L, kL))
-    elif mask == "additive":
-        m = np.broadcast_to(rng.standard_normal((1, kv * reps, L, kL)).astype(t), (B, kv * reps, L, kL))
-    s = rng.standard_normal(kv * reps).astype(t) if sinks else None
+    elif m is not None:  # (the scores' shape: the kernel reads a broadcast mask at stride 0)
+        m = np.broadcast_to(m, (B, kv * reps, L, kL))
     return q, k, v, m, s
 
 

@@ -27,7 +27,8 @@ from tapescope.kernels.codegen.attention_kernels import SdpaSpec
 from tapescope.kernels.cpu import compiler
 
 from conftest import kernel_launches as launched, mlx_ref
-from test_sdpa import MXD, NPD, TOL, host, ref
+from sdpa_inputs import MXD, inputs
+from test_sdpa import TOL, host, ref
 
 SWEEP = os.environ.get("TAPESCOPE_REDUCTION_SWEEP") == "1"
 EXAMPLES = 200 if SWEEP else 12
@@ -66,20 +67,7 @@ def _layout(a: np.ndarray, layout: str, t) -> "mx.array":
 
 def _inputs(c):
     B, kv, reps, L, kL, D, mask, sinks, dtype, layout, seed = c
-    rng = np.random.default_rng(seed)
-    t = NPD[dtype]
-    q = rng.standard_normal((B, kv * reps, L, D)).astype(t)
-    k = rng.standard_normal((B, kv, kL, D)).astype(t)
-    v = rng.standard_normal((B, kv, kL, D)).astype(t)
-    m = None
-    if mask == "bool":
-        m = rng.random((B, kv * reps, L, kL)) > 0.3
-    elif mask == "bool_bcast":
-        m = rng.random((L, kL)) > 0.5
-    elif mask == "additive":
-        m = rng.standard_normal((1, kv * reps, L, kL)).astype(t)
-    s = rng.standard_normal(kv * reps).astype(t) if sinks else None
-    return q, k, v, m, s
+    return inputs(B, kv, reps, L, kL, D, mask, sinks, dtype, seed)
 
 
 @needs_cc

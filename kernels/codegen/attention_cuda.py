@@ -36,15 +36,12 @@ device's size), runs of at least ``RUN_MIN`` keys, at most ``SPLITS_MAX`` (MLX's
 
 from __future__ import annotations
 
+from . import attention_cuda_common as common
+from .attention_cuda_common import LOG2E, LOWEST, STORE, declarations
 from .c_ops import Unsupported
 
-LOG2E = 1.4426950408889634
 TYPES = {"float32": ("float", "{}"), "float16": ("__half", "__half2float({})"),
          "bfloat16": ("__nv_bfloat16", "__bfloat162float({})")}
-STORE = {"float32": "{}", "float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"}
-PARAMS = ("B", "H", "Hk", "L", "kL", "qsb", "qsh", "qsl", "ksb", "ksh", "ksl", "vsb", "vsh",
-          "vsl")
-MASK_PARAMS = ("msb", "msh", "msl", "msk")
 SPLIT_PARAMS = ("NB", "chunk")
 MERGE_PARAMS = ("rows", "NB")
 MODES = ("vector", "vector_2pass_1", "vector_2pass_2")
@@ -101,16 +98,9 @@ def params(spec) -> list:
     ``int`` (int64) or ``float`` (float32)."""
     if spec.mode == "vector_2pass_2":
         return [("in", "part"), ("out", "out")] + [("int", n) for n in MERGE_PARAMS]
-    split = spec.mode == "vector_2pass_1"
-    ps = [("in", "q"), ("in", "k"), ("in", "v")]
-    if spec.mask != "none":
-        ps.append(("in", "mask"))
-    if spec.sinks:
-        ps.append(("in", "sinks"))
-    ps.append(("out", "part") if split else ("out", "out"))
-    ps += [("int", n) for n in PARAMS + (SPLIT_PARAMS if split else ())
-           + (MASK_PARAMS if spec.mask != "none" else ())]
-    return ps + [("float", "scale")]
+    if spec.mode == "vector_2pass_1":
+        return common.params(spec, "part", SPLIT_PARAMS)
+    return common.params(spec)
 
 
 def block_threads(spec) -> int:
@@ -132,7 +122,6 @@ static __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 """
-LOWEST = "(-3.402823466e+38f)"
 
 
 def vector_source(spec) -> str:
@@ -153,15 +142,7 @@ def vector_source(spec) -> str:
     nw = block_threads(spec) // 32
     full = vpt * lpk == D  # every lane's elements inside the head
     mask_t = "bool" if spec.mask == "bool" else T
-    args = [f"const {T}* __restrict__ Q", f"const {T}* __restrict__ K", f"const {T}* __restrict__ V"]
-    if spec.mask != "none":
-        args.append(f"const {mask_t}* __restrict__ MASK")
-    if spec.sinks:
-        args.append(f"const {T}* __restrict__ SINKS")
-    args.append("float* __restrict__ PART" if split else f"{T}* __restrict__ O")
-    args += [f"long long {n}" for n in PARAMS + (SPLIT_PARAMS if split else ())
-             + (MASK_PARAMS if spec.mask != "none" else ())]
-    args.append("float scale")
+    args = declarations(spec, T, params(spec))
     if spec.mask == "bool":
         mask = f"        if (!mk[j * msk]) sc = {LOWEST};\n"
     elif spec.mask == "add":
@@ -203,7 +184,7 @@ def vector_source(spec) -> str:
   }}
 """
     return PRELUDE + f"""
-extern "C" __global__ void __launch_bounds__({nw * 32}) {spec.name}({", ".join(args)}) {{
+extern "C" __global__ void __launch_bounds__({nw * 32}) {spec.name}({args}) {{
   constexpr int D = {D}, LPK = {lpk}, VPT = {vpt}, KPW = {kpw}, NW = {nw}, U = {UNROLL};
   // lanes a key, elements a lane, keys a warp, warps a block, steps loaded at once
   __shared__ float outs[NW][D];

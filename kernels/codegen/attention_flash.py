@@ -51,10 +51,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import attention_flash16 as f16
+from .attention_cuda_common import LOG2E, LOWEST, MASK_PARAMS, STORE, declarations, key_end, masked, params
 from .attention_kernels import SdpaSpec
 from .c_ops import Unsupported
 
-LOG2E = 1.4426950408889634
 WARPS = 4  # warps a CTA
 BQ = 16 * WARPS  # query rows a CTA
 THREADS = 32 * WARPS
@@ -62,11 +62,6 @@ SMEM = 40 * 1024  # bytes of the key and value tiles at most (static shared memo
 HEADS = (16, 32, 48, 64, 80, 96, 112, 128)  # head sizes the kernel takes (multiples of 16)
 TYPES = {"float32": ("float", "float"), "float16": ("__half", "unsigned short"),
          "bfloat16": ("__nv_bfloat16", "unsigned short")}  # (element type, shared storage)
-STORE = {"float32": "{}", "float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"}
-PARAMS = ("B", "H", "Hk", "L", "kL", "qsb", "qsh", "qsl", "ksb", "ksh", "ksl", "vsb", "vsh",
-          "vsl")
-MASK_PARAMS = ("msb", "msh", "msl", "msk")
-LOWEST = "(-3.402823466e+38f)"
 
 
 @dataclass(frozen=True)
@@ -141,19 +136,6 @@ def tile_keys(spec) -> int:
     return bk
 
 
-def params(spec) -> list:
-    """The kernel's parameters in order: (kind, name), kind ``in`` / ``out`` (a buffer),
-    ``int`` (int64) or ``float`` (float32)."""
-    ps = [("in", "q"), ("in", "k"), ("in", "v")]
-    if spec.mask != "none":
-        ps.append(("in", "mask"))
-    if spec.sinks:
-        ps.append(("in", "sinks"))
-    ps.append(("out", "out"))
-    ps += [("int", n) for n in PARAMS + (MASK_PARAMS if spec.mask != "none" else ())]
-    return ps + [("float", "scale")]
-
-
 def grid(B: int, H: int, L: int, bq: int = BQ) -> int:
     """CTAs of a call: one per ``bq`` query rows of each (batch, head)."""
     return B * H * -(-L // bq)
@@ -214,14 +196,7 @@ def flash_source(spec: FlashSpec) -> str:
     VW = (4 if f32 else 8) if spec.vec else 1
     LT = ("float4" if f32 else "uint4") if spec.vec else S
     mask_t = "bool" if spec.mask == "bool" else T
-    args = [f"const {T}* __restrict__ Q", f"const {T}* __restrict__ K", f"const {T}* __restrict__ V"]
-    if spec.mask != "none":
-        args.append(f"const {mask_t}* __restrict__ MASK")
-    if spec.sinks:
-        args.append(f"const {T}* __restrict__ SINKS")
-    args.append(f"{T}* __restrict__ O")
-    args += [f"long long {n}" for n in PARAMS + (MASK_PARAMS if spec.mask != "none" else ())]
-    args.append("float scale")
+    args = declarations(spec, T, params(spec))
     load = "{}" if f32 else ("__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})")
     mma = "ts_mma_tf32_16x8x8" if f32 else f"ts_mma_{'f16' if spec.dtype == 'float16' else 'bf16'}_16x8x16"
     x3 = spec.precision == "f32x3"
@@ -240,7 +215,7 @@ static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
 #endif
 """
     if spec.tile and not f32:
-        return f16.source(spec, T, mma, PTX + pack, PARAMS, MASK_PARAMS)
+        return f16.source(spec, T, mma, PTX + pack)
 
     # the query fragments, the scores, the output
     if f32:
@@ -331,32 +306,14 @@ static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
       }}
     }}
 """
-    # the score element (row r, key j) as its softmax sees it
-    elem = []
-    if spec.causal:
-        elem.append("if (j > r + kL - L) x = LOWEST;")
-    if spec.mask == "bool":
-        elem.append("if (!mk[j * msk]) x = LOWEST;")
-    elif spec.mask == "add":
-        elem.append(f"x += {LOG2E!r}f * {load.format('mk[j * msk]')};")
-    masked = " ".join(elem)
+    elem = masked(spec, load)
     mask_rows = (f"  const {mask_t}* mrow[2] = {{MASK + b * msb + h * msh + (r0 < L ? r0 : L - 1) * msl,\n"
                  f"                         MASK + b * msb + h * msh + (r1 < L ? r1 : L - 1) * msl}};\n"
                  if spec.mask != "none" else "")
     mk = f"          const {mask_t}* mk = mrow[i >> 1];\n" if spec.mask != "none" else ""
     sink = (f"  m[0] = m[1] = {LOG2E!r}f * {load.format('SINKS[h]')};  // the sink's logit, once in a row's sum\n"
             "  if (t == 0) l[0] = l[1] = 1.f;\n" if spec.sinks else "")
-    kend = ("""  long long kend = kL;
-  {  // causal: the tiles up to the CTA's last row's last visible key, unless a row sees none
-    const long long last = (qb * BQ + BQ < L ? qb * BQ + BQ : L) - 1;
-    if (qb * BQ + kL - L >= 0 && last + kL - L + 1 < kend) kend = last + kL - L + 1;
-  }
-""" if spec.causal else "  const long long kend = kL;\n")
-    edge = " || (j0 + BK > kL)"  # the key tail
-    if spec.causal:
-        edge += " || (j0 + BK - 1 > qb * BQ + kL - L)"
-    if spec.mask != "none":
-        edge = " || true"
+    kend, edge = key_end(spec)
     def tile_load(vw: int, lt: str, pad: str) -> str:
         return (f"{pad}for (int i = threadIdx.x; i < BK * (D / {vw}); i += NT) {{\n"
                 f"{pad}  const int row = i / (D / {vw}), c = (i % (D / {vw})) * {vw};\n"
@@ -374,7 +331,7 @@ static __device__ __forceinline__ unsigned ts_pack(float lo, float hi) {{
         tiles = tile_load(1, S, "    ")
     store = STORE[spec.dtype]
     return ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n" + PTX + pack + f"""
-extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({", ".join(args)}) {{
+extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({args}) {{
   constexpr int D = {D}, BQ = {BQ}, BK = {BK}, DP = {DP}, VW = {VW}, NT = {THREADS};
   // head size, query rows a CTA, keys a tile, a shared row's elements, elements a tile load
   const float LOWEST = {LOWEST};
@@ -411,7 +368,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}) {spec.name}({", ".join(a
         if (edge) {{
           const long long j = j0 + n * 8 + 2 * t + (i & 1), r = (i >> 1) ? r1 : r0;
 {mk}          if (j >= kL) x = __int_as_float(0xff800000);
-          else {{ {masked} }}
+          else {{ {elem} }}
         }}
         s[n][i] = x;
         mt[i >> 1] = fmaxf(mt[i >> 1], x);

@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import re
 
-LOG2E = 1.4426950408889634
-LOWEST = "(-3.402823466e+38f)"
+from .attention_cuda_common import LOG2E, LOWEST, declarations, key_end, masked, params
 SMEM = 48 * 1024  # static shared memory a CTA
 # the tile configurations the kernel takes: w<warps>m<16-row blocks a warp>k<keys a tile>,
 # a trailing q: the query tile in shared memory too (ldmatrix'd each key tile; FA2's default)
@@ -128,12 +127,11 @@ static __device__ __forceinline__ void ts_cp_async_wait_all() {
 """
 
 
-def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tuple) -> str:
+def source(spec, T: str, mma: str, prelude: str) -> str:
     """The CUDA of ``spec`` (a 16-bit ``attention_flash.FlashSpec`` with a ``tile``): ``T``
     the element type, ``mma`` the m16n8k16 device function, ``prelude`` the device
     functions it shares with ``attention_flash`` (the mma, ``ts_exp2``, ``ts_pack``: two
-    floats rounded to ``T``, packed), ``params`` /
-    ``mask_params`` the integer parameters' names."""
+    floats rounded to ``T``, packed)."""
     W, MT, BK, QS = parse_all(spec.tile)
     D = spec.head
     NT, BQ = 32 * W, 16 * W * MT
@@ -148,23 +146,9 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
                 + (f" + (({col}) & 7)" if sub else ""))
     mask_t = "bool" if spec.mask == "bool" else T
     load = "__half2float({})" if spec.dtype == "float16" else "__bfloat162float({})"
-    args = [f"const {T}* __restrict__ Q", f"const {T}* __restrict__ K", f"const {T}* __restrict__ V"]
-    if spec.mask != "none":
-        args.append(f"const {mask_t}* __restrict__ MASK")
-    if spec.sinks:
-        args.append(f"const {T}* __restrict__ SINKS")
-    args.append(f"{T}* __restrict__ O")
-    args += [f"long long {n}" for n in params + (mask_params if spec.mask != "none" else ())]
-    args.append("float scale")
+    args = declarations(spec, T, params(spec))
 
-    elem = []
-    if spec.causal:
-        elem.append("if (j > r + kL - L) x = LOWEST;")
-    if spec.mask == "bool":
-        elem.append("if (!mk[j * msk]) x = LOWEST;")
-    elif spec.mask == "add":
-        elem.append(f"x += {LOG2E!r}f * {load.format('mk[j * msk]')};")
-    masked = " ".join(elem)
+    elem = masked(spec, load)
     row = ("            const long long r = rw + 16 * mi + g + 8 * (i >> 1);\n" if spec.causal else "")
     mask_rows = (f"    mrow[mi][0] = MASK + b * msb + h * msh + (r0 < L ? r0 : L - 1) * msl;\n"
                  f"    mrow[mi][1] = MASK + b * msb + h * msh + (r1 < L ? r1 : L - 1) * msl;\n"
@@ -173,17 +157,7 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
     mk = f"            const {mask_t}* mk = mrow[mi][i >> 1];\n" if spec.mask != "none" else ""
     sink = (f"    m[mi][0] = m[mi][1] = {LOG2E!r}f * {load.format('SINKS[h]')};  // the sink's logit, once in a row's sum\n"
             "    if (t == 0) l[mi][0] = l[mi][1] = 1.f;\n" if spec.sinks else "")
-    kend = ("""  long long kend = kL;
-  {  // causal: the tiles up to the CTA's last row's last visible key, unless a row sees none
-    const long long last = (qb * BQ + BQ < L ? qb * BQ + BQ : L) - 1;
-    if (qb * BQ + kL - L >= 0 && last + kL - L + 1 < kend) kend = last + kL - L + 1;
-  }
-""" if spec.causal else "  const long long kend = kL;\n")
-    edge = " || (j0 + BK > kL)"
-    if spec.causal:
-        edge += " || (j0 + BK - 1 > qb * BQ + kL - L)"
-    if spec.mask != "none":
-        edge = " || true"
+    kend, edge = key_end(spec)
 
     def tile(dst: str, src: str, stride: str, n: str = "BK", lim: str = "kL", ok: str = "vec") -> str:
         async_ = (f"        for (int i = threadIdx.x; i < {n} * (D / 8); i += NT) {{\n"
@@ -235,7 +209,7 @@ def source(spec, T: str, mma: str, prelude: str, params: tuple, mask_params: tup
         return f"    {{  // the {'key' if dst == 'Ks' else 'value'} tile at {pos}\n      const long long j0n = {pos};\n" + tile(dst, src, stride) + "    }\n"
 
     return ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n\n" + prelude + PTX + f"""
-extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}) {{
+extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({args}) {{
   constexpr int D = {D}, MT = {MT}, BQ = {BQ}, BK = {BK}, RS = {RS}, NT = {NT};
   // head size, 16-row blocks a warp, query rows a CTA, keys a tile, a shared row's elements
   const float LOWEST = {LOWEST};
@@ -303,7 +277,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {spec.name}({", ".join(args)}
             float x = s[mi][n][i] * sl;
             const long long j = j0 + n * 8 + 2 * t + (i & 1);
 {row}{mk}            if (j >= kL) x = __int_as_float(0xff800000);
-            else {{ {masked} }}
+            else {{ {elem} }}
             s[mi][n][i] = x;
           }}
           mt[i >> 1] = fmaxf(mt[i >> 1], s[mi][n][i]);
