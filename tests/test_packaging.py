@@ -32,8 +32,17 @@ def test_every_python_folder_is_a_listed_package():
 
 
 def test_no_bare_top_level_names(tmp_path):
-    code = ("import importlib.util as u, tapescope.core, tapescope.kernels, tapescope.viz; "
-            "print([n for n in ('kernels', 'viz', 'interactive', 'core') if u.find_spec(n)])")
+    """The install maps only ``tapescope`` onto the checkout: none of its folders is importable
+    under its own name (another distribution's ``kernels``, e.g. transformers' dependency,
+    is not this project's)."""
+    code = ("import importlib.util as u, os, sys, tapescope.core, tapescope.kernels, tapescope.viz; "
+            "root = os.path.realpath(%r); "
+            "env = os.path.realpath(sys.prefix); "
+            "mine = lambda p: p.startswith(root) and not p.startswith(env); "
+            "ours = lambda s: any(mine(os.path.realpath(p)) for p in "
+            "(s.submodule_search_locations or [s.origin or ''])); "
+            "print([n for n in ('kernels', 'viz', 'interactive', 'core') "
+            "if (s := u.find_spec(n)) and ours(s)])" % str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
