@@ -1277,15 +1277,20 @@ static Py_ssize_t object_slot(PyTypeObject *t, const char *name) {
 }
 
 /* wrapper(v) for a wrapper class with the slots raw / shape / strides / data (a BF16Array:
- * its __init__'s fields), else by its constructor */
+ * its __init__'s fields), made without its __init__'s frame, else by its constructor; the
+ * slots' offsets found once per class (the last class asked for is held). Exported through
+ * the view API (``wrap``): the eval loop's storage results are made here too. */
 static PyObject *wrap_view(PyObject *wrapper, PyObject *v) {
+    static PyObject *seen = NULL;
+    static Py_ssize_t o[4] = {-1, -1, -1, -1};
     PyTypeObject *t = (PyTypeObject *)wrapper;
-    Py_ssize_t o[4] = {-1, -1, -1, -1};
-    if (PyType_Check(wrapper) && t->tp_init != NULL) {
+    if (wrapper != seen) {
         static const char *const names[4] = {"raw", "shape", "strides", "data"};
-        for (int i = 0; i < 4; i++) o[i] = object_slot(t, names[i]);
+        int plain = PyType_Check(wrapper) && t->tp_init != NULL && t->tp_dictoffset == 0;
+        for (int i = 0; i < 4; i++) o[i] = plain ? object_slot(t, names[i]) : -1;
+        Py_XSETREF(seen, Py_NewRef(wrapper));
     }
-    if (o[0] < 0 || o[1] < 0 || o[2] < 0 || o[3] < 0 || t->tp_dictoffset != 0)
+    if (o[0] < 0 || o[1] < 0 || o[2] < 0 || o[3] < 0)
         return PyObject_CallOneArg(wrapper, v);
     PyObject *shape = PyObject_GetAttr(v, s_shape);
     PyObject *strides = shape ? PyObject_GetAttr(v, s_strides) : NULL;
@@ -1397,7 +1402,7 @@ static PyObject *view_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return v != NULL || PyErr_Occurred() ? v : Py_NewRef(Py_None);
 }
 
-static ViewApi view_api = {VIEW_API_ABI, view_c};
+static ViewApi view_api = {VIEW_API_ABI, view_c, wrap_view};
 
 /* configure(timeline, Buffer[, ids]): the timeline module (its ``enabled`` flag read from
  * its dict), the Buffer class (its ``raw`` / ``size`` / ``id`` slots' offsets) and the

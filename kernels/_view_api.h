@@ -6,6 +6,9 @@
  *   of numpy dtype npdt and shape (a tuple), as the buffer's ``view`` method makes it, for a
  *   buffer type registered with _handle.view_form; NULL with no error set: not such a
  *   buffer (the caller calls the method); NULL with an error: it failed. GIL held.
+ * - wrap(wrapper, raw): ``wrapper(raw)`` for a storage class of slots raw / shape / strides
+ *   / data (a BF16Array over a device's uint16 array) made without its __init__, any other
+ *   class by its constructor; a new reference, NULL with an error. GIL held.
  */
 #ifndef TAPESCOPE_VIEW_API_H
 #define TAPESCOPE_VIEW_API_H
@@ -13,11 +16,12 @@
 
 #define VIEW_API_NAME "tapescope.kernels._handle._view_api"
 #define VIEW_API_ATTR "_view_api"
-#define VIEW_API_ABI 1
+#define VIEW_API_ABI 2
 
 typedef struct {
     int abi; /* VIEW_API_ABI */
     PyObject *(*view)(PyObject *buf, Py_ssize_t nbytes, PyObject *npdt, PyObject *shape);
+    PyObject *(*wrap)(PyObject *wrapper, PyObject *raw);
 } ViewApi;
 
 #endif

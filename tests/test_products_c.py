@@ -129,28 +129,16 @@ ADDMMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MATMULS))
-def test_matmul_in_c_records_the_python_graph(monkeypatch, name):
+@pytest.mark.parametrize("table, seed, name", [("matmul", 1, n) for n in sorted(MATMULS)] +
+                         [("addmm", 2, n) for n in sorted(ADDMMS)])
+def test_products_in_c_record_the_python_graph(monkeypatch, table, seed, name):
     global rng
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     state = rng.bit_generator.state
 
     def f():
         rng.bit_generator.state = state  # (the same operands on both paths)
-        return MATMULS[name]()
-
-    _same(monkeypatch, f)
-
-
-@pytest.mark.parametrize("name", sorted(ADDMMS))
-def test_addmm_in_c_records_the_python_graph(monkeypatch, name):
-    global rng
-    rng = np.random.default_rng(2)
-    state = rng.bit_generator.state
-
-    def f():
-        rng.bit_generator.state = state
-        return ADDMMS[name]()
+        return (MATMULS if table == "matmul" else ADDMMS)[name]()
 
     _same(monkeypatch, f)
 

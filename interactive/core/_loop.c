@@ -1243,33 +1243,11 @@ done:
     return res;
 }
 
-/* ``storage_type(raw)`` for a storage type whose instances are their slots raw / shape /
- * strides / data (a BF16Array: its __init__ fills them from raw), made here without its
- * __init__'s frame (as _handle.c's wrap_view makes a fresh output's); any other type by its
- * constructor. The offsets are found once per type. */
-static PyTypeObject *sw_type;
-static Py_ssize_t sw_off[4] = {-1, -1, -1, -1};
-
+/* ``storage_type(raw)``: a BF16Array made without its __init__'s frame by _handle.c's
+ * wrap (kernels/_view_api.h), by its constructor where that extension is not built */
 static PyObject *storage_wrap(PyObject *type, PyObject *raw) {
-    PyTypeObject *t = (PyTypeObject *)type;
-    if (t != sw_type) {
-        static const char *const names[4] = {"raw", "shape", "strides", "data"};
-        sw_type = NULL;
-        for (int i = 0; i < 4; i++)
-            if ((sw_off[i] = slot_offset(type, names[i])) < 0) { PyErr_Clear(); break; }
-        if (t->tp_dictoffset != 0) sw_off[0] = -1;
-        sw_type = t; /* (borrowed: the backend's class, which lives as long as the process) */
-    }
-    if (sw_off[0] < 0 || sw_off[1] < 0 || sw_off[2] < 0 || sw_off[3] < 0)
-        return PyObject_CallOneArg(type, raw);
-    PyObject *shape = PyObject_GetAttr(raw, s_shape);
-    PyObject *strides = shape ? PyObject_GetAttr(raw, s_strides) : NULL;
-    PyObject *data = strides ? PyObject_GetAttr(raw, s_data) : NULL;
-    PyObject *w = data ? t->tp_alloc(t, 0) : NULL;
-    if (w == NULL) { Py_XDECREF(shape); Py_XDECREF(strides); Py_XDECREF(data); return NULL; }
-    PyObject *vals[4] = {Py_NewRef(raw), shape, strides, data};
-    for (int i = 0; i < 4; i++) put(w, sw_off[i], vals[i]), Py_DECREF(vals[i]);
-    return w;
+    ViewApi *va = view_api();
+    return va != NULL ? va->wrap(type, raw) : PyObject_CallOneArg(type, raw);
 }
 
 /* A device's view of its first input that never copies (its definition's view strides

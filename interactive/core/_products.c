@@ -17,7 +17,8 @@
 static PyObject *m_array_type, *m_resolve, *m_inexact, *m_floating, *m_dynamic, *m_matmul_py,
     *m_addmm_py, *m_matmul_op;
 static PyObject *n_matmul, *n_flatten, *n_unflatten, *n_addmm, *n_broadcast, *k_shape,
-    *k_start_axis, *k_end_axis, *k_axis, *k_spec, *k_alpha, *k_beta, *k_on, *k_stream, *v_zero;
+    *k_start_axis, *k_end_axis, *k_axis, *k_spec, *k_alpha, *k_beta, *k_on, *k_stream, *v_zero,
+    *kw_stream; /* ("stream",): a fallback's keyword names */
 static Py_ssize_t m_d_off;
 static int products_configured = 0;
 
@@ -45,6 +46,7 @@ PyObject *configure_products(PyObject *self, PyObject *kw) {
     INTERN(k_spec, "spec") INTERN(k_alpha, "alpha") INTERN(k_beta, "beta") INTERN(k_on, "on")
     INTERN(k_stream, "stream")
     if (v_zero == NULL && (v_zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if (kw_stream == NULL && (kw_stream = PyTuple_Pack(1, k_stream)) == NULL) return NULL;
     products_configured = 1;
     Py_RETURN_NONE;
 }
@@ -170,11 +172,7 @@ PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     PyObject *out = matmul_c(args[0], args[1], args[2]);
     if (out != NULL || PyErr_Occurred()) return out;
-    PyObject *kwn = PyTuple_Pack(1, k_stream);
-    if (kwn == NULL) return NULL;
-    out = PyObject_Vectorcall(m_matmul_py, args, 2, kwn);
-    Py_DECREF(kwn);
-    return out;
+    return PyObject_Vectorcall(m_matmul_py, args, 2, kw_stream);  /* (..., stream=stream) */
 }
 
 /* ``a @ b`` (array.__matmul__): an mx.array operand's matmul here, any other operand (and
@@ -280,9 +278,5 @@ PyObject *py_addmm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     PyObject *out = addmm_c(args[0], args[1], args[2], args[3], args[4], args[5]);
     if (out != NULL || PyErr_Occurred()) return out;
-    PyObject *kwn = PyTuple_Pack(1, k_stream);
-    if (kwn == NULL) return NULL;
-    out = PyObject_Vectorcall(m_addmm_py, args, 5, kwn);
-    Py_DECREF(kwn);
-    return out;
+    return PyObject_Vectorcall(m_addmm_py, args, 5, kw_stream);  /* (..., stream=stream) */
 }
